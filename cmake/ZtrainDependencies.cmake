@@ -1,0 +1,29 @@
+# Dependencies, each found the standard way (DESIGN.md: Debian 12 packages).
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+find_package(TBB REQUIRED)
+find_package(tomlplusplus REQUIRED)
+find_package(Threads REQUIRED)
+
+# OpenBLAS ships a config file with variables only; wrap it in a target.
+find_package(OpenBLAS CONFIG REQUIRED)
+if(NOT TARGET ztrain_openblas)
+  add_library(ztrain_openblas INTERFACE IMPORTED)
+  target_include_directories(ztrain_openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
+  target_link_libraries(ztrain_openblas INTERFACE ${OpenBLAS_LIBRARIES})
+endif()
+
+# CUDA and NCCL are optional: detected here so the switch is ready for the
+# CUDA backend; nothing is built with them yet.
+set(ZTRAIN_HAVE_CUDA OFF)
+set(ZTRAIN_HAVE_NCCL OFF)
+if(ZTRAIN_ENABLE_CUDA)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(ZTRAIN_HAVE_CUDA ON)
+    find_library(ZTRAIN_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+    if(ZTRAIN_NCCL_LIBRARY)
+      set(ZTRAIN_HAVE_NCCL ON)
+    endif()
+  endif()
+endif()
+message(STATUS "ztrain: CUDA toolkit ${ZTRAIN_HAVE_CUDA} (${CUDAToolkit_VERSION}), NCCL ${ZTRAIN_HAVE_NCCL}")

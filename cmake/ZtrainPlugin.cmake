@@ -1,0 +1,37 @@
+# ztrain_add_plugin(<target> KIND strategy|model|data SOURCES ...)
+# Builds one plugin shared library: hidden visibility (only the ztrain section
+# alias is exported), linked to the SDK, placed where the host discovers it.
+function(ztrain_add_plugin target)
+  cmake_parse_arguments(ARG "" "KIND;OUTPUT_DIR" "SOURCES;LIBRARIES" ${ARGN})
+  if(NOT ARG_KIND MATCHES "^(strategy|model|data)$")
+    message(FATAL_ERROR "ztrain_add_plugin(${target}): KIND must be strategy, model or data, got '${ARG_KIND}'")
+  endif()
+  add_library(${target} MODULE ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE ztrain::sdk ${ARG_LIBRARIES})
+  if(TARGET ztrain_warnings)
+    target_link_libraries(${target} PRIVATE ztrain_warnings)
+  endif()
+  if(NOT ARG_OUTPUT_DIR)
+    if(ZTRAIN_PLUGIN_OUTPUT_DIR)
+      set(ARG_OUTPUT_DIR ${ZTRAIN_PLUGIN_OUTPUT_DIR})
+    else()
+      set(ARG_OUTPUT_DIR ${CMAKE_BINARY_DIR}/plugins)
+    endif()
+  endif()
+  set_target_properties(${target} PROPERTIES
+    CXX_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON
+    PREFIX "libztrain_${ARG_KIND}_"
+    OUTPUT_NAME ${target}
+    LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR})
+endfunction()
+
+function(ztrain_add_strategy target)
+  ztrain_add_plugin(${target} KIND strategy ${ARGN})
+endfunction()
+function(ztrain_add_model target)
+  ztrain_add_plugin(${target} KIND model ${ARGN})
+endfunction()
+function(ztrain_add_data target)
+  ztrain_add_plugin(${target} KIND data ${ARGN})
+endfunction()

@@ -1,0 +1,121 @@
+// ztrain: argument parsing and dispatch only.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/plugin_loader.h"
+#include "train/trainer.h"
+#include "ztrain/error.h"
+#include "ztrain/version.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: ztrain [options] CONFIG            train the run described by CONFIG (TOML)\n"
+    "       ztrain plugins [--plugin-path DIR]  list the plugins found, with their options\n"
+    "\n"
+    "examples:\n"
+    "  ztrain configs/run.toml\n"
+    "  ztrain --strategy ddp --set train.steps=20 configs/run.toml\n"
+    "  ztrain --model gpt2-tiny --set train.steps=50 configs/run.toml\n";
+
+int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
+  ztrain::PluginLoader::Log log;
+  if (verbose) log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
+  const ztrain::PluginLoader loader(ztrain::default_plugin_dirs(plugin_paths), log);
+  const auto plugins = loader.load_all();
+  if (plugins.empty()) {
+    std::cout << "no plugins found; searched:\n";
+    for (const auto& d : loader.search_dirs()) std::cout << "  " << d.string() << "\n";
+    return 1;
+  }
+  for (const char* kind : {"model", "data", "strategy"}) {
+    for (const auto& p : plugins) {
+      if (std::string(p.info().kind) != kind) continue;
+      std::cout << kind << " " << p.info().name << " " << p.info().version << " - "
+                << p.info().description << "\n    file: " << p.file().string() << "\n";
+      for (const auto& o : p.options().specs()) {
+        std::cout << "    " << o.name << " (" << ztrain::option_type_name(o.type) << ", default "
+                  << ztrain::option_value_text(o.default_value) << ")";
+        if (!o.choices.empty() || o.min || o.max) std::cout << " [" << o.expectation() << "]";
+        std::cout << ": " << o.help << "\n";
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> overrides, plugin_paths, positional;
+  std::string strategy, model;
+  bool verbose = false;
+  po::options_description opts("options");
+  opts.add_options()("help,h", "show this help")("version", "print the version")(
+      "strategy,s", po::value(&strategy),
+      "strategy preset (configs/strategies/NAME.toml) or plugin name/path")(
+      "model,m", po::value(&model), "model preset (configs/models/NAME.toml) replacing [model]")(
+      "set", po::value(&overrides)->composing(),
+      "override a config key: --set section.key=value (repeatable)")(
+      "plugin-path", po::value(&plugin_paths)->composing(),
+      "extra plugin directory, searched first (repeatable; colon-separated lists too)")(
+      "verbose,v", po::bool_switch(&verbose), "log plugin discovery and set-up");
+  po::options_description hidden;
+  hidden.add_options()("args", po::value(&positional)->composing());
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description pos;
+  pos.add("args", -1);
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+      std::cout << kUsage << "\n" << opts;
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << "ztrain " << ZTRAIN_VERSION << "\n";
+      return 0;
+    }
+    if (!positional.empty() && positional[0] == "plugins") {
+      if (positional.size() > 1)
+        throw ztrain::ConfigError("'ztrain plugins' takes no arguments (got '" + positional[1] +
+                                  "')");
+      return list_plugins(plugin_paths, verbose);
+    }
+    if (positional.size() != 1) {
+      std::cerr << "ztrain: "
+                << (positional.empty() ? "no run file given" : "more than one run file given")
+                << "\n\n"
+                << kUsage;
+      return 2;
+    }
+    ztrain::TrainArgs args;
+    args.config = positional[0];
+    args.strategy = strategy;
+    args.model = model;
+    args.overrides = overrides;
+    args.plugin_paths = plugin_paths;
+    args.verbose = verbose;
+    ztrain::train(args);
+    return 0;
+  } catch (const po::error& e) {
+    std::cerr << "ztrain: " << e.what() << "\n\n" << kUsage;
+    return 2;
+  } catch (const ztrain::ConfigError& e) {
+    std::cerr << "ztrain: config error: " << e.what() << "\n";
+    return 2;
+  } catch (const ztrain::Error& e) {
+    std::cerr << "ztrain: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ztrain: unexpected error: " << e.what() << "\n";
+    return 1;
+  }
+}

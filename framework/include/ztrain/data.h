@@ -1,0 +1,50 @@
+// The data plugin interface.
+//
+// A DataSource maps a sequence index to T input tokens and their T targets
+// (the inputs shifted by one), deterministically from the seed: sequence g
+// of a split is the same whatever the rank, world size or thread asking.
+// The host decides which global sequence indices each rank reads for each
+// micro-step (see DataLoader), so the global batch does not depend on the
+// world size, and a position is just a step count to save and restore.
+//
+// Errors: setup raises DataError for missing, corrupt or too-short files and
+// for token ids >= vocab_size (naming the file and offset), ConfigError for
+// unusable options. fill raises DataError for a bad id found while reading.
+// Thread safety: after setup, fill may be called from several threads at
+// once (the host prefetches on a worker while evaluating on the main thread).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ztrain/export.h"
+#include "ztrain/plugin.h"
+
+namespace ztrain {
+
+enum class Split : std::uint8_t { train, val };
+
+struct DataSetup {
+  int seq_len = 0;
+  int vocab_size = 0;
+  std::uint64_t seed = 0;
+};
+
+struct DataInfo {
+  std::string description;             // one line for the log: "tokens: train.bin, 1.2M tokens"
+  std::optional<double> entropy_rate;  // nats/token, where the source knows it
+  int vocab_used = 0;                  // ids produced are < vocab_used
+};
+
+class ZTRAIN_API DataSource : public Plugin {
+ public:
+  ~DataSource() override;
+  virtual void setup(const DataSetup& setup) = 0;
+  virtual DataInfo info() const = 0;
+  // inputs, targets: (T) each, for global sequence `index` of `split`.
+  virtual void fill(Split split, std::uint64_t index, std::int32_t* inputs,
+                    std::int32_t* targets) const = 0;
+};
+
+}  // namespace ztrain

@@ -1,0 +1,121 @@
+// Devices, memory tiers and allocation accounting.
+//
+// A Device hands out Buffers in three tiers: `device` (the accelerator's
+// memory; RAM on the cpu device), `host` (RAM, pinned when the device is
+// cuda) and `nvme` (files, accounted here but allocated by the shard
+// toolkit's tiered store). Every allocation names a Category so the trainer
+// can report current and peak bytes per tier and category. A tier may carry a
+// budget; an allocation beyond it raises OutOfMemoryError naming the tier,
+// category, request, use and peak, as a GPU would. On the cpu device this
+// budget is what makes offloading observable without a GPU.
+//
+// Ownership: a Buffer owns its bytes and returns them on destruction; the
+// Device must outlive every Buffer it handed out.
+// Thread safety: allocate/release/stats may be called from any thread.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ztrain/export.h"
+
+namespace ztrain {
+
+enum class Tier : std::uint8_t { device, host, nvme };
+enum class Category : std::uint8_t { params, grads, optimizer, activations, comm, offload };
+inline constexpr std::size_t kTierCount = 3;
+inline constexpr std::size_t kCategoryCount = 6;
+
+ZTRAIN_API std::string_view tier_name(Tier t);
+ZTRAIN_API std::string_view category_name(Category c);
+
+enum class DeviceKind : std::uint8_t { cpu, cuda };
+
+struct MemoryStats {
+  std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> current{};
+  std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> peak{};
+  std::array<std::uint64_t, kTierCount> tier_current{};
+  std::array<std::uint64_t, kTierCount> tier_peak{};
+};
+
+class Device;
+
+class ZTRAIN_API Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+
+  void* data() const { return data_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  std::size_t bytes() const { return bytes_; }
+  Tier tier() const { return tier_; }
+  Category category() const { return category_; }
+  explicit operator bool() const { return data_ != nullptr; }
+  void reset();
+
+ private:
+  friend class Device;
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  Tier tier_ = Tier::device;
+  Category category_ = Category::params;
+};
+
+class ZTRAIN_API Device {
+ public:
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;
+  // Worker threads used by the kernels on this device.
+  virtual int threads() const = 0;
+
+  // Zero-filled, 64-byte aligned. Tier nvme is not allocatable here (see
+  // TierStore); bytes == 0 gives an empty Buffer.
+  Buffer allocate(Tier tier, Category category, std::size_t bytes);
+
+  // Accounts bytes held elsewhere (nvme files): positive to add, negative to
+  // return. Raises OutOfMemoryError past the tier's budget.
+  void account(Tier tier, Category category, std::int64_t bytes);
+
+  void set_budget(Tier tier, std::optional<std::uint64_t> bytes);
+  std::optional<std::uint64_t> budget(Tier tier) const;
+  MemoryStats stats() const;
+  void reset_peaks();
+
+ protected:
+  Device() = default;
+  virtual void* raw_allocate(Tier tier, std::size_t bytes) = 0;
+  virtual void raw_free(Tier tier, void* p, std::size_t bytes) noexcept = 0;
+
+ private:
+  friend class Buffer;
+  void reserve(Tier tier, Category category, std::uint64_t bytes);
+  void release(Tier tier, Category category, std::uint64_t bytes) noexcept;
+
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+  std::array<std::optional<std::uint64_t>, kTierCount> budget_{};
+};
+
+// The cpu device: all tiers are RAM; `threads` workers (0 = all cores) run
+// the kernels through oneTBB and OpenBLAS.
+ZTRAIN_API std::unique_ptr<Device> make_cpu_device(int threads);
+
+}  // namespace ztrain

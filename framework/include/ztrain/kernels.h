@@ -1,0 +1,117 @@
+// The math a model runs, one forward/backward pair per op.
+//
+// A Kernels object is the device's implementation of every op a model
+// needs (cpu today; cuda shares the interface). All tensors are fp32,
+// row-major, contiguous unless a stride is given. Shapes are in the comments:
+// B batch, T time, C channels, OC output channels, N = B*T rows, V vocabulary,
+// NH query heads, NKV key/value heads, hs head size.
+//
+// Backward convention (as llm.c): every backward op ADDS into its d-outputs,
+// both parameter gradients (so micro-steps accumulate) and activation
+// gradients (so a tensor read by two ops gets the sum). Callers zero the
+// activation-gradient buffers they reuse. The exceptions say so.
+//
+// Determinism: for a given thread count, every op gives bit-identical
+// results run to run.
+// Thread safety: const methods, callable from one thread at a time per
+// device (they use the device's worker threads internally).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ztrain/export.h"
+
+namespace ztrain {
+
+class ZTRAIN_API Kernels {
+ public:
+  virtual ~Kernels();
+
+  // out: (B,T,C) = wte[tokens] + wpe[t]; wpe may be null (no learned positions).
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C) const = 0;
+  // dwte: (V,C), dwpe: (T,C) or null, dout: (B,T,C)
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const std::int32_t* tokens, int B, int T, int C) const = 0;
+
+  // out: (N,C) normalised; mean, rstd: (N) saved for backward; w, b: (C).
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* w, const float* b, int N, int C, float eps) const = 0;
+  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                  const float* inp, const float* w, const float* mean,
+                                  const float* rstd, int N, int C) const = 0;
+
+  // out: (N,C) = inp / rms(inp) * w; rstd: (N).
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+                               int C, float eps) const = 0;
+  virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                const float* w, const float* rstd, int N, int C) const = 0;
+
+  // out: (N,OC) = inp (N,C) @ w^T + bias; w: (OC,C) (PyTorch Linear layout); bias: (OC) or null.
+  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+                              int N, int C, int OC) const = 0;
+  // dinp may be null (no gradient wanted); dbias may be null.
+  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                               const float* inp, const float* w, int N, int C, int OC) const = 0;
+
+  // GELU, tanh approximation (GPT-2's "gelu_new"). out, inp: (n)
+  virtual void gelu_forward(float* out, const float* inp, std::size_t n) const = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout,
+                             std::size_t n) const = 0;
+
+  // out = silu(gate) * up; all (n)
+  virtual void swiglu_forward(float* out, const float* gate, const float* up,
+                              std::size_t n) const = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                               const float* up, std::size_t n) const = 0;
+
+  // Rotary embedding in place, Hugging Face's rotate_half layout: within each
+  // head, element i pairs with i + hs/2. x: (B,T,H,hs) with rows of `stride`
+  // floats between consecutive (b,t); cos, sin: (T, hs/2).
+  virtual void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int H,
+                            int hs, int stride) const = 0;
+  // The inverse rotation applied in place to a gradient (it OVERWRITES dx).
+  virtual void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H,
+                             int hs, int stride) const = 0;
+
+  // Causal scaled dot-product attention with grouped key/value heads.
+  // q: (B,T,NH,hs) rows of q_stride floats; k, v: (B,T,NKV,hs) rows of
+  // kv_stride; out: (B,T,NH*hs) contiguous; probs: (B,NH,T,T) softmax saved
+  // for backward (entries above the diagonal are zero).
+  virtual void attention_forward(float* out, float* probs, const float* q, const float* k,
+                                 const float* v, int B, int T, int NH, int NKV, int hs,
+                                 int q_stride, int kv_stride) const = 0;
+  // dscratch: (B,NH,T,T) workspace, overwritten.
+  virtual void attention_backward(float* dq, float* dk, float* dv, float* dscratch,
+                                  const float* dout, const float* q, const float* k, const float* v,
+                                  const float* probs, int B, int T, int NH, int NKV, int hs,
+                                  int q_stride, int kv_stride) const = 0;
+
+  // out = a + b; all (n). out may alias a or b.
+  virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;
+
+  // logits: (N,V) turned into probabilities in place; losses: (N) = -log p[target].
+  virtual void softmax_crossentropy_forward(float* losses, float* logits,
+                                            const std::int32_t* targets, int N, int V) const = 0;
+  // probs: (N,V) from forward, OVERWRITTEN with dlogits = (probs - onehot) * dloss.
+  virtual void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss,
+                                             int N, int V) const = 0;
+
+  // AdamW (decoupled weight decay, bias-corrected) on n elements:
+  // g' = g * grad_mult; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+  // p -= lr * (wd * p + (m / bc1) / (sqrt(v / bc2) + eps)).
+  virtual void adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, float grad_mult,
+                     float bc1, float bc2) const = 0;
+
+  // Sum of squares in double, deterministic for a given thread count.
+  virtual double sum_squares(const float* x, std::size_t n) const = 0;
+};
+
+// The cpu implementation (oneTBB loops, OpenBLAS GEMMs) on the threads the
+// cpu device configured.
+ZTRAIN_API std::unique_ptr<Kernels> make_cpu_kernels();
+
+}  // namespace ztrain

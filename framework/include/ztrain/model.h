@@ -1,0 +1,148 @@
+// The model plugin interface, and what a model may touch while it runs.
+//
+// A Model declares its parameters (name, shape, initialiser, whether weight
+// decay applies, and the modules that use each: a tied embedding is used by
+// the first module and the last) and its modules in forward execution order.
+// It owns no parameter memory: inside a module's enter/exit it reads
+// parameters and accumulates gradients only through the views the
+// StepContext hands out, which the strategy backs with full, sharded,
+// gathered or offloaded storage the model never sees.
+//
+// forward_backward runs one micro-batch: forward module by module, the
+// loss, then backward in reverse module order, calling the four hooks at
+// every boundary. After exit_backward(m) the gradients of m's parameters are
+// complete for this micro-batch. Loss gradients are multiplied by
+// StepContext::grad_scale().
+//
+// Errors: a model raises ConfigError for an unusable shape, DataError for
+// token ids outside the vocabulary.
+// Thread safety: one step at a time; a model uses the device's threads
+// through Kernels.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ztrain/device.h"
+#include "ztrain/export.h"
+#include "ztrain/kernels.h"
+#include "ztrain/plugin.h"
+#include "ztrain/tensor.h"
+
+namespace ztrain {
+
+using ParamId = int;
+using ModuleId = int;
+
+struct Init {
+  enum class Kind : std::uint8_t { normal, zeros, ones };
+  Kind kind = Kind::zeros;
+  float std = 0.0f;  // for normal: N(0, std^2)
+};
+
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  Init init;
+  bool decay = true;
+  std::vector<ModuleId> used_by;
+};
+
+struct ModuleSpec {
+  std::string name;  // "embed", "block.0", ..., "head"
+};
+
+struct BatchShape {
+  int batch = 0;
+  int seq_len = 0;
+};
+
+// One micro-batch: inputs and targets (B,T) token ids.
+struct Batch {
+  BatchShape shape;
+  const std::int32_t* inputs = nullptr;
+  const std::int32_t* targets = nullptr;
+};
+
+struct ModelInfo {
+  std::string arch;
+  int vocab_size = 0;
+  int seq_len = 0;
+  std::int64_t n_params = 0;
+  // Forward+backward FLOPs per token (6N plus attention), for MFU.
+  double train_flops_per_token = 0;
+};
+
+// A bump allocator for activations, planned once per batch shape: the model
+// reserves what activation_bytes() says, then takes pointers in a fixed
+// order each step. Memory is category `activations` in the device tier.
+class ZTRAIN_API Arena {
+ public:
+  explicit Arena(Device& device) : device_(device) {}
+  // Ensures capacity; reallocating invalidates earlier pointers.
+  void reserve(std::size_t bytes);
+  // 64-byte aligned; InternalError beyond the reservation (a model bug).
+  float* alloc_f32(std::size_t n);
+  std::int32_t* alloc_i32(std::size_t n);
+  void reset() { used_ = 0; }
+  std::size_t capacity() const { return buffer_.bytes(); }
+  std::size_t used() const { return used_; }
+  static std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+ private:
+  void* take(std::size_t bytes);
+  Device& device_;
+  Buffer buffer_;
+  std::size_t used_ = 0;
+};
+
+class Strategy;
+
+// What the model may touch while it runs. Made by the host for each
+// micro-batch; forwards the hooks to the strategy and checks that every
+// parameter view is taken inside a module that uses the parameter.
+class ZTRAIN_API StepContext {
+ public:
+  StepContext(Strategy& strategy, const std::vector<ParamSpec>& params, const Kernels& kernels,
+              Arena& arena, float grad_scale);
+
+  void enter_forward(ModuleId m);
+  void exit_forward(ModuleId m);
+  void enter_backward(ModuleId m);
+  void exit_backward(ModuleId m);
+
+  // Valid between enter and exit of a module in the parameter's used_by.
+  TensorView param(ParamId p);
+  TensorView grad(ParamId p);
+
+  Arena& activations() { return arena_; }
+  const Kernels& kernels() const { return kernels_; }
+  // Multiplier on d(mean micro-batch loss): loss scale / gradient accumulation.
+  float grad_scale() const { return grad_scale_; }
+
+ private:
+  void check_usable(ParamId p, const char* what) const;
+  Strategy& strategy_;
+  const std::vector<ParamSpec>& params_;
+  const Kernels& kernels_;
+  Arena& arena_;
+  float grad_scale_;
+  std::vector<int> active_;  // per module: entered and not yet exited
+};
+
+class ZTRAIN_API Model : public Plugin {
+ public:
+  ~Model() override;
+  virtual ModelInfo info() const = 0;
+  virtual std::vector<ParamSpec> params() const = 0;
+  virtual std::vector<ModuleSpec> modules() const = 0;  // forward execution order
+  // Bytes of the activation arena for a batch shape (what the model reserves).
+  virtual std::uint64_t activation_bytes(const BatchShape& shape) const = 0;
+  // One micro-batch forward and backward; returns the mean loss.
+  virtual float forward_backward(const Batch& batch, StepContext& ctx) = 0;
+  // Forward only; returns the mean loss.
+  virtual float evaluate(const Batch& batch, StepContext& ctx) = 0;
+};
+
+}  // namespace ztrain

@@ -1,0 +1,100 @@
+// The plugin boundary.
+//
+// A plugin is a shared library exporting one PluginInfo, a plain C-layout
+// struct placed in the library's "ztrain" section under the alias
+// `ztrain_plugin_v1` (ZTRAIN_PLUGIN below does this). The host reads the
+// section with boost::dll::library_info without running plugin code, then
+// loads the library, checks abi_version and build_id against its own and
+// only then calls declare_options and create. A mismatch is a PluginError
+// naming the file and both values.
+//
+// The C++ interfaces (Model, Strategy, DataSource) cross the boundary, so
+// host and plugin must use the same compiler and standard library: build_id
+// records both. Every object create() returns is owned by the host through a
+// shared_ptr whose deleter also holds the library, so no object outlives its
+// code. create() may throw an SDK exception; the host catches it while the
+// library is loaded.
+//
+// Thread safety: the info struct is immutable; create() is called from one
+// thread.
+#pragma once
+
+#include <boost/dll/alias.hpp>
+#include <cstdint>
+
+#include "ztrain/export.h"
+#include "ztrain/options.h"
+
+namespace ztrain {
+
+// Bumped whenever an SDK interface changes its layout or meaning.
+inline constexpr std::uint32_t kPluginAbiVersion = 1;
+
+class ZTRAIN_API Plugin {
+ public:
+  virtual ~Plugin();
+};
+
+struct PluginInfo {
+  std::uint32_t abi_version;
+  const char* kind;  // "strategy", "model" or "data"
+  const char* name;
+  const char* version;
+  const char* description;
+  const char* build_id;
+  void (*declare_options)(OptionList* out);
+  Plugin* (*create)(const Options* options);
+};
+
+// The build id of the translation unit that expands it: compiler, standard
+// library and language level. The host compares its own with the plugin's.
+ZTRAIN_API const char* host_build_id();
+
+}  // namespace ztrain
+
+#define ZTRAIN_STRINGIFY_(x) #x
+#define ZTRAIN_STRINGIFY(x) ZTRAIN_STRINGIFY_(x)
+#if defined(_GLIBCXX_RELEASE)
+#define ZTRAIN_STDLIB_ID \
+  "libstdc++ " ZTRAIN_STRINGIFY(_GLIBCXX_RELEASE) "." ZTRAIN_STRINGIFY(__GLIBCXX__)
+#elif defined(_LIBCPP_VERSION)
+#define ZTRAIN_STDLIB_ID "libc++ " ZTRAIN_STRINGIFY(_LIBCPP_VERSION)
+#else
+#define ZTRAIN_STDLIB_ID "unknown stdlib"
+#endif
+#if defined(__clang__)
+#define ZTRAIN_COMPILER_ID "clang " __clang_version__
+#elif defined(__GNUC__)
+#define ZTRAIN_COMPILER_ID "gcc " __VERSION__
+#else
+#define ZTRAIN_COMPILER_ID "unknown compiler"
+#endif
+#define ZTRAIN_BUILD_ID \
+  ZTRAIN_COMPILER_ID "; " ZTRAIN_STDLIB_ID "; c++" ZTRAIN_STRINGIFY(__cplusplus)
+
+// ZTRAIN_PLUGIN_WITH_ABI(abi, kind, name, version, description, Class)
+// Exports Class as a plugin. Class must derive from the interface of its
+// kind, have a constructor taking `const ztrain::Options&`, and a static
+// `void declare_options(ztrain::OptionList&)`. Use ZTRAIN_PLUGIN; the ABI
+// form exists so tests can build a deliberately mismatched library.
+#define ZTRAIN_PLUGIN_WITH_ABI(ABI, KIND, NAME, VERSION, DESCRIPTION, CLASS)      \
+  namespace {                                                                     \
+  void ztrain_plugin_declare_options_(::ztrain::OptionList* out) {                \
+    CLASS::declare_options(*out);                                                 \
+  }                                                                               \
+  ::ztrain::Plugin* ztrain_plugin_create_(const ::ztrain::Options* options) {     \
+    return new CLASS(*options);                                                   \
+  }                                                                               \
+  const ::ztrain::PluginInfo ztrain_plugin_info_{(ABI),                           \
+                                                 (KIND),                          \
+                                                 (NAME),                          \
+                                                 (VERSION),                       \
+                                                 (DESCRIPTION),                   \
+                                                 ZTRAIN_BUILD_ID,                 \
+                                                 &ztrain_plugin_declare_options_, \
+                                                 &ztrain_plugin_create_};         \
+  }                                                                               \
+  BOOST_DLL_ALIAS_SECTIONED(ztrain_plugin_info_, ztrain_plugin_v1, ztrain)
+
+#define ZTRAIN_PLUGIN(KIND, NAME, VERSION, DESCRIPTION, CLASS) \
+  ZTRAIN_PLUGIN_WITH_ABI(::ztrain::kPluginAbiVersion, KIND, NAME, VERSION, DESCRIPTION, CLASS)

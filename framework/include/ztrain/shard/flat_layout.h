@@ -1,0 +1,48 @@
+// FlatLayout: where each parameter lives in one contiguous flat buffer.
+//
+// Parameters are laid out in declaration order, each starting on an
+// `align`-element boundary; the total is padded so that `world` ranks own
+// equal, aligned slices [owned_begin(r), owned_end(r)). The same layout
+// indexes the parameter, gradient and optimizer-state buffers, so a byte
+// range in one is the same parameters' range in the others. Padding elements
+// are zero and stay zero.
+//
+// Thread safety: immutable after construction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ztrain/export.h"
+#include "ztrain/model.h"
+
+namespace ztrain::shard {
+
+struct Segment {
+  ParamId param;
+  std::uint64_t begin;  // element offsets in the flat buffer
+  std::uint64_t end;
+};
+
+class ZTRAIN_API FlatLayout {
+ public:
+  FlatLayout(const std::vector<ParamSpec>& params, int world, std::uint64_t align = 16);
+
+  std::uint64_t total() const { return total_; }  // padded element count
+  std::uint64_t offset(ParamId p) const { return offsets_.at(p); }
+  std::uint64_t numel(ParamId p) const { return numels_.at(p); }
+  int world() const { return world_; }
+  std::uint64_t owned_begin(int rank) const { return shard_ * rank; }
+  std::uint64_t owned_end(int rank) const { return shard_ * (rank + 1); }
+  // The parts of parameters that fall in [begin, end), in order.
+  std::vector<Segment> segments(std::uint64_t begin, std::uint64_t end) const;
+  std::size_t param_count() const { return offsets_.size(); }
+
+ private:
+  std::vector<std::uint64_t> offsets_, numels_;
+  std::uint64_t total_ = 0, shard_ = 0;
+  int world_ = 1;
+};
+
+}  // namespace ztrain::shard

@@ -1,0 +1,52 @@
+// OptimizerShard: AdamW state for a range of the flat parameter buffer.
+//
+// Holds m and v (fp32) for flat elements [begin, end) in a chosen tier, and
+// steps the matching slice of the parameter buffer given its gradients. In
+// fp32 training the parameters are the master weights (ZeRO's 16 bytes per
+// parameter: 4 param + 4 grad + 4 m + 4 v). Weight decay applies to the
+// parameters whose spec says so, segment by segment.
+//
+// Thread safety: one step at a time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ztrain/device.h"
+#include "ztrain/export.h"
+#include "ztrain/kernels.h"
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain::shard {
+
+class ZTRAIN_API OptimizerShard {
+ public:
+  OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
+                 const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
+                 const OptimizerSettings& settings);
+
+  // params, grads: the slice [begin, end) (element 0 is flat element begin).
+  // grad_mult scales gradients in the same pass (unscale and clip).
+  void step(float* params, const float* grads, const Kernels& kernels, double lr, std::int64_t step,
+            float grad_mult);
+
+  std::uint64_t begin() const { return begin_; }
+  std::uint64_t end() const { return end_; }
+
+ private:
+  struct Run {
+    std::uint64_t begin, end;  // relative to begin_
+    bool decay;
+  };
+  std::vector<Run> runs_;
+  Buffer m_, v_;
+  std::uint64_t begin_, end_;
+  OptimizerSettings settings_;
+};
+
+// Clip multiplier DeepSpeed's way: 1 / max(1, norm / max_norm) (1 when
+// max_norm is 0 or the norm is not finite).
+ZTRAIN_API float clip_multiplier(double grad_norm, double max_norm);
+
+}  // namespace ztrain::shard

@@ -1,0 +1,96 @@
+// The strategy plugin interface: who owns parameters, gradients and
+// optimizer state, where they live, and when they move.
+//
+// The host calls setup once with the model's parameter and module lists,
+// the device, the communicator and the optimizer settings; the strategy
+// allocates and initialises everything (initial values are a pure function
+// of the seed and the element index, see shard/init.h, so every layout
+// starts from the same weights). During a micro-step the model reaches
+// parameters and gradients only through param_view/grad_view between the
+// module hooks. step() finishes gradient reduction, computes the global
+// gradient norm, clips, runs the optimizer, publishes the new parameters and
+// zeroes the gradients for the next step.
+//
+// Errors: setup raises OutOfMemoryError when the budget is too small,
+// ConfigError for unusable options; CommError may come out of any hook.
+// Thread safety: called from the training thread only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "ztrain/comm.h"
+#include "ztrain/device.h"
+#include "ztrain/dtype.h"
+#include "ztrain/export.h"
+#include "ztrain/kernels.h"
+#include "ztrain/model.h"
+#include "ztrain/plugin.h"
+#include "ztrain/tensor.h"
+
+namespace ztrain {
+
+struct OptimizerSettings {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+struct StrategySetup {
+  std::vector<ParamSpec> params;
+  std::vector<ModuleSpec> modules;
+  Device* device = nullptr;
+  Communicator* comm = nullptr;
+  const Kernels* kernels = nullptr;
+  OptimizerSettings optimizer;
+  DType precision = DType::f32;
+  std::uint64_t seed = 0;  // parameter initialisation
+};
+
+struct StepArgs {
+  double lr = 0;
+  std::int64_t step = 1;  // 1-based optimizer step (AdamW bias correction)
+  double grad_clip = 0;   // max global norm; 0 disables
+  double loss_scale = 1;  // gradients carry this factor; step() divides it out
+};
+
+struct StepResult {
+  double grad_norm = 0;  // of the unscaled gradients, before clipping
+  bool overflow = false;
+  bool skipped = false;
+};
+
+struct StrategyStats {
+  std::uint64_t bytes_sent = 0;  // by this rank, since setup
+  double comm_wait_s = 0;        // time blocked on communication, since setup
+};
+
+struct EstimateArgs {
+  std::vector<ParamSpec> params;
+  int world = 1;
+  DType precision = DType::f32;
+};
+
+// Bytes per tier and category, per rank.
+struct MemoryEstimate {
+  std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> bytes{};
+};
+
+class ZTRAIN_API Strategy : public Plugin {
+ public:
+  ~Strategy() override;
+  virtual void setup(const StrategySetup& setup) = 0;
+  virtual void before_forward(ModuleId m) = 0;
+  virtual void after_forward(ModuleId m) = 0;
+  virtual void before_backward(ModuleId m) = 0;
+  virtual void after_backward(ModuleId m) = 0;
+  virtual TensorView param_view(ParamId p) = 0;
+  virtual TensorView grad_view(ParamId p) = 0;
+  virtual StepResult step(const StepArgs& args) = 0;
+  virtual MemoryEstimate estimate(const EstimateArgs& args) const = 0;
+  virtual StrategyStats stats() const = 0;
+};
+
+}  // namespace ztrain

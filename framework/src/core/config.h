@@ -1,0 +1,69 @@
+// RunConfig: the run file after the strategy preset and --set overrides,
+// with the origin of every value, and validation of each section against a
+// declared option list.
+//
+// Origins read "run.toml:12:7" for file values and "--set train.steps=20"
+// for overrides, so every ConfigError points at what the user wrote.
+//
+// Thread safety: immutable after load.
+#pragma once
+
+#include <toml++/toml.h>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ztrain/options.h"
+
+namespace ztrain {
+
+class RunConfig {
+ public:
+  // Parses run_file; a non-empty model replaces [model] with the preset
+  // `<root>/models/<model>.toml` (an error when there is none); a non-empty
+  // strategy replaces [strategy] with `<root>/strategies/<strategy>.toml`, or
+  // with { plugin = strategy } when there is no such preset; roots are
+  // searched in order. Then applies `section.key=value` overrides in order.
+  static RunConfig load(const std::filesystem::path& run_file, const std::string& model,
+                        const std::string& strategy, const std::vector<std::string>& overrides,
+                        const std::vector<std::filesystem::path>& config_roots);
+  // From TOML text (tests, embedded defaults); `name` labels origins.
+  static RunConfig parse(const std::string& text, const std::string& name);
+
+  // Applies one `section.key=value` override.
+  void override_with(const std::string& assignment);
+  // Replaces [section] with the one of `<dir>/<name>.toml` found first in
+  // preset_dirs (a preset holds only that table); nullopt when none exists.
+  std::optional<std::filesystem::path> select_preset(
+      const std::string& section, const std::string& name,
+      const std::vector<std::filesystem::path>& preset_dirs);
+  // --strategy: the preset NAME if there is one, else { plugin = NAME }.
+  void select_strategy(const std::string& strategy,
+                       const std::vector<std::filesystem::path>& preset_dirs);
+
+  // Fails on top-level keys that are not one of `sections`.
+  void check_sections(const std::vector<std::string>& sections) const;
+  // Validates [section] (dotted for nested) against spec; keys in `skip` are
+  // left to another validator (e.g. "plugin").
+  Options validate(const std::string& section, const OptionList& spec,
+                   const std::vector<std::string>& skip = {}) const;
+  // The `plugin` key of a section, or fallback when absent.
+  std::string plugin(const std::string& section, const std::string& fallback) const;
+
+  std::string where(const std::string& path) const;
+  const toml::table& table() const { return root_; }
+  const std::string& name() const { return name_; }
+  // The merged configuration as TOML (for the run directory).
+  std::string dump() const;
+
+ private:
+  void forget_origins(const std::string& section);
+  void record_origins(const toml::table& t, const std::string& prefix, const std::string& file);
+  toml::table root_;
+  std::string name_;
+  std::map<std::string, std::string> origin_;
+};
+
+}  // namespace ztrain

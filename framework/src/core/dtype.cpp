@@ -1,0 +1,45 @@
+#include "ztrain/dtype.h"
+
+#include <cstring>
+
+#include "ztrain/error.h"
+
+namespace ztrain {
+
+void convert(const void* src, DType src_type, void* dst, DType dst_type, std::size_t n) {
+  if (src_type == dst_type) {
+    std::memmove(dst, src, n * dtype_size(src_type));
+    return;
+  }
+  const auto* s16 = static_cast<const std::uint16_t*>(src);
+  const auto* s32 = static_cast<const float*>(src);
+  auto* d16 = static_cast<std::uint16_t*>(dst);
+  auto* d32 = static_cast<float*>(dst);
+  auto load = [&](std::size_t i) -> float {
+    switch (src_type) {
+      case DType::f32:
+        return s32[i];
+      case DType::bf16:
+        return bf16_to_float(s16[i]);
+      case DType::f16:
+        return f16_to_float(s16[i]);
+    }
+    throw InternalError("convert: unknown source dtype");
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const float f = load(i);
+    switch (dst_type) {
+      case DType::f32:
+        d32[i] = f;
+        break;
+      case DType::bf16:
+        d16[i] = float_to_bf16(f);
+        break;
+      case DType::f16:
+        d16[i] = float_to_f16(f);
+        break;
+    }
+  }
+}
+
+}  // namespace ztrain

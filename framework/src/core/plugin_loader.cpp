@@ -1,0 +1,235 @@
+#include "plugin_loader.h"
+
+#include <algorithm>
+#include <boost/dll/import.hpp>
+#include <boost/dll/library_info.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+namespace ztrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSection = "ztrain";
+constexpr const char* kAlias = "ztrain_plugin_v1";
+
+bool looks_like_path(const std::string& name) {
+  return name.find('/') != std::string::npos || name.ends_with(".so");
+}
+
+void split_paths(const std::string& text, std::vector<fs::path>& out) {
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ':');)
+    if (!part.empty()) out.emplace_back(part);
+}
+
+// The only place ztrain calls into Boost.DLL to bind the info struct:
+// import_alias returns a pointer that keeps the library loaded.
+std::shared_ptr<const PluginInfo> import_info(const fs::path& file) {
+  boost::shared_ptr<const PluginInfo> info;
+  try {
+    info = boost::dll::import_alias<const PluginInfo>(boost::dll::fs::path(file.string()), kAlias,
+                                                      boost::dll::load_mode::rtld_lazy);
+  } catch (const std::exception& e) {
+    throw PluginError(file.string() + ": cannot load the plugin library: " + e.what() +
+                      " (check that its dependencies resolve: ldd " + file.string() + ")");
+  }
+  return std::shared_ptr<const PluginInfo>(info.get(),
+                                           [info](const PluginInfo*) mutable { info.reset(); });
+}
+
+}  // namespace
+
+void rethrow_detached() {
+  try {
+    throw;
+  } catch (const ConfigError& e) {
+    throw ConfigError(e.what());
+  } catch (const PluginError& e) {
+    throw PluginError(e.what());
+  } catch (const DataError& e) {
+    throw DataError(e.what());
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(e.what());
+  } catch (const CommError& e) {
+    throw CommError(e.what());
+  } catch (const NumericsError& e) {
+    throw NumericsError(e.what());
+  } catch (const InternalError& e) {
+    throw InternalError(e.what());
+  } catch (const Error& e) {
+    throw Error(e.what());
+  } catch (const std::exception& e) {
+    throw Error(e.what());
+  } catch (...) {
+    throw Error("an exception that is not a std::exception");
+  }
+}
+
+Plugin* LoadedPlugin::create_raw(const Options& options) const {
+  try {
+    Plugin* p = info_->create(&options);
+    if (!p) throw PluginError("the factory returned null");
+    return p;
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const DataError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PluginError(file_.string() + ": plugin '" + info_->name +
+                      "' failed to start: " + e.what());
+  } catch (...) {
+    throw PluginError(file_.string() + ": plugin '" + info_->name +
+                      "' failed to start with an exception that is not a std::exception");
+  }
+}
+
+PluginLoader::PluginLoader(std::vector<fs::path> extra_dirs, Log verbose_log)
+    : dirs_(std::move(extra_dirs)), log_(std::move(verbose_log)) {}
+
+std::vector<fs::path> default_plugin_dirs(const std::vector<std::string>& plugin_path_args) {
+  std::vector<fs::path> dirs;
+  for (const auto& a : plugin_path_args) split_paths(a, dirs);
+  if (const char* env = std::getenv("ZTRAIN_PLUGIN_PATH")) split_paths(env, dirs);
+  std::error_code ec;
+  const fs::path exe(boost::dll::program_location(ec).string());
+  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "lib" / "ztrain" / "plugins");
+#ifdef ZTRAIN_BUILD_PLUGIN_DIR
+  dirs.emplace_back(ZTRAIN_BUILD_PLUGIN_DIR);
+#endif
+  return dirs;
+}
+
+LoadedPlugin PluginLoader::load_file(const fs::path& file) const {
+  if (!fs::exists(file)) throw PluginError(file.string() + ": no such plugin file");
+  std::vector<std::string> symbols;
+  try {
+    boost::dll::library_info info(boost::dll::fs::path(file.string()), true);
+    const auto sections = info.sections();
+    if (std::find(sections.begin(), sections.end(), kSection) != sections.end())
+      symbols = info.symbols(kSection);
+  } catch (const std::exception& e) {
+    throw PluginError(file.string() + ": not a shared library ztrain can read (" + e.what() +
+                      "); a plugin is a .so built with ztrain_add_plugin()");
+  }
+  if (std::find(symbols.begin(), symbols.end(), kAlias) == symbols.end())
+    throw PluginError(file.string() + ": a shared library but not a ztrain plugin (no '" + kAlias +
+                      "' in a 'ztrain' section); build plugins with ztrain_add_plugin() and "
+                      "ZTRAIN_PLUGIN(...)");
+  LoadedPlugin p;
+  p.file_ = file;
+  p.info_ = import_info(file);
+  const PluginInfo& info = *p.info_;
+  if (info.abi_version != kPluginAbiVersion)
+    throw PluginError(file.string() + ": plugin ABI version " + std::to_string(info.abi_version) +
+                      ", but this ztrain expects " + std::to_string(kPluginAbiVersion) +
+                      "; rebuild the plugin against this ztrain SDK");
+  if (std::string(info.build_id) != host_build_id())
+    throw PluginError(file.string() + ": plugin built with '" + info.build_id +
+                      "', but ztrain was built with '" + host_build_id() +
+                      "'; C++ interfaces cross the boundary, so rebuild the plugin with the "
+                      "same compiler and standard library");
+  const std::string kind = info.kind;
+  if (kind != "strategy" && kind != "model" && kind != "data")
+    throw PluginError(file.string() + ": unknown plugin kind '" + kind +
+                      "' (expected strategy, model or data)");
+  try {
+    info.declare_options(&p.options_);
+  } catch (const std::exception& e) {
+    throw PluginError(file.string() + ": plugin '" + info.name +
+                      "' failed while declaring its options: " + e.what());
+  }
+  return p;
+}
+
+std::vector<fs::path> PluginLoader::candidates() const {
+  std::vector<fs::path> out;
+  std::set<fs::path> seen;
+  for (const auto& dir : dirs_) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+      if (log_) log_("plugin search: " + dir.string() + " (not a directory, skipped)");
+      continue;
+    }
+    if (log_) log_("plugin search: " + dir.string());
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_regular_file() && e.path().extension() == ".so") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (auto& f : files) {
+      const auto canon = fs::weakly_canonical(f, ec);
+      if (seen.insert(canon).second) out.push_back(f);
+    }
+  }
+  return out;
+}
+
+LoadedPlugin PluginLoader::load(const std::string& kind, const std::string& name) const {
+  if (looks_like_path(name)) {
+    LoadedPlugin p = load_file(name);
+    if (p.info().kind != kind)
+      throw PluginError(name + ": a " + std::string(p.info().kind) + " plugin ('" + p.info().name +
+                        "'), but a " + kind + " plugin is needed here");
+    return p;
+  }
+  // The conventional file name first, so a normal start opens one library.
+  for (const auto& dir : dirs_) {
+    const fs::path f = dir / ("libztrain_" + kind + "_" + name + ".so");
+    std::error_code ec;
+    if (!fs::is_regular_file(f, ec)) continue;
+    LoadedPlugin p = load_file(f);
+    if (p.info().kind == kind && p.info().name == name) {
+      if (log_) log_("loaded " + kind + " plugin '" + name + "' from " + f.string());
+      return p;
+    }
+  }
+  std::vector<std::string> available;
+  for (const auto& f : candidates()) {
+    try {
+      LoadedPlugin p = load_file(f);
+      if (p.info().kind == kind && p.info().name == name) {
+        if (log_) log_("loaded " + kind + " plugin '" + name + "' from " + f.string());
+        return p;
+      }
+      if (p.info().kind == kind) available.push_back(p.info().name);
+    } catch (const PluginError& e) {
+      if (log_) log_(std::string("skipped: ") + e.what());
+    }
+  }
+  std::string dirs, names;
+  for (const auto& d : dirs_) dirs += "\n  " + d.string();
+  std::sort(available.begin(), available.end());
+  available.erase(std::unique(available.begin(), available.end()), available.end());
+  for (const auto& a : available) names += (names.empty() ? "" : ", ") + a;
+  throw PluginError("no " + kind + " plugin named '" + name + "'" +
+                    (names.empty() ? "" : " (available: " + names + ")") +
+                    "; searched:" + (dirs.empty() ? " (no directories)" : dirs) +
+                    "\nadd a directory with --plugin-path or ZTRAIN_PLUGIN_PATH, or name the "
+                    "plugin file by path; `ztrain plugins` lists what is found");
+}
+
+std::vector<LoadedPlugin> PluginLoader::load_all() const {
+  std::vector<LoadedPlugin> out;
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const auto& f : candidates()) {
+    try {
+      LoadedPlugin p = load_file(f);
+      if (!seen.insert({p.info().kind, p.info().name}).second) {
+        if (log_)
+          log_(f.string() + ": shadowed by an earlier " + p.info().kind + " plugin '" +
+               p.info().name + "'");
+        continue;
+      }
+      out.push_back(std::move(p));
+    } catch (const PluginError& e) {
+      if (log_) log_(std::string("skipped: ") + e.what());
+    }
+  }
+  return out;
+}
+
+}  // namespace ztrain

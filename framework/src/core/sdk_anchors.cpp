@@ -1,0 +1,37 @@
+// Out-of-line virtual destructors: they anchor the vtables and type_info of
+// the SDK's polymorphic types in libztrain, so host and plugins agree on one
+// copy (exceptions and dynamic_cast across the boundary depend on it).
+#include "ztrain/comm.h"
+#include "ztrain/data.h"
+#include "ztrain/kernels.h"
+#include "ztrain/model.h"
+#include "ztrain/plugin.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+Plugin::~Plugin() = default;
+Model::~Model() = default;
+Strategy::~Strategy() = default;
+DataSource::~DataSource() = default;
+Kernels::~Kernels() = default;
+Communicator::~Communicator() = default;
+
+const char* host_build_id() {
+  return ZTRAIN_BUILD_ID;
+}
+
+}  // namespace ztrain
+
+#include "ztrain/error.h"
+
+namespace ztrain {
+Error::~Error() = default;
+ConfigError::~ConfigError() = default;
+PluginError::~PluginError() = default;
+DataError::~DataError() = default;
+OutOfMemoryError::~OutOfMemoryError() = default;
+CommError::~CommError() = default;
+NumericsError::~NumericsError() = default;
+InternalError::~InternalError() = default;
+}  // namespace ztrain

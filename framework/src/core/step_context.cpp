@@ -1,0 +1,94 @@
+#include <algorithm>
+
+#include "ztrain/model.h"
+#include "ztrain/strategy.h"
+#include "ztrain/units.h"
+
+namespace ztrain {
+
+void Arena::reserve(std::size_t bytes) {
+  if (bytes <= buffer_.bytes()) return;
+  buffer_.reset();
+  buffer_ = device_.allocate(Tier::device, Category::activations, bytes);
+  used_ = 0;
+}
+
+void* Arena::take(std::size_t bytes) {
+  const std::size_t need = aligned(bytes);
+  if (used_ + need > buffer_.bytes())
+    throw InternalError("activation arena overrun: " + format_bytes(used_ + need) +
+                        " requested of " + format_bytes(buffer_.bytes()) +
+                        " reserved; the model's activation_bytes() is wrong");
+  void* p = static_cast<char*>(buffer_.data()) + used_;
+  used_ += need;
+  return p;
+}
+
+float* Arena::alloc_f32(std::size_t n) {
+  return static_cast<float*>(take(n * sizeof(float)));
+}
+std::int32_t* Arena::alloc_i32(std::size_t n) {
+  return static_cast<std::int32_t*>(take(n * sizeof(std::int32_t)));
+}
+
+StepContext::StepContext(Strategy& strategy, const std::vector<ParamSpec>& params,
+                         const Kernels& kernels, Arena& arena, float grad_scale)
+    : strategy_(strategy),
+      params_(params),
+      kernels_(kernels),
+      arena_(arena),
+      grad_scale_(grad_scale) {
+  int modules = 0;
+  for (const auto& p : params_)
+    for (auto m : p.used_by) modules = std::max(modules, m + 1);
+  active_.assign(static_cast<std::size_t>(modules), 0);
+}
+
+namespace {
+void bump(std::vector<int>& active, ModuleId m, int delta) {
+  if (m < 0) throw InternalError("module id " + std::to_string(m) + " is negative");
+  if (static_cast<std::size_t>(m) >= active.size()) active.resize(static_cast<std::size_t>(m) + 1);
+  active[static_cast<std::size_t>(m)] += delta;
+}
+}  // namespace
+
+void StepContext::enter_forward(ModuleId m) {
+  strategy_.before_forward(m);
+  bump(active_, m, 1);
+}
+void StepContext::exit_forward(ModuleId m) {
+  bump(active_, m, -1);
+  strategy_.after_forward(m);
+}
+void StepContext::enter_backward(ModuleId m) {
+  strategy_.before_backward(m);
+  bump(active_, m, 1);
+}
+void StepContext::exit_backward(ModuleId m) {
+  bump(active_, m, -1);
+  strategy_.after_backward(m);
+}
+
+void StepContext::check_usable(ParamId p, const char* what) const {
+  if (p < 0 || static_cast<std::size_t>(p) >= params_.size())
+    throw InternalError(std::string("model asked for the ") + what + " of parameter id " +
+                        std::to_string(p) + ", which it never declared");
+  for (auto m : params_[static_cast<std::size_t>(p)].used_by)
+    if (static_cast<std::size_t>(m) < active_.size() && active_[static_cast<std::size_t>(m)] > 0)
+      return;
+  throw InternalError(std::string("model touched the ") + what + " of '" +
+                      params_[static_cast<std::size_t>(p)].name +
+                      "' outside every module that declares it in used_by");
+}
+
+TensorView StepContext::param(ParamId p) {
+  check_usable(p, "value");
+  return strategy_.param_view(p);
+}
+
+TensorView StepContext::grad(ParamId p) {
+  check_usable(p, "gradient");
+  return strategy_.grad_view(p);
+}
+
+}  // namespace ztrain

@@ -1,0 +1,41 @@
+#include "ztrain/shard/init.h"
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <algorithm>
+
+#include "ztrain/random.h"
+
+namespace ztrain::shard {
+
+void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout, std::uint64_t seed,
+               std::uint64_t begin, std::uint64_t end, float* dst) {
+  std::fill(dst, dst + (end - begin), 0.0f);
+  for (const auto& seg : layout.segments(begin, end)) {
+    const ParamSpec& spec = params[static_cast<std::size_t>(seg.param)];
+    const std::uint64_t base = layout.offset(seg.param);
+    float* out = dst + (seg.begin - begin);
+    const std::uint64_t n = seg.end - seg.begin;
+    switch (spec.init.kind) {
+      case Init::Kind::zeros:
+        break;
+      case Init::Kind::ones:
+        std::fill(out, out + n, 1.0f);
+        break;
+      case Init::Kind::normal: {
+        const double stddev = spec.init.std;
+        const std::uint64_t first = seg.begin - base;
+        oneapi::tbb::parallel_for(
+            oneapi::tbb::blocked_range<std::uint64_t>(0, n, 4096),
+            [&](const oneapi::tbb::blocked_range<std::uint64_t>& r) {
+              for (auto i = r.begin(); i != r.end(); ++i)
+                out[i] = static_cast<float>(
+                    stddev * normal_at(seed, static_cast<std::uint64_t>(seg.param), first + i));
+            });
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace ztrain::shard

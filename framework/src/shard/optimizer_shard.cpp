@@ -1,0 +1,47 @@
+#include "ztrain/shard/optimizer_shard.h"
+
+#include <cmath>
+
+namespace ztrain::shard {
+
+OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
+                               const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
+                               const OptimizerSettings& settings)
+    : m_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
+      v_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
+      begin_(begin),
+      end_(end),
+      settings_(settings) {
+  // Contiguous runs with one decay setting. Padding is in no segment, so it
+  // is never stepped and stays zero.
+  for (const auto& seg : layout.segments(begin, end)) {
+    const bool decay = params[static_cast<std::size_t>(seg.param)].decay;
+    const std::uint64_t b = seg.begin - begin, e = seg.end - begin;
+    if (!runs_.empty() && runs_.back().decay == decay && runs_.back().end == b)
+      runs_.back().end = e;
+    else
+      runs_.push_back({b, e, decay});
+  }
+}
+
+void OptimizerShard::step(float* params, const float* grads, const Kernels& kernels, double lr,
+                          std::int64_t step, float grad_mult) {
+  const double bc1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step));
+  for (const auto& r : runs_) {
+    kernels.adamw(params + r.begin, grads + r.begin, m_.as<float>() + r.begin,
+                  v_.as<float>() + r.begin, r.end - r.begin, static_cast<float>(lr),
+                  static_cast<float>(settings_.beta1), static_cast<float>(settings_.beta2),
+                  static_cast<float>(settings_.eps),
+                  r.decay ? static_cast<float>(settings_.weight_decay) : 0.0f, grad_mult,
+                  static_cast<float>(bc1), static_cast<float>(bc2));
+  }
+}
+
+float clip_multiplier(double grad_norm, double max_norm) {
+  if (max_norm <= 0 || !std::isfinite(grad_norm)) return 1.0f;
+  const double coef = grad_norm / max_norm;
+  return coef > 1.0 ? static_cast<float>(1.0 / coef) : 1.0f;
+}
+
+}  // namespace ztrain::shard

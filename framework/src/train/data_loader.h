@@ -1,0 +1,57 @@
+// DataLoader: which global sequences each rank reads, prepared one
+// micro-batch ahead on a worker thread while the current one computes.
+//
+// Step s of a run with micro-batch B, accumulation A and world W reads global
+// sequences [s*G, (s+1)*G), G = B*A*W; rank r's micro-step a takes rows
+// [(r*A + a)*B, (r*A + a + 1)*B) of that range. The union over ranks is the
+// same for every W dividing G, which is what makes world sizes comparable.
+// Evaluation reads the first eval_batches*B*W sequences of the val split,
+// the same ones at every evaluation.
+//
+// Position: the number of micro-steps handed out; save it and seek() to it
+// to resume exactly.
+// Thread safety: one consumer thread; fill() of the source runs on the
+// worker concurrently with evaluation on the consumer.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <vector>
+
+#include "ztrain/data.h"
+#include "ztrain/model.h"
+
+namespace ztrain {
+
+class DataLoader {
+ public:
+  DataLoader(const DataSource& source, int micro_batch, int seq_len, int grad_accum, int rank,
+             int world);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next training micro-batch; valid until the following call.
+  Batch next();
+  // Validation micro-batch j (0-based) of this rank.
+  Batch val(std::int64_t j);
+
+  std::uint64_t position() const { return position_; }
+  void seek(std::uint64_t micro_steps);
+
+ private:
+  struct Slot {
+    std::vector<std::int32_t> inputs, targets;
+  };
+  void fill_train(std::uint64_t micro_step, Slot& slot) const;
+  void start_prefetch();
+
+  const DataSource& source_;
+  int B_, T_, A_, rank_, world_;
+  std::uint64_t position_ = 0;
+  Slot slots_[2], val_slot_;
+  int current_ = 0;
+  std::future<void> pending_;
+};
+
+}  // namespace ztrain

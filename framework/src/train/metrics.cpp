@@ -1,0 +1,106 @@
+#include "train/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "ztrain/error.h"
+
+namespace ztrain {
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+void JsonLine::key(std::string_view k) {
+  if (body_.size() > 1) body_ += ", ";
+  body_ += "\"" + json_escape(k) + "\": ";
+}
+
+JsonLine& JsonLine::add(std::string_view k, double v) {
+  key(k);
+  if (!std::isfinite(v)) {
+    body_ += "null";  // JSON has no NaN or infinity
+  } else {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    body_ += buf;
+  }
+  return *this;
+}
+
+JsonLine& JsonLine::add(std::string_view k, std::int64_t v) {
+  key(k);
+  body_ += std::to_string(v);
+  return *this;
+}
+
+JsonLine& JsonLine::add(std::string_view k, bool v) {
+  key(k);
+  body_ += v ? "true" : "false";
+  return *this;
+}
+
+JsonLine& JsonLine::add(std::string_view k, std::string_view v) {
+  key(k);
+  body_ += "\"" + json_escape(v) + "\"";
+  return *this;
+}
+
+JsonLine& JsonLine::add_memory(std::string_view k, const MemoryStats& stats, bool peak) {
+  key(k);
+  body_ += "{";
+  for (std::size_t t = 0; t < kTierCount; ++t) {
+    if (t) body_ += ", ";
+    body_ += "\"" + std::string(tier_name(static_cast<Tier>(t))) + "\": {";
+    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+      if (c) body_ += ", ";
+      const auto v = peak ? stats.peak[t][c] : stats.current[t][c];
+      body_ +=
+          "\"" + std::string(category_name(static_cast<Category>(c))) + "\": " + std::to_string(v);
+    }
+    body_ += ", \"total\": " + std::to_string(peak ? stats.tier_peak[t] : stats.tier_current[t]);
+    body_ += "}";
+  }
+  body_ += "}";
+  return *this;
+}
+
+MetricsFile::MetricsFile(const std::filesystem::path& path) : path_(path) {
+  out_.open(path, std::ios::out | std::ios::trunc);
+  if (!out_)
+    throw Error("cannot write metrics file '" + path.string() +
+                "'; check that [train] out_dir is writable");
+}
+
+void MetricsFile::write(const JsonLine& line) {
+  out_ << line.str() << '\n';
+  out_.flush();
+  if (!out_) throw Error("writing metrics file '" + path_.string() + "' failed (disk full?)");
+}
+
+}  // namespace ztrain

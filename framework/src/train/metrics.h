@@ -1,0 +1,45 @@
+// Metrics: one JSON object per line in <out_dir>/metrics.jsonl, written for
+// every logged step and every evaluation (marked "split": "val"), flushed as
+// it goes so a crashed run keeps what it logged.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+#include "ztrain/device.h"
+
+namespace ztrain {
+
+// Builds one JSON object; keys are written in call order.
+class JsonLine {
+ public:
+  JsonLine& add(std::string_view key, double v);
+  JsonLine& add(std::string_view key, std::int64_t v);
+  JsonLine& add(std::string_view key, bool v);
+  JsonLine& add(std::string_view key, std::string_view v);
+  // {"device": {"params": bytes, ...}, "host": {...}} of the peaks.
+  JsonLine& add_memory(std::string_view key, const MemoryStats& stats, bool peak);
+  std::string str() const { return body_ + "}"; }
+
+ private:
+  void key(std::string_view k);
+  std::string body_ = "{";
+};
+
+std::string json_escape(std::string_view s);
+
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::filesystem::path& path);
+  void write(const JsonLine& line);
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::ofstream out_;
+};
+
+}  // namespace ztrain

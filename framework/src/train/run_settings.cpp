@@ -1,0 +1,159 @@
+#include "train/run_settings.h"
+
+#include "ztrain/error.h"
+
+namespace ztrain {
+
+OptionList train_options() {
+  OptionList o;
+  o.integer("steps", 300, "optimizer steps to run").at_least(1);
+  o.integer("micro_batch_size", 8,
+            "sequences per rank per micro-step (DeepSpeed: train_micro_batch_size_per_gpu)")
+      .at_least(1);
+  o.integer("grad_accum", 1,
+            "micro-steps per optimizer step (DeepSpeed: gradient_accumulation_steps)")
+      .at_least(1);
+  o.integer("global_batch_size", 0,
+            "sequences per optimizer step over all ranks (DeepSpeed: train_batch_size)")
+      .at_least(1);
+  o.number("lr", 3e-3, "peak learning rate").at_least(0);
+  o.number("min_lr", 3e-4, "learning rate at the end of the decay").at_least(0);
+  o.integer("warmup_steps", 30, "linear warmup steps from 0 to lr").at_least(0);
+  o.string("schedule", "cosine", "decay after warmup").one_of({"cosine", "linear", "constant"});
+  o.number("weight_decay", 0.1, "AdamW decoupled weight decay (matrices only)").at_least(0);
+  o.numbers("betas", {0.9, 0.95}, "AdamW (beta1, beta2)").at_least(0).at_most(0.999999);
+  o.number("eps", 1e-8, "AdamW epsilon").at_least(0);
+  o.number("grad_clip", 1.0, "clip the global gradient norm to this; 0 disables").at_least(0);
+  o.string("precision", "fp32", "working precision of parameters and gradients")
+      .one_of({"fp32", "bf16", "fp16"});
+  o.integer("seed", 0, "parameter initialisation seed").at_least(0);
+  o.integer("log_every", 10, "steps between logged metrics lines").at_least(1);
+  o.integer("eval_every", 100, "steps between evaluations on the held-out split; 0 disables")
+      .at_least(0);
+  o.integer("eval_batches", 8, "micro-batches per rank in one evaluation").at_least(1);
+  o.string("out_dir", "runs/default", "run directory: metrics.jsonl and config.toml");
+  o.number("fp16.loss_scale", 0, "0 = dynamic loss scaling, else a static scale").at_least(0);
+  o.integer("fp16.initial_scale_power", 16, "dynamic scaling starts at 2^this")
+      .at_least(0)
+      .at_most(64);
+  o.integer("fp16.loss_scale_window", 1000, "clean steps before the scale doubles").at_least(1);
+  o.integer("fp16.hysteresis", 2, "overflows tolerated before the scale halves").at_least(1);
+  o.number("fp16.min_loss_scale", 1, "an overflow at this scale stops the run").at_least(0);
+  return o;
+}
+
+OptionList device_options() {
+  OptionList o;
+  o.string("kind", "cpu", "where the model runs").one_of({"cpu", "cuda", "auto"});
+  o.size("memory_limit", 0, "budget of the device tier; 0 = no budget");
+  o.integer("threads", 0, "kernel threads per rank; 0 = all cores").at_least(0).at_most(1024);
+  return o;
+}
+
+OptionList comm_options() {
+  OptionList o;
+  o.string("backend", "auto", "collective backend").one_of({"auto", "local", "mpi", "nccl"});
+  o.duration("timeout", 300, "a collective waiting longer aborts the job");
+  return o;
+}
+
+namespace {
+
+std::int64_t derive(std::int64_t total, std::int64_t part, const std::string& what,
+                    const std::string& where) {
+  if (total % part != 0)
+    throw ConfigError(where + ": [train] global_batch_size " + std::to_string(total) +
+                      " is not divisible by " + what + " (" + std::to_string(part) +
+                      "); make global_batch_size = micro_batch_size * grad_accum * world");
+  return total / part;
+}
+
+}  // namespace
+
+RunSettings resolve_settings(const RunConfig& config, int world) {
+  RunSettings s;
+  const Options t = config.validate("train", train_options());
+  auto& tr = s.train;
+  tr.steps = t.get_int("steps");
+  tr.lr = t.get_number("lr");
+  tr.min_lr = t.get_number("min_lr");
+  tr.warmup_steps = t.get_int("warmup_steps");
+  tr.schedule = t.get_string("schedule");
+  tr.weight_decay = t.get_number("weight_decay");
+  const auto& betas = t.get_numbers("betas");
+  if (betas.size() != 2)
+    throw ConfigError(t.where("betas") +
+                      ": [train] betas: expected two numbers [beta1, beta2], got " +
+                      std::to_string(betas.size()));
+  tr.beta1 = betas[0];
+  tr.beta2 = betas[1];
+  tr.eps = t.get_number("eps");
+  tr.grad_clip = t.get_number("grad_clip");
+  const std::string precision = t.get_string("precision");
+  if (precision != "fp32")
+    throw ConfigError(t.where("precision") + ": [train] precision \"" + precision +
+                      "\" is not available in this build yet (fp32 only); use \"fp32\"");
+  tr.precision = DType::f32;
+  tr.seed = static_cast<std::uint64_t>(t.get_int("seed"));
+  tr.log_every = t.get_int("log_every");
+  tr.eval_every = t.get_int("eval_every");
+  tr.eval_batches = t.get_int("eval_batches");
+  tr.out_dir = t.get_string("out_dir");
+  if (tr.min_lr > tr.lr)
+    throw ConfigError(t.where("min_lr") + ": [train] min_lr (" + std::to_string(tr.min_lr) +
+                      ") is above lr (" + std::to_string(tr.lr) +
+                      "); the schedule decays "
+                      "from lr to min_lr");
+  tr.fp16.loss_scale = t.get_number("fp16.loss_scale");
+  tr.fp16.initial_scale_power = t.get_int("fp16.initial_scale_power");
+  tr.fp16.loss_scale_window = t.get_int("fp16.loss_scale_window");
+  tr.fp16.hysteresis = t.get_int("fp16.hysteresis");
+  tr.fp16.min_loss_scale = t.get_number("fp16.min_loss_scale");
+
+  const bool has_m = t.given("micro_batch_size"), has_a = t.given("grad_accum"),
+             has_g = t.given("global_batch_size");
+  std::int64_t m = t.get_int("micro_batch_size"), a = t.get_int("grad_accum");
+  const std::int64_t w = world;
+  if (has_g) {
+    const std::int64_t g = t.get_int("global_batch_size");
+    const std::string where = t.where("global_batch_size");
+    if (has_m && has_a) {
+      if (m * a * w != g)
+        throw ConfigError(where + ": [train] global_batch_size " + std::to_string(g) +
+                          " contradicts micro_batch_size " + std::to_string(m) + " x grad_accum " +
+                          std::to_string(a) + " x world " + std::to_string(w) + " = " +
+                          std::to_string(m * a * w) + "; give any two of the three");
+    } else if (has_m) {
+      a = derive(g, m * w, "micro_batch_size x world", where);
+    } else if (has_a) {
+      m = derive(g, a * w, "grad_accum x world", where);
+    } else {
+      a = 1;
+      m = derive(g, w, "the world size", where);
+    }
+  }
+  tr.micro_batch = m;
+  tr.grad_accum = a;
+  tr.global_batch = m * a * w;
+
+  const Options d = config.validate("device", device_options());
+  s.device.kind = d.get_string("kind");
+  if (s.device.kind == "auto") s.device.kind = "cpu";
+  if (s.device.kind == "cuda")
+    throw ConfigError(d.where("kind") +
+                      ": [device] kind \"cuda\": this ztrain has no CUDA backend yet; use "
+                      "\"cpu\" (or \"auto\")");
+  if (d.get_size("memory_limit") > 0) s.device.memory_limit = d.get_size("memory_limit");
+  s.device.threads = static_cast<int>(d.get_int("threads"));
+
+  const Options c = config.validate("comm", comm_options());
+  s.comm.backend = c.get_string("backend");
+  s.comm.timeout_s = c.get_duration("timeout");
+  if (s.comm.backend == "mpi" || s.comm.backend == "nccl")
+    throw ConfigError(c.where("backend") + ": [comm] backend \"" + s.comm.backend +
+                      "\" is not available in this build yet; use \"auto\" or \"local\" "
+                      "(one process)");
+  return s;
+}
+
+}  // namespace ztrain

@@ -1,0 +1,69 @@
+// RunSettings: the host's own sections of the run file ([train],
+// [train.fp16], [device], [comm], and [data] seed), validated and with the
+// batch identity resolved for a world size.
+//
+// Batch identity: global_batch_size = micro_batch_size * grad_accum * world.
+// Any two given, the third is derived; all three given must agree; none
+// given means micro_batch_size 8, grad_accum 1. A contradiction is a
+// ConfigError before anything runs.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "core/config.h"
+#include "ztrain/dtype.h"
+#include "ztrain/options.h"
+
+namespace ztrain {
+
+struct Fp16Settings {
+  double loss_scale = 0;  // 0: dynamic
+  std::int64_t initial_scale_power = 16;
+  std::int64_t loss_scale_window = 1000;
+  std::int64_t hysteresis = 2;
+  double min_loss_scale = 1;
+};
+
+struct TrainSettings {
+  std::int64_t steps = 0;
+  std::int64_t micro_batch = 0;
+  std::int64_t grad_accum = 0;
+  std::int64_t global_batch = 0;
+  double lr = 0, min_lr = 0;
+  std::int64_t warmup_steps = 0;
+  std::string schedule;
+  double weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0;
+  DType precision = DType::f32;
+  std::uint64_t seed = 0;
+  std::int64_t log_every = 0, eval_every = 0, eval_batches = 0;
+  std::filesystem::path out_dir;
+  Fp16Settings fp16;
+};
+
+struct DeviceSettings {
+  std::string kind;
+  std::optional<std::uint64_t> memory_limit;
+  int threads = 0;
+};
+
+struct CommSettings {
+  std::string backend;
+  double timeout_s = 0;
+};
+
+struct RunSettings {
+  TrainSettings train;
+  DeviceSettings device;
+  CommSettings comm;
+};
+
+OptionList train_options();
+OptionList device_options();
+OptionList comm_options();
+
+RunSettings resolve_settings(const RunConfig& config, int world);
+
+}  // namespace ztrain

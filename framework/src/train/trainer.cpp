@@ -1,0 +1,295 @@
+#include "train/trainer.h"
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "train/data_loader.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/progress.h"
+#include "ztrain/error.h"
+#include "ztrain/units.h"
+#include "ztrain/version.h"
+
+namespace ztrain {
+namespace fs = std::filesystem;
+
+std::vector<fs::path> config_roots(const fs::path& run_file) {
+  std::vector<fs::path> dirs;
+  dirs.push_back(run_file.parent_path().empty() ? fs::path(".") : run_file.parent_path());
+  std::error_code ec;
+  const fs::path exe(boost::dll::program_location(ec).string());
+  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "ztrain" / "configs");
+#ifdef ZTRAIN_SOURCE_CONFIG_DIR
+  dirs.push_back(fs::path(ZTRAIN_SOURCE_CONFIG_DIR));
+#endif
+  return dirs;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The plugin's options plus host keys of the same section (validated together).
+Options plugin_options(const RunConfig& config, const std::string& section,
+                       const LoadedPlugin& plugin, const OptionList& host_keys) {
+  OptionList all;
+  for (const auto& s : host_keys.specs()) all.add(s);
+  for (const auto& s : plugin.options().specs()) {
+    if (all.find(s.name))
+      throw PluginError(plugin.file().string() + ": plugin '" + plugin.info().name +
+                        "' declares option '" + s.name + "', which the host reserves in [" +
+                        section + "]");
+    all.add(s);
+  }
+  return config.validate(section, all, {"plugin"});
+}
+
+}  // namespace
+
+namespace {
+
+Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
+  config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+  Run run;
+  run.settings = resolve_settings(config, 1);
+  const auto& dev = run.settings.device;
+
+  run.model_plugin = config.plugin("model", "transformer");
+  run.data_plugin = config.plugin("data", "synthetic");
+  run.strategy_plugin = config.plugin("strategy", "ddp");
+  const LoadedPlugin model_lib = loader.load("model", run.model_plugin);
+  const LoadedPlugin data_lib = loader.load("data", run.data_plugin);
+  const LoadedPlugin strategy_lib = loader.load("strategy", run.strategy_plugin);
+
+  // Validate every section before creating anything.
+  const Options model_opts = plugin_options(config, "model", model_lib, OptionList{});
+  OptionList data_host;
+  data_host.integer("seed", 1234, "data seed: which sequences the run sees").at_least(0);
+  const Options data_opts = plugin_options(config, "data", data_lib, data_host);
+  const Options strategy_opts = plugin_options(config, "strategy", strategy_lib, OptionList{});
+  run.data_seed = static_cast<std::uint64_t>(data_opts.get_int("seed"));
+
+  run.model = model_lib.create<Model>(model_opts);
+  run.data = data_lib.create<DataSource>(data_opts);
+  run.strategy = strategy_lib.create<Strategy>(strategy_opts);
+
+  run.device = make_cpu_device(dev.threads);
+  run.device->set_budget(Tier::device, dev.memory_limit);
+  run.kernels = make_cpu_kernels();
+  run.comm = make_local_communicator();
+
+  const ModelInfo info = run.model->info();
+  run.data->setup({info.seq_len, info.vocab_size, run.data_seed});
+  const DataInfo dinfo = run.data->info();
+  if (dinfo.vocab_used > info.vocab_size)
+    throw ConfigError(config.where("model.vocab_size") + ": [model] vocab_size " +
+                      std::to_string(info.vocab_size) + " is smaller than the " +
+                      std::to_string(dinfo.vocab_used) + " token ids the data produces (" +
+                      dinfo.description + "); raise vocab_size");
+
+  StrategySetup setup;
+  setup.params = run.model->params();
+  setup.modules = run.model->modules();
+  setup.device = run.device.get();
+  setup.comm = run.comm.get();
+  setup.kernels = run.kernels.get();
+  const auto& tr = run.settings.train;
+  setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};
+  setup.precision = tr.precision;
+  setup.seed = tr.seed;
+  run.strategy->setup(setup);
+  return run;
+}
+
+TrainResult train_run(const TrainArgs& args) {
+  const auto t_start = Clock::now();
+  PluginLoader::Log log;
+  if (args.verbose)
+    log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
+  const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
+                                           config_roots(args.config));
+  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), log);
+  Run run = assemble(config, loader);
+  const auto& tr = run.settings.train;
+  const ModelInfo info = run.model->info();
+  const DataInfo dinfo = run.data->info();
+  Progress progress(tr.steps, !args.quiet);
+
+  std::error_code ec;
+  fs::create_directories(tr.out_dir, ec);
+  if (ec)
+    throw Error("cannot create run directory '" + tr.out_dir.string() + "': " + ec.message() +
+                "; set [train] out_dir to a writable path");
+  {
+    std::ofstream cfg(tr.out_dir / "config.toml");
+    cfg << "# ztrain " << ZTRAIN_VERSION << ": the merged configuration of this run\n"
+        << config.dump() << "\n";
+  }
+  MetricsFile metrics(tr.out_dir / "metrics.jsonl");
+
+  const auto params = run.model->params();
+  const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
+  Arena arena(*run.device);
+  arena.reserve(run.model->activation_bytes({B, T}));
+  DataLoader loader_data(*run.data, B, T, static_cast<int>(tr.grad_accum), run.comm->rank(),
+                         run.comm->size());
+  const LrSchedule schedule{tr.lr, tr.min_lr, tr.warmup_steps, tr.steps, tr.schedule};
+
+  {
+    std::ostringstream os;
+    os << "ztrain " << ZTRAIN_VERSION << " | model " << run.model_plugin << " (" << info.arch
+       << ", " << format_rate(static_cast<double>(info.n_params)) << " params) | data "
+       << dinfo.description << " | strategy " << run.strategy_plugin << " | " << run.device->name()
+       << "\n"
+       << "batch: " << tr.micro_batch << " x " << tr.grad_accum << " accum x " << run.comm->size()
+       << " ranks = " << tr.global_batch << " sequences of " << T << " tokens per step";
+    if (dinfo.entropy_rate) os << " | source entropy " << *dinfo.entropy_rate << " nats/token";
+    progress.line(os.str());
+  }
+
+  TrainResult result;
+  result.metrics_file = metrics.path();
+  const double tokens_per_step = static_cast<double>(tr.global_batch) * T;
+  double train_time = 0;
+  std::int64_t timed_steps = 0;
+
+  auto evaluate = [&](std::int64_t step) {
+    double sum = 0;
+    for (std::int64_t j = 0; j < tr.eval_batches; ++j) {
+      arena.reset();
+      StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
+      sum += run.model->evaluate(loader_data.val(j), ctx);
+    }
+    float mean = static_cast<float>(sum / static_cast<double>(tr.eval_batches));
+    run.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
+    const double loss = mean;
+    result.val_losses.emplace_back(step, loss);
+    metrics.write(JsonLine().add("step", step).add("split", "val").add("loss", loss));
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "eval step %lld | val loss %.4f", static_cast<long long>(step),
+                  loss);
+    progress.line(buf);
+  };
+
+  for (std::int64_t step = 0; step < tr.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = schedule.at(step);
+    double loss_sum = 0;
+    for (std::int64_t a = 0; a < tr.grad_accum; ++a) {
+      arena.reset();
+      StepContext ctx(*run.strategy, params, *run.kernels, arena,
+                      1.0f / static_cast<float>(tr.grad_accum));
+      loss_sum += run.model->forward_backward(loader_data.next(), ctx);
+    }
+    float mean = static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum));
+    run.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
+    const double loss = mean;
+    if (!std::isfinite(loss))
+      throw NumericsError("training loss is " + std::to_string(loss) + " at step " +
+                          std::to_string(step + 1) + " (lr " + std::to_string(lr) +
+                          "); lower [train] lr, raise warmup_steps or set grad_clip");
+    const StepResult sr = run.strategy->step({lr, step + 1, tr.grad_clip, 1.0});
+    const double dt = seconds_since(t0);
+    if (step > 0 || tr.steps == 1) {  // the first step pays for page faults and warm-up
+      train_time += dt;
+      ++timed_steps;
+    }
+    result.train_losses.push_back(loss);
+    const double tps = tokens_per_step / dt;
+    const std::int64_t done = step + 1;
+    progress.update(done, loss, tps, seconds_since(t_start));
+    if (done % tr.log_every == 0 || done == tr.steps || done == 1) {
+      const MemoryStats mem = run.device->stats();
+      const StrategyStats ss = run.strategy->stats();
+      JsonLine line;
+      line.add("step", done)
+          .add("split", "train")
+          .add("loss", loss)
+          .add("lr", lr)
+          .add("grad_norm", sr.grad_norm)
+          .add("loss_scale", 1.0)
+          .add("skipped", sr.skipped)
+          .add("step_time_s", dt)
+          .add("tokens_per_s", tps)
+          .add("flops_per_s", tps * info.train_flops_per_token)
+          .add("bytes_sent", static_cast<std::int64_t>(ss.bytes_sent))
+          .add("comm_wait_s", ss.comm_wait_s)
+          .add_memory("peak_bytes", mem, true);
+      metrics.write(line);
+      if (!progress.is_terminal()) {
+        char buf[192];
+        std::snprintf(buf, sizeof buf,
+                      "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s",
+                      static_cast<long long>(done), static_cast<long long>(tr.steps), loss, lr,
+                      sr.grad_norm, format_rate(tps).c_str());
+        progress.line(buf);
+      }
+    }
+    if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
+  }
+  progress.finish();
+  result.tokens_per_s =
+      timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
+
+  const MemoryStats mem = run.device->stats();
+  std::ostringstream os;
+  os << "done: " << tr.steps << " steps in " << format_duration(seconds_since(t_start)) << " | "
+     << format_rate(result.tokens_per_s) << " tok/s | "
+     << format_rate(result.tokens_per_s * info.train_flops_per_token) << " FLOP/s (model)\n";
+  os << "final train loss " << result.train_losses.back();
+  if (!result.val_losses.empty()) os << " | val loss " << result.val_losses.back().second;
+  if (dinfo.entropy_rate) {
+    const double ref =
+        result.val_losses.empty() ? result.train_losses.back() : result.val_losses.back().second;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | source entropy %.4f (%.1f%% above)", *dinfo.entropy_rate,
+                  100.0 * (ref / *dinfo.entropy_rate - 1.0));
+    os << buf;
+  }
+  os << "\npeak memory per tier:";
+  for (std::size_t t = 0; t < kTierCount; ++t) {
+    if (!mem.tier_peak[t]) continue;
+    os << "\n  " << tier_name(static_cast<Tier>(t)) << ": " << format_bytes(mem.tier_peak[t])
+       << " (";
+    bool first = true;
+    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+      if (!mem.peak[t][c]) continue;
+      os << (first ? "" : ", ") << category_name(static_cast<Category>(c)) << " "
+         << format_bytes(mem.peak[t][c]);
+      first = false;
+    }
+    os << ")";
+  }
+  os << "\nmetrics: " << metrics.path().string();
+  progress.line(os.str());
+  return result;
+}
+
+}  // namespace
+
+Run assemble(const RunConfig& config, const PluginLoader& loader) {
+  try {
+    return assemble_run(config, loader);
+  } catch (...) {
+    rethrow_detached();
+  }
+}
+
+TrainResult train(const TrainArgs& args) {
+  try {
+    return train_run(args);
+  } catch (...) {
+    rethrow_detached();
+  }
+}
+
+}  // namespace ztrain

@@ -1,0 +1,68 @@
+// The trainer: assembles a run from its configuration and plugins, then
+// runs the loop (micro-steps, optimizer step, evaluation, metrics, progress,
+// summary).
+//
+// Errors: ConfigError before anything runs for bad configs; PluginError,
+// DataError, OutOfMemoryError, NumericsError as they arise.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/plugin_loader.h"
+#include "train/run_settings.h"
+#include "ztrain/comm.h"
+#include "ztrain/data.h"
+#include "ztrain/device.h"
+#include "ztrain/kernels.h"
+#include "ztrain/model.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+struct TrainArgs {
+  std::filesystem::path config;
+  std::string model;                   // --model preset; empty: keep [model]
+  std::string strategy;                // --strategy (preset or plugin); empty: keep [strategy]
+  std::vector<std::string> overrides;  // --set section.key=value
+  std::vector<std::string> plugin_paths;
+  bool verbose = false;
+  bool quiet = false;  // no progress output (tests)
+};
+
+struct TrainResult {
+  std::vector<double> train_losses;  // one per optimizer step
+  std::vector<std::pair<std::int64_t, double>> val_losses;
+  double tokens_per_s = 0;
+  std::filesystem::path metrics_file;
+};
+
+// Where presets are looked up (each root holds strategies/ and models/): the
+// run file's directory, the installed share/ztrain/configs, the source tree.
+std::vector<std::filesystem::path> config_roots(const std::filesystem::path& run_file);
+
+// Everything a run is made of, built and validated from a RunConfig.
+struct Run {
+  RunSettings settings;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Kernels> kernels;
+  std::unique_ptr<Communicator> comm;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<DataSource> data;
+  std::shared_ptr<Strategy> strategy;
+  std::string model_plugin, data_plugin, strategy_plugin;
+  std::uint64_t data_seed = 0;
+};
+
+// Loads and validates every section and plugin, sets up device, data and
+// strategy. Nothing is trained.
+Run assemble(const RunConfig& config, const PluginLoader& loader);
+
+TrainResult train(const TrainArgs& args);
+
+}  // namespace ztrain

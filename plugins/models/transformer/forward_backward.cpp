@@ -1,0 +1,224 @@
+// The transformer's forward and backward, module by module, through the
+// strategy's views. Shapes: B batch, T time, C width, N = B*T, H MLP width,
+// KV key/value width, V vocabulary.
+#include <algorithm>
+
+#include "transformer.h"
+#include "ztrain/error.h"
+
+namespace ztrain::transformer {
+namespace {
+
+void zero(float* p, std::size_t n) {
+  std::fill(p, p + n, 0.0f);
+}
+
+}  // namespace
+
+void Transformer::check_tokens(const Batch& batch) const {
+  const auto [B, T] = batch.shape;
+  if (B < 1 || T < 1 || T > cfg_.seq_len)
+    throw DataError("batch of shape (" + std::to_string(B) + ", " + std::to_string(T) +
+                    ") does not fit the model's seq_len " + std::to_string(cfg_.seq_len));
+  const std::size_t n = static_cast<std::size_t>(B) * T;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const std::int32_t* ids : {batch.inputs, batch.targets}) {
+      if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
+        throw DataError("token id " + std::to_string(ids[i]) + " at batch row " +
+                        std::to_string(i / static_cast<std::size_t>(T)) + ", position " +
+                        std::to_string(i % static_cast<std::size_t>(T)) +
+                        " is outside the model's vocabulary (vocab_size " +
+                        std::to_string(cfg_.vocab_size) +
+                        "); raise [model] vocab_size or fix the data");
+    }
+  }
+}
+
+Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) const {
+  check_tokens(batch);
+  Arena& arena = ctx.activations();
+  arena.reserve(activation_bytes(batch.shape));
+  arena.reset();
+  Acts a;
+  plan(
+      batch.shape.batch, batch.shape.seq_len, [&](std::size_t n) { return arena.alloc_f32(n); }, a);
+  return a;
+}
+
+// x: (N,C) block input; out: (N,C) block output
+void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b, int B, int T,
+                                StepContext& ctx) const {
+  const Kernels& k = ctx.kernels();
+  const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
+  auto P = [&](ParamId id) { return id < 0 ? nullptr : ctx.param(id).f32(); };
+  const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  if (!cfg_.llama) {
+    k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), N, C,
+                        cfg_.norm_eps);
+    k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), N, C, 3 * C);  // qkv: (N,3C)
+    k.attention_forward(b.atty, b.probs, b.q, b.k, b.v, B, T, NH, NH, hs, b.q_stride, b.kv_stride);
+  } else {
+    const int KV = cfg_.kv_dim(), NKV = cfg_.n_kv_head;
+    k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), N, C, cfg_.norm_eps);
+    k.matmul_forward(b.q, b.ln1, P(p.q_w), nullptr, N, C, C);   // q: (N,C)
+    k.matmul_forward(b.k, b.ln1, P(p.k_w), nullptr, N, C, KV);  // k: (N,KV)
+    k.matmul_forward(b.v, b.ln1, P(p.v_w), nullptr, N, C, KV);  // v: (N,KV)
+    k.rope_forward(b.q, rope_cos_.data(), rope_sin_.data(), B, T, NH, hs, C);
+    k.rope_forward(b.k, rope_cos_.data(), rope_sin_.data(), B, T, NKV, hs, KV);
+    k.attention_forward(b.atty, b.probs, b.q, b.k, b.v, B, T, NH, NKV, hs, b.q_stride, b.kv_stride);
+  }
+  k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), N, C, C);
+  k.add(b.res1, b.res1, x, NC);
+  if (!cfg_.llama) {
+    k.layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, P(p.ln2_w), P(p.ln2_b), N, C,
+                        cfg_.norm_eps);
+    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), N, C, H);  // fc: (N,H)
+    k.gelu_forward(b.h2, b.h1, static_cast<std::size_t>(N) * H);
+    k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), N, H, C);
+  } else {
+    k.rmsnorm_forward(b.ln2, b.ln2_rstd, b.res1, P(p.ln2_w), N, C, cfg_.norm_eps);
+    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), nullptr, N, C, H);  // gate: (N,H)
+    k.matmul_forward(b.h2, b.ln2, P(p.up_w), nullptr, N, C, H);  // up: (N,H)
+    k.swiglu_forward(b.h3, b.h1, b.h2, static_cast<std::size_t>(N) * H);
+    k.matmul_forward(out, b.h3, P(p.fcproj_w), nullptr, N, H, C);
+  }
+  k.add(out, out, b.res1, NC);
+}
+
+// On entry a.d_res holds dL/d(block output); on exit dL/d(block input).
+void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx) const {
+  const Kernels& k = ctx.kernels();
+  const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
+  BlockActs& b = block_acts(a, l);
+  const float* x = a.resid[static_cast<std::size_t>(l)];
+  if (cfg_.checkpointing)
+    block_forward(l, x, a.resid[static_cast<std::size_t>(l) + 1], b, B, T, ctx);
+  auto P = [&](ParamId id) { return id < 0 ? nullptr : ctx.param(id).f32(); };
+  auto G = [&](ParamId id) { return id < 0 ? nullptr : ctx.grad(id).f32(); };
+  const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
+  const std::size_t NC = static_cast<std::size_t>(N) * C, NH_ = static_cast<std::size_t>(N) * H;
+
+  // MLP
+  if (!cfg_.llama) {
+    zero(a.d_h2, NH_);
+    k.matmul_backward(a.d_h2, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h2, P(p.fcproj_w), N, H, C);
+    zero(a.d_h1, NH_);
+    k.gelu_backward(a.d_h1, b.h1, a.d_h2, NH_);
+    zero(a.d_c, NC);
+    k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, b.ln2, P(p.fc_w), N, C, H);
+    k.layernorm_backward(a.d_res, G(p.ln2_w), G(p.ln2_b), a.d_c, b.res1, P(p.ln2_w), b.ln2_mean,
+                         b.ln2_rstd, N, C);
+  } else {
+    zero(a.d_h3, NH_);
+    k.matmul_backward(a.d_h3, G(p.fcproj_w), nullptr, a.d_res, b.h3, P(p.fcproj_w), N, H, C);
+    zero(a.d_h1, NH_);
+    zero(a.d_h2, NH_);
+    k.swiglu_backward(a.d_h1, a.d_h2, a.d_h3, b.h1, b.h2, NH_);
+    zero(a.d_c, NC);
+    k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), N, C, H);
+    k.matmul_backward(a.d_c, G(p.up_w), nullptr, a.d_h2, b.ln2, P(p.up_w), N, C, H);
+    k.rmsnorm_backward(a.d_res, G(p.ln2_w), a.d_c, b.res1, P(p.ln2_w), b.ln2_rstd, N, C);
+  }
+  // a.d_res is now dL/d(res1). Attention:
+  zero(a.d_att, NC);
+  k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), a.d_res, b.atty, P(p.proj_w), N, C, C);
+  if (!cfg_.llama) {
+    zero(a.d_qkv, NC * 3);
+    float* dq = a.d_qkv;
+    k.attention_backward(dq, dq + C, dq + 2 * C, a.d_scores, a.d_att, b.q, b.k, b.v, b.probs, B, T,
+                         NH, NH, hs, b.q_stride, b.kv_stride);
+    zero(a.d_c, NC);
+    k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w), N, C, 3 * C);
+    k.layernorm_backward(a.d_res, G(p.ln1_w), G(p.ln1_b), a.d_c, x, P(p.ln1_w), b.ln1_mean,
+                         b.ln1_rstd, N, C);
+  } else {
+    const int KV = cfg_.kv_dim(), NKV = cfg_.n_kv_head;
+    const std::size_t NKVs = static_cast<std::size_t>(N) * KV;
+    float* dq = a.d_qkv;
+    float* dk = dq + NC;
+    float* dv = dk + NKVs;
+    zero(a.d_qkv, NC + 2 * NKVs);
+    k.attention_backward(dq, dk, dv, a.d_scores, a.d_att, b.q, b.k, b.v, b.probs, B, T, NH, NKV, hs,
+                         b.q_stride, b.kv_stride);
+    k.rope_backward(dq, rope_cos_.data(), rope_sin_.data(), B, T, NH, hs, C);
+    k.rope_backward(dk, rope_cos_.data(), rope_sin_.data(), B, T, NKV, hs, KV);
+    zero(a.d_c, NC);
+    k.matmul_backward(a.d_c, G(p.q_w), nullptr, dq, b.ln1, P(p.q_w), N, C, C);
+    k.matmul_backward(a.d_c, G(p.k_w), nullptr, dk, b.ln1, P(p.k_w), N, C, KV);
+    k.matmul_backward(a.d_c, G(p.v_w), nullptr, dv, b.ln1, P(p.v_w), N, C, KV);
+    k.rmsnorm_backward(a.d_res, G(p.ln1_w), a.d_c, x, P(p.ln1_w), b.ln1_rstd, N, C);
+  }
+}
+
+float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a) const {
+  const Kernels& k = ctx.kernels();
+  const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
+            L = cfg_.n_layer, V = cfg_.vocab_size;
+  auto P = [&](ParamId id) { return id < 0 ? nullptr : ctx.param(id).f32(); };
+
+  ctx.enter_forward(0);
+  k.embedding_forward(a.resid[0], batch.inputs, P(wte_), P(wpe_), B, T, C);
+  ctx.exit_forward(0);
+  for (int l = 0; l < L; ++l) {
+    ctx.enter_forward(l + 1);
+    block_forward(l, a.resid[static_cast<std::size_t>(l)], a.resid[static_cast<std::size_t>(l) + 1],
+                  block_acts(a, l), B, T, ctx);
+    ctx.exit_forward(l + 1);
+  }
+  ctx.enter_forward(L + 1);
+  const float* xL = a.resid[static_cast<std::size_t>(L)];
+  if (!cfg_.llama)
+    k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, xL, P(lnf_w_), P(lnf_b_), N, C,
+                        cfg_.norm_eps);
+  else
+    k.rmsnorm_forward(a.lnf, a.lnf_rstd, xL, P(lnf_w_), N, C, cfg_.norm_eps);
+  k.matmul_forward(a.logits, a.lnf, P(head_w_), nullptr, N, C, V);  // logits: (N,V)
+  k.softmax_crossentropy_forward(a.losses, a.logits, batch.targets, N, V);
+  ctx.exit_forward(L + 1);
+  double sum = 0;
+  for (int i = 0; i < N; ++i) sum += a.losses[i];
+  return static_cast<float>(sum / N);
+}
+
+float Transformer::evaluate(const Batch& batch, StepContext& ctx) {
+  Acts a = planned(batch, ctx);
+  return forward(batch, ctx, a);
+}
+
+float Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
+  Acts a = planned(batch, ctx);
+  const float loss = forward(batch, ctx, a);
+  const Kernels& k = ctx.kernels();
+  const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
+            L = cfg_.n_layer, V = cfg_.vocab_size;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  auto P = [&](ParamId id) { return id < 0 ? nullptr : ctx.param(id).f32(); };
+  auto G = [&](ParamId id) { return id < 0 ? nullptr : ctx.grad(id).f32(); };
+
+  ctx.enter_backward(L + 1);
+  // d(mean loss)/d(loss_i) = 1/N, times the host's scale.
+  k.softmax_crossentropy_backward(a.logits, batch.targets, ctx.grad_scale() / static_cast<float>(N),
+                                  N, V);
+  zero(a.d_c, NC);
+  k.matmul_backward(a.d_c, G(head_w_), nullptr, a.logits, a.lnf, P(head_w_), N, C, V);
+  zero(a.d_res, NC);
+  const float* xL = a.resid[static_cast<std::size_t>(L)];
+  if (!cfg_.llama)
+    k.layernorm_backward(a.d_res, G(lnf_w_), G(lnf_b_), a.d_c, xL, P(lnf_w_), a.lnf_mean,
+                         a.lnf_rstd, N, C);
+  else
+    k.rmsnorm_backward(a.d_res, G(lnf_w_), a.d_c, xL, P(lnf_w_), a.lnf_rstd, N, C);
+  ctx.exit_backward(L + 1);
+  for (int l = L - 1; l >= 0; --l) {
+    ctx.enter_backward(l + 1);
+    block_backward(l, a, B, T, ctx);
+    ctx.exit_backward(l + 1);
+  }
+  ctx.enter_backward(0);
+  k.embedding_backward(G(wte_), G(wpe_), a.d_res, batch.inputs, B, T, C);
+  ctx.exit_backward(0);
+  return loss;
+}
+
+}  // namespace ztrain::transformer

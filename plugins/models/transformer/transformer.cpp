@@ -1,0 +1,237 @@
+// Declarations of the transformer: options, parameters, modules and the
+// activation plan. The math is in forward_backward.cpp.
+#include "transformer.h"
+
+#include <cmath>
+
+#include "ztrain/error.h"
+
+namespace ztrain::transformer {
+
+void Transformer::declare_options(OptionList& o) {
+  o.string("arch", "llama", "architecture").one_of({"gpt2", "llama"});
+  o.integer("n_layer", 4, "transformer blocks").at_least(1);
+  o.integer("n_head", 4, "attention (query) heads").at_least(1);
+  o.integer("n_kv_head", 0, "key/value heads (Llama grouped-query attention); 0 = n_head")
+      .at_least(0);
+  o.integer("n_embd", 256, "model width C").at_least(1);
+  o.integer("vocab_size", 512, "vocabulary size").at_least(1);
+  o.integer("seq_len", 256, "context length T (and GPT-2's number of learned positions)")
+      .at_least(1);
+  o.integer("intermediate_size", 0,
+            "MLP width; 0 = 4*n_embd (GPT-2) or 8*n_embd/3 rounded up to 256 (Llama)")
+      .at_least(0);
+  o.number("norm_eps", 1e-5, "LayerNorm / RMSNorm epsilon").at_least(0);
+  o.number("rope_theta", 10000.0, "RoPE base (Llama)").at_least(1);
+  o.flag("activation_checkpointing", false,
+         "keep only each block's input and recompute the block in backward");
+  o.number("init_std", 0.02,
+           "std of the normal initialisation (residual projections are "
+           "scaled by 1/sqrt(2*n_layer))")
+      .at_least(0);
+}
+
+Transformer::Transformer(const Options& o) {
+  cfg_.llama = o.get_string("arch") == "llama";
+  cfg_.n_layer = static_cast<int>(o.get_int("n_layer"));
+  cfg_.n_head = static_cast<int>(o.get_int("n_head"));
+  cfg_.n_kv_head = o.get_int("n_kv_head") ? static_cast<int>(o.get_int("n_kv_head")) : cfg_.n_head;
+  cfg_.n_embd = static_cast<int>(o.get_int("n_embd"));
+  cfg_.vocab_size = static_cast<int>(o.get_int("vocab_size"));
+  cfg_.seq_len = static_cast<int>(o.get_int("seq_len"));
+  cfg_.norm_eps = static_cast<float>(o.get_number("norm_eps"));
+  cfg_.rope_theta = o.get_number("rope_theta");
+  cfg_.checkpointing = o.get_bool("activation_checkpointing");
+  cfg_.init_std = o.get_number("init_std");
+  const int C = cfg_.n_embd;
+  if (C % cfg_.n_head != 0)
+    throw ConfigError(o.where("n_embd") + ": [model] n_embd (" + std::to_string(C) +
+                      ") must be divisible by n_head (" + std::to_string(cfg_.n_head) + ")");
+  if (cfg_.n_head % cfg_.n_kv_head != 0)
+    throw ConfigError(o.where("n_kv_head") + ": [model] n_head (" + std::to_string(cfg_.n_head) +
+                      ") must be a multiple of n_kv_head (" + std::to_string(cfg_.n_kv_head) + ")");
+  if (!cfg_.llama && cfg_.n_kv_head != cfg_.n_head)
+    throw ConfigError(o.where("n_kv_head") +
+                      ": [model] GPT-2 has no grouped key/value heads; leave n_kv_head at 0");
+  if (cfg_.llama && cfg_.head_size() % 2 != 0)
+    throw ConfigError(o.where("n_embd") +
+                      ": [model] Llama's rotary embedding needs an even head "
+                      "size, but n_embd / n_head = " +
+                      std::to_string(cfg_.head_size()));
+  const auto inter = o.get_int("intermediate_size");
+  if (inter > 0)
+    cfg_.hidden = static_cast<int>(inter);
+  else if (cfg_.llama)
+    cfg_.hidden = (8 * C / 3 + 255) / 256 * 256;
+  else
+    cfg_.hidden = 4 * C;
+  declare_params();
+
+  if (cfg_.llama) {
+    // Hugging Face computes the inverse frequencies and angles in fp32.
+    const int half = cfg_.head_size() / 2;
+    rope_cos_.resize(static_cast<std::size_t>(cfg_.seq_len) * half);
+    rope_sin_.resize(rope_cos_.size());
+    for (int i = 0; i < half; ++i) {
+      const float inv_freq = static_cast<float>(
+          1.0 / std::pow(cfg_.rope_theta, static_cast<double>(2 * i) / cfg_.head_size()));
+      for (int t = 0; t < cfg_.seq_len; ++t) {
+        const float angle = static_cast<float>(t) * inv_freq;
+        rope_cos_[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
+        rope_sin_[static_cast<std::size_t>(t) * half + i] = std::sin(angle);
+      }
+    }
+  }
+}
+
+ParamId Transformer::add(const std::string& name, Shape shape, Init init,
+                         std::vector<ModuleId> used_by) {
+  const bool decay = shape.rank() >= 2;
+  params_.push_back({name, std::move(shape), init, decay, std::move(used_by)});
+  return static_cast<ParamId>(params_.size() - 1);
+}
+
+void Transformer::declare_params() {
+  const int C = cfg_.n_embd, V = cfg_.vocab_size, L = cfg_.n_layer, H = cfg_.hidden;
+  const ModuleId embed = 0, head = L + 1;
+  const Init normal{Init::Kind::normal, static_cast<float>(cfg_.init_std)};
+  const Init scaled{Init::Kind::normal,
+                    static_cast<float>(cfg_.init_std / std::sqrt(2.0 * cfg_.n_layer))};
+  const Init ones{Init::Kind::ones, 0}, zeros{Init::Kind::zeros, 0};
+  blocks_.resize(static_cast<std::size_t>(L));
+  if (!cfg_.llama) {
+    wte_ = add("wte.weight", {V, C}, normal, {embed, head});
+    wpe_ = add("wpe.weight", {cfg_.seq_len, C}, normal, {embed});
+    for (int l = 0; l < L; ++l) {
+      const std::string p = "h." + std::to_string(l) + ".";
+      const ModuleId m = l + 1;
+      auto& b = blocks_[static_cast<std::size_t>(l)];
+      b.ln1_w = add(p + "ln_1.weight", {C}, ones, {m});
+      b.ln1_b = add(p + "ln_1.bias", {C}, zeros, {m});
+      b.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, normal, {m});
+      b.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, zeros, {m});
+      b.proj_w = add(p + "attn.c_proj.weight", {C, C}, scaled, {m});
+      b.proj_b = add(p + "attn.c_proj.bias", {C}, zeros, {m});
+      b.ln2_w = add(p + "ln_2.weight", {C}, ones, {m});
+      b.ln2_b = add(p + "ln_2.bias", {C}, zeros, {m});
+      b.fc_w = add(p + "mlp.c_fc.weight", {H, C}, normal, {m});
+      b.fc_b = add(p + "mlp.c_fc.bias", {H}, zeros, {m});
+      b.fcproj_w = add(p + "mlp.c_proj.weight", {C, H}, scaled, {m});
+      b.fcproj_b = add(p + "mlp.c_proj.bias", {C}, zeros, {m});
+    }
+    lnf_w_ = add("ln_f.weight", {C}, ones, {head});
+    lnf_b_ = add("ln_f.bias", {C}, zeros, {head});
+    head_w_ = wte_;
+  } else {
+    const int KV = cfg_.kv_dim();
+    wte_ = add("model.embed_tokens.weight", {V, C}, normal, {embed});
+    for (int l = 0; l < L; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const ModuleId m = l + 1;
+      auto& b = blocks_[static_cast<std::size_t>(l)];
+      b.ln1_w = add(p + "input_layernorm.weight", {C}, ones, {m});
+      b.q_w = add(p + "self_attn.q_proj.weight", {C, C}, normal, {m});
+      b.k_w = add(p + "self_attn.k_proj.weight", {KV, C}, normal, {m});
+      b.v_w = add(p + "self_attn.v_proj.weight", {KV, C}, normal, {m});
+      b.proj_w = add(p + "self_attn.o_proj.weight", {C, C}, scaled, {m});
+      b.ln2_w = add(p + "post_attention_layernorm.weight", {C}, ones, {m});
+      b.fc_w = add(p + "mlp.gate_proj.weight", {H, C}, normal, {m});
+      b.up_w = add(p + "mlp.up_proj.weight", {H, C}, normal, {m});
+      b.fcproj_w = add(p + "mlp.down_proj.weight", {C, H}, scaled, {m});
+    }
+    lnf_w_ = add("model.norm.weight", {C}, ones, {head});
+    head_w_ = add("lm_head.weight", {V, C}, normal, {head});
+  }
+}
+
+std::vector<ModuleSpec> Transformer::modules() const {
+  std::vector<ModuleSpec> m{{"embed"}};
+  for (int l = 0; l < cfg_.n_layer; ++l) m.push_back({"block." + std::to_string(l)});
+  m.push_back({"head"});
+  return m;
+}
+
+ModelInfo Transformer::info() const {
+  ModelInfo i;
+  i.arch = cfg_.llama ? "llama" : "gpt2";
+  i.vocab_size = cfg_.vocab_size;
+  i.seq_len = cfg_.seq_len;
+  for (const auto& p : params_) i.n_params += p.shape.numel();
+  // 6N for the matmuls over parameters plus 12*L*C*T for attention scores
+  // and weighted sums (PaLM's accounting, forward and backward).
+  i.train_flops_per_token = 6.0 * static_cast<double>(i.n_params) +
+                            12.0 * cfg_.n_layer * cfg_.n_embd * static_cast<double>(cfg_.seq_len);
+  return i;
+}
+
+void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& alloc,
+                       Acts& a) const {
+  const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg_.n_embd,
+                    H = static_cast<std::size_t>(cfg_.hidden),
+                    KV = static_cast<std::size_t>(cfg_.kv_dim()),
+                    V = static_cast<std::size_t>(cfg_.vocab_size);
+  const std::size_t scores = static_cast<std::size_t>(B) * cfg_.n_head * T * T;
+  a.B = B;
+  a.T = T;
+  a.resid.resize(static_cast<std::size_t>(cfg_.n_layer) + 1);
+  for (auto& r : a.resid) r = alloc(N * C);
+  a.blocks.resize(cfg_.checkpointing ? 1 : static_cast<std::size_t>(cfg_.n_layer));
+  for (auto& b : a.blocks) {
+    b.ln1 = alloc(N * C);
+    b.ln1_mean = cfg_.llama ? nullptr : alloc(N);
+    b.ln1_rstd = alloc(N);
+    if (cfg_.llama) {
+      b.q = alloc(N * C);
+      b.k = alloc(N * KV);
+      b.v = alloc(N * KV);
+      b.q_stride = static_cast<int>(C);
+      b.kv_stride = static_cast<int>(KV);
+    } else {
+      b.q = alloc(N * 3 * C);
+      b.k = b.q ? b.q + C : nullptr;
+      b.v = b.q ? b.q + 2 * C : nullptr;
+      b.q_stride = b.kv_stride = static_cast<int>(3 * C);
+    }
+    b.probs = alloc(scores);
+    b.atty = alloc(N * C);
+    b.res1 = alloc(N * C);
+    b.ln2 = alloc(N * C);
+    b.ln2_mean = cfg_.llama ? nullptr : alloc(N);
+    b.ln2_rstd = alloc(N);
+    b.h1 = alloc(N * H);
+    b.h2 = alloc(N * H);
+    b.h3 = cfg_.llama ? alloc(N * H) : nullptr;
+  }
+  a.lnf = alloc(N * C);
+  a.lnf_mean = cfg_.llama ? nullptr : alloc(N);
+  a.lnf_rstd = alloc(N);
+  a.logits = alloc(N * V);
+  a.losses = alloc(N);
+  a.d_res = alloc(N * C);
+  a.d_c = alloc(N * C);
+  a.d_att = alloc(N * C);
+  a.d_qkv = alloc(N * (C + 2 * KV));
+  a.d_scores = alloc(scores);
+  a.d_h1 = alloc(N * H);
+  a.d_h2 = alloc(N * H);
+  a.d_h3 = cfg_.llama ? alloc(N * H) : nullptr;
+}
+
+std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
+  std::uint64_t bytes = 0;
+  Acts a;
+  plan(
+      shape.batch, shape.seq_len,
+      [&](std::size_t n) -> float* {
+        bytes += Arena::aligned(n * sizeof(float));
+        return nullptr;
+      },
+      a);
+  return bytes;
+}
+
+}  // namespace ztrain::transformer
+
+ZTRAIN_PLUGIN("model", "transformer", "0.1.0",
+              "GPT-2 and Llama decoder-only transformers (Hugging Face compatible)",
+              ztrain::transformer::Transformer)

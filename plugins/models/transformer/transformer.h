@@ -1,0 +1,101 @@
+// The built-in transformer: GPT-2 (LayerNorm, tanh-GELU MLP, learned
+// positions, tied embeddings, biases everywhere) and Llama (RMSNorm, SwiGLU,
+// rotary positions, grouped key/value heads, untied head, no biases) from
+// one implementation, computing exactly Hugging Face's GPT2LMHeadModel and
+// LlamaForCausalLM for the same weights.
+//
+// Modules: 0 = "embed", 1..L = "block.i", L+1 = "head" (final norm and the
+// output projection). Parameter names are Hugging Face's (GPT-2 without the
+// "transformer." prefix); matrices are stored (out, in) as torch.nn.Linear
+// does, which for GPT-2's Conv1D weights is the transpose of the file layout.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ztrain/model.h"
+#include "ztrain/options.h"
+
+namespace ztrain::transformer {
+
+struct Config {
+  bool llama = false;
+  int n_layer = 0, n_head = 0, n_kv_head = 0, n_embd = 0, vocab_size = 0, seq_len = 0;
+  int hidden = 0;  // MLP width: 4C for GPT-2, intermediate_size for Llama
+  float norm_eps = 1e-5f;
+  double rope_theta = 10000.0;
+  bool checkpointing = false;
+  double init_std = 0.02;
+  int head_size() const { return n_embd / n_head; }
+  int kv_dim() const { return n_kv_head * head_size(); }
+};
+
+// Parameter ids of one block, in declaration order (unused ones stay -1).
+struct BlockParams {
+  ParamId ln1_w = -1, ln1_b = -1;
+  ParamId qkv_w = -1, qkv_b = -1;        // GPT-2 c_attn
+  ParamId q_w = -1, k_w = -1, v_w = -1;  // Llama projections
+  ParamId proj_w = -1, proj_b = -1;      // attention output
+  ParamId ln2_w = -1, ln2_b = -1;
+  ParamId fc_w = -1, fc_b = -1;          // GPT-2 c_fc / Llama gate_proj
+  ParamId up_w = -1;                     // Llama up_proj
+  ParamId fcproj_w = -1, fcproj_b = -1;  // GPT-2 mlp.c_proj / Llama down_proj
+};
+
+// Activation pointers of one block for one micro-batch.
+struct BlockActs {
+  float *ln1, *ln1_mean, *ln1_rstd;
+  float *q, *k, *v;  // GPT-2: views into one (N,3C) qkv buffer
+  int q_stride, kv_stride;
+  float *probs, *atty, *res1;
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float *h1, *h2, *h3;  // GPT-2: fc, gelu; Llama: gate, up, act
+  float* out;
+};
+
+class Transformer final : public Model {
+ public:
+  explicit Transformer(const Options& options);
+  static void declare_options(OptionList& out);
+
+  ModelInfo info() const override;
+  std::vector<ParamSpec> params() const override { return params_; }
+  std::vector<ModuleSpec> modules() const override;
+  std::uint64_t activation_bytes(const BatchShape& shape) const override;
+  float forward_backward(const Batch& batch, StepContext& ctx) override;
+  float evaluate(const Batch& batch, StepContext& ctx) override;
+
+ private:
+  // Every buffer of one micro-batch. plan() lays them out in one fixed order,
+  // either counting bytes (activation_bytes) or taking them from the arena.
+  struct Acts {
+    int B = 0, T = 0;
+    std::vector<float*> resid;      // L+1 residual streams (N,C): embedding out, block outs
+    std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *d_res, *d_c, *d_att, *d_qkv, *d_scores, *d_h1, *d_h2, *d_h3;  // backward scratch
+  };
+  void plan(int B, int T, const std::function<float*(std::size_t)>& alloc, Acts& acts) const;
+  BlockActs& block_acts(Acts& a, int l) const {
+    return a.blocks[cfg_.checkpointing ? 0 : static_cast<std::size_t>(l)];
+  }
+
+  void declare_params();
+  ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by);
+  Acts planned(const Batch& batch, StepContext& ctx) const;
+  float forward(const Batch& batch, StepContext& ctx, Acts& a) const;
+  void block_forward(int l, const float* x, float* out, BlockActs& b, int B, int T,
+                     StepContext& ctx) const;
+  void block_backward(int l, Acts& a, int B, int T, StepContext& ctx) const;
+  void check_tokens(const Batch& batch) const;
+
+  Config cfg_;
+  std::vector<ParamSpec> params_;
+  ParamId wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_w_ = -1;
+  std::vector<BlockParams> blocks_;
+  std::vector<float> rope_cos_, rope_sin_;  // (seq_len, hs/2)
+};
+
+}  // namespace ztrain::transformer

@@ -1,0 +1,97 @@
+// ddp: every rank holds full parameters, gradients and optimizer state;
+// gradients are averaged over ranks before the optimizer step.
+#include "ztrain/comm.h"
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/init.h"
+#include "ztrain/shard/optimizer_shard.h"
+#include "ztrain/strategy.h"
+
+#include <cmath>
+#include <memory>
+#include <optional>
+
+namespace {
+
+using namespace ztrain;
+
+class Ddp final : public Strategy {
+ public:
+  explicit Ddp(const Options&) {}
+  static void declare_options(OptionList&) {}
+
+  void setup(const StrategySetup& s) override {
+    params_ = s.params;
+    comm_ = s.comm;
+    kernels_ = s.kernels;
+    layout_.emplace(params_, 1);
+    const std::size_t bytes = layout_->total() * sizeof(float);
+    weights_ = s.device->allocate(Tier::device, Category::params, bytes);
+    grads_ = s.device->allocate(Tier::device, Category::grads, bytes);
+    shard::init_flat(params_, *layout_, s.seed, 0, layout_->total(), weights_.as<float>());
+    comm_->broadcast(weights_.data(), layout_->total(), DType::f32, 0);
+    optimizer_.emplace(*s.device, Tier::device, params_, *layout_, 0, layout_->total(),
+                       s.optimizer);
+  }
+
+  void before_forward(ModuleId) override {}
+  void after_forward(ModuleId) override {}
+  void before_backward(ModuleId) override {}
+  void after_backward(ModuleId) override {}
+
+  TensorView param_view(ParamId p) override { return view(weights_, p); }
+  TensorView grad_view(ParamId p) override { return view(grads_, p); }
+
+  StepResult step(const StepArgs& a) override {
+    float* g = grads_.as<float>();
+    const std::uint64_t n = layout_->total();
+    if (comm_->size() > 1) {
+      comm_->all_reduce(g, n, DType::f32, ReduceOp::average);
+      bytes_sent_ += 2 * n * sizeof(float) * static_cast<std::uint64_t>(comm_->size() - 1) /
+                     static_cast<std::uint64_t>(comm_->size());
+    }
+    StepResult r;
+    r.grad_norm = std::sqrt(kernels_->sum_squares(g, n)) / a.loss_scale;
+    r.overflow = !std::isfinite(r.grad_norm);
+    if (r.overflow) {
+      r.skipped = true;
+    } else {
+      const float mult =
+          static_cast<float>(1.0 / a.loss_scale) * shard::clip_multiplier(r.grad_norm, a.grad_clip);
+      optimizer_->step(weights_.as<float>(), g, *kernels_, a.lr, a.step, mult);
+    }
+    std::fill(g, g + n, 0.0f);
+    return r;
+  }
+
+  MemoryEstimate estimate(const EstimateArgs& a) const override {
+    const shard::FlatLayout layout(a.params, 1);
+    const std::uint64_t n = layout.total();
+    MemoryEstimate e;
+    auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
+    dev[static_cast<std::size_t>(Category::params)] = n * dtype_size(a.precision);
+    dev[static_cast<std::size_t>(Category::grads)] = n * dtype_size(a.precision);
+    dev[static_cast<std::size_t>(Category::optimizer)] = n * 8;
+    return e;
+  }
+
+  StrategyStats stats() const override { return {bytes_sent_, 0.0}; }
+
+ private:
+  TensorView view(const Buffer& b, ParamId p) const {
+    return {b.as<float>() + layout_->offset(p), DType::f32,
+            params_[static_cast<std::size_t>(p)].shape};
+  }
+
+  std::vector<ParamSpec> params_;
+  Communicator* comm_ = nullptr;
+  const Kernels* kernels_ = nullptr;
+  std::optional<shard::FlatLayout> layout_;
+  Buffer weights_, grads_;
+  std::optional<shard::OptimizerShard> optimizer_;
+  std::uint64_t bytes_sent_ = 0;
+};
+
+}  // namespace
+
+ZTRAIN_PLUGIN("strategy", "ddp", "0.1.0",
+              "full replicas; gradients averaged over ranks before the optimizer step", Ddp)

@@ -1,0 +1,71 @@
+// Helpers shared by the unit tests: plugin directories and a Run assembled
+// from TOML text with the real plugins.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "core/config.h"
+#include "core/plugin_loader.h"
+#include "train/trainer.h"
+
+namespace ztrain::test {
+
+inline std::filesystem::path build_plugin_dir() {
+  return ZTRAIN_TEST_BUILD_PLUGIN_DIR;
+}
+inline std::filesystem::path test_plugin_dir() {
+  return ZTRAIN_TEST_PLUGIN_DIR;
+}
+inline std::filesystem::path source_dir() {
+  return ZTRAIN_TEST_SOURCE_DIR;
+}
+
+inline PluginLoader loader() {
+  return PluginLoader({build_plugin_dir()}, nullptr);
+}
+
+inline Run make_run(const std::string& toml) {
+  const RunConfig config = RunConfig::parse(toml, "test.toml");
+  return assemble(config, loader());
+}
+
+// A scratch directory removed at the end of the scope.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("ztrain-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::filesystem::path path_;
+};
+
+// Runs f and returns the message of the exception of type E it throws;
+// fails the test when it throws nothing.
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("expected an exception");
+  return {};
+}
+
+}  // namespace ztrain::test

@@ -1,0 +1,148 @@
+// Run-file validation: every bad value fails with file:line:col, the key
+// and what is expected; presets and --set overrides; the batch identity.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "support.h"
+#include "train/run_settings.h"
+
+using namespace ztrain;
+
+namespace {
+
+std::string config_error(const std::string& toml) {
+  return test::message_of<ConfigError>([&] {
+    const RunConfig cfg = RunConfig::parse(toml, "run.toml");
+    cfg.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+    resolve_settings(cfg, 1);
+  });
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  INFO("message: " << s);
+  return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("unknown keys name the place and suggest the right one") {
+  const std::string msg = config_error("[train]\nsteps = 3\nlearning_rate = 1e-3\nstepz = 3\n");
+  CHECK(contains(msg, "run.toml:3:1: [train] learning_rate: unknown key"));
+  CHECK(contains(msg, "known keys: steps"));
+  CHECK(contains(config_error("[train]\nstepz = 3\n"), "did you mean 'steps'?"));
+  CHECK(contains(config_error("[trian]\nsteps = 3\n"),
+                 "run.toml:1:2: unknown section or key 'trian'; did you mean 'train'?"));
+  CHECK(contains(config_error("[train.fp16]\nloss_scal = 0\n"),
+                 "[train] fp16.loss_scal: unknown key; did you mean 'fp16.loss_scale'?"));
+}
+
+TEST_CASE("wrong types and out-of-range values say what is expected") {
+  CHECK(contains(config_error("[train]\nsteps = \"ten\"\n"),
+                 "run.toml:2:1: [train] steps: got \"ten\", expected an integer >= 1"));
+  CHECK(contains(config_error("[train]\nsteps = 0\n"), "expected an integer >= 1"));
+  CHECK(contains(config_error("[train]\nsteps = 2.5\n"), "got 2.5, expected an integer"));
+  CHECK(contains(
+      config_error("[train]\nschedule = \"cosin\"\n"),
+      "expected a string: one of \"cosine\", \"linear\", \"constant\"; did you mean 'cosine'?"));
+  CHECK(contains(config_error("[train]\nbetas = [0.9]\n"), "expected two numbers"));
+  CHECK(contains(config_error("[train]\nbetas = [0.9, 1.5]\n"), "betas: got [0.9, 1.5]"));
+  CHECK(contains(config_error("[device]\nmemory_limit = \"lots\"\n"),
+                 "run.toml:2:1: [device] memory_limit: 'lots' is not a size"));
+  CHECK(contains(config_error("[comm]\ntimeout = \"soon\"\n"), "is not a duration"));
+  CHECK(
+      contains(config_error("[train]\nmin_lr = 1.0\nlr = 0.1\n"), "min_lr (1.000000) is above lr"));
+  CHECK(contains(config_error("train = 3\n"), "'train' must be a table"));
+  CHECK(
+      contains(config_error("[train]\nprecision = \"bf16\"\n"), "not available in this build yet"));
+}
+
+TEST_CASE("TOML syntax errors carry file:line:col") {
+  CHECK(contains(config_error("[train]\nsteps = = 3\n"), "run.toml:2:"));
+}
+
+TEST_CASE("sizes accept strings with units and plain numbers") {
+  const RunConfig cfg = RunConfig::parse("[device]\nmemory_limit = \"2GiB\"\n", "run.toml");
+  CHECK(resolve_settings(cfg, 1).device.memory_limit == 2147483648ull);
+  const RunConfig cfg2 = RunConfig::parse("[device]\nmemory_limit = 5e8\n", "run.toml");
+  CHECK(resolve_settings(cfg2, 1).device.memory_limit == 500000000ull);
+}
+
+TEST_CASE("--set overrides keep their type, create tables and name themselves in errors") {
+  RunConfig cfg = RunConfig::parse("[train]\nsteps = 3\n", "run.toml");
+  cfg.override_with("train.steps=20");
+  cfg.override_with("train.betas=[0.8, 0.9]");
+  cfg.override_with("train.out_dir=runs/x y");
+  cfg.override_with("device.memory_limit=1GiB");
+  const RunSettings s = resolve_settings(cfg, 1);
+  CHECK(s.train.steps == 20);
+  CHECK(s.train.beta1 == doctest::Approx(0.8));
+  CHECK(s.train.out_dir == "runs/x y");
+  CHECK(s.device.memory_limit == 1073741824ull);
+  cfg.override_with("train.steps=-1");
+  CHECK(contains(test::message_of<ConfigError>([&] { resolve_settings(cfg, 1); }),
+                 "--set train.steps=-1: [train] steps: got -1"));
+  CHECK_THROWS_AS(cfg.override_with("steps=3"), ConfigError);
+  CHECK_THROWS_AS(cfg.override_with("train.steps"), ConfigError);
+  CHECK_THROWS_AS(cfg.override_with("train.steps.x=1"), ConfigError);
+}
+
+TEST_CASE("--strategy replaces [strategy] with the preset, or names the plugin") {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "strategies");
+  std::ofstream(dir / "strategies" / "mine.toml") << "[strategy]\nplugin = \"ddp\"\n";
+  std::ofstream(dir / "strategies" / "bad.toml") << "[train]\nsteps = 1\n";
+  std::ofstream(dir / "run.toml") << "[strategy]\nplugin = \"other\"\nkey = 1\n";
+  RunConfig cfg = RunConfig::load(dir / "run.toml", "", "mine", {}, {dir.path()});
+  CHECK(cfg.plugin("strategy", "") == "ddp");
+  CHECK_FALSE(cfg.table().at_path("strategy.key"));
+  CHECK(cfg.where("strategy.plugin").find("mine.toml:2:1") != std::string::npos);
+  RunConfig named = RunConfig::load(dir / "run.toml", "", "zero9", {}, {dir.path()});
+  CHECK(named.plugin("strategy", "") == "zero9");
+  CHECK(named.where("strategy.plugin") == "--strategy zero9");
+  CHECK(contains(test::message_of<ConfigError>(
+                     [&] { RunConfig::load(dir / "run.toml", "", "bad", {}, {dir.path()}); }),
+                 "may only hold a [strategy] table"));
+  CHECK(contains(
+      test::message_of<ConfigError>([&] { RunConfig::load(dir / "missing.toml", "", "", {}, {}); }),
+      "cannot read run file"));
+}
+
+TEST_CASE("batch identity: any two of micro, accumulation and global; contradictions fail") {
+  auto settle = [](const std::string& toml, int world) {
+    return resolve_settings(RunConfig::parse(toml, "run.toml"), world).train;
+  };
+  auto t = settle("[train]\nglobal_batch_size = 32\nmicro_batch_size = 4\n", 2);
+  CHECK(t.grad_accum == 4);
+  t = settle("[train]\nglobal_batch_size = 32\ngrad_accum = 2\n", 4);
+  CHECK(t.micro_batch == 4);
+  t = settle("[train]\nglobal_batch_size = 32\n", 4);
+  CHECK(t.micro_batch == 8);
+  CHECK(t.grad_accum == 1);
+  t = settle("[train]\nmicro_batch_size = 3\ngrad_accum = 5\n", 2);
+  CHECK(t.global_batch == 30);
+  CHECK(contains(
+      config_error("[train]\nglobal_batch_size = 30\nmicro_batch_size = 4\ngrad_accum = 2\n"),
+      "contradicts micro_batch_size 4 x grad_accum 2 x world 1 = 8"));
+  CHECK(contains(config_error("[train]\nglobal_batch_size = 30\nmicro_batch_size = 4\n"),
+                 "not divisible by micro_batch_size x world (4)"));
+}
+
+TEST_CASE("the shipped configs are valid") {
+  for (const char* name : {"run.toml"}) {
+    const RunConfig cfg = RunConfig::load(test::source_dir() / "configs" / name, "", "ddp", {},
+                                          {test::source_dir() / "configs"});
+    Run run = assemble(cfg, test::loader());
+    CHECK(run.model->info().n_params > 0);
+  }
+  for (const auto& e :
+       std::filesystem::directory_iterator(test::source_dir() / "configs" / "models")) {
+    INFO(e.path());
+    const RunConfig cfg =
+        RunConfig::load(test::source_dir() / "configs" / "run.toml", e.path().stem().string(), "",
+                        {}, {test::source_dir() / "configs"});
+    const auto lib = test::loader().load("model", cfg.plugin("model", "transformer"));
+    const auto model = lib.create<Model>(cfg.validate("model", lib.options(), {"plugin"}));
+    CHECK(model->info().n_params > 0);
+  }
+}

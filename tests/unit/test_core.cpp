@@ -1,0 +1,98 @@
+// Device memory accounting and budgets, units, the activation arena and the
+// step context's checks.
+#include <doctest/doctest.h>
+
+#include "support.h"
+#include "ztrain/device.h"
+#include "ztrain/model.h"
+#include "ztrain/units.h"
+
+using namespace ztrain;
+
+TEST_CASE("device accounts current and peak bytes per tier and category") {
+  auto dev = make_cpu_device(1);
+  {
+    Buffer a = dev->allocate(Tier::device, Category::params, 1000);
+    Buffer b = dev->allocate(Tier::host, Category::optimizer, 64);
+    CHECK(a.as<float>()[0] == 0.0f);
+    auto s = dev->stats();
+    CHECK(s.current[0][0] == 1000);
+    CHECK(s.current[1][2] == 64);
+    CHECK(s.tier_current[0] == 1000);
+    Buffer moved = std::move(a);
+    CHECK(dev->stats().tier_current[0] == 1000);
+  }
+  const auto s = dev->stats();
+  CHECK(s.tier_current[0] == 0);
+  CHECK(s.tier_peak[0] == 1000);
+  CHECK(s.peak[1][2] == 64);
+  dev->reset_peaks();
+  CHECK(dev->stats().tier_peak[0] == 0);
+  CHECK_FALSE(dev->allocate(Tier::device, Category::grads, 0));
+}
+
+TEST_CASE("a budget makes allocation fail like a GPU: tier, category, request and peak named") {
+  auto dev = make_cpu_device(1);
+  dev->set_budget(Tier::device, 4096);
+  Buffer a = dev->allocate(Tier::device, Category::params, 3000);
+  const std::string msg = test::message_of<OutOfMemoryError>(
+      [&] { dev->allocate(Tier::device, Category::activations, 2000); });
+  CHECK(msg.find("tier 'device'") != std::string::npos);
+  CHECK(msg.find("activations") != std::string::npos);
+  CHECK(msg.find("1.95 KiB") != std::string::npos);  // request
+  CHECK(msg.find("4.00 KiB budget") != std::string::npos);
+  CHECK(msg.find("peak 2.93 KiB") != std::string::npos);
+  CHECK(msg.find("memory_limit") != std::string::npos);  // what to do
+  CHECK(dev->stats().tier_current[0] == 3000);           // failed request not counted
+  Buffer host = dev->allocate(Tier::host, Category::offload, 1 << 20);  // other tiers unbudgeted
+  CHECK(host);
+}
+
+TEST_CASE("sizes and durations as people write them") {
+  CHECK(parse_size("2GiB") == 2147483648ull);
+  CHECK(parse_size("512 KiB") == 524288);
+  CHECK(parse_size("5e8") == 500000000);
+  CHECK(parse_size("1.5GB") == 1500000000);
+  CHECK(parse_size("100") == 100);
+  CHECK_THROWS_AS(parse_size("2 parsecs"), ConfigError);
+  CHECK_THROWS_AS(parse_size("-5"), ConfigError);
+  CHECK(parse_duration("300s") == 300);
+  CHECK(parse_duration("5m") == 300);
+  CHECK(parse_duration("250ms") == doctest::Approx(0.25));
+  CHECK(parse_duration("1h") == 3600);
+  CHECK_THROWS_AS(parse_duration("soon"), ConfigError);
+  CHECK(format_bytes(1536) == "1.50 KiB");
+  CHECK(format_bytes(12) == "12 B");
+}
+
+TEST_CASE("the arena is planned once and refuses overruns") {
+  auto dev = make_cpu_device(1);
+  Arena arena(*dev);
+  arena.reserve(256);
+  float* a = arena.alloc_f32(10);
+  float* b = arena.alloc_f32(10);
+  CHECK(reinterpret_cast<std::uintptr_t>(a) % 64 == 0);
+  CHECK(b - a == 16);  // 40 bytes rounded to 64
+  CHECK(dev->stats().current[0][static_cast<int>(Category::activations)] == 256);
+  CHECK_THROWS_AS(arena.alloc_f32(100), InternalError);
+  arena.reset();
+  CHECK(arena.alloc_f32(10) == a);
+}
+
+TEST_CASE("the step context refuses parameter views outside their modules") {
+  Run run = test::make_run(
+      "[model]\narch=\"gpt2\"\nn_layer=1\nn_head=2\nn_embd=8\nvocab_size=16\nseq_len=4\n"
+      "[train]\nmicro_batch_size=1\n");
+  const auto params = run.model->params();
+  Arena arena(*run.device);
+  StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
+  CHECK_THROWS_AS(ctx.param(0), InternalError);
+  ctx.enter_forward(0);
+  CHECK(ctx.param(0).numel() == 16 * 8);         // wte inside embed
+  CHECK_THROWS_AS(ctx.param(2), InternalError);  // block 0's ln_1 inside embed
+  ctx.exit_forward(0);
+  ctx.enter_backward(2);  // head uses the tied wte
+  CHECK(ctx.grad(0).numel() == 16 * 8);
+  ctx.exit_backward(2);
+  CHECK_THROWS_AS(ctx.param(999), InternalError);
+}

@@ -1,0 +1,342 @@
+// Every cpu kernel's backward against central finite differences of its
+// forward, on awkward sizes. The scalar checked is L = sum(w * out) in
+// double with a fixed random w, so the analytic gradient is backward(dout=w).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "ztrain/kernels.h"
+
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec randn(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  Vec v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Tolerances pinned for fp32 kernels and eps = 1e-3: truncation error is
+// O(eps^2) and the rounding of the few outputs a perturbation touches is
+// ~1e-7 / eps.
+constexpr float kEps = 1e-3f;
+constexpr double kAtol = 2e-3, kRtol = 1e-2;
+
+struct Checked {
+  Vec* x;
+  const Vec* grad;
+  const char* name;
+};
+
+// loss() recomputes the forward from the current inputs.
+void check_gradients(const std::function<double()>& loss, const std::vector<Checked>& inputs,
+                     std::size_t samples = 24) {
+  std::mt19937 rng(7);
+  for (const auto& in : inputs) {
+    const std::size_t n = in.x->size();
+    for (std::size_t s = 0; s < std::min(samples, n); ++s) {
+      const std::size_t j = samples >= n ? s : rng() % n;
+      const float saved = (*in.x)[j];
+      (*in.x)[j] = saved + kEps;
+      const double lp = loss();
+      (*in.x)[j] = saved - kEps;
+      const double lm = loss();
+      (*in.x)[j] = saved;
+      const double fd = (lp - lm) / (2.0 * kEps);
+      const double an = (*in.grad)[j];
+      INFO(in.name << "[" << j << "]: analytic " << an << ", finite difference " << fd);
+      CHECK(std::fabs(fd - an) <= kAtol + kRtol * std::fabs(fd));
+    }
+  }
+}
+
+const ztrain::Kernels& K() {
+  static const auto k = ztrain::make_cpu_kernels();
+  return *k;
+}
+
+}  // namespace
+
+TEST_CASE("matmul backward matches finite differences, with and without bias") {
+  const int N = 7, C = 13, OC = 11;
+  for (bool with_bias : {true, false}) {
+    Vec x = randn(N * C, 1), w = randn(OC * C, 2, 0.5f), b = randn(OC, 3), out(N * OC);
+    const Vec dout = randn(N * OC, 4);
+    Vec dx(N * C), dw(OC * C), db(OC);
+    K().matmul_backward(dx.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(),
+                        x.data(), w.data(), N, C, OC);
+    auto loss = [&] {
+      K().matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C, OC);
+      return dot(out, dout);
+    };
+    std::vector<Checked> in{{&x, &dx, "inp"}, {&w, &dw, "w"}};
+    if (with_bias) in.push_back({&b, &db, "bias"});
+    check_gradients(loss, in);
+  }
+}
+
+TEST_CASE("matmul forward equals the plain triple loop") {
+  const int N = 5, C = 17, OC = 9;
+  const Vec x = randn(N * C, 11), w = randn(OC * C, 12), b = randn(OC, 13);
+  Vec out(N * OC);
+  K().matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double s = b[o];
+      for (int c = 0; c < C; ++c) s += static_cast<double>(x[n * C + c]) * w[o * C + c];
+      CHECK(out[n * OC + o] == doctest::Approx(s).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("backward ops add into their outputs") {
+  const int N = 3, C = 5, OC = 4;
+  const Vec x = randn(N * C, 21), w = randn(OC * C, 22), dout = randn(N * OC, 23);
+  Vec dx0(N * C), dw0(OC * C), db0(OC);
+  K().matmul_backward(dx0.data(), dw0.data(), db0.data(), dout.data(), x.data(), w.data(), N, C,
+                      OC);
+  Vec dx(N * C, 1.5f), dw(OC * C, -2.0f), db(OC, 0.25f);
+  K().matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+  for (std::size_t i = 0; i < dx.size(); ++i) CHECK(dx[i] == doctest::Approx(dx0[i] + 1.5f));
+  for (std::size_t i = 0; i < dw.size(); ++i) CHECK(dw[i] == doctest::Approx(dw0[i] - 2.0f));
+  for (std::size_t i = 0; i < db.size(); ++i) CHECK(db[i] == doctest::Approx(db0[i] + 0.25f));
+}
+
+TEST_CASE("layernorm backward matches finite differences") {
+  const int N = 5, C = 19;
+  Vec x = randn(N * C, 31, 2.0f), w = randn(C, 32), b = randn(C, 33), out(N * C), mean(N), rstd(N);
+  const Vec dout = randn(N * C, 34);
+  K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                        1e-5f);
+  Vec dx(N * C), dw(C), db(C);
+  K().layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                         mean.data(), rstd.data(), N, C);
+  auto loss = [&] {
+    K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                          1e-5f);
+    return dot(out, dout);
+  };
+  check_gradients(loss, {{&x, &dx, "inp"}, {&w, &dw, "w"}, {&b, &db, "b"}});
+}
+
+TEST_CASE("layernorm forward normalises each row") {
+  const int N = 3, C = 10;
+  const Vec x = randn(N * C, 35, 3.0f), w(C, 1.0f), b(C, 0.0f);
+  Vec out(N * C), mean(N), rstd(N);
+  K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                        1e-5f);
+  for (int n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += out[n * C + c];
+    for (int c = 0; c < C; ++c) v += out[n * C + c] * out[n * C + c];
+    CHECK(m / C == doctest::Approx(0).epsilon(1e-5).scale(1));
+    CHECK(v / C == doctest::Approx(1).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("rmsnorm backward matches finite differences") {
+  const int N = 6, C = 21;
+  Vec x = randn(N * C, 41, 1.5f), w = randn(C, 42), out(N * C), rstd(N);
+  const Vec dout = randn(N * C, 43);
+  K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+  Vec dx(N * C), dw(C);
+  K().rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  auto loss = [&] {
+    K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    return dot(out, dout);
+  };
+  check_gradients(loss, {{&x, &dx, "inp"}, {&w, &dw, "w"}});
+}
+
+TEST_CASE("gelu (tanh approximation) forward and backward") {
+  const std::size_t n = 37;
+  Vec x = randn(n, 51, 2.0f), out(n);
+  const Vec dout = randn(n, 52);
+  K().gelu_forward(out.data(), x.data(), n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double ref = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    CHECK(out[i] == doctest::Approx(ref).epsilon(1e-5));
+  }
+  Vec dx(n);
+  K().gelu_backward(dx.data(), x.data(), dout.data(), n);
+  auto loss = [&] {
+    K().gelu_forward(out.data(), x.data(), n);
+    return dot(out, dout);
+  };
+  check_gradients(loss, {{&x, &dx, "inp"}}, n);
+}
+
+TEST_CASE("swiglu forward and backward") {
+  const std::size_t n = 29;
+  Vec g = randn(n, 61, 2.0f), u = randn(n, 62), out(n);
+  const Vec dout = randn(n, 63);
+  K().swiglu_forward(out.data(), g.data(), u.data(), n);
+  for (std::size_t i = 0; i < n; ++i)
+    CHECK(out[i] ==
+          doctest::Approx(g[i] / (1 + std::exp(-static_cast<double>(g[i]))) * u[i]).epsilon(1e-5));
+  Vec dg(n), du(n);
+  K().swiglu_backward(dg.data(), du.data(), dout.data(), g.data(), u.data(), n);
+  auto loss = [&] {
+    K().swiglu_forward(out.data(), g.data(), u.data(), n);
+    return dot(out, dout);
+  };
+  check_gradients(loss, {{&g, &dg, "gate"}, {&u, &du, "up"}}, n);
+}
+
+TEST_CASE("rope rotates pairs (i, i + hs/2) and its backward is the transpose") {
+  const int B = 2, T = 5, H = 3, hs = 6, stride = H * hs + 2, half = hs / 2;
+  Vec cos(T * half), sin(T * half);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < half; ++i) {
+      const double a = t * std::pow(10000.0, -2.0 * i / hs);
+      cos[t * half + i] = static_cast<float>(std::cos(a));
+      sin[t * half + i] = static_cast<float>(std::sin(a));
+    }
+  Vec x = randn(B * T * stride, 71);
+  const Vec x0 = x;
+  K().rope_forward(x.data(), cos.data(), sin.data(), B, T, H, hs, stride);
+  for (int bt = 0; bt < B * T; ++bt) {
+    const int t = bt % T;
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < half; ++i) {
+        const int a = bt * stride + h * hs + i, b = a + half;
+        CHECK(x[a] == doctest::Approx(x0[a] * cos[t * half + i] - x0[b] * sin[t * half + i]));
+        CHECK(x[b] == doctest::Approx(x0[b] * cos[t * half + i] + x0[a] * sin[t * half + i]));
+      }
+    for (int pad = H * hs; pad < stride; ++pad)
+      CHECK(x[bt * stride + pad] == x0[bt * stride + pad]);
+  }
+  // Backward: dx = R^T dy, so <R x, y> == <x, R^T y>.
+  const Vec y = randn(B * T * stride, 72);
+  Vec rty = y;
+  K().rope_backward(rty.data(), cos.data(), sin.data(), B, T, H, hs, stride);
+  double lhs = 0, rhs = 0;
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int c = 0; c < H * hs; ++c) {
+      lhs += static_cast<double>(x[bt * stride + c]) * y[bt * stride + c];
+      rhs += static_cast<double>(x0[bt * stride + c]) * rty[bt * stride + c];
+    }
+  CHECK(lhs == doctest::Approx(rhs).epsilon(1e-5));
+}
+
+TEST_CASE("attention backward matches finite differences (packed MHA and grouped KV)") {
+  struct Case {
+    int B, T, NH, NKV, hs;
+    bool packed;
+  };
+  for (const Case c : {Case{2, 5, 3, 3, 4, true}, Case{1, 7, 4, 2, 3, false}}) {
+    const int C = c.NH * c.hs, KV = c.NKV * c.hs;
+    const int N = c.B * c.T;
+    const int q_stride = c.packed ? 3 * C : C, kv_stride = c.packed ? 3 * C : KV;
+    // Packed: one (N,3C) buffer holding q|k|v per row, as GPT-2's c_attn writes it.
+    Vec q, k, v;
+    if (c.packed) {
+      q = randn(static_cast<std::size_t>(N) * 3 * C, 81);
+    } else {
+      q = randn(static_cast<std::size_t>(N) * C, 81);
+      k = randn(static_cast<std::size_t>(N) * KV, 82);
+      v = randn(static_cast<std::size_t>(N) * KV, 83);
+    }
+    auto ptrs = [&](Vec& qq, Vec& kk, Vec& vv) {
+      float* qp = qq.data();
+      float* kp = c.packed ? qq.data() + C : kk.data();
+      float* vp = c.packed ? qq.data() + 2 * C : vv.data();
+      return std::tuple{qp, kp, vp};
+    };
+    Vec out(static_cast<std::size_t>(N) * C),
+        probs(static_cast<std::size_t>(c.B) * c.NH * c.T * c.T);
+    const Vec dout = randn(out.size(), 84);
+    auto [qp, kp, vp] = ptrs(q, k, v);
+    K().attention_forward(out.data(), probs.data(), qp, kp, vp, c.B, c.T, c.NH, c.NKV, c.hs,
+                          q_stride, kv_stride);
+    // Causal rows sum to one, zero above the diagonal.
+    for (int r = 0; r < c.B * c.NH * c.T; ++r) {
+      const int t = r % c.T;
+      double s = 0;
+      for (int j = 0; j < c.T; ++j) {
+        s += probs[static_cast<std::size_t>(r) * c.T + j];
+        if (j > t) CHECK(probs[static_cast<std::size_t>(r) * c.T + j] == 0.0f);
+      }
+      CHECK(s == doctest::Approx(1.0).epsilon(1e-5));
+    }
+    Vec dq(q.size()), dk(k.size()), dv(v.size()), scratch(probs.size());
+    auto [dqp, dkp, dvp] = ptrs(dq, dk, dv);
+    K().attention_backward(dqp, dkp, dvp, scratch.data(), dout.data(), qp, kp, vp, probs.data(),
+                           c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    auto loss = [&] {
+      auto [a, b2, d] = ptrs(q, k, v);
+      K().attention_forward(out.data(), probs.data(), a, b2, d, c.B, c.T, c.NH, c.NKV, c.hs,
+                            q_stride, kv_stride);
+      return dot(out, dout);
+    };
+    if (c.packed)
+      check_gradients(loss, {{&q, &dq, "qkv"}}, 64);
+    else
+      check_gradients(loss, {{&q, &dq, "q"}, {&k, &dk, "k"}, {&v, &dv, "v"}}, 32);
+  }
+}
+
+TEST_CASE("embedding forward and backward with repeated tokens") {
+  const int B = 2, T = 3, C = 5, V = 7;
+  const std::vector<std::int32_t> tokens{1, 4, 1, 6, 0, 4};
+  Vec wte = randn(V * C, 91), wpe = randn(T * C, 92), out(B * T * C);
+  const Vec dout = randn(out.size(), 93);
+  K().embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int c = 0; c < C; ++c)
+      CHECK(out[bt * C + c] == wte[tokens[bt] * C + c] + wpe[(bt % T) * C + c]);
+  Vec dwte(wte.size()), dwpe(wpe.size());
+  K().embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  auto loss = [&] {
+    K().embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, dout);
+  };
+  check_gradients(loss, {{&wte, &dwte, "wte"}, {&wpe, &dwpe, "wpe"}}, 64);
+}
+
+TEST_CASE("softmax cross-entropy: forward is -log softmax, backward matches finite differences") {
+  const int N = 4, V = 23;
+  Vec logits = randn(N * V, 101, 3.0f);
+  const std::vector<std::int32_t> targets{0, 22, 7, 7};
+  Vec losses(N);
+  Vec probs = logits;
+  K().softmax_crossentropy_forward(losses.data(), probs.data(), targets.data(), N, V);
+  for (int n = 0; n < N; ++n) {
+    double mx = -1e30, s = 0;
+    for (int i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(logits[n * V + i]));
+    for (int i = 0; i < V; ++i) s += std::exp(logits[n * V + i] - mx);
+    CHECK(losses[n] ==
+          doctest::Approx(std::log(s) + mx - logits[n * V + targets[n]]).epsilon(1e-5));
+  }
+  const float dloss = 0.37f;
+  Vec grad = probs;
+  K().softmax_crossentropy_backward(grad.data(), targets.data(), dloss, N, V);
+  auto loss = [&] {
+    Vec p = logits;
+    K().softmax_crossentropy_forward(losses.data(), p.data(), targets.data(), N, V);
+    double s = 0;
+    for (float l : losses) s += static_cast<double>(l) * dloss;
+    return s;
+  };
+  check_gradients(loss, {{&logits, &grad, "logits"}}, 92);
+}
+
+TEST_CASE("sum_squares is exact to double rounding and independent of the thread count") {
+  const Vec x = randn(300001, 111);
+  double ref = 0;
+  for (float v : x) ref += static_cast<double>(v) * v;
+  CHECK(K().sum_squares(x.data(), x.size()) == doctest::Approx(ref).epsilon(1e-12));
+  CHECK(K().sum_squares(x.data(), 0) == 0.0);
+}

@@ -1,0 +1,184 @@
+// The whole transformer's gradients against central finite differences of
+// its loss, for both architectures, with and without activation
+// checkpointing; and the declared parameter sets against known model sizes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "support.h"
+#include "ztrain/model.h"
+
+namespace {
+
+using namespace ztrain;
+
+std::string tiny(const std::string& arch, bool checkpointing) {
+  return "[model]\narch = \"" + arch + "\"\nn_layer = 2\nn_head = 4\n" +
+         (arch == "llama" ? "n_kv_head = 2\n" : "") +
+         "n_embd = 16\nvocab_size = 29\nseq_len = 7\ninit_std = 0.2\n"
+         "activation_checkpointing = " +
+         (checkpointing ? "true" : "false") +
+         "\n[data]\nplugin = \"synthetic\"\n[train]\nmicro_batch_size = 2\n";
+}
+
+struct Fixture {
+  Run run;
+  std::vector<ParamSpec> params;
+  std::vector<std::int32_t> inputs, targets;
+  Batch batch;
+  Arena arena;
+
+  explicit Fixture(const std::string& toml)
+      : run(test::make_run(toml)), params(run.model->params()), arena(*run.device) {
+    const int B = 2, T = run.model->info().seq_len;
+    inputs.resize(static_cast<std::size_t>(B) * T);
+    targets.resize(inputs.size());
+    for (int b = 0; b < B; ++b)
+      run.data->fill(Split::train, static_cast<std::uint64_t>(b), inputs.data() + b * T,
+                     targets.data() + b * T);
+    batch = {{B, T}, inputs.data(), targets.data()};
+  }
+  double loss() {
+    StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
+    return run.model->evaluate(batch, ctx);
+  }
+  double forward_backward() {
+    StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
+    return run.model->forward_backward(batch, ctx);
+  }
+  float* param(ParamId p) { return run.strategy->param_view(p).f32(); }
+  std::vector<float> grad(ParamId p) {
+    const TensorView g = run.strategy->grad_view(p);
+    return {g.f32(), g.f32() + g.numel()};
+  }
+};
+
+// For each parameter tensor, the derivative of the loss along two unit
+// directions inside that tensor (its own gradient, and a random sign
+// vector) against the analytic directional derivative. Pinned tolerance:
+// 1e-2 of the tensor's gradient norm plus 1e-4 (fp32 forward, eps 1e-2).
+void check_model(const std::string& arch, bool checkpointing) {
+  Fixture f(tiny(arch, checkpointing));
+  const double l0 = f.forward_backward();
+  CHECK(l0 == doctest::Approx(f.loss()));
+  std::mt19937 rng(3);
+  constexpr double eps = 1e-2;
+  for (ParamId p = 0; p < static_cast<ParamId>(f.params.size()); ++p) {
+    const std::vector<float> g = f.grad(p);
+    double gnorm = 0;
+    for (float v : g) gnorm += static_cast<double>(v) * v;
+    gnorm = std::sqrt(gnorm);
+    std::vector<double> sign(g.size());
+    for (auto& s : sign) s = (rng() & 1) ? 1.0 : -1.0;
+    for (int which = 0; which < 2; ++which) {
+      std::vector<double> d(g.size());
+      double dn = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        d[i] = which == 0 ? g[i] : sign[i];
+        dn += d[i] * d[i];
+      }
+      dn = std::sqrt(dn);
+      if (dn == 0) continue;
+      double analytic = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        d[i] /= dn;
+        analytic += d[i] * g[i];
+      }
+      float* w = f.param(p);
+      const std::vector<float> saved(w, w + g.size());
+      for (std::size_t i = 0; i < g.size(); ++i) w[i] = static_cast<float>(saved[i] + eps * d[i]);
+      const double lp = f.loss();
+      for (std::size_t i = 0; i < g.size(); ++i) w[i] = static_cast<float>(saved[i] - eps * d[i]);
+      const double lm = f.loss();
+      std::copy(saved.begin(), saved.end(), w);
+      const double fd = (lp - lm) / (2 * eps);
+      INFO(arch << (checkpointing ? " (checkpointing) " : " ")
+                << f.params[static_cast<std::size_t>(p)].name
+                << (which == 0 ? " along its gradient" : " along a random direction")
+                << ": analytic " << analytic << ", finite difference " << fd << ", |g| " << gnorm);
+      CHECK(std::fabs(fd - analytic) <= 1e-2 * gnorm + 1e-4);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpt2 gradients match finite differences") {
+  check_model("gpt2", false);
+}
+TEST_CASE("gpt2 gradients match finite differences with activation checkpointing") {
+  check_model("gpt2", true);
+}
+TEST_CASE("llama (grouped KV) gradients match finite differences") {
+  check_model("llama", false);
+}
+TEST_CASE("llama gradients match finite differences with activation checkpointing") {
+  check_model("llama", true);
+}
+
+TEST_CASE("activation checkpointing gives bit-identical gradients and less activation memory") {
+  for (const char* arch : {"gpt2", "llama"}) {
+    Fixture plain(tiny(arch, false)), ckpt(tiny(arch, true));
+    CHECK(plain.forward_backward() == ckpt.forward_backward());
+    for (ParamId p = 0; p < static_cast<ParamId>(plain.params.size()); ++p)
+      CHECK(plain.grad(p) == ckpt.grad(p));
+    CHECK(ckpt.run.model->activation_bytes({2, 7}) < plain.run.model->activation_bytes({2, 7}));
+  }
+}
+
+TEST_CASE("parameter declarations: names, tying, decay and the known model sizes") {
+  auto model_of = [](const std::string& toml) {
+    const RunConfig cfg = RunConfig::parse(toml, "m.toml");
+    const auto lib = test::loader().load("model", "transformer");
+    return lib.create<Model>(cfg.validate("model", lib.options(), {"plugin"}));
+  };
+  // GPT-2 small (124M) and Llama-2 7B, counted as Hugging Face counts them.
+  const auto gpt2 = model_of(
+      "[model]\narch=\"gpt2\"\nn_layer=12\nn_head=12\nn_embd=768\nvocab_size=50257\nseq_len="
+      "1024\n");
+  CHECK(gpt2->info().n_params == 124439808);
+  const auto llama = model_of(
+      "[model]\narch=\"llama\"\nn_layer=32\nn_head=32\nn_embd=4096\nvocab_size=32000\nseq_len="
+      "4096\n");
+  CHECK(llama->info().n_params == 6738415616);
+
+  const auto params = gpt2->params();
+  CHECK(params[0].name == "wte.weight");
+  CHECK(params[0].used_by == std::vector<ModuleId>{0, 13});  // tied: embed and head
+  for (const auto& p : params) {
+    CHECK(p.decay == (p.shape.rank() >= 2));
+    if (p.name.ends_with("c_proj.weight"))
+      CHECK(p.init.std == doctest::Approx(0.02 / std::sqrt(24.0)));
+  }
+  CHECK(gpt2->modules().size() == 14);
+  CHECK(gpt2->modules().back().name == "head");
+  const auto lp = llama->params();
+  CHECK(lp.back().name == "lm_head.weight");
+  CHECK(lp.front().used_by == std::vector<ModuleId>{0});  // untied
+}
+
+TEST_CASE("bad model shapes are config errors naming the key") {
+  const auto lib = test::loader().load("model", "transformer");
+  auto make = [&](const std::string& toml) {
+    const RunConfig cfg = RunConfig::parse(toml, "m.toml");
+    return lib.create<Model>(cfg.validate("model", lib.options(), {"plugin"}));
+  };
+  CHECK(test::message_of<ConfigError>([&] {
+          make("[model]\nn_embd = 250\nn_head = 4\n");
+        }).find("m.toml:2:1: [model] n_embd (250) must be divisible by n_head (4)") !=
+        std::string::npos);
+  CHECK(test::message_of<ConfigError>([&] {
+          make("[model]\narch=\"gpt2\"\nn_kv_head = 2\n");
+        }).find("grouped") != std::string::npos);
+  CHECK(test::message_of<ConfigError>([&] {
+          make("[model]\narch=\"llama\"\nn_embd = 12\nn_head = 4\n");
+        }).find("even head size") != std::string::npos);
+}
+
+TEST_CASE("a token outside the vocabulary is a data error, not a crash") {
+  Fixture f(tiny("gpt2", false));
+  f.inputs[3] = 29;
+  CHECK(test::message_of<DataError>([&] { f.forward_backward(); }).find("token id 29") !=
+        std::string::npos);
+}

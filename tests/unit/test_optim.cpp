@@ -1,0 +1,118 @@
+// AdamW, the learning-rate schedule, clipping and the flat layout against
+// plain reference computations.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "support.h"
+#include "train/lr_schedule.h"
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/init.h"
+#include "ztrain/shard/optimizer_shard.h"
+
+using namespace ztrain;
+
+TEST_CASE("AdamW matches PyTorch's update rule over several steps") {
+  auto dev = make_cpu_device(1);
+  auto k = make_cpu_kernels();
+  std::vector<ParamSpec> params{{"w", {3, 4}, {}, true, {0}}, {"b", {5}, {}, false, {0}}};
+  const shard::FlatLayout layout(params, 1, 16);
+  const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
+  shard::OptimizerShard opt(*dev, Tier::device, params, layout, 0, layout.total(), s);
+  std::vector<float> p(layout.total()), g(layout.total());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (ParamId id = 0; id < 2; ++id)
+    for (std::uint64_t i = 0; i < layout.numel(id); ++i) p[layout.offset(id) + i] = nd(rng);
+  std::vector<double> ref(p.begin(), p.end()), m(p.size()), v(p.size());
+  const double lr = 0.01, mult = 0.5;
+  for (int step = 1; step <= 5; ++step) {
+    for (ParamId id = 0; id < 2; ++id)
+      for (std::uint64_t i = 0; i < layout.numel(id); ++i) g[layout.offset(id) + i] = nd(rng);
+    opt.step(p.data(), g.data(), *k, lr, step, static_cast<float>(mult));
+    for (ParamId id = 0; id < 2; ++id) {
+      const double wd = params[static_cast<std::size_t>(id)].decay ? s.weight_decay : 0.0;
+      for (std::uint64_t i = 0; i < layout.numel(id); ++i) {
+        const std::size_t j = layout.offset(id) + i;
+        const double gj = g[j] * mult;
+        ref[j] *= 1 - lr * wd;  // torch.optim.AdamW: decay first, then the Adam step
+        m[j] = s.beta1 * m[j] + (1 - s.beta1) * gj;
+        v[j] = s.beta2 * v[j] + (1 - s.beta2) * gj * gj;
+        const double denom = std::sqrt(v[j]) / std::sqrt(1 - std::pow(s.beta2, step)) + s.eps;
+        ref[j] -= lr / (1 - std::pow(s.beta1, step)) * m[j] / denom;
+      }
+    }
+  }
+  for (ParamId id = 0; id < 2; ++id)
+    for (std::uint64_t i = 0; i < layout.numel(id); ++i)
+      CHECK(p[layout.offset(id) + i] == doctest::Approx(ref[layout.offset(id) + i]).epsilon(1e-5));
+  // Padding between parameters is never touched.
+  CHECK(p[12] == 0.0f);
+  CHECK(dev->stats().current[0][static_cast<int>(Category::optimizer)] == 2 * layout.total() * 4);
+}
+
+TEST_CASE("warmup then cosine, linear or constant decay") {
+  LrSchedule s{1.0, 0.1, 10, 110, "cosine"};
+  CHECK(s.at(0) == doctest::Approx(0.1));
+  CHECK(s.at(9) == doctest::Approx(1.0));
+  CHECK(s.at(10) == doctest::Approx(1.0));
+  CHECK(s.at(109) == doctest::Approx(0.1));
+  CHECK(s.at(10 + 99 / 2.0) == doctest::Approx(0.55).epsilon(0.01));
+  s.kind = "linear";
+  CHECK(s.at(109) == doctest::Approx(0.1));
+  CHECK(s.at(59) == doctest::Approx(1.0 - 0.9 * 49.0 / 99.0));
+  s.kind = "constant";
+  CHECK(s.at(109) == doctest::Approx(1.0));
+  const LrSchedule no_warmup{2.0, 0.0, 0, 5, "cosine"};
+  CHECK(no_warmup.at(0) == doctest::Approx(2.0));
+}
+
+TEST_CASE("gradient clipping by global norm, DeepSpeed's way") {
+  CHECK(shard::clip_multiplier(2.0, 1.0) == doctest::Approx(0.5));
+  CHECK(shard::clip_multiplier(0.5, 1.0) == 1.0f);
+  CHECK(shard::clip_multiplier(5.0, 0.0) == 1.0f);
+  CHECK(shard::clip_multiplier(NAN, 1.0) == 1.0f);
+}
+
+TEST_CASE("flat layout: aligned offsets, equal shards, segments of a range") {
+  std::vector<ParamSpec> params{
+      {"a", {10}, {}, false, {0}}, {"b", {3, 7}, {}, true, {0}}, {"c", {1}, {}, false, {1}}};
+  const shard::FlatLayout l(params, 3, 16);
+  CHECK(l.offset(0) == 0);
+  CHECK(l.offset(1) == 16);
+  CHECK(l.offset(2) == 48);
+  CHECK(l.total() % (3 * 16) == 0);
+  CHECK(l.total() >= 49);
+  CHECK(l.owned_end(2) == l.total());
+  const auto segs = l.segments(5, 20);
+  REQUIRE(segs.size() == 2);
+  CHECK(segs[0].param == 0);
+  CHECK(segs[0].begin == 5);
+  CHECK(segs[0].end == 10);
+  CHECK(segs[1].begin == 16);
+  CHECK(segs[1].end == 20);
+}
+
+TEST_CASE("initial values depend only on seed, parameter and element, not on the range") {
+  std::vector<ParamSpec> params{{"w", {50, 40}, {Init::Kind::normal, 0.02f}, true, {0}},
+                                {"g", {40}, {Init::Kind::ones, 0}, false, {0}}};
+  const shard::FlatLayout l(params, 1, 16);
+  std::vector<float> full(l.total());
+  shard::init_flat(params, l, 42, 0, l.total(), full.data());
+  std::vector<float> part(777);
+  shard::init_flat(params, l, 42, 1000, 1777, part.data());
+  for (std::size_t i = 0; i < part.size(); ++i) CHECK(part[i] == full[1000 + i]);
+  double s = 0, ss = 0;
+  for (int i = 0; i < 2000; ++i) {
+    s += full[static_cast<std::size_t>(i)];
+    ss +=
+        static_cast<double>(full[static_cast<std::size_t>(i)]) * full[static_cast<std::size_t>(i)];
+  }
+  CHECK(std::fabs(s / 2000) < 0.002);
+  CHECK(std::sqrt(ss / 2000) == doctest::Approx(0.02).epsilon(0.05));
+  CHECK(full[l.offset(1)] == 1.0f);
+  std::vector<float> other(l.total());
+  shard::init_flat(params, l, 43, 0, l.total(), other.data());
+  CHECK(other[0] != full[0]);
+}

@@ -1,0 +1,115 @@
+// The plugin loader's contract: discovery, the info check before any
+// factory runs, typed creation with the library held alive, and a clear
+// error (never a crash) for every broken plugin.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "support.h"
+#include "ztrain/data.h"
+#include "ztrain/model.h"
+#include "ztrain/strategy.h"
+
+using namespace ztrain;
+
+namespace {
+std::filesystem::path test_lib(const std::string& kind, const std::string& name) {
+  return test::test_plugin_dir() / ("libztrain_" + kind + "_" + name + ".so");
+}
+bool contains(const std::string& s, const std::string& part) {
+  INFO("message: " << s);
+  return s.find(part) != std::string::npos;
+}
+}  // namespace
+
+TEST_CASE("the built-in plugins are found by name, with their info and options") {
+  const PluginLoader loader = test::loader();
+  for (auto [kind, name] : {std::pair{"model", "transformer"},
+                            {"data", "synthetic"},
+                            {"data", "tokens"},
+                            {"data", "text"},
+                            {"strategy", "ddp"}}) {
+    const LoadedPlugin p = loader.load(kind, name);
+    CHECK(std::string(p.info().kind) == kind);
+    CHECK(std::string(p.info().name) == name);
+    CHECK(std::string(p.info().build_id) == host_build_id());
+    CHECK(p.info().abi_version == kPluginAbiVersion);
+  }
+  const auto all = loader.load_all();
+  CHECK(all.size() == 5);
+  CHECK(loader.load("model", "transformer").options().find("n_layer")->type == OptionType::integer);
+}
+
+TEST_CASE("objects keep their library loaded after the loader's handle is gone") {
+  std::shared_ptr<Model> model;
+  {
+    const LoadedPlugin p = test::loader().load("model", "transformer");
+    model = p.create<Model>(RunConfig::parse("", "x").validate("model", p.options()));
+  }
+  CHECK(model->info().arch == "llama");  // code still mapped: the call works
+  CHECK(model->modules().size() == 6);
+}
+
+TEST_CASE("a wrong ABI version is refused before any plugin code runs") {
+  const std::string msg = test::message_of<PluginError>(
+      [] { test::loader().load_file(test_lib("strategy", "bad_abi")); });
+  CHECK(contains(
+      msg, "libztrain_strategy_bad_abi.so: plugin ABI version 999, but this ztrain expects 1"));
+}
+
+TEST_CASE("a foreign build id is refused with both values") {
+  const std::string msg = test::message_of<PluginError>(
+      [] { test::loader().load_file(test_lib("strategy", "bad_build")); });
+  CHECK(contains(msg, "plugin built with 'clang 3.4; libc++ 1; c++201103'"));
+  CHECK(contains(msg, std::string("ztrain was built with '") + host_build_id() + "'"));
+}
+
+TEST_CASE("a shared library that is not a plugin, and a file that is not a library") {
+  const auto not_plugin = test::test_plugin_dir() / "libnot_a_plugin.so";
+  CHECK(contains(test::message_of<PluginError>([&] { test::loader().load_file(not_plugin); }),
+                 "a shared library but not a ztrain plugin"));
+  test::TempDir dir;
+  const auto fake = dir / "libfake.so";
+  std::ofstream(fake) << "this is text, not ELF";
+  CHECK(contains(test::message_of<PluginError>([&] { test::loader().load_file(fake); }),
+                 "not a shared library ztrain can read"));
+  CHECK(contains(test::message_of<PluginError>([&] { test::loader().load_file(dir / "none.so"); }),
+                 "no such plugin file"));
+}
+
+TEST_CASE("an unknown plugin name lists what exists and where it looked") {
+  const std::string msg =
+      test::message_of<PluginError>([] { test::loader().load("data", "parquet"); });
+  CHECK(contains(msg, "no data plugin named 'parquet' (available: synthetic, text, tokens)"));
+  CHECK(contains(msg, test::build_plugin_dir().string()));
+  CHECK(contains(msg, "--plugin-path"));
+}
+
+TEST_CASE("a plugin of the wrong kind for its section") {
+  const auto ddp = test::build_plugin_dir() / "libztrain_strategy_ddp.so";
+  CHECK(contains(test::message_of<PluginError>([&] { test::loader().load("model", ddp.string()); }),
+                 "a strategy plugin ('ddp'), but a model plugin is needed here"));
+}
+
+TEST_CASE("a factory that throws becomes a PluginError naming the plugin") {
+  const LoadedPlugin p = test::loader().load_file(test_lib("model", "throwing"));
+  const std::string msg = test::message_of<PluginError>([&] { p.create<Model>(Options{}); });
+  CHECK(contains(msg, "plugin 'throwing' failed to start: cannot build the model (test)"));
+}
+
+TEST_CASE("an object that does not implement its declared kind is refused") {
+  const LoadedPlugin p = test::loader().load_file(test_lib("model", "liar"));
+  CHECK(contains(test::message_of<PluginError>([&] { p.create<Model>(Options{}); }),
+                 "does not implement that interface"));
+}
+
+TEST_CASE("search order: --plugin-path first, then ZTRAIN_PLUGIN_PATH, then beside the binary") {
+  ::setenv("ZTRAIN_PLUGIN_PATH", "/env/a:/env/b", 1);
+  const auto dirs = default_plugin_dirs({"/cli/x:/cli/y", "/cli/z"});
+  ::unsetenv("ZTRAIN_PLUGIN_PATH");
+  REQUIRE(dirs.size() >= 6);
+  CHECK(dirs[0] == "/cli/x");
+  CHECK(dirs[2] == "/cli/z");
+  CHECK(dirs[3] == "/env/a");
+  CHECK(dirs[5].string().ends_with("lib/ztrain/plugins"));
+}
