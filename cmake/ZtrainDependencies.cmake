@@ -3,6 +3,7 @@ find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(TBB REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
 
 # OpenBLAS ships a config file with variables only; wrap it in a target.
 find_package(OpenBLAS CONFIG REQUIRED)

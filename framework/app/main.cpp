@@ -7,6 +7,7 @@
 
 #include "core/plugin_loader.h"
 #include "train/trainer.h"
+#include "train/weights.h"
 #include "ztrain/error.h"
 #include "ztrain/version.h"
 
@@ -17,6 +18,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: ztrain [options] CONFIG            train the run described by CONFIG (TOML)\n"
     "       ztrain plugins [--plugin-path DIR]  list the plugins found, with their options\n"
+    "       ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16]\n"
+    "                                           write weights as safetensors with Hugging Face\n"
+    "                                           names (OUT: a .safetensors file, or a directory\n"
+    "                                           that gets model.safetensors and config.json)\n"
     "\n"
     "examples:\n"
     "  ztrain configs/run.toml\n"
@@ -53,7 +58,7 @@ int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> overrides, plugin_paths, positional;
-  std::string strategy, model;
+  std::string strategy, model, dtype = "fp32";
   bool verbose = false;
   po::options_description opts("options");
   opts.add_options()("help,h", "show this help")("version", "print the version")(
@@ -64,7 +69,8 @@ int main(int argc, char** argv) {
       "override a config key: --set section.key=value (repeatable)")(
       "plugin-path", po::value(&plugin_paths)->composing(),
       "extra plugin directory, searched first (repeatable; colon-separated lists too)")(
-      "verbose,v", po::bool_switch(&verbose), "log plugin discovery and set-up");
+      "verbose,v", po::bool_switch(&verbose), "log plugin discovery and set-up")(
+      "dtype", po::value(&dtype), "export: dtype of the written weights (fp32, bf16, fp16)");
   po::options_description hidden;
   hidden.add_options()("args", po::value(&positional)->composing());
   po::options_description all;
@@ -88,6 +94,14 @@ int main(int argc, char** argv) {
         throw ztrain::ConfigError("'ztrain plugins' takes no arguments (got '" + positional[1] +
                                   "')");
       return list_plugins(plugin_paths, verbose);
+    }
+    if (!positional.empty() && positional[0] == "export") {
+      if (positional.size() != 3)
+        throw ztrain::ConfigError("usage: ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16]");
+      ztrain::convert_weights(positional[1], positional[2],
+                              ztrain::parse_precision(dtype, "--dtype"));
+      std::cout << "wrote " << positional[2] << "\n";
+      return 0;
     }
     if (positional.size() != 1) {
       std::cerr << "ztrain: "

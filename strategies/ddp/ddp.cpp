@@ -6,6 +6,7 @@
 #include "ztrain/shard/optimizer_shard.h"
 #include "ztrain/strategy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -40,6 +41,14 @@ class Ddp final : public Strategy {
 
   TensorView param_view(ParamId p) override { return view(weights_, p); }
   TensorView grad_view(ParamId p) override { return view(grads_, p); }
+
+  void read_param(ParamId p, float* out) override {
+    const float* src = weights_.as<float>() + layout_->offset(p);
+    std::copy(src, src + layout_->numel(p), out);
+  }
+  void write_param(ParamId p, const float* in) override {
+    std::copy(in, in + layout_->numel(p), weights_.as<float>() + layout_->offset(p));
+  }
 
   StepResult step(const StepArgs& a) override {
     float* g = grads_.as<float>();

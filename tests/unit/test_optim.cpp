@@ -13,10 +13,23 @@
 
 using namespace ztrain;
 
+namespace {
+ParamSpec spec(std::string name, Shape shape, Init init, bool decay,
+               std::vector<ModuleId> used_by) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  p.init = init;
+  p.decay = decay;
+  p.used_by = std::move(used_by);
+  return p;
+}
+}  // namespace
+
 TEST_CASE("AdamW matches PyTorch's update rule over several steps") {
   auto dev = make_cpu_device(1);
   auto k = make_cpu_kernels();
-  std::vector<ParamSpec> params{{"w", {3, 4}, {}, true, {0}}, {"b", {5}, {}, false, {0}}};
+  std::vector<ParamSpec> params{spec("w", {3, 4}, {}, true, {0}), spec("b", {5}, {}, false, {0})};
   const shard::FlatLayout layout(params, 1, 16);
   const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
   shard::OptimizerShard opt(*dev, Tier::device, params, layout, 0, layout.total(), s);
@@ -76,8 +89,8 @@ TEST_CASE("gradient clipping by global norm, DeepSpeed's way") {
 }
 
 TEST_CASE("flat layout: aligned offsets, equal shards, segments of a range") {
-  std::vector<ParamSpec> params{
-      {"a", {10}, {}, false, {0}}, {"b", {3, 7}, {}, true, {0}}, {"c", {1}, {}, false, {1}}};
+  std::vector<ParamSpec> params{spec("a", {10}, {}, false, {0}), spec("b", {3, 7}, {}, true, {0}),
+                                spec("c", {1}, {}, false, {1})};
   const shard::FlatLayout l(params, 3, 16);
   CHECK(l.offset(0) == 0);
   CHECK(l.offset(1) == 16);
@@ -95,8 +108,8 @@ TEST_CASE("flat layout: aligned offsets, equal shards, segments of a range") {
 }
 
 TEST_CASE("initial values depend only on seed, parameter and element, not on the range") {
-  std::vector<ParamSpec> params{{"w", {50, 40}, {Init::Kind::normal, 0.02f}, true, {0}},
-                                {"g", {40}, {Init::Kind::ones, 0}, false, {0}}};
+  std::vector<ParamSpec> params{spec("w", {50, 40}, {Init::Kind::normal, 0.02f}, true, {0}),
+                                spec("g", {40}, {Init::Kind::ones, 0}, false, {0})};
   const shard::FlatLayout l(params, 1, 16);
   std::vector<float> full(l.total());
   shard::init_flat(params, l, 42, 0, l.total(), full.data());

@@ -47,6 +47,11 @@ struct ParamSpec {
   Init init;
   bool decay = true;
   std::vector<ModuleId> used_by;
+  // How the parameter appears in Hugging Face checkpoints: its name there
+  // (empty: the same as `name`) and whether the file stores the transpose
+  // (GPT-2's Conv1D weights are (in, out)). Import also accepts `name`.
+  std::string hf_name;
+  bool hf_transposed = false;
 };
 
 struct ModuleSpec {
@@ -143,6 +148,12 @@ class ZTRAIN_API Model : public Plugin {
   virtual float forward_backward(const Batch& batch, StepContext& ctx) = 0;
   // Forward only; returns the mean loss.
   virtual float evaluate(const Batch& batch, StepContext& ctx) = 0;
+  // The Hugging Face config.json describing this model (empty: none), so an
+  // exported directory loads with from_pretrained.
+  virtual std::string hf_config_json() const { return {}; }
+  // Tensors a Hugging Face file may carry that are not parameters here (tied
+  // copies, attention-mask buffers); import skips them instead of failing.
+  virtual bool ignorable_tensor(const std::string& /*name*/) const { return false; }
 };
 
 }  // namespace ztrain

@@ -88,6 +88,12 @@ class ZTRAIN_API Strategy : public Plugin {
   virtual void after_backward(ModuleId m) = 0;
   virtual TensorView param_view(ParamId p) = 0;
   virtual TensorView grad_view(ParamId p) = 0;
+  // The full fp32 value of a parameter, wherever its pieces live (export).
+  // Collective for strategies that shard: every rank calls it.
+  virtual void read_param(ParamId p, float* out) = 0;
+  // Sets a parameter from its full fp32 value (import, before training).
+  // Collective like read_param; every rank passes the same values.
+  virtual void write_param(ParamId p, const float* in) = 0;
   virtual StepResult step(const StepArgs& args) = 0;
   virtual MemoryEstimate estimate(const EstimateArgs& args) const = 0;
   virtual StrategyStats stats() const = 0;

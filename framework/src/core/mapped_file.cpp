@@ -15,12 +15,11 @@ namespace ztrain {
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw DataError("cannot open data file '" + path.string() + "': " + std::strerror(errno));
+  if (fd < 0) throw DataError("cannot open '" + path.string() + "': " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw DataError("data file '" + path.string() + "' is not a regular file");
+    throw DataError("'" + path.string() + "' is not a regular file");
   }
   size_ = static_cast<std::size_t>(st.st_size);
   if (size_ > 0) {
@@ -28,7 +27,7 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      throw DataError("cannot map data file '" + path.string() + "': " + std::strerror(err));
+      throw DataError("cannot map '" + path.string() + "': " + std::strerror(err));
     }
     data_ = static_cast<const std::uint8_t*>(p);
   }

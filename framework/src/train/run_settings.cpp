@@ -31,7 +31,13 @@ OptionList train_options() {
   o.integer("eval_every", 100, "steps between evaluations on the held-out split; 0 disables")
       .at_least(0);
   o.integer("eval_batches", 8, "micro-batches per rank in one evaluation").at_least(1);
-  o.string("out_dir", "runs/default", "run directory: metrics.jsonl and config.toml");
+  o.string("out_dir", "runs/default",
+           "run directory: metrics.jsonl, config.toml, and the final weights (model.safetensors "
+           "with config.json, Hugging Face layout)");
+  o.flag("save_final", true, "write the final weights into out_dir");
+  o.optional_string("export_to",
+                    "also write the final weights here (.safetensors file or directory)");
+  o.string("export_dtype", "fp32", "dtype of export_to").one_of({"fp32", "bf16", "fp16"});
   o.number("fp16.loss_scale", 0, "0 = dynamic loss scaling, else a static scale").at_least(0);
   o.integer("fp16.initial_scale_power", 16, "dynamic scaling starts at 2^this")
       .at_least(0)
@@ -55,6 +61,13 @@ OptionList comm_options() {
   o.string("backend", "auto", "collective backend").one_of({"auto", "local", "mpi", "nccl"});
   o.duration("timeout", 300, "a collective waiting longer aborts the job");
   return o;
+}
+
+DType parse_precision(const std::string& name, const std::string& where) {
+  if (name == "fp32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "fp16") return DType::f16;
+  throw ConfigError(where + ": unknown precision \"" + name + "\" (fp32, bf16 or fp16)");
 }
 
 namespace {
@@ -99,6 +112,9 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.eval_every = t.get_int("eval_every");
   tr.eval_batches = t.get_int("eval_batches");
   tr.out_dir = t.get_string("out_dir");
+  tr.save_final = t.get_bool("save_final");
+  if (t.has_value("export_to")) tr.export_to = t.get_string("export_to");
+  tr.export_dtype = parse_precision(t.get_string("export_dtype"), t.where("export_dtype"));
   if (tr.min_lr > tr.lr)
     throw ConfigError(t.where("min_lr") + ": [train] min_lr (" + std::to_string(tr.min_lr) +
                       ") is above lr (" + std::to_string(tr.lr) +

@@ -40,6 +40,9 @@ struct TrainSettings {
   std::uint64_t seed = 0;
   std::int64_t log_every = 0, eval_every = 0, eval_batches = 0;
   std::filesystem::path out_dir;
+  bool save_final = true;
+  std::filesystem::path export_to;  // empty: none
+  DType export_dtype = DType::f32;
   Fp16Settings fp16;
 };
 
@@ -61,6 +64,8 @@ struct RunSettings {
 };
 
 OptionList train_options();
+// "fp32" | "bf16" | "fp16" -> DType (ConfigError naming `where` otherwise).
+DType parse_precision(const std::string& name, const std::string& where);
 OptionList device_options();
 OptionList comm_options();
 

@@ -11,6 +11,7 @@
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/progress.h"
+#include "train/weights.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
 #include "ztrain/version.h"
@@ -71,7 +72,11 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   const LoadedPlugin strategy_lib = loader.load("strategy", run.strategy_plugin);
 
   // Validate every section before creating anything.
-  const Options model_opts = plugin_options(config, "model", model_lib, OptionList{});
+  OptionList model_host;
+  model_host.optional_string("init_from",
+                             "start from these weights (.safetensors with Hugging Face names, or "
+                             "a directory holding model.safetensors)");
+  const Options model_opts = plugin_options(config, "model", model_lib, model_host);
   OptionList data_host;
   data_host.integer("seed", 1234, "data seed: which sequences the run sees").at_least(0);
   const Options data_opts = plugin_options(config, "data", data_lib, data_host);
@@ -107,6 +112,10 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   setup.precision = tr.precision;
   setup.seed = tr.seed;
   run.strategy->setup(setup);
+  if (model_opts.has_value("init_from")) {
+    run.init_from = model_opts.get_string("init_from");
+    import_weights(*run.model, *run.strategy, run.init_from);
+  }
   return run;
 }
 
@@ -237,6 +246,9 @@ TrainResult train_run(const TrainArgs& args) {
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
   }
   progress.finish();
+  if (tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32);
+  if (!tr.export_to.empty())
+    export_weights(*run.model, *run.strategy, tr.export_to, tr.export_dtype);
   result.tokens_per_s =
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
 
@@ -270,6 +282,7 @@ TrainResult train_run(const TrainArgs& args) {
     os << ")";
   }
   os << "\nmetrics: " << metrics.path().string();
+  if (tr.save_final) os << " | weights: " << (tr.out_dir / "model.safetensors").string();
   progress.line(os.str());
   return result;
 }

@@ -57,6 +57,7 @@ struct Run {
   std::shared_ptr<Strategy> strategy;
   std::string model_plugin, data_plugin, strategy_plugin;
   std::uint64_t data_seed = 0;
+  std::filesystem::path init_from;  // empty: initialised from the seed
 };
 
 // Loads and validates every section and plugin, sets up device, data and

@@ -3,6 +3,7 @@
 #include "transformer.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "ztrain/error.h"
 
@@ -87,7 +88,16 @@ Transformer::Transformer(const Options& o) {
 ParamId Transformer::add(const std::string& name, Shape shape, Init init,
                          std::vector<ModuleId> used_by) {
   const bool decay = shape.rank() >= 2;
-  params_.push_back({name, std::move(shape), init, decay, std::move(used_by)});
+  ParamSpec spec{name, std::move(shape), init, decay, std::move(used_by), {}, false};
+  if (!cfg_.llama) {
+    // GPT2LMHeadModel keeps the body under "transformer." and its Conv1D
+    // layers store weights as (in, out).
+    spec.hf_name = "transformer." + name;
+    spec.hf_transposed = spec.shape.rank() == 2 &&
+                         (name.ends_with("c_attn.weight") || name.ends_with("c_proj.weight") ||
+                          name.ends_with("c_fc.weight"));
+  }
+  params_.push_back(std::move(spec));
   return static_cast<ParamId>(params_.size() - 1);
 }
 
@@ -142,6 +152,44 @@ void Transformer::declare_params() {
     lnf_w_ = add("model.norm.weight", {C}, ones, {head});
     head_w_ = add("lm_head.weight", {V, C}, normal, {head});
   }
+}
+
+std::string Transformer::hf_config_json() const {
+  const auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return std::string(buf);
+  };
+  const std::string V = std::to_string(cfg_.vocab_size), T = std::to_string(cfg_.seq_len),
+                    C = std::to_string(cfg_.n_embd), L = std::to_string(cfg_.n_layer),
+                    NH = std::to_string(cfg_.n_head), H = std::to_string(cfg_.hidden);
+  if (!cfg_.llama)
+    return "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+           "  \"vocab_size\": " +
+           V + ",\n  \"n_positions\": " + T + ",\n  \"n_ctx\": " + T + ",\n  \"n_embd\": " + C +
+           ",\n  \"n_layer\": " + L + ",\n  \"n_head\": " + NH + ",\n  \"n_inner\": " + H +
+           ",\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": " +
+           num(cfg_.norm_eps) +
+           ",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+           "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
+           "  \"torch_dtype\": \"float32\"\n}\n";
+  return "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+         "  \"vocab_size\": " +
+         V + ",\n  \"hidden_size\": " + C + ",\n  \"intermediate_size\": " + H +
+         ",\n  \"num_hidden_layers\": " + L + ",\n  \"num_attention_heads\": " + NH +
+         ",\n  \"num_key_value_heads\": " + std::to_string(cfg_.n_kv_head) +
+         ",\n  \"max_position_embeddings\": " + T + ",\n  \"rms_norm_eps\": " + num(cfg_.norm_eps) +
+         ",\n  \"rope_theta\": " + num(cfg_.rope_theta) +
+         ",\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n"
+         "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": false,\n"
+         "  \"torch_dtype\": \"float32\"\n}\n";
+}
+
+bool Transformer::ignorable_tensor(const std::string& name) const {
+  if (cfg_.llama) return name.ends_with("rotary_emb.inv_freq");
+  // Tied copy of wte, and the causal-mask buffers older GPT-2 files carry.
+  return name == "lm_head.weight" || name.ends_with(".attn.bias") ||
+         name.ends_with(".attn.masked_bias");
 }
 
 std::vector<ModuleSpec> Transformer::modules() const {

@@ -66,6 +66,8 @@ class Transformer final : public Model {
   std::uint64_t activation_bytes(const BatchShape& shape) const override;
   float forward_backward(const Batch& batch, StepContext& ctx) override;
   float evaluate(const Batch& batch, StepContext& ctx) override;
+  std::string hf_config_json() const override;
+  bool ignorable_tensor(const std::string& name) const override;
 
  private:
   // Every buffer of one micro-batch. plan() lays them out in one fixed order,

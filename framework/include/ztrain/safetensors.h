@@ -1,0 +1,65 @@
+// safetensors files: the weight format of the Hugging Face world.
+//
+// Layout: an 8-byte little-endian header length, a JSON header mapping each
+// tensor name to {dtype, shape, data_offsets} (plus an optional
+// "__metadata__" map of strings), then the tensor bytes. The reader maps the
+// file and validates everything before handing out a tensor: header size,
+// JSON syntax, dtypes, that each tensor's byte range matches its shape and
+// lies inside the file, and that ranges do not overlap. It reads F32, BF16
+// and F16 tensors (converting to fp32 on request). The writer writes to a
+// temporary file, syncs it and renames it into place.
+//
+// Errors: DataError naming the file and what is wrong.
+// Thread safety: a reader is immutable after construction.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ztrain/dtype.h"
+#include "ztrain/export.h"
+#include "ztrain/mapped_file.h"
+#include "ztrain/tensor.h"
+
+namespace ztrain {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  std::uint64_t offset = 0;  // from the start of the file
+  std::uint64_t bytes = 0;
+};
+
+class ZTRAIN_API SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::filesystem::path& path);
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const SafetensorsEntry* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The tensor's elements converted to fp32 (out holds shape.numel()).
+  void read_f32(const SafetensorsEntry& e, float* out) const;
+  const std::filesystem::path& path() const { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct SafetensorsTensor {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  const void* data = nullptr;  // shape.numel() elements of dtype
+};
+
+ZTRAIN_API void write_safetensors(const std::filesystem::path& path,
+                                  const std::vector<SafetensorsTensor>& tensors,
+                                  const std::map<std::string, std::string>& metadata);
+
+}  // namespace ztrain

@@ -1,0 +1,167 @@
+#include "train/weights.h"
+
+#include <fstream>
+
+#include "ztrain/error.h"
+#include "ztrain/safetensors.h"
+#include "ztrain/version.h"
+
+namespace ztrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+// (rows, cols) row-major -> (cols, rows)
+void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
+std::string external_name(const ParamSpec& p) {
+  return p.hf_name.empty() ? p.name : p.hf_name;
+}
+
+Shape external_shape(const ParamSpec& p) {
+  if (!p.hf_transposed) return p.shape;
+  return Shape{p.shape[1], p.shape[0]};
+}
+
+}  // namespace
+
+void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype) {
+  const auto params = model.params();
+  fs::path file = out;
+  if (out.extension() != ".safetensors") {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec)
+      throw DataError("cannot create export directory '" + out.string() + "': " + ec.message());
+    file = out / "model.safetensors";
+    const std::string config = model.hf_config_json();
+    if (!config.empty()) {
+      std::ofstream cfg(out / "config.json");
+      cfg << config;
+      if (!cfg) throw DataError("cannot write '" + (out / "config.json").string() + "'");
+    }
+  }
+  std::vector<std::vector<std::uint8_t>> storage;
+  std::vector<SafetensorsTensor> tensors;
+  std::vector<float> full, flipped;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    full.resize(static_cast<std::size_t>(p.shape.numel()));
+    strategy.read_param(static_cast<ParamId>(i), full.data());
+    const float* src = full.data();
+    if (p.hf_transposed) {
+      flipped.resize(full.size());
+      transpose(full.data(), flipped.data(), p.shape[0], p.shape[1]);
+      src = flipped.data();
+    }
+    storage.emplace_back(full.size() * dtype_size(dtype));
+    convert(src, DType::f32, storage.back().data(), dtype, full.size());
+    tensors.push_back({external_name(p), dtype, external_shape(p), storage.back().data()});
+  }
+  write_safetensors(file, tensors,
+                    {{"format", "pt"},
+                     {"producer", std::string("ztrain ") + ZTRAIN_VERSION},
+                     {"arch", model.info().arch}});
+}
+
+void import_weights(const Model& model, Strategy& strategy, const fs::path& in) {
+  const fs::path path = fs::is_directory(in) ? in / "model.safetensors" : in;
+  if (!fs::exists(path))
+    throw DataError("init_from: no weights at '" + path.string() +
+                    "'; give a .safetensors file or a directory holding model.safetensors");
+  const SafetensorsReader file(path);
+  const auto params = model.params();
+  std::vector<std::string> missing, unexpected, misshaped;
+  std::vector<bool> used(file.entries().size(), false);
+  std::vector<const SafetensorsEntry*> match(params.size(), nullptr);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    const SafetensorsEntry* e = file.find(external_name(p));
+    if (!e) e = file.find(p.name);
+    if (!e) {
+      missing.push_back(external_name(p) + " " + external_shape(p).str());
+      continue;
+    }
+    used[static_cast<std::size_t>(e - file.entries().data())] = true;
+    if (e->shape != external_shape(p)) {
+      misshaped.push_back(e->name + ": shape " + e->shape.str() + " in the file, " +
+                          external_shape(p).str() + " expected" +
+                          (p.hf_transposed ? " (Hugging Face Conv1D layout: in, out)" : ""));
+      continue;
+    }
+    match[i] = e;
+  }
+  for (std::size_t j = 0; j < file.entries().size(); ++j)
+    if (!used[j] && !model.ignorable_tensor(file.entries()[j].name))
+      unexpected.push_back(file.entries()[j].name + " " + file.entries()[j].shape.str());
+  const std::size_t differences = missing.size() + unexpected.size() + misshaped.size();
+  if (differences > 0) {
+    std::string list;
+    auto section = [&](const char* title, const std::vector<std::string>& items) {
+      if (items.empty()) return;
+      list += "\n  " + std::to_string(items.size()) + " " + title + ":";
+      const std::size_t shown = std::min<std::size_t>(items.size(), 8);
+      for (std::size_t i = 0; i < shown; ++i) list += "\n    " + items[i];
+      if (shown < items.size())
+        list += "\n    ... and " + std::to_string(items.size() - shown) + " more";
+    };
+    section("missing from the file", missing);
+    section("unexpected in the file", unexpected);
+    section("with another shape", misshaped);
+    throw DataError(file.path().string() + ": does not match the " + model.info().arch +
+                    " model of this run (" + std::to_string(differences) + " differences):" + list +
+                    "\ncheck [model] arch, n_layer, n_embd, n_head, vocab_size and seq_len");
+  }
+  std::vector<float> values, flipped;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    values.resize(static_cast<std::size_t>(p.shape.numel()));
+    file.read_f32(*match[i], values.data());
+    if (p.hf_transposed) {
+      flipped.resize(values.size());
+      transpose(values.data(), flipped.data(), p.shape[1], p.shape[0]);
+      values.swap(flipped);
+    }
+    strategy.write_param(static_cast<ParamId>(i), values.data());
+  }
+}
+
+void convert_weights(const fs::path& source, const fs::path& out, DType dtype) {
+  const bool dir = fs::is_directory(source);
+  const fs::path file = dir ? source / "model.safetensors" : source;
+  if (!fs::exists(file))
+    throw DataError("no weights at '" + file.string() + "'" +
+                    (dir ? "; is this a ztrain run directory of a finished run?" : ""));
+  const SafetensorsReader in(file);
+  fs::path target = out;
+  if (out.extension() != ".safetensors") {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec)
+      throw DataError("cannot create export directory '" + out.string() + "': " + ec.message());
+    target = out / "model.safetensors";
+    if (dir && fs::exists(source / "config.json")) {
+      fs::copy_file(source / "config.json", out / "config.json",
+                    fs::copy_options::overwrite_existing, ec);
+      if (ec) throw DataError("cannot copy config.json to '" + out.string() + "': " + ec.message());
+    }
+  }
+  std::vector<std::vector<std::uint8_t>> storage;
+  std::vector<SafetensorsTensor> tensors;
+  std::vector<float> values;
+  for (const auto& e : in.entries()) {
+    values.resize(static_cast<std::size_t>(e.shape.numel()));
+    in.read_f32(e, values.data());
+    storage.emplace_back(values.size() * dtype_size(dtype));
+    convert(values.data(), DType::f32, storage.back().data(), dtype, values.size());
+    tensors.push_back({e.name, dtype, e.shape, storage.back().data()});
+  }
+  auto meta = in.metadata();
+  meta["format"] = "pt";
+  write_safetensors(target, tensors, meta);
+}
+
+}  // namespace ztrain

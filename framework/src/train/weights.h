@@ -1,0 +1,35 @@
+// Weights in and out as safetensors with Hugging Face names.
+//
+// Export writes every parameter under its hf_name (transposed where the
+// Hugging Face layout is), in fp32, bf16 or fp16, through the strategy's
+// read_param so sharded and offloaded parameters come out whole. A path
+// ending in ".safetensors" receives the tensors; any other path is a
+// directory that receives model.safetensors and the model's config.json,
+// ready for from_pretrained.
+//
+// Import matches each parameter by hf_name or name, checks shapes, and
+// reports every missing, unexpected and mis-shaped tensor at once.
+//
+// Errors: DataError naming the file and each difference.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "ztrain/dtype.h"
+#include "ztrain/model.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+void export_weights(const Model& model, Strategy& strategy, const std::filesystem::path& out,
+                    DType dtype);
+void import_weights(const Model& model, Strategy& strategy, const std::filesystem::path& in);
+
+// `ztrain export`: rewrites the weights of a run directory (its
+// model.safetensors and config.json) or of a .safetensors file to `out`
+// (a file or a directory, as export_weights) in `dtype`.
+void convert_weights(const std::filesystem::path& source, const std::filesystem::path& out,
+                     DType dtype);
+
+}  // namespace ztrain

@@ -1,0 +1,215 @@
+// Weights in and out: safetensors round trips, Hugging Face names and the
+// Conv1D layout, and clear errors for every malformed or mismatched file.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "support.h"
+#include "train/weights.h"
+#include "ztrain/safetensors.h"
+
+using namespace ztrain;
+
+namespace {
+
+std::string tiny(const std::string& arch, int seed, const std::string& extra = "") {
+  return "[model]\narch = \"" + arch +
+         "\"\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab_size = 11\n"
+         "seq_len = 5\n" +
+         extra + "[train]\nseed = " + std::to_string(seed) + "\nmicro_batch_size = 1\n";
+}
+
+std::vector<std::vector<float>> values(Run& run) {
+  std::vector<std::vector<float>> out;
+  const auto params = run.model->params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    out.emplace_back(static_cast<std::size_t>(params[i].shape.numel()));
+    run.strategy->read_param(static_cast<ParamId>(i), out.back().data());
+  }
+  return out;
+}
+
+void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+std::string safetensors_bytes(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>(n >> (8 * i));
+  return out + header + data;
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  INFO("message: " << s);
+  return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("export then import round-trips exactly, both architectures, file and directory") {
+  for (const char* arch : {"gpt2", "llama"}) {
+    test::TempDir dir;
+    Run a = test::make_run(tiny(arch, 1));
+    export_weights(*a.model, *a.strategy, dir / "w.safetensors", DType::f32);
+    export_weights(*a.model, *a.strategy, dir / "hf", DType::f32);
+    CHECK(std::filesystem::exists(dir / "hf" / "model.safetensors"));
+    std::ifstream cfg(dir / "hf" / "config.json");
+    const std::string text((std::istreambuf_iterator<char>(cfg)), {});
+    CHECK(contains(text, std::string("\"model_type\": \"") + arch + "\""));
+    for (const auto& source : {dir / "w.safetensors", dir / "hf"}) {
+      Run b = test::make_run(tiny(arch, 2, "init_from = \"" + source.string() + "\"\n"));
+      CHECK(values(b) == values(a));
+      Run c = test::make_run(tiny(arch, 2));
+      CHECK(values(c) != values(a));
+    }
+  }
+}
+
+TEST_CASE("bf16 and fp16 exports hold the rounded values") {
+  test::TempDir dir;
+  Run a = test::make_run(tiny("llama", 1));
+  const auto full = values(a);
+  for (DType t : {DType::bf16, DType::f16}) {
+    export_weights(*a.model, *a.strategy, dir / "w.safetensors", t);
+    const SafetensorsReader r(dir / "w.safetensors");
+    CHECK(r.entries().front().dtype == t);
+    Run b = test::make_run(
+        tiny("llama", 2, "init_from = \"" + (dir / "w.safetensors").string() + "\"\n"));
+    const auto got = values(b);
+    for (std::size_t p = 0; p < full.size(); ++p)
+      for (std::size_t i = 0; i < full[p].size(); ++i) {
+        std::uint16_t h;
+        convert(&full[p][i], DType::f32, &h, t, 1);
+        float back;
+        convert(&h, t, &back, DType::f32, 1);
+        CHECK(got[p][i] == back);
+      }
+  }
+}
+
+TEST_CASE(
+    "a hand-written Hugging Face GPT-2 file with Conv1D weights loads to the expected tensors") {
+  // GPT2Model names (no "transformer." prefix), c_attn etc. stored (in, out),
+  // plus buffers and a tied lm_head copy that import must skip.
+  Run ref = test::make_run(tiny("gpt2", 1));
+  const auto params = ref.model->params();
+  test::TempDir dir;
+  std::vector<std::vector<float>> storage;
+  std::vector<SafetensorsTensor> tensors;
+  for (const auto& p : params) {
+    const std::int64_t n = p.shape.numel();
+    storage.emplace_back(static_cast<std::size_t>(n));
+    auto& v = storage.back();
+    for (std::int64_t i = 0; i < n; ++i)
+      v[static_cast<std::size_t>(i)] =
+          static_cast<float>(i % 97) * 0.01f + static_cast<float>(storage.size());
+    const Shape shape = p.hf_transposed ? Shape{p.shape[1], p.shape[0]} : p.shape;
+    tensors.push_back({p.name, DType::f32, shape, v.data()});
+  }
+  const std::vector<float> mask(25, 1.0f);
+  tensors.push_back({"h.0.attn.bias", DType::f32, {1, 1, 5, 5}, mask.data()});
+  tensors.push_back({"lm_head.weight", DType::f32, params[0].shape, storage[0].data()});
+  write_safetensors(dir / "hf.safetensors", tensors, {{"format", "pt"}});
+
+  Run b = test::make_run(
+      tiny("gpt2", 2, "init_from = \"" + (dir / "hf.safetensors").string() + "\"\n"));
+  const auto got = values(b);
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const auto& spec = params[p];
+    INFO(spec.name);
+    if (!spec.hf_transposed) {
+      CHECK(got[p] == storage[p]);
+      continue;
+    }
+    const std::int64_t rows = spec.shape[0], cols = spec.shape[1];  // ours: (out, in)
+    CHECK(spec.name.find("c_") != std::string::npos);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        CHECK(got[p][static_cast<std::size_t>(r * cols + c)] ==
+              storage[p][static_cast<std::size_t>(c * rows + r)]);
+  }
+}
+
+TEST_CASE("names, shapes and extra tensors that do not match are listed together") {
+  Run gpt = test::make_run(tiny("gpt2", 1));
+  test::TempDir dir;
+  export_weights(*gpt.model, *gpt.strategy, dir / "gpt2.safetensors", DType::f32);
+  const std::string msg = test::message_of<DataError>([&] {
+    test::make_run(
+        tiny("llama", 1, "init_from = \"" + (dir / "gpt2.safetensors").string() + "\"\n"));
+  });
+  CHECK(contains(msg, "does not match the llama model"));
+  CHECK(contains(msg, "missing from the file:\n    model.embed_tokens.weight (11, 8)"));
+  CHECK(contains(msg, "28 unexpected in the file:\n    transformer.h.0.attn.c_attn.bias (24)"));
+  CHECK(contains(msg, "... and 20 more"));
+  const std::string shape_msg = test::message_of<DataError>([&] {
+    test::make_run(
+        "[model]\narch = \"gpt2\"\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab_size = 12\n"
+        "seq_len = 5\ninit_from = \"" +
+        (dir / "gpt2.safetensors").string() + "\"\n");
+  });
+  CHECK(contains(shape_msg, "transformer.wte.weight: shape (11, 8) in the file, (12, 8) expected"));
+}
+
+TEST_CASE("malformed and truncated safetensors files are clear errors") {
+  test::TempDir dir;
+  const auto f = dir / "bad.safetensors";
+  auto error_of = [&](const std::string& bytes) {
+    write_bytes(f, bytes);
+    return test::message_of<DataError>([&] { SafetensorsReader r(f); });
+  };
+  CHECK(contains(error_of("abc"), "shorter than the 8-byte header length"));
+  CHECK(contains(error_of(safetensors_bytes("{}", "").substr(0, 8) + "{"),
+                 "the header claims 2 bytes"));
+  CHECK(contains(error_of(safetensors_bytes("{\"a\": ", "")), "not valid JSON"));
+  CHECK(contains(
+      error_of(safetensors_bytes(R"({"a": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})",
+                                 std::string(8, '\0'))),
+      "dtype F64 is not supported"));
+  CHECK(contains(
+      error_of(safetensors_bytes(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})",
+                                 std::string(8, '\0'))),
+      "shape (3) of F32 needs 12 bytes but data_offsets span 8"));
+  CHECK(contains(error_of(safetensors_bytes(
+                     R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+                     std::string(8, '\0'))),
+                 "lie outside the 8 data bytes"));
+  CHECK(contains(
+      error_of(safetensors_bytes(
+          R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+          std::string(8, '\0'))),
+      "overlap"));
+  CHECK(contains(error_of(safetensors_bytes(
+                     R"({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})",
+                     std::string(4, '\0'))),
+                 "non-integer dimension"));
+  const SafetensorsReader ok([&] {
+    write_bytes(
+        f,
+        safetensors_bytes(
+            R"({"__metadata__": {"format": "pt"}, "a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})",
+            std::string("\x80\x3f\x00\x40", 4)));
+    return f;
+  }());
+  CHECK(ok.metadata().at("format") == "pt");
+  float v[2];
+  ok.read_f32(*ok.find("a"), v);
+  CHECK(v[0] == 1.0f);
+  CHECK(v[1] == 2.0f);
+}
+
+TEST_CASE("exporting a run directory converts its weights and copies config.json") {
+  test::TempDir dir;
+  Run a = test::make_run(tiny("llama", 1));
+  export_weights(*a.model, *a.strategy, dir / "run", DType::f32);
+  convert_weights(dir / "run", dir / "out", DType::bf16);
+  CHECK(std::filesystem::exists(dir / "out" / "config.json"));
+  const SafetensorsReader r(dir / "out" / "model.safetensors");
+  CHECK(r.entries().size() == a.model->params().size());
+  CHECK(r.entries().front().dtype == DType::bf16);
+  CHECK(r.metadata().at("format") == "pt");
+  CHECK(contains(test::message_of<DataError>(
+                     [&] { convert_weights(dir / "nothing", dir / "o2", DType::f32); }),
+                 "no weights at"));
+}
