@@ -63,12 +63,13 @@ class Ddp final : public Strategy {
     r.overflow = !std::isfinite(r.grad_norm);
     if (r.overflow) {
       r.skipped = true;
+      std::fill(g, g + n, 0.0f);
     } else {
+      // The optimizer pass zeroes the gradients for the next step.
       const float mult =
           static_cast<float>(1.0 / a.loss_scale) * shard::clip_multiplier(r.grad_norm, a.grad_clip);
       optimizer_->step(weights_.as<float>(), g, *kernels_, a.lr, a.step, mult);
     }
-    std::fill(g, g + n, 0.0f);
     return r;
   }
 

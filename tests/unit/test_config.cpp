@@ -108,7 +108,7 @@ TEST_CASE("--strategy replaces [strategy] with the preset, or names the plugin")
       "cannot read run file"));
 }
 
-TEST_CASE("batch identity: any two of micro, accumulation and global; contradictions fail") {
+TEST_CASE("batch identity: any two of micro, accumulation and global, and contradictions fail") {
   auto settle = [](const std::string& toml, int world) {
     return resolve_settings(RunConfig::parse(toml, "run.toml"), world).train;
   };

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/reference_kernels.h"
 #include "ztrain/kernels.h"
 
 namespace {
@@ -339,4 +340,57 @@ TEST_CASE("sum_squares is exact to double rounding and independent of the thread
   for (float v : x) ref += static_cast<double>(v) * v;
   CHECK(K().sum_squares(x.data(), x.size()) == doctest::Approx(ref).epsilon(1e-12));
   CHECK(K().sum_squares(x.data(), 0) == 0.0);
+}
+
+TEST_CASE("fast kernels match their reference on awkward sizes") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  struct Case {
+    int B, T, NH, NKV, hs;
+    bool packed;
+  };
+  for (const Case c : {Case{2, 7, 3, 3, 5, true}, Case{1, 13, 4, 2, 9, false},
+                       Case{3, 1, 2, 1, 6, false}, Case{1, 33, 6, 3, 17, false}}) {
+    INFO("B " << c.B << " T " << c.T << " NH " << c.NH << " NKV " << c.NKV << " hs " << c.hs);
+    const int C = c.NH * c.hs, KV = c.NKV * c.hs, N = c.B * c.T;
+    const int q_stride = c.packed ? 3 * C : C, kv_stride = c.packed ? 3 * C : KV;
+    const Vec qkv = randn(static_cast<std::size_t>(N) * (c.packed ? 3 * C : C + 2 * KV), 121);
+    const float* q = qkv.data();
+    const float* k = c.packed ? q + C : q + static_cast<std::size_t>(N) * C;
+    const float* v = c.packed ? q + 2 * C : k + static_cast<std::size_t>(N) * KV;
+    const std::size_t scores = static_cast<std::size_t>(c.B) * c.NH * c.T * c.T;
+    Vec out_f(static_cast<std::size_t>(N) * C), out_r(out_f.size()), p_f(scores), p_r(scores);
+    K().attention_forward(out_f.data(), p_f.data(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
+                          kv_stride);
+    ref->attention_forward(out_r.data(), p_r.data(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
+                           kv_stride);
+    for (std::size_t i = 0; i < out_f.size(); ++i)
+      CHECK(out_f[i] == doctest::Approx(out_r[i]).epsilon(1e-5).scale(1));
+    for (std::size_t i = 0; i < scores; ++i)
+      CHECK(p_f[i] == doctest::Approx(p_r[i]).epsilon(1e-5).scale(1));
+    const Vec dout = randn(out_f.size(), 122);
+    const Vec init = randn(qkv.size(), 123);  // backward adds into whatever is there
+    Vec d_f = init, d_r = init, s_f(scores), s_r(scores);
+    auto grads = [&](Vec& d) {
+      float* dq = d.data();
+      float* dk = c.packed ? dq + C : dq + static_cast<std::size_t>(N) * C;
+      float* dv = c.packed ? dq + 2 * C : dk + static_cast<std::size_t>(N) * KV;
+      return std::tuple{dq, dk, dv};
+    };
+    auto [fq, fk, fv] = grads(d_f);
+    auto [rq, rk, rv] = grads(d_r);
+    K().attention_backward(fq, fk, fv, s_f.data(), dout.data(), q, k, v, p_r.data(), c.B, c.T, c.NH,
+                           c.NKV, c.hs, q_stride, kv_stride);
+    ref->attention_backward(rq, rk, rv, s_r.data(), dout.data(), q, k, v, p_r.data(), c.B, c.T,
+                            c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    for (std::size_t i = 0; i < d_f.size(); ++i)
+      CHECK(d_f[i] == doctest::Approx(d_r[i]).epsilon(1e-4).scale(1));
+  }
+}
+
+TEST_CASE("adamw zeroes the gradients it consumed") {
+  Vec p = randn(100, 131), g = randn(100, 132), m(100), v(100);
+  K().adamw(p.data(), g.data(), m.data(), v.data(), 100, 0.1f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0.1f,
+            0.05f);
+  for (float x : g) CHECK(x == 0.0f);
+  for (float x : m) CHECK(x != 0.0f);
 }

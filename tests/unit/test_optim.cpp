@@ -43,12 +43,14 @@ TEST_CASE("AdamW matches PyTorch's update rule over several steps") {
   for (int step = 1; step <= 5; ++step) {
     for (ParamId id = 0; id < 2; ++id)
       for (std::uint64_t i = 0; i < layout.numel(id); ++i) g[layout.offset(id) + i] = nd(rng);
+    const std::vector<float> g_used = g;  // the step zeroes g
     opt.step(p.data(), g.data(), *k, lr, step, static_cast<float>(mult));
+    for (float x : g) CHECK(x == 0.0f);
     for (ParamId id = 0; id < 2; ++id) {
       const double wd = params[static_cast<std::size_t>(id)].decay ? s.weight_decay : 0.0;
       for (std::uint64_t i = 0; i < layout.numel(id); ++i) {
         const std::size_t j = layout.offset(id) + i;
-        const double gj = g[j] * mult;
+        const double gj = g_used[j] * mult;
         ref[j] *= 1 - lr * wd;  // torch.optim.AdamW: decay first, then the Adam step
         m[j] = s.beta1 * m[j] + (1 - s.beta1) * gj;
         v[j] = s.beta2 * v[j] + (1 - s.beta2) * gj * gj;

@@ -101,10 +101,11 @@ class ZTRAIN_API Kernels {
 
   // AdamW (decoupled weight decay, bias-corrected) on n elements:
   // g' = g * grad_mult; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
-  // p -= lr * (wd * p + (m / bc1) / (sqrt(v / bc2) + eps)).
-  virtual void adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, float grad_mult,
-                     float bc1, float bc2) const = 0;
+  // p -= lr * (wd * p + (m / bc1) / (sqrt(v / bc2) + eps)); then g = 0,
+  // ready for the next step's accumulation (one pass over memory, not two).
+  virtual void adamw(float* p, float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float grad_mult, float bc1,
+                     float bc2) const = 0;
 
   // Sum of squares in double, deterministic for a given thread count.
   virtual double sum_squares(const float* x, std::size_t n) const = 0;

@@ -101,7 +101,12 @@ std::vector<fs::path> default_plugin_dirs(const std::vector<std::string>& plugin
 #ifdef ZTRAIN_BUILD_PLUGIN_DIR
   dirs.emplace_back(ZTRAIN_BUILD_PLUGIN_DIR);
 #endif
-  return dirs;
+  // In the build tree <exe>/../lib/ztrain/plugins is the build directory.
+  std::vector<fs::path> unique;
+  std::set<fs::path> seen;
+  for (const auto& d : dirs)
+    if (seen.insert(fs::weakly_canonical(d, ec)).second) unique.push_back(d);
+  return unique;
 }
 
 LoadedPlugin PluginLoader::load_file(const fs::path& file) const {

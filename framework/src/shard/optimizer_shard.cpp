@@ -24,7 +24,7 @@ OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<Para
   }
 }
 
-void OptimizerShard::step(float* params, const float* grads, const Kernels& kernels, double lr,
+void OptimizerShard::step(float* params, float* grads, const Kernels& kernels, double lr,
                           std::int64_t step, float grad_mult) {
   const double bc1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step));

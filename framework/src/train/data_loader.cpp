@@ -36,7 +36,8 @@ void DataLoader::start_prefetch() {
 }
 
 Batch DataLoader::next() {
-  pending_.get();  // rethrows a DataError from the worker
+  if (!pending_.valid()) start_prefetch();  // the last prefetch failed and was reported
+  pending_.get();                           // rethrows a DataError from the worker
   const int ready = current_;
   current_ ^= 1;
   ++position_;

@@ -20,6 +20,8 @@ class JsonLine {
   JsonLine& add(std::string_view key, std::int64_t v);
   JsonLine& add(std::string_view key, bool v);
   JsonLine& add(std::string_view key, std::string_view v);
+  // Without it a string literal would pick the bool overload.
+  JsonLine& add(std::string_view key, const char* v) { return add(key, std::string_view(v)); }
   // {"device": {"params": bytes, ...}, "host": {...}} of the peaks.
   JsonLine& add_memory(std::string_view key, const MemoryStats& stats, bool peak);
   std::string str() const { return body_ + "}"; }

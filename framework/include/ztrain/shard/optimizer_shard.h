@@ -27,8 +27,9 @@ class ZTRAIN_API OptimizerShard {
                  const OptimizerSettings& settings);
 
   // params, grads: the slice [begin, end) (element 0 is flat element begin).
-  // grad_mult scales gradients in the same pass (unscale and clip).
-  void step(float* params, const float* grads, const Kernels& kernels, double lr, std::int64_t step,
+  // grad_mult scales gradients in the same pass (unscale and clip); the
+  // stepped gradients are zeroed.
+  void step(float* params, float* grads, const Kernels& kernels, double lr, std::int64_t step,
             float grad_mult);
 
   std::uint64_t begin() const { return begin_; }

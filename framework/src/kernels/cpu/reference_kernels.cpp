@@ -1,0 +1,429 @@
+// The reference cpu kernels: plain loops parallelised with oneTBB over
+// independent rows (or channel blocks where rows would race), GEMMs through
+// OpenBLAS with transposes folded into the call. Every reduction has a fixed
+// order, so results do not depend on how oneTBB schedules the work. The fast
+// kernels (fast_kernels.cpp) override some of these and are tested against
+// them.
+#include "kernels/cpu/reference_kernels.h"
+
+#include <cblas.h>
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace ztrain {
+namespace {
+
+template <class F>
+void parallel_rows(std::size_t n, std::size_t grain, F&& f) {
+  oneapi::tbb::parallel_for(
+      oneapi::tbb::blocked_range<std::size_t>(0, n, std::max<std::size_t>(1, grain)),
+      [&](const oneapi::tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) f(i);
+      });
+}
+
+template <class F>
+void parallel_chunks(std::size_t n, std::size_t grain, F&& f) {
+  oneapi::tbb::parallel_for(
+      oneapi::tbb::blocked_range<std::size_t>(0, n, std::max<std::size_t>(1, grain)),
+      [&](const oneapi::tbb::blocked_range<std::size_t>& r) { f(r.begin(), r.end()); });
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+void rotate(float* x, const float* cos, const float* sin, int B, int T, int H, int hs, int stride,
+            float direction) {
+  const int half = hs / 2;
+  parallel_rows(static_cast<std::size_t>(B) * T, 16, [&](std::size_t bt) {
+    const std::size_t t = bt % static_cast<std::size_t>(T);
+    const float* c = cos + t * half;
+    const float* s = sin + t * half;
+    for (int h = 0; h < H; ++h) {
+      float* r = x + bt * stride + h * hs;
+      for (int i = 0; i < half; ++i) {
+        const float x0 = r[i], x1 = r[i + half];
+        const float si = direction * s[i];
+        r[i] = x0 * c[i] - x1 * si;
+        r[i + half] = x1 * c[i] + x0 * si;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+// out: (B,T,C), tokens: (B,T), wte: (V,C), wpe: (T,C) or null
+void ReferenceKernels::embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                                         const float* wpe, int B, int T, int C) const {
+  parallel_rows(static_cast<std::size_t>(B) * T, 16, [&](std::size_t bt) {
+    const std::size_t t = bt % static_cast<std::size_t>(T);
+    const float* e = wte + static_cast<std::size_t>(tokens[bt]) * C;
+    float* o = out + bt * C;
+    if (wpe) {
+      const float* p = wpe + t * C;
+      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    } else {
+      std::copy(e, e + C, o);
+    }
+  });
+}
+
+// Parallel over channel blocks so that two rows with the same token never race.
+void ReferenceKernels::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                          const std::int32_t* tokens, int B, int T, int C) const {
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  parallel_chunks(static_cast<std::size_t>(C), 16, [&](std::size_t c0, std::size_t c1) {
+    for (std::size_t bt = 0; bt < BT; ++bt) {
+      const float* d = dout + bt * C;
+      float* e = dwte + static_cast<std::size_t>(tokens[bt]) * C;
+      for (std::size_t c = c0; c < c1; ++c) e[c] += d[c];
+      if (dwpe) {
+        float* p = dwpe + (bt % static_cast<std::size_t>(T)) * C;
+        for (std::size_t c = c0; c < c1; ++c) p[c] += d[c];
+      }
+    }
+  });
+}
+
+// inp, out: (N,C); mean, rstd: (N); w, b: (C)
+void ReferenceKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* w, const float* b, int N, int C,
+                                         float eps) const {
+  parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
+    const float* x = inp + n * C;
+    float m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= static_cast<float>(C);
+    float v = 0;
+    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    v /= static_cast<float>(C);
+    const float s = 1.0f / std::sqrt(v + eps);
+    float* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = s;
+  });
+}
+
+void ReferenceKernels::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                          const float* inp, const float* w, const float* mean,
+                                          const float* rstd, int N, int C) const {
+  parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
+    const float* x = inp + n * C;
+    const float* d = dout + n * C;
+    float dnorm_mean = 0, dnorm_norm_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - mean[n]) * rstd[n];
+      const float dnorm = w[c] * d[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= static_cast<float>(C);
+    dnorm_norm_mean /= static_cast<float>(C);
+    float* di = dinp + n * C;
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - mean[n]) * rstd[n];
+      const float dnorm = w[c] * d[c];
+      di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
+    }
+  });
+  parallel_chunks(static_cast<std::size_t>(C), 16, [&](std::size_t c0, std::size_t c1) {
+    for (int n = 0; n < N; ++n) {
+      const float* x = inp + static_cast<std::size_t>(n) * C;
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      for (std::size_t c = c0; c < c1; ++c) {
+        dw[c] += (x[c] - mean[n]) * rstd[n] * d[c];
+        db[c] += d[c];
+      }
+    }
+  });
+}
+
+// inp, out: (N,C); rstd: (N); w: (C)
+void ReferenceKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
+                                       int N, int C, float eps) const {
+  parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
+    const float* x = inp + n * C;
+    float ss = 0;
+    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
+    float* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
+    rstd[n] = s;
+  });
+}
+
+void ReferenceKernels::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                        const float* w, const float* rstd, int N, int C) const {
+  parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
+    const float* x = inp + n * C;
+    const float* d = dout + n * C;
+    float dot = 0;
+    for (int c = 0; c < C; ++c) dot += w[c] * d[c] * x[c] * rstd[n];
+    dot /= static_cast<float>(C);
+    float* di = dinp + n * C;
+    for (int c = 0; c < C; ++c) di[c] += rstd[n] * (w[c] * d[c] - x[c] * rstd[n] * dot);
+  });
+  parallel_chunks(static_cast<std::size_t>(C), 16, [&](std::size_t c0, std::size_t c1) {
+    for (int n = 0; n < N; ++n) {
+      const float* x = inp + static_cast<std::size_t>(n) * C;
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      for (std::size_t c = c0; c < c1; ++c) dw[c] += x[c] * rstd[n] * d[c];
+    }
+  });
+}
+
+// out: (N,OC) = inp (N,C) @ w^T, w: (OC,C)
+void ReferenceKernels::matmul_forward(float* out, const float* inp, const float* w,
+                                      const float* bias, int N, int C, int OC) const {
+  float beta = 0.0f;
+  if (bias) {
+    parallel_rows(static_cast<std::size_t>(N), 64,
+                  [&](std::size_t n) { std::copy(bias, bias + OC, out + n * OC); });
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+}
+
+void ReferenceKernels::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                                       const float* inp, const float* w, int N, int C,
+                                       int OC) const {
+  // dinp (N,C) += dout (N,OC) @ w (OC,C)
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
+                dinp, C);
+  // dw (OC,C) += dout^T (OC,N) @ inp (N,C)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
+              C);
+  if (dbias) {
+    parallel_chunks(static_cast<std::size_t>(OC), 64, [&](std::size_t o0, std::size_t o1) {
+      for (int n = 0; n < N; ++n) {
+        const float* d = dout + static_cast<std::size_t>(n) * OC;
+        for (std::size_t o = o0; o < o1; ++o) dbias[o] += d[o];
+      }
+    });
+  }
+}
+
+void ReferenceKernels::gelu_forward(float* out, const float* inp, std::size_t n) const {
+  parallel_chunks(n, 4096, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const float x = inp[i];
+      out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+    }
+  });
+}
+
+void ReferenceKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
+                                     std::size_t n) const {
+  parallel_chunks(n, 4096, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const float x = inp[i];
+      const float u = kGeluScale * (x + 0.044715f * x * x * x);
+      const float th = std::tanh(u);
+      const float sech2 = 1.0f - th * th;
+      const float grad =
+          0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+      dinp[i] += grad * dout[i];
+    }
+  });
+}
+
+void ReferenceKernels::swiglu_forward(float* out, const float* gate, const float* up,
+                                      std::size_t n) const {
+  parallel_chunks(n, 4096, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  });
+}
+
+void ReferenceKernels::swiglu_backward(float* dgate, float* dup, const float* dout,
+                                       const float* gate, const float* up, std::size_t n) const {
+  parallel_chunks(n, 4096, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const float g = gate[i];
+      const float sig = 1.0f / (1.0f + std::exp(-g));
+      const float silu = g * sig;
+      dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+      dup[i] += dout[i] * silu;
+    }
+  });
+}
+
+// x: (B,T,H,hs) rows of `stride`; cos, sin: (T, hs/2)
+void ReferenceKernels::rope_forward(float* x, const float* cos, const float* sin, int B, int T,
+                                    int H, int hs, int stride) const {
+  rotate(x, cos, sin, B, T, H, hs, stride, 1.0f);
+}
+void ReferenceKernels::rope_backward(float* dx, const float* cos, const float* sin, int B, int T,
+                                     int H, int hs, int stride) const {
+  rotate(dx, cos, sin, B, T, H, hs, stride, -1.0f);
+}
+
+// Scores and softmax row by row; probs: (B,NH,T,T), causal.
+void ReferenceKernels::attention_forward(float* out, float* probs, const float* q, const float* k,
+                                         const float* v, int B, int T, int NH, int NKV, int hs,
+                                         int q_stride, int kv_stride) const {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int group = NH / NKV;
+  const int C = NH * hs;
+  parallel_rows(static_cast<std::size_t>(B) * NH, 1, [&](std::size_t bh) {
+    const int b = static_cast<int>(bh) / NH, h = static_cast<int>(bh) % NH;
+    const int kvh = h / group;
+    for (int t = 0; t < T; ++t) {
+      const float* qt = q + (static_cast<std::size_t>(b) * T + t) * q_stride + h * hs;
+      float* p = probs + (bh * T + t) * T;
+      float maxv = -INFINITY;
+      for (int s = 0; s <= t; ++s) {
+        const float* ks = k + (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
+        float dot = 0;
+        for (int i = 0; i < hs; ++i) dot += qt[i] * ks[i];
+        p[s] = dot * scale;
+        maxv = std::max(maxv, p[s]);
+      }
+      float sum = 0;
+      for (int s = 0; s <= t; ++s) {
+        p[s] = std::exp(p[s] - maxv);
+        sum += p[s];
+      }
+      const float inv = 1.0f / sum;
+      for (int s = 0; s <= t; ++s) p[s] *= inv;
+      for (int s = t + 1; s < T; ++s) p[s] = 0.0f;
+      float* o = out + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
+      std::fill(o, o + hs, 0.0f);
+      for (int s = 0; s <= t; ++s) {
+        const float* vs = v + (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
+        for (int i = 0; i < hs; ++i) o[i] += p[s] * vs[i];
+      }
+    }
+  });
+}
+
+// Parallel over (batch, key/value head): the query heads of one group all
+// write the same dk, dv rows, so they run in one task, in order.
+void ReferenceKernels::attention_backward(float* dq, float* dk, float* dv, float* dscratch,
+                                          const float* dout, const float* q, const float* k,
+                                          const float* v, const float* probs, int B, int T, int NH,
+                                          int NKV, int hs, int q_stride, int kv_stride) const {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int group = NH / NKV;
+  const int C = NH * hs;
+  parallel_rows(static_cast<std::size_t>(B) * NKV, 1, [&](std::size_t bk) {
+    const int b = static_cast<int>(bk) / NKV, kvh = static_cast<int>(bk) % NKV;
+    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+      const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
+      for (int t = 0; t < T; ++t) {
+        const float* p = probs + (bh * T + t) * T;
+        float* dpre = dscratch + (bh * T + t) * T;
+        const float* dot = dout + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
+        // dp[s] = dout_t . v_s ; dv_s += p[s] dout_t
+        float pdp = 0;
+        for (int s = 0; s <= t; ++s) {
+          const std::size_t row = (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
+          const float* vs = v + row;
+          float* dvs = dv + row;
+          float dp = 0;
+          for (int i = 0; i < hs; ++i) {
+            dp += dot[i] * vs[i];
+            dvs[i] += p[s] * dot[i];
+          }
+          dpre[s] = dp;
+          pdp += p[s] * dp;
+        }
+        // softmax backward, then the scaled dot products
+        const float* qt = q + (static_cast<std::size_t>(b) * T + t) * q_stride + h * hs;
+        float* dqt = dq + (static_cast<std::size_t>(b) * T + t) * q_stride + h * hs;
+        for (int s = 0; s <= t; ++s) {
+          const float ds = p[s] * (dpre[s] - pdp) * scale;
+          const std::size_t row = (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
+          const float* ks = k + row;
+          float* dks = dk + row;
+          for (int i = 0; i < hs; ++i) {
+            dqt[i] += ds * ks[i];
+            dks[i] += ds * qt[i];
+          }
+        }
+      }
+    }
+  });
+}
+
+void ReferenceKernels::add(float* out, const float* a, const float* b, std::size_t n) const {
+  parallel_chunks(n, 8192, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+// logits: (N,V) -> probs in place; losses: (N)
+void ReferenceKernels::softmax_crossentropy_forward(float* losses, float* logits,
+                                                    const std::int32_t* targets, int N,
+                                                    int V) const {
+  parallel_rows(static_cast<std::size_t>(N), 4, [&](std::size_t n) {
+    float* x = logits + n * V;
+    float maxv = -INFINITY;
+    for (int i = 0; i < V; ++i) maxv = std::max(maxv, x[i]);
+    const float target_logit = x[targets[n]];
+    float sum = 0;
+    for (int i = 0; i < V; ++i) {
+      x[i] = std::exp(x[i] - maxv);
+      sum += x[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < V; ++i) x[i] *= inv;
+    losses[n] = std::log(sum) + maxv - target_logit;
+  });
+}
+
+void ReferenceKernels::softmax_crossentropy_backward(float* probs, const std::int32_t* targets,
+                                                     float dloss, int N, int V) const {
+  parallel_rows(static_cast<std::size_t>(N), 4, [&](std::size_t n) {
+    float* p = probs + n * V;
+    p[targets[n]] -= 1.0f;
+    for (int i = 0; i < V; ++i) p[i] *= dloss;
+  });
+}
+
+void ReferenceKernels::adamw(float* p, float* g, float* m, float* v, std::size_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
+                             float grad_mult, float bc1, float bc2) const {
+  parallel_chunks(n, 16384, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const float gi = g[i] * grad_mult;
+      g[i] = 0.0f;
+      m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+      v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+      const float mhat = m[i] / bc1;
+      const float vhat = v[i] / bc2;
+      p[i] -= lr * (weight_decay * p[i] + mhat / (std::sqrt(vhat) + eps));
+    }
+  });
+}
+
+// Fixed 64K-element chunks summed in double, then combined in order: the
+// result does not depend on the thread count at all.
+double ReferenceKernels::sum_squares(const float* x, std::size_t n) const {
+  constexpr std::size_t kChunk = 65536;
+  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(chunks, 0.0);
+  parallel_rows(chunks, 1, [&](std::size_t c) {
+    const std::size_t i1 = std::min(n, (c + 1) * kChunk);
+    double s = 0;
+    for (std::size_t i = c * kChunk; i < i1; ++i) s += static_cast<double>(x[i]) * x[i];
+    partial[c] = s;
+  });
+  double total = 0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+std::unique_ptr<Kernels> make_reference_cpu_kernels() {
+  return std::make_unique<ReferenceKernels>();
+}
+
+}  // namespace ztrain

@@ -1,0 +1,61 @@
+// ReferenceKernels: the plain cpu implementation of every op, kept beside
+// the fast one as the reference the tests compare it with (and the
+// implementation of the ops that have no fast version yet).
+#pragma once
+
+#include <memory>
+
+#include "ztrain/kernels.h"
+
+namespace ztrain {
+
+class ReferenceKernels : public Kernels {
+ public:
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) const override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                          int B, int T, int C) const override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int N, int C, float eps) const override;
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int N,
+                          int C) const override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                       float eps) const override;
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                        const float* rstd, int N, int C) const override;
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C,
+                      int OC) const override;
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                       const float* w, int N, int C, int OC) const override;
+  void gelu_forward(float* out, const float* inp, std::size_t n) const override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout,
+                     std::size_t n) const override;
+  void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const override;
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                       const float* up, std::size_t n) const override;
+  void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int H, int hs,
+                    int stride) const override;
+  void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H, int hs,
+                     int stride) const override;
+  void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                         int B, int T, int NH, int NKV, int hs, int q_stride,
+                         int kv_stride) const override;
+  void attention_backward(float* dq, float* dk, float* dv, float* dscratch, const float* dout,
+                          const float* q, const float* k, const float* v, const float* probs, int B,
+                          int T, int NH, int NKV, int hs, int q_stride,
+                          int kv_stride) const override;
+  void add(float* out, const float* a, const float* b, std::size_t n) const override;
+  void softmax_crossentropy_forward(float* losses, float* logits, const std::int32_t* targets,
+                                    int N, int V) const override;
+  void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss, int N,
+                                     int V) const override;
+  void adamw(float* p, float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, float grad_mult, float bc1,
+             float bc2) const override;
+  double sum_squares(const float* x, std::size_t n) const override;
+};
+
+std::unique_ptr<Kernels> make_reference_cpu_kernels();
+
+}  // namespace ztrain
