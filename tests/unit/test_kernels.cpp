@@ -3,6 +3,7 @@
 // double with a fixed random w, so the analytic gradient is backward(dout=w).
 #include <doctest/doctest.h>
 
+#include <oneapi/tbb/global_control.h>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -340,6 +341,9 @@ TEST_CASE("sum_squares is exact to double rounding and independent of the thread
   for (float v : x) ref += static_cast<double>(v) * v;
   CHECK(K().sum_squares(x.data(), x.size()) == doctest::Approx(ref).epsilon(1e-12));
   CHECK(K().sum_squares(x.data(), 0) == 0.0);
+  const double two = K().sum_squares(x.data(), x.size());
+  oneapi::tbb::global_control one_thread(oneapi::tbb::global_control::max_allowed_parallelism, 1);
+  CHECK(K().sum_squares(x.data(), x.size()) == two);  // bit-identical
 }
 
 TEST_CASE("fast kernels match their reference on awkward sizes") {
@@ -393,4 +397,69 @@ TEST_CASE("adamw zeroes the gradients it consumed") {
             0.05f);
   for (float x : g) CHECK(x == 0.0f);
   for (float x : m) CHECK(x != 0.0f);
+}
+
+TEST_CASE("fast elementwise kernels and softmax match their reference, tails included") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  for (std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{8}, std::size_t{100003}}) {
+    INFO("n " << n);
+    Vec x = randn(n, 141, 3.0f), y = randn(n, 142), d = randn(n, 143);
+    x[0] = -30.0f;  // saturated tails of tanh and sigmoid
+    if (n > 1) x[1] = 30.0f;
+    Vec a(n), b(n);
+    K().gelu_forward(a.data(), x.data(), n);
+    ref->gelu_forward(b.data(), x.data(), n);
+    for (std::size_t i = 0; i < n; ++i)
+      CHECK(a[i] == doctest::Approx(b[i]).epsilon(2e-6).scale(1e-6));
+    a.assign(n, 0.5f);
+    b.assign(n, 0.5f);
+    K().gelu_backward(a.data(), x.data(), d.data(), n);
+    ref->gelu_backward(b.data(), x.data(), d.data(), n);
+    // Backward adds into 0.5: compare on the scale of the terms.
+    for (std::size_t i = 0; i < n; ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(2e-6).scale(1));
+    K().swiglu_forward(a.data(), x.data(), y.data(), n);
+    ref->swiglu_forward(b.data(), x.data(), y.data(), n);
+    for (std::size_t i = 0; i < n; ++i)
+      CHECK(a[i] == doctest::Approx(b[i]).epsilon(2e-6).scale(1e-6));
+    Vec a2(n, 0.25f), b2(n, 0.25f);
+    a.assign(n, 0.5f);
+    b.assign(n, 0.5f);
+    K().swiglu_backward(a.data(), a2.data(), d.data(), x.data(), y.data(), n);
+    ref->swiglu_backward(b.data(), b2.data(), d.data(), x.data(), y.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(a[i] == doctest::Approx(b[i]).epsilon(2e-6).scale(1));
+      CHECK(a2[i] == doctest::Approx(b2[i]).epsilon(2e-6).scale(1));
+    }
+  }
+  const int N = 5, V = 1031;
+  Vec logits = randn(static_cast<std::size_t>(N) * V, 144, 4.0f);
+  logits[7] = 80.0f;  // one dominant logit
+  const std::vector<std::int32_t> targets{0, 7, 1030, 512, 3};
+  Vec pa = logits, pb = logits, la(N), lb(N);
+  K().softmax_crossentropy_forward(la.data(), pa.data(), targets.data(), N, V);
+  ref->softmax_crossentropy_forward(lb.data(), pb.data(), targets.data(), N, V);
+  for (int n = 0; n < N; ++n) CHECK(la[n] == doctest::Approx(lb[n]).epsilon(1e-5).scale(1e-5));
+  for (std::size_t i = 0; i < pa.size(); ++i)
+    CHECK(pa[i] == doctest::Approx(pb[i]).epsilon(1e-5).scale(1e-7));
+}
+
+TEST_CASE("fast adamw and sum_squares match their reference") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const std::size_t n = 70001;
+  Vec p1 = randn(n, 151), g1 = randn(n, 152), m1 = randn(n, 153, 0.1f), v1 = randn(n, 154, 0.1f);
+  for (auto& x : v1) x = x * x;
+  Vec p2 = p1, g2 = g1, m2 = m1, v2 = v1;
+  K().adamw(p1.data(), g1.data(), m1.data(), v1.data(), n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
+            0.19f, 0.0975f);
+  ref->adamw(p2.data(), g2.data(), m2.data(), v2.data(), n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
+             0.19f, 0.0975f);
+  for (std::size_t i = 0; i < n; ++i) {
+    CHECK(p1[i] == doctest::Approx(p2[i]).epsilon(1e-6));
+    CHECK(m1[i] == doctest::Approx(m2[i]).epsilon(1e-6));
+    CHECK(v1[i] == doctest::Approx(v2[i]).epsilon(1e-6));
+    CHECK(g1[i] == 0.0f);
+  }
+  const Vec x = randn(200003, 155);
+  CHECK(K().sum_squares(x.data(), x.size()) ==
+        doctest::Approx(ref->sum_squares(x.data(), x.size())).epsilon(1e-12));
 }

@@ -7,8 +7,10 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/reference_kernels.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace ztrain {
 namespace {
@@ -40,8 +42,96 @@ void causal_softmax_row(float* s, int t, int T) {
   std::fill(s + t + 1, s + T, 0.0f);
 }
 
+// Splits [0, n) into chunks that start on multiples of 8, so every chunk but
+// the last runs whole vectors; the grain (in elements) keeps chunks large
+// enough to amortise scheduling.
+constexpr std::size_t kElementGrain = 8192;
+
+template <class F>
+void parallel_chunks(std::size_t n, std::size_t grain, F&& f) {
+  const std::size_t blocks = (n + 7) / 8;
+  oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<std::size_t>(0, blocks, grain / 8),
+                            [&](const oneapi::tbb::blocked_range<std::size_t>& r) {
+                              f(r.begin() * 8, std::min(n, r.end() * 8));
+                            });
+}
+
 class FastKernels final : public ReferenceKernels {
  public:
+  void gelu_forward(float* out, const float* inp, std::size_t n) const override {
+    if (!vec::have_avx2_fma()) return ReferenceKernels::gelu_forward(out, inp, n);
+    parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
+      vec::gelu_forward_avx2(out + a, inp + a, b - a);
+    });
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout,
+                     std::size_t n) const override {
+    if (!vec::have_avx2_fma()) return ReferenceKernels::gelu_backward(dinp, inp, dout, n);
+    parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
+      vec::gelu_backward_avx2(dinp + a, inp + a, dout + a, b - a);
+    });
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up,
+                      std::size_t n) const override {
+    if (!vec::have_avx2_fma()) return ReferenceKernels::swiglu_forward(out, gate, up, n);
+    parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
+      vec::swiglu_forward_avx2(out + a, gate + a, up + a, b - a);
+    });
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                       const float* up, std::size_t n) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::swiglu_backward(dgate, dup, dout, gate, up, n);
+    parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
+      vec::swiglu_backward_avx2(dgate + a, dup + a, dout + a, gate + a, up + a, b - a);
+    });
+  }
+
+  void adamw(float* p, float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, float grad_mult, float bc1,
+             float bc2) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_mult,
+                                     bc1, bc2);
+    parallel_chunks(n, 65536, [&](std::size_t a, std::size_t b) {
+      vec::adamw_avx2(p + a, g + a, m + a, v + a, b - a, lr, beta1, beta2, eps, weight_decay,
+                      grad_mult, bc1, bc2);
+    });
+  }
+
+  // Fixed 64K-element chunks, each summed by one vector loop, combined in
+  // order: independent of the thread count.
+  double sum_squares(const float* x, std::size_t n) const override {
+    if (!vec::have_avx2_fma()) return ReferenceKernels::sum_squares(x, n);
+    constexpr std::size_t kChunk = 65536;
+    const std::size_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<double> partial(chunks);
+    oneapi::tbb::parallel_for(std::size_t{0}, chunks, [&](std::size_t c) {
+      partial[c] =
+          vec::sum_squares_avx2(x + c * kChunk, std::min(n, (c + 1) * kChunk) - c * kChunk);
+    });
+    double total = 0;
+    for (double s : partial) total += s;
+    return total;
+  }
+
+  // logits: (N,V) -> probs in place; losses: (N). One pass for the maximum,
+  // one vectorised pass for exp and the sum, one to normalise.
+  void softmax_crossentropy_forward(float* losses, float* logits, const std::int32_t* targets,
+                                    int N, int V) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::softmax_crossentropy_forward(losses, logits, targets, N, V);
+    oneapi::tbb::parallel_for(0, N, [&](int n) {
+      float* x = logits + static_cast<std::size_t>(n) * V;
+      const float maxv = *std::max_element(x, x + V);
+      const float target_logit = x[targets[n]];
+      const float sum = vec::exp_shifted_sum_avx2(x, static_cast<std::size_t>(V), maxv);
+      const float inv = 1.0f / sum;
+      for (int i = 0; i < V; ++i) x[i] *= inv;
+      losses[n] = std::log(sum) + maxv - target_logit;
+    });
+  }
+
   // Per (batch, head): S = scale * Q K^T and O = P V as GEMMs on the strided
   // head slices; heads run in parallel with single-threaded BLAS.
   // q: (B,T,NH,hs) rows of q_stride; k, v: (B,T,NKV,hs) rows of kv_stride;

@@ -209,11 +209,14 @@ void ReferenceKernels::matmul_backward(float* dinp, float* dw, float* dbias, con
   }
 }
 
+// GELU, tanh form, written as x * sigmoid(2u): 0.5 (1 + tanh(u)) equals
+// sigmoid(2u) exactly and avoids the cancellation of 1 + tanh for x < 0.
 void ReferenceKernels::gelu_forward(float* out, const float* inp, std::size_t n) const {
   parallel_chunks(n, 4096, [&](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
       const float x = inp[i];
-      out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+      const float u = kGeluScale * (x + 0.044715f * x * x * x);
+      out[i] = x / (1.0f + std::exp(-2.0f * u));
     }
   });
 }
@@ -224,11 +227,9 @@ void ReferenceKernels::gelu_backward(float* dinp, const float* inp, const float*
     for (std::size_t i = i0; i < i1; ++i) {
       const float x = inp[i];
       const float u = kGeluScale * (x + 0.044715f * x * x * x);
-      const float th = std::tanh(u);
-      const float sech2 = 1.0f - th * th;
-      const float grad =
-          0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-      dinp[i] += grad * dout[i];
+      const float s = 1.0f / (1.0f + std::exp(-2.0f * u));
+      const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+      dinp[i] += (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
     }
   });
 }

@@ -1,0 +1,131 @@
+// bench_cpu_step: how close a full training step (forward, backward,
+// optimizer) gets to the machine's own sgemm rate, measured in the same
+// process. Prints one table per model and the time split by op.
+//
+//   build/bin/bench_cpu_step [--threads N] [--steps N]
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/plugin_loader.h"
+#include "timed_kernels.h"
+#include "train/trainer.h"
+
+using namespace ztrain;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Best of several runs of C (M,N) = A (M,K) B^T with the device's threads.
+double sgemm_rate(int M, int N, int K, int reps) {
+  std::vector<float> a(static_cast<std::size_t>(M) * K, 0.5f),
+      b(static_cast<std::size_t>(N) * K, 0.25f), c(static_cast<std::size_t>(M) * N);
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
+                0.0f, c.data(), N);
+    best = std::max(best, 2.0 * M * N * K / seconds(t0));
+  }
+  return best;
+}
+
+struct BenchModel {
+  const char* name;
+  const char* toml;
+  int batch;
+};
+
+void run(const BenchModel& m, int threads, int steps, double sgemm) {
+  const std::string toml = std::string(m.toml) +
+                           "[train]\nmicro_batch_size = " + std::to_string(m.batch) +
+                           "\n[device]\nthreads = " + std::to_string(threads) + "\n";
+  const PluginLoader loader(default_plugin_dirs({}), nullptr);
+  Run r = assemble(RunConfig::parse(toml, m.name), loader);
+  const ModelInfo info = r.model->info();
+  const int B = m.batch, T = info.seq_len;
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
+  for (int b = 0; b < B; ++b)
+    r.data->fill(Split::train, static_cast<std::uint64_t>(b), in.data() + b * T, tg.data() + b * T);
+  const Batch batch{{B, T}, in.data(), tg.data()};
+  const auto params = r.model->params();
+  Arena arena(*r.device);
+  bench::TimedKernels timed(*r.kernels);
+  double total = 0, optimizer = 0;
+  for (int s = -2; s < steps; ++s) {  // two warm-up steps
+    if (s == 0) timed.seconds.clear();
+    const auto t0 = Clock::now();
+    StepContext ctx(*r.strategy, params, timed, arena, 1.0f);
+    r.model->forward_backward(batch, ctx);
+    const auto t1 = Clock::now();
+    r.strategy->step({1e-4, s + 3, 1.0, 1.0});
+    if (s >= 0) {
+      optimizer += seconds(t1);
+      total += seconds(t0);
+    }
+  }
+  const double tokens = static_cast<double>(B) * T * steps;
+  const double flops = info.train_flops_per_token * tokens / total;
+  std::printf("\n%s: %.1fM params, B=%d T=%d, %d threads, %d steps\n", m.name,
+              static_cast<double>(info.n_params) / 1e6, B, T, threads, steps);
+  std::printf("  step time        %8.3f s\n", total / steps);
+  std::printf("  tokens/s         %8.0f\n", tokens / total);
+  std::printf("  model FLOP/s     %8.1f G  (6N + 12LCT per token)\n", flops / 1e9);
+  std::printf("  of sgemm rate    %8.1f %%\n", 100.0 * flops / sgemm);
+  std::printf("  time split:\n");
+  std::vector<std::pair<double, std::string>> split;
+  double kernels = 0;
+  for (const auto& [op, sec] : timed.seconds) {
+    split.emplace_back(sec, op);
+    kernels += sec;
+  }
+  split.emplace_back(optimizer, "optimizer step (grad norm, AdamW)");
+  split.emplace_back(total - optimizer - kernels, "other (hooks, zeroing, model glue)");
+  std::sort(split.rbegin(), split.rend());
+  for (const auto& [sec, op] : split)
+    std::printf("    %-36s %6.1f %%  %8.2f ms/step\n", op.c_str(), 100.0 * sec / total,
+                1e3 * sec / steps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, steps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atoi(argv[i + 1]);
+  }
+  try {
+    auto device = make_cpu_device(threads);  // sets the BLAS and TBB thread counts
+    const double rate = sgemm_rate(2048, 2048, 2048, 5);
+    std::printf("sgemm rate (2048^3, %d threads, best of 5): %.1f GFLOP/s\n", threads, rate / 1e9);
+    const BenchModel models[] = {
+        {"gpt2-124m",
+         "[model]\narch = \"gpt2\"\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab_size = 50257\n"
+         "seq_len = 64\n",
+         4},
+        {"gpt2-tiny",
+         "[model]\narch = \"gpt2\"\nn_layer = 4\nn_head = 4\nn_embd = 256\nvocab_size = 4096\n"
+         "seq_len = 256\n",
+         8},
+    };
+    for (const auto& m : models) run(m, threads, steps, rate);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cpu_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,201 @@
+#include "kernels/cpu/vector_math.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+namespace ztrain::vec {
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+#define ZTRAIN_AVX2 __attribute__((target("avx2,fma")))
+
+// Cephes expf on 8 lanes. Inputs are clamped to [-87, 88] so that the
+// power of two stays a normal float (exp(-inf) gives 1.6e-38, not 0, and
+// large inputs saturate at 1.7e38): callers use it where that is harmless
+// (tanh, sigmoid, softmax after subtracting the maximum).
+ZTRAIN_AVX2 inline __m256 exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.0f), lo = _mm256_set1_ps(-87.0f);
+  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+ZTRAIN_AVX2 inline __m256 sigmoid8(__m256 g) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+}
+
+ZTRAIN_AVX2 inline __m256 gelu_u(__m256 x) {
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  return _mm256_mul_ps(_mm256_set1_ps(kGeluScale),
+                       _mm256_fmadd_ps(_mm256_set1_ps(kGeluCubic), x3, x));
+}
+
+// The tails (n % 8) use the same formulas in scalar code.
+float sigmoid_scalar(float z) {
+  return 1.0f / (1.0f + std::exp(-z));
+}
+
+}  // namespace
+
+bool have_avx2_fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+// 0.5 (1 + tanh(u)) = sigmoid(2u), which avoids the cancellation in 1 + tanh
+// for negative inputs.
+ZTRAIN_AVX2 void gelu_forward_avx2(float* out, const float* inp, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(inp + i);
+    const __m256 u = gelu_u(x);
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(x, sigmoid8(_mm256_add_ps(u, u))));
+  }
+  for (; i < n; ++i) {
+    const float x = inp[i];
+    out[i] = x * sigmoid_scalar(2.0f * kGeluScale * (x + kGeluCubic * x * x * x));
+  }
+}
+
+// d/dx [x s(2u)] = s + 2 x s (1 - s) u', u' = k (1 + 3 c x^2)
+ZTRAIN_AVX2 void gelu_backward_avx2(float* dinp, const float* inp, const float* dout,
+                                    std::size_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), two_k = _mm256_set1_ps(2.0f * kGeluScale);
+  const __m256 c3 = _mm256_set1_ps(3.0f * kGeluCubic);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(inp + i);
+    const __m256 u = gelu_u(x);
+    const __m256 s = sigmoid8(_mm256_add_ps(u, u));
+    const __m256 du = _mm256_mul_ps(two_k, _mm256_fmadd_ps(c3, _mm256_mul_ps(x, x), one));
+    const __m256 grad =
+        _mm256_fmadd_ps(_mm256_mul_ps(x, _mm256_mul_ps(s, _mm256_sub_ps(one, s))), du, s);
+    _mm256_storeu_ps(dinp + i,
+                     _mm256_fmadd_ps(grad, _mm256_loadu_ps(dout + i), _mm256_loadu_ps(dinp + i)));
+  }
+  for (; i < n; ++i) {
+    const float x = inp[i];
+    const float s = sigmoid_scalar(2.0f * kGeluScale * (x + kGeluCubic * x * x * x));
+    const float grad =
+        s + x * s * (1.0f - s) * 2.0f * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] += grad * dout[i];
+  }
+}
+
+ZTRAIN_AVX2 void swiglu_forward_avx2(float* out, const float* gate, const float* up,
+                                     std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    _mm256_storeu_ps(out + i,
+                     _mm256_mul_ps(_mm256_mul_ps(g, sigmoid8(g)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+ZTRAIN_AVX2 void swiglu_backward_avx2(float* dgate, float* dup, const float* dout,
+                                      const float* gate, const float* up, std::size_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i),
+                 d = _mm256_loadu_ps(dout + i);
+    const __m256 sig = sigmoid8(g);
+    const __m256 dsilu = _mm256_mul_ps(sig, _mm256_fmadd_ps(g, _mm256_sub_ps(one, sig), one));
+    _mm256_storeu_ps(dgate + i,
+                     _mm256_fmadd_ps(_mm256_mul_ps(d, u), dsilu, _mm256_loadu_ps(dgate + i)));
+    _mm256_storeu_ps(dup + i, _mm256_fmadd_ps(d, _mm256_mul_ps(g, sig), _mm256_loadu_ps(dup + i)));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    const float sig = 1.0f / (1.0f + std::exp(-g));
+    dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+    dup[i] += dout[i] * g * sig;
+  }
+}
+
+ZTRAIN_AVX2 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float sum = 0;
+  for (float l : lanes) sum += l;
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
+ZTRAIN_AVX2 void adamw_avx2(float* p, float* g, float* m, float* v, std::size_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay,
+                            float grad_mult, float bc1, float bc2) {
+  const __m256 b1 = _mm256_set1_ps(beta1), b2 = _mm256_set1_ps(beta2);
+  const __m256 one_b1 = _mm256_set1_ps(1.0f - beta1), one_b2 = _mm256_set1_ps(1.0f - beta2);
+  const __m256 inv_bc1 = _mm256_set1_ps(1.0f / bc1), inv_bc2 = _mm256_set1_ps(1.0f / bc2);
+  const __m256 e = _mm256_set1_ps(eps), wd = _mm256_set1_ps(weight_decay);
+  const __m256 neg_lr = _mm256_set1_ps(-lr), mult = _mm256_set1_ps(grad_mult);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), mult);
+    _mm256_storeu_ps(g + i, _mm256_setzero_ps());
+    const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(one_b1, gi));
+    const __m256 vi =
+        _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(one_b2, gi), gi));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    const __m256 denom = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, inv_bc2)), e);
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    const __m256 update = _mm256_fmadd_ps(wd, pi, _mm256_div_ps(_mm256_mul_ps(mi, inv_bc1), denom));
+    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(neg_lr, update, pi));
+  }
+  for (; i < n; ++i) {
+    const float gi = g[i] * grad_mult;
+    g[i] = 0.0f;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    p[i] -= lr * (weight_decay * p[i] + (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps));
+  }
+}
+
+ZTRAIN_AVX2 double sum_squares_avx2(const float* x, std::size_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xi = _mm256_loadu_ps(x + i);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(xi));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(xi, 1));
+    a0 = _mm256_fmadd_pd(lo, lo, a0);
+    a1 = _mm256_fmadd_pd(hi, hi, a1);
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(a0, a1));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+
+}  // namespace ztrain::vec
