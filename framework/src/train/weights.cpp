@@ -26,24 +26,27 @@ Shape external_shape(const ParamSpec& p) {
   return Shape{p.shape[1], p.shape[0]};
 }
 
+// Where the tensors of an export to `out` go: `out` itself when it names a
+// .safetensors file, else out/model.safetensors, with `config_json` (when
+// non-empty) written beside it.
+fs::path prepare_target(const fs::path& out, const std::string& config_json) {
+  if (out.extension() == ".safetensors") return out;
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw DataError("cannot create export directory '" + out.string() + "': " + ec.message());
+  if (!config_json.empty()) {
+    std::ofstream cfg(out / "config.json");
+    cfg << config_json;
+    if (!cfg) throw DataError("cannot write '" + (out / "config.json").string() + "'");
+  }
+  return out / "model.safetensors";
+}
+
 }  // namespace
 
 void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype) {
   const auto params = model.params();
-  fs::path file = out;
-  if (out.extension() != ".safetensors") {
-    std::error_code ec;
-    fs::create_directories(out, ec);
-    if (ec)
-      throw DataError("cannot create export directory '" + out.string() + "': " + ec.message());
-    file = out / "model.safetensors";
-    const std::string config = model.hf_config_json();
-    if (!config.empty()) {
-      std::ofstream cfg(out / "config.json");
-      cfg << config;
-      if (!cfg) throw DataError("cannot write '" + (out / "config.json").string() + "'");
-    }
-  }
+  const fs::path file = prepare_target(out, model.hf_config_json());
   std::vector<std::vector<std::uint8_t>> storage;
   std::vector<SafetensorsTensor> tensors;
   std::vector<float> full, flipped;
@@ -136,19 +139,12 @@ void convert_weights(const fs::path& source, const fs::path& out, DType dtype) {
     throw DataError("no weights at '" + file.string() + "'" +
                     (dir ? "; is this a ztrain run directory of a finished run?" : ""));
   const SafetensorsReader in(file);
-  fs::path target = out;
-  if (out.extension() != ".safetensors") {
-    std::error_code ec;
-    fs::create_directories(out, ec);
-    if (ec)
-      throw DataError("cannot create export directory '" + out.string() + "': " + ec.message());
-    target = out / "model.safetensors";
-    if (dir && fs::exists(source / "config.json")) {
-      fs::copy_file(source / "config.json", out / "config.json",
-                    fs::copy_options::overwrite_existing, ec);
-      if (ec) throw DataError("cannot copy config.json to '" + out.string() + "': " + ec.message());
-    }
+  std::string config_json;
+  if (dir && fs::exists(source / "config.json")) {
+    std::ifstream cfg(source / "config.json");
+    config_json.assign(std::istreambuf_iterator<char>(cfg), {});
   }
+  const fs::path target = prepare_target(out, config_json);
   std::vector<std::vector<std::uint8_t>> storage;
   std::vector<SafetensorsTensor> tensors;
   std::vector<float> values;

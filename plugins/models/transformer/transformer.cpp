@@ -74,8 +74,8 @@ Transformer::Transformer(const Options& o) {
     rope_cos_.resize(static_cast<std::size_t>(cfg_.seq_len) * half);
     rope_sin_.resize(rope_cos_.size());
     for (int i = 0; i < half; ++i) {
-      const float inv_freq = static_cast<float>(
-          1.0 / std::pow(cfg_.rope_theta, static_cast<double>(2 * i) / cfg_.head_size()));
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(cfg_.head_size());
+      const float inv_freq = 1.0f / std::pow(static_cast<float>(cfg_.rope_theta), exponent);
       for (int t = 0; t < cfg_.seq_len; ++t) {
         const float angle = static_cast<float>(t) * inv_freq;
         rope_cos_[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
