@@ -27,18 +27,24 @@ double seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Best of several runs of C (M,N) = A (M,K) B^T with the device's threads.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median of several runs of C (M,N) = A (M,K) B^T with the device's threads
+// (the median on both sides of the ratio: a noisy neighbour moves neither).
 double sgemm_rate(int M, int N, int K, int reps) {
   std::vector<float> a(static_cast<std::size_t>(M) * K, 0.5f),
       b(static_cast<std::size_t>(N) * K, 0.25f), c(static_cast<std::size_t>(M) * N);
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = Clock::now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
                 0.0f, c.data(), N);
-    best = std::max(best, 2.0 * M * N * K / seconds(t0));
+    if (r > 0) rates.push_back(2.0 * M * N * K / seconds(t0));  // the first call warms up
   }
-  return best;
+  return median(rates);
 }
 
 struct BenchModel {
@@ -63,6 +69,7 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
   Arena arena(*r.device);
   bench::TimedKernels timed(*r.kernels);
   double total = 0, optimizer = 0;
+  std::vector<double> step_times;
   for (int s = -2; s < steps; ++s) {  // two warm-up steps
     if (s == 0) timed.seconds.clear();
     const auto t0 = Clock::now();
@@ -73,14 +80,15 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
     if (s >= 0) {
       optimizer += seconds(t1);
       total += seconds(t0);
+      step_times.push_back(seconds(t0));
     }
   }
-  const double tokens = static_cast<double>(B) * T * steps;
-  const double flops = info.train_flops_per_token * tokens / total;
+  const double step = median(step_times);
+  const double flops = info.train_flops_per_token * B * T / step;
   std::printf("\n%s: %.1fM params, B=%d T=%d, %d threads, %d steps\n", m.name,
               static_cast<double>(info.n_params) / 1e6, B, T, threads, steps);
-  std::printf("  step time        %8.3f s\n", total / steps);
-  std::printf("  tokens/s         %8.0f\n", tokens / total);
+  std::printf("  step time        %8.3f s (median)\n", step);
+  std::printf("  tokens/s         %8.0f\n", B * T / step);
   std::printf("  model FLOP/s     %8.1f G  (6N + 12LCT per token)\n", flops / 1e9);
   std::printf("  of sgemm rate    %8.1f %%\n", 100.0 * flops / sgemm);
   std::printf("  time split:\n");
@@ -101,7 +109,7 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, steps = 5;
+  int threads = 2, steps = 7;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads"))
       threads = std::atoi(argv[i + 1]);
@@ -110,8 +118,8 @@ int main(int argc, char** argv) {
   }
   try {
     auto device = make_cpu_device(threads);  // sets the BLAS and TBB thread counts
-    const double rate = sgemm_rate(2048, 2048, 2048, 5);
-    std::printf("sgemm rate (2048^3, %d threads, best of 5): %.1f GFLOP/s\n", threads, rate / 1e9);
+    const double rate = sgemm_rate(2048, 2048, 2048, 7);
+    std::printf("sgemm rate (2048^3, %d threads, median of 7): %.1f GFLOP/s\n", threads, rate / 1e9);
     const BenchModel models[] = {
         {"gpt2-124m",
          "[model]\narch = \"gpt2\"\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab_size = 50257\n"

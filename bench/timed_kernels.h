@@ -70,7 +70,7 @@ class TimedKernels final : public Kernels {
                 int h, int i, int j, int k, int l),
                (a, b, c, d, e, f, g, h, i, j, k, l))
   ZTRAIN_TIMED(attention_backward,
-               (float* a, float* b, float* c, float* d, const float* e, const float* f,
+               (float* a, float* b, float* c, const float* d, const float* e, const float* f,
                 const float* g, const float* h, const float* i, int j, int k, int l, int m, int n,
                 int o, int p),
                (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p))

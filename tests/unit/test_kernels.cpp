@@ -257,29 +257,44 @@ TEST_CASE("attention backward matches finite differences (packed MHA and grouped
       float* vp = c.packed ? qq.data() + 2 * C : vv.data();
       return std::tuple{qp, kp, vp};
     };
-    Vec out(static_cast<std::size_t>(N) * C),
-        probs(static_cast<std::size_t>(c.B) * c.NH * c.T * c.T);
+    Vec out(static_cast<std::size_t>(N) * C), lse(static_cast<std::size_t>(c.B) * c.NH * c.T);
     const Vec dout = randn(out.size(), 84);
     auto [qp, kp, vp] = ptrs(q, k, v);
-    K().attention_forward(out.data(), probs.data(), qp, kp, vp, c.B, c.T, c.NH, c.NKV, c.hs,
+    K().attention_forward(out.data(), lse.data(), qp, kp, vp, c.B, c.T, c.NH, c.NKV, c.hs,
                           q_stride, kv_stride);
-    // Causal rows sum to one, zero above the diagonal.
-    for (int r = 0; r < c.B * c.NH * c.T; ++r) {
-      const int t = r % c.T;
-      double s = 0;
-      for (int j = 0; j < c.T; ++j) {
-        s += probs[static_cast<std::size_t>(r) * c.T + j];
-        if (j > t) CHECK(probs[static_cast<std::size_t>(r) * c.T + j] == 0.0f);
-      }
-      CHECK(s == doctest::Approx(1.0).epsilon(1e-5));
-    }
-    Vec dq(q.size()), dk(k.size()), dv(v.size()), scratch(probs.size());
+    // Against causal attention written out in double.
+    const int group = c.NH / c.NKV;
+    for (int b = 0; b < c.B; ++b)
+      for (int h = 0; h < c.NH; ++h)
+        for (int t = 0; t < c.T; ++t) {
+          std::vector<double> sc(static_cast<std::size_t>(t) + 1);
+          double mx = -1e300, sum = 0;
+          for (int j = 0; j <= t; ++j) {
+            double d = 0;
+            for (int i = 0; i < c.hs; ++i)
+              d += static_cast<double>(qp[(b * c.T + t) * q_stride + h * c.hs + i]) *
+                   kp[(b * c.T + j) * kv_stride + (h / group) * c.hs + i];
+            sc[static_cast<std::size_t>(j)] = d / std::sqrt(static_cast<double>(c.hs));
+            mx = std::max(mx, sc[static_cast<std::size_t>(j)]);
+          }
+          for (double x : sc) sum += std::exp(x - mx);
+          CHECK(lse[(b * c.NH + h) * c.T + t] == doctest::Approx(mx + std::log(sum)).epsilon(1e-5));
+          for (int i = 0; i < c.hs; ++i) {
+            double o = 0;
+            for (int j = 0; j <= t; ++j)
+              o += std::exp(sc[static_cast<std::size_t>(j)] - mx) / sum *
+                   vp[(b * c.T + j) * kv_stride + (h / group) * c.hs + i];
+            CHECK(out[(b * c.T + t) * C + h * c.hs + i] == doctest::Approx(o).epsilon(1e-5).scale(1));
+          }
+        }
+    Vec dq(q.size()), dk(k.size()), dv(v.size());
     auto [dqp, dkp, dvp] = ptrs(dq, dk, dv);
-    K().attention_backward(dqp, dkp, dvp, scratch.data(), dout.data(), qp, kp, vp, probs.data(),
-                           c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    K().attention_backward(dqp, dkp, dvp, dout.data(), out.data(), qp, kp, vp, lse.data(), c.B,
+                           c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    Vec lse2(lse.size());
     auto loss = [&] {
       auto [a, b2, d] = ptrs(q, k, v);
-      K().attention_forward(out.data(), probs.data(), a, b2, d, c.B, c.T, c.NH, c.NKV, c.hs,
+      K().attention_forward(out.data(), lse2.data(), a, b2, d, c.B, c.T, c.NH, c.NKV, c.hs,
                             q_stride, kv_stride);
       return dot(out, dout);
     };
@@ -353,7 +368,8 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
     bool packed;
   };
   for (const Case c : {Case{2, 7, 3, 3, 5, true}, Case{1, 13, 4, 2, 9, false},
-                       Case{3, 1, 2, 1, 6, false}, Case{1, 33, 6, 3, 17, false}}) {
+                       Case{3, 1, 2, 1, 6, false}, Case{1, 33, 6, 3, 17, false},
+                       Case{1, 150, 2, 1, 8, false}, Case{1, 129, 2, 2, 4, true}}) {
     INFO("B " << c.B << " T " << c.T << " NH " << c.NH << " NKV " << c.NKV << " hs " << c.hs);
     const int C = c.NH * c.hs, KV = c.NKV * c.hs, N = c.B * c.T;
     const int q_stride = c.packed ? 3 * C : C, kv_stride = c.packed ? 3 * C : KV;
@@ -361,19 +377,18 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
     const float* q = qkv.data();
     const float* k = c.packed ? q + C : q + static_cast<std::size_t>(N) * C;
     const float* v = c.packed ? q + 2 * C : k + static_cast<std::size_t>(N) * KV;
-    const std::size_t scores = static_cast<std::size_t>(c.B) * c.NH * c.T * c.T;
-    Vec out_f(static_cast<std::size_t>(N) * C), out_r(out_f.size()), p_f(scores), p_r(scores);
-    K().attention_forward(out_f.data(), p_f.data(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
+    const std::size_t rows = static_cast<std::size_t>(c.B) * c.NH * c.T;
+    Vec out_f(static_cast<std::size_t>(N) * C), out_r(out_f.size()), l_f(rows), l_r(rows);
+    K().attention_forward(out_f.data(), l_f.data(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
                           kv_stride);
-    ref->attention_forward(out_r.data(), p_r.data(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
+    ref->attention_forward(out_r.data(), l_r.data(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
                            kv_stride);
     for (std::size_t i = 0; i < out_f.size(); ++i)
       CHECK(out_f[i] == doctest::Approx(out_r[i]).epsilon(1e-5).scale(1));
-    for (std::size_t i = 0; i < scores; ++i)
-      CHECK(p_f[i] == doctest::Approx(p_r[i]).epsilon(1e-5).scale(1));
+    for (std::size_t i = 0; i < rows; ++i) CHECK(l_f[i] == doctest::Approx(l_r[i]).epsilon(1e-5));
     const Vec dout = randn(out_f.size(), 122);
     const Vec init = randn(qkv.size(), 123);  // backward adds into whatever is there
-    Vec d_f = init, d_r = init, s_f(scores), s_r(scores);
+    Vec d_f = init, d_r = init;
     auto grads = [&](Vec& d) {
       float* dq = d.data();
       float* dk = c.packed ? dq + C : dq + static_cast<std::size_t>(N) * C;
@@ -382,9 +397,9 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
     };
     auto [fq, fk, fv] = grads(d_f);
     auto [rq, rk, rv] = grads(d_r);
-    K().attention_backward(fq, fk, fv, s_f.data(), dout.data(), q, k, v, p_r.data(), c.B, c.T, c.NH,
-                           c.NKV, c.hs, q_stride, kv_stride);
-    ref->attention_backward(rq, rk, rv, s_r.data(), dout.data(), q, k, v, p_r.data(), c.B, c.T,
+    K().attention_backward(fq, fk, fv, dout.data(), out_r.data(), q, k, v, l_r.data(), c.B, c.T,
+                           c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    ref->attention_backward(rq, rk, rv, dout.data(), out_r.data(), q, k, v, l_r.data(), c.B, c.T,
                             c.NH, c.NKV, c.hs, q_stride, kv_stride);
     for (std::size_t i = 0; i < d_f.size(); ++i)
       CHECK(d_f[i] == doctest::Approx(d_r[i]).epsilon(1e-4).scale(1));

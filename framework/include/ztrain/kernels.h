@@ -76,18 +76,19 @@ class ZTRAIN_API Kernels {
   virtual void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H,
                              int hs, int stride) const = 0;
 
-  // Causal scaled dot-product attention with grouped key/value heads.
+  // Causal scaled dot-product attention with grouped key/value heads,
+  // keeping O(T) per head for backward instead of the T x T probabilities.
   // q: (B,T,NH,hs) rows of q_stride floats; k, v: (B,T,NKV,hs) rows of
-  // kv_stride; out: (B,T,NH*hs) contiguous; probs: (B,NH,T,T) softmax saved
-  // for backward (entries above the diagonal are zero).
-  virtual void attention_forward(float* out, float* probs, const float* q, const float* k,
+  // kv_stride; out: (B,T,NH*hs) contiguous; lse: (B,NH,T) the log-sum-exp of
+  // each row of scaled scores, saved for backward.
+  virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
                                  const float* v, int B, int T, int NH, int NKV, int hs,
                                  int q_stride, int kv_stride) const = 0;
-  // dscratch: (B,NH,T,T) workspace, overwritten.
-  virtual void attention_backward(float* dq, float* dk, float* dv, float* dscratch,
-                                  const float* dout, const float* q, const float* k, const float* v,
-                                  const float* probs, int B, int T, int NH, int NKV, int hs,
-                                  int q_stride, int kv_stride) const = 0;
+  // Recomputes the probabilities from q, k and lse. out: the forward's output.
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                  const float* out, const float* q, const float* k,
+                                  const float* v, const float* lse, int B, int T, int NH,
+                                  int NKV, int hs, int q_stride, int kv_stride) const = 0;
 
   // out = a + b; all (n). out may alias a or b.
   virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;

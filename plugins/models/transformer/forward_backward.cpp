@@ -57,7 +57,7 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), N, C,
                         cfg_.norm_eps);
     k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), N, C, 3 * C);  // qkv: (N,3C)
-    k.attention_forward(b.atty, b.probs, b.q, b.k, b.v, B, T, NH, NH, hs, b.q_stride, b.kv_stride);
+    k.attention_forward(b.atty, b.lse, b.q, b.k, b.v, B, T, NH, NH, hs, b.q_stride, b.kv_stride);
   } else {
     const int KV = cfg_.kv_dim(), NKV = cfg_.n_kv_head;
     k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), N, C, cfg_.norm_eps);
@@ -66,7 +66,7 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     k.matmul_forward(b.v, b.ln1, P(p.v_w), nullptr, N, C, KV);  // v: (N,KV)
     k.rope_forward(b.q, rope_cos_.data(), rope_sin_.data(), B, T, NH, hs, C);
     k.rope_forward(b.k, rope_cos_.data(), rope_sin_.data(), B, T, NKV, hs, KV);
-    k.attention_forward(b.atty, b.probs, b.q, b.k, b.v, B, T, NH, NKV, hs, b.q_stride, b.kv_stride);
+    k.attention_forward(b.atty, b.lse, b.q, b.k, b.v, B, T, NH, NKV, hs, b.q_stride, b.kv_stride);
   }
   k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), N, C, C);
   k.add(b.res1, b.res1, x, NC);
@@ -126,7 +126,7 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   if (!cfg_.llama) {
     zero(a.d_qkv, NC * 3);
     float* dq = a.d_qkv;
-    k.attention_backward(dq, dq + C, dq + 2 * C, a.d_scores, a.d_att, b.q, b.k, b.v, b.probs, B, T,
+    k.attention_backward(dq, dq + C, dq + 2 * C, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T,
                          NH, NH, hs, b.q_stride, b.kv_stride);
     zero(a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w), N, C, 3 * C);
@@ -139,7 +139,7 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
     float* dk = dq + NC;
     float* dv = dk + NKVs;
     zero(a.d_qkv, NC + 2 * NKVs);
-    k.attention_backward(dq, dk, dv, a.d_scores, a.d_att, b.q, b.k, b.v, b.probs, B, T, NH, NKV, hs,
+    k.attention_backward(dq, dk, dv, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T, NH, NKV, hs,
                          b.q_stride, b.kv_stride);
     k.rope_backward(dq, rope_cos_.data(), rope_sin_.data(), B, T, NH, hs, C);
     k.rope_backward(dk, rope_cos_.data(), rope_sin_.data(), B, T, NKV, hs, KV);

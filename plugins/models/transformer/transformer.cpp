@@ -218,7 +218,7 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
                     H = static_cast<std::size_t>(cfg_.hidden),
                     KV = static_cast<std::size_t>(cfg_.kv_dim()),
                     V = static_cast<std::size_t>(cfg_.vocab_size);
-  const std::size_t scores = static_cast<std::size_t>(B) * cfg_.n_head * T * T;
+  const std::size_t rows = static_cast<std::size_t>(B) * cfg_.n_head * T;
   a.B = B;
   a.T = T;
   a.resid.resize(static_cast<std::size_t>(cfg_.n_layer) + 1);
@@ -240,7 +240,7 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
       b.v = b.q ? b.q + 2 * C : nullptr;
       b.q_stride = b.kv_stride = static_cast<int>(3 * C);
     }
-    b.probs = alloc(scores);
+    b.lse = alloc(rows);
     b.atty = alloc(N * C);
     b.res1 = alloc(N * C);
     b.ln2 = alloc(N * C);
@@ -259,7 +259,6 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
   a.d_c = alloc(N * C);
   a.d_att = alloc(N * C);
   a.d_qkv = alloc(N * (C + 2 * KV));
-  a.d_scores = alloc(scores);
   a.d_h1 = alloc(N * H);
   a.d_h2 = alloc(N * H);
   a.d_h3 = cfg_.llama ? alloc(N * H) : nullptr;

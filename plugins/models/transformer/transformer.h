@@ -49,7 +49,7 @@ struct BlockActs {
   float *ln1, *ln1_mean, *ln1_rstd;
   float *q, *k, *v;  // GPT-2: views into one (N,3C) qkv buffer
   int q_stride, kv_stride;
-  float *probs, *atty, *res1;
+  float *lse, *atty, *res1;  // lse: (B,NH,T) attention row log-sum-exp
   float *ln2, *ln2_mean, *ln2_rstd;
   float *h1, *h2, *h3;  // GPT-2: fc, gelu; Llama: gate, up, act
   float* out;
@@ -77,7 +77,7 @@ class Transformer final : public Model {
     std::vector<float*> resid;      // L+1 residual streams (N,C): embedding out, block outs
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    float *d_res, *d_c, *d_att, *d_qkv, *d_scores, *d_h1, *d_h2, *d_h3;  // backward scratch
+    float *d_res, *d_c, *d_att, *d_qkv, *d_h1, *d_h2, *d_h3;  // backward scratch
   };
   void plan(int B, int T, const std::function<float*(std::size_t)>& alloc, Acts& acts) const;
   BlockActs& block_acts(Acts& a, int l) const {

@@ -28,18 +28,18 @@ class SingleThreadedBlas {
   int saved_;
 };
 
-// Row t of a causal score matrix s: (T) -> softmax over [0, t], zero after.
-void causal_softmax_row(float* s, int t, int T) {
-  float maxv = -INFINITY;
-  for (int j = 0; j <= t; ++j) maxv = std::max(maxv, s[j]);
-  float sum = 0;
-  for (int j = 0; j <= t; ++j) {
-    s[j] = std::exp(s[j] - maxv);
-    sum += s[j];
-  }
-  const float inv = 1.0f / sum;
-  for (int j = 0; j <= t; ++j) s[j] *= inv;
-  std::fill(s + t + 1, s + T, 0.0f);
+// Query rows per block: a block of queries needs keys [0, block end), so the
+// causal half of the score matrix is never computed, and scratch stays
+// (kQueryBlock x T) per thread.
+constexpr int kQueryBlock = 64;
+
+// Per-thread scratch that grows to the largest request and is then reused:
+// no allocation in the steady state.
+std::vector<float>& scratch(int slot, std::size_t n) {
+  thread_local std::vector<float> buffers[2];
+  auto& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b;
 }
 
 // Splits [0, n) into chunks that start on multiples of 8, so every chunk but
@@ -54,6 +54,15 @@ void parallel_chunks(std::size_t n, std::size_t grain, F&& f) {
                             [&](const oneapi::tbb::blocked_range<std::size_t>& r) {
                               f(r.begin() * 8, std::min(n, r.end() * 8));
                             });
+}
+
+float exp_shifted_sum(float* x, int n, float shift) {
+  float sum = 0;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
 }
 
 class FastKernels final : public ReferenceKernels {
@@ -132,11 +141,12 @@ class FastKernels final : public ReferenceKernels {
     });
   }
 
-  // Per (batch, head): S = scale * Q K^T and O = P V as GEMMs on the strided
-  // head slices; heads run in parallel with single-threaded BLAS.
+  // Per (batch, head, block of queries [t0, t1)): S = scale * Q K[0:t1]^T as
+  // a GEMM, causal softmax row by row (keeping each row's log-sum-exp), then
+  // O = P V[0:t1]. Heads run in parallel with single-threaded BLAS.
   // q: (B,T,NH,hs) rows of q_stride; k, v: (B,T,NKV,hs) rows of kv_stride;
-  // out: (B,T,NH*hs); probs: (B,NH,T,T)
-  void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+  // out: (B,T,NH*hs); lse: (B,NH,T)
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int B, int T, int NH, int NKV, int hs, int q_stride,
                          int kv_stride) const override {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -147,21 +157,38 @@ class FastKernels final : public ReferenceKernels {
       const float* qh = q + static_cast<std::size_t>(b) * T * q_stride + h * hs;
       const float* kh = k + static_cast<std::size_t>(b) * T * kv_stride + kvh * hs;
       const float* vh = v + static_cast<std::size_t>(b) * T * kv_stride + kvh * hs;
-      float* p = probs + static_cast<std::size_t>(bh) * T * T;
-      float* o = out + static_cast<std::size_t>(b) * T * C + h * hs;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, qh, q_stride, kh,
-                  kv_stride, 0.0f, p, T);
-      for (int t = 0; t < T; ++t) causal_softmax_row(p + static_cast<std::size_t>(t) * T, t, T);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, vh, kv_stride,
-                  0.0f, o, C);
+      float* oh = out + static_cast<std::size_t>(b) * T * C + h * hs;
+      float* lh = lse + static_cast<std::size_t>(bh) * T;
+      float* s = scratch(0, static_cast<std::size_t>(kQueryBlock) * T).data();
+      for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+        const int t1 = std::min(T, t0 + kQueryBlock), rows = t1 - t0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, scale,
+                    qh + static_cast<std::size_t>(t0) * q_stride, q_stride, kh, kv_stride, 0.0f, s,
+                    t1);
+        for (int r = 0; r < rows; ++r) {
+          float* row = s + static_cast<std::size_t>(r) * t1;
+          const int t = t0 + r;
+          const float maxv = *std::max_element(row, row + t + 1);
+          const float sum = vec::have_avx2_fma()
+                                ? vec::exp_shifted_sum_avx2(row, static_cast<std::size_t>(t) + 1, maxv)
+                                : exp_shifted_sum(row, t + 1, maxv);
+          const float inv = 1.0f / sum;
+          for (int j = 0; j <= t; ++j) row[j] *= inv;
+          std::fill(row + t + 1, row + t1, 0.0f);
+          lh[t] = maxv + std::log(sum);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, s, t1, vh,
+                    kv_stride, 0.0f, oh + static_cast<std::size_t>(t0) * C, C);
+      }
     });
   }
 
-  // Per (batch, key/value head), its query heads in order (they share dk, dv):
-  // dV += P^T dO; dP = dO V^T; dS = P (dP - rowsum(P dP)) * scale;
-  // dQ += dS K; dK += dS^T Q.
-  void attention_backward(float* dq, float* dk, float* dv, float* dscratch, const float* dout,
-                          const float* q, const float* k, const float* v, const float* probs, int B,
+  // Per (batch, key/value head), its query heads in order (they share dk,
+  // dv), per block of queries [t0, t1) against keys [0, t1):
+  // P = exp(scale Q K^T - lse); dV += P^T dO; dP = dO V^T;
+  // dS = P (dP - rowsum(dO * O)) * scale; dQ += dS K; dK += dS^T Q.
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                          const float* q, const float* k, const float* v, const float* lse, int B,
                           int T, int NH, int NKV, int hs, int q_stride,
                           int kv_stride) const override {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -170,31 +197,49 @@ class FastKernels final : public ReferenceKernels {
     oneapi::tbb::parallel_for(0, B * NKV, [&](int bk) {
       const int b = bk / NKV, kvh = bk % NKV;
       const std::size_t kv_off = static_cast<std::size_t>(b) * T * kv_stride + kvh * hs;
+      float* p = scratch(0, static_cast<std::size_t>(kQueryBlock) * T).data();
+      float* ds = scratch(1, static_cast<std::size_t>(kQueryBlock) * T).data();
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
-        const float* p = probs + bh * T * T;
-        float* ds = dscratch + bh * T * T;
-        const float* doh = dout + static_cast<std::size_t>(b) * T * C + h * hs;
         const std::size_t q_off = static_cast<std::size_t>(b) * T * q_stride + h * hs;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, doh, C, 1.0f,
-                    dv + kv_off, kv_stride);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, doh, C, v + kv_off,
-                    kv_stride, 0.0f, ds, T);
-        for (int t = 0; t < T; ++t) {
-          const float* pr = p + static_cast<std::size_t>(t) * T;
-          float* dr = ds + static_cast<std::size_t>(t) * T;
-          float dot = 0;
-          for (int j = 0; j <= t; ++j) dot += pr[j] * dr[j];
-          for (int j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
-          std::fill(dr + t + 1, dr + T, 0.0f);
+        const std::size_t o_off = static_cast<std::size_t>(b) * T * C + h * hs;
+        for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+          const int t1 = std::min(T, t0 + kQueryBlock), rows = t1 - t0;
+          const float* qb = q + q_off + static_cast<std::size_t>(t0) * q_stride;
+          const float* dob = dout + o_off + static_cast<std::size_t>(t0) * C;
+          const float* ob = out + o_off + static_cast<std::size_t>(t0) * C;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, scale, qb, q_stride,
+                      k + kv_off, kv_stride, 0.0f, p, t1);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, 1.0f, dob, C,
+                      v + kv_off, kv_stride, 0.0f, ds, t1);
+          for (int r = 0; r < rows; ++r) {
+            const int t = t0 + r;
+            float* pr = p + static_cast<std::size_t>(r) * t1;
+            float* dr = ds + static_cast<std::size_t>(r) * t1;
+            const float l = lse[bh * T + t];
+            const float* dor = dob + static_cast<std::size_t>(r) * C;
+            const float* orow = ob + static_cast<std::size_t>(r) * C;
+            float d = 0;
+            for (int i = 0; i < hs; ++i) d += dor[i] * orow[i];
+            for (int j = 0; j <= t; ++j) {
+              pr[j] = std::exp(pr[j] - l);
+              dr[j] = pr[j] * (dr[j] - d) * scale;
+            }
+            std::fill(pr + t + 1, pr + t1, 0.0f);
+            std::fill(dr + t + 1, dr + t1, 0.0f);
+          }
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, p, t1, dob, C,
+                      1.0f, dv + kv_off, kv_stride);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, ds, t1,
+                      k + kv_off, kv_stride, 1.0f, dq + q_off + static_cast<std::size_t>(t0) * q_stride,
+                      q_stride);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, ds, t1, qb,
+                      q_stride, 1.0f, dk + kv_off, kv_stride);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k + kv_off,
-                    kv_stride, 1.0f, dq + q_off, q_stride);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q + q_off,
-                    q_stride, 1.0f, dk + kv_off, kv_stride);
       }
     });
   }
+
 };
 
 }  // namespace

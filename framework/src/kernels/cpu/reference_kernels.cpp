@@ -267,8 +267,9 @@ void ReferenceKernels::rope_backward(float* dx, const float* cos, const float* s
   rotate(dx, cos, sin, B, T, H, hs, stride, -1.0f);
 }
 
-// Scores and softmax row by row; probs: (B,NH,T,T), causal.
-void ReferenceKernels::attention_forward(float* out, float* probs, const float* q, const float* k,
+// Row by row: scores, softmax and the weighted sum of values; lse keeps
+// what backward needs to rebuild a row of probabilities.
+void ReferenceKernels::attention_forward(float* out, float* lse, const float* q, const float* k,
                                          const float* v, int B, int T, int NH, int NKV, int hs,
                                          int q_stride, int kv_stride) const {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -277,9 +278,9 @@ void ReferenceKernels::attention_forward(float* out, float* probs, const float* 
   parallel_rows(static_cast<std::size_t>(B) * NH, 1, [&](std::size_t bh) {
     const int b = static_cast<int>(bh) / NH, h = static_cast<int>(bh) % NH;
     const int kvh = h / group;
+    std::vector<float> p(static_cast<std::size_t>(T));
     for (int t = 0; t < T; ++t) {
       const float* qt = q + (static_cast<std::size_t>(b) * T + t) * q_stride + h * hs;
-      float* p = probs + (bh * T + t) * T;
       float maxv = -INFINITY;
       for (int s = 0; s <= t; ++s) {
         const float* ks = k + (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
@@ -293,58 +294,58 @@ void ReferenceKernels::attention_forward(float* out, float* probs, const float* 
         p[s] = std::exp(p[s] - maxv);
         sum += p[s];
       }
-      const float inv = 1.0f / sum;
-      for (int s = 0; s <= t; ++s) p[s] *= inv;
-      for (int s = t + 1; s < T; ++s) p[s] = 0.0f;
+      lse[bh * T + t] = maxv + std::log(sum);
       float* o = out + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
       std::fill(o, o + hs, 0.0f);
       for (int s = 0; s <= t; ++s) {
         const float* vs = v + (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
-        for (int i = 0; i < hs; ++i) o[i] += p[s] * vs[i];
+        for (int i = 0; i < hs; ++i) o[i] += p[s] / sum * vs[i];
       }
     }
   });
 }
 
 // Parallel over (batch, key/value head): the query heads of one group all
-// write the same dk, dv rows, so they run in one task, in order.
-void ReferenceKernels::attention_backward(float* dq, float* dk, float* dv, float* dscratch,
-                                          const float* dout, const float* q, const float* k,
-                                          const float* v, const float* probs, int B, int T, int NH,
+// write the same dk, dv rows, so they run in one task, in order. Per row:
+// p = exp(s - lse); dp = dout . v; ds = p (dp - dout . out) * scale.
+void ReferenceKernels::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                          const float* out, const float* q, const float* k,
+                                          const float* v, const float* lse, int B, int T, int NH,
                                           int NKV, int hs, int q_stride, int kv_stride) const {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int group = NH / NKV;
   const int C = NH * hs;
   parallel_rows(static_cast<std::size_t>(B) * NKV, 1, [&](std::size_t bk) {
     const int b = static_cast<int>(bk) / NKV, kvh = static_cast<int>(bk) % NKV;
+    std::vector<float> p(static_cast<std::size_t>(T));
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
       const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
       for (int t = 0; t < T; ++t) {
-        const float* p = probs + (bh * T + t) * T;
-        float* dpre = dscratch + (bh * T + t) * T;
-        const float* dot = dout + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
-        // dp[s] = dout_t . v_s ; dv_s += p[s] dout_t
-        float pdp = 0;
+        const std::size_t row = (static_cast<std::size_t>(b) * T + t);
+        const float* qt = q + row * q_stride + h * hs;
+        float* dqt = dq + row * q_stride + h * hs;
+        const float* dot = dout + row * C + h * hs;
+        const float* ot = out + row * C + h * hs;
+        float d = 0;
+        for (int i = 0; i < hs; ++i) d += dot[i] * ot[i];
         for (int s = 0; s <= t; ++s) {
-          const std::size_t row = (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
-          const float* vs = v + row;
-          float* dvs = dv + row;
+          const float* ks = k + (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
+          float sc = 0;
+          for (int i = 0; i < hs; ++i) sc += qt[i] * ks[i];
+          p[s] = std::exp(sc * scale - lse[bh * T + t]);
+        }
+        for (int s = 0; s <= t; ++s) {
+          const std::size_t kv_row = (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
+          const float* vs = v + kv_row;
+          float* dvs = dv + kv_row;
           float dp = 0;
           for (int i = 0; i < hs; ++i) {
             dp += dot[i] * vs[i];
             dvs[i] += p[s] * dot[i];
           }
-          dpre[s] = dp;
-          pdp += p[s] * dp;
-        }
-        // softmax backward, then the scaled dot products
-        const float* qt = q + (static_cast<std::size_t>(b) * T + t) * q_stride + h * hs;
-        float* dqt = dq + (static_cast<std::size_t>(b) * T + t) * q_stride + h * hs;
-        for (int s = 0; s <= t; ++s) {
-          const float ds = p[s] * (dpre[s] - pdp) * scale;
-          const std::size_t row = (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
-          const float* ks = k + row;
-          float* dks = dk + row;
+          const float ds = p[s] * (dp - d) * scale;
+          const float* ks = k + kv_row;
+          float* dks = dk + kv_row;
           for (int i = 0; i < hs; ++i) {
             dqt[i] += ds * ks[i];
             dks[i] += ds * qt[i];

@@ -38,11 +38,11 @@ class ReferenceKernels : public Kernels {
                     int stride) const override;
   void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H, int hs,
                      int stride) const override;
-  void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int B, int T, int NH, int NKV, int hs, int q_stride,
                          int kv_stride) const override;
-  void attention_backward(float* dq, float* dk, float* dv, float* dscratch, const float* dout,
-                          const float* q, const float* k, const float* v, const float* probs, int B,
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                          const float* q, const float* k, const float* v, const float* lse, int B,
                           int T, int NH, int NKV, int hs, int q_stride,
                           int kv_stride) const override;
   void add(float* out, const float* a, const float* b, std::size_t n) const override;
