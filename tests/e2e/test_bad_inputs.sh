@@ -7,15 +7,7 @@
 # usage: test_bad_inputs.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
 
-ZTRAIN=${1:?usage: test_bad_inputs.sh ZTRAIN_BINARY SOURCE_DIR}
-SRC=${2:?usage: test_bad_inputs.sh ZTRAIN_BINARY SOURCE_DIR}
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-
-fail() {
-  echo "FAIL (test_bad_inputs): $*" >&2
-  exit 1
-}
+source "$(dirname "$0")/lib.sh"
 
 # Small enough that nothing takes time if a check below wrongly starts training.
 TINY=(--set train.steps=2 --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32

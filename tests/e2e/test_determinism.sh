@@ -6,15 +6,7 @@
 # usage: test_determinism.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
 
-ZTRAIN=${1:?usage: test_determinism.sh ZTRAIN_BINARY SOURCE_DIR}
-SRC=${2:?usage: test_determinism.sh ZTRAIN_BINARY SOURCE_DIR}
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-
-fail() {
-  echo "FAIL (test_determinism): $*" >&2
-  exit 1
-}
+source "$(dirname "$0")/lib.sh"
 
 # run NAME [--set ...]: a tiny run into $scratch/NAME; its losses, one
 # "step loss" pair a line in log order, go to $scratch/NAME.losses.

@@ -7,15 +7,7 @@
 # usage: test_short_run.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
 
-ZTRAIN=${1:?usage: test_short_run.sh ZTRAIN_BINARY SOURCE_DIR}
-SRC=${2:?usage: test_short_run.sh ZTRAIN_BINARY SOURCE_DIR}
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-
-fail() {
-  echo "FAIL (test_short_run): $*" >&2
-  exit 1
-}
+source "$(dirname "$0")/lib.sh"
 
 # A line-by-line JSON validator (no python in CI): every line must be one
 # JSON object and nothing else.

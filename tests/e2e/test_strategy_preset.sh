@@ -8,15 +8,7 @@
 # usage: test_strategy_preset.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
 
-ZTRAIN=${1:?usage: test_strategy_preset.sh ZTRAIN_BINARY SOURCE_DIR}
-SRC=${2:?usage: test_strategy_preset.sh ZTRAIN_BINARY SOURCE_DIR}
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-
-fail() {
-  echo "FAIL (test_strategy_preset): $*" >&2
-  exit 1
-}
+source "$(dirname "$0")/lib.sh"
 
 [[ -f "$SRC/configs/strategies/ddp.toml" ]] || fail "$SRC/configs/strategies/ddp.toml is missing"
 

@@ -131,7 +131,7 @@ TrainResult train_run(const TrainArgs& args) {
   const auto& tr = run.settings.train;
   const ModelInfo info = run.model->info();
   const DataInfo dinfo = run.data->info();
-  Progress progress(tr.steps, !args.quiet);
+  Progress progress(tr.steps);
 
   std::error_code ec;
   fs::create_directories(tr.out_dir, ec);
@@ -162,6 +162,7 @@ TrainResult train_run(const TrainArgs& args) {
        << "batch: " << tr.micro_batch << " x " << tr.grad_accum << " accum x " << run.comm->size()
        << " ranks = " << tr.global_batch << " sequences of " << T << " tokens per step";
     if (dinfo.entropy_rate) os << " | source entropy " << *dinfo.entropy_rate << " nats/token";
+    if (!run.init_from.empty()) os << "\nweights from " << run.init_from.string();
     progress.line(os.str());
   }
 

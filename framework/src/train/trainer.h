@@ -32,7 +32,6 @@ struct TrainArgs {
   std::vector<std::string> overrides;  // --set section.key=value
   std::vector<std::string> plugin_paths;
   bool verbose = false;
-  bool quiet = false;  // no progress output (tests)
 };
 
 struct TrainResult {
