@@ -4,6 +4,7 @@ find_package(TBB REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
+find_package(MPI REQUIRED COMPONENTS CXX)
 
 # OpenBLAS ships a config file with variables only; wrap it in a target.
 find_package(OpenBLAS CONFIG REQUIRED)

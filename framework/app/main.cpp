@@ -1,6 +1,7 @@
 // ztrain: argument parsing and dispatch only.
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -8,12 +9,21 @@
 #include "core/plugin_loader.h"
 #include "train/trainer.h"
 #include "train/weights.h"
+#include "ztrain/comm.h"
 #include "ztrain/error.h"
 #include "ztrain/version.h"
 
 namespace po = boost::program_options;
 
 namespace {
+
+// "[rank N] " when several ranks share the terminal, so errors say whose they are.
+std::string rank_prefix() {
+  if (!ztrain::launched_by_mpi()) return "";
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+    if (const char* r = std::getenv(v)) return std::string("[rank ") + r + "] ";
+  return "";
+}
 
 constexpr const char* kUsage =
     "usage: ztrain [options] CONFIG            train the run described by CONFIG (TOML)\n"
@@ -123,13 +133,13 @@ int main(int argc, char** argv) {
     std::cerr << "ztrain: " << e.what() << "\n\n" << kUsage;
     return 2;
   } catch (const ztrain::ConfigError& e) {
-    std::cerr << "ztrain: config error: " << e.what() << "\n";
+    std::cerr << rank_prefix() << "ztrain: config error: " << e.what() << "\n";
     return 2;
   } catch (const ztrain::Error& e) {
-    std::cerr << "ztrain: error: " << e.what() << "\n";
+    std::cerr << rank_prefix() << "ztrain: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "ztrain: unexpected error: " << e.what() << "\n";
+    std::cerr << rank_prefix() << "ztrain: unexpected error: " << e.what() << "\n";
     return 1;
   }
 }

@@ -3,17 +3,25 @@
 // A Communicator connects `size()` ranks. Collectives are called by every
 // rank in the same order with matching arguments; buffers live in the memory
 // the backend works on (host for mpi, device for nccl). Reduction ops sum or
-// average. A collective that cannot complete raises CommError naming the
-// operation and the rank.
+// average (the average divides the sum by the rank count). Every collective
+// has an asynchronous form returning a CommWork: the backend makes progress
+// on it while the caller computes, and wait() returns when the buffers may be
+// reused. The synchronous forms are the asynchronous ones plus wait().
 //
-// The `local` backend (world 1) needs no MPI: every collective is an
-// identity (or a copy), so single-process runs pay nothing for the
-// interface.
+// Failure: a collective that does not finish within the communicator's
+// timeout ends the whole job (every rank) with a message naming this rank,
+// the operation and its size; a rank that dies ends the job through the
+// launcher. A collective the backend rejects raises CommError.
 //
-// Thread safety: one thread issues collectives on a communicator.
+// Backends: `local` (world 1, no MPI: collectives are copies or nothing) and
+// `mpi` (Open MPI, host memory).
+// Thread safety: one thread issues collectives on a communicator; works may
+// be waited on from that thread only.
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -24,6 +32,24 @@ namespace ztrain {
 
 enum class ReduceOp : std::uint8_t { sum, average };
 
+// A pending collective. Default-constructed: already complete.
+class ZTRAIN_API CommWork {
+ public:
+  CommWork() = default;
+  // on_timeout is called (and must not return) when wait() exceeds timeout_s.
+  CommWork(std::shared_future<void> done, double timeout_s, std::function<void()> on_timeout)
+      : done_(std::move(done)), timeout_s_(timeout_s), on_timeout_(std::move(on_timeout)) {}
+  // Blocks until the collective finished; rethrows its CommError.
+  void wait();
+  // True when finished (wait() then returns at once).
+  bool test() const;
+
+ private:
+  std::shared_future<void> done_;
+  double timeout_s_ = 0;
+  std::function<void()> on_timeout_;
+};
+
 class ZTRAIN_API Communicator {
  public:
   virtual ~Communicator();
@@ -32,12 +58,48 @@ class ZTRAIN_API Communicator {
   virtual std::string backend() const = 0;
 
   // In place over count elements.
-  virtual void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  virtual CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  // send: size() * recv_count elements; rank r receives the reduction of
+  // block r.
+  virtual CommWork reduce_scatter_async(const void* send, void* recv, std::size_t recv_count,
+                                        DType type, ReduceOp op) = 0;
+  // recv: size() * send_count elements, rank r's send in block r.
+  virtual CommWork all_gather_async(const void* send, void* recv, std::size_t send_count,
+                                    DType type) = 0;
   // root's count elements copied to every rank.
-  virtual void broadcast(void* data, std::size_t count, DType type, int root) = 0;
-  virtual void barrier() = 0;
+  virtual CommWork broadcast_async(void* data, std::size_t count, DType type, int root) = 0;
+  virtual CommWork barrier_async() = 0;
+  // Ranks passing the same colour form a new communicator, ordered by key
+  // (then by rank). Collective over this communicator.
+  virtual std::unique_ptr<Communicator> split(int colour, int key) = 0;
+
+  void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) {
+    all_reduce_async(data, count, type, op).wait();
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                      ReduceOp op) {
+    reduce_scatter_async(send, recv, recv_count, type, op).wait();
+  }
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType type) {
+    all_gather_async(send, recv, send_count, type).wait();
+  }
+  void broadcast(void* data, std::size_t count, DType type, int root) {
+    broadcast_async(data, count, type, root).wait();
+  }
+  void barrier() { barrier_async().wait(); }
 };
 
 ZTRAIN_API std::unique_ptr<Communicator> make_local_communicator();
+
+// The MPI world (MPI is initialised on first use, finalised at exit).
+// timeout_s bounds every collective. Raises CommError when MPI cannot start.
+ZTRAIN_API std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s);
+
+// True when this process was started by an MPI launcher (mpirun, srun with
+// PMI/PMIx): the `auto` backend then uses MPI.
+ZTRAIN_API bool launched_by_mpi();
+// Ranks the launcher placed on this machine (1 when not launched by one), so
+// each rank can take its share of the cores.
+ZTRAIN_API int local_rank_count();
 
 }  // namespace ztrain

@@ -1,4 +1,6 @@
-// The world-1 communicator: every collective is the identity.
+// The world-1 communicator: every collective is the identity or a copy.
+#include <cstring>
+
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 
@@ -10,13 +12,26 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "local"; }
-  void all_reduce(void*, std::size_t, DType, ReduceOp) override {}
-  void broadcast(void*, std::size_t, DType, int root) override {
+  CommWork all_reduce_async(void*, std::size_t, DType, ReduceOp) override { return {}; }
+  CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
+                                ReduceOp) override {
+    if (send != recv) std::memmove(recv, send, count * dtype_size(type));
+    return {};
+  }
+  CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
+    if (send != recv) std::memmove(recv, send, count * dtype_size(type));
+    return {};
+  }
+  CommWork broadcast_async(void*, std::size_t, DType, int root) override {
     if (root != 0)
       throw CommError("broadcast from root " + std::to_string(root) +
                       " in a world of 1 rank (local backend)");
+    return {};
   }
-  void barrier() override {}
+  CommWork barrier_async() override { return {}; }
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<LocalCommunicator>();
+  }
 };
 
 }  // namespace

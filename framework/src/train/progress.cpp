@@ -34,8 +34,8 @@ std::string format_rate(double r) {
   return buf;
 }
 
-Progress::Progress(std::int64_t total_steps)
-    : total_(total_steps), tty_(isatty(STDERR_FILENO) == 1) {}
+Progress::Progress(std::int64_t total_steps, bool enabled)
+    : total_(total_steps), enabled_(enabled), tty_(enabled && isatty(STDERR_FILENO) == 1) {}
 
 void Progress::clear() {
   if (drawn_) {
@@ -61,6 +61,7 @@ void Progress::update(std::int64_t step, double loss, double tokens_per_s, doubl
 }
 
 void Progress::line(const std::string& text) {
+  if (!enabled_) return;
   clear();
   std::fprintf(stdout, "%s\n", text.c_str());
   std::fflush(stdout);

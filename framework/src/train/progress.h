@@ -11,7 +11,8 @@ namespace ztrain {
 
 class Progress {
  public:
-  explicit Progress(std::int64_t total_steps);
+  // Disabled (other ranks than 0), it prints nothing.
+  Progress(std::int64_t total_steps, bool enabled);
   // Redraws the bar (terminal only).
   void update(std::int64_t step, double loss, double tokens_per_s, double elapsed_s);
   // A line that must stay on screen (logged steps off a terminal, evals, warnings).
@@ -22,7 +23,7 @@ class Progress {
  private:
   void clear();
   std::int64_t total_;
-  bool tty_;
+  bool enabled_, tty_;
   bool drawn_ = false;
 };
 

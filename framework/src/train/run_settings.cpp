@@ -162,13 +162,17 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   if (d.get_size("memory_limit") > 0) s.device.memory_limit = d.get_size("memory_limit");
   s.device.threads = static_cast<int>(d.get_int("threads"));
 
+  s.comm = resolve_comm(config);
+  return s;
+}
+
+CommSettings resolve_comm(const RunConfig& config) {
   const Options c = config.validate("comm", comm_options());
-  s.comm.backend = c.get_string("backend");
-  s.comm.timeout_s = c.get_duration("timeout");
-  if (s.comm.backend == "mpi" || s.comm.backend == "nccl")
-    throw ConfigError(c.where("backend") + ": [comm] backend \"" + s.comm.backend +
-                      "\" is not available in this build yet; use \"auto\" or \"local\" "
-                      "(one process)");
+  CommSettings s{c.get_string("backend"), c.get_duration("timeout")};
+  if (s.backend == "nccl")
+    throw ConfigError(c.where("backend") +
+                      ": [comm] backend \"nccl\" needs the CUDA backend, which this build does "
+                      "not have yet; use \"auto\", \"mpi\" or \"local\"");
   return s;
 }
 

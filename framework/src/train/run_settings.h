@@ -69,6 +69,8 @@ DType parse_precision(const std::string& name, const std::string& where);
 OptionList device_options();
 OptionList comm_options();
 
+// [comm] alone: the communicator is needed before the world size is known.
+CommSettings resolve_comm(const RunConfig& config);
 RunSettings resolve_settings(const RunConfig& config, int world);
 
 }  // namespace ztrain

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "train/data_loader.h"
 #include "train/lr_schedule.h"
@@ -58,10 +60,17 @@ Options plugin_options(const RunConfig& config, const std::string& section,
 
 namespace {
 
+std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
+  if (c.backend == "local" || (c.backend == "auto" && !launched_by_mpi()))
+    return make_local_communicator();
+  return make_mpi_communicator(c.timeout_s);
+}
+
 Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
   Run run;
-  run.settings = resolve_settings(config, 1);
+  run.comm = make_communicator(resolve_comm(config));
+  run.settings = resolve_settings(config, run.comm->size());
   const auto& dev = run.settings.device;
 
   run.model_plugin = config.plugin("model", "transformer");
@@ -87,10 +96,14 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   run.data = data_lib.create<DataSource>(data_opts);
   run.strategy = strategy_lib.create<Strategy>(strategy_opts);
 
-  run.device = make_cpu_device(dev.threads);
+  // Unless set, the ranks on one machine share its cores.
+  const int threads =
+      dev.threads > 0
+          ? dev.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_rank_count());
+  run.device = make_cpu_device(threads);
   run.device->set_budget(Tier::device, dev.memory_limit);
   run.kernels = make_cpu_kernels();
-  run.comm = make_local_communicator();
 
   const ModelInfo info = run.model->info();
   run.data->setup({info.seq_len, info.vocab_size, run.data_seed});
@@ -131,19 +144,21 @@ TrainResult train_run(const TrainArgs& args) {
   const auto& tr = run.settings.train;
   const ModelInfo info = run.model->info();
   const DataInfo dinfo = run.data->info();
-  Progress progress(tr.steps);
-
-  std::error_code ec;
-  fs::create_directories(tr.out_dir, ec);
-  if (ec)
-    throw Error("cannot create run directory '" + tr.out_dir.string() + "': " + ec.message() +
-                "; set [train] out_dir to a writable path");
-  {
+  // Rank 0 speaks for the job: progress, the run directory, the summary.
+  const bool lead = run.comm->rank() == 0;
+  Progress progress(tr.steps, lead);
+  std::optional<MetricsFile> metrics;
+  if (lead) {
+    std::error_code ec;
+    fs::create_directories(tr.out_dir, ec);
+    if (ec)
+      throw Error("cannot create run directory '" + tr.out_dir.string() + "': " + ec.message() +
+                  "; set [train] out_dir to a writable path");
     std::ofstream cfg(tr.out_dir / "config.toml");
     cfg << "# ztrain " << ZTRAIN_VERSION << ": the merged configuration of this run\n"
         << config.dump() << "\n";
+    metrics.emplace(tr.out_dir / "metrics.jsonl");
   }
-  MetricsFile metrics(tr.out_dir / "metrics.jsonl");
 
   const auto params = run.model->params();
   const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
@@ -167,7 +182,7 @@ TrainResult train_run(const TrainArgs& args) {
   }
 
   TrainResult result;
-  result.metrics_file = metrics.path();
+  result.metrics_file = tr.out_dir / "metrics.jsonl";
   const double tokens_per_step = static_cast<double>(tr.global_batch) * T;
   double train_time = 0;
   std::int64_t timed_steps = 0;
@@ -183,7 +198,7 @@ TrainResult train_run(const TrainArgs& args) {
     run.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
     const double loss = mean;
     result.val_losses.emplace_back(step, loss);
-    metrics.write(JsonLine().add("step", step).add("split", "val").add("loss", loss));
+    if (metrics) metrics->write(JsonLine().add("step", step).add("split", "val").add("loss", loss));
     char buf[128];
     std::snprintf(buf, sizeof buf, "eval step %lld | val loss %.4f", static_cast<long long>(step),
                   loss);
@@ -234,7 +249,7 @@ TrainResult train_run(const TrainArgs& args) {
           .add("bytes_sent", static_cast<std::int64_t>(ss.bytes_sent))
           .add("comm_wait_s", ss.comm_wait_s)
           .add_memory("peak_bytes", mem, true);
-      metrics.write(line);
+      if (metrics) metrics->write(line);
       if (!progress.is_terminal()) {
         char buf[192];
         std::snprintf(buf, sizeof buf,
@@ -282,7 +297,7 @@ TrainResult train_run(const TrainArgs& args) {
     }
     os << ")";
   }
-  os << "\nmetrics: " << metrics.path().string();
+  os << "\nmetrics: " << result.metrics_file.string();
   if (tr.save_final) os << " | weights: " << (tr.out_dir / "model.safetensors").string();
   progress.line(os.str());
   return result;

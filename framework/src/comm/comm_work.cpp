@@ -1,0 +1,22 @@
+#include <chrono>
+
+#include "ztrain/comm.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+
+void CommWork::wait() {
+  if (!done_.valid()) return;
+  if (timeout_s_ > 0 &&
+      done_.wait_for(std::chrono::duration<double>(timeout_s_)) == std::future_status::timeout) {
+    on_timeout_();
+    throw CommError("collective timed out");  // on_timeout_ does not return
+  }
+  done_.get();
+}
+
+bool CommWork::test() const {
+  return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+}  // namespace ztrain

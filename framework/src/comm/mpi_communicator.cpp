@@ -1,0 +1,245 @@
+// The mpi backend: Open MPI collectives on host memory, issued in order by
+// one worker thread per communicator so they progress while the caller
+// computes. bf16 and f16 sums use MPI user ops that add in fp32.
+#include <mpi.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ztrain/comm.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+template <float (*Load)(std::uint16_t), std::uint16_t (*Store)(float)>
+void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = Store(Load(a[i]) + Load(b[i]));
+}
+
+// MPI_Init_thread once per process, MPI_Finalize at exit (after every
+// communicator, which holds a reference).
+class MpiRuntime {
+ public:
+  static std::shared_ptr<MpiRuntime> get() {
+    static std::shared_ptr<MpiRuntime> runtime(new MpiRuntime);
+    return runtime;
+  }
+  ~MpiRuntime() {
+    MPI_Op_free(&bf16_sum);
+    MPI_Op_free(&f16_sum);
+    MPI_Finalize();
+  }
+  MPI_Op bf16_sum = MPI_OP_NULL, f16_sum = MPI_OP_NULL;
+
+ private:
+  MpiRuntime() {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      throw CommError("MPI failed to initialise; start ztrain with mpirun or --nproc");
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw CommError("this MPI library does not support MPI_THREAD_MULTIPLE (level " +
+                      std::to_string(provided) + "); ztrain's communicators need it");
+    MPI_Op_create(&sum16<bf16_to_float, float_to_bf16>, 1, &bf16_sum);
+    MPI_Op_create(&sum16<f16_to_float, float_to_f16>, 1, &f16_sum);
+  }
+};
+
+// Runs submitted collectives one at a time, in submission order.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  std::shared_future<void> submit(std::function<void()> f) {
+    std::packaged_task<void()> task(std::move(f));
+    std::shared_future<void> done = task.get_future().share();
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return done;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+MPI_Datatype mpi_type(DType t) {
+  return t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+void divide(void* data, std::size_t count, DType type, int by) {
+  if (type == DType::f32) {
+    auto* f = static_cast<float*>(data);
+    for (std::size_t i = 0; i < count; ++i) f[i] /= static_cast<float>(by);
+    return;
+  }
+  auto* h = static_cast<std::uint16_t*>(data);
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v =
+        (type == DType::bf16 ? bf16_to_float(h[i]) : f16_to_float(h[i])) / static_cast<float>(by);
+    h[i] = type == DType::bf16 ? float_to_bf16(v) : float_to_f16(v);
+  }
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, double timeout_s)
+      : runtime_(std::move(runtime)), comm_(comm), timeout_s_(timeout_s) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  }
+  ~MpiCommunicator() override {
+    worker_.reset();  // drains the queue
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
+    return submit("all_reduce", count, type, [=, this] {
+      check(MPI_Allreduce(MPI_IN_PLACE, data, checked(count), mpi_type(type), sum_op(type), comm_),
+            "all_reduce", count, type);
+      if (op == ReduceOp::average) divide(data, count, type, size_);
+    });
+  }
+  CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
+                                ReduceOp op) override {
+    return submit("reduce_scatter", count, type, [=, this] {
+      check(
+          MPI_Reduce_scatter_block(send, recv, checked(count), mpi_type(type), sum_op(type), comm_),
+          "reduce_scatter", count, type);
+      if (op == ReduceOp::average) divide(recv, count, type, size_);
+    });
+  }
+  CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
+    return submit("all_gather", count, type, [=, this] {
+      check(MPI_Allgather(send, checked(count), mpi_type(type), recv, checked(count),
+                          mpi_type(type), comm_),
+            "all_gather", count, type);
+    });
+  }
+  CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {
+    if (root < 0 || root >= size_)
+      throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
+                      std::to_string(size_) + " ranks");
+    return submit("broadcast", count, type, [=, this] {
+      check(MPI_Bcast(data, checked(count), mpi_type(type), root, comm_), "broadcast", count, type);
+    });
+  }
+  CommWork barrier_async() override {
+    return submit("barrier", 0, DType::f32,
+                  [this] { check(MPI_Barrier(comm_), "barrier", 0, DType::f32); });
+  }
+  std::unique_ptr<Communicator> split(int colour, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    submit("split", 0, DType::f32, [&] {
+      check(MPI_Comm_split(comm_, colour, key, &sub), "split", 0, DType::f32);
+    }).wait();
+    return std::make_unique<MpiCommunicator>(runtime_, sub, timeout_s_);
+  }
+
+ private:
+  MPI_Op sum_op(DType t) const {
+    return t == DType::f32 ? MPI_SUM : t == DType::bf16 ? runtime_->bf16_sum : runtime_->f16_sum;
+  }
+  static int checked(std::size_t count) {
+    if (count > static_cast<std::size_t>(INT32_MAX))
+      throw CommError("a collective of " + std::to_string(count) +
+                      " elements exceeds MPI's int count; split it into buckets");
+    return static_cast<int>(count);
+  }
+  void check(int rc, const char* op, std::size_t count, DType type) const {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw CommError("rank " + std::to_string(world_rank_) + ": " + op + " of " +
+                    std::to_string(count) + " " + std::string(dtype_name(type)) +
+                    " elements failed: " + std::string(text, static_cast<std::size_t>(len)));
+  }
+  CommWork submit(const char* op, std::size_t count, DType type, std::function<void()> f) {
+    const int rank = world_rank_;
+    const double timeout = timeout_s_;
+    const std::string what = std::string(op) + " of " + std::to_string(count) + " " +
+                             std::string(dtype_name(type)) + " elements";
+    return CommWork(worker_->submit(std::move(f)), timeout_s_, [rank, timeout, what] {
+      std::fprintf(stderr,
+                   "ztrain: rank %d: %s did not finish within %.0f s (another rank died, hangs, "
+                   "or issued a different collective); aborting the job\n",
+                   rank, what.c_str(), timeout);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      std::_Exit(3);
+    });
+  }
+
+  std::shared_ptr<MpiRuntime> runtime_;
+  MPI_Comm comm_;
+  double timeout_s_;
+  int rank_ = 0, size_ = 1, world_rank_ = 0;
+  std::unique_ptr<Worker> worker_ = std::make_unique<Worker>();
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+int local_rank_count() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* text = std::getenv(v)) {
+      const int n = std::atoi(text);
+      if (n > 0) return n;
+    }
+  return 1;
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s) {
+  auto runtime = MpiRuntime::get();
+  return std::make_unique<MpiCommunicator>(runtime, MPI_COMM_WORLD, timeout_s);
+}
+
+}  // namespace ztrain
