@@ -1,12 +1,15 @@
 // ztrain: argument parsing and dispatch only.
+#include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "core/plugin_loader.h"
+#include "train/launcher.h"
 #include "train/trainer.h"
 #include "train/weights.h"
 #include "ztrain/comm.h"
@@ -27,6 +30,8 @@ std::string rank_prefix() {
 
 constexpr const char* kUsage =
     "usage: ztrain [options] CONFIG            train the run described by CONFIG (TOML)\n"
+    "       ztrain --nproc N [options] CONFIG  N ranks on this machine (mpirun)\n"
+    "       ztrain --hostfile FILE [--include S | --exclude S] [--env VAR]... [options] CONFIG\n"
     "       ztrain plugins [--plugin-path DIR]  list the plugins found, with their options\n"
     "       ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16]\n"
     "                                           write weights as safetensors with Hugging Face\n"
@@ -68,8 +73,10 @@ int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> overrides, plugin_paths, positional;
-  std::string strategy, model, dtype = "fp32";
-  bool verbose = false;
+  std::string strategy, model, dtype = "fp32", hostfile, include, exclude;
+  std::vector<std::string> env_vars;
+  int nproc = 0;
+  bool verbose = false, dry_run = false;
   po::options_description opts("options");
   opts.add_options()("help,h", "show this help")("version", "print the version")(
       "strategy,s", po::value(&strategy),
@@ -80,7 +87,14 @@ int main(int argc, char** argv) {
       "plugin-path", po::value(&plugin_paths)->composing(),
       "extra plugin directory, searched first (repeatable; colon-separated lists too)")(
       "verbose,v", po::bool_switch(&verbose), "log plugin discovery and set-up")(
-      "dtype", po::value(&dtype), "export: dtype of the written weights (fp32, bf16, fp16)");
+      "dtype", po::value(&dtype), "export: dtype of the written weights (fp32, bf16, fp16)")(
+      "nproc", po::value(&nproc), "start N ranks on this machine (through mpirun)")(
+      "hostfile", po::value(&hostfile), "start ranks on the hosts of a DeepSpeed hostfile")(
+      "include", po::value(&include), "hostfile hosts/slots to use: host[:0,1][@host...]")(
+      "exclude", po::value(&exclude), "hostfile hosts/slots to leave out: host[:0,1][@host...]")(
+      "env", po::value(&env_vars)->composing(),
+      "environment variable that travels to every rank (repeatable; also .ztrain_env)")(
+      "dry-run", po::bool_switch(&dry_run), "with --nproc/--hostfile: print the launch command");
   po::options_description hidden;
   hidden.add_options()("args", po::value(&positional)->composing());
   po::options_description all;
@@ -119,6 +133,43 @@ int main(int argc, char** argv) {
                 << "\n\n"
                 << kUsage;
       return 2;
+    }
+    if (nproc > 0 || !hostfile.empty()) {
+      if (ztrain::launched_by_mpi())
+        throw ztrain::ConfigError("already started by an MPI launcher; drop --nproc/--hostfile");
+      if (nproc < 0) throw ztrain::ConfigError("--nproc must be >= 1");
+      ztrain::LaunchPlan plan;
+      plan.nproc = nproc;
+      if (!hostfile.empty())
+        plan.hosts = ztrain::filter_hosts(ztrain::parse_hostfile(hostfile), include, exclude);
+      else if (!include.empty() || !exclude.empty())
+        throw ztrain::ConfigError("--include/--exclude need a --hostfile");
+      for (const auto& v : env_vars) {
+        const char* value = std::getenv(v.c_str());
+        if (!value)
+          throw ztrain::ConfigError("--env " + v + ": no such variable in this environment");
+        plan.env.push_back(v + "=" + value);
+      }
+      for (const auto& file :
+           {std::string(".ztrain_env"),
+            std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.ztrain_env"})
+        if (std::filesystem::exists(file)) {
+          for (auto& e : ztrain::read_env_file(file)) plan.env.push_back(std::move(e));
+          break;
+        }
+      std::vector<std::string> child{boost::dll::program_location().string()};
+      if (!strategy.empty()) child.insert(child.end(), {"--strategy", strategy});
+      if (!model.empty()) child.insert(child.end(), {"--model", model});
+      for (const auto& o : overrides) child.insert(child.end(), {"--set", o});
+      for (const auto& p : plugin_paths) child.insert(child.end(), {"--plugin-path", p});
+      if (verbose) child.push_back("--verbose");
+      child.push_back(positional[0]);
+      const auto command = ztrain::mpirun_command(plan, child);
+      if (dry_run) {
+        for (const auto& a : command) std::cout << a << (&a == &command.back() ? "\n" : " ");
+        return 0;
+      }
+      ztrain::exec_command(command);
     }
     ztrain::TrainArgs args;
     args.config = positional[0];

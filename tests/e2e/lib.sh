@@ -2,8 +2,8 @@
 # ZTRAIN (the binary) and SRC (the source tree) from the command line, a
 # scratch directory removed on exit, and fail() naming the script.
 name=$(basename "${BASH_SOURCE[1]}" .sh)
-ZTRAIN=${1:?usage: $name.sh ZTRAIN_BINARY SOURCE_DIR}
-SRC=${2:?usage: $name.sh ZTRAIN_BINARY SOURCE_DIR}
+ZTRAIN=$(realpath "${1:?usage: $name.sh ZTRAIN_BINARY SOURCE_DIR}")
+SRC=$(realpath "${2:?usage: $name.sh ZTRAIN_BINARY SOURCE_DIR}")
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 

@@ -197,7 +197,8 @@ void write_safetensors(const std::filesystem::path& path,
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
-    std::filesystem::remove(tmp, ec);
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
     throw DataError("cannot move '" + tmp.string() + "' to '" + path.string() +
                     "': " + ec.message());
   }

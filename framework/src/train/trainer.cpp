@@ -262,8 +262,9 @@ TrainResult train_run(const TrainArgs& args) {
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
   }
   progress.finish();
-  if (tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32);
-  if (!tr.export_to.empty())
+  // ddp keeps full replicas: rank 0's copy is the model.
+  if (lead && tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32);
+  if (lead && !tr.export_to.empty())
     export_weights(*run.model, *run.strategy, tr.export_to, tr.export_dtype);
   result.tokens_per_s =
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;

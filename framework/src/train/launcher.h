@@ -1,0 +1,49 @@
+// The launcher: `ztrain --nproc N ...` and `ztrain --hostfile FILE ...` start
+// the job through mpirun, which runs ztrain again on every rank (the child
+// finds its rank in the launcher's environment).
+//
+// Hostfiles use DeepSpeed's format: one `host slots=N` a line, `#` comments,
+// blank lines ignored; a host named twice, a zero or missing slot count, or
+// any other text is an error naming file:line. --include / --exclude take
+// DeepSpeed's syntax, `host[:slot,slot][@host[:slot,...]]`, naming hosts (and
+// slot indices) of the hostfile; naming an unknown host or slot is an error.
+// Variables named by --env, and the VAR=VALUE lines of ./.ztrain_env (or
+// ~/.ztrain_env), travel to every rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ztrain {
+
+struct HostSlots {
+  std::string host;
+  std::vector<int> slots;  // indices 0..N-1 of the slots this job uses
+};
+
+// Raises ConfigError naming file:line for every malformed line.
+std::vector<HostSlots> parse_hostfile(const std::string& path);
+std::vector<HostSlots> parse_hostfile_text(const std::string& text, const std::string& name);
+// Applies --include (keep only what is named) and --exclude (drop what is
+// named); either may be empty.
+std::vector<HostSlots> filter_hosts(std::vector<HostSlots> hosts, const std::string& include,
+                                    const std::string& exclude);
+
+struct LaunchPlan {
+  int nproc = 0;                 // --nproc, or the slots of the hosts
+  std::vector<HostSlots> hosts;  // empty: this machine only
+  std::vector<std::string> env;  // VAR=VALUE for every rank
+};
+
+// The mpirun command line that runs `child_args` (ztrain and its arguments,
+// minus the launcher's own) on every rank.
+std::vector<std::string> mpirun_command(const LaunchPlan& plan,
+                                        const std::vector<std::string>& child_args);
+
+// VAR=VALUE lines of a .ztrain_env file (missing file: none).
+std::vector<std::string> read_env_file(const std::string& path);
+
+// Replaces this process with mpirun; returns only by throwing.
+[[noreturn]] void exec_command(const std::vector<std::string>& command);
+
+}  // namespace ztrain

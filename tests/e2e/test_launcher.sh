@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The launcher for real: `ztrain --nproc 2` and `ztrain --hostfile` (this
+# machine as `localhost slots=2`) train one job of 2 ranks; --env travels to
+# the ranks; bad hostfiles and filters fail with their messages.
+#
+# usage: test_launcher.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+command -v mpirun > /dev/null || fail "mpirun not found (install openmpi-bin)"
+
+tiny=(--set train.steps=4 --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=16
+  --set train.micro_batch_size=2 --set train.log_every=1)
+cd "$scratch"
+
+"$ZTRAIN" --nproc 2 "${tiny[@]}" --set train.out_dir=np "$SRC/configs/run.toml" > np.out 2>&1 ||
+  { cat np.out >&2; fail "--nproc 2 failed"; }
+grep -q "x 2 ranks = 4 sequences" np.out || fail "--nproc 2 did not run 2 ranks: $(head -3 np.out)"
+[ "$(grep -c '^step 4/4' np.out)" -eq 1 ] || fail "more than rank 0 printed progress"
+[ -s np/model.safetensors ] || fail "--nproc 2 wrote no weights"
+
+printf 'localhost slots=2\n' > hosts
+ZTRAIN_TEST_TOKEN=hello "$ZTRAIN" --hostfile hosts --env ZTRAIN_TEST_TOKEN "${tiny[@]}" \
+  --set train.out_dir=hf "$SRC/configs/run.toml" > hf.out 2>&1 || { cat hf.out >&2; fail "--hostfile failed"; }
+grep -q "x 2 ranks" hf.out || fail "--hostfile did not run 2 ranks"
+ZTRAIN_TEST_TOKEN=hello "$ZTRAIN" --hostfile hosts --env ZTRAIN_TEST_TOKEN --dry-run "$SRC/configs/run.toml" > dry.out
+grep -q -- "--host localhost:2 .*-np 2 -x ZTRAIN_TEST_TOKEN=hello" dry.out || fail "dry run: $(cat dry.out)"
+
+expect_error() {  # expect_error PATTERN ARGS...: ztrain fails (status 2) with PATTERN on stderr
+  local pattern=$1 status=0
+  shift
+  "$ZTRAIN" "$@" "$SRC/configs/run.toml" > err.out 2>&1 || status=$?
+  [ "$status" -eq 2 ] || fail "ztrain $* exited $status, expected 2: $(cat err.out)"
+  grep -q -- "$pattern" err.out || fail "ztrain $*: no '$pattern' in: $(cat err.out)"
+}
+printf 'localhost slots=2\nlocalhost slots=1\n' > dup
+expect_error "dup:2: host 'localhost' is listed twice" --hostfile dup --dry-run
+printf 'localhost slots=0\n' > zero
+expect_error "zero:1: host 'localhost' has slots=0" --hostfile zero --dry-run
+printf 'localhost: 2\n' > syntax
+expect_error "syntax:1: expected 'hostname slots=N'" --hostfile syntax --dry-run
+expect_error "--include: host 'nohost' is not in the hostfile" --hostfile hosts --include nohost --dry-run
+expect_error "--exclude: host 'localhost' has no slot 7" --hostfile hosts --exclude localhost:7 --dry-run
+expect_error "--env NO_SUCH_VARIABLE_X: no such variable" --nproc 2 --env NO_SUCH_VARIABLE_X --dry-run
+echo "PASS"

@@ -1,0 +1,93 @@
+// DeepSpeed hostfiles, --include/--exclude, .ztrain_env, and the mpirun
+// command the launcher builds.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "support.h"
+#include "train/launcher.h"
+
+using namespace ztrain;
+
+namespace {
+bool contains(const std::string& s, const std::string& part) {
+  INFO("message: " << s);
+  return s.find(part) != std::string::npos;
+}
+std::string error_of(const std::string& text) {
+  return test::message_of<ConfigError>([&] { parse_hostfile_text(text, "hosts"); });
+}
+}  // namespace
+
+TEST_CASE("hostfiles: hosts with slots, comments and blank lines") {
+  const auto hosts = parse_hostfile_text(
+      "# cluster\nworker-0 slots=4\n\n  worker-1  slots = 2  # spare\n", "hosts");
+  REQUIRE(hosts.size() == 2);
+  CHECK(hosts[0].host == "worker-0");
+  CHECK(hosts[0].slots == std::vector<int>{0, 1, 2, 3});
+  CHECK(hosts[1].slots.size() == 2);
+}
+
+TEST_CASE("bad hostfiles name the line and the problem") {
+  CHECK(contains(error_of("worker-0 slots=4\nworker-1 gpus=2\n"),
+                 "hosts:2: expected 'hostname slots=N', got 'worker-1 gpus=2'"));
+  CHECK(contains(error_of("worker-0\n"), "hosts:1: expected 'hostname slots=N'"));
+  CHECK(
+      contains(error_of("a slots=1\nb slots=2\na slots=3\n"), "hosts:3: host 'a' is listed twice"));
+  CHECK(contains(error_of("a slots=0\n"), "hosts:1: host 'a' has slots=0"));
+  CHECK(contains(error_of("# nothing\n"), "lists no host"));
+  CHECK(contains(test::message_of<ConfigError>([] { parse_hostfile("/nonexistent/hosts"); }),
+                 "cannot read hostfile"));
+}
+
+TEST_CASE("--include and --exclude in DeepSpeed's syntax") {
+  const auto all = parse_hostfile_text("w0 slots=4\nw1 slots=4\nw2 slots=2\n", "hosts");
+  auto kept = filter_hosts(all, "w0:0,2@w2", "");
+  REQUIRE(kept.size() == 2);
+  CHECK(kept[0].slots == std::vector<int>{0, 2});
+  CHECK(kept[1].host == "w2");
+  CHECK(kept[1].slots.size() == 2);
+  kept = filter_hosts(all, "", "w1@w0:3");
+  REQUIRE(kept.size() == 2);
+  CHECK(kept[0].slots == std::vector<int>{0, 1, 2});
+  CHECK(kept[1].host == "w2");
+  CHECK(contains(test::message_of<ConfigError>([&] { filter_hosts(all, "w9", ""); }),
+                 "--include: host 'w9' is not in the hostfile"));
+  CHECK(contains(test::message_of<ConfigError>([&] { filter_hosts(all, "", "w2:5"); }),
+                 "--exclude: host 'w2' has no slot 5"));
+  CHECK(contains(test::message_of<ConfigError>([&] { filter_hosts(all, "w0:x", ""); }),
+                 "is not a slot index"));
+  CHECK(contains(test::message_of<ConfigError>([&] { filter_hosts(all, "w0", "w1"); }),
+                 "cannot be used together"));
+  CHECK(contains(test::message_of<ConfigError>([&] { filter_hosts(all, "", "w0@w1@w2"); }),
+                 "leaves no host"));
+}
+
+TEST_CASE("the mpirun command carries hosts, rank count, environment and the child's arguments") {
+  LaunchPlan plan;
+  plan.hosts = filter_hosts(parse_hostfile_text("a slots=4\nb slots=2\n", "h"), "a:1,3@b", "");
+  plan.env = {"NCCL_DEBUG=INFO"};
+  const auto cmd = mpirun_command(plan, {"/bin/ztrain", "--set", "train.steps=3", "run.toml"});
+  std::string line;
+  for (const auto& a : cmd) line += a + " ";
+  CHECK(contains(line, "--host a:2,b:2 "));
+  CHECK(contains(line, "-np 4 "));
+  CHECK(contains(line, "-x NCCL_DEBUG=INFO "));
+  CHECK(contains(line, "/bin/ztrain --set train.steps=3 run.toml"));
+  LaunchPlan local;
+  local.nproc = 64;
+  std::string l2;
+  for (const auto& a : mpirun_command(local, {"z", "r.toml"})) l2 += a + " ";
+  CHECK(contains(l2, "--oversubscribe"));
+  CHECK(contains(l2, "-np 64 "));
+}
+
+TEST_CASE(".ztrain_env holds VAR=VALUE lines") {
+  test::TempDir dir;
+  std::ofstream(dir / "env") << "# comment\nA=1\n\nB=two words\n";
+  CHECK(read_env_file((dir / "env").string()) == std::vector<std::string>{"A=1", "B=two words"});
+  std::ofstream(dir / "bad") << "JUSTANAME\n";
+  CHECK(contains(test::message_of<ConfigError>([&] { read_env_file((dir / "bad").string()); }),
+                 "bad:1: expected VAR=VALUE"));
+  CHECK(read_env_file((dir / "missing").string()).empty());
+}
