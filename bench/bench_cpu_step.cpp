@@ -73,6 +73,7 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
   for (int s = -2; s < steps; ++s) {  // two warm-up steps
     if (s == 0) timed.seconds.clear();
     const auto t0 = Clock::now();
+    r.strategy->begin_micro_step(true);
     StepContext ctx(*r.strategy, params, timed, arena, 1.0f);
     r.model->forward_backward(batch, ctx);
     const auto t1 = Clock::now();
@@ -119,7 +120,8 @@ int main(int argc, char** argv) {
   try {
     auto device = make_cpu_device(threads);  // sets the BLAS and TBB thread counts
     const double rate = sgemm_rate(2048, 2048, 2048, 7);
-    std::printf("sgemm rate (2048^3, %d threads, median of 7): %.1f GFLOP/s\n", threads, rate / 1e9);
+    std::printf("sgemm rate (2048^3, %d threads, median of 7): %.1f GFLOP/s\n", threads,
+                rate / 1e9);
     const BenchModel models[] = {
         {"gpt2-124m",
          "[model]\narch = \"gpt2\"\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab_size = 50257\n"

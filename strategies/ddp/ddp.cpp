@@ -1,7 +1,9 @@
 // ddp: every rank holds full parameters, gradients and optimizer state;
-// gradients are averaged over ranks before the optimizer step.
+// gradients are averaged over ranks in buckets launched as backward
+// completes them (overlap_comm), and the optimizer steps the full replica.
 #include "ztrain/comm.h"
 #include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/optimizer_shard.h"
 #include "ztrain/strategy.h"
@@ -17,8 +19,16 @@ using namespace ztrain;
 
 class Ddp final : public Strategy {
  public:
-  explicit Ddp(const Options&) {}
-  static void declare_options(OptionList&) {}
+  explicit Ddp(const Options& o)
+      : overlap_(o.get_bool("overlap_comm")), bucket_elements_(o.get_int("reduce_bucket_size")) {}
+  static void declare_options(OptionList& o) {
+    o.flag("overlap_comm", true,
+           "reduce gradient buckets while backward runs (false: all at the end of backward)");
+    o.integer("reduce_bucket_size", 1000000,
+              "elements per gradient bucket (DeepSpeed's meaning; the first bucket holds at "
+              "most 256K so communication starts early)")
+        .at_least(1);
+  }
 
   void setup(const StrategySetup& s) override {
     params_ = s.params;
@@ -32,12 +42,16 @@ class Ddp final : public Strategy {
     comm_->broadcast(weights_.data(), layout_->total(), DType::f32, 0);
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, 0, layout_->total(),
                        s.optimizer);
+    const std::uint64_t bucket = static_cast<std::uint64_t>(bucket_elements_) * sizeof(float);
+    reducer_.emplace(params_, *layout_, grads_.as<float>(), *comm_, bucket,
+                     std::min<std::uint64_t>(bucket, 1u << 20));
   }
 
+  void begin_micro_step(bool last) override { reducer_->begin_micro_step(last && overlap_); }
   void before_forward(ModuleId) override {}
   void after_forward(ModuleId) override {}
   void before_backward(ModuleId) override {}
-  void after_backward(ModuleId) override {}
+  void after_backward(ModuleId m) override { reducer_->module_done(m); }
 
   TensorView param_view(ParamId p) override { return view(weights_, p); }
   TensorView grad_view(ParamId p) override { return view(grads_, p); }
@@ -53,11 +67,7 @@ class Ddp final : public Strategy {
   StepResult step(const StepArgs& a) override {
     float* g = grads_.as<float>();
     const std::uint64_t n = layout_->total();
-    if (comm_->size() > 1) {
-      comm_->all_reduce(g, n, DType::f32, ReduceOp::average);
-      bytes_sent_ += 2 * n * sizeof(float) * static_cast<std::uint64_t>(comm_->size() - 1) /
-                     static_cast<std::uint64_t>(comm_->size());
-    }
+    reducer_->finish();
     StepResult r;
     r.grad_norm = std::sqrt(kernels_->sum_squares(g, n)) / a.loss_scale;
     r.overflow = !std::isfinite(r.grad_norm);
@@ -84,7 +94,9 @@ class Ddp final : public Strategy {
     return e;
   }
 
-  StrategyStats stats() const override { return {bytes_sent_, 0.0}; }
+  StrategyStats stats() const override {
+    return {reducer_->bytes_sent(), reducer_->wait_seconds()};
+  }
 
  private:
   TensorView view(const Buffer& b, ParamId p) const {
@@ -98,7 +110,9 @@ class Ddp final : public Strategy {
   std::optional<shard::FlatLayout> layout_;
   Buffer weights_, grads_;
   std::optional<shard::OptimizerShard> optimizer_;
-  std::uint64_t bytes_sent_ = 0;
+  std::optional<shard::GradReducer> reducer_;
+  bool overlap_;
+  std::int64_t bucket_elements_;
 };
 
 }  // namespace

@@ -5,11 +5,13 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
 
 #include "ztrain/comm.h"
+#include "ztrain/shard/grad_reducer.h"
 
 using namespace ztrain;
 
@@ -146,4 +148,44 @@ TEST_CASE("split by colour forms independent sub-communicators") {
   float y = 1.0f;
   world().all_reduce(&y, 1, DType::f32, ReduceOp::sum);  // the world still works alongside
   CHECK(y == static_cast<float>(R));
+}
+
+TEST_CASE(
+    "the gradient reducer launches buckets as modules finish backward, none while accumulating") {
+  const int R = world().size(), r = world().rank();
+  std::vector<ParamSpec> params;
+  auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
+    ParamSpec p;
+    p.name = name;
+    p.shape = Shape{n};
+    p.used_by = std::move(used_by);
+    params.push_back(p);
+  };
+  add("embed", 300, {0, 3});  // tied: complete only after module 0
+  add("block0", 500, {1});
+  add("block1", 500, {2});
+  add("head", 100, {3});
+  const shard::FlatLayout layout(params, 1);
+  std::vector<float> grads(layout.total());
+  shard::GradReducer reducer(params, layout, grads.data(), world(), 600 * sizeof(float),
+                             100 * sizeof(float));
+  CHECK(reducer.bucket_count() >= 3);
+  for (bool sync : {false, true}) {
+    std::fill(grads.begin(), grads.end(), static_cast<float>(r + 1));
+    const std::uint64_t before = reducer.bytes_sent();
+    reducer.begin_micro_step(sync);
+    reducer.module_done(3);  // head: its bucket is complete
+    reducer.module_done(2);
+    CHECK((reducer.bytes_sent() > before) == sync);  // launched during backward only when syncing
+    reducer.module_done(1);
+    reducer.module_done(0);
+    reducer.finish();
+    float want = 0;
+    for (int k = 0; k < R; ++k) want += static_cast<float>(k + 1);
+    want /= static_cast<float>(R);
+    for (ParamId p = 0; p < 4; ++p) CHECK(grads[layout.offset(p)] == want);
+    CHECK(reducer.bytes_sent() - before == 2 * layout.total() * sizeof(float) *
+                                               static_cast<std::uint64_t>(R - 1) /
+                                               static_cast<std::uint64_t>(R));
+  }
 }

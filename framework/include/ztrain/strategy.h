@@ -82,6 +82,9 @@ class ZTRAIN_API Strategy : public Plugin {
  public:
   ~Strategy() override;
   virtual void setup(const StrategySetup& setup) = 0;
+  // Before each micro-step; `last` is the last micro-step of this optimizer
+  // step (gradient reduction may start during its backward).
+  virtual void begin_micro_step(bool last) = 0;
   virtual void before_forward(ModuleId m) = 0;
   virtual void after_forward(ModuleId m) = 0;
   virtual void before_backward(ModuleId m) = 0;

@@ -3,6 +3,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -61,6 +62,12 @@ Options plugin_options(const RunConfig& config, const std::string& section,
 namespace {
 
 std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
+  const char* world = std::getenv("WORLD_SIZE");
+  if (!launched_by_mpi() && world && std::atoi(world) > 1 && c.backend != "local")
+    throw ConfigError("WORLD_SIZE=" + std::string(world) +
+                      " is set (a torchrun-style launch), but ranks can only find each other "
+                      "through an MPI launcher here; start with `ztrain --nproc N`, mpirun or "
+                      "srun, or set [comm] backend = \"local\" for independent processes");
   if (c.backend == "local" || (c.backend == "auto" && !launched_by_mpi()))
     return make_local_communicator();
   return make_mpi_communicator(c.timeout_s);
@@ -185,6 +192,7 @@ TrainResult train_run(const TrainArgs& args) {
   result.metrics_file = tr.out_dir / "metrics.jsonl";
   const double tokens_per_step = static_cast<double>(tr.global_batch) * T;
   double train_time = 0;
+  StrategyStats comm_total;
   std::int64_t timed_steps = 0;
 
   auto evaluate = [&](std::int64_t step) {
@@ -210,20 +218,29 @@ TrainResult train_run(const TrainArgs& args) {
     const double lr = schedule.at(step);
     double loss_sum = 0;
     for (std::int64_t a = 0; a < tr.grad_accum; ++a) {
+      run.strategy->begin_micro_step(a + 1 == tr.grad_accum);
       arena.reset();
       StepContext ctx(*run.strategy, params, *run.kernels, arena,
                       1.0f / static_cast<float>(tr.grad_accum));
       loss_sum += run.model->forward_backward(loader_data.next(), ctx);
     }
+    // The loss average queues behind the strategy's gradient buckets; waiting
+    // for it after step() leaves the strategy's own wait to measure them. A
+    // non-finite loss has non-finite gradients, which step() skips.
     float mean = static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum));
-    run.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
+    CommWork loss_work = run.comm->all_reduce_async(&mean, 1, DType::f32, ReduceOp::average);
+    const StepResult sr = run.strategy->step({lr, step + 1, tr.grad_clip, 1.0});
+    loss_work.wait();
     const double loss = mean;
     if (!std::isfinite(loss))
       throw NumericsError("training loss is " + std::to_string(loss) + " at step " +
                           std::to_string(step + 1) + " (lr " + std::to_string(lr) +
                           "); lower [train] lr, raise warmup_steps or set grad_clip");
-    const StepResult sr = run.strategy->step({lr, step + 1, tr.grad_clip, 1.0});
     const double dt = seconds_since(t0);
+    const StrategyStats now = run.strategy->stats();
+    const std::uint64_t step_bytes = now.bytes_sent - comm_total.bytes_sent;
+    const double step_wait = now.comm_wait_s - comm_total.comm_wait_s;
+    comm_total = now;
     if (step > 0 || tr.steps == 1) {  // the first step pays for page faults and warm-up
       train_time += dt;
       ++timed_steps;
@@ -234,7 +251,6 @@ TrainResult train_run(const TrainArgs& args) {
     progress.update(done, loss, tps, seconds_since(t_start));
     if (done % tr.log_every == 0 || done == tr.steps || done == 1) {
       const MemoryStats mem = run.device->stats();
-      const StrategyStats ss = run.strategy->stats();
       JsonLine line;
       line.add("step", done)
           .add("split", "train")
@@ -246,8 +262,8 @@ TrainResult train_run(const TrainArgs& args) {
           .add("step_time_s", dt)
           .add("tokens_per_s", tps)
           .add("flops_per_s", tps * info.train_flops_per_token)
-          .add("bytes_sent", static_cast<std::int64_t>(ss.bytes_sent))
-          .add("comm_wait_s", ss.comm_wait_s)
+          .add("bytes_sent", static_cast<std::int64_t>(step_bytes))  // this step, this rank
+          .add("comm_wait_s", step_wait)
           .add_memory("peak_bytes", mem, true);
       if (metrics) metrics->write(line);
       if (!progress.is_terminal()) {
@@ -282,6 +298,15 @@ TrainResult train_run(const TrainArgs& args) {
     char buf[96];
     std::snprintf(buf, sizeof buf, " | source entropy %.4f (%.1f%% above)", *dinfo.entropy_rate,
                   100.0 * (ref / *dinfo.entropy_rate - 1.0));
+    os << buf;
+  }
+  if (run.comm->size() > 1) {
+    char buf[160];
+    std::snprintf(
+        buf, sizeof buf,
+        "\ncommunication per rank: %s sent per step, %.3f s per step waiting on it",
+        format_bytes(comm_total.bytes_sent / static_cast<std::uint64_t>(tr.steps)).c_str(),
+        comm_total.comm_wait_s / static_cast<double>(tr.steps));
     os << buf;
   }
   os << "\npeak memory per tier:";
