@@ -134,10 +134,14 @@ int main(int argc, char** argv) {
                 << kUsage;
       return 2;
     }
+    if (nproc < 0 || (vm.count("nproc") && nproc == 0))
+      throw ztrain::ConfigError("--nproc " + std::to_string(nproc) + ": give 1 or more ranks");
+    if (nproc == 0 && hostfile.empty() &&
+        (!include.empty() || !exclude.empty() || !env_vars.empty() || dry_run))
+      throw ztrain::ConfigError("--include, --exclude, --env and --dry-run go with --nproc or --hostfile");
     if (nproc > 0 || !hostfile.empty()) {
       if (ztrain::launched_by_mpi())
         throw ztrain::ConfigError("already started by an MPI launcher; drop --nproc/--hostfile");
-      if (nproc < 0) throw ztrain::ConfigError("--nproc must be >= 1");
       ztrain::LaunchPlan plan;
       plan.nproc = nproc;
       if (!hostfile.empty())

@@ -41,4 +41,7 @@ expect_error "syntax:1: expected 'hostname slots=N'" --hostfile syntax --dry-run
 expect_error "--include: host 'nohost' is not in the hostfile" --hostfile hosts --include nohost --dry-run
 expect_error "--exclude: host 'localhost' has no slot 7" --hostfile hosts --exclude localhost:7 --dry-run
 expect_error "--env NO_SUCH_VARIABLE_X: no such variable" --nproc 2 --env NO_SUCH_VARIABLE_X --dry-run
+expect_error "--nproc 0: give 1 or more ranks" --nproc 0
+expect_error "go with --nproc or --hostfile" --include localhost
+expect_error "need a --hostfile" --nproc 2 --exclude localhost --dry-run
 echo "PASS"
