@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Equivalence: ddp at world 1, 2 and 4 (mpirun, oversubscribed), with and
-# without gradient accumulation, trains gpt2-tiny-shaped models on the same
-# global batch and must log the same losses as world 1 without accumulation.
+# without gradient accumulation, and zero1 at world 1, 2 and 4, train
+# gpt2-tiny-shaped models on the same global batch and must log the same
+# losses as ddp at world 1 without accumulation.
 # Tolerance 1e-6 relative per step: the ranks' gradients are summed in
 # another order than one process sums its batch, so fp32 round-off may
 # differ (measured: at most 9.5e-8, one ulp of the logged loss, over 20
@@ -38,8 +39,11 @@ run w4 4 2 1
 run w4_accum 4 1 2
 run w2_small_buckets 2 4 1 --set strategy.reduce_bucket_size=5000
 run w2_no_overlap 2 2 2 --set strategy.overlap_comm=false
+run zero1_w1 1 8 1 --strategy zero1
+run zero1_w2_accum 2 2 2 --strategy zero1
+run zero1_w4 4 2 1 --strategy zero1
 
-for name in w1_accum w2 w2_accum w4 w4_accum w2_small_buckets w2_no_overlap; do
+for name in w1_accum w2 w2_accum w4 w4_accum w2_small_buckets w2_no_overlap zero1_w1 zero1_w2_accum zero1_w4; do
   worst=$(paste "$scratch/w1.losses" "$scratch/$name.losses" |
     awk '{ d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r } END { printf "%.3g", m }')
   echo "$name: largest relative loss difference to world 1: $worst"

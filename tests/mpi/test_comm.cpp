@@ -189,3 +189,16 @@ TEST_CASE(
                                                static_cast<std::uint64_t>(R));
   }
 }
+
+TEST_CASE("all_gather in place: each rank sends its own block of the result") {
+  const int R = world().size(), r = world().rank();
+  const std::size_t n = 4;
+  std::vector<float> all(n * static_cast<std::size_t>(R), -1.0f);
+  for (std::size_t i = 0; i < n; ++i)
+    all[static_cast<std::size_t>(r) * n + i] = static_cast<float>(10 * r) + static_cast<float>(i);
+  world().all_gather(all.data() + static_cast<std::size_t>(r) * n, all.data(), n, DType::f32);
+  for (int k = 0; k < R; ++k)
+    for (std::size_t i = 0; i < n; ++i)
+      CHECK(all[static_cast<std::size_t>(k) * n + i] ==
+            static_cast<float>(10 * k) + static_cast<float>(i));
+}

@@ -36,7 +36,7 @@ TEST_CASE("the built-in plugins are found by name, with their info and options")
     CHECK(p.info().abi_version == kPluginAbiVersion);
   }
   const auto all = loader.load_all();
-  CHECK(all.size() == 5);
+  CHECK(all.size() == 6);
   CHECK(loader.load("model", "transformer").options().find("n_layer")->type == OptionType::integer);
 }
 

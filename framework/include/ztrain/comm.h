@@ -63,7 +63,8 @@ class ZTRAIN_API Communicator {
   // block r.
   virtual CommWork reduce_scatter_async(const void* send, void* recv, std::size_t recv_count,
                                         DType type, ReduceOp op) = 0;
-  // recv: size() * send_count elements, rank r's send in block r.
+  // recv: size() * send_count elements, rank r's send in block r. send may
+  // be the caller's own block of recv (in place).
   virtual CommWork all_gather_async(const void* send, void* recv, std::size_t send_count,
                                     DType type) = 0;
   // root's count elements copied to every rank.

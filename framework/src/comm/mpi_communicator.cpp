@@ -152,9 +152,13 @@ class MpiCommunicator final : public Communicator {
     });
   }
   CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
+    // Sending from the own block of recv is the in-place form (MPI forbids
+    // aliased buffers otherwise).
+    const bool in_place = send == static_cast<const char*>(recv) +
+                                      static_cast<std::size_t>(rank_) * count * dtype_size(type);
     return submit("all_gather", count, type, [=, this] {
-      check(MPI_Allgather(send, checked(count), mpi_type(type), recv, checked(count),
-                          mpi_type(type), comm_),
+      check(MPI_Allgather(in_place ? MPI_IN_PLACE : send, checked(count), mpi_type(type), recv,
+                          checked(count), mpi_type(type), comm_),
             "all_gather", count, type);
     });
   }
