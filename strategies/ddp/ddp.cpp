@@ -3,8 +3,8 @@
 // completes them (overlap_comm), and the optimizer steps the full replica.
 #include "ztrain/comm.h"
 #include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/full_replica.h"
 #include "ztrain/shard/grad_reducer.h"
-#include "ztrain/shard/init.h"
 #include "ztrain/shard/optimizer_shard.h"
 #include "ztrain/strategy.h"
 
@@ -35,15 +35,12 @@ class Ddp final : public Strategy {
     comm_ = s.comm;
     kernels_ = s.kernels;
     layout_.emplace(params_, 1);
-    const std::size_t bytes = layout_->total() * sizeof(float);
-    weights_ = s.device->allocate(Tier::device, Category::params, bytes);
-    grads_ = s.device->allocate(Tier::device, Category::grads, bytes);
-    shard::init_flat(params_, *layout_, s.seed, 0, layout_->total(), weights_.as<float>());
-    comm_->broadcast(weights_.data(), layout_->total(), DType::f32, 0);
+    replica_.emplace(*s.device, params_, *layout_, s.seed);
+    comm_->broadcast(replica_->weights(), layout_->total(), DType::f32, 0);
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, 0, layout_->total(),
                        s.optimizer);
     const std::uint64_t bucket = static_cast<std::uint64_t>(bucket_elements_) * sizeof(float);
-    reducer_.emplace(params_, *layout_, grads_.as<float>(), *comm_, bucket,
+    reducer_.emplace(params_, *layout_, replica_->grads(), *comm_, bucket,
                      std::min<std::uint64_t>(bucket, 1u << 20));
   }
 
@@ -53,19 +50,13 @@ class Ddp final : public Strategy {
   void before_backward(ModuleId) override {}
   void after_backward(ModuleId m) override { reducer_->module_done(m); }
 
-  TensorView param_view(ParamId p) override { return view(weights_, p); }
-  TensorView grad_view(ParamId p) override { return view(grads_, p); }
-
-  void read_param(ParamId p, float* out) override {
-    const float* src = weights_.as<float>() + layout_->offset(p);
-    std::copy(src, src + layout_->numel(p), out);
-  }
-  void write_param(ParamId p, const float* in) override {
-    std::copy(in, in + layout_->numel(p), weights_.as<float>() + layout_->offset(p));
-  }
+  TensorView param_view(ParamId p) override { return replica_->param(p); }
+  TensorView grad_view(ParamId p) override { return replica_->grad(p); }
+  void read_param(ParamId p, float* out) override { replica_->read(p, out); }
+  void write_param(ParamId p, const float* in) override { replica_->write(p, in); }
 
   StepResult step(const StepArgs& a) override {
-    float* g = grads_.as<float>();
+    float* g = replica_->grads();
     const std::uint64_t n = layout_->total();
     reducer_->finish();
     StepResult r;
@@ -78,7 +69,7 @@ class Ddp final : public Strategy {
       // The optimizer pass zeroes the gradients for the next step.
       const float mult =
           static_cast<float>(1.0 / a.loss_scale) * shard::clip_multiplier(r.grad_norm, a.grad_clip);
-      optimizer_->step(weights_.as<float>(), g, *kernels_, a.lr, a.step, mult);
+      optimizer_->step(replica_->weights(), g, *kernels_, a.lr, a.step, mult);
     }
     return r;
   }
@@ -99,16 +90,11 @@ class Ddp final : public Strategy {
   }
 
  private:
-  TensorView view(const Buffer& b, ParamId p) const {
-    return {b.as<float>() + layout_->offset(p), DType::f32,
-            params_[static_cast<std::size_t>(p)].shape};
-  }
-
   std::vector<ParamSpec> params_;
   Communicator* comm_ = nullptr;
   const Kernels* kernels_ = nullptr;
   std::optional<shard::FlatLayout> layout_;
-  Buffer weights_, grads_;
+  std::optional<shard::FullReplica> replica_;
   std::optional<shard::OptimizerShard> optimizer_;
   std::optional<shard::GradReducer> reducer_;
   bool overlap_;

@@ -8,7 +8,7 @@
 
 #include "ztrain/comm.h"
 #include "ztrain/shard/flat_layout.h"
-#include "ztrain/shard/init.h"
+#include "ztrain/shard/full_replica.h"
 #include "ztrain/shard/optimizer_shard.h"
 #include "ztrain/strategy.h"
 
@@ -26,13 +26,10 @@ class Zero1 final : public Strategy {
     comm_ = s.comm;
     kernels_ = s.kernels;
     layout_.emplace(params_, comm_->size());
-    const std::uint64_t n = layout_->total();
     begin_ = layout_->owned_begin(comm_->rank());
     shard_ = layout_->owned_end(comm_->rank()) - begin_;
-    weights_ = s.device->allocate(Tier::device, Category::params, n * sizeof(float));
-    grads_ = s.device->allocate(Tier::device, Category::grads, n * sizeof(float));
+    replica_.emplace(*s.device, params_, *layout_, s.seed);
     shard_grads_ = s.device->allocate(Tier::device, Category::grads, shard_ * sizeof(float));
-    shard::init_flat(params_, *layout_, s.seed, 0, n, weights_.as<float>());
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin_, begin_ + shard_,
                        s.optimizer);
   }
@@ -43,21 +40,16 @@ class Zero1 final : public Strategy {
   void before_backward(ModuleId) override {}
   void after_backward(ModuleId) override {}
 
-  TensorView param_view(ParamId p) override { return view(weights_, p); }
-  TensorView grad_view(ParamId p) override { return view(grads_, p); }
-  void read_param(ParamId p, float* out) override {
-    const float* src = weights_.as<float>() + layout_->offset(p);
-    std::copy(src, src + layout_->numel(p), out);
-  }
-  void write_param(ParamId p, const float* in) override {
-    std::copy(in, in + layout_->numel(p), weights_.as<float>() + layout_->offset(p));
-  }
+  TensorView param_view(ParamId p) override { return replica_->param(p); }
+  TensorView grad_view(ParamId p) override { return replica_->grad(p); }
+  void read_param(ParamId p, float* out) override { replica_->read(p, out); }
+  void write_param(ParamId p, const float* in) override { replica_->write(p, in); }
 
   StepResult step(const StepArgs& a) override {
     const std::uint64_t n = layout_->total();
     float* g = shard_grads_.as<float>();
-    comm_->reduce_scatter(grads_.as<float>(), g, shard_, DType::f32, ReduceOp::average);
-    std::fill(grads_.as<float>(), grads_.as<float>() + n, 0.0f);
+    comm_->reduce_scatter(replica_->grads(), g, shard_, DType::f32, ReduceOp::average);
+    std::fill(replica_->grads(), replica_->grads() + n, 0.0f);
     // The global norm: each rank's shard, summed over ranks.
     float sq = static_cast<float>(kernels_->sum_squares(g, shard_));
     comm_->all_reduce(&sq, 1, DType::f32, ReduceOp::sum);
@@ -70,8 +62,9 @@ class Zero1 final : public Strategy {
     } else {
       const float mult =
           static_cast<float>(1.0 / a.loss_scale) * shard::clip_multiplier(r.grad_norm, a.grad_clip);
-      optimizer_->step(weights_.as<float>() + begin_, g, *kernels_, a.lr, a.step, mult);
-      comm_->all_gather(weights_.as<float>() + begin_, weights_.as<float>(), shard_, DType::f32);
+      float* w = replica_->weights();
+      optimizer_->step(w + begin_, g, *kernels_, a.lr, a.step, mult);
+      comm_->all_gather(w + begin_, w, shard_, DType::f32);
     }
     bytes_sent_ += 2 * n * sizeof(float) * static_cast<std::uint64_t>(comm_->size() - 1) /
                    static_cast<std::uint64_t>(comm_->size());
@@ -92,17 +85,13 @@ class Zero1 final : public Strategy {
   StrategyStats stats() const override { return {bytes_sent_, 0.0}; }
 
  private:
-  TensorView view(const Buffer& b, ParamId p) const {
-    return {b.as<float>() + layout_->offset(p), DType::f32,
-            params_[static_cast<std::size_t>(p)].shape};
-  }
-
   std::vector<ParamSpec> params_;
   Communicator* comm_ = nullptr;
   const Kernels* kernels_ = nullptr;
   std::optional<shard::FlatLayout> layout_;
   std::uint64_t begin_ = 0, shard_ = 0;
-  Buffer weights_, grads_, shard_grads_;
+  std::optional<shard::FullReplica> replica_;
+  Buffer shard_grads_;
   std::optional<shard::OptimizerShard> optimizer_;
   std::uint64_t bytes_sent_ = 0;
 };
