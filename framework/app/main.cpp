@@ -33,6 +33,9 @@ constexpr const char* kUsage =
     "       ztrain --nproc N [options] CONFIG  N ranks on this machine (mpirun)\n"
     "       ztrain --hostfile FILE [--include S | --exclude S] [--env VAR]... [options] CONFIG\n"
     "       ztrain plugins [--plugin-path DIR]  list the plugins found, with their options\n"
+    "       ztrain estimate [--world N] [options] CONFIG\n"
+    "                                           bytes per rank the run would need, by tier and\n"
+    "                                           category (nothing is allocated)\n"
     "       ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16]\n"
     "                                           write weights as safetensors with Hugging Face\n"
     "                                           names (OUT: a .safetensors file, or a directory\n"
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
   std::string strategy, model, dtype = "fp32", hostfile, include, exclude;
   std::vector<std::string> env_vars;
   int nproc = 0;
+  int world = 1;
   bool verbose = false, dry_run = false;
   po::options_description opts("options");
   opts.add_options()("help,h", "show this help")("version", "print the version")(
@@ -89,6 +93,7 @@ int main(int argc, char** argv) {
       "verbose,v", po::bool_switch(&verbose), "log plugin discovery and set-up")(
       "dtype", po::value(&dtype), "export: dtype of the written weights (fp32, bf16, fp16)")(
       "nproc", po::value(&nproc), "start N ranks on this machine (through mpirun)")(
+      "world", po::value(&world)->default_value(1), "estimate: the number of ranks")(
       "hostfile", po::value(&hostfile), "start ranks on the hosts of a DeepSpeed hostfile")(
       "include", po::value(&include), "hostfile hosts/slots to use: host[:0,1][@host...]")(
       "exclude", po::value(&exclude), "hostfile hosts/slots to leave out: host[:0,1][@host...]")(
@@ -119,6 +124,20 @@ int main(int argc, char** argv) {
                                   "')");
       return list_plugins(plugin_paths, verbose);
     }
+    if (!positional.empty() && positional[0] == "estimate") {
+      if (positional.size() != 2)
+        throw ztrain::ConfigError("usage: ztrain estimate [--world N] [options] CONFIG");
+      if (world < 1)
+        throw ztrain::ConfigError("--world " + std::to_string(world) + ": give 1 or more ranks");
+      ztrain::TrainArgs args;
+      args.config = positional[1];
+      args.strategy = strategy;
+      args.model = model;
+      args.overrides = overrides;
+      args.plugin_paths = plugin_paths;
+      ztrain::estimate(args, world, std::cout);
+      return 0;
+    }
     if (!positional.empty() && positional[0] == "export") {
       if (positional.size() != 3)
         throw ztrain::ConfigError("usage: ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16]");
@@ -138,7 +157,8 @@ int main(int argc, char** argv) {
       throw ztrain::ConfigError("--nproc " + std::to_string(nproc) + ": give 1 or more ranks");
     if (nproc == 0 && hostfile.empty() &&
         (!include.empty() || !exclude.empty() || !env_vars.empty() || dry_run))
-      throw ztrain::ConfigError("--include, --exclude, --env and --dry-run go with --nproc or --hostfile");
+      throw ztrain::ConfigError(
+          "--include, --exclude, --env and --dry-run go with --nproc or --hostfile");
     if (nproc > 0 || !hostfile.empty()) {
       if (ztrain::launched_by_mpi())
         throw ztrain::ConfigError("already started by an MPI launcher; drop --nproc/--hostfile");

@@ -9,7 +9,6 @@
 #include "ztrain/strategy.h"
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <optional>
 
@@ -56,22 +55,9 @@ class Ddp final : public Strategy {
   void write_param(ParamId p, const float* in) override { replica_->write(p, in); }
 
   StepResult step(const StepArgs& a) override {
-    float* g = replica_->grads();
-    const std::uint64_t n = layout_->total();
     reducer_->finish();
-    StepResult r;
-    r.grad_norm = std::sqrt(kernels_->sum_squares(g, n)) / a.loss_scale;
-    r.overflow = !std::isfinite(r.grad_norm);
-    if (r.overflow) {
-      r.skipped = true;
-      std::fill(g, g + n, 0.0f);
-    } else {
-      // The optimizer pass zeroes the gradients for the next step.
-      const float mult =
-          static_cast<float>(1.0 / a.loss_scale) * shard::clip_multiplier(r.grad_norm, a.grad_clip);
-      optimizer_->step(replica_->weights(), g, *kernels_, a.lr, a.step, mult);
-    }
-    return r;
+    return shard::step_shard(*optimizer_, replica_->weights(), replica_->grads(), nullptr,
+                             *kernels_, a);
   }
 
   MemoryEstimate estimate(const EstimateArgs& a) const override {

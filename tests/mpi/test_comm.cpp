@@ -101,6 +101,47 @@ TEST_CASE("reduce_scatter gives each rank its block's reduction") {
   }
 }
 
+TEST_CASE("irregular reduce_scatter_v and all_gather_v: empty, uneven and in-place blocks") {
+  const int R = world().size(), r = world().rank();
+  // Rank k's block holds (k * 3) % 5 elements: rank 0's is empty.
+  std::vector<std::size_t> counts;
+  std::size_t total = 0, mine_at = 0;
+  for (int k = 0; k < R; ++k) {
+    counts.push_back(static_cast<std::size_t>(k * 3 % 5));
+    if (k == r) mine_at = total;
+    total += counts.back();
+  }
+  const std::size_t own = counts[static_cast<std::size_t>(r)];
+  for (DType t : {DType::f32, DType::bf16}) {
+    std::vector<float> send(total);
+    for (std::size_t i = 0; i < total; ++i) send[i] = value(r, i);
+    const auto s16 = encode(send, t);
+    std::vector<float> recv(own + 1);
+    std::vector<std::uint16_t> r16(own + 1);
+    const void* sp = t == DType::f32 ? static_cast<const void*>(send.data()) : s16.data();
+    void* rp = t == DType::f32 ? static_cast<void*>(recv.data()) : r16.data();
+    world().reduce_scatter_v_async(sp, rp, counts, t, ReduceOp::average).wait();
+    const auto got = decode(rp, t, own);
+    for (std::size_t i = 0; i < own; ++i) {
+      double want = 0;
+      for (int k = 0; k < R; ++k) want += value(k, mine_at + i);
+      CHECK(got[i] == doctest::Approx(want / R).epsilon(t == DType::f32 ? 1e-6 : 1e-2));
+    }
+  }
+  std::vector<float> mine(own, static_cast<float>(r) + 0.25f), all(total, -1.0f);
+  world().all_gather_v_async(mine.data(), all.data(), counts, DType::f32).wait();
+  std::vector<float> in_place(total, -1.0f);
+  std::fill_n(in_place.begin() + static_cast<std::ptrdiff_t>(mine_at), own,
+              static_cast<float>(r) + 0.25f);
+  world().all_gather_v_async(in_place.data() + mine_at, in_place.data(), counts, DType::f32).wait();
+  std::size_t at = 0;
+  for (int k = 0; k < R; ++k)
+    for (std::size_t i = 0; i < counts[static_cast<std::size_t>(k)]; ++i, ++at) {
+      CHECK(all[at] == static_cast<float>(k) + 0.25f);
+      CHECK(in_place[at] == static_cast<float>(k) + 0.25f);
+    }
+}
+
 TEST_CASE("all_gather puts rank r's block at r, broadcast copies the root's data") {
   const int R = world().size(), r = world().rank();
   const std::size_t n = 3;

@@ -24,6 +24,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ztrain/dtype.h"
 #include "ztrain/export.h"
@@ -67,6 +68,15 @@ class ZTRAIN_API Communicator {
   // be the caller's own block of recv (in place).
   virtual CommWork all_gather_async(const void* send, void* recv, std::size_t send_count,
                                     DType type) = 0;
+  // The irregular forms: rank r's block holds counts[r] elements, blocks
+  // consecutive (send of reduce_scatter_v, recv of all_gather_v); counts has
+  // size() entries, equal on every rank. all_gather_v may send from the
+  // caller's own block of recv (in place).
+  virtual CommWork reduce_scatter_v_async(const void* send, void* recv,
+                                          const std::vector<std::size_t>& counts, DType type,
+                                          ReduceOp op) = 0;
+  virtual CommWork all_gather_v_async(const void* send, void* recv,
+                                      const std::vector<std::size_t>& counts, DType type) = 0;
   // root's count elements copied to every rank.
   virtual CommWork broadcast_async(void* data, std::size_t count, DType type, int root) = 0;
   virtual CommWork barrier_async() = 0;

@@ -22,6 +22,15 @@ class LocalCommunicator final : public Communicator {
     if (send != recv) std::memmove(recv, send, count * dtype_size(type));
     return {};
   }
+  CommWork reduce_scatter_v_async(const void* send, void* recv,
+                                  const std::vector<std::size_t>& counts, DType type,
+                                  ReduceOp op) override {
+    return reduce_scatter_async(send, recv, counts.at(0), type, op);
+  }
+  CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                              DType type) override {
+    return all_gather_async(send, recv, counts.at(0), type);
+  }
   CommWork broadcast_async(void*, std::size_t, DType, int root) override {
     if (root != 0)
       throw CommError("broadcast from root " + std::to_string(root) +

@@ -162,6 +162,31 @@ class MpiCommunicator final : public Communicator {
             "all_gather", count, type);
     });
   }
+  CommWork reduce_scatter_v_async(const void* send, void* recv,
+                                  const std::vector<std::size_t>& counts, DType type,
+                                  ReduceOp op) override {
+    const auto [ints, displs, total] = layout(counts);
+    const std::size_t own = counts[static_cast<std::size_t>(rank_)];
+    return submit("reduce_scatter_v", total, type, [=, this, ints = ints] {
+      check(MPI_Reduce_scatter(send, recv, ints.data(), mpi_type(type), sum_op(type), comm_),
+            "reduce_scatter_v", total, type);
+      if (op == ReduceOp::average) divide(recv, own, type, size_);
+    });
+  }
+  CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                              DType type) override {
+    const auto [ints, displs, total] = layout(counts);
+    const int own = ints[static_cast<std::size_t>(rank_)];
+    const bool in_place =
+        send ==
+        static_cast<const char*>(recv) +
+            static_cast<std::size_t>(displs[static_cast<std::size_t>(rank_)]) * dtype_size(type);
+    return submit("all_gather_v", total, type, [=, this, ints = ints, displs = displs] {
+      check(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, own, mpi_type(type), recv, ints.data(),
+                           displs.data(), mpi_type(type), comm_),
+            "all_gather_v", total, type);
+    });
+  }
   CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {
     if (root < 0 || root >= size_)
       throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
@@ -185,6 +210,24 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Op sum_op(DType t) const {
     return t == DType::f32 ? MPI_SUM : t == DType::bf16 ? runtime_->bf16_sum : runtime_->f16_sum;
+  }
+  struct VLayout {
+    std::vector<int> counts, displs;
+    std::size_t total;
+  };
+  // MPI's int counts and displacements of consecutive blocks.
+  VLayout layout(const std::vector<std::size_t>& counts) const {
+    if (counts.size() != static_cast<std::size_t>(size_))
+      throw CommError("an irregular collective got " + std::to_string(counts.size()) +
+                      " block counts for " + std::to_string(size_) + " ranks");
+    VLayout v{{}, {}, 0};
+    for (std::size_t c : counts) {
+      v.displs.push_back(checked(v.total));
+      v.counts.push_back(checked(c));
+      v.total += c;
+    }
+    checked(v.total);
+    return v;
   }
   static int checked(std::size_t count) {
     if (count > static_cast<std::size_t>(INT32_MAX))

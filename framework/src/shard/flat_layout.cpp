@@ -33,3 +33,54 @@ std::vector<Segment> FlatLayout::segments(std::uint64_t begin, std::uint64_t end
 }
 
 }  // namespace ztrain::shard
+
+namespace ztrain::shard {
+
+std::vector<std::size_t> FlatLayout::owned_counts(std::uint64_t begin, std::uint64_t end) const {
+  std::vector<std::size_t> counts;
+  for (int r = 0; r < world_; ++r) {
+    const std::uint64_t b = std::max(begin, owned_begin(r)), e = std::min(end, owned_end(r));
+    counts.push_back(b < e ? static_cast<std::size_t>(e - b) : 0);
+  }
+  return counts;
+}
+
+std::vector<BucketRange> reverse_buckets(const FlatLayout& layout, std::uint64_t bucket_elements,
+                                         std::uint64_t first_elements,
+                                         std::vector<int>& bucket_of) {
+  std::vector<BucketRange> buckets;
+  const std::size_t n = layout.param_count();
+  bucket_of.assign(n, 0);
+  std::uint64_t end = layout.total();
+  std::uint64_t limit = std::max<std::uint64_t>(1, first_elements);
+  int count = 0;
+  for (std::size_t i = n; i-- > 0;) {
+    bucket_of[i] = static_cast<int>(buckets.size());
+    ++count;
+    const std::uint64_t begin = layout.offset(static_cast<ParamId>(i));
+    if (end - begin >= limit || i == 0) {
+      buckets.push_back({i == 0 ? 0 : begin, end, count});
+      end = begin;
+      count = 0;
+      limit = std::max<std::uint64_t>(1, bucket_elements);
+    }
+  }
+  return buckets;
+}
+
+std::vector<std::vector<ParamId>> completed_by_module(const std::vector<ParamSpec>& params) {
+  int modules = 1;
+  for (const auto& p : params)
+    for (auto m : p.used_by) modules = std::max(modules, m + 1);
+  std::vector<std::vector<ParamId>> out(static_cast<std::size_t>(modules));
+  // A parameter nobody uses counts as complete with the first module, so
+  // its bucket is not held back forever.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& used = params[i].used_by;
+    const ModuleId last = used.empty() ? 0 : *std::min_element(used.begin(), used.end());
+    out[static_cast<std::size_t>(last)].push_back(static_cast<ParamId>(i));
+  }
+  return out;
+}
+
+}  // namespace ztrain::shard

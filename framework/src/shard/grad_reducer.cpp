@@ -8,34 +8,13 @@ GradReducer::GradReducer(const std::vector<ParamSpec>& params, const FlatLayout&
                          float* grads, Communicator& comm, std::uint64_t bucket_bytes,
                          std::uint64_t first_bucket_bytes)
     : grads_(grads), comm_(comm) {
-  // Walk parameters from the end of the layout, cutting a bucket whenever
-  // it reaches its size; the last bucket also takes the layout's start.
-  std::uint64_t end = layout.total();
-  std::uint64_t limit = std::max<std::uint64_t>(1, first_bucket_bytes / sizeof(float));
-  std::vector<int> bucket_of(params.size(), 0);
-  int count_in_bucket = 0;
-  for (std::size_t i = params.size(); i-- > 0;) {
-    const auto id = static_cast<ParamId>(i);
-    bucket_of[i] = static_cast<int>(buckets_.size());
-    ++count_in_bucket;
-    const std::uint64_t begin = layout.offset(id);
-    if (end - begin >= limit || i == 0) {
-      buckets_.push_back({i == 0 ? 0 : begin, end, count_in_bucket, count_in_bucket, false, {}});
-      end = begin;
-      count_in_bucket = 0;
-      limit = std::max<std::uint64_t>(1, bucket_bytes / sizeof(float));
-    }
-  }
-  // A parameter is complete after the backward of the smallest module using
-  // it (backward runs from the last module to the first).
-  int modules = 0;
-  for (const auto& p : params)
-    for (auto m : p.used_by) modules = std::max(modules, m + 1);
-  completes_.assign(static_cast<std::size_t>(modules), {});
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const auto& used = params[i].used_by;
-    const ModuleId last = used.empty() ? 0 : *std::min_element(used.begin(), used.end());
-    completes_[static_cast<std::size_t>(last)].push_back(bucket_of[i]);
+  std::vector<int> bucket_of;
+  for (const auto& b : reverse_buckets(layout, bucket_bytes / sizeof(float),
+                                       first_bucket_bytes / sizeof(float), bucket_of))
+    buckets_.push_back({b.begin, b.end, b.params, b.params, false, {}});
+  for (const auto& done : completed_by_module(params)) {
+    completes_.emplace_back();
+    for (ParamId p : done) completes_.back().push_back(bucket_of[static_cast<std::size_t>(p)]);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "ztrain/shard/optimizer_shard.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ztrain::shard {
@@ -36,6 +37,29 @@ void OptimizerShard::step(float* params, float* grads, const Kernels& kernels, d
                   r.decay ? static_cast<float>(settings_.weight_decay) : 0.0f, grad_mult,
                   static_cast<float>(bc1), static_cast<float>(bc2));
   }
+}
+
+StepResult step_shard(OptimizerShard& optimizer, float* params, float* grads, Communicator* comm,
+                      const Kernels& kernels, const StepArgs& args) {
+  const std::uint64_t n = optimizer.end() - optimizer.begin();
+  double sq = kernels.sum_squares(grads, n);
+  if (comm) {
+    float part = static_cast<float>(sq);
+    comm->all_reduce(&part, 1, DType::f32, ReduceOp::sum);
+    sq = part;
+  }
+  StepResult r;
+  r.grad_norm = std::sqrt(sq) / args.loss_scale;
+  r.overflow = !std::isfinite(r.grad_norm);
+  r.skipped = r.overflow;
+  if (r.skipped) {
+    std::fill(grads, grads + n, 0.0f);
+    return r;
+  }
+  const float mult =
+      static_cast<float>(1.0 / args.loss_scale) * clip_multiplier(r.grad_norm, args.grad_clip);
+  optimizer.step(params, grads, kernels, args.lr, args.step, mult);
+  return r;
 }
 
 float clip_multiplier(double grad_norm, double max_norm) {

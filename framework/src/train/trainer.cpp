@@ -3,8 +3,8 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -278,10 +278,10 @@ TrainResult train_run(const TrainArgs& args) {
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
   }
   progress.finish();
-  // ddp keeps full replicas: rank 0's copy is the model.
-  if (lead && tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32);
-  if (lead && !tr.export_to.empty())
-    export_weights(*run.model, *run.strategy, tr.export_to, tr.export_dtype);
+  // Every rank takes part (sharded parameters are gathered); rank 0 writes.
+  if (tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32, lead);
+  if (!tr.export_to.empty())
+    export_weights(*run.model, *run.strategy, tr.export_to, tr.export_dtype, lead);
   result.tokens_per_s =
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
 
@@ -329,7 +329,64 @@ TrainResult train_run(const TrainArgs& args) {
   return result;
 }
 
+void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
+  const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
+                                           config_roots(args.config));
+  config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), {});
+  const RunSettings settings = resolve_settings(config, world);
+  const std::string model_name = config.plugin("model", "transformer");
+  const std::string strategy_name = config.plugin("strategy", "ddp");
+  const LoadedPlugin model_lib = loader.load("model", model_name);
+  const LoadedPlugin strategy_lib = loader.load("strategy", strategy_name);
+  OptionList model_host;
+  model_host.optional_string("init_from", "start from these weights");
+  const auto model =
+      model_lib.create<Model>(plugin_options(config, "model", model_lib, model_host));
+  const auto strategy =
+      strategy_lib.create<Strategy>(plugin_options(config, "strategy", strategy_lib, OptionList{}));
+  const ModelInfo info = model->info();
+  MemoryEstimate e = strategy->estimate({model->params(), world, settings.train.precision});
+  e.bytes[static_cast<std::size_t>(Tier::device)]
+         [static_cast<std::size_t>(Category::activations)] +=
+      model->activation_bytes({static_cast<int>(settings.train.micro_batch), info.seq_len});
+  os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
+     << ", model " << model_name << " (" << info.arch << ", " << info.n_params
+     << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len
+     << " tokens\npeak bytes per rank:\n";
+  for (std::size_t t = 0; t < kTierCount; ++t) {
+    std::uint64_t total = 0;
+    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+      const std::uint64_t b = e.bytes[t][c];
+      if (!b) continue;
+      total += b;
+      char line[128];
+      std::snprintf(line, sizeof line, "  %-7s %-12s %14llu  %s\n",
+                    std::string(tier_name(static_cast<Tier>(t))).c_str(),
+                    std::string(category_name(static_cast<Category>(c))).c_str(),
+                    static_cast<unsigned long long>(b), format_bytes(b).c_str());
+      os << line;
+    }
+    if (total) {
+      char line[128];
+      std::snprintf(line, sizeof line, "  %-7s %-12s %14llu  %s\n",
+                    std::string(tier_name(static_cast<Tier>(t))).c_str(), "total",
+                    static_cast<unsigned long long>(total), format_bytes(total).c_str());
+      os << line;
+    }
+  }
+  os << "(each category's peak; they need not coincide, so a tier's total is an upper bound)\n";
+}
+
 }  // namespace
+
+void estimate(const TrainArgs& args, int world, std::ostream& os) {
+  try {
+    estimate_run(args, world, os);
+  } catch (...) {
+    rethrow_detached();
+  }
+}
 
 Run assemble(const RunConfig& config, const PluginLoader& loader) {
   try {

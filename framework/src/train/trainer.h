@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -64,5 +65,10 @@ struct Run {
 Run assemble(const RunConfig& config, const PluginLoader& loader);
 
 TrainResult train(const TrainArgs& args);
+
+// `ztrain estimate`: the strategy's bytes per tier and category for one
+// rank of a `world`-rank run, plus the model's activations, printed to os.
+// Nothing is allocated or trained.
+void estimate(const TrainArgs& args, int world, std::ostream& os);
 
 }  // namespace ztrain

@@ -44,9 +44,9 @@ fs::path prepare_target(const fs::path& out, const std::string& config_json) {
 
 }  // namespace
 
-void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype) {
+void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype,
+                    bool write) {
   const auto params = model.params();
-  const fs::path file = prepare_target(out, model.hf_config_json());
   std::vector<std::vector<std::uint8_t>> storage;
   std::vector<SafetensorsTensor> tensors;
   std::vector<float> full, flipped;
@@ -54,6 +54,7 @@ void export_weights(const Model& model, Strategy& strategy, const fs::path& out,
     const ParamSpec& p = params[i];
     full.resize(static_cast<std::size_t>(p.shape.numel()));
     strategy.read_param(static_cast<ParamId>(i), full.data());
+    if (!write) continue;
     const float* src = full.data();
     if (p.hf_transposed) {
       flipped.resize(full.size());
@@ -64,6 +65,8 @@ void export_weights(const Model& model, Strategy& strategy, const fs::path& out,
     convert(src, DType::f32, storage.back().data(), dtype, full.size());
     tensors.push_back({external_name(p), dtype, external_shape(p), storage.back().data()});
   }
+  if (!write) return;
+  const fs::path file = prepare_target(out, model.hf_config_json());
   write_safetensors(file, tensors,
                     {{"format", "pt"},
                      {"producer", std::string("ztrain ") + ZTRAIN_VERSION},

@@ -22,8 +22,10 @@
 
 namespace ztrain {
 
+// Collective (read_param is): every rank calls it, those with `write`
+// false only take part in gathering the parameters.
 void export_weights(const Model& model, Strategy& strategy, const std::filesystem::path& out,
-                    DType dtype);
+                    DType dtype, bool write = true);
 void import_weights(const Model& model, Strategy& strategy, const std::filesystem::path& in);
 
 // `ztrain export`: rewrites the weights of a run directory (its

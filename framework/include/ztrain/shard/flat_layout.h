@@ -25,6 +25,18 @@ struct Segment {
   std::uint64_t end;
 };
 
+// A gradient bucket: the flat range [begin, end) and how many parameters
+// start in it.
+struct BucketRange {
+  std::uint64_t begin, end;
+  int params;
+};
+
+// A contiguous run of a buffer: [begin, end) in flat elements.
+struct Span {
+  std::uint64_t begin, end;
+};
+
 class ZTRAIN_API FlatLayout {
  public:
   FlatLayout(const std::vector<ParamSpec>& params, int world, std::uint64_t align = 16);
@@ -38,11 +50,30 @@ class ZTRAIN_API FlatLayout {
   // The parts of parameters that fall in [begin, end), in order.
   std::vector<Segment> segments(std::uint64_t begin, std::uint64_t end) const;
   std::size_t param_count() const { return offsets_.size(); }
+  // Elements of [begin, end) each rank owns (consecutive, in rank order:
+  // the block counts of an irregular collective over that range).
+  std::vector<std::size_t> owned_counts(std::uint64_t begin, std::uint64_t end) const;
 
  private:
   std::vector<std::uint64_t> offsets_, numels_;
   std::uint64_t total_ = 0, shard_ = 0;
   int world_ = 1;
 };
+
+// Buckets cut from the end of the layout backwards (the order backward
+// completes gradients), on parameter boundaries: the first holds about
+// first_elements, the others about bucket_elements (a parameter larger than
+// that gets a bucket of its own); the last one reaches down to element 0.
+// bucket_of receives each parameter's bucket index.
+ZTRAIN_API std::vector<BucketRange> reverse_buckets(const FlatLayout& layout,
+                                                    std::uint64_t bucket_elements,
+                                                    std::uint64_t first_elements,
+                                                    std::vector<int>& bucket_of);
+
+// For each module, the parameters whose gradient is complete after that
+// module's backward: those whose lowest-numbered user it is (backward runs
+// from the last module to the first); unused parameters count for module 0.
+ZTRAIN_API std::vector<std::vector<ParamId>> completed_by_module(
+    const std::vector<ParamSpec>& params);
 
 }  // namespace ztrain::shard

@@ -1,9 +1,11 @@
-// FullReplica: every parameter and gradient held whole on this rank, in two
-// flat fp32 buffers indexed by a FlatLayout (the storage of ddp and zero1).
-// The parameters start from the seed (init_flat), so every rank holds the
-// same values without communicating.
+// FullReplica: every parameter (and, unless declined, every gradient) held
+// whole on this rank in flat fp32 buffers indexed by a FlatLayout: the
+// storage of ddp, zero1 and (parameters only) zero2. The parameters start
+// from the seed (init_flat), so every rank holds the same values without
+// communicating; after a sharded optimizer step, publish() gathers each
+// rank's owned range back into every replica.
 //
-// Ownership: owns both buffers (device tier, categories params and grads);
+// Ownership: owns its buffers (device tier, categories params and grads);
 // keeps references to `params` and `layout`, which must outlive it.
 // Thread safety: the training thread only.
 #pragma once
@@ -11,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/model.h"
@@ -22,7 +25,11 @@ namespace ztrain::shard {
 class ZTRAIN_API FullReplica {
  public:
   FullReplica(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
-              std::uint64_t seed);
+              std::uint64_t seed, bool with_grads = true);
+  // All-gathers every rank's owned range of the parameters into every
+  // replica, in pieces of at most bucket_elements (collective); returns the
+  // bytes this rank sent.
+  std::uint64_t publish(Communicator& comm, std::uint64_t bucket_elements);
 
   TensorView param(ParamId p) const { return view(weights_, p); }
   TensorView grad(ParamId p) const { return view(grads_, p); }

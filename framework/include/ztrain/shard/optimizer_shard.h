@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/kernels.h"
@@ -45,6 +46,14 @@ class ZTRAIN_API OptimizerShard {
   std::uint64_t begin_, end_;
   OptimizerSettings settings_;
 };
+
+// One optimizer step over a shard: the global gradient norm (the shard's
+// sum of squares, summed over `comm` unless it is null, so every rank clips
+// by the norm ddp would see), then on a non-finite norm the step is skipped
+// and the gradients zeroed, else AdamW with the unscale and the clip folded
+// into one gradient multiplier. params, grads: the shard [begin, end).
+ZTRAIN_API StepResult step_shard(OptimizerShard& optimizer, float* params, float* grads,
+                                 Communicator* comm, const Kernels& kernels, const StepArgs& args);
 
 // Clip multiplier DeepSpeed's way: 1 / max(1, norm / max_norm) (1 when
 // max_norm is 0 or the norm is not finite).

@@ -1,0 +1,165 @@
+// ParamGatherer: sharded parameters made whole around the modules using them.
+//
+// zero3's parameter side. Each rank holds only its owned range of the flat
+// fp32 parameters (the shard). fetch(m) before a module runs makes every
+// parameter m uses whole on this rank (one irregular all-gather per
+// parameter into a buffer of its own); release(m) after it frees them, by
+// these rules (DeepSpeed's option names and meanings; sizes in elements):
+// - param_persistence_threshold: a parameter of at most this many elements
+//   is gathered once and kept; refresh() re-gathers those after the
+//   optimizer changed the shard.
+// - trace: the first training micro-step records its sequence of fetches
+//   (module, forward or backward); every later micro-step must repeat it,
+//   else fetch raises Error naming the position and both modules.
+// - prefetch_bucket_size: from the second micro-step on, fetch also issues
+//   the gathers of the next positions' parameters, up to this many
+//   elements, so they arrive while the current module computes.
+// - max_live_parameters: gathered non-persistent elements never exceed it;
+//   prefetch stops short of it, and parameters kept for reuse are evicted
+//   (farthest next use first) to make room.
+// - max_reuse_distance: a parameter is kept after its module when the
+//   fetches before its next use need fewer than this many elements.
+// Outside training micro-steps (evaluation, export) fetches are on demand
+// and released right after. The schedule is a pure function of the trace
+// (make_gather_plan), so an estimate computes the same peak.
+//
+// Ownership: gathered and persistent buffers are (device, params); `shard`
+// belongs to the caller and must outlive this.
+// Errors: ConfigError at construction when one module needs more than
+// max_live_parameters; Error when the module order changes; InternalError
+// when a parameter is viewed while not gathered; CommError.
+// Thread safety: the training thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ztrain/comm.h"
+#include "ztrain/device.h"
+#include "ztrain/export.h"
+#include "ztrain/model.h"
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/tensor.h"
+
+namespace ztrain::shard {
+
+struct GatherOptions {
+  std::uint64_t prefetch_bucket_size = 50000000;
+  std::uint64_t max_live_parameters = 1000000000;
+  std::uint64_t param_persistence_threshold = 100000;
+  std::uint64_t max_reuse_distance = 1000000000;
+};
+
+// What happens at each trace position: parameters released to make room,
+// gathers issued (needed now, then prefetched), parameters released after
+// the module. peak_live: the most non-persistent elements gathered at once.
+struct GatherPlan {
+  std::vector<std::vector<ParamId>> evict, gather, release;
+  std::uint64_t peak_live = 0;
+};
+
+// needs[i]: the non-persistent parameters position i uses; numel per
+// parameter. Every needs[i] must fit in max_live_parameters.
+ZTRAIN_API GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
+                                       const std::vector<std::uint64_t>& numel,
+                                       const GatherOptions& options);
+
+// A step's trace as the host runs it: forward of modules 0..M-1, then
+// backward from M-1 to 0.
+struct TraceEntry {
+  ModuleId module;
+  bool backward;
+  bool operator==(const TraceEntry&) const = default;
+};
+ZTRAIN_API std::vector<TraceEntry> standard_trace(int modules);
+
+// The non-persistent parameters each module uses.
+ZTRAIN_API std::vector<std::vector<ParamId>> module_needs(const std::vector<ParamSpec>& params,
+                                                          int modules,
+                                                          std::uint64_t persistence_threshold);
+
+// For tests: what the gatherer did, in order. position is the trace
+// position (-1 outside training micro-steps); live the non-persistent
+// elements gathered or in flight right after the event.
+struct GatherEvent {
+  enum class Kind : std::uint8_t { gather, use, release };
+  Kind kind;
+  ParamId param;
+  int position;
+  std::uint64_t live;
+};
+
+class ZTRAIN_API ParamGatherer {
+ public:
+  // shard: this rank's owned range of the flat parameters, initialised;
+  // persistent parameters are gathered here (collective).
+  ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
+                const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
+                Communicator& comm, float* shard, const GatherOptions& options);
+  ParamGatherer(const ParamGatherer&) = delete;
+  ParamGatherer& operator=(const ParamGatherer&) = delete;
+
+  // A training micro-step starts (trace position 0).
+  void begin_micro_step();
+  // The micro-steps of this optimizer step are over: everything
+  // non-persistent is released.
+  void end_step();
+  void fetch(ModuleId m, bool backward);
+  void release(ModuleId m, bool backward);
+  TensorView view(ParamId p) const;
+  // Re-gathers the persistent parameters from the shard (collective).
+  void refresh();
+  // The whole value of p (collective).
+  void read(ParamId p, float* out);
+  // Sets p from its whole value (every rank passes the same).
+  void write(ParamId p, const float* in);
+
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  double wait_seconds() const { return wait_s_; }
+  std::uint64_t persistent_elements() const { return persistent_elements_; }
+  const GatherPlan* plan() const { return recorded_ ? &plan_ : nullptr; }
+  void record_events(std::vector<GatherEvent>* log) { log_ = log; }
+
+ private:
+  enum class State : std::uint8_t { released, in_flight, live };
+  struct Param {
+    std::uint64_t offset, numel;
+    std::vector<std::size_t> counts;  // owned elements per rank
+    std::uint64_t own_begin;          // flat start of this rank's part
+    bool persistent;
+    State state = State::released;
+    Buffer buffer;
+    CommWork work;
+    Shape shape;
+  };
+  // Where this rank's part of p sits in the shard (any valid pointer when
+  // it owns none of it).
+  float* own_part(const Param& p) const;
+  void gather(ParamId p);
+  void wait(ParamId p);
+  void drop(ParamId p);
+  void end_micro_step();
+  void release_all();
+  void log(GatherEvent::Kind kind, ParamId p);
+  std::string describe(const TraceEntry& e) const;
+
+  Device& device_;
+  Communicator& comm_;
+  const FlatLayout& layout_;
+  float* shard_;
+  GatherOptions options_;
+  std::vector<Param> params_;
+  std::vector<std::string> module_names_;
+  std::vector<std::vector<ParamId>> needs_;
+  std::vector<TraceEntry> trace_;
+  GatherPlan plan_;
+  bool recorded_ = false, training_ = false;
+  int position_ = 0;
+  std::uint64_t live_ = 0, persistent_elements_ = 0;
+  std::uint64_t bytes_sent_ = 0;
+  double wait_s_ = 0;
+  std::vector<GatherEvent>* log_ = nullptr;
+};
+
+}  // namespace ztrain::shard

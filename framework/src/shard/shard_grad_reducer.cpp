@@ -1,0 +1,172 @@
+#include "ztrain/shard/shard_grad_reducer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "ztrain/error.h"
+
+namespace ztrain::shard {
+
+ShardGradReducer::ShardGradReducer(Device& device, const std::vector<ParamSpec>& params,
+                                   const FlatLayout& layout, Communicator& comm, float* shard,
+                                   const ReduceSettings& settings, float* full)
+    : device_(&device),
+      comm_(&comm),
+      layout_(layout),
+      rank_(comm.rank()),
+      shard_(shard),
+      full_(full),
+      staged_(full == nullptr),
+      settings_(settings) {
+  if (comm.size() != layout.world())
+    throw InternalError("ShardGradReducer: layout for " + std::to_string(layout.world()) +
+                        " ranks, communicator of " + std::to_string(comm.size()));
+  build(params);
+}
+
+ShardGradReducer::ShardGradReducer(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+                                   int rank, const ReduceSettings& settings, bool full)
+    : layout_(layout), rank_(rank), staged_(!full), settings_(settings) {
+  build(params);
+}
+
+void ShardGradReducer::build(const std::vector<ParamSpec>& params) {
+  for (const auto& r : reverse_buckets(
+           layout_, settings_.bucket_elements,
+           std::min(settings_.bucket_elements, settings_.first_bucket_elements), bucket_of_)) {
+    Bucket b;
+    b.begin = r.begin;
+    b.end = r.end;
+    b.params = b.pending = r.params;
+    b.counts = layout_.owned_counts(r.begin, r.end);
+    b.own_begin = std::max(r.begin, layout_.owned_begin(rank_));
+    buckets_.push_back(std::move(b));
+  }
+  completes_ = completed_by_module(params);
+  for (const auto& p : params) shapes_.push_back(p.shape);
+}
+
+float* ShardGradReducer::open(Bucket& b) {
+  b.state = State::open;
+  const std::uint64_t n = b.end - b.begin;
+  staged_now_ += n;
+  peaks_.staged = std::max(peaks_.staged, staged_now_);
+  if (!device_) return nullptr;
+  b.staging = device_->allocate(Tier::device, Category::grads, n * sizeof(float));
+  std::fill_n(b.staging.as<float>(), n, 0.0f);
+  return b.staging.as<float>();
+}
+
+TensorView ShardGradReducer::grad(ParamId p) {
+  if (!staged_) throw InternalError("ShardGradReducer::grad in full mode: use the full buffer");
+  Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(p)])];
+  if (b.state == State::launched)
+    throw InternalError("gradient of parameter " + std::to_string(p) +
+                        " requested after its bucket was reduced: a module using it is missing "
+                        "from its used_by list");
+  float* base = b.state == State::open ? b.staging.as<float>() : open(b);
+  active_ = true;
+  if (!base) return {};
+  return {base + (layout_.offset(p) - b.begin), DType::f32, shapes_[static_cast<std::size_t>(p)]};
+}
+
+void ShardGradReducer::launch(std::size_t i) {
+  const std::size_t cap = static_cast<std::size_t>(std::max(1, settings_.max_in_flight));
+  while (in_flight_.size() >= cap) complete(in_flight_.front());
+  Bucket& b = buckets_[i];
+  const float* src =
+      staged_ ? (b.state == State::open ? b.staging.as<float>() : open(b)) : full_ + b.begin;
+  b.state = State::launched;
+  const std::uint64_t n = b.end - b.begin, mine = own(b);
+  recv_now_ += mine;
+  peaks_.recv = std::max(peaks_.recv, recv_now_);
+  bytes_sent_ += (n - mine) * sizeof(float);
+  in_flight_.push_back(i);
+  if (comm_) {
+    b.recv = device_->allocate(Tier::device, Category::comm, mine * sizeof(float));
+    b.work = comm_->reduce_scatter_v_async(src, b.recv.as<float>(), b.counts, DType::f32,
+                                           ReduceOp::average);
+  }
+  if (settings_.max_in_flight == 0) complete(i);
+}
+
+void ShardGradReducer::complete(std::size_t i) {
+  Bucket& b = buckets_[i];
+  in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), i));
+  const std::uint64_t mine = own(b);
+  if (comm_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.work.wait();
+    wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    b.work = {};
+    if (mine > 0) {
+      const float* got = b.recv.as<float>();
+      float* dst = shard_ + (b.own_begin - layout_.owned_begin(rank_));
+      if (staged_)
+        for (std::uint64_t k = 0; k < mine; ++k) dst[k] += got[k];
+      else
+        std::copy(got, got + mine, dst);
+    }
+    b.recv.reset();
+    b.staging.reset();
+  }
+  recv_now_ -= mine;
+  if (staged_) staged_now_ -= b.end - b.begin;
+}
+
+void ShardGradReducer::launch_rest_and_wait() {
+  for (std::size_t i = 0; i < buckets_.size(); ++i)
+    if (buckets_[i].state != State::launched) launch(i);
+  while (!in_flight_.empty()) complete(in_flight_.front());
+  for (auto& b : buckets_) {
+    b.state = State::idle;
+    b.pending = b.params;
+  }
+  active_ = false;
+}
+
+void ShardGradReducer::begin_micro_step() {
+  // A micro-step whose backward did not reach module 0 still reduces all
+  // of its buckets, so every rank's collective sequence stays aligned.
+  if (staged_ && active_) launch_rest_and_wait();
+  for (auto& b : buckets_) b.pending = b.params;
+}
+
+void ShardGradReducer::module_done(ModuleId m) {
+  if (static_cast<std::size_t>(m) >= completes_.size()) return;
+  for (ParamId p : completes_[static_cast<std::size_t>(m)])
+    --buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(p)])].pending;
+  if (!staged_) return;
+  active_ = true;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    if (buckets_[i].state == State::launched) continue;
+    if (buckets_[i].pending > 0) break;
+    launch(i);
+  }
+}
+
+void ShardGradReducer::finish() {
+  if (staged_ && !active_) return;  // already reduced in begin_micro_step's flush
+  launch_rest_and_wait();
+}
+
+ReducePeaks ShardGradReducer::simulate(const std::vector<ParamSpec>& params,
+                                       const FlatLayout& layout, int rank,
+                                       const ReduceSettings& settings, bool full) {
+  ShardGradReducer dry(params, layout, rank, settings, full);
+  const auto modules = static_cast<ModuleId>(dry.completes_.size());
+  dry.begin_micro_step();
+  for (ModuleId m = modules; m-- > 0;) {
+    if (!full)
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const auto& used = params[p].used_by;
+        if (std::find(used.begin(), used.end(), m) != used.end()) dry.grad(static_cast<ParamId>(p));
+      }
+    dry.module_done(m);
+  }
+  dry.active_ = true;
+  dry.finish();
+  return dry.peaks_;
+}
+
+}  // namespace ztrain::shard

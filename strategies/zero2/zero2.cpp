@@ -1,0 +1,117 @@
+// zero2 (ZeRO stage 2): full parameters on every rank; gradients exist whole
+// only in bucket buffers while backward fills them, then are
+// reduce-scattered so each rank keeps the averaged gradients of its own
+// shard, whose optimizer state it holds; the stepped shards are
+// all-gathered. 2 psi (N-1)/N bytes per step; gradients 4 psi/N plus the
+// buckets in flight.
+#include <optional>
+
+#include "ztrain/comm.h"
+#include "ztrain/error.h"
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/full_replica.h"
+#include "ztrain/shard/optimizer_shard.h"
+#include "ztrain/shard/shard_grad_reducer.h"
+#include "ztrain/strategy.h"
+
+namespace {
+
+using namespace ztrain;
+
+class Zero2 final : public Strategy {
+ public:
+  explicit Zero2(const Options& o)
+      : reduce_{static_cast<std::uint64_t>(o.get_int("reduce_bucket_size")), 1u << 18,
+                o.get_bool("overlap_comm") ? 2 : 0},
+        allgather_(static_cast<std::uint64_t>(o.get_int("allgather_bucket_size"))) {
+    if (!o.get_bool("contiguous_gradients"))
+      throw ConfigError(
+          "[strategy] contiguous_gradients = false: zero2's gradient buckets are "
+          "always contiguous buffers; remove the key");
+  }
+  static void declare_options(OptionList& o) {
+    o.flag("overlap_comm", true,
+           "reduce gradient buckets while backward runs, two in flight (false: each reduced "
+           "as soon as it is complete, waiting for it)");
+    o.flag("contiguous_gradients", true,
+           "gradients are copied into contiguous buckets (always so here; false is refused)");
+    o.integer("reduce_bucket_size", 1000000,
+              "elements per gradient bucket: the whole gradients held at once are about two "
+              "or three of these (DeepSpeed's code defaults to 5e8)")
+        .at_least(1);
+    o.integer("allgather_bucket_size", 500000000,
+              "elements per all-gather of the updated parameters")
+        .at_least(1);
+  }
+
+  void setup(const StrategySetup& s) override {
+    params_ = s.params;
+    comm_ = s.comm;
+    kernels_ = s.kernels;
+    layout_.emplace(params_, comm_->size());
+    begin_ = layout_->owned_begin(comm_->rank());
+    const std::uint64_t shard = layout_->owned_end(comm_->rank()) - begin_;
+    replica_.emplace(*s.device, params_, *layout_, s.seed, false);
+    grads_ = s.device->allocate(Tier::device, Category::grads, shard * sizeof(float));
+    optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin_, begin_ + shard,
+                       s.optimizer);
+    reducer_.emplace(*s.device, params_, *layout_, *comm_, grads_.as<float>(), reduce_);
+  }
+
+  void begin_micro_step(bool) override { reducer_->begin_micro_step(); }
+  void before_forward(ModuleId) override {}
+  void after_forward(ModuleId) override {}
+  void before_backward(ModuleId) override {}
+  void after_backward(ModuleId m) override { reducer_->module_done(m); }
+
+  TensorView param_view(ParamId p) override { return replica_->param(p); }
+  TensorView grad_view(ParamId p) override { return reducer_->grad(p); }
+  void read_param(ParamId p, float* out) override { replica_->read(p, out); }
+  void write_param(ParamId p, const float* in) override { replica_->write(p, in); }
+
+  StepResult step(const StepArgs& a) override {
+    reducer_->finish();
+    const StepResult r = shard::step_shard(*optimizer_, replica_->weights() + begin_,
+                                           grads_.as<float>(), comm_, *kernels_, a);
+    if (!r.skipped) published_ += replica_->publish(*comm_, allgather_);
+    return r;
+  }
+
+  MemoryEstimate estimate(const EstimateArgs& a) const override {
+    const shard::FlatLayout layout(a.params, a.world);
+    const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
+    const auto peaks = shard::ShardGradReducer::simulate(a.params, layout, 0, reduce_, false);
+    MemoryEstimate e;
+    auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
+    dev[static_cast<std::size_t>(Category::params)] = n * 4;
+    dev[static_cast<std::size_t>(Category::grads)] = (shard + peaks.staged) * 4;
+    dev[static_cast<std::size_t>(Category::optimizer)] = shard * 8;
+    dev[static_cast<std::size_t>(Category::comm)] = peaks.recv * 4;
+    return e;
+  }
+
+  StrategyStats stats() const override {
+    return {reducer_->bytes_sent() + published_, reducer_->wait_seconds()};
+  }
+
+ private:
+  std::vector<ParamSpec> params_;
+  Communicator* comm_ = nullptr;
+  const Kernels* kernels_ = nullptr;
+  shard::ReduceSettings reduce_;
+  std::uint64_t allgather_;
+  std::optional<shard::FlatLayout> layout_;
+  std::uint64_t begin_ = 0;
+  std::optional<shard::FullReplica> replica_;
+  Buffer grads_;
+  std::optional<shard::OptimizerShard> optimizer_;
+  std::optional<shard::ShardGradReducer> reducer_;
+  std::uint64_t published_ = 0;
+};
+
+}  // namespace
+
+ZTRAIN_PLUGIN("strategy", "zero2", "0.1.0",
+              "ZeRO stage 2: optimizer state and gradients sharded 1/N; gradient buckets "
+              "reduce-scattered during backward",
+              Zero2)

@@ -1,0 +1,153 @@
+// zero3 (ZeRO stage 3): parameters, gradients and optimizer state all
+// sharded 1/N. Each module's parameters are all-gathered before it runs
+// (prefetched along the first step's trace) and released after; gradients
+// are reduce-scattered in buckets during backward as in zero2; the optimizer
+// steps the shard in place. 3 psi (N-1)/N bytes per step: parameters
+// gathered for forward and again for backward, gradients reduce-scattered.
+#include <algorithm>
+#include <optional>
+
+#include "ztrain/comm.h"
+#include "ztrain/error.h"
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/init.h"
+#include "ztrain/shard/optimizer_shard.h"
+#include "ztrain/shard/param_gatherer.h"
+#include "ztrain/shard/shard_grad_reducer.h"
+#include "ztrain/strategy.h"
+
+namespace {
+
+using namespace ztrain;
+
+std::uint64_t elements(const Options& o, const char* key) {
+  return static_cast<std::uint64_t>(o.get_int(key));
+}
+
+class Zero3 final : public Strategy {
+ public:
+  explicit Zero3(const Options& o)
+      : reduce_{elements(o, "reduce_bucket_size"), 1u << 18, o.get_bool("overlap_comm") ? 2 : 0},
+        gather_{elements(o, "prefetch_bucket_size"), elements(o, "max_live_parameters"),
+                elements(o, "param_persistence_threshold"), elements(o, "max_reuse_distance")} {
+    if (!o.get_bool("contiguous_gradients"))
+      throw ConfigError(
+          "[strategy] contiguous_gradients = false: zero3's gradient buckets are "
+          "always contiguous buffers; remove the key");
+  }
+  static void declare_options(OptionList& o) {
+    o.flag("overlap_comm", true, "reduce gradient buckets while backward runs, two in flight");
+    o.flag("contiguous_gradients", true,
+           "gradients are copied into contiguous buckets (always so here; false is refused)");
+    o.integer("reduce_bucket_size", 1000000,
+              "elements per gradient bucket (DeepSpeed's code defaults to 5e8)")
+        .at_least(1);
+    o.integer("prefetch_bucket_size", 50000000,
+              "elements of upcoming modules' parameters gathered ahead of use")
+        .at_least(0);
+    o.integer("max_live_parameters", 1000000000,
+              "most elements of parameters gathered at once (persistent ones aside)")
+        .at_least(1);
+    o.integer("param_persistence_threshold", 100000,
+              "parameters of at most this many elements stay gathered")
+        .at_least(0);
+    o.integer("max_reuse_distance", 1000000000,
+              "keep a parameter gathered when it is used again within this many elements of "
+              "other fetches")
+        .at_least(0);
+  }
+
+  void setup(const StrategySetup& s) override {
+    params_ = s.params;
+    comm_ = s.comm;
+    kernels_ = s.kernels;
+    layout_.emplace(params_, comm_->size());
+    const std::uint64_t begin = layout_->owned_begin(comm_->rank());
+    shard_ = layout_->owned_end(comm_->rank()) - begin;
+    weights_ = s.device->allocate(Tier::device, Category::params, shard_ * sizeof(float));
+    shard::init_flat(params_, *layout_, s.seed, begin, begin + shard_, weights_.as<float>());
+    grads_ = s.device->allocate(Tier::device, Category::grads, shard_ * sizeof(float));
+    optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin, begin + shard_,
+                       s.optimizer);
+    gatherer_.emplace(*s.device, params_, s.modules, *layout_, *comm_, weights_.as<float>(),
+                      gather_);
+    reducer_.emplace(*s.device, params_, *layout_, *comm_, grads_.as<float>(), reduce_);
+  }
+
+  void begin_micro_step(bool) override {
+    gatherer_->begin_micro_step();
+    reducer_->begin_micro_step();
+  }
+  void before_forward(ModuleId m) override { gatherer_->fetch(m, false); }
+  void after_forward(ModuleId m) override { gatherer_->release(m, false); }
+  void before_backward(ModuleId m) override { gatherer_->fetch(m, true); }
+  void after_backward(ModuleId m) override {
+    gatherer_->release(m, true);
+    reducer_->module_done(m);
+  }
+
+  TensorView param_view(ParamId p) override { return gatherer_->view(p); }
+  TensorView grad_view(ParamId p) override { return reducer_->grad(p); }
+  void read_param(ParamId p, float* out) override { gatherer_->read(p, out); }
+  void write_param(ParamId p, const float* in) override { gatherer_->write(p, in); }
+
+  StepResult step(const StepArgs& a) override {
+    gatherer_->end_step();
+    reducer_->finish();
+    const StepResult r = shard::step_shard(*optimizer_, weights_.as<float>(), grads_.as<float>(),
+                                           comm_, *kernels_, a);
+    if (!r.skipped) gatherer_->refresh();
+    return r;
+  }
+
+  MemoryEstimate estimate(const EstimateArgs& a) const override {
+    const shard::FlatLayout layout(a.params, a.world);
+    const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(a.world);
+    const auto peaks = shard::ShardGradReducer::simulate(a.params, layout, 0, reduce_, false);
+    int modules = 1;
+    std::uint64_t persistent = 0;
+    std::vector<std::uint64_t> numel;
+    for (const auto& p : a.params) {
+      for (auto m : p.used_by) modules = std::max(modules, m + 1);
+      numel.push_back(static_cast<std::uint64_t>(p.shape.numel()));
+      if (numel.back() <= gather_.param_persistence_threshold) persistent += numel.back();
+    }
+    const auto needs = shard::module_needs(a.params, modules, gather_.param_persistence_threshold);
+    std::vector<std::vector<ParamId>> trace;
+    for (const auto& e : shard::standard_trace(modules))
+      trace.push_back(needs[static_cast<std::size_t>(e.module)]);
+    const auto plan = shard::make_gather_plan(trace, numel, gather_);
+    MemoryEstimate e;
+    auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
+    dev[static_cast<std::size_t>(Category::params)] = (shard + persistent + plan.peak_live) * 4;
+    dev[static_cast<std::size_t>(Category::grads)] = (shard + peaks.staged) * 4;
+    dev[static_cast<std::size_t>(Category::optimizer)] = shard * 8;
+    dev[static_cast<std::size_t>(Category::comm)] = peaks.recv * 4;
+    return e;
+  }
+
+  StrategyStats stats() const override {
+    return {reducer_->bytes_sent() + gatherer_->bytes_sent(),
+            reducer_->wait_seconds() + gatherer_->wait_seconds()};
+  }
+
+ private:
+  std::vector<ParamSpec> params_;
+  Communicator* comm_ = nullptr;
+  const Kernels* kernels_ = nullptr;
+  shard::ReduceSettings reduce_;
+  shard::GatherOptions gather_;
+  std::optional<shard::FlatLayout> layout_;
+  std::uint64_t shard_ = 0;
+  Buffer weights_, grads_;
+  std::optional<shard::OptimizerShard> optimizer_;
+  std::optional<shard::ParamGatherer> gatherer_;
+  std::optional<shard::ShardGradReducer> reducer_;
+};
+
+}  // namespace
+
+ZTRAIN_PLUGIN("strategy", "zero3", "0.1.0",
+              "ZeRO stage 3: parameters, gradients and optimizer state sharded 1/N; each "
+              "module's parameters gathered before use and released after",
+              Zero3)

@@ -1,0 +1,190 @@
+// The shard toolkit's schedulers at world 1 (the local communicator): the
+// gather plan and the gatherer's trace, prefetch, live cap and order check,
+// and the sharded gradient reducer against its own simulation.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "support.h"
+#include "ztrain/comm.h"
+#include "ztrain/error.h"
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/init.h"
+#include "ztrain/shard/param_gatherer.h"
+#include "ztrain/shard/shard_grad_reducer.h"
+
+using namespace ztrain;
+using shard::GatherEvent;
+
+namespace {
+
+ParamSpec spec(std::string name, std::int64_t n, std::vector<ModuleId> used_by) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.shape = {n};
+  p.init = {Init::Kind::normal, 1.0f};
+  p.used_by = std::move(used_by);
+  return p;
+}
+
+// `n` modules of one 100-element parameter each, plus a 60-element
+// parameter tied between the first and the last (as a tied embedding).
+std::vector<ParamSpec> chain(int n = 4) {
+  std::vector<ParamSpec> out{spec("tied", 60, {0, n - 1})};
+  for (int m = 0; m < n; ++m) out.push_back(spec("m" + std::to_string(m), 100, {m}));
+  return out;
+}
+std::vector<ModuleSpec> modules() {
+  return {{"embed"}, {"block.0"}, {"block.1"}, {"head"}};
+}
+
+void run_micro_step(shard::ParamGatherer& g, int n_modules) {
+  g.begin_micro_step();
+  for (int m = 0; m < n_modules; ++m) {
+    g.fetch(m, false);
+    g.release(m, false);
+  }
+  for (int m = n_modules; m-- > 0;) {
+    g.fetch(m, true);
+    g.release(m, true);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gather plan: prefetch ahead within its budget, never above the live cap") {
+  const auto params = chain();
+  const auto needs0 = shard::module_needs(params, 4, 0);
+  std::vector<std::vector<ParamId>> needs;
+  for (const auto& e : shard::standard_trace(4))
+    needs.push_back(needs0[static_cast<std::size_t>(e.module)]);
+  const std::vector<std::uint64_t> numel{60, 100, 100, 100, 100};
+  const auto plan = shard::make_gather_plan(needs, numel, {150, 260, 0, 0});
+  // Position 0 gathers its own two parameters and prefetches m1 (100 fits
+  // the 150 budget; m2 would not).
+  CHECK(plan.gather[0] == std::vector<ParamId>{0, 1, 2});
+  CHECK(plan.peak_live <= 260);
+  // Everything gathered is released by the end of the micro-step.
+  std::vector<int> balance(5, 0);
+  for (std::size_t i = 0; i < needs.size(); ++i) {
+    for (ParamId p : plan.gather[i]) ++balance[static_cast<std::size_t>(p)];
+    for (ParamId p : plan.evict[i]) --balance[static_cast<std::size_t>(p)];
+    for (ParamId p : plan.release[i]) --balance[static_cast<std::size_t>(p)];
+  }
+  CHECK(std::all_of(balance.begin(), balance.end(), [](int b) { return b == 0; }));
+  // With reuse allowed, the head's parameters stay gathered from its forward
+  // into its backward.
+  const auto reuse = shard::make_gather_plan(needs, numel, {0, 1000, 0, 1000});
+  CHECK(reuse.gather[4].empty());
+}
+
+TEST_CASE("gatherer: a trace is recorded, later steps prefetch ahead of use under the cap") {
+  auto dev = make_cpu_device(1);
+  auto comm = make_local_communicator();
+  const auto params = chain();
+  const shard::FlatLayout layout(params, 1);
+  std::vector<float> weights(layout.total());
+  shard::init_flat(params, layout, 7, 0, layout.total(), weights.data());
+  const shard::GatherOptions opts{200, 260, 0, 0};
+  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), opts);
+  std::vector<GatherEvent> log;
+  g.record_events(&log);
+  run_micro_step(g, 4);
+  CHECK(g.plan() == nullptr);
+  g.end_step();
+  REQUIRE(g.plan() != nullptr);
+  log.clear();
+  for (int step = 0; step < 2; ++step) {
+    run_micro_step(g, 4);
+    g.end_step();
+    // Outside training (evaluation) fetches are on demand; the gathered
+    // values are the shard's.
+    g.fetch(0, false);
+    CHECK(std::equal(weights.begin() + static_cast<std::ptrdiff_t>(layout.offset(1)),
+                     weights.begin() + static_cast<std::ptrdiff_t>(layout.offset(1) + 100),
+                     g.view(1).f32()));
+    g.release(0, false);
+  }
+  int ahead = 0, uses = 0;
+  for (std::size_t k = 0; k < log.size(); ++k) {
+    CHECK(log[k].live <= opts.max_live_parameters);
+    if (log[k].kind != GatherEvent::Kind::use || log[k].position <= 0) continue;
+    ++uses;
+    // The latest gather of this parameter before its use.
+    for (std::size_t j = k; j-- > 0;)
+      if (log[j].kind == GatherEvent::Kind::gather && log[j].param == log[k].param) {
+        if (log[j].position < log[k].position) ++ahead;
+        break;
+      }
+  }
+  CHECK(uses > 0);
+  CHECK(ahead == uses);  // every use after the first module was prefetched
+  CHECK(dev->stats().peak[static_cast<std::size_t>(Tier::device)]
+                         [static_cast<std::size_t>(Category::params)] <= (260 + 0) * sizeof(float));
+}
+
+TEST_CASE("gatherer: a changed module order is an error naming both modules") {
+  auto dev = make_cpu_device(1);
+  auto comm = make_local_communicator();
+  const auto params = chain();
+  const shard::FlatLayout layout(params, 1);
+  std::vector<float> weights(layout.total(), 0.5f);
+  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(),
+                         {1000, 1000, 0, 0});
+  run_micro_step(g, 4);
+  g.begin_micro_step();
+  g.fetch(0, false);
+  g.release(0, false);
+  const std::string msg = test::message_of<Error>([&] { g.fetch(2, false); });
+  CHECK(msg.find("module order changed at position 1") != std::string::npos);
+  CHECK(msg.find("'block.0' forward") != std::string::npos);
+  CHECK(msg.find("'block.1' forward") != std::string::npos);
+}
+
+TEST_CASE("gatherer: a module larger than max_live_parameters is refused up front") {
+  auto dev = make_cpu_device(1);
+  auto comm = make_local_communicator();
+  const auto params = chain();
+  const shard::FlatLayout layout(params, 1);
+  std::vector<float> weights(layout.total());
+  const std::string msg = test::message_of<ConfigError>([&] {
+    shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), {0, 120, 0, 0});
+  });
+  CHECK(msg.find("max_live_parameters = 120") != std::string::npos);
+  CHECK(msg.find("'embed'") != std::string::npos);
+}
+
+TEST_CASE("sharded gradient reducer: accumulates micro-steps into the shard, peaks as simulated") {
+  auto dev = make_cpu_device(1);
+  auto comm = make_local_communicator();
+  const auto params = chain(8);
+  const shard::FlatLayout layout(params, 1);
+  std::vector<float> shard(layout.total(), 0.0f);
+  const shard::ReduceSettings rs{120, 50, 2};
+  shard::ShardGradReducer r(*dev, params, layout, *comm, shard.data(), rs);
+  for (int micro = 0; micro < 2; ++micro) {
+    r.begin_micro_step();
+    for (ModuleId m = 8; m-- > 0;) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const auto& u = params[p].used_by;
+        if (std::find(u.begin(), u.end(), m) == u.end()) continue;
+        TensorView g = r.grad(static_cast<ParamId>(p));
+        for (std::int64_t i = 0; i < g.numel(); ++i) g.f32()[i] += static_cast<float>(p + 1);
+      }
+      r.module_done(m);
+    }
+  }
+  r.finish();
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    // Two micro-steps; the tied parameter gets a gradient from both users.
+    const float want = 2.0f * static_cast<float>(p + 1) * (p == 0 ? 2.0f : 1.0f);
+    CHECK(shard[layout.offset(static_cast<ParamId>(p))] == want);
+  }
+  const auto sim = shard::ShardGradReducer::simulate(params, layout, 0, rs, false);
+  CHECK(r.peaks().staged == sim.staged);
+  CHECK(r.peaks().recv == sim.recv);
+  CHECK(sim.staged < layout.total());  // never all gradients at once
+  CHECK(dev->stats().peak[static_cast<std::size_t>(Tier::device)]
+                         [static_cast<std::size_t>(Category::grads)] == sim.staged * sizeof(float));
+}
