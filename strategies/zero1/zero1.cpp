@@ -20,11 +20,12 @@ class Zero1 final : public Strategy {
  public:
   explicit Zero1(const Options& o)
       : reduce_{static_cast<std::uint64_t>(o.get_int("reduce_bucket_size")), 1u << 18,
-                o.get_bool("overlap_comm") ? 2 : 0},
+                o.get_bool("overlap_comm")},
         allgather_(static_cast<std::uint64_t>(o.get_int("allgather_bucket_size"))) {}
   static void declare_options(OptionList& o) {
     o.flag("overlap_comm", false,
-           "keep two gradient buckets in flight while reducing (false: one at a time)");
+           "two gradient buckets in flight while reducing at the end of backward (false: one "
+           "at a time)");
     o.integer("reduce_bucket_size", 1000000,
               "elements per gradient reduce-scatter (DeepSpeed's code defaults to 5e8)")
         .at_least(1);

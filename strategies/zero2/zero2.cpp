@@ -22,7 +22,7 @@ class Zero2 final : public Strategy {
  public:
   explicit Zero2(const Options& o)
       : reduce_{static_cast<std::uint64_t>(o.get_int("reduce_bucket_size")), 1u << 18,
-                o.get_bool("overlap_comm") ? 2 : 0},
+                o.get_bool("overlap_comm")},
         allgather_(static_cast<std::uint64_t>(o.get_int("allgather_bucket_size"))) {
     if (!o.get_bool("contiguous_gradients"))
       throw ConfigError(
@@ -31,13 +31,13 @@ class Zero2 final : public Strategy {
   }
   static void declare_options(OptionList& o) {
     o.flag("overlap_comm", true,
-           "reduce gradient buckets while backward runs, two in flight (false: each reduced "
-           "as soon as it is complete, waiting for it)");
+           "reduce each gradient bucket while the next module's backward runs (false: "
+           "wait for each at once)");
     o.flag("contiguous_gradients", true,
            "gradients are copied into contiguous buckets (always so here; false is refused)");
     o.integer("reduce_bucket_size", 1000000,
-              "elements per gradient bucket: the whole gradients held at once are about two "
-              "or three of these (DeepSpeed's code defaults to 5e8)")
+              "elements per gradient bucket; buckets also end at module boundaries (DeepSpeed's "
+              "code defaults to 5e8)")
         .at_least(1);
     o.integer("allgather_bucket_size", 500000000,
               "elements per all-gather of the updated parameters")

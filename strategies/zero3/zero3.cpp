@@ -27,7 +27,7 @@ std::uint64_t elements(const Options& o, const char* key) {
 class Zero3 final : public Strategy {
  public:
   explicit Zero3(const Options& o)
-      : reduce_{elements(o, "reduce_bucket_size"), 1u << 18, o.get_bool("overlap_comm") ? 2 : 0},
+      : reduce_{elements(o, "reduce_bucket_size"), 1u << 18, o.get_bool("overlap_comm")},
         gather_{elements(o, "prefetch_bucket_size"), elements(o, "max_live_parameters"),
                 elements(o, "param_persistence_threshold"), elements(o, "max_reuse_distance")} {
     if (!o.get_bool("contiguous_gradients"))
@@ -36,7 +36,9 @@ class Zero3 final : public Strategy {
           "always contiguous buffers; remove the key");
   }
   static void declare_options(OptionList& o) {
-    o.flag("overlap_comm", true, "reduce gradient buckets while backward runs, two in flight");
+    o.flag("overlap_comm", true,
+           "reduce each gradient bucket while the next module's backward runs (false: "
+           "wait for each at once)");
     o.flag("contiguous_gradients", true,
            "gradients are copied into contiguous buckets (always so here; false is refused)");
     o.integer("reduce_bucket_size", 1000000,

@@ -161,7 +161,7 @@ TEST_CASE("sharded gradient reducer: accumulates micro-steps into the shard, pea
   const auto params = chain(8);
   const shard::FlatLayout layout(params, 1);
   std::vector<float> shard(layout.total(), 0.0f);
-  const shard::ReduceSettings rs{120, 50, 2};
+  const shard::ReduceSettings rs{120, 50, true};
   shard::ShardGradReducer r(*dev, params, layout, *comm, shard.data(), rs);
   for (int micro = 0; micro < 2; ++micro) {
     r.begin_micro_step();

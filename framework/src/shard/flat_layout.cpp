@@ -45,9 +45,17 @@ std::vector<std::size_t> FlatLayout::owned_counts(std::uint64_t begin, std::uint
   return counts;
 }
 
-std::vector<BucketRange> reverse_buckets(const FlatLayout& layout, std::uint64_t bucket_elements,
+std::vector<BucketRange> reverse_buckets(const FlatLayout& layout,
+                                         const std::vector<ParamSpec>& params,
+                                         std::uint64_t bucket_elements,
                                          std::uint64_t first_elements,
                                          std::vector<int>& bucket_of) {
+  // The module whose backward completes each parameter's gradient.
+  std::vector<ModuleId> done_by(params.size(), 0);
+  const auto by_module = completed_by_module(params);
+  for (std::size_t m = 0; m < by_module.size(); ++m)
+    for (ParamId id : by_module[m])
+      done_by[static_cast<std::size_t>(id)] = static_cast<ModuleId>(m);
   std::vector<BucketRange> buckets;
   const std::size_t n = layout.param_count();
   bucket_of.assign(n, 0);
@@ -58,7 +66,7 @@ std::vector<BucketRange> reverse_buckets(const FlatLayout& layout, std::uint64_t
     bucket_of[i] = static_cast<int>(buckets.size());
     ++count;
     const std::uint64_t begin = layout.offset(static_cast<ParamId>(i));
-    if (end - begin >= limit || i == 0) {
+    if (i == 0 || end - begin >= limit || done_by[i - 1] != done_by[i]) {
       buckets.push_back({i == 0 ? 0 : begin, end, count});
       end = begin;
       count = 0;

@@ -9,7 +9,7 @@ GradReducer::GradReducer(const std::vector<ParamSpec>& params, const FlatLayout&
                          std::uint64_t first_bucket_bytes)
     : grads_(grads), comm_(comm) {
   std::vector<int> bucket_of;
-  for (const auto& b : reverse_buckets(layout, bucket_bytes / sizeof(float),
+  for (const auto& b : reverse_buckets(layout, params, bucket_bytes / sizeof(float),
                                        first_bucket_bytes / sizeof(float), bucket_of))
     buckets_.push_back({b.begin, b.end, b.params, b.params, false, {}});
   for (const auto& done : completed_by_module(params)) {

@@ -32,7 +32,7 @@ ShardGradReducer::ShardGradReducer(const std::vector<ParamSpec>& params, const F
 
 void ShardGradReducer::build(const std::vector<ParamSpec>& params) {
   for (const auto& r : reverse_buckets(
-           layout_, settings_.bucket_elements,
+           layout_, params, settings_.bucket_elements,
            std::min(settings_.bucket_elements, settings_.first_bucket_elements), bucket_of_)) {
     Bucket b;
     b.begin = r.begin;
@@ -71,8 +71,6 @@ TensorView ShardGradReducer::grad(ParamId p) {
 }
 
 void ShardGradReducer::launch(std::size_t i) {
-  const std::size_t cap = static_cast<std::size_t>(std::max(1, settings_.max_in_flight));
-  while (in_flight_.size() >= cap) complete(in_flight_.front());
   Bucket& b = buckets_[i];
   const float* src =
       staged_ ? (b.state == State::open ? b.staging.as<float>() : open(b)) : full_ + b.begin;
@@ -87,7 +85,7 @@ void ShardGradReducer::launch(std::size_t i) {
     b.work = comm_->reduce_scatter_v_async(src, b.recv.as<float>(), b.counts, DType::f32,
                                            ReduceOp::average);
   }
-  if (settings_.max_in_flight == 0) complete(i);
+  if (!settings_.overlap) complete(i);
 }
 
 void ShardGradReducer::complete(std::size_t i) {
@@ -115,8 +113,12 @@ void ShardGradReducer::complete(std::size_t i) {
 }
 
 void ShardGradReducer::launch_rest_and_wait() {
-  for (std::size_t i = 0; i < buckets_.size(); ++i)
-    if (buckets_[i].state != State::launched) launch(i);
+  // Two in the air at a time bounds the receive buffers.
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    if (buckets_[i].state == State::launched) continue;
+    while (in_flight_.size() >= 2) complete(in_flight_.front());
+    launch(i);
+  }
   while (!in_flight_.empty()) complete(in_flight_.front());
   for (auto& b : buckets_) {
     b.state = State::idle;
@@ -138,6 +140,9 @@ void ShardGradReducer::module_done(ModuleId m) {
     --buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(p)])].pending;
   if (!staged_) return;
   active_ = true;
+  // What was launched after the previous module has had this module's
+  // backward to finish in; its buffers go before new ones are launched.
+  while (!in_flight_.empty()) complete(in_flight_.front());
   for (std::size_t i = 0; i < buckets_.size(); ++i) {
     if (buckets_[i].state == State::launched) continue;
     if (buckets_[i].pending > 0) break;

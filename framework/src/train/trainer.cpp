@@ -323,6 +323,18 @@ TrainResult train_run(const TrainArgs& args) {
     }
     os << ")";
   }
+  {
+    // What `ztrain estimate` predicts for this run, beside the measurement.
+    const MemoryEstimate e = run.strategy->estimate({params, run.comm->size(), tr.precision});
+    const auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
+    os << "\nstrategy estimate per rank:";
+    const char* sep = " ";
+    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+      if (!dev[c]) continue;
+      os << sep << category_name(static_cast<Category>(c)) << " " << format_bytes(dev[c]);
+      sep = ", ";
+    }
+  }
   os << "\nmetrics: " << result.metrics_file.string();
   if (tr.save_final) os << " | weights: " << (tr.out_dir / "model.safetensors").string();
   progress.line(os.str());

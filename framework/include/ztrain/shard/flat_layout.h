@@ -61,11 +61,14 @@ class ZTRAIN_API FlatLayout {
 };
 
 // Buckets cut from the end of the layout backwards (the order backward
-// completes gradients), on parameter boundaries: the first holds about
-// first_elements, the others about bucket_elements (a parameter larger than
-// that gets a bucket of its own); the last one reaches down to element 0.
-// bucket_of receives each parameter's bucket index.
+// completes gradients), on parameter boundaries and wherever the module
+// that completes the gradients changes, so a bucket is ready as soon as
+// one module's backward is done: the first holds about first_elements, the
+// others about bucket_elements (a parameter larger than that gets a bucket
+// of its own); the last one reaches down to element 0. bucket_of receives
+// each parameter's bucket index.
 ZTRAIN_API std::vector<BucketRange> reverse_buckets(const FlatLayout& layout,
+                                                    const std::vector<ParamSpec>& params,
                                                     std::uint64_t bucket_elements,
                                                     std::uint64_t first_elements,
                                                     std::vector<int>& bucket_of);

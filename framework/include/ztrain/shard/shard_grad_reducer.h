@@ -10,12 +10,13 @@
 //   from backward's first request for a gradient in it (zeroed then) until
 //   its reduction has finished. Every micro-step reduces and the shard
 //   accumulates (+=), as DeepSpeed's stage 2 does. Buckets launch, in bucket
-//   order, as backward completes them; at most max_in_flight are in the air
-//   (launching one more first waits for the oldest), and 0 reduces each one
-//   synchronously.
+//   order, as soon as a module's backward completes them; with `overlap`
+//   each reduction runs during the next module's backward and is waited for
+//   (its buffers freed) when that one is done, without it each is waited
+//   for at once.
 // - full (zero1): buckets are views of the caller's whole gradient buffer,
-//   reduced at finish(); the shard, the owned part of that same buffer, is
-//   overwritten with the average.
+//   reduced at finish(), two in the air at a time; the shard, the owned part
+//   of that same buffer, is overwritten with the average.
 // Every rank issues the same collectives in the same order, and the memory
 // trace does not depend on timing, so simulate() reproduces its peaks.
 //
@@ -42,7 +43,7 @@ namespace ztrain::shard {
 struct ReduceSettings {
   std::uint64_t bucket_elements = 1000000;
   std::uint64_t first_bucket_elements = 1 << 18;
-  int max_in_flight = 2;
+  bool overlap = true;
 };
 
 // Peak transient memory of a reducer, in elements.
