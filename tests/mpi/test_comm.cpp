@@ -1,4 +1,5 @@
-// The mpi communicator, run by CTest under mpirun -np 2 and -np 4: every
+// The mpi communicator, run by CTest under mpirun -np 2 and -np 4, and the
+// tcp communicator, 2 and 4 ranks started with RANK/WORLD_SIZE: every
 // collective in every dtype, sync and async, odd sizes, sub-communicators.
 // Only CHECK (never REQUIRE): a rank leaving a test early would desynchronise
 // the collectives of the next one.
@@ -7,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,8 +20,16 @@ using namespace ztrain;
 
 namespace {
 
+// ZTRAIN_TEST_BACKEND=tcp runs the same tests on the tcp backend (ranks
+// started by tests/mpi/run_ranks.sh with RANK/WORLD_SIZE).
+bool tcp() {
+  const char* b = std::getenv("ZTRAIN_TEST_BACKEND");
+  return b && std::string(b) == "tcp";
+}
+
 Communicator& world() {
-  static const std::unique_ptr<Communicator> comm = make_mpi_communicator(60.0);
+  static const std::unique_ptr<Communicator> comm =
+      tcp() ? make_tcp_communicator(60.0) : make_mpi_communicator(60.0);
   return *comm;
 }
 
@@ -43,9 +54,9 @@ std::vector<float> decode(const void* p, DType t, std::size_t n) {
 }  // namespace
 
 TEST_CASE("the world comes from the launcher") {
-  CHECK(launched_by_mpi());
+  CHECK((tcp() ? launched_by_env() : launched_by_mpi()));
   CHECK(world().size() >= 2);
-  CHECK(world().backend() == "mpi");
+  CHECK(world().backend() == (tcp() ? "tcp" : "mpi"));
 }
 
 TEST_CASE("all_reduce sums and averages in f32, bf16 and f16, sync and async, odd sizes") {

@@ -13,8 +13,9 @@
 // the operation and its size; a rank that dies ends the job through the
 // launcher. A collective the backend rejects raises CommError.
 //
-// Backends: `local` (world 1, no MPI: collectives are copies or nothing) and
-// `mpi` (Open MPI, host memory).
+// Backends: `local` (world 1, no MPI: collectives are copies or nothing),
+// `mpi` (Open MPI, host memory) and `tcp` (ranks started independently,
+// torchrun-style; rings over direct connections, host memory).
 // Thread safety: one thread issues collectives on a communicator; works may
 // be waited on from that thread only.
 #pragma once
@@ -109,6 +110,14 @@ ZTRAIN_API std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s)
 // True when this process was started by an MPI launcher (mpirun, srun with
 // PMI/PMIx): the `auto` backend then uses MPI.
 ZTRAIN_API bool launched_by_mpi();
+// The world of a torchrun-style launch: every rank started on its own with
+// RANK and WORLD_SIZE, meeting at MASTER_ADDR:MASTER_PORT (rank 0 listens
+// there). Raises CommError naming what is missing or who did not arrive
+// within timeout_s.
+ZTRAIN_API std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s);
+// True when RANK and WORLD_SIZE > 1 are set (the `auto` backend then uses
+// tcp unless an MPI launcher started the process).
+ZTRAIN_API bool launched_by_env();
 // Ranks the launcher placed on this machine (1 when not launched by one), so
 // each rank can take its share of the cores.
 ZTRAIN_API int local_rank_count();

@@ -276,7 +276,8 @@ bool launched_by_mpi() {
 }
 
 int local_rank_count() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+                        "LOCAL_WORLD_SIZE"})
     if (const char* text = std::getenv(v)) {
       const int n = std::atoi(text);
       if (n > 0) return n;

@@ -8,8 +8,11 @@
 #include <oneapi/tbb/info.h>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "ztrain/device.h"
 #include "ztrain/error.h"
@@ -34,6 +37,10 @@ class CpuDevice final : public Device {
  protected:
   void* raw_allocate(Tier tier, std::size_t bytes) override {
     const std::size_t rounded = (bytes + 63) / 64 * 64;
+    if (void* cached = take_cached(rounded)) {
+      std::memset(cached, 0, rounded);
+      return cached;
+    }
     void* p = std::aligned_alloc(64, rounded);
     if (!p)
       throw OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes) +
@@ -42,10 +49,51 @@ class CpuDevice final : public Device {
     std::memset(p, 0, rounded);
     return p;
   }
-  void raw_free(Tier, void* p, std::size_t) noexcept override { std::free(p); }
+  void raw_free(Tier, void* p, std::size_t bytes) noexcept override {
+    const std::size_t rounded = (bytes + 63) / 64 * 64;
+    {
+      std::lock_guard lock(cache_mu_);
+      if (rounded >= kCacheMin && cached_bytes_ + rounded <= kCacheMax) {
+        try {
+          cache_[rounded].push_back(p);
+          cached_bytes_ += rounded;
+          return;
+        } catch (...) {  // no room to remember it: give it back instead
+        }
+      }
+    }
+    std::free(p);
+  }
+
+ public:
+  ~CpuDevice() override {
+    for (auto& [size, blocks] : cache_)
+      for (void* p : blocks) std::free(p);
+  }
 
  private:
+  // Freed blocks of at least kCacheMin bytes are kept, by exact size, up to
+  // kCacheMax in all, and handed out again: zero3 gathers and releases the
+  // same parameter sizes every step, and fresh pages (malloc returns large
+  // blocks to the system) cost more than the zeroing. The accounting is
+  // logical, as a GPU caching allocator's: cached blocks count as free.
+  static constexpr std::size_t kCacheMin = 64 << 10;
+  static constexpr std::size_t kCacheMax = std::size_t{256} << 20;
+  void* take_cached(std::size_t rounded) {
+    if (rounded < kCacheMin) return nullptr;
+    std::lock_guard lock(cache_mu_);
+    auto it = cache_.find(rounded);
+    if (it == cache_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= rounded;
+    return p;
+  }
+
   int threads_;
+  std::mutex cache_mu_;
+  std::unordered_map<std::size_t, std::vector<void*>> cache_;
+  std::size_t cached_bytes_ = 0;
   oneapi::tbb::global_control tbb_limit_;
 };
 

@@ -62,15 +62,13 @@ Options plugin_options(const RunConfig& config, const std::string& section,
 namespace {
 
 std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
-  const char* world = std::getenv("WORLD_SIZE");
-  if (!launched_by_mpi() && world && std::atoi(world) > 1 && c.backend != "local")
-    throw ConfigError("WORLD_SIZE=" + std::string(world) +
-                      " is set (a torchrun-style launch), but ranks can only find each other "
-                      "through an MPI launcher here; start with `ztrain --nproc N`, mpirun or "
-                      "srun, or set [comm] backend = \"local\" for independent processes");
-  if (c.backend == "local" || (c.backend == "auto" && !launched_by_mpi()))
-    return make_local_communicator();
-  return make_mpi_communicator(c.timeout_s);
+  if (c.backend == "local") return make_local_communicator();
+  if (c.backend == "mpi") return make_mpi_communicator(c.timeout_s);
+  if (c.backend == "tcp") return make_tcp_communicator(c.timeout_s);
+  // auto: whoever started this process says how the ranks meet.
+  if (launched_by_mpi()) return make_mpi_communicator(c.timeout_s);
+  if (launched_by_env()) return make_tcp_communicator(c.timeout_s);
+  return make_local_communicator();
 }
 
 Run assemble_run(const RunConfig& config, const PluginLoader& loader) {

@@ -1,0 +1,640 @@
+// The tcp backend: ranks started independently, torchrun-style (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT), meet at rank 0's address, learn
+// every rank's address from it and connect every pair directly. Collectives
+// are rings over those connections (reduce-scatter then all-gather for
+// all-reduce), issued in order by one worker thread per communicator so
+// they progress while the caller computes; every transfer sends to the next
+// rank while receiving from the previous one, so rings never deadlock on
+// full socket buffers. bf16 and f16 are summed in fp32. IPv4 only.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "ztrain/comm.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::uint32_t kMagic = 0x7a74726e;  // "ztrn"
+
+std::string sys_error(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
+
+// A failed send or receive: a reset or broken connection means the peer is
+// gone, which is what the user needs to hear.
+std::string io_error(const std::string& what) {
+  if (errno == ECONNRESET || errno == EPIPE)
+    return what + ": the peer closed the connection (it exited or died)";
+  return sys_error(what);
+}
+
+// A socket, closed on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+void set_options(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// Waits for fd to be ready for `events`, up to the deadline.
+void wait_for(int fd, short events, Clock::time_point deadline, const std::string& what) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) throw CommError(what + " timed out");
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (rc > 0) return;
+    if (rc < 0 && errno != EINTR) throw CommError(sys_error(what));
+  }
+}
+
+void send_all(int fd, const void* data, std::size_t n, Clock::time_point deadline,
+              const std::string& what) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      wait_for(fd, POLLOUT, deadline, what);
+    } else {
+      throw CommError(io_error(what));
+    }
+  }
+}
+
+void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
+              const std::string& what) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    } else if (k == 0) {
+      throw CommError(what + ": the peer closed the connection (it exited or died)");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      wait_for(fd, POLLIN, deadline, what);
+    } else {
+      throw CommError(io_error(what));
+    }
+  }
+}
+
+// Sends on one socket while receiving on another until both are done.
+void exchange(int out, const void* send, std::size_t send_n, int in, void* recv, std::size_t recv_n,
+              const std::string& what) {
+  const char* s = static_cast<const char*>(send);
+  char* r = static_cast<char*>(recv);
+  while (send_n > 0 || recv_n > 0) {
+    pollfd p[2];
+    int n = 0, is = -1, ir = -1;
+    if (send_n > 0) is = n, p[n++] = {out, POLLOUT, 0};
+    if (recv_n > 0) ir = n, p[n++] = {in, POLLIN, 0};
+    if (::poll(p, static_cast<nfds_t>(n), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw CommError(io_error(what));
+    }
+    if (is >= 0 && p[is].revents) {
+      const ssize_t k = ::send(out, s, send_n, MSG_NOSIGNAL);
+      if (k > 0) {
+        s += k;
+        send_n -= static_cast<std::size_t>(k);
+      } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        throw CommError(io_error(what));
+      }
+    }
+    if (ir >= 0 && p[ir].revents) {
+      const ssize_t k = ::recv(in, r, recv_n, 0);
+      if (k > 0) {
+        r += k;
+        recv_n -= static_cast<std::size_t>(k);
+      } else if (k == 0) {
+        throw CommError(what + ": the peer closed the connection (it exited or died)");
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        throw CommError(io_error(what));
+      }
+    }
+  }
+}
+
+// A listening socket on `port` (0: any free port) of every interface.
+Fd listen_on(std::uint16_t port) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  if (fd.get() < 0) throw CommError(sys_error("socket"));
+  const int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(port);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) < 0)
+    throw CommError(sys_error("cannot listen on port " + std::to_string(port)) +
+                    (port ? "; is MASTER_PORT taken by another job? choose another" : ""));
+  if (::listen(fd.get(), 128) < 0) throw CommError(sys_error("listen"));
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+  return fd;
+}
+
+std::uint16_t port_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
+              std::uint32_t* peer_addr) {
+  for (;;) {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    const int fd = ::accept(listener, reinterpret_cast<sockaddr*>(&a), &len);
+    if (fd >= 0) {
+      if (peer_addr) *peer_addr = a.sin_addr.s_addr;
+      set_options(fd);
+      return Fd(fd);
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw CommError(sys_error(what));
+    wait_for(listener, POLLIN, deadline, what);
+  }
+}
+
+// Connects to addr:port, retrying until the deadline (the peer may not be
+// listening yet).
+Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline,
+              const std::string& what) {
+  for (;;) {
+    Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+    if (fd.get() < 0) throw CommError(sys_error("socket"));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = addr;
+    a.sin_port = htons(port);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      set_options(fd.get());
+      return fd;
+    }
+    if (Clock::now() > deadline) throw CommError(sys_error(what));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+std::uint32_t resolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    throw CommError("MASTER_ADDR=" + host + " does not resolve to an IPv4 address");
+  const std::uint32_t addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr.s_addr;
+  ::freeaddrinfo(res);
+  return addr;
+}
+
+// Runs submitted collectives one at a time, in submission order.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  std::shared_future<void> submit(std::function<void()> f) {
+    std::packaged_task<void()> task(std::move(f));
+    std::shared_future<void> done = task.get_future().share();
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return done;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// dst[i] += src[i] in the dtype, through fp32.
+void add_into(void* dst, const void* src, std::size_t n, DType t) {
+  if (t == DType::f32) {
+    auto* d = static_cast<float*>(dst);
+    const auto* s = static_cast<const float*>(src);
+    for (std::size_t i = 0; i < n; ++i) d[i] += s[i];
+    return;
+  }
+  auto* d = static_cast<std::uint16_t*>(dst);
+  const auto* s = static_cast<const std::uint16_t*>(src);
+  for (std::size_t i = 0; i < n; ++i)
+    d[i] = t == DType::bf16 ? float_to_bf16(bf16_to_float(d[i]) + bf16_to_float(s[i]))
+                            : float_to_f16(f16_to_float(d[i]) + f16_to_float(s[i]));
+}
+
+void divide(void* data, std::size_t n, DType t, int by) {
+  if (t == DType::f32) {
+    auto* f = static_cast<float*>(data);
+    for (std::size_t i = 0; i < n; ++i) f[i] /= static_cast<float>(by);
+    return;
+  }
+  auto* h = static_cast<std::uint16_t*>(data);
+  for (std::size_t i = 0; i < n; ++i)
+    h[i] = t == DType::bf16 ? float_to_bf16(bf16_to_float(h[i]) / static_cast<float>(by))
+                            : float_to_f16(f16_to_float(h[i]) / static_cast<float>(by));
+}
+
+struct Peer {
+  std::uint32_t addr;
+  std::uint16_t port;
+};
+
+class TcpCommunicator final : public Communicator {
+ public:
+  // peers: one connected socket per other rank (index = rank; own unused).
+  TcpCommunicator(int rank, int size, int world_rank, std::vector<Fd> peers,
+                  std::vector<std::uint32_t> addrs, double timeout_s)
+      : rank_(rank),
+        size_(size),
+        world_rank_(world_rank),
+        peers_(std::move(peers)),
+        addrs_(std::move(addrs)),
+        timeout_s_(timeout_s) {}
+  ~TcpCommunicator() override { worker_.reset(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "tcp"; }
+
+  CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
+    return submit("all_reduce", count, type, [=, this] {
+      const auto counts = even_split(count);
+      const std::size_t at = offset(counts, rank_), es = dtype_size(type);
+      std::vector<char> mine(counts[static_cast<std::size_t>(rank_)] * es);
+      ring_reduce_scatter(data, mine.data(), counts, type, "all_reduce");
+      if (op == ReduceOp::average)
+        divide(mine.data(), counts[static_cast<std::size_t>(rank_)], type, size_);
+      std::memcpy(static_cast<char*>(data) + at * es, mine.data(), mine.size());
+      ring_all_gather(data, counts, type, "all_reduce");
+    });
+  }
+  CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
+                                ReduceOp op) override {
+    return reduce_scatter_v_async(
+        send, recv, std::vector<std::size_t>(static_cast<std::size_t>(size_), count), type, op);
+  }
+  CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
+    return all_gather_v_async(
+        send, recv, std::vector<std::size_t>(static_cast<std::size_t>(size_), count), type);
+  }
+  CommWork reduce_scatter_v_async(const void* send, void* recv,
+                                  const std::vector<std::size_t>& counts, DType type,
+                                  ReduceOp op) override {
+    check_counts(counts);
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    return submit("reduce_scatter_v", total, type, [=, this] {
+      ring_reduce_scatter(send, recv, counts, type, "reduce_scatter_v");
+      if (op == ReduceOp::average)
+        divide(recv, counts[static_cast<std::size_t>(rank_)], type, size_);
+    });
+  }
+  CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                              DType type) override {
+    check_counts(counts);
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    return submit("all_gather_v", total, type, [=, this] {
+      const std::size_t es = dtype_size(type);
+      char* own = static_cast<char*>(recv) + offset(counts, rank_) * es;
+      if (send != own) std::memmove(own, send, counts[static_cast<std::size_t>(rank_)] * es);
+      ring_all_gather(recv, counts, type, "all_gather_v");
+    });
+  }
+  CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {
+    if (root < 0 || root >= size_)
+      throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
+                      std::to_string(size_) + " ranks");
+    return submit("broadcast", count, type, [=, this] {
+      const std::size_t bytes = count * dtype_size(type);
+      if (rank_ == root) {
+        for (int r = 0; r < size_; ++r)
+          if (r != root) send_all(fd(r), data, bytes, deadline(), describe("broadcast", r));
+      } else {
+        recv_all(fd(root), data, bytes, deadline(), describe("broadcast", root));
+      }
+    });
+  }
+  CommWork barrier_async() override {
+    return submit("barrier", 0, DType::f32, [this] {
+      std::vector<float> token(static_cast<std::size_t>(size_));
+      ring_all_gather(token.data(), std::vector<std::size_t>(static_cast<std::size_t>(size_), 1),
+                      DType::f32, "barrier");
+    });
+  }
+  std::unique_ptr<Communicator> split(int colour, int key) override {
+    std::unique_ptr<Communicator> out;
+    submit("split", 0, DType::f32, [&] { out = do_split(colour, key); }).wait();
+    return out;
+  }
+
+ private:
+  std::vector<std::size_t> even_split(std::size_t count) const {
+    std::vector<std::size_t> c(static_cast<std::size_t>(size_),
+                               count / static_cast<std::size_t>(size_));
+    for (std::size_t r = 0; r < count % static_cast<std::size_t>(size_); ++r) ++c[r];
+    return c;
+  }
+  static std::size_t offset(const std::vector<std::size_t>& counts, int r) {
+    return std::accumulate(counts.begin(), counts.begin() + r, std::size_t{0});
+  }
+  void check_counts(const std::vector<std::size_t>& counts) const {
+    if (counts.size() != static_cast<std::size_t>(size_))
+      throw CommError("an irregular collective got " + std::to_string(counts.size()) +
+                      " block counts for " + std::to_string(size_) + " ranks");
+  }
+  int fd(int r) const { return peers_[static_cast<std::size_t>(r)].get(); }
+  int next() const { return (rank_ + 1) % size_; }
+  int prev() const { return (rank_ + size_ - 1) % size_; }
+  Clock::time_point deadline() const {
+    return Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s_ * 1000));
+  }
+  std::string describe(const char* op, int peer) const {
+    return "rank " + std::to_string(world_rank_) + ": " + op + " with rank " + std::to_string(peer);
+  }
+  // Ring steps talk to both neighbours.
+  std::string describe_ring(const char* op) const {
+    if (next() == prev()) return describe(op, next());
+    return "rank " + std::to_string(world_rank_) + ": " + op + " (ring: to rank " +
+           std::to_string(next()) + ", from rank " + std::to_string(prev()) + ")";
+  }
+
+  // Rank r ends with the sum of every rank's block r (in recv). At step s
+  // rank r passes its running sum of block r-s-1 on and receives block
+  // r-s-2, adding its own part of it.
+  void ring_reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                           DType type, const char* op) {
+    const std::size_t es = dtype_size(type);
+    const auto* in = static_cast<const char*>(send);
+    const auto block = [&](int b) { return static_cast<std::size_t>((b % size_ + size_) % size_); };
+    if (size_ == 1) {
+      std::memmove(recv, in, counts[0] * es);
+      return;
+    }
+    const std::size_t largest = *std::max_element(counts.begin(), counts.end());
+    std::vector<char> acc(largest * es), incoming(largest * es);
+    std::size_t b = block(rank_ - 1);
+    std::memcpy(acc.data(), in + offset(counts, static_cast<int>(b)) * es, counts[b] * es);
+    for (int s = 0; s < size_ - 1; ++s) {
+      const std::size_t sb = block(rank_ - s - 1), rb = block(rank_ - s - 2);
+      exchange(fd(next()), acc.data(), counts[sb] * es, fd(prev()), incoming.data(),
+               counts[rb] * es, describe_ring(op));
+      add_into(incoming.data(), in + offset(counts, static_cast<int>(rb)) * es, counts[rb], type);
+      std::swap(acc, incoming);
+    }
+    std::memcpy(recv, acc.data(), counts[static_cast<std::size_t>(rank_)] * es);
+  }
+
+  // Every rank's block r of data ends up everywhere: at step s rank r
+  // passes block r-s on and receives block r-s-1.
+  void ring_all_gather(void* data, const std::vector<std::size_t>& counts, DType type,
+                       const char* op) {
+    const std::size_t es = dtype_size(type);
+    auto* d = static_cast<char*>(data);
+    for (int s = 0; s < size_ - 1; ++s) {
+      const int sb = ((rank_ - s) % size_ + size_) % size_;
+      const int rb = ((rank_ - s - 1) % size_ + size_) % size_;
+      exchange(fd(next()), d + offset(counts, sb) * es, counts[static_cast<std::size_t>(sb)] * es,
+               fd(prev()), d + offset(counts, rb) * es, counts[static_cast<std::size_t>(rb)] * es,
+               describe_ring(op));
+    }
+  }
+
+  std::unique_ptr<Communicator> do_split(int colour, int key) {
+    Fd listener = listen_on(0);
+    struct Entry {
+      std::int32_t colour, key;
+      std::uint32_t port;
+    };
+    std::vector<Entry> all(static_cast<std::size_t>(size_));
+    all[static_cast<std::size_t>(rank_)] = {colour, key, port_of(listener.get())};
+    ring_all_gather(all.data(), std::vector<std::size_t>(static_cast<std::size_t>(size_), 3),
+                    DType::f32, "split");
+    std::vector<int> members;
+    for (int r = 0; r < size_; ++r)
+      if (all[static_cast<std::size_t>(r)].colour == colour) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+      return all[static_cast<std::size_t>(a)].key < all[static_cast<std::size_t>(b)].key;
+    });
+    const int n = static_cast<int>(members.size());
+    const int me =
+        static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    std::vector<Fd> peers(static_cast<std::size_t>(n));
+    std::vector<std::uint32_t> addrs;
+    for (int m : members) addrs.push_back(addrs_[static_cast<std::size_t>(m)]);
+    const auto until = deadline();
+    for (int j = 0; j < me; ++j) {
+      const int r = members[static_cast<std::size_t>(j)];
+      peers[static_cast<std::size_t>(j)] =
+          connect_to(addrs_[static_cast<std::size_t>(r)],
+                     static_cast<std::uint16_t>(all[static_cast<std::size_t>(r)].port), until,
+                     describe("split: connect", r));
+      const std::uint32_t hello[2] = {kMagic, static_cast<std::uint32_t>(me)};
+      send_all(peers[static_cast<std::size_t>(j)].get(), hello, sizeof hello, until, "split");
+    }
+    for (int k = me + 1; k < n; ++k) {
+      Fd c = accept_one(listener.get(), until, "split: accept", nullptr);
+      std::uint32_t hello[2];
+      recv_all(c.get(), hello, sizeof hello, until, "split");
+      if (hello[0] != kMagic || hello[1] <= static_cast<std::uint32_t>(me) ||
+          hello[1] >= static_cast<std::uint32_t>(n))
+        throw CommError("split: a connection that is not from a member of this group");
+      peers[hello[1]] = std::move(c);
+    }
+    return std::make_unique<TcpCommunicator>(me, n, world_rank_, std::move(peers), std::move(addrs),
+                                             timeout_s_);
+  }
+
+  CommWork submit(const char* op, std::size_t count, DType type, std::function<void()> f) {
+    const int rank = world_rank_;
+    const double timeout = timeout_s_;
+    const std::string what = std::string(op) + " of " + std::to_string(count) + " " +
+                             std::string(dtype_name(type)) + " elements";
+    return CommWork(worker_->submit(std::move(f)), timeout_s_, [rank, timeout, what] {
+      std::fprintf(stderr,
+                   "ztrain: rank %d: %s did not finish within %.0f s (another rank died, hangs, "
+                   "or issued a different collective); aborting\n",
+                   rank, what.c_str(), timeout);
+      std::fflush(stderr);
+      std::_Exit(3);
+    });
+  }
+
+  int rank_, size_, world_rank_;
+  std::vector<Fd> peers_;
+  std::vector<std::uint32_t> addrs_;
+  double timeout_s_;
+  std::unique_ptr<Worker> worker_ = std::make_unique<Worker>();
+};
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) throw CommError(std::string(name) + " is not set");
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end || x < 0 || x > 1 << 20)
+    throw CommError(std::string(name) + "=" + v + " is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+bool launched_by_env() {
+  const char* w = std::getenv("WORLD_SIZE");
+  return w && std::atoi(w) > 1 && std::getenv("RANK");
+}
+
+std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
+  const int world = env_int("WORLD_SIZE"), rank = env_int("RANK");
+  if (world < 1 || rank >= world)
+    throw CommError("RANK=" + std::to_string(rank) +
+                    " is outside WORLD_SIZE=" + std::to_string(world));
+  const char* master = std::getenv("MASTER_ADDR");
+  const char* port_text = std::getenv("MASTER_PORT");
+  if (!master || !port_text)
+    throw CommError(
+        "a RANK/WORLD_SIZE launch needs MASTER_ADDR and MASTER_PORT (rank 0's "
+        "address and a free port on it), as torchrun sets them");
+  const int port = env_int("MASTER_PORT");
+  if (port < 1 || port > 65535)
+    throw CommError("MASTER_PORT=" + std::string(port_text) + " is not a port");
+  const std::uint32_t master_addr = resolve(master);
+  const auto until =
+      Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  std::vector<Fd> peers(static_cast<std::size_t>(world));
+  std::vector<std::uint32_t> addrs(static_cast<std::size_t>(world), master_addr);
+  std::vector<Peer> table(static_cast<std::size_t>(world));
+  const std::string who = "rank " + std::to_string(rank);
+  if (rank == 0) {
+    Fd listener = listen_on(static_cast<std::uint16_t>(port));
+    table[0] = {master_addr, static_cast<std::uint16_t>(port)};
+    for (int k = 1; k < world; ++k) {
+      std::uint32_t addr = 0;
+      Fd c = accept_one(listener.get(), until,
+                        who + ": waiting for the other " + std::to_string(world - 1) +
+                            " ranks at port " + std::to_string(port),
+                        &addr);
+      std::uint32_t hello[4];
+      recv_all(c.get(), hello, sizeof hello, until, who + ": rendezvous");
+      if (hello[0] != kMagic)
+        throw CommError(who + ": something that is not a ztrain rank connected to MASTER_PORT " +
+                        std::to_string(port));
+      if (hello[2] != static_cast<std::uint32_t>(world))
+        throw CommError(who + ": rank " + std::to_string(hello[1]) + " says WORLD_SIZE=" +
+                        std::to_string(hello[2]) + ", this rank " + std::to_string(world));
+      const std::uint32_t r = hello[1];
+      if (r == 0 || r >= static_cast<std::uint32_t>(world) || peers[r].get() >= 0)
+        throw CommError(who + ": two processes claim RANK=" + std::to_string(r) +
+                        " (or it is out of range)");
+      table[r] = {addr, static_cast<std::uint16_t>(hello[3])};
+      addrs[r] = addr;
+      peers[r] = std::move(c);
+    }
+    for (int r = 1; r < world; ++r)
+      send_all(peers[static_cast<std::size_t>(r)].get(), table.data(), table.size() * sizeof(Peer),
+               until, who + ": rendezvous");
+  } else {
+    Fd listener = listen_on(0);
+    peers[0] =
+        connect_to(master_addr, static_cast<std::uint16_t>(port), until,
+                   who + ": cannot reach rank 0 at " + std::string(master) + ":" + port_text);
+    const std::uint32_t hello[4] = {kMagic, static_cast<std::uint32_t>(rank),
+                                    static_cast<std::uint32_t>(world), port_of(listener.get())};
+    send_all(peers[0].get(), hello, sizeof hello, until, who + ": rendezvous");
+    recv_all(peers[0].get(), table.data(), table.size() * sizeof(Peer), until,
+             who + ": rendezvous (rank 0 gave up?)");
+    for (int r = 0; r < world; ++r)
+      addrs[static_cast<std::size_t>(r)] = table[static_cast<std::size_t>(r)].addr;
+    // Lower ranks are connected to, higher ones connect here.
+    for (int j = 1; j < rank; ++j) {
+      peers[static_cast<std::size_t>(j)] = connect_to(
+          table[static_cast<std::size_t>(j)].addr, table[static_cast<std::size_t>(j)].port, until,
+          who + ": cannot reach rank " + std::to_string(j));
+      const std::uint32_t id[2] = {kMagic, static_cast<std::uint32_t>(rank)};
+      send_all(peers[static_cast<std::size_t>(j)].get(), id, sizeof id, until, who + ": connect");
+    }
+    for (int k = rank + 1; k < world; ++k) {
+      Fd c = accept_one(listener.get(), until, who + ": waiting for higher ranks", nullptr);
+      std::uint32_t id[2];
+      recv_all(c.get(), id, sizeof id, until, who + ": connect");
+      if (id[0] != kMagic || id[1] <= static_cast<std::uint32_t>(rank) ||
+          id[1] >= static_cast<std::uint32_t>(world))
+        throw CommError(who + ": an unexpected connection while meeting the other ranks");
+      peers[id[1]] = std::move(c);
+    }
+  }
+  return std::make_unique<TcpCommunicator>(rank, world, rank, std::move(peers), std::move(addrs),
+                                           timeout_s);
+}
+
+}  // namespace ztrain

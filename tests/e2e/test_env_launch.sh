@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# A torchrun-style launch: every rank started on its own with RANK,
+# WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT and
+# no MPI. The ranks meet over tcp and must log the losses of one process
+# (ddp at world 2 and 4, zero3 at world 2 with accumulation); a killed rank
+# ends the others within the timeout with a message naming the peer; a
+# missing MASTER_ADDR, and two processes claiming one rank, are clear errors.
+#
+# usage: test_env_launch.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+common=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set train.steps=20 --set train.log_every=1 --set train.eval_every=20
+  --set train.warmup_steps=5 --set device.threads=1 --set train.save_final=false)
+
+free_port() {
+  local port
+  for _ in $(seq 50); do
+    port=$((20000 + RANDOM % 40000))
+    (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null || { echo "$port"; return; }
+  done
+  fail "no free port found"
+}
+
+# ranks NAME N [ARGS...]: N ranks in the background; their pids in $pids
+ranks() {
+  local name=$1 n=$2 port r
+  shift 2
+  port=$(free_port)
+  pids=()
+  for ((r = 0; r < n; r++)); do
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port "$ZTRAIN" "${common[@]}" --set train.out_dir="$scratch/$name" "$@" \
+      "$SRC/configs/run.toml" > "$scratch/$name.$r.out" 2>&1 &
+    pids+=($!)
+  done
+}
+losses() {
+  grep '"split": "train"' "$scratch/$1/metrics.jsonl" |
+    sed -n 's/.*"step": \([0-9]*\).*"loss": \([-0-9.e+]*\).*/\1 \2/p' > "$scratch/$1.losses"
+  [ "$(wc -l < "$scratch/$1.losses")" -eq 20 ] || fail "$1 logged $(wc -l < "$scratch/$1.losses") steps"
+}
+# run NAME N MICRO ACCUM [ARGS...]
+run() {
+  local name=$1 n=$2 micro=$3 accum=$4 r
+  shift 4
+  ranks "$name" "$n" --set train.micro_batch_size="$micro" --set train.grad_accum="$accum" "$@"
+  for ((r = 0; r < n; r++)); do
+    wait "${pids[$r]}" || { cat "$scratch/$name".*.out >&2; fail "$name: rank $r failed"; }
+  done
+  losses "$name"
+}
+
+"$ZTRAIN" "${common[@]}" --set train.micro_batch_size=8 --set train.out_dir="$scratch/w1" \
+  "$SRC/configs/run.toml" > "$scratch/w1.out" 2>&1 || { cat "$scratch/w1.out" >&2; fail "world 1 failed"; }
+losses w1
+run tcp_w2 2 4 1
+run tcp_w4 4 2 1
+run tcp_zero3_w2 2 2 2 --strategy zero3 --set strategy.param_persistence_threshold=0
+grep -q "batch: 4 x 1 accum x 2 ranks" "$scratch/tcp_w2.0.out" || fail "rank 0 of tcp_w2 did not report 2 ranks"
+[ ! -s "$scratch/tcp_w2.1.out" ] || fail "rank 1 printed: $(head -3 "$scratch/tcp_w2.1.out")"
+for name in tcp_w2 tcp_w4 tcp_zero3_w2; do
+  worst=$(paste "$scratch/w1.losses" "$scratch/$name.losses" |
+    awk '{ d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r } END { printf "%.3g", m }')
+  echo "$name: largest relative loss difference to world 1: $worst"
+  awk -v m="$worst" 'BEGIN { exit !(m <= 1e-6) }' || fail "$name differs from world 1 by $worst"
+done
+
+# A killed rank: the survivor stops with an error naming the lost peer,
+# long before the 300 s collective timeout.
+ranks killed 2 --set train.steps=100000 --set train.micro_batch_size=4
+sleep 3
+kill -9 "${pids[1]}"
+start=$SECONDS
+status=0
+wait "${pids[0]}" || status=$?
+[ "$status" -ne 0 ] || fail "rank 0 exited 0 after rank 1 was killed"
+[ $((SECONDS - start)) -lt 60 ] || fail "rank 0 took $((SECONDS - start)) s to notice"
+grep -q "\[rank 0\].*rank 1.*closed the connection" "$scratch/killed.0.out" ||
+  fail "rank 0's error does not name the lost peer: $(tail -2 "$scratch/killed.0.out")"
+
+# No MASTER_ADDR.
+if RANK=0 WORLD_SIZE=2 MASTER_PORT=29999 "$ZTRAIN" "${common[@]}" "$SRC/configs/run.toml" \
+  > "$scratch/nomaster.out" 2>&1; then fail "a launch without MASTER_ADDR succeeded"; fi
+grep -q "needs MASTER_ADDR and MASTER_PORT" "$scratch/nomaster.out" ||
+  fail "no clear error without MASTER_ADDR: $(cat "$scratch/nomaster.out")"
+
+# Two processes claiming rank 1 of 3.
+port=$(free_port)
+pids=()
+for r in 0 1 1; do
+  RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \
+    --set comm.timeout=20s --set train.out_dir="$scratch/dup" "$SRC/configs/run.toml" \
+    > "$scratch/dup.$r.${#pids[@]}.out" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || true; done
+grep -q "two processes claim RANK=1" "$scratch"/dup.0.*.out ||
+  fail "no clear error for a duplicated rank: $(cat "$scratch"/dup.0.*.out)"
+echo "PASS"
