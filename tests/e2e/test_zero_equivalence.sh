@@ -11,7 +11,8 @@
 # Then bytes per step and rank against ZeRO's theory: 2 psi (N-1)/N for
 # zero1 and zero2, 3 psi (N-1)/N for zero3 (prefetch and reuse off, so every
 # parameter is gathered for forward and again for backward; on an untied
-# Llama, see below), x 4 bytes, within 2 % (padding).
+# Llama, see below), x 4 bytes, within 2 % (padding). And weights exported
+# from zero3 and imported into it match ddp's.
 #
 # usage: test_zero_equivalence.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -80,6 +81,27 @@ for stage in zero1 zero2 zero3; do
   done
 done
 compare odd_ddp_w1 "${odd_names[@]}"
+
+# Weights out of and into sharded parameters: zero3 at world 4 exports
+# (gathering every parameter) what ddp at world 1 exports, and imports what
+# ddp would. probe: the loss of one lr-0 step from a weights file.
+probe() {
+  local name=$1 np=$2 weights=$3 launcher=()
+  shift 3
+  if [ "$np" -gt 1 ]; then launcher=("$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np"); fi
+  "${launcher[@]}" "$ZTRAIN" "${base[@]}" "${wide[@]}" --set train.steps=1 --set train.lr=0 \
+    --set train.min_lr=0 --set train.warmup_steps=0 --set train.micro_batch_size=$((8 / np)) \
+    --set model.init_from="$weights" --set train.out_dir="$scratch/$name" "$@" \
+    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "probe $name failed"; }
+  grep '"split": "train"' "$scratch/$name/metrics.jsonl" | sed -n 's/.*"loss": \([-0-9.e+]*\).*/1 \1/p' > "$scratch/$name.losses"
+}
+run w_ddp 1 8 1 "${wide[@]}" --set train.save_final=true
+run w_zero3 4 2 1 "${wide[@]}" --strategy zero3 "${zero3[@]}" --set train.save_final=true
+probe from_ddp 1 "$scratch/w_ddp"
+probe from_zero3 1 "$scratch/w_zero3"
+probe zero3_from_ddp 2 "$scratch/w_ddp" --strategy zero3 "${zero3[@]}"
+compare from_ddp from_zero3 zero3_from_ddp
+grep -q "weights from $scratch/w_ddp" "$scratch/zero3_from_ddp.out" || fail "zero3 did not report its initial weights"
 
 # bytes NAME RANKS COPIES PSI: the last step's bytes_sent against
 # COPIES psi (N-1)/N x 4
