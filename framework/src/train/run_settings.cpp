@@ -45,6 +45,8 @@ OptionList train_options() {
   o.integer("fp16.loss_scale_window", 1000, "clean steps before the scale doubles").at_least(1);
   o.integer("fp16.hysteresis", 2, "overflows tolerated before the scale halves").at_least(1);
   o.number("fp16.min_loss_scale", 1, "an overflow at this scale stops the run").at_least(0);
+  o.flag("fp16.consecutive_hysteresis", false,
+         "every clean step refills the hysteresis (else only a doubling does)");
   return o;
 }
 
@@ -123,11 +125,13 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
                       ") is above lr (" + std::to_string(tr.lr) +
                       "); the schedule decays "
                       "from lr to min_lr");
-  tr.fp16.loss_scale = t.get_number("fp16.loss_scale");
-  tr.fp16.initial_scale_power = t.get_int("fp16.initial_scale_power");
-  tr.fp16.loss_scale_window = t.get_int("fp16.loss_scale_window");
-  tr.fp16.hysteresis = t.get_int("fp16.hysteresis");
-  tr.fp16.min_loss_scale = t.get_number("fp16.min_loss_scale");
+  // DeepSpeed scales only fp16 losses; bf16 and fp32 keep a static 1.
+  if (tr.precision == DType::f16)
+    tr.scaler = {t.get_number("fp16.loss_scale"),           t.get_int("fp16.initial_scale_power"),
+                 t.get_int("fp16.loss_scale_window"),       t.get_int("fp16.hysteresis"),
+                 t.get_bool("fp16.consecutive_hysteresis"), t.get_number("fp16.min_loss_scale")};
+  else
+    tr.scaler = {1, 0, 1, 1, false, 1};
 
   const bool has_m = t.given("micro_batch_size"), has_a = t.given("grad_accum"),
              has_g = t.given("global_batch_size");

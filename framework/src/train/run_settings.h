@@ -14,18 +14,11 @@
 #include <string>
 
 #include "core/config.h"
+#include "train/loss_scaler.h"
 #include "ztrain/dtype.h"
 #include "ztrain/options.h"
 
 namespace ztrain {
-
-struct Fp16Settings {
-  double loss_scale = 0;  // 0: dynamic
-  std::int64_t initial_scale_power = 16;
-  std::int64_t loss_scale_window = 1000;
-  std::int64_t hysteresis = 2;
-  double min_loss_scale = 1;
-};
 
 struct TrainSettings {
   std::int64_t steps = 0;
@@ -43,7 +36,8 @@ struct TrainSettings {
   bool save_final = true;
   std::filesystem::path export_to;  // empty: none
   DType export_dtype = DType::f32;
-  Fp16Settings fp16;
+  // The loss scaler: [train.fp16] when precision is fp16, else static 1.
+  LossScalerSettings scaler;
 };
 
 struct DeviceSettings {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -60,6 +61,25 @@ Options plugin_options(const RunConfig& config, const std::string& section,
 }  // namespace
 
 namespace {
+
+// A test hook: ZTRAIN_TEST_INJECT_OVERFLOW="STEP:RANK" makes rank RANK's
+// gradients NaN in step STEP (1-based), as an fp16 overflow would.
+struct OverflowInjection {
+  std::int64_t step = 0;
+  int rank = -1;
+};
+
+OverflowInjection overflow_injection() {
+  const char* text = std::getenv("ZTRAIN_TEST_INJECT_OVERFLOW");
+  if (!text || !*text) return {};
+  long long step = 0;
+  int rank = -1, used = 0;
+  if (std::sscanf(text, "%lld:%d%n", &step, &rank, &used) != 2 || text[used] != '\0' || step < 1 ||
+      rank < 0)
+    throw ConfigError(std::string("ZTRAIN_TEST_INJECT_OVERFLOW=") + text +
+                      ": expected STEP:RANK, e.g. 3:1");
+  return {step, rank};
+}
 
 std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
   if (c.backend == "local") return make_local_communicator();
@@ -211,15 +231,23 @@ TrainResult train_run(const TrainArgs& args) {
     progress.line(buf);
   };
 
+  LossScaler scaler(tr.scaler);
+  const OverflowInjection inject = overflow_injection();
+  // A skipped step consumes its batch but neither the optimizer's step
+  // count nor the learning-rate schedule (DeepSpeed's engine does the same).
+  std::int64_t applied = 0, skipped_steps = 0;
   for (std::int64_t step = 0; step < tr.steps; ++step) {
     const auto t0 = Clock::now();
-    const double lr = schedule.at(step);
+    const double lr = schedule.at(applied);
+    const double scale = scaler.scale();
     double loss_sum = 0;
     for (std::int64_t a = 0; a < tr.grad_accum; ++a) {
       run.strategy->begin_micro_step(a + 1 == tr.grad_accum);
       arena.reset();
-      StepContext ctx(*run.strategy, params, *run.kernels, arena,
-                      1.0f / static_cast<float>(tr.grad_accum));
+      float grad_scale = static_cast<float>(scale / static_cast<double>(tr.grad_accum));
+      if (inject.step == step + 1 && inject.rank == run.comm->rank() && a + 1 == tr.grad_accum)
+        grad_scale = std::numeric_limits<float>::quiet_NaN();
+      StepContext ctx(*run.strategy, params, *run.kernels, arena, grad_scale);
       loss_sum += run.model->forward_backward(loader_data.next(), ctx);
     }
     // The loss average queues behind the strategy's gradient buckets; waiting
@@ -227,13 +255,24 @@ TrainResult train_run(const TrainArgs& args) {
     // non-finite loss has non-finite gradients, which step() skips.
     float mean = static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum));
     CommWork loss_work = run.comm->all_reduce_async(&mean, 1, DType::f32, ReduceOp::average);
-    const StepResult sr = run.strategy->step({lr, step + 1, tr.grad_clip, 1.0});
+    const StepResult sr = run.strategy->step({lr, applied + 1, tr.grad_clip, scale});
     loss_work.wait();
     const double loss = mean;
-    if (!std::isfinite(loss))
+    if (!std::isfinite(loss) && !scaler.dynamic())
       throw NumericsError("training loss is " + std::to_string(loss) + " at step " +
                           std::to_string(step + 1) + " (lr " + std::to_string(lr) +
                           "); lower [train] lr, raise warmup_steps or set grad_clip");
+    const double next_scale = scaler.update(sr.overflow);
+    if (sr.skipped) {
+      ++skipped_steps;
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "overflow: skipping step %lld (gradients not finite), loss scale %g -> %g",
+                    static_cast<long long>(step + 1), scale, next_scale);
+      progress.line(buf);
+    } else {
+      ++applied;
+    }
     const double dt = seconds_since(t0);
     const StrategyStats now = run.strategy->stats();
     const std::uint64_t step_bytes = now.bytes_sent - comm_total.bytes_sent;
@@ -255,8 +294,9 @@ TrainResult train_run(const TrainArgs& args) {
           .add("loss", loss)
           .add("lr", lr)
           .add("grad_norm", sr.grad_norm)
-          .add("loss_scale", 1.0)
+          .add("loss_scale", scale)
           .add("skipped", sr.skipped)
+          .add("skipped_steps", skipped_steps)
           .add("step_time_s", dt)
           .add("tokens_per_s", tps)
           .add("flops_per_s", tps * info.train_flops_per_token)
@@ -296,6 +336,13 @@ TrainResult train_run(const TrainArgs& args) {
     char buf[96];
     std::snprintf(buf, sizeof buf, " | source entropy %.4f (%.1f%% above)", *dinfo.entropy_rate,
                   100.0 * (ref / *dinfo.entropy_rate - 1.0));
+    os << buf;
+  }
+  if (skipped_steps > 0 || scaler.dynamic()) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "\n%lld step%s skipped on gradient overflow; loss scale %g",
+                  static_cast<long long>(skipped_steps), skipped_steps == 1 ? "" : "s",
+                  scaler.scale());
     os << buf;
   }
   if (run.comm->size() > 1) {
