@@ -63,12 +63,10 @@ class Ddp final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, 1);
     const std::uint64_t n = layout.total();
-    MemoryEstimate e;
-    auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
-    dev[static_cast<std::size_t>(Category::params)] = n * dtype_size(a.precision);
-    dev[static_cast<std::size_t>(Category::grads)] = n * dtype_size(a.precision);
-    dev[static_cast<std::size_t>(Category::optimizer)] = n * 8;
-    return e;
+    return MemoryEstimate()
+        .set(Tier::device, Category::params, n * dtype_size(a.precision))
+        .set(Tier::device, Category::grads, n * dtype_size(a.precision))
+        .set(Tier::device, Category::optimizer, n * 8);
   }
 
   StrategyStats stats() const override {

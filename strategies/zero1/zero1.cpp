@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "ztrain/comm.h"
+#include "ztrain/shard/bucket_options.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/full_replica.h"
 #include "ztrain/shard/optimizer_shard.h"
@@ -19,20 +20,8 @@ using namespace ztrain;
 class Zero1 final : public Strategy {
  public:
   explicit Zero1(const Options& o)
-      : reduce_{static_cast<std::uint64_t>(o.get_int("reduce_bucket_size")), 1u << 18,
-                o.get_bool("overlap_comm")},
-        allgather_(static_cast<std::uint64_t>(o.get_int("allgather_bucket_size"))) {}
-  static void declare_options(OptionList& o) {
-    o.flag("overlap_comm", false,
-           "two gradient buckets in flight while reducing at the end of backward (false: one "
-           "at a time)");
-    o.integer("reduce_bucket_size", 1000000,
-              "elements per gradient reduce-scatter (DeepSpeed's code defaults to 5e8)")
-        .at_least(1);
-    o.integer("allgather_bucket_size", 500000000,
-              "elements per all-gather of the updated parameters")
-        .at_least(1);
-  }
+      : reduce_(shard::bucket_settings(o)), allgather_(shard::allgather_bucket_size(o)) {}
+  static void declare_options(OptionList& o) { shard::declare_bucket_options(o, false, true); }
 
   void setup(const StrategySetup& s) override {
     params_ = s.params;
@@ -73,13 +62,11 @@ class Zero1 final : public Strategy {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
     const auto peaks = shard::ShardGradReducer::simulate(a.params, layout, 0, reduce_, true);
-    MemoryEstimate e;
-    auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
-    dev[static_cast<std::size_t>(Category::params)] = n * 4;
-    dev[static_cast<std::size_t>(Category::grads)] = n * 4;
-    dev[static_cast<std::size_t>(Category::optimizer)] = shard * 8;
-    dev[static_cast<std::size_t>(Category::comm)] = peaks.recv * 4;
-    return e;
+    return MemoryEstimate()
+        .set(Tier::device, Category::params, n * 4)
+        .set(Tier::device, Category::grads, n * 4)
+        .set(Tier::device, Category::optimizer, shard * 8)
+        .set(Tier::device, Category::comm, peaks.recv * 4);
   }
 
   StrategyStats stats() const override {

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "ztrain/comm.h"
-#include "ztrain/error.h"
+#include "ztrain/shard/bucket_options.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/full_replica.h"
 #include "ztrain/shard/optimizer_shard.h"
@@ -21,28 +21,8 @@ using namespace ztrain;
 class Zero2 final : public Strategy {
  public:
   explicit Zero2(const Options& o)
-      : reduce_{static_cast<std::uint64_t>(o.get_int("reduce_bucket_size")), 1u << 18,
-                o.get_bool("overlap_comm")},
-        allgather_(static_cast<std::uint64_t>(o.get_int("allgather_bucket_size"))) {
-    if (!o.get_bool("contiguous_gradients"))
-      throw ConfigError(
-          "[strategy] contiguous_gradients = false: zero2's gradient buckets are "
-          "always contiguous buffers; remove the key");
-  }
-  static void declare_options(OptionList& o) {
-    o.flag("overlap_comm", true,
-           "reduce each gradient bucket while the next module's backward runs (false: "
-           "wait for each at once)");
-    o.flag("contiguous_gradients", true,
-           "gradients are copied into contiguous buckets (always so here; false is refused)");
-    o.integer("reduce_bucket_size", 1000000,
-              "elements per gradient bucket; buckets also end at module boundaries (DeepSpeed's "
-              "code defaults to 5e8)")
-        .at_least(1);
-    o.integer("allgather_bucket_size", 500000000,
-              "elements per all-gather of the updated parameters")
-        .at_least(1);
-  }
+      : reduce_(shard::bucket_settings(o)), allgather_(shard::allgather_bucket_size(o)) {}
+  static void declare_options(OptionList& o) { shard::declare_bucket_options(o, true, true); }
 
   void setup(const StrategySetup& s) override {
     params_ = s.params;
@@ -81,13 +61,11 @@ class Zero2 final : public Strategy {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
     const auto peaks = shard::ShardGradReducer::simulate(a.params, layout, 0, reduce_, false);
-    MemoryEstimate e;
-    auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
-    dev[static_cast<std::size_t>(Category::params)] = n * 4;
-    dev[static_cast<std::size_t>(Category::grads)] = (shard + peaks.staged) * 4;
-    dev[static_cast<std::size_t>(Category::optimizer)] = shard * 8;
-    dev[static_cast<std::size_t>(Category::comm)] = peaks.recv * 4;
-    return e;
+    return MemoryEstimate()
+        .set(Tier::device, Category::params, n * 4)
+        .set(Tier::device, Category::grads, (shard + peaks.staged) * 4)
+        .set(Tier::device, Category::optimizer, shard * 8)
+        .set(Tier::device, Category::comm, peaks.recv * 4);
   }
 
   StrategyStats stats() const override {

@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "ztrain/comm.h"
-#include "ztrain/error.h"
+#include "ztrain/shard/bucket_options.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/optimizer_shard.h"
@@ -27,23 +27,11 @@ std::uint64_t elements(const Options& o, const char* key) {
 class Zero3 final : public Strategy {
  public:
   explicit Zero3(const Options& o)
-      : reduce_{elements(o, "reduce_bucket_size"), 1u << 18, o.get_bool("overlap_comm")},
+      : reduce_(shard::bucket_settings(o)),
         gather_{elements(o, "prefetch_bucket_size"), elements(o, "max_live_parameters"),
-                elements(o, "param_persistence_threshold"), elements(o, "max_reuse_distance")} {
-    if (!o.get_bool("contiguous_gradients"))
-      throw ConfigError(
-          "[strategy] contiguous_gradients = false: zero3's gradient buckets are "
-          "always contiguous buffers; remove the key");
-  }
+                elements(o, "param_persistence_threshold"), elements(o, "max_reuse_distance")} {}
   static void declare_options(OptionList& o) {
-    o.flag("overlap_comm", true,
-           "reduce each gradient bucket while the next module's backward runs (false: "
-           "wait for each at once)");
-    o.flag("contiguous_gradients", true,
-           "gradients are copied into contiguous buckets (always so here; false is refused)");
-    o.integer("reduce_bucket_size", 1000000,
-              "elements per gradient bucket (DeepSpeed's code defaults to 5e8)")
-        .at_least(1);
+    shard::declare_bucket_options(o, true, false);
     o.integer("prefetch_bucket_size", 50000000,
               "elements of upcoming modules' parameters gathered ahead of use")
         .at_least(0);
@@ -119,13 +107,11 @@ class Zero3 final : public Strategy {
     for (const auto& e : shard::standard_trace(modules))
       trace.push_back(needs[static_cast<std::size_t>(e.module)]);
     const auto plan = shard::make_gather_plan(trace, numel, gather_);
-    MemoryEstimate e;
-    auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
-    dev[static_cast<std::size_t>(Category::params)] = (shard + persistent + plan.peak_live) * 4;
-    dev[static_cast<std::size_t>(Category::grads)] = (shard + peaks.staged) * 4;
-    dev[static_cast<std::size_t>(Category::optimizer)] = shard * 8;
-    dev[static_cast<std::size_t>(Category::comm)] = peaks.recv * 4;
-    return e;
+    return MemoryEstimate()
+        .set(Tier::device, Category::params, (shard + persistent + plan.peak_live) * 4)
+        .set(Tier::device, Category::grads, (shard + peaks.staged) * 4)
+        .set(Tier::device, Category::optimizer, shard * 8)
+        .set(Tier::device, Category::comm, peaks.recv * 4);
   }
 
   StrategyStats stats() const override {

@@ -76,6 +76,10 @@ struct EstimateArgs {
 // Bytes per tier and category, per rank.
 struct MemoryEstimate {
   std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> bytes{};
+  MemoryEstimate& set(Tier t, Category c, std::uint64_t b) {
+    bytes[static_cast<std::size_t>(t)][static_cast<std::size_t>(c)] = b;
+    return *this;
+  }
 };
 
 class ZTRAIN_API Strategy : public Plugin {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/comm_worker.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 
@@ -52,69 +53,8 @@ class MpiRuntime {
   }
 };
 
-// Runs submitted collectives one at a time, in submission order.
-class Worker {
- public:
-  Worker() : thread_([this] { loop(); }) {}
-  ~Worker() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-  Worker(const Worker&) = delete;
-  Worker& operator=(const Worker&) = delete;
-
-  std::shared_future<void> submit(std::function<void()> f) {
-    std::packaged_task<void()> task(std::move(f));
-    std::shared_future<void> done = task.get_future().share();
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-    return done;
-  }
-
- private:
-  void loop() {
-    for (;;) {
-      std::packaged_task<void()> task;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::packaged_task<void()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
 MPI_Datatype mpi_type(DType t) {
   return t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
-}
-
-void divide(void* data, std::size_t count, DType type, int by) {
-  if (type == DType::f32) {
-    auto* f = static_cast<float*>(data);
-    for (std::size_t i = 0; i < count; ++i) f[i] /= static_cast<float>(by);
-    return;
-  }
-  auto* h = static_cast<std::uint16_t*>(data);
-  for (std::size_t i = 0; i < count; ++i) {
-    const float v =
-        (type == DType::bf16 ? bf16_to_float(h[i]) : f16_to_float(h[i])) / static_cast<float>(by);
-    h[i] = type == DType::bf16 ? float_to_bf16(v) : float_to_f16(v);
-  }
 }
 
 class MpiCommunicator final : public Communicator {
@@ -139,7 +79,7 @@ class MpiCommunicator final : public Communicator {
     return submit("all_reduce", count, type, [=, this] {
       check(MPI_Allreduce(MPI_IN_PLACE, data, checked(count), mpi_type(type), sum_op(type), comm_),
             "all_reduce", count, type);
-      if (op == ReduceOp::average) divide(data, count, type, size_);
+      if (op == ReduceOp::average) divide_in_place(data, count, type, size_);
     });
   }
   CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
@@ -148,7 +88,7 @@ class MpiCommunicator final : public Communicator {
       check(
           MPI_Reduce_scatter_block(send, recv, checked(count), mpi_type(type), sum_op(type), comm_),
           "reduce_scatter", count, type);
-      if (op == ReduceOp::average) divide(recv, count, type, size_);
+      if (op == ReduceOp::average) divide_in_place(recv, count, type, size_);
     });
   }
   CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
@@ -170,7 +110,7 @@ class MpiCommunicator final : public Communicator {
     return submit("reduce_scatter_v", total, type, [=, this, ints = ints] {
       check(MPI_Reduce_scatter(send, recv, ints.data(), mpi_type(type), sum_op(type), comm_),
             "reduce_scatter_v", total, type);
-      if (op == ReduceOp::average) divide(recv, own, type, size_);
+      if (op == ReduceOp::average) divide_in_place(recv, own, type, size_);
     });
   }
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
@@ -245,16 +185,7 @@ class MpiCommunicator final : public Communicator {
                     " elements failed: " + std::string(text, static_cast<std::size_t>(len)));
   }
   CommWork submit(const char* op, std::size_t count, DType type, std::function<void()> f) {
-    const int rank = world_rank_;
-    const double timeout = timeout_s_;
-    const std::string what = std::string(op) + " of " + std::to_string(count) + " " +
-                             std::string(dtype_name(type)) + " elements";
-    return CommWork(worker_->submit(std::move(f)), timeout_s_, [rank, timeout, what] {
-      std::fprintf(stderr,
-                   "ztrain: rank %d: %s did not finish within %.0f s (another rank died, hangs, "
-                   "or issued a different collective); aborting the job\n",
-                   rank, what.c_str(), timeout);
-      std::fflush(stderr);
+    return submit_collective(*worker_, world_rank_, timeout_s_, op, count, type, std::move(f), [] {
       MPI_Abort(MPI_COMM_WORLD, 3);
       std::_Exit(3);
     });
@@ -264,7 +195,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   double timeout_s_;
   int rank_ = 0, size_ = 1, world_rank_ = 0;
-  std::unique_ptr<Worker> worker_ = std::make_unique<Worker>();
+  std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
 };
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/comm_worker.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 
@@ -233,52 +234,6 @@ std::uint32_t resolve(const std::string& host) {
   return addr;
 }
 
-// Runs submitted collectives one at a time, in submission order.
-class Worker {
- public:
-  Worker() : thread_([this] { loop(); }) {}
-  ~Worker() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-  Worker(const Worker&) = delete;
-  Worker& operator=(const Worker&) = delete;
-  std::shared_future<void> submit(std::function<void()> f) {
-    std::packaged_task<void()> task(std::move(f));
-    std::shared_future<void> done = task.get_future().share();
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-    return done;
-  }
-
- private:
-  void loop() {
-    for (;;) {
-      std::packaged_task<void()> task;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::packaged_task<void()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
 // dst[i] += src[i] in the dtype, through fp32.
 void add_into(void* dst, const void* src, std::size_t n, DType t) {
   if (t == DType::f32) {
@@ -292,18 +247,6 @@ void add_into(void* dst, const void* src, std::size_t n, DType t) {
   for (std::size_t i = 0; i < n; ++i)
     d[i] = t == DType::bf16 ? float_to_bf16(bf16_to_float(d[i]) + bf16_to_float(s[i]))
                             : float_to_f16(f16_to_float(d[i]) + f16_to_float(s[i]));
-}
-
-void divide(void* data, std::size_t n, DType t, int by) {
-  if (t == DType::f32) {
-    auto* f = static_cast<float*>(data);
-    for (std::size_t i = 0; i < n; ++i) f[i] /= static_cast<float>(by);
-    return;
-  }
-  auto* h = static_cast<std::uint16_t*>(data);
-  for (std::size_t i = 0; i < n; ++i)
-    h[i] = t == DType::bf16 ? float_to_bf16(bf16_to_float(h[i]) / static_cast<float>(by))
-                            : float_to_f16(f16_to_float(h[i]) / static_cast<float>(by));
 }
 
 struct Peer {
@@ -335,7 +278,7 @@ class TcpCommunicator final : public Communicator {
       std::vector<char> mine(counts[static_cast<std::size_t>(rank_)] * es);
       ring_reduce_scatter(data, mine.data(), counts, type, "all_reduce");
       if (op == ReduceOp::average)
-        divide(mine.data(), counts[static_cast<std::size_t>(rank_)], type, size_);
+        divide_in_place(mine.data(), counts[static_cast<std::size_t>(rank_)], type, size_);
       std::memcpy(static_cast<char*>(data) + at * es, mine.data(), mine.size());
       ring_all_gather(data, counts, type, "all_reduce");
     });
@@ -357,7 +300,7 @@ class TcpCommunicator final : public Communicator {
     return submit("reduce_scatter_v", total, type, [=, this] {
       ring_reduce_scatter(send, recv, counts, type, "reduce_scatter_v");
       if (op == ReduceOp::average)
-        divide(recv, counts[static_cast<std::size_t>(rank_)], type, size_);
+        divide_in_place(recv, counts[static_cast<std::size_t>(rank_)], type, size_);
     });
   }
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
@@ -516,25 +459,16 @@ class TcpCommunicator final : public Communicator {
   }
 
   CommWork submit(const char* op, std::size_t count, DType type, std::function<void()> f) {
-    const int rank = world_rank_;
-    const double timeout = timeout_s_;
-    const std::string what = std::string(op) + " of " + std::to_string(count) + " " +
-                             std::string(dtype_name(type)) + " elements";
-    return CommWork(worker_->submit(std::move(f)), timeout_s_, [rank, timeout, what] {
-      std::fprintf(stderr,
-                   "ztrain: rank %d: %s did not finish within %.0f s (another rank died, hangs, "
-                   "or issued a different collective); aborting\n",
-                   rank, what.c_str(), timeout);
-      std::fflush(stderr);
-      std::_Exit(3);
-    });
+    // Exiting closes every socket, which ends the other ranks' waits.
+    return submit_collective(*worker_, world_rank_, timeout_s_, op, count, type, std::move(f),
+                             [] { std::_Exit(3); });
   }
 
   int rank_, size_, world_rank_;
   std::vector<Fd> peers_;
   std::vector<std::uint32_t> addrs_;
   double timeout_s_;
-  std::unique_ptr<Worker> worker_ = std::make_unique<Worker>();
+  std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
 };
 
 int env_int(const char* name) {

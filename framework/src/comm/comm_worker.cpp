@@ -1,0 +1,74 @@
+#include "comm/comm_worker.h"
+
+#include <cstdio>
+
+namespace ztrain {
+
+CommWorker::CommWorker() : thread_([this] { loop(); }) {}
+
+CommWorker::~CommWorker() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+std::shared_future<void> CommWorker::submit(std::function<void()> f) {
+  std::packaged_task<void()> task(std::move(f));
+  std::shared_future<void> done = task.get_future().share();
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return done;
+}
+
+void CommWorker::loop() {
+  for (;;) {
+    std::packaged_task<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void divide_in_place(void* data, std::size_t count, DType type, int by) {
+  if (type == DType::f32) {
+    auto* f = static_cast<float*>(data);
+    for (std::size_t i = 0; i < count; ++i) f[i] /= static_cast<float>(by);
+    return;
+  }
+  auto* h = static_cast<std::uint16_t*>(data);
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v =
+        (type == DType::bf16 ? bf16_to_float(h[i]) : f16_to_float(h[i])) / static_cast<float>(by);
+    h[i] = type == DType::bf16 ? float_to_bf16(v) : float_to_f16(v);
+  }
+}
+
+CommWork submit_collective(CommWorker& worker, int rank, double timeout_s, const char* op,
+                           std::size_t count, DType type, std::function<void()> f,
+                           std::function<void()> abort_job) {
+  const std::string what = std::string(op) + " of " + std::to_string(count) + " " +
+                           std::string(dtype_name(type)) + " elements";
+  return CommWork(worker.submit(std::move(f)), timeout_s,
+                  [rank, timeout_s, what, abort_job = std::move(abort_job)] {
+                    std::fprintf(stderr,
+                                 "ztrain: rank %d: %s did not finish within %.0f s (another rank "
+                                 "died, hangs, or issued a different collective); aborting the "
+                                 "job\n",
+                                 rank, what.c_str(), timeout_s);
+                    std::fflush(stderr);
+                    abort_job();
+                  });
+}
+
+}  // namespace ztrain
