@@ -50,7 +50,7 @@ for round in 1 2; do
   done
 done
 printf "gpt2-tiny at 2 ranks x 1 thread, global batch 8 x 256 tokens, %s steps (medians of steps 3..)\n" "$steps"
-printf "peak bytes per rank (rank 0)\n"
+printf "peak bytes per rank (the largest over ranks)\n"
 printf "%-14s %9s %9s %7s %11s %10s %10s %10s %9s\n" variant "step (s)" "ddp (s)" "ratio" "bytes/step" params grads optimizer comm
 for v in "${variants[@]}"; do
   best=""

@@ -61,7 +61,7 @@ class Zero1 final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
-    const auto peaks = shard::ShardGradReducer::simulate(a.params, layout, 0, reduce_, true);
+    const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, true);
     return MemoryEstimate()
         .set(Tier::device, Category::params, n * 4)
         .set(Tier::device, Category::grads, n * 4)

@@ -60,7 +60,7 @@ class Zero2 final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
-    const auto peaks = shard::ShardGradReducer::simulate(a.params, layout, 0, reduce_, false);
+    const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, false);
     return MemoryEstimate()
         .set(Tier::device, Category::params, n * 4)
         .set(Tier::device, Category::grads, (shard + peaks.staged) * 4)

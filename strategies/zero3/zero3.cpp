@@ -93,7 +93,7 @@ class Zero3 final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(a.world);
-    const auto peaks = shard::ShardGradReducer::simulate(a.params, layout, 0, reduce_, false);
+    const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, false);
     int modules = 1;
     std::uint64_t persistent = 0;
     std::vector<std::uint64_t> numel;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Memory truth. At world 2 and 4, each strategy's measured peak bytes per
-# rank of parameters, gradients and optimizer state (rank 0's metrics) must
+# rank of parameters, gradients and optimizer state (the largest over
+# ranks, as the metrics report them) must
 # be ZeRO's formulas for fp32 plus padding (at most 1 %) plus the buffers
 # the options allow, and `ztrain estimate` must predict every category
 # within 5 %:
@@ -29,7 +30,7 @@ zero3=(--set strategy.param_persistence_threshold=0 --set strategy.max_live_para
   --set strategy.prefetch_bucket_size=30000)
 M=$((12 * C * C + 13 * C)) E=$((V * C + T * C))
 
-# peak CATEGORY FILE: rank 0's peak bytes of CATEGORY in the device tier
+# peak CATEGORY FILE: the peak bytes of CATEGORY in the device tier (worst rank)
 peak() {
   grep '"split": "train"' "$2" | tail -n 1 | sed -n "s/.*\"device\": {[^}]*\"$1\": \([0-9]*\).*/\1/p"
 }

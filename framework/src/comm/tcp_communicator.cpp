@@ -173,7 +173,9 @@ Fd listen_on(std::uint16_t port) {
   a.sin_port = htons(port);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) < 0)
     throw CommError(sys_error("cannot listen on port " + std::to_string(port)) +
-                    (port ? "; is MASTER_PORT taken by another job? choose another" : ""));
+                    (port ? "; is the port taken by another job (under torchrun's agent store, "
+                            "ztrain meets on MASTER_PORT + 1)? choose another MASTER_PORT"
+                          : ""));
   if (::listen(fd.get(), 128) < 0) throw CommError(sys_error("listen"));
   ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
   return fd;
@@ -197,6 +199,8 @@ Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
       set_options(fd);
       return Fd(fd);
     }
+    // A client that reset before being accepted is not our failure.
+    if (errno == ECONNABORTED || errno == EPROTO) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw CommError(sys_error(what));
     wait_for(listener, POLLIN, deadline, what);
   }
@@ -220,6 +224,17 @@ Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline
     if (Clock::now() > deadline) throw CommError(sys_error(what));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+bool loopback(std::uint32_t addr) {
+  return (ntohl(addr) >> 24) == 127;
+}
+
+std::uint32_t local_addr_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return a.sin_addr.s_addr;
 }
 
 std::uint32_t resolve(const std::string& host) {
@@ -499,9 +514,13 @@ std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
     throw CommError(
         "a RANK/WORLD_SIZE launch needs MASTER_ADDR and MASTER_PORT (rank 0's "
         "address and a free port on it), as torchrun sets them");
-  const int port = env_int("MASTER_PORT");
+  // torchrun's agent keeps its own store on MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE): the ranks meet on the port after it.
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool beside_agent = agent_store && std::string(agent_store) == "True";
+  const int port = env_int("MASTER_PORT") + (beside_agent ? 1 : 0);
   if (port < 1 || port > 65535)
-    throw CommError("MASTER_PORT=" + std::string(port_text) + " is not a port");
+    throw CommError("MASTER_PORT=" + std::string(port_text) + " is not a usable port");
   const std::uint32_t master_addr = resolve(master);
   const auto until =
       Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
@@ -534,6 +553,18 @@ std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
       addrs[r] = addr;
       peers[r] = std::move(c);
     }
+    // Ranks on rank 0's machine may have come over loopback (or MASTER_ADDR
+    // may name this host as 127.0.1.1): other machines need the address
+    // they reached rank 0 at.
+    std::uint32_t outside = 0;
+    for (int r = 1; r < world && !outside; ++r)
+      if (!loopback(table[static_cast<std::size_t>(r)].addr))
+        outside = local_addr_of(peers[static_cast<std::size_t>(r)].get());
+    if (outside)
+      for (auto& entry : table)
+        if (loopback(entry.addr)) entry.addr = outside;
+    for (int r = 0; r < world; ++r)
+      addrs[static_cast<std::size_t>(r)] = table[static_cast<std::size_t>(r)].addr;
     for (int r = 1; r < world; ++r)
       send_all(peers[static_cast<std::size_t>(r)].get(), table.data(), table.size() * sizeof(Peer),
                until, who + ": rendezvous");

@@ -42,6 +42,7 @@ class CpuDevice final : public Device {
       return cached;
     }
     void* p = std::aligned_alloc(64, rounded);
+    if (!p && drop_cache()) p = std::aligned_alloc(64, rounded);
     if (!p)
       throw OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes) +
                              " on tier '" + std::string(tier_name(tier)) +
@@ -79,6 +80,17 @@ class CpuDevice final : public Device {
   // logical, as a GPU caching allocator's: cached blocks count as free.
   static constexpr std::size_t kCacheMin = 64 << 10;
   static constexpr std::size_t kCacheMax = std::size_t{256} << 20;
+  // Returns the cached blocks to the system; true when there were any.
+  bool drop_cache() {
+    std::lock_guard lock(cache_mu_);
+    if (cached_bytes_ == 0) return false;
+    for (auto& [size, blocks] : cache_) {
+      for (void* p : blocks) std::free(p);
+      blocks.clear();
+    }
+    cached_bytes_ = 0;
+    return true;
+  }
   void* take_cached(std::size_t rounded) {
     if (rounded < kCacheMin) return nullptr;
     std::lock_guard lock(cache_mu_);

@@ -18,6 +18,15 @@ GradReducer::GradReducer(const std::vector<ParamSpec>& params, const FlatLayout&
   }
 }
 
+GradReducer::~GradReducer() {
+  for (auto& b : buckets_) {
+    try {
+      b.work.wait();
+    } catch (...) {  // an error on the way out: grads must outlive the collective anyway
+    }
+  }
+}
+
 void GradReducer::launch(Bucket& b) {
   b.launched = true;
   const std::uint64_t n = b.end - b.begin;

@@ -42,14 +42,16 @@ void OptimizerShard::step(float* params, float* grads, const Kernels& kernels, d
 StepResult step_shard(OptimizerShard& optimizer, float* params, float* grads, Communicator* comm,
                       const Kernels& kernels, const StepArgs& args) {
   const std::uint64_t n = optimizer.end() - optimizer.begin();
-  double sq = kernels.sum_squares(grads, n);
+  // Unscaled before the fp32 all-reduce: a scaled square sum can pass
+  // FLT_MAX where the true one does not.
+  double sq = kernels.sum_squares(grads, n) / (args.loss_scale * args.loss_scale);
   if (comm) {
     float part = static_cast<float>(sq);
     comm->all_reduce(&part, 1, DType::f32, ReduceOp::sum);
     sq = part;
   }
   StepResult r;
-  r.grad_norm = std::sqrt(sq) / args.loss_scale;
+  r.grad_norm = std::sqrt(sq);
   r.overflow = !std::isfinite(r.grad_norm);
   r.skipped = r.overflow;
   if (r.skipped) {

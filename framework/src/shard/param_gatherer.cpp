@@ -158,6 +158,16 @@ ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& param
   bytes_sent_ = 0;  // the initial gather is setup, not per-step traffic
 }
 
+ParamGatherer::~ParamGatherer() {
+  for (auto& p : params_) {
+    if (p.state != State::in_flight) continue;
+    try {
+      p.work.wait();
+    } catch (...) {  // an error on the way out: the buffer must outlive the collective anyway
+    }
+  }
+}
+
 float* ParamGatherer::own_part(const Param& p) const {
   if (p.counts[static_cast<std::size_t>(comm_.rank())] == 0) return shard_;
   return shard_ + (p.own_begin - layout_.owned_begin(comm_.rank()));

@@ -30,6 +30,15 @@ ShardGradReducer::ShardGradReducer(const std::vector<ParamSpec>& params, const F
   build(params);
 }
 
+ShardGradReducer::~ShardGradReducer() {
+  for (std::size_t i : in_flight_) {
+    try {
+      buckets_[i].work.wait();
+    } catch (...) {  // an error on the way out: the buffers must outlive the collective anyway
+    }
+  }
+}
+
 void ShardGradReducer::build(const std::vector<ParamSpec>& params) {
   for (const auto& r : reverse_buckets(
            layout_, params, settings_.bucket_elements,
@@ -172,6 +181,18 @@ ReducePeaks ShardGradReducer::simulate(const std::vector<ParamSpec>& params,
   dry.active_ = true;
   dry.finish();
   return dry.peaks_;
+}
+
+ReducePeaks ShardGradReducer::simulate_worst(const std::vector<ParamSpec>& params,
+                                             const FlatLayout& layout,
+                                             const ReduceSettings& settings, bool full) {
+  ReducePeaks worst;
+  for (int r = 0; r < layout.world(); ++r) {
+    const ReducePeaks p = simulate(params, layout, r, settings, full);
+    worst.staged = std::max(worst.staged, p.staged);
+    worst.recv = std::max(worst.recv, p.recv);
+  }
+  return worst;
 }
 
 }  // namespace ztrain::shard

@@ -62,6 +62,45 @@ Options plugin_options(const RunConfig& config, const std::string& section,
 
 namespace {
 
+// The peaks of every rank, category by category (collective): what a run
+// needs per rank is its worst rank's, and ranks differ (who owns which
+// parameters, and so the receive buffers). Only peaks are combined.
+MemoryStats peaks_over_ranks(Communicator& comm, MemoryStats mine) {
+  if (comm.size() == 1) return mine;
+  constexpr std::size_t n = kTierCount * kCategoryCount + kTierCount;
+  std::vector<std::uint64_t> all(n * static_cast<std::size_t>(comm.size()));
+  std::uint64_t* own = all.data() + n * static_cast<std::size_t>(comm.rank());
+  for (std::size_t t = 0; t < kTierCount; ++t) {
+    for (std::size_t c = 0; c < kCategoryCount; ++c) own[t * kCategoryCount + c] = mine.peak[t][c];
+    own[kTierCount * kCategoryCount + t] = mine.tier_peak[t];
+  }
+  // A 16-bit dtype only sets the element size here: all-gather moves bits.
+  comm.all_gather(own, all.data(), n * 4, DType::bf16);
+  for (int r = 0; r < comm.size(); ++r) {
+    const std::uint64_t* theirs = all.data() + n * static_cast<std::size_t>(r);
+    for (std::size_t t = 0; t < kTierCount; ++t) {
+      for (std::size_t c = 0; c < kCategoryCount; ++c)
+        mine.peak[t][c] = std::max(mine.peak[t][c], theirs[t * kCategoryCount + c]);
+      mine.tier_peak[t] = std::max(mine.tier_peak[t], theirs[kTierCount * kCategoryCount + t]);
+    }
+  }
+  return mine;
+}
+
+// Waits for a collective when the scope ends, however it ends.
+struct WaitOnExit {
+  explicit WaitOnExit(CommWork& w) : work(w) {}
+  CommWork& work;
+  WaitOnExit(const WaitOnExit&) = delete;
+  WaitOnExit& operator=(const WaitOnExit&) = delete;
+  ~WaitOnExit() {
+    try {
+      work.wait();
+    } catch (...) {  // already reported by the normal path, or superseded by the error in flight
+    }
+  }
+};
+
 // A test hook: ZTRAIN_TEST_INJECT_OVERFLOW="STEP:RANK" makes rank RANK's
 // gradients NaN in step STEP (1-based), as an fp16 overflow would.
 struct OverflowInjection {
@@ -255,6 +294,8 @@ TrainResult train_run(const TrainArgs& args) {
     // non-finite loss has non-finite gradients, which step() skips.
     float mean = static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum));
     CommWork loss_work = run.comm->all_reduce_async(&mean, 1, DType::f32, ReduceOp::average);
+    // `mean` must outlive the collective even when step() throws.
+    const WaitOnExit loss_guard{loss_work};
     const StepResult sr = run.strategy->step({lr, applied + 1, tr.grad_clip, scale});
     loss_work.wait();
     const double loss = mean;
@@ -287,7 +328,7 @@ TrainResult train_run(const TrainArgs& args) {
     const std::int64_t done = step + 1;
     progress.update(done, loss, tps, seconds_since(t_start));
     if (done % tr.log_every == 0 || done == tr.steps || done == 1) {
-      const MemoryStats mem = run.device->stats();
+      const MemoryStats mem = peaks_over_ranks(*run.comm, run.device->stats());
       JsonLine line;
       line.add("step", done)
           .add("split", "train")
@@ -323,7 +364,7 @@ TrainResult train_run(const TrainArgs& args) {
   result.tokens_per_s =
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
 
-  const MemoryStats mem = run.device->stats();
+  const MemoryStats mem = peaks_over_ranks(*run.comm, run.device->stats());
   std::ostringstream os;
   os << "done: " << tr.steps << " steps in " << format_duration(seconds_since(t_start)) << " | "
      << format_rate(result.tokens_per_s) << " tok/s | "

@@ -29,6 +29,10 @@ class ZTRAIN_API GradReducer {
  public:
   GradReducer(const std::vector<ParamSpec>& params, const FlatLayout& layout, float* grads,
               Communicator& comm, std::uint64_t bucket_bytes, std::uint64_t first_bucket_bytes);
+  // Waits for buckets still in the air (they write into `grads`).
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
 
   // Resets the completion counts; `sync` false holds every bucket back
   // (accumulation micro-steps before the last).

@@ -97,6 +97,8 @@ class ZTRAIN_API ParamGatherer {
   ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
                 const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
                 Communicator& comm, float* shard, const GatherOptions& options);
+  // Waits for gathers still in the air (their buffers are freed here).
+  ~ParamGatherer();
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
 

@@ -58,6 +58,8 @@ class ZTRAIN_API ShardGradReducer {
   ShardGradReducer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
                    Communicator& comm, float* shard, const ReduceSettings& settings,
                    float* full = nullptr);
+  // Waits for reductions still in the air (their buffers are freed here).
+  ~ShardGradReducer();
   ShardGradReducer(const ShardGradReducer&) = delete;
   ShardGradReducer& operator=(const ShardGradReducer&) = delete;
 
@@ -81,6 +83,10 @@ class ZTRAIN_API ShardGradReducer {
   // asking for the gradients of the parameters it uses) on `rank`.
   static ReducePeaks simulate(const std::vector<ParamSpec>& params, const FlatLayout& layout,
                               int rank, const ReduceSettings& settings, bool full);
+  // The largest of simulate's peaks over the layout's ranks (what an
+  // estimate per rank must cover).
+  static ReducePeaks simulate_worst(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+                                    const ReduceSettings& settings, bool full);
 
  private:
   enum class State : std::uint8_t { idle, open, launched };
