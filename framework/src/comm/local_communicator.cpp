@@ -15,11 +15,11 @@ class LocalCommunicator final : public Communicator {
   CommWork all_reduce_async(void*, std::size_t, DType, ReduceOp) override { return {}; }
   CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
                                 ReduceOp) override {
-    if (send != recv) std::memmove(recv, send, count * dtype_size(type));
+    if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(type));
     return {};
   }
   CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
-    if (send != recv) std::memmove(recv, send, count * dtype_size(type));
+    if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(type));
     return {};
   }
   CommWork reduce_scatter_v_async(const void* send, void* recv,

@@ -294,7 +294,7 @@ class TcpCommunicator final : public Communicator {
       ring_reduce_scatter(data, mine.data(), counts, type, "all_reduce");
       if (op == ReduceOp::average)
         divide_in_place(mine.data(), counts[static_cast<std::size_t>(rank_)], type, size_);
-      std::memcpy(static_cast<char*>(data) + at * es, mine.data(), mine.size());
+      if (!mine.empty()) std::memcpy(static_cast<char*>(data) + at * es, mine.data(), mine.size());
       ring_all_gather(data, counts, type, "all_reduce");
     });
   }
@@ -325,7 +325,8 @@ class TcpCommunicator final : public Communicator {
     return submit("all_gather_v", total, type, [=, this] {
       const std::size_t es = dtype_size(type);
       char* own = static_cast<char*>(recv) + offset(counts, rank_) * es;
-      if (send != own) std::memmove(own, send, counts[static_cast<std::size_t>(rank_)] * es);
+      const std::size_t bytes = counts[static_cast<std::size_t>(rank_)] * es;
+      if (send != own && bytes > 0) std::memmove(own, send, bytes);
       ring_all_gather(recv, counts, type, "all_gather_v");
     });
   }
@@ -396,13 +397,14 @@ class TcpCommunicator final : public Communicator {
     const auto* in = static_cast<const char*>(send);
     const auto block = [&](int b) { return static_cast<std::size_t>((b % size_ + size_) % size_); };
     if (size_ == 1) {
-      std::memmove(recv, in, counts[0] * es);
+      if (counts[0] > 0) std::memmove(recv, in, counts[0] * es);
       return;
     }
     const std::size_t largest = *std::max_element(counts.begin(), counts.end());
     std::vector<char> acc(largest * es), incoming(largest * es);
     std::size_t b = block(rank_ - 1);
-    std::memcpy(acc.data(), in + offset(counts, static_cast<int>(b)) * es, counts[b] * es);
+    if (counts[b] > 0)
+      std::memcpy(acc.data(), in + offset(counts, static_cast<int>(b)) * es, counts[b] * es);
     for (int s = 0; s < size_ - 1; ++s) {
       const std::size_t sb = block(rank_ - s - 1), rb = block(rank_ - s - 2);
       exchange(fd(next()), acc.data(), counts[sb] * es, fd(prev()), incoming.data(),
@@ -410,7 +412,8 @@ class TcpCommunicator final : public Communicator {
       add_into(incoming.data(), in + offset(counts, static_cast<int>(rb)) * es, counts[rb], type);
       std::swap(acc, incoming);
     }
-    std::memcpy(recv, acc.data(), counts[static_cast<std::size_t>(rank_)] * es);
+    if (counts[static_cast<std::size_t>(rank_)] > 0)
+      std::memcpy(recv, acc.data(), counts[static_cast<std::size_t>(rank_)] * es);
   }
 
   // Every rank's block r of data ends up everywhere: at step s rank r

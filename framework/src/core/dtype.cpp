@@ -7,6 +7,7 @@
 namespace ztrain {
 
 void convert(const void* src, DType src_type, void* dst, DType dst_type, std::size_t n) {
+  if (n == 0) return;  // empty buffers may be null
   if (src_type == dst_type) {
     std::memmove(dst, src, n * dtype_size(src_type));
     return;
