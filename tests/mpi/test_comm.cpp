@@ -14,7 +14,11 @@
 #include <vector>
 
 #include "ztrain/comm.h"
+#include "ztrain/device.h"
 #include "ztrain/shard/grad_reducer.h"
+#include "ztrain/shard/init.h"
+#include "ztrain/shard/param_gatherer.h"
+#include "ztrain/shard/shard_grad_reducer.h"
 
 using namespace ztrain;
 
@@ -253,4 +257,104 @@ TEST_CASE("all_gather in place: each rank sends its own block of the result") {
     for (std::size_t i = 0; i < n; ++i)
       CHECK(all[static_cast<std::size_t>(k) * n + i] ==
             static_cast<float>(10 * k) + static_cast<float>(i));
+}
+
+TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, prefetching ahead") {
+  const int R = world().size(), r = world().rank();
+  std::vector<ParamSpec> params;
+  auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
+    ParamSpec p;
+    p.name = name;
+    p.shape = Shape{n};
+    p.init = {Init::Kind::normal, 1.0f};
+    p.used_by = std::move(used_by);
+    params.push_back(p);
+  };
+  add("embed", 301, {0, 3});  // odd sizes: shards split parameters mid-way
+  add("block0", 499, {1});
+  add("block1", 503, {2});
+  add("head", 97, {3});
+  const std::vector<ModuleSpec> modules{{"embed"}, {"block.0"}, {"block.1"}, {"head"}};
+  const shard::FlatLayout layout(params, R);
+  std::vector<float> full(layout.total());
+  shard::init_flat(params, layout, 11, 0, layout.total(), full.data());
+  std::vector<float> mine(full.begin() + static_cast<std::ptrdiff_t>(layout.owned_begin(r)),
+                          full.begin() + static_cast<std::ptrdiff_t>(layout.owned_end(r)));
+  auto dev = make_cpu_device(1);
+  const shard::GatherOptions opts{600, 1200, 0, 0};
+  shard::ParamGatherer g(*dev, params, modules, layout, world(), mine.data(), opts);
+  std::vector<shard::GatherEvent> log;
+  g.record_events(&log);
+  for (int step = 0; step < 3; ++step) {
+    g.begin_micro_step();
+    for (int pass = 0; pass < 2; ++pass)
+      for (int k = 0; k < 4; ++k) {
+        const ModuleId m = pass == 0 ? k : 3 - k;
+        g.fetch(m, pass == 1);
+        for (std::size_t p = 0; p < params.size(); ++p) {
+          const auto& u = params[p].used_by;
+          if (std::find(u.begin(), u.end(), m) == u.end()) continue;
+          const float* got = g.view(static_cast<ParamId>(p)).f32();
+          const float* want = full.data() + layout.offset(static_cast<ParamId>(p));
+          CHECK(std::equal(want, want + layout.numel(static_cast<ParamId>(p)), got));
+        }
+        g.release(m, pass == 1);
+      }
+    g.end_step();
+  }
+  bool ahead = false;
+  for (const auto& e : log) {
+    CHECK(e.live <= opts.max_live_parameters);
+    if (e.kind == shard::GatherEvent::Kind::gather && e.position >= 0) {
+      // A gather issued at position i for a parameter position i does not use.
+      const auto& u = params[static_cast<std::size_t>(e.param)].used_by;
+      const int i = e.position;
+      const ModuleId here = i < 4 ? i : 7 - i;
+      if (std::find(u.begin(), u.end(), here) == u.end()) ahead = true;
+    }
+  }
+  CHECK(ahead);
+  std::vector<float> whole(503);
+  g.read(2, whole.data());
+  CHECK(std::equal(whole.begin(), whole.end(), full.data() + layout.offset(2)));
+}
+
+TEST_CASE("the sharded gradient reducer averages every rank's gradients into the owner's shard") {
+  const int R = world().size(), r = world().rank();
+  std::vector<ParamSpec> params;
+  auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
+    ParamSpec p;
+    p.name = name;
+    p.shape = Shape{n};
+    p.used_by = std::move(used_by);
+    params.push_back(p);
+  };
+  add("embed", 301, {0, 2});
+  add("block", 499, {1});
+  add("head", 97, {2});
+  const shard::FlatLayout layout(params, R);
+  const std::uint64_t begin = layout.owned_begin(r), n = layout.owned_end(r) - begin;
+  std::vector<float> shard_grads(n, 0.0f);
+  auto dev = make_cpu_device(1);
+  shard::ShardGradReducer red(*dev, params, layout, world(), shard_grads.data(), {200, 100, true});
+  for (int micro = 0; micro < 2; ++micro) {
+    red.begin_micro_step();
+    for (ModuleId m = 3; m-- > 0;) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const auto& u = params[p].used_by;
+        if (std::find(u.begin(), u.end(), m) == u.end()) continue;
+        TensorView gv = red.grad(static_cast<ParamId>(p));
+        for (std::int64_t i = 0; i < gv.numel(); ++i) gv.f32()[i] += static_cast<float>(r + 1);
+      }
+      red.module_done(m);
+    }
+  }
+  red.finish();
+  // Each use adds rank+1; averaged over ranks, summed over two micro-steps.
+  const float mean = static_cast<float>(R + 1) / 2.0f;
+  for (const auto& seg : layout.segments(begin, begin + n)) {
+    const float uses = seg.param == 0 ? 2.0f : 1.0f;
+    for (std::uint64_t i = seg.begin; i < seg.end; ++i)
+      CHECK(shard_grads[i - begin] == doctest::Approx(2.0f * uses * mean));
+  }
 }
