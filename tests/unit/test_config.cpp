@@ -37,6 +37,19 @@ TEST_CASE("unknown keys name the place and suggest the right one") {
                  "[train] fp16.loss_scal: unknown key; did you mean 'fp16.loss_scale'?"));
 }
 
+TEST_CASE("DeepSpeed's stage3_ spellings point to ztrain's option names") {
+  const std::string msg = test::message_of<ConfigError>([] {
+    const RunConfig cfg =
+        RunConfig::parse("[strategy]\nstage3_max_live_parameters = 1e9\n", "run.toml");
+    OptionList o;
+    o.integer("max_live_parameters", 1000000000, "most elements gathered at once");
+    cfg.validate("strategy", o);
+  });
+  CHECK(contains(msg,
+                 "run.toml:2:1: [strategy] stage3_max_live_parameters: unknown key; did you "
+                 "mean 'max_live_parameters'? (ztrain drops DeepSpeed's stage3_ prefix)"));
+}
+
 TEST_CASE("wrong types and out-of-range values say what is expected") {
   CHECK(contains(config_error("[train]\nsteps = \"ten\"\n"),
                  "run.toml:2:1: [train] steps: got \"ten\", expected an integer >= 1"));

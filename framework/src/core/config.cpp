@@ -37,6 +37,13 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string suggestion(const std::string& key, const std::vector<std::string>& known) {
+  // DeepSpeed's JSON spells the ZeRO-3 options with a stage3_ prefix.
+  const std::string ds_prefix = "stage3_";
+  if (key.starts_with(ds_prefix)) {
+    const std::string bare = key.substr(ds_prefix.size());
+    if (std::find(known.begin(), known.end(), bare) != known.end())
+      return "; did you mean '" + bare + "'? (ztrain drops DeepSpeed's stage3_ prefix)";
+  }
   std::string best;
   std::size_t best_d = 3;
   for (const auto& k : known) {
