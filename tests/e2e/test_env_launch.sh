@@ -2,9 +2,10 @@
 # A torchrun-style launch: every rank started on its own with RANK,
 # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT and
 # no MPI. The ranks meet over tcp and must log the losses of one process
-# (ddp at world 2 and 4, zero3 at world 2 with accumulation); a killed rank
-# ends the others within the timeout with a message naming the peer; a
-# missing MASTER_ADDR, and two processes claiming one rank, are clear errors.
+# (ddp at world 2 and 4, zero3 at world 2 with accumulation); a rank 0 that
+# starts late is waited for; a killed rank ends the others within the
+# timeout with a message naming the peer; a missing MASTER_ADDR, and two
+# processes claiming one rank, are clear errors.
 #
 # usage: test_env_launch.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -79,6 +80,18 @@ wait "${pids[0]}" || status=$?
 [ $((SECONDS - start)) -lt 60 ] || fail "rank 0 took $((SECONDS - start)) s to notice"
 grep -q "\[rank 0\].*rank 1.*closed the connection" "$scratch/killed.0.out" ||
   fail "rank 0's error does not name the lost peer: $(tail -2 "$scratch/killed.0.out")"
+
+# Rank 0 arriving late: the others keep trying to reach it.
+port=$(free_port)
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \
+  --set train.steps=3 --set train.micro_batch_size=4 --set train.out_dir="$scratch/late" \
+  "$SRC/configs/run.toml" > "$scratch/late.1.out" 2>&1 &
+early=$!
+sleep 2
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \
+  --set train.steps=3 --set train.micro_batch_size=4 --set train.out_dir="$scratch/late" \
+  "$SRC/configs/run.toml" > "$scratch/late.0.out" 2>&1 || { cat "$scratch/late.0.out" >&2; fail "late rank 0 failed"; }
+wait "$early" || { cat "$scratch/late.1.out" >&2; fail "rank 1 gave up on a late rank 0"; }
 
 # No MASTER_ADDR.
 if RANK=0 WORLD_SIZE=2 MASTER_PORT=29999 "$ZTRAIN" "${common[@]}" "$SRC/configs/run.toml" \

@@ -207,20 +207,35 @@ Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
 }
 
 // Connects to addr:port, retrying until the deadline (the peer may not be
-// listening yet).
+// listening yet). Non-blocking, so a host that drops packets cannot hold a
+// connect past the deadline.
 Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline,
               const std::string& what) {
   for (;;) {
     Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
     if (fd.get() < 0) throw CommError(sys_error("socket"));
+    set_options(fd.get());
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = addr;
     a.sin_port = htons(port);
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-      set_options(fd.get());
-      return fd;
+    int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (rc < 0 && errno == EINPROGRESS) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd p{fd.get(), POLLOUT, 0};
+      if (left.count() > 0 &&
+          ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 5000))) > 0) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = ETIMEDOUT;
+      }
     }
+    if (rc == 0) return fd;
     if (Clock::now() > deadline) throw CommError(sys_error(what));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
