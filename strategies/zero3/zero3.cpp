@@ -4,7 +4,6 @@
 // are reduce-scattered in buckets during backward as in zero2; the optimizer
 // steps the shard in place. 3 psi (N-1)/N bytes per step: parameters
 // gathered for forward and again for backward, gradients reduce-scattered.
-#include <algorithm>
 #include <optional>
 
 #include "ztrain/comm.h"
@@ -20,31 +19,13 @@ namespace {
 
 using namespace ztrain;
 
-std::uint64_t elements(const Options& o, const char* key) {
-  return static_cast<std::uint64_t>(o.get_int(key));
-}
-
 class Zero3 final : public Strategy {
  public:
   explicit Zero3(const Options& o)
-      : reduce_(shard::bucket_settings(o)),
-        gather_{elements(o, "prefetch_bucket_size"), elements(o, "max_live_parameters"),
-                elements(o, "param_persistence_threshold"), elements(o, "max_reuse_distance")} {}
+      : reduce_(shard::bucket_settings(o)), gather_(shard::gather_options(o)) {}
   static void declare_options(OptionList& o) {
     shard::declare_bucket_options(o, true, false);
-    o.integer("prefetch_bucket_size", 50000000,
-              "elements of upcoming modules' parameters gathered ahead of use")
-        .at_least(0);
-    o.integer("max_live_parameters", 1000000000,
-              "most elements of parameters gathered at once (persistent ones aside)")
-        .at_least(1);
-    o.integer("param_persistence_threshold", 100000,
-              "parameters of at most this many elements stay gathered")
-        .at_least(0);
-    o.integer("max_reuse_distance", 1000000000,
-              "keep a parameter gathered when it is used again within this many elements of "
-              "other fetches")
-        .at_least(0);
+    shard::declare_gather_options(o);
   }
 
   void setup(const StrategySetup& s) override {
@@ -94,21 +75,9 @@ class Zero3 final : public Strategy {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(a.world);
     const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, false);
-    int modules = 1;
-    std::uint64_t persistent = 0;
-    std::vector<std::uint64_t> numel;
-    for (const auto& p : a.params) {
-      for (auto m : p.used_by) modules = std::max(modules, m + 1);
-      numel.push_back(static_cast<std::uint64_t>(p.shape.numel()));
-      if (numel.back() <= gather_.param_persistence_threshold) persistent += numel.back();
-    }
-    const auto needs = shard::module_needs(a.params, modules, gather_.param_persistence_threshold);
-    std::vector<std::vector<ParamId>> trace;
-    for (const auto& e : shard::standard_trace(modules))
-      trace.push_back(needs[static_cast<std::size_t>(e.module)]);
-    const auto plan = shard::make_gather_plan(trace, numel, gather_);
+    const auto gathered = shard::estimate_gather_peaks(a.params, gather_);
     return MemoryEstimate()
-        .set(Tier::device, Category::params, (shard + persistent + plan.peak_live) * 4)
+        .set(Tier::device, Category::params, (shard + gathered.persistent + gathered.live) * 4)
         .set(Tier::device, Category::grads, (shard + peaks.staged) * 4)
         .set(Tier::device, Category::optimizer, shard * 8)
         .set(Tier::device, Category::comm, peaks.recv * 4);

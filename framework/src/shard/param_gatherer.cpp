@@ -122,6 +122,46 @@ std::vector<std::vector<ParamId>> module_needs(const std::vector<ParamSpec>& par
   return needs;
 }
 
+GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
+                                  const GatherOptions& options) {
+  int modules = 1;
+  GatherPeaks peaks;
+  std::vector<std::uint64_t> numel;
+  for (const auto& p : params) {
+    for (auto m : p.used_by) modules = std::max(modules, m + 1);
+    numel.push_back(static_cast<std::uint64_t>(p.shape.numel()));
+    if (numel.back() <= options.param_persistence_threshold) peaks.persistent += numel.back();
+  }
+  const auto needs = module_needs(params, modules, options.param_persistence_threshold);
+  std::vector<std::vector<ParamId>> trace;
+  for (const auto& e : standard_trace(modules))
+    trace.push_back(needs[static_cast<std::size_t>(e.module)]);
+  peaks.live = make_gather_plan(trace, numel, options).peak_live;
+  return peaks;
+}
+
+void declare_gather_options(OptionList& o) {
+  o.integer("prefetch_bucket_size", 50000000,
+            "elements of upcoming modules' parameters gathered ahead of use")
+      .at_least(0);
+  o.integer("max_live_parameters", 1000000000,
+            "most elements of parameters gathered at once (persistent ones aside)")
+      .at_least(1);
+  o.integer("param_persistence_threshold", 100000,
+            "parameters of at most this many elements stay gathered")
+      .at_least(0);
+  o.integer("max_reuse_distance", 1000000000,
+            "keep a parameter gathered when it is used again within this many elements of "
+            "other fetches")
+      .at_least(0);
+}
+
+GatherOptions gather_options(const Options& o) {
+  auto get = [&](const char* key) { return static_cast<std::uint64_t>(o.get_int(key)); };
+  return {get("prefetch_bucket_size"), get("max_live_parameters"),
+          get("param_persistence_threshold"), get("max_reuse_distance")};
+}
+
 ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
                              const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
                              Communicator& comm, float* shard, const GatherOptions& options)

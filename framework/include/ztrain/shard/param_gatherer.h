@@ -39,6 +39,7 @@
 #include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/model.h"
+#include "ztrain/options.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/tensor.h"
 
@@ -78,6 +79,21 @@ ZTRAIN_API std::vector<TraceEntry> standard_trace(int modules);
 ZTRAIN_API std::vector<std::vector<ParamId>> module_needs(const std::vector<ParamSpec>& params,
                                                           int modules,
                                                           std::uint64_t persistence_threshold);
+
+// What a gatherer holds beyond the shard when the model runs the standard
+// trace: persistent elements and the plan's peak of gathered ones.
+struct GatherPeaks {
+  std::uint64_t persistent = 0;
+  std::uint64_t live = 0;
+};
+ZTRAIN_API GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
+                                             const GatherOptions& options);
+
+// DeepSpeed's ZeRO-3 options (prefetch_bucket_size, max_live_parameters,
+// param_persistence_threshold, max_reuse_distance; elements), declared
+// with DeepSpeed's defaults, and read back.
+ZTRAIN_API void declare_gather_options(OptionList& o);
+ZTRAIN_API GatherOptions gather_options(const Options& o);
 
 // For tests: what the gatherer did, in order. position is the trace
 // position (-1 outside training micro-steps); live the non-persistent
