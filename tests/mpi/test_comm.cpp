@@ -55,6 +55,16 @@ std::vector<float> decode(const void* p, DType t, std::size_t n) {
   return out;
 }
 
+// A 1-D parameter of n elements used by the given modules, N(0, 1) initial values.
+ParamSpec param(const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
+  ParamSpec p;
+  p.name = name;
+  p.shape = Shape{n};
+  p.init = {Init::Kind::normal, 1.0f};
+  p.used_by = std::move(used_by);
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("the world comes from the launcher") {
@@ -211,11 +221,7 @@ TEST_CASE(
   const int R = world().size(), r = world().rank();
   std::vector<ParamSpec> params;
   auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
-    ParamSpec p;
-    p.name = name;
-    p.shape = Shape{n};
-    p.used_by = std::move(used_by);
-    params.push_back(p);
+    params.push_back(param(name, n, std::move(used_by)));
   };
   add("embed", 300, {0, 3});  // tied: complete only after module 0
   add("block0", 500, {1});
@@ -263,12 +269,7 @@ TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, pref
   const int R = world().size(), r = world().rank();
   std::vector<ParamSpec> params;
   auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
-    ParamSpec p;
-    p.name = name;
-    p.shape = Shape{n};
-    p.init = {Init::Kind::normal, 1.0f};
-    p.used_by = std::move(used_by);
-    params.push_back(p);
+    params.push_back(param(name, n, std::move(used_by)));
   };
   add("embed", 301, {0, 3});  // odd sizes: shards split parameters mid-way
   add("block0", 499, {1});
@@ -323,11 +324,7 @@ TEST_CASE("the sharded gradient reducer averages every rank's gradients into the
   const int R = world().size(), r = world().rank();
   std::vector<ParamSpec> params;
   auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
-    ParamSpec p;
-    p.name = name;
-    p.shape = Shape{n};
-    p.used_by = std::move(used_by);
-    params.push_back(p);
+    params.push_back(param(name, n, std::move(used_by)));
   };
   add("embed", 301, {0, 2});
   add("block", 499, {1});
