@@ -50,6 +50,16 @@ TEST_CASE("DeepSpeed's stage3_ spellings point to ztrain's option names") {
                  "mean 'max_live_parameters'? (ztrain drops DeepSpeed's stage3_ prefix)"));
 }
 
+TEST_CASE("an unset min_lr follows lr, so lr = 0 alone is a valid run") {
+  auto settings = [](const std::string& toml) {
+    return resolve_settings(RunConfig::parse(toml, "run.toml"), 1).train;
+  };
+  CHECK(settings("[train]\nlr = 0\n").min_lr == 0);
+  CHECK(settings("[train]\nlr = 1e-3\n").min_lr == doctest::Approx(1e-4));
+  CHECK(settings("").min_lr == doctest::Approx(3e-4));
+  CHECK(settings("[train]\nlr = 1e-3\nmin_lr = 0\n").min_lr == 0);
+}
+
 TEST_CASE("wrong types and out-of-range values say what is expected") {
   CHECK(contains(config_error("[train]\nsteps = \"ten\"\n"),
                  "run.toml:2:1: [train] steps: got \"ten\", expected an integer >= 1"));

@@ -17,7 +17,7 @@ OptionList train_options() {
             "sequences per optimizer step over all ranks (DeepSpeed: train_batch_size)")
       .at_least(1);
   o.number("lr", 3e-3, "peak learning rate").at_least(0);
-  o.number("min_lr", 3e-4, "learning rate at the end of the decay").at_least(0);
+  o.number("min_lr", 3e-4, "learning rate at the end of the decay (unset: lr / 10)").at_least(0);
   o.integer("warmup_steps", 30, "linear warmup steps from 0 to lr").at_least(0);
   o.string("schedule", "cosine", "decay after warmup").one_of({"cosine", "linear", "constant"});
   o.number("weight_decay", 0.1, "AdamW decoupled weight decay (matrices only)").at_least(0);
@@ -94,7 +94,9 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   auto& tr = s.train;
   tr.steps = t.get_int("steps");
   tr.lr = t.get_number("lr");
-  tr.min_lr = t.get_number("min_lr");
+  // Unset, it follows lr (a tenth of it, the default run's 3e-4), so
+  // lowering lr alone never contradicts it.
+  tr.min_lr = t.given("min_lr") ? t.get_number("min_lr") : tr.lr / 10;
   tr.warmup_steps = t.get_int("warmup_steps");
   tr.schedule = t.get_string("schedule");
   tr.weight_decay = t.get_number("weight_decay");
