@@ -122,6 +122,26 @@ std::vector<std::vector<ParamId>> module_needs(const std::vector<ParamSpec>& par
   return needs;
 }
 
+namespace {
+
+// Every module must fit under the live cap by itself.
+void check_live_cap(const std::vector<std::vector<ParamId>>& needs,
+                    const std::vector<std::uint64_t>& numel, std::uint64_t cap,
+                    const std::vector<std::string>& names) {
+  for (std::size_t m = 0; m < needs.size(); ++m) {
+    std::uint64_t n = 0;
+    for (ParamId p : needs[m]) n += numel[static_cast<std::size_t>(p)];
+    if (n > cap)
+      throw ConfigError("[strategy] max_live_parameters = " + std::to_string(cap) +
+                        " is smaller than module " +
+                        (m < names.size() ? "'" + names[m] + "'" : std::to_string(m)) +
+                        ", which needs " + std::to_string(n) +
+                        " gathered elements at once; raise it to at least " + std::to_string(n));
+  }
+}
+
+}  // namespace
+
 GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
                                   const GatherOptions& options) {
   int modules = 1;
@@ -133,6 +153,7 @@ GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
     if (numel.back() <= options.param_persistence_threshold) peaks.persistent += numel.back();
   }
   const auto needs = module_needs(params, modules, options.param_persistence_threshold);
+  check_live_cap(needs, numel, options.max_live_parameters, {});
   std::vector<std::vector<ParamId>> trace;
   for (const auto& e : standard_trace(modules))
     trace.push_back(needs[static_cast<std::size_t>(e.module)]);
@@ -182,15 +203,9 @@ ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& param
   for (const auto& m : modules) module_names_.push_back(m.name);
   needs_ =
       module_needs(params, static_cast<int>(modules.size()), options.param_persistence_threshold);
-  for (std::size_t m = 0; m < needs_.size(); ++m) {
-    std::uint64_t n = 0;
-    for (ParamId p : needs_[m]) n += params_[static_cast<std::size_t>(p)].numel;
-    if (n > options.max_live_parameters)
-      throw ConfigError(
-          "[strategy] max_live_parameters = " + std::to_string(options.max_live_parameters) +
-          " is smaller than module '" + module_names_[m] + "', which needs " + std::to_string(n) +
-          " gathered elements at once; raise it to at least " + std::to_string(n));
-  }
+  std::vector<std::uint64_t> numel;
+  for (const auto& p : params_) numel.push_back(p.numel);
+  check_live_cap(needs_, numel, options.max_live_parameters, module_names_);
   for (auto& p : params_)
     if (p.persistent)
       p.buffer = device.allocate(Tier::device, Category::params, p.numel * sizeof(float));
