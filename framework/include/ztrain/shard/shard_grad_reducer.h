@@ -15,8 +15,9 @@
 //   (its buffers freed) when that one is done, without it each is waited
 //   for at once.
 // - full (zero1): buckets are views of the caller's whole gradient buffer,
-//   reduced at finish(), two in the air at a time; the shard, the owned part
-//   of that same buffer, is overwritten with the average.
+//   reduced at finish(), two in the air at a time (one without `overlap`);
+//   the shard, the owned part of that same buffer, is overwritten with the
+//   average.
 // Every rank issues the same collectives in the same order, and the memory
 // trace does not depend on timing, so simulate() reproduces its peaks.
 //
