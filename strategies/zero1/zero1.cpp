@@ -21,7 +21,7 @@ class Zero1 final : public Strategy {
  public:
   explicit Zero1(const Options& o)
       : reduce_(shard::bucket_settings(o)), allgather_(shard::allgather_bucket_size(o)) {}
-  static void declare_options(OptionList& o) { shard::declare_bucket_options(o, false, true); }
+  static void declare_options(OptionList& o) { shard::declare_bucket_options(o, 1); }
 
   void setup(const StrategySetup& s) override {
     params_ = s.params;

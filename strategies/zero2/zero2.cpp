@@ -22,7 +22,7 @@ class Zero2 final : public Strategy {
  public:
   explicit Zero2(const Options& o)
       : reduce_(shard::bucket_settings(o)), allgather_(shard::allgather_bucket_size(o)) {}
-  static void declare_options(OptionList& o) { shard::declare_bucket_options(o, true, true); }
+  static void declare_options(OptionList& o) { shard::declare_bucket_options(o, 2); }
 
   void setup(const StrategySetup& s) override {
     params_ = s.params;

@@ -24,7 +24,7 @@ class Zero3 final : public Strategy {
   explicit Zero3(const Options& o)
       : reduce_(shard::bucket_settings(o)), gather_(shard::gather_options(o)) {}
   static void declare_options(OptionList& o) {
-    shard::declare_bucket_options(o, true, false);
+    shard::declare_bucket_options(o, 3);
     shard::declare_gather_options(o);
   }
 

@@ -52,6 +52,10 @@ class ZTRAIN_API CommWork {
   std::function<void()> on_timeout_;
 };
 
+// Waits for every work, even after one failed (their buffers must outlive
+// them), then rethrows the first failure.
+ZTRAIN_API void wait_all(std::vector<CommWork>& works);
+
 class ZTRAIN_API Communicator {
  public:
   virtual ~Communicator();

@@ -1,4 +1,5 @@
 #include <chrono>
+#include <exception>
 
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
@@ -13,6 +14,18 @@ void CommWork::wait() {
     throw CommError("collective timed out");  // on_timeout_ does not return
   }
   done_.get();
+}
+
+void wait_all(std::vector<CommWork>& works) {
+  std::exception_ptr first;
+  for (auto& w : works) {
+    try {
+      w.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 bool CommWork::test() const {

@@ -206,6 +206,14 @@ Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
   }
 }
 
+bool connected_to_self(int fd) {
+  sockaddr_in here{}, there{};
+  socklen_t a = sizeof here, b = sizeof there;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&here), &a);
+  ::getpeername(fd, reinterpret_cast<sockaddr*>(&there), &b);
+  return here.sin_addr.s_addr == there.sin_addr.s_addr && here.sin_port == there.sin_port;
+}
+
 // Connects to addr:port, retrying until the deadline (the peer may not be
 // listening yet). Non-blocking, so a host that drops packets cannot hold a
 // connect past the deadline.
@@ -235,7 +243,9 @@ Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline
         errno = ETIMEDOUT;
       }
     }
-    if (rc == 0) return fd;
+    // Retrying a connect to a free local port can, by TCP simultaneous
+    // open, connect the socket to itself: that is no peer.
+    if (rc == 0 && !connected_to_self(fd.get())) return fd;
     if (Clock::now() > deadline) throw CommError(sys_error(what));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -537,8 +547,12 @@ std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
   const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   const bool beside_agent = agent_store && std::string(agent_store) == "True";
   const int port = env_int("MASTER_PORT") + (beside_agent ? 1 : 0);
+  // What the messages call the port the ranks meet on.
+  const std::string port_name =
+      std::to_string(port) + (beside_agent ? " (MASTER_PORT + 1, beside torchrun's store)" : "");
   if (port < 1 || port > 65535)
-    throw CommError("MASTER_PORT=" + std::string(port_text) + " is not a usable port");
+    throw CommError("MASTER_PORT=" + std::string(port_text) + ": port " + port_name +
+                    " is not usable; choose another MASTER_PORT");
   const std::uint32_t master_addr = resolve(master);
   const auto until =
       Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
@@ -553,13 +567,13 @@ std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
       std::uint32_t addr = 0;
       Fd c = accept_one(listener.get(), until,
                         who + ": waiting for the other " + std::to_string(world - 1) +
-                            " ranks at port " + std::to_string(port),
+                            " ranks at port " + port_name,
                         &addr);
       std::uint32_t hello[4];
       recv_all(c.get(), hello, sizeof hello, until, who + ": rendezvous");
       if (hello[0] != kMagic)
-        throw CommError(who + ": something that is not a ztrain rank connected to MASTER_PORT " +
-                        std::to_string(port));
+        throw CommError(who + ": something that is not a ztrain rank connected to port " +
+                        port_name);
       if (hello[2] != static_cast<std::uint32_t>(world))
         throw CommError(who + ": rank " + std::to_string(hello[1]) + " says WORLD_SIZE=" +
                         std::to_string(hello[2]) + ", this rank " + std::to_string(world));
@@ -590,7 +604,7 @@ std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
     Fd listener = listen_on(0);
     peers[0] =
         connect_to(master_addr, static_cast<std::uint16_t>(port), until,
-                   who + ": cannot reach rank 0 at " + std::string(master) + ":" + port_text);
+                   who + ": cannot reach rank 0 at " + std::string(master) + ", port " + port_name);
     const std::uint32_t hello[4] = {kMagic, static_cast<std::uint32_t>(rank),
                                     static_cast<std::uint32_t>(world), port_of(listener.get())};
     send_all(peers[0].get(), hello, sizeof hello, until, who + ": rendezvous");

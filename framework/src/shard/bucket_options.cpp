@@ -4,16 +4,21 @@
 
 namespace ztrain::shard {
 
-void declare_bucket_options(OptionList& o, bool overlap_default, bool allgather) {
-  o.flag("overlap_comm", overlap_default,
-         "reduce each gradient bucket while backward goes on (false: wait for each at once)");
+void declare_bucket_options(OptionList& o, int stage) {
+  if (stage == 1)
+    o.flag("overlap_comm", false,
+           "two gradient buckets in flight while reducing after backward (false: one at a time)");
+  else
+    o.flag("overlap_comm", true,
+           "reduce each gradient bucket while the next module's backward runs (false: wait for "
+           "each at once)");
   o.flag("contiguous_gradients", true,
          "gradients are copied into contiguous buckets (always so here; false is refused)");
   o.integer("reduce_bucket_size", 1000000,
             "elements per gradient bucket; buckets also end at module boundaries (DeepSpeed's "
             "code defaults to 5e8, which holds every gradient of a small model at once)")
       .at_least(1);
-  if (allgather)
+  if (stage < 3)
     o.integer("allgather_bucket_size", 500000000,
               "elements per all-gather of the updated parameters")
         .at_least(1);

@@ -53,7 +53,7 @@ std::uint64_t FullReplica::publish(Communicator& comm, std::uint64_t bucket_elem
     works.push_back(comm.all_gather_v_async(send, w + b, counts, DType::f32));
     sent += mine * static_cast<std::uint64_t>(comm.size() - 1) * sizeof(float);
   }
-  for (auto& work : works) work.wait();
+  wait_all(works);
   return sent;
 }
 

@@ -369,7 +369,7 @@ void ParamGatherer::refresh() {
                    static_cast<std::uint64_t>(comm_.size() - 1) * sizeof(float);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& w : works) w.wait();
+  wait_all(works);
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

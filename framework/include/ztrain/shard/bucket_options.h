@@ -17,9 +17,11 @@
 
 namespace ztrain::shard {
 
-// overlap_default: DeepSpeed's default for the stage (false for stage 1,
-// true for stages 2 and 3 as their configs set it).
-ZTRAIN_API void declare_bucket_options(OptionList& o, bool overlap_default, bool allgather);
+// stage: 1, 2 or 3. overlap_comm defaults as DeepSpeed's stages do (off
+// for stage 1, on for 2 and 3); stage 1 reduces after backward, so there it
+// only chooses two buckets in flight over one. Stages 1 and 2 all-gather
+// the updated parameters and take allgather_bucket_size.
+ZTRAIN_API void declare_bucket_options(OptionList& o, int stage);
 ZTRAIN_API ReduceSettings bucket_settings(const Options& o);
 ZTRAIN_API std::uint64_t allgather_bucket_size(const Options& o);
 
