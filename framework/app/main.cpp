@@ -210,6 +210,8 @@ int main(int argc, char** argv) {
   } catch (const po::error& e) {
     std::cerr << "ztrain: " << e.what() << "\n\n" << kUsage;
     return 2;
+  } catch (const ztrain::ReportedError& e) {
+    return e.exit_code();
   } catch (const ztrain::ConfigError& e) {
     std::cerr << rank_prefix() << "ztrain: config error: " << e.what() << "\n";
     return 2;

@@ -196,15 +196,8 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   return run;
 }
 
-TrainResult train_run(const TrainArgs& args) {
-  const auto t_start = Clock::now();
-  PluginLoader::Log log;
-  if (args.verbose)
-    log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
-  const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
-                                           config_roots(args.config));
-  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), log);
-  Run run = assemble(config, loader);
+// The training loop over an assembled run.
+TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_start) {
   const auto& tr = run.settings.train;
   const ModelInfo info = run.model->info();
   const DataInfo dinfo = run.data->info();
@@ -427,6 +420,30 @@ TrainResult train_run(const TrainArgs& args) {
   return result;
 }
 
+TrainResult train_run(const TrainArgs& args) {
+  const auto t_start = Clock::now();
+  PluginLoader::Log log;
+  if (args.verbose)
+    log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
+  const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
+                                           config_roots(args.config));
+  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), log);
+  Run run = assemble(config, loader);
+  try {
+    return run_training(config, run, t_start);
+  } catch (const std::exception& e) {
+    // With other ranks, unwinding the run waits for collectives they may
+    // never finish (until [comm] timeout aborts the job): say what went
+    // wrong first.
+    if (run.comm->size() == 1) throw;
+    const bool config_error = dynamic_cast<const ConfigError*>(&e) != nullptr;
+    std::fprintf(stderr, "[rank %d] ztrain: %s: %s\n", run.comm->rank(),
+                 config_error ? "config error" : "error", e.what());
+    std::fflush(stderr);
+    throw ReportedError(e.what(), config_error ? 2 : 1);
+  }
+}
+
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
                                            config_roots(args.config));
@@ -486,6 +503,8 @@ void estimate(const TrainArgs& args, int world, std::ostream& os) {
   }
 }
 
+ReportedError::~ReportedError() = default;
+
 Run assemble(const RunConfig& config, const PluginLoader& loader) {
   try {
     return assemble_run(config, loader);
@@ -497,6 +516,8 @@ Run assemble(const RunConfig& config, const PluginLoader& loader) {
 TrainResult train(const TrainArgs& args) {
   try {
     return train_run(args);
+  } catch (const ReportedError&) {
+    throw;  // made by the host, after the plugins' own exceptions were printed
   } catch (...) {
     rethrow_detached();
   }

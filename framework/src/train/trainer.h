@@ -20,6 +20,7 @@
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
 #include "ztrain/device.h"
+#include "ztrain/error.h"
 #include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"
@@ -64,6 +65,20 @@ struct Run {
 // strategy. Nothing is trained.
 Run assemble(const RunConfig& config, const PluginLoader& loader);
 
+// An error a rank has already printed (as `[rank N] ztrain: error: ...`)
+// before unwinding its run; the caller only exits with exit_code.
+class ReportedError : public Error {
+ public:
+  ReportedError(const std::string& message, int exit_code)
+      : Error(message), exit_code_(exit_code) {}
+  ~ReportedError() override;
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// Raises ReportedError for what went wrong during training at world > 1.
 TrainResult train(const TrainArgs& args);
 
 // `ztrain estimate`: the strategy's bytes per tier and category for one
