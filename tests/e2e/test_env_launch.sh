@@ -38,8 +38,7 @@ ranks() {
   done
 }
 losses() {
-  grep '"split": "train"' "$scratch/$1/metrics.jsonl" |
-    sed -n 's/.*"step": \([0-9]*\).*"loss": \([-0-9.e+]*\).*/\1 \2/p' > "$scratch/$1.losses"
+  train_losses "$scratch/$1/metrics.jsonl" > "$scratch/$1.losses"
   [ "$(wc -l < "$scratch/$1.losses")" -eq 20 ] || fail "$1 logged $(wc -l < "$scratch/$1.losses") steps"
 }
 # run NAME N MICRO ACCUM [ARGS...]
@@ -61,12 +60,7 @@ run tcp_w4 4 2 1
 run tcp_zero3_w2 2 2 2 --strategy zero3 --set strategy.param_persistence_threshold=0
 grep -q "batch: 4 x 1 accum x 2 ranks" "$scratch/tcp_w2.0.out" || fail "rank 0 of tcp_w2 did not report 2 ranks"
 [ ! -s "$scratch/tcp_w2.1.out" ] || fail "rank 1 printed: $(head -3 "$scratch/tcp_w2.1.out")"
-for name in tcp_w2 tcp_w4 tcp_zero3_w2; do
-  worst=$(paste "$scratch/w1.losses" "$scratch/$name.losses" |
-    awk '{ d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r } END { printf "%.3g", m }')
-  echo "$name: largest relative loss difference to world 1: $worst"
-  awk -v m="$worst" 'BEGIN { exit !(m <= 1e-6) }' || fail "$name differs from world 1 by $worst"
-done
+for name in tcp_w2 tcp_w4 tcp_zero3_w2; do same_losses w1 "$name" 1e-6; done
 
 # A killed rank: the survivor stops with an error naming the lost peer,
 # long before the 300 s collective timeout.

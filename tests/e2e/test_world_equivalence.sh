@@ -13,21 +13,18 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-mpirun=$(command -v mpirun) || fail "mpirun not found (install openmpi-bin)"
 common=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
   --set model.vocab_size=256 --set train.steps=20 --set train.log_every=1 --set train.eval_every=20
   --set train.warmup_steps=5 --set device.threads=1 --set train.save_final=false)
 
 # run NAME RANKS MICRO ACCUM [ARGS...]: losses of each step into $scratch/NAME.losses
 run() {
-  local name=$1 np=$2 micro=$3 accum=$4 launcher=()
+  local name=$1 np=$2 micro=$3 accum=$4
   shift 4
-  if [ "$np" -gt 1 ]; then launcher=("$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np"); fi
-  "${launcher[@]}" "$ZTRAIN" "${common[@]}" --set train.micro_batch_size="$micro" \
+  on_ranks "$np" "$ZTRAIN" "${common[@]}" --set train.micro_batch_size="$micro" \
     --set train.grad_accum="$accum" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
     > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  grep '"split": "train"' "$scratch/$name/metrics.jsonl" |
-    sed -n 's/.*"step": \([0-9]*\).*"loss": \([-0-9.e+]*\).*/\1 \2/p' > "$scratch/$name.losses"
+  train_losses "$scratch/$name/metrics.jsonl" > "$scratch/$name.losses"
   [ "$(wc -l < "$scratch/$name.losses")" -eq 20 ] || fail "run $name logged $(wc -l < "$scratch/$name.losses") steps, not 20"
 }
 
@@ -44,10 +41,7 @@ run zero1_w2_accum 2 2 2 --strategy zero1
 run zero1_w4 4 2 1 --strategy zero1
 
 for name in w1_accum w2 w2_accum w4 w4_accum w2_small_buckets w2_no_overlap zero1_w1 zero1_w2_accum zero1_w4; do
-  worst=$(paste "$scratch/w1.losses" "$scratch/$name.losses" |
-    awk '{ d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r } END { printf "%.3g", m }')
-  echo "$name: largest relative loss difference to world 1: $worst"
-  awk -v m="$worst" 'BEGIN { exit !(m <= 1e-6) }' || fail "$name differs from world 1 by $worst (> 1e-6)"
+  same_losses w1 "$name" 1e-6
 done
 grep -q "batch: 2 x 2 accum x 2 ranks = 8 sequences" "$scratch/w2_accum.out" ||
   fail "world 2 did not report its batch layout"

@@ -18,7 +18,6 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-mpirun=$(command -v mpirun) || fail "mpirun not found (install openmpi-bin)"
 base=(--set model.n_layer=2 --set model.seq_len=32 --set model.vocab_size=256
   --set train.steps=20 --set train.log_every=1 --set train.eval_every=20 --set train.warmup_steps=5
   --set device.threads=1 --set train.save_final=false)
@@ -29,27 +28,20 @@ zero3=(--set strategy.param_persistence_threshold=0 --set strategy.max_live_para
 
 # run NAME RANKS MICRO ACCUM [ARGS...]: losses of each step into $scratch/NAME.losses
 run() {
-  local name=$1 np=$2 micro=$3 accum=$4 launcher=()
+  local name=$1 np=$2 micro=$3 accum=$4
   shift 4
-  if [ "$np" -gt 1 ]; then launcher=("$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np"); fi
-  "${launcher[@]}" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size="$micro" \
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size="$micro" \
     --set train.grad_accum="$accum" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
     > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  grep '"split": "train"' "$scratch/$name/metrics.jsonl" |
-    sed -n 's/.*"step": \([0-9]*\).*"loss": \([-0-9.e+]*\).*/\1 \2/p' > "$scratch/$name.losses"
+  train_losses "$scratch/$name/metrics.jsonl" > "$scratch/$name.losses"
   [ "$(wc -l < "$scratch/$name.losses")" -eq 20 ] || fail "run $name logged $(wc -l < "$scratch/$name.losses") steps, not 20"
 }
 
 # compare REFERENCE NAME...
 compare() {
-  local ref=$1 name worst
+  local ref=$1 name
   shift
-  for name in "$@"; do
-    worst=$(paste "$scratch/$ref.losses" "$scratch/$name.losses" |
-      awk '{ d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r } END { printf "%.3g", m }')
-    echo "$name: largest relative loss difference to $ref: $worst"
-    awk -v m="$worst" 'BEGIN { exit !(m <= 1e-6) }' || fail "$name differs from $ref by $worst (> 1e-6)"
-  done
+  for name in "$@"; do same_losses "$ref" "$name" 1e-6; done
 }
 
 run ddp_w1 1 8 1 "${wide[@]}"
@@ -86,14 +78,13 @@ compare odd_ddp_w1 "${odd_names[@]}"
 # (gathering every parameter) what ddp at world 1 exports, and imports what
 # ddp would. probe: the loss of one lr-0 step from a weights file.
 probe() {
-  local name=$1 np=$2 weights=$3 launcher=()
+  local name=$1 np=$2 weights=$3
   shift 3
-  if [ "$np" -gt 1 ]; then launcher=("$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np"); fi
-  "${launcher[@]}" "$ZTRAIN" "${base[@]}" "${wide[@]}" --set train.steps=1 --set train.lr=0 \
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" "${wide[@]}" --set train.steps=1 --set train.lr=0 \
     --set train.min_lr=0 --set train.warmup_steps=0 --set train.micro_batch_size=$((8 / np)) \
     --set model.init_from="$weights" --set train.out_dir="$scratch/$name" "$@" \
     "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "probe $name failed"; }
-  grep '"split": "train"' "$scratch/$name/metrics.jsonl" | sed -n 's/.*"loss": \([-0-9.e+]*\).*/1 \1/p' > "$scratch/$name.losses"
+  train_losses "$scratch/$name/metrics.jsonl" > "$scratch/$name.losses"
 }
 run w_ddp 1 8 1 "${wide[@]}" --set train.save_final=true
 run w_zero3 4 2 1 "${wide[@]}" --strategy zero3 "${zero3[@]}" --set train.save_final=true

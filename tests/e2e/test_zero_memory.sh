@@ -20,7 +20,6 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-mpirun=$(command -v mpirun) || fail "mpirun not found (install openmpi-bin)"
 C=64 V=256 T=32 live=80000
 common=(--model gpt2-tiny --set model.n_layer=6 --set model.n_embd=$C --set model.seq_len=$T
   --set model.vocab_size=$V --set train.steps=3 --set train.log_every=1 --set train.eval_every=0
@@ -45,7 +44,7 @@ for strategy in ddp zero1 zero2 zero3; do
   [ "$strategy" = zero3 ] && extra=("${zero3[@]}")
   for n in 2 4; do
     name="${strategy}_w$n"
-    "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$n" "$ZTRAIN" "${common[@]}" \
+    on_ranks "$n" "$ZTRAIN" "${common[@]}" \
       --strategy "$strategy" "${extra[@]}" --set train.out_dir="$scratch/$name" \
       "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
       { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
