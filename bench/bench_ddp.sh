@@ -27,11 +27,7 @@ run() {  # run NAME NPROC THREADS [ARGS...]
     --set train.micro_batch_size=$((8 / np)) \
     --set train.out_dir="$out/$name" "$@" "$src/configs/run.toml" > "$out/$name.log" 2>&1
 }
-# median over steps 3.. of a metrics field
-median() {
-  grep '"split": "train"' "$out/$1/metrics.jsonl" | tail -n +3 |
-    sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
-}
+source "$src/bench/metrics.sh"
 
 run one_rank 1 2
 # run_tcp NAME: 2 ranks started on their own, meeting over tcp

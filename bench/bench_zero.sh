@@ -30,11 +30,7 @@ run() {  # run NAME STRATEGY [ARGS...]
   "$ztrain" --nproc 2 "${common[@]}" --strategy "$strategy" --set train.out_dir="$out/$name" \
     "$@" "$src/configs/run.toml" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
 }
-# median over steps 3.. of a metrics field
-median() {
-  grep '"split": "train"' "$out/$1/metrics.jsonl" | tail -n +3 |
-    sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
-}
+source "$src/bench/metrics.sh"
 peak() {
   grep '"split": "train"' "$out/$1/metrics.jsonl" | tail -n 1 |
     sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
