@@ -127,18 +127,23 @@ int main(int argc, char** argv) {
                                   "')");
       return list_plugins(plugin_paths, verbose);
     }
+    // The run a config file and the command line describe.
+    auto run_args = [&](const std::string& config) {
+      ztrain::TrainArgs args;
+      args.config = config;
+      args.strategy = strategy;
+      args.model = model;
+      args.overrides = overrides;
+      args.plugin_paths = plugin_paths;
+      args.verbose = verbose;
+      return args;
+    };
     if (!positional.empty() && positional[0] == "estimate") {
       if (positional.size() != 2)
         throw ztrain::ConfigError("usage: ztrain estimate [--world N] [options] CONFIG");
       if (world < 1)
         throw ztrain::ConfigError("--world " + std::to_string(world) + ": give 1 or more ranks");
-      ztrain::TrainArgs args;
-      args.config = positional[1];
-      args.strategy = strategy;
-      args.model = model;
-      args.overrides = overrides;
-      args.plugin_paths = plugin_paths;
-      ztrain::estimate(args, world, std::cout);
+      ztrain::estimate(run_args(positional[1]), world, std::cout);
       return 0;
     }
     if (!positional.empty() && positional[0] == "export") {
@@ -198,14 +203,7 @@ int main(int argc, char** argv) {
       }
       ztrain::exec_command(command);
     }
-    ztrain::TrainArgs args;
-    args.config = positional[0];
-    args.strategy = strategy;
-    args.model = model;
-    args.overrides = overrides;
-    args.plugin_paths = plugin_paths;
-    args.verbose = verbose;
-    ztrain::train(args);
+    ztrain::train(run_args(positional[0]));
     return 0;
   } catch (const po::error& e) {
     std::cerr << "ztrain: " << e.what() << "\n\n" << kUsage;

@@ -87,6 +87,21 @@ MemoryStats peaks_over_ranks(Communicator& comm, MemoryStats mine) {
   return mine;
 }
 
+// Keys of [model] the host reads itself (beside the plugin's options).
+OptionList model_host_options() {
+  OptionList o;
+  o.optional_string("init_from",
+                    "start from these weights (.safetensors with Hugging Face names, or "
+                    "a directory holding model.safetensors)");
+  return o;
+}
+
+// -v: plugin discovery on stderr.
+PluginLoader::Log plugin_log(bool verbose) {
+  if (!verbose) return {};
+  return [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
+}
+
 // Waits for a collective when the scope ends, however it ends.
 struct WaitOnExit {
   explicit WaitOnExit(CommWork& w) : work(w) {}
@@ -145,11 +160,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   const LoadedPlugin strategy_lib = loader.load("strategy", run.strategy_plugin);
 
   // Validate every section before creating anything.
-  OptionList model_host;
-  model_host.optional_string("init_from",
-                             "start from these weights (.safetensors with Hugging Face names, or "
-                             "a directory holding model.safetensors)");
-  const Options model_opts = plugin_options(config, "model", model_lib, model_host);
+  const Options model_opts = plugin_options(config, "model", model_lib, model_host_options());
   OptionList data_host;
   data_host.integer("seed", 1234, "data seed: which sequences the run sees").at_least(0);
   const Options data_opts = plugin_options(config, "data", data_lib, data_host);
@@ -422,12 +433,9 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
 
 TrainResult train_run(const TrainArgs& args) {
   const auto t_start = Clock::now();
-  PluginLoader::Log log;
-  if (args.verbose)
-    log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
   const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
                                            config_roots(args.config));
-  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), log);
+  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
   Run run = assemble(config, loader);
   try {
     return run_training(config, run, t_start);
@@ -448,16 +456,14 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
                                            config_roots(args.config));
   config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
-  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), {});
+  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
   const RunSettings settings = resolve_settings(config, world);
   const std::string model_name = config.plugin("model", "transformer");
   const std::string strategy_name = config.plugin("strategy", "ddp");
   const LoadedPlugin model_lib = loader.load("model", model_name);
   const LoadedPlugin strategy_lib = loader.load("strategy", strategy_name);
-  OptionList model_host;
-  model_host.optional_string("init_from", "start from these weights");
   const auto model =
-      model_lib.create<Model>(plugin_options(config, "model", model_lib, model_host));
+      model_lib.create<Model>(plugin_options(config, "model", model_lib, model_host_options()));
   const auto strategy =
       strategy_lib.create<Strategy>(plugin_options(config, "strategy", strategy_lib, OptionList{}));
   const ModelInfo info = model->info();
