@@ -1,8 +1,12 @@
 // bench_cpu_step: how close a full training step (forward, backward,
 // optimizer) gets to the machine's own sgemm rate, measured in the same
 // process. Prints one table per model and the time split by op.
+// --precision: gpt2-124m in bf16 against fp32 instead, in alternating
+// rounds; the 16-bit conversions' cost is what the ops that read or write
+// 16-bit parameters and gradients (matmuls, embeddings, norms, the
+// optimizer) take beyond their fp32 twins, as a share of the bf16 step.
 //
-//   build/bin/bench_cpu_step [--threads N] [--steps N]
+//   build/bin/bench_cpu_step [--threads N] [--steps N] [--precision [--rounds N]]
 #include <cblas.h>
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,16 +52,27 @@ double sgemm_rate(int M, int N, int K, int reps) {
   return median(rates);
 }
 
+const char* const kGpt2_124m =
+    "[model]\narch = \"gpt2\"\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab_size = 50257\n"
+    "seq_len = 64\n";
+
 struct BenchModel {
   const char* name;
   const char* toml;
   int batch;
 };
 
-void run(const BenchModel& m, int threads, int steps, double sgemm) {
-  const std::string toml = std::string(m.toml) +
-                           "[train]\nmicro_batch_size = " + std::to_string(m.batch) +
-                           "\n[device]\nthreads = " + std::to_string(threads) + "\n";
+// Seconds per step: the median step, and each op's mean.
+struct StepTimes {
+  double step = 0, total = 0, optimizer = 0;
+  std::map<std::string, double> ops;
+  ModelInfo info;
+};
+
+StepTimes measure(const BenchModel& m, int threads, int steps, const char* precision) {
+  const std::string toml =
+      std::string(m.toml) + "[train]\nmicro_batch_size = " + std::to_string(m.batch) +
+      "\nprecision = \"" + precision + "\"\n[device]\nthreads = " + std::to_string(threads) + "\n";
   const PluginLoader loader(default_plugin_dirs({}), nullptr);
   Run r = assemble(RunConfig::parse(toml, m.name), loader);
   const ModelInfo info = r.model->info();
@@ -84,7 +100,16 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
       step_times.push_back(seconds(t0));
     }
   }
-  const double step = median(step_times);
+  StepTimes t{median(step_times), total / steps, optimizer / steps, {}, info};
+  for (const auto& [op, sec] : timed.seconds) t.ops[op] = sec / steps;
+  return t;
+}
+
+void run(const BenchModel& m, int threads, int steps, double sgemm) {
+  const StepTimes t = measure(m, threads, steps, "fp32");
+  const ModelInfo& info = t.info;
+  const int B = m.batch, T = info.seq_len;
+  const double step = t.step;
   const double flops = info.train_flops_per_token * B * T / step;
   std::printf("\n%s: %.1fM params, B=%d T=%d, %d threads, %d steps\n", m.name,
               static_cast<double>(info.n_params) / 1e6, B, T, threads, steps);
@@ -95,38 +120,84 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
   std::printf("  time split:\n");
   std::vector<std::pair<double, std::string>> split;
   double kernels = 0;
-  for (const auto& [op, sec] : timed.seconds) {
+  for (const auto& [op, sec] : t.ops) {
     split.emplace_back(sec, op);
     kernels += sec;
   }
-  split.emplace_back(optimizer, "optimizer step (grad norm, AdamW)");
-  split.emplace_back(total - optimizer - kernels, "other (hooks, zeroing, model glue)");
+  split.emplace_back(t.optimizer, "optimizer step (grad norm, AdamW)");
+  split.emplace_back(t.total - t.optimizer - kernels, "other (hooks, zeroing, model glue)");
   std::sort(split.rbegin(), split.rend());
   for (const auto& [sec, op] : split)
-    std::printf("    %-36s %6.1f %%  %8.2f ms/step\n", op.c_str(), 100.0 * sec / total,
-                1e3 * sec / steps);
+    std::printf("    %-36s %6.1f %%  %8.2f ms/step\n", op.c_str(), 100.0 * sec / t.total,
+                1e3 * sec);
+}
+
+// bf16 against fp32, alternating so that a slow minute hits both.
+void compare_precision(const BenchModel& m, int threads, int steps, int rounds) {
+  std::vector<double> s32, s16;
+  std::map<std::string, double> ops32, ops16;
+  double total16 = 0, opt32 = 0, opt16 = 0;
+  int T = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const StepTimes a = measure(m, threads, steps, "fp32");
+    const StepTimes b = measure(m, threads, steps, "bf16");
+    s32.push_back(a.step);
+    s16.push_back(b.step);
+    for (const auto& [op, sec] : a.ops) ops32[op] += sec / rounds;
+    for (const auto& [op, sec] : b.ops) ops16[op] += sec / rounds;
+    opt32 += a.optimizer / rounds;
+    opt16 += b.optimizer / rounds;
+    total16 += b.total / rounds;
+    T = a.info.seq_len;
+    std::printf("round %d: step %.3f s fp32, %.3f s bf16\n", r + 1, a.step, b.step);
+  }
+  const double tokens = static_cast<double>(m.batch) * T;
+  const double t32 = median(s32), t16 = median(s16);
+  std::printf("\n%s, B=%d T=%d, %d threads, %d rounds of %d steps (medians)\n", m.name, m.batch, T,
+              threads, rounds, steps);
+  std::printf("  tokens/s fp32    %8.0f\n  tokens/s bf16    %8.0f\n  bf16 / fp32      %8.3f\n",
+              tokens / t32, tokens / t16, t32 / t16);
+  std::printf("  ops reading or writing 16-bit operands, bf16 minus fp32 (ms/step):\n");
+  double extra = 0;
+  for (const char* op : {"matmul_forward", "matmul_backward", "embedding_forward",
+                         "embedding_backward", "layernorm_forward", "layernorm_backward"}) {
+    const double d = ops16[op] - ops32[op];
+    extra += d;
+    std::printf("    %-22s %8.2f  (%.2f -> %.2f)\n", op, 1e3 * d, 1e3 * ops32[op], 1e3 * ops16[op]);
+  }
+  const double dopt = opt16 - opt32;
+  extra += dopt;
+  std::printf("    %-22s %8.2f  (%.2f -> %.2f)\n", "optimizer step", 1e3 * dopt, 1e3 * opt32,
+              1e3 * opt16);
+  std::printf("  16-bit conversion cost: %.1f %% of the bf16 step\n", 100.0 * extra / total16);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, steps = 7;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads"))
-      threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps"))
-      steps = std::atoi(argv[i + 1]);
+  int threads = 2, steps = 7, rounds = 3;
+  bool precision = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--precision"))
+      precision = true;
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[++i]);
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--steps"))
+      steps = std::atoi(argv[++i]);
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--rounds"))
+      rounds = std::atoi(argv[++i]);
   }
   try {
     auto device = make_cpu_device(threads);  // sets the BLAS and TBB thread counts
+    if (precision) {
+      compare_precision({"gpt2-124m", kGpt2_124m, 4}, threads, steps, rounds);
+      return 0;
+    }
     const double rate = sgemm_rate(2048, 2048, 2048, 7);
     std::printf("sgemm rate (2048^3, %d threads, median of 7): %.1f GFLOP/s\n", threads,
                 rate / 1e9);
     const BenchModel models[] = {
-        {"gpt2-124m",
-         "[model]\narch = \"gpt2\"\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab_size = 50257\n"
-         "seq_len = 64\n",
-         4},
+        {"gpt2-124m", kGpt2_124m, 4},
         {"gpt2-tiny",
          "[model]\narch = \"gpt2\"\nn_layer = 4\nn_head = 4\nn_embd = 256\nvocab_size = 4096\n"
          "seq_len = 256\n",

@@ -23,33 +23,33 @@ class TimedKernels final : public Kernels {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); \
   }
   ZTRAIN_TIMED(embedding_forward,
-               (float* a, const std::int32_t* b, const float* c, const float* d, int e, int f,
+               (float* a, const std::int32_t* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f,
                 int g),
                (a, b, c, d, e, f, g))
   ZTRAIN_TIMED(embedding_backward,
-               (float* a, float* b, const float* c, const std::int32_t* d, int e, int f, int g),
+               (TypedPtr a, TypedPtr b, const float* c, const std::int32_t* d, int e, int f, int g),
                (a, b, c, d, e, f, g))
   ZTRAIN_TIMED(layernorm_forward,
-               (float* a, float* b, float* c, const float* d, const float* e, const float* f, int g,
-                int h, float i),
+               (float* a, float* b, float* c, const float* d, ConstTypedPtr e, ConstTypedPtr f,
+                int g, int h, float i),
                (a, b, c, d, e, f, g, h, i))
   ZTRAIN_TIMED(layernorm_backward,
-               (float* a, float* b, float* c, const float* d, const float* e, const float* f,
+               (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f,
                 const float* g, const float* h, int i, int j),
                (a, b, c, d, e, f, g, h, i, j))
   ZTRAIN_TIMED(rmsnorm_forward,
-               (float* a, float* b, const float* c, const float* d, int e, int f, float g),
+               (float* a, float* b, const float* c, ConstTypedPtr d, int e, int f, float g),
                (a, b, c, d, e, f, g))
   ZTRAIN_TIMED(rmsnorm_backward,
-               (float* a, float* b, const float* c, const float* d, const float* e, const float* f,
-                int g, int h),
+               (float* a, TypedPtr b, const float* c, const float* d, ConstTypedPtr e,
+                const float* f, int g, int h),
                (a, b, c, d, e, f, g, h))
   ZTRAIN_TIMED(matmul_forward,
-               (float* a, const float* b, const float* c, const float* d, int e, int f, int g),
+               (float* a, const float* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f, int g),
                (a, b, c, d, e, f, g))
   ZTRAIN_TIMED(matmul_backward,
-               (float* a, float* b, float* c, const float* d, const float* e, const float* f, int g,
-                int h, int i),
+               (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f,
+                int g, int h, int i),
                (a, b, c, d, e, f, g, h, i))
   ZTRAIN_TIMED(gelu_forward, (float* a, const float* b, std::size_t c), (a, b, c))
   ZTRAIN_TIMED(gelu_backward, (float* a, const float* b, const float* c, std::size_t d),
@@ -80,11 +80,11 @@ class TimedKernels final : public Kernels {
   ZTRAIN_TIMED(softmax_crossentropy_backward,
                (float* a, const std::int32_t* b, float c, int d, int e), (a, b, c, d, e))
   ZTRAIN_TIMED(adamw,
-               (float* a, float* b, float* c, float* d, std::size_t e, float f, float g, float h,
-                float i, float j, float k, float l, float m),
-               (a, b, c, d, e, f, g, h, i, j, k, l, m))
+               (float* a, TypedPtr b, float* c, float* d, TypedPtr e, std::size_t f, float g,
+                float h, float i, float j, float k, float l, float m, float n),
+               (a, b, c, d, e, f, g, h, i, j, k, l, m, n))
 #undef ZTRAIN_TIMED
-  double sum_squares(const float* x, std::size_t n) const override {
+  double sum_squares(ConstTypedPtr x, std::size_t n) const override {
     const auto t0 = std::chrono::steady_clock::now();
     const double r = k_.sum_squares(x, n);
     seconds["sum_squares"] +=

@@ -34,13 +34,13 @@ class Ddp final : public Strategy {
     comm_ = s.comm;
     kernels_ = s.kernels;
     layout_.emplace(params_, 1);
-    replica_.emplace(*s.device, params_, *layout_, s.seed);
-    comm_->broadcast(replica_->weights(), layout_->total(), DType::f32, 0);
-    optimizer_.emplace(*s.device, Tier::device, params_, *layout_, 0, layout_->total(),
-                       s.optimizer);
-    const std::uint64_t bucket = static_cast<std::uint64_t>(bucket_elements_) * sizeof(float);
+    replica_.emplace(*s.device, params_, *layout_, s.seed, s.precision, s.grad_dtype);
+    comm_->broadcast(replica_->weights().data, layout_->total(), s.precision, 0);
+    optimizer_.emplace(*s.device, Tier::device, params_, *layout_, 0, layout_->total(), s.optimizer,
+                       replica_->weights());
+    const auto bucket = static_cast<std::uint64_t>(bucket_elements_);
     reducer_.emplace(params_, *layout_, replica_->grads(), *comm_, bucket,
-                     std::min<std::uint64_t>(bucket, 1u << 20));
+                     std::min<std::uint64_t>(bucket, 1u << 18));
   }
 
   void begin_micro_step(bool last) override { reducer_->begin_micro_step(last && overlap_); }
@@ -52,7 +52,10 @@ class Ddp final : public Strategy {
   TensorView param_view(ParamId p) override { return replica_->param(p); }
   TensorView grad_view(ParamId p) override { return replica_->grad(p); }
   void read_param(ParamId p, float* out) override { replica_->read(p, out); }
-  void write_param(ParamId p, const float* in) override { replica_->write(p, in); }
+  void write_param(ParamId p, const float* in) override {
+    replica_->write(p, in);
+    optimizer_->write_master(layout_->offset(p), in, layout_->numel(p));
+  }
 
   StepResult step(const StepArgs& a) override {
     reducer_->finish();
@@ -65,8 +68,9 @@ class Ddp final : public Strategy {
     const std::uint64_t n = layout.total();
     return MemoryEstimate()
         .set(Tier::device, Category::params, n * dtype_size(a.precision))
-        .set(Tier::device, Category::grads, n * dtype_size(a.precision))
-        .set(Tier::device, Category::optimizer, n * 8);
+        .set(Tier::device, Category::grads, n * dtype_size(a.grad_dtype))
+        .set(Tier::device, Category::optimizer,
+             n * shard::optimizer_bytes_per_element(a.precision));
   }
 
   StrategyStats stats() const override {

@@ -1,8 +1,9 @@
 // zero1 (ZeRO stage 1): full parameters and gradients on every rank, the
 // optimizer state (m, v) sharded 1/N. At the end of backward the gradients
 // are reduce-scattered in buckets, each rank steps its shard, and the new
-// parameters are all-gathered: 2 psi (N-1)/N bytes sent per step, as ddp.
+// parameters are all-gathered: 2 psi (N-1)/N elements sent per step, as ddp.
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include "ztrain/comm.h"
@@ -30,9 +31,10 @@ class Zero1 final : public Strategy {
     layout_.emplace(params_, comm_->size());
     begin_ = layout_->owned_begin(comm_->rank());
     end_ = layout_->owned_end(comm_->rank());
-    replica_.emplace(*s.device, params_, *layout_, s.seed);
-    optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin_, end_, s.optimizer);
-    reducer_.emplace(*s.device, params_, *layout_, *comm_, replica_->grads() + begin_, reduce_,
+    replica_.emplace(*s.device, params_, *layout_, s.seed, s.precision, s.grad_dtype);
+    optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin_, end_, s.optimizer,
+                       replica_->weights().at(begin_));
+    reducer_.emplace(*s.device, params_, *layout_, *comm_, replica_->grads().at(begin_), reduce_,
                      replica_->grads());
   }
 
@@ -45,15 +47,19 @@ class Zero1 final : public Strategy {
   TensorView param_view(ParamId p) override { return replica_->param(p); }
   TensorView grad_view(ParamId p) override { return replica_->grad(p); }
   void read_param(ParamId p, float* out) override { replica_->read(p, out); }
-  void write_param(ParamId p, const float* in) override { replica_->write(p, in); }
+  void write_param(ParamId p, const float* in) override {
+    replica_->write(p, in);
+    optimizer_->write_master(layout_->offset(p), in, layout_->numel(p));
+  }
 
   StepResult step(const StepArgs& a) override {
     reducer_->finish();
-    float* g = replica_->grads();
-    const StepResult r = shard::step_shard(*optimizer_, replica_->weights() + begin_, g + begin_,
-                                           comm_, *kernels_, a);
-    std::fill(g, g + begin_, 0.0f);
-    std::fill(g + end_, g + layout_->total(), 0.0f);
+    const TypedPtr g = replica_->grads();
+    const StepResult r = shard::step_shard(*optimizer_, replica_->weights().at(begin_),
+                                           g.at(begin_), comm_, *kernels_, a);
+    const std::size_t size = dtype_size(g.dtype);
+    std::memset(g.data, 0, begin_ * size);
+    std::memset(g.at(end_).data, 0, (layout_->total() - end_) * size);
     if (!r.skipped) published_ += replica_->publish(*comm_, allgather_);
     return r;
   }
@@ -63,10 +69,11 @@ class Zero1 final : public Strategy {
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
     const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, true);
     return MemoryEstimate()
-        .set(Tier::device, Category::params, n * 4)
-        .set(Tier::device, Category::grads, n * 4)
-        .set(Tier::device, Category::optimizer, shard * 8)
-        .set(Tier::device, Category::comm, peaks.recv * 4);
+        .set(Tier::device, Category::params, n * dtype_size(a.precision))
+        .set(Tier::device, Category::grads, n * dtype_size(a.grad_dtype))
+        .set(Tier::device, Category::optimizer,
+             shard * shard::optimizer_bytes_per_element(a.precision))
+        .set(Tier::device, Category::comm, peaks.recv * dtype_size(a.grad_dtype));
   }
 
   StrategyStats stats() const override {

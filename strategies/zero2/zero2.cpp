@@ -2,8 +2,8 @@
 // only in bucket buffers while backward fills them, then are
 // reduce-scattered so each rank keeps the averaged gradients of its own
 // shard, whose optimizer state it holds; the stepped shards are
-// all-gathered. 2 psi (N-1)/N bytes per step; gradients 4 psi/N plus the
-// buckets in flight.
+// all-gathered. 2 psi (N-1)/N elements sent per step; gradients psi/N
+// elements plus the buckets in flight.
 #include <optional>
 
 #include "ztrain/comm.h"
@@ -31,11 +31,12 @@ class Zero2 final : public Strategy {
     layout_.emplace(params_, comm_->size());
     begin_ = layout_->owned_begin(comm_->rank());
     const std::uint64_t shard = layout_->owned_end(comm_->rank()) - begin_;
-    replica_.emplace(*s.device, params_, *layout_, s.seed, false);
-    grads_ = s.device->allocate(Tier::device, Category::grads, shard * sizeof(float));
+    replica_.emplace(*s.device, params_, *layout_, s.seed, s.precision, std::nullopt);
+    grad_dtype_ = s.grad_dtype;
+    grads_ = s.device->allocate(Tier::device, Category::grads, shard * dtype_size(grad_dtype_));
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin_, begin_ + shard,
-                       s.optimizer);
-    reducer_.emplace(*s.device, params_, *layout_, *comm_, grads_.as<float>(), reduce_);
+                       s.optimizer, replica_->weights().at(begin_));
+    reducer_.emplace(*s.device, params_, *layout_, *comm_, grad_shard(), reduce_);
   }
 
   void begin_micro_step(bool) override { reducer_->begin_micro_step(); }
@@ -47,12 +48,15 @@ class Zero2 final : public Strategy {
   TensorView param_view(ParamId p) override { return replica_->param(p); }
   TensorView grad_view(ParamId p) override { return reducer_->grad(p); }
   void read_param(ParamId p, float* out) override { replica_->read(p, out); }
-  void write_param(ParamId p, const float* in) override { replica_->write(p, in); }
+  void write_param(ParamId p, const float* in) override {
+    replica_->write(p, in);
+    optimizer_->write_master(layout_->offset(p), in, layout_->numel(p));
+  }
 
   StepResult step(const StepArgs& a) override {
     reducer_->finish();
-    const StepResult r = shard::step_shard(*optimizer_, replica_->weights() + begin_,
-                                           grads_.as<float>(), comm_, *kernels_, a);
+    const StepResult r = shard::step_shard(*optimizer_, replica_->weights().at(begin_),
+                                           grad_shard(), comm_, *kernels_, a);
     if (!r.skipped) published_ += replica_->publish(*comm_, allgather_);
     return r;
   }
@@ -62,10 +66,11 @@ class Zero2 final : public Strategy {
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
     const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, false);
     return MemoryEstimate()
-        .set(Tier::device, Category::params, n * 4)
-        .set(Tier::device, Category::grads, (shard + peaks.staged) * 4)
-        .set(Tier::device, Category::optimizer, shard * 8)
-        .set(Tier::device, Category::comm, peaks.recv * 4);
+        .set(Tier::device, Category::params, n * dtype_size(a.precision))
+        .set(Tier::device, Category::grads, (shard + peaks.staged) * dtype_size(a.grad_dtype))
+        .set(Tier::device, Category::optimizer,
+             shard * shard::optimizer_bytes_per_element(a.precision))
+        .set(Tier::device, Category::comm, peaks.recv * dtype_size(a.grad_dtype));
   }
 
   StrategyStats stats() const override {
@@ -73,6 +78,8 @@ class Zero2 final : public Strategy {
   }
 
  private:
+  TypedPtr grad_shard() const { return {grads_.data(), grad_dtype_}; }
+
   std::vector<ParamSpec> params_;
   Communicator* comm_ = nullptr;
   const Kernels* kernels_ = nullptr;
@@ -81,6 +88,7 @@ class Zero2 final : public Strategy {
   std::optional<shard::FlatLayout> layout_;
   std::uint64_t begin_ = 0;
   std::optional<shard::FullReplica> replica_;
+  DType grad_dtype_ = DType::f32;
   Buffer grads_;
   std::optional<shard::OptimizerShard> optimizer_;
   std::optional<shard::ShardGradReducer> reducer_;

@@ -2,7 +2,7 @@
 // sharded 1/N. Each module's parameters are all-gathered before it runs
 // (prefetched along the first step's trace) and released after; gradients
 // are reduce-scattered in buckets during backward as in zero2; the optimizer
-// steps the shard in place. 3 psi (N-1)/N bytes per step: parameters
+// steps the shard in place. 3 psi (N-1)/N elements sent per step: parameters
 // gathered for forward and again for backward, gradients reduce-scattered.
 #include <optional>
 
@@ -35,14 +35,15 @@ class Zero3 final : public Strategy {
     layout_.emplace(params_, comm_->size());
     const std::uint64_t begin = layout_->owned_begin(comm_->rank());
     shard_ = layout_->owned_end(comm_->rank()) - begin;
-    weights_ = s.device->allocate(Tier::device, Category::params, shard_ * sizeof(float));
-    shard::init_flat(params_, *layout_, s.seed, begin, begin + shard_, weights_.as<float>());
-    grads_ = s.device->allocate(Tier::device, Category::grads, shard_ * sizeof(float));
+    precision_ = s.precision;
+    grad_dtype_ = s.grad_dtype;
+    weights_ = s.device->allocate(Tier::device, Category::params, shard_ * dtype_size(precision_));
+    shard::init_flat(params_, *layout_, s.seed, begin, begin + shard_, weight_shard());
+    grads_ = s.device->allocate(Tier::device, Category::grads, shard_ * dtype_size(grad_dtype_));
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin, begin + shard_,
-                       s.optimizer);
-    gatherer_.emplace(*s.device, params_, s.modules, *layout_, *comm_, weights_.as<float>(),
-                      gather_);
-    reducer_.emplace(*s.device, params_, *layout_, *comm_, grads_.as<float>(), reduce_);
+                       s.optimizer, weight_shard());
+    gatherer_.emplace(*s.device, params_, s.modules, *layout_, *comm_, weight_shard(), gather_);
+    reducer_.emplace(*s.device, params_, *layout_, *comm_, grad_shard(), reduce_);
   }
 
   void begin_micro_step(bool) override {
@@ -60,13 +61,16 @@ class Zero3 final : public Strategy {
   TensorView param_view(ParamId p) override { return gatherer_->view(p); }
   TensorView grad_view(ParamId p) override { return reducer_->grad(p); }
   void read_param(ParamId p, float* out) override { gatherer_->read(p, out); }
-  void write_param(ParamId p, const float* in) override { gatherer_->write(p, in); }
+  void write_param(ParamId p, const float* in) override {
+    gatherer_->write(p, in);
+    optimizer_->write_master(layout_->offset(p), in, layout_->numel(p));
+  }
 
   StepResult step(const StepArgs& a) override {
     gatherer_->end_step();
     reducer_->finish();
-    const StepResult r = shard::step_shard(*optimizer_, weights_.as<float>(), grads_.as<float>(),
-                                           comm_, *kernels_, a);
+    const StepResult r =
+        shard::step_shard(*optimizer_, weight_shard(), grad_shard(), comm_, *kernels_, a);
     if (!r.skipped) gatherer_->refresh();
     return r;
   }
@@ -77,10 +81,12 @@ class Zero3 final : public Strategy {
     const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, false);
     const auto gathered = shard::estimate_gather_peaks(a.params, gather_);
     return MemoryEstimate()
-        .set(Tier::device, Category::params, (shard + gathered.persistent + gathered.live) * 4)
-        .set(Tier::device, Category::grads, (shard + peaks.staged) * 4)
-        .set(Tier::device, Category::optimizer, shard * 8)
-        .set(Tier::device, Category::comm, peaks.recv * 4);
+        .set(Tier::device, Category::params,
+             (shard + gathered.persistent + gathered.live) * dtype_size(a.precision))
+        .set(Tier::device, Category::grads, (shard + peaks.staged) * dtype_size(a.grad_dtype))
+        .set(Tier::device, Category::optimizer,
+             shard * shard::optimizer_bytes_per_element(a.precision))
+        .set(Tier::device, Category::comm, peaks.recv * dtype_size(a.grad_dtype));
   }
 
   StrategyStats stats() const override {
@@ -89,6 +95,9 @@ class Zero3 final : public Strategy {
   }
 
  private:
+  TypedPtr weight_shard() const { return {weights_.data(), precision_}; }
+  TypedPtr grad_shard() const { return {grads_.data(), grad_dtype_}; }
+
   std::vector<ParamSpec> params_;
   Communicator* comm_ = nullptr;
   const Kernels* kernels_ = nullptr;
@@ -96,6 +105,7 @@ class Zero3 final : public Strategy {
   shard::GatherOptions gather_;
   std::optional<shard::FlatLayout> layout_;
   std::uint64_t shard_ = 0;
+  DType precision_ = DType::f32, grad_dtype_ = DType::f32;
   Buffer weights_, grads_;
   std::optional<shard::OptimizerShard> optimizer_;
   std::optional<shard::ParamGatherer> gatherer_;

@@ -61,6 +61,18 @@ run tcp_zero3_w2 2 2 2 --strategy zero3 --set strategy.param_persistence_thresho
 grep -q "batch: 4 x 1 accum x 2 ranks" "$scratch/tcp_w2.0.out" || fail "rank 0 of tcp_w2 did not report 2 ranks"
 [ ! -s "$scratch/tcp_w2.1.out" ] || fail "rank 1 printed: $(head -3 "$scratch/tcp_w2.1.out")"
 for name in tcp_w2 tcp_w4 tcp_zero3_w2; do same_losses w1 "$name" 1e-6; done
+# bf16 buffers through the tcp rings (summed in fp32, rounded per partial
+# sum): zero3 agrees with ddp bit for bit without clipping, and both track
+# fp32 as on mpi (test_mixed_precision.sh).
+bf16=(--set train.precision=bf16 --set train.grad_clip=0)
+"$ZTRAIN" "${common[@]}" --set train.micro_batch_size=8 --set train.grad_clip=0 \
+  --set train.out_dir="$scratch/w1_noclip" "$SRC/configs/run.toml" > "$scratch/w1_noclip.out" 2>&1 ||
+  { cat "$scratch/w1_noclip.out" >&2; fail "world 1 without clipping failed"; }
+losses w1_noclip
+run tcp_bf16_w2 2 4 1 "${bf16[@]}"
+run tcp_bf16_zero3_w2 2 4 1 "${bf16[@]}" --strategy zero3 --set strategy.param_persistence_threshold=0
+same_losses tcp_bf16_w2 tcp_bf16_zero3_w2 0
+same_losses w1_noclip tcp_bf16_w2 2e-3
 
 # A killed rank: the survivor stops with an error naming the lost peer,
 # long before the 300 s collective timeout.

@@ -229,8 +229,7 @@ TEST_CASE(
   add("head", 100, {3});
   const shard::FlatLayout layout(params, 1);
   std::vector<float> grads(layout.total());
-  shard::GradReducer reducer(params, layout, grads.data(), world(), 600 * sizeof(float),
-                             100 * sizeof(float));
+  shard::GradReducer reducer(params, layout, grads.data(), world(), 600, 100);
   CHECK(reducer.bucket_count() >= 3);
   for (bool sync : {false, true}) {
     std::fill(grads.begin(), grads.end(), static_cast<float>(r + 1));

@@ -76,8 +76,12 @@ TEST_CASE("wrong types and out-of-range values say what is expected") {
   CHECK(
       contains(config_error("[train]\nmin_lr = 1.0\nlr = 0.1\n"), "min_lr (1.000000) is above lr"));
   CHECK(contains(config_error("train = 3\n"), "'train' must be a table"));
+  CHECK(contains(config_error("[train]\nprecision = \"bf16\"\ngrad_accum_dtype = \"fp16\"\n"),
+                 "run.toml:3:"));
+  CHECK(contains(config_error("[train]\nprecision = \"fp16\"\ngrad_accum_dtype = \"bf16\"\n"),
+                 "use \"fp32\" or \"fp16\""));
   CHECK(
-      contains(config_error("[train]\nprecision = \"bf16\"\n"), "not available in this build yet"));
+      contains(config_error("[train]\ngrad_accum_dtype = \"fp8\"\n"), "unknown precision \"fp8\""));
 }
 
 TEST_CASE("TOML syntax errors carry file:line:col") {

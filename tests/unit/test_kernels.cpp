@@ -4,12 +4,16 @@
 #include <doctest/doctest.h>
 
 #include <oneapi/tbb/global_control.h>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/reference_kernels.h"
+#include "kernels/cpu/vector_math.h"
 #include "ztrain/kernels.h"
 
 namespace {
@@ -260,8 +264,8 @@ TEST_CASE("attention backward matches finite differences (packed MHA and grouped
     Vec out(static_cast<std::size_t>(N) * C), lse(static_cast<std::size_t>(c.B) * c.NH * c.T);
     const Vec dout = randn(out.size(), 84);
     auto [qp, kp, vp] = ptrs(q, k, v);
-    K().attention_forward(out.data(), lse.data(), qp, kp, vp, c.B, c.T, c.NH, c.NKV, c.hs,
-                          q_stride, kv_stride);
+    K().attention_forward(out.data(), lse.data(), qp, kp, vp, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
+                          kv_stride);
     // Against causal attention written out in double.
     const int group = c.NH / c.NKV;
     for (int b = 0; b < c.B; ++b)
@@ -284,13 +288,14 @@ TEST_CASE("attention backward matches finite differences (packed MHA and grouped
             for (int j = 0; j <= t; ++j)
               o += std::exp(sc[static_cast<std::size_t>(j)] - mx) / sum *
                    vp[(b * c.T + j) * kv_stride + (h / group) * c.hs + i];
-            CHECK(out[(b * c.T + t) * C + h * c.hs + i] == doctest::Approx(o).epsilon(1e-5).scale(1));
+            CHECK(out[(b * c.T + t) * C + h * c.hs + i] ==
+                  doctest::Approx(o).epsilon(1e-5).scale(1));
           }
         }
     Vec dq(q.size()), dk(k.size()), dv(v.size());
     auto [dqp, dkp, dvp] = ptrs(dq, dk, dv);
-    K().attention_backward(dqp, dkp, dvp, dout.data(), out.data(), qp, kp, vp, lse.data(), c.B,
-                           c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    K().attention_backward(dqp, dkp, dvp, dout.data(), out.data(), qp, kp, vp, lse.data(), c.B, c.T,
+                           c.NH, c.NKV, c.hs, q_stride, kv_stride);
     Vec lse2(lse.size());
     auto loss = [&] {
       auto [a, b2, d] = ptrs(q, k, v);
@@ -367,9 +372,9 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
     int B, T, NH, NKV, hs;
     bool packed;
   };
-  for (const Case c : {Case{2, 7, 3, 3, 5, true}, Case{1, 13, 4, 2, 9, false},
-                       Case{3, 1, 2, 1, 6, false}, Case{1, 33, 6, 3, 17, false},
-                       Case{1, 150, 2, 1, 8, false}, Case{1, 129, 2, 2, 4, true}}) {
+  for (const Case c :
+       {Case{2, 7, 3, 3, 5, true}, Case{1, 13, 4, 2, 9, false}, Case{3, 1, 2, 1, 6, false},
+        Case{1, 33, 6, 3, 17, false}, Case{1, 150, 2, 1, 8, false}, Case{1, 129, 2, 2, 4, true}}) {
     INFO("B " << c.B << " T " << c.T << " NH " << c.NH << " NKV " << c.NKV << " hs " << c.hs);
     const int C = c.NH * c.hs, KV = c.NKV * c.hs, N = c.B * c.T;
     const int q_stride = c.packed ? 3 * C : C, kv_stride = c.packed ? 3 * C : KV;
@@ -408,8 +413,8 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
 
 TEST_CASE("adamw zeroes the gradients it consumed") {
   Vec p = randn(100, 131), g = randn(100, 132), m(100), v(100);
-  K().adamw(p.data(), g.data(), m.data(), v.data(), 100, 0.1f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0.1f,
-            0.05f);
+  K().adamw(p.data(), g.data(), m.data(), v.data(), nullptr, 100, 0.1f, 0.9f, 0.95f, 1e-8f, 0.1f,
+            1.0f, 0.1f, 0.05f);
   for (float x : g) CHECK(x == 0.0f);
   for (float x : m) CHECK(x != 0.0f);
 }
@@ -464,10 +469,10 @@ TEST_CASE("fast adamw and sum_squares match their reference") {
   Vec p1 = randn(n, 151), g1 = randn(n, 152), m1 = randn(n, 153, 0.1f), v1 = randn(n, 154, 0.1f);
   for (auto& x : v1) x = x * x;
   Vec p2 = p1, g2 = g1, m2 = m1, v2 = v1;
-  K().adamw(p1.data(), g1.data(), m1.data(), v1.data(), n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
-            0.19f, 0.0975f);
-  ref->adamw(p2.data(), g2.data(), m2.data(), v2.data(), n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
-             0.19f, 0.0975f);
+  K().adamw(p1.data(), g1.data(), m1.data(), v1.data(), nullptr, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f,
+            0.7f, 0.19f, 0.0975f);
+  ref->adamw(p2.data(), g2.data(), m2.data(), v2.data(), nullptr, n, 0.01f, 0.9f, 0.95f, 1e-8f,
+             0.1f, 0.7f, 0.19f, 0.0975f);
   for (std::size_t i = 0; i < n; ++i) {
     CHECK(p1[i] == doctest::Approx(p2[i]).epsilon(1e-6));
     CHECK(m1[i] == doctest::Approx(m2[i]).epsilon(1e-6));
@@ -477,4 +482,404 @@ TEST_CASE("fast adamw and sum_squares match their reference") {
   const Vec x = randn(200003, 155);
   CHECK(K().sum_squares(x.data(), x.size()) ==
         doctest::Approx(ref->sum_squares(x.data(), x.size())).epsilon(1e-12));
+}
+
+namespace {
+
+using ztrain::DType;
+using Half = std::vector<std::uint16_t>;
+
+// A parameter or gradient held in its type, its values rounded to it.
+struct Operand {
+  DType type;
+  Vec full;   // f32 storage
+  Half half;  // 16-bit storage
+  Operand(const Vec& v, DType t) : type(t) {
+    if (t == DType::f32) {
+      full = v;
+      return;
+    }
+    half.resize(v.size());
+    ztrain::convert(v.data(), DType::f32, half.data(), t, v.size());
+  }
+  ztrain::TypedPtr ptr() {
+    return type == DType::f32 ? ztrain::TypedPtr(full.data()) : ztrain::TypedPtr(half.data(), type);
+  }
+  Vec values() const {
+    if (type == DType::f32) return full;
+    Vec v(half.size());
+    ztrain::convert(half.data(), type, v.data(), DType::f32, half.size());
+    return v;
+  }
+};
+
+// The distance from |x| to the next value of type t above it.
+double spacing(float x, DType t) {
+  if (t == DType::f32) return std::nextafter(std::fabs(x), INFINITY) - std::fabs(x);
+  std::uint16_t h = 0;
+  ztrain::convert(&x, DType::f32, &h, t, 1);
+  h &= 0x7fffu;
+  const std::uint16_t up = h + 1;
+  float a = 0, b = 0;
+  ztrain::convert(&h, t, &a, DType::f32, 1);
+  ztrain::convert(&up, t, &b, DType::f32, 1);
+  return static_cast<double>(b) - a;
+}
+
+// Sums that the fast and the reference kernels add in different orders
+// (different GEMM blockings): the fp32 results differ by a few fp32 ulps of
+// a bound on the sum of the terms' magnitudes, scale[i]; kSumTol is 4 ulps
+// (these sizes need 2). A 16-bit result is such an fp32 sum rounded once,
+// so the two may also land on neighbouring values of the type: one spacing
+// more, no further.
+constexpr double kSumTol = 4 * 0x1p-23;
+
+void check_close(const Operand& a, const Operand& b, const std::vector<double>& scale) {
+  const Vec x = a.values(), y = b.values();
+  REQUIRE(x.size() == y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO(ztrain::dtype_name(a.type) << " [" << i << "]: " << x[i] << " vs " << y[i]);
+    const double rounding =
+        a.type == DType::f32 ? 0.0 : spacing(std::max(std::fabs(x[i]), std::fabs(y[i])), a.type);
+    CHECK(std::fabs(static_cast<double>(x[i]) - y[i]) <= rounding + kSumTol * scale[i]);
+  }
+}
+
+// A bound on sum_k |a[i,k] b[j,k]| (Cauchy-Schwarz) for every (i, j), plus
+// |c[i,j]|: the scale of (a b^T + c)[i,j]. a: (I,K), b: (J,K) with row
+// strides lda and ldb and column strides cola and colb (1 or a row length).
+std::vector<double> sum_scale(const Vec& a, int I, std::size_t lda, std::size_t cola, const Vec& b,
+                              int J, std::size_t ldb, std::size_t colb, int K, const Vec& c) {
+  auto norms = [K](const Vec& m, int rows, std::size_t ld, std::size_t col) {
+    std::vector<double> r(static_cast<std::size_t>(rows));
+    for (int i = 0; i < rows; ++i) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) {
+        const double v = m[static_cast<std::size_t>(i) * ld + static_cast<std::size_t>(k) * col];
+        s += v * v;
+      }
+      r[static_cast<std::size_t>(i)] = std::sqrt(s);
+    }
+    return r;
+  };
+  const auto na = norms(a, I, lda, cola), nb = norms(b, J, ldb, colb);
+  std::vector<double> s(static_cast<std::size_t>(I) * J);
+  for (int i = 0; i < I; ++i)
+    for (int j = 0; j < J; ++j) {
+      const std::size_t ij = static_cast<std::size_t>(i) * J + j;
+      s[ij] = na[static_cast<std::size_t>(i)] * nb[static_cast<std::size_t>(j)] +
+              (c.empty() ? 0.0 : std::fabs(c[ij]));
+    }
+  return s;
+}
+
+// Gradients summed in the same order by both: identical bits.
+void check_same(const Operand& a, const Operand& b) {
+  CHECK(a.full == b.full);
+  CHECK(a.half == b.half);
+}
+
+std::uint32_t bits(float f) {
+  return std::bit_cast<std::uint32_t>(f);
+}
+
+}  // namespace
+
+TEST_CASE("row conversions match dtype.h's scalar ones bit for bit") {
+  // Every 16-bit pattern, widened; split so that the scalar tail runs too.
+  Half all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  for (DType t : {DType::bf16, DType::f16}) {
+    INFO(ztrain::dtype_name(t));
+    Vec wide(all.size());
+    ztrain::vec::to_f32({all.data(), t}, wide.data(), 65531);
+    ztrain::vec::to_f32({all.data() + 65531, t}, wide.data() + 65531, 5);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const float ref =
+          t == DType::bf16 ? ztrain::bf16_to_float(all[i]) : ztrain::f16_to_float(all[i]);
+      INFO("pattern " << i);
+      CHECK(bits(wide[i]) == bits(ref));
+    }
+  }
+  // Floats: every bf16 value with the low half at the rounding edges (ties,
+  // either side of them, NaN payloads), every f16 midpoint and its
+  // neighbours (ties, subnormals, the overflow edge), specials, and random
+  // bit patterns.
+  std::vector<std::uint32_t> in;
+  for (std::uint32_t hi = 0; hi < 65536; ++hi)
+    for (std::uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      in.push_back(hi << 16 | lo);
+  for (std::uint16_t h = 0; h < 0x7c00; ++h) {
+    const float mid = (ztrain::f16_to_float(h) + ztrain::f16_to_float(h + 1)) / 2;
+    for (std::uint32_t sign : {0u, 0x80000000u})
+      for (std::uint32_t u : {bits(mid) - 1, bits(mid), bits(mid) + 1}) in.push_back(sign | u);
+  }
+  for (std::uint32_t u :
+       {0x00000001u, 0x007fffffu, 0x00800000u, 0x33000000u, 0x33000001u, 0x7f7fffffu, 0x7f800000u,
+        0x7f800001u, 0x7fc00000u, 0x7fffffffu, 0xff800000u, 0xff800001u, 0x477ff000u, 0x477fefffu})
+    in.push_back(u);
+  std::mt19937 rng(2024);
+  for (int i = 0; i < 1000000; ++i) in.push_back(static_cast<std::uint32_t>(rng()));
+  Vec f(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) f[i] = std::bit_cast<float>(in[i]);
+  for (DType t : {DType::bf16, DType::f16}) {
+    INFO(ztrain::dtype_name(t));
+    Half narrow(f.size());
+    ztrain::vec::from_f32(f.data(), {narrow.data(), t}, f.size() - 3);
+    ztrain::vec::from_f32(f.data() + f.size() - 3, {narrow.data() + f.size() - 3, t}, 3);
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      const std::uint16_t ref =
+          t == DType::bf16 ? ztrain::float_to_bf16(f[i]) : ztrain::float_to_f16(f[i]);
+      if (narrow[i] != ref && mismatches++ < 8)
+        FAIL_CHECK("float bits " << in[i] << ": " << narrow[i] << " vs " << ref);
+    }
+    CHECK(mismatches == 0);
+  }
+}
+
+TEST_CASE("16-bit matmul: fast matches reference on awkward sizes, each operand by its own type") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  struct Case {
+    int N, C, OC;
+  };
+  struct Types {
+    DType w, dw, db;
+  };
+  // N = 300 spans two dinp row blocks (the second partial); C = 1000 makes
+  // 128-row weight tiles, so OC = 530 takes five, the last partial, in
+  // forward, dinp and dw alike.
+  for (const Case c : {Case{7, 13, 11}, Case{300, 1000, 530}, Case{1, 8, 1}, Case{33, 129, 70}}) {
+    for (const Types ty :
+         {Types{DType::bf16, DType::bf16, DType::bf16}, Types{DType::f16, DType::f16, DType::f16},
+          Types{DType::f32, DType::bf16, DType::f16}, Types{DType::bf16, DType::f32, DType::f32},
+          Types{DType::f16, DType::bf16, DType::f32}}) {
+      for (bool with_bias : {true, false}) {
+        INFO("N " << c.N << " C " << c.C << " OC " << c.OC << " w " << ztrain::dtype_name(ty.w)
+                  << " dw " << ztrain::dtype_name(ty.dw) << " db " << ztrain::dtype_name(ty.db)
+                  << " bias " << with_bias);
+        const std::size_t nc = static_cast<std::size_t>(c.N) * c.C,
+                          no = static_cast<std::size_t>(c.N) * c.OC,
+                          wn = static_cast<std::size_t>(c.OC) * c.C;
+        const Vec x = randn(nc, 161), dout = randn(no, 162);
+        Operand w(randn(wn, 163, 0.5f), ty.w), b(randn(c.OC, 164), ty.w);
+        Vec out_f(no), out_r(no);
+        K().matmul_forward(out_f.data(), x.data(), w.ptr(), with_bias ? b.ptr() : nullptr, c.N, c.C,
+                           c.OC);
+        ref->matmul_forward(out_r.data(), x.data(), w.ptr(), with_bias ? b.ptr() : nullptr, c.N,
+                            c.C, c.OC);
+        const std::size_t C = static_cast<std::size_t>(c.C), OC = static_cast<std::size_t>(c.OC);
+        Vec bias_rows;
+        if (with_bias)
+          for (int n = 0; n < c.N; ++n) {
+            const Vec bv = b.values();
+            bias_rows.insert(bias_rows.end(), bv.begin(), bv.end());
+          }
+        const Vec w32 = w.values();
+        check_close(Operand(out_f, DType::f32), Operand(out_r, DType::f32),
+                    sum_scale(x, c.N, C, 1, w32, c.OC, C, 1, c.C, bias_rows));
+        // Backward adds into what is there.
+        const Vec dx0 = randn(nc, 165);
+        Operand dw_f(randn(wn, 166), ty.dw), db_f(randn(c.OC, 167), ty.db);
+        Operand dw_r = dw_f, db_r = db_f;
+        Vec dx_f = dx0, dx_r = dx0;
+        K().matmul_backward(dx_f.data(), dw_f.ptr(), with_bias ? db_f.ptr() : nullptr, dout.data(),
+                            x.data(), w.ptr(), c.N, c.C, c.OC);
+        ref->matmul_backward(dx_r.data(), dw_r.ptr(), with_bias ? db_r.ptr() : nullptr, dout.data(),
+                             x.data(), w.ptr(), c.N, c.C, c.OC);
+        check_close(Operand(dx_f, DType::f32), Operand(dx_r, DType::f32),
+                    sum_scale(dout, c.N, OC, 1, w32, c.C, 1, C, c.OC, dx0));
+        const auto dw_scale = sum_scale(dout, c.OC, 1, OC, x, c.C, 1, C, c.N, dw_r.values());
+        check_close(dw_f, dw_r, dw_scale);
+        check_same(db_f, db_r);  // both add the rows in order
+        // No input gradient wanted (from equal starting points again).
+        dw_r = dw_f;
+        K().matmul_backward(nullptr, dw_f.ptr(), nullptr, dout.data(), x.data(), w.ptr(), c.N, c.C,
+                            c.OC);
+        ref->matmul_backward(nullptr, dw_r.ptr(), nullptr, dout.data(), x.data(), w.ptr(), c.N, c.C,
+                             c.OC);
+        check_close(dw_f, dw_r, dw_scale);
+      }
+    }
+  }
+}
+
+TEST_CASE("16-bit matmul_forward computes the fp32 one on the rounded weights") {
+  const int N = 65, C = 300, OC = 517;
+  const Vec x = randn(static_cast<std::size_t>(N) * C, 171);
+  for (DType t : {DType::bf16, DType::f16}) {
+    INFO(ztrain::dtype_name(t));
+    Operand w(randn(static_cast<std::size_t>(OC) * C, 172, 0.5f), t), b(randn(OC, 173), t);
+    const Vec w32 = w.values(), b32 = b.values();
+    Vec out16(static_cast<std::size_t>(N) * OC), out32(out16.size());
+    K().matmul_forward(out16.data(), x.data(), w.ptr(), b.ptr(), N, C, OC);
+    K().matmul_forward(out32.data(), x.data(), w32.data(), b32.data(), N, C, OC);
+    // Only the GEMMs' blocking differs (per weight tile or whole).
+    Vec bias_rows;
+    for (int n = 0; n < N; ++n) bias_rows.insert(bias_rows.end(), b32.begin(), b32.end());
+    check_close(Operand(out16, DType::f32), Operand(out32, DType::f32),
+                sum_scale(x, N, C, 1, w32, OC, C, 1, C, bias_rows));
+  }
+}
+
+TEST_CASE("16-bit embedding: fast matches reference bit for bit, repeated tokens included") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const int B = 3, T = 7, C = 37, V = 11;
+  std::vector<std::int32_t> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7 + i / 5) % V;
+  tokens[4] = tokens[9] = tokens[20] = 10;  // the last row, three times
+  const Vec dout = randn(static_cast<std::size_t>(B) * T * C, 181);
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (DType tp : {t, DType::f32}) {
+      for (bool with_pos : {true, false}) {
+        INFO(ztrain::dtype_name(t) << " wpe " << ztrain::dtype_name(tp) << " " << with_pos);
+        Operand wte(randn(static_cast<std::size_t>(V) * C, 182), t);
+        Operand wpe(randn(static_cast<std::size_t>(T) * C, 183), tp);
+        const auto pos = with_pos ? ztrain::ConstTypedPtr(wpe.ptr()) : nullptr;
+        Vec out_f(dout.size()), out_r(dout.size());
+        K().embedding_forward(out_f.data(), tokens.data(), wte.ptr(), pos, B, T, C);
+        ref->embedding_forward(out_r.data(), tokens.data(), wte.ptr(), pos, B, T, C);
+        CHECK(out_f == out_r);
+        Operand dwte_f(randn(wte.values().size(), 184), t),
+            dwpe_f(randn(wpe.values().size(), 185), tp);
+        Operand dwte_r = dwte_f, dwpe_r = dwpe_f;
+        K().embedding_backward(dwte_f.ptr(), with_pos ? dwpe_f.ptr() : nullptr, dout.data(),
+                               tokens.data(), B, T, C);
+        ref->embedding_backward(dwte_r.ptr(), with_pos ? dwpe_r.ptr() : nullptr, dout.data(),
+                                tokens.data(), B, T, C);
+        check_same(dwte_f, dwte_r);
+        check_same(dwpe_f, dwpe_r);
+      }
+    }
+  }
+}
+
+TEST_CASE("16-bit layernorm and rmsnorm: fast matches reference, gradients rounded once") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const int N = 37, C = 83;
+  const std::size_t nc = static_cast<std::size_t>(N) * C;
+  const Vec x = randn(nc, 191, 2.0f), dout = randn(nc, 192);
+  for (DType t : {DType::bf16, DType::f16}) {
+    INFO(ztrain::dtype_name(t));
+    Operand w(randn(C, 193), t), b(randn(C, 194), t);
+    const Vec w32 = w.values(), b32 = b.values();
+    Vec out(nc), out32(nc), mean(N), rstd(N), mean32(N), rstd32(N);
+    K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.ptr(), b.ptr(), N, C,
+                          1e-5f);
+    K().layernorm_forward(out32.data(), mean32.data(), rstd32.data(), x.data(), w32.data(),
+                          b32.data(), N, C, 1e-5f);
+    CHECK(out == out32);
+    const Vec dx0 = randn(nc, 195);
+    Operand dw_f(randn(C, 196), t), db_f(randn(C, 197), t);
+    Operand dw_r = dw_f, db_r = db_f;
+    Vec dx_f = dx0, dx_r = dx0;
+    K().layernorm_backward(dx_f.data(), dw_f.ptr(), db_f.ptr(), dout.data(), x.data(), w.ptr(),
+                           mean.data(), rstd.data(), N, C);
+    ref->layernorm_backward(dx_r.data(), dw_r.ptr(), db_r.ptr(), dout.data(), x.data(), w.ptr(),
+                            mean.data(), rstd.data(), N, C);
+    CHECK(dx_f == dx_r);
+    check_same(dw_f, dw_r);
+    check_same(db_f, db_r);
+    // Rounded once: the fp32 gradient added to the widened value, then rounded.
+    Vec dw32 = Operand(randn(C, 196), t).values(), db32 = Operand(randn(C, 197), t).values();
+    Vec dx32 = dx0;
+    K().layernorm_backward(dx32.data(), dw32.data(), db32.data(), dout.data(), x.data(), w32.data(),
+                           mean.data(), rstd.data(), N, C);
+    CHECK(Operand(dw32, t).half == dw_f.half);
+    CHECK(Operand(db32, t).half == db_f.half);
+
+    K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.ptr(), N, C, 1e-6f);
+    K().rmsnorm_forward(out32.data(), rstd32.data(), x.data(), w32.data(), N, C, 1e-6f);
+    CHECK(out == out32);
+    dx_f = dx_r = dx0;
+    dw_r = dw_f;
+    K().rmsnorm_backward(dx_f.data(), dw_f.ptr(), dout.data(), x.data(), w.ptr(), rstd.data(), N,
+                         C);
+    ref->rmsnorm_backward(dx_r.data(), dw_r.ptr(), dout.data(), x.data(), w.ptr(), rstd.data(), N,
+                          C);
+    CHECK(dx_f == dx_r);
+    check_same(dw_f, dw_r);
+  }
+}
+
+TEST_CASE("16-bit adamw: fp32 update of the widened gradient, g zeroed, working = rounded p") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const std::size_t n = 70001;  // two chunks and a scalar tail
+  const Vec p0 = randn(n, 201), g0 = randn(n, 202), m0 = randn(n, 203, 0.1f);
+  Vec v0 = randn(n, 204, 0.1f);
+  for (auto& x : v0) x = x * x;
+  for (DType gt : {DType::f32, DType::bf16, DType::f16}) {
+    for (int wk = 0; wk < 4; ++wk) {
+      const DType wt = wk == 0 ? DType::f32 : static_cast<DType>(wk - 1);
+      INFO("g " << ztrain::dtype_name(gt) << " working " << (wk ? ztrain::dtype_name(wt) : "none"));
+      Operand g_f(g0, gt), w_f(Vec(n, 7.0f), wt);
+      Operand g_r = g_f, w_r = w_f;
+      const Vec g32 = g_f.values();
+      Vec p_f = p0, m_f = m0, v_f = v0, p_r = p0, m_r = m0, v_r = v0;
+      auto step = [&](const ztrain::Kernels& k, float* p, ztrain::TypedPtr g, float* m, float* v,
+                      ztrain::TypedPtr w) {
+        k.adamw(p, g, m, v, w, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 0.19f, 0.0975f);
+      };
+      step(K(), p_f.data(), g_f.ptr(), m_f.data(), v_f.data(), wk ? w_f.ptr() : nullptr);
+      step(*ref, p_r.data(), g_r.ptr(), m_r.data(), v_r.data(), wk ? w_r.ptr() : nullptr);
+      // The same per-element operations as the fp32 update on g's values.
+      Vec p32 = p0, g_copy = g32, m32 = m0, v32 = v0;
+      step(K(), p32.data(), g_copy.data(), m32.data(), v32.data(), nullptr);
+      CHECK(p_f == p32);
+      CHECK(m_f == m32);
+      CHECK(v_f == v32);
+      for (std::size_t i = 0; i < n; ++i) {
+        CHECK(p_f[i] == doctest::Approx(p_r[i]).epsilon(1e-6));
+        CHECK(m_f[i] == doctest::Approx(m_r[i]).epsilon(1e-6));
+      }
+      CHECK(g_f.values() == Vec(n, 0.0f));
+      CHECK(g_r.values() == Vec(n, 0.0f));
+      if (wk) {
+        CHECK(w_f.full == Operand(p_f, wt).full);
+        CHECK(w_f.half == Operand(p_f, wt).half);
+        CHECK(w_r.full == Operand(p_r, wt).full);
+        CHECK(w_r.half == Operand(p_r, wt).half);
+      }
+    }
+  }
+}
+
+TEST_CASE("16-bit sum_squares: the double sum of the widened values, thread-count independent") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const Vec x0 = randn(200003, 211, 3.0f);
+  for (DType t : {DType::bf16, DType::f16}) {
+    INFO(ztrain::dtype_name(t));
+    Operand x(x0, t);
+    const Vec wide = x.values();
+    double sum = 0;
+    for (float v : wide) sum += static_cast<double>(v) * v;
+    const double fast = K().sum_squares(x.ptr(), wide.size());
+    CHECK(fast == doctest::Approx(sum).epsilon(1e-12));
+    CHECK(ref->sum_squares(x.ptr(), wide.size()) == doctest::Approx(sum).epsilon(1e-12));
+    CHECK(fast == K().sum_squares(wide.data(), wide.size()));  // same order as fp32
+    oneapi::tbb::global_control one_thread(oneapi::tbb::global_control::max_allowed_parallelism, 1);
+    CHECK(K().sum_squares(x.ptr(), wide.size()) == fast);
+  }
+}
+
+TEST_CASE("16-bit matmul and embedding backward do not depend on the thread count") {
+  const int N = 300, C = 200, OC = 1500, B = 3, T = 100, V = 50;
+  const Vec x = randn(static_cast<std::size_t>(N) * C, 221),
+            dout = randn(static_cast<std::size_t>(N) * OC, 222);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i * i % V);
+  Operand w(randn(static_cast<std::size_t>(OC) * C, 223, 0.5f), DType::bf16),
+      b(randn(OC, 224), DType::f16);
+  auto run = [&] {
+    Vec out(dout.size()), dx(x.size());
+    Operand dw(Vec(w.half.size()), DType::bf16), db(Vec(OC), DType::f16),
+        dwte(Vec(static_cast<std::size_t>(V) * OC), DType::bf16);
+    K().matmul_forward(out.data(), x.data(), w.ptr(), b.ptr(), N, C, OC);
+    K().matmul_backward(dx.data(), dw.ptr(), db.ptr(), dout.data(), x.data(), w.ptr(), N, C, OC);
+    K().embedding_backward(dwte.ptr(), nullptr, dout.data(), tokens.data(), B, T, OC);
+    return std::tuple{out, dx, dw.half, db.half, dwte.half};
+  };
+  const auto many = run();
+  oneapi::tbb::global_control one_thread(oneapi::tbb::global_control::max_allowed_parallelism, 1);
+  CHECK(run() == many);  // bit-identical
 }

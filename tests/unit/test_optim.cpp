@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <random>
 
 #include "support.h"
@@ -32,8 +33,8 @@ TEST_CASE("AdamW matches PyTorch's update rule over several steps") {
   std::vector<ParamSpec> params{spec("w", {3, 4}, {}, true, {0}), spec("b", {5}, {}, false, {0})};
   const shard::FlatLayout layout(params, 1, 16);
   const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
-  shard::OptimizerShard opt(*dev, Tier::device, params, layout, 0, layout.total(), s);
   std::vector<float> p(layout.total()), g(layout.total());
+  shard::OptimizerShard opt(*dev, Tier::device, params, layout, 0, layout.total(), s, p.data());
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   for (ParamId id = 0; id < 2; ++id)
@@ -65,6 +66,45 @@ TEST_CASE("AdamW matches PyTorch's update rule over several steps") {
   // Padding between parameters is never touched.
   CHECK(p[12] == 0.0f);
   CHECK(dev->stats().current[0][static_cast<int>(Category::optimizer)] == 2 * layout.total() * 4);
+}
+
+TEST_CASE(
+    "16-bit working weights: fp32 masters take the fp32 update, the working copy is their "
+    "rounding") {
+  auto dev = make_cpu_device(1);
+  auto k = make_cpu_kernels();
+  std::vector<ParamSpec> params{spec("w", {40, 33}, {}, true, {0}), spec("b", {7}, {}, false, {0})};
+  const shard::FlatLayout layout(params, 1, 16);
+  const std::uint64_t n = layout.total();
+  const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  for (DType t : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    std::vector<float> start(n), p32(n);
+    for (ParamId id = 0; id < 2; ++id)
+      for (std::uint64_t i = 0; i < layout.numel(id); ++i) start[layout.offset(id) + i] = nd(rng);
+    std::vector<std::uint16_t> p16(n), g16(n);
+    convert(start.data(), DType::f32, p16.data(), t, n);
+    convert(p16.data(), t, p32.data(), DType::f32,
+            n);  // the fp32 twin starts where the master does
+    shard::OptimizerShard opt16(*dev, Tier::device, params, layout, 0, n, s, {p16.data(), t});
+    shard::OptimizerShard opt32(*dev, Tier::device, params, layout, 0, n, s, p32.data());
+    CHECK(dev->stats().current[0][static_cast<int>(Category::optimizer)] == (12 + 8) * n);
+    for (int step = 1; step <= 4; ++step) {
+      std::vector<float> g32(n);
+      for (ParamId id = 0; id < 2; ++id)
+        for (std::uint64_t i = 0; i < layout.numel(id); ++i) g32[layout.offset(id) + i] = nd(rng);
+      convert(g32.data(), DType::f32, g16.data(), t, n);
+      convert(g16.data(), t, g32.data(), DType::f32, n);  // the same gradients in both
+      opt16.step({p16.data(), t}, {g16.data(), t}, *k, 0.01, step, 0.5f);
+      opt32.step(p32.data(), g32.data(), *k, 0.01, step, 0.5f);
+      for (std::uint16_t x : g16) CHECK(x == 0);
+      std::vector<std::uint16_t> rounded(n);
+      convert(p32.data(), DType::f32, rounded.data(), t, n);
+      CHECK(p16 == rounded);
+    }
+  }
 }
 
 TEST_CASE("warmup then cosine, linear or constant decay") {

@@ -1,8 +1,13 @@
 // The math a model runs, one forward/backward pair per op.
 //
 // A Kernels object is the device's implementation of every op a model
-// needs (cpu today; cuda shares the interface). All tensors are fp32,
-// row-major, contiguous unless a stride is given. Shapes are in the comments:
+// needs (cpu today; cuda shares the interface). Activations are fp32;
+// parameters and their gradients are typed operands (f32, bf16 or f16), the
+// working copies a strategy holds in the run's precision. A kernel reads a
+// 16-bit operand in fp32 (converting it in registers or cache-sized tiles,
+// never as a whole-tensor copy), computes in fp32, and rounds a 16-bit
+// gradient once per op when it adds its contribution. Tensors are row-major,
+// contiguous unless a stride is given. Shapes are in the comments:
 // B batch, T time, C channels, OC output channels, N = B*T rows, V vocabulary,
 // NH query heads, NKV key/value heads, hs head size.
 //
@@ -21,40 +26,78 @@
 #include <cstdint>
 #include <memory>
 
+#include "ztrain/dtype.h"
 #include "ztrain/export.h"
+#include "ztrain/tensor.h"
 
 namespace ztrain {
+
+// A read-only parameter operand; null data means "absent" where an op
+// allows it (no bias, no learned positions). Converts from float* so fp32
+// callers pass plain pointers.
+struct ConstTypedPtr {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  ConstTypedPtr() = default;
+  ConstTypedPtr(std::nullptr_t) {}
+  ConstTypedPtr(const float* p) : data(p) {}
+  ConstTypedPtr(const void* p, DType t) : data(p), dtype(t) {}
+  ConstTypedPtr(const TensorView& v) : data(v.data), dtype(v.dtype) {}
+  explicit operator bool() const { return data != nullptr; }
+  // The operand starting i elements further on.
+  ConstTypedPtr at(std::size_t i) const {
+    return {static_cast<const char*>(data) + i * dtype_size(dtype), dtype};
+  }
+};
+
+// A gradient operand the op adds into (or, for adamw, a working copy it
+// overwrites); null data means "not wanted".
+struct TypedPtr {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  TypedPtr() = default;
+  TypedPtr(std::nullptr_t) {}
+  TypedPtr(float* p) : data(p) {}
+  TypedPtr(void* p, DType t) : data(p), dtype(t) {}
+  TypedPtr(const TensorView& v) : data(v.data), dtype(v.dtype) {}
+  explicit operator bool() const { return data != nullptr; }
+  operator ConstTypedPtr() const { return {data, dtype}; }
+  TypedPtr at(std::size_t i) const {
+    return {static_cast<char*>(data) + i * dtype_size(dtype), dtype};
+  }
+};
 
 class ZTRAIN_API Kernels {
  public:
   virtual ~Kernels();
 
   // out: (B,T,C) = wte[tokens] + wpe[t]; wpe may be null (no learned positions).
-  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
-                                 const float* wpe, int B, int T, int C) const = 0;
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
+                                 ConstTypedPtr wpe, int B, int T, int C) const = 0;
   // dwte: (V,C), dwpe: (T,C) or null, dout: (B,T,C)
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+  virtual void embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
                                   const std::int32_t* tokens, int B, int T, int C) const = 0;
 
   // out: (N,C) normalised; mean, rstd: (N) saved for backward; w, b: (C).
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* w, const float* b, int N, int C, float eps) const = 0;
-  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                  const float* inp, const float* w, const float* mean,
+                                 ConstTypedPtr w, ConstTypedPtr b, int N, int C,
+                                 float eps) const = 0;
+  virtual void layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
+                                  const float* inp, ConstTypedPtr w, const float* mean,
                                   const float* rstd, int N, int C) const = 0;
 
   // out: (N,C) = inp / rms(inp) * w; rstd: (N).
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N,
                                int C, float eps) const = 0;
-  virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                const float* w, const float* rstd, int N, int C) const = 0;
+  virtual void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
+                                ConstTypedPtr w, const float* rstd, int N, int C) const = 0;
 
   // out: (N,OC) = inp (N,C) @ w^T + bias; w: (OC,C) (PyTorch Linear layout); bias: (OC) or null.
-  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+  virtual void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias,
                               int N, int C, int OC) const = 0;
   // dinp may be null (no gradient wanted); dbias may be null.
-  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
-                               const float* inp, const float* w, int N, int C, int OC) const = 0;
+  virtual void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
+                               const float* inp, ConstTypedPtr w, int N, int C, int OC) const = 0;
 
   // GELU, tanh approximation (GPT-2's "gelu_new"). out, inp: (n)
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) const = 0;
@@ -86,9 +129,9 @@ class ZTRAIN_API Kernels {
                                  int q_stride, int kv_stride) const = 0;
   // Recomputes the probabilities from q, k and lse. out: the forward's output.
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                  const float* out, const float* q, const float* k,
-                                  const float* v, const float* lse, int B, int T, int NH,
-                                  int NKV, int hs, int q_stride, int kv_stride) const = 0;
+                                  const float* out, const float* q, const float* k, const float* v,
+                                  const float* lse, int B, int T, int NH, int NKV, int hs,
+                                  int q_stride, int kv_stride) const = 0;
 
   // out = a + b; all (n). out may alias a or b.
   virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;
@@ -100,16 +143,18 @@ class ZTRAIN_API Kernels {
   virtual void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss,
                                              int N, int V) const = 0;
 
-  // AdamW (decoupled weight decay, bias-corrected) on n elements:
+  // AdamW (decoupled weight decay, bias-corrected) on n elements of fp32
+  // master weights p with fp32 moments m, v:
   // g' = g * grad_mult; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
   // p -= lr * (wd * p + (m / bc1) / (sqrt(v / bc2) + eps)); then g = 0,
-  // ready for the next step's accumulation (one pass over memory, not two).
-  virtual void adamw(float* p, float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-                     float bc2) const = 0;
+  // ready for the next step's accumulation, and, unless `working` is null,
+  // working = p rounded to its type: one pass over memory, not two.
+  virtual void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_mult, float bc1, float bc2) const = 0;
 
   // Sum of squares in double, deterministic for a given thread count.
-  virtual double sum_squares(const float* x, std::size_t n) const = 0;
+  virtual double sum_squares(ConstTypedPtr x, std::size_t n) const = 0;
 };
 
 // The cpu implementation (oneTBB loops, OpenBLAS GEMMs) on the threads the

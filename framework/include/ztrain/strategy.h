@@ -45,7 +45,11 @@ struct StrategySetup {
   Communicator* comm = nullptr;
   const Kernels* kernels = nullptr;
   OptimizerSettings optimizer;
+  // Working parameters are held and gathered in `precision`; gradients are
+  // held, accumulated across micro-steps and reduced in `grad_dtype`. When
+  // precision is 16-bit the optimizer shard keeps fp32 master weights.
   DType precision = DType::f32;
+  DType grad_dtype = DType::f32;
   std::uint64_t seed = 0;  // parameter initialisation
 };
 
@@ -71,6 +75,7 @@ struct EstimateArgs {
   std::vector<ParamSpec> params;
   int world = 1;
   DType precision = DType::f32;
+  DType grad_dtype = DType::f32;
 };
 
 // Bytes per tier and category, per rank.
@@ -95,11 +100,13 @@ class ZTRAIN_API Strategy : public Plugin {
   virtual void after_backward(ModuleId m) = 0;
   virtual TensorView param_view(ParamId p) = 0;
   virtual TensorView grad_view(ParamId p) = 0;
-  // The full fp32 value of a parameter, wherever its pieces live (export).
-  // Collective for strategies that shard: every rank calls it.
+  // The full value of a parameter's working copy in fp32, wherever its
+  // pieces live (export). Collective for strategies that shard: every rank
+  // calls it.
   virtual void read_param(ParamId p, float* out) = 0;
-  // Sets a parameter from its full fp32 value (import, before training).
-  // Collective like read_param; every rank passes the same values.
+  // Sets a parameter from its full fp32 value (import, before training):
+  // the master weights take it exactly, the working copy rounded to its
+  // precision. Collective like read_param; every rank passes the same values.
   virtual void write_param(ParamId p, const float* in) = 0;
   virtual StepResult step(const StepArgs& args) = 0;
   virtual MemoryEstimate estimate(const EstimateArgs& args) const = 0;

@@ -7,28 +7,31 @@
 namespace ztrain::shard {
 
 FullReplica::FullReplica(Device& device, const std::vector<ParamSpec>& params,
-                         const FlatLayout& layout, std::uint64_t seed, bool with_grads)
+                         const FlatLayout& layout, std::uint64_t seed, DType param_type,
+                         std::optional<DType> grad_type)
     : params_(params),
       layout_(layout),
-      weights_(device.allocate(Tier::device, Category::params, layout.total() * sizeof(float))),
-      grads_(with_grads
-                 ? device.allocate(Tier::device, Category::grads, layout.total() * sizeof(float))
-                 : Buffer{}) {
-  init_flat(params_, layout_, seed, 0, layout_.total(), weights_.as<float>());
+      param_type_(param_type),
+      grad_type_(grad_type.value_or(DType::f32)),
+      weights_(
+          device.allocate(Tier::device, Category::params, layout.total() * dtype_size(param_type))),
+      grads_(grad_type ? device.allocate(Tier::device, Category::grads,
+                                         layout.total() * dtype_size(*grad_type))
+                       : Buffer{}) {
+  init_flat(params_, layout_, seed, 0, layout_.total(), weights());
 }
 
-TensorView FullReplica::view(const Buffer& b, ParamId p) const {
-  return {b.as<float>() + layout_.offset(p), DType::f32,
+TensorView FullReplica::view(const Buffer& b, DType t, ParamId p) const {
+  return {static_cast<char*>(b.data()) + layout_.offset(p) * dtype_size(t), t,
           params_[static_cast<std::size_t>(p)].shape};
 }
 
 void FullReplica::read(ParamId p, float* out) const {
-  const float* src = weights_.as<float>() + layout_.offset(p);
-  std::copy(src, src + layout_.numel(p), out);
+  convert(weights().at(layout_.offset(p)).data, param_type_, out, DType::f32, layout_.numel(p));
 }
 
 void FullReplica::write(ParamId p, const float* in) {
-  std::copy(in, in + layout_.numel(p), weights_.as<float>() + layout_.offset(p));
+  convert(in, DType::f32, weights().at(layout_.offset(p)).data, param_type_, layout_.numel(p));
 }
 
 }  // namespace ztrain::shard
@@ -38,7 +41,7 @@ namespace ztrain::shard {
 std::uint64_t FullReplica::publish(Communicator& comm, std::uint64_t bucket_elements) {
   const int rank = comm.rank();
   const std::uint64_t step = std::max<std::uint64_t>(1, bucket_elements);
-  float* w = weights_.as<float>();
+  const TypedPtr w = weights();
   std::vector<CommWork> works;
   std::uint64_t sent = 0;
   for (std::uint64_t b = 0; b < layout_.total(); b += step) {
@@ -49,9 +52,8 @@ std::uint64_t FullReplica::publish(Communicator& comm, std::uint64_t bucket_elem
     // (after the parts of the ranks before it).
     std::uint64_t before = 0;
     for (int r = 0; r < rank; ++r) before += counts[static_cast<std::size_t>(r)];
-    const float* send = w + b + before;
-    works.push_back(comm.all_gather_v_async(send, w + b, counts, DType::f32));
-    sent += mine * static_cast<std::uint64_t>(comm.size() - 1) * sizeof(float);
+    works.push_back(comm.all_gather_v_async(w.at(b + before).data, w.at(b).data, counts, w.dtype));
+    sent += mine * static_cast<std::uint64_t>(comm.size() - 1) * dtype_size(w.dtype);
   }
   wait_all(works);
   return sent;

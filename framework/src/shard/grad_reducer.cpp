@@ -5,12 +5,12 @@
 namespace ztrain::shard {
 
 GradReducer::GradReducer(const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                         float* grads, Communicator& comm, std::uint64_t bucket_bytes,
-                         std::uint64_t first_bucket_bytes)
+                         TypedPtr grads, Communicator& comm, std::uint64_t bucket_elements,
+                         std::uint64_t first_bucket_elements)
     : grads_(grads), comm_(comm) {
   std::vector<int> bucket_of;
-  for (const auto& b : reverse_buckets(layout, params, bucket_bytes / sizeof(float),
-                                       first_bucket_bytes / sizeof(float), bucket_of))
+  for (const auto& b :
+       reverse_buckets(layout, params, bucket_elements, first_bucket_elements, bucket_of))
     buckets_.push_back({b.begin, b.end, b.params, b.params, false, {}});
   for (const auto& done : completed_by_module(params)) {
     completes_.emplace_back();
@@ -31,8 +31,8 @@ void GradReducer::launch(Bucket& b) {
   b.launched = true;
   const std::uint64_t n = b.end - b.begin;
   if (comm_.size() > 1) {
-    b.work = comm_.all_reduce_async(grads_ + b.begin, n, DType::f32, ReduceOp::average);
-    bytes_sent_ += 2 * n * sizeof(float) * static_cast<std::uint64_t>(comm_.size() - 1) /
+    b.work = comm_.all_reduce_async(grads_.at(b.begin).data, n, grads_.dtype, ReduceOp::average);
+    bytes_sent_ += 2 * n * dtype_size(grads_.dtype) * static_cast<std::uint64_t>(comm_.size() - 1) /
                    static_cast<std::uint64_t>(comm_.size());
   }
 }

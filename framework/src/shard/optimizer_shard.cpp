@@ -2,17 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "ztrain/error.h"
 
 namespace ztrain::shard {
 
 OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
                                const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
-                               const OptimizerSettings& settings)
+                               const OptimizerSettings& settings, ConstTypedPtr working)
     : m_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
       v_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
       begin_(begin),
       end_(end),
       settings_(settings) {
+  if (working.dtype != DType::f32) {
+    master_ = device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float));
+    convert(working.data, working.dtype, master_.data(), DType::f32, end - begin);
+  }
   // Contiguous runs with one decay setting. Padding is in no segment, so it
   // is never stepped and stays zero.
   for (const auto& seg : layout.segments(begin, end)) {
@@ -25,22 +32,34 @@ OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<Para
   }
 }
 
-void OptimizerShard::step(float* params, float* grads, const Kernels& kernels, double lr,
+void OptimizerShard::step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr,
                           std::int64_t step, float grad_mult) {
+  if (!master_ && params.dtype != DType::f32)
+    throw InternalError(
+        "OptimizerShard: 16-bit parameters given to a shard without master weights");
   const double bc1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step));
   for (const auto& r : runs_) {
-    kernels.adamw(params + r.begin, grads + r.begin, m_.as<float>() + r.begin,
-                  v_.as<float>() + r.begin, r.end - r.begin, static_cast<float>(lr),
-                  static_cast<float>(settings_.beta1), static_cast<float>(settings_.beta2),
-                  static_cast<float>(settings_.eps),
+    float* master =
+        master_ ? master_.as<float>() + r.begin : static_cast<float*>(params.data) + r.begin;
+    kernels.adamw(master, grads.at(r.begin), m_.as<float>() + r.begin, v_.as<float>() + r.begin,
+                  master_ ? params.at(r.begin) : TypedPtr{}, r.end - r.begin,
+                  static_cast<float>(lr), static_cast<float>(settings_.beta1),
+                  static_cast<float>(settings_.beta2), static_cast<float>(settings_.eps),
                   r.decay ? static_cast<float>(settings_.weight_decay) : 0.0f, grad_mult,
                   static_cast<float>(bc1), static_cast<float>(bc2));
   }
 }
 
-StepResult step_shard(OptimizerShard& optimizer, float* params, float* grads, Communicator* comm,
-                      const Kernels& kernels, const StepArgs& args) {
+void OptimizerShard::write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) {
+  const std::uint64_t b = std::max(flat_begin, begin_), e = std::min(flat_begin + n, end_);
+  if (!master_ || b >= e) return;
+  std::copy(values + (b - flat_begin), values + (e - flat_begin),
+            master_.as<float>() + (b - begin_));
+}
+
+StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
+                      Communicator* comm, const Kernels& kernels, const StepArgs& args) {
   const std::uint64_t n = optimizer.end() - optimizer.begin();
   // Unscaled before the fp32 all-reduce: a scaled square sum can pass
   // FLT_MAX where the true one does not.
@@ -55,7 +74,7 @@ StepResult step_shard(OptimizerShard& optimizer, float* params, float* grads, Co
   r.overflow = !std::isfinite(r.grad_norm);
   r.skipped = r.overflow;
   if (r.skipped) {
-    std::fill(grads, grads + n, 0.0f);
+    std::memset(grads.data, 0, n * dtype_size(grads.dtype));
     return r;
   }
   const float mult =

@@ -185,7 +185,7 @@ GatherOptions gather_options(const Options& o) {
 
 ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
                              const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                             Communicator& comm, float* shard, const GatherOptions& options)
+                             Communicator& comm, TypedPtr shard, const GatherOptions& options)
     : device_(device), comm_(comm), layout_(layout), shard_(shard), options_(options) {
   const int rank = comm.rank();
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -207,8 +207,7 @@ ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& param
   for (const auto& p : params_) numel.push_back(p.numel);
   check_live_cap(needs_, numel, options.max_live_parameters, module_names_);
   for (auto& p : params_)
-    if (p.persistent)
-      p.buffer = device.allocate(Tier::device, Category::params, p.numel * sizeof(float));
+    if (p.persistent) p.buffer = device.allocate(Tier::device, Category::params, bytes(p.numel));
   refresh();
   bytes_sent_ = 0;  // the initial gather is setup, not per-step traffic
 }
@@ -223,9 +222,9 @@ ParamGatherer::~ParamGatherer() {
   }
 }
 
-float* ParamGatherer::own_part(const Param& p) const {
-  if (p.counts[static_cast<std::size_t>(comm_.rank())] == 0) return shard_;
-  return shard_ + (p.own_begin - layout_.owned_begin(comm_.rank()));
+void* ParamGatherer::own_part(const Param& p) const {
+  if (p.counts[static_cast<std::size_t>(comm_.rank())] == 0) return shard_.data;
+  return shard_.at(p.own_begin - layout_.owned_begin(comm_.rank())).data;
 }
 
 void ParamGatherer::log(GatherEvent::Kind kind, ParamId p) {
@@ -236,10 +235,10 @@ void ParamGatherer::gather(ParamId id) {
   Param& p = params_[static_cast<std::size_t>(id)];
   if (p.state != State::released)
     throw InternalError("gather plan: parameter " + std::to_string(id) + " is already gathered");
-  p.buffer = device_.allocate(Tier::device, Category::params, p.numel * sizeof(float));
+  p.buffer = device_.allocate(Tier::device, Category::params, bytes(p.numel));
   const std::uint64_t mine = p.counts[static_cast<std::size_t>(comm_.rank())];
-  p.work = comm_.all_gather_v_async(own_part(p), p.buffer.as<float>(), p.counts, DType::f32);
-  bytes_sent_ += mine * static_cast<std::uint64_t>(comm_.size() - 1) * sizeof(float);
+  p.work = comm_.all_gather_v_async(own_part(p), p.buffer.data(), p.counts, shard_.dtype);
+  bytes_sent_ += bytes(mine) * static_cast<std::uint64_t>(comm_.size() - 1);
   p.state = State::in_flight;
   live_ += p.numel;
   log(GatherEvent::Kind::gather, id);
@@ -356,17 +355,16 @@ TensorView ParamGatherer::view(ParamId id) const {
     throw InternalError("parameter " + std::to_string(id) +
                         " viewed while not gathered: it is used by a module missing from its "
                         "used_by list");
-  return {p.buffer.as<float>(), DType::f32, p.shape};
+  return {p.buffer.data(), shard_.dtype, p.shape};
 }
 
 void ParamGatherer::refresh() {
   std::vector<CommWork> works;
   for (auto& p : params_) {
     if (!p.persistent) continue;
-    works.push_back(
-        comm_.all_gather_v_async(own_part(p), p.buffer.as<float>(), p.counts, DType::f32));
-    bytes_sent_ += p.counts[static_cast<std::size_t>(comm_.rank())] *
-                   static_cast<std::uint64_t>(comm_.size() - 1) * sizeof(float);
+    works.push_back(comm_.all_gather_v_async(own_part(p), p.buffer.data(), p.counts, shard_.dtype));
+    bytes_sent_ += bytes(p.counts[static_cast<std::size_t>(comm_.rank())]) *
+                   static_cast<std::uint64_t>(comm_.size() - 1);
   }
   const auto t0 = std::chrono::steady_clock::now();
   wait_all(works);
@@ -375,14 +373,21 @@ void ParamGatherer::refresh() {
 
 void ParamGatherer::read(ParamId id, float* out) {
   const Param& p = params_.at(static_cast<std::size_t>(id));
-  comm_.all_gather_v_async(own_part(p), out, p.counts, DType::f32).wait();
+  if (shard_.dtype == DType::f32) {
+    comm_.all_gather_v_async(own_part(p), out, p.counts, DType::f32).wait();
+    return;
+  }
+  std::vector<std::uint16_t> whole(p.numel);
+  comm_.all_gather_v_async(own_part(p), whole.data(), p.counts, shard_.dtype).wait();
+  convert(whole.data(), shard_.dtype, out, DType::f32, p.numel);
 }
 
 void ParamGatherer::write(ParamId id, const float* in) {
   Param& p = params_.at(static_cast<std::size_t>(id));
   const std::uint64_t mine = p.counts[static_cast<std::size_t>(comm_.rank())];
-  if (mine > 0) std::copy_n(in + (p.own_begin - p.offset), mine, own_part(p));
-  if (p.persistent || p.state == State::live) std::copy(in, in + p.numel, p.buffer.as<float>());
+  if (mine > 0) convert(in + (p.own_begin - p.offset), DType::f32, own_part(p), shard_.dtype, mine);
+  if (p.persistent || p.state == State::live)
+    convert(in, DType::f32, p.buffer.data(), shard_.dtype, p.numel);
 }
 
 }  // namespace ztrain::shard

@@ -2,21 +2,44 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "ztrain/error.h"
 
 namespace ztrain::shard {
+namespace {
+
+// dst += src elementwise in fp32, rounded once to dst's type.
+void add_into(TypedPtr dst, ConstTypedPtr src, std::uint64_t n) {
+  if (dst.dtype == DType::f32) {
+    float* d = static_cast<float*>(dst.data);
+    const float* s = static_cast<const float*>(src.data);
+    for (std::uint64_t k = 0; k < n; ++k) d[k] += s[k];
+    return;
+  }
+  constexpr std::uint64_t kTile = 4096;
+  float a[kTile], b[kTile];
+  for (std::uint64_t k = 0; k < n; k += kTile) {
+    const std::uint64_t m = std::min(kTile, n - k);
+    convert(dst.at(k).data, dst.dtype, a, DType::f32, m);
+    convert(src.at(k).data, src.dtype, b, DType::f32, m);
+    for (std::uint64_t i = 0; i < m; ++i) a[i] += b[i];
+    convert(a, DType::f32, dst.at(k).data, dst.dtype, m);
+  }
+}
+
+}  // namespace
 
 ShardGradReducer::ShardGradReducer(Device& device, const std::vector<ParamSpec>& params,
-                                   const FlatLayout& layout, Communicator& comm, float* shard,
-                                   const ReduceSettings& settings, float* full)
+                                   const FlatLayout& layout, Communicator& comm, TypedPtr shard,
+                                   const ReduceSettings& settings, TypedPtr full)
     : device_(&device),
       comm_(&comm),
       layout_(layout),
       rank_(comm.rank()),
       shard_(shard),
       full_(full),
-      staged_(full == nullptr),
+      staged_(!full),
       settings_(settings) {
   if (comm.size() != layout.world())
     throw InternalError("ShardGradReducer: layout for " + std::to_string(layout.world()) +
@@ -55,15 +78,16 @@ void ShardGradReducer::build(const std::vector<ParamSpec>& params) {
   for (const auto& p : params) shapes_.push_back(p.shape);
 }
 
-float* ShardGradReducer::open(Bucket& b) {
+void* ShardGradReducer::open(Bucket& b) {
   b.state = State::open;
   const std::uint64_t n = b.end - b.begin;
   staged_now_ += n;
   peaks_.staged = std::max(peaks_.staged, staged_now_);
   if (!device_) return nullptr;
-  b.staging = device_->allocate(Tier::device, Category::grads, n * sizeof(float));
-  std::fill_n(b.staging.as<float>(), n, 0.0f);
-  return b.staging.as<float>();
+  const std::size_t bytes = n * dtype_size(shard_.dtype);
+  b.staging = device_->allocate(Tier::device, Category::grads, bytes);
+  std::memset(b.staging.data(), 0, bytes);
+  return b.staging.data();
 }
 
 TensorView ShardGradReducer::grad(ParamId p) {
@@ -73,25 +97,28 @@ TensorView ShardGradReducer::grad(ParamId p) {
     throw InternalError("gradient of parameter " + std::to_string(p) +
                         " requested after its bucket was reduced: a module using it is missing "
                         "from its used_by list");
-  float* base = b.state == State::open ? b.staging.as<float>() : open(b);
+  void* base = b.state == State::open ? b.staging.data() : open(b);
   active_ = true;
   if (!base) return {};
-  return {base + (layout_.offset(p) - b.begin), DType::f32, shapes_[static_cast<std::size_t>(p)]};
+  const TypedPtr bucket{base, shard_.dtype};
+  return {bucket.at(layout_.offset(p) - b.begin).data, shard_.dtype,
+          shapes_[static_cast<std::size_t>(p)]};
 }
 
 void ShardGradReducer::launch(std::size_t i) {
   Bucket& b = buckets_[i];
-  const float* src =
-      staged_ ? (b.state == State::open ? b.staging.as<float>() : open(b)) : full_ + b.begin;
+  const void* src =
+      staged_ ? (b.state == State::open ? b.staging.data() : open(b)) : full_.at(b.begin).data;
+  const std::size_t size = dtype_size(shard_.dtype);
   b.state = State::launched;
   const std::uint64_t n = b.end - b.begin, mine = own(b);
   recv_now_ += mine;
   peaks_.recv = std::max(peaks_.recv, recv_now_);
-  bytes_sent_ += (n - mine) * sizeof(float);
+  bytes_sent_ += (n - mine) * size;
   in_flight_.push_back(i);
   if (comm_) {
-    b.recv = device_->allocate(Tier::device, Category::comm, mine * sizeof(float));
-    b.work = comm_->reduce_scatter_v_async(src, b.recv.as<float>(), b.counts, DType::f32,
+    b.recv = device_->allocate(Tier::device, Category::comm, mine * size);
+    b.work = comm_->reduce_scatter_v_async(src, b.recv.data(), b.counts, shard_.dtype,
                                            ReduceOp::average);
   }
   if (!settings_.overlap) complete(i);
@@ -107,12 +134,11 @@ void ShardGradReducer::complete(std::size_t i) {
     wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     b.work = {};
     if (mine > 0) {
-      const float* got = b.recv.as<float>();
-      float* dst = shard_ + (b.own_begin - layout_.owned_begin(rank_));
+      const TypedPtr dst = shard_.at(b.own_begin - layout_.owned_begin(rank_));
       if (staged_)
-        for (std::uint64_t k = 0; k < mine; ++k) dst[k] += got[k];
+        add_into(dst, {b.recv.data(), shard_.dtype}, mine);
       else
-        std::copy(got, got + mine, dst);
+        std::memcpy(dst.data, b.recv.data(), mine * dtype_size(shard_.dtype));
     }
     b.recv.reset();
     b.staging.reset();

@@ -24,8 +24,13 @@ OptionList train_options() {
   o.numbers("betas", {0.9, 0.95}, "AdamW (beta1, beta2)").at_least(0).at_most(0.999999);
   o.number("eps", 1e-8, "AdamW epsilon").at_least(0);
   o.number("grad_clip", 1.0, "clip the global gradient norm to this; 0 disables").at_least(0);
-  o.string("precision", "fp32", "working precision of parameters and gradients")
+  o.string("precision", "fp32",
+           "working precision of parameters and gradients (16-bit keeps fp32 master weights "
+           "in the optimizer)")
       .one_of({"fp32", "bf16", "fp16"});
+  o.optional_string("grad_accum_dtype",
+                    "type gradients are held, accumulated across micro-steps and reduced in: "
+                    "fp32 or the precision (unset: the precision, as DeepSpeed)");
   o.integer("seed", 0, "parameter initialisation seed").at_least(0);
   o.integer("log_every", 10, "steps between logged metrics lines").at_least(1);
   o.integer("eval_every", 100, "steps between evaluations on the held-out split; 0 disables")
@@ -75,6 +80,10 @@ DType parse_precision(const std::string& name, const std::string& where) {
   throw ConfigError(where + ": unknown precision \"" + name + "\" (fp32, bf16 or fp16)");
 }
 
+const char* precision_label(DType t) {
+  return t == DType::f32 ? "fp32" : t == DType::bf16 ? "bf16" : "fp16";
+}
+
 namespace {
 
 std::int64_t derive(std::int64_t total, std::int64_t part, const std::string& what,
@@ -109,11 +118,18 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.beta2 = betas[1];
   tr.eps = t.get_number("eps");
   tr.grad_clip = t.get_number("grad_clip");
-  const std::string precision = t.get_string("precision");
-  if (precision != "fp32")
-    throw ConfigError(t.where("precision") + ": [train] precision \"" + precision +
-                      "\" is not available in this build yet (fp32 only); use \"fp32\"");
-  tr.precision = DType::f32;
+  tr.precision = parse_precision(t.get_string("precision"), t.where("precision"));
+  tr.grad_dtype = tr.precision;
+  if (t.has_value("grad_accum_dtype")) {
+    const std::string where = t.where("grad_accum_dtype");
+    tr.grad_dtype = parse_precision(t.get_string("grad_accum_dtype"), where);
+    if (tr.grad_dtype != DType::f32 && tr.grad_dtype != tr.precision)
+      throw ConfigError(where + ": [train] grad_accum_dtype \"" + t.get_string("grad_accum_dtype") +
+                        "\" with precision \"" + t.get_string("precision") +
+                        "\": gradients are accumulated in fp32 or in the working precision; "
+                        "use \"fp32\" or \"" +
+                        t.get_string("precision") + "\"");
+  }
   tr.seed = static_cast<std::uint64_t>(t.get_int("seed"));
   tr.log_every = t.get_int("log_every");
   tr.eval_every = t.get_int("eval_every");

@@ -30,6 +30,7 @@ struct TrainSettings {
   std::string schedule;
   double weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0;
   DType precision = DType::f32;
+  DType grad_dtype = DType::f32;  // grad_accum_dtype, resolved
   std::uint64_t seed = 0;
   std::int64_t log_every = 0, eval_every = 0, eval_batches = 0;
   std::filesystem::path out_dir;
@@ -60,6 +61,8 @@ struct RunSettings {
 OptionList train_options();
 // "fp32" | "bf16" | "fp16" -> DType (ConfigError naming `where` otherwise).
 DType parse_precision(const std::string& name, const std::string& where);
+// The config's name of a precision: "fp32", "bf16" or "fp16".
+const char* precision_label(DType t);
 OptionList device_options();
 OptionList comm_options();
 

@@ -198,6 +198,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   const auto& tr = run.settings.train;
   setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};
   setup.precision = tr.precision;
+  setup.grad_dtype = tr.grad_dtype;
   setup.seed = tr.seed;
   run.strategy->setup(setup);
   if (model_opts.has_value("init_from")) {
@@ -245,6 +246,16 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
        << "batch: " << tr.micro_batch << " x " << tr.grad_accum << " accum x " << run.comm->size()
        << " ranks = " << tr.global_batch << " sequences of " << T << " tokens per step";
     if (dinfo.entropy_rate) os << " | source entropy " << *dinfo.entropy_rate << " nats/token";
+    os << "\nprecision: " << precision_label(tr.precision) << " working weights";
+    if (tr.precision != DType::f32) os << ", fp32 master weights";
+    os << ", gradients accumulated and reduced in " << precision_label(tr.grad_dtype)
+       << ", loss scale ";
+    if (tr.precision != DType::f16)
+      os << "1";
+    else if (tr.scaler.loss_scale > 0)
+      os << tr.scaler.loss_scale << " (static)";
+    else
+      os << "dynamic from 2^" << tr.scaler.initial_scale_power;
     if (!run.init_from.empty()) os << "\nweights from " << run.init_from.string();
     progress.line(os.str());
   }
@@ -311,9 +322,10 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
     if (sr.skipped) {
       ++skipped_steps;
       char buf[160];
-      std::snprintf(buf, sizeof buf,
-                    "overflow: skipping step %lld (gradients not finite), loss scale %g -> %g",
-                    static_cast<long long>(step + 1), scale, next_scale);
+      std::snprintf(
+          buf, sizeof buf,
+          "overflow: skipping step %lld (gradients not finite), loss scale %.15g -> %.15g",
+          static_cast<long long>(step + 1), scale, next_scale);
       progress.line(buf);
     } else {
       ++applied;
@@ -385,7 +397,7 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
   }
   if (skipped_steps > 0 || scaler.dynamic()) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "\n%lld step%s skipped on gradient overflow; loss scale %g",
+    std::snprintf(buf, sizeof buf, "\n%lld step%s skipped on gradient overflow; loss scale %.15g",
                   static_cast<long long>(skipped_steps), skipped_steps == 1 ? "" : "s",
                   scaler.scale());
     os << buf;
@@ -415,7 +427,8 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
   }
   {
     // What `ztrain estimate` predicts for this run, beside the measurement.
-    const MemoryEstimate e = run.strategy->estimate({params, run.comm->size(), tr.precision});
+    const MemoryEstimate e =
+        run.strategy->estimate({params, run.comm->size(), tr.precision, tr.grad_dtype});
     const auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
     os << "\nstrategy estimate per rank:";
     const char* sep = " ";
@@ -467,7 +480,8 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const auto strategy =
       strategy_lib.create<Strategy>(plugin_options(config, "strategy", strategy_lib, OptionList{}));
   const ModelInfo info = model->info();
-  MemoryEstimate e = strategy->estimate({model->params(), world, settings.train.precision});
+  MemoryEstimate e = strategy->estimate(
+      {model->params(), world, settings.train.precision, settings.train.grad_dtype});
   e.bytes[static_cast<std::size_t>(Tier::device)]
          [static_cast<std::size_t>(Category::activations)] +=
       model->activation_bytes({static_cast<int>(settings.train.micro_batch), info.seq_len});

@@ -50,7 +50,7 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
                                 StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
-  auto P = [&](ParamId id) { return id < 0 ? nullptr : ctx.param(id).f32(); };
+  auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
   const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   if (!cfg_.llama) {
@@ -94,8 +94,8 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   const float* x = a.resid[static_cast<std::size_t>(l)];
   if (cfg_.checkpointing)
     block_forward(l, x, a.resid[static_cast<std::size_t>(l) + 1], b, B, T, ctx);
-  auto P = [&](ParamId id) { return id < 0 ? nullptr : ctx.param(id).f32(); };
-  auto G = [&](ParamId id) { return id < 0 ? nullptr : ctx.grad(id).f32(); };
+  auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
+  auto G = [&](ParamId id) { return id < 0 ? TypedPtr{} : TypedPtr(ctx.grad(id)); };
   const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
   const std::size_t NC = static_cast<std::size_t>(N) * C, NH_ = static_cast<std::size_t>(N) * H;
 
@@ -126,8 +126,8 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   if (!cfg_.llama) {
     zero(a.d_qkv, NC * 3);
     float* dq = a.d_qkv;
-    k.attention_backward(dq, dq + C, dq + 2 * C, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T,
-                         NH, NH, hs, b.q_stride, b.kv_stride);
+    k.attention_backward(dq, dq + C, dq + 2 * C, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T, NH,
+                         NH, hs, b.q_stride, b.kv_stride);
     zero(a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w), N, C, 3 * C);
     k.layernorm_backward(a.d_res, G(p.ln1_w), G(p.ln1_b), a.d_c, x, P(p.ln1_w), b.ln1_mean,
@@ -155,7 +155,7 @@ float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a) const 
   const Kernels& k = ctx.kernels();
   const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
             L = cfg_.n_layer, V = cfg_.vocab_size;
-  auto P = [&](ParamId id) { return id < 0 ? nullptr : ctx.param(id).f32(); };
+  auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
 
   ctx.enter_forward(0);
   k.embedding_forward(a.resid[0], batch.inputs, P(wte_), P(wpe_), B, T, C);
@@ -193,8 +193,8 @@ float Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
             L = cfg_.n_layer, V = cfg_.vocab_size;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
-  auto P = [&](ParamId id) { return id < 0 ? nullptr : ctx.param(id).f32(); };
-  auto G = [&](ParamId id) { return id < 0 ? nullptr : ctx.grad(id).f32(); };
+  auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
+  auto G = [&](ParamId id) { return id < 0 ? TypedPtr{} : TypedPtr(ctx.grad(id)); };
 
   ctx.enter_backward(L + 1);
   // d(mean loss)/d(loss_i) = 1/N, times the host's scale.

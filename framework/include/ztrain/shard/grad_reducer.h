@@ -4,12 +4,11 @@
 // copy), filled from the end of the layout backwards, which is the order in
 // which backward completes gradients (the head first, the embedding last).
 // The first bucket is small so communication starts early; the others hold
-// up to `bucket_bytes`. When a module's backward completes, every parameter
-// whose last user in backward order was that module is complete; a bucket
-// whose parameters are all complete is launched asynchronously (all-reduce
-// average), in the same order on every rank. finish() launches what is left
-// and waits. Every micro-step starts with begin_micro_step(last); during
-// gradient accumulation nothing is launched before the last one.
+// up to `bucket_elements`. Buckets are reduced in the gradients' own type. When a module's backward
+// completes, every parameter whose last user in backward order was that module is complete; a
+// bucket whose parameters are all complete is launched asynchronously (all-reduce average), in the
+// same order on every rank. finish() launches what is left and waits. Every micro-step starts with
+// begin_micro_step(last); during gradient accumulation nothing is launched before the last one.
 //
 // Thread safety: the training thread only.
 #pragma once
@@ -20,6 +19,7 @@
 
 #include "ztrain/comm.h"
 #include "ztrain/export.h"
+#include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/shard/flat_layout.h"
 
@@ -27,8 +27,9 @@ namespace ztrain::shard {
 
 class ZTRAIN_API GradReducer {
  public:
-  GradReducer(const std::vector<ParamSpec>& params, const FlatLayout& layout, float* grads,
-              Communicator& comm, std::uint64_t bucket_bytes, std::uint64_t first_bucket_bytes);
+  GradReducer(const std::vector<ParamSpec>& params, const FlatLayout& layout, TypedPtr grads,
+              Communicator& comm, std::uint64_t bucket_elements,
+              std::uint64_t first_bucket_elements);
   // Waits for buckets still in the air (they write into `grads`).
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
@@ -58,7 +59,7 @@ class ZTRAIN_API GradReducer {
   };
   void launch(Bucket& b);
 
-  float* grads_;
+  TypedPtr grads_;
   Communicator& comm_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> completes_;  // per module: buckets of the params it completes

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ztrain/export.h"
+#include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/shard/flat_layout.h"
 
@@ -21,5 +22,9 @@ namespace ztrain::shard {
 // is flat element `begin`); padding is zeroed.
 ZTRAIN_API void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout,
                           std::uint64_t seed, std::uint64_t begin, std::uint64_t end, float* dst);
+// The same values rounded to dst's type (converted in slices, so a 16-bit
+// buffer never needs an fp32 twin).
+ZTRAIN_API void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+                          std::uint64_t seed, std::uint64_t begin, std::uint64_t end, TypedPtr dst);
 
 }  // namespace ztrain::shard

@@ -3,8 +3,11 @@
 // Holds m and v (fp32) for flat elements [begin, end) in a chosen tier, and
 // steps the matching slice of the parameter buffer given its gradients. In
 // fp32 training the parameters are the master weights (ZeRO's 16 bytes per
-// parameter: 4 param + 4 grad + 4 m + 4 v). Weight decay applies to the
-// parameters whose spec says so, segment by segment.
+// parameter: 4 param + 4 grad + 4 m + 4 v). With 16-bit working parameters
+// the shard also keeps fp32 master weights (12 bytes per element of the
+// shard), steps them and writes the rounded working copy in the same pass
+// (ZeRO's 2 + 2 + 12). Weight decay applies to the parameters whose spec
+// says so, segment by segment.
 //
 // Thread safety: one step at a time.
 #pragma once
@@ -23,15 +26,21 @@ namespace ztrain::shard {
 
 class ZTRAIN_API OptimizerShard {
  public:
+  // working: the slice [begin, end) of the working parameters; when it is
+  // 16-bit the master weights start from its values.
   OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
                  const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
-                 const OptimizerSettings& settings);
+                 const OptimizerSettings& settings, ConstTypedPtr working);
 
   // params, grads: the slice [begin, end) (element 0 is flat element begin).
   // grad_mult scales gradients in the same pass (unscale and clip); the
   // stepped gradients are zeroed.
-  void step(float* params, float* grads, const Kernels& kernels, double lr, std::int64_t step,
+  void step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr, std::int64_t step,
             float grad_mult);
+  // Sets the master weights of the flat elements [flat_begin, flat_begin + n)
+  // that fall in this shard from exact fp32 values (import); nothing when
+  // the working parameters are the master weights.
+  void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n);
 
   std::uint64_t begin() const { return begin_; }
   std::uint64_t end() const { return end_; }
@@ -42,7 +51,7 @@ class ZTRAIN_API OptimizerShard {
     bool decay;
   };
   std::vector<Run> runs_;
-  Buffer m_, v_;
+  Buffer m_, v_, master_;
   std::uint64_t begin_, end_;
   OptimizerSettings settings_;
 };
@@ -52,8 +61,14 @@ class ZTRAIN_API OptimizerShard {
 // by the norm ddp would see), then on a non-finite norm the step is skipped
 // and the gradients zeroed, else AdamW with the unscale and the clip folded
 // into one gradient multiplier. params, grads: the shard [begin, end).
-ZTRAIN_API StepResult step_shard(OptimizerShard& optimizer, float* params, float* grads,
+ZTRAIN_API StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
                                  Communicator* comm, const Kernels& kernels, const StepArgs& args);
+
+// Bytes per shard element the optimizer holds: m and v, plus the fp32
+// master weights when the working precision is 16-bit.
+constexpr std::uint64_t optimizer_bytes_per_element(DType precision) {
+  return precision == DType::f32 ? 8 : 12;
+}
 
 // Clip multiplier DeepSpeed's way: 1 / max(1, norm / max_norm) (1 when
 // max_norm is 0 or the norm is not finite).

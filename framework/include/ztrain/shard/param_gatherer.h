@@ -38,6 +38,7 @@
 #include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/export.h"
+#include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/options.h"
 #include "ztrain/shard/flat_layout.h"
@@ -109,10 +110,11 @@ struct GatherEvent {
 class ZTRAIN_API ParamGatherer {
  public:
   // shard: this rank's owned range of the flat parameters, initialised;
-  // persistent parameters are gathered here (collective).
+  // gathers and views are in its type. Persistent parameters are gathered
+  // here (collective).
   ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
                 const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                Communicator& comm, float* shard, const GatherOptions& options);
+                Communicator& comm, TypedPtr shard, const GatherOptions& options);
   // Waits for gathers still in the air (their buffers are freed here).
   ~ParamGatherer();
   ParamGatherer(const ParamGatherer&) = delete;
@@ -128,9 +130,10 @@ class ZTRAIN_API ParamGatherer {
   TensorView view(ParamId p) const;
   // Re-gathers the persistent parameters from the shard (collective).
   void refresh();
-  // The whole value of p (collective).
+  // The whole value of p in fp32 (collective).
   void read(ParamId p, float* out);
-  // Sets p from its whole value (every rank passes the same).
+  // Sets p from its whole fp32 value, rounded to the shard's type (every
+  // rank passes the same).
   void write(ParamId p, const float* in);
 
   std::uint64_t bytes_sent() const { return bytes_sent_; }
@@ -153,7 +156,8 @@ class ZTRAIN_API ParamGatherer {
   };
   // Where this rank's part of p sits in the shard (any valid pointer when
   // it owns none of it).
-  float* own_part(const Param& p) const;
+  void* own_part(const Param& p) const;
+  std::size_t bytes(std::uint64_t elements) const { return elements * dtype_size(shard_.dtype); }
   void gather(ParamId p);
   void wait(ParamId p);
   void drop(ParamId p);
@@ -165,7 +169,7 @@ class ZTRAIN_API ParamGatherer {
   Device& device_;
   Communicator& comm_;
   const FlatLayout& layout_;
-  float* shard_;
+  TypedPtr shard_;
   GatherOptions options_;
   std::vector<Param> params_;
   std::vector<std::string> module_names_;

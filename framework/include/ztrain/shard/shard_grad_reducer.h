@@ -18,6 +18,8 @@
 //   reduced at finish(), two in the air at a time (one without `overlap`);
 //   the shard, the owned part of that same buffer, is overwritten with the
 //   average.
+// Buckets, the shard and the reductions all use the shard's type (the run's
+// grad_accum_dtype).
 // Every rank issues the same collectives in the same order, and the memory
 // trace does not depend on timing, so simulate() reproduces its peaks.
 //
@@ -35,6 +37,7 @@
 #include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/export.h"
+#include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/tensor.h"
@@ -57,8 +60,8 @@ class ZTRAIN_API ShardGradReducer {
  public:
   // shard: this rank's owned range of the flat gradients (layout.owned_*).
   ShardGradReducer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                   Communicator& comm, float* shard, const ReduceSettings& settings,
-                   float* full = nullptr);
+                   Communicator& comm, TypedPtr shard, const ReduceSettings& settings,
+                   TypedPtr full = {});
   // Waits for reductions still in the air (their buffers are freed here).
   ~ShardGradReducer();
   ShardGradReducer(const ShardGradReducer&) = delete;
@@ -104,7 +107,7 @@ class ZTRAIN_API ShardGradReducer {
   ShardGradReducer(const std::vector<ParamSpec>& params, const FlatLayout& layout, int rank,
                    const ReduceSettings& settings, bool full);
   void build(const std::vector<ParamSpec>& params);
-  float* open(Bucket& b);
+  void* open(Bucket& b);
   void launch(std::size_t i);
   void complete(std::size_t i);
   void launch_rest_and_wait();
@@ -114,8 +117,7 @@ class ZTRAIN_API ShardGradReducer {
   Communicator* comm_ = nullptr;
   const FlatLayout& layout_;
   int rank_ = 0;
-  float* shard_ = nullptr;
-  float* full_ = nullptr;
+  TypedPtr shard_, full_;
   bool staged_;
   ReduceSettings settings_;
   std::vector<Bucket> buckets_;

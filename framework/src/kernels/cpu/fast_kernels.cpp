@@ -36,7 +36,7 @@ constexpr int kQueryBlock = 64;
 // Per-thread scratch that grows to the largest request and is then reused:
 // no allocation in the steady state.
 std::vector<float>& scratch(int slot, std::size_t n) {
-  thread_local std::vector<float> buffers[2];
+  thread_local std::vector<float> buffers[3];
   auto& b = buffers[slot];
   if (b.size() < n) b.resize(n);
   return b;
@@ -56,6 +56,29 @@ void parallel_chunks(std::size_t n, std::size_t grain, F&& f) {
                             });
 }
 
+// A 16-bit operand is converted a tile at a time into fp32 scratch of
+// about this many floats (512 KiB, a core's L2 on current x86), and
+// multiplied from there: never a whole-tensor copy. Smaller tiles cost
+// more BLAS packing per flop.
+constexpr std::size_t kTileFloats = 131072;
+
+// Rows of a tile `cols` wide: a multiple of 16, at least 16.
+int tile_rows(int cols) {
+  return std::max(16, static_cast<int>(kTileFloats / static_cast<std::size_t>(cols)) / 16 * 16);
+}
+
+int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
+
+// Rows of dinp one matmul_backward task owns.
+constexpr int kDinpRows = 256;
+
+// Elements from row r0 on of a matrix with C columns.
+std::size_t at_row(int r0, int C) {
+  return static_cast<std::size_t>(r0) * static_cast<std::size_t>(C);
+}
+
 float exp_shifted_sum(float* x, int n, float shift) {
   float sum = 0;
   for (int i = 0; i < n; ++i) {
@@ -67,6 +90,154 @@ float exp_shifted_sum(float* x, int n, float shift) {
 
 class FastKernels final : public ReferenceKernels {
  public:
+  // 16-bit tables are widened a row at a time, straight into out.
+  void embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
+                         ConstTypedPtr wpe, int B, int T, int C) const override {
+    if (wte.dtype == DType::f32 && wpe.dtype == DType::f32)
+      return ReferenceKernels::embedding_forward(out, tokens, wte, wpe, B, T, C);
+    const std::size_t BT = static_cast<std::size_t>(B) * T, row = static_cast<std::size_t>(C);
+    oneapi::tbb::parallel_for(std::size_t{0}, BT, [&](std::size_t bt) {
+      float* o = out + bt * row;
+      vec::to_f32(wte.at(static_cast<std::size_t>(tokens[bt]) * row), o, row);
+      if (!wpe) return;
+      float* p = scratch(0, row).data();
+      vec::to_f32(wpe.at(bt % static_cast<std::size_t>(T) * row), p, row);
+      for (std::size_t c = 0; c < row; ++c) o[c] += p[c];
+    });
+  }
+
+  // With a 16-bit table, the positions are grouped by token (a stable
+  // counting sort), and each token's row is widened once, gets its dout rows
+  // added in position order, and is rounded back once: the same fp32 sums,
+  // in the same order, as the reference's whole-table copy. dwpe likewise
+  // per t, over b in order.
+  void embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
+                          const std::int32_t* tokens, int B, int T, int C) const override {
+    if (dwte.dtype == DType::f32 && dwpe.dtype == DType::f32)
+      return ReferenceKernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+    const std::size_t BT = static_cast<std::size_t>(B) * T, row = static_cast<std::size_t>(C);
+    if (BT == 0) return;
+    const std::size_t V = static_cast<std::size_t>(*std::max_element(tokens, tokens + BT)) + 1;
+    std::vector<std::size_t> start(V + 1, 0);
+    for (std::size_t bt = 0; bt < BT; ++bt) ++start[static_cast<std::size_t>(tokens[bt]) + 1];
+    for (std::size_t v = 0; v < V; ++v) start[v + 1] += start[v];
+    std::vector<std::size_t> order(BT), next(start.begin(), start.end() - 1);
+    for (std::size_t bt = 0; bt < BT; ++bt)
+      order[next[static_cast<std::size_t>(tokens[bt])]++] = bt;
+    std::vector<std::int32_t> used;
+    for (std::size_t v = 0; v < V; ++v)
+      if (start[v + 1] > start[v]) used.push_back(static_cast<std::int32_t>(v));
+    auto add_rows = [&](TypedPtr grad, std::size_t r, auto&& rows) {
+      float* acc = scratch(0, row).data();
+      vec::to_f32(grad.at(r * row), acc, row);
+      rows([&](std::size_t bt) {
+        const float* d = dout + bt * row;
+        for (std::size_t c = 0; c < row; ++c) acc[c] += d[c];
+      });
+      vec::from_f32(acc, grad.at(r * row), row);
+    };
+    oneapi::tbb::parallel_for(std::size_t{0}, used.size(), [&](std::size_t u) {
+      const auto v = static_cast<std::size_t>(used[u]);
+      add_rows(dwte, v, [&](auto&& add) {
+        for (std::size_t i = start[v]; i < start[v + 1]; ++i) add(order[i]);
+      });
+    });
+    if (!dwpe) return;
+    oneapi::tbb::parallel_for(0, T, [&](int t) {
+      add_rows(dwpe, static_cast<std::size_t>(t), [&](auto&& add) {
+        for (int b = 0; b < B; ++b) add(static_cast<std::size_t>(b) * T + t);
+      });
+    });
+  }
+
+  // 16-bit w: blocks of tile_rows(C) output channels, each widened into
+  // scratch and multiplied (single-threaded BLAS) into its columns of out,
+  // the blocks in parallel. A block's result does not depend on which
+  // thread computes it.
+  void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias, int N,
+                      int C, int OC) const override {
+    if (w.dtype == DType::f32) return ReferenceKernels::matmul_forward(out, inp, w, bias, N, C, OC);
+    const int rows = tile_rows(C);
+    SingleThreadedBlas single;
+    oneapi::tbb::parallel_for(0, ceil_div(OC, rows), [&](int blk) {
+      const int o0 = blk * rows, nr = std::min(OC, o0 + rows) - o0;
+      float* wb = scratch(0, at_row(nr, C)).data();
+      vec::to_f32(w.at(at_row(o0, C)), wb, at_row(nr, C));
+      float beta = 0.0f;
+      if (bias) {
+        float* bb = scratch(1, static_cast<std::size_t>(nr)).data();
+        vec::to_f32(bias.at(static_cast<std::size_t>(o0)), bb, static_cast<std::size_t>(nr));
+        for (int n = 0; n < N; ++n)
+          std::copy(bb, bb + nr, out + static_cast<std::size_t>(n) * OC + o0);
+        beta = 1.0f;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, nr, C, 1.0f, inp, C, wb, C, beta,
+                  out + o0, OC);
+    });
+  }
+
+  // Each operand by its own type: the fp32 ones go through the reference's
+  // GEMMs unchanged, the 16-bit ones through tiles.
+  // dinp with 16-bit w: OC tiles in order, each widened once (in parallel)
+  //   into the caller's scratch; then tasks owning kDinpRows rows of dinp
+  //   add dout[rows, tile] @ tile. Converting per task instead would widen
+  //   w once per row block.
+  // 16-bit dw: a task owns a tile of dw rows, widens it, adds
+  //   dout[:, rows]^T @ inp with one GEMM and rounds it back once.
+  // 16-bit dbias: column sums in fp32 from the widened value, rounded once.
+  void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
+                       const float* inp, ConstTypedPtr w, int N, int C, int OC) const override {
+    const bool w16 = dinp && w.dtype != DType::f32;
+    const bool dw16 = dw.dtype != DType::f32;
+    const bool db16 = dbias && dbias.dtype != DType::f32;
+    ReferenceKernels::matmul_backward(w16 ? nullptr : dinp, dw16 ? nullptr : dw,
+                                      db16 ? nullptr : dbias, dout, inp, w, N, C, OC);
+    if (!w16 && !dw16 && !db16) return;
+    SingleThreadedBlas single;
+    if (w16) {
+      const int orows = tile_rows(C);
+      float* tile = scratch(2, at_row(orows, C)).data();
+      for (int o0 = 0; o0 < OC; o0 += orows) {
+        const int no = std::min(OC, o0 + orows) - o0;
+        oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<int>(0, no, 16),
+                                  [&](const oneapi::tbb::blocked_range<int>& r) {
+                                    vec::to_f32(w.at(at_row(o0 + r.begin(), C)),
+                                                tile + at_row(r.begin(), C),
+                                                at_row(static_cast<int>(r.size()), C));
+                                  });
+        oneapi::tbb::parallel_for(0, ceil_div(N, kDinpRows), [&](int blk) {
+          const int n0 = blk * kDinpRows, nn = std::min(N, n0 + kDinpRows) - n0;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nn, C, no, 1.0f,
+                      dout + at_row(n0, OC) + o0, OC, tile, C, 1.0f, dinp + at_row(n0, C), C);
+        });
+      }
+    }
+    if (dw16) {
+      const int rows = tile_rows(C);
+      oneapi::tbb::parallel_for(0, ceil_div(OC, rows), [&](int blk) {
+        const int o0 = blk * rows, nr = std::min(OC, o0 + rows) - o0;
+        float* tile = scratch(0, at_row(nr, C)).data();
+        vec::to_f32(dw.at(at_row(o0, C)), tile, at_row(nr, C));
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, C, N, 1.0f, dout + o0, OC, inp, C,
+                    1.0f, tile, C);
+        vec::from_f32(tile, dw.at(at_row(o0, C)), at_row(nr, C));
+      });
+    }
+    if (db16) {
+      constexpr int kCols = 256;
+      oneapi::tbb::parallel_for(0, ceil_div(OC, kCols), [&](int blk) {
+        const int o0 = blk * kCols, no = std::min(OC, o0 + kCols) - o0;
+        float* acc = scratch(0, static_cast<std::size_t>(no)).data();
+        vec::to_f32(dbias.at(static_cast<std::size_t>(o0)), acc, static_cast<std::size_t>(no));
+        for (int n = 0; n < N; ++n) {
+          const float* d = dout + static_cast<std::size_t>(n) * OC + o0;
+          for (int o = 0; o < no; ++o) acc[o] += d[o];
+        }
+        vec::from_f32(acc, dbias.at(static_cast<std::size_t>(o0)), static_cast<std::size_t>(no));
+      });
+    }
+  }
+
   void gelu_forward(float* out, const float* inp, std::size_t n) const override {
     if (!vec::have_avx2_fma()) return ReferenceKernels::gelu_forward(out, inp, n);
     parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
@@ -96,28 +267,28 @@ class FastKernels final : public ReferenceKernels {
     });
   }
 
-  void adamw(float* p, float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-             float beta2, float eps, float weight_decay, float grad_mult, float bc1,
+  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
              float bc2) const override {
     if (!vec::have_avx2_fma())
-      return ReferenceKernels::adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_mult,
-                                     bc1, bc2);
+      return ReferenceKernels::adamw(p, g, m, v, working, n, lr, beta1, beta2, eps, weight_decay,
+                                     grad_mult, bc1, bc2);
     parallel_chunks(n, 65536, [&](std::size_t a, std::size_t b) {
-      vec::adamw_avx2(p + a, g + a, m + a, v + a, b - a, lr, beta1, beta2, eps, weight_decay,
-                      grad_mult, bc1, bc2);
+      vec::adamw_avx2(p + a, g.at(a), m + a, v + a, working ? working.at(a) : nullptr, b - a, lr,
+                      beta1, beta2, eps, weight_decay, grad_mult, bc1, bc2);
     });
   }
 
   // Fixed 64K-element chunks, each summed by one vector loop, combined in
   // order: independent of the thread count.
-  double sum_squares(const float* x, std::size_t n) const override {
+  double sum_squares(ConstTypedPtr x, std::size_t n) const override {
     if (!vec::have_avx2_fma()) return ReferenceKernels::sum_squares(x, n);
     constexpr std::size_t kChunk = 65536;
     const std::size_t chunks = (n + kChunk - 1) / kChunk;
     std::vector<double> partial(chunks);
     oneapi::tbb::parallel_for(std::size_t{0}, chunks, [&](std::size_t c) {
       partial[c] =
-          vec::sum_squares_avx2(x + c * kChunk, std::min(n, (c + 1) * kChunk) - c * kChunk);
+          vec::sum_squares_avx2(x.at(c * kChunk), std::min(n, (c + 1) * kChunk) - c * kChunk);
     });
     double total = 0;
     for (double s : partial) total += s;
@@ -169,9 +340,9 @@ class FastKernels final : public ReferenceKernels {
           float* row = s + static_cast<std::size_t>(r) * t1;
           const int t = t0 + r;
           const float maxv = *std::max_element(row, row + t + 1);
-          const float sum = vec::have_avx2_fma()
-                                ? vec::exp_shifted_sum_avx2(row, static_cast<std::size_t>(t) + 1, maxv)
-                                : exp_shifted_sum(row, t + 1, maxv);
+          const float sum = vec::have_avx2_fma() ? vec::exp_shifted_sum_avx2(
+                                                       row, static_cast<std::size_t>(t) + 1, maxv)
+                                                 : exp_shifted_sum(row, t + 1, maxv);
           const float inv = 1.0f / sum;
           for (int j = 0; j <= t; ++j) row[j] *= inv;
           std::fill(row + t + 1, row + t1, 0.0f);
@@ -231,15 +402,14 @@ class FastKernels final : public ReferenceKernels {
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, p, t1, dob, C,
                       1.0f, dv + kv_off, kv_stride);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, ds, t1,
-                      k + kv_off, kv_stride, 1.0f, dq + q_off + static_cast<std::size_t>(t0) * q_stride,
-                      q_stride);
+                      k + kv_off, kv_stride, 1.0f,
+                      dq + q_off + static_cast<std::size_t>(t0) * q_stride, q_stride);
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, ds, t1, qb,
                       q_stride, 1.0f, dk + kv_off, kv_stride);
         }
       }
     });
   }
-
 };
 
 }  // namespace

@@ -35,6 +35,60 @@ void parallel_chunks(std::size_t n, std::size_t grain, F&& f) {
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
+// The reference reads a 16-bit operand through a whole fp32 copy: the
+// plainest statement of "read in fp32". f32 operands are used in place, so
+// the fp32 results are exactly those of the fp32 loops.
+class Widened {
+ public:
+  Widened(ConstTypedPtr x, std::size_t n) {
+    if (!x || x.dtype == DType::f32) {
+      data_ = static_cast<const float*>(x.data);
+      return;
+    }
+    copy_.resize(n);
+    convert(x.data, x.dtype, copy_.data(), DType::f32, n);
+    data_ = copy_.data();
+  }
+  const float* get() const { return data_; }
+
+ private:
+  std::vector<float> copy_;
+  const float* data_ = nullptr;
+};
+
+// A gradient the op adds into: a 16-bit one is widened to fp32, takes the
+// whole op's contribution there, and store() rounds it back once.
+class WidenedGrad {
+ public:
+  WidenedGrad(TypedPtr g, std::size_t n) : g_(g), n_(n) {
+    if (!g || g.dtype == DType::f32) {
+      data_ = static_cast<float*>(g.data);
+      return;
+    }
+    copy_.resize(n);
+    convert(g.data, g.dtype, copy_.data(), DType::f32, n);
+    data_ = copy_.data();
+  }
+  float* get() const { return data_; }
+  void store() const {
+    if (!copy_.empty()) convert(copy_.data(), DType::f32, g_.data, g_.dtype, n_);
+  }
+
+ private:
+  TypedPtr g_;
+  std::size_t n_;
+  std::vector<float> copy_;
+  float* data_ = nullptr;
+};
+
+// Rows of an embedding table the tokens reach (the table's size is not
+// passed).
+std::size_t rows_used(const std::int32_t* tokens, std::size_t n) {
+  std::int32_t last = -1;
+  for (std::size_t i = 0; i < n; ++i) last = std::max(last, tokens[i]);
+  return static_cast<std::size_t>(last + 1);
+}
+
 void rotate(float* x, const float* cos, const float* sin, int B, int T, int H, int hs, int stride,
             float direction) {
   const int half = hs / 2;
@@ -57,8 +111,14 @@ void rotate(float* x, const float* cos, const float* sin, int B, int T, int H, i
 }  // namespace
 
 // out: (B,T,C), tokens: (B,T), wte: (V,C), wpe: (T,C) or null
-void ReferenceKernels::embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
-                                         const float* wpe, int B, int T, int C) const {
+void ReferenceKernels::embedding_forward(float* out, const std::int32_t* tokens,
+                                         ConstTypedPtr wte_in, ConstTypedPtr wpe_in, int B, int T,
+                                         int C) const {
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  const Widened wte_f(wte_in, rows_used(tokens, BT) * C);
+  const Widened wpe_f(wpe_in, static_cast<std::size_t>(T) * C);
+  const float* wte = wte_f.get();
+  const float* wpe = wpe_f.get();
   parallel_rows(static_cast<std::size_t>(B) * T, 16, [&](std::size_t bt) {
     const std::size_t t = bt % static_cast<std::size_t>(T);
     const float* e = wte + static_cast<std::size_t>(tokens[bt]) * C;
@@ -73,9 +133,13 @@ void ReferenceKernels::embedding_forward(float* out, const std::int32_t* tokens,
 }
 
 // Parallel over channel blocks so that two rows with the same token never race.
-void ReferenceKernels::embedding_backward(float* dwte, float* dwpe, const float* dout,
+void ReferenceKernels::embedding_backward(TypedPtr dwte_out, TypedPtr dwpe_out, const float* dout,
                                           const std::int32_t* tokens, int B, int T, int C) const {
   const std::size_t BT = static_cast<std::size_t>(B) * T;
+  const WidenedGrad dwte_f(dwte_out, rows_used(tokens, BT) * C);
+  const WidenedGrad dwpe_f(dwpe_out, static_cast<std::size_t>(T) * C);
+  float* dwte = dwte_f.get();
+  float* dwpe = dwpe_f.get();
   parallel_chunks(static_cast<std::size_t>(C), 16, [&](std::size_t c0, std::size_t c1) {
     for (std::size_t bt = 0; bt < BT; ++bt) {
       const float* d = dout + bt * C;
@@ -87,12 +151,17 @@ void ReferenceKernels::embedding_backward(float* dwte, float* dwpe, const float*
       }
     }
   });
+  dwte_f.store();
+  dwpe_f.store();
 }
 
 // inp, out: (N,C); mean, rstd: (N); w, b: (C)
 void ReferenceKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* w, const float* b, int N, int C,
+                                         ConstTypedPtr w_in, ConstTypedPtr b_in, int N, int C,
                                          float eps) const {
+  const Widened w_f(w_in, static_cast<std::size_t>(C)), b_f(b_in, static_cast<std::size_t>(C));
+  const float* w = w_f.get();
+  const float* b = b_f.get();
   parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
     const float* x = inp + n * C;
     float m = 0;
@@ -109,9 +178,16 @@ void ReferenceKernels::layernorm_forward(float* out, float* mean, float* rstd, c
   });
 }
 
-void ReferenceKernels::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                          const float* inp, const float* w, const float* mean,
-                                          const float* rstd, int N, int C) const {
+void ReferenceKernels::layernorm_backward(float* dinp, TypedPtr dw_out, TypedPtr db_out,
+                                          const float* dout, const float* inp, ConstTypedPtr w_in,
+                                          const float* mean, const float* rstd, int N,
+                                          int C) const {
+  const Widened w_f(w_in, static_cast<std::size_t>(C));
+  const WidenedGrad dw_f(dw_out, static_cast<std::size_t>(C)),
+      db_f(db_out, static_cast<std::size_t>(C));
+  const float* w = w_f.get();
+  float* dw = dw_f.get();
+  float* db = db_f.get();
   parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
     const float* x = inp + n * C;
     const float* d = dout + n * C;
@@ -141,11 +217,15 @@ void ReferenceKernels::layernorm_backward(float* dinp, float* dw, float* db, con
       }
     }
   });
+  dw_f.store();
+  db_f.store();
 }
 
 // inp, out: (N,C); rstd: (N); w: (C)
-void ReferenceKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
-                                       int N, int C, float eps) const {
+void ReferenceKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
+                                       ConstTypedPtr w_in, int N, int C, float eps) const {
+  const Widened w_f(w_in, static_cast<std::size_t>(C));
+  const float* w = w_f.get();
   parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
     const float* x = inp + n * C;
     float ss = 0;
@@ -157,8 +237,13 @@ void ReferenceKernels::rmsnorm_forward(float* out, float* rstd, const float* inp
   });
 }
 
-void ReferenceKernels::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                        const float* w, const float* rstd, int N, int C) const {
+void ReferenceKernels::rmsnorm_backward(float* dinp, TypedPtr dw_out, const float* dout,
+                                        const float* inp, ConstTypedPtr w_in, const float* rstd,
+                                        int N, int C) const {
+  const Widened w_f(w_in, static_cast<std::size_t>(C));
+  const WidenedGrad dw_f(dw_out, static_cast<std::size_t>(C));
+  const float* w = w_f.get();
+  float* dw = dw_f.get();
   parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
     const float* x = inp + n * C;
     const float* d = dout + n * C;
@@ -175,11 +260,16 @@ void ReferenceKernels::rmsnorm_backward(float* dinp, float* dw, const float* dou
       for (std::size_t c = c0; c < c1; ++c) dw[c] += x[c] * rstd[n] * d[c];
     }
   });
+  dw_f.store();
 }
 
 // out: (N,OC) = inp (N,C) @ w^T, w: (OC,C)
-void ReferenceKernels::matmul_forward(float* out, const float* inp, const float* w,
-                                      const float* bias, int N, int C, int OC) const {
+void ReferenceKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w_in,
+                                      ConstTypedPtr bias_in, int N, int C, int OC) const {
+  const Widened w_f(w_in, static_cast<std::size_t>(OC) * C);
+  const Widened bias_f(bias_in, static_cast<std::size_t>(OC));
+  const float* w = w_f.get();
+  const float* bias = bias_f.get();
   float beta = 0.0f;
   if (bias) {
     parallel_rows(static_cast<std::size_t>(N), 64,
@@ -189,16 +279,24 @@ void ReferenceKernels::matmul_forward(float* out, const float* inp, const float*
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
-void ReferenceKernels::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
-                                       const float* inp, const float* w, int N, int C,
-                                       int OC) const {
+void ReferenceKernels::matmul_backward(float* dinp, TypedPtr dw_out, TypedPtr dbias_out,
+                                       const float* dout, const float* inp, ConstTypedPtr w_in,
+                                       int N, int C, int OC) const {
+  const Widened w_f(dinp ? w_in : nullptr, static_cast<std::size_t>(OC) * C);
+  const WidenedGrad dw_f(dw_out, static_cast<std::size_t>(OC) * C);
+  const WidenedGrad dbias_f(dbias_out, static_cast<std::size_t>(OC));
+  const float* w = w_f.get();
+  float* dw = dw_f.get();
+  float* dbias = dbias_f.get();
   // dinp (N,C) += dout (N,OC) @ w (OC,C)
   if (dinp)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
                 dinp, C);
-  // dw (OC,C) += dout^T (OC,N) @ inp (N,C)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
-              C);
+  // dw (OC,C) += dout^T (OC,N) @ inp (N,C); null when the fast kernels
+  // compute it themselves.
+  if (dw)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
+                C);
   if (dbias) {
     parallel_chunks(static_cast<std::size_t>(OC), 64, [&](std::size_t o0, std::size_t o1) {
       for (int n = 0; n < N; ++n) {
@@ -207,6 +305,8 @@ void ReferenceKernels::matmul_backward(float* dinp, float* dw, float* dbias, con
       }
     });
   }
+  dw_f.store();
+  dbias_f.store();
 }
 
 // GELU, tanh form, written as x * sigmoid(2u): 0.5 (1 + tanh(u)) equals
@@ -391,9 +491,13 @@ void ReferenceKernels::softmax_crossentropy_backward(float* probs, const std::in
   });
 }
 
-void ReferenceKernels::adamw(float* p, float* g, float* m, float* v, std::size_t n, float lr,
-                             float beta1, float beta2, float eps, float weight_decay,
-                             float grad_mult, float bc1, float bc2) const {
+// A 16-bit gradient is read through an fp32 copy and then zeroed; the
+// working copy is the updated master rounded to its type.
+void ReferenceKernels::adamw(float* p, TypedPtr g_in, float* m, float* v, TypedPtr working,
+                             std::size_t n, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, float grad_mult, float bc1, float bc2) const {
+  const WidenedGrad g_f(g_in, n);
+  float* g = g_f.get();
   parallel_chunks(n, 16384, [&](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
       const float gi = g[i] * grad_mult;
@@ -405,11 +509,15 @@ void ReferenceKernels::adamw(float* p, float* g, float* m, float* v, std::size_t
       p[i] -= lr * (weight_decay * p[i] + mhat / (std::sqrt(vhat) + eps));
     }
   });
+  g_f.store();
+  if (working) convert(p, DType::f32, working.data, working.dtype, n);
 }
 
 // Fixed 64K-element chunks summed in double, then combined in order: the
 // result does not depend on the thread count at all.
-double ReferenceKernels::sum_squares(const float* x, std::size_t n) const {
+double ReferenceKernels::sum_squares(ConstTypedPtr x_in, std::size_t n) const {
+  const Widened x_f(x_in, n);
+  const float* x = x_f.get();
   constexpr std::size_t kChunk = 65536;
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks, 0.0);

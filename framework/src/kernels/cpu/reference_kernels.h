@@ -11,23 +11,23 @@ namespace ztrain {
 
 class ReferenceKernels : public Kernels {
  public:
-  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
-                         int B, int T, int C) const override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
-                          int B, int T, int C) const override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                         const float* b, int N, int C, float eps) const override;
-  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                          const float* w, const float* mean, const float* rstd, int N,
-                          int C) const override;
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+  void embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
+                         ConstTypedPtr wpe, int B, int T, int C) const override;
+  void embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
+                          const std::int32_t* tokens, int B, int T, int C) const override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, ConstTypedPtr w,
+                         ConstTypedPtr b, int N, int C, float eps) const override;
+  void layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
+                          const float* inp, ConstTypedPtr w, const float* mean, const float* rstd,
+                          int N, int C) const override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N, int C,
                        float eps) const override;
-  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
-                        const float* rstd, int N, int C) const override;
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C,
-                      int OC) const override;
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                       const float* w, int N, int C, int OC) const override;
+  void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
+                        ConstTypedPtr w, const float* rstd, int N, int C) const override;
+  void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias, int N,
+                      int C, int OC) const override;
+  void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
+                       const float* inp, ConstTypedPtr w, int N, int C, int OC) const override;
   void gelu_forward(float* out, const float* inp, std::size_t n) const override;
   void gelu_backward(float* dinp, const float* inp, const float* dout,
                      std::size_t n) const override;
@@ -50,10 +50,10 @@ class ReferenceKernels : public Kernels {
                                     int N, int V) const override;
   void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss, int N,
                                      int V) const override;
-  void adamw(float* p, float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-             float beta2, float eps, float weight_decay, float grad_mult, float bc1,
+  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
              float bc2) const override;
-  double sum_squares(const float* x, std::size_t n) const override;
+  double sum_squares(ConstTypedPtr x, std::size_t n) const override;
 };
 
 std::unique_ptr<Kernels> make_reference_cpu_kernels();

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdint>
 
 namespace ztrain::vec {
 namespace {
@@ -10,7 +11,95 @@ namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-#define ZTRAIN_AVX2 __attribute__((target("avx2,fma")))
+#define ZTRAIN_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// 8 lanes of a typed operand, to and from fp32 registers.
+template <DType t>
+__m256 load8(const void* base, std::size_t i);
+template <DType t>
+void store8(void* base, std::size_t i, __m256 x);
+
+ZTRAIN_AVX2 inline __m128i load_u16x8(const void* base, std::size_t i) {
+  return _mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(base) + i));
+}
+ZTRAIN_AVX2 inline void store_u16x8(void* base, std::size_t i, __m128i h) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(base) + i), h);
+}
+
+template <>
+ZTRAIN_AVX2 inline __m256 load8<DType::f32>(const void* base, std::size_t i) {
+  return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+}
+template <>
+ZTRAIN_AVX2 inline __m256 load8<DType::bf16>(const void* base, std::size_t i) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load_u16x8(base, i)), 16));
+}
+// F16C quiets a signalling NaN, f16_to_float keeps it as it is: the quiet
+// bit is cleared again in those lanes, so both give the same bits.
+template <>
+ZTRAIN_AVX2 inline __m256 load8<DType::f16>(const void* base, std::size_t i) {
+  const __m128i h = load_u16x8(base, i);
+  const __m256i bits = _mm256_castps_si256(_mm256_cvtph_ps(h));
+  const __m256i mag = _mm256_and_si256(_mm256_cvtepu16_epi32(h), _mm256_set1_epi32(0x7fff));
+  const __m256i snan = _mm256_andnot_si256(_mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7dff)),
+                                           _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7c00)));
+  return _mm256_castsi256_ps(
+      _mm256_andnot_si256(_mm256_and_si256(snan, _mm256_set1_epi32(0x00400000)), bits));
+}
+
+template <>
+ZTRAIN_AVX2 inline void store8<DType::f32>(void* base, std::size_t i, __m256 x) {
+  _mm256_storeu_ps(static_cast<float*>(base) + i, x);
+}
+// float_to_bf16 on 8 lanes: add 0x7fff plus the lowest kept bit (nearest,
+// ties to even; overflow carries into infinity), NaN just sets the quiet bit.
+template <>
+ZTRAIN_AVX2 inline void store8<DType::bf16>(void* base, std::size_t i, __m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  const __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+  // packus works within 128-bit halves: lanes 0-3 land in 64-bit word 0,
+  // lanes 4-7 in word 2.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  store_u16x8(base, i, _mm256_castsi256_si128(packed));
+}
+template <>
+ZTRAIN_AVX2 inline void store8<DType::f16>(void* base, std::size_t i, __m256 x) {
+  store_u16x8(base, i, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// The same, one element at a time, for the tails.
+template <DType t>
+float load1(const void* base, std::size_t i) {
+  if constexpr (t == DType::f32) return static_cast<const float*>(base)[i];
+  if constexpr (t == DType::bf16) return bf16_to_float(static_cast<const std::uint16_t*>(base)[i]);
+  if constexpr (t == DType::f16) return f16_to_float(static_cast<const std::uint16_t*>(base)[i]);
+}
+template <DType t>
+void store1(void* base, std::size_t i, float x) {
+  if constexpr (t == DType::f32) static_cast<float*>(base)[i] = x;
+  if constexpr (t == DType::bf16) static_cast<std::uint16_t*>(base)[i] = float_to_bf16(x);
+  if constexpr (t == DType::f16) static_cast<std::uint16_t*>(base)[i] = float_to_f16(x);
+}
+
+template <DType t>
+ZTRAIN_AVX2 void to_f32_avx2(const void* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<t>(src, i));
+  for (; i < n; ++i) dst[i] = load1<t>(src, i);
+}
+
+template <DType t>
+ZTRAIN_AVX2 void from_f32_avx2(const float* src, void* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) store8<t>(dst, i, _mm256_loadu_ps(src + i));
+  for (; i < n; ++i) store1<t>(dst, i, src[i]);
+}
 
 // Cephes expf on 8 lanes. Inputs are clamped to [-87, 88] so that the
 // power of two stays a normal float (exp(-inf) gives 1.6e-38, not 0, and
@@ -54,8 +143,23 @@ float sigmoid_scalar(float z) {
 }  // namespace
 
 bool have_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return yes;
+}
+
+void to_f32(ConstTypedPtr src, float* dst, std::size_t n) {
+  if (src.dtype == DType::f32 || !have_avx2_fma())
+    return convert(src.data, src.dtype, dst, DType::f32, n);
+  if (src.dtype == DType::bf16) return to_f32_avx2<DType::bf16>(src.data, dst, n);
+  to_f32_avx2<DType::f16>(src.data, dst, n);
+}
+
+void from_f32(const float* src, TypedPtr dst, std::size_t n) {
+  if (dst.dtype == DType::f32 || !have_avx2_fma())
+    return convert(src, DType::f32, dst.data, dst.dtype, n);
+  if (dst.dtype == DType::bf16) return from_f32_avx2<DType::bf16>(src, dst.data, n);
+  from_f32_avx2<DType::f16>(src, dst.data, n);
 }
 
 // 0.5 (1 + tanh(u)) = sigmoid(2u), which avoids the cancellation in 1 + tanh
@@ -150,8 +254,14 @@ ZTRAIN_AVX2 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift) {
   return sum;
 }
 
-ZTRAIN_AVX2 void adamw_avx2(float* p, float* g, float* m, float* v, std::size_t n, float lr,
-                            float beta1, float beta2, float eps, float weight_decay,
+namespace {
+
+// The update, typed by the gradient G and the working copy W (kWork false:
+// none wanted). The f32 gradient without a working copy is the plain fp32
+// update; the others differ only in how g and working are loaded and stored.
+template <DType G, DType W, bool kWork>
+ZTRAIN_AVX2 void adamw_loop(float* p, void* g, float* m, float* v, void* working, std::size_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
                             float grad_mult, float bc1, float bc2) {
   const __m256 b1 = _mm256_set1_ps(beta1), b2 = _mm256_set1_ps(beta2);
   const __m256 one_b1 = _mm256_set1_ps(1.0f - beta1), one_b2 = _mm256_set1_ps(1.0f - beta2);
@@ -160,8 +270,8 @@ ZTRAIN_AVX2 void adamw_avx2(float* p, float* g, float* m, float* v, std::size_t 
   const __m256 neg_lr = _mm256_set1_ps(-lr), mult = _mm256_set1_ps(grad_mult);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), mult);
-    _mm256_storeu_ps(g + i, _mm256_setzero_ps());
+    const __m256 gi = _mm256_mul_ps(load8<G>(g, i), mult);
+    store8<G>(g, i, _mm256_setzero_ps());
     const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(one_b1, gi));
     const __m256 vi =
         _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(one_b2, gi), gi));
@@ -170,22 +280,39 @@ ZTRAIN_AVX2 void adamw_avx2(float* p, float* g, float* m, float* v, std::size_t 
     const __m256 denom = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, inv_bc2)), e);
     const __m256 pi = _mm256_loadu_ps(p + i);
     const __m256 update = _mm256_fmadd_ps(wd, pi, _mm256_div_ps(_mm256_mul_ps(mi, inv_bc1), denom));
-    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(neg_lr, update, pi));
+    const __m256 pn = _mm256_fmadd_ps(neg_lr, update, pi);
+    _mm256_storeu_ps(p + i, pn);
+    if constexpr (kWork) store8<W>(working, i, pn);
   }
   for (; i < n; ++i) {
-    const float gi = g[i] * grad_mult;
-    g[i] = 0.0f;
+    const float gi = load1<G>(g, i) * grad_mult;
+    store1<G>(g, i, 0.0f);
     m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
     v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     p[i] -= lr * (weight_decay * p[i] + (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps));
+    if constexpr (kWork) store1<W>(working, i, p[i]);
   }
 }
 
-ZTRAIN_AVX2 double sum_squares_avx2(const float* x, std::size_t n) {
+template <DType G, class... Args>
+void adamw_dispatch(TypedPtr working, float* p, void* g, float* m, float* v, Args... args) {
+  if (!working) return adamw_loop<G, DType::f32, false>(p, g, m, v, nullptr, args...);
+  switch (working.dtype) {
+    case DType::f32:
+      return adamw_loop<G, DType::f32, true>(p, g, m, v, working.data, args...);
+    case DType::bf16:
+      return adamw_loop<G, DType::bf16, true>(p, g, m, v, working.data, args...);
+    case DType::f16:
+      return adamw_loop<G, DType::f16, true>(p, g, m, v, working.data, args...);
+  }
+}
+
+template <DType t>
+ZTRAIN_AVX2 double sum_squares_loop(const void* x, std::size_t n) {
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 xi = _mm256_loadu_ps(x + i);
+    const __m256 xi = load8<t>(x, i);
     const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(xi));
     const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(xi, 1));
     a0 = _mm256_fmadd_pd(lo, lo, a0);
@@ -194,8 +321,41 @@ ZTRAIN_AVX2 double sum_squares_avx2(const float* x, std::size_t n) {
   alignas(32) double lanes[4];
   _mm256_store_pd(lanes, _mm256_add_pd(a0, a1));
   double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  for (; i < n; ++i) {
+    const double xi = load1<t>(x, i);
+    sum += xi * xi;
+  }
   return sum;
+}
+
+}  // namespace
+
+void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
+                float bc2) {
+  switch (g.dtype) {
+    case DType::f32:
+      return adamw_dispatch<DType::f32>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
+                                        weight_decay, grad_mult, bc1, bc2);
+    case DType::bf16:
+      return adamw_dispatch<DType::bf16>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
+                                         weight_decay, grad_mult, bc1, bc2);
+    case DType::f16:
+      return adamw_dispatch<DType::f16>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
+                                        weight_decay, grad_mult, bc1, bc2);
+  }
+}
+
+double sum_squares_avx2(ConstTypedPtr x, std::size_t n) {
+  switch (x.dtype) {
+    case DType::f32:
+      return sum_squares_loop<DType::f32>(x.data, n);
+    case DType::bf16:
+      return sum_squares_loop<DType::bf16>(x.data, n);
+    case DType::f16:
+      return sum_squares_loop<DType::f16>(x.data, n);
+  }
+  return 0;
 }
 
 }  // namespace ztrain::vec

@@ -2,14 +2,26 @@
 // exp (Cephes' expf: range reduction by ln 2, degree-6 polynomial, about
 // 2 ulp) and the loops built on it, chosen at run time when the processor
 // has AVX2 and FMA; the scalar loops of ReferenceKernels serve otherwise.
+// 16-bit operands are converted in registers: bf16 by shifts, f16 by F16C,
+// both bit-exact with dtype.h's scalar conversions.
 #pragma once
 
 #include <cstddef>
 
+#include "ztrain/kernels.h"
+
 namespace ztrain::vec {
 
-// True when the running processor can execute the AVX2+FMA versions.
+// True when the running processor can execute the vector versions: AVX2,
+// FMA and F16C (every processor with the first two has the third).
 bool have_avx2_fma();
+
+// dst = src widened to fp32, exact; n elements.
+void to_f32(ConstTypedPtr src, float* dst, std::size_t n);
+// dst = src rounded to dst's type as float_to_bf16 / float_to_f16 round
+// (nearest even, NaN kept quiet); n elements.
+void from_f32(const float* src, TypedPtr dst, std::size_t n);
+// Both use the vector loops when have_avx2_fma() and scalar ones otherwise.
 
 // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); all (n)
 void gelu_forward_avx2(float* out, const float* inp, std::size_t n);
@@ -24,10 +36,13 @@ void swiglu_backward_avx2(float* dgate, float* dup, const float* dout, const flo
 // fixed order).
 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift);
 
-// AdamW on n elements, as Kernels::adamw (gradients zeroed after use).
-void adamw_avx2(float* p, float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-                float beta2, float eps, float weight_decay, float grad_mult, float bc1, float bc2);
-// Sum of squares of n floats accumulated in double, in a fixed order.
-double sum_squares_avx2(const float* x, std::size_t n);
+// AdamW on n elements, as Kernels::adamw: g read and zeroed, working (if
+// not null) written, all in the same pass.
+void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
+                float bc2);
+// Sum of squares of n elements accumulated in double, in a fixed order that
+// does not depend on the type.
+double sum_squares_avx2(ConstTypedPtr x, std::size_t n);
 
 }  // namespace ztrain::vec
