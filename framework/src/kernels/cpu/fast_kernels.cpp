@@ -71,8 +71,10 @@ int ceil_div(int a, int b) {
   return (a + b - 1) / b;
 }
 
-// Rows of dinp one matmul_backward task owns.
-constexpr int kDinpRows = 256;
+// Rows and columns of dinp one matmul_backward task owns: blocks of columns
+// too, so that a small N (a few sequences of a short context) still keeps
+// every thread busy.
+constexpr int kDinpRows = 256, kDinpCols = 128;
 
 // Elements from row r0 on of a matrix with C columns.
 std::size_t at_row(int r0, int C) {
@@ -179,9 +181,9 @@ class FastKernels final : public ReferenceKernels {
   // Each operand by its own type: the fp32 ones go through the reference's
   // GEMMs unchanged, the 16-bit ones through tiles.
   // dinp with 16-bit w: OC tiles in order, each widened once (in parallel)
-  //   into the caller's scratch; then tasks owning kDinpRows rows of dinp
-  //   add dout[rows, tile] @ tile. Converting per task instead would widen
-  //   w once per row block.
+  //   into the caller's scratch; then tasks owning a kDinpRows x kDinpCols
+  //   block of dinp add dout[rows, tile] @ tile[:, cols]. Converting per
+  //   task instead would widen w once per block.
   // 16-bit dw: a task owns a tile of dw rows, widens it, adds
   //   dout[:, rows]^T @ inp with one GEMM and rounds it back once.
   // 16-bit dbias: column sums in fp32 from the widened value, rounded once.
@@ -205,10 +207,13 @@ class FastKernels final : public ReferenceKernels {
                                                 tile + at_row(r.begin(), C),
                                                 at_row(static_cast<int>(r.size()), C));
                                   });
-        oneapi::tbb::parallel_for(0, ceil_div(N, kDinpRows), [&](int blk) {
-          const int n0 = blk * kDinpRows, nn = std::min(N, n0 + kDinpRows) - n0;
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nn, C, no, 1.0f,
-                      dout + at_row(n0, OC) + o0, OC, tile, C, 1.0f, dinp + at_row(n0, C), C);
+        const int col_blocks = ceil_div(C, kDinpCols);
+        oneapi::tbb::parallel_for(0, ceil_div(N, kDinpRows) * col_blocks, [&](int blk) {
+          const int n0 = blk / col_blocks * kDinpRows, nn = std::min(N, n0 + kDinpRows) - n0;
+          const int c0 = blk % col_blocks * kDinpCols, nc = std::min(C, c0 + kDinpCols) - c0;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nn, nc, no, 1.0f,
+                      dout + at_row(n0, OC) + o0, OC, tile + c0, C, 1.0f, dinp + at_row(n0, C) + c0,
+                      C);
         });
       }
     }
