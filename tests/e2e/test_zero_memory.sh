@@ -44,55 +44,55 @@ within() {
 }
 
 for mode in "fp32 4 4 8" "bf16 2 2 12" "bf16acc32 2 4 12"; do
-  set -- $mode
-  precision=(--set train.precision=${1%acc32}) P=$2 G=$3 O=$4
-  [ "$1" = bf16acc32 ] && precision+=(--set train.grad_accum_dtype=fp32)
-for strategy in ddp zero1 zero2 zero3; do
-  extra=()
-  [ "$strategy" = zero3 ] && extra=("${zero3[@]}")
-  for n in 2 4; do
-    name="${1}_${strategy}_w$n"
-    on_ranks "$n" "$ZTRAIN" "${common[@]}" "${precision[@]}" \
-      --strategy "$strategy" "${extra[@]}" --set train.out_dir="$scratch/$name" \
-      "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
-      { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-    "$ZTRAIN" estimate --world "$n" "${common[@]}" "${precision[@]}" --strategy "$strategy" \
-      "${extra[@]}" "$SRC/configs/run.toml" > "$scratch/$name.estimate" ||
-      { cat "$scratch/$name.estimate" >&2; fail "estimate $name failed"; }
-    psi=$(sed -n 's/.*(gpt2, \([0-9]*\) params).*/\1/p' "$scratch/$name.estimate")
-    [ -n "$psi" ] || fail "no parameter count in the estimate of $name"
-    metrics="$scratch/$name/metrics.jsonl"
-    p=$(peak params "$metrics") g=$(peak grads "$metrics") o=$(peak optimizer "$metrics")
-    echo "$name: psi $psi | params $p grads $g optimizer $o"
-    for c in params grads optimizer comm; do
-      got=$(peak "$c" "$metrics")
-      want=$(awk -v c="$c" '$1 == "device" && $2 == c { print $3 }' "$scratch/$name.estimate")
-      want=${want:-0}
-      echo "  $c: measured $got, estimated $want"
-      awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d;
-          exit !(d <= 0.05 * (g > w ? g : w)) }' ||
-        fail "$name: estimate of $c ($want) is not within 5% of the measured $got"
-    done
-    shard=$((psi / n))
-    case $strategy in
-      ddp)
-        within "$name params" "$p" $((P * psi)) $((P * psi * 101 / 100))
-        within "$name grads" "$g" $((G * psi)) $((G * psi * 101 / 100))
-        within "$name optimizer" "$o" $((O * psi)) $((O * psi * 101 / 100)) ;;
-      zero1)
-        within "$name params" "$p" $((P * psi)) $((P * psi * 101 / 100))
-        within "$name grads" "$g" $((G * psi)) $((G * psi * 101 / 100))
-        within "$name optimizer" "$o" $((O * shard)) $((O * shard * 101 / 100)) ;;
-      zero2 | zero3)
-        within "$name grads" "$g" $((G * shard)) $((G * (shard + 2 * M + E) * 101 / 100))
-        within "$name optimizer" "$o" $((O * shard)) $((O * shard * 101 / 100))
-        if [ "$strategy" = zero2 ]; then
+  read -r label P G O <<< "$mode"
+  precision=(--set train.precision=${label%acc32})
+  [ "$label" = bf16acc32 ] && precision+=(--set train.grad_accum_dtype=fp32)
+  for strategy in ddp zero1 zero2 zero3; do
+    extra=()
+    [ "$strategy" = zero3 ] && extra=("${zero3[@]}")
+    for n in 2 4; do
+      name="${label}_${strategy}_w$n"
+      on_ranks "$n" "$ZTRAIN" "${common[@]}" "${precision[@]}" \
+        --strategy "$strategy" "${extra[@]}" --set train.out_dir="$scratch/$name" \
+        "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
+        { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
+      "$ZTRAIN" estimate --world "$n" "${common[@]}" "${precision[@]}" --strategy "$strategy" \
+        "${extra[@]}" "$SRC/configs/run.toml" > "$scratch/$name.estimate" ||
+        { cat "$scratch/$name.estimate" >&2; fail "estimate $name failed"; }
+      psi=$(sed -n 's/.*(gpt2, \([0-9]*\) params).*/\1/p' "$scratch/$name.estimate")
+      [ -n "$psi" ] || fail "no parameter count in the estimate of $name"
+      metrics="$scratch/$name/metrics.jsonl"
+      p=$(peak params "$metrics") g=$(peak grads "$metrics") o=$(peak optimizer "$metrics")
+      echo "$name: psi $psi | params $p grads $g optimizer $o"
+      for c in params grads optimizer comm; do
+        got=$(peak "$c" "$metrics")
+        want=$(awk -v c="$c" '$1 == "device" && $2 == c { print $3 }' "$scratch/$name.estimate")
+        want=${want:-0}
+        echo "  $c: measured $got, estimated $want"
+        awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d;
+            exit !(d <= 0.05 * (g > w ? g : w)) }' ||
+          fail "$name: estimate of $c ($want) is not within 5% of the measured $got"
+      done
+      shard=$((psi / n))
+      case $strategy in
+        ddp)
           within "$name params" "$p" $((P * psi)) $((P * psi * 101 / 100))
-        else
-          within "$name params" "$p" $((P * (shard + M))) $((P * (shard + live) * 101 / 100))
-        fi ;;
-    esac
+          within "$name grads" "$g" $((G * psi)) $((G * psi * 101 / 100))
+          within "$name optimizer" "$o" $((O * psi)) $((O * psi * 101 / 100)) ;;
+        zero1)
+          within "$name params" "$p" $((P * psi)) $((P * psi * 101 / 100))
+          within "$name grads" "$g" $((G * psi)) $((G * psi * 101 / 100))
+          within "$name optimizer" "$o" $((O * shard)) $((O * shard * 101 / 100)) ;;
+        zero2 | zero3)
+          within "$name grads" "$g" $((G * shard)) $((G * (shard + 2 * M + E) * 101 / 100))
+          within "$name optimizer" "$o" $((O * shard)) $((O * shard * 101 / 100))
+          if [ "$strategy" = zero2 ]; then
+            within "$name params" "$p" $((P * psi)) $((P * psi * 101 / 100))
+          else
+            within "$name params" "$p" $((P * (shard + M))) $((P * (shard + live) * 101 / 100))
+          fi ;;
+      esac
+    done
   done
-done
 done
 echo "PASS"

@@ -586,6 +586,8 @@ std::uint32_t bits(float f) {
 }  // namespace
 
 TEST_CASE("row conversions match dtype.h's scalar ones bit for bit") {
+  if (!ztrain::vec::have_avx2_fma())
+    MESSAGE("no AVX2/FMA/F16C here: only the scalar fallback is compared");
   // Every 16-bit pattern, widened; split so that the scalar tail runs too.
   Half all(65536);
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
@@ -754,7 +756,7 @@ TEST_CASE("16-bit embedding: fast matches reference bit for bit, repeated tokens
   }
 }
 
-TEST_CASE("16-bit layernorm and rmsnorm: fast matches reference, gradients rounded once") {
+TEST_CASE("16-bit layernorm and rmsnorm: fp32 math on the widened values, gradients rounded once") {
   const auto ref = ztrain::make_reference_cpu_kernels();
   const int N = 37, C = 83;
   const std::size_t nc = static_cast<std::size_t>(N) * C;

@@ -118,6 +118,8 @@ class ZTRAIN_API StepContext {
   void exit_backward(ModuleId m);
 
   // Valid between enter and exit of a module in the parameter's used_by.
+  // In the run's precision (param) and grad_accum_dtype (grad): pass them
+  // to the kernels as they are (ConstTypedPtr/TypedPtr).
   TensorView param(ParamId p);
   TensorView grad(ParamId p);
 

@@ -127,8 +127,10 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
       throw ConfigError(where + ": [train] grad_accum_dtype \"" + t.get_string("grad_accum_dtype") +
                         "\" with precision \"" + t.get_string("precision") +
                         "\": gradients are accumulated in fp32 or in the working precision; "
-                        "use \"fp32\" or \"" +
-                        t.get_string("precision") + "\"");
+                        "use " +
+                        (tr.precision == DType::f32
+                             ? std::string("\"fp32\"")
+                             : "\"fp32\" or \"" + t.get_string("precision") + "\""));
   }
   tr.seed = static_cast<std::uint64_t>(t.get_int("seed"));
   tr.log_every = t.get_int("log_every");

@@ -3,9 +3,9 @@
 // Parameters are laid out in declaration order, each starting on an
 // `align`-element boundary; the total is padded so that `world` ranks own
 // equal, aligned slices [owned_begin(r), owned_end(r)). The same layout
-// indexes the parameter, gradient and optimizer-state buffers, so a byte
-// range in one is the same parameters' range in the others. Padding elements
-// are zero and stay zero.
+// indexes the parameter, gradient and optimizer-state buffers, so an
+// element range in one is the same parameters' range in the others (whose
+// element types may differ). Padding elements are zero and stay zero.
 //
 // Thread safety: immutable after construction.
 #pragma once

@@ -71,6 +71,14 @@ int ceil_div(int a, int b) {
   return (a + b - 1) / b;
 }
 
+// Rows per block when blocks of output channels are the parallel tasks:
+// a tile at most, and small enough to give at least 16 tasks, so a narrow
+// layer (or a small model) still spreads over the threads. Shapes alone
+// decide it, never the thread count, so results stay reproducible.
+int task_rows(int OC, int C) {
+  return std::max(16, std::min(tile_rows(C), ceil_div(ceil_div(OC, 16), 16) * 16));
+}
+
 // Rows and columns of dinp one matmul_backward task owns: blocks of columns
 // too, so that a small N (a few sequences of a short context) still keeps
 // every thread busy.
@@ -152,14 +160,14 @@ class FastKernels final : public ReferenceKernels {
     });
   }
 
-  // 16-bit w: blocks of tile_rows(C) output channels, each widened into
+  // 16-bit w: blocks of task_rows(OC, C) output channels, each widened into
   // scratch and multiplied (single-threaded BLAS) into its columns of out,
   // the blocks in parallel. A block's result does not depend on which
   // thread computes it.
   void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias, int N,
                       int C, int OC) const override {
     if (w.dtype == DType::f32) return ReferenceKernels::matmul_forward(out, inp, w, bias, N, C, OC);
-    const int rows = tile_rows(C);
+    const int rows = task_rows(OC, C);
     SingleThreadedBlas single;
     oneapi::tbb::parallel_for(0, ceil_div(OC, rows), [&](int blk) {
       const int o0 = blk * rows, nr = std::min(OC, o0 + rows) - o0;
@@ -218,7 +226,7 @@ class FastKernels final : public ReferenceKernels {
       }
     }
     if (dw16) {
-      const int rows = tile_rows(C);
+      const int rows = task_rows(OC, C);
       oneapi::tbb::parallel_for(0, ceil_div(OC, rows), [&](int blk) {
         const int o0 = blk * rows, nr = std::min(OC, o0 + rows) - o0;
         float* tile = scratch(0, at_row(nr, C)).data();

@@ -12,6 +12,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace ztrain {
@@ -496,35 +497,40 @@ void ReferenceKernels::softmax_crossentropy_backward(float* probs, const std::in
 void ReferenceKernels::adamw(float* p, TypedPtr g_in, float* m, float* v, TypedPtr working,
                              std::size_t n, float lr, float beta1, float beta2, float eps,
                              float weight_decay, float grad_mult, float bc1, float bc2) const {
-  const WidenedGrad g_f(g_in, n);
-  float* g = g_f.get();
+  // Chunk by chunk, so that a 16-bit gradient shard (this is also the
+  // fallback without AVX2) never gets a whole fp32 twin.
   parallel_chunks(n, 16384, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
+    const std::size_t k = i1 - i0;
+    const Widened g_f(g_in.at(i0), k);
+    const float* g = g_f.get();
+    for (std::size_t i = 0; i < k; ++i) {
       const float gi = g[i] * grad_mult;
-      g[i] = 0.0f;
-      m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-      v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-      const float mhat = m[i] / bc1;
-      const float vhat = v[i] / bc2;
-      p[i] -= lr * (weight_decay * p[i] + mhat / (std::sqrt(vhat) + eps));
+      float& pi = p[i0 + i];
+      float& mi = m[i0 + i];
+      float& vi = v[i0 + i];
+      mi = beta1 * mi + (1.0f - beta1) * gi;
+      vi = beta2 * vi + (1.0f - beta2) * gi * gi;
+      const float mhat = mi / bc1;
+      const float vhat = vi / bc2;
+      pi -= lr * (weight_decay * pi + mhat / (std::sqrt(vhat) + eps));
     }
+    std::memset(g_in.at(i0).data, 0, k * dtype_size(g_in.dtype));
+    if (working) convert(p + i0, DType::f32, working.at(i0).data, working.dtype, k);
   });
-  g_f.store();
-  if (working) convert(p, DType::f32, working.data, working.dtype, n);
 }
 
-// Fixed 64K-element chunks summed in double, then combined in order: the
-// result does not depend on the thread count at all.
+// Fixed 64K-element chunks (each widened on its own) summed in double, then
+// combined in order: the result does not depend on the thread count at all.
 double ReferenceKernels::sum_squares(ConstTypedPtr x_in, std::size_t n) const {
-  const Widened x_f(x_in, n);
-  const float* x = x_f.get();
   constexpr std::size_t kChunk = 65536;
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks, 0.0);
   parallel_rows(chunks, 1, [&](std::size_t c) {
-    const std::size_t i1 = std::min(n, (c + 1) * kChunk);
+    const std::size_t k = std::min(n, (c + 1) * kChunk) - c * kChunk;
+    const Widened x_f(x_in.at(c * kChunk), k);
+    const float* x = x_f.get();
     double s = 0;
-    for (std::size_t i = c * kChunk; i < i1; ++i) s += static_cast<double>(x[i]) * x[i];
+    for (std::size_t i = 0; i < k; ++i) s += static_cast<double>(x[i]) * x[i];
     partial[c] = s;
   });
   double total = 0;

@@ -1,9 +1,10 @@
 // Vectorised elementwise math for the fast cpu kernels: an 8-wide AVX2+FMA
 // exp (Cephes' expf: range reduction by ln 2, degree-6 polynomial, about
 // 2 ulp) and the loops built on it, chosen at run time when the processor
-// has AVX2 and FMA; the scalar loops of ReferenceKernels serve otherwise.
-// 16-bit operands are converted in registers: bf16 by shifts, f16 by F16C,
-// both bit-exact with dtype.h's scalar conversions.
+// has AVX2, FMA and F16C (have_avx2_fma); the scalar loops of
+// ReferenceKernels serve otherwise. 16-bit operands are converted in
+// registers: bf16 by shifts, f16 by F16C, both bit-exact with dtype.h's
+// scalar conversions (to_f32/from_f32 fall back to dtype.h's convert).
 #pragma once
 
 #include <cstddef>
