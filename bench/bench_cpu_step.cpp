@@ -132,6 +132,51 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
                 1e3 * sec);
 }
 
+// The matmuls of one gpt2-124m step (N = 256 rows) alone, fp32 and bf16
+// weights and gradients alternating, best of `reps`: a steadier view of
+// the conversions' cost than the step's noisy per-op means.
+double matmul_precision(const Kernels& k, int reps) {
+  struct Shape {
+    const char* what;
+    int C, OC, per_step;
+  };
+  const Shape shapes[] = {{"qkv", 768, 2304, 12},
+                          {"attention proj", 768, 768, 12},
+                          {"mlp fc", 768, 3072, 12},
+                          {"mlp proj", 3072, 768, 12},
+                          {"lm head", 768, 50257, 1}};
+  const int N = 256;
+  double f32_total = 0, bf16_total = 0;
+  std::printf("  matmuls alone (N=%d, forward + backward, best of %d):\n", N, reps);
+  for (const auto& sh : shapes) {
+    const std::size_t wn = static_cast<std::size_t>(sh.OC) * sh.C;
+    std::vector<float> inp(static_cast<std::size_t>(N) * sh.C, 0.5f), w(wn, 0.01f), dw(wn, 0.0f),
+        out(static_cast<std::size_t>(N) * sh.OC), dout(out.size(), 0.001f), dinp(inp.size());
+    std::vector<std::uint16_t> w16(wn), dw16(wn, 0);
+    convert(w.data(), DType::f32, w16.data(), DType::bf16, wn);
+    double t32 = 1e30, t16 = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = Clock::now();
+      k.matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, sh.C, sh.OC);
+      k.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, sh.C,
+                        sh.OC);
+      t32 = std::min(t32, seconds(t0));
+      t0 = Clock::now();
+      const ConstTypedPtr wb(w16.data(), DType::bf16);
+      k.matmul_forward(out.data(), inp.data(), wb, nullptr, N, sh.C, sh.OC);
+      k.matmul_backward(dinp.data(), TypedPtr(dw16.data(), DType::bf16), nullptr, dout.data(),
+                        inp.data(), wb, N, sh.C, sh.OC);
+      t16 = std::min(t16, seconds(t0));
+    }
+    f32_total += sh.per_step * t32;
+    bf16_total += sh.per_step * t16;
+    std::printf("    %-16s C=%4d OC=%5d  fp32 %7.2f ms  bf16 %7.2f ms  (x%.3f)\n", sh.what, sh.C,
+                sh.OC, 1e3 * t32, 1e3 * t16, t16 / t32);
+  }
+  std::printf("    per step: fp32 %.0f ms, bf16 %.0f ms\n", 1e3 * f32_total, 1e3 * bf16_total);
+  return bf16_total - f32_total;
+}
+
 // bf16 against fp32, alternating so that a slow minute hits both.
 void compare_precision(const BenchModel& m, int threads, int steps, int rounds) {
   std::vector<double> s32, s16;
@@ -170,6 +215,9 @@ void compare_precision(const BenchModel& m, int threads, int steps, int rounds) 
   std::printf("    %-22s %8.2f  (%.2f -> %.2f)\n", "optimizer step", 1e3 * dopt, 1e3 * opt32,
               1e3 * opt16);
   std::printf("  16-bit conversion cost: %.1f %% of the bf16 step\n", 100.0 * extra / total16);
+  const double added = matmul_precision(*make_cpu_kernels(), 9);
+  std::printf("  16-bit matmul conversions alone: %.0f ms, %.1f %% of the bf16 step\n", 1e3 * added,
+              100.0 * added / t16);
 }
 
 }  // namespace
