@@ -61,6 +61,8 @@ for mode in "fp32 4 4 8" "bf16 2 2 12" "bf16acc32 2 4 12"; do
         { cat "$scratch/$name.estimate" >&2; fail "estimate $name failed"; }
       psi=$(sed -n 's/.*(gpt2, \([0-9]*\) params).*/\1/p' "$scratch/$name.estimate")
       [ -n "$psi" ] || fail "no parameter count in the estimate of $name"
+      grep -q "${label%acc32} weights and $([ $G = 4 ] && echo fp32 || echo bf16) gradients" \
+        "$scratch/$name.estimate" || fail "the estimate of $name does not state its precision"
       metrics="$scratch/$name/metrics.jsonl"
       p=$(peak params "$metrics") g=$(peak grads "$metrics") o=$(peak optimizer "$metrics")
       echo "$name: psi $psi | params $p grads $g optimizer $o"

@@ -488,7 +488,10 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
      << ", model " << model_name << " (" << info.arch << ", " << info.n_params
      << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len
-     << " tokens\npeak bytes per rank:\n";
+     << " tokens, " << precision_label(settings.train.precision) << " weights and "
+     << precision_label(settings.train.grad_dtype) << " gradients"
+     << (settings.train.precision != DType::f32 ? " (fp32 master weights in optimizer)" : "")
+     << "\npeak bytes per rank:\n";
   for (std::size_t t = 0; t < kTierCount; ++t) {
     std::uint64_t total = 0;
     for (std::size_t c = 0; c < kCategoryCount; ++c) {
