@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "ztrain/dtype.h"
 
@@ -126,4 +127,29 @@ TEST_CASE("convert between all dtypes") {
   CHECK(b[0] == float_to_bf16(1.0f));
   CHECK(dtype_size(DType::f32) == 4);
   CHECK(dtype_name(DType::bf16) == "bf16");
+}
+
+TEST_CASE("add_into sums in fp32 and rounds once, f16 overflowing to infinity") {
+  const std::vector<float> a{1.0f, 0.1f, -3.5f, 60000.0f, 1e-3f},
+      b{2.0f, 0.2f, 1.25f, 60000.0f, 3e-3f};
+  std::vector<float> f = a;
+  add_into(f.data(), b.data(), a.size(), DType::f32);
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(f[i] == a[i] + b[i]);
+  for (DType t : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    std::vector<std::uint16_t> x(a.size()), y(a.size()), want(a.size());
+    convert(a.data(), DType::f32, x.data(), t, a.size());
+    convert(b.data(), DType::f32, y.data(), t, b.size());
+    std::vector<float> xf(a.size()), yf(a.size());
+    convert(x.data(), t, xf.data(), DType::f32, a.size());
+    convert(y.data(), t, yf.data(), DType::f32, a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) xf[i] += yf[i];
+    convert(xf.data(), DType::f32, want.data(), t, a.size());
+    add_into(x.data(), y.data(), a.size(), t);
+    CHECK(x == want);
+  }
+  std::uint16_t h = float_to_f16(60000.0f);
+  const std::uint16_t g = h;
+  add_into(&h, &g, 1, DType::f16);
+  CHECK(std::isinf(f16_to_float(h)));
 }

@@ -84,4 +84,8 @@ inline float f16_to_float(std::uint16_t h) {
 // Converts n elements between types; same-type conversion is a copy.
 ZTRAIN_API void convert(const void* src, DType src_type, void* dst, DType dst_type, std::size_t n);
 
+// dst[i] += src[i] for n elements of one type, each sum taken in fp32 and
+// rounded once (the step of a 16-bit reduction).
+ZTRAIN_API void add_into(void* dst, const void* src, std::size_t n, DType type);
+
 }  // namespace ztrain

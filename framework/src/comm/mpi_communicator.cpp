@@ -18,11 +18,9 @@
 namespace ztrain {
 namespace {
 
-template <float (*Load)(std::uint16_t), std::uint16_t (*Store)(float)>
+template <DType T>
 void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const std::uint16_t*>(in);
-  auto* b = static_cast<std::uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = Store(Load(a[i]) + Load(b[i]));
+  add_into(inout, in, static_cast<std::size_t>(*len), T);
 }
 
 // MPI_Init_thread once per process, MPI_Finalize at exit (after every
@@ -48,8 +46,8 @@ class MpiRuntime {
     if (provided < MPI_THREAD_MULTIPLE)
       throw CommError("this MPI library does not support MPI_THREAD_MULTIPLE (level " +
                       std::to_string(provided) + "); ztrain's communicators need it");
-    MPI_Op_create(&sum16<bf16_to_float, float_to_bf16>, 1, &bf16_sum);
-    MPI_Op_create(&sum16<f16_to_float, float_to_f16>, 1, &f16_sum);
+    MPI_Op_create(&sum16<DType::bf16>, 1, &bf16_sum);
+    MPI_Op_create(&sum16<DType::f16>, 1, &f16_sum);
   }
 };
 

@@ -43,4 +43,18 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, std::si
   }
 }
 
+void add_into(void* dst, const void* src, std::size_t n, DType type) {
+  if (type == DType::f32) {
+    auto* d = static_cast<float*>(dst);
+    const auto* s = static_cast<const float*>(src);
+    for (std::size_t i = 0; i < n; ++i) d[i] += s[i];
+    return;
+  }
+  auto* d = static_cast<std::uint16_t*>(dst);
+  const auto* s = static_cast<const std::uint16_t*>(src);
+  for (std::size_t i = 0; i < n; ++i)
+    d[i] = type == DType::bf16 ? float_to_bf16(bf16_to_float(d[i]) + bf16_to_float(s[i]))
+                               : float_to_f16(f16_to_float(d[i]) + f16_to_float(s[i]));
+}
+
 }  // namespace ztrain

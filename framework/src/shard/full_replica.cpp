@@ -22,7 +22,7 @@ FullReplica::FullReplica(Device& device, const std::vector<ParamSpec>& params,
 }
 
 TensorView FullReplica::view(const Buffer& b, DType t, ParamId p) const {
-  return {static_cast<char*>(b.data()) + layout_.offset(p) * dtype_size(t), t,
+  return {TypedPtr(b.data(), t).at(layout_.offset(p)).data, t,
           params_[static_cast<std::size_t>(p)].shape};
 }
 

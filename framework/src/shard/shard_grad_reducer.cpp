@@ -7,28 +7,6 @@
 #include "ztrain/error.h"
 
 namespace ztrain::shard {
-namespace {
-
-// dst += src elementwise in fp32, rounded once to dst's type.
-void add_into(TypedPtr dst, ConstTypedPtr src, std::uint64_t n) {
-  if (dst.dtype == DType::f32) {
-    float* d = static_cast<float*>(dst.data);
-    const float* s = static_cast<const float*>(src.data);
-    for (std::uint64_t k = 0; k < n; ++k) d[k] += s[k];
-    return;
-  }
-  constexpr std::uint64_t kTile = 4096;
-  float a[kTile], b[kTile];
-  for (std::uint64_t k = 0; k < n; k += kTile) {
-    const std::uint64_t m = std::min(kTile, n - k);
-    convert(dst.at(k).data, dst.dtype, a, DType::f32, m);
-    convert(src.at(k).data, src.dtype, b, DType::f32, m);
-    for (std::uint64_t i = 0; i < m; ++i) a[i] += b[i];
-    convert(a, DType::f32, dst.at(k).data, dst.dtype, m);
-  }
-}
-
-}  // namespace
 
 ShardGradReducer::ShardGradReducer(Device& device, const std::vector<ParamSpec>& params,
                                    const FlatLayout& layout, Communicator& comm, TypedPtr shard,
@@ -136,7 +114,7 @@ void ShardGradReducer::complete(std::size_t i) {
     if (mine > 0) {
       const TypedPtr dst = shard_.at(b.own_begin - layout_.owned_begin(rank_));
       if (staged_)
-        add_into(dst, {b.recv.data(), shard_.dtype}, mine);
+        add_into(dst.data, b.recv.data(), mine, shard_.dtype);
       else
         std::memcpy(dst.data, b.recv.data(), mine * dtype_size(shard_.dtype));
     }

@@ -4,11 +4,13 @@
 // copy), filled from the end of the layout backwards, which is the order in
 // which backward completes gradients (the head first, the embedding last).
 // The first bucket is small so communication starts early; the others hold
-// up to `bucket_elements`. Buckets are reduced in the gradients' own type. When a module's backward
-// completes, every parameter whose last user in backward order was that module is complete; a
-// bucket whose parameters are all complete is launched asynchronously (all-reduce average), in the
-// same order on every rank. finish() launches what is left and waits. Every micro-step starts with
-// begin_micro_step(last); during gradient accumulation nothing is launched before the last one.
+// up to `bucket_elements`; buckets are reduced in the gradients' own type.
+// When a module's backward completes, every parameter whose last user in
+// backward order was that module is complete; a bucket whose parameters are
+// all complete is launched asynchronously (all-reduce average), in the same
+// order on every rank. finish() launches what is left and waits. Every
+// micro-step starts with begin_micro_step(last); during gradient
+// accumulation nothing is launched before the last one.
 //
 // Thread safety: the training thread only.
 #pragma once

@@ -1,10 +1,11 @@
 // ParamGatherer: sharded parameters made whole around the modules using them.
 //
 // zero3's parameter side. Each rank holds only its owned range of the flat
-// working parameters (the shard, in the run's precision). fetch(m) before a module runs makes every
-// parameter m uses whole on this rank (one irregular all-gather per
-// parameter into a buffer of its own); release(m) after it frees them, by
-// these rules (DeepSpeed's option names and meanings; sizes in elements):
+// working parameters (the shard, in the run's precision). fetch(m) before a
+// module runs makes every parameter m uses whole on this rank (one
+// irregular all-gather per parameter into a buffer of its own); release(m)
+// after it frees them, by these rules (DeepSpeed's option names and
+// meanings; sizes in elements):
 // - param_persistence_threshold: a parameter of at most this many elements
 //   is gathered once and kept; refresh() re-gathers those after the
 //   optimizer changed the shard.
