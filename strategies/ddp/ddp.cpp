@@ -73,9 +73,7 @@ class Ddp final : public Strategy {
              n * shard::optimizer_bytes_per_element(a.precision));
   }
 
-  StrategyStats stats() const override {
-    return {reducer_->bytes_sent(), reducer_->wait_seconds()};
-  }
+  StrategyStats stats() const override { return {reducer_->wait_seconds()}; }
 
  private:
   std::vector<ParamSpec> params_;

@@ -60,7 +60,7 @@ class Zero1 final : public Strategy {
     const std::size_t size = dtype_size(g.dtype);
     std::memset(g.data, 0, begin_ * size);
     std::memset(g.at(end_).data, 0, (layout_->total() - end_) * size);
-    if (!r.skipped) published_ += replica_->publish(*comm_, allgather_);
+    if (!r.skipped) replica_->publish(*comm_, allgather_);
     return r;
   }
 
@@ -76,9 +76,7 @@ class Zero1 final : public Strategy {
         .set(Tier::device, Category::comm, peaks.recv * dtype_size(a.grad_dtype));
   }
 
-  StrategyStats stats() const override {
-    return {reducer_->bytes_sent() + published_, reducer_->wait_seconds()};
-  }
+  StrategyStats stats() const override { return {reducer_->wait_seconds()}; }
 
  private:
   std::vector<ParamSpec> params_;
@@ -91,7 +89,6 @@ class Zero1 final : public Strategy {
   std::optional<shard::FullReplica> replica_;
   std::optional<shard::OptimizerShard> optimizer_;
   std::optional<shard::ShardGradReducer> reducer_;
-  std::uint64_t published_ = 0;
 };
 
 }  // namespace

@@ -57,7 +57,7 @@ class Zero2 final : public Strategy {
     reducer_->finish();
     const StepResult r = shard::step_shard(*optimizer_, replica_->weights().at(begin_),
                                            grad_shard(), comm_, *kernels_, a);
-    if (!r.skipped) published_ += replica_->publish(*comm_, allgather_);
+    if (!r.skipped) replica_->publish(*comm_, allgather_);
     return r;
   }
 
@@ -73,9 +73,7 @@ class Zero2 final : public Strategy {
         .set(Tier::device, Category::comm, peaks.recv * dtype_size(a.grad_dtype));
   }
 
-  StrategyStats stats() const override {
-    return {reducer_->bytes_sent() + published_, reducer_->wait_seconds()};
-  }
+  StrategyStats stats() const override { return {reducer_->wait_seconds()}; }
 
  private:
   TypedPtr grad_shard() const { return {grads_.data(), grad_dtype_}; }
@@ -92,7 +90,6 @@ class Zero2 final : public Strategy {
   Buffer grads_;
   std::optional<shard::OptimizerShard> optimizer_;
   std::optional<shard::ShardGradReducer> reducer_;
-  std::uint64_t published_ = 0;
 };
 
 }  // namespace

@@ -90,8 +90,7 @@ class Zero3 final : public Strategy {
   }
 
   StrategyStats stats() const override {
-    return {reducer_->bytes_sent() + gatherer_->bytes_sent(),
-            reducer_->wait_seconds() + gatherer_->wait_seconds()};
+    return {reducer_->wait_seconds() + gatherer_->wait_seconds()};
   }
 
  private:

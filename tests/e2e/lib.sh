@@ -1,14 +1,14 @@
 # Sourced by every end-to-end script (with the script's own arguments):
 # ZTRAIN (the binary) and SRC (the source tree) from the command line, a
 # scratch directory removed on exit, and fail() naming the script.
-name=$(basename "${BASH_SOURCE[1]}" .sh)
-ZTRAIN=$(realpath "${1:?usage: $name.sh ZTRAIN_BINARY SOURCE_DIR}")
-SRC=$(realpath "${2:?usage: $name.sh ZTRAIN_BINARY SOURCE_DIR}")
+test_name=$(basename "${BASH_SOURCE[1]}" .sh)
+ZTRAIN=$(realpath "${1:?usage: $test_name.sh ZTRAIN_BINARY SOURCE_DIR}")
+SRC=$(realpath "${2:?usage: $test_name.sh ZTRAIN_BINARY SOURCE_DIR}")
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
 fail() {
-  echo "FAIL ($name): $*" >&2
+  echo "FAIL ($test_name): $*" >&2
   exit 1
 }
 
@@ -27,19 +27,65 @@ on_ranks() {
   "$mpirun" --allow-run-as-root --oversubscribe --bind-to none "${forward[@]}" -np "$np" "$@"
 }
 
-# train_losses METRICS_JSONL: "step loss" of every training line.
-train_losses() {
-  grep '"split": "train"' "$1" | sed -n 's/.*"step": \([0-9]*\).*"loss": \([-0-9.e+]*\).*/\1 \2/p'
+# train_curve METRICS_JSONL: "step loss grad_norm" of every training line
+# (grad_norm is null on a skipped step).
+train_curve() {
+  grep '"split": "train"' "$1" |
+    sed -n 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2 \3/p'
 }
 
-# same_losses REF NAME TOLERANCE: the losses (column 2, line by line) of
-# $scratch/NAME.losses must be within TOLERANCE (relative) of REF's.
-same_losses() {
-  local ref=$1 other=$2 tol=$3 worst
-  worst=$(awk 'NR == FNR { a[FNR] = $2; next }
-      { d = a[FNR] - $2; if (d < 0) d = -d; r = d / a[FNR]; if (r > m) m = r }
-      END { printf "%.3g", m }' "$scratch/$ref.losses" "$scratch/$other.losses")
-  echo "$other: largest relative loss difference to $ref: $worst"
-  awk -v m="$worst" -v t="$tol" 'BEGIN { exit !(m <= t) }' ||
-    fail "$other differs from $ref by $worst (> $tol)"
+# curve NAME: $scratch/NAME/metrics.jsonl's curve into $scratch/NAME.curve,
+# which must hold STEPS lines when a second argument gives them.
+curve() {
+  train_curve "$scratch/$1/metrics.jsonl" > "$scratch/$1.curve"
+  if [ -n "${2:-}" ] && [ "$(wc -l < "$scratch/$1.curve")" -ne "$2" ]; then
+    fail "$1 logged $(wc -l < "$scratch/$1.curve") training steps, not $2"
+  fi
+}
+
+# same_column COLUMN WHAT REF NAME TOLERANCE: column COLUMN of
+# $scratch/NAME.curve must be within TOLERANCE (relative) of REF's, step by
+# step; both must log the same steps.
+same_column() {
+  local col=$1 what=$2 ref=$3 other=$4 tol=$5 result
+  result=$(awk -v col="$col" 'NR == FNR { step[FNR] = $1; v[FNR] = $col; n = FNR; next }
+      { if ($1 != step[FNR]) { print "misaligned"; exit }
+        if ($col == v[FNR]) d = 0
+        else if ($col == "null" || v[FNR] == "null") d = 1e300
+        else { d = v[FNR] - $col; if (d < 0) d = -d; a = v[FNR] < 0 ? -v[FNR] : v[FNR]; if (a > 0) d /= a }
+        if (d > m || at == "") { m = d; at = $1 } }
+      END { if (FNR != n) print "misaligned"; else printf "%.3g %s", m, at }' \
+    "$scratch/$ref.curve" "$scratch/$other.curve")
+  [ "$result" != misaligned ] || fail "$other and $ref do not log the same steps"
+  set -- $result
+  echo "$other: largest relative $what difference to $ref: $1 (step $2)"
+  awk -v m="$1" -v t="$tol" 'BEGIN { exit !(m <= t) }' ||
+    fail "$other's $what differs from $ref's by $1 at step $2 (> $tol)"
+}
+
+# same_losses REF NAME TOLERANCE, same_norms REF NAME TOLERANCE: losses or
+# gradient norms of $scratch/NAME.curve against REF's.
+same_losses() { same_column 2 loss "$@"; }
+same_norms() { same_column 3 "gradient norm" "$@"; }
+# same_training REF NAME LOSS_TOLERANCE NORM_TOLERANCE: both.
+same_training() {
+  same_losses "$1" "$2" "$3"
+  same_norms "$1" "$2" "$4"
+}
+
+# comm_bytes NAME KIND: the bytes all ranks sent for collectives of KIND in
+# the last logged training step of $scratch/NAME/metrics.jsonl.
+comm_bytes() {
+  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
+    sed -n "s/.*\"$2\": {\"calls\": [0-9]*, \"bytes\": \([0-9]*\)}.*/\1/p"
+}
+
+# check_bytes NAME KIND BYTES: exactly BYTES (summed over ranks) for KIND.
+check_bytes() {
+  local got
+  got=$(comm_bytes "$1" "$2")
+  [ -n "$got" ] || fail "$1: no $2 bytes in the metrics"
+  [ "$got" -eq 0 ] && [ "$3" -eq 0 ] ||
+    echo "$1: $2 sent $got bytes over all ranks in the last step (theory $3)"
+  [ "$got" -eq "$3" ] || fail "$1: $2 sent $got bytes in a step, the theory says $3"
 }

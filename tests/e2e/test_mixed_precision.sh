@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Mixed precision on gpt2-tiny-shaped models, 40 steps.
 # - bf16 and fp16 (16-bit working weights and gradients, fp32 master
-#   weights) track the fp32 loss curve of ddp at world 1 within 2e-3
-#   relative per step, for ddp at world 1 and 2 and for zero3 at world 2;
+#   weights) track the fp32 curve of ddp at world 1 within 2e-3 relative
+#   per step in the loss and 2e-2 in the gradient norm (measured at most
+#   9.5e-5 and 3.4e-3), for ddp at world 1 and 2 and for zero3 at world 2;
 #   fp16 with the dynamic loss scale, which must not skip a step here.
 # - In one precision the strategies agree much more tightly: without
 #   clipping, zero1, zero2 and zero3 at world 2 log ddp's world-2 losses
 #   bit for bit (the same 16-bit gradients, reduced alike, step the same
-#   fp32 masters); with clipping within 2e-4, because the global norm is
-#   summed in another order per shard, and a last-bit difference in the
-#   clip factor moves a few masters across a 16-bit rounding boundary
-#   (measured 1.25e-5 in bf16). grad_accum_dtype = "fp32" (zero2, with
-#   accumulation) stays within the 16-bit tolerance of fp32.
+#   fp32 masters) and its gradient norms within 2e-6 (the shards' squares
+#   are summed in another order; measured 5.5e-8); with clipping within
+#   2e-4 and 4e-3, because a last-bit difference in the clip factor moves
+#   a few masters across a 16-bit rounding boundary (measured 1.25e-5 and
+#   6.8e-4 in bf16). grad_accum_dtype = "fp32" (zero2, with accumulation)
+#   stays within the 16-bit tolerances of fp32.
 # - Bytes communicated per step in bf16 are half of fp32's (0.5 within
 #   0.5 %) for every strategy.
 # - Weights exported from bf16 zero3 import into fp32 and bf16 runs of
@@ -37,8 +39,7 @@ run() {
     --set train.precision="$precision" --set train.out_dir="$scratch/$name" "$@" \
     "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
     { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  train_losses "$scratch/$name/metrics.jsonl" > "$scratch/$name.losses"
-  [ "$(wc -l < "$scratch/$name.losses")" -eq 40 ] || fail "$name logged $(wc -l < "$scratch/$name.losses") steps"
+  curve "$name" 40
   grep -q "precision: $precision working weights" "$scratch/$name.out" ||
     fail "$name does not report its precision"
   if grep -q "skipped on gradient overflow" "$scratch/$name.out"; then
@@ -63,10 +64,12 @@ for precision in bf16 fp16; do
     run "${precision}_${stage}_w2" 2 "$precision" --strategy "$stage" "${extra[@]}"
     run "${precision}_${stage}_w2_noclip" 2 "$precision" --strategy "$stage" "${extra[@]}" \
       --set train.grad_clip=0
-    same_losses "${precision}_ddp_w2" "${precision}_${stage}_w2" 2e-4
-    same_losses "${precision}_ddp_w2_noclip" "${precision}_${stage}_w2_noclip" 0
+    same_training "${precision}_ddp_w2" "${precision}_${stage}_w2" 2e-4 4e-3
+    same_training "${precision}_ddp_w2_noclip" "${precision}_${stage}_w2_noclip" 0 2e-6
   done
-  for run_name in ddp_w1 ddp_w2 zero3_w2; do same_losses fp32_ddp_w1 "${precision}_$run_name" 2e-3; done
+  for run_name in ddp_w1 ddp_w2 zero3_w2; do
+    same_training fp32_ddp_w1 "${precision}_$run_name" 2e-3 2e-2
+  done
 done
 grep -q "loss scale dynamic from 2^16" "$scratch/fp16_ddp_w1.out" || fail "fp16 does not scale dynamically"
 grep -q "loss scale 1$" "$scratch/bf16_ddp_w1.out" || fail "bf16 does not keep a loss scale of 1"
@@ -75,7 +78,7 @@ run bf16acc32_zero2_w2 2 bf16 --strategy zero2 --set train.grad_accum_dtype=fp32
   --set train.grad_accum=2 --set train.micro_batch_size=2
 grep -q "gradients accumulated and reduced in fp32" "$scratch/bf16acc32_zero2_w2.out" ||
   fail "grad_accum_dtype = fp32 was not applied"
-same_losses fp32_ddp_w1 bf16acc32_zero2_w2 2e-3
+same_training fp32_ddp_w1 bf16acc32_zero2_w2 2e-3 2e-2
 
 for stage in ddp zero1 zero2 zero3; do
   extra=()
@@ -100,7 +103,7 @@ probe() {
     --set train.precision="$precision" --set model.init_from="$scratch/w_bf16_zero3" \
     --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
     { cat "$scratch/$name.out" >&2; fail "probe $name failed"; }
-  train_losses "$scratch/$name/metrics.jsonl" > "$scratch/$name.losses"
+  curve "$name" 1
 }
 run w_bf16_zero3 2 bf16 --strategy zero3 "${zero3[@]}" --set train.save_final=true
 probe from_fp32_ddp 1 fp32

@@ -55,6 +55,20 @@ std::vector<float> decode(const void* p, DType t, std::size_t n) {
   return out;
 }
 
+std::size_t kind(Collective c) {
+  return static_cast<std::size_t>(c);
+}
+
+// The sum of every rank's v (an all-gather of the bits: 64-bit integers
+// are no reduction type).
+std::uint64_t sum_over_ranks(std::uint64_t v) {
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(world().size()));
+  world().all_gather(&v, all.data(), 4, DType::bf16);
+  std::uint64_t s = 0;
+  for (auto x : all) s += x;
+  return s;
+}
+
 // A 1-D parameter of n elements used by the given modules, N(0, 1) initial values.
 ParamSpec param(const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
   ParamSpec p;
@@ -184,6 +198,70 @@ TEST_CASE("all_gather puts rank r's block at r, broadcast copies the root's data
   world().barrier();
 }
 
+TEST_CASE("every collective is counted where it runs: calls, and bytes a ring sends") {
+  const int R = world().size(), r = world().rank();
+  const auto ring = static_cast<std::uint64_t>(R - 1);
+  // The calls of kind k since `before`, and the bytes all ranks sent for them.
+  const auto check = [&](Collective k, const CommCounters& before, std::uint64_t calls,
+                         std::uint64_t job_bytes) {
+    const CommCounters d = world().counters().since(before);
+    INFO(collective_name(k));
+    CHECK(d.calls[kind(k)] == calls);
+    CHECK(sum_over_ranks(d.bytes_sent[kind(k)]) == job_bytes);
+    for (std::size_t other = 0; other < kCollectiveCount; ++other)
+      if (other != kind(k)) CHECK(d.calls[other] == 0);
+  };
+  CommCounters before = world().counters();
+  std::vector<float> v(1001, 1.0f);
+  world().all_reduce(v.data(), v.size(), DType::f32, ReduceOp::sum);
+  world().all_reduce_async(v.data(), 7, DType::bf16, ReduceOp::average).wait();
+  check(Collective::all_reduce, before, 2, 2 * ring * (1001 * 4 + 7 * 2));
+
+  before = world().counters();
+  std::vector<float> send(5 * static_cast<std::size_t>(R), 1.0f), recv(5);
+  world().reduce_scatter(send.data(), recv.data(), 5, DType::f32, ReduceOp::sum);
+  std::vector<std::size_t> counts;
+  std::size_t total = 0;
+  for (int k = 0; k < R; ++k) total += counts.emplace_back(static_cast<std::size_t>(k * 3 % 5));
+  std::vector<float> irregular(total, 1.0f), mine(5);
+  world()
+      .reduce_scatter_v_async(irregular.data(), mine.data(), counts, DType::f32, ReduceOp::sum)
+      .wait();
+  check(Collective::reduce_scatter, before, 2,
+        ring * (5 * 4 * static_cast<std::uint64_t>(R) + total * 4));
+
+  before = world().counters();
+  world().all_gather(recv.data(), send.data(), 5, DType::f32);
+  world().all_gather_v_async(mine.data(), irregular.data(), counts, DType::f32).wait();
+  check(Collective::all_gather, before, 2,
+        ring * (5 * 4 * static_cast<std::uint64_t>(R) + total * 4));
+
+  before = world().counters();
+  world().broadcast(v.data(), 10, DType::f16, R - 1);
+  check(Collective::broadcast, before, 1, ring * 10 * 2);
+
+  before = world().counters();
+  auto sub = world().split(r % 2, r);
+  CHECK(world().counters().since(before).total_bytes() == 0);  // forming groups is not traffic
+  const CommCounters sub_before = sub->counters();
+  before = world().counters();
+  sub->all_reduce(v.data(), 100, DType::f32, ReduceOp::sum);
+  // The group's collective counts in the group and in the world.
+  CHECK(sub->counters().since(sub_before).calls[kind(Collective::all_reduce)] == 1);
+  const CommCounters d = world().counters().since(before);
+  CHECK(d.calls[kind(Collective::all_reduce)] == 1);
+  CHECK(d.bytes_sent[kind(Collective::all_reduce)] ==
+        sub->counters().since(sub_before).bytes_sent[kind(Collective::all_reduce)]);
+  const std::uint64_t groups_bytes = sum_over_ranks(d.bytes_sent[kind(Collective::all_reduce)]);
+  // Two groups (odd and even ranks) each send 2 (size-1) x 400 bytes.
+  std::uint64_t want = 0;
+  for (int colour = 0; colour < 2 && colour < R; ++colour) {
+    const auto members = static_cast<std::uint64_t>((R - colour + 1) / 2);
+    want += 2 * (members - 1) * 400;
+  }
+  CHECK(groups_bytes == want);
+}
+
 TEST_CASE("async collectives progress while the caller computes, and keep their order") {
   const int R = world().size();
   std::vector<float> a(1 << 16, 1.0f), b(1 << 16, 2.0f);
@@ -231,13 +309,20 @@ TEST_CASE(
   std::vector<float> grads(layout.total());
   shard::GradReducer reducer(params, layout, grads.data(), world(), 600, 100);
   CHECK(reducer.bucket_count() >= 3);
+  const auto all_reduces = [] { return world().counters().calls[kind(Collective::all_reduce)]; };
   for (bool sync : {false, true}) {
     std::fill(grads.begin(), grads.end(), static_cast<float>(r + 1));
-    const std::uint64_t before = reducer.bytes_sent();
+    const CommCounters before = world().counters();
     reducer.begin_micro_step(sync);
     reducer.module_done(3);  // head: its bucket is complete
     reducer.module_done(2);
-    CHECK((reducer.bytes_sent() > before) == sync);  // launched during backward only when syncing
+    // Launched during backward only when syncing (the worker may not have
+    // run it yet: wait for it to be counted).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const std::uint64_t calls_before = before.calls[kind(Collective::all_reduce)];
+    while (sync && all_reduces() == calls_before && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK((all_reduces() > calls_before) == sync);
     reducer.module_done(1);
     reducer.module_done(0);
     reducer.finish();
@@ -245,9 +330,12 @@ TEST_CASE(
     for (int k = 0; k < R; ++k) want += static_cast<float>(k + 1);
     want /= static_cast<float>(R);
     for (ParamId p = 0; p < 4; ++p) CHECK(grads[layout.offset(p)] == want);
-    CHECK(reducer.bytes_sent() - before == 2 * layout.total() * sizeof(float) *
-                                               static_cast<std::uint64_t>(R - 1) /
-                                               static_cast<std::uint64_t>(R));
+    // Every bucket reduced exactly once: the ranks sent 2 (R-1) times the
+    // gradient bytes between them.
+    const CommCounters d = world().counters().since(before);
+    CHECK(d.calls[kind(Collective::all_reduce)] == reducer.bucket_count());
+    CHECK(sum_over_ranks(d.bytes_sent[kind(Collective::all_reduce)]) ==
+          2 * layout.total() * sizeof(float) * static_cast<std::uint64_t>(R - 1));
   }
 }
 

@@ -65,18 +65,24 @@ TEST_CASE("sizes and durations as people write them") {
   CHECK(format_bytes(12) == "12 B");
 }
 
-TEST_CASE("the arena is planned once and refuses overruns") {
+TEST_CASE("the arena accounts what it hands out, within the budget, until reset") {
   auto dev = make_cpu_device(1);
+  const auto activations = [&] {
+    return dev->stats().current[0][static_cast<int>(Category::activations)];
+  };
   Arena arena(*dev);
-  arena.reserve(256);
   float* a = arena.alloc_f32(10);
-  float* b = arena.alloc_f32(10);
+  std::int32_t* b = arena.alloc_i32(100);
   CHECK(reinterpret_cast<std::uintptr_t>(a) % 64 == 0);
-  CHECK(b - a == 16);  // 40 bytes rounded to 64
-  CHECK(dev->stats().current[0][static_cast<int>(Category::activations)] == 256);
-  CHECK_THROWS_AS(arena.alloc_f32(100), InternalError);
+  CHECK(reinterpret_cast<std::uintptr_t>(b) % 64 == 0);
+  CHECK(arena.used() == 64 + 448);  // 40 and 400 bytes in 64-byte multiples
+  CHECK(activations() == 64 + 448);
+  dev->set_budget(Tier::device, 1024);
+  CHECK_THROWS_AS(arena.alloc_f32(200), OutOfMemoryError);
   arena.reset();
-  CHECK(arena.alloc_f32(10) == a);
+  CHECK(activations() == 0);
+  CHECK(arena.used() == 0);
+  CHECK(dev->stats().peak[0][static_cast<int>(Category::activations)] == 64 + 448);
 }
 
 TEST_CASE("the step context refuses parameter views outside their modules") {

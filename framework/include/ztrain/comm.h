@@ -13,18 +13,32 @@
 // the operation and its size; a rank that dies ends the job through the
 // launcher. A collective the backend rejects raises CommError.
 //
+// Counting: every communicator counts, per kind of collective, the calls
+// that completed and the bytes this rank sent for them, where the data
+// moves: the tcp backend counts what it writes to its sockets; the mpi
+// backend, which cannot see MPI's wire, counts after each successful call
+// what a ring algorithm sends for it (for an all-reduce of n bytes over N
+// ranks about 2n(N-1)/N, for a reduce-scatter or all-gather about
+// n(N-1)/N; summed over the ranks exactly 2n(N-1) and n(N-1), the bytes
+// the tcp rings write); `local` sends nothing. A collective that was never
+// issued, or issued twice, shows in the counts.
+//
 // Backends: `local` (world 1, no MPI: collectives are copies or nothing),
 // `mpi` (Open MPI, host memory) and `tcp` (ranks started independently,
 // torchrun-style; rings over direct connections, host memory).
 // Thread safety: one thread issues collectives on a communicator; works may
-// be waited on from that thread only.
+// be waited on from that thread only; counters() may be read from any
+// thread.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ztrain/dtype.h"
@@ -33,6 +47,39 @@
 namespace ztrain {
 
 enum class ReduceOp : std::uint8_t { sum, average };
+
+// The kinds of collective, as they are counted (the irregular forms count
+// with their regular kind).
+enum class Collective : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
+inline constexpr std::size_t kCollectiveCount = 5;
+ZTRAIN_API std::string_view collective_name(Collective c);
+
+// What a rank's collectives moved, per kind: calls completed and bytes this
+// rank sent.
+struct CommCounters {
+  std::array<std::uint64_t, kCollectiveCount> calls{}, bytes_sent{};
+  std::uint64_t total_bytes() const {
+    std::uint64_t t = 0;
+    for (auto b : bytes_sent) t += b;
+    return t;
+  }
+  CommCounters& operator+=(const CommCounters& o) {
+    for (std::size_t k = 0; k < kCollectiveCount; ++k) {
+      calls[k] += o.calls[k];
+      bytes_sent[k] += o.bytes_sent[k];
+    }
+    return *this;
+  }
+  // The counts of the interval from `earlier` to this.
+  CommCounters since(const CommCounters& earlier) const {
+    CommCounters d;
+    for (std::size_t k = 0; k < kCollectiveCount; ++k) {
+      d.calls[k] = calls[k] - earlier.calls[k];
+      d.bytes_sent[k] = bytes_sent[k] - earlier.bytes_sent[k];
+    }
+    return d;
+  }
+};
 
 // A pending collective. Default-constructed: already complete.
 class ZTRAIN_API CommWork {
@@ -86,8 +133,12 @@ class ZTRAIN_API Communicator {
   virtual CommWork broadcast_async(void* data, std::size_t count, DType type, int root) = 0;
   virtual CommWork barrier_async() = 0;
   // Ranks passing the same colour form a new communicator, ordered by key
-  // (then by rank). Collective over this communicator.
+  // (then by rank). Collective over this communicator. The new one counts
+  // into this one's counters as well as its own.
   virtual std::unique_ptr<Communicator> split(int colour, int key) = 0;
+  // Everything completed since this communicator was made, its splits'
+  // collectives included.
+  virtual CommCounters counters() const = 0;
 
   void all_reduce(void* data, std::size_t count, DType type, ReduceOp op) {
     all_reduce_async(data, count, type, op).wait();

@@ -37,6 +37,10 @@ ZTRAIN_API std::string_view category_name(Category c);
 
 enum class DeviceKind : std::uint8_t { cpu, cuda };
 
+// What a new allocation holds: zeros, or whatever was there (for buffers
+// written before they are read, such as activations).
+enum class Fill : std::uint8_t { zeros, undefined };
+
 struct MemoryStats {
   std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> current{};
   std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> peak{};
@@ -86,9 +90,9 @@ class ZTRAIN_API Device {
   // Worker threads used by the kernels on this device.
   virtual int threads() const = 0;
 
-  // Zero-filled, 64-byte aligned. Tier nvme is not allocatable here (see
-  // TierStore); bytes == 0 gives an empty Buffer.
-  Buffer allocate(Tier tier, Category category, std::size_t bytes);
+  // 64-byte aligned, zero-filled unless asked otherwise. Tier nvme is not
+  // allocatable here (see TierStore); bytes == 0 gives an empty Buffer.
+  Buffer allocate(Tier tier, Category category, std::size_t bytes, Fill fill = Fill::zeros);
 
   // Accounts bytes held elsewhere (nvme files): positive to add, negative to
   // return. Raises OutOfMemoryError past the tier's budget.
@@ -101,7 +105,7 @@ class ZTRAIN_API Device {
 
  protected:
   Device() = default;
-  virtual void* raw_allocate(Tier tier, std::size_t bytes) = 0;
+  virtual void* raw_allocate(Tier tier, std::size_t bytes, Fill fill) = 0;
   virtual void raw_free(Tier tier, void* p, std::size_t bytes) noexcept = 0;
 
  private:

@@ -79,26 +79,29 @@ struct ModelInfo {
   double train_flops_per_token = 0;
 };
 
-// A bump allocator for activations, planned once per batch shape: the model
-// reserves what activation_bytes() says, then takes pointers in a fixed
-// order each step. Memory is category `activations` in the device tier.
+// Activations of a micro-step. Each request is its own device allocation
+// (device tier, category `activations`, 64-byte multiples, contents
+// undefined: the model writes before it reads), and reset() returns them
+// all, so the device's peak of the category is what the model really held
+// at once, measured, where activation_bytes() only predicts it. The device
+// keeps freed blocks for reuse, so a step asking for the same sizes again
+// costs no fresh pages.
+// Errors: OutOfMemoryError past the device budget.
 class ZTRAIN_API Arena {
  public:
   explicit Arena(Device& device) : device_(device) {}
-  // Ensures capacity; reallocating invalidates earlier pointers.
-  void reserve(std::size_t bytes);
-  // 64-byte aligned; InternalError beyond the reservation (a model bug).
   float* alloc_f32(std::size_t n);
   std::int32_t* alloc_i32(std::size_t n);
-  void reset() { used_ = 0; }
-  std::size_t capacity() const { return buffer_.bytes(); }
+  // Returns every allocation; earlier pointers are invalid.
+  void reset();
+  // Bytes handed out since the last reset.
   std::size_t used() const { return used_; }
   static std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
  private:
   void* take(std::size_t bytes);
   Device& device_;
-  Buffer buffer_;
+  std::vector<Buffer> buffers_;
   std::size_t used_ = 0;
 };
 

@@ -66,9 +66,10 @@ struct StepResult {
   bool skipped = false;
 };
 
+// What the communicator cannot see: time the strategy spent blocked on its
+// collectives (bytes are counted by the communicator itself).
 struct StrategyStats {
-  std::uint64_t bytes_sent = 0;  // by this rank, since setup
-  double comm_wait_s = 0;        // time blocked on communication, since setup
+  double comm_wait_s = 0;  // since setup
 };
 
 struct EstimateArgs {

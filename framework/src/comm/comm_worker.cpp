@@ -54,12 +54,16 @@ void divide_in_place(void* data, std::size_t count, DType type, int by) {
   }
 }
 
-CommWork submit_collective(CommWorker& worker, int rank, double timeout_s, const char* op,
-                           std::size_t count, DType type, std::function<void()> f,
+CommWork submit_collective(CommWorker& worker, CommTally& tally, int rank, double timeout_s,
+                           const CollectiveCall& call, std::function<std::uint64_t()> f,
                            std::function<void()> abort_job) {
-  const std::string what = std::string(op) + " of " + std::to_string(count) + " " +
-                           std::string(dtype_name(type)) + " elements";
-  return CommWork(worker.submit(std::move(f)), timeout_s,
+  const std::string what = std::string(call.op) + " of " + std::to_string(call.count) + " " +
+                           std::string(dtype_name(call.type)) + " elements";
+  auto run = [&tally, kind = call.kind, f = std::move(f)] {
+    const std::uint64_t sent = f();
+    if (kind) tally.record(*kind, sent);
+  };
+  return CommWork(worker.submit(std::move(run)), timeout_s,
                   [rank, timeout_s, what, abort_job = std::move(abort_job)] {
                     std::fprintf(stderr,
                                  "ztrain: rank %d: %s did not finish within %.0f s (another rank "

@@ -1,7 +1,8 @@
 // What the mpi and tcp communicators share: the worker thread that runs
 // their collectives in submission order (so they progress while the caller
 // computes), the in-place division of an average, and the CommWork whose
-// timeout ends the process with a message naming the rank and operation.
+// timeout ends the process with a message naming the rank and operation,
+// and which records the collective in the tally when it completes.
 // Internal to libztrain.
 #pragma once
 
@@ -11,9 +12,11 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "comm/comm_tally.h"
 #include "ztrain/comm.h"
 #include "ztrain/dtype.h"
 
@@ -41,11 +44,19 @@ class CommWorker {
 // data[i] /= by, in the dtype (16-bit values through fp32).
 void divide_in_place(void* data, std::size_t count, DType type, int by);
 
-// Submits f to the worker; past timeout_s, waiting on the result prints
-// "rank R: OP of N DTYPE elements did not finish ..." and calls abort_job,
-// which must not return.
-CommWork submit_collective(CommWorker& worker, int rank, double timeout_s, const char* op,
-                           std::size_t count, DType type, std::function<void()> f,
+// Submits f to the worker; f returns the bytes it sent, which are recorded
+// in the tally under `kind` when f succeeds (nothing is recorded without a
+// kind: split is set-up, not traffic). Past timeout_s, waiting on the
+// result prints "rank R: OP of N DTYPE elements did not finish ..." and
+// calls abort_job, which must not return.
+struct CollectiveCall {
+  std::optional<Collective> kind;
+  const char* op;
+  std::size_t count;
+  DType type;
+};
+CommWork submit_collective(CommWorker& worker, CommTally& tally, int rank, double timeout_s,
+                           const CollectiveCall& call, std::function<std::uint64_t()> f,
                            std::function<void()> abort_job);
 
 }  // namespace ztrain

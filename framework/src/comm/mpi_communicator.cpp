@@ -1,6 +1,8 @@
 // The mpi backend: Open MPI collectives on host memory, issued in order by
 // one worker thread per communicator so they progress while the caller
-// computes. bf16 and f16 sums use MPI user ops that add in fp32.
+// computes. bf16 and f16 sums use MPI user ops that add in fp32. MPI hides
+// its wire, so each completed collective is counted as the bytes a ring
+// sends for it (comm_tally.h), what the tcp backend measures.
 #include <mpi.h>
 
 #include <condition_variable>
@@ -57,8 +59,9 @@ MPI_Datatype mpi_type(DType t) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, double timeout_s)
-      : runtime_(std::move(runtime)), comm_(comm), timeout_s_(timeout_s) {
+  MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, double timeout_s,
+                  std::shared_ptr<CommTally> tally)
+      : runtime_(std::move(runtime)), comm_(comm), timeout_s_(timeout_s), tally_(std::move(tally)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -74,19 +77,24 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
 
   CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
-    return submit("all_reduce", count, type, [=, this] {
+    const std::uint64_t sent =
+        ring_bytes_sent(Collective::all_reduce, even_split(count, size_), rank_, dtype_size(type));
+    return submit({Collective::all_reduce, "all_reduce", count, type}, [=, this] {
       check(MPI_Allreduce(MPI_IN_PLACE, data, checked(count), mpi_type(type), sum_op(type), comm_),
             "all_reduce", count, type);
       if (op == ReduceOp::average) divide_in_place(data, count, type, size_);
+      return sent;
     });
   }
   CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
                                 ReduceOp op) override {
-    return submit("reduce_scatter", count, type, [=, this] {
+    const std::uint64_t sent = count * dtype_size(type) * static_cast<std::uint64_t>(size_ - 1);
+    return submit({Collective::reduce_scatter, "reduce_scatter", count, type}, [=, this] {
       check(
           MPI_Reduce_scatter_block(send, recv, checked(count), mpi_type(type), sum_op(type), comm_),
           "reduce_scatter", count, type);
       if (op == ReduceOp::average) divide_in_place(recv, count, type, size_);
+      return sent;
     });
   }
   CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
@@ -94,10 +102,12 @@ class MpiCommunicator final : public Communicator {
     // aliased buffers otherwise).
     const bool in_place = send == static_cast<const char*>(recv) +
                                       static_cast<std::size_t>(rank_) * count * dtype_size(type);
-    return submit("all_gather", count, type, [=, this] {
+    const std::uint64_t sent = count * dtype_size(type) * static_cast<std::uint64_t>(size_ - 1);
+    return submit({Collective::all_gather, "all_gather", count, type}, [=, this] {
       check(MPI_Allgather(in_place ? MPI_IN_PLACE : send, checked(count), mpi_type(type), recv,
                           checked(count), mpi_type(type), comm_),
             "all_gather", count, type);
+      return sent;
     });
   }
   CommWork reduce_scatter_v_async(const void* send, void* recv,
@@ -105,11 +115,15 @@ class MpiCommunicator final : public Communicator {
                                   ReduceOp op) override {
     const auto [ints, displs, total] = layout(counts);
     const std::size_t own = counts[static_cast<std::size_t>(rank_)];
-    return submit("reduce_scatter_v", total, type, [=, this, ints = ints] {
-      check(MPI_Reduce_scatter(send, recv, ints.data(), mpi_type(type), sum_op(type), comm_),
-            "reduce_scatter_v", total, type);
-      if (op == ReduceOp::average) divide_in_place(recv, own, type, size_);
-    });
+    const std::uint64_t sent =
+        ring_bytes_sent(Collective::reduce_scatter, counts, rank_, dtype_size(type));
+    return submit(
+        {Collective::reduce_scatter, "reduce_scatter_v", total, type}, [=, this, ints = ints] {
+          check(MPI_Reduce_scatter(send, recv, ints.data(), mpi_type(type), sum_op(type), comm_),
+                "reduce_scatter_v", total, type);
+          if (op == ReduceOp::average) divide_in_place(recv, own, type, size_);
+          return sent;
+        });
   }
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
                               DType type) override {
@@ -119,31 +133,43 @@ class MpiCommunicator final : public Communicator {
         send ==
         static_cast<const char*>(recv) +
             static_cast<std::size_t>(displs[static_cast<std::size_t>(rank_)]) * dtype_size(type);
-    return submit("all_gather_v", total, type, [=, this, ints = ints, displs = displs] {
-      check(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, own, mpi_type(type), recv, ints.data(),
-                           displs.data(), mpi_type(type), comm_),
-            "all_gather_v", total, type);
-    });
+    const std::uint64_t sent =
+        ring_bytes_sent(Collective::all_gather, counts, rank_, dtype_size(type));
+    return submit({Collective::all_gather, "all_gather_v", total, type},
+                  [=, this, ints = ints, displs = displs] {
+                    check(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, own, mpi_type(type), recv,
+                                         ints.data(), displs.data(), mpi_type(type), comm_),
+                          "all_gather_v", total, type);
+                    return sent;
+                  });
   }
   CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {
     if (root < 0 || root >= size_)
       throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
                       std::to_string(size_) + " ranks");
-    return submit("broadcast", count, type, [=, this] {
+    const std::uint64_t sent =
+        rank_ == root ? count * dtype_size(type) * static_cast<std::uint64_t>(size_ - 1) : 0;
+    return submit({Collective::broadcast, "broadcast", count, type}, [=, this] {
       check(MPI_Bcast(data, checked(count), mpi_type(type), root, comm_), "broadcast", count, type);
+      return sent;
     });
   }
   CommWork barrier_async() override {
-    return submit("barrier", 0, DType::f32,
-                  [this] { check(MPI_Barrier(comm_), "barrier", 0, DType::f32); });
+    return submit({Collective::barrier, "barrier", 0, DType::f32}, [this] {
+      check(MPI_Barrier(comm_), "barrier", 0, DType::f32);
+      return std::uint64_t{0};
+    });
   }
   std::unique_ptr<Communicator> split(int colour, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
-    submit("split", 0, DType::f32, [&] {
+    submit({std::nullopt, "split", 0, DType::f32}, [&] {
       check(MPI_Comm_split(comm_, colour, key, &sub), "split", 0, DType::f32);
+      return std::uint64_t{0};
     }).wait();
-    return std::make_unique<MpiCommunicator>(runtime_, sub, timeout_s_);
+    return std::make_unique<MpiCommunicator>(runtime_, sub, timeout_s_,
+                                             std::make_shared<CommTally>(tally_));
   }
+  CommCounters counters() const override { return tally_->snapshot(); }
 
  private:
   MPI_Op sum_op(DType t) const {
@@ -182,8 +208,8 @@ class MpiCommunicator final : public Communicator {
                     std::to_string(count) + " " + std::string(dtype_name(type)) +
                     " elements failed: " + std::string(text, static_cast<std::size_t>(len)));
   }
-  CommWork submit(const char* op, std::size_t count, DType type, std::function<void()> f) {
-    return submit_collective(*worker_, world_rank_, timeout_s_, op, count, type, std::move(f), [] {
+  CommWork submit(const CollectiveCall& call, std::function<std::uint64_t()> f) {
+    return submit_collective(*worker_, *tally_, world_rank_, timeout_s_, call, std::move(f), [] {
       MPI_Abort(MPI_COMM_WORLD, 3);
       std::_Exit(3);
     });
@@ -192,6 +218,7 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<MpiRuntime> runtime_;
   MPI_Comm comm_;
   double timeout_s_;
+  std::shared_ptr<CommTally> tally_;
   int rank_ = 0, size_ = 1, world_rank_ = 0;
   std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
 };
@@ -216,7 +243,8 @@ int local_rank_count() {
 
 std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s) {
   auto runtime = MpiRuntime::get();
-  return std::make_unique<MpiCommunicator>(runtime, MPI_COMM_WORLD, timeout_s);
+  return std::make_unique<MpiCommunicator>(runtime, MPI_COMM_WORLD, timeout_s,
+                                           std::make_shared<CommTally>());
 }
 
 }  // namespace ztrain

@@ -90,14 +90,16 @@ void wait_for(int fd, short events, Clock::time_point deadline, const std::strin
   }
 }
 
+// sent (when given) adds the bytes written to the socket.
 void send_all(int fd, const void* data, std::size_t n, Clock::time_point deadline,
-              const std::string& what) {
+              const std::string& what, std::uint64_t* sent = nullptr) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
     if (k > 0) {
       p += k;
       n -= static_cast<std::size_t>(k);
+      if (sent) *sent += static_cast<std::uint64_t>(k);
     } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       wait_for(fd, POLLOUT, deadline, what);
     } else {
@@ -124,9 +126,10 @@ void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
   }
 }
 
-// Sends on one socket while receiving on another until both are done.
+// Sends on one socket while receiving on another until both are done;
+// adds the bytes written to `sent`.
 void exchange(int out, const void* send, std::size_t send_n, int in, void* recv, std::size_t recv_n,
-              const std::string& what) {
+              const std::string& what, std::uint64_t& sent) {
   const char* s = static_cast<const char*>(send);
   char* r = static_cast<char*>(recv);
   while (send_n > 0 || recv_n > 0) {
@@ -143,6 +146,7 @@ void exchange(int out, const void* send, std::size_t send_n, int in, void* recv,
       if (k > 0) {
         s += k;
         send_n -= static_cast<std::size_t>(k);
+        sent += static_cast<std::uint64_t>(k);
       } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         throw CommError(io_error(what));
       }
@@ -283,13 +287,15 @@ class TcpCommunicator final : public Communicator {
  public:
   // peers: one connected socket per other rank (index = rank; own unused).
   TcpCommunicator(int rank, int size, int world_rank, std::vector<Fd> peers,
-                  std::vector<std::uint32_t> addrs, double timeout_s)
+                  std::vector<std::uint32_t> addrs, double timeout_s,
+                  std::shared_ptr<CommTally> tally)
       : rank_(rank),
         size_(size),
         world_rank_(world_rank),
         peers_(std::move(peers)),
         addrs_(std::move(addrs)),
-        timeout_s_(timeout_s) {}
+        timeout_s_(timeout_s),
+        tally_(std::move(tally)) {}
   ~TcpCommunicator() override { worker_.reset(); }
 
   int rank() const override { return rank_; }
@@ -297,8 +303,8 @@ class TcpCommunicator final : public Communicator {
   std::string backend() const override { return "tcp"; }
 
   CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
-    return submit("all_reduce", count, type, [=, this] {
-      const auto counts = even_split(count);
+    return submit({Collective::all_reduce, "all_reduce", count, type}, [=, this] {
+      const auto counts = even_split(count, size_);
       const std::size_t at = offset(counts, rank_), es = dtype_size(type);
       std::vector<char> mine(counts[static_cast<std::size_t>(rank_)] * es);
       ring_reduce_scatter(data, mine.data(), counts, type, "all_reduce");
@@ -322,7 +328,7 @@ class TcpCommunicator final : public Communicator {
                                   ReduceOp op) override {
     check_counts(counts);
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    return submit("reduce_scatter_v", total, type, [=, this] {
+    return submit({Collective::reduce_scatter, "reduce_scatter_v", total, type}, [=, this] {
       ring_reduce_scatter(send, recv, counts, type, "reduce_scatter_v");
       if (op == ReduceOp::average)
         divide_in_place(recv, counts[static_cast<std::size_t>(rank_)], type, size_);
@@ -332,7 +338,7 @@ class TcpCommunicator final : public Communicator {
                               DType type) override {
     check_counts(counts);
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    return submit("all_gather_v", total, type, [=, this] {
+    return submit({Collective::all_gather, "all_gather_v", total, type}, [=, this] {
       const std::size_t es = dtype_size(type);
       char* own = static_cast<char*>(recv) + offset(counts, rank_) * es;
       const std::size_t bytes = counts[static_cast<std::size_t>(rank_)] * es;
@@ -344,18 +350,18 @@ class TcpCommunicator final : public Communicator {
     if (root < 0 || root >= size_)
       throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
                       std::to_string(size_) + " ranks");
-    return submit("broadcast", count, type, [=, this] {
+    return submit({Collective::broadcast, "broadcast", count, type}, [=, this] {
       const std::size_t bytes = count * dtype_size(type);
       if (rank_ == root) {
         for (int r = 0; r < size_; ++r)
-          if (r != root) send_all(fd(r), data, bytes, deadline(), describe("broadcast", r));
+          if (r != root) send_all(fd(r), data, bytes, deadline(), describe("broadcast", r), &sent_);
       } else {
         recv_all(fd(root), data, bytes, deadline(), describe("broadcast", root));
       }
     });
   }
   CommWork barrier_async() override {
-    return submit("barrier", 0, DType::f32, [this] {
+    return submit({Collective::barrier, "barrier", 0, DType::f32}, [this] {
       std::vector<float> token(static_cast<std::size_t>(size_));
       ring_all_gather(token.data(), std::vector<std::size_t>(static_cast<std::size_t>(size_), 1),
                       DType::f32, "barrier");
@@ -363,17 +369,12 @@ class TcpCommunicator final : public Communicator {
   }
   std::unique_ptr<Communicator> split(int colour, int key) override {
     std::unique_ptr<Communicator> out;
-    submit("split", 0, DType::f32, [&] { out = do_split(colour, key); }).wait();
+    submit({std::nullopt, "split", 0, DType::f32}, [&] { out = do_split(colour, key); }).wait();
     return out;
   }
+  CommCounters counters() const override { return tally_->snapshot(); }
 
  private:
-  std::vector<std::size_t> even_split(std::size_t count) const {
-    std::vector<std::size_t> c(static_cast<std::size_t>(size_),
-                               count / static_cast<std::size_t>(size_));
-    for (std::size_t r = 0; r < count % static_cast<std::size_t>(size_); ++r) ++c[r];
-    return c;
-  }
   static std::size_t offset(const std::vector<std::size_t>& counts, int r) {
     return std::accumulate(counts.begin(), counts.begin() + r, std::size_t{0});
   }
@@ -418,7 +419,7 @@ class TcpCommunicator final : public Communicator {
     for (int s = 0; s < size_ - 1; ++s) {
       const std::size_t sb = block(rank_ - s - 1), rb = block(rank_ - s - 2);
       exchange(fd(next()), acc.data(), counts[sb] * es, fd(prev()), incoming.data(),
-               counts[rb] * es, describe_ring(op));
+               counts[rb] * es, describe_ring(op), sent_);
       add_into(incoming.data(), in + offset(counts, static_cast<int>(rb)) * es, counts[rb], type);
       std::swap(acc, incoming);
     }
@@ -437,7 +438,7 @@ class TcpCommunicator final : public Communicator {
       const int rb = ((rank_ - s - 1) % size_ + size_) % size_;
       exchange(fd(next()), d + offset(counts, sb) * es, counts[static_cast<std::size_t>(sb)] * es,
                fd(prev()), d + offset(counts, rb) * es, counts[static_cast<std::size_t>(rb)] * es,
-               describe_ring(op));
+               describe_ring(op), sent_);
     }
   }
 
@@ -483,19 +484,28 @@ class TcpCommunicator final : public Communicator {
       peers[hello[1]] = std::move(c);
     }
     return std::make_unique<TcpCommunicator>(me, n, world_rank_, std::move(peers), std::move(addrs),
-                                             timeout_s_);
+                                             timeout_s_, std::make_shared<CommTally>(tally_));
   }
 
-  CommWork submit(const char* op, std::size_t count, DType type, std::function<void()> f) {
+  // f's sends add to sent_ (the worker runs one collective at a time).
+  CommWork submit(const CollectiveCall& call, std::function<void()> f) {
     // Exiting closes every socket, which ends the other ranks' waits.
-    return submit_collective(*worker_, world_rank_, timeout_s_, op, count, type, std::move(f),
-                             [] { std::_Exit(3); });
+    return submit_collective(
+        *worker_, *tally_, world_rank_, timeout_s_, call,
+        [this, f = std::move(f)] {
+          sent_ = 0;
+          f();
+          return sent_;
+        },
+        [] { std::_Exit(3); });
   }
 
   int rank_, size_, world_rank_;
   std::vector<Fd> peers_;
   std::vector<std::uint32_t> addrs_;
   double timeout_s_;
+  std::shared_ptr<CommTally> tally_;
+  std::uint64_t sent_ = 0;
   std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
 };
 
@@ -616,7 +626,7 @@ std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
     }
   }
   return std::make_unique<TcpCommunicator>(rank, world, rank, std::move(peers), std::move(addrs),
-                                           timeout_s);
+                                           timeout_s, std::make_shared<CommTally>());
 }
 
 }  // namespace ztrain

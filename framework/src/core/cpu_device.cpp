@@ -35,10 +35,10 @@ class CpuDevice final : public Device {
   int threads() const override { return threads_; }
 
  protected:
-  void* raw_allocate(Tier tier, std::size_t bytes) override {
+  void* raw_allocate(Tier tier, std::size_t bytes, Fill fill) override {
     const std::size_t rounded = (bytes + 63) / 64 * 64;
     if (void* cached = take_cached(rounded)) {
-      std::memset(cached, 0, rounded);
+      if (fill == Fill::zeros) std::memset(cached, 0, rounded);
       return cached;
     }
     void* p = std::aligned_alloc(64, rounded);
@@ -47,7 +47,7 @@ class CpuDevice final : public Device {
       throw OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes) +
                              " on tier '" + std::string(tier_name(tier)) +
                              "'; free memory or lower the run's footprint");
-    std::memset(p, 0, rounded);
+    if (fill == Fill::zeros) std::memset(p, 0, rounded);
     return p;
   }
   void raw_free(Tier, void* p, std::size_t bytes) noexcept override {

@@ -64,7 +64,7 @@ void Buffer::reset() {
   bytes_ = 0;
 }
 
-Buffer Device::allocate(Tier tier, Category category, std::size_t bytes) {
+Buffer Device::allocate(Tier tier, Category category, std::size_t bytes, Fill fill) {
   if (tier == Tier::nvme)
     throw InternalError("Device::allocate: the nvme tier is file-backed; use a TierStore");
   Buffer b;
@@ -72,7 +72,7 @@ Buffer Device::allocate(Tier tier, Category category, std::size_t bytes) {
   reserve(tier, category, bytes);
   void* p = nullptr;
   try {
-    p = raw_allocate(tier, bytes);
+    p = raw_allocate(tier, bytes, fill);
   } catch (...) {
     release(tier, category, bytes);
     throw;

@@ -2,26 +2,19 @@
 
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"
-#include "ztrain/units.h"
 
 namespace ztrain {
 
-void Arena::reserve(std::size_t bytes) {
-  if (bytes <= buffer_.bytes()) return;
-  buffer_.reset();
-  buffer_ = device_.allocate(Tier::device, Category::activations, bytes);
-  used_ = 0;
-}
-
 void* Arena::take(std::size_t bytes) {
   const std::size_t need = aligned(bytes);
-  if (used_ + need > buffer_.bytes())
-    throw InternalError("activation arena overrun: " + format_bytes(used_ + need) +
-                        " requested of " + format_bytes(buffer_.bytes()) +
-                        " reserved; the model's activation_bytes() is wrong");
-  void* p = static_cast<char*>(buffer_.data()) + used_;
+  buffers_.push_back(device_.allocate(Tier::device, Category::activations, need, Fill::undefined));
   used_ += need;
-  return p;
+  return buffers_.back().data();
+}
+
+void Arena::reset() {
+  buffers_.clear();
+  used_ = 0;
 }
 
 float* Arena::alloc_f32(std::size_t n) {

@@ -38,25 +38,21 @@ void FullReplica::write(ParamId p, const float* in) {
 
 namespace ztrain::shard {
 
-std::uint64_t FullReplica::publish(Communicator& comm, std::uint64_t bucket_elements) {
+void FullReplica::publish(Communicator& comm, std::uint64_t bucket_elements) {
   const int rank = comm.rank();
   const std::uint64_t step = std::max<std::uint64_t>(1, bucket_elements);
   const TypedPtr w = weights();
   std::vector<CommWork> works;
-  std::uint64_t sent = 0;
   for (std::uint64_t b = 0; b < layout_.total(); b += step) {
     const std::uint64_t e = std::min(layout_.total(), b + step);
     const auto counts = layout_.owned_counts(b, e);
-    const std::uint64_t mine = counts[static_cast<std::size_t>(rank)];
     // In place: this rank's part already sits where the result puts it
     // (after the parts of the ranks before it).
     std::uint64_t before = 0;
     for (int r = 0; r < rank; ++r) before += counts[static_cast<std::size_t>(r)];
     works.push_back(comm.all_gather_v_async(w.at(b + before).data, w.at(b).data, counts, w.dtype));
-    sent += mine * static_cast<std::uint64_t>(comm.size() - 1) * dtype_size(w.dtype);
   }
   wait_all(works);
-  return sent;
 }
 
 }  // namespace ztrain::shard

@@ -32,8 +32,6 @@ void GradReducer::launch(Bucket& b) {
   const std::uint64_t n = b.end - b.begin;
   if (comm_.size() > 1) {
     b.work = comm_.all_reduce_async(grads_.at(b.begin).data, n, grads_.dtype, ReduceOp::average);
-    bytes_sent_ += 2 * n * dtype_size(grads_.dtype) * static_cast<std::uint64_t>(comm_.size() - 1) /
-                   static_cast<std::uint64_t>(comm_.size());
   }
 }
 

@@ -209,7 +209,6 @@ ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& param
   for (auto& p : params_)
     if (p.persistent) p.buffer = device.allocate(Tier::device, Category::params, bytes(p.numel));
   refresh();
-  bytes_sent_ = 0;  // the initial gather is setup, not per-step traffic
 }
 
 ParamGatherer::~ParamGatherer() {
@@ -236,9 +235,7 @@ void ParamGatherer::gather(ParamId id) {
   if (p.state != State::released)
     throw InternalError("gather plan: parameter " + std::to_string(id) + " is already gathered");
   p.buffer = device_.allocate(Tier::device, Category::params, bytes(p.numel));
-  const std::uint64_t mine = p.counts[static_cast<std::size_t>(comm_.rank())];
   p.work = comm_.all_gather_v_async(own_part(p), p.buffer.data(), p.counts, shard_.dtype);
-  bytes_sent_ += bytes(mine) * static_cast<std::uint64_t>(comm_.size() - 1);
   p.state = State::in_flight;
   live_ += p.numel;
   log(GatherEvent::Kind::gather, id);
@@ -363,8 +360,6 @@ void ParamGatherer::refresh() {
   for (auto& p : params_) {
     if (!p.persistent) continue;
     works.push_back(comm_.all_gather_v_async(own_part(p), p.buffer.data(), p.counts, shard_.dtype));
-    bytes_sent_ += bytes(p.counts[static_cast<std::size_t>(comm_.rank())]) *
-                   static_cast<std::uint64_t>(comm_.size() - 1);
   }
   const auto t0 = std::chrono::steady_clock::now();
   wait_all(works);

@@ -89,10 +89,9 @@ void ShardGradReducer::launch(std::size_t i) {
       staged_ ? (b.state == State::open ? b.staging.data() : open(b)) : full_.at(b.begin).data;
   const std::size_t size = dtype_size(shard_.dtype);
   b.state = State::launched;
-  const std::uint64_t n = b.end - b.begin, mine = own(b);
+  const std::uint64_t mine = own(b);
   recv_now_ += mine;
   peaks_.recv = std::max(peaks_.recv, recv_now_);
-  bytes_sent_ += (n - mine) * size;
   in_flight_.push_back(i);
   if (comm_) {
     b.recv = device_->allocate(Tier::device, Category::comm, mine * size);

@@ -90,6 +90,19 @@ JsonLine& JsonLine::add_memory(std::string_view k, const MemoryStats& stats, boo
   return *this;
 }
 
+JsonLine& JsonLine::add_comm(std::string_view k, const CommCounters& counters) {
+  key(k);
+  body_ += "{";
+  for (std::size_t c = 0; c < kCollectiveCount; ++c) {
+    if (c) body_ += ", ";
+    body_ += "\"" + std::string(collective_name(static_cast<Collective>(c))) +
+             "\": {\"calls\": " + std::to_string(counters.calls[c]) +
+             ", \"bytes\": " + std::to_string(counters.bytes_sent[c]) + "}";
+  }
+  body_ += "}";
+  return *this;
+}
+
 MetricsFile::MetricsFile(const std::filesystem::path& path) : path_(path) {
   out_.open(path, std::ios::out | std::ios::trunc);
   if (!out_)

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "ztrain/comm.h"
 #include "ztrain/device.h"
 
 namespace ztrain {
@@ -24,6 +25,8 @@ class JsonLine {
   JsonLine& add(std::string_view key, const char* v) { return add(key, std::string_view(v)); }
   // {"device": {"params": bytes, ...}, "host": {...}} of the peaks.
   JsonLine& add_memory(std::string_view key, const MemoryStats& stats, bool peak);
+  // {"all_reduce": {"calls": n, "bytes": b}, ...} for every collective kind.
+  JsonLine& add_comm(std::string_view key, const CommCounters& counters);
   std::string str() const { return body_ + "}"; }
 
  private:

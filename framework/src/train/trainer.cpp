@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "train/data_loader.h"
+#include "train/job_figures.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/progress.h"
@@ -61,31 +62,6 @@ Options plugin_options(const RunConfig& config, const std::string& section,
 }  // namespace
 
 namespace {
-
-// The peaks of every rank, category by category (collective): what a run
-// needs per rank is its worst rank's, and ranks differ (who owns which
-// parameters, and so the receive buffers). Only peaks are combined.
-MemoryStats peaks_over_ranks(Communicator& comm, MemoryStats mine) {
-  if (comm.size() == 1) return mine;
-  constexpr std::size_t n = kTierCount * kCategoryCount + kTierCount;
-  std::vector<std::uint64_t> all(n * static_cast<std::size_t>(comm.size()));
-  std::uint64_t* own = all.data() + n * static_cast<std::size_t>(comm.rank());
-  for (std::size_t t = 0; t < kTierCount; ++t) {
-    for (std::size_t c = 0; c < kCategoryCount; ++c) own[t * kCategoryCount + c] = mine.peak[t][c];
-    own[kTierCount * kCategoryCount + t] = mine.tier_peak[t];
-  }
-  // A 16-bit dtype only sets the element size here: all-gather moves bits.
-  comm.all_gather(own, all.data(), n * 4, DType::bf16);
-  for (int r = 0; r < comm.size(); ++r) {
-    const std::uint64_t* theirs = all.data() + n * static_cast<std::size_t>(r);
-    for (std::size_t t = 0; t < kTierCount; ++t) {
-      for (std::size_t c = 0; c < kCategoryCount; ++c)
-        mine.peak[t][c] = std::max(mine.peak[t][c], theirs[t * kCategoryCount + c]);
-      mine.tier_peak[t] = std::max(mine.tier_peak[t], theirs[kTierCount * kCategoryCount + t]);
-    }
-  }
-  return mine;
-}
 
 // Keys of [model] the host reads itself (beside the plugin's options).
 OptionList model_host_options() {
@@ -232,7 +208,6 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
   const auto params = run.model->params();
   const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
   Arena arena(*run.device);
-  arena.reserve(run.model->activation_bytes({B, T}));
   DataLoader loader_data(*run.data, B, T, static_cast<int>(tr.grad_accum), run.comm->rank(),
                          run.comm->size());
   const LrSchedule schedule{tr.lr, tr.min_lr, tr.warmup_steps, tr.steps, tr.schedule};
@@ -264,7 +239,11 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
   result.metrics_file = tr.out_dir / "metrics.jsonl";
   const double tokens_per_step = static_cast<double>(tr.global_batch) * T;
   double train_time = 0;
-  StrategyStats comm_total;
+  // Communication is read from the communicator's counters: `mark` is where
+  // the current step's traffic starts (after the previous step's report and
+  // evaluation, whose own collectives are not training traffic).
+  CommCounters mark = run.comm->counters(), train_comm;
+  double comm_wait = 0;
   std::int64_t timed_steps = 0;
 
   auto evaluate = [&](std::int64_t step) {
@@ -331,10 +310,10 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
       ++applied;
     }
     const double dt = seconds_since(t0);
-    const StrategyStats now = run.strategy->stats();
-    const std::uint64_t step_bytes = now.bytes_sent - comm_total.bytes_sent;
-    const double step_wait = now.comm_wait_s - comm_total.comm_wait_s;
-    comm_total = now;
+    const CommCounters step_comm = run.comm->counters().since(mark);
+    train_comm += step_comm;
+    const double step_wait = run.strategy->stats().comm_wait_s - comm_wait;
+    comm_wait += step_wait;
     if (step > 0 || tr.steps == 1) {  // the first step pays for page faults and warm-up
       train_time += dt;
       ++timed_steps;
@@ -344,7 +323,7 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
     const std::int64_t done = step + 1;
     progress.update(done, loss, tps, seconds_since(t_start));
     if (done % tr.log_every == 0 || done == tr.steps || done == 1) {
-      const MemoryStats mem = peaks_over_ranks(*run.comm, run.device->stats());
+      const JobFigures job = gather_job_figures(*run.comm, run.device->stats(), step_comm);
       JsonLine line;
       line.add("step", done)
           .add("split", "train")
@@ -357,9 +336,10 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
           .add("step_time_s", dt)
           .add("tokens_per_s", tps)
           .add("flops_per_s", tps * info.train_flops_per_token)
-          .add("bytes_sent", static_cast<std::int64_t>(step_bytes))  // this step, this rank
+          .add("bytes_sent", static_cast<std::int64_t>(job.bytes_per_rank()))
+          .add_comm("comm", job.comm)
           .add("comm_wait_s", step_wait)
-          .add_memory("peak_bytes", mem, true);
+          .add_memory("peak_bytes", job.memory, true);
       if (metrics) metrics->write(line);
       if (!progress.is_terminal()) {
         char buf[192];
@@ -371,6 +351,7 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
       }
     }
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
+    mark = run.comm->counters();
   }
   progress.finish();
   // Every rank takes part (sharded parameters are gathered); rank 0 writes.
@@ -380,7 +361,8 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
   result.tokens_per_s =
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
 
-  const MemoryStats mem = peaks_over_ranks(*run.comm, run.device->stats());
+  const JobFigures job = gather_job_figures(*run.comm, run.device->stats(), train_comm);
+  const MemoryStats& mem = job.memory;
   std::ostringstream os;
   os << "done: " << tr.steps << " steps in " << format_duration(seconds_since(t_start)) << " | "
      << format_rate(result.tokens_per_s) << " tok/s | "
@@ -404,11 +386,10 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
   }
   if (run.comm->size() > 1) {
     char buf[160];
-    std::snprintf(
-        buf, sizeof buf,
-        "\ncommunication per rank: %s sent per step, %.3f s per step waiting on it",
-        format_bytes(comm_total.bytes_sent / static_cast<std::uint64_t>(tr.steps)).c_str(),
-        comm_total.comm_wait_s / static_cast<double>(tr.steps));
+    std::snprintf(buf, sizeof buf,
+                  "\ncommunication per rank: %s sent per step, %.3f s per step waiting on it",
+                  format_bytes(job.bytes_per_rank() / static_cast<std::uint64_t>(tr.steps)).c_str(),
+                  comm_wait / static_cast<double>(tr.steps));
     os << buf;
   }
   os << "\npeak memory per tier:";

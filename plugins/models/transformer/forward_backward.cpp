@@ -37,7 +37,6 @@ void Transformer::check_tokens(const Batch& batch) const {
 Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) const {
   check_tokens(batch);
   Arena& arena = ctx.activations();
-  arena.reserve(activation_bytes(batch.shape));
   arena.reset();
   Acts a;
   plan(

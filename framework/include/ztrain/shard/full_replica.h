@@ -31,9 +31,8 @@ class ZTRAIN_API FullReplica {
   FullReplica(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
               std::uint64_t seed, DType param_type, std::optional<DType> grad_type);
   // All-gathers every rank's owned range of the parameters into every
-  // replica, in pieces of at most bucket_elements (collective); returns the
-  // bytes this rank sent.
-  std::uint64_t publish(Communicator& comm, std::uint64_t bucket_elements);
+  // replica, in pieces of at most bucket_elements (collective).
+  void publish(Communicator& comm, std::uint64_t bucket_elements);
 
   TensorView param(ParamId p) const { return view(weights_, param_type_, p); }
   TensorView grad(ParamId p) const { return view(grads_, grad_type_, p); }

@@ -46,9 +46,7 @@ class ZTRAIN_API GradReducer {
   void finish();
 
   std::size_t bucket_count() const { return buckets_.size(); }
-  // Bytes this rank sent (ring all-reduce: 2 (N-1)/N of each bucket) and
-  // seconds it waited in finish(), since construction.
-  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  // Seconds waited in finish(), since construction.
   double wait_seconds() const { return wait_s_; }
 
  private:
@@ -66,7 +64,6 @@ class ZTRAIN_API GradReducer {
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> completes_;  // per module: buckets of the params it completes
   bool sync_ = true;
-  std::uint64_t bytes_sent_ = 0;
   double wait_s_ = 0;
 };
 

@@ -137,7 +137,6 @@ class ZTRAIN_API ParamGatherer {
   // rank passes the same).
   void write(ParamId p, const float* in);
 
-  std::uint64_t bytes_sent() const { return bytes_sent_; }
   double wait_seconds() const { return wait_s_; }
   std::uint64_t persistent_elements() const { return persistent_elements_; }
   const GatherPlan* plan() const { return recorded_ ? &plan_ : nullptr; }
@@ -180,7 +179,6 @@ class ZTRAIN_API ParamGatherer {
   bool recorded_ = false, training_ = false;
   int position_ = 0;
   std::uint64_t live_ = 0, persistent_elements_ = 0;
-  std::uint64_t bytes_sent_ = 0;
   double wait_s_ = 0;
   std::vector<GatherEvent>* log_ = nullptr;
 };

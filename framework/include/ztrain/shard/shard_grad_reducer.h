@@ -77,9 +77,7 @@ class ZTRAIN_API ShardGradReducer {
   // averaged gradients.
   void finish();
 
-  // Bytes of this rank's gradients that other ranks needed (the part of
-  // each bucket it does not own), and seconds spent waiting, since setup.
-  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  // Seconds spent waiting for reductions, since setup.
   double wait_seconds() const { return wait_s_; }
   ReducePeaks peaks() const { return peaks_; }
 
@@ -128,7 +126,6 @@ class ZTRAIN_API ShardGradReducer {
   bool active_ = false;
   std::uint64_t staged_now_ = 0, recv_now_ = 0;
   ReducePeaks peaks_;
-  std::uint64_t bytes_sent_ = 0;
   double wait_s_ = 0;
 };
 
