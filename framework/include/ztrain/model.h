@@ -153,6 +153,10 @@ class ZTRAIN_API Model : public Plugin {
   virtual float forward_backward(const Batch& batch, StepContext& ctx) = 0;
   // Forward only; returns the mean loss.
   virtual float evaluate(const Batch& batch, StepContext& ctx) = 0;
+  // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
+  // independent implementation is compared on). Models that do not offer
+  // it raise Error, the default.
+  virtual void forward_logits(const Batch& batch, StepContext& ctx, float* logits);
   // The Hugging Face config.json describing this model (empty: none), so an
   // exported directory loads with from_pretrained.
   virtual std::string hf_config_json() const { return {}; }

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "ztrain/error.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"
 
@@ -82,6 +83,10 @@ TensorView StepContext::param(ParamId p) {
 TensorView StepContext::grad(ParamId p) {
   check_usable(p, "gradient");
   return strategy_.grad_view(p);
+}
+
+void Model::forward_logits(const Batch&, StepContext&, float*) {
+  throw Error("model '" + info().arch + "' does not offer its logits");
 }
 
 }  // namespace ztrain

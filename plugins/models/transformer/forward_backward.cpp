@@ -150,7 +150,7 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   }
 }
 
-float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a) const {
+float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out) const {
   const Kernels& k = ctx.kernels();
   const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
             L = cfg_.n_layer, V = cfg_.vocab_size;
@@ -173,6 +173,7 @@ float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a) const 
   else
     k.rmsnorm_forward(a.lnf, a.lnf_rstd, xL, P(lnf_w_), N, C, cfg_.norm_eps);
   k.matmul_forward(a.logits, a.lnf, P(head_w_), nullptr, N, C, V);  // logits: (N,V)
+  if (logits_out) std::copy_n(a.logits, static_cast<std::size_t>(N) * V, logits_out);
   k.softmax_crossentropy_forward(a.losses, a.logits, batch.targets, N, V);
   ctx.exit_forward(L + 1);
   double sum = 0;
@@ -183,6 +184,11 @@ float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a) const 
 float Transformer::evaluate(const Batch& batch, StepContext& ctx) {
   Acts a = planned(batch, ctx);
   return forward(batch, ctx, a);
+}
+
+void Transformer::forward_logits(const Batch& batch, StepContext& ctx, float* logits) {
+  Acts a = planned(batch, ctx);
+  forward(batch, ctx, a, logits);
 }
 
 float Transformer::forward_backward(const Batch& batch, StepContext& ctx) {

@@ -66,6 +66,7 @@ class Transformer final : public Model {
   std::uint64_t activation_bytes(const BatchShape& shape) const override;
   float forward_backward(const Batch& batch, StepContext& ctx) override;
   float evaluate(const Batch& batch, StepContext& ctx) override;
+  void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
 
@@ -87,7 +88,8 @@ class Transformer final : public Model {
   void declare_params();
   ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by);
   Acts planned(const Batch& batch, StepContext& ctx) const;
-  float forward(const Batch& batch, StepContext& ctx, Acts& a) const;
+  // logits_out (when given) receives the (N,V) logits before the softmax.
+  float forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
   void block_forward(int l, const float* x, float* out, BlockActs& b, int B, int T,
                      StepContext& ctx) const;
   void block_backward(int l, Acts& a, int B, int T, StepContext& ctx) const;
