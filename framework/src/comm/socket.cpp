@@ -1,0 +1,244 @@
+#include "comm/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "ztrain/error.h"
+
+namespace ztrain::net {
+
+std::string sys_error(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
+
+namespace {
+// A failed send or receive: a reset or broken connection means the peer is
+// gone, which is what the user needs to hear.
+std::string io_error(const std::string& what) {
+  if (errno == ECONNRESET || errno == EPIPE)
+    return what + ": the peer closed the connection (it exited or died)";
+  return sys_error(what);
+}
+
+}  // namespace
+
+Fd::~Fd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void set_options(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+void wait_for(int fd, short events, Clock::time_point deadline, const std::string& what) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) throw CommError(what + " timed out");
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (rc > 0) return;
+    if (rc < 0 && errno != EINTR) throw CommError(sys_error(what));
+  }
+}
+
+void send_all(int fd, const void* data, std::size_t n, Clock::time_point deadline,
+              const std::string& what, std::uint64_t* sent) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+      if (sent) *sent += static_cast<std::uint64_t>(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      wait_for(fd, POLLOUT, deadline, what);
+    } else {
+      throw CommError(io_error(what));
+    }
+  }
+}
+
+void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
+              const std::string& what) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    } else if (k == 0) {
+      throw CommError(what + ": the peer closed the connection (it exited or died)");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      wait_for(fd, POLLIN, deadline, what);
+    } else {
+      throw CommError(io_error(what));
+    }
+  }
+}
+
+void exchange(int out, const void* send, std::size_t send_n, int in, void* recv, std::size_t recv_n,
+              const std::string& what, std::uint64_t& sent) {
+  const char* s = static_cast<const char*>(send);
+  char* r = static_cast<char*>(recv);
+  while (send_n > 0 || recv_n > 0) {
+    pollfd p[2];
+    int n = 0, is = -1, ir = -1;
+    if (send_n > 0) is = n, p[n++] = {out, POLLOUT, 0};
+    if (recv_n > 0) ir = n, p[n++] = {in, POLLIN, 0};
+    if (::poll(p, static_cast<nfds_t>(n), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw CommError(io_error(what));
+    }
+    if (is >= 0 && p[is].revents) {
+      const ssize_t k = ::send(out, s, send_n, MSG_NOSIGNAL);
+      if (k > 0) {
+        s += k;
+        send_n -= static_cast<std::size_t>(k);
+        sent += static_cast<std::uint64_t>(k);
+      } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        throw CommError(io_error(what));
+      }
+    }
+    if (ir >= 0 && p[ir].revents) {
+      const ssize_t k = ::recv(in, r, recv_n, 0);
+      if (k > 0) {
+        r += k;
+        recv_n -= static_cast<std::size_t>(k);
+      } else if (k == 0) {
+        throw CommError(what + ": the peer closed the connection (it exited or died)");
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        throw CommError(io_error(what));
+      }
+    }
+  }
+}
+
+Fd listen_on(std::uint16_t port) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  if (fd.get() < 0) throw CommError(sys_error("socket"));
+  const int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(port);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) < 0)
+    throw CommError(sys_error("cannot listen on port " + std::to_string(port)) +
+                    (port ? "; is the port taken by another job (under torchrun's agent store, "
+                            "ztrain meets on MASTER_PORT + 1)? choose another MASTER_PORT"
+                          : ""));
+  if (::listen(fd.get(), 128) < 0) throw CommError(sys_error("listen"));
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+  return fd;
+}
+
+std::uint16_t port_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
+              std::uint32_t* peer_addr) {
+  for (;;) {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    const int fd = ::accept(listener, reinterpret_cast<sockaddr*>(&a), &len);
+    if (fd >= 0) {
+      if (peer_addr) *peer_addr = a.sin_addr.s_addr;
+      set_options(fd);
+      return Fd(fd);
+    }
+    // A client that reset before being accepted is not our failure.
+    if (errno == ECONNABORTED || errno == EPROTO) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw CommError(sys_error(what));
+    wait_for(listener, POLLIN, deadline, what);
+  }
+}
+
+namespace {
+bool connected_to_self(int fd) {
+  sockaddr_in here{}, there{};
+  socklen_t a = sizeof here, b = sizeof there;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&here), &a);
+  ::getpeername(fd, reinterpret_cast<sockaddr*>(&there), &b);
+  return here.sin_addr.s_addr == there.sin_addr.s_addr && here.sin_port == there.sin_port;
+}
+
+}  // namespace
+
+// Non-blocking, so a host that drops packets cannot hold a connect past the
+// deadline.
+Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline,
+              const std::string& what) {
+  for (;;) {
+    Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+    if (fd.get() < 0) throw CommError(sys_error("socket"));
+    set_options(fd.get());
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = addr;
+    a.sin_port = htons(port);
+    int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (rc < 0 && errno == EINPROGRESS) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd p{fd.get(), POLLOUT, 0};
+      if (left.count() > 0 &&
+          ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 5000))) > 0) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    // Retrying a connect to a free local port can, by TCP simultaneous
+    // open, connect the socket to itself: that is no peer.
+    if (rc == 0 && !connected_to_self(fd.get())) return fd;
+    if (Clock::now() > deadline) throw CommError(sys_error(what));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+bool loopback(std::uint32_t addr) {
+  return (ntohl(addr) >> 24) == 127;
+}
+
+std::uint32_t local_addr_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return a.sin_addr.s_addr;
+}
+
+std::uint32_t resolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    throw CommError("MASTER_ADDR=" + host + " does not resolve to an IPv4 address");
+  const std::uint32_t addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr.s_addr;
+  ::freeaddrinfo(res);
+  return addr;
+}
+
+}  // namespace ztrain::net

@@ -1,0 +1,69 @@
+// TCP socket primitives of the tcp backend and its heartbeats: an owning
+// descriptor, listening, connecting with retries up to a deadline, and
+// whole sends and receives on non-blocking sockets that give up at the
+// deadline. IPv4 only. Internal to libztrain.
+//
+// Errors: CommError naming `what` and the system's reason; a reset or
+// closed connection is reported as the peer having gone.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace ztrain::net {
+
+using Clock = std::chrono::steady_clock;
+
+// A socket, closed on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd();
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+std::string sys_error(const std::string& what);
+// TCP_NODELAY and non-blocking.
+void set_options(int fd);
+// Waits for fd to be ready for `events` (poll's), up to the deadline.
+void wait_for(int fd, short events, Clock::time_point deadline, const std::string& what);
+// sent (when given) adds the bytes written to the socket.
+void send_all(int fd, const void* data, std::size_t n, Clock::time_point deadline,
+              const std::string& what, std::uint64_t* sent = nullptr);
+void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
+              const std::string& what);
+// Sends on one socket while receiving on another until both are done (no
+// deadline: the caller's wait bounds it); adds the bytes written to `sent`.
+void exchange(int out, const void* send, std::size_t send_n, int in, void* recv, std::size_t recv_n,
+              const std::string& what, std::uint64_t& sent);
+// A listening socket on `port` (0: any free port) of every interface.
+Fd listen_on(std::uint16_t port);
+std::uint16_t port_of(int fd);
+// The next connection; peer_addr (when given) receives its address.
+Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
+              std::uint32_t* peer_addr);
+// Connects to addr:port, retrying until the deadline (the peer may not be
+// listening yet).
+Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline,
+              const std::string& what);
+bool loopback(std::uint32_t addr);
+// The local address of a connected socket (network order).
+std::uint32_t local_addr_of(int fd);
+// host's IPv4 address (network order).
+std::uint32_t resolve(const std::string& host);
+
+}  // namespace ztrain::net
