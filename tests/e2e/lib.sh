@@ -12,6 +12,21 @@ fail() {
   exit 1
 }
 
+# reserve_port: sets $port to a free port that no other process can take
+# while this script runs (tests/support/hold_port.cpp holds it; a ztrain
+# rank 0 can still listen on it).
+reserve_port() {
+  local out
+  out=$(mktemp "$scratch/port.XXXXXX")
+  "$(dirname "$ZTRAIN")/ztrain_test_hold_port" > "$out" &
+  for _ in $(seq 100); do
+    [ -s "$out" ] && break
+    sleep 0.05
+  done
+  port=$(cat "$out")
+  [ -n "$port" ] || fail "no port to reserve (is ztrain_test_hold_port built beside ztrain?)"
+}
+
 # on_ranks N CMD...: CMD itself for N = 1, else N ranks of it under mpirun
 # with what a shared, possibly oversubscribed machine needs; ZTRAIN_TEST_*
 # variables (test hooks) travel to every rank.

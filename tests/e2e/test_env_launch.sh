@@ -7,7 +7,8 @@
 # exact totals (2 (N-1) x 4 bytes per gradient element and for the loss
 # average, summed over ranks, as test_world_equivalence.sh); a rank 0 that
 # starts late is waited for; a killed rank ends the others within the
-# timeout with a message naming the peer; a missing MASTER_ADDR, and two
+# timeout with a message naming the peer, and a frozen one is named by the
+# others' timeout messages; a missing MASTER_ADDR, and two
 # processes claiming one rank, are clear errors.
 #
 # usage: test_env_launch.sh ZTRAIN_BINARY SOURCE_DIR
@@ -18,20 +19,11 @@ common=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set mode
   --set model.vocab_size=256 --set train.steps=20 --set train.log_every=1 --set train.eval_every=20
   --set train.warmup_steps=5 --set device.threads=1 --set train.save_final=false)
 
-free_port() {
-  local port
-  for _ in $(seq 50); do
-    port=$((20000 + RANDOM % 40000))
-    (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null || { echo "$port"; return; }
-  done
-  fail "no free port found"
-}
-
 # ranks NAME N [ARGS...]: N ranks in the background; their pids in $pids
 ranks() {
-  local name=$1 n=$2 port r
+  local name=$1 n=$2 r
   shift 2
-  port=$(free_port)
+  reserve_port
   pids=()
   for ((r = 0; r < n; r++)); do
     RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
@@ -89,8 +81,24 @@ wait "${pids[0]}" || status=$?
 grep -q "\[rank 0\].*rank 1.*closed the connection" "$scratch/killed.0.out" ||
   fail "rank 0's error does not name the lost peer: $(tail -2 "$scratch/killed.0.out")"
 
+# A frozen rank (SIGSTOP) of 3: its peers' collectives hit [comm] timeout
+# and both name it, rank 0 from its heartbeats, rank 1 from rank 0's.
+ranks frozen 3 --set train.steps=100000 --set train.micro_batch_size=4 --set comm.timeout=3s
+sleep 3
+kill -STOP "${pids[2]}"
+for r in 0 1; do
+  status=0
+  wait "${pids[$r]}" || status=$?
+  [ "$status" -ne 0 ] || fail "rank $r exited 0 beside a frozen rank"
+  grep -q "rank $r: .* did not finish within 3 s; .*rank 2 has sent no heartbeat for" \
+    "$scratch/frozen.$r.out" || fail "rank $r does not name the frozen rank: $(tail -2 "$scratch/frozen.$r.out")"
+done
+echo "frozen: $(grep -h "did not finish" "$scratch"/frozen.[01].out | head -2)"
+kill -9 "${pids[2]}"
+wait "${pids[2]}" 2> /dev/null || true
+
 # Rank 0 arriving late: the others keep trying to reach it.
-port=$(free_port)
+reserve_port
 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \
   --set train.steps=3 --set train.micro_batch_size=4 --set train.out_dir="$scratch/late" \
   "$SRC/configs/run.toml" > "$scratch/late.1.out" 2>&1 &
@@ -108,7 +116,7 @@ grep -q "needs MASTER_ADDR and MASTER_PORT" "$scratch/nomaster.out" ||
   fail "no clear error without MASTER_ADDR: $(cat "$scratch/nomaster.out")"
 
 # Two processes claiming rank 1 of 3.
-port=$(free_port)
+reserve_port
 pids=()
 for r in 0 1 1; do
   RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \

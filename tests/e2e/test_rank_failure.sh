@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# A rank that dies or hangs ends the whole job within a bounded time, with a
-# message naming a rank: (a) rank 1 killed with SIGKILL mid-run: mpirun
-# reports it and stops the job; (b) rank 1 frozen with SIGSTOP: rank 0's
-# next collective hits [comm] timeout and aborts the job naming itself and
-# the operation.
+# A rank that dies or hangs ends the whole job within a bounded time, and
+# ztrain itself names it (from the heartbeats every rank exchanges with
+# rank 0), not only mpirun: (a) rank 1 killed with SIGKILL mid-run: mpirun
+# stops the job with SIGTERM, on which rank 0 says rank 1 went silent;
+# (b) rank 1 frozen with SIGSTOP: rank 0's next collective hits [comm]
+# timeout and aborts the job naming itself, the operation and the silent
+# rank; (c) at world 3 with rank 2 frozen, the rank whose timeout ends the
+# job names rank 2, whichever it is (rank 1 learns it from rank 0).
 #
 # usage: test_rank_failure.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -11,11 +14,12 @@ source "$(dirname "$0")/lib.sh"
 
 mpirun=$(command -v mpirun) || fail "mpirun not found (install openmpi-bin)"
 
-# start NAME: a long 2-rank run in the background; sets $job and $victim
-# (the pid of rank 1) once rank 1 is training.
+# start NAME [RANKS [VICTIM]]: a long run in the background (2 ranks unless
+# given); sets $job and $victim (the pid of rank VICTIM, default 1) once
+# that rank is training.
 start() {
-  local name=$1
-  "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$ZTRAIN" \
+  local name=$1 np=${2:-2} target=${3:-1}
+  "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$ZTRAIN" \
     --set train.steps=100000 --set train.log_every=1 --set device.threads=1 \
     --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=16 --set train.micro_batch_size=2 \
     --set comm.timeout=3s --set train.save_final=false --set train.out_dir="$scratch/$name" \
@@ -24,7 +28,7 @@ start() {
   victim=""
   for _ in $(seq 1 300); do
     for pid in $(pgrep -f "train.out_dir=$scratch/$name" || true); do
-      if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+      if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$target"; then
         victim=$pid
       fi
     done
@@ -53,14 +57,23 @@ finish() {
 start killed
 kill -9 "$victim"
 finish killed 30
-grep -qi "rank 1" "$scratch/killed.out" || { cat "$scratch/killed.out" >&2; fail "killed: no message names rank 1"; }
-echo "killed rank: job ended; $(grep -i -m1 "rank 1" "$scratch/killed.out")"
+grep -q "\[rank 0\] ztrain: stopped by SIGTERM.*rank 1 has sent no heartbeat for" "$scratch/killed.out" ||
+  { cat "$scratch/killed.out" >&2; fail "killed: ztrain's own message does not name rank 1"; }
+echo "killed rank: $(grep -m1 "ztrain: stopped by SIGTERM" "$scratch/killed.out")"
 
 start frozen
 kill -STOP "$victim"
 finish frozen 30
 kill -9 "$victim" 2>/dev/null || true
-grep -q "rank 0: .* did not finish within 3 s" "$scratch/frozen.out" ||
-  { cat "$scratch/frozen.out" >&2; fail "frozen: no timeout message naming rank 0 and the operation"; }
+grep -q "rank 0: .* did not finish within 3 s; rank 1 has sent no heartbeat for" "$scratch/frozen.out" ||
+  { cat "$scratch/frozen.out" >&2; fail "frozen: the timeout message does not name rank 0, the operation and rank 1"; }
 echo "frozen rank: $(grep -m1 "did not finish" "$scratch/frozen.out")"
+
+start frozen3 3 2
+kill -STOP "$victim"
+finish frozen3 30
+kill -9 "$victim" 2>/dev/null || true
+grep -q "rank [01]: .* did not finish within 3 s; .*rank 2 has sent no heartbeat for" "$scratch/frozen3.out" ||
+  { cat "$scratch/frozen3.out" >&2; fail "frozen3: no timeout message names rank 2"; }
+echo "frozen rank of 3: $(grep -m1 "did not finish" "$scratch/frozen3.out")"
 echo "PASS"

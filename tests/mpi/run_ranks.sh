@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Starts N copies of a command as the ranks of a torchrun-style job (RANK,
 # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a
-# free port of 127.0.0.1), waits for all, prints each rank's output and
-# fails when any rank fails.
+# free port of 127.0.0.1, held for the job by ztrain_test_hold_port beside
+# the command), waits for all, prints each rank's output and fails when any
+# rank fails.
 #
 # usage: run_ranks.sh N COMMAND [ARGS...]
 set -uo pipefail
 n=$1
 shift
-# A port nobody listens on: ask the kernel through bash's /dev/tcp probe.
-for _ in $(seq 50); do
-  port=$((20000 + RANDOM % 40000))
-  (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null || break
-done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+"$(dirname "$1")/ztrain_test_hold_port" > "$out/port" &
+for _ in $(seq 100); do
+  [ -s "$out/port" ] && break
+  sleep 0.05
+done
+port=$(cat "$out/port")
+[ -n "$port" ] || { echo "no port to reserve"; exit 1; }
 pids=()
 for ((r = 0; r < n; r++)); do
   RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \

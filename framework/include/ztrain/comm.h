@@ -10,8 +10,12 @@
 //
 // Failure: a collective that does not finish within the communicator's
 // timeout ends the whole job (every rank) with a message naming this rank,
-// the operation and its size; a rank that dies ends the job through the
-// launcher. A collective the backend rejects raises CommError.
+// the operation, its size and the rank that stopped answering: the mpi and
+// tcp backends run a watchdog that exchanges heartbeats with rank 0, so
+// each rank knows which ranks went silent. A rank that dies ends the job
+// through the launcher (mpirun's SIGTERM, on which the survivors say which
+// rank went silent) or, over tcp, at once through its closed connections.
+// A collective the backend rejects raises CommError.
 //
 // Counting: every communicator counts, per kind of collective, the calls
 // that completed and the bytes this rank sent for them, where the data

@@ -54,25 +54,31 @@ void divide_in_place(void* data, std::size_t count, DType type, int by) {
   }
 }
 
-CommWork submit_collective(CommWorker& worker, CommTally& tally, int rank, double timeout_s,
-                           const CollectiveCall& call, std::function<std::uint64_t()> f,
-                           std::function<void()> abort_job) {
+ThreadedCommunicator::ThreadedCommunicator(int world_rank, double timeout_s,
+                                           std::shared_ptr<CommTally> tally,
+                                           std::shared_ptr<const Watchdog> watchdog)
+    : world_rank_(world_rank),
+      timeout_s_(timeout_s),
+      tally_(std::move(tally)),
+      watchdog_(std::move(watchdog)) {}
+
+CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
+                                      std::function<std::uint64_t()> f) {
+  auto run = [tally = tally_, kind = call.kind, f = std::move(f)] {
+    const std::uint64_t sent = f();
+    if (kind) tally->record(*kind, sent);
+  };
   const std::string what = std::string(call.op) + " of " + std::to_string(call.count) + " " +
                            std::string(dtype_name(call.type)) + " elements";
-  auto run = [&tally, kind = call.kind, f = std::move(f)] {
-    const std::uint64_t sent = f();
-    if (kind) tally.record(*kind, sent);
-  };
-  return CommWork(worker.submit(std::move(run)), timeout_s,
-                  [rank, timeout_s, what, abort_job = std::move(abort_job)] {
-                    std::fprintf(stderr,
-                                 "ztrain: rank %d: %s did not finish within %.0f s (another rank "
-                                 "died, hangs, or issued a different collective); aborting the "
-                                 "job\n",
-                                 rank, what.c_str(), timeout_s);
-                    std::fflush(stderr);
-                    abort_job();
-                  });
+  return CommWork(worker_->submit(std::move(run)), timeout_s_, [this, what] {
+    const std::string why = watchdog_
+                                ? watchdog_->verdict()
+                                : "another rank died, hangs, or issued a different collective";
+    std::fprintf(stderr, "ztrain: rank %d: %s did not finish within %.0f s; %s; aborting the job\n",
+                 world_rank_, what.c_str(), timeout_s_, why.c_str());
+    std::fflush(stderr);
+    abort_job();
+  });
 }
 
 }  // namespace ztrain

@@ -1,9 +1,9 @@
-// What the mpi and tcp communicators share: the worker thread that runs
-// their collectives in submission order (so they progress while the caller
-// computes), the in-place division of an average, and the CommWork whose
-// timeout ends the process with a message naming the rank and operation,
-// and which records the collective in the tally when it completes.
-// Internal to libztrain.
+// What the mpi and tcp communicators share: a worker thread that runs their
+// collectives in submission order (so they progress while the caller
+// computes), the in-place division of an average, the counting of each
+// completed collective, and the CommWork whose timeout ends the job with a
+// message naming the rank, the operation and, from the watchdog, the rank
+// that stopped answering. Internal to libztrain.
 #pragma once
 
 #include <condition_variable>
@@ -11,12 +11,14 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "comm/comm_tally.h"
+#include "comm/watchdog.h"
 #include "ztrain/comm.h"
 #include "ztrain/dtype.h"
 
@@ -44,19 +46,41 @@ class CommWorker {
 // data[i] /= by, in the dtype (16-bit values through fp32).
 void divide_in_place(void* data, std::size_t count, DType type, int by);
 
-// Submits f to the worker; f returns the bytes it sent, which are recorded
-// in the tally under `kind` when f succeeds (nothing is recorded without a
-// kind: split is set-up, not traffic). Past timeout_s, waiting on the
-// result prints "rank R: OP of N DTYPE elements did not finish ..." and
-// calls abort_job, which must not return.
+// A collective as the worker runs it: its kind (nothing is counted without
+// one: split is set-up, not traffic) and what its messages call it.
 struct CollectiveCall {
   std::optional<Collective> kind;
   const char* op;
   std::size_t count;
   DType type;
 };
-CommWork submit_collective(CommWorker& worker, CommTally& tally, int rank, double timeout_s,
-                           const CollectiveCall& call, std::function<std::uint64_t()> f,
-                           std::function<void()> abort_job);
+
+// The base of the mpi and tcp communicators. A subclass must call
+// drain() first in its destructor: queued tasks use its members.
+class ThreadedCommunicator : public Communicator {
+ public:
+  CommCounters counters() const override { return tally_->snapshot(); }
+
+ protected:
+  // world_rank names this process in messages; watchdog may be null.
+  ThreadedCommunicator(int world_rank, double timeout_s, std::shared_ptr<CommTally> tally,
+                       std::shared_ptr<const Watchdog> watchdog);
+  // Runs f on the worker; f returns the bytes it sent, recorded under the
+  // call's kind when f succeeds. Past the timeout, waiting on the work
+  // prints "ztrain: rank R: OP of N DTYPE elements did not finish within T
+  // s; VERDICT; aborting the job" and calls abort_job().
+  CommWork submit(const CollectiveCall& call, std::function<std::uint64_t()> f);
+  // Ends every rank of the job; must not return.
+  virtual void abort_job() = 0;
+  void drain() { worker_.reset(); }
+
+  int world_rank_;
+  double timeout_s_;
+  std::shared_ptr<CommTally> tally_;
+  std::shared_ptr<const Watchdog> watchdog_;
+
+ private:
+  std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
+};
 
 }  // namespace ztrain

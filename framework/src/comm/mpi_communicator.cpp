@@ -5,11 +5,10 @@
 // sends for it (comm_tally.h), what the tcp backend measures.
 #include <mpi.h>
 
-#include <condition_variable>
-#include <cstdio>
+#include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdlib>
-#include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -57,19 +56,116 @@ MPI_Datatype mpi_type(DType t) {
   return t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
 }
 
-class MpiCommunicator final : public Communicator {
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// Heartbeats as MPI messages on a communicator of their own (a duplicate
+// of the world), sent and tested without blocking: rank 0 exchanges them
+// with every rank, the others with rank 0. MPI has no wait with a timeout,
+// so receive() sleeps, then tests.
+class MpiBeats final : public Watchdog::Transport {
+ public:
+  explicit MpiBeats(MPI_Comm world) {
+    MPI_Comm_dup(world, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    int size = 1;
+    MPI_Comm_size(comm_, &size);
+    for (int r = 0; r < size; ++r)
+      if (r != rank_ && (rank_ == 0 || r == 0)) peers_.push_back(r);
+    send_.resize(peers_.size());
+    recv_.resize(peers_.size());
+    for (std::size_t i = 0; i < peers_.size(); ++i) post(i);
+  }
+  ~MpiBeats() override {
+    for (auto& s : recv_) {
+      MPI_Cancel(&s.request);
+      MPI_Wait(&s.request, MPI_STATUS_IGNORE);
+    }
+    for (auto& s : send_)
+      if (s.request != MPI_REQUEST_NULL) MPI_Request_free(&s.request);
+    MPI_Comm_free(&comm_);
+  }
+  void beat(int peer, const std::vector<SilentRank>& silent) override {
+    const std::size_t i = index(peer);
+    Slot& s = send_[i];
+    int done = 1;
+    if (s.request != MPI_REQUEST_NULL) MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
+    if (!done) return;
+    const std::size_t n = std::min(silent.size(), Watchdog::kMaxSilent);
+    for (std::size_t k = 0; k < n; ++k) {
+      s.buffer[2 * k] = silent[k].rank;
+      s.buffer[2 * k + 1] = silent[k].silent_ms;
+    }
+    MPI_Isend(s.buffer.data(), static_cast<int>(2 * n), MPI_INT32_T, peer, kTag, comm_, &s.request);
+  }
+  std::vector<Received> receive(std::chrono::milliseconds wait) override {
+    std::this_thread::sleep_for(wait);
+    std::vector<Received> out;
+    for (std::size_t i = 0; i < recv_.size(); ++i) {
+      int done = 0;
+      MPI_Status status;
+      MPI_Test(&recv_[i].request, &done, &status);
+      if (!done) continue;
+      int count = 0;
+      MPI_Get_count(&status, MPI_INT32_T, &count);
+      Received r{peers_[i], false, {}};
+      for (int k = 0; k + 1 < count; k += 2)
+        r.silent.push_back({recv_[i].buffer[static_cast<std::size_t>(k)],
+                            recv_[i].buffer[static_cast<std::size_t>(k) + 1]});
+      out.push_back(std::move(r));
+      post(i);
+    }
+    return out;
+  }
+
+ private:
+  static constexpr int kTag = 7;
+  struct Slot {
+    std::array<std::int32_t, 2 * Watchdog::kMaxSilent> buffer{};
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::size_t index(int peer) const {
+    return static_cast<std::size_t>(std::find(peers_.begin(), peers_.end(), peer) - peers_.begin());
+  }
+  void post(std::size_t i) {
+    MPI_Irecv(recv_[i].buffer.data(), static_cast<int>(recv_[i].buffer.size()), MPI_INT32_T,
+              peers_[i], kTag, comm_, &recv_[i].request);
+  }
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  std::vector<int> peers_;
+  std::vector<Slot> send_, recv_;  // per peer; sized once (MPI holds the buffers' addresses)
+};
+
+class MpiCommunicator final : public ThreadedCommunicator {
  public:
   MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, double timeout_s,
-                  std::shared_ptr<CommTally> tally)
-      : runtime_(std::move(runtime)), comm_(comm), timeout_s_(timeout_s), tally_(std::move(tally)) {
+                  std::shared_ptr<CommTally> tally, std::shared_ptr<const Watchdog> watchdog)
+      : ThreadedCommunicator(world_rank(), timeout_s, std::move(tally), std::move(watchdog)),
+        runtime_(std::move(runtime)),
+        comm_(comm) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   }
   ~MpiCommunicator() override {
-    worker_.reset();  // drains the queue
+    drain();
     if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+  // The world: its watchdog's heartbeats go on a communicator of their own.
+  static std::unique_ptr<MpiCommunicator> world(std::shared_ptr<MpiRuntime> runtime,
+                                                double timeout_s) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    auto watchdog = size > 1 ? std::make_shared<const Watchdog>(
+                                   rank, size, std::make_unique<MpiBeats>(MPI_COMM_WORLD))
+                             : nullptr;
+    return std::make_unique<MpiCommunicator>(std::move(runtime), MPI_COMM_WORLD, timeout_s,
+                                             std::make_shared<CommTally>(), std::move(watchdog));
   }
 
   int rank() const override { return rank_; }
@@ -167,9 +263,8 @@ class MpiCommunicator final : public Communicator {
       return std::uint64_t{0};
     }).wait();
     return std::make_unique<MpiCommunicator>(runtime_, sub, timeout_s_,
-                                             std::make_shared<CommTally>(tally_));
+                                             std::make_shared<CommTally>(tally_), watchdog_);
   }
-  CommCounters counters() const override { return tally_->snapshot(); }
 
  private:
   MPI_Op sum_op(DType t) const {
@@ -208,19 +303,14 @@ class MpiCommunicator final : public Communicator {
                     std::to_string(count) + " " + std::string(dtype_name(type)) +
                     " elements failed: " + std::string(text, static_cast<std::size_t>(len)));
   }
-  CommWork submit(const CollectiveCall& call, std::function<std::uint64_t()> f) {
-    return submit_collective(*worker_, *tally_, world_rank_, timeout_s_, call, std::move(f), [] {
-      MPI_Abort(MPI_COMM_WORLD, 3);
-      std::_Exit(3);
-    });
+  void abort_job() override {
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    std::_Exit(3);
   }
 
   std::shared_ptr<MpiRuntime> runtime_;
   MPI_Comm comm_;
-  double timeout_s_;
-  std::shared_ptr<CommTally> tally_;
-  int rank_ = 0, size_ = 1, world_rank_ = 0;
-  std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
+  int rank_ = 0, size_ = 1;
 };
 
 }  // namespace
@@ -243,8 +333,7 @@ int local_rank_count() {
 
 std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s) {
   auto runtime = MpiRuntime::get();
-  return std::make_unique<MpiCommunicator>(runtime, MPI_COMM_WORLD, timeout_s,
-                                           std::make_shared<CommTally>());
+  return MpiCommunicator::world(std::move(runtime), timeout_s);
 }
 
 }  // namespace ztrain

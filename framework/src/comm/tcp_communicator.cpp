@@ -15,6 +15,7 @@
 
 #include "comm/comm_worker.h"
 #include "comm/socket.h"
+#include "comm/tcp_beats.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 
@@ -29,20 +30,18 @@ struct Peer {
   std::uint16_t port;
 };
 
-class TcpCommunicator final : public Communicator {
+class TcpCommunicator final : public ThreadedCommunicator {
  public:
   // peers: one connected socket per other rank (index = rank; own unused).
   TcpCommunicator(int rank, int size, int world_rank, std::vector<Fd> peers,
                   std::vector<std::uint32_t> addrs, double timeout_s,
-                  std::shared_ptr<CommTally> tally)
-      : rank_(rank),
+                  std::shared_ptr<CommTally> tally, std::shared_ptr<const Watchdog> watchdog)
+      : ThreadedCommunicator(world_rank, timeout_s, std::move(tally), std::move(watchdog)),
+        rank_(rank),
         size_(size),
-        world_rank_(world_rank),
         peers_(std::move(peers)),
-        addrs_(std::move(addrs)),
-        timeout_s_(timeout_s),
-        tally_(std::move(tally)) {}
-  ~TcpCommunicator() override { worker_.reset(); }
+        addrs_(std::move(addrs)) {}
+  ~TcpCommunicator() override { drain(); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -118,7 +117,6 @@ class TcpCommunicator final : public Communicator {
     submit({std::nullopt, "split", 0, DType::f32}, [&] { out = do_split(colour, key); }).wait();
     return out;
   }
-  CommCounters counters() const override { return tally_->snapshot(); }
 
  private:
   static std::size_t offset(const std::vector<std::size_t>& counts, int r) {
@@ -230,29 +228,25 @@ class TcpCommunicator final : public Communicator {
       peers[hello[1]] = std::move(c);
     }
     return std::make_unique<TcpCommunicator>(me, n, world_rank_, std::move(peers), std::move(addrs),
-                                             timeout_s_, std::make_shared<CommTally>(tally_));
+                                             timeout_s_, std::make_shared<CommTally>(tally_),
+                                             watchdog_);
   }
 
   // f's sends add to sent_ (the worker runs one collective at a time).
   CommWork submit(const CollectiveCall& call, std::function<void()> f) {
-    // Exiting closes every socket, which ends the other ranks' waits.
-    return submit_collective(
-        *worker_, *tally_, world_rank_, timeout_s_, call,
-        [this, f = std::move(f)] {
-          sent_ = 0;
-          f();
-          return sent_;
-        },
-        [] { std::_Exit(3); });
+    return ThreadedCommunicator::submit(call, [this, f = std::move(f)] {
+      sent_ = 0;
+      f();
+      return sent_;
+    });
   }
+  // Exiting closes every socket, which ends the other ranks' waits.
+  void abort_job() override { std::_Exit(3); }
 
-  int rank_, size_, world_rank_;
+  int rank_, size_;
   std::vector<Fd> peers_;
   std::vector<std::uint32_t> addrs_;
-  double timeout_s_;
-  std::shared_ptr<CommTally> tally_;
   std::uint64_t sent_ = 0;
-  std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
 };
 
 int env_int(const char* name) {
@@ -272,11 +266,26 @@ bool launched_by_env() {
   return w && std::atoi(w) > 1 && std::getenv("RANK");
 }
 
-std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
-  const int world = env_int("WORLD_SIZE"), rank = env_int("RANK");
-  if (world < 1 || rank >= world)
-    throw CommError("RANK=" + std::to_string(rank) +
-                    " is outside WORLD_SIZE=" + std::to_string(world));
+namespace {
+
+// Where the ranks meet, as the environment says.
+struct Meeting {
+  int rank, world;
+  std::string master;  // MASTER_ADDR
+  std::uint32_t master_addr;
+  std::uint16_t port;
+  std::string port_name;  // what messages call the port
+  Clock::time_point until;
+  std::string who;  // "rank R"
+};
+
+Meeting meeting_from_env(double timeout_s) {
+  Meeting m;
+  m.world = env_int("WORLD_SIZE");
+  m.rank = env_int("RANK");
+  if (m.world < 1 || m.rank >= m.world)
+    throw CommError("RANK=" + std::to_string(m.rank) +
+                    " is outside WORLD_SIZE=" + std::to_string(m.world));
   const char* master = std::getenv("MASTER_ADDR");
   const char* port_text = std::getenv("MASTER_PORT");
   if (!master || !port_text)
@@ -288,91 +297,116 @@ std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
   const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   const bool beside_agent = agent_store && std::string(agent_store) == "True";
   const int port = env_int("MASTER_PORT") + (beside_agent ? 1 : 0);
-  // What the messages call the port the ranks meet on.
-  const std::string port_name =
+  m.port_name =
       std::to_string(port) + (beside_agent ? " (MASTER_PORT + 1, beside torchrun's store)" : "");
   if (port < 1 || port > 65535)
-    throw CommError("MASTER_PORT=" + std::string(port_text) + ": port " + port_name +
+    throw CommError("MASTER_PORT=" + std::string(port_text) + ": port " + m.port_name +
                     " is not usable; choose another MASTER_PORT");
-  const std::uint32_t master_addr = resolve(master);
-  const auto until =
-      Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
-  std::vector<Fd> peers(static_cast<std::size_t>(world));
-  std::vector<std::uint32_t> addrs(static_cast<std::size_t>(world), master_addr);
-  std::vector<Peer> table(static_cast<std::size_t>(world));
-  const std::string who = "rank " + std::to_string(rank);
-  if (rank == 0) {
-    Fd listener = listen_on(static_cast<std::uint16_t>(port));
-    table[0] = {master_addr, static_cast<std::uint16_t>(port)};
-    for (int k = 1; k < world; ++k) {
-      std::uint32_t addr = 0;
-      Fd c = accept_one(listener.get(), until,
-                        who + ": waiting for the other " + std::to_string(world - 1) +
-                            " ranks at port " + port_name,
-                        &addr);
-      std::uint32_t hello[4];
-      recv_all(c.get(), hello, sizeof hello, until, who + ": rendezvous");
-      if (hello[0] != kMagic)
-        throw CommError(who + ": something that is not a ztrain rank connected to port " +
-                        port_name);
-      if (hello[2] != static_cast<std::uint32_t>(world))
-        throw CommError(who + ": rank " + std::to_string(hello[1]) + " says WORLD_SIZE=" +
-                        std::to_string(hello[2]) + ", this rank " + std::to_string(world));
-      const std::uint32_t r = hello[1];
-      if (r == 0 || r >= static_cast<std::uint32_t>(world) || peers[r].get() >= 0)
-        throw CommError(who + ": two processes claim RANK=" + std::to_string(r) +
-                        " (or it is out of range)");
-      table[r] = {addr, static_cast<std::uint16_t>(hello[3])};
-      addrs[r] = addr;
-      peers[r] = std::move(c);
-    }
-    // Ranks on rank 0's machine may have come over loopback (or MASTER_ADDR
-    // may name this host as 127.0.1.1): other machines need the address
-    // they reached rank 0 at.
-    std::uint32_t outside = 0;
-    for (int r = 1; r < world && !outside; ++r)
-      if (!loopback(table[static_cast<std::size_t>(r)].addr))
-        outside = local_addr_of(peers[static_cast<std::size_t>(r)].get());
-    if (outside)
-      for (auto& entry : table)
-        if (loopback(entry.addr)) entry.addr = outside;
-    for (int r = 0; r < world; ++r)
-      addrs[static_cast<std::size_t>(r)] = table[static_cast<std::size_t>(r)].addr;
-    for (int r = 1; r < world; ++r)
-      send_all(peers[static_cast<std::size_t>(r)].get(), table.data(), table.size() * sizeof(Peer),
-               until, who + ": rendezvous");
-  } else {
-    Fd listener = listen_on(0);
-    peers[0] =
-        connect_to(master_addr, static_cast<std::uint16_t>(port), until,
-                   who + ": cannot reach rank 0 at " + std::string(master) + ", port " + port_name);
-    const std::uint32_t hello[4] = {kMagic, static_cast<std::uint32_t>(rank),
-                                    static_cast<std::uint32_t>(world), port_of(listener.get())};
-    send_all(peers[0].get(), hello, sizeof hello, until, who + ": rendezvous");
-    recv_all(peers[0].get(), table.data(), table.size() * sizeof(Peer), until,
-             who + ": rendezvous (rank 0 gave up?)");
-    for (int r = 0; r < world; ++r)
-      addrs[static_cast<std::size_t>(r)] = table[static_cast<std::size_t>(r)].addr;
-    // Lower ranks are connected to, higher ones connect here.
-    for (int j = 1; j < rank; ++j) {
-      peers[static_cast<std::size_t>(j)] = connect_to(
-          table[static_cast<std::size_t>(j)].addr, table[static_cast<std::size_t>(j)].port, until,
-          who + ": cannot reach rank " + std::to_string(j));
-      const std::uint32_t id[2] = {kMagic, static_cast<std::uint32_t>(rank)};
-      send_all(peers[static_cast<std::size_t>(j)].get(), id, sizeof id, until, who + ": connect");
-    }
-    for (int k = rank + 1; k < world; ++k) {
-      Fd c = accept_one(listener.get(), until, who + ": waiting for higher ranks", nullptr);
-      std::uint32_t id[2];
-      recv_all(c.get(), id, sizeof id, until, who + ": connect");
-      if (id[0] != kMagic || id[1] <= static_cast<std::uint32_t>(rank) ||
-          id[1] >= static_cast<std::uint32_t>(world))
-        throw CommError(who + ": an unexpected connection while meeting the other ranks");
-      peers[id[1]] = std::move(c);
-    }
+  m.port = static_cast<std::uint16_t>(port);
+  m.master = master;
+  m.master_addr = resolve(master);
+  m.until = Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  m.who = "rank " + std::to_string(m.rank);
+  return m;
+}
+
+// Rank 0: every other rank connects to the meeting port and says who it is
+// and where it listens; that connection stays open as the rank's control
+// connection (heartbeats). Returns every rank's address and port, handed
+// out to all.
+std::vector<Peer> gather_table(const Meeting& m, int listener, std::vector<Fd>& control) {
+  std::vector<Peer> table(static_cast<std::size_t>(m.world));
+  table[0] = {m.master_addr, m.port};
+  for (int k = 1; k < m.world; ++k) {
+    std::uint32_t addr = 0;
+    Fd c = accept_one(listener, m.until,
+                      m.who + ": waiting for the other " + std::to_string(m.world - 1) +
+                          " ranks at port " + m.port_name,
+                      &addr);
+    std::uint32_t hello[4];
+    recv_all(c.get(), hello, sizeof hello, m.until, m.who + ": rendezvous");
+    if (hello[0] != kMagic)
+      throw CommError(m.who + ": something that is not a ztrain rank connected to port " +
+                      m.port_name);
+    if (hello[2] != static_cast<std::uint32_t>(m.world))
+      throw CommError(m.who + ": rank " + std::to_string(hello[1]) + " says WORLD_SIZE=" +
+                      std::to_string(hello[2]) + ", this rank " + std::to_string(m.world));
+    const std::uint32_t r = hello[1];
+    if (r == 0 || r >= static_cast<std::uint32_t>(m.world) || control[r].get() >= 0)
+      throw CommError(m.who + ": two processes claim RANK=" + std::to_string(r) +
+                      " (or it is out of range)");
+    table[r] = {addr, static_cast<std::uint16_t>(hello[3])};
+    control[r] = std::move(c);
   }
-  return std::make_unique<TcpCommunicator>(rank, world, rank, std::move(peers), std::move(addrs),
-                                           timeout_s, std::make_shared<CommTally>());
+  // Ranks on rank 0's machine may have come over loopback (or MASTER_ADDR
+  // may name this host as 127.0.1.1): other machines need the address they
+  // reached rank 0 at.
+  std::uint32_t outside = 0;
+  for (int r = 1; r < m.world && !outside; ++r)
+    if (!loopback(table[static_cast<std::size_t>(r)].addr))
+      outside = local_addr_of(control[static_cast<std::size_t>(r)].get());
+  if (outside)
+    for (auto& entry : table)
+      if (loopback(entry.addr)) entry.addr = outside;
+  for (int r = 1; r < m.world; ++r)
+    send_all(control[static_cast<std::size_t>(r)].get(), table.data(), table.size() * sizeof(Peer),
+             m.until, m.who + ": rendezvous");
+  return table;
+}
+
+// Ranks > 0: the control connection to rank 0, and the table from it.
+std::vector<Peer> fetch_table(const Meeting& m, std::uint16_t own_port, Fd& control) {
+  control = connect_to(m.master_addr, m.port, m.until,
+                       m.who + ": cannot reach rank 0 at " + m.master + ", port " + m.port_name);
+  const std::uint32_t hello[4] = {kMagic, static_cast<std::uint32_t>(m.rank),
+                                  static_cast<std::uint32_t>(m.world), own_port};
+  send_all(control.get(), hello, sizeof hello, m.until, m.who + ": rendezvous");
+  std::vector<Peer> table(static_cast<std::size_t>(m.world));
+  recv_all(control.get(), table.data(), table.size() * sizeof(Peer), m.until,
+           m.who + ": rendezvous (rank 0 gave up?)");
+  return table;
+}
+
+// The data connections: every rank connects to each lower rank's listener
+// and accepts the higher ranks on its own.
+std::vector<Fd> connect_mesh(const Meeting& m, int listener, const std::vector<Peer>& table) {
+  std::vector<Fd> peers(static_cast<std::size_t>(m.world));
+  for (int j = 0; j < m.rank; ++j) {
+    const Peer& p = table[static_cast<std::size_t>(j)];
+    peers[static_cast<std::size_t>(j)] =
+        connect_to(p.addr, p.port, m.until, m.who + ": cannot reach rank " + std::to_string(j));
+    const std::uint32_t id[2] = {kMagic, static_cast<std::uint32_t>(m.rank)};
+    send_all(peers[static_cast<std::size_t>(j)].get(), id, sizeof id, m.until, m.who + ": connect");
+  }
+  for (int k = m.rank + 1; k < m.world; ++k) {
+    Fd c = accept_one(listener, m.until, m.who + ": waiting for higher ranks", nullptr);
+    std::uint32_t id[2];
+    recv_all(c.get(), id, sizeof id, m.until, m.who + ": connect");
+    if (id[0] != kMagic || id[1] <= static_cast<std::uint32_t>(m.rank) ||
+        id[1] >= static_cast<std::uint32_t>(m.world) || peers[id[1]].get() >= 0)
+      throw CommError(m.who + ": an unexpected connection while meeting the other ranks");
+    peers[id[1]] = std::move(c);
+  }
+  return peers;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s) {
+  const Meeting m = meeting_from_env(timeout_s);
+  Fd listener = listen_on(m.rank == 0 ? m.port : 0);
+  std::vector<Fd> control(static_cast<std::size_t>(m.world));
+  const std::vector<Peer> table = m.rank == 0 ? gather_table(m, listener.get(), control)
+                                              : fetch_table(m, port_of(listener.get()), control[0]);
+  std::vector<Fd> peers = connect_mesh(m, listener.get(), table);
+  std::vector<std::uint32_t> addrs;
+  for (const Peer& p : table) addrs.push_back(p.addr);
+  auto watchdog = m.world > 1 ? std::make_shared<const Watchdog>(m.rank, m.world,
+                                                                 make_tcp_beats(std::move(control)))
+                              : nullptr;
+  return std::make_unique<TcpCommunicator>(m.rank, m.world, m.rank, std::move(peers),
+                                           std::move(addrs), timeout_s,
+                                           std::make_shared<CommTally>(), std::move(watchdog));
 }
 
 }  // namespace ztrain

@@ -1,0 +1,141 @@
+#include "comm/watchdog.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ztrain {
+namespace {
+
+// Set by the SIGTERM handler, acted on by a watchdog's thread (a handler
+// may do nothing else safely).
+std::atomic<bool> g_sigterm{false};
+
+void on_sigterm(int) {
+  g_sigterm.store(true);
+}
+
+std::string seconds(std::int64_t ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+Watchdog::Watchdog(int rank, int world, std::unique_ptr<Transport> transport,
+                   std::chrono::milliseconds period, std::chrono::milliseconds silence)
+    : rank_(rank),
+      world_(world),
+      transport_(std::move(transport)),
+      period_(period),
+      silence_(silence),
+      last_(static_cast<std::size_t>(world), Clock::now()),
+      closed_(static_cast<std::size_t>(world), false),
+      reported_at_(Clock::now()) {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() {
+  stop_ = true;
+  thread_.join();
+  signal(SIGTERM, SIG_DFL);
+}
+
+void Watchdog::loop() {
+  auto next_beat = Clock::now();
+  while (!stop_) {
+    for (const auto& r : transport_->receive(period_)) heard(r, Clock::now());
+    const auto now = Clock::now();
+    if (now >= next_beat) {
+      next_beat = now + period_;
+      if (rank_ == 0) {
+        std::vector<SilentRank> silent = silent_now(now);
+        if (silent.size() > kMaxSilent) silent.resize(kMaxSilent);
+        for (int r = 1; r < world_; ++r)
+          if (!closed_[static_cast<std::size_t>(r)]) transport_->beat(r, silent);
+      } else if (!closed_[0]) {
+        transport_->beat(0, {});
+      }
+    }
+    if (g_sigterm.exchange(false)) {
+      const std::string line = "[rank " + std::to_string(rank_) +
+                               "] ztrain: stopped by SIGTERM (mpirun sends it when another "
+                               "rank failed, a scheduler before preemption); " +
+                               verdict() + "\n";
+      std::fputs(line.c_str(), stderr);
+      std::fflush(stderr);
+      signal(SIGTERM, SIG_DFL);
+      raise(SIGTERM);
+    }
+  }
+}
+
+void Watchdog::heard(const Transport::Received& r, Clock::time_point now) {
+  std::lock_guard lock(mu_);
+  const auto i = static_cast<std::size_t>(r.from);
+  if (r.closed) {
+    closed_[i] = true;
+    return;
+  }
+  last_[i] = now;
+  if (r.from == 0 && rank_ != 0) {
+    reported_ = r.silent;
+    reported_at_ = now;
+  }
+}
+
+std::vector<SilentRank> Watchdog::silent_now(Clock::time_point now) const {
+  std::lock_guard lock(mu_);
+  std::vector<SilentRank> out;
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_ || (rank_ != 0 && r != 0)) continue;  // only rank 0 hears everyone
+    const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(
+        now - last_[static_cast<std::size_t>(r)]);
+    if (closed_[static_cast<std::size_t>(r)] || quiet >= silence_)
+      out.push_back({r, static_cast<std::int32_t>(quiet.count())});
+  }
+  return out;
+}
+
+std::string Watchdog::describe(const std::vector<SilentRank>& silent) const {
+  std::string s;
+  for (const auto& q : silent) {
+    if (!s.empty()) s += "; ";
+    s += "rank " + std::to_string(q.rank) + " has sent no heartbeat for " + seconds(q.silent_ms) +
+         ": it died or is frozen";
+  }
+  return s;
+}
+
+std::string Watchdog::verdict() const {
+  const auto now = Clock::now();
+  const std::vector<SilentRank> silent = silent_now(now);
+  std::lock_guard lock(mu_);
+  std::string closed;
+  for (int r = 0; r < world_; ++r)
+    if (closed_[static_cast<std::size_t>(r)])
+      closed += (closed.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+                " closed its connection: it exited or died";
+  if (!closed.empty()) return closed;
+  if (!silent.empty()) return describe(silent);
+  const std::string alive =
+      "so none died or froze: the ranks wait in different collectives (a bug), or one is slower "
+      "than [comm] timeout allows";
+  if (rank_ == 0)
+    return "every rank sent a heartbeat within " + seconds(silence_.count()) + ", " + alive;
+  if (!reported_.empty()) {
+    const auto age =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - reported_at_).count();
+    return "rank 0 reported " + seconds(age) + " ago: " + describe(reported_);
+  }
+  return "rank 0 hears every rank's heartbeat, " + alive;
+}
+
+}  // namespace ztrain
