@@ -61,19 +61,18 @@ grep -q "\[rank 0\] ztrain: stopped by SIGTERM.*rank 1 has sent no heartbeat for
   { cat "$scratch/killed.out" >&2; fail "killed: ztrain's own message does not name rank 1"; }
 echo "killed rank: $(grep -m1 "ztrain: stopped by SIGTERM" "$scratch/killed.out")"
 
-start frozen
-kill -STOP "$victim"
-finish frozen 30
-kill -9 "$victim" 2>/dev/null || true
-grep -q "rank 0: .* did not finish within 3 s; rank 1 has sent no heartbeat for" "$scratch/frozen.out" ||
-  { cat "$scratch/frozen.out" >&2; fail "frozen: the timeout message does not name rank 0, the operation and rank 1"; }
-echo "frozen rank: $(grep -m1 "did not finish" "$scratch/frozen.out")"
-
-start frozen3 3 2
-kill -STOP "$victim"
-finish frozen3 30
-kill -9 "$victim" 2>/dev/null || true
-grep -q "rank [01]: .* did not finish within 3 s; .*rank 2 has sent no heartbeat for" "$scratch/frozen3.out" ||
-  { cat "$scratch/frozen3.out" >&2; fail "frozen3: no timeout message names rank 2"; }
-echo "frozen rank of 3: $(grep -m1 "did not finish" "$scratch/frozen3.out")"
+# frozen NAME RANKS VICTIM PATTERN: VICTIM stopped with SIGSTOP; the job
+# must end, and a timeout message match PATTERN.
+frozen() {
+  local name=$1 pattern=$4
+  start "$name" "$2" "$3"
+  kill -STOP "$victim"
+  finish "$name" 30
+  kill -9 "$victim" 2> /dev/null || true
+  grep -q "$pattern" "$scratch/$name.out" ||
+    { cat "$scratch/$name.out" >&2; fail "$name: no timeout message matches '$pattern'"; }
+  echo "$name: $(grep -m1 "did not finish" "$scratch/$name.out")"
+}
+frozen frozen 2 1 "rank 0: .* did not finish within 3 s; rank 1 has sent no heartbeat for"
+frozen frozen3 3 2 "rank [01]: .* did not finish within 3 s; .*rank 2 has sent no heartbeat for"
 echo "PASS"
