@@ -5,7 +5,11 @@ test_name=$(basename "${BASH_SOURCE[1]}" .sh)
 ZTRAIN=$(realpath "${1:?usage: $test_name.sh ZTRAIN_BINARY SOURCE_DIR}")
 SRC=$(realpath "${2:?usage: $test_name.sh ZTRAIN_BINARY SOURCE_DIR}")
 scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+# Processes a script starts in the background (spawn), killed if still
+# alive when it exits, however it exits.
+spawned=()
+trap 'for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/../support/ports.sh"
 
 fail() {
   echo "FAIL ($test_name): $*" >&2
@@ -16,15 +20,23 @@ fail() {
 # while this script runs (tests/support/hold_port.cpp holds it; a ztrain
 # rank 0 can still listen on it).
 reserve_port() {
-  local out
-  out=$(mktemp "$scratch/port.XXXXXX")
-  "$(dirname "$ZTRAIN")/ztrain_test_hold_port" > "$out" &
-  for _ in $(seq 100); do
-    [ -s "$out" ] && break
-    sleep 0.05
-  done
-  port=$(cat "$out")
+  hold_port "$(dirname "$ZTRAIN")/ztrain_test_hold_port" "$(mktemp "$scratch/port.XXXXXX")"
   [ -n "$port" ] || fail "no port to reserve (is ztrain_test_hold_port built beside ztrain?)"
+}
+
+# exit_within PID SECONDS: waits for PID (a child) at most SECONDS; sets
+# $status to its exit status, or fails the test if it is still running.
+exit_within() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    if ! kill -0 "$1" 2> /dev/null; then
+      status=0
+      wait "$1" || status=$?
+      return
+    fi
+    sleep 0.1
+  done
+  fail "process $1 was still running after $2 s"
 }
 
 # on_ranks N CMD...: CMD itself for N = 1, else N ranks of it under mpirun
@@ -45,7 +57,8 @@ on_ranks() {
 # train_curve METRICS_JSONL: "step loss grad_norm" of every training line
 # (grad_norm is null on a skipped step).
 train_curve() {
-  grep '"split": "train"' "$1" |
+  [ -f "$1" ] || fail "no metrics file $1"
+  { grep '"split": "train"' "$1" || true; } |
     sed -n 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2 \3/p'
 }
 
@@ -63,19 +76,24 @@ curve() {
 # step; both must log the same steps.
 same_column() {
   local col=$1 what=$2 ref=$3 other=$4 tol=$5 result
-  result=$(awk -v col="$col" 'NR == FNR { step[FNR] = $1; v[FNR] = $col; n = FNR; next }
-      { if ($1 != step[FNR]) { print "misaligned"; exit }
+  [ -s "$scratch/$ref.curve" ] && [ -s "$scratch/$other.curve" ] ||
+    fail "$other or $ref logged no training steps"
+  # Prints "misaligned", or the largest difference (as %.3g), the step it
+  # is at, and whether it is within the tolerance.
+  result=$(awk -v col="$col" -v tol="$tol" '
+      NR == FNR { step[FNR] = $1; v[FNR] = $col; n = FNR; next }
+      { if ($1 != step[FNR]) bad = 1
         if ($col == v[FNR]) d = 0
         else if ($col == "null" || v[FNR] == "null") d = 1e300
         else { d = v[FNR] - $col; if (d < 0) d = -d; a = v[FNR] < 0 ? -v[FNR] : v[FNR]; if (a > 0) d /= a }
         if (d > m || at == "") { m = d; at = $1 } }
-      END { if (FNR != n) print "misaligned"; else printf "%.3g %s", m, at }' \
+      END { if (bad || FNR != n) print "misaligned"
+            else printf "%.3g %s %s", m, at, (m <= tol ? "ok" : "over") }' \
     "$scratch/$ref.curve" "$scratch/$other.curve")
   [ "$result" != misaligned ] || fail "$other and $ref do not log the same steps"
   set -- $result
   echo "$other: largest relative $what difference to $ref: $1 (step $2)"
-  awk -v m="$1" -v t="$tol" 'BEGIN { exit !(m <= t) }' ||
-    fail "$other's $what differs from $ref's by $1 at step $2 (> $tol)"
+  [ "$3" = ok ] || fail "$other's $what differs from $ref's by $1 at step $2 (> $tol)"
 }
 
 # same_losses REF NAME TOLERANCE, same_norms REF NAME TOLERANCE: losses or

@@ -9,14 +9,10 @@
 set -uo pipefail
 n=$1
 shift
+source "$(dirname "$0")/../support/ports.sh"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-"$(dirname "$1")/ztrain_test_hold_port" > "$out/port" &
-for _ in $(seq 100); do
-  [ -s "$out/port" ] && break
-  sleep 0.05
-done
-port=$(cat "$out/port")
+hold_port "$(dirname "$1")/ztrain_test_hold_port" "$out/port"
 [ -n "$port" ] || { echo "no port to reserve"; exit 1; }
 pids=()
 for ((r = 0; r < n; r++)); do

@@ -38,7 +38,12 @@ cmake --build "$build" -j2 > "$log/build.log" 2>&1 || { tail -20 "$log/build.log
 
 caught_by() { sed -n 's/^Caught-by: //p' "$here/$1.patch"; }
 
-# The named tests must pass before a mutation can be said to fail them.
+# Every mutation must name tests that exist, and they must pass before a
+# mutation can be said to fail them.
+for n in "${names[@]}"; do
+  ctest --test-dir "$build" -N -R "$(caught_by "$n")" | grep -q "Total Tests: [1-9]" ||
+    { echo "$n: its Caught-by pattern '$(caught_by "$n")' names no test"; exit 1; }
+done
 union=$(for n in "${names[@]}"; do caught_by "$n"; done | paste -sd'|')
 if ! ctest --test-dir "$build" -j2 -R "$union" > "$log/baseline.log" 2>&1; then
   echo "the unmutated tree fails its own tests ($union):"

@@ -12,7 +12,10 @@
 // loss, then backward in reverse module order, calling the four hooks at
 // every boundary. After exit_backward(m) the gradients of m's parameters are
 // complete for this micro-batch. Loss gradients are multiplied by
-// StepContext::grad_scale().
+// StepContext::grad_scale(). evaluate runs the forward only; forward_logits
+// (optional) also hands out the logits. Activations come from the
+// StepContext's Arena, one device allocation each, so the device measures
+// what a micro-step holds; activation_bytes() is the model's estimate of it.
 //
 // Errors: a model raises ConfigError for an unusable shape, DataError for
 // token ids outside the vocabulary.
@@ -147,15 +150,16 @@ class ZTRAIN_API Model : public Plugin {
   virtual ModelInfo info() const = 0;
   virtual std::vector<ParamSpec> params() const = 0;
   virtual std::vector<ModuleSpec> modules() const = 0;  // forward execution order
-  // Bytes of the activation arena for a batch shape (what the model reserves).
+  // Bytes of activations one micro-step of this batch shape allocates from
+  // the arena at its peak (the estimate; the device measures the run).
   virtual std::uint64_t activation_bytes(const BatchShape& shape) const = 0;
   // One micro-batch forward and backward; returns the mean loss.
   virtual float forward_backward(const Batch& batch, StepContext& ctx) = 0;
   // Forward only; returns the mean loss.
   virtual float evaluate(const Batch& batch, StepContext& ctx) = 0;
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
-  // independent implementation is compared on). Models that do not offer
-  // it raise Error, the default.
+  // independent implementation is compared on). Optional: models that do
+  // not offer it raise Error, the default.
   virtual void forward_logits(const Batch& batch, StepContext& ctx, float* logits);
   // The Hugging Face config.json describing this model (empty: none), so an
   // exported directory loads with from_pretrained.

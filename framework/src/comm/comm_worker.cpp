@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "ztrain/error.h"
+
 namespace ztrain {
 
 CommWorker::CommWorker() : thread_([this] { loop(); }) {}
@@ -64,8 +66,16 @@ ThreadedCommunicator::ThreadedCommunicator(int world_rank, double timeout_s,
 
 CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
                                       std::function<std::uint64_t()> f) {
-  auto run = [tally = tally_, kind = call.kind, f = std::move(f)] {
-    const std::uint64_t sent = f();
+  // A collective that fails (a peer closed its connection) says what the
+  // watchdog knows: the peer may only have given up on a third rank.
+  auto run = [tally = tally_, watchdog = watchdog_, kind = call.kind, f = std::move(f)] {
+    std::uint64_t sent = 0;
+    try {
+      sent = f();
+    } catch (const CommError& e) {
+      if (!watchdog) throw;
+      throw CommError(std::string(e.what()) + "; " + watchdog->verdict());
+    }
     if (kind) tally->record(*kind, sent);
   };
   const std::string what = std::string(call.op) + " of " + std::to_string(call.count) + " " +
@@ -74,7 +84,7 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
     const std::string why = watchdog_
                                 ? watchdog_->verdict()
                                 : "another rank died, hangs, or issued a different collective";
-    std::fprintf(stderr, "ztrain: rank %d: %s did not finish within %.0f s; %s; aborting the job\n",
+    std::fprintf(stderr, "ztrain: rank %d: %s did not finish within %g s; %s; aborting the job\n",
                  world_rank_, what.c_str(), timeout_s_, why.c_str());
     std::fflush(stderr);
     abort_job();

@@ -66,7 +66,8 @@ class ThreadedCommunicator : public Communicator {
   ThreadedCommunicator(int world_rank, double timeout_s, std::shared_ptr<CommTally> tally,
                        std::shared_ptr<const Watchdog> watchdog);
   // Runs f on the worker; f returns the bytes it sent, recorded under the
-  // call's kind when f succeeds. Past the timeout, waiting on the work
+  // call's kind when f succeeds; a CommError it raises gets the watchdog's
+  // verdict appended. Past the timeout, waiting on the work
   // prints "ztrain: rank R: OP of N DTYPE elements did not finish within T
   // s; VERDICT; aborting the job" and calls abort_job().
   CommWork submit(const CollectiveCall& call, std::function<std::uint64_t()> f);

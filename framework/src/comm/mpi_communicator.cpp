@@ -65,11 +65,14 @@ int world_rank() {
 // Heartbeats as MPI messages on a communicator of their own (a duplicate
 // of the world), sent and tested without blocking: rank 0 exchanges them
 // with every rank, the others with rank 0. MPI has no wait with a timeout,
-// so receive() sleeps, then tests.
+// so receive() sleeps, then tests. A call that fails (a peer that died,
+// with MPI errors returned rather than fatal) marks the peer as gone. The
+// runtime is held so MPI is not finalised under the watchdog's thread.
 class MpiBeats final : public Watchdog::Transport {
  public:
-  explicit MpiBeats(MPI_Comm world) {
+  MpiBeats(std::shared_ptr<MpiRuntime> runtime, MPI_Comm world) : runtime_(std::move(runtime)) {
     MPI_Comm_dup(world, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     int size = 1;
     MPI_Comm_size(comm_, &size);
@@ -81,6 +84,7 @@ class MpiBeats final : public Watchdog::Transport {
   }
   ~MpiBeats() override {
     for (auto& s : recv_) {
+      if (s.request == MPI_REQUEST_NULL) continue;
       MPI_Cancel(&s.request);
       MPI_Wait(&s.request, MPI_STATUS_IGNORE);
     }
@@ -99,15 +103,22 @@ class MpiBeats final : public Watchdog::Transport {
       s.buffer[2 * k] = silent[k].rank;
       s.buffer[2 * k + 1] = silent[k].silent_ms;
     }
-    MPI_Isend(s.buffer.data(), static_cast<int>(2 * n), MPI_INT32_T, peer, kTag, comm_, &s.request);
+    if (MPI_Isend(s.buffer.data(), static_cast<int>(2 * n), MPI_INT32_T, peer, kTag, comm_,
+                  &s.request) != MPI_SUCCESS)
+      s.request = MPI_REQUEST_NULL;
   }
   std::vector<Received> receive(std::chrono::milliseconds wait) override {
     std::this_thread::sleep_for(wait);
     std::vector<Received> out;
     for (std::size_t i = 0; i < recv_.size(); ++i) {
+      if (recv_[i].request == MPI_REQUEST_NULL) continue;  // gone
       int done = 0;
       MPI_Status status;
-      MPI_Test(&recv_[i].request, &done, &status);
+      if (MPI_Test(&recv_[i].request, &done, &status) != MPI_SUCCESS) {
+        recv_[i].request = MPI_REQUEST_NULL;
+        out.push_back({peers_[i], true, {}});
+        continue;
+      }
       if (!done) continue;
       int count = 0;
       MPI_Get_count(&status, MPI_INT32_T, &count);
@@ -131,9 +142,11 @@ class MpiBeats final : public Watchdog::Transport {
     return static_cast<std::size_t>(std::find(peers_.begin(), peers_.end(), peer) - peers_.begin());
   }
   void post(std::size_t i) {
-    MPI_Irecv(recv_[i].buffer.data(), static_cast<int>(recv_[i].buffer.size()), MPI_INT32_T,
-              peers_[i], kTag, comm_, &recv_[i].request);
+    if (MPI_Irecv(recv_[i].buffer.data(), static_cast<int>(recv_[i].buffer.size()), MPI_INT32_T,
+                  peers_[i], kTag, comm_, &recv_[i].request) != MPI_SUCCESS)
+      recv_[i].request = MPI_REQUEST_NULL;
   }
+  std::shared_ptr<MpiRuntime> runtime_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   std::vector<int> peers_;
@@ -162,7 +175,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     auto watchdog = size > 1 ? std::make_shared<const Watchdog>(
-                                   rank, size, std::make_unique<MpiBeats>(MPI_COMM_WORLD))
+                                   rank, size, std::make_unique<MpiBeats>(runtime, MPI_COMM_WORLD))
                              : nullptr;
     return std::make_unique<MpiCommunicator>(std::move(runtime), MPI_COMM_WORLD, timeout_s,
                                              std::make_shared<CommTally>(), std::move(watchdog));
@@ -184,7 +197,8 @@ class MpiCommunicator final : public ThreadedCommunicator {
   }
   CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
                                 ReduceOp op) override {
-    const std::uint64_t sent = count * dtype_size(type) * static_cast<std::uint64_t>(size_ - 1);
+    const std::uint64_t sent =
+        ring_bytes_sent(Collective::reduce_scatter, blocks(count), rank_, dtype_size(type));
     return submit({Collective::reduce_scatter, "reduce_scatter", count, type}, [=, this] {
       check(
           MPI_Reduce_scatter_block(send, recv, checked(count), mpi_type(type), sum_op(type), comm_),
@@ -198,7 +212,8 @@ class MpiCommunicator final : public ThreadedCommunicator {
     // aliased buffers otherwise).
     const bool in_place = send == static_cast<const char*>(recv) +
                                       static_cast<std::size_t>(rank_) * count * dtype_size(type);
-    const std::uint64_t sent = count * dtype_size(type) * static_cast<std::uint64_t>(size_ - 1);
+    const std::uint64_t sent =
+        ring_bytes_sent(Collective::all_gather, blocks(count), rank_, dtype_size(type));
     return submit({Collective::all_gather, "all_gather", count, type}, [=, this] {
       check(MPI_Allgather(in_place ? MPI_IN_PLACE : send, checked(count), mpi_type(type), recv,
                           checked(count), mpi_type(type), comm_),
@@ -251,9 +266,11 @@ class MpiCommunicator final : public ThreadedCommunicator {
     });
   }
   CommWork barrier_async() override {
-    return submit({Collective::barrier, "barrier", 0, DType::f32}, [this] {
+    // Counted as the tcp backend's barrier: a ring all-gather of one float.
+    const std::uint64_t sent = ring_bytes_sent(Collective::all_gather, blocks(1), rank_, 4);
+    return submit({Collective::barrier, "barrier", 0, DType::f32}, [this, sent] {
       check(MPI_Barrier(comm_), "barrier", 0, DType::f32);
-      return std::uint64_t{0};
+      return sent;
     });
   }
   std::unique_ptr<Communicator> split(int colour, int key) override {
@@ -267,6 +284,10 @@ class MpiCommunicator final : public ThreadedCommunicator {
   }
 
  private:
+  // Every rank's block of a regular collective.
+  std::vector<std::size_t> blocks(std::size_t count) const {
+    return std::vector<std::size_t>(static_cast<std::size_t>(size_), count);
+  }
   MPI_Op sum_op(DType t) const {
     return t == DType::f32 ? MPI_SUM : t == DType::bf16 ? runtime_->bf16_sum : runtime_->f16_sum;
   }

@@ -12,7 +12,7 @@ namespace {
 // may do nothing else safely).
 std::atomic<bool> g_sigterm{false};
 
-void on_sigterm(int) {
+void on_sigterm_signal(int) {
   g_sigterm.store(true);
 }
 
@@ -34,18 +34,22 @@ Watchdog::Watchdog(int rank, int world, std::unique_ptr<Transport> transport,
       last_(static_cast<std::size_t>(world), Clock::now()),
       closed_(static_cast<std::size_t>(world), false),
       reported_at_(Clock::now()) {
+  g_sigterm = false;
   struct sigaction sa {};
-  sa.sa_handler = on_sigterm;
+  sa.sa_handler = on_sigterm_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGTERM, &sa, &previous_);
   thread_ = std::thread([this] { loop(); });
 }
 
 Watchdog::~Watchdog() {
   stop_ = true;
   thread_.join();
-  signal(SIGTERM, SIG_DFL);
+  sigaction(SIGTERM, &previous_, nullptr);
+  // One that came after the thread's last look is delivered as it would
+  // have been without the watchdog.
+  if (g_sigterm.exchange(false)) raise(SIGTERM);
 }
 
 void Watchdog::loop() {
@@ -55,26 +59,39 @@ void Watchdog::loop() {
     const auto now = Clock::now();
     if (now >= next_beat) {
       next_beat = now + period_;
-      if (rank_ == 0) {
-        std::vector<SilentRank> silent = silent_now(now);
-        if (silent.size() > kMaxSilent) silent.resize(kMaxSilent);
-        for (int r = 1; r < world_; ++r)
-          if (!closed_[static_cast<std::size_t>(r)]) transport_->beat(r, silent);
-      } else if (!closed_[0]) {
-        transport_->beat(0, {});
-      }
+      beat(now);
     }
-    if (g_sigterm.exchange(false)) {
-      const std::string line = "[rank " + std::to_string(rank_) +
-                               "] ztrain: stopped by SIGTERM (mpirun sends it when another "
-                               "rank failed, a scheduler before preemption); " +
-                               verdict() + "\n";
-      std::fputs(line.c_str(), stderr);
-      std::fflush(stderr);
-      signal(SIGTERM, SIG_DFL);
-      raise(SIGTERM);
-    }
+    if (g_sigterm.exchange(false)) on_sigterm();
   }
+}
+
+void Watchdog::beat(Clock::time_point now) {
+  if (rank_ != 0) {
+    if (!closed_[0]) transport_->beat(0, {});
+    return;
+  }
+  std::vector<SilentRank> silent = silent_now(now);
+  if (silent.size() > kMaxSilent) silent.resize(kMaxSilent);
+  for (int r = 1; r < world_; ++r)
+    if (!closed_[static_cast<std::size_t>(r)]) transport_->beat(r, silent);
+}
+
+void Watchdog::on_sigterm() {
+  // mpirun's SIGTERM can come sooner after a death than `silence`: give the
+  // dead rank the time to show as silent before judging.
+  const auto until = Clock::now() + silence_;
+  while (Clock::now() < until && silent_now(Clock::now()).empty()) {
+    for (const auto& r : transport_->receive(period_)) heard(r, Clock::now());
+    beat(Clock::now());
+  }
+  const std::string line = "[rank " + std::to_string(rank_) +
+                           "] ztrain: stopped by SIGTERM (mpirun sends it when another rank "
+                           "failed, a scheduler before preemption); " +
+                           verdict() + "\n";
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+  sigaction(SIGTERM, &previous_, nullptr);
+  raise(SIGTERM);
 }
 
 void Watchdog::heard(const Transport::Received& r, Clock::time_point now) {
@@ -118,23 +135,27 @@ std::string Watchdog::verdict() const {
   const auto now = Clock::now();
   const std::vector<SilentRank> silent = silent_now(now);
   std::lock_guard lock(mu_);
-  std::string closed;
+  std::vector<std::string> parts;
   for (int r = 0; r < world_; ++r)
     if (closed_[static_cast<std::size_t>(r)])
-      closed += (closed.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
-                " closed its connection: it exited or died";
-  if (!closed.empty()) return closed;
-  if (!silent.empty()) return describe(silent);
+      parts.push_back("rank " + std::to_string(r) + " closed its connection: it exited or died");
+  std::vector<SilentRank> open_silent;
+  for (const auto& q : silent)
+    if (!closed_[static_cast<std::size_t>(q.rank)]) open_silent.push_back(q);
+  if (!open_silent.empty()) parts.push_back(describe(open_silent));
+  if (rank_ != 0 && !reported_.empty()) {
+    const auto age =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - reported_at_).count();
+    parts.push_back("rank 0 reported " + seconds(age) + " ago: " + describe(reported_));
+  }
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  if (!out.empty()) return out;
   const std::string alive =
       "so none died or froze: the ranks wait in different collectives (a bug), or one is slower "
       "than [comm] timeout allows";
   if (rank_ == 0)
     return "every rank sent a heartbeat within " + seconds(silence_.count()) + ", " + alive;
-  if (!reported_.empty()) {
-    const auto age =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - reported_at_).count();
-    return "rank 0 reported " + seconds(age) + " ago: " + describe(reported_);
-  }
   return "rank 0 hears every rank's heartbeat, " + alive;
 }
 

@@ -9,13 +9,17 @@
 // communicator of their own, the tcp backend uses a control connection to
 // rank 0 that also shows a peer's death at once (the connection closes).
 //
-// verdict() is the sentence a collective timeout prints. The watchdog also
-// catches SIGTERM, which mpirun sends to the surviving ranks about a second
-// after one died (and a scheduler sends before preemption): it prints the
-// verdict, then lets SIGTERM end the process as it would have.
+// verdict() is the sentence a collective timeout or failure prints. The
+// watchdog also catches SIGTERM, which mpirun sends to the surviving ranks
+// about a second after one died (and a scheduler sends before preemption):
+// it waits up to `silence` for a rank to show as silent, prints the
+// verdict, then lets SIGTERM end the process as it would have. The
+// previous SIGTERM action is restored when the watchdog ends.
 //
 // Thread safety: verdict() from any thread.
 #pragma once
+
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -67,6 +71,8 @@ class Watchdog {
 
  private:
   void loop();
+  void beat(Clock::time_point now);
+  void on_sigterm();
   void heard(const Transport::Received& r, Clock::time_point now);
   std::vector<SilentRank> silent_now(Clock::time_point now) const;
   std::string describe(const std::vector<SilentRank>& silent) const;
@@ -79,6 +85,7 @@ class Watchdog {
   std::vector<bool> closed_;
   std::vector<SilentRank> reported_;  // on ranks > 0: rank 0's last list
   Clock::time_point reported_at_;
+  struct sigaction previous_ {};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -86,7 +86,8 @@ TensorView StepContext::grad(ParamId p) {
 }
 
 void Model::forward_logits(const Batch&, StepContext&, float*) {
-  throw Error("model '" + info().arch + "' does not offer its logits");
+  throw Error("model '" + info().arch +
+              "' does not offer its logits (Model::forward_logits); compare it on losses instead");
 }
 
 }  // namespace ztrain
