@@ -2,6 +2,7 @@
 // gradients are averaged over ranks in buckets launched as backward
 // completes them (overlap_comm), and the optimizer steps the full replica.
 #include "ztrain/comm.h"
+#include "ztrain/shard/bucket_options.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/full_replica.h"
 #include "ztrain/shard/grad_reducer.h"
@@ -18,16 +19,8 @@ using namespace ztrain;
 
 class Ddp final : public Strategy {
  public:
-  explicit Ddp(const Options& o)
-      : overlap_(o.get_bool("overlap_comm")), bucket_elements_(o.get_int("reduce_bucket_size")) {}
-  static void declare_options(OptionList& o) {
-    o.flag("overlap_comm", true,
-           "reduce gradient buckets while backward runs (false: all at the end of backward)");
-    o.integer("reduce_bucket_size", 1000000,
-              "elements per gradient bucket (DeepSpeed's meaning; the first bucket holds at "
-              "most 256K so communication starts early)")
-        .at_least(1);
-  }
+  explicit Ddp(const Options& o) : reduce_(shard::bucket_settings(o, "ddp")) {}
+  static void declare_options(OptionList& o) { shard::declare_bucket_options(o, 0); }
 
   void setup(const StrategySetup& s) override {
     params_ = s.params;
@@ -38,12 +31,13 @@ class Ddp final : public Strategy {
     comm_->broadcast(replica_->weights().data, layout_->total(), s.precision, 0);
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, 0, layout_->total(), s.optimizer,
                        replica_->weights());
-    const auto bucket = static_cast<std::uint64_t>(bucket_elements_);
-    reducer_.emplace(params_, *layout_, replica_->grads(), *comm_, bucket,
-                     std::min<std::uint64_t>(bucket, 1u << 18));
+    reducer_.emplace(
+        *s.device, params_, *layout_, *comm_,
+        shard::make_reduce_plan(params_, *layout_, shard::ReducePolicy::replicate, reduce_),
+        s.grad_dtype, replica_->grads(), TypedPtr{}, "ddp");
   }
 
-  void begin_micro_step(bool last) override { reducer_->begin_micro_step(last && overlap_); }
+  void begin_micro_step(bool last) override { reducer_->begin_micro_step(last); }
   void before_forward(ModuleId) override {}
   void after_forward(ModuleId) override {}
   void before_backward(ModuleId) override {}
@@ -83,8 +77,7 @@ class Ddp final : public Strategy {
   std::optional<shard::FullReplica> replica_;
   std::optional<shard::OptimizerShard> optimizer_;
   std::optional<shard::GradReducer> reducer_;
-  bool overlap_;
-  std::int64_t bucket_elements_;
+  shard::ReduceSettings reduce_;
 };
 
 }  // namespace

@@ -10,8 +10,8 @@
 #include "ztrain/shard/bucket_options.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/full_replica.h"
+#include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/optimizer_shard.h"
-#include "ztrain/shard/shard_grad_reducer.h"
 #include "ztrain/strategy.h"
 
 namespace {
@@ -21,7 +21,7 @@ using namespace ztrain;
 class Zero1 final : public Strategy {
  public:
   explicit Zero1(const Options& o)
-      : reduce_(shard::bucket_settings(o)), allgather_(shard::allgather_bucket_size(o)) {}
+      : reduce_(shard::bucket_settings(o, "zero1")), allgather_(shard::allgather_bucket_size(o)) {}
   static void declare_options(OptionList& o) { shard::declare_bucket_options(o, 1); }
 
   void setup(const StrategySetup& s) override {
@@ -34,11 +34,13 @@ class Zero1 final : public Strategy {
     replica_.emplace(*s.device, params_, *layout_, s.seed, s.precision, s.grad_dtype);
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin_, end_, s.optimizer,
                        replica_->weights().at(begin_));
-    reducer_.emplace(*s.device, params_, *layout_, *comm_, replica_->grads().at(begin_), reduce_,
-                     replica_->grads());
+    reducer_.emplace(*s.device, params_, *layout_, *comm_,
+                     shard::make_reduce_plan(params_, *layout_,
+                                             shard::ReducePolicy::shard_after_backward, reduce_),
+                     s.grad_dtype, replica_->grads(), replica_->grads().at(begin_), "zero1");
   }
 
-  void begin_micro_step(bool) override {}
+  void begin_micro_step(bool last) override { reducer_->begin_micro_step(last); }
   void before_forward(ModuleId) override {}
   void after_forward(ModuleId) override {}
   void before_backward(ModuleId) override {}
@@ -67,7 +69,10 @@ class Zero1 final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
-    const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, true);
+    const auto peaks = shard::worst_reduce_peaks(
+        shard::make_reduce_plan(a.params, layout, shard::ReducePolicy::shard_after_backward,
+                                reduce_),
+        a.world);
     return MemoryEstimate()
         .set(Tier::device, Category::params, n * dtype_size(a.precision))
         .set(Tier::device, Category::grads, n * dtype_size(a.grad_dtype))
@@ -88,7 +93,7 @@ class Zero1 final : public Strategy {
   std::uint64_t begin_ = 0, end_ = 0;
   std::optional<shard::FullReplica> replica_;
   std::optional<shard::OptimizerShard> optimizer_;
-  std::optional<shard::ShardGradReducer> reducer_;
+  std::optional<shard::GradReducer> reducer_;
 };
 
 }  // namespace

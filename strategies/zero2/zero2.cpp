@@ -10,8 +10,8 @@
 #include "ztrain/shard/bucket_options.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/full_replica.h"
+#include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/optimizer_shard.h"
-#include "ztrain/shard/shard_grad_reducer.h"
 #include "ztrain/strategy.h"
 
 namespace {
@@ -21,7 +21,7 @@ using namespace ztrain;
 class Zero2 final : public Strategy {
  public:
   explicit Zero2(const Options& o)
-      : reduce_(shard::bucket_settings(o)), allgather_(shard::allgather_bucket_size(o)) {}
+      : reduce_(shard::bucket_settings(o, "zero2")), allgather_(shard::allgather_bucket_size(o)) {}
   static void declare_options(OptionList& o) { shard::declare_bucket_options(o, 2); }
 
   void setup(const StrategySetup& s) override {
@@ -36,10 +36,13 @@ class Zero2 final : public Strategy {
     grads_ = s.device->allocate(Tier::device, Category::grads, shard * dtype_size(grad_dtype_));
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin_, begin_ + shard,
                        s.optimizer, replica_->weights().at(begin_));
-    reducer_.emplace(*s.device, params_, *layout_, *comm_, grad_shard(), reduce_);
+    reducer_.emplace(*s.device, params_, *layout_, *comm_,
+                     shard::make_reduce_plan(params_, *layout_,
+                                             shard::ReducePolicy::shard_during_backward, reduce_),
+                     grad_dtype_, TypedPtr{}, grad_shard(), "zero2");
   }
 
-  void begin_micro_step(bool) override { reducer_->begin_micro_step(); }
+  void begin_micro_step(bool last) override { reducer_->begin_micro_step(last); }
   void before_forward(ModuleId) override {}
   void after_forward(ModuleId) override {}
   void before_backward(ModuleId) override {}
@@ -64,7 +67,10 @@ class Zero2 final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);
-    const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, false);
+    const auto peaks = shard::worst_reduce_peaks(
+        shard::make_reduce_plan(a.params, layout, shard::ReducePolicy::shard_during_backward,
+                                reduce_),
+        a.world);
     return MemoryEstimate()
         .set(Tier::device, Category::params, n * dtype_size(a.precision))
         .set(Tier::device, Category::grads, (shard + peaks.staged) * dtype_size(a.grad_dtype))
@@ -89,7 +95,7 @@ class Zero2 final : public Strategy {
   DType grad_dtype_ = DType::f32;
   Buffer grads_;
   std::optional<shard::OptimizerShard> optimizer_;
-  std::optional<shard::ShardGradReducer> reducer_;
+  std::optional<shard::GradReducer> reducer_;
 };
 
 }  // namespace

@@ -9,10 +9,10 @@
 #include "ztrain/comm.h"
 #include "ztrain/shard/bucket_options.h"
 #include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/optimizer_shard.h"
 #include "ztrain/shard/param_gatherer.h"
-#include "ztrain/shard/shard_grad_reducer.h"
 #include "ztrain/strategy.h"
 
 namespace {
@@ -22,7 +22,7 @@ using namespace ztrain;
 class Zero3 final : public Strategy {
  public:
   explicit Zero3(const Options& o)
-      : reduce_(shard::bucket_settings(o)), gather_(shard::gather_options(o)) {}
+      : reduce_(shard::bucket_settings(o, "zero3")), gather_(shard::gather_options(o)) {}
   static void declare_options(OptionList& o) {
     shard::declare_bucket_options(o, 3);
     shard::declare_gather_options(o);
@@ -43,12 +43,15 @@ class Zero3 final : public Strategy {
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin, begin + shard_,
                        s.optimizer, weight_shard());
     gatherer_.emplace(*s.device, params_, s.modules, *layout_, *comm_, weight_shard(), gather_);
-    reducer_.emplace(*s.device, params_, *layout_, *comm_, grad_shard(), reduce_);
+    reducer_.emplace(*s.device, params_, *layout_, *comm_,
+                     shard::make_reduce_plan(params_, *layout_,
+                                             shard::ReducePolicy::shard_during_backward, reduce_),
+                     grad_dtype_, TypedPtr{}, grad_shard(), "zero3");
   }
 
-  void begin_micro_step(bool) override {
+  void begin_micro_step(bool last) override {
     gatherer_->begin_micro_step();
-    reducer_->begin_micro_step();
+    reducer_->begin_micro_step(last);
   }
   void before_forward(ModuleId m) override { gatherer_->fetch(m, false); }
   void after_forward(ModuleId m) override { gatherer_->release(m, false); }
@@ -78,7 +81,10 @@ class Zero3 final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(a.world);
-    const auto peaks = shard::ShardGradReducer::simulate_worst(a.params, layout, reduce_, false);
+    const auto peaks = shard::worst_reduce_peaks(
+        shard::make_reduce_plan(a.params, layout, shard::ReducePolicy::shard_during_backward,
+                                reduce_),
+        a.world);
     const auto gathered = shard::estimate_gather_peaks(a.params, gather_);
     return MemoryEstimate()
         .set(Tier::device, Category::params,
@@ -108,7 +114,7 @@ class Zero3 final : public Strategy {
   Buffer weights_, grads_;
   std::optional<shard::OptimizerShard> optimizer_;
   std::optional<shard::ParamGatherer> gatherer_;
-  std::optional<shard::ShardGradReducer> reducer_;
+  std::optional<shard::GradReducer> reducer_;
 };
 
 }  // namespace

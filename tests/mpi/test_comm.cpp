@@ -18,7 +18,6 @@
 #include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/param_gatherer.h"
-#include "ztrain/shard/shard_grad_reducer.h"
 
 using namespace ztrain;
 
@@ -294,8 +293,7 @@ TEST_CASE("split by colour forms independent sub-communicators") {
   CHECK(y == static_cast<float>(R));
 }
 
-TEST_CASE(
-    "the gradient reducer launches buckets as modules finish backward, none while accumulating") {
+TEST_CASE("ddp's reduction launches buckets as modules finish backward, none while accumulating") {
   const int R = world().size(), r = world().rank();
   std::vector<ParamSpec> params;
   auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
@@ -307,36 +305,43 @@ TEST_CASE(
   add("head", 100, {3});
   const shard::FlatLayout layout(params, 1);
   std::vector<float> grads(layout.total());
-  shard::GradReducer reducer(params, layout, grads.data(), world(), 600, 100);
-  CHECK(reducer.bucket_count() >= 3);
+  auto dev = make_cpu_device(1);
+  shard::GradReducer reducer(
+      *dev, params, layout, world(),
+      shard::make_reduce_plan(params, layout, shard::ReducePolicy::replicate, {600, 100, true}),
+      DType::f32, grads.data(), {}, "test");
+  const std::size_t buckets = reducer.plan().buckets.size();
+  CHECK(buckets >= 3);
   const auto all_reduces = [] { return world().counters().calls[kind(Collective::all_reduce)]; };
-  for (bool sync : {false, true}) {
-    std::fill(grads.begin(), grads.end(), static_cast<float>(r + 1));
-    const CommCounters before = world().counters();
-    reducer.begin_micro_step(sync);
+  const CommCounters before = world().counters();
+  const std::uint64_t calls_before = before.calls[kind(Collective::all_reduce)];
+  for (bool last : {false, true}) {  // two micro-steps: accumulate, then reduce
+    for (float& g : grads) g += static_cast<float>(r + 1);
+    reducer.begin_micro_step(last);
     reducer.module_done(3);  // head: its bucket is complete
     reducer.module_done(2);
-    // Launched during backward only when syncing (the worker may not have
-    // run it yet: wait for it to be counted).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    const std::uint64_t calls_before = before.calls[kind(Collective::all_reduce)];
-    while (sync && all_reduces() == calls_before && std::chrono::steady_clock::now() < deadline)
+    // Launched during backward only in the last micro-step. A collective
+    // is counted when the worker has run it: wait for it (and, while
+    // accumulating, long enough that one launched would have been counted).
+    const auto deadline = std::chrono::steady_clock::now() +
+                          (last ? std::chrono::seconds(30) : std::chrono::seconds(1) / 5);
+    while ((!last || all_reduces() == calls_before) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    CHECK((all_reduces() > calls_before) == sync);
+    CHECK((all_reduces() > calls_before) == last);
     reducer.module_done(1);
     reducer.module_done(0);
-    reducer.finish();
-    float want = 0;
-    for (int k = 0; k < R; ++k) want += static_cast<float>(k + 1);
-    want /= static_cast<float>(R);
-    for (ParamId p = 0; p < 4; ++p) CHECK(grads[layout.offset(p)] == want);
-    // Every bucket reduced exactly once: the ranks sent 2 (R-1) times the
-    // gradient bytes between them.
-    const CommCounters d = world().counters().since(before);
-    CHECK(d.calls[kind(Collective::all_reduce)] == reducer.bucket_count());
-    CHECK(sum_over_ranks(d.bytes_sent[kind(Collective::all_reduce)]) ==
-          2 * layout.total() * sizeof(float) * static_cast<std::uint64_t>(R - 1));
   }
+  reducer.finish();
+  float want = 0;
+  for (int k = 0; k < R; ++k) want += static_cast<float>(k + 1);
+  want = 2.0f * want / static_cast<float>(R);
+  for (ParamId p = 0; p < 4; ++p) CHECK(grads[layout.offset(p)] == want);
+  // Every bucket reduced exactly once: the ranks sent 2 (R-1) times the
+  // gradient bytes between them.
+  const CommCounters d = world().counters().since(before);
+  CHECK(d.calls[kind(Collective::all_reduce)] == buckets);
+  CHECK(sum_over_ranks(d.bytes_sent[kind(Collective::all_reduce)]) ==
+        2 * layout.total() * sizeof(float) * static_cast<std::uint64_t>(R - 1));
 }
 
 TEST_CASE("all_gather in place: each rank sends its own block of the result") {
@@ -420,9 +425,13 @@ TEST_CASE("the sharded gradient reducer averages every rank's gradients into the
   const std::uint64_t begin = layout.owned_begin(r), n = layout.owned_end(r) - begin;
   std::vector<float> shard_grads(n, 0.0f);
   auto dev = make_cpu_device(1);
-  shard::ShardGradReducer red(*dev, params, layout, world(), shard_grads.data(), {200, 100, true});
+  shard::GradReducer red(
+      *dev, params, layout, world(),
+      shard::make_reduce_plan(params, layout, shard::ReducePolicy::shard_during_backward,
+                              {200, 100, true}),
+      DType::f32, {}, shard_grads.data(), "test");
   for (int micro = 0; micro < 2; ++micro) {
-    red.begin_micro_step();
+    red.begin_micro_step(micro == 1);
     for (ModuleId m = 3; m-- > 0;) {
       for (std::size_t p = 0; p < params.size(); ++p) {
         const auto& u = params[p].used_by;

@@ -1,6 +1,7 @@
 // The shard toolkit's schedulers at world 1 (the local communicator): the
-// gather plan and the gatherer's trace, prefetch, live cap and order check,
-// and the sharded gradient reducer against its own simulation.
+// gather plan and the gatherer's trace, prefetch, live cap and order check;
+// the reduction plans of every policy, and the gradient reducer executing
+// one, its memory against the plan's peaks.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,9 +11,10 @@
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 #include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/param_gatherer.h"
-#include "ztrain/shard/shard_grad_reducer.h"
+#include "ztrain/shard/reduce_plan.h"
 
 using namespace ztrain;
 using shard::GatherEvent;
@@ -155,16 +157,68 @@ TEST_CASE("gatherer: a module larger than max_live_parameters is refused up fron
   CHECK(msg.find("'embed'") != std::string::npos);
 }
 
-TEST_CASE("sharded gradient reducer: accumulates micro-steps into the shard, peaks as simulated") {
+TEST_CASE("reduction plans: every bucket launched once, in order, when complete, and waited once") {
+  const auto params = chain(8);
+  for (int world : {1, 3}) {
+    const shard::FlatLayout layout(params, world);
+    for (auto policy : {shard::ReducePolicy::replicate, shard::ReducePolicy::shard_after_backward,
+                        shard::ReducePolicy::shard_during_backward})
+      for (bool overlap : {false, true}) {
+        const auto plan = shard::make_reduce_plan(params, layout, policy, {120, 50, overlap});
+        INFO("policy " << static_cast<int>(policy) << " overlap " << overlap << " world " << world);
+        REQUIRE(plan.buckets.size() > 2);
+        CHECK(plan.buckets.front().range.end == layout.total());
+        CHECK(plan.buckets.back().range.begin == 0);
+        const bool every = policy == shard::ReducePolicy::shard_during_backward;
+        // Accumulating micro-steps reduce only under shard_during_backward.
+        std::size_t accumulating = plan.accumulating.at_end.size();
+        for (const auto& a : plan.accumulating.after_module) accumulating += a.size();
+        CHECK((accumulating > 0) == every);
+        for (const auto* sched : {&plan.accumulating, &plan.last}) {
+          if (sched == &plan.accumulating && !every) continue;
+          std::vector<int> state(plan.buckets.size(), 0);  // 0 idle, 1 launched, 2 waited
+          int next_launch = 0;
+          const auto act = [&](const shard::ReduceAction& a, ModuleId after) {
+            auto& st = state[static_cast<std::size_t>(a.bucket)];
+            if (a.kind == shard::ReduceAction::Kind::launch) {
+              CHECK(st == 0);
+              CHECK(a.bucket == next_launch++);
+              // Complete: every parameter in it was done by this module.
+              for (std::size_t p = 0; p < params.size(); ++p)
+                if (plan.bucket_of[p] == a.bucket)
+                  CHECK(*std::min_element(params[p].used_by.begin(), params[p].used_by.end()) >=
+                        after);
+              st = 1;
+            } else {
+              CHECK(st == 1);
+              st = 2;
+            }
+          };
+          for (ModuleId m = 8; m-- > 0;)
+            for (const auto& a : sched->after_module[static_cast<std::size_t>(m)]) act(a, m);
+          for (const auto& a : sched->at_end) act(a, 0);
+          for (int st : state) CHECK(st == 2);
+        }
+        const auto peaks = shard::worst_reduce_peaks(plan, world);
+        CHECK((peaks.staged > 0) == every);
+        CHECK((peaks.recv > 0) == (policy != shard::ReducePolicy::replicate));
+        CHECK(peaks.staged < layout.total());
+      }
+  }
+}
+
+TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory as its plan says") {
   auto dev = make_cpu_device(1);
   auto comm = make_local_communicator();
   const auto params = chain(8);
   const shard::FlatLayout layout(params, 1);
   std::vector<float> shard(layout.total(), 0.0f);
-  const shard::ReduceSettings rs{120, 50, true};
-  shard::ShardGradReducer r(*dev, params, layout, *comm, shard.data(), rs);
+  const auto plan = shard::make_reduce_plan(
+      params, layout, shard::ReducePolicy::shard_during_backward, {120, 50, true});
+  const auto peaks = shard::reduce_peaks(plan, 0);
+  shard::GradReducer r(*dev, params, layout, *comm, plan, DType::f32, {}, shard.data(), "test");
   for (int micro = 0; micro < 2; ++micro) {
-    r.begin_micro_step();
+    r.begin_micro_step(micro == 1);
     for (ModuleId m = 8; m-- > 0;) {
       for (std::size_t p = 0; p < params.size(); ++p) {
         const auto& u = params[p].used_by;
@@ -181,10 +235,15 @@ TEST_CASE("sharded gradient reducer: accumulates micro-steps into the shard, pea
     const float want = 2.0f * static_cast<float>(p + 1) * (p == 0 ? 2.0f : 1.0f);
     CHECK(shard[layout.offset(static_cast<ParamId>(p))] == want);
   }
-  const auto sim = shard::ShardGradReducer::simulate(params, layout, 0, rs, false);
-  CHECK(r.peaks().staged == sim.staged);
-  CHECK(r.peaks().recv == sim.recv);
-  CHECK(sim.staged < layout.total());  // never all gradients at once
-  CHECK(dev->stats().peak[static_cast<std::size_t>(Tier::device)]
-                         [static_cast<std::size_t>(Category::grads)] == sim.staged * sizeof(float));
+  const auto peak = [&](Category c) {
+    return dev->stats().peak[static_cast<std::size_t>(Tier::device)][static_cast<std::size_t>(c)];
+  };
+  CHECK(peaks.staged < layout.total());  // never all gradients at once
+  CHECK(peak(Category::grads) == peaks.staged * sizeof(float));
+  CHECK(peak(Category::comm) == peaks.recv * sizeof(float));
+  // Modules out of order are refused, naming the caller.
+  r.begin_micro_step(true);
+  CHECK(test::message_of<InternalError>([&] {
+          r.module_done(3);
+        }).find("test: backward ran module 3") == 0);
 }

@@ -1,68 +1,142 @@
 #include "ztrain/shard/grad_reducer.h"
 
-#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "ztrain/error.h"
 
 namespace ztrain::shard {
 
-GradReducer::GradReducer(const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                         TypedPtr grads, Communicator& comm, std::uint64_t bucket_elements,
-                         std::uint64_t first_bucket_elements)
-    : grads_(grads), comm_(comm) {
-  std::vector<int> bucket_of;
-  for (const auto& b :
-       reverse_buckets(layout, params, bucket_elements, first_bucket_elements, bucket_of))
-    buckets_.push_back({b.begin, b.end, b.params, b.params, false, {}});
-  for (const auto& done : completed_by_module(params)) {
-    completes_.emplace_back();
-    for (ParamId p : done) completes_.back().push_back(bucket_of[static_cast<std::size_t>(p)]);
-  }
+GradReducer::GradReducer(Device& device, const std::vector<ParamSpec>& params,
+                         const FlatLayout& layout, Communicator& comm, ReducePlan plan, DType dtype,
+                         TypedPtr full, TypedPtr shard, std::string strategy)
+    : device_(device),
+      comm_(comm),
+      layout_(layout),
+      plan_(std::move(plan)),
+      dtype_(dtype),
+      full_(full),
+      shard_(shard),
+      strategy_(std::move(strategy)),
+      live_(plan_.buckets.size()) {
+  // A reduce-scatter needs the layout's shards to be the communicator's.
+  for (const auto& b : plan_.buckets)
+    if (!b.counts.empty() && b.counts.size() != static_cast<std::size_t>(comm.size()))
+      throw InternalError(strategy_ + ": gradient shards for " + std::to_string(b.counts.size()) +
+                          " ranks, on a communicator of " + std::to_string(comm.size()));
+  for (const auto& p : params) shapes_.push_back(p.shape);
 }
 
 GradReducer::~GradReducer() {
-  for (auto& b : buckets_) {
+  for (auto& l : live_) {
+    if (l.state != State::launched) continue;
     try {
-      b.work.wait();
-    } catch (...) {  // an error on the way out: grads must outlive the collective anyway
+      l.work.wait();
+    } catch (...) {  // an error on the way out: the buffers must outlive the collective anyway
     }
   }
 }
 
-void GradReducer::launch(Bucket& b) {
-  b.launched = true;
-  const std::uint64_t n = b.end - b.begin;
-  if (comm_.size() > 1) {
-    b.work = comm_.all_reduce_async(grads_.at(b.begin).data, n, grads_.dtype, ReduceOp::average);
+void* GradReducer::open(std::size_t b) {
+  const std::size_t bytes =
+      (plan_.buckets[b].range.end - plan_.buckets[b].range.begin) * dtype_size(dtype_);
+  live_[b].staging = device_.allocate(Tier::device, Category::grads, bytes);
+  live_[b].state = State::open;
+  return live_[b].staging.data();
+}
+
+TensorView GradReducer::grad(ParamId p) {
+  const auto b = static_cast<std::size_t>(plan_.bucket_of[static_cast<std::size_t>(p)]);
+  const ReduceBucket& bucket = plan_.buckets[b];
+  const Shape& shape = shapes_[static_cast<std::size_t>(p)];
+  if (!bucket.staged) return {full_.at(layout_.offset(p)).data, dtype_, shape};
+  if (live_[b].state == State::launched)
+    throw InternalError(strategy_ + ": gradient of parameter " + std::to_string(p) +
+                        " requested after its bucket was reduced: a module using it is missing "
+                        "from its used_by list");
+  void* base = live_[b].state == State::open ? live_[b].staging.data() : open(b);
+  const TypedPtr at{base, dtype_};
+  return {at.at(layout_.offset(p) - bucket.range.begin).data, dtype_, shape};
+}
+
+void GradReducer::launch(std::size_t b) {
+  const ReduceBucket& bucket = plan_.buckets[b];
+  Live& l = live_[b];
+  void* src = !bucket.staged           ? full_.at(bucket.range.begin).data
+              : l.state == State::open ? l.staging.data()
+                                       : open(b);
+  const std::uint64_t n = bucket.range.end - bucket.range.begin;
+  if (bucket.collective == Collective::all_reduce) {
+    l.work = comm_.all_reduce_async(src, n, dtype_, ReduceOp::average);
+  } else {
+    const std::size_t own = bucket.counts[static_cast<std::size_t>(comm_.rank())];
+    l.recv = device_.allocate(Tier::device, Category::comm, own * dtype_size(dtype_));
+    l.work =
+        comm_.reduce_scatter_v_async(src, l.recv.data(), bucket.counts, dtype_, ReduceOp::average);
+  }
+  l.state = State::launched;
+}
+
+void GradReducer::wait(std::size_t b) {
+  const ReduceBucket& bucket = plan_.buckets[b];
+  Live& l = live_[b];
+  const auto t0 = std::chrono::steady_clock::now();
+  l.work.wait();
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  l.work = {};
+  const std::size_t own =
+      bucket.counts.empty() ? 0 : bucket.counts[static_cast<std::size_t>(comm_.rank())];
+  if (own > 0 && bucket.landing != Landing::in_place) {
+    const int rank = comm_.rank();
+    const std::uint64_t from = std::max(bucket.range.begin, layout_.owned_begin(rank));
+    void* dst = shard_.at(from - layout_.owned_begin(rank)).data;
+    if (bucket.landing == Landing::shard_add)
+      add_into(dst, l.recv.data(), own, dtype_);
+    else
+      std::memcpy(dst, l.recv.data(), own * dtype_size(dtype_));
+  }
+  l.recv.reset();
+  l.staging.reset();
+  l.state = State::idle;
+}
+
+void GradReducer::run(const std::vector<ReduceAction>& actions) {
+  for (const auto& a : actions) {
+    const auto b = static_cast<std::size_t>(a.bucket);
+    if (a.kind == ReduceAction::Kind::launch)
+      launch(b);
+    else
+      wait(b);
   }
 }
 
-void GradReducer::begin_micro_step(bool sync) {
-  sync_ = sync;
-  for (auto& b : buckets_) b.pending = b.params;
+void GradReducer::begin_micro_step(bool last) {
+  close_micro_step();
+  schedule_ = last ? &plan_.last : &plan_.accumulating;
+  next_ = static_cast<ModuleId>(schedule_->after_module.size()) - 1;
 }
 
 void GradReducer::module_done(ModuleId m) {
-  if (static_cast<std::size_t>(m) >= completes_.size()) return;
-  for (int b : completes_[static_cast<std::size_t>(m)])
-    --buckets_[static_cast<std::size_t>(b)].pending;
-  if (!sync_) return;
-  // Launch in bucket order only, so every rank issues the same sequence.
-  for (auto& b : buckets_) {
-    if (b.launched) continue;
-    if (b.pending > 0) break;
-    launch(b);
-  }
+  if (!schedule_ || m < 0 || static_cast<std::size_t>(m) >= schedule_->after_module.size()) return;
+  if (m != next_)
+    throw InternalError(strategy_ + ": backward ran module " + std::to_string(m) +
+                        " where module " + std::to_string(next_) +
+                        " was due; the gradient reduction plan needs modules from the last to "
+                        "the first, each once");
+  run(schedule_->after_module[static_cast<std::size_t>(m)]);
+  --next_;
+}
+
+void GradReducer::close_micro_step() {
+  if (!schedule_) return;
+  // A backward that stopped early: the modules it skipped still reduce.
+  for (; next_ >= 0; --next_) run(schedule_->after_module[static_cast<std::size_t>(next_)]);
+  run(schedule_->at_end);
+  schedule_ = nullptr;
 }
 
 void GradReducer::finish() {
-  for (auto& b : buckets_)
-    if (!b.launched) launch(b);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto& b : buckets_) {
-    b.work.wait();
-    b.work = {};
-    b.launched = false;
-  }
-  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  close_micro_step();
 }
 
 }  // namespace ztrain::shard

@@ -1,69 +1,94 @@
-// GradReducer: gradient buckets reduced across ranks while backward runs.
+// GradReducer: executes a ReducePlan (reduce_plan.h) while backward runs.
 //
-// Buckets are contiguous ranges of the flat gradient buffer (views, no
-// copy), filled from the end of the layout backwards, which is the order in
-// which backward completes gradients (the head first, the embedding last).
-// The first bucket is small so communication starts early; the others hold
-// up to `bucket_elements`; buckets are reduced in the gradients' own type.
-// When a module's backward completes, every parameter whose last user in
-// backward order was that module is complete; a bucket whose parameters are
-// all complete is launched asynchronously (all-reduce average), in the same
-// order on every rank. finish() launches what is left and waits. Every
-// micro-step starts with begin_micro_step(last); during gradient
-// accumulation nothing is launched before the last one.
+// The model asks for gradient views (grad): a staged bucket's buffer is
+// allocated and zeroed at the first request, others are views of the
+// caller's full gradient buffer. After each module's backward
+// (module_done) the reducer runs the plan's actions for that module:
+// launching buckets (all-reduce in place, or an irregular reduce-scatter
+// into a receive buffer) and waiting for them (the received average is
+// added into or written over the caller's gradient shard, then the
+// bucket's buffers are freed). At the end of a micro-step it runs the
+// schedule's closing actions: for accumulating micro-steps at the next
+// begin_micro_step, for the last one in finish(), after which the full
+// buffer or the shard holds the averaged gradients. A micro-step whose
+// backward stopped before module 0 still runs the actions of the modules
+// it skipped, so every rank issues the same collectives.
 //
+// Buffers: staging buffers are (device, grads), receive buffers (device,
+// comm), in the gradients' dtype. `full` and `shard` belong to the caller
+// and must outlive the reducer; either may be empty when the plan does not
+// use it. Every rank issues the same collectives in the same order, and the
+// memory trace is the plan's, so reduce_peaks() predicts it.
+//
+// Errors: InternalError, naming `strategy`, when backward visits modules
+// out of order or asks for a gradient whose bucket is already reduced (a
+// model whose used_by lists miss a module); CommError.
 // Thread safety: the training thread only.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ztrain/comm.h"
+#include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/reduce_plan.h"
+#include "ztrain/tensor.h"
 
 namespace ztrain::shard {
 
 class ZTRAIN_API GradReducer {
  public:
-  GradReducer(const std::vector<ParamSpec>& params, const FlatLayout& layout, TypedPtr grads,
-              Communicator& comm, std::uint64_t bucket_elements,
-              std::uint64_t first_bucket_elements);
-  // Waits for buckets still in the air (they write into `grads`).
+  // shard: this rank's owned range of the flat gradients (layout.owned_*),
+  // dtype: the gradients' type.
+  GradReducer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
+              Communicator& comm, ReducePlan plan, DType dtype, TypedPtr full, TypedPtr shard,
+              std::string strategy);
+  // Waits for reductions still in the air (their buffers are freed here).
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
-  // Resets the completion counts; `sync` false holds every bucket back
-  // (accumulation micro-steps before the last).
-  void begin_micro_step(bool sync);
-  // After module m's backward: launch every bucket that became complete.
+  TensorView grad(ParamId p);
+  // A micro-step starts; `last` is the last of its optimizer step.
+  void begin_micro_step(bool last);
+  // After module m's backward.
   void module_done(ModuleId m);
-  // Launches the remaining buckets and waits for all of them.
+  // The step's gradients are reduced: the plan's last closing actions.
   void finish();
 
-  std::size_t bucket_count() const { return buckets_.size(); }
-  // Seconds waited in finish(), since construction.
+  const ReducePlan& plan() const { return plan_; }
+  // Seconds spent waiting for reductions, since construction.
   double wait_seconds() const { return wait_s_; }
 
  private:
-  struct Bucket {
-    std::uint64_t begin, end;  // flat element range
-    int pending;               // parameters not yet complete this step
-    int params;
-    bool launched;
+  enum class State : std::uint8_t { idle, open, launched };
+  struct Live {
+    State state = State::idle;
+    Buffer staging, recv;
     CommWork work;
   };
-  void launch(Bucket& b);
+  void* open(std::size_t b);
+  void run(const std::vector<ReduceAction>& actions);
+  void launch(std::size_t b);
+  void wait(std::size_t b);
+  void close_micro_step();
 
-  TypedPtr grads_;
+  Device& device_;
   Communicator& comm_;
-  std::vector<Bucket> buckets_;
-  std::vector<std::vector<int>> completes_;  // per module: buckets of the params it completes
-  bool sync_ = true;
+  const FlatLayout& layout_;
+  ReducePlan plan_;
+  DType dtype_;
+  TypedPtr full_, shard_;
+  std::string strategy_;
+  std::vector<Shape> shapes_;
+  std::vector<Live> live_;
+  const ReduceSchedule* schedule_ = nullptr;  // the current micro-step's, null between steps
+  ModuleId next_ = -1;                        // the module whose backward comes next
   double wait_s_ = 0;
 };
 

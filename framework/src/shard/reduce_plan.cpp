@@ -1,0 +1,189 @@
+// The reduction planner. Backward visits modules from the last to the
+// first; a parameter's gradient is complete after the backward of its
+// lowest-numbered user, so a bucket is complete after the lowest
+// "completing" module among its parameters. Buckets are launched in bucket
+// order only (every rank must issue the same sequence), so bucket i goes
+// out after the module at which it and every bucket before it are
+// complete. The policies then differ only in which micro-steps reduce,
+// whether launches wait for the end of backward, and how many reductions
+// may be in the air: the schedules below spell that out as launch and wait
+// actions, and the peaks are read off the same actions.
+#include "ztrain/shard/reduce_plan.h"
+
+#include <algorithm>
+#include <deque>
+
+namespace ztrain::shard {
+namespace {
+
+// Per bucket, the module after whose backward it may be launched (a bucket
+// of padding only is complete at once, after the last module).
+std::vector<ModuleId> launch_modules(const std::vector<ParamSpec>& params,
+                                     const std::vector<int>& bucket_of, std::size_t buckets) {
+  const auto done = completed_by_module(params);
+  std::vector<ModuleId> complete(buckets, static_cast<ModuleId>(done.size()) - 1);
+  std::vector<bool> seen(buckets, false);
+  for (std::size_t m = 0; m < done.size(); ++m)
+    for (ParamId p : done[m]) {
+      const auto b = static_cast<std::size_t>(bucket_of[static_cast<std::size_t>(p)]);
+      complete[b] =
+          seen[b] ? std::min(complete[b], static_cast<ModuleId>(m)) : static_cast<ModuleId>(m);
+      seen[b] = true;
+    }
+  for (std::size_t i = 1; i < buckets; ++i) complete[i] = std::min(complete[i], complete[i - 1]);
+  return complete;
+}
+
+// The module whose backward first writes into the bucket (the highest user
+// of any of its parameters); 0 when none uses them.
+ModuleId first_use(const std::vector<ParamSpec>& params, const std::vector<int>& bucket_of, int b) {
+  ModuleId first = 0;
+  for (std::size_t p = 0; p < params.size(); ++p)
+    if (bucket_of[p] == b)
+      for (ModuleId m : params[p].used_by) first = std::max(first, m);
+  return first;
+}
+
+using Actions = std::vector<ReduceAction>;
+constexpr auto kLaunch = ReduceAction::Kind::launch;
+constexpr auto kWait = ReduceAction::Kind::wait;
+
+// Launch every bucket, at most `in_air` reductions outstanding, then wait.
+Actions launch_all_bounded(std::size_t buckets, std::size_t in_air) {
+  Actions a;
+  std::deque<int> flying;
+  for (std::size_t i = 0; i < buckets; ++i) {
+    while (flying.size() >= in_air) {
+      a.push_back({kWait, flying.front()});
+      flying.pop_front();
+    }
+    a.push_back({kLaunch, static_cast<int>(i)});
+    flying.push_back(static_cast<int>(i));
+  }
+  for (int b : flying) a.push_back({kWait, b});
+  return a;
+}
+
+ReduceSchedule during_backward(const std::vector<ModuleId>& launch_at, std::size_t modules,
+                               bool overlap, bool wait_each_module) {
+  ReduceSchedule s;
+  s.after_module.resize(modules);
+  std::vector<int> flying;
+  for (std::size_t m = modules; m-- > 0;) {
+    Actions& a = s.after_module[m];
+    // What went out after the previous module has had this module's
+    // backward to finish in: its buffers go before new ones are launched.
+    if (wait_each_module)
+      for (int b : flying) a.push_back({kWait, b});
+    if (wait_each_module) flying.clear();
+    for (std::size_t i = 0; i < launch_at.size(); ++i) {
+      if (launch_at[i] != static_cast<ModuleId>(m)) continue;
+      a.push_back({kLaunch, static_cast<int>(i)});
+      if (overlap)
+        flying.push_back(static_cast<int>(i));
+      else
+        a.push_back({kWait, static_cast<int>(i)});
+    }
+  }
+  for (int b : flying) s.at_end.push_back({kWait, b});
+  return s;
+}
+
+}  // namespace
+
+ReducePlan make_reduce_plan(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+                            ReducePolicy policy, const ReduceSettings& settings) {
+  ReducePlan plan;
+  const auto ranges = reverse_buckets(
+      layout, params, settings.bucket_elements,
+      std::min(settings.bucket_elements, settings.first_bucket_elements), plan.bucket_of);
+  const bool replicate = policy == ReducePolicy::replicate;
+  for (const auto& r : ranges) {
+    ReduceBucket b;
+    b.range = {r.begin, r.end};
+    b.params = r.params;
+    b.collective = replicate ? Collective::all_reduce : Collective::reduce_scatter;
+    if (!replicate) b.counts = layout.owned_counts(r.begin, r.end);
+    b.staged = policy == ReducePolicy::shard_during_backward;
+    b.first_use = first_use(params, plan.bucket_of, static_cast<int>(plan.buckets.size()));
+    b.landing = replicate                                      ? Landing::in_place
+                : policy == ReducePolicy::shard_after_backward ? Landing::shard_write
+                                                               : Landing::shard_add;
+    plan.buckets.push_back(std::move(b));
+  }
+  const std::size_t modules = completed_by_module(params).size();
+  const auto launch_at = launch_modules(params, plan.bucket_of, plan.buckets.size());
+  plan.accumulating.after_module.resize(modules);
+  switch (policy) {
+    case ReducePolicy::replicate:
+      // Accumulating micro-steps add into the full buffer; the last one
+      // reduces, during its backward with overlap, else after it.
+      if (settings.overlap) {
+        plan.last = during_backward(launch_at, modules, true, false);
+      } else {
+        plan.last.after_module.resize(modules);
+        plan.last.at_end = launch_all_bounded(plan.buckets.size(), plan.buckets.size());
+      }
+      break;
+    case ReducePolicy::shard_after_backward:
+      plan.last.after_module.resize(modules);
+      plan.last.at_end = launch_all_bounded(plan.buckets.size(), settings.overlap ? 2 : 1);
+      break;
+    case ReducePolicy::shard_during_backward:
+      plan.last = during_backward(launch_at, modules, settings.overlap, true);
+      plan.accumulating = plan.last;
+      break;
+  }
+  return plan;
+}
+
+ReducePeaks reduce_peaks(const ReducePlan& plan, int rank) {
+  ReducePeaks peak;
+  for (const ReduceSchedule* s : {&plan.accumulating, &plan.last}) {
+    std::uint64_t staged = 0, recv = 0;
+    std::vector<bool> open(plan.buckets.size(), false);
+    const auto run = [&](const std::vector<ReduceAction>& actions) {
+      for (const auto& a : actions) {
+        const ReduceBucket& b = plan.buckets[static_cast<std::size_t>(a.bucket)];
+        const std::uint64_t own = b.counts.empty() ? 0 : b.counts[static_cast<std::size_t>(rank)];
+        const std::uint64_t size = b.range.end - b.range.begin;
+        if (a.kind == ReduceAction::Kind::launch) {
+          if (b.staged && !open[static_cast<std::size_t>(a.bucket)]) staged += size;
+          open[static_cast<std::size_t>(a.bucket)] = b.staged;
+          recv += own;
+        } else {
+          recv -= own;
+          if (b.staged) staged -= size;
+          open[static_cast<std::size_t>(a.bucket)] = false;
+        }
+        peak.staged = std::max(peak.staged, staged);
+        peak.recv = std::max(peak.recv, recv);
+      }
+    };
+    for (std::size_t m = s->after_module.size(); m-- > 0;) {
+      // The module's backward opens the staging buffers it writes first.
+      for (std::size_t i = 0; i < plan.buckets.size(); ++i)
+        if (plan.buckets[i].staged && !open[i] &&
+            plan.buckets[i].first_use == static_cast<ModuleId>(m)) {
+          open[i] = true;
+          staged += plan.buckets[i].range.end - plan.buckets[i].range.begin;
+        }
+      peak.staged = std::max(peak.staged, staged);
+      run(s->after_module[m]);
+    }
+    run(s->at_end);
+  }
+  return peak;
+}
+
+ReducePeaks worst_reduce_peaks(const ReducePlan& plan, int world) {
+  ReducePeaks worst;
+  for (int r = 0; r < world; ++r) {
+    const ReducePeaks p = reduce_peaks(plan, r);
+    worst.staged = std::max(worst.staged, p.staged);
+    worst.recv = std::max(worst.recv, p.recv);
+  }
+  return worst;
+}
+
+}  // namespace ztrain::shard
