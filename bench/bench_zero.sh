@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# The ZeRO stages against ddp at world 2 (2 ranks x 1 thread) on gpt2-tiny,
-# the same global batch of 8 sequences of 256 tokens, in one script: step
-# time of each as a ratio to ddp's (goals: zero1 and zero2 <= 1.05, zero3
-# <= 1.15), bytes sent per step and rank, and the peak memory per rank of
-# parameters, gradients and optimizer state, measured and estimated.
+# The ZeRO stages against ddp at world 2 (2 ranks x 1 thread), micro-batch
+# 4 per rank, in one script: step time of each as a ratio to ddp's (goals:
+# zero1 and zero2 <= 1.05, zero3 <= 1.15), bytes sent per step and rank,
+# and the peak memory per rank of parameters, gradients, optimizer state
+# and communication buffers. The model is gpt2-tiny (256 tokens per
+# sequence) unless given, e.g. gpt2-124m 64 (the sequence length).
 # zero3 runs twice: with the preset (DeepSpeed's defaults: parameters under
 # 1e5 elements stay gathered, reuse keeps a step's parameters until its
 # backward) and fully sharded (persistence 0, reuse 0: minimal memory, 3 psi
 # bytes). Runs alternate between strategies, twice, and each ratio takes the
 # better of its two rounds against ddp in the same round (noisy machines).
 #
-#   bench/bench_zero.sh [BUILD_DIR] [STEPS]
+#   bench/bench_zero.sh [BUILD_DIR] [STEPS] [MODEL [SEQ_LEN]]
 set -euo pipefail
 build=${1:-build}
 steps=${2:-20}
+model=${3:-gpt2-tiny}
+seq=${4:-256}
 src=$(cd "$(dirname "$0")/.." && pwd)
 ztrain=$(realpath "$build/bin/ztrain")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-common=(--model gpt2-tiny --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0
+common=(--model "$model" --set model.seq_len="$seq" --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0
   --set train.save_final=false --set train.grad_accum=1 --set device.threads=1
   --set train.micro_batch_size=4)
 sharded=(--set strategy.param_persistence_threshold=0 --set strategy.max_reuse_distance=0
@@ -45,7 +48,8 @@ for round in 1 2; do
     esac
   done
 done
-printf "gpt2-tiny at 2 ranks x 1 thread, global batch 8 x 256 tokens, %s steps (medians of steps 3..)\n" "$steps"
+printf "%s at 2 ranks x 1 thread, global batch 8 x %s tokens, %s steps (medians of steps 3..)\n" \
+  "$model" "$seq" "$steps"
 printf "peak bytes per rank (the largest over ranks)\n"
 printf "%-14s %9s %9s %7s %11s %10s %10s %10s %9s\n" variant "step (s)" "ddp (s)" "ratio" "bytes/step" params grads optimizer comm
 for v in "${variants[@]}"; do

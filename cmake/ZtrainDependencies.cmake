@@ -6,6 +6,11 @@ find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
 
+# jemalloc is the allocator of the ztrain executable (framework/app/
+# malloc_conf.cpp says why); Debian ships no CMake config, only pkg-config.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+
 # OpenBLAS ships a config file with variables only; wrap it in a target.
 find_package(OpenBLAS CONFIG REQUIRED)
 if(NOT TARGET ztrain_openblas)

@@ -1,18 +1,17 @@
 // The cpu device: every tier is RAM; kernels run on `threads` workers shared
 // by oneTBB (elementwise and attention loops) and OpenBLAS (GEMMs). The two
 // never run at once (a GEMM is called from the training thread, outside any
-// TBB loop), so both are given the full thread count.
+// TBB loop), so both are given the full thread count. Memory comes from the
+// process allocator, which in the ztrain executable is jemalloc keeping
+// what is freed for reuse (framework/app/malloc_conf.cpp): the accounting
+// is logical, as a GPU caching allocator's.
 #include <cblas.h>
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <new>
 #include <thread>
-#include <unordered_map>
-#include <vector>
 
 #include "ztrain/device.h"
 #include "ztrain/error.h"
@@ -37,12 +36,7 @@ class CpuDevice final : public Device {
  protected:
   void* raw_allocate(Tier tier, std::size_t bytes, Fill fill) override {
     const std::size_t rounded = (bytes + 63) / 64 * 64;
-    if (void* cached = take_cached(rounded)) {
-      if (fill == Fill::zeros) std::memset(cached, 0, rounded);
-      return cached;
-    }
     void* p = std::aligned_alloc(64, rounded);
-    if (!p && drop_cache()) p = std::aligned_alloc(64, rounded);
     if (!p)
       throw OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes) +
                              " on tier '" + std::string(tier_name(tier)) +
@@ -50,62 +44,10 @@ class CpuDevice final : public Device {
     if (fill == Fill::zeros) std::memset(p, 0, rounded);
     return p;
   }
-  void raw_free(Tier, void* p, std::size_t bytes) noexcept override {
-    const std::size_t rounded = (bytes + 63) / 64 * 64;
-    {
-      std::lock_guard lock(cache_mu_);
-      if (rounded >= kCacheMin && cached_bytes_ + rounded <= kCacheMax) {
-        try {
-          cache_[rounded].push_back(p);
-          cached_bytes_ += rounded;
-          return;
-        } catch (...) {  // no room to remember it: give it back instead
-        }
-      }
-    }
-    std::free(p);
-  }
-
- public:
-  ~CpuDevice() override {
-    for (auto& [size, blocks] : cache_)
-      for (void* p : blocks) std::free(p);
-  }
+  void raw_free(Tier, void* p, std::size_t) noexcept override { std::free(p); }
 
  private:
-  // Freed blocks of at least kCacheMin bytes are kept, by exact size, up to
-  // kCacheMax in all, and handed out again: zero3 gathers and releases the
-  // same parameter sizes every step, and fresh pages (malloc returns large
-  // blocks to the system) cost more than the zeroing. The accounting is
-  // logical, as a GPU caching allocator's: cached blocks count as free.
-  static constexpr std::size_t kCacheMin = 64 << 10;
-  static constexpr std::size_t kCacheMax = std::size_t{256} << 20;
-  // Returns the cached blocks to the system; true when there were any.
-  bool drop_cache() {
-    std::lock_guard lock(cache_mu_);
-    if (cached_bytes_ == 0) return false;
-    for (auto& [size, blocks] : cache_) {
-      for (void* p : blocks) std::free(p);
-      blocks.clear();
-    }
-    cached_bytes_ = 0;
-    return true;
-  }
-  void* take_cached(std::size_t rounded) {
-    if (rounded < kCacheMin) return nullptr;
-    std::lock_guard lock(cache_mu_);
-    auto it = cache_.find(rounded);
-    if (it == cache_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
-    it->second.pop_back();
-    cached_bytes_ -= rounded;
-    return p;
-  }
-
   int threads_;
-  std::mutex cache_mu_;
-  std::unordered_map<std::size_t, std::vector<void*>> cache_;
-  std::size_t cached_bytes_ = 0;
   oneapi::tbb::global_control tbb_limit_;
 };
 
