@@ -4,6 +4,7 @@
 // are reduce-scattered in buckets during backward as in zero2; the optimizer
 // steps the shard in place. 3 psi (N-1)/N elements sent per step: parameters
 // gathered for forward and again for backward, gradients reduce-scattered.
+#include <algorithm>
 #include <optional>
 
 #include "ztrain/comm.h"
@@ -42,7 +43,8 @@ class Zero3 final : public Strategy {
     grads_ = s.device->allocate(Tier::device, Category::grads, shard_ * dtype_size(grad_dtype_));
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin, begin + shard_,
                        s.optimizer, weight_shard());
-    gatherer_.emplace(*s.device, params_, s.modules, *layout_, *comm_, weight_shard(), gather_);
+    gatherer_.emplace(*s.device, params_, s.modules, *layout_, *comm_, weight_shard(), gather_,
+                      "zero3");
     reducer_.emplace(*s.device, params_, *layout_, *comm_,
                      shard::make_reduce_plan(params_, *layout_,
                                              shard::ReducePolicy::shard_during_backward, reduce_),
@@ -92,7 +94,9 @@ class Zero3 final : public Strategy {
         .set(Tier::device, Category::grads, (shard + peaks.staged) * dtype_size(a.grad_dtype))
         .set(Tier::device, Category::optimizer,
              shard * shard::optimizer_bytes_per_element(a.precision))
-        .set(Tier::device, Category::comm, peaks.recv * dtype_size(a.grad_dtype));
+        .set(Tier::device, Category::comm,
+             std::max(peaks.recv * dtype_size(a.grad_dtype),
+                      gathered.packed * dtype_size(a.precision)));
   }
 
   StrategyStats stats() const override {

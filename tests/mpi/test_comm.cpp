@@ -375,7 +375,7 @@ TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, pref
                           full.begin() + static_cast<std::ptrdiff_t>(layout.owned_end(r)));
   auto dev = make_cpu_device(1);
   const shard::GatherOptions opts{600, 1200, 0, 0};
-  shard::ParamGatherer g(*dev, params, modules, layout, world(), mine.data(), opts);
+  shard::ParamGatherer g(*dev, params, modules, layout, world(), mine.data(), opts, "test");
   std::vector<shard::GatherEvent> log;
   g.record_events(&log);
   for (int step = 0; step < 3; ++step) {
@@ -400,7 +400,7 @@ TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, pref
     CHECK(e.live <= opts.max_live_parameters);
     if (e.kind == shard::GatherEvent::Kind::gather && e.position >= 0) {
       // A gather issued at position i for a parameter position i does not use.
-      const auto& u = params[static_cast<std::size_t>(e.param)].used_by;
+      const auto& u = g.groups()[static_cast<std::size_t>(e.group)].used_by;
       const int i = e.position;
       const ModuleId here = i < 4 ? i : 7 - i;
       if (std::find(u.begin(), u.end(), here) == u.end()) ahead = true;

@@ -57,28 +57,56 @@ void run_micro_step(shard::ParamGatherer& g, int n_modules) {
 
 TEST_CASE("gather plan: prefetch ahead within its budget, never above the live cap") {
   const auto params = chain();
-  const auto needs0 = shard::module_needs(params, 4, 0);
-  std::vector<std::vector<ParamId>> needs;
+  const auto groups = shard::gather_groups(params, shard::FlatLayout(params, 1), 0);
+  REQUIRE(groups.size() == params.size());  // no two neighbours share their modules
+  const auto needs0 = shard::group_needs(groups, 4);
+  std::vector<std::vector<int>> needs;
   for (const auto& e : shard::standard_trace(4))
     needs.push_back(needs0[static_cast<std::size_t>(e.module)]);
   const std::vector<std::uint64_t> numel{60, 100, 100, 100, 100};
   const auto plan = shard::make_gather_plan(needs, numel, {150, 260, 0, 0});
   // Position 0 gathers its own two parameters and prefetches m1 (100 fits
   // the 150 budget; m2 would not).
-  CHECK(plan.gather[0] == std::vector<ParamId>{0, 1, 2});
+  CHECK(plan.gather[0] == std::vector<int>{0, 1, 2});
   CHECK(plan.peak_live <= 260);
   // Everything gathered is released by the end of the micro-step.
   std::vector<int> balance(5, 0);
   for (std::size_t i = 0; i < needs.size(); ++i) {
-    for (ParamId p : plan.gather[i]) ++balance[static_cast<std::size_t>(p)];
-    for (ParamId p : plan.evict[i]) --balance[static_cast<std::size_t>(p)];
-    for (ParamId p : plan.release[i]) --balance[static_cast<std::size_t>(p)];
+    for (int g : plan.gather[i]) ++balance[static_cast<std::size_t>(g)];
+    for (int g : plan.evict[i]) --balance[static_cast<std::size_t>(g)];
+    for (int g : plan.release[i]) --balance[static_cast<std::size_t>(g)];
   }
   CHECK(std::all_of(balance.begin(), balance.end(), [](int b) { return b == 0; }));
   // With reuse allowed, the head's parameters stay gathered from its forward
   // into its backward.
   const auto reuse = shard::make_gather_plan(needs, numel, {0, 1000, 0, 1000});
   CHECK(reuse.gather[4].empty());
+}
+
+TEST_CASE("gather groups: one per module's run of parameters, small ones riding along") {
+  // A GPT-2-like layout: a tied embedding, positions, two blocks of
+  // matrices with small biases and norms between them, a final norm.
+  std::vector<ParamSpec> params{spec("wte", 640, {0, 3}), spec("wpe", 320, {0})};
+  for (ModuleId m : {1, 2})
+    for (auto [name, n] : {std::pair{"ln.w", 16}, {"qkv.w", 768}, {"qkv.b", 48}, {"proj.w", 256},
+                           {"proj.b", 16}, {"fc.w", 1024}, {"fc.b", 64}})
+      params.push_back(spec(name, n, {m}));
+  params.push_back(spec("ln_f.w", 16, {3}));
+  const shard::FlatLayout layout(params, 2);
+  for (std::uint64_t threshold : {std::uint64_t{0}, std::uint64_t{100}}) {
+    const auto groups = shard::gather_groups(params, layout, threshold);
+    INFO("threshold " << threshold);
+    // wte, wpe, one per block; the final norm only when it is not persistent.
+    CHECK(groups.size() == (threshold == 0 ? 5u : 4u));
+    CHECK(groups[2].used_by == std::vector<ModuleId>{1});
+    CHECK(groups[2].begin == layout.offset(2 + (threshold == 0 ? 0 : 1)));
+    // From the first to the last non-persistent parameter of block 1.
+    CHECK(groups[2].end == (threshold == 0 ? layout.offset(8) + 64 : layout.offset(7) + 1024));
+    CHECK(groups[2].params.size() == (threshold == 0 ? 7u : 3u));
+    const auto needs = shard::group_needs(groups, 4);
+    CHECK(needs[0] == std::vector<int>{0, 1});
+    CHECK(needs[3].front() == 0);  // the tied embedding again
+  }
 }
 
 TEST_CASE("gatherer: a trace is recorded, later steps prefetch ahead of use under the cap") {
@@ -89,7 +117,7 @@ TEST_CASE("gatherer: a trace is recorded, later steps prefetch ahead of use unde
   std::vector<float> weights(layout.total());
   shard::init_flat(params, layout, 7, 0, layout.total(), weights.data());
   const shard::GatherOptions opts{200, 260, 0, 0};
-  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), opts);
+  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), opts, "test");
   std::vector<GatherEvent> log;
   g.record_events(&log);
   run_micro_step(g, 4);
@@ -115,7 +143,7 @@ TEST_CASE("gatherer: a trace is recorded, later steps prefetch ahead of use unde
     ++uses;
     // The latest gather of this parameter before its use.
     for (std::size_t j = k; j-- > 0;)
-      if (log[j].kind == GatherEvent::Kind::gather && log[j].param == log[k].param) {
+      if (log[j].kind == GatherEvent::Kind::gather && log[j].group == log[k].group) {
         if (log[j].position < log[k].position) ++ahead;
         break;
       }
@@ -132,8 +160,8 @@ TEST_CASE("gatherer: a changed module order is an error naming both modules") {
   const auto params = chain();
   const shard::FlatLayout layout(params, 1);
   std::vector<float> weights(layout.total(), 0.5f);
-  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(),
-                         {1000, 1000, 0, 0});
+  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), {1000, 1000, 0, 0},
+                         "test");
   run_micro_step(g, 4);
   g.begin_micro_step();
   g.fetch(0, false);
@@ -151,7 +179,8 @@ TEST_CASE("gatherer: a module larger than max_live_parameters is refused up fron
   const shard::FlatLayout layout(params, 1);
   std::vector<float> weights(layout.total());
   const std::string msg = test::message_of<ConfigError>([&] {
-    shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), {0, 120, 0, 0});
+    shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), {0, 120, 0, 0},
+                           "test");
   });
   CHECK(msg.find("max_live_parameters = 120") != std::string::npos);
   CHECK(msg.find("'embed'") != std::string::npos);

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstring>
 
 #include "ztrain/error.h"
 #include "ztrain/units.h"
 
 namespace ztrain::shard {
 
-GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
+GatherPlan make_gather_plan(const std::vector<std::vector<int>>& needs,
                             const std::vector<std::uint64_t>& numel, const GatherOptions& o) {
   const int T = static_cast<int>(needs.size());
   const std::size_t P = numel.size();
@@ -18,12 +19,11 @@ GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
   plan.gather.resize(needs.size());
   plan.release.resize(needs.size());
   if (T == 0) return plan;
-  auto size = [&](ParamId p) { return numel[static_cast<std::size_t>(p)]; };
+  auto size = [&](int p) { return numel[static_cast<std::size_t>(p)]; };
   std::vector<std::vector<int>> uses(P);
   for (int i = 0; i < T; ++i)
-    for (ParamId p : needs[static_cast<std::size_t>(i)])
-      uses[static_cast<std::size_t>(p)].push_back(i);
-  auto next_use = [&](ParamId p, int i) {
+    for (int p : needs[static_cast<std::size_t>(i)]) uses[static_cast<std::size_t>(p)].push_back(i);
+  auto next_use = [&](int p, int i) {
     const auto& u = uses[static_cast<std::size_t>(p)];
     const auto it = std::upper_bound(u.begin(), u.end(), i);
     return it == u.end() ? INT_MAX : *it;
@@ -36,15 +36,15 @@ GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
   std::uint64_t total = 0;
   for (int i = 0; i < T; ++i) {
     const auto& need = needs[static_cast<std::size_t>(i)];
-    auto in_need = [&](ParamId p) { return std::find(need.begin(), need.end(), p) != need.end(); };
+    auto in_need = [&](int p) { return std::find(need.begin(), need.end(), p) != need.end(); };
     std::uint64_t missing = 0;
-    for (ParamId p : need)
+    for (int p : need)
       if (!live[static_cast<std::size_t>(p)]) missing += size(p);
     while (total + missing > o.max_live_parameters) {
-      ParamId victim = -1;
+      int victim = -1;
       int farthest = -1;
       for (std::size_t q = 0; q < P; ++q) {
-        const auto p = static_cast<ParamId>(q);
+        const auto p = static_cast<int>(q);
         if (!live[q] || in_need(p)) continue;
         const int next = next_use(p, i);
         if (next > farthest) farthest = next, victim = p;
@@ -55,7 +55,7 @@ GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
       total -= size(victim);
       plan.evict[static_cast<std::size_t>(i)].push_back(victim);
     }
-    for (ParamId p : need) {
+    for (int p : need) {
       auto q = static_cast<std::size_t>(p);
       if (!live[q]) {
         live[q] = 1;
@@ -67,7 +67,7 @@ GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
     std::uint64_t budget = o.prefetch_bucket_size;
     bool full = budget == 0;
     for (int j = i + 1; j < T && !full; ++j)
-      for (ParamId p : needs[static_cast<std::size_t>(j)]) {
+      for (int p : needs[static_cast<std::size_t>(j)]) {
         auto q = static_cast<std::size_t>(p);
         if (live[q]) {
           claimed[q] = std::max(claimed[q], j);
@@ -86,11 +86,11 @@ GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
     plan.peak_live = std::max(plan.peak_live, total);
     std::uint64_t traversed = 0;
     for (int j = i + 1; j < T && traversed < o.max_reuse_distance; ++j)
-      for (ParamId p : needs[static_cast<std::size_t>(j)]) {
+      for (int p : needs[static_cast<std::size_t>(j)]) {
         keep[static_cast<std::size_t>(p)] = i;
         traversed += size(p);
       }
-    for (ParamId p : need) {
+    for (int p : need) {
       auto q = static_cast<std::size_t>(p);
       if (!live[q] || claimed[q] > i || keep[q] == i) continue;
       live[q] = 0;
@@ -99,7 +99,7 @@ GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
     }
   }
   for (std::size_t q = 0; q < P; ++q)
-    if (live[q]) plan.release.back().push_back(static_cast<ParamId>(q));
+    if (live[q]) plan.release.back().push_back(static_cast<int>(q));
   return plan;
 }
 
@@ -110,27 +110,49 @@ std::vector<TraceEntry> standard_trace(int modules) {
   return t;
 }
 
-std::vector<std::vector<ParamId>> module_needs(const std::vector<ParamSpec>& params, int modules,
-                                               std::uint64_t persistence_threshold) {
-  std::vector<std::vector<ParamId>> needs(static_cast<std::size_t>(modules));
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    if (static_cast<std::uint64_t>(params[p].shape.numel()) <= persistence_threshold) continue;
-    for (ModuleId m : params[p].used_by)
-      if (m >= 0 && m < modules)
-        needs[static_cast<std::size_t>(m)].push_back(static_cast<ParamId>(p));
+std::vector<GatherGroup> gather_groups(const std::vector<ParamSpec>& params,
+                                       const FlatLayout& layout,
+                                       std::uint64_t persistence_threshold) {
+  std::vector<GatherGroup> groups;
+  int open = -1;  // the group the next parameter may join
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto users = params[i].used_by;
+    std::sort(users.begin(), users.end());
+    users.erase(std::unique(users.begin(), users.end()), users.end());
+    // A parameter of other modules ends the run; a persistent one of the
+    // same modules does not (it rides along, a few elements).
+    if (open >= 0 && groups[static_cast<std::size_t>(open)].used_by != users) open = -1;
+    const auto id = static_cast<ParamId>(i);
+    const std::uint64_t begin = layout.offset(id), end = begin + layout.numel(id);
+    if (layout.numel(id) <= persistence_threshold) continue;
+    if (open < 0) {
+      groups.push_back({begin, end, {id}, users});
+      open = static_cast<int>(groups.size()) - 1;
+    } else {
+      groups[static_cast<std::size_t>(open)].end = end;
+      groups[static_cast<std::size_t>(open)].params.push_back(id);
+    }
   }
+  return groups;
+}
+
+std::vector<std::vector<int>> group_needs(const std::vector<GatherGroup>& groups, int modules) {
+  std::vector<std::vector<int>> needs(static_cast<std::size_t>(modules));
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (ModuleId m : groups[g].used_by)
+      if (m >= 0 && m < modules) needs[static_cast<std::size_t>(m)].push_back(static_cast<int>(g));
   return needs;
 }
 
 namespace {
 
 // Every module must fit under the live cap by itself.
-void check_live_cap(const std::vector<std::vector<ParamId>>& needs,
-                    const std::vector<std::uint64_t>& numel, std::uint64_t cap,
+void check_live_cap(const std::vector<std::vector<int>>& needs,
+                    const std::vector<std::uint64_t>& size, std::uint64_t cap,
                     const std::vector<std::string>& names) {
   for (std::size_t m = 0; m < needs.size(); ++m) {
     std::uint64_t n = 0;
-    for (ParamId p : needs[m]) n += numel[static_cast<std::size_t>(p)];
+    for (int g : needs[m]) n += size[static_cast<std::size_t>(g)];
     if (n > cap)
       throw ConfigError("[strategy] max_live_parameters = " + std::to_string(cap) +
                         " is smaller than module " +
@@ -142,22 +164,33 @@ void check_live_cap(const std::vector<std::vector<ParamId>>& needs,
 
 }  // namespace
 
+namespace {
+std::vector<std::uint64_t> group_sizes(const std::vector<GatherGroup>& groups) {
+  std::vector<std::uint64_t> sizes;
+  for (const auto& g : groups) sizes.push_back(g.size());
+  return sizes;
+}
+}  // namespace
+
 GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
                                   const GatherOptions& options) {
   int modules = 1;
   GatherPeaks peaks;
-  std::vector<std::uint64_t> numel;
   for (const auto& p : params) {
     for (auto m : p.used_by) modules = std::max(modules, m + 1);
-    numel.push_back(static_cast<std::uint64_t>(p.shape.numel()));
-    if (numel.back() <= options.param_persistence_threshold) peaks.persistent += numel.back();
+    const auto n = static_cast<std::uint64_t>(p.shape.numel());
+    if (n <= options.param_persistence_threshold) peaks.persistent += n;
   }
-  const auto needs = module_needs(params, modules, options.param_persistence_threshold);
-  check_live_cap(needs, numel, options.max_live_parameters, {});
-  std::vector<std::vector<ParamId>> trace;
+  const FlatLayout layout(params, 1);
+  const auto groups = gather_groups(params, layout, options.param_persistence_threshold);
+  const auto needs = group_needs(groups, modules);
+  const auto sizes = group_sizes(groups);
+  check_live_cap(needs, sizes, options.max_live_parameters, {});
+  std::vector<std::vector<int>> trace;
   for (const auto& e : standard_trace(modules))
     trace.push_back(needs[static_cast<std::size_t>(e.module)]);
-  peaks.live = make_gather_plan(trace, numel, options).peak_live;
+  peaks.live = make_gather_plan(trace, sizes, options).peak_live;
+  peaks.packed = peaks.persistent;
   return peaks;
 }
 
@@ -185,84 +218,109 @@ GatherOptions gather_options(const Options& o) {
 
 ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
                              const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                             Communicator& comm, TypedPtr shard, const GatherOptions& options)
-    : device_(device), comm_(comm), layout_(layout), shard_(shard), options_(options) {
-  const int rank = comm.rank();
+                             Communicator& comm, TypedPtr shard, const GatherOptions& options,
+                             std::string strategy)
+    : device_(device),
+      comm_(comm),
+      layout_(layout),
+      shard_(shard),
+      options_(options),
+      strategy_(std::move(strategy)),
+      groups_(gather_groups(params, layout, options.param_persistence_threshold)) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto id = static_cast<ParamId>(i);
-    Param p;
-    p.offset = layout.offset(id);
-    p.numel = layout.numel(id);
-    p.counts = layout.owned_counts(p.offset, p.offset + p.numel);
-    p.own_begin = std::max(p.offset, layout.owned_begin(rank));
-    p.persistent = p.numel <= options.param_persistence_threshold;
-    p.shape = params[i].shape;
-    if (p.persistent) persistent_elements_ += p.numel;
-    params_.push_back(std::move(p));
+    params_.push_back({layout.offset(id), layout.numel(id), -1, params[i].shape});
+  }
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (ParamId p : groups_[g].params)
+      params_[static_cast<std::size_t>(p)].group = static_cast<int>(g);
+    live_groups_.emplace_back().counts = layout.owned_counts(groups_[g].begin, groups_[g].end);
   }
   for (const auto& m : modules) module_names_.push_back(m.name);
-  needs_ =
-      module_needs(params, static_cast<int>(modules.size()), options.param_persistence_threshold);
-  std::vector<std::uint64_t> numel;
-  for (const auto& p : params_) numel.push_back(p.numel);
-  check_live_cap(needs_, numel, options.max_live_parameters, module_names_);
-  for (auto& p : params_)
-    if (p.persistent) p.buffer = device.allocate(Tier::device, Category::params, bytes(p.numel));
+  needs_ = group_needs(groups_, static_cast<int>(modules.size()));
+  check_live_cap(needs_, group_sizes(groups_), options.max_live_parameters, module_names_);
+  build_persistent();
   refresh();
 }
 
 ParamGatherer::~ParamGatherer() {
-  for (auto& p : params_) {
-    if (p.state != State::in_flight) continue;
+  for (auto& g : live_groups_) {
+    if (g.state != State::in_flight) continue;
     try {
-      p.work.wait();
+      g.work.wait();
     } catch (...) {  // an error on the way out: the buffer must outlive the collective anyway
     }
   }
 }
 
-void* ParamGatherer::own_part(const Param& p) const {
-  if (p.counts[static_cast<std::size_t>(comm_.rank())] == 0) return shard_.data;
-  return shard_.at(p.own_begin - layout_.owned_begin(comm_.rank())).data;
+void ParamGatherer::build_persistent() {
+  persistent_at_.assign(params_.size(), 0);
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    if (params_[p].group >= 0) continue;
+    persistent_at_[p] = persistent_elements_;
+    persistent_elements_ += params_[p].numel;
+  }
+  persistent_ = device_.allocate(Tier::device, Category::params, bytes(persistent_elements_));
+  for (int r = 0; r < layout_.world(); ++r) {
+    std::size_t packed = 0;
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      if (params_[p].group >= 0) continue;
+      const std::uint64_t b = std::max(params_[p].offset, layout_.owned_begin(r));
+      const std::uint64_t e = std::min(params_[p].offset + params_[p].numel, layout_.owned_end(r));
+      if (b >= e) continue;
+      pieces_.push_back({static_cast<ParamId>(p), b, e});
+      packed += e - b;
+    }
+    piece_counts_.push_back(packed);
+  }
 }
 
-void ParamGatherer::log(GatherEvent::Kind kind, ParamId p) {
-  if (log_) log_->push_back({kind, p, training_ ? position_ : -1, live_});
+void* ParamGatherer::own_part(std::uint64_t begin, const std::vector<std::size_t>& counts) const {
+  const int rank = comm_.rank();
+  if (counts[static_cast<std::size_t>(rank)] == 0) return shard_.data;
+  return shard_.at(std::max(begin, layout_.owned_begin(rank)) - layout_.owned_begin(rank)).data;
 }
 
-void ParamGatherer::gather(ParamId id) {
-  Param& p = params_[static_cast<std::size_t>(id)];
-  if (p.state != State::released)
-    throw InternalError("gather plan: parameter " + std::to_string(id) + " is already gathered");
-  p.buffer = device_.allocate(Tier::device, Category::params, bytes(p.numel));
-  p.work = comm_.all_gather_v_async(own_part(p), p.buffer.data(), p.counts, shard_.dtype);
-  p.state = State::in_flight;
-  live_ += p.numel;
+void ParamGatherer::log(GatherEvent::Kind kind, int g) {
+  if (log_) log_->push_back({kind, g, training_ ? position_ : -1, live_});
+}
+
+void ParamGatherer::gather(int id) {
+  Live& g = live_groups_[static_cast<std::size_t>(id)];
+  const GatherGroup& range = groups_[static_cast<std::size_t>(id)];
+  if (g.state != State::released)
+    throw InternalError(strategy_ + ": gather plan: group " + std::to_string(id) +
+                        " is already gathered");
+  g.buffer = device_.allocate(Tier::device, Category::params, bytes(range.size()));
+  g.work = comm_.all_gather_v_async(own_part(range.begin, g.counts), g.buffer.data(), g.counts,
+                                    shard_.dtype);
+  g.state = State::in_flight;
+  live_ += range.size();
   log(GatherEvent::Kind::gather, id);
 }
 
-void ParamGatherer::wait(ParamId id) {
-  Param& p = params_[static_cast<std::size_t>(id)];
-  if (p.state != State::in_flight) return;
+void ParamGatherer::wait(int id) {
+  Live& g = live_groups_[static_cast<std::size_t>(id)];
+  if (g.state != State::in_flight) return;
   const auto t0 = std::chrono::steady_clock::now();
-  p.work.wait();
+  g.work.wait();
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  p.work = {};
-  p.state = State::live;
+  g.work = {};
+  g.state = State::live;
 }
 
-void ParamGatherer::drop(ParamId id) {
-  Param& p = params_[static_cast<std::size_t>(id)];
-  if (p.persistent || p.state == State::released) return;
+void ParamGatherer::drop(int id) {
+  Live& g = live_groups_[static_cast<std::size_t>(id)];
+  if (g.state == State::released) return;
   wait(id);  // a buffer under a collective cannot go
-  p.buffer.reset();
-  p.state = State::released;
-  live_ -= p.numel;
+  g.buffer.reset();
+  g.state = State::released;
+  live_ -= groups_[static_cast<std::size_t>(id)].size();
   log(GatherEvent::Kind::release, id);
 }
 
 void ParamGatherer::release_all() {
-  for (std::size_t i = 0; i < params_.size(); ++i) drop(static_cast<ParamId>(i));
+  for (std::size_t g = 0; g < live_groups_.size(); ++g) drop(static_cast<int>(g));
 }
 
 std::string ParamGatherer::describe(const TraceEntry& e) const {
@@ -275,14 +333,12 @@ std::string ParamGatherer::describe(const TraceEntry& e) const {
 void ParamGatherer::end_micro_step() {
   if (!training_) return;
   if (!recorded_) {
-    std::vector<std::vector<ParamId>> needs;
-    std::vector<std::uint64_t> numel;
+    std::vector<std::vector<int>> needs;
     for (const auto& e : trace_) needs.push_back(needs_[static_cast<std::size_t>(e.module)]);
-    for (const auto& p : params_) numel.push_back(p.numel);
-    plan_ = make_gather_plan(needs, numel, options_);
+    plan_ = make_gather_plan(needs, group_sizes(groups_), options_);
     recorded_ = true;
   } else if (static_cast<std::size_t>(position_) != trace_.size()) {
-    throw Error("zero3: this micro-step ran " + std::to_string(position_) +
+    throw Error(strategy_ + ": this micro-step ran " + std::to_string(position_) +
                 " module passes, the first one " + std::to_string(trace_.size()) +
                 " (next expected: " + describe(trace_[static_cast<std::size_t>(position_)]) +
                 "); parameter prefetch follows the first step's module order, so the model must "
@@ -304,32 +360,32 @@ void ParamGatherer::end_step() {
 
 void ParamGatherer::fetch(ModuleId m, bool backward) {
   if (m < 0 || static_cast<std::size_t>(m) >= needs_.size())
-    throw InternalError("fetch of module " + std::to_string(m) +
+    throw InternalError(strategy_ + ": fetch of module " + std::to_string(m) +
                         ", which the model did not declare");
   const auto& need = needs_[static_cast<std::size_t>(m)];
   const TraceEntry here{m, backward};
   if (training_ && recorded_) {
     const auto i = static_cast<std::size_t>(position_);
     if (i >= trace_.size() || !(trace_[i] == here))
-      throw Error("zero3: the module order changed at position " + std::to_string(i) +
+      throw Error(strategy_ + ": the module order changed at position " + std::to_string(i) +
                   " of the micro-step: the first step ran " +
                   (i < trace_.size() ? describe(trace_[i]) : std::string("nothing more")) +
                   " there, this one " + describe(here) +
                   "; parameter prefetch follows the first step's module order, so the model must "
                   "run the same modules in the same order every step");
-    for (ParamId p : plan_.evict[i]) drop(p);
-    for (ParamId p : plan_.gather[i]) gather(p);
+    for (int g : plan_.evict[i]) drop(g);
+    for (int g : plan_.gather[i]) gather(g);
   } else {
     if (training_) trace_.push_back(here);
-    for (ParamId p : need)
-      if (params_[static_cast<std::size_t>(p)].state == State::released) gather(p);
+    for (int g : need)
+      if (live_groups_[static_cast<std::size_t>(g)].state == State::released) gather(g);
   }
-  for (ParamId p : need) {
-    if (params_[static_cast<std::size_t>(p)].state == State::released)
-      throw InternalError("gather plan: parameter " + std::to_string(p) + " needed by " +
+  for (int g : need) {
+    if (live_groups_[static_cast<std::size_t>(g)].state == State::released)
+      throw InternalError(strategy_ + ": gather plan: group " + std::to_string(g) + " needed by " +
                           describe(here) + " was not gathered");
-    wait(p);
-    log(GatherEvent::Kind::use, p);
+    wait(g);
+    log(GatherEvent::Kind::use, g);
   }
 }
 
@@ -337,52 +393,85 @@ void ParamGatherer::release(ModuleId m, bool backward) {
   const auto i = static_cast<std::size_t>(position_);
   if (training_ && recorded_) {
     if (i >= trace_.size() || !(trace_[i] == TraceEntry{m, backward}))
-      throw InternalError("release of " + describe({m, backward}) + " without its fetch");
-    for (ParamId p : plan_.release[i]) drop(p);
+      throw InternalError(strategy_ + ": release of " + describe({m, backward}) +
+                          " without its fetch");
+    for (int g : plan_.release[i]) drop(g);
     ++position_;
     return;
   }
   if (training_) ++position_;
-  for (ParamId p : needs_.at(static_cast<std::size_t>(m))) drop(p);
+  for (int g : needs_.at(static_cast<std::size_t>(m))) drop(g);
 }
 
 TensorView ParamGatherer::view(ParamId id) const {
   const Param& p = params_.at(static_cast<std::size_t>(id));
-  if (!p.persistent && p.state != State::live)
-    throw InternalError("parameter " + std::to_string(id) +
+  if (p.group < 0) {
+    const TypedPtr whole{persistent_.data(), shard_.dtype};
+    return {whole.at(persistent_at_[static_cast<std::size_t>(id)]).data, shard_.dtype, p.shape};
+  }
+  const Live& g = live_groups_[static_cast<std::size_t>(p.group)];
+  if (g.state != State::live)
+    throw InternalError(strategy_ + ": parameter " + std::to_string(id) +
                         " viewed while not gathered: it is used by a module missing from its "
                         "used_by list");
-  return {p.buffer.data(), shard_.dtype, p.shape};
+  const TypedPtr whole{g.buffer.data(), shard_.dtype};
+  return {whole.at(p.offset - groups_[static_cast<std::size_t>(p.group)].begin).data, shard_.dtype,
+          p.shape};
 }
 
 void ParamGatherer::refresh() {
-  std::vector<CommWork> works;
-  for (auto& p : params_) {
-    if (!p.persistent) continue;
-    works.push_back(comm_.all_gather_v_async(own_part(p), p.buffer.data(), p.counts, shard_.dtype));
+  if (persistent_elements_ == 0) return;
+  // Every rank's owned pieces, packed rank after rank: one all-gather.
+  Buffer packed = device_.allocate(Tier::device, Category::comm, bytes(persistent_elements_));
+  const TypedPtr all{packed.data(), shard_.dtype};
+  const int rank = comm_.rank();
+  std::uint64_t at = 0;
+  for (int r = 0; r < rank; ++r) at += piece_counts_[static_cast<std::size_t>(r)];
+  const std::uint64_t mine = at;
+  for (const Piece& piece : pieces_) {
+    if (piece.begin < layout_.owned_begin(rank) || piece.end > layout_.owned_end(rank)) continue;
+    std::memcpy(all.at(at).data, shard_.at(piece.begin - layout_.owned_begin(rank)).data,
+                bytes(piece.end - piece.begin));
+    at += piece.end - piece.begin;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  wait_all(works);
+  comm_.all_gather_v_async(all.at(mine).data, packed.data(), piece_counts_, shard_.dtype).wait();
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const TypedPtr whole{persistent_.data(), shard_.dtype};
+  at = 0;
+  for (const Piece& piece : pieces_) {
+    const Param& p = params_[static_cast<std::size_t>(piece.param)];
+    std::memcpy(
+        whole.at(persistent_at_[static_cast<std::size_t>(piece.param)] + piece.begin - p.offset)
+            .data,
+        all.at(at).data, bytes(piece.end - piece.begin));
+    at += piece.end - piece.begin;
+  }
 }
 
 void ParamGatherer::read(ParamId id, float* out) {
   const Param& p = params_.at(static_cast<std::size_t>(id));
+  const auto counts = layout_.owned_counts(p.offset, p.offset + p.numel);
   if (shard_.dtype == DType::f32) {
-    comm_.all_gather_v_async(own_part(p), out, p.counts, DType::f32).wait();
+    comm_.all_gather_v_async(own_part(p.offset, counts), out, counts, DType::f32).wait();
     return;
   }
   std::vector<std::uint16_t> whole(p.numel);
-  comm_.all_gather_v_async(own_part(p), whole.data(), p.counts, shard_.dtype).wait();
+  comm_.all_gather_v_async(own_part(p.offset, counts), whole.data(), counts, shard_.dtype).wait();
   convert(whole.data(), shard_.dtype, out, DType::f32, p.numel);
 }
 
 void ParamGatherer::write(ParamId id, const float* in) {
-  Param& p = params_.at(static_cast<std::size_t>(id));
-  const std::uint64_t mine = p.counts[static_cast<std::size_t>(comm_.rank())];
-  if (mine > 0) convert(in + (p.own_begin - p.offset), DType::f32, own_part(p), shard_.dtype, mine);
-  if (p.persistent || p.state == State::live)
-    convert(in, DType::f32, p.buffer.data(), shard_.dtype, p.numel);
+  const Param& p = params_.at(static_cast<std::size_t>(id));
+  const int rank = comm_.rank();
+  const auto counts = layout_.owned_counts(p.offset, p.offset + p.numel);
+  const std::uint64_t mine = counts[static_cast<std::size_t>(rank)];
+  if (mine > 0) {
+    const std::uint64_t from = std::max(p.offset, layout_.owned_begin(rank));
+    convert(in + (from - p.offset), DType::f32, own_part(p.offset, counts), shard_.dtype, mine);
+  }
+  if (p.group < 0 || live_groups_[static_cast<std::size_t>(p.group)].state == State::live)
+    convert(in, DType::f32, view(id).data, shard_.dtype, p.numel);
 }
 
 }  // namespace ztrain::shard

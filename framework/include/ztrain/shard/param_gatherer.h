@@ -1,25 +1,31 @@
 // ParamGatherer: sharded parameters made whole around the modules using them.
 //
-// zero3's parameter side. Each rank holds only its owned range of the flat
-// working parameters (the shard, in the run's precision). fetch(m) before a
-// module runs makes every parameter m uses whole on this rank (one
-// irregular all-gather per parameter into a buffer of its own); release(m)
-// after it frees them, by these rules (DeepSpeed's option names and
-// meanings; sizes in elements):
+// ZeRO-3's parameter side. Each rank holds only its owned range of the flat
+// working parameters (the shard, in the run's precision, in whatever tier
+// the strategy placed it). fetch(m) before a module runs makes every
+// parameter m uses whole on this rank; release(m) after it frees them.
+// Parameters are gathered by group: a group is a run of consecutive
+// parameters used by the same modules (gather_groups), so a transformer
+// block arrives in one irregular all-gather of its flat range rather than
+// one per tensor; small persistent parameters lying inside that range ride
+// along. The rules (DeepSpeed's option names and meanings; sizes in
+// elements):
 // - param_persistence_threshold: a parameter of at most this many elements
-//   is gathered once and kept; refresh() re-gathers those after the
-//   optimizer changed the shard.
+//   is gathered once and kept; refresh() re-gathers all of them after the
+//   optimizer changed the shard, in one all-gather into a packed buffer
+//   (comm) of all of them (each rank sends the parts it owns), unpacked
+//   into place.
 // - trace: the first training micro-step records its sequence of fetches
 //   (module, forward or backward); every later micro-step must repeat it,
 //   else fetch raises Error naming the position and both modules.
 // - prefetch_bucket_size: from the second micro-step on, fetch also issues
-//   the gathers of the next positions' parameters, up to this many
-//   elements, so they arrive while the current module computes.
+//   the gathers of the next positions' groups, up to this many elements, so
+//   they arrive while the current module computes.
 // - max_live_parameters: gathered non-persistent elements never exceed it;
-//   prefetch stops short of it, and parameters kept for reuse are evicted
+//   prefetch stops short of it, and groups kept for reuse are evicted
 //   (farthest next use first) to make room.
-// - max_reuse_distance: a parameter is kept after its module when the
-//   fetches before its next use need fewer than this many elements.
+// - max_reuse_distance: a group is kept after its module when the fetches
+//   before its next use need fewer than this many elements.
 // Outside training micro-steps (evaluation, export) fetches are on demand
 // and released right after. The schedule is a pure function of the trace
 // (make_gather_plan), so an estimate computes the same peak.
@@ -27,8 +33,9 @@
 // Ownership: gathered and persistent buffers are (device, params); `shard`
 // belongs to the caller and must outlive this.
 // Errors: ConfigError at construction when one module needs more than
-// max_live_parameters; Error when the module order changes; InternalError
-// when a parameter is viewed while not gathered; CommError.
+// max_live_parameters; Error, naming `strategy`, when the module order
+// changes; InternalError when a parameter is viewed while not gathered;
+// CommError.
 // Thread safety: the training thread only.
 #pragma once
 
@@ -54,18 +61,18 @@ struct GatherOptions {
   std::uint64_t max_reuse_distance = 1000000000;
 };
 
-// What happens at each trace position: parameters released to make room,
-// gathers issued (needed now, then prefetched), parameters released after
-// the module. peak_live: the most non-persistent elements gathered at once.
+// What happens at each trace position, in gather units (group ids): units
+// released to make room, gathered (needed now, then prefetched), released
+// after the module. peak_live: the most elements gathered at once.
 struct GatherPlan {
-  std::vector<std::vector<ParamId>> evict, gather, release;
+  std::vector<std::vector<int>> evict, gather, release;
   std::uint64_t peak_live = 0;
 };
 
-// needs[i]: the non-persistent parameters position i uses; numel per
-// parameter. Every needs[i] must fit in max_live_parameters.
-ZTRAIN_API GatherPlan make_gather_plan(const std::vector<std::vector<ParamId>>& needs,
-                                       const std::vector<std::uint64_t>& numel,
+// needs[i]: the units position i uses; size: elements per unit. Every
+// needs[i] must fit in max_live_parameters.
+ZTRAIN_API GatherPlan make_gather_plan(const std::vector<std::vector<int>>& needs,
+                                       const std::vector<std::uint64_t>& size,
                                        const GatherOptions& options);
 
 // A step's trace as the host runs it: forward of modules 0..M-1, then
@@ -77,16 +84,29 @@ struct TraceEntry {
 };
 ZTRAIN_API std::vector<TraceEntry> standard_trace(int modules);
 
-// The non-persistent parameters each module uses.
-ZTRAIN_API std::vector<std::vector<ParamId>> module_needs(const std::vector<ParamSpec>& params,
-                                                          int modules,
-                                                          std::uint64_t persistence_threshold);
+// A gather unit: the flat range [begin, end) from the first to the last of
+// `params`, consecutive non-persistent parameters with the same used_by
+// (persistent ones between them are in the range, not in `params`).
+struct GatherGroup {
+  std::uint64_t begin = 0, end = 0;
+  std::vector<ParamId> params;
+  std::vector<ModuleId> used_by;
+  std::uint64_t size() const { return end - begin; }
+};
+ZTRAIN_API std::vector<GatherGroup> gather_groups(const std::vector<ParamSpec>& params,
+                                                  const FlatLayout& layout,
+                                                  std::uint64_t persistence_threshold);
+// The groups each of `modules` modules uses.
+ZTRAIN_API std::vector<std::vector<int>> group_needs(const std::vector<GatherGroup>& groups,
+                                                     int modules);
 
 // What a gatherer holds beyond the shard when the model runs the standard
-// trace: persistent elements and the plan's peak of gathered ones.
+// trace: persistent elements (params) and the plan's peak of gathered ones
+// (params), and the packed persistent elements refresh() receives (comm).
 struct GatherPeaks {
   std::uint64_t persistent = 0;
   std::uint64_t live = 0;
+  std::uint64_t packed = 0;
 };
 ZTRAIN_API GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
                                              const GatherOptions& options);
@@ -103,7 +123,7 @@ ZTRAIN_API GatherOptions gather_options(const Options& o);
 struct GatherEvent {
   enum class Kind : std::uint8_t { gather, use, release };
   Kind kind;
-  ParamId param;
+  int group;
   int position;
   std::uint64_t live;
 };
@@ -115,7 +135,8 @@ class ZTRAIN_API ParamGatherer {
   // here (collective).
   ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
                 const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                Communicator& comm, TypedPtr shard, const GatherOptions& options);
+                Communicator& comm, TypedPtr shard, const GatherOptions& options,
+                std::string strategy);
   // Waits for gathers still in the air (their buffers are freed here).
   ~ParamGatherer();
   ParamGatherer(const ParamGatherer&) = delete;
@@ -139,41 +160,57 @@ class ZTRAIN_API ParamGatherer {
 
   double wait_seconds() const { return wait_s_; }
   std::uint64_t persistent_elements() const { return persistent_elements_; }
+  const std::vector<GatherGroup>& groups() const { return groups_; }
   const GatherPlan* plan() const { return recorded_ ? &plan_ : nullptr; }
   void record_events(std::vector<GatherEvent>* log) { log_ = log; }
 
  private:
   enum class State : std::uint8_t { released, in_flight, live };
-  struct Param {
-    std::uint64_t offset, numel;
+  struct Live {
     std::vector<std::size_t> counts;  // owned elements per rank
-    std::uint64_t own_begin;          // flat start of this rank's part
-    bool persistent;
     State state = State::released;
     Buffer buffer;
     CommWork work;
+  };
+  struct Param {
+    std::uint64_t offset, numel;
+    int group;  // -1: persistent
     Shape shape;
   };
-  // Where this rank's part of p sits in the shard (any valid pointer when
-  // it owns none of it).
-  void* own_part(const Param& p) const;
+  // This rank's part of the flat range starting at `begin` whose owned
+  // counts are `counts` (any valid pointer when it owns none of it).
+  void* own_part(std::uint64_t begin, const std::vector<std::size_t>& counts) const;
   std::size_t bytes(std::uint64_t elements) const { return elements * dtype_size(shard_.dtype); }
-  void gather(ParamId p);
-  void wait(ParamId p);
-  void drop(ParamId p);
+  void gather(int g);
+  void wait(int g);
+  void drop(int g);
   void end_micro_step();
   void release_all();
-  void log(GatherEvent::Kind kind, ParamId p);
+  void log(GatherEvent::Kind kind, int g);
   std::string describe(const TraceEntry& e) const;
+  void build_persistent();
 
   Device& device_;
   Communicator& comm_;
   const FlatLayout& layout_;
   TypedPtr shard_;
   GatherOptions options_;
+  std::string strategy_;
   std::vector<Param> params_;
+  std::vector<GatherGroup> groups_;
+  std::vector<Live> live_groups_;
   std::vector<std::string> module_names_;
-  std::vector<std::vector<ParamId>> needs_;
+  std::vector<std::vector<int>> needs_;
+  // Persistent parameters, whole, one after another in `persistent_`;
+  // refresh() gathers every rank's owned pieces of them, packed.
+  struct Piece {
+    ParamId param;
+    std::uint64_t begin, end;  // flat
+  };
+  std::vector<std::uint64_t> persistent_at_;  // per param: offset in persistent_
+  std::vector<Piece> pieces_;                 // owned pieces, rank by rank
+  std::vector<std::size_t> piece_counts_;     // packed elements per rank
+  Buffer persistent_;
   std::vector<TraceEntry> trace_;
   GatherPlan plan_;
   bool recorded_ = false, training_ = false;
