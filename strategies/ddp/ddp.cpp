@@ -34,7 +34,7 @@ class Ddp final : public Strategy {
     reducer_.emplace(
         *s.device, params_, *layout_, *comm_,
         shard::make_reduce_plan(params_, *layout_, shard::ReducePolicy::replicate, reduce_),
-        s.grad_dtype, replica_->grads(), TypedPtr{}, "ddp");
+        s.grad_dtype, replica_->grads(), std::vector<shard::GradPiece>{}, "ddp");
   }
 
   void begin_micro_step(bool last) override { reducer_->begin_micro_step(last); }

@@ -37,7 +37,9 @@ class Zero1 final : public Strategy {
     reducer_.emplace(*s.device, params_, *layout_, *comm_,
                      shard::make_reduce_plan(params_, *layout_,
                                              shard::ReducePolicy::shard_after_backward, reduce_),
-                     s.grad_dtype, replica_->grads(), replica_->grads().at(begin_), "zero1");
+                     s.grad_dtype, replica_->grads(),
+                     std::vector<shard::GradPiece>{{begin_, end_, replica_->grads().at(begin_)}},
+                     "zero1");
   }
 
   void begin_micro_step(bool last) override { reducer_->begin_micro_step(last); }

@@ -429,7 +429,8 @@ TEST_CASE("the sharded gradient reducer averages every rank's gradients into the
       *dev, params, layout, world(),
       shard::make_reduce_plan(params, layout, shard::ReducePolicy::shard_during_backward,
                               {200, 100, true}),
-      DType::f32, {}, shard_grads.data(), "test");
+      DType::f32, {}, std::vector<shard::GradPiece>{{begin, begin + n, shard_grads.data()}},
+      "test");
   for (int micro = 0; micro < 2; ++micro) {
     red.begin_micro_step(micro == 1);
     for (ModuleId m = 3; m-- > 0;) {

@@ -31,7 +31,8 @@ TEST_CASE("the built-in plugins are found by name, with their info and options")
                             {"strategy", "ddp"},
                             {"strategy", "zero1"},
                             {"strategy", "zero2"},
-                            {"strategy", "zero3"}}) {
+                            {"strategy", "zero3"},
+                            {"strategy", "cpu_offload"}}) {
     const LoadedPlugin p = loader.load(kind, name);
     CHECK(std::string(p.info().kind) == kind);
     CHECK(std::string(p.info().name) == name);
@@ -39,7 +40,7 @@ TEST_CASE("the built-in plugins are found by name, with their info and options")
     CHECK(p.info().abi_version == kPluginAbiVersion);
   }
   const auto all = loader.load_all();
-  CHECK(all.size() == 8);
+  CHECK(all.size() == 9);
   CHECK(loader.load("model", "transformer").options().find("n_layer")->type == OptionType::integer);
 }
 

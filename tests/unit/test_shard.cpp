@@ -88,8 +88,13 @@ TEST_CASE("gather groups: one per module's run of parameters, small ones riding 
   // matrices with small biases and norms between them, a final norm.
   std::vector<ParamSpec> params{spec("wte", 640, {0, 3}), spec("wpe", 320, {0})};
   for (ModuleId m : {1, 2})
-    for (auto [name, n] : {std::pair{"ln.w", 16}, {"qkv.w", 768}, {"qkv.b", 48}, {"proj.w", 256},
-                           {"proj.b", 16}, {"fc.w", 1024}, {"fc.b", 64}})
+    for (auto [name, n] : {std::pair{"ln.w", 16},
+                           {"qkv.w", 768},
+                           {"qkv.b", 48},
+                           {"proj.w", 256},
+                           {"proj.b", 16},
+                           {"fc.w", 1024},
+                           {"fc.b", 64}})
       params.push_back(spec(name, n, {m}));
   params.push_back(spec("ln_f.w", 16, {3}));
   const shard::FlatLayout layout(params, 2);
@@ -245,7 +250,8 @@ TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory a
   const auto plan = shard::make_reduce_plan(
       params, layout, shard::ReducePolicy::shard_during_backward, {120, 50, true});
   const auto peaks = shard::reduce_peaks(plan, 0);
-  shard::GradReducer r(*dev, params, layout, *comm, plan, DType::f32, {}, shard.data(), "test");
+  shard::GradReducer r(*dev, params, layout, *comm, plan, DType::f32, {},
+                       std::vector<shard::GradPiece>{{0, layout.total(), shard.data()}}, "test");
   for (int micro = 0; micro < 2; ++micro) {
     r.begin_micro_step(micro == 1);
     for (ModuleId m = 8; m-- > 0;) {

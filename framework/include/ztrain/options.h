@@ -9,7 +9,8 @@
 // plugin that finds a cross-option problem can point at the line.
 //
 // Names may be dotted ("offload_optimizer.device"): the part before the dot
-// is a sub-table in TOML.
+// is a sub-table in TOML. A number option given choices (one_of) also
+// accepts those words as strings ("auto"); keyword() then returns the word.
 //
 // Thread safety: an OptionList is built once; Options is read-only after the
 // host made it and may be read from any thread.
@@ -109,6 +110,8 @@ class ZTRAIN_API Options {
   }
   double get_duration(const std::string& name) const { return get_number(name); }
 
+  // The word a number option was given instead of a number, if any.
+  std::optional<std::string> keyword(const std::string& name) const;
   bool has_value(const std::string& name) const;
   bool given(const std::string& name) const;
   // Where the value came from, for error messages.

@@ -18,6 +18,8 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "ztrain/comm.h"
@@ -51,6 +53,11 @@ struct StrategySetup {
   DType precision = DType::f32;
   DType grad_dtype = DType::f32;
   std::uint64_t seed = 0;  // parameter initialisation
+  // What a strategy that sizes itself to the device needs: the model's
+  // activations for one micro-batch (its estimate) and the device tier's
+  // budget ([device] memory_limit; none: unlimited).
+  std::uint64_t activation_bytes = 0;
+  std::optional<std::uint64_t> device_budget;
 };
 
 struct StepArgs {
@@ -77,6 +84,10 @@ struct EstimateArgs {
   int world = 1;
   DType precision = DType::f32;
   DType grad_dtype = DType::f32;
+  // As in StrategySetup: a strategy that sizes itself estimates what it
+  // would choose.
+  std::uint64_t activation_bytes = 0;
+  std::optional<std::uint64_t> device_budget;
 };
 
 // Bytes per tier and category, per rank.
@@ -112,6 +123,9 @@ class ZTRAIN_API Strategy : public Plugin {
   virtual StepResult step(const StepArgs& args) = 0;
   virtual MemoryEstimate estimate(const EstimateArgs& args) const = 0;
   virtual StrategyStats stats() const = 0;
+  // After setup: what the run header says about the strategy's choices
+  // (e.g. what it offloads and why); empty for none.
+  virtual std::string summary() const { return {}; }
 };
 
 }  // namespace ztrain

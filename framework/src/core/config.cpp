@@ -334,6 +334,12 @@ struct Validator {
         break;
       }
       case OptionType::number: {
+        if (node.is_string()) {  // a keyword the option accepts instead of a number
+          std::string word = node.value_or(std::string());
+          if (std::find(s.choices.begin(), s.choices.end(), word) == s.choices.end()) wrong();
+          v = std::move(word);
+          break;
+        }
         if (!node.is_number()) wrong();
         const double d = node.value_or(0.0);
         if (!std::isfinite(d)) wrong();

@@ -71,7 +71,7 @@ std::string OptionSpec::expectation() const {
       os << "a list of numbers";
       break;
   }
-  if (!choices.empty()) {
+  if (!choices.empty() && type != OptionType::number) {
     os << ": one of ";
     for (std::size_t i = 0; i < choices.size(); ++i)
       os << (i ? ", " : "") << '"' << choices[i] << '"';
@@ -82,6 +82,11 @@ std::string OptionSpec::expectation() const {
     os << " >= " << *min;
   else if (max)
     os << " <= " << *max;
+  if (!choices.empty() && type == OptionType::number) {
+    os << ", or ";
+    for (std::size_t i = 0; i < choices.size(); ++i)
+      os << (i ? " or " : "") << '"' << choices[i] << '"';
+  }
   return os.str();
 }
 
@@ -164,6 +169,10 @@ const std::string& Options::get_string(const std::string& name) const {
 }
 const std::vector<double>& Options::get_numbers(const std::string& name) const {
   return typed<std::vector<double>>(entry(name), name, "list of numbers");
+}
+std::optional<std::string> Options::keyword(const std::string& name) const {
+  if (const auto* word = std::get_if<std::string>(&entry(name).value)) return *word;
+  return std::nullopt;
 }
 bool Options::has_value(const std::string& name) const {
   auto it = entries_.find(name);

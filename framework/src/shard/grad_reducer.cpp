@@ -9,14 +9,14 @@ namespace ztrain::shard {
 
 GradReducer::GradReducer(Device& device, const std::vector<ParamSpec>& params,
                          const FlatLayout& layout, Communicator& comm, ReducePlan plan, DType dtype,
-                         TypedPtr full, TypedPtr shard, std::string strategy)
+                         TypedPtr full, std::vector<GradPiece> shard, std::string strategy)
     : device_(device),
       comm_(comm),
       layout_(layout),
       plan_(std::move(plan)),
       dtype_(dtype),
       full_(full),
-      shard_(shard),
+      shard_(std::move(shard)),
       strategy_(std::move(strategy)),
       live_(plan_.buckets.size()) {
   // A reduce-scatter needs the layout's shards to be the communicator's.
@@ -87,13 +87,17 @@ void GradReducer::wait(std::size_t b) {
   const std::size_t own =
       bucket.counts.empty() ? 0 : bucket.counts[static_cast<std::size_t>(comm_.rank())];
   if (own > 0 && bucket.landing != Landing::in_place) {
-    const int rank = comm_.rank();
-    const std::uint64_t from = std::max(bucket.range.begin, layout_.owned_begin(rank));
-    void* dst = shard_.at(from - layout_.owned_begin(rank)).data;
-    if (bucket.landing == Landing::shard_add)
-      add_into(dst, l.recv.data(), own, dtype_);
-    else
-      std::memcpy(dst, l.recv.data(), own * dtype_size(dtype_));
+    const std::uint64_t from = std::max(bucket.range.begin, layout_.owned_begin(comm_.rank()));
+    const TypedPtr got{l.recv.data(), dtype_};
+    for (const GradPiece& piece : shard_) {
+      const std::uint64_t lo = std::max(from, piece.begin), hi = std::min(from + own, piece.end);
+      if (lo >= hi) continue;
+      void* dst = piece.data.at(lo - piece.begin).data;
+      if (bucket.landing == Landing::shard_add)
+        add_into(dst, got.at(lo - from).data, hi - lo, dtype_);
+      else
+        std::memcpy(dst, got.at(lo - from).data, (hi - lo) * dtype_size(dtype_));
+    }
   }
   l.recv.reset();
   l.staging.reset();

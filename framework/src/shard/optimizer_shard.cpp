@@ -10,13 +10,14 @@ namespace ztrain::shard {
 
 OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
                                const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
-                               const OptimizerSettings& settings, ConstTypedPtr working)
+                               const OptimizerSettings& settings, ConstTypedPtr working,
+                               Tier working_tier)
     : m_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
       v_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
       begin_(begin),
       end_(end),
       settings_(settings) {
-  if (working.dtype != DType::f32) {
+  if (working.dtype != DType::f32 || working_tier != tier) {
     master_ = device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float));
     convert(working.data, working.dtype, master_.data(), DType::f32, end - begin);
   }
@@ -58,12 +59,14 @@ void OptimizerShard::write_master(std::uint64_t flat_begin, const float* values,
             master_.as<float>() + (b - begin_));
 }
 
-StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
-                      Communicator* comm, const Kernels& kernels, const StepArgs& args) {
-  const std::uint64_t n = optimizer.end() - optimizer.begin();
+StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
+                       const Kernels& kernels, const StepArgs& args) {
+  const auto size = [](const ShardSlice& s) { return s.optimizer->end() - s.optimizer->begin(); };
   // Unscaled before the fp32 all-reduce: a scaled square sum can pass
   // FLT_MAX where the true one does not.
-  double sq = kernels.sum_squares(grads, n) / (args.loss_scale * args.loss_scale);
+  double sq = 0;
+  for (const auto& s : slices) sq += kernels.sum_squares(s.grads, size(s));
+  sq /= args.loss_scale * args.loss_scale;
   if (comm) {
     float part = static_cast<float>(sq);
     comm->all_reduce(&part, 1, DType::f32, ReduceOp::sum);
@@ -74,13 +77,19 @@ StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads
   r.overflow = !std::isfinite(r.grad_norm);
   r.skipped = r.overflow;
   if (r.skipped) {
-    std::memset(grads.data, 0, n * dtype_size(grads.dtype));
+    for (const auto& s : slices) std::memset(s.grads.data, 0, size(s) * dtype_size(s.grads.dtype));
     return r;
   }
   const float mult =
       static_cast<float>(1.0 / args.loss_scale) * clip_multiplier(r.grad_norm, args.grad_clip);
-  optimizer.step(params, grads, kernels, args.lr, args.step, mult);
+  for (const auto& s : slices)
+    s.optimizer->step(s.params, s.grads, kernels, args.lr, args.step, mult);
   return r;
+}
+
+StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
+                      Communicator* comm, const Kernels& kernels, const StepArgs& args) {
+  return step_shards({{&optimizer, params, grads}}, comm, kernels, args);
 }
 
 float clip_multiplier(double grad_norm, double max_norm) {

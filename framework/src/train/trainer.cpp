@@ -176,6 +176,9 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   setup.precision = tr.precision;
   setup.grad_dtype = tr.grad_dtype;
   setup.seed = tr.seed;
+  setup.activation_bytes =
+      run.model->activation_bytes({static_cast<int>(tr.micro_batch), info.seq_len});
+  setup.device_budget = dev.memory_limit;
   run.strategy->setup(setup);
   if (model_opts.has_value("init_from")) {
     run.init_from = model_opts.get_string("init_from");
@@ -232,6 +235,8 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
     else
       os << "dynamic from 2^" << tr.scaler.initial_scale_power;
     if (!run.init_from.empty()) os << "\nweights from " << run.init_from.string();
+    const std::string strategy = run.strategy->summary();
+    if (!strategy.empty()) os << "\n" << run.strategy_plugin << ": " << strategy;
     progress.line(os.str());
   }
 
@@ -408,15 +413,20 @@ TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_
   }
   {
     // What `ztrain estimate` predicts for this run, beside the measurement.
-    const MemoryEstimate e =
-        run.strategy->estimate({params, run.comm->size(), tr.precision, tr.grad_dtype});
-    const auto& dev = e.bytes[static_cast<std::size_t>(Tier::device)];
+    const MemoryEstimate e = run.strategy->estimate(
+        {params, run.comm->size(), tr.precision, tr.grad_dtype, run.model->activation_bytes({B, T}),
+         run.settings.device.memory_limit});
     os << "\nstrategy estimate per rank:";
-    const char* sep = " ";
-    for (std::size_t c = 0; c < kCategoryCount; ++c) {
-      if (!dev[c]) continue;
-      os << sep << category_name(static_cast<Category>(c)) << " " << format_bytes(dev[c]);
-      sep = ", ";
+    for (std::size_t t = 0; t < kTierCount; ++t) {
+      const char* sep = " (";
+      std::string line;
+      for (std::size_t c = 0; c < kCategoryCount; ++c) {
+        if (!e.bytes[t][c]) continue;
+        line += sep + std::string(category_name(static_cast<Category>(c))) + " " +
+                format_bytes(e.bytes[t][c]);
+        sep = ", ";
+      }
+      if (!line.empty()) os << "\n  " << tier_name(static_cast<Tier>(t)) << line << ")";
     }
   }
   os << "\nmetrics: " << result.metrics_file.string();
@@ -461,11 +471,13 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const auto strategy =
       strategy_lib.create<Strategy>(plugin_options(config, "strategy", strategy_lib, OptionList{}));
   const ModelInfo info = model->info();
-  MemoryEstimate e = strategy->estimate(
-      {model->params(), world, settings.train.precision, settings.train.grad_dtype});
-  e.bytes[static_cast<std::size_t>(Tier::device)]
-         [static_cast<std::size_t>(Category::activations)] +=
+  const std::uint64_t activations =
       model->activation_bytes({static_cast<int>(settings.train.micro_batch), info.seq_len});
+  MemoryEstimate e =
+      strategy->estimate({model->params(), world, settings.train.precision,
+                          settings.train.grad_dtype, activations, settings.device.memory_limit});
+  e.bytes[static_cast<std::size_t>(Tier::device)]
+         [static_cast<std::size_t>(Category::activations)] += activations;
   os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
      << ", model " << model_name << " (" << info.arch << ", " << info.n_params
      << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len

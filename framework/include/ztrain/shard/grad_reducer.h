@@ -7,7 +7,9 @@
 // launching buckets (all-reduce in place, or an irregular reduce-scatter
 // into a receive buffer) and waiting for them (the received average is
 // added into or written over the caller's gradient shard, then the
-// bucket's buffers are freed). At the end of a micro-step it runs the
+// bucket's buffers are freed; the shard may be split into pieces that
+// live in different tiers, as an offloaded optimizer's is). At the end of
+// a micro-step it runs the
 // schedule's closing actions: for accumulating micro-steps at the next
 // begin_micro_step, for the last one in finish(), after which the full
 // buffer or the shard holds the averaged gradients. A micro-step whose
@@ -15,9 +17,9 @@
 // it skipped, so every rank issues the same collectives.
 //
 // Buffers: staging buffers are (device, grads), receive buffers (device,
-// comm), in the gradients' dtype. `full` and `shard` belong to the caller
-// and must outlive the reducer; either may be empty when the plan does not
-// use it. Every rank issues the same collectives in the same order, and the
+// comm), in the gradients' dtype. `full` and the shard pieces belong to
+// the caller and must outlive the reducer; either may be empty when the
+// plan does not use it. Every rank issues the same collectives in the same order, and the
 // memory trace is the plan's, so reduce_peaks() predicts it.
 //
 // Errors: InternalError, naming `strategy`, when backward visits modules
@@ -41,13 +43,19 @@
 
 namespace ztrain::shard {
 
+// Part of a rank's gradient shard: flat elements [begin, end) at `data`.
+struct GradPiece {
+  std::uint64_t begin, end;
+  TypedPtr data;
+};
+
 class ZTRAIN_API GradReducer {
  public:
-  // shard: this rank's owned range of the flat gradients (layout.owned_*),
-  // dtype: the gradients' type.
+  // shard: pieces covering this rank's owned range of the flat gradients
+  // (layout.owned_*), in order; dtype: the gradients' type.
   GradReducer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
-              Communicator& comm, ReducePlan plan, DType dtype, TypedPtr full, TypedPtr shard,
-              std::string strategy);
+              Communicator& comm, ReducePlan plan, DType dtype, TypedPtr full,
+              std::vector<GradPiece> shard, std::string strategy);
   // Waits for reductions still in the air (their buffers are freed here).
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
@@ -83,7 +91,8 @@ class ZTRAIN_API GradReducer {
   const FlatLayout& layout_;
   ReducePlan plan_;
   DType dtype_;
-  TypedPtr full_, shard_;
+  TypedPtr full_;
+  std::vector<GradPiece> shard_;
   std::string strategy_;
   std::vector<Shape> shapes_;
   std::vector<Live> live_;

@@ -2,12 +2,13 @@
 //
 // Holds m and v (fp32) for flat elements [begin, end) in a chosen tier, and
 // steps the matching slice of the parameter buffer given its gradients. In
-// fp32 training the parameters are the master weights (ZeRO's 16 bytes per
-// parameter: 4 param + 4 grad + 4 m + 4 v). With 16-bit working parameters
-// the shard also keeps fp32 master weights (12 bytes per element of the
-// shard), steps them and writes the rounded working copy in the same pass
-// (ZeRO's 2 + 2 + 12). Weight decay applies to the parameters whose spec
-// says so, segment by segment.
+// fp32 training with the working parameters in the same tier they are the
+// master weights (ZeRO's 16 bytes per parameter: 4 param + 4 grad + 4 m +
+// 4 v). With 16-bit working parameters, or working parameters in another
+// tier (an offloaded optimizer: masters on the host, the working copy on
+// the device), the shard also keeps fp32 master weights, steps them and
+// writes the working copy in the same pass (ZeRO's 2 + 2 + 12). Weight
+// decay applies to the parameters whose spec says so, segment by segment.
 //
 // Thread safety: one step at a time.
 #pragma once
@@ -26,11 +27,12 @@ namespace ztrain::shard {
 
 class ZTRAIN_API OptimizerShard {
  public:
-  // working: the slice [begin, end) of the working parameters; when it is
-  // 16-bit the master weights start from its values.
+  // working: the slice [begin, end) of the working parameters, which live
+  // in working_tier; when masters are kept they start from its values.
   OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
                  const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
-                 const OptimizerSettings& settings, ConstTypedPtr working);
+                 const OptimizerSettings& settings, ConstTypedPtr working,
+                 Tier working_tier = Tier::device);
 
   // params, grads: the slice [begin, end) (element 0 is flat element begin).
   // grad_mult scales gradients in the same pass (unscale and clip); the
@@ -56,18 +58,29 @@ class ZTRAIN_API OptimizerShard {
   OptimizerSettings settings_;
 };
 
-// One optimizer step over a shard: the global gradient norm (the shard's
-// sum of squares, summed over `comm` unless it is null, so every rank clips
-// by the norm ddp would see), then on a non-finite norm the step is skipped
-// and the gradients zeroed, else AdamW with the unscale and the clip folded
-// into one gradient multiplier. params, grads: the shard [begin, end).
+// One part of a rank's shard as the optimizer steps it: its state, and the
+// matching slices of the working parameters and of the gradients.
+struct ShardSlice {
+  OptimizerShard* optimizer;
+  TypedPtr params, grads;
+};
+
+// One optimizer step over a rank's shard, in slices: the global gradient
+// norm (every slice's sum of squares, summed over `comm` unless it is null,
+// so every rank clips by the norm ddp would see), then on a non-finite
+// norm the step is skipped and the gradients zeroed, else AdamW on every
+// slice with the unscale and the clip folded into one gradient multiplier.
+ZTRAIN_API StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
+                                  const Kernels& kernels, const StepArgs& args);
+// The same for a shard in one slice: params, grads are [begin, end).
 ZTRAIN_API StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
                                  Communicator* comm, const Kernels& kernels, const StepArgs& args);
 
 // Bytes per shard element the optimizer holds: m and v, plus the fp32
-// master weights when the working precision is 16-bit.
-constexpr std::uint64_t optimizer_bytes_per_element(DType precision) {
-  return precision == DType::f32 ? 8 : 12;
+// master weights when the working precision is 16-bit or the working
+// copy lives in another tier.
+constexpr std::uint64_t optimizer_bytes_per_element(DType precision, bool elsewhere = false) {
+  return precision == DType::f32 && !elsewhere ? 8 : 12;
 }
 
 // Clip multiplier DeepSpeed's way: 1 / max(1, norm / max_norm) (1 when

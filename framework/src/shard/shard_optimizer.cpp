@@ -1,0 +1,71 @@
+#include "ztrain/shard/shard_optimizer.h"
+
+#include <cmath>
+
+namespace ztrain::shard {
+
+std::uint64_t ShardOptimizer::split(std::uint64_t begin, std::uint64_t end,
+                                    const OptimizerPlacement& placement) {
+  if (placement.offload == Tier::device || placement.offload_ratio <= 0) return end;
+  if (placement.offload_ratio >= 1) return begin;
+  const std::uint64_t n = end - begin;
+  const auto offloaded =
+      static_cast<std::uint64_t>(std::llround(placement.offload_ratio * static_cast<double>(n)));
+  // A multiple of 16 elements from the start, as the shards are.
+  return begin + (n - offloaded) / 16 * 16;
+}
+
+ShardOptimizer::ShardOptimizer(Device& device, const std::vector<ParamSpec>& params,
+                               const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
+                               const OptimizerSettings& settings,
+                               const OptimizerPlacement& placement, DType grad_dtype,
+                               ConstTypedPtr working)
+    : begin_(begin), grad_dtype_(grad_dtype) {
+  const std::uint64_t mid = split(begin, end, placement);
+  parts_.reserve(2);
+  for (auto [b, e, tier] :
+       {std::tuple{begin, mid, Tier::device}, std::tuple{mid, end, placement.offload}}) {
+    if (b >= e) continue;
+    Part& part = parts_.emplace_back();
+    part.begin = b;
+    part.end = e;
+    part.grads = device.allocate(tier, Category::grads, (e - b) * dtype_size(grad_dtype));
+    part.state.emplace(device, tier, params, layout, b, e, settings,
+                       ConstTypedPtr(working.at(b - begin)), placement.working);
+  }
+}
+
+std::vector<GradPiece> ShardOptimizer::grad_pieces() const {
+  std::vector<GradPiece> pieces;
+  for (const Part& p : parts_) pieces.push_back({p.begin, p.end, {p.grads.data(), grad_dtype_}});
+  return pieces;
+}
+
+StepResult ShardOptimizer::step(TypedPtr working, Communicator* comm, const Kernels& kernels,
+                                const StepArgs& args) {
+  std::vector<ShardSlice> slices;
+  for (Part& p : parts_)
+    slices.push_back({&*p.state, working.at(p.begin - begin_), {p.grads.data(), grad_dtype_}});
+  return step_shards(slices, comm, kernels, args);
+}
+
+void ShardOptimizer::write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) {
+  for (Part& p : parts_) p.state->write_master(flat_begin, values, n);
+}
+
+MemoryEstimate ShardOptimizer::estimate(std::uint64_t elements, const OptimizerPlacement& placement,
+                                        DType precision, DType grad_dtype) {
+  const std::uint64_t on_device = split(0, elements, placement);
+  MemoryEstimate e;
+  for (auto [n, tier] :
+       {std::pair{on_device, Tier::device}, std::pair{elements - on_device, placement.offload}}) {
+    if (n == 0) continue;
+    const auto t = static_cast<std::size_t>(tier);
+    e.bytes[t][static_cast<std::size_t>(Category::grads)] += n * dtype_size(grad_dtype);
+    e.bytes[t][static_cast<std::size_t>(Category::optimizer)] +=
+        n * optimizer_bytes_per_element(precision, placement.working != tier);
+  }
+  return e;
+}
+
+}  // namespace ztrain::shard
