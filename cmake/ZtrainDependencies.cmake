@@ -10,6 +10,8 @@ find_package(MPI REQUIRED COMPONENTS CXX)
 # malloc_conf.cpp says why); Debian ships no CMake config, only pkg-config.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+# liburing: the NVMe tier's asynchronous direct I/O (shard/aio.h).
+pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
 
 # OpenBLAS ships a config file with variables only; wrap it in a target.
 find_package(OpenBLAS CONFIG REQUIRED)

@@ -32,7 +32,8 @@ TEST_CASE("the built-in plugins are found by name, with their info and options")
                             {"strategy", "zero1"},
                             {"strategy", "zero2"},
                             {"strategy", "zero3"},
-                            {"strategy", "cpu_offload"}}) {
+                            {"strategy", "cpu_offload"},
+                            {"strategy", "nvme_offload"}}) {
     const LoadedPlugin p = loader.load(kind, name);
     CHECK(std::string(p.info().kind) == kind);
     CHECK(std::string(p.info().name) == name);
@@ -40,7 +41,7 @@ TEST_CASE("the built-in plugins are found by name, with their info and options")
     CHECK(p.info().abi_version == kPluginAbiVersion);
   }
   const auto all = loader.load_all();
-  CHECK(all.size() == 9);
+  CHECK(all.size() == 10);
   CHECK(loader.load("model", "transformer").options().find("n_layer")->type == OptionType::integer);
 }
 

@@ -2,8 +2,8 @@
 //
 // A Device hands out Buffers in three tiers: `device` (the accelerator's
 // memory; RAM on the cpu device), `host` (RAM, pinned when the device is
-// cuda) and `nvme` (files, accounted here but allocated by the shard
-// toolkit's tiered store). Every allocation names a Category so the trainer
+// cuda) and `nvme` (files, accounted here but created by the shard
+// toolkit's NVMe stores through shard/aio.h). Every allocation names a Category so the trainer
 // can report current and peak bytes per tier and category. A tier may carry a
 // budget; an allocation beyond it raises OutOfMemoryError naming the tier,
 // category, request, use and peak, as a GPU would. On the cpu device this
@@ -90,8 +90,10 @@ class ZTRAIN_API Device {
   // Worker threads used by the kernels on this device.
   virtual int threads() const = 0;
 
-  // 64-byte aligned, zero-filled unless asked otherwise. Tier nvme is not
-  // allocatable here (see TierStore); bytes == 0 gives an empty Buffer.
+  // 64-byte aligned, 4096-byte aligned from 4096 bytes up (direct I/O),
+  // zero-filled unless asked otherwise. Tier nvme is not allocatable here
+  // (its files are the NVMe stores'; account() counts them); bytes == 0
+  // gives an empty Buffer.
   Buffer allocate(Tier tier, Category category, std::size_t bytes, Fill fill = Fill::zeros);
 
   // Accounts bytes held elsewhere (nvme files): positive to add, negative to

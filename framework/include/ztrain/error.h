@@ -52,6 +52,15 @@ class ZTRAIN_API OutOfMemoryError : public Error {
   ~OutOfMemoryError() override;
 };
 
+// A file that cannot be opened, read or written where ztrain keeps state
+// (the NVMe tier's swap files, checkpoints): a missing or unwritable
+// directory, a file system without direct I/O, a full disk, a device error.
+class ZTRAIN_API IoError : public Error {
+ public:
+  using Error::Error;
+  ~IoError() override;
+};
+
 // A collective that failed or timed out.
 class ZTRAIN_API CommError : public Error {
  public:

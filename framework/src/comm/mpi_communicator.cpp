@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/comm_worker.h"
+#include "core/temp_files.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 
@@ -325,6 +326,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
                     " elements failed: " + std::string(text, static_cast<std::size_t>(len)));
   }
   void abort_job() override {
+    remove_temp_files();
     MPI_Abort(MPI_COMM_WORLD, 3);
     std::_Exit(3);
   }

@@ -16,6 +16,7 @@
 #include "comm/comm_worker.h"
 #include "comm/socket.h"
 #include "comm/tcp_beats.h"
+#include "core/temp_files.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 
@@ -241,7 +242,10 @@ class TcpCommunicator final : public ThreadedCommunicator {
     });
   }
   // Exiting closes every socket, which ends the other ranks' waits.
-  void abort_job() override { std::_Exit(3); }
+  void abort_job() override {
+    remove_temp_files();
+    std::_Exit(3);
+  }
 
   int rank_, size_;
   std::vector<Fd> peers_;

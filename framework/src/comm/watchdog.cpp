@@ -5,16 +5,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/signals.h"
+
 namespace ztrain {
 namespace {
-
-// Set by the SIGTERM handler, acted on by a watchdog's thread (a handler
-// may do nothing else safely).
-std::atomic<bool> g_sigterm{false};
-
-void on_sigterm_signal(int) {
-  g_sigterm.store(true);
-}
 
 std::string seconds(std::int64_t ms) {
   char buf[32];
@@ -34,22 +28,17 @@ Watchdog::Watchdog(int rank, int world, std::unique_ptr<Transport> transport,
       last_(static_cast<std::size_t>(world), Clock::now()),
       closed_(static_cast<std::size_t>(world), false),
       reported_at_(Clock::now()) {
-  g_sigterm = false;
-  struct sigaction sa {};
-  sa.sa_handler = on_sigterm_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, &previous_);
+  watch_signal(SIGTERM);
   thread_ = std::thread([this] { loop(); });
 }
 
 Watchdog::~Watchdog() {
   stop_ = true;
   thread_.join();
-  sigaction(SIGTERM, &previous_, nullptr);
-  // One that came after the thread's last look is delivered as it would
-  // have been without the watchdog.
-  if (g_sigterm.exchange(false)) raise(SIGTERM);
+  unwatch_signal(SIGTERM);
+  // One that came after the thread's last look ends the process as it
+  // would have without the watchdog.
+  if (const int sig = take_pending_signal()) die_by_signal(sig);
 }
 
 void Watchdog::loop() {
@@ -61,7 +50,7 @@ void Watchdog::loop() {
       next_beat = now + period_;
       beat(now);
     }
-    if (g_sigterm.exchange(false)) on_sigterm();
+    if (take_pending_signal() == SIGTERM) on_sigterm();
   }
 }
 
@@ -90,8 +79,7 @@ void Watchdog::on_sigterm() {
                            verdict() + "\n";
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
-  sigaction(SIGTERM, &previous_, nullptr);
-  raise(SIGTERM);
+  die_by_signal(SIGTERM);
 }
 
 void Watchdog::heard(const Transport::Received& r, Clock::time_point now) {

@@ -13,13 +13,11 @@
 // watchdog also catches SIGTERM, which mpirun sends to the surviving ranks
 // about a second after one died (and a scheduler sends before preemption):
 // it waits up to `silence` for a rank to show as silent, prints the
-// verdict, then lets SIGTERM end the process as it would have. The
-// previous SIGTERM action is restored when the watchdog ends.
+// verdict, then lets SIGTERM end the process as it would have (through the
+// process's one signal handler, core/signals.h).
 //
 // Thread safety: verdict() from any thread.
 #pragma once
-
-#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -85,7 +83,6 @@ class Watchdog {
   std::vector<bool> closed_;
   std::vector<SilentRank> reported_;  // on ranks > 0: rank 0's last list
   Clock::time_point reported_at_;
-  struct sigaction previous_ {};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

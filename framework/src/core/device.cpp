@@ -66,7 +66,7 @@ void Buffer::reset() {
 
 Buffer Device::allocate(Tier tier, Category category, std::size_t bytes, Fill fill) {
   if (tier == Tier::nvme)
-    throw InternalError("Device::allocate: the nvme tier is file-backed; use a TierStore");
+    throw InternalError("Device::allocate: the nvme tier is file-backed (shard/aio.h)");
   Buffer b;
   if (bytes == 0) return b;
   reserve(tier, category, bytes);

@@ -31,6 +31,7 @@ ConfigError::~ConfigError() = default;
 PluginError::~PluginError() = default;
 DataError::~DataError() = default;
 OutOfMemoryError::~OutOfMemoryError() = default;
+IoError::~IoError() = default;
 CommError::~CommError() = default;
 NumericsError::~NumericsError() = default;
 InternalError::~InternalError() = default;

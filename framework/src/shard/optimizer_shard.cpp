@@ -8,21 +8,8 @@
 
 namespace ztrain::shard {
 
-OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
-                               const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
-                               const OptimizerSettings& settings, ConstTypedPtr working,
-                               Tier working_tier)
-    : m_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
-      v_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
-      begin_(begin),
-      end_(end),
-      settings_(settings) {
-  if (working.dtype != DType::f32 || working_tier != tier) {
-    master_ = device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float));
-    convert(working.data, working.dtype, master_.data(), DType::f32, end - begin);
-  }
-  // Contiguous runs with one decay setting. Padding is in no segment, so it
-  // is never stepped and stays zero.
+AdamWRange::AdamWRange(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+                       std::uint64_t begin, std::uint64_t end) {
   for (const auto& seg : layout.segments(begin, end)) {
     const bool decay = params[static_cast<std::size_t>(seg.param)].decay;
     const std::uint64_t b = seg.begin - begin, e = seg.end - begin;
@@ -33,23 +20,44 @@ OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<Para
   }
 }
 
+void AdamWRange::step(float* master, TypedPtr grads, float* m, float* v, TypedPtr working,
+                      const Kernels& kernels, const OptimizerSettings& settings, double lr,
+                      std::int64_t step, float grad_mult) const {
+  const double bc1 = 1.0 - std::pow(settings.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(settings.beta2, static_cast<double>(step));
+  for (const auto& r : runs_)
+    kernels.adamw(master + r.begin, grads.at(r.begin), m + r.begin, v + r.begin,
+                  working ? working.at(r.begin) : TypedPtr{}, r.end - r.begin,
+                  static_cast<float>(lr), static_cast<float>(settings.beta1),
+                  static_cast<float>(settings.beta2), static_cast<float>(settings.eps),
+                  r.decay ? static_cast<float>(settings.weight_decay) : 0.0f, grad_mult,
+                  static_cast<float>(bc1), static_cast<float>(bc2));
+}
+
+OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
+                               const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
+                               const OptimizerSettings& settings, ConstTypedPtr working,
+                               Tier working_tier)
+    : range_(params, layout, begin, end),
+      m_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
+      v_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
+      begin_(begin),
+      end_(end),
+      settings_(settings) {
+  if (working.dtype != DType::f32 || working_tier != tier) {
+    master_ = device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float));
+    convert(working.data, working.dtype, master_.data(), DType::f32, end - begin);
+  }
+}
+
 void OptimizerShard::step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr,
                           std::int64_t step, float grad_mult) {
   if (!master_ && params.dtype != DType::f32)
     throw InternalError(
         "OptimizerShard: 16-bit parameters given to a shard without master weights");
-  const double bc1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step));
-  for (const auto& r : runs_) {
-    float* master =
-        master_ ? master_.as<float>() + r.begin : static_cast<float*>(params.data) + r.begin;
-    kernels.adamw(master, grads.at(r.begin), m_.as<float>() + r.begin, v_.as<float>() + r.begin,
-                  master_ ? params.at(r.begin) : TypedPtr{}, r.end - r.begin,
-                  static_cast<float>(lr), static_cast<float>(settings_.beta1),
-                  static_cast<float>(settings_.beta2), static_cast<float>(settings_.eps),
-                  r.decay ? static_cast<float>(settings_.weight_decay) : 0.0f, grad_mult,
-                  static_cast<float>(bc1), static_cast<float>(bc2));
-  }
+  float* master = master_ ? master_.as<float>() : static_cast<float*>(params.data);
+  range_.step(master, grads, m_.as<float>(), v_.as<float>(), master_ ? params : TypedPtr{}, kernels,
+              settings_, lr, step, grad_mult);
 }
 
 void OptimizerShard::write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) {
@@ -59,32 +67,40 @@ void OptimizerShard::write_master(std::uint64_t flat_begin, const float* values,
             master_.as<float>() + (b - begin_));
 }
 
-StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
-                       const Kernels& kernels, const StepArgs& args) {
-  const auto size = [](const ShardSlice& s) { return s.optimizer->end() - s.optimizer->begin(); };
+GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::uint64_t>>& grads,
+                          Communicator* comm, const Kernels& kernels, const StepArgs& args) {
   // Unscaled before the fp32 all-reduce: a scaled square sum can pass
   // FLT_MAX where the true one does not.
   double sq = 0;
-  for (const auto& s : slices) sq += kernels.sum_squares(s.grads, size(s));
+  for (const auto& [g, n] : grads) sq += kernels.sum_squares(g, n);
   sq /= args.loss_scale * args.loss_scale;
   if (comm) {
     float part = static_cast<float>(sq);
     comm->all_reduce(&part, 1, DType::f32, ReduceOp::sum);
     sq = part;
   }
-  StepResult r;
-  r.grad_norm = std::sqrt(sq);
-  r.overflow = !std::isfinite(r.grad_norm);
-  r.skipped = r.overflow;
-  if (r.skipped) {
+  GradNorm norm;
+  norm.result.grad_norm = std::sqrt(sq);
+  norm.result.overflow = !std::isfinite(norm.result.grad_norm);
+  norm.result.skipped = norm.result.overflow;
+  norm.grad_mult = static_cast<float>(1.0 / args.loss_scale) *
+                   clip_multiplier(norm.result.grad_norm, args.grad_clip);
+  return norm;
+}
+
+StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
+                       const Kernels& kernels, const StepArgs& args) {
+  const auto size = [](const ShardSlice& s) { return s.optimizer->end() - s.optimizer->begin(); };
+  std::vector<std::pair<TypedPtr, std::uint64_t>> grads;
+  for (const auto& s : slices) grads.emplace_back(s.grads, size(s));
+  const GradNorm norm = global_grad_norm(grads, comm, kernels, args);
+  if (norm.result.skipped) {
     for (const auto& s : slices) std::memset(s.grads.data, 0, size(s) * dtype_size(s.grads.dtype));
-    return r;
+    return norm.result;
   }
-  const float mult =
-      static_cast<float>(1.0 / args.loss_scale) * clip_multiplier(r.grad_norm, args.grad_clip);
   for (const auto& s : slices)
-    s.optimizer->step(s.params, s.grads, kernels, args.lr, args.step, mult);
-  return r;
+    s.optimizer->step(s.params, s.grads, kernels, args.lr, args.step, norm.grad_mult);
+  return norm.result;
 }
 
 StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,

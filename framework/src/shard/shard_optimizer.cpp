@@ -4,6 +4,8 @@
 
 namespace ztrain::shard {
 
+OptimizerStore::~OptimizerStore() = default;
+
 std::uint64_t ShardOptimizer::split(std::uint64_t begin, std::uint64_t end,
                                     const OptimizerPlacement& placement) {
   if (placement.offload == Tier::device || placement.offload_ratio <= 0) return end;

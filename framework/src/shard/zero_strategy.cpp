@@ -33,8 +33,14 @@ void ZeroStrategy::setup(const StrategySetup& s) {
                                                 s.precision, d.allgather_bucket);
   OptimizerPlacement placement = d.optimizer;
   placement.working = store_->owned_tier();
-  optimizer_.emplace(*s.device, params_, *layout_, begin, end, s.optimizer, placement, s.grad_dtype,
-                     store_->owned());
+  if (placement.offload == Tier::nvme)
+    optimizer_ =
+        std::make_unique<SwappedOptimizer>(*s.device, params_, *layout_, begin, end, s.optimizer,
+                                           d.swap, s.grad_dtype, store_->owned(), comm_->rank());
+  else
+    optimizer_ =
+        std::make_unique<ShardOptimizer>(*s.device, params_, *layout_, begin, end, s.optimizer,
+                                         placement, s.grad_dtype, store_->owned());
   ReducePlan plan = make_reduce_plan(params_, *layout_, d.reduce, d.reduce_settings);
   if (needs_full_grads(plan))
     full_grads_ = s.device->allocate(Tier::device, Category::grads,
@@ -77,7 +83,10 @@ MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
                                     : ReplicatedParams::estimate(layout, a.precision);
   OptimizerPlacement placement = d.optimizer;
   placement.working = d.shard_params ? d.param_tier : Tier::device;
-  const MemoryEstimate o = ShardOptimizer::estimate(shard, placement, a.precision, a.grad_dtype);
+  const MemoryEstimate o =
+      placement.offload == Tier::nvme
+          ? SwappedOptimizer::estimate(shard, d.swap, a.grad_dtype)
+          : ShardOptimizer::estimate(shard, placement, a.precision, a.grad_dtype);
   for (std::size_t t = 0; t < kTierCount; ++t)
     for (std::size_t c = 0; c < kCategoryCount; ++c) e.bytes[t][c] += o.bytes[t][c];
   const ReducePlan plan = make_reduce_plan(a.params, layout, d.reduce, d.reduce_settings);
@@ -110,7 +119,13 @@ std::string ZeroStrategy::summary() const {
   if (chosen_.shard_params && chosen_.param_tier != Tier::device)
     s += "parameter shards in " + std::string(tier_name(chosen_.param_tier)) + " memory";
   const auto& o = chosen_.optimizer;
-  if (o.offload != Tier::device && o.offload_ratio > 0)
+  if (o.offload == Tier::nvme)
+    s += (s.empty() ? "" : "; ") + std::string("optimizer state in swap files under ") +
+         chosen_.swap.dir.string() + " (sub-groups of " +
+         std::to_string(chosen_.swap.sub_group_size) + " elements through " +
+         std::to_string(chosen_.swap.buffer_count) +
+         " host buffers), gradient shards in host memory";
+  else if (o.offload != Tier::device && o.offload_ratio > 0)
     s += (s.empty() ? "" : "; ") + std::string("optimizer state and gradient shards ") +
          percent(o.offload_ratio) + " in " + std::string(tier_name(o.offload)) + " memory";
   if (!chosen_.note.empty()) s += (s.empty() ? "" : " (") + chosen_.note + (s.empty() ? "" : ")");

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ztrain/comm.h"
@@ -24,6 +25,27 @@
 #include "ztrain/strategy.h"
 
 namespace ztrain::shard {
+
+// The AdamW update of flat elements [begin, end): contiguous runs of one
+// weight-decay setting (padding is in none, so it is never stepped), one
+// kernel call each. Pointers passed to step() are at element `begin`.
+class ZTRAIN_API AdamWRange {
+ public:
+  AdamWRange(const std::vector<ParamSpec>& params, const FlatLayout& layout, std::uint64_t begin,
+             std::uint64_t end);
+  // master, m, v: fp32; grads in their type (zeroed); working: the working
+  // copy written in the same pass, or empty when master is the working copy.
+  void step(float* master, TypedPtr grads, float* m, float* v, TypedPtr working,
+            const Kernels& kernels, const OptimizerSettings& settings, double lr, std::int64_t step,
+            float grad_mult) const;
+
+ private:
+  struct Run {
+    std::uint64_t begin, end;  // relative to the range's begin
+    bool decay;
+  };
+  std::vector<Run> runs_;
+};
 
 class ZTRAIN_API OptimizerShard {
  public:
@@ -48,11 +70,7 @@ class ZTRAIN_API OptimizerShard {
   std::uint64_t end() const { return end_; }
 
  private:
-  struct Run {
-    std::uint64_t begin, end;  // relative to begin_
-    bool decay;
-  };
-  std::vector<Run> runs_;
+  AdamWRange range_;
   Buffer m_, v_, master_;
   std::uint64_t begin_, end_;
   OptimizerSettings settings_;
@@ -65,11 +83,21 @@ struct ShardSlice {
   TypedPtr params, grads;
 };
 
-// One optimizer step over a rank's shard, in slices: the global gradient
-// norm (every slice's sum of squares, summed over `comm` unless it is null,
-// so every rank clips by the norm ddp would see), then on a non-finite
-// norm the step is skipped and the gradients zeroed, else AdamW on every
-// slice with the unscale and the clip folded into one gradient multiplier.
+// The global gradient norm of a step, unscaled: the sum of squares of
+// every piece, summed over `comm` unless it is null (so every rank clips by
+// the norm ddp would see). A non-finite norm is an overflow: the step is
+// skipped and the caller zeroes the gradients. grad_mult folds the unscale
+// and the clip into one multiplier for the update.
+struct GradNorm {
+  StepResult result;
+  float grad_mult = 1;
+};
+ZTRAIN_API GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::uint64_t>>& grads,
+                                     Communicator* comm, const Kernels& kernels,
+                                     const StepArgs& args);
+
+// One optimizer step over a rank's shard, in slices: the global norm, then
+// on an overflow the gradients zeroed, else AdamW on every slice.
 ZTRAIN_API StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
                                   const Kernels& kernels, const StepArgs& args);
 // The same for a shard in one slice: params, grads are [begin, end).

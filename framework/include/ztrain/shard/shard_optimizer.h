@@ -35,13 +35,31 @@
 
 namespace ztrain::shard {
 
+// What a ZeRO strategy asks of the optimizer side of its shard, wherever
+// its state lives (ShardOptimizer: device and host memory;
+// SwappedOptimizer: files on the NVMe tier).
+class ZTRAIN_API OptimizerStore {
+ public:
+  virtual ~OptimizerStore();
+  // Where the reducer lands this rank's averaged gradients.
+  virtual std::vector<GradPiece> grad_pieces() const = 0;
+  // The global norm over every piece, then (unless it overflowed) AdamW
+  // over the shard, writing `working`, the owned range of the working
+  // parameters.
+  virtual StepResult step(TypedPtr working, Communicator* comm, const Kernels& kernels,
+                          const StepArgs& args) = 0;
+  // Sets the masters of flat elements [flat_begin, flat_begin + n) that
+  // fall in the shard from exact fp32 values (import).
+  virtual void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) = 0;
+};
+
 struct OptimizerPlacement {
   Tier offload = Tier::device;  // where the offloaded part lives
   double offload_ratio = 0;     // its share of the range, 0..1
   Tier working = Tier::device;  // where the working parameters' owned range lives
 };
 
-class ZTRAIN_API ShardOptimizer {
+class ZTRAIN_API ShardOptimizer final : public OptimizerStore {
  public:
   // working: this rank's owned range of the working parameters (the masters
   // start from it where they are kept).
@@ -49,14 +67,10 @@ class ZTRAIN_API ShardOptimizer {
                  std::uint64_t begin, std::uint64_t end, const OptimizerSettings& settings,
                  const OptimizerPlacement& placement, DType grad_dtype, ConstTypedPtr working);
 
-  // Where the reducer lands this rank's averaged gradients.
-  std::vector<GradPiece> grad_pieces() const;
-  // working: the owned range of the working parameters, written in the pass.
+  std::vector<GradPiece> grad_pieces() const override;
   StepResult step(TypedPtr working, Communicator* comm, const Kernels& kernels,
-                  const StepArgs& args);
-  // Sets the masters of flat elements [flat_begin, flat_begin + n) that
-  // fall in the range from exact fp32 values (import).
-  void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n);
+                  const StepArgs& args) override;
+  void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
 
   // Bytes per tier and category of `elements` of a shard so placed.
   static MemoryEstimate estimate(std::uint64_t elements, const OptimizerPlacement& placement,

@@ -3,8 +3,9 @@
 // Every ZeRO stage, offloaded or not, is the same four hooks over three
 // parts: a ParamStore (replicated or sharded parameters, in a tier), a
 // GradReducer executing a reduction plan (when gradients are reduced, where
-// they wait), and a ShardOptimizer (the gradient shard and AdamW state of
-// this rank's owned range, split between the device and an offload tier).
+// they wait), and an OptimizerStore (the gradient shard and AdamW state of
+// this rank's owned range: a ShardOptimizer split between the device and
+// host memory, or a SwappedOptimizer on the NVMe tier).
 // A stage is a Design: which store, which reduction policy, where the
 // optimizer lives. The built-in zero2, zero3 and cpu_offload strategies are
 // a constructor and an options declaration over this class; a third-party
@@ -35,6 +36,7 @@
 #include "ztrain/shard/param_store.h"
 #include "ztrain/shard/reduce_plan.h"
 #include "ztrain/shard/shard_optimizer.h"
+#include "ztrain/shard/swapped_optimizer.h"
 #include "ztrain/strategy.h"
 
 namespace ztrain::shard {
@@ -47,7 +49,8 @@ struct ZeroDesign {
   std::uint64_t allgather_bucket = 500000000;  // a replicated store's publish
   ReducePolicy reduce = ReducePolicy::shard_during_backward;
   ReduceSettings reduce_settings;
-  OptimizerPlacement optimizer;  // `working` is filled from the store
+  OptimizerPlacement optimizer;  // `working` is filled from the store; offload nvme: all of it
+  SwapOptions swap;              // the optimizer's files, when its offload tier is nvme
   std::string note;              // why the design is what it is (run header)
 };
 
@@ -92,7 +95,7 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   const Kernels* kernels_ = nullptr;
   std::optional<FlatLayout> layout_;
   std::unique_ptr<ParamStore> store_;
-  std::optional<ShardOptimizer> optimizer_;
+  std::unique_ptr<OptimizerStore> optimizer_;
   Buffer full_grads_;  // plans that reduce from a whole gradient buffer
   std::optional<GradReducer> reducer_;
 };

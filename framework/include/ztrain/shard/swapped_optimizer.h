@@ -1,0 +1,85 @@
+// SwappedOptimizer: a rank's optimizer state on the NVMe tier (ZeRO-Infinity).
+//
+// The fp32 master weights, m and v of this rank's owned range [begin, end)
+// live in a swap file under `dir`, cut into sub-groups of at most
+// `sub_group_size` elements (each sub-group's three arrays side by side,
+// page-aligned); the fp32 gradient shard the reducer lands in lives in
+// host memory. step() takes the global norm from the gradients, then
+// streams the sub-groups through `buffer_count` host buffers: while one
+// sub-group is stepped, the next ones are read and the previous one is
+// written back, so the disk and the CPU AdamW work at once. With one
+// buffer each sub-group is read, stepped and written in turn. Every byte
+// is accounted in its tier: the file in nvme (optimizer), the buffers in
+// host (offload), the gradient shard in host (grads).
+//
+// Ownership: owns its engine, file (removed with it, and however the
+// process ends) and buffers; keeps references to `params` and `layout`.
+// Errors: IoError from the engine (a missing or unwritable nvme_path, a
+// memory file system, a full disk, a failed transfer, each naming the path).
+// Thread safety: the training thread only.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "ztrain/device.h"
+#include "ztrain/export.h"
+#include "ztrain/shard/aio.h"
+#include "ztrain/shard/shard_optimizer.h"
+
+namespace ztrain::shard {
+
+struct SwapOptions {
+  std::filesystem::path dir;                  // nvme_path
+  std::uint64_t sub_group_size = 1000000000;  // elements stepped at a time
+  int buffer_count = 4;                       // host buffers, one sub-group each
+  AioOptions aio;
+};
+
+class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
+ public:
+  // working: this rank's owned range of the working parameters, the
+  // masters' initial values; rank names the swap file.
+  SwappedOptimizer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
+                   std::uint64_t begin, std::uint64_t end, const OptimizerSettings& settings,
+                   const SwapOptions& swap, DType grad_dtype, ConstTypedPtr working, int rank);
+  ~SwappedOptimizer() override;
+  SwappedOptimizer(const SwappedOptimizer&) = delete;
+  SwappedOptimizer& operator=(const SwappedOptimizer&) = delete;
+
+  std::vector<GradPiece> grad_pieces() const override;
+  StepResult step(TypedPtr working, Communicator* comm, const Kernels& kernels,
+                  const StepArgs& args) override;
+  void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
+
+  // Bytes per tier and category of `elements` of a shard so placed.
+  static MemoryEstimate estimate(std::uint64_t elements, const SwapOptions& swap, DType grad_dtype);
+
+ private:
+  struct SubGroup {
+    std::uint64_t begin, end;  // flat
+    std::uint64_t offset;      // in the file
+    std::uint64_t stride;      // bytes per array, page-aligned
+    AdamWRange range;
+  };
+  // The sub-group's master, m and v in a host buffer.
+  float* array(std::size_t buffer, const SubGroup& g, int which) const;
+  void read(std::size_t g, std::size_t buffer);
+  void write(std::size_t g, std::size_t buffer);
+
+  Device& device_;
+  std::uint64_t begin_, end_;
+  OptimizerSettings settings_;
+  DType grad_dtype_;
+  AioEngine engine_;
+  int file_ = -1;
+  std::uint64_t file_bytes_ = 0;
+  std::vector<SubGroup> groups_;
+  std::vector<Buffer> buffers_;
+  Buffer grads_;
+  std::vector<AioEngine::Ticket> reads_, writes_;  // per sub-group
+};
+
+}  // namespace ztrain::shard

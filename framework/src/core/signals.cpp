@@ -1,0 +1,72 @@
+#include "core/signals.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/temp_files.h"
+
+namespace ztrain {
+namespace {
+
+constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGHUP};
+std::array<std::atomic<int>, kSignals.size()> g_watchers{};
+std::atomic<int> g_pending{0};
+std::once_flag g_installed;
+
+int index_of(int sig) {
+  for (std::size_t i = 0; i < kSignals.size(); ++i)
+    if (kSignals[i] == sig) return static_cast<int>(i);
+  return -1;
+}
+
+void on_signal(int sig) {
+  remove_temp_files();
+  const int i = index_of(sig);
+  if (i >= 0 && g_watchers[static_cast<std::size_t>(i)].load() > 0) {
+    g_pending.store(sig);
+    return;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+}  // namespace
+
+void install_signal_handler() {
+  std::call_once(g_installed, [] {
+    for (int sig : kSignals) {
+      struct sigaction sa {};
+      sa.sa_handler = on_signal;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_RESTART;
+      sigaction(sig, &sa, nullptr);
+    }
+  });
+}
+
+void watch_signal(int sig) {
+  install_signal_handler();
+  g_watchers[static_cast<std::size_t>(index_of(sig))].fetch_add(1);
+}
+
+void unwatch_signal(int sig) {
+  g_watchers[static_cast<std::size_t>(index_of(sig))].fetch_sub(1);
+}
+
+int take_pending_signal() {
+  return g_pending.exchange(0);
+}
+
+void die_by_signal(int sig) {
+  remove_temp_files();
+  signal(sig, SIG_DFL);
+  raise(sig);
+  std::_Exit(128 + sig);
+}
+
+}  // namespace ztrain

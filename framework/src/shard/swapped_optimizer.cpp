@@ -1,0 +1,158 @@
+// The step streams sub-groups through B host buffers: sub-group j is read
+// into buffer j mod B, which first waits for the write of the sub-group
+// that held it (j - B). Reads are issued B - 1 sub-groups ahead, so while
+// sub-group g is stepped the next B - 1 are on their way in and g - 1 is on
+// its way out; the last writes are waited for before step() returns, so a
+// step's state is on disk when the next begins.
+#include "ztrain/shard/swapped_optimizer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ztrain/error.h"
+
+namespace ztrain::shard {
+namespace {
+
+std::uint64_t page_aligned(std::uint64_t bytes) {
+  return (bytes + AioEngine::kAlign - 1) / AioEngine::kAlign * AioEngine::kAlign;
+}
+
+// The sub-groups' bounds: at most `size` elements each, from `begin`.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(std::uint64_t begin, std::uint64_t end,
+                                                         std::uint64_t size) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  for (std::uint64_t b = begin; b < end; b += size) out.emplace_back(b, std::min(end, b + size));
+  return out;
+}
+
+}  // namespace
+
+SwappedOptimizer::SwappedOptimizer(Device& device, const std::vector<ParamSpec>& params,
+                                   const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
+                                   const OptimizerSettings& settings, const SwapOptions& swap,
+                                   DType grad_dtype, ConstTypedPtr working, int rank)
+    : device_(device),
+      begin_(begin),
+      end_(end),
+      settings_(settings),
+      grad_dtype_(grad_dtype),
+      engine_(swap.aio) {
+  std::uint64_t largest = 0;
+  for (auto [b, e] : cut(begin, end, std::max<std::uint64_t>(1, swap.sub_group_size))) {
+    const std::uint64_t stride = page_aligned((e - b) * sizeof(float));
+    groups_.push_back({b, e, file_bytes_, stride, AdamWRange(params, layout, b, e)});
+    file_bytes_ += 3 * stride;
+    largest = std::max(largest, stride);
+  }
+  file_ = engine_.create(swap.dir, "rank" + std::to_string(rank) + ".optimizer", file_bytes_);
+  device_.account(Tier::nvme, Category::optimizer, static_cast<std::int64_t>(file_bytes_));
+  const auto count = static_cast<std::size_t>(std::max(1, swap.buffer_count));
+  for (std::size_t i = 0; i < count && i < std::max<std::size_t>(1, groups_.size()); ++i)
+    buffers_.push_back(device.allocate(Tier::host, Category::offload, 3 * largest));
+  grads_ = device.allocate(Tier::host, Category::grads, (end - begin) * dtype_size(grad_dtype));
+  reads_.resize(groups_.size());
+  writes_.resize(groups_.size());
+  // Masters from the working copy, moments zero, sub-group by sub-group.
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const SubGroup& s = groups_[g];
+    std::memset(buffers_[0].data(), 0, 3 * s.stride);
+    convert(ConstTypedPtr(working).at(s.begin - begin).data, working.dtype, array(0, s, 0),
+            DType::f32, s.end - s.begin);
+    write(g, 0);
+    engine_.wait(writes_[g]);
+  }
+}
+
+SwappedOptimizer::~SwappedOptimizer() {
+  for (auto& t : writes_) {
+    try {
+      engine_.wait(t);
+    } catch (...) {  // on the way out after a failure: the file goes anyway
+    }
+  }
+  device_.account(Tier::nvme, Category::optimizer, -static_cast<std::int64_t>(file_bytes_));
+}
+
+float* SwappedOptimizer::array(std::size_t buffer, const SubGroup& g, int which) const {
+  return reinterpret_cast<float*>(buffers_[buffer].as<char>() +
+                                  static_cast<std::uint64_t>(which) * g.stride);
+}
+
+void SwappedOptimizer::read(std::size_t g, std::size_t buffer) {
+  const SubGroup& s = groups_[g];
+  reads_[g] = engine_.read(file_, s.offset, buffers_[buffer].data(), 3 * s.stride);
+}
+
+void SwappedOptimizer::write(std::size_t g, std::size_t buffer) {
+  const SubGroup& s = groups_[g];
+  writes_[g] = engine_.write(file_, s.offset, buffers_[buffer].data(), 3 * s.stride);
+}
+
+std::vector<GradPiece> SwappedOptimizer::grad_pieces() const {
+  return {{begin_, end_, {grads_.data(), grad_dtype_}}};
+}
+
+StepResult SwappedOptimizer::step(TypedPtr working, Communicator* comm, const Kernels& kernels,
+                                  const StepArgs& args) {
+  const TypedPtr grads{grads_.data(), grad_dtype_};
+  const GradNorm norm = global_grad_norm({{grads, end_ - begin_}}, comm, kernels, args);
+  if (norm.result.skipped) {
+    std::memset(grads_.data(), 0, grads_.bytes());
+    return norm.result;
+  }
+  const std::size_t n = groups_.size(), count = buffers_.size();
+  // Reads sub-group j into its buffer once the one before it there is out.
+  const auto fetch = [&](std::size_t j) {
+    if (j >= n) return;
+    if (j >= count) engine_.wait(writes_[j - count]);
+    read(j, j % count);
+  };
+  for (std::size_t j = 0; j + 1 < count; ++j) fetch(j);
+  for (std::size_t g = 0; g < n; ++g) {
+    fetch(g + count - 1);
+    engine_.wait(reads_[g]);
+    const SubGroup& s = groups_[g];
+    const std::size_t b = g % count;
+    s.range.step(array(b, s, 0), grads.at(s.begin - begin_), array(b, s, 1), array(b, s, 2),
+                 working.at(s.begin - begin_), kernels, settings_, args.lr, args.step,
+                 norm.grad_mult);
+    write(g, b);
+  }
+  for (auto& t : writes_) engine_.wait(t);
+  return norm.result;
+}
+
+void SwappedOptimizer::write_master(std::uint64_t flat_begin, const float* values,
+                                    std::uint64_t n) {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const SubGroup& s = groups_[g];
+    const std::uint64_t b = std::max(flat_begin, s.begin), e = std::min(flat_begin + n, s.end);
+    if (b >= e) continue;
+    read(g, 0);
+    engine_.wait(reads_[g]);
+    std::copy(values + (b - flat_begin), values + (e - flat_begin), array(0, s, 0) + (b - s.begin));
+    write(g, 0);
+    engine_.wait(writes_[g]);
+  }
+}
+
+MemoryEstimate SwappedOptimizer::estimate(std::uint64_t elements, const SwapOptions& swap,
+                                          DType grad_dtype) {
+  std::uint64_t file = 0, largest = 0, groups = 0;
+  for (auto [b, e] : cut(0, elements, std::max<std::uint64_t>(1, swap.sub_group_size))) {
+    const std::uint64_t stride = page_aligned((e - b) * sizeof(float));
+    file += 3 * stride;
+    largest = std::max(largest, stride);
+    ++groups;
+  }
+  const std::uint64_t buffers =
+      std::min<std::uint64_t>(static_cast<std::uint64_t>(std::max(1, swap.buffer_count)),
+                              std::max<std::uint64_t>(1, groups));
+  return MemoryEstimate()
+      .set(Tier::host, Category::grads, elements * dtype_size(grad_dtype))
+      .set(Tier::host, Category::offload, buffers * 3 * largest)
+      .set(Tier::nvme, Category::optimizer, file);
+}
+
+}  // namespace ztrain::shard

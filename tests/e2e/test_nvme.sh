@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# ZeRO-Infinity (the nvme_offload strategy, preset zero3_nvme): optimizer
+# state in per-rank swap files, stepped through host buffers.
+# - Equivalence: at world 1 and 2, with accumulation, in fp32 and bf16, with
+#   sub-groups small enough to need many (and 1, 2 or 4 buffers), it logs
+#   zero3's losses and gradient norms bit for bit (the same AdamW on the
+#   same values, only streamed from a file) and ddp's within the
+#   cross-world tolerances.
+# - Memory: every tier's measured peaks per rank (nvme included) equal
+#   `ztrain estimate` within 5 %; the nvme tier holds the master weights,
+#   m and v (12 bytes per shard element, page-aligned per sub-group).
+# - Swap files: none is left in nvme_path after a run that ends, fails, or
+#   is stopped with SIGTERM.
+# - Errors that name the path and what to do: a missing nvme_path, one on
+#   tmpfs, a disk without room for the swap file (a small loop-mounted
+#   file system, where this machine allows mounting one), and a disk that
+#   fills half-way through a step (injected).
+#
+# usage: test_nvme.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+# Swap files on the build tree's disk (not /tmp, which may be tmpfs).
+swap=$(mktemp -d "$PWD/nvme-swap.XXXXXX")
+trap 'rm -rf "$swap"; for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch"' EXIT
+
+base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set train.steps=20 --set train.log_every=1 --set train.eval_every=0
+  --set train.warmup_steps=5 --set device.threads=1 --set train.save_final=false)
+zero3=(--set strategy.param_persistence_threshold=0 --set strategy.max_live_parameters=70000
+  --set strategy.prefetch_bucket_size=20000 --set strategy.reduce_bucket_size=5000)
+nvme=(--strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$swap")
+
+# run NAME RANKS MICRO ACCUM [ARGS...]
+run() {
+  local name=$1 np=$2 micro=$3 accum=$4
+  shift 4
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size="$micro" \
+    --set train.grad_accum="$accum" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
+    > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
+  curve "$name" 20
+}
+no_swap_files() {
+  [ -z "$(ls -A "$swap")" ] || fail "$1 left swap files behind: $(ls "$swap")"
+}
+
+run ddp_w1 1 8 1
+for np in 1 2; do
+  micro=$((4 / np))
+  run "zero3_w$np" "$np" "$micro" 2 --strategy zero3 "${zero3[@]}"
+  for buffers in 1 2 4; do
+    name="nvme_w${np}_b$buffers"
+    run "$name" "$np" "$micro" 2 "${nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000 \
+      --set strategy.offload_optimizer.buffer_count="$buffers"
+    same_training "zero3_w$np" "$name" 0 0
+    same_training ddp_w1 "$name" 1e-6 2e-6
+    no_swap_files "$name"
+  done
+done
+grep -q "nvme_offload: parameter shards in host memory; optimizer state in swap files under $swap (sub-groups of 5000 elements through 4 host buffers)" \
+  "$scratch/nvme_w2_b4.out" || fail "the run header does not say where the optimizer state is"
+run bf16_zero3 2 2 2 --set train.precision=bf16 --strategy zero3 "${zero3[@]}"
+run bf16_nvme 2 2 2 --set train.precision=bf16 "${nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000
+same_training bf16_zero3 bf16_nvme 0 0
+
+# Memory per tier, measured against estimated.
+peak() {
+  grep '"split": "train"' "$scratch/$3/metrics.jsonl" | tail -n 1 |
+    sed -n "s/.*\"$1\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
+}
+mem=(--set train.steps=3 --set train.micro_batch_size=2 --set train.grad_accum=2 "${nvme[@]}"
+  --set strategy.sub_group_size=7000 --set strategy.offload_param.device=cpu)
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${mem[@]}" --set train.out_dir="$scratch/mem" \
+  "$SRC/configs/run.toml" > "$scratch/mem.out" 2>&1 || { cat "$scratch/mem.out" >&2; fail "mem failed"; }
+"$ZTRAIN" estimate --world 2 "${base[@]}" "${mem[@]}" "$SRC/configs/run.toml" > "$scratch/mem.estimate"
+for tier in device host nvme; do
+  for c in params grads optimizer comm offload; do
+    got=$(peak "$tier" "$c" mem)
+    want=$(awk -v t="$tier" -v c="$c" '$1 == t && $2 == c { print $3 }' "$scratch/mem.estimate")
+    want=${want:-0}
+    echo "$tier $c: measured $got, estimated $want"
+    awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 0.05 * (g > w ? g : w)) }' ||
+      fail "the estimate of $tier $c ($want) is not within 5% of the measured $got"
+  done
+done
+# 59264 shard elements in sub-groups of 7000: 8 of 28000 bytes and one of
+# 13056, each array page-aligned (28672 and 16384), three arrays each.
+[ "$(peak nvme optimizer mem)" -eq $((3 * (8 * 28672 + 16384))) ] ||
+  fail "the nvme tier holds $(peak nvme optimizer mem) bytes, not the masters, m and v"
+no_swap_files mem
+
+# SIGTERM: the job stops and its swap files go.
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${nvme[@]}" --set train.steps=100000 --set train.micro_batch_size=2 \
+  --set train.out_dir="$scratch/term" "$SRC/configs/run.toml" > "$scratch/term.out" 2>&1 &
+job=$!
+spawned+=("$job")
+for _ in $(seq 300); do
+  grep -q "step 3/" "$scratch/term.out" 2> /dev/null && break
+  sleep 0.1
+done
+[ -n "$(ls -A "$swap")" ] || fail "no swap file while the job runs"
+for pid in $(pgrep -f "train.out_dir=$scratch/term" || true); do kill -TERM "$pid" 2> /dev/null || true; done
+exit_within "$job" 30
+no_swap_files "a job stopped with SIGTERM"
+
+# Errors.
+bad() {
+  local want=$1 out
+  shift
+  if out=$("$ZTRAIN" "${base[@]}" --set train.steps=2 --set train.micro_batch_size=2 "$@" \
+    --set train.out_dir="$scratch/bad" "$SRC/configs/run.toml" 2>&1); then
+    fail "accepted: $*"
+  fi
+  grep -q "$want" <<< "$out" || fail "unclear error for $*: $out"
+  echo "error: $(grep -m1 "$want" <<< "$out")"
+}
+bad "nvme_path '/no/such/dir' is not a directory; create it" --strategy zero3_nvme \
+  --set strategy.offload_optimizer.nvme_path=/no/such/dir
+if [ "$(stat -f -c %T /dev/shm 2> /dev/null)" = tmpfs ]; then
+  bad "is on tmpfs, which is memory" --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path=/dev/shm
+else
+  echo "skipped: /dev/shm is not tmpfs here"
+fi
+ZTRAIN_TEST_INJECT_IO_ERROR=ENOSPC:3 bad "the disk under nvme_path is full" "${nvme[@]}" \
+  --set strategy.sub_group_size=5000
+no_swap_files "a run that failed on a full disk"
+# A disk too small for the swap file, found before training.
+tiny="$scratch/tiny"
+mkdir -p "$tiny"
+if truncate -s 4M "$scratch/tiny.img" && mkfs.ext4 -q "$scratch/tiny.img" 2> /dev/null &&
+  mount -o loop "$scratch/tiny.img" "$tiny" 2> /dev/null; then
+  big=(--model gpt2-tiny --set model.n_embd=256 --set model.n_layer=4)
+  out=$("$ZTRAIN" "${big[@]}" --set train.steps=1 --set train.micro_batch_size=1 --set model.seq_len=16 \
+    --set train.save_final=false --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$tiny" \
+    --set train.out_dir="$scratch/small_disk" "$SRC/configs/run.toml" 2>&1) && fail "a 4 MiB disk held the swap file"
+  leftovers=$(ls -A "$tiny" | grep -v lost+found || true)
+  umount "$tiny"
+  grep -q "the NVMe tier needs .* but only .* are free under nvme_path '$tiny'" <<< "$out" ||
+    fail "unclear error for a full disk: $out"
+  [ -z "$leftovers" ] || fail "a swap file was left on the full disk: $leftovers"
+  echo "error: $(grep -m1 "NVMe tier needs" <<< "$out")"
+else
+  echo "skipped: cannot loop-mount a small file system here (needs root and a loop device)"
+fi
+echo "PASS"
