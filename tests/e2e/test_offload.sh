@@ -143,6 +143,37 @@ echo "$line"
 share=$(sed -n 's/.*gradient shards \([0-9]*\)% in host.*/\1/p' <<< "$line")
 [ -n "$share" ] && [ "$share" -gt 0 ] && [ "$share" -lt 100 ] || fail "ratio auto chose '$share'%, not a partial offload"
 
+# configs/examples/offload.toml, the README's budget: zero3 runs out of the
+# 400 MiB it allows, zero3_offload and zero3_nvme train, and ratio auto
+# keeps what fits of the optimizer on the device.
+ex_args=(--set train.steps=2 --set train.log_every=1 --set device.threads=1 --set train.save_final=false)
+swap=$(mktemp -d "$PWD/nvme-swap.XXXXXX")
+if "$ZTRAIN" "${ex_args[@]}" --strategy zero3 --set train.out_dir="$scratch/ex_zero3" \
+  "$SRC/configs/examples/offload.toml" > "$scratch/ex_zero3.out" 2>&1; then
+  fail "zero3 fitted the example's budget"
+fi
+grep -q "out of memory on tier 'device'.* of a 400.00 MiB budget" "$scratch/ex_zero3.out" ||
+  fail "zero3 did not run out of the example's budget: $(tail -2 "$scratch/ex_zero3.out")"
+# example NAME ARGS...: trains the example for two steps
+example() {
+  local name=$1
+  shift
+  "$ZTRAIN" "${ex_args[@]}" "$@" --set train.out_dir="$scratch/$name" \
+    "$SRC/configs/examples/offload.toml" > "$scratch/$name.out" 2>&1 ||
+    { rm -rf "$swap"; cat "$scratch/$name.out" >&2; fail "$name did not train the example"; }
+}
+example ex_offload --strategy zero3_offload
+example ex_nvme --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$swap" \
+  --set strategy.sub_group_size=2000000
+example ex_auto --strategy zero3_offload --set strategy.offload_param.device=none \
+  --set strategy.offload_optimizer.ratio=auto
+rmdir "$swap"
+line=$(grep "^cpu_offload: " "$scratch/ex_auto.out") || fail "ratio auto says nothing in the example"
+share=$(sed -n 's/.*gradient shards \([0-9]*\)% in host.*ratio auto.*/\1/p' <<< "$line")
+[ -n "$share" ] && [ "$share" -gt 0 ] && [ "$share" -lt 100 ] ||
+  fail "ratio auto chose '$share'% for the example, not a partial offload: $line"
+echo "example, $line"
+
 # Config errors name the keys.
 bad() {
   local want=$1 out

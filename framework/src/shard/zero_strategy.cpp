@@ -13,6 +13,27 @@ bool needs_full_grads(const ReducePlan& plan) {
                      [](const ReduceBucket& b) { return !b.staged; });
 }
 
+// What a design offloads, and its note: the run header and the estimate.
+std::string describe(const ZeroDesign& d) {
+  std::string s;
+  const auto percent = [](double r) {
+    return std::to_string(static_cast<int>(r * 100 + 0.5)) + "%";
+  };
+  if (d.shard_params && d.param_tier != Tier::device)
+    s += "parameter shards in " + std::string(tier_name(d.param_tier)) + " memory";
+  const auto& o = d.optimizer;
+  if (o.offload == Tier::nvme)
+    s += (s.empty() ? "" : "; ") + std::string("optimizer state in swap files under ") +
+         d.swap.dir.string() + " (sub-groups of " + std::to_string(d.swap.sub_group_size) +
+         " elements through " + std::to_string(d.swap.buffer_count) +
+         " host buffers), gradient shards in host memory";
+  else if (o.offload != Tier::device && o.offload_ratio > 0)
+    s += (s.empty() ? "" : "; ") + std::string("optimizer state and gradient shards ") +
+         percent(o.offload_ratio) + " in " + std::string(tier_name(o.offload)) + " memory";
+  if (!d.note.empty()) s += (s.empty() ? "" : " (") + d.note + (s.empty() ? "" : ")");
+  return s;
+}
+
 }  // namespace
 
 void ZeroStrategy::setup(const StrategySetup& s) {
@@ -108,28 +129,14 @@ std::uint64_t device_bytes(const ZeroDesign& d, const EstimateArgs& a) {
 }
 
 MemoryEstimate ZeroStrategy::estimate(const EstimateArgs& a) const {
-  return estimate_design(resolve(a), a);
+  const ZeroDesign d = resolve(a);
+  MemoryEstimate e = estimate_design(d, a);
+  e.note = describe(d);
+  return e;
 }
 
 std::string ZeroStrategy::summary() const {
-  std::string s;
-  const auto percent = [](double r) {
-    return std::to_string(static_cast<int>(r * 100 + 0.5)) + "%";
-  };
-  if (chosen_.shard_params && chosen_.param_tier != Tier::device)
-    s += "parameter shards in " + std::string(tier_name(chosen_.param_tier)) + " memory";
-  const auto& o = chosen_.optimizer;
-  if (o.offload == Tier::nvme)
-    s += (s.empty() ? "" : "; ") + std::string("optimizer state in swap files under ") +
-         chosen_.swap.dir.string() + " (sub-groups of " +
-         std::to_string(chosen_.swap.sub_group_size) + " elements through " +
-         std::to_string(chosen_.swap.buffer_count) +
-         " host buffers), gradient shards in host memory";
-  else if (o.offload != Tier::device && o.offload_ratio > 0)
-    s += (s.empty() ? "" : "; ") + std::string("optimizer state and gradient shards ") +
-         percent(o.offload_ratio) + " in " + std::string(tier_name(o.offload)) + " memory";
-  if (!chosen_.note.empty()) s += (s.empty() ? "" : " (") + chosen_.note + (s.empty() ? "" : ")");
-  return s;
+  return describe(chosen_);
 }
 
 StrategyStats ZeroStrategy::stats() const {

@@ -484,7 +484,9 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
      << " tokens, " << precision_label(settings.train.precision) << " weights and "
      << precision_label(settings.train.grad_dtype) << " gradients"
      << (settings.train.precision != DType::f32 ? " (fp32 master weights in optimizer)" : "")
-     << "\npeak bytes per rank:\n";
+     << "\n";
+  if (!e.note.empty()) os << strategy_name << ": " << e.note << "\n";
+  os << "peak bytes per rank:\n";
   for (std::size_t t = 0; t < kTierCount; ++t) {
     std::uint64_t total = 0;
     for (std::size_t c = 0; c < kCategoryCount; ++c) {
