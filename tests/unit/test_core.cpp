@@ -2,6 +2,10 @@
 // step context's checks.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <set>
+#include <vector>
+
 #include "support.h"
 #include "ztrain/device.h"
 #include "ztrain/model.h"
@@ -29,6 +33,30 @@ TEST_CASE("device accounts current and peak bytes per tier and category") {
   dev->reset_peaks();
   CHECK(dev->stats().tier_peak[0] == 0);
   CHECK_FALSE(dev->allocate(Tier::device, Category::grads, 0));
+}
+
+TEST_CASE("large buffers: page-aligned, zero-filled, and at eight different 64 KiB colours") {
+  // Arrays streamed together must not share their address bits above the
+  // page (cpu_device.cpp): eight consecutive large blocks take the eight
+  // values of address bits 16-18, whatever the allocator's alignment.
+  auto dev = make_cpu_device(1);
+  constexpr std::size_t kBytes = (std::size_t{4} << 20) + 12;
+  std::vector<Buffer> blocks;
+  std::set<std::uintptr_t> colours;
+  for (int i = 0; i < 8; ++i) {
+    blocks.push_back(dev->allocate(Tier::host, Category::optimizer, kBytes));
+    const auto at = reinterpret_cast<std::uintptr_t>(blocks.back().data());
+    CHECK(at % 4096 == 0);
+    colours.insert(at / 65536 % 8);
+    auto* bytes = static_cast<unsigned char*>(blocks.back().data());
+    CHECK(bytes[0] == 0);
+    CHECK(bytes[kBytes - 1] == 0);
+    bytes[0] = bytes[kBytes - 1] = 0xff;
+  }
+  CHECK(colours.size() == 8);
+  blocks.clear();
+  CHECK(dev->stats().tier_current[static_cast<std::size_t>(Tier::host)] == 0);
+  CHECK(dev->stats().tier_peak[static_cast<std::size_t>(Tier::host)] == 8 * kBytes);
 }
 
 TEST_CASE("a budget makes allocation fail like a GPU: tier, category, request and peak named") {

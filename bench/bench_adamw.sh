@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The CPU AdamW against PyTorch's and DeepSpeed's on this CPU, alternating
+# rounds in one script: ztrain's bench_adamw (the fast kernel, fp32 and
+# writing bf16 working copies, the reference, and the stream bandwidth it
+# measures) against torch.optim.AdamW (fused, foreach) and DeepSpeedCPUAdam
+# over the same number of fp32 elements and threads. Prints ns per element
+# per round and the ratios of the better rounds.
+#
+#   bench/bench_adamw.sh [BUILD_DIR] [PYTHON] [N] [ROUNDS]
+# PYTHON: an interpreter with torch and deepspeed (e.g. a venv's python).
+set -euo pipefail
+build=${1:-build}
+python=${2:-python3}
+n=${3:-1e8}
+rounds=${4:-2}
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for r in $(seq "$rounds"); do
+  "$build/bin/bench_adamw" --n "$n" --threads 2 --rounds 3 > "$out/ztrain.$r"
+  "$python" "$src/bench/adamw_peers.py" --n "$n" --threads 2 > "$out/peers.$r"
+  echo "round $r:"
+  sed 's/^/  ztrain: /' "$out/ztrain.$r"
+  sed 's/^/  peer (ns\/element): /' "$out/peers.$r"
+done
+best() { sort -g | head -n 1; }
+ours=$(for r in $(seq "$rounds"); do sed -n 's/^fast kernel, fp32 (32 B\/element) *\([0-9.]*\) ns.*/\1/p' "$out/ztrain.$r"; done | best)
+for peer in fused foreach deepspeed; do
+  theirs=$(for r in $(seq "$rounds"); do awk -v p="$peer" '$1 == p { print $2 }' "$out/peers.$r"; done | best)
+  [ -n "$theirs" ] || continue
+  awk -v a="$ours" -v b="$theirs" -v p="$peer" \
+    'BEGIN { printf "ztrain %.3f ns/element against %s %.3f: %.2fx faster\n", a, p, b, b / a }'
+done
