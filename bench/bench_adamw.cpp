@@ -26,27 +26,13 @@
 #include <vector>
 
 #include "kernels/cpu/reference_kernels.h"
+#include "stopwatch.h"
 #include "ztrain/device.h"
 #include "ztrain/kernels.h"
 
 using namespace ztrain;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double timed(F&& f) {
-  const auto t0 = Clock::now();
-  f();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
+using bench::median;
+using bench::timed;
 
 int main(int argc, char** argv) {
   std::size_t n = 100000000;

@@ -27,25 +27,15 @@
 #include <system_error>
 #include <vector>
 
+#include "stopwatch.h"
 #include "ztrain/device.h"
 #include "ztrain/shard/aio.h"
 
 using namespace ztrain;
-using Clock = std::chrono::steady_clock;
+using bench::median;
+using bench::timed;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double timed(F&& f) {
-  const auto t0 = Clock::now();
-  f();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // A file opened for direct I/O, unlinked at once so it goes with the process.
 class PlainFile {

@@ -20,21 +20,18 @@
 
 #include "core/config.h"
 #include "core/plugin_loader.h"
+#include "stopwatch.h"
 #include "timed_kernels.h"
 #include "train/trainer.h"
 
 using namespace ztrain;
 using Clock = std::chrono::steady_clock;
+using bench::median;
 
 namespace {
 
 double seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Median of several runs of C (M,N) = A (M,K) B^T with the device's threads
