@@ -36,8 +36,9 @@ class NvmeOffload final : public shard::ZeroStrategy {
     o.integer("sub_group_size", 1000000000, "elements of optimizer state stepped at a time")
         .at_least(1);
     o.string("offload_param.device", "none",
-             "\"cpu\" keeps the parameter shards in host memory, gathered per module")
-        .one_of({"cpu", "none"});
+             "\"cpu\" keeps the parameter shards in host memory, gathered per module "
+             "(\"nvme\" is not offered yet)")
+        .one_of({"cpu", "none", "nvme"});
     o.flag("offload_param.pin_memory", false,
            "page-locked host buffers for faster copies (no effect on the cpu device)");
     shard::declare_aio_options(o);
@@ -48,7 +49,15 @@ class NvmeOffload final : public shard::ZeroStrategy {
     shard::ZeroDesign d;
     d.name = "nvme_offload";
     d.shard_params = true;
-    d.param_tier = o.get_string("offload_param.device") == "cpu" ? Tier::host : Tier::device;
+    const std::string params = o.get_string("offload_param.device");
+    // DeepSpeed's configs may ask for parameters on NVMe: say plainly it is
+    // not there yet rather than suggest the nearest spelling.
+    if (params == "nvme")
+      throw ConfigError(o.where("offload_param.device") +
+                        ": [strategy] offload_param.device = \"nvme\": parameter shards in "
+                        "swap files are not offered yet (the optimizer state is on NVMe); use "
+                        "\"cpu\" to keep the parameter shards in host memory");
+    d.param_tier = params == "cpu" ? Tier::host : Tier::device;
     d.gather = shard::gather_options(o);
     d.reduce = shard::ReducePolicy::shard_during_backward;
     d.reduce_settings = shard::bucket_settings(o, d.name);

@@ -116,6 +116,8 @@ bad() {
 }
 bad "nvme_path '/no/such/dir' is not a directory; create it" --strategy zero3_nvme \
   --set strategy.offload_optimizer.nvme_path=/no/such/dir
+bad 'offload_param.device = "nvme": parameter shards in swap files are not offered yet' \
+  --strategy zero3_nvme --set strategy.offload_param.device=nvme
 if [ "$(stat -f -c %T /dev/shm 2> /dev/null)" = tmpfs ]; then
   bad "is on tmpfs, which is memory" --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path=/dev/shm
 else
