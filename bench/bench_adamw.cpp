@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--n") n = static_cast<std::size_t>(std::atof(argv[i + 1]));
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
+    if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
   }
   auto device = make_cpu_device(threads);  // sets oneTBB's and OpenBLAS's threads
   const auto fast = make_cpu_kernels();

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -57,8 +58,11 @@ class PlainFile {
       const auto off = static_cast<off_t>(at);
       const ssize_t done =
           write ? pwrite(fd_, buffer + at, n, off) : pread(fd_, buffer + at, n, off);
-      if (done != static_cast<ssize_t>(n))
+      if (done < 0)
         throw std::system_error(errno, std::generic_category(), "plain direct transfer");
+      if (done != static_cast<ssize_t>(n))
+        throw std::runtime_error("plain direct transfer: " + std::to_string(done) + " of " +
+                                 std::to_string(n) + " bytes");
     }
   }
 
@@ -84,7 +88,7 @@ int main(int argc, char** argv) {
     const auto value = static_cast<std::uint64_t>(std::atof(argv[i + 1]));
     if (a == "--size") size = value;
     if (a == "--request") request = value;
-    if (a == "--rounds") rounds = static_cast<int>(value);
+    if (a == "--rounds") rounds = std::max(1, static_cast<int>(value));
     if (a == "--block-size") options.block_size = value;
     if (a == "--queue-depth") options.queue_depth = static_cast<int>(value);
   }

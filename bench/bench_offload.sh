@@ -3,15 +3,18 @@
 # rank and micro-step), in one script:
 #  - at world 2 (2 ranks x 1 thread) and world 1 (1 rank x 2 threads):
 #    zero3, zero3_offload and zero3_nvme (and zero2_offload at world 2),
-#    step time as a ratio to zero3's in the same round, tokens/s, and the
-#    peak bytes per rank in each tier;
+#    step time as a ratio to zero3's, tokens/s, and the peak bytes per rank
+#    in each tier;
 #  - at world 2, DeepSpeed's ZeRO-2 and ZeRO-3 with CPU offload
 #    (bench/deepspeed_step.py: the same model shape, batch, optimizer and
 #    clipping, on the same cores), and ztrain's tokens/s against theirs
 #    (goal: >= 1.5x). Skipped when PYTHON has no deepspeed.
 # zero3_nvme keeps its swap files under NVME_DIR, which must be on a disk
-# (not tmpfs). Runs alternate between variants; with ROUNDS > 1 each
-# figure is the better round's.
+# (not tmpfs). On the cpu device ztrain's offload copies nothing (host and
+# device are the same RAM) while DeepSpeed's copies gradients and
+# parameters between its buffers: the comparison is of what each framework
+# does on this machine, not of a GPU's transfers. Runs alternate between
+# variants; with ROUNDS > 1 each step time is the better round's.
 #
 #   bench/bench_offload.sh [BUILD_DIR] [PYTHON] [STEPS] [NVME_DIR] [ROUNDS]
 set -euo pipefail
@@ -32,7 +35,9 @@ source "$src/bench/metrics.sh"
 
 ours() {  # ours NAME WORLD STRATEGY
   local name=$1 world=$2 strategy=$3 extra=()
-  [ "$strategy" = zero3_nvme ] && extra=(--set strategy.offload_optimizer.nvme_path="$nvme")
+  if [ "$strategy" = zero3_nvme ]; then
+    extra=(--set strategy.offload_optimizer.nvme_path="$nvme")
+  fi
   "$ztrain" --nproc "$world" "${common[@]}" --set device.threads=$((2 / world)) \
     --strategy "$strategy" --set train.out_dir="$out/$name" "${extra[@]}" \
     "$src/configs/run.toml" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
@@ -84,6 +89,7 @@ for pair in "zero2_offload ds_zero2_offload" "zero3_offload ds_zero3_offload"; d
   read -r mine peer <<< "$pair"
   t=$(best_step "$mine.w2")
   d=$(for round in $(seq "$rounds"); do cat "$out/$peer.$round.step"; done | sort -g | head -n 1)
+  [ -n "$d" ] || { echo "no step time in DeepSpeed's output:"; cat "$out/$peer.1.log"; exit 1; }
   awk -v t="$t" -v d="$d" -v m="$mine" -v p="$peer" 'BEGIN {
     printf "%s %.3f s/step (%.1f tokens/s) against DeepSpeed %s %.3f s/step (%.1f tokens/s): %.2fx\n",
       m, t, 512 / t, p, d, 512 / d, d / t }'

@@ -36,8 +36,8 @@ class CpuOffload final : public shard::ZeroStrategy {
     shard::declare_gather_options(o);
     o.string("offload_optimizer.device", "cpu",
              "where optimizer state and fp32 gradient shards live: \"cpu\" (host memory) or "
-             "\"none\" (the device)")
-        .one_of({"cpu", "none"});
+             "\"none\" (the device); for \"nvme\" use the nvme_offload strategy")
+        .one_of({"cpu", "none", "nvme"});
     o.flag("offload_optimizer.pin_memory", false,
            "page-locked host buffers for faster copies (no effect on the cpu device)");
     o.number("offload_optimizer.ratio", 1.0,
@@ -47,8 +47,9 @@ class CpuOffload final : public shard::ZeroStrategy {
         .at_most(1)
         .one_of({"auto"});
     o.string("offload_param.device", "none",
-             "stage 3: \"cpu\" keeps the parameter shards in host memory, gathered per module")
-        .one_of({"cpu", "none"});
+             "stage 3: \"cpu\" keeps the parameter shards in host memory, gathered per module "
+             "(\"nvme\" is not offered yet)")
+        .one_of({"cpu", "none", "nvme"});
     o.flag("offload_param.pin_memory", false,
            "page-locked host buffers for faster copies (no effect on the cpu device)");
   }
@@ -56,6 +57,7 @@ class CpuOffload final : public shard::ZeroStrategy {
  private:
   static shard::ZeroDesign make_design(const Options& o) {
     const auto stage = o.get_int("stage");
+    check_nvme(o);
     check_stage_keys(o, stage);
     shard::ZeroDesign d;
     d.name = "cpu_offload";
@@ -71,6 +73,19 @@ class CpuOffload final : public shard::ZeroStrategy {
     d.optimizer.offload_ratio =
         o.keyword("offload_optimizer.ratio") ? 1.0 : o.get_number("offload_optimizer.ratio");
     return d;
+  }
+
+  // DeepSpeed's configs may name "nvme" here: say where that lives instead
+  // of suggesting the nearest spelling.
+  static void check_nvme(const Options& o) {
+    if (o.get_string("offload_optimizer.device") == "nvme")
+      throw ConfigError(o.where("offload_optimizer.device") +
+                        ": [strategy] offload_optimizer.device = \"nvme\" is the nvme_offload "
+                        "strategy's: run with --strategy zero3_nvme");
+    if (o.get_string("offload_param.device") == "nvme")
+      throw ConfigError(o.where("offload_param.device") +
+                        ": [strategy] offload_param.device = \"nvme\": parameter shards in swap "
+                        "files are not offered yet; use \"cpu\" to keep them in host memory");
   }
 
   // Keys of another stage are errors, not silently ignored.

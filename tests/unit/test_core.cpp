@@ -2,7 +2,9 @@
 // step context's checks.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -57,6 +59,19 @@ TEST_CASE("large buffers: page-aligned, zero-filled, and at eight different 64 K
   blocks.clear();
   CHECK(dev->stats().tier_current[static_cast<std::size_t>(Tier::host)] == 0);
   CHECK(dev->stats().tier_peak[static_cast<std::size_t>(Tier::host)] == 8 * kBytes);
+  // Either side of the threshold, allocated and freed again and again (a
+  // free through the wrong start aborts), each zero-filled though the one
+  // before it was dirtied.
+  for (std::size_t bytes : {(std::size_t{4} << 20) - 1, std::size_t{4} << 20}) {
+    for (int i = 0; i < 3; ++i) {
+      Buffer b = dev->allocate(Tier::host, Category::optimizer, bytes);
+      auto* p = static_cast<unsigned char*>(b.data());
+      CHECK(std::count(p, p + bytes, 0) == static_cast<std::ptrdiff_t>(bytes));
+      std::memset(p, 0xab, bytes);
+    }
+  }
+  CHECK_THROWS_AS(dev->allocate(Tier::host, Category::optimizer, SIZE_MAX - 4096),
+                  OutOfMemoryError);
 }
 
 TEST_CASE("a budget makes allocation fail like a GPU: tier, category, request and peak named") {
