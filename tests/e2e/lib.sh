@@ -71,6 +71,19 @@ curve() {
   fi
 }
 
+# train_run NAME RANKS MICRO ACCUM [ARGS...]: the calling script's
+# ${base[@]} with that micro-batch and accumulation, then ARGS, on RANKS
+# ranks over configs/run.toml into $scratch/NAME (output in
+# $scratch/NAME.out), and its curve, which must hold $steps steps.
+train_run() {
+  local name=$1 np=$2 micro=$3 accum=$4
+  shift 4
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size="$micro" \
+    --set train.grad_accum="$accum" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
+    > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
+  curve "$name" "$steps"
+}
+
 # same_column COLUMN WHAT REF NAME TOLERANCE: column COLUMN of
 # $scratch/NAME.curve must be within TOLERANCE (relative) of REF's, step by
 # step; both must log the same steps.

@@ -24,33 +24,25 @@ source "$(dirname "$0")/lib.sh"
 swap=$(mktemp -d "$PWD/nvme-swap.XXXXXX")
 trap 'rm -rf "$swap"; for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch"' EXIT
 
+steps=20
 base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
-  --set model.vocab_size=256 --set train.steps=20 --set train.log_every=1 --set train.eval_every=0
+  --set model.vocab_size=256 --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0
   --set train.warmup_steps=5 --set device.threads=1 --set train.save_final=false)
 zero3=(--set strategy.param_persistence_threshold=0 --set strategy.max_live_parameters=70000
   --set strategy.prefetch_bucket_size=20000 --set strategy.reduce_bucket_size=5000)
 nvme=(--strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$swap")
 
-# run NAME RANKS MICRO ACCUM [ARGS...]
-run() {
-  local name=$1 np=$2 micro=$3 accum=$4
-  shift 4
-  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size="$micro" \
-    --set train.grad_accum="$accum" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
-    > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  curve "$name" 20
-}
 no_swap_files() {
   [ -z "$(ls -A "$swap")" ] || fail "$1 left swap files behind: $(ls "$swap")"
 }
 
-run ddp_w1 1 8 1
+train_run ddp_w1 1 8 1
 for np in 1 2; do
   micro=$((4 / np))
-  run "zero3_w$np" "$np" "$micro" 2 --strategy zero3 "${zero3[@]}"
+  train_run "zero3_w$np" "$np" "$micro" 2 --strategy zero3 "${zero3[@]}"
   for buffers in 1 2 4; do
     name="nvme_w${np}_b$buffers"
-    run "$name" "$np" "$micro" 2 "${nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000 \
+    train_run "$name" "$np" "$micro" 2 "${nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000 \
       --set strategy.offload_optimizer.buffer_count="$buffers"
     same_training "zero3_w$np" "$name" 0 0
     same_training ddp_w1 "$name" 1e-6 2e-6
@@ -59,8 +51,8 @@ for np in 1 2; do
 done
 grep -q "nvme_offload: parameter shards in host memory; optimizer state in swap files under $swap (sub-groups of 5000 elements through 4 host buffers)" \
   "$scratch/nvme_w2_b4.out" || fail "the run header does not say where the optimizer state is"
-run bf16_zero3 2 2 2 --set train.precision=bf16 --strategy zero3 "${zero3[@]}"
-run bf16_nvme 2 2 2 --set train.precision=bf16 "${nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000
+train_run bf16_zero3 2 2 2 --set train.precision=bf16 --strategy zero3 "${zero3[@]}"
+train_run bf16_nvme 2 2 2 --set train.precision=bf16 "${nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000
 same_training bf16_zero3 bf16_nvme 0 0
 
 # Memory per tier, measured against estimated.

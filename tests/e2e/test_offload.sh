@@ -22,50 +22,41 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
+steps=20
 base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
-  --set model.vocab_size=256 --set train.steps=20 --set train.log_every=1 --set train.eval_every=0
+  --set model.vocab_size=256 --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0
   --set train.warmup_steps=5 --set device.threads=1 --set train.save_final=false)
 zero3=(--set strategy.param_persistence_threshold=0 --set strategy.max_live_parameters=70000
   --set strategy.prefetch_bucket_size=20000 --set strategy.reduce_bucket_size=5000)
 
-# run NAME RANKS MICRO ACCUM [ARGS...]
-run() {
-  local name=$1 np=$2 micro=$3 accum=$4
-  shift 4
-  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size="$micro" \
-    --set train.grad_accum="$accum" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
-    > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  curve "$name" 20
-}
-
-run ddp_w1 1 8 1
+train_run ddp_w1 1 8 1
 for np in 1 2; do
   micro=$((4 / np))
-  run "zero2_off_w$np" "$np" "$micro" 2 --strategy zero2_offload
-  run "zero3_off_w$np" "$np" "$micro" 2 --strategy zero3_offload "${zero3[@]}"
+  train_run "zero2_off_w$np" "$np" "$micro" 2 --strategy zero2_offload
+  train_run "zero3_off_w$np" "$np" "$micro" 2 --strategy zero3_offload "${zero3[@]}"
   same_training ddp_w1 "zero2_off_w$np" 1e-6 2e-6
   same_training ddp_w1 "zero3_off_w$np" 1e-6 2e-6
 done
 grep -q "cpu_offload: parameter shards in host memory; optimizer state and gradient shards 100% in host memory" \
   "$scratch/zero3_off_w2.out" || fail "zero3_offload's run header does not say what it offloads"
-run stage1_off_w2 2 2 2 --strategy cpu_offload --set strategy.stage=1
-run partial_off_w2 2 2 2 --strategy zero3_offload "${zero3[@]}" --set strategy.offload_optimizer.ratio=0.5
-run params_only_w2 2 2 2 --strategy zero3_offload "${zero3[@]}" \
+train_run stage1_off_w2 2 2 2 --strategy cpu_offload --set strategy.stage=1
+train_run partial_off_w2 2 2 2 --strategy zero3_offload "${zero3[@]}" --set strategy.offload_optimizer.ratio=0.5
+train_run params_only_w2 2 2 2 --strategy zero3_offload "${zero3[@]}" \
   --set strategy.offload_optimizer.device=none
 for name in stage1_off_w2 partial_off_w2 params_only_w2; do same_training ddp_w1 "$name" 1e-6 2e-6; done
 
 # Bit for bit against the stage without offload.
-run zero1_w2 2 2 2 --strategy zero1
-run zero2_w2 2 2 2 --strategy zero2
-run zero3_w2 2 2 2 --strategy zero3 "${zero3[@]}"
+train_run zero1_w2 2 2 2 --strategy zero1
+train_run zero2_w2 2 2 2 --strategy zero2
+train_run zero3_w2 2 2 2 --strategy zero3 "${zero3[@]}"
 same_training zero1_w2 stage1_off_w2 0 0
 same_training zero2_w2 zero2_off_w2 0 0
 for name in zero3_off_w2 partial_off_w2 params_only_w2; do same_training zero3_w2 "$name" 0 0; done
 bf16=(--set train.precision=bf16)
-run bf16_zero3_w2 2 2 2 "${bf16[@]}" --strategy zero3 "${zero3[@]}"
-run bf16_zero3_off_w2 2 2 2 "${bf16[@]}" --strategy zero3_offload "${zero3[@]}"
-run bf16_zero2_w2 2 2 2 "${bf16[@]}" --strategy zero2
-run bf16_zero2_off_w2 2 2 2 "${bf16[@]}" --strategy zero2_offload
+train_run bf16_zero3_w2 2 2 2 "${bf16[@]}" --strategy zero3 "${zero3[@]}"
+train_run bf16_zero3_off_w2 2 2 2 "${bf16[@]}" --strategy zero3_offload "${zero3[@]}"
+train_run bf16_zero2_w2 2 2 2 "${bf16[@]}" --strategy zero2
+train_run bf16_zero2_off_w2 2 2 2 "${bf16[@]}" --strategy zero2_offload
 same_training bf16_zero3_w2 bf16_zero3_off_w2 0 0
 same_training bf16_zero2_w2 bf16_zero2_off_w2 0 0
 same_training ddp_w1 bf16_zero3_off_w2 2e-3 2e-2

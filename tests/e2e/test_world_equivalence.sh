@@ -22,38 +22,29 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 NORM_TOL=2e-6
-common=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
-  --set model.vocab_size=256 --set train.steps=20 --set train.log_every=1 --set train.eval_every=20
+steps=20
+base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=20
   --set train.warmup_steps=5 --set device.threads=1 --set train.save_final=false)
 
-# run NAME RANKS MICRO ACCUM [ARGS...]: the curve of each step into $scratch/NAME.curve
-run() {
-  local name=$1 np=$2 micro=$3 accum=$4
-  shift 4
-  on_ranks "$np" "$ZTRAIN" "${common[@]}" --set train.micro_batch_size="$micro" \
-    --set train.grad_accum="$accum" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
-    > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  curve "$name" 20
-}
-
-run w1 1 8 1
-run w1_accum 1 2 4
-run w2 2 4 1
-run w2_accum 2 2 2
-run w4 4 2 1
-run w4_accum 4 1 2
-run w2_small_buckets 2 4 1 --set strategy.reduce_bucket_size=5000
-run w2_no_overlap 2 2 2 --set strategy.overlap_comm=false
-run zero1_w1 1 8 1 --strategy zero1
-run zero1_w2_accum 2 2 2 --strategy zero1
-run zero1_w4 4 2 1 --strategy zero1
+train_run w1 1 8 1
+train_run w1_accum 1 2 4
+train_run w2 2 4 1
+train_run w2_accum 2 2 2
+train_run w4 4 2 1
+train_run w4_accum 4 1 2
+train_run w2_small_buckets 2 4 1 --set strategy.reduce_bucket_size=5000
+train_run w2_no_overlap 2 2 2 --set strategy.overlap_comm=false
+train_run zero1_w1 1 8 1 --strategy zero1
+train_run zero1_w2_accum 2 2 2 --strategy zero1
+train_run zero1_w4 4 2 1 --strategy zero1
 for name in w1_accum w2 w2_accum w4 w4_accum w2_small_buckets w2_no_overlap zero1_w1 zero1_w2_accum zero1_w4; do
   same_training w1 "$name" 1e-6 "$NORM_TOL"
 done
 # Without clipping every gradient scale reaches the update.
-run w1_noclip 1 8 1 --set train.grad_clip=0
-run w4_accum_noclip 4 1 2 --set train.grad_clip=0
-run zero1_w2_accum_noclip 2 2 2 --strategy zero1 --set train.grad_clip=0
+train_run w1_noclip 1 8 1 --set train.grad_clip=0
+train_run w4_accum_noclip 4 1 2 --set train.grad_clip=0
+train_run zero1_w2_accum_noclip 2 2 2 --strategy zero1 --set train.grad_clip=0
 for name in w4_accum_noclip zero1_w2_accum_noclip; do same_training w1_noclip "$name" 1e-6 "$NORM_TOL"; done
 grep -q "batch: 2 x 2 accum x 2 ranks = 8 sequences" "$scratch/w2_accum.out" ||
   fail "world 2 did not report its batch layout"

@@ -27,23 +27,14 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
+steps=20
 base=(--set model.n_layer=2 --set model.seq_len=32 --set model.vocab_size=256
-  --set train.steps=20 --set train.log_every=1 --set train.eval_every=20 --set train.warmup_steps=5
+  --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=20 --set train.warmup_steps=5
   --set device.threads=1 --set train.save_final=false)
 wide=(--model gpt2-tiny --set model.n_embd=64)
 odd=(--model gpt2-tiny --set model.n_embd=33 --set model.n_head=3 --set model.vocab_size=251)
 zero3=(--set strategy.param_persistence_threshold=0 --set strategy.max_live_parameters=70000
   --set strategy.prefetch_bucket_size=20000 --set strategy.reduce_bucket_size=5000)
-
-# run NAME RANKS MICRO ACCUM [ARGS...]: the curve of each step into $scratch/NAME.curve
-run() {
-  local name=$1 np=$2 micro=$3 accum=$4
-  shift 4
-  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size="$micro" \
-    --set train.grad_accum="$accum" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
-    > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  curve "$name" 20
-}
 
 # compare REFERENCE NAME...: losses and gradient norms
 compare() {
@@ -52,7 +43,7 @@ compare() {
   for name in "$@"; do same_training "$ref" "$name" 1e-6 2e-6; done
 }
 
-run ddp_w1 1 8 1 "${wide[@]}"
+train_run ddp_w1 1 8 1 "${wide[@]}"
 names=()
 for stage in zero1 zero2 zero3; do
   extra=()
@@ -61,7 +52,7 @@ for stage in zero1 zero2 zero3; do
     set -- $layout
     for ckpt in false true; do
       name="${stage}_w$1_m$2_a$3_ckpt_$ckpt"
-      run "$name" "$1" "$2" "$3" "${wide[@]}" --strategy "$stage" "${extra[@]}" \
+      train_run "$name" "$1" "$2" "$3" "${wide[@]}" --strategy "$stage" "${extra[@]}" \
         --set model.activation_checkpointing="$ckpt"
       names+=("$name")
     done
@@ -71,28 +62,28 @@ compare ddp_w1 "${names[@]}"
 # Without clipping, and zero3 at its default options (every parameter of
 # this model is under the persistence threshold of 1e5: gathered once and
 # kept, refreshed after each step).
-run ddp_w1_noclip 1 8 1 "${wide[@]}" --set train.grad_clip=0
+train_run ddp_w1_noclip 1 8 1 "${wide[@]}" --set train.grad_clip=0
 noclip=()
 for stage in zero1 zero2 zero3; do
   extra=()
   [ "$stage" = zero3 ] && extra=("${zero3[@]}")
-  run "${stage}_w2_a2_noclip" 2 2 2 "${wide[@]}" --strategy "$stage" "${extra[@]}" --set train.grad_clip=0
-  run "${stage}_w4_a2_noclip" 4 1 2 "${wide[@]}" --strategy "$stage" "${extra[@]}" --set train.grad_clip=0
+  train_run "${stage}_w2_a2_noclip" 2 2 2 "${wide[@]}" --strategy "$stage" "${extra[@]}" --set train.grad_clip=0
+  train_run "${stage}_w4_a2_noclip" 4 1 2 "${wide[@]}" --strategy "$stage" "${extra[@]}" --set train.grad_clip=0
   noclip+=("${stage}_w2_a2_noclip" "${stage}_w4_a2_noclip")
 done
-run zero3_default_w2 2 4 1 "${wide[@]}" --strategy zero3
-run zero3_default_w4_noclip 4 1 2 "${wide[@]}" --strategy zero3 --set train.grad_clip=0
+train_run zero3_default_w2 2 4 1 "${wide[@]}" --strategy zero3
+train_run zero3_default_w4_noclip 4 1 2 "${wide[@]}" --strategy zero3 --set train.grad_clip=0
 compare ddp_w1 zero3_default_w2
 compare ddp_w1_noclip "${noclip[@]}" zero3_default_w4_noclip
 
-run odd_ddp_w1 1 8 1 "${odd[@]}"
+train_run odd_ddp_w1 1 8 1 "${odd[@]}"
 grep -q "36.4k params" "$scratch/odd_ddp_w1.out" || fail "the odd model is not 36399 parameters"
 odd_names=()
 for stage in zero1 zero2 zero3; do
   extra=()
   [ "$stage" = zero3 ] && extra=("${zero3[@]}")
   for np in 2 4; do
-    run "odd_${stage}_w$np" "$np" $((8 / np)) 1 "${odd[@]}" --strategy "$stage" "${extra[@]}"
+    train_run "odd_${stage}_w$np" "$np" $((8 / np)) 1 "${odd[@]}" --strategy "$stage" "${extra[@]}"
     odd_names+=("odd_${stage}_w$np")
   done
 done
@@ -110,8 +101,8 @@ probe() {
     "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "probe $name failed"; }
   curve "$name" 1
 }
-run w_ddp 1 8 1 "${wide[@]}" --set train.save_final=true
-run w_zero3 4 2 1 "${wide[@]}" --strategy zero3 "${zero3[@]}" --set train.save_final=true
+train_run w_ddp 1 8 1 "${wide[@]}" --set train.save_final=true
+train_run w_zero3 4 2 1 "${wide[@]}" --strategy zero3 "${zero3[@]}" --set train.save_final=true
 probe from_ddp 1 "$scratch/w_ddp"
 probe from_zero3 1 "$scratch/w_zero3"
 probe zero3_from_ddp 2 "$scratch/w_ddp" --strategy zero3 "${zero3[@]}"
@@ -139,12 +130,12 @@ done
 # modules using it, in both passes, which ZeRO's 3 psi does not count.
 llama=(--model llama-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
   --set model.vocab_size=256)
-run llama_ddp_w1 1 8 1 "${llama[@]}"
+train_run llama_ddp_w1 1 8 1 "${llama[@]}"
 grep -q "164.2k params" "$scratch/llama_ddp_w1.out" || fail "the Llama shape is not 164160 parameters"
 for np in 2 4; do
   for accum in 1 2; do
     name="zero3_bytes_w${np}_a$accum"
-    run "$name" "$np" $((8 / np / accum)) "$accum" "${llama[@]}" --strategy zero3 "${zero3[@]}" \
+    train_run "$name" "$np" $((8 / np / accum)) "$accum" "${llama[@]}" --strategy zero3 "${zero3[@]}" \
       --set strategy.prefetch_bucket_size=0 --set strategy.max_reuse_distance=0
     compare llama_ddp_w1 "$name"
     zero_bytes "$name" "$np" "$accum" $((2 * accum)) 164160
