@@ -12,6 +12,7 @@
 
 #include "ztrain/error.h"
 #include "ztrain/shard/bucket_options.h"
+#include "ztrain/shard/offload_options.h"
 #include "ztrain/shard/param_gatherer.h"
 #include "ztrain/shard/zero_strategy.h"
 #include "ztrain/units.h"
@@ -46,12 +47,7 @@ class CpuOffload final : public shard::ZeroStrategy {
         .at_least(0)
         .at_most(1)
         .one_of({"auto"});
-    o.string("offload_param.device", "none",
-             "stage 3: \"cpu\" keeps the parameter shards in host memory, gathered per module "
-             "(\"nvme\" is not offered yet)")
-        .one_of({"cpu", "none", "nvme"});
-    o.flag("offload_param.pin_memory", false,
-           "page-locked host buffers for faster copies (no effect on the cpu device)");
+    shard::declare_offload_param_options(o);
   }
 
  private:
@@ -62,7 +58,7 @@ class CpuOffload final : public shard::ZeroStrategy {
     shard::ZeroDesign d;
     d.name = "cpu_offload";
     d.shard_params = stage == 3;
-    d.param_tier = o.get_string("offload_param.device") == "cpu" ? Tier::host : Tier::device;
+    d.param_tier = shard::offload_param_tier(o);
     d.gather = shard::gather_options(o);
     d.allgather_bucket = shard::allgather_bucket_size(o);
     d.reduce = stage == 1 ? shard::ReducePolicy::shard_after_backward
@@ -82,10 +78,6 @@ class CpuOffload final : public shard::ZeroStrategy {
       throw ConfigError(o.where("offload_optimizer.device") +
                         ": [strategy] offload_optimizer.device = \"nvme\" is the nvme_offload "
                         "strategy's: run with --strategy zero3_nvme");
-    if (o.get_string("offload_param.device") == "nvme")
-      throw ConfigError(o.where("offload_param.device") +
-                        ": [strategy] offload_param.device = \"nvme\": parameter shards in swap "
-                        "files are not offered yet; use \"cpu\" to keep them in host memory");
   }
 
   // Keys of another stage are errors, not silently ignored.

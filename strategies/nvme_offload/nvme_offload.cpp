@@ -5,9 +5,9 @@
 // written back); the fp32 gradient shard stays in host memory, and with
 // offload_param.device = "cpu" the parameter shards too. Options and
 // defaults are DeepSpeed's (offload_optimizer, sub_group_size, aio).
-#include "ztrain/error.h"
 #include "ztrain/shard/aio.h"
 #include "ztrain/shard/bucket_options.h"
+#include "ztrain/shard/offload_options.h"
 #include "ztrain/shard/param_gatherer.h"
 #include "ztrain/shard/zero_strategy.h"
 
@@ -35,12 +35,7 @@ class NvmeOffload final : public shard::ZeroStrategy {
            "page-locked host buffers for faster copies (no effect on the cpu device)");
     o.integer("sub_group_size", 1000000000, "elements of optimizer state stepped at a time")
         .at_least(1);
-    o.string("offload_param.device", "none",
-             "\"cpu\" keeps the parameter shards in host memory, gathered per module "
-             "(\"nvme\" is not offered yet)")
-        .one_of({"cpu", "none", "nvme"});
-    o.flag("offload_param.pin_memory", false,
-           "page-locked host buffers for faster copies (no effect on the cpu device)");
+    shard::declare_offload_param_options(o);
     shard::declare_aio_options(o);
   }
 
@@ -49,15 +44,7 @@ class NvmeOffload final : public shard::ZeroStrategy {
     shard::ZeroDesign d;
     d.name = "nvme_offload";
     d.shard_params = true;
-    const std::string params = o.get_string("offload_param.device");
-    // DeepSpeed's configs may ask for parameters on NVMe: say plainly it is
-    // not there yet rather than suggest the nearest spelling.
-    if (params == "nvme")
-      throw ConfigError(o.where("offload_param.device") +
-                        ": [strategy] offload_param.device = \"nvme\": parameter shards in "
-                        "swap files are not offered yet (the optimizer state is on NVMe); use "
-                        "\"cpu\" to keep the parameter shards in host memory");
-    d.param_tier = params == "cpu" ? Tier::host : Tier::device;
+    d.param_tier = shard::offload_param_tier(o);
     d.gather = shard::gather_options(o);
     d.reduce = shard::ReducePolicy::shard_during_backward;
     d.reduce_settings = shard::bucket_settings(o, d.name);
