@@ -2,14 +2,16 @@
 // measured in the same process.
 //
 // One AdamW step over n fp32 elements reads the master weights, the
-// gradient, m and v and writes the masters, m, v and the zeroed gradient:
-// 32 bytes per element (34 when it also writes a bf16 working copy). A
-// kernel bound by memory bandwidth runs at the rate of a plain streaming
-// loop that moves the same bytes, which the bench measures in the same
-// rounds: p += g, m += g, v += g, g = 0 over the same four arrays, 16 bytes
-// read and 16 written per element, with no arithmetic to speak of. Prints
-// ns per element and GB/s of the fast kernel (fp32, and writing bf16
-// working copies), of the reference kernel, and of the stream, in
+// gradient, m and v and writes the masters, m and v: 28 bytes per element
+// where the gradient is kept (the sharded strategies' case: the next
+// step's reduction overwrites it), 32 where it is also zeroed (ddp and
+// zero1, whose backward accumulates into it), 2 more when it also writes
+// a bf16 working copy. A kernel bound by memory bandwidth runs at the
+// rate of a plain streaming loop that moves the same bytes, which the
+// bench measures in the same rounds: p += g, m += g, v += g, g = 0 over the
+// same four arrays, 16 bytes read and 16 written per element, with no
+// arithmetic to speak of. Prints ns per element and GB/s of the fast
+// kernel (each variant), of the reference kernel, and of the stream, in
 // alternating rounds; medians.
 //
 //   build/bin/bench_adamw [--n 1e8] [--threads 2] [--rounds 5]
@@ -64,10 +66,10 @@ int main(int argc, char** argv) {
                                   g.as<float>()[i] = 1e-3f * static_cast<float>(i % 13);
                               });
   };
-  const auto step = [&](const Kernels& k, TypedPtr working, int t) {
+  const auto step = [&](const Kernels& k, TypedPtr working, GradAfter after, int t) {
     k.adamw(p.as<float>(), {g.data(), DType::f32}, m.as<float>(), v.as<float>(), working, n, 1e-3f,
             0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1.0f - std::pow(0.9f, static_cast<float>(t)),
-            1.0f - std::pow(0.95f, static_cast<float>(t)));
+            1.0f - std::pow(0.95f, static_cast<float>(t)), after);
   };
   // The stream: AdamW's bytes without its arithmetic.
   const auto stream = [&] {
@@ -85,21 +87,23 @@ int main(int argc, char** argv) {
                                 }
                               });
   };
-  std::vector<double> t_fast, t_fast16, t_ref, t_stream;
+  const TypedPtr bf16{w.data(), DType::bf16};
+  std::vector<double> t_kept, t_zeroed, t_kept16, t_ref, t_stream;
   int t = 1;
   for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
     refill_grads();
-    const double a = timed([&] { step(*fast, {}, t++); });
+    const double a = timed([&] { step(*fast, {}, GradAfter::kept, t++); });
+    const double b = timed([&] { step(*fast, {}, GradAfter::zeroed, t++); });
     refill_grads();
-    const double b = timed([&] { step(*fast, {w.data(), DType::bf16}, t++); });
-    refill_grads();
-    const double c = timed([&] { step(*reference, {}, t++); });
-    const double d = timed(stream);
+    const double c = timed([&] { step(*fast, bf16, GradAfter::kept, t++); });
+    const double d = timed([&] { step(*reference, {}, GradAfter::zeroed, t++); });
+    const double e = timed(stream);
     if (r == 0) continue;
-    t_fast.push_back(a);
-    t_fast16.push_back(b);
-    t_ref.push_back(c);
-    t_stream.push_back(d);
+    t_kept.push_back(a);
+    t_zeroed.push_back(b);
+    t_kept16.push_back(c);
+    t_ref.push_back(d);
+    t_stream.push_back(e);
   }
   const double dn = static_cast<double>(n);
   const double bw = 32.0 * dn / median(t_stream);
@@ -112,8 +116,9 @@ int main(int argc, char** argv) {
     std::printf("%-34s %.3f ns/element  %.1f GB/s  %.0f%% of the stream's bandwidth\n", name,
                 s / dn * 1e9, bytes * dn / s / 1e9, 100.0 * bytes * dn / s / bw);
   };
-  row("fast kernel, fp32 (32 B/element)", t_fast, 32);
-  row("fast kernel, + bf16 working copy", t_fast16, 34);
-  row("reference kernel, fp32", t_ref, 32);
+  row("fast kernel, fp32, g kept (28 B)", t_kept, 28);
+  row("fast kernel, fp32, g zeroed (32 B)", t_zeroed, 32);
+  row("fast kernel, g kept, + bf16 working", t_kept16, 30);
+  row("reference kernel, fp32, g zeroed", t_ref, 32);
   return 0;
 }

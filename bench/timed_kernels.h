@@ -81,8 +81,8 @@ class TimedKernels final : public Kernels {
                (float* a, const std::int32_t* b, float c, int d, int e), (a, b, c, d, e))
   ZTRAIN_TIMED(adamw,
                (float* a, TypedPtr b, float* c, float* d, TypedPtr e, std::size_t f, float g,
-                float h, float i, float j, float k, float l, float m, float n),
-               (a, b, c, d, e, f, g, h, i, j, k, l, m, n))
+                float h, float i, float j, float k, float l, float m, float n, GradAfter o),
+               (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o))
 #undef ZTRAIN_TIMED
   double sum_squares(ConstTypedPtr x, std::size_t n) const override {
     const auto t0 = std::chrono::steady_clock::now();

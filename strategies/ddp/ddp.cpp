@@ -53,8 +53,9 @@ class Ddp final : public Strategy {
 
   StepResult step(const StepArgs& a) override {
     reducer_->finish();
+    // Backward accumulates into these gradients: AdamW leaves them zero.
     return shard::step_shard(*optimizer_, replica_->weights(), replica_->grads(), nullptr,
-                             *kernels_, a);
+                             *kernels_, a, GradAfter::zeroed);
   }
 
   MemoryEstimate estimate(const EstimateArgs& a) const override {

@@ -59,8 +59,10 @@ class Zero1 final : public Strategy {
   StepResult step(const StepArgs& a) override {
     reducer_->finish();
     const TypedPtr g = replica_->grads();
+    // The shard is part of the buffer backward accumulates into: AdamW
+    // zeroes it, the rest is zeroed here.
     const StepResult r = shard::step_shard(*optimizer_, replica_->weights().at(begin_),
-                                           g.at(begin_), comm_, *kernels_, a);
+                                           g.at(begin_), comm_, *kernels_, a, GradAfter::zeroed);
     const std::size_t size = dtype_size(g.dtype);
     std::memset(g.data, 0, begin_ * size);
     std::memset(g.at(end_).data, 0, (layout_->total() - end_) * size);

@@ -411,12 +411,23 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
   }
 }
 
-TEST_CASE("adamw zeroes the gradients it consumed") {
-  Vec p = randn(100, 131), g = randn(100, 132), m(100), v(100);
-  K().adamw(p.data(), g.data(), m.data(), v.data(), nullptr, 100, 0.1f, 0.9f, 0.95f, 1e-8f, 0.1f,
-            1.0f, 0.1f, 0.05f);
-  for (float x : g) CHECK(x == 0.0f);
-  for (float x : m) CHECK(x != 0.0f);
+TEST_CASE("adamw zeroes the gradients it consumed, or keeps them, and steps the same either way") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  for (const ztrain::Kernels* k : std::initializer_list<const ztrain::Kernels*>{&K(), ref.get()}) {
+    const std::size_t n = 100;
+    const Vec p0 = randn(n, 131), g0 = randn(n, 132);
+    Vec p_z = p0, g_z = g0, m_z(n), v_z(n), p_k = p0, g_k = g0, m_k(n), v_k(n);
+    k->adamw(p_z.data(), g_z.data(), m_z.data(), v_z.data(), nullptr, n, 0.1f, 0.9f, 0.95f, 1e-8f,
+             0.1f, 1.0f, 0.1f, 0.05f, ztrain::GradAfter::zeroed);
+    k->adamw(p_k.data(), g_k.data(), m_k.data(), v_k.data(), nullptr, n, 0.1f, 0.9f, 0.95f, 1e-8f,
+             0.1f, 1.0f, 0.1f, 0.05f, ztrain::GradAfter::kept);
+    CHECK(g_z == Vec(n, 0.0f));
+    CHECK(g_k == g0);
+    CHECK(p_k == p_z);
+    CHECK(m_k == m_z);
+    CHECK(v_k == v_z);
+    for (float x : m_z) CHECK(x != 0.0f);
+  }
 }
 
 TEST_CASE("fast elementwise kernels and softmax match their reference, tails included") {
@@ -470,9 +481,9 @@ TEST_CASE("fast adamw and sum_squares match their reference") {
   for (auto& x : v1) x = x * x;
   Vec p2 = p1, g2 = g1, m2 = m1, v2 = v1;
   K().adamw(p1.data(), g1.data(), m1.data(), v1.data(), nullptr, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f,
-            0.7f, 0.19f, 0.0975f);
+            0.7f, 0.19f, 0.0975f, ztrain::GradAfter::zeroed);
   ref->adamw(p2.data(), g2.data(), m2.data(), v2.data(), nullptr, n, 0.01f, 0.9f, 0.95f, 1e-8f,
-             0.1f, 0.7f, 0.19f, 0.0975f);
+             0.1f, 0.7f, 0.19f, 0.0975f, ztrain::GradAfter::zeroed);
   for (std::size_t i = 0; i < n; ++i) {
     CHECK(p1[i] == doctest::Approx(p2[i]).epsilon(1e-6));
     CHECK(m1[i] == doctest::Approx(m2[i]).epsilon(1e-6));
@@ -804,26 +815,29 @@ TEST_CASE("16-bit layernorm and rmsnorm: fp32 math on the widened values, gradie
   }
 }
 
-TEST_CASE("16-bit adamw: fp32 update of the widened gradient, g zeroed, working = rounded p") {
+TEST_CASE(
+    "16-bit adamw: fp32 update of the widened gradient, g zeroed or kept, working = rounded p") {
   const auto ref = ztrain::make_reference_cpu_kernels();
   const std::size_t n = 70001;  // two chunks and a scalar tail
   const Vec p0 = randn(n, 201), g0 = randn(n, 202), m0 = randn(n, 203, 0.1f);
   Vec v0 = randn(n, 204, 0.1f);
   for (auto& x : v0) x = x * x;
   for (DType gt : {DType::f32, DType::bf16, DType::f16}) {
-    for (int wk = 0; wk < 4; ++wk) {
-      const DType wt = wk == 0 ? DType::f32 : static_cast<DType>(wk - 1);
-      INFO("g " << ztrain::dtype_name(gt) << " working " << (wk ? ztrain::dtype_name(wt) : "none"));
+    for (int wk = 0; wk < 8; ++wk) {
+      const DType wt = wk % 4 == 0 ? DType::f32 : static_cast<DType>(wk % 4 - 1);
+      const auto after = wk < 4 ? ztrain::GradAfter::zeroed : ztrain::GradAfter::kept;
+      INFO("g " << ztrain::dtype_name(gt) << " working "
+                << (wk % 4 ? ztrain::dtype_name(wt) : "none") << (wk < 4 ? ", zeroed" : ", kept"));
       Operand g_f(g0, gt), w_f(Vec(n, 7.0f), wt);
       Operand g_r = g_f, w_r = w_f;
       const Vec g32 = g_f.values();
       Vec p_f = p0, m_f = m0, v_f = v0, p_r = p0, m_r = m0, v_r = v0;
       auto step = [&](const ztrain::Kernels& k, float* p, ztrain::TypedPtr g, float* m, float* v,
                       ztrain::TypedPtr w) {
-        k.adamw(p, g, m, v, w, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 0.19f, 0.0975f);
+        k.adamw(p, g, m, v, w, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 0.19f, 0.0975f, after);
       };
-      step(K(), p_f.data(), g_f.ptr(), m_f.data(), v_f.data(), wk ? w_f.ptr() : nullptr);
-      step(*ref, p_r.data(), g_r.ptr(), m_r.data(), v_r.data(), wk ? w_r.ptr() : nullptr);
+      step(K(), p_f.data(), g_f.ptr(), m_f.data(), v_f.data(), wk % 4 ? w_f.ptr() : nullptr);
+      step(*ref, p_r.data(), g_r.ptr(), m_r.data(), v_r.data(), wk % 4 ? w_r.ptr() : nullptr);
       // The same per-element operations as the fp32 update on g's values.
       Vec p32 = p0, g_copy = g32, m32 = m0, v32 = v0;
       step(K(), p32.data(), g_copy.data(), m32.data(), v32.data(), nullptr);
@@ -834,9 +848,10 @@ TEST_CASE("16-bit adamw: fp32 update of the widened gradient, g zeroed, working 
         CHECK(p_f[i] == doctest::Approx(p_r[i]).epsilon(1e-6));
         CHECK(m_f[i] == doctest::Approx(m_r[i]).epsilon(1e-6));
       }
-      CHECK(g_f.values() == Vec(n, 0.0f));
-      CHECK(g_r.values() == Vec(n, 0.0f));
-      if (wk) {
+      const Vec g_after = wk < 4 ? Vec(n, 0.0f) : g32;
+      CHECK(g_f.values() == g_after);
+      CHECK(g_r.values() == g_after);
+      if (wk % 4) {
         CHECK(w_f.full == Operand(p_f, wt).full);
         CHECK(w_f.half == Operand(p_f, wt).half);
         CHECK(w_r.full == Operand(p_r, wt).full);

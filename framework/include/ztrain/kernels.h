@@ -67,6 +67,11 @@ struct TypedPtr {
   }
 };
 
+// What adamw leaves in the gradient it consumed: zeros, for a buffer that
+// accumulates the next step's gradients (ddp, zero1), or the values, for a
+// shard the next step's reduction overwrites (zero2, zero3, offload).
+enum class GradAfter : std::uint8_t { zeroed, kept };
+
 class ZTRAIN_API Kernels {
  public:
   virtual ~Kernels();
@@ -146,12 +151,14 @@ class ZTRAIN_API Kernels {
   // AdamW (decoupled weight decay, bias-corrected) on n elements of fp32
   // master weights p with fp32 moments m, v:
   // g' = g * grad_mult; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
-  // p -= lr * (wd * p + (m / bc1) / (sqrt(v / bc2) + eps)); then g = 0,
-  // ready for the next step's accumulation, and, unless `working` is null,
+  // p -= lr * (wd * p + (m / bc1) / (sqrt(v / bc2) + eps)); then, with
+  // GradAfter::zeroed, g = 0, ready for the next step's accumulation
+  // (GradAfter::kept leaves g alone, for gradients the next step overwrites:
+  // 4 bytes per element less to move), and, unless `working` is null,
   // working = p rounded to its type: one pass over memory, not two.
   virtual void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                     float grad_mult, float bc1, float bc2) const = 0;
+                     float grad_mult, float bc1, float bc2, GradAfter grad_after) const = 0;
 
   // Sum of squares in double, deterministic for a given thread count.
   virtual double sum_squares(ConstTypedPtr x, std::size_t n) const = 0;

@@ -93,7 +93,7 @@ void GradReducer::wait(std::size_t b) {
       const std::uint64_t lo = std::max(from, piece.begin), hi = std::min(from + own, piece.end);
       if (lo >= hi) continue;
       void* dst = piece.data.at(lo - piece.begin).data;
-      if (bucket.landing == Landing::shard_add)
+      if (bucket.landing == Landing::shard_accumulate && !first_)
         add_into(dst, got.at(lo - from).data, hi - lo, dtype_);
       else
         std::memcpy(dst, got.at(lo - from).data, (hi - lo) * dtype_size(dtype_));
@@ -137,10 +137,12 @@ void GradReducer::close_micro_step() {
   for (; next_ >= 0; --next_) run(schedule_->after_module[static_cast<std::size_t>(next_)]);
   run(schedule_->at_end);
   schedule_ = nullptr;
+  first_ = false;
 }
 
 void GradReducer::finish() {
   close_micro_step();
+  first_ = true;
 }
 
 }  // namespace ztrain::shard

@@ -22,7 +22,7 @@ AdamWRange::AdamWRange(const std::vector<ParamSpec>& params, const FlatLayout& l
 
 void AdamWRange::step(float* master, TypedPtr grads, float* m, float* v, TypedPtr working,
                       const Kernels& kernels, const OptimizerSettings& settings, double lr,
-                      std::int64_t step, float grad_mult) const {
+                      std::int64_t step, float grad_mult, GradAfter grad_after) const {
   const double bc1 = 1.0 - std::pow(settings.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(settings.beta2, static_cast<double>(step));
   for (const auto& r : runs_)
@@ -31,7 +31,7 @@ void AdamWRange::step(float* master, TypedPtr grads, float* m, float* v, TypedPt
                   static_cast<float>(lr), static_cast<float>(settings.beta1),
                   static_cast<float>(settings.beta2), static_cast<float>(settings.eps),
                   r.decay ? static_cast<float>(settings.weight_decay) : 0.0f, grad_mult,
-                  static_cast<float>(bc1), static_cast<float>(bc2));
+                  static_cast<float>(bc1), static_cast<float>(bc2), grad_after);
 }
 
 OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
@@ -51,13 +51,13 @@ OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<Para
 }
 
 void OptimizerShard::step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr,
-                          std::int64_t step, float grad_mult) {
+                          std::int64_t step, float grad_mult, GradAfter grad_after) {
   if (!master_ && params.dtype != DType::f32)
     throw InternalError(
         "OptimizerShard: 16-bit parameters given to a shard without master weights");
   float* master = master_ ? master_.as<float>() : static_cast<float*>(params.data);
   range_.step(master, grads, m_.as<float>(), v_.as<float>(), master_ ? params : TypedPtr{}, kernels,
-              settings_, lr, step, grad_mult);
+              settings_, lr, step, grad_mult, grad_after);
 }
 
 void OptimizerShard::write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) {
@@ -89,7 +89,7 @@ GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::uint64_t>>&
 }
 
 StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
-                       const Kernels& kernels, const StepArgs& args) {
+                       const Kernels& kernels, const StepArgs& args, GradAfter grad_after) {
   const auto size = [](const ShardSlice& s) { return s.optimizer->end() - s.optimizer->begin(); };
   std::vector<std::pair<TypedPtr, std::uint64_t>> grads;
   for (const auto& s : slices) grads.emplace_back(s.grads, size(s));
@@ -99,13 +99,14 @@ StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm
     return norm.result;
   }
   for (const auto& s : slices)
-    s.optimizer->step(s.params, s.grads, kernels, args.lr, args.step, norm.grad_mult);
+    s.optimizer->step(s.params, s.grads, kernels, args.lr, args.step, norm.grad_mult, grad_after);
   return norm.result;
 }
 
 StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
-                      Communicator* comm, const Kernels& kernels, const StepArgs& args) {
-  return step_shards({{&optimizer, params, grads}}, comm, kernels, args);
+                      Communicator* comm, const Kernels& kernels, const StepArgs& args,
+                      GradAfter grad_after) {
+  return step_shards({{&optimizer, params, grads}}, comm, kernels, args, grad_after);
 }
 
 float clip_multiplier(double grad_norm, double max_norm) {

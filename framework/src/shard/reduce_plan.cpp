@@ -108,7 +108,7 @@ ReducePlan make_reduce_plan(const std::vector<ParamSpec>& params, const FlatLayo
     b.first_use = first_use(params, plan.bucket_of, static_cast<int>(plan.buckets.size()));
     b.landing = replicate                                      ? Landing::in_place
                 : policy == ReducePolicy::shard_after_backward ? Landing::shard_write
-                                                               : Landing::shard_add;
+                                                               : Landing::shard_accumulate;
     plan.buckets.push_back(std::move(b));
   }
   const std::size_t modules = completed_by_module(params).size();

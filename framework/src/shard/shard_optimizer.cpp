@@ -48,7 +48,9 @@ StepResult ShardOptimizer::step(TypedPtr working, Communicator* comm, const Kern
   std::vector<ShardSlice> slices;
   for (Part& p : parts_)
     slices.push_back({&*p.state, working.at(p.begin - begin_), {p.grads.data(), grad_dtype_}});
-  return step_shards(slices, comm, kernels, args);
+  // The reducer writes each step's first landing over the pieces
+  // (GradReducer): nothing to zero.
+  return step_shards(slices, comm, kernels, args, GradAfter::kept);
 }
 
 void ShardOptimizer::write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) {

@@ -116,7 +116,7 @@ StepResult SwappedOptimizer::step(TypedPtr working, Communicator* comm, const Ke
     const std::size_t b = g % count;
     s.range.step(array(b, s, 0), grads.at(s.begin - begin_), array(b, s, 1), array(b, s, 2),
                  working.at(s.begin - begin_), kernels, settings_, args.lr, args.step,
-                 norm.grad_mult);
+                 norm.grad_mult, GradAfter::kept);  // overwritten by the next step's reduction
     write(g, b);
   }
   for (auto& t : writes_) engine_.wait(t);

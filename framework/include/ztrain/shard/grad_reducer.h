@@ -6,7 +6,8 @@
 // (module_done) the reducer runs the plan's actions for that module:
 // launching buckets (all-reduce in place, or an irregular reduce-scatter
 // into a receive buffer) and waiting for them (the received average is
-// added into or written over the caller's gradient shard, then the
+// written over the caller's gradient shard, or, for an accumulating
+// landing after the step's first micro-step, added into it; then the
 // bucket's buffers are freed; the shard may be split into pieces that
 // live in different tiers, as an offloaded optimizer's is). At the end of
 // a micro-step it runs the
@@ -98,6 +99,7 @@ class ZTRAIN_API GradReducer {
   std::vector<Live> live_;
   const ReduceSchedule* schedule_ = nullptr;  // the current micro-step's, null between steps
   ModuleId next_ = -1;                        // the module whose backward comes next
+  bool first_ = true;  // this micro-step is its step's first: accumulating landings write
   double wait_s_ = 0;
 };
 

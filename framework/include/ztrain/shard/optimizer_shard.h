@@ -33,11 +33,12 @@ class ZTRAIN_API AdamWRange {
  public:
   AdamWRange(const std::vector<ParamSpec>& params, const FlatLayout& layout, std::uint64_t begin,
              std::uint64_t end);
-  // master, m, v: fp32; grads in their type (zeroed); working: the working
-  // copy written in the same pass, or empty when master is the working copy.
+  // master, m, v: fp32; grads in their type (zeroed or kept, as
+  // grad_after says); working: the working copy written in the same pass,
+  // or empty when master is the working copy.
   void step(float* master, TypedPtr grads, float* m, float* v, TypedPtr working,
             const Kernels& kernels, const OptimizerSettings& settings, double lr, std::int64_t step,
-            float grad_mult) const;
+            float grad_mult, GradAfter grad_after) const;
 
  private:
   struct Run {
@@ -58,9 +59,9 @@ class ZTRAIN_API OptimizerShard {
 
   // params, grads: the slice [begin, end) (element 0 is flat element begin).
   // grad_mult scales gradients in the same pass (unscale and clip); the
-  // stepped gradients are zeroed.
+  // stepped gradients are zeroed or kept, as grad_after says.
   void step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr, std::int64_t step,
-            float grad_mult);
+            float grad_mult, GradAfter grad_after);
   // Sets the master weights of the flat elements [flat_begin, flat_begin + n)
   // that fall in this shard from exact fp32 values (import); nothing when
   // the working parameters are the master weights.
@@ -97,12 +98,17 @@ ZTRAIN_API GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::
                                      const StepArgs& args);
 
 // One optimizer step over a rank's shard, in slices: the global norm, then
-// on an overflow the gradients zeroed, else AdamW on every slice.
+// on an overflow the gradients zeroed, else AdamW on every slice. The
+// caller says what the next step does with the gradient buffers:
+// GradAfter::zeroed where it accumulates into them (ddp, zero1),
+// GradAfter::kept where its reduction overwrites them (zero2, zero3).
 ZTRAIN_API StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
-                                  const Kernels& kernels, const StepArgs& args);
+                                  const Kernels& kernels, const StepArgs& args,
+                                  GradAfter grad_after);
 // The same for a shard in one slice: params, grads are [begin, end).
 ZTRAIN_API StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
-                                 Communicator* comm, const Kernels& kernels, const StepArgs& args);
+                                 Communicator* comm, const Kernels& kernels, const StepArgs& args,
+                                 GradAfter grad_after);
 
 // Bytes per shard element the optimizer holds: m and v, plus the fp32
 // master weights when the working precision is 16-bit or the working

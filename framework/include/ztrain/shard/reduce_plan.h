@@ -51,8 +51,11 @@ enum class ReducePolicy : std::uint8_t { replicate, shard_after_backward, shard_
 
 // Where a reduced bucket lands.
 enum class Landing : std::uint8_t {
-  in_place,     // the full buffer holds the average (all-reduce)
-  shard_add,    // added into the owner's gradient shard
+  in_place,  // the full buffer holds the average (all-reduce)
+  // Into the owner's gradient shard: written over it in a step's first
+  // micro-step (so the optimizer need not zero the shard after stepping),
+  // added into it in the later ones.
+  shard_accumulate,
   shard_write,  // written over the owner's gradient shard
 };
 

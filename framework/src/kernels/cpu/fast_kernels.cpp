@@ -287,13 +287,14 @@ class FastKernels final : public ReferenceKernels {
 
   void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-             float bc2) const override {
+             float bc2, GradAfter grad_after) const override {
     if (!vec::have_avx2_fma())
       return ReferenceKernels::adamw(p, g, m, v, working, n, lr, beta1, beta2, eps, weight_decay,
-                                     grad_mult, bc1, bc2);
+                                     grad_mult, bc1, bc2, grad_after);
     parallel_chunks(n, 65536, [&](std::size_t a, std::size_t b) {
       vec::adamw_avx2(p + a, g.at(a), m + a, v + a, working ? working.at(a) : nullptr, b - a, lr,
-                      beta1, beta2, eps, weight_decay, grad_mult, bc1, bc2);
+                      beta1, beta2, eps, weight_decay, grad_mult, bc1, bc2,
+                      grad_after == GradAfter::zeroed);
     });
   }
 

@@ -492,11 +492,12 @@ void ReferenceKernels::softmax_crossentropy_backward(float* probs, const std::in
   });
 }
 
-// A 16-bit gradient is read through an fp32 copy and then zeroed; the
-// working copy is the updated master rounded to its type.
+// A 16-bit gradient is read through an fp32 copy (and then zeroed if
+// asked); the working copy is the updated master rounded to its type.
 void ReferenceKernels::adamw(float* p, TypedPtr g_in, float* m, float* v, TypedPtr working,
                              std::size_t n, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, float grad_mult, float bc1, float bc2) const {
+                             float weight_decay, float grad_mult, float bc1, float bc2,
+                             GradAfter grad_after) const {
   // Chunk by chunk, so that a 16-bit gradient shard (this is also the
   // fallback without AVX2) never gets a whole fp32 twin.
   parallel_chunks(n, 16384, [&](std::size_t i0, std::size_t i1) {
@@ -514,7 +515,8 @@ void ReferenceKernels::adamw(float* p, TypedPtr g_in, float* m, float* v, TypedP
       const float vhat = vi / bc2;
       pi -= lr * (weight_decay * pi + mhat / (std::sqrt(vhat) + eps));
     }
-    std::memset(g_in.at(i0).data, 0, k * dtype_size(g_in.dtype));
+    if (grad_after == GradAfter::zeroed)
+      std::memset(g_in.at(i0).data, 0, k * dtype_size(g_in.dtype));
     if (working) convert(p + i0, DType::f32, working.at(i0).data, working.dtype, k);
   });
 }

@@ -52,7 +52,7 @@ class ReferenceKernels : public Kernels {
                                      int V) const override;
   void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-             float bc2) const override;
+             float bc2, GradAfter grad_after) const override;
   double sum_squares(ConstTypedPtr x, std::size_t n) const override;
 };
 

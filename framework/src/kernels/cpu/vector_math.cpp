@@ -262,7 +262,7 @@ namespace {
 template <DType G, DType W, bool kWork>
 ZTRAIN_AVX2 void adamw_loop(float* p, void* g, float* m, float* v, void* working, std::size_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay,
-                            float grad_mult, float bc1, float bc2) {
+                            float grad_mult, float bc1, float bc2, bool zero_grad) {
   const __m256 b1 = _mm256_set1_ps(beta1), b2 = _mm256_set1_ps(beta2);
   const __m256 one_b1 = _mm256_set1_ps(1.0f - beta1), one_b2 = _mm256_set1_ps(1.0f - beta2);
   const __m256 inv_bc1 = _mm256_set1_ps(1.0f / bc1), inv_bc2 = _mm256_set1_ps(1.0f / bc2);
@@ -271,7 +271,7 @@ ZTRAIN_AVX2 void adamw_loop(float* p, void* g, float* m, float* v, void* working
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 gi = _mm256_mul_ps(load8<G>(g, i), mult);
-    store8<G>(g, i, _mm256_setzero_ps());
+    if (zero_grad) store8<G>(g, i, _mm256_setzero_ps());
     const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(one_b1, gi));
     const __m256 vi =
         _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(one_b2, gi), gi));
@@ -286,7 +286,7 @@ ZTRAIN_AVX2 void adamw_loop(float* p, void* g, float* m, float* v, void* working
   }
   for (; i < n; ++i) {
     const float gi = load1<G>(g, i) * grad_mult;
-    store1<G>(g, i, 0.0f);
+    if (zero_grad) store1<G>(g, i, 0.0f);
     m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
     v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     p[i] -= lr * (weight_decay * p[i] + (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps));
@@ -332,17 +332,17 @@ ZTRAIN_AVX2 double sum_squares_loop(const void* x, std::size_t n) {
 
 void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-                float bc2) {
+                float bc2, bool zero_grad) {
   switch (g.dtype) {
     case DType::f32:
       return adamw_dispatch<DType::f32>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                        weight_decay, grad_mult, bc1, bc2);
+                                        weight_decay, grad_mult, bc1, bc2, zero_grad);
     case DType::bf16:
       return adamw_dispatch<DType::bf16>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                         weight_decay, grad_mult, bc1, bc2);
+                                         weight_decay, grad_mult, bc1, bc2, zero_grad);
     case DType::f16:
       return adamw_dispatch<DType::f16>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                        weight_decay, grad_mult, bc1, bc2);
+                                        weight_decay, grad_mult, bc1, bc2, zero_grad);
   }
 }
 

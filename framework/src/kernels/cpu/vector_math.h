@@ -37,11 +37,11 @@ void swiglu_backward_avx2(float* dgate, float* dup, const float* dout, const flo
 // fixed order).
 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift);
 
-// AdamW on n elements, as Kernels::adamw: g read and zeroed, working (if
-// not null) written, all in the same pass.
+// AdamW on n elements, as Kernels::adamw: g read (and zeroed if
+// zero_grad), working (if not null) written, all in the same pass.
 void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-                float bc2);
+                float bc2, bool zero_grad);
 // Sum of squares of n elements accumulated in double, in a fixed order that
 // does not depend on the type.
 double sum_squares_avx2(ConstTypedPtr x, std::size_t n);
