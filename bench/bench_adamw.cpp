@@ -12,7 +12,8 @@
 // same four arrays, 16 bytes read and 16 written per element, with no
 // arithmetic to speak of. Prints ns per element and GB/s of the fast
 // kernel (each variant), of the reference kernel, and of the stream, in
-// alternating rounds; medians.
+// alternating rounds; medians. Where the fast kernel runs the AVX-512 loop,
+// the AVX2 loop is timed too, in the same chunks.
 //
 //   build/bin/bench_adamw [--n 1e8] [--threads 2] [--rounds 5]
 #include <oneapi/tbb/global_control.h>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "kernels/cpu/reference_kernels.h"
+#include "kernels/cpu/vector_math.h"
 #include "stopwatch.h"
 #include "ztrain/device.h"
 #include "ztrain/kernels.h"
@@ -87,8 +89,21 @@ int main(int argc, char** argv) {
                                 }
                               });
   };
+  // The AVX2 loop in the fast kernel's chunks, for a machine that has both.
+  const auto step_avx2 = [&](int t) {
+    oneapi::tbb::parallel_for(
+        oneapi::tbb::blocked_range<std::size_t>(0, (n + 7) / 8, 65536 / 8),
+        [&](const oneapi::tbb::blocked_range<std::size_t>& r) {
+          const std::size_t a = r.begin() * 8, b = std::min(n, r.end() * 8);
+          vec::adamw_avx2(p.as<float>() + a, {g.as<float>() + a, DType::f32}, m.as<float>() + a,
+                          v.as<float>() + a, nullptr, b - a, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+                          1.0f - std::pow(0.9f, static_cast<float>(t)),
+                          1.0f - std::pow(0.95f, static_cast<float>(t)), false);
+        });
+  };
+  const bool both = vec::have_avx512() && vec::have_avx2_fma();
   const TypedPtr bf16{w.data(), DType::bf16};
-  std::vector<double> t_kept, t_zeroed, t_kept16, t_ref, t_stream;
+  std::vector<double> t_kept, t_zeroed, t_kept16, t_ref, t_stream, t_avx2;
   int t = 1;
   for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
     refill_grads();
@@ -98,7 +113,9 @@ int main(int argc, char** argv) {
     const double c = timed([&] { step(*fast, bf16, GradAfter::kept, t++); });
     const double d = timed([&] { step(*reference, {}, GradAfter::zeroed, t++); });
     const double e = timed(stream);
+    const double f = both ? timed([&] { step_avx2(t++); }) : 0.0;
     if (r == 0) continue;
+    t_avx2.push_back(f);
     t_kept.push_back(a);
     t_zeroed.push_back(b);
     t_kept16.push_back(c);
@@ -117,6 +134,7 @@ int main(int argc, char** argv) {
                 s / dn * 1e9, bytes * dn / s / 1e9, 100.0 * bytes * dn / s / bw);
   };
   row("fast kernel, fp32, g kept (28 B)", t_kept, 28);
+  if (both) row("  its AVX2 loop, g kept (28 B)", t_avx2, 28);
   row("fast kernel, fp32, g zeroed (32 B)", t_zeroed, 32);
   row("fast kernel, g kept, + bf16 working", t_kept16, 30);
   row("reference kernel, fp32, g zeroed", t_ref, 32);

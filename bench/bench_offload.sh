@@ -2,7 +2,9 @@
 # The offload strategies on gpt2-124m (fp32, 4 sequences of 64 tokens per
 # rank and micro-step), in one script:
 #  - at world 2 (2 ranks x 1 thread) and world 1 (1 rank x 2 threads):
-#    zero3, zero3_offload and zero3_nvme (and zero2_offload at world 2),
+#    zero3, zero3_offload, zero3_nvme and zero3_nvme_params (zero3_nvme
+#    with offload_param.device = "nvme": the parameter shards in swap files
+#    too), and zero2_offload at world 2,
 #    step time as a ratio to zero3's, tokens/s, and the peak bytes per rank
 #    in each tier;
 #  - at world 2, DeepSpeed's ZeRO-2 and ZeRO-3 with CPU offload
@@ -33,10 +35,14 @@ common=(--model gpt2-124m --set model.seq_len=64 --set train.steps="$steps" --se
   --set train.micro_batch_size=4)
 source "$src/bench/metrics.sh"
 
-ours() {  # ours NAME WORLD STRATEGY
+ours() {  # ours NAME WORLD VARIANT
   local name=$1 world=$2 strategy=$3 extra=()
+  if [ "$strategy" = zero3_nvme_params ]; then
+    strategy=zero3_nvme
+    extra=(--set strategy.offload_param.device=nvme --set strategy.offload_param.nvme_path="$nvme")
+  fi
   if [ "$strategy" = zero3_nvme ]; then
-    extra=(--set strategy.offload_optimizer.nvme_path="$nvme")
+    extra+=(--set strategy.offload_optimizer.nvme_path="$nvme")
   fi
   "$ztrain" --nproc "$world" "${common[@]}" --set device.threads=$((2 / world)) \
     --strategy "$strategy" --set train.out_dir="$out/$name" "${extra[@]}" \
@@ -56,8 +62,8 @@ peak() {
     awk '{ printf "%.0f", $1 / 1048576 }'
 }
 
-variants=("2 zero3" "2 zero2_offload" "2 zero3_offload" "2 zero3_nvme" "1 zero3" "1 zero3_offload"
-  "1 zero3_nvme")
+variants=("2 zero3" "2 zero2_offload" "2 zero3_offload" "2 zero3_nvme" "2 zero3_nvme_params"
+  "1 zero3" "1 zero3_offload" "1 zero3_nvme" "1 zero3_nvme_params")
 for round in $(seq "$rounds"); do
   for v in "${variants[@]}"; do
     read -r world strategy <<< "$v"
@@ -73,12 +79,12 @@ best_step() {  # best_step NAME: the better round's median step time
   for round in $(seq "$rounds"); do median "$1.$round" step_time_s; done | sort -g | head -n 1
 }
 printf "gpt2-124m, fp32, 4 x 64 tokens per rank and step, %s steps (medians of steps 3..)\n" "$steps"
-printf "%-15s %5s %9s %8s %9s %10s %9s %9s\n" variant world "step (s)" tokens/s "/ zero3" "device MiB" "host MiB" "nvme MiB"
+printf "%-17s %5s %9s %8s %9s %10s %9s %9s\n" variant world "step (s)" tokens/s "/ zero3" "device MiB" "host MiB" "nvme MiB"
 for v in "${variants[@]}"; do
   read -r world strategy <<< "$v"
   t=$(best_step "$strategy.w$world")
   z=$(best_step "zero3.w$world")
-  printf "%-15s %5s %9.3f %8.1f %9.3f %10s %9s %9s\n" "$strategy" "$world" "$t" \
+  printf "%-17s %5s %9.3f %8.1f %9.3f %10s %9s %9s\n" "$strategy" "$world" "$t" \
     "$(awk -v t="$t" -v w="$world" 'BEGIN { print w * 4 * 64 / t }')" \
     "$(awk -v a="$t" -v b="$z" 'BEGIN { print a / b }')" \
     "$(peak "$strategy.w$world.1" device)" "$(peak "$strategy.w$world.1" host)" \

@@ -74,10 +74,11 @@ class CpuOffload final : public shard::ZeroStrategy {
   // DeepSpeed's configs may name "nvme" here: say where that lives instead
   // of suggesting the nearest spelling.
   static void check_nvme(const Options& o) {
-    if (o.get_string("offload_optimizer.device") == "nvme")
-      throw ConfigError(o.where("offload_optimizer.device") +
-                        ": [strategy] offload_optimizer.device = \"nvme\" is the nvme_offload "
-                        "strategy's: run with --strategy zero3_nvme");
+    for (const char* key : {"offload_optimizer.device", "offload_param.device"})
+      if (o.get_string(key) == "nvme")
+        throw ConfigError(o.where(key) + ": [strategy] " + key +
+                          " = \"nvme\" is the nvme_offload strategy's: run with --strategy "
+                          "zero3_nvme");
   }
 
   // Keys of another stage are errors, not silently ignored.

@@ -2,9 +2,11 @@
 // m, v) lives in per-rank swap files under offload_optimizer.nvme_path and
 // is stepped sub_group_size elements at a time through buffer_count host
 // buffers (the next sub-groups read while one is stepped and the last
-// written back); the fp32 gradient shard stays in host memory, and with
-// offload_param.device = "cpu" the parameter shards too. Options and
-// defaults are DeepSpeed's (offload_optimizer, sub_group_size, aio).
+// written back); the fp32 gradient shard stays in host memory. The
+// parameter shards stay on the device, or with offload_param.device =
+// "cpu" in host memory, or with "nvme" in per-rank swap files under
+// offload_param.nvme_path, read for each gather. Options and defaults are
+// DeepSpeed's (offload_optimizer, offload_param, sub_group_size, aio).
 #include "ztrain/shard/aio.h"
 #include "ztrain/shard/bucket_options.h"
 #include "ztrain/shard/offload_options.h"
@@ -45,6 +47,7 @@ class NvmeOffload final : public shard::ZeroStrategy {
     d.name = "nvme_offload";
     d.shard_params = true;
     d.param_tier = shard::offload_param_tier(o);
+    d.param_swap_dir = shard::offload_param_path(o);
     d.gather = shard::gather_options(o);
     d.reduce = shard::ReducePolicy::shard_during_backward;
     d.reduce_settings = shard::bucket_settings(o, d.name);

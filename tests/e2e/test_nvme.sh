@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # ZeRO-Infinity (the nvme_offload strategy, preset zero3_nvme): optimizer
-# state in per-rank swap files, stepped through host buffers.
+# state in per-rank swap files, stepped through host buffers, and with
+# offload_param.device = "nvme" the parameter shards in swap files too.
 # - Equivalence: at world 1 and 2, with accumulation, in fp32 and bf16, with
-#   sub-groups small enough to need many (and 1, 2 or 4 buffers), it logs
-#   zero3's losses and gradient norms bit for bit (the same AdamW on the
-#   same values, only streamed from a file) and ddp's within the
-#   cross-world tolerances.
+#   sub-groups small enough to need many (and 1, 2 or 4 buffers), with the
+#   parameter shards in host memory or in swap files, it logs zero3's
+#   losses and gradient norms bit for bit (the same AdamW on the same
+#   values, only streamed from a file) and ddp's within the cross-world
+#   tolerances.
 # - Memory: every tier's measured peaks per rank (nvme included) equal
-#   `ztrain estimate` within 5 %; the nvme tier holds the master weights,
-#   m and v (12 bytes per shard element, page-aligned per sub-group).
+#   `ztrain estimate` within 5 %, with parameters in host memory and in
+#   swap files; the nvme tier holds the master weights, m and v (12 bytes
+#   per shard element, page-aligned per sub-group) and, when asked, the
+#   working parameters (4 bytes per element, page-rounded).
+# - Weights in and out through the parameter swap files: a run with
+#   parameters on NVMe saves zero3's bytes, and starting from saved weights
+#   (init_from) it trains as zero3 does from them.
 # - Swap files: none is left in nvme_path after a run that ends, fails, or
 #   is stopped with SIGTERM.
 # - Errors that name the path and what to do: a missing nvme_path, one on
@@ -31,6 +38,7 @@ base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.
 zero3=(--set strategy.param_persistence_threshold=0 --set strategy.max_live_parameters=70000
   --set strategy.prefetch_bucket_size=20000 --set strategy.reduce_bucket_size=5000)
 nvme=(--strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$swap")
+params_nvme=(--set strategy.offload_param.device=nvme --set strategy.offload_param.nvme_path="$swap")
 
 no_swap_files() {
   [ -z "$(ls -A "$swap")" ] || fail "$1 left swap files behind: $(ls "$swap")"
@@ -48,41 +56,80 @@ for np in 1 2; do
     same_training ddp_w1 "$name" 1e-6 2e-6
     no_swap_files "$name"
   done
+  for buffers in 1 4; do
+    name="nvme_params_w${np}_b$buffers"
+    train_run "$name" "$np" "$micro" 2 "${nvme[@]}" "${params_nvme[@]}" "${zero3[@]}" \
+      --set strategy.sub_group_size=5000 --set strategy.offload_optimizer.buffer_count="$buffers"
+    same_training "zero3_w$np" "$name" 0 0
+    no_swap_files "$name"
+  done
 done
-grep -q "nvme_offload: parameter shards in host memory; optimizer state in swap files under $swap (sub-groups of 5000 elements through 4 host buffers)" \
+grep -q "nvme_offload: parameter shards in host memory; optimizer state in swap files under $swap (sub-groups of 5000 (6144: whole pages) elements through 4 host buffers)" \
   "$scratch/nvme_w2_b4.out" || fail "the run header does not say where the optimizer state is"
+grep -q "nvme_offload: parameter shards in swap files under $swap; optimizer state in swap files" \
+  "$scratch/nvme_params_w2_b4.out" || fail "the run header does not say where the parameter shards are"
 train_run bf16_zero3 2 2 2 --set train.precision=bf16 --strategy zero3 "${zero3[@]}"
 train_run bf16_nvme 2 2 2 --set train.precision=bf16 "${nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000
 same_training bf16_zero3 bf16_nvme 0 0
+train_run bf16_nvme_params 2 2 2 --set train.precision=bf16 "${nvme[@]}" "${params_nvme[@]}" "${zero3[@]}" \
+  --set strategy.sub_group_size=5000
+same_training bf16_zero3 bf16_nvme_params 0 0
+
+# Export and import through the parameter swap files.
+save=(--set train.save_final=true)
+train_run save_zero3 2 2 2 --strategy zero3 "${zero3[@]}" "${save[@]}"
+train_run save_nvme 2 2 2 "${nvme[@]}" "${params_nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000 \
+  "${save[@]}"
+cmp -s "$scratch/save_zero3/model.safetensors" "$scratch/save_nvme/model.safetensors" ||
+  fail "the weights saved with parameters on NVMe are not zero3's"
+from=(--set model.init_from="$scratch/save_zero3")
+train_run from_zero3 2 2 2 --strategy zero3 "${zero3[@]}" "${from[@]}"
+train_run from_nvme 2 2 2 "${nvme[@]}" "${params_nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000 \
+  "${from[@]}"
+same_training from_zero3 from_nvme 0 0
+grep -q "weights from $scratch/save_zero3" "$scratch/from_nvme.out" || fail "init_from was not used"
+no_swap_files "the export and import runs"
 
 # Memory per tier, measured against estimated.
 peak() {
   grep '"split": "train"' "$scratch/$3/metrics.jsonl" | tail -n 1 |
     sed -n "s/.*\"$1\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
 }
-mem=(--set train.steps=3 --set train.micro_batch_size=2 --set train.grad_accum=2 "${nvme[@]}"
-  --set strategy.sub_group_size=7000 --set strategy.offload_param.device=cpu)
-on_ranks 2 "$ZTRAIN" "${base[@]}" "${mem[@]}" --set train.out_dir="$scratch/mem" \
-  "$SRC/configs/run.toml" > "$scratch/mem.out" 2>&1 || { cat "$scratch/mem.out" >&2; fail "mem failed"; }
-"$ZTRAIN" estimate --world 2 "${base[@]}" "${mem[@]}" "$SRC/configs/run.toml" > "$scratch/mem.estimate"
-for tier in device host nvme; do
-  for c in params grads optimizer comm offload; do
-    got=$(peak "$tier" "$c" mem)
-    want=$(awk -v t="$tier" -v c="$c" '$1 == t && $2 == c { print $3 }' "$scratch/mem.estimate")
-    want=${want:-0}
-    echo "$tier $c: measured $got, estimated $want"
-    awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 0.05 * (g > w ? g : w)) }' ||
-      fail "the estimate of $tier $c ($want) is not within 5% of the measured $got"
+measure() {
+  local name=$1
+  shift
+  on_ranks 2 "$ZTRAIN" "${base[@]}" "$@" --set train.out_dir="$scratch/$name" \
+    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "$name failed"; }
+  "$ZTRAIN" estimate --world 2 "${base[@]}" "$@" "$SRC/configs/run.toml" > "$scratch/$name.estimate"
+  for tier in device host nvme; do
+    for c in params grads optimizer comm offload; do
+      got=$(peak "$tier" "$c" "$name")
+      want=$(awk -v t="$tier" -v c="$c" '$1 == t && $2 == c { print $3 }' "$scratch/$name.estimate")
+      want=${want:-0}
+      echo "$name: $tier $c: measured $got, estimated $want"
+      awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 0.05 * (g > w ? g : w)) }' ||
+        fail "$name: the estimate of $tier $c ($want) is not within 5% of the measured $got"
+    done
   done
-done
-# 59264 shard elements in sub-groups of 7000: 8 of 28000 bytes and one of
-# 13056, each array page-aligned (28672 and 16384), three arrays each.
-[ "$(peak nvme optimizer mem)" -eq $((3 * (8 * 28672 + 16384))) ] ||
+  no_swap_files "$name"
+}
+mem=(--set train.steps=3 --set train.micro_batch_size=2 --set train.grad_accum=2 "${nvme[@]}"
+  --set strategy.sub_group_size=7000)
+measure mem "${mem[@]}" --set strategy.offload_param.device=cpu
+measure mem_params "${mem[@]}" "${params_nvme[@]}" "${zero3[@]}"
+# 59264 shard elements in sub-groups of 7000, rounded to whole pages of
+# elements (8192): 7 of 32768 bytes and one of 1920 elements, 7680 bytes
+# page-aligned to 8192, three arrays each.
+[ "$(peak nvme optimizer mem)" -eq $((3 * (7 * 32768 + 8192))) ] ||
   fail "the nvme tier holds $(peak nvme optimizer mem) bytes, not the masters, m and v"
-no_swap_files mem
+[ "$(peak nvme params mem)" -eq 0 ] || fail "parameters reached the nvme tier with offload_param cpu"
+# The working parameters: 59264 fp32 elements, page-rounded.
+[ "$(peak nvme params mem_params)" -eq $(((59264 * 4 + 4095) / 4096 * 4096)) ] ||
+  fail "the nvme tier holds $(peak nvme params mem_params) bytes of parameters, not the shard's"
+[ "$(peak host params mem_params)" -eq 0 ] || fail "parameter shards stayed in host memory"
 
 # SIGTERM: the job stops and its swap files go.
-on_ranks 2 "$ZTRAIN" "${base[@]}" "${nvme[@]}" --set train.steps=100000 --set train.micro_batch_size=2 \
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${nvme[@]}" "${params_nvme[@]}" --set train.steps=100000 --set train.micro_batch_size=2 \
   --set train.out_dir="$scratch/term" "$SRC/configs/run.toml" > "$scratch/term.out" 2>&1 &
 job=$!
 spawned+=("$job")
@@ -108,8 +155,10 @@ bad() {
 }
 bad "nvme_path '/no/such/dir' is not a directory; create it" --strategy zero3_nvme \
   --set strategy.offload_optimizer.nvme_path=/no/such/dir
-bad 'offload_param.device = "nvme": parameter shards in swap files are not offered yet' \
-  --strategy zero3_nvme --set strategy.offload_param.device=nvme
+bad "nvme_path '/no/such/params' is not a directory; create it" --strategy zero3_nvme \
+  --set strategy.offload_optimizer.nvme_path="$swap" --set strategy.offload_param.device=nvme \
+  --set strategy.offload_param.nvme_path=/no/such/params
+no_swap_files "a run refused for its parameters' nvme_path"
 if [ "$(stat -f -c %T /dev/shm 2> /dev/null)" = tmpfs ]; then
   bad "is on tmpfs, which is memory" --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path=/dev/shm
 else

@@ -177,7 +177,7 @@ bad() {
 bad 'offload_param.device = "cpu" needs stage 3' --strategy zero2_offload --set strategy.offload_param.device=cpu
 bad 'offload_optimizer.device = "nvme" is the nvme_offload strategy.s: run with --strategy zero3_nvme' \
   --strategy zero3_offload --set strategy.offload_optimizer.device=nvme
-bad 'offload_param.device = "nvme": parameter shards in swap files are not offered yet' \
+bad 'offload_param.device = "nvme" is the nvme_offload strategy.s: run with --strategy zero3_nvme' \
   --strategy zero3_offload --set strategy.offload_param.device=nvme
 bad "prefetch_bucket_size applies to stage 3" --strategy zero2_offload \
   --set strategy.prefetch_bucket_size=10

@@ -5,10 +5,12 @@
 // the collectives of the next one.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/param_gatherer.h"
+#include "ztrain/shard/swapped_shard.h"
 
 using namespace ztrain;
 
@@ -357,8 +360,9 @@ TEST_CASE("all_gather in place: each rank sends its own block of the result") {
             static_cast<float>(10 * k) + static_cast<float>(i));
 }
 
-TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, prefetching ahead") {
-  const int R = world().size(), r = world().rank();
+namespace {
+
+std::vector<ParamSpec> odd_chain() {
   std::vector<ParamSpec> params;
   auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
     params.push_back(param(name, n, std::move(used_by)));
@@ -367,15 +371,17 @@ TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, pref
   add("block0", 499, {1});
   add("block1", 503, {2});
   add("head", 97, {3});
+  return params;
+}
+
+// The gatherer over `owned` (this rank's range of `full`): three steps of
+// the standard trace with every view whole, gathers issued ahead of use,
+// and a whole parameter read back.
+void check_gatherer(const std::vector<ParamSpec>& params, const shard::FlatLayout& layout,
+                    const std::vector<float>& full, Device& dev, shard::OwnedShard& owned) {
   const std::vector<ModuleSpec> modules{{"embed"}, {"block.0"}, {"block.1"}, {"head"}};
-  const shard::FlatLayout layout(params, R);
-  std::vector<float> full(layout.total());
-  shard::init_flat(params, layout, 11, 0, layout.total(), full.data());
-  std::vector<float> mine(full.begin() + static_cast<std::ptrdiff_t>(layout.owned_begin(r)),
-                          full.begin() + static_cast<std::ptrdiff_t>(layout.owned_end(r)));
-  auto dev = make_cpu_device(1);
   const shard::GatherOptions opts{600, 1200, 0, 0};
-  shard::ParamGatherer g(*dev, params, modules, layout, world(), mine.data(), opts, "test");
+  shard::ParamGatherer g(dev, params, modules, layout, world(), owned, opts, "test");
   std::vector<shard::GatherEvent> log;
   g.record_events(&log);
   for (int step = 0; step < 3; ++step) {
@@ -410,6 +416,43 @@ TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, pref
   std::vector<float> whole(503);
   g.read(2, whole.data());
   CHECK(std::equal(whole.begin(), whole.end(), full.data() + layout.offset(2)));
+}
+
+}  // namespace
+
+TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, prefetching ahead") {
+  const int R = world().size(), r = world().rank();
+  const auto params = odd_chain();
+  const shard::FlatLayout layout(params, R);
+  std::vector<float> full(layout.total());
+  shard::init_flat(params, layout, 11, 0, layout.total(), full.data());
+  std::vector<float> mine(full.begin() + static_cast<std::ptrdiff_t>(layout.owned_begin(r)),
+                          full.begin() + static_cast<std::ptrdiff_t>(layout.owned_end(r)));
+  auto dev = make_cpu_device(1);
+  shard::ResidentShard owned(layout.owned_begin(r), layout.owned_end(r), mine.data(), Tier::host);
+  check_gatherer(params, layout, full, *dev, owned);
+}
+
+TEST_CASE("zero3's gatherer reads each rank's part from its swap file (offload_param nvme)") {
+  const int R = world().size(), r = world().rank();
+  const auto params = odd_chain();
+  const shard::FlatLayout layout(params, R);
+  std::vector<float> full(layout.total());
+  shard::init_flat(params, layout, 11, 0, layout.total(), full.data());
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ztrain-mpi-gather-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    auto dev = make_cpu_device(1);
+    const std::uint64_t b = layout.owned_begin(r), e = layout.owned_end(r);
+    shard::SwappedShard owned(*dev, b, e, DType::f32, dir, {}, r);
+    owned.write(b, full.data() + b, e - b);
+    check_gatherer(params, layout, full, *dev, owned);
+    CHECK(dev->stats().current[static_cast<std::size_t>(Tier::host)]
+                              [static_cast<std::size_t>(Category::offload)] == 0);
+  }
+  CHECK(std::filesystem::is_empty(dir));  // the swap file went with the shard
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("the sharded gradient reducer averages every rank's gradients into the owner's shard") {

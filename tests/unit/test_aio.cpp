@@ -3,7 +3,10 @@
 // modes, many requests in flight at once; and each way it can fail says
 // what and where: a missing or unwritable directory, a file system without
 // direct I/O, an unaligned transfer, a disk that fills or fails half-way
-// (injected), and swap files are gone when the engine is.
+// (injected), and swap files are gone when the engine is. And the
+// parameter shard kept in a swap file on it (SwappedShard): any range reads
+// back what was written, partial-page writes keep their neighbours, and
+// every byte is accounted.
 #include <doctest/doctest.h>
 
 #include <sys/statfs.h>
@@ -17,6 +20,7 @@
 #include "ztrain/device.h"
 #include "ztrain/error.h"
 #include "ztrain/shard/aio.h"
+#include "ztrain/shard/swapped_shard.h"
 
 namespace {
 
@@ -31,6 +35,10 @@ struct Pages {
 
 Pages pages(Device& dev, std::uint64_t n) {
   return {dev.allocate(Tier::host, Category::offload, n * kPage)};
+}
+
+std::uint64_t in_use(const Device& dev, Tier t, Category c) {
+  return dev.stats().current[static_cast<std::size_t>(t)][static_cast<std::size_t>(c)];
 }
 
 }  // namespace
@@ -131,5 +139,67 @@ TEST_CASE("aio: a disk that fills or fails half-way stops the request with the f
     // The engine still works for the next request.
     auto again = engine.read(f, 0, p.data(), kPage);
     engine.wait(again);
+  }
+}
+
+TEST_CASE(
+    "swapped shard: any range reads back what was written, and partial pages keep neighbours") {
+  test::TempDir dir;
+  std::mt19937 rng(11);
+  for (DType t : {DType::f32, DType::bf16}) {
+    INFO("dtype " << dtype_name(t));
+    auto dev = make_cpu_device(1);
+    const std::size_t p = dtype_size(t);
+    const std::uint64_t begin = 1001, end = begin + 9001;  // odd bounds, unaligned pages
+    std::vector<std::uint8_t> model((end - begin) * p);
+    for (auto& b : model) b = static_cast<std::uint8_t>(rng());
+    std::filesystem::path file;
+    {
+      shard::SwappedShard shard(*dev, begin, end, t, dir.path(), {kPage, 4, false}, 3);
+      CHECK(shard.tier() == Tier::nvme);
+      CHECK(!shard.resident());
+      CHECK(in_use(*dev, Tier::nvme, Category::params) ==
+            shard::SwappedShard::file_bytes(end - begin, t));
+      shard.write(begin, {model.data(), t}, end - begin);
+      // Overwrites of odd ranges, inside one page, across pages, at both ends.
+      for (auto [b, e] : {std::pair{begin + 3, begin + 5},
+                          {begin + 700, begin + 4100},
+                          {begin, begin + 1},
+                          {end - 17, end}}) {
+        std::vector<std::uint8_t> fresh((e - b) * p);
+        for (auto& x : fresh) x = static_cast<std::uint8_t>(rng());
+        shard.write(b, {fresh.data(), t}, e - b);
+        std::copy(fresh.begin(), fresh.end(),
+                  model.begin() + static_cast<std::ptrdiff_t>((b - begin) * p));
+      }
+      for (auto [b, e] : {std::pair{begin, end},
+                          {begin + 1, begin + 2},
+                          {begin + 2047, begin + 6001},
+                          {end - 1, end}}) {
+        const shard::ShardLoan loan = shard.lend(b, e);
+        CHECK(std::equal(model.begin() + static_cast<std::ptrdiff_t>((b - begin) * p),
+                         model.begin() + static_cast<std::ptrdiff_t>((e - begin) * p),
+                         static_cast<const std::uint8_t*>(loan.data.data)));
+        CHECK(loan.staging.bytes() == shard::SwappedShard::loan_bytes(begin, b, e, t));
+      }
+      CHECK(in_use(*dev, Tier::host, Category::offload) ==
+            0);  // the loans' host buffers are gone with them
+      // write_async takes page-aligned pieces only: a page start, and a page
+      // end or the range's end.
+      const std::uint64_t per_page = kPage / p;
+      Buffer src = dev->allocate(Tier::host, Category::offload, 2 * kPage);
+      CHECK_THROWS_AS(shard.write_async(begin + 1, {src.data(), t}, per_page), InternalError);
+      CHECK_THROWS_AS(shard.write_async(begin, {src.data(), t}, per_page + 1), InternalError);
+      auto done = shard.write_async(begin, {src.data(), t}, per_page);
+      shard.wait(done);
+      const shard::ShardLoan zeros = shard.lend(begin, begin + per_page + 1);
+      const auto* z = static_cast<const std::uint8_t*>(zeros.data.data);
+      CHECK(std::all_of(z, z + kPage, [](std::uint8_t x) { return x == 0; }));
+      CHECK(
+          std::equal(z + kPage, z + kPage + p, model.begin() + static_cast<std::ptrdiff_t>(kPage)));
+      file = dir.path();
+    }
+    CHECK(in_use(*dev, Tier::nvme, Category::params) == 0);
+    CHECK(std::filesystem::is_empty(file));
   }
 }

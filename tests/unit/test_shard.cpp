@@ -122,7 +122,8 @@ TEST_CASE("gatherer: a trace is recorded, later steps prefetch ahead of use unde
   std::vector<float> weights(layout.total());
   shard::init_flat(params, layout, 7, 0, layout.total(), weights.data());
   const shard::GatherOptions opts{200, 260, 0, 0};
-  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), opts, "test");
+  shard::ResidentShard owned(0, layout.total(), weights.data(), Tier::device);
+  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, owned, opts, "test");
   std::vector<GatherEvent> log;
   g.record_events(&log);
   run_micro_step(g, 4);
@@ -165,8 +166,8 @@ TEST_CASE("gatherer: a changed module order is an error naming both modules") {
   const auto params = chain();
   const shard::FlatLayout layout(params, 1);
   std::vector<float> weights(layout.total(), 0.5f);
-  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), {1000, 1000, 0, 0},
-                         "test");
+  shard::ResidentShard owned(0, layout.total(), weights.data(), Tier::device);
+  shard::ParamGatherer g(*dev, params, modules(), layout, *comm, owned, {1000, 1000, 0, 0}, "test");
   run_micro_step(g, 4);
   g.begin_micro_step();
   g.fetch(0, false);
@@ -183,9 +184,9 @@ TEST_CASE("gatherer: a module larger than max_live_parameters is refused up fron
   const auto params = chain();
   const shard::FlatLayout layout(params, 1);
   std::vector<float> weights(layout.total());
+  shard::ResidentShard owned(0, layout.total(), weights.data(), Tier::device);
   const std::string msg = test::message_of<ConfigError>([&] {
-    shard::ParamGatherer g(*dev, params, modules(), layout, *comm, weights.data(), {0, 120, 0, 0},
-                           "test");
+    shard::ParamGatherer g(*dev, params, modules(), layout, *comm, owned, {0, 120, 0, 0}, "test");
   });
   CHECK(msg.find("max_live_parameters = 120") != std::string::npos);
   CHECK(msg.find("'embed'") != std::string::npos);

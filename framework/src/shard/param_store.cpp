@@ -1,10 +1,75 @@
 #include "ztrain/shard/param_store.h"
 
+#include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "ztrain/shard/init.h"
+#include "ztrain/shard/swapped_shard.h"
 
 namespace ztrain::shard {
+namespace {
+
+// The most host bytes a swapped shard's loans hold at once while the
+// standard trace runs, for the worst rank. A gather borrows this rank's part
+// of its group (the pages holding it) from when it is issued until the
+// group is used or dropped; the plan says when each happens, so walking it
+// with each group's loan size gives the peak. Outside the plan (the first
+// micro-step, evaluation) a module's groups are borrowed at once;
+// initialisation and the optimizer's start read slices of at most
+// SwappedShard::kSlice elements; import borrows one parameter's pages
+// twice (converted, and read around).
+std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+                                DType precision, const GatherOptions& gather) {
+  int modules = 1;
+  for (const auto& p : params)
+    for (auto m : p.used_by) modules = std::max(modules, m + 1);
+  const auto groups = gather_groups(params, layout, gather.param_persistence_threshold);
+  const auto needs = group_needs(groups, modules);
+  std::vector<std::uint64_t> sizes;
+  for (const auto& g : groups) sizes.push_back(g.size());
+  std::vector<std::vector<int>> trace;
+  for (const auto& e : standard_trace(modules))
+    trace.push_back(needs[static_cast<std::size_t>(e.module)]);
+  const GatherPlan plan = make_gather_plan(trace, sizes, gather);
+  const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(layout.world());
+  std::uint64_t peak =
+      SwappedShard::loan_bytes(0, 0, std::min(shard, SwappedShard::kSlice), precision);
+  for (int r = 0; r < layout.world(); ++r) {
+    const std::uint64_t ob = layout.owned_begin(r), oe = layout.owned_end(r);
+    const auto loan = [&](std::uint64_t b, std::uint64_t e) {
+      b = std::max(b, ob), e = std::min(e, oe);
+      return b < e ? SwappedShard::loan_bytes(ob, b, e, precision) : 0;
+    };
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto id = static_cast<ParamId>(i);
+      peak = std::max(peak, 2 * loan(layout.offset(id), layout.offset(id) + layout.numel(id)));
+    }
+    for (const auto& need : needs) {
+      std::uint64_t at_once = 0;
+      for (int g : need) at_once += loan(groups[g].begin, groups[g].end);
+      peak = std::max(peak, at_once);
+    }
+    std::set<int> in_flight;
+    std::uint64_t held = 0;
+    const auto settle = [&](int g) {
+      if (in_flight.erase(g)) held -= loan(groups[g].begin, groups[g].end);
+    };
+    for (std::size_t i = 0; i < trace.size(); ++i) {
+      for (int g : plan.evict[i]) settle(g);
+      for (int g : plan.gather[i]) {
+        in_flight.insert(g);
+        held += loan(groups[g].begin, groups[g].end);
+      }
+      peak = std::max(peak, held);
+      for (int g : trace[i]) settle(g);
+      for (int g : plan.release[i]) settle(g);
+    }
+  }
+  return peak;
+}
+
+}  // namespace
 
 ParamStore::~ParamStore() = default;
 
@@ -14,11 +79,9 @@ ReplicatedParams::ReplicatedParams(Device& device, const std::vector<ParamSpec>&
     : layout_(layout),
       comm_(comm),
       replica_(device, params, layout, seed, precision, std::nullopt),
+      owned_(layout.owned_begin(comm.rank()), layout.owned_end(comm.rank()),
+             replica_.weights().at(layout.owned_begin(comm.rank())), Tier::device),
       allgather_bucket_(allgather_bucket) {}
-
-TypedPtr ReplicatedParams::owned() {
-  return replica_.weights().at(layout_.owned_begin(comm_.rank()));
-}
 
 void ReplicatedParams::publish() {
   const auto t0 = std::chrono::steady_clock::now();
@@ -33,13 +96,30 @@ MemoryEstimate ReplicatedParams::estimate(const FlatLayout& layout, DType precis
 
 ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& params,
                              const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                             Communicator& comm, std::uint64_t seed, DType precision, Tier tier,
-                             const GatherOptions& gather, const std::string& strategy)
-    : precision_(precision), tier_(tier) {
+                             Communicator& comm, std::uint64_t seed, DType precision,
+                             const ParamPlacement& placement, const GatherOptions& gather,
+                             const std::string& strategy) {
   const std::uint64_t begin = layout.owned_begin(comm.rank()), end = layout.owned_end(comm.rank());
-  shard_ = device.allocate(tier, Category::params, (end - begin) * dtype_size(precision));
-  init_flat(params, layout, seed, begin, end, owned());
-  gatherer_.emplace(device, params, modules, layout, comm, owned(), gather, strategy);
+  if (placement.tier == Tier::nvme) {
+    owned_ = std::make_unique<SwappedShard>(device, begin, end, precision, placement.dir,
+                                            placement.aio, comm.rank());
+    // Initial values slice by slice through one host buffer.
+    for (std::uint64_t b = begin; b < end; b += SwappedShard::kSlice) {
+      const std::uint64_t e = std::min(end, b + SwappedShard::kSlice);
+      Buffer slice = device.allocate(Tier::host, Category::offload,
+                                     SwappedShard::loan_bytes(b, b, e, precision), Fill::undefined);
+      init_flat(params, layout, seed, b, e, TypedPtr{slice.data(), precision});
+      AioEngine::Ticket t = owned_->write_async(b, {slice.data(), precision}, e - b);
+      owned_->wait(t);
+    }
+  } else {
+    memory_ =
+        device.allocate(placement.tier, Category::params, (end - begin) * dtype_size(precision));
+    owned_ = std::make_unique<ResidentShard>(begin, end, TypedPtr{memory_.data(), precision},
+                                             placement.tier);
+    init_flat(params, layout, seed, begin, end, owned_->resident());
+  }
+  gatherer_.emplace(device, params, modules, layout, comm, *owned_, gather, strategy);
 }
 
 MemoryEstimate ShardedParams::estimate(const std::vector<ParamSpec>& params,
@@ -49,7 +129,13 @@ MemoryEstimate ShardedParams::estimate(const std::vector<ParamSpec>& params,
   const GatherPeaks peaks = estimate_gather_peaks(params, gather);
   const std::size_t p = dtype_size(precision);
   MemoryEstimate e;
-  e.bytes[static_cast<std::size_t>(tier)][static_cast<std::size_t>(Category::params)] += shard * p;
+  if (tier == Tier::nvme) {
+    e.set(Tier::nvme, Category::params, SwappedShard::file_bytes(shard, precision));
+    e.set(Tier::host, Category::offload, swap_staging_peak(params, layout, precision, gather));
+  } else {
+    e.bytes[static_cast<std::size_t>(tier)][static_cast<std::size_t>(Category::params)] +=
+        shard * p;
+  }
   e.bytes[static_cast<std::size_t>(Tier::device)][static_cast<std::size_t>(Category::params)] +=
       (peaks.persistent + peaks.live) * p;
   e.set(Tier::device, Category::comm, peaks.packed * p);

@@ -1,5 +1,7 @@
 #include "ztrain/shard/shard_optimizer.h"
 
+#include "ztrain/error.h"
+
 #include <cmath>
 
 namespace ztrain::shard {
@@ -43,8 +45,13 @@ std::vector<GradPiece> ShardOptimizer::grad_pieces() const {
   return pieces;
 }
 
-StepResult ShardOptimizer::step(TypedPtr working, Communicator* comm, const Kernels& kernels,
+StepResult ShardOptimizer::step(OwnedShard& shard, Communicator* comm, const Kernels& kernels,
                                 const StepArgs& args) {
+  const TypedPtr working = shard.resident();
+  if (!working)
+    throw InternalError(
+        "ShardOptimizer steps working parameters held in memory; a shard in a swap file is "
+        "SwappedOptimizer's");
   std::vector<ShardSlice> slices;
   for (Part& p : parts_)
     slices.push_back({&*p.state, working.at(p.begin - begin_), {p.grads.data(), grad_dtype_}});

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ztrain/error.h"
+
 namespace ztrain::shard {
 namespace {
 
@@ -13,18 +15,26 @@ bool needs_full_grads(const ReducePlan& plan) {
                      [](const ReduceBucket& b) { return !b.staged; });
 }
 
+// sub_group_size as asked, and as rounded where that differs.
+std::string sub_groups(std::uint64_t asked) {
+  const std::uint64_t n = SwappedOptimizer::sub_group_elements(asked);
+  return std::to_string(asked) + (n == asked ? "" : " (" + std::to_string(n) + ": whole pages)");
+}
+
 // What a design offloads, and its note: the run header and the estimate.
 std::string describe(const ZeroDesign& d) {
   std::string s;
   const auto percent = [](double r) {
     return std::to_string(static_cast<int>(r * 100 + 0.5)) + "%";
   };
-  if (d.shard_params && d.param_tier != Tier::device)
+  if (d.shard_params && d.param_tier == Tier::nvme)
+    s += "parameter shards in swap files under " + d.param_swap_dir.string();
+  else if (d.shard_params && d.param_tier != Tier::device)
     s += "parameter shards in " + std::string(tier_name(d.param_tier)) + " memory";
   const auto& o = d.optimizer;
   if (o.offload == Tier::nvme)
     s += (s.empty() ? "" : "; ") + std::string("optimizer state in swap files under ") +
-         d.swap.dir.string() + " (sub-groups of " + std::to_string(d.swap.sub_group_size) +
+         d.swap.dir.string() + " (sub-groups of " + sub_groups(d.swap.sub_group_size) +
          " elements through " + std::to_string(d.swap.buffer_count) +
          " host buffers), gradient shards in host memory";
   else if (o.offload != Tier::device && o.offload_ratio > 0)
@@ -32,6 +42,15 @@ std::string describe(const ZeroDesign& d) {
          percent(o.offload_ratio) + " in " + std::string(tier_name(o.offload)) + " memory";
   if (!d.note.empty()) s += (s.empty() ? "" : " (") + d.note + (s.empty() ? "" : ")");
   return s;
+}
+
+// The optimizer writes the working shard sub-group by sub-group from its
+// swap buffers; only the swapped optimizer streams that way.
+void check(const ZeroDesign& d) {
+  if (d.shard_params && d.param_tier == Tier::nvme && d.optimizer.offload != Tier::nvme)
+    throw ConfigError("[strategy] " + d.name +
+                      ": parameter shards in swap files need the optimizer state in swap files "
+                      "too: run with --strategy zero3_nvme");
 }
 
 }  // namespace
@@ -46,14 +65,16 @@ void ZeroStrategy::setup(const StrategySetup& s) {
   layout_.emplace(params_, comm_->size());
   const std::uint64_t begin = layout_->owned_begin(comm_->rank());
   const std::uint64_t end = layout_->owned_end(comm_->rank());
+  check(d);
   if (d.shard_params)
-    store_ = std::make_unique<ShardedParams>(*s.device, params_, s.modules, *layout_, *comm_,
-                                             s.seed, s.precision, d.param_tier, d.gather, d.name);
+    store_ = std::make_unique<ShardedParams>(
+        *s.device, params_, s.modules, *layout_, *comm_, s.seed, s.precision,
+        ParamPlacement{d.param_tier, d.param_swap_dir, d.swap.aio}, d.gather, d.name);
   else
     store_ = std::make_unique<ReplicatedParams>(*s.device, params_, *layout_, *comm_, s.seed,
                                                 s.precision, d.allgather_bucket);
   OptimizerPlacement placement = d.optimizer;
-  placement.working = store_->owned_tier();
+  placement.working = store_->owned().tier();
   if (placement.offload == Tier::nvme)
     optimizer_ =
         std::make_unique<SwappedOptimizer>(*s.device, params_, *layout_, begin, end, s.optimizer,
@@ -61,7 +82,7 @@ void ZeroStrategy::setup(const StrategySetup& s) {
   else
     optimizer_ =
         std::make_unique<ShardOptimizer>(*s.device, params_, *layout_, begin, end, s.optimizer,
-                                         placement, s.grad_dtype, store_->owned());
+                                         placement, s.grad_dtype, store_->owned().resident());
   ReducePlan plan = make_reduce_plan(params_, *layout_, d.reduce, d.reduce_settings);
   if (needs_full_grads(plan))
     full_grads_ = s.device->allocate(Tier::device, Category::grads,
@@ -97,6 +118,7 @@ StepResult ZeroStrategy::step(const StepArgs& a) {
 }
 
 MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
+  check(d);
   const FlatLayout layout(a.params, a.world);
   const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(a.world);
   MemoryEstimate e = d.shard_params ? ShardedParams::estimate(a.params, layout, a.precision,
@@ -106,7 +128,7 @@ MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
   placement.working = d.shard_params ? d.param_tier : Tier::device;
   const MemoryEstimate o =
       placement.offload == Tier::nvme
-          ? SwappedOptimizer::estimate(shard, d.swap, a.grad_dtype)
+          ? SwappedOptimizer::estimate(shard, d.swap, a.precision, a.grad_dtype)
           : ShardOptimizer::estimate(shard, placement, a.precision, a.grad_dtype);
   for (std::size_t t = 0; t < kTierCount; ++t)
     for (std::size_t c = 0; c < kCategoryCount; ++c) e.bytes[t][c] += o.bytes[t][c];

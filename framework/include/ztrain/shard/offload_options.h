@@ -1,14 +1,15 @@
 // The parameter-offload options the offload strategies share, with
 // DeepSpeed's names: offload_param.device ("cpu" keeps a stage-3 rank's
-// parameter shard in host memory; "none" on the device) and
+// parameter shard in host memory, "nvme" in a swap file under
+// offload_param.nvme_path, "none" on the device) and
 // offload_param.pin_memory. Declared and read in one place so cpu_offload
-// and nvme_offload accept and refuse the same values.
+// and nvme_offload accept the same keys (cpu_offload refuses "nvme",
+// which needs the optimizer in swap files too).
 //
-// Errors: offload_param_tier raises ConfigError naming the key for
-// "nvme", which DeepSpeed's configs may ask for and ztrain does not offer
-// yet, saying to use "cpu".
 // Thread safety: pure functions.
 #pragma once
+
+#include <filesystem>
 
 #include "ztrain/device.h"
 #include "ztrain/export.h"
@@ -17,8 +18,10 @@
 namespace ztrain::shard {
 
 ZTRAIN_API void declare_offload_param_options(OptionList& o);
-// Where the parameter shards live: Tier::host for "cpu", Tier::device for
-// "none".
+// Where the parameter shards live: Tier::host for "cpu", Tier::nvme for
+// "nvme", Tier::device for "none".
 ZTRAIN_API Tier offload_param_tier(const Options& o);
+// offload_param.nvme_path.
+ZTRAIN_API std::filesystem::path offload_param_path(const Options& o);
 
 }  // namespace ztrain::shard

@@ -30,6 +30,10 @@
 // and released right after. The schedule is a pure function of the trace
 // (make_gather_plan), so an estimate computes the same peak.
 //
+// The shard may live in memory or in a swap file (OwnedShard): a gather
+// borrows this rank's part of its group from it, in place or read into a
+// host buffer, until the collective is done.
+//
 // Ownership: gathered and persistent buffers are (device, params); `shard`
 // belongs to the caller and must outlive this.
 // Errors: ConfigError at construction when one module needs more than
@@ -50,6 +54,7 @@
 #include "ztrain/model.h"
 #include "ztrain/options.h"
 #include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/owned_shard.h"
 #include "ztrain/tensor.h"
 
 namespace ztrain::shard {
@@ -135,7 +140,7 @@ class ZTRAIN_API ParamGatherer {
   // here (collective).
   ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
                 const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                Communicator& comm, TypedPtr shard, const GatherOptions& options,
+                Communicator& comm, OwnedShard& shard, const GatherOptions& options,
                 std::string strategy);
   // Waits for gathers still in the air (their buffers are freed here).
   ~ParamGatherer();
@@ -170,6 +175,7 @@ class ZTRAIN_API ParamGatherer {
     std::vector<std::size_t> counts;  // owned elements per rank
     State state = State::released;
     Buffer buffer;
+    ShardLoan send;  // this rank's part, while the gather is in flight
     CommWork work;
   };
   struct Param {
@@ -177,10 +183,10 @@ class ZTRAIN_API ParamGatherer {
     int group;  // -1: persistent
     Shape shape;
   };
-  // This rank's part of the flat range starting at `begin` whose owned
-  // counts are `counts` (any valid pointer when it owns none of it).
-  void* own_part(std::uint64_t begin, const std::vector<std::size_t>& counts) const;
-  std::size_t bytes(std::uint64_t elements) const { return elements * dtype_size(shard_.dtype); }
+  // This rank's part of the flat range [begin, end), lent by the shard
+  // (nothing when it owns none of it).
+  ShardLoan own_part(std::uint64_t begin, std::uint64_t end);
+  std::size_t bytes(std::uint64_t elements) const { return elements * dtype_size(dtype_); }
   void gather(int g);
   void wait(int g);
   void drop(int g);
@@ -193,7 +199,8 @@ class ZTRAIN_API ParamGatherer {
   Device& device_;
   Communicator& comm_;
   const FlatLayout& layout_;
-  TypedPtr shard_;
+  OwnedShard& shard_;
+  DType dtype_;
   GatherOptions options_;
   std::string strategy_;
   std::vector<Param> params_;

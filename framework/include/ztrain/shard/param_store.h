@@ -4,22 +4,24 @@
 // Two stores: ReplicatedParams holds every parameter whole on every rank
 // (ZeRO-1 and -2); after the optimizer stepped this rank's owned range,
 // publish() all-gathers every rank's range into every replica.
-// ShardedParams holds only the owned range (ZeRO-3), in the device tier or
-// offloaded to the host (DeepSpeed's offload_param), and gathers each
-// module's parameters around it (ParamGatherer); publish() re-gathers the
-// persistent ones. A strategy forwards the module hooks to its store, lets
-// its optimizer write owned(), then calls publish(): the same calls for
-// either, so a strategy picks its store and is done.
+// ShardedParams holds only the owned range (ZeRO-3), in the device tier,
+// offloaded to the host or to a swap file on the NVMe tier (DeepSpeed's
+// offload_param "cpu" and "nvme"), and gathers each module's parameters
+// around it (ParamGatherer); publish() re-gathers the persistent ones. A strategy forwards the
+// module hooks to its store, lets its optimizer write owned(), then calls publish(): the same calls
+// for either, so a strategy picks its store and is done.
 //
 // Ownership: a store owns its buffers (category params) and keeps
 // references to the parameter list, layout and communicator it was made
 // with, which must outlive it.
 // Errors: as FullReplica and ParamGatherer (ConfigError for a live cap below
-// one module, Error when the module order changes, CommError).
+// one module, Error when the module order changes, CommError), and
+// SwappedShard's IoError.
 // Thread safety: the training thread only.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,8 +31,10 @@
 #include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/model.h"
+#include "ztrain/shard/aio.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/full_replica.h"
+#include "ztrain/shard/owned_shard.h"
 #include "ztrain/shard/param_gatherer.h"
 #include "ztrain/strategy.h"
 
@@ -45,9 +49,8 @@ class ZTRAIN_API ParamStore {
   // The micro-steps of this optimizer step are over.
   virtual void end_step() = 0;
   virtual TensorView view(ParamId p) = 0;
-  // This rank's owned range of the working parameters, and its tier.
-  virtual TypedPtr owned() = 0;
-  virtual Tier owned_tier() const = 0;
+  // This rank's owned range of the working parameters.
+  virtual OwnedShard& owned() = 0;
   // The optimizer changed owned(): every rank sees the new values
   // (collective).
   virtual void publish() = 0;
@@ -69,8 +72,7 @@ class ZTRAIN_API ReplicatedParams final : public ParamStore {
   void release(ModuleId, bool) override {}
   void end_step() override {}
   TensorView view(ParamId p) override { return replica_.param(p); }
-  TypedPtr owned() override;
-  Tier owned_tier() const override { return Tier::device; }
+  OwnedShard& owned() override { return owned_; }
   void publish() override;
   void read(ParamId p, float* out) override { replica_.read(p, out); }
   void write(ParamId p, const float* in) override { replica_.write(p, in); }
@@ -82,38 +84,47 @@ class ZTRAIN_API ReplicatedParams final : public ParamStore {
   const FlatLayout& layout_;
   Communicator& comm_;
   FullReplica replica_;
+  ResidentShard owned_;  // a view of the replica
   std::uint64_t allgather_bucket_;
   double wait_s_ = 0;
 };
 
+// Where a sharded store keeps its owned range: a memory tier, or the nvme
+// tier's swap file under `dir`.
+struct ParamPlacement {
+  Tier tier = Tier::device;
+  std::filesystem::path dir;
+  AioOptions aio;
+};
+
 class ZTRAIN_API ShardedParams final : public ParamStore {
  public:
-  // The owned range lives in `tier`, initialised from the seed; strategy
-  // names the caller in errors.
+  // The owned range is placed by `placement`, initialised from the seed;
+  // strategy names the caller in errors.
   ShardedParams(Device& device, const std::vector<ParamSpec>& params,
                 const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                Communicator& comm, std::uint64_t seed, DType precision, Tier tier,
-                const GatherOptions& gather, const std::string& strategy);
+                Communicator& comm, std::uint64_t seed, DType precision,
+                const ParamPlacement& placement, const GatherOptions& gather,
+                const std::string& strategy);
   void begin_micro_step() override { gatherer_->begin_micro_step(); }
   void fetch(ModuleId m, bool backward) override { gatherer_->fetch(m, backward); }
   void release(ModuleId m, bool backward) override { gatherer_->release(m, backward); }
   void end_step() override { gatherer_->end_step(); }
   TensorView view(ParamId p) override { return gatherer_->view(p); }
-  TypedPtr owned() override { return {shard_.data(), precision_}; }
-  Tier owned_tier() const override { return tier_; }
+  OwnedShard& owned() override { return *owned_; }
   void publish() override { gatherer_->refresh(); }
   void read(ParamId p, float* out) override { gatherer_->read(p, out); }
   void write(ParamId p, const float* in) override { gatherer_->write(p, in); }
   double wait_seconds() const override { return gatherer_->wait_seconds(); }
-  // Bytes per rank: the owned range in `tier`; gathered and persistent
-  // parameters in the device tier; refresh's packed buffer (comm).
+  // Bytes per rank: the owned range in its tier; gathered and persistent
+  // parameters in the device tier; refresh's packed buffer (comm); for a
+  // swapped range, the host buffers its reads go through (offload).
   static MemoryEstimate estimate(const std::vector<ParamSpec>& params, const FlatLayout& layout,
                                  DType precision, Tier tier, const GatherOptions& gather);
 
  private:
-  DType precision_;
-  Tier tier_;
-  Buffer shard_;
+  Buffer memory_;  // the owned range, when it lives in memory
+  std::unique_ptr<OwnedShard> owned_;
   std::optional<ParamGatherer> gatherer_;
 };
 

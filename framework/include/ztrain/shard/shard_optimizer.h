@@ -31,6 +31,7 @@
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/optimizer_shard.h"
+#include "ztrain/shard/owned_shard.h"
 #include "ztrain/strategy.h"
 
 namespace ztrain::shard {
@@ -46,7 +47,7 @@ class ZTRAIN_API OptimizerStore {
   // The global norm over every piece, then (unless it overflowed) AdamW
   // over the shard, writing `working`, the owned range of the working
   // parameters.
-  virtual StepResult step(TypedPtr working, Communicator* comm, const Kernels& kernels,
+  virtual StepResult step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
                           const StepArgs& args) = 0;
   // Sets the masters of flat elements [flat_begin, flat_begin + n) that
   // fall in the shard from exact fp32 values (import).
@@ -68,7 +69,9 @@ class ZTRAIN_API ShardOptimizer final : public OptimizerStore {
                  const OptimizerPlacement& placement, DType grad_dtype, ConstTypedPtr working);
 
   std::vector<GradPiece> grad_pieces() const override;
-  StepResult step(TypedPtr working, Communicator* comm, const Kernels& kernels,
+  // `working` must be in memory (resident); a swapped shard goes with
+  // SwappedOptimizer.
+  StepResult step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
                   const StepArgs& args) override;
   void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
 

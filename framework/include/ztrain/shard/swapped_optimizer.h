@@ -3,17 +3,21 @@
 // The fp32 master weights, m and v of this rank's owned range [begin, end)
 // live in a swap file under `dir`, cut into sub-groups of at most
 // `sub_group_size` elements (each sub-group's three arrays side by side,
-// page-aligned); the fp32 gradient shard the reducer lands in lives in
-// host memory. step() takes the global norm from the gradients, then
-// streams the sub-groups through `buffer_count` host buffers: while one
-// sub-group is stepped, the next ones are read and the previous one is
-// written back, so the disk and the CPU AdamW work at once. With one
-// buffer each sub-group is read, stepped and written in turn. Every byte
-// is accounted in its tier: the file in nvme (optimizer), the buffers in
-// host (offload), the gradient shard in host (grads).
+// page-aligned; sub_group_size is rounded up to a whole number of pages of
+// elements); the fp32 gradient shard the reducer lands in lives in host
+// memory. step() takes the global norm from the gradients, then streams the
+// sub-groups through `buffer_count` host buffers: while one sub-group is
+// stepped, the next ones are read and the previous one is written back, so
+// the disk and the CPU AdamW work at once. The new working copy of each
+// sub-group goes from its buffer to the owned shard, wherever that lives
+// (memory, or its own swap file with offload_param.device = "nvme"). With
+// one buffer each sub-group is read, stepped and written in turn. Every
+// byte is accounted in its tier: the file in nvme (optimizer), the buffers
+// in host (offload), the gradient shard in host (grads).
 //
 // Ownership: owns its engine, file (removed with it, and however the
-// process ends) and buffers; keeps references to `params` and `layout`.
+// process ends) and buffers; keeps references to `params` and `layout`,
+// and to the owned shard last stepped, which must outlive it.
 // Errors: IoError from the engine (a missing or unwritable nvme_path, a
 // memory file system, a full disk, a failed transfer, each naming the path).
 // Thread safety: the training thread only.
@@ -27,6 +31,7 @@
 #include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/shard/aio.h"
+#include "ztrain/shard/owned_shard.h"
 #include "ztrain/shard/shard_optimizer.h"
 
 namespace ztrain::shard {
@@ -44,18 +49,23 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
   // masters' initial values; rank names the swap file.
   SwappedOptimizer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
                    std::uint64_t begin, std::uint64_t end, const OptimizerSettings& settings,
-                   const SwapOptions& swap, DType grad_dtype, ConstTypedPtr working, int rank);
+                   const SwapOptions& swap, DType grad_dtype, OwnedShard& working, int rank);
   ~SwappedOptimizer() override;
   SwappedOptimizer(const SwappedOptimizer&) = delete;
   SwappedOptimizer& operator=(const SwappedOptimizer&) = delete;
 
   std::vector<GradPiece> grad_pieces() const override;
-  StepResult step(TypedPtr working, Communicator* comm, const Kernels& kernels,
+  StepResult step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
                   const StepArgs& args) override;
   void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
 
-  // Bytes per tier and category of `elements` of a shard so placed.
-  static MemoryEstimate estimate(std::uint64_t elements, const SwapOptions& swap, DType grad_dtype);
+  // The elements a sub-group holds when `asked` (sub_group_size) are asked
+  // for: rounded up to a whole number of pages of elements (2048).
+  static std::uint64_t sub_group_elements(std::uint64_t asked);
+  // Bytes per tier and category of `elements` of a shard so placed, whose
+  // working copy is of type `working`.
+  static MemoryEstimate estimate(std::uint64_t elements, const SwapOptions& swap, DType working,
+                                 DType grad_dtype);
 
  private:
   struct SubGroup {
@@ -64,7 +74,8 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
     std::uint64_t stride;      // bytes per array, page-aligned
     AdamWRange range;
   };
-  // The sub-group's master, m and v in a host buffer.
+  // The sub-group's master, m, v (which 0-2) and new working copy (3) in a
+  // host buffer.
   float* array(std::size_t buffer, const SubGroup& g, int which) const;
   void read(std::size_t g, std::size_t buffer);
   void write(std::size_t g, std::size_t buffer);
@@ -80,6 +91,8 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
   std::vector<Buffer> buffers_;
   Buffer grads_;
   std::vector<AioEngine::Ticket> reads_, writes_;  // per sub-group
+  std::vector<AioEngine::Ticket> working_writes_;  // to working_, per sub-group
+  OwnedShard* working_ = nullptr;
 };
 
 }  // namespace ztrain::shard

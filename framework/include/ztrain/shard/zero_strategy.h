@@ -5,7 +5,8 @@
 // GradReducer executing a reduction plan (when gradients are reduced, where
 // they wait), and an OptimizerStore (the gradient shard and AdamW state of
 // this rank's owned range: a ShardOptimizer split between the device and
-// host memory, or a SwappedOptimizer on the NVMe tier).
+// host memory, or a SwappedOptimizer on the NVMe tier; the parameter shard
+// on the NVMe tier needs the latter).
 // A stage is a Design: which store, which reduction policy, where the
 // optimizer lives. The built-in zero2, zero3 and cpu_offload strategies are
 // a constructor and an options declaration over this class; a third-party
@@ -24,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +47,7 @@ struct ZeroDesign {
   std::string name;                            // the strategy, in errors
   bool shard_params = false;                   // ZeRO-3: ShardedParams, else ReplicatedParams
   Tier param_tier = Tier::device;              // where a sharded store keeps the owned range
+  std::filesystem::path param_swap_dir;        // its swap files' directory, for tier nvme
   GatherOptions gather;                        // a sharded store's
   std::uint64_t allgather_bucket = 500000000;  // a replicated store's publish
   ReducePolicy reduce = ReducePolicy::shard_during_backward;

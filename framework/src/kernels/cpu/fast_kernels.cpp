@@ -291,10 +291,10 @@ class FastKernels final : public ReferenceKernels {
     if (!vec::have_avx2_fma())
       return ReferenceKernels::adamw(p, g, m, v, working, n, lr, beta1, beta2, eps, weight_decay,
                                      grad_mult, bc1, bc2, grad_after);
+    const auto loop = vec::have_avx512() ? vec::adamw_avx512 : vec::adamw_avx2;
     parallel_chunks(n, 65536, [&](std::size_t a, std::size_t b) {
-      vec::adamw_avx2(p + a, g.at(a), m + a, v + a, working ? working.at(a) : nullptr, b - a, lr,
-                      beta1, beta2, eps, weight_decay, grad_mult, bc1, bc2,
-                      grad_after == GradAfter::zeroed);
+      loop(p + a, g.at(a), m + a, v + a, working ? working.at(a) : nullptr, b - a, lr, beta1, beta2,
+           eps, weight_decay, grad_mult, bc1, bc2, grad_after == GradAfter::zeroed);
     });
   }
 
