@@ -18,7 +18,9 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for r in $(seq "$rounds"); do
   "$build/bin/bench_adamw" --n "$n" --threads 2 --rounds 3 > "$out/ztrain.$r"
-  "$python" "$src/bench/adamw_peers.py" --n "$n" --threads 2 > "$out/peers.$r"
+  # THP_MEM_ALLOC_ENABLE: PyTorch's own switch for huge pages on large CPU
+  # tensors, as the cpu device advises them for its large blocks.
+  THP_MEM_ALLOC_ENABLE=1 "$python" "$src/bench/adamw_peers.py" --n "$n" --threads 2 > "$out/peers.$r"
   echo "round $r:"
   sed 's/^/  ztrain: /' "$out/ztrain.$r"
   sed 's/^/  peer (ns\/element): /' "$out/peers.$r"
