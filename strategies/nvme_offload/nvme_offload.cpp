@@ -49,6 +49,7 @@ class NvmeOffload final : public shard::ZeroStrategy {
     d.param_tier = shard::offload_param_tier(o);
     d.param_swap_dir = shard::offload_param_path(o);
     d.gather = shard::gather_options(o);
+    shard::offload_param_buffers(o, d.gather);
     d.reduce = shard::ReducePolicy::shard_during_backward;
     d.reduce_settings = shard::bucket_settings(o, d.name);
     d.optimizer.offload = Tier::nvme;

@@ -10,7 +10,7 @@
 #   tolerances.
 # - Memory: every tier's measured peaks per rank (nvme included) equal
 #   `ztrain estimate` within 5 %, with parameters in host memory and in
-#   swap files; the nvme tier holds the master weights, m and v (12 bytes
+#   swap files (read through 5 buffers, and through 1); the nvme tier holds the master weights, m and v (12 bytes
 #   per shard element, page-aligned per sub-group) and, when asked, the
 #   working parameters (4 bytes per element, page-rounded).
 # - Weights in and out through the parameter swap files: a run with
@@ -59,14 +59,15 @@ for np in 1 2; do
   for buffers in 1 4; do
     name="nvme_params_w${np}_b$buffers"
     train_run "$name" "$np" "$micro" 2 "${nvme[@]}" "${params_nvme[@]}" "${zero3[@]}" \
-      --set strategy.sub_group_size=5000 --set strategy.offload_optimizer.buffer_count="$buffers"
+      --set strategy.sub_group_size=5000 --set strategy.offload_optimizer.buffer_count="$buffers" \
+      --set strategy.offload_param.buffer_count="$buffers"
     same_training "zero3_w$np" "$name" 0 0
     no_swap_files "$name"
   done
 done
 grep -q "nvme_offload: parameter shards in host memory; optimizer state in swap files under $swap (sub-groups of 5000 (6144: whole pages) elements through 4 host buffers)" \
   "$scratch/nvme_w2_b4.out" || fail "the run header does not say where the optimizer state is"
-grep -q "nvme_offload: parameter shards in swap files under $swap; optimizer state in swap files" \
+grep -q "nvme_offload: parameter shards in swap files under $swap (read through 4 host buffers); optimizer state in swap files" \
   "$scratch/nvme_params_w2_b4.out" || fail "the run header does not say where the parameter shards are"
 train_run bf16_zero3 2 2 2 --set train.precision=bf16 --strategy zero3 "${zero3[@]}"
 train_run bf16_nvme 2 2 2 --set train.precision=bf16 "${nvme[@]}" "${zero3[@]}" --set strategy.sub_group_size=5000
@@ -117,6 +118,7 @@ mem=(--set train.steps=3 --set train.micro_batch_size=2 --set train.grad_accum=2
   --set strategy.sub_group_size=7000)
 measure mem "${mem[@]}" --set strategy.offload_param.device=cpu
 measure mem_params "${mem[@]}" "${params_nvme[@]}" "${zero3[@]}"
+measure mem_params_b1 "${mem[@]}" "${params_nvme[@]}" "${zero3[@]}" --set strategy.offload_param.buffer_count=1
 # 59264 shard elements in sub-groups of 7000, rounded to whole pages of
 # elements (8192): 7 of 32768 bytes and one of 1920 elements, 7680 bytes
 # page-aligned to 8192, three arrays each.
@@ -159,6 +161,10 @@ bad "nvme_path '/no/such/params' is not a directory; create it" --strategy zero3
   --set strategy.offload_optimizer.nvme_path="$swap" --set strategy.offload_param.device=nvme \
   --set strategy.offload_param.nvme_path=/no/such/params
 no_swap_files "a run refused for its parameters' nvme_path"
+bad "offload_param.buffer_size = 100 elements is smaller than this rank's part of the parameters '.*' gathers together" \
+  --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$swap" "${params_nvme[@]}" "${zero3[@]}" \
+  --set strategy.offload_param.buffer_size=100
+no_swap_files "a run refused for its parameters' buffer_size"
 if [ "$(stat -f -c %T /dev/shm 2> /dev/null)" = tmpfs ]; then
   bad "is on tmpfs, which is memory" --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path=/dev/shm
 else

@@ -377,11 +377,18 @@ std::vector<ParamSpec> odd_chain() {
 // The gatherer over `owned` (this rank's range of `full`): three steps of
 // the standard trace with every view whole, gathers issued ahead of use,
 // and a whole parameter read back.
+// max_staged: the most host read-buffer bytes (offload) allowed after any
+// fetch (0: not checked).
 void check_gatherer(const std::vector<ParamSpec>& params, const shard::FlatLayout& layout,
-                    const std::vector<float>& full, Device& dev, shard::OwnedShard& owned) {
+                    const std::vector<float>& full, Device& dev, shard::OwnedShard& owned,
+                    std::uint64_t read_buffers = 0, std::uint64_t max_staged = 0) {
   const std::vector<ModuleSpec> modules{{"embed"}, {"block.0"}, {"block.1"}, {"head"}};
-  const shard::GatherOptions opts{600, 1200, 0, 0};
+  // With a read-buffer cap the prefetch asks for everything at once.
+  shard::GatherOptions opts =
+      read_buffers ? shard::GatherOptions{2000, 2000, 0, 0} : shard::GatherOptions{600, 1200, 0, 0};
+  opts.read_buffers = read_buffers;
   shard::ParamGatherer g(dev, params, modules, layout, world(), owned, opts, "test");
+  std::uint64_t most_staged = 0;
   std::vector<shard::GatherEvent> log;
   g.record_events(&log);
   for (int step = 0; step < 3; ++step) {
@@ -390,6 +397,9 @@ void check_gatherer(const std::vector<ParamSpec>& params, const shard::FlatLayou
       for (int k = 0; k < 4; ++k) {
         const ModuleId m = pass == 0 ? k : 3 - k;
         g.fetch(m, pass == 1);
+        most_staged =
+            std::max(most_staged, dev.stats().current[static_cast<std::size_t>(Tier::host)]
+                                                     [static_cast<std::size_t>(Category::offload)]);
         for (std::size_t p = 0; p < params.size(); ++p) {
           const auto& u = params[p].used_by;
           if (std::find(u.begin(), u.end(), m) == u.end()) continue;
@@ -413,6 +423,7 @@ void check_gatherer(const std::vector<ParamSpec>& params, const shard::FlatLayou
     }
   }
   CHECK(ahead);
+  if (max_staged) CHECK(most_staged <= max_staged);
   std::vector<float> whole(503);
   g.read(2, whole.data());
   CHECK(std::equal(whole.begin(), whole.end(), full.data() + layout.offset(2)));
@@ -448,6 +459,15 @@ TEST_CASE("zero3's gatherer reads each rank's part from its swap file (offload_p
     shard::SwappedShard owned(*dev, b, e, DType::f32, dir, {}, r);
     owned.write(b, full.data() + b, e - b);
     check_gatherer(params, layout, full, *dev, owned);
+    // One read buffer: never two parts in host memory at once, though the
+    // prefetch asks for every group at the first module.
+    std::uint64_t largest = 0;
+    for (const auto& gr : shard::gather_groups(params, layout, 0)) {
+      const std::uint64_t pb = std::max(gr.begin, b), pe = std::min(gr.end, e);
+      if (pb < pe)
+        largest = std::max(largest, shard::SwappedShard::loan_bytes(b, pb, pe, DType::f32));
+    }
+    check_gatherer(params, layout, full, *dev, owned, 1, largest);
     CHECK(dev->stats().current[static_cast<std::size_t>(Tier::host)]
                               [static_cast<std::size_t>(Category::offload)] == 0);
   }

@@ -240,6 +240,7 @@ ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& param
   for (const auto& m : modules) module_names_.push_back(m.name);
   needs_ = group_needs(groups_, static_cast<int>(modules.size()));
   check_live_cap(needs_, group_sizes(groups_), options.max_live_parameters, module_names_);
+  if (!shard.resident() && options.read_buffer_size) check_read_buffers();
   build_persistent();
   refresh();
 }
@@ -251,6 +252,24 @@ ParamGatherer::~ParamGatherer() {
       g.work.wait();
     } catch (...) {  // an error on the way out: the buffer must outlive the collective anyway
     }
+  }
+}
+
+// Every group's part on this rank must fit one read buffer.
+void ParamGatherer::check_read_buffers() const {
+  const auto rank = static_cast<std::size_t>(comm_.rank());
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::uint64_t part = live_groups_[g].counts[rank];
+    if (part <= options_.read_buffer_size) continue;
+    const ModuleId m = groups_[g].used_by.empty() ? -1 : groups_[g].used_by.front();
+    throw ConfigError(
+        "[strategy] offload_param.buffer_size = " + std::to_string(options_.read_buffer_size) +
+        " elements is smaller than this rank's part of the parameters " +
+        (m >= 0 && static_cast<std::size_t>(m) < module_names_.size()
+             ? "'" + module_names_[static_cast<std::size_t>(m)] + "'"
+             : std::string("of group ") + std::to_string(g)) +
+        " gathers together (" + std::to_string(part) + " elements); raise it to at least " +
+        std::to_string(part));
   }
 }
 
@@ -292,6 +311,12 @@ void ParamGatherer::gather(int id) {
     throw InternalError(strategy_ + ": gather plan: group " + std::to_string(id) +
                         " is already gathered");
   g.buffer = device_.allocate(Tier::device, Category::params, bytes(range.size()));
+  if (!shard_.resident()) {
+    // A read buffer: the oldest gather holding one finishes first when all
+    // are taken.
+    if (options_.read_buffers && reading_.size() >= options_.read_buffers) wait(reading_.front());
+    reading_.push_back(id);
+  }
   g.send = own_part(range.begin, range.end);
   // A rank owning none of the group sends nothing from any valid pointer.
   const void* send = g.send.data ? g.send.data.data : g.buffer.data();
@@ -309,6 +334,8 @@ void ParamGatherer::wait(int id) {
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   g.work = {};
   g.send = {};
+  if (auto r = std::find(reading_.begin(), reading_.end(), id); r != reading_.end())
+    reading_.erase(r);
   g.state = State::live;
 }
 

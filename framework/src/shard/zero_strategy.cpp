@@ -28,7 +28,8 @@ std::string describe(const ZeroDesign& d) {
     return std::to_string(static_cast<int>(r * 100 + 0.5)) + "%";
   };
   if (d.shard_params && d.param_tier == Tier::nvme)
-    s += "parameter shards in swap files under " + d.param_swap_dir.string();
+    s += "parameter shards in swap files under " + d.param_swap_dir.string() + " (read through " +
+         std::to_string(d.gather.read_buffers) + " host buffers)";
   else if (d.shard_params && d.param_tier != Tier::device)
     s += "parameter shards in " + std::string(tier_name(d.param_tier)) + " memory";
   const auto& o = d.optimizer;

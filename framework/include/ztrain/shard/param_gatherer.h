@@ -32,18 +32,21 @@
 //
 // The shard may live in memory or in a swap file (OwnedShard): a gather
 // borrows this rank's part of its group from it, in place or read into a
-// host buffer, until the collective is done.
+// host buffer, until the collective is done. At most read_buffers gathers
+// hold such a buffer at once: issuing one more first waits for the oldest
+// (DeepSpeed's offload_param.buffer_count), so prefetch cannot pull a whole
+// swapped shard into host memory.
 //
 // Ownership: gathered and persistent buffers are (device, params); `shard`
 // belongs to the caller and must outlive this.
 // Errors: ConfigError at construction when one module needs more than
-// max_live_parameters; Error, naming `strategy`, when the module order
-// changes; InternalError when a parameter is viewed while not gathered;
-// CommError.
-// Thread safety: the training thread only.
+// max_live_parameters, or a swapped group's part exceeds read_buffer_size; Error, naming
+// `strategy`, when the module order changes; InternalError when a parameter is viewed while not
+// gathered; CommError. Thread safety: the training thread only.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -64,6 +67,11 @@ struct GatherOptions {
   std::uint64_t max_live_parameters = 1000000000;
   std::uint64_t param_persistence_threshold = 100000;
   std::uint64_t max_reuse_distance = 1000000000;
+  // For a shard in a swap file (offload_param.buffer_count, buffer_size):
+  // gathers that may hold a host read buffer at once (0: no limit), and the
+  // most elements of a group's part one may hold (0: no limit).
+  std::uint64_t read_buffers = 0;
+  std::uint64_t read_buffer_size = 0;
 };
 
 // What happens at each trace position, in gather units (group ids): units
@@ -195,6 +203,7 @@ class ZTRAIN_API ParamGatherer {
   void log(GatherEvent::Kind kind, int g);
   std::string describe(const TraceEntry& e) const;
   void build_persistent();
+  void check_read_buffers() const;
 
   Device& device_;
   Communicator& comm_;
@@ -225,6 +234,7 @@ class ZTRAIN_API ParamGatherer {
   std::uint64_t live_ = 0, persistent_elements_ = 0;
   double wait_s_ = 0;
   std::vector<GatherEvent>* log_ = nullptr;
+  std::deque<int> reading_;  // gathers holding a read buffer, oldest first
 };
 
 }  // namespace ztrain::shard
