@@ -10,14 +10,44 @@
 namespace ztrain::shard {
 namespace {
 
-// The most host bytes a swapped shard's loans hold at once while the
-// standard trace runs, for the worst rank. A gather borrows this rank's part
-// of its group (the pages holding it) from when it is issued until the
-// group is used or dropped, and at most gather.read_buffers gathers hold
-// one: issuing another first finishes the oldest. The plan says when each
-// happens, so walking it with each group's loan size gives the peak.
-// Outside the plan (the first micro-step, evaluation) a module's groups are
-// borrowed on demand, under the same cap; initialisation and the
+// The most bytes of `loan` (per group) held at once when the gatherer runs
+// `plan` over `trace` and, before it, each module's `needs` on demand: a
+// gather borrows from when it is issued until its group is used or
+// dropped, and at most `cap` borrow at once (issuing another first
+// finishes the oldest), as ParamGatherer does.
+std::uint64_t loans_peak(const GatherPlan& plan, const std::vector<std::vector<int>>& trace,
+                         const std::vector<std::vector<int>>& needs,
+                         const std::vector<std::uint64_t>& loan, std::size_t cap) {
+  std::deque<int> in_flight;  // oldest first
+  std::uint64_t held = 0, peak = 0;
+  const auto settle = [&](int g) {
+    const auto at = std::find(in_flight.begin(), in_flight.end(), g);
+    if (at == in_flight.end()) return;
+    in_flight.erase(at);
+    held -= loan[static_cast<std::size_t>(g)];
+  };
+  const auto issue = [&](int g) {
+    if (in_flight.size() >= cap) settle(in_flight.front());
+    in_flight.push_back(g);
+    held += loan[static_cast<std::size_t>(g)];
+    peak = std::max(peak, held);
+  };
+  for (const auto& need : needs) {
+    for (int g : need) issue(g);
+    for (int g : need) settle(g);
+  }
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    for (int g : plan.evict[i]) settle(g);
+    for (int g : plan.gather[i]) issue(g);
+    for (int g : trace[i]) settle(g);
+    for (int g : plan.release[i]) settle(g);
+  }
+  return peak;
+}
+
+// The host buffers a swapped shard's reads take at once, for the worst
+// rank: the gathers' loans (the pages holding each group's part) over the
+// standard trace, under gather.read_buffers; initialisation and the
 // optimizer's start read slices of at most SwappedShard::kSlice elements;
 // import borrows one parameter's pages twice (converted, and read around).
 std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const FlatLayout& layout,
@@ -36,44 +66,20 @@ std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const Flat
   const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(layout.world());
   std::uint64_t peak =
       SwappedShard::loan_bytes(0, 0, std::min(shard, SwappedShard::kSlice), precision);
-  const std::size_t cap = gather.read_buffers ? gather.read_buffers : SIZE_MAX;
   for (int r = 0; r < layout.world(); ++r) {
     const std::uint64_t ob = layout.owned_begin(r), oe = layout.owned_end(r);
-    std::vector<std::uint64_t> loan(groups.size());
-    for (std::size_t g = 0; g < groups.size(); ++g) {
-      const std::uint64_t b = std::max(groups[g].begin, ob), e = std::min(groups[g].end, oe);
-      loan[g] = b < e ? SwappedShard::loan_bytes(ob, b, e, precision) : 0;
-    }
+    const auto loan = [&](std::uint64_t b, std::uint64_t e) {
+      b = std::max(b, ob), e = std::min(e, oe);
+      return b < e ? SwappedShard::loan_bytes(ob, b, e, precision) : 0;
+    };
+    std::vector<std::uint64_t> loans;
+    for (const auto& g : groups) loans.push_back(loan(g.begin, g.end));
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto id = static_cast<ParamId>(i);
-      const std::uint64_t b = std::max(layout.offset(id), ob);
-      const std::uint64_t e = std::min(layout.offset(id) + layout.numel(id), oe);
-      if (b < e) peak = std::max(peak, 2 * SwappedShard::loan_bytes(ob, b, e, precision));
+      peak = std::max(peak, 2 * loan(layout.offset(id), layout.offset(id) + layout.numel(id)));
     }
-    std::deque<int> in_flight;  // oldest first, as the gatherer's
-    std::uint64_t held = 0;
-    const auto settle = [&](int g) {
-      const auto at = std::find(in_flight.begin(), in_flight.end(), g);
-      if (at == in_flight.end()) return;
-      in_flight.erase(at);
-      held -= loan[static_cast<std::size_t>(g)];
-    };
-    const auto issue = [&](int g) {
-      if (in_flight.size() >= cap) settle(in_flight.front());
-      in_flight.push_back(g);
-      held += loan[static_cast<std::size_t>(g)];
-      peak = std::max(peak, held);
-    };
-    for (const auto& need : needs) {
-      for (int g : need) issue(g);
-      for (int g : need) settle(g);
-    }
-    for (std::size_t i = 0; i < trace.size(); ++i) {
-      for (int g : plan.evict[i]) settle(g);
-      for (int g : plan.gather[i]) issue(g);
-      for (int g : trace[i]) settle(g);
-      for (int g : plan.release[i]) settle(g);
-    }
+    peak = std::max(peak, loans_peak(plan, trace, needs, loans,
+                                     gather.read_buffers ? gather.read_buffers : SIZE_MAX));
   }
   return peak;
 }

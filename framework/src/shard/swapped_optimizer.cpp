@@ -38,16 +38,6 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(std::uint64_t begin, st
   return out;
 }
 
-}  // namespace
-
-std::uint64_t SwappedOptimizer::sub_group_elements(std::uint64_t asked) {
-  const std::uint64_t granules =
-      std::max<std::uint64_t>(1, asked / kGranule + (asked % kGranule != 0));
-  return granules * kGranule;
-}
-
-namespace {
-
 // A sub-group's host buffer: master, m, v (`stride` bytes each, as in the
 // file), then the working copy.
 std::uint64_t buffer_bytes(std::uint64_t stride, std::uint64_t elements, DType working) {
@@ -55,6 +45,12 @@ std::uint64_t buffer_bytes(std::uint64_t stride, std::uint64_t elements, DType w
 }
 
 }  // namespace
+
+std::uint64_t SwappedOptimizer::sub_group_elements(std::uint64_t asked) {
+  const std::uint64_t granules =
+      std::max<std::uint64_t>(1, asked / kGranule + (asked % kGranule != 0));
+  return granules * kGranule;
+}
 
 SwappedOptimizer::SwappedOptimizer(Device& device, const std::vector<ParamSpec>& params,
                                    const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
