@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "train/config_agreement.h"
 #include "train/data_loader.h"
 #include "train/job_figures.h"
 #include "train/lr_schedule.h"
@@ -125,6 +126,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
   Run run;
   run.comm = make_communicator(resolve_comm(config));
+  check_ranks_agree(config, *run.comm);
   run.settings = resolve_settings(config, run.comm->size());
   const auto& dev = run.settings.device;
 

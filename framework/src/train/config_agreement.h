@@ -1,0 +1,22 @@
+// Every rank of a job must run the same configuration.
+//
+// Ranks are started separately (mpirun, torchrun-style environment, a
+// scheduler), each reading its own run file, presets and --set overrides;
+// when those differ, the ranks would train different models or schedules
+// and still exit 0. check_ranks_agree compares a digest of every resolved
+// key and value across the ranks right after they meet, before anything
+// is built, and on a mismatch raises the same ConfigError on every rank,
+// naming the first key that differs and its value (and origin) on rank 0
+// and on the first rank that differs.
+//
+// Thread safety: collective; the training thread only.
+#pragma once
+
+#include "core/config.h"
+#include "ztrain/comm.h"
+
+namespace ztrain {
+
+void check_ranks_agree(const RunConfig& config, Communicator& comm);
+
+}  // namespace ztrain

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Ranks that disagree on the configuration stop before anything is built.
+# Two ranks started separately, the second with one key changed (model
+# shape, strategy, steps, learning rate, seed), must both exit with the
+# config error naming that key and both values, within seconds, and write
+# no weights; over tcp (torchrun-style) and under mpirun (MPMD). The same
+# value reached two ways (0.001 from one rank's --set, 1e-3 from the
+# other's) agrees and trains.
+#
+# usage: test_rank_agreement.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+common=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set train.steps=3 --set train.eval_every=0 --set device.threads=1)
+
+# tcp_pair NAME RANK1_ARGS...: rank 0 with the common arguments, rank 1 with
+# RANK1_ARGS too; their exit statuses in $s0 and $s1.
+tcp_pair() {
+  local name=$1 p0 p1
+  shift
+  reserve_port
+  RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \
+    --set train.out_dir="$scratch/$name" "$SRC/configs/run.toml" > "$scratch/$name.0.out" 2>&1 &
+  p0=$!
+  RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \
+    --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" > "$scratch/$name.1.out" 2>&1 &
+  p1=$!
+  spawned+=("$p0" "$p1")
+  exit_within "$p0" 60
+  s0=$status
+  exit_within "$p1" 60
+  s1=$status
+}
+
+# refused NAME KEY VALUE0 VALUE1: both ranks of NAME exited 2 naming KEY with
+# rank 0's and rank 1's values, and no weights were written.
+refused() {
+  local name=$1 key=$2 v0=$3 v1=$4 r
+  for r in 0 1; do
+    local s
+    s=$([ "$r" -eq 0 ] && echo "$s0" || echo "$s1")
+    [ "$s" -eq 2 ] || { cat "$scratch/$name.$r.out" >&2; fail "$name: rank $r exited $s, not 2"; }
+    grep -q "the ranks disagree on the configuration: $key is $v0 .* on rank 0 but $v1 .* on rank 1" \
+      "$scratch/$name.$r.out" || { cat "$scratch/$name.$r.out" >&2; fail "$name: rank $r did not name $key"; }
+  done
+  [ ! -e "$scratch/$name/model.safetensors" ] || fail "$name wrote weights"
+  echo "$name: $(grep -m1 -o 'the ranks disagree.*on rank 1' "$scratch/$name.0.out")"
+}
+
+tcp_pair layers --set model.n_layer=3
+refused layers model.n_layer 2 3
+tcp_pair width --set model.n_embd=128
+refused width model.n_embd 64 128
+tcp_pair strategy --strategy zero2
+refused strategy strategy.plugin "'ddp'" "'zero2'"
+tcp_pair steps --set train.steps=4
+refused steps train.steps 3 4
+tcp_pair lr --set train.lr=0.002
+refused lr train.lr '[0-9.e-]*' 0.002
+tcp_pair seed --set train.seed=7
+refused seed train.seed '[0-9]*' 7
+
+# The same value written differently agrees.
+common+=(--set train.lr=0.001)
+tcp_pair same_lr --set train.lr=1e-3
+[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/same_lr.*.out >&2; fail "0.001 and 1e-3 disagreed"; }
+
+# Under mpirun, one program per rank.
+mpirun=$(command -v mpirun) || fail "mpirun not found (install openmpi-bin)"
+status=0
+"$mpirun" --allow-run-as-root --oversubscribe --bind-to none \
+  -np 1 "$ZTRAIN" "${common[@]}" --set train.out_dir="$scratch/mpi" "$SRC/configs/run.toml" : \
+  -np 1 "$ZTRAIN" "${common[@]}" --set train.out_dir="$scratch/mpi" --set model.n_head=2 \
+  "$SRC/configs/run.toml" > "$scratch/mpi.out" 2>&1 || status=$?
+[ "$status" -ne 0 ] || fail "mpirun with disagreeing ranks exited 0"
+for r in 0 1; do
+  grep -q "\[rank $r\] ztrain: config error: the ranks disagree on the configuration: model.n_head is 4 .* on rank 0 but 2 .* on rank 1" \
+    "$scratch/mpi.out" || { cat "$scratch/mpi.out" >&2; fail "mpi: rank $r did not name model.n_head"; }
+done
+! grep -qiE "segmentation|bus error|signal" "$scratch/mpi.out" || fail "mpi: a rank crashed: $(cat "$scratch/mpi.out")"
+echo "PASS"
