@@ -16,6 +16,7 @@
 // host made it and may be read from any thread.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -56,6 +57,13 @@ struct ZTRAIN_API OptionSpec {
   }
   OptionSpec& at_most(double v) {
     max = v;
+    return *this;
+  }
+  // The plugin keeps the value in an int: a value outside int's range is a
+  // ConfigError naming the key, never a narrowed (wrapped) number.
+  OptionSpec& as_int() {
+    if (!max || *max > INT_MAX) max = INT_MAX;
+    if (!min || *min < INT_MIN) min = INT_MIN;
     return *this;
   }
   OptionSpec& one_of(std::vector<std::string> v) {

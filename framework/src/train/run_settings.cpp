@@ -9,13 +9,16 @@ OptionList train_options() {
   o.integer("steps", 300, "optimizer steps to run").at_least(1);
   o.integer("micro_batch_size", 8,
             "sequences per rank per micro-step (DeepSpeed: train_micro_batch_size_per_gpu)")
-      .at_least(1);
+      .at_least(1)
+      .as_int();
   o.integer("grad_accum", 1,
             "micro-steps per optimizer step (DeepSpeed: gradient_accumulation_steps)")
-      .at_least(1);
+      .at_least(1)
+      .as_int();
   o.integer("global_batch_size", 0,
             "sequences per optimizer step over all ranks (DeepSpeed: train_batch_size)")
-      .at_least(1);
+      .at_least(1)
+      .as_int();
   o.number("lr", 3e-3, "peak learning rate").at_least(0);
   o.number("min_lr", 3e-4, "learning rate at the end of the decay (unset: lr / 10)").at_least(0);
   o.integer("warmup_steps", 30, "linear warmup steps from 0 to lr").at_least(0);
@@ -35,7 +38,7 @@ OptionList train_options() {
   o.integer("log_every", 10, "steps between logged metrics lines").at_least(1);
   o.integer("eval_every", 100, "steps between evaluations on the held-out split; 0 disables")
       .at_least(0);
-  o.integer("eval_batches", 8, "micro-batches per rank in one evaluation").at_least(1);
+  o.integer("eval_batches", 8, "micro-batches per rank in one evaluation").at_least(1).as_int();
   o.string("out_dir", "runs/default",
            "run directory: metrics.jsonl, config.toml, and the final weights (model.safetensors "
            "with config.json, Hugging Face layout)");
@@ -161,11 +164,16 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
     const std::int64_t g = t.get_int("global_batch_size");
     const std::string where = t.where("global_batch_size");
     if (has_m && has_a) {
-      if (m * a * w != g)
+      // Each factor fits an int; their product may not fit 64 bits.
+      std::int64_t product = 0;
+      const bool wraps =
+          __builtin_mul_overflow(m, a, &product) || __builtin_mul_overflow(product, w, &product);
+      if (wraps || product != g)
         throw ConfigError(where + ": [train] global_batch_size " + std::to_string(g) +
                           " contradicts micro_batch_size " + std::to_string(m) + " x grad_accum " +
-                          std::to_string(a) + " x world " + std::to_string(w) + " = " +
-                          std::to_string(m * a * w) + "; give any two of the three");
+                          std::to_string(a) + " x world " + std::to_string(w) +
+                          (wraps ? std::string() : " = " + std::to_string(product)) +
+                          "; give any two of the three");
     } else if (has_m) {
       a = derive(g, m * w, "micro_batch_size x world", where);
     } else if (has_a) {

@@ -15,6 +15,7 @@
 #include "train/data_loader.h"
 #include "train/job_figures.h"
 #include "train/lr_schedule.h"
+#include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/weights.h"
@@ -181,6 +182,12 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   setup.activation_bytes =
       run.model->activation_bytes({static_cast<int>(tr.micro_batch), info.seq_len});
   setup.device_budget = dev.memory_limit;
+  check_memory_fits(
+      config,
+      run.strategy->estimate({setup.params, run.comm->size(), setup.precision, setup.grad_dtype,
+                              setup.activation_bytes, setup.device_budget}),
+      setup.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
+      local_rank_count());
   run.strategy->setup(setup);
   if (model_opts.has_value("init_from")) {
     run.init_from = model_opts.get_string("init_from");

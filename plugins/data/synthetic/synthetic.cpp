@@ -9,6 +9,7 @@
 // previous one is exactly H(p). A model that learns the chain reaches a loss
 // of H(p) nats per token and cannot go lower.
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "ztrain/data.h"
@@ -28,7 +29,9 @@ class Synthetic final : public DataSource {
         where_(o.where("branching")) {}
 
   static void declare_options(OptionList& o) {
-    o.integer("vocab_size", 0, "tokens the source uses; 0 = the model's vocab_size").at_least(0);
+    o.integer("vocab_size", 0, "tokens the source uses; 0 = the model's vocab_size")
+        .at_least(0)
+        .as_int();
     o.integer("branching", 4, "successors per token (K)").at_least(1).at_most(1024);
     o.number("skew", 1.0, "successor k has probability proportional to 1/(k+1)^skew").at_least(0);
   }
@@ -40,10 +43,9 @@ class Synthetic final : public DataSource {
     if (branching_ > V_)
       throw ConfigError(where_ + ": [data] branching (" + std::to_string(branching_) +
                         ") exceeds the vocabulary (" + std::to_string(V_) + ")");
-    sigma_.resize(static_cast<std::size_t>(V_));
-    const Permutation perm(static_cast<std::uint64_t>(V_), hash_combine(seed_, 0x5167));
-    for (int x = 0; x < V_; ++x)
-      sigma_[static_cast<std::size_t>(x)] = static_cast<int>(perm(static_cast<std::uint64_t>(x)));
+    // Evaluated per token, not tabulated: a table of V entries would be
+    // memory outside the device's accounting, as large as the vocabulary.
+    sigma_.emplace(static_cast<std::uint64_t>(V_), hash_combine(seed_, 0x5167));
     std::vector<double> w(static_cast<std::size_t>(branching_));
     double total = 0;
     for (int k = 0; k < branching_; ++k)
@@ -76,7 +78,9 @@ class Synthetic final : public DataSource {
       const double u = uniform_open(hash_combine(stream, static_cast<std::uint64_t>(t) + 1));
       int k = 0;
       while (k + 1 < branching_ && u > cdf_[static_cast<std::size_t>(k)]) ++k;
-      x = (sigma_[static_cast<std::size_t>(x)] + k * stride_) % V_;
+      x = static_cast<int>(((*sigma_)(static_cast<std::uint64_t>(x)) +
+                            static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(stride_)) %
+                           static_cast<std::uint64_t>(V_));
       targets[t] = x;
     }
   }
@@ -87,7 +91,7 @@ class Synthetic final : public DataSource {
   std::string where_;
   int V_ = 0, T_ = 0, stride_ = 1;
   std::uint64_t seed_ = 0;
-  std::vector<int> sigma_;
+  std::optional<Permutation> sigma_;  // token x's first successor
   std::vector<double> cdf_;
   double entropy_ = 0;
 };

@@ -41,6 +41,7 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
   Acts a;
   plan(
       batch.shape.batch, batch.shape.seq_len, [&](std::size_t n) { return arena.alloc_f32(n); }, a);
+  if (a.rope_cos) rope_tables(a.rope_cos, a.rope_sin, batch.shape.seq_len);
   return a;
 }
 
@@ -63,8 +64,8 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     k.matmul_forward(b.q, b.ln1, P(p.q_w), nullptr, N, C, C);   // q: (N,C)
     k.matmul_forward(b.k, b.ln1, P(p.k_w), nullptr, N, C, KV);  // k: (N,KV)
     k.matmul_forward(b.v, b.ln1, P(p.v_w), nullptr, N, C, KV);  // v: (N,KV)
-    k.rope_forward(b.q, rope_cos_.data(), rope_sin_.data(), B, T, NH, hs, C);
-    k.rope_forward(b.k, rope_cos_.data(), rope_sin_.data(), B, T, NKV, hs, KV);
+    k.rope_forward(b.q, b.rope_cos, b.rope_sin, B, T, NH, hs, C);
+    k.rope_forward(b.k, b.rope_cos, b.rope_sin, B, T, NKV, hs, KV);
     k.attention_forward(b.atty, b.lse, b.q, b.k, b.v, B, T, NH, NKV, hs, b.q_stride, b.kv_stride);
   }
   k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), N, C, C);
@@ -140,8 +141,8 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
     zero(a.d_qkv, NC + 2 * NKVs);
     k.attention_backward(dq, dk, dv, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T, NH, NKV, hs,
                          b.q_stride, b.kv_stride);
-    k.rope_backward(dq, rope_cos_.data(), rope_sin_.data(), B, T, NH, hs, C);
-    k.rope_backward(dk, rope_cos_.data(), rope_sin_.data(), B, T, NKV, hs, KV);
+    k.rope_backward(dq, b.rope_cos, b.rope_sin, B, T, NH, hs, C);
+    k.rope_backward(dk, b.rope_cos, b.rope_sin, B, T, NKV, hs, KV);
     zero(a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.q_w), nullptr, dq, b.ln1, P(p.q_w), N, C, C);
     k.matmul_backward(a.d_c, G(p.k_w), nullptr, dk, b.ln1, P(p.k_w), N, C, KV);

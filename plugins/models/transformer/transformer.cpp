@@ -2,6 +2,7 @@
 // activation plan. The math is in forward_backward.cpp.
 #include "transformer.h"
 
+#include <climits>
 #include <cmath>
 #include <cstdio>
 
@@ -11,17 +12,25 @@ namespace ztrain::transformer {
 
 void Transformer::declare_options(OptionList& o) {
   o.string("arch", "llama", "architecture").one_of({"gpt2", "llama"});
-  o.integer("n_layer", 4, "transformer blocks").at_least(1);
-  o.integer("n_head", 4, "attention (query) heads").at_least(1);
+  // Every block is declared one by one (names, parameter specs, activation
+  // plans), so n_layer is bounded where that bookkeeping stays small: 1e5
+  // blocks is hundreds of times the deepest model trained.
+  o.integer("n_layer", 4, "transformer blocks").at_least(1).at_most(100000);
+  o.integer("n_head", 4, "attention (query) heads").at_least(1).as_int();
   o.integer("n_kv_head", 0, "key/value heads (Llama grouped-query attention); 0 = n_head")
-      .at_least(0);
-  o.integer("n_embd", 256, "model width C").at_least(1);
-  o.integer("vocab_size", 512, "vocabulary size").at_least(1);
+      .at_least(0)
+      .as_int();
+  // At most INT_MAX / 8, so that the widths derived from it (3 C for GPT-2's
+  // fused qkv, 4 C or 8 C / 3 for the MLP) stay ints.
+  o.integer("n_embd", 256, "model width C").at_least(1).at_most(INT_MAX / 8);
+  o.integer("vocab_size", 512, "vocabulary size").at_least(1).as_int();
   o.integer("seq_len", 256, "context length T (and GPT-2's number of learned positions)")
-      .at_least(1);
+      .at_least(1)
+      .as_int();
   o.integer("intermediate_size", 0,
             "MLP width; 0 = 4*n_embd (GPT-2) or 8*n_embd/3 rounded up to 256 (Llama)")
-      .at_least(0);
+      .at_least(0)
+      .as_int();
   o.number("norm_eps", 1e-5, "LayerNorm / RMSNorm epsilon").at_least(0);
   o.number("rope_theta", 10000.0, "RoPE base (Llama)").at_least(1);
   o.flag("activation_checkpointing", false,
@@ -67,20 +76,32 @@ Transformer::Transformer(const Options& o) {
   else
     cfg_.hidden = 4 * C;
   declare_params();
+  check_sizes(o);
+}
 
-  if (cfg_.llama) {
-    // Hugging Face computes the inverse frequencies and angles in fp32.
-    const int half = cfg_.head_size() / 2;
-    rope_cos_.resize(static_cast<std::size_t>(cfg_.seq_len) * half);
-    rope_sin_.resize(rope_cos_.size());
-    for (int i = 0; i < half; ++i) {
-      const float exponent = static_cast<float>(2 * i) / static_cast<float>(cfg_.head_size());
-      const float inv_freq = 1.0f / std::pow(static_cast<float>(cfg_.rope_theta), exponent);
-      for (int t = 0; t < cfg_.seq_len; ++t) {
-        const float angle = static_cast<float>(t) * inv_freq;
-        rope_cos_[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
-        rope_sin_[static_cast<std::size_t>(t) * half + i] = std::sin(angle);
-      }
+// Each parameter has at most two int dimensions, so its size fits 64 bits;
+// their sum over the blocks may not.
+void Transformer::check_sizes(const Options& o) const {
+  std::int64_t total = 0;
+  bool wraps = false;
+  for (const auto& p : params_)
+    wraps = wraps || __builtin_add_overflow(total, p.shape.numel(), &total);
+  if (wraps)
+    throw ConfigError(o.where("n_layer") + ": [model] n_layer = " + std::to_string(cfg_.n_layer) +
+                      " blocks of n_embd = " + std::to_string(cfg_.n_embd) + " (vocab_size " +
+                      std::to_string(cfg_.vocab_size) +
+                      ") make more parameters than 64 bits count; lower them");
+}
+
+void Transformer::rope_tables(float* cos, float* sin, int T) const {
+  const int half = cfg_.head_size() / 2;
+  for (int i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(cfg_.head_size());
+    const float inv_freq = 1.0f / std::pow(static_cast<float>(cfg_.rope_theta), exponent);
+    for (int t = 0; t < T; ++t) {
+      const float angle = static_cast<float>(t) * inv_freq;
+      cos[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
+      sin[static_cast<std::size_t>(t) * half + i] = std::sin(angle);
     }
   }
 }
@@ -223,8 +244,15 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
   a.T = T;
   a.resid.resize(static_cast<std::size_t>(cfg_.n_layer) + 1);
   for (auto& r : a.resid) r = alloc(N * C);
+  // The rotary tables live with the activations: the device accounts them,
+  // and a model that is only declared (estimate) builds none.
+  const std::size_t rope = cfg_.llama ? static_cast<std::size_t>(T) * (cfg_.head_size() / 2) : 0;
+  a.rope_cos = rope ? alloc(rope) : nullptr;
+  a.rope_sin = rope ? alloc(rope) : nullptr;
   a.blocks.resize(cfg_.checkpointing ? 1 : static_cast<std::size_t>(cfg_.n_layer));
   for (auto& b : a.blocks) {
+    b.rope_cos = a.rope_cos;
+    b.rope_sin = a.rope_sin;
     b.ln1 = alloc(N * C);
     b.ln1_mean = cfg_.llama ? nullptr : alloc(N);
     b.ln1_rstd = alloc(N);
@@ -265,6 +293,17 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
 }
 
 std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
+  // A bound on the plan's largest sums, in floating point, before it
+  // multiplies in 64 bits: each block holds a few (N, C), (N, H) and (N, 3C)
+  // arrays, the head (N, V).
+  const long double N = static_cast<long double>(shape.batch) * shape.seq_len;
+  const long double bound =
+      N * 4 *
+      ((cfg_.n_layer + 2) * (16.0L * cfg_.n_embd + 3.0L * cfg_.hidden) + 4.0L * cfg_.vocab_size);
+  if (bound > 0x1p62L)
+    throw ConfigError("[model] seq_len = " + std::to_string(shape.seq_len) +
+                      " with [train] micro_batch_size = " + std::to_string(shape.batch) +
+                      " makes activations of more than 2^62 bytes; lower them");
   std::uint64_t bytes = 0;
   Acts a;
   plan(

@@ -53,6 +53,7 @@ struct BlockActs {
   float *ln2, *ln2_mean, *ln2_rstd;
   float *h1, *h2, *h3;  // GPT-2: fc, gelu; Llama: gate, up, act
   float* out;
+  const float *rope_cos, *rope_sin;  // Llama: (T, hs/2), the same for every block
 };
 
 class Transformer final : public Model {
@@ -79,6 +80,7 @@ class Transformer final : public Model {
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *d_res, *d_c, *d_att, *d_qkv, *d_h1, *d_h2, *d_h3;  // backward scratch
+    float *rope_cos, *rope_sin;  // Llama: (T, hs/2) rotary angles' cos and sin
   };
   void plan(int B, int T, const std::function<float*(std::size_t)>& alloc, Acts& acts) const;
   BlockActs& block_acts(Acts& a, int l) const {
@@ -86,8 +88,13 @@ class Transformer final : public Model {
   }
 
   void declare_params();
+  // ConfigError when the parameter count does not fit 64 bits.
+  void check_sizes(const Options& o) const;
   ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by);
   Acts planned(const Batch& batch, StepContext& ctx) const;
+  // cos, sin: (T, hs/2) of the rotary angles, as Hugging Face computes them
+  // (fp32 inverse frequencies and angles).
+  void rope_tables(float* cos, float* sin, int T) const;
   // logits_out (when given) receives the (N,V) logits before the softmax.
   float forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
   void block_forward(int l, const float* x, float* out, BlockActs& b, int B, int T,
@@ -99,7 +106,6 @@ class Transformer final : public Model {
   std::vector<ParamSpec> params_;
   ParamId wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_w_ = -1;
   std::vector<BlockParams> blocks_;
-  std::vector<float> rope_cos_, rope_sin_;  // (seq_len, hs/2)
 };
 
 }  // namespace ztrain::transformer

@@ -1,0 +1,30 @@
+// A run whose memory cannot exist on this machine is refused before it
+// allocates anything.
+//
+// On the cpu device every tier but nvme is this machine's RAM. Before the
+// strategy allocates, the host adds up its estimate (device and host
+// tiers, every category at its peak) and the model's activations, times
+// the ranks sharing the machine; when that exceeds the physical memory,
+// the run stops with a ConfigError naming the larger part and the keys
+// that make it large (the sequence length and micro-batch for
+// activations, the model's shape for its states), instead of failing
+// part-way through setup or the first step, or being killed by the kernel.
+//
+// Thread safety: a pure check; any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "core/config.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+// estimate: the strategy's for this run; activation_bytes: the model's for
+// one micro-batch of `batch` sequences of `seq_len`; ranks_here: ranks on
+// this machine.
+void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
+                       std::uint64_t activation_bytes, int batch, int seq_len,
+                       std::int64_t n_params, int ranks_here);
+
+}  // namespace ztrain
