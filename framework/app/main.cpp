@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> env_vars;
   int nproc = 0;
   int world = 1;
-  bool verbose = false, dry_run = false;
+  bool verbose = false, dry_run = false, overwrite = false;
   po::options_description opts("options");
   opts.add_options()("help,h", "show this help")("version", "print the version")(
       "strategy,s", po::value(&strategy),
@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
       "plugin-path", po::value(&plugin_paths)->composing(),
       "extra plugin directory, searched first (repeatable; colon-separated lists too)")(
       "verbose,v", po::bool_switch(&verbose), "log plugin discovery and set-up")(
+      "overwrite", po::bool_switch(&overwrite),
+      "replace an earlier run in out_dir, an existing export_to, or export's OUT")(
       "dtype", po::value(&dtype), "export: dtype of the written weights (fp32, bf16, fp16)")(
       "nproc", po::value(&nproc), "start N ranks on this machine (through mpirun)")(
       "world", po::value(&world)->default_value(1), "estimate: the number of ranks")(
@@ -136,6 +138,7 @@ int main(int argc, char** argv) {
       args.overrides = overrides;
       args.plugin_paths = plugin_paths;
       args.verbose = verbose;
+      args.overwrite = overwrite;
       return args;
     };
     if (!positional.empty() && positional[0] == "estimate") {
@@ -148,9 +151,10 @@ int main(int argc, char** argv) {
     }
     if (!positional.empty() && positional[0] == "export") {
       if (positional.size() != 3)
-        throw ztrain::ConfigError("usage: ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16]");
+        throw ztrain::ConfigError(
+            "usage: ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16] [--overwrite]");
       ztrain::convert_weights(positional[1], positional[2],
-                              ztrain::parse_precision(dtype, "--dtype"));
+                              ztrain::parse_precision(dtype, "--dtype"), overwrite);
       std::cout << "wrote " << positional[2] << "\n";
       return 0;
     }
@@ -195,6 +199,7 @@ int main(int argc, char** argv) {
       for (const auto& o : overrides) child.insert(child.end(), {"--set", o});
       for (const auto& p : plugin_paths) child.insert(child.end(), {"--plugin-path", p});
       if (verbose) child.push_back("--verbose");
+      if (overwrite) child.push_back("--overwrite");
       child.push_back(positional[0]);
       const auto command = ztrain::mpirun_command(plan, child);
       if (dry_run) {

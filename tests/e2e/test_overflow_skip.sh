@@ -87,7 +87,8 @@ for stage in zero2 zero3; do
 done
 same_training real_zero2 real_zero3 1e-6 2e-6
 
-bad=$(ZTRAIN_TEST_INJECT_OVERFLOW=three "$ZTRAIN" "${common[@]}" "$SRC/configs/run.toml" 2>&1) &&
+bad=$(ZTRAIN_TEST_INJECT_OVERFLOW=three "$ZTRAIN" "${common[@]}" --set train.out_dir="$scratch/bad_hook" \
+  "$SRC/configs/run.toml" 2>&1) &&
   fail "a malformed ZTRAIN_TEST_INJECT_OVERFLOW was accepted"
 grep -q "expected STEP:RANK" <<< "$bad" || fail "unclear error for a malformed hook: $bad"
 echo "PASS"

@@ -184,6 +184,16 @@ void write_safetensors(const std::filesystem::path& path,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
   const std::filesystem::path tmp = path.string() + ".tmp";
+  // The partial file goes whatever stops the write (a full disk, an I/O
+  // error): only a whole file ever takes `path`'s name.
+  struct RemoveUnlessKept {
+    const std::filesystem::path& file;
+    bool kept = false;
+    ~RemoveUnlessKept() {
+      std::error_code ignored;
+      if (!kept) std::filesystem::remove(file, ignored);
+    }
+  } partial{tmp};
   {
     FileWriter w(tmp);
     std::uint8_t len[8];
@@ -196,12 +206,10 @@ void write_safetensors(const std::filesystem::path& path,
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
+  if (ec)
     throw DataError("cannot move '" + tmp.string() + "' to '" + path.string() +
                     "': " + ec.message());
-  }
+  partial.kept = true;
 }
 
 }  // namespace ztrain

@@ -18,6 +18,7 @@
 #include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/progress.h"
+#include "train/run_outputs.h"
 #include "train/weights.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -197,12 +198,16 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
 }
 
 // The training loop over an assembled run.
-TrainResult run_training(const RunConfig& config, Run& run, Clock::time_point t_start) {
+TrainResult run_training(const RunConfig& config, Run& run, bool overwrite,
+                         Clock::time_point t_start) {
   const auto& tr = run.settings.train;
   const ModelInfo info = run.model->info();
   const DataInfo dinfo = run.data->info();
   // Rank 0 speaks for the job: progress, the run directory, the summary.
   const bool lead = run.comm->rank() == 0;
+  check_run_outputs(
+      {tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, info.n_params, overwrite},
+      *run.comm);
   Progress progress(tr.steps, lead);
   std::optional<MetricsFile> metrics;
   if (lead) {
@@ -451,7 +456,7 @@ TrainResult train_run(const TrainArgs& args) {
   const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
   Run run = assemble(config, loader);
   try {
-    return run_training(config, run, t_start);
+    return run_training(config, run, args.overwrite, t_start);
   } catch (const std::exception& e) {
     // With other ranks, unwinding the run waits for collectives they may
     // never finish (until [comm] timeout aborts the job): say what went

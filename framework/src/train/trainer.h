@@ -34,6 +34,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;  // --set section.key=value
   std::vector<std::string> plugin_paths;
   bool verbose = false;
+  bool overwrite = false;  // --overwrite: replace an earlier run in out_dir, an existing export
 };
 
 struct TrainResult {

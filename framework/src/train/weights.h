@@ -30,8 +30,10 @@ void import_weights(const Model& model, Strategy& strategy, const std::filesyste
 
 // `ztrain export`: rewrites the weights of a run directory (its
 // model.safetensors and config.json) or of a .safetensors file to `out`
-// (a file or a directory, as export_weights) in `dtype`.
+// (a file or a directory, as export_weights) in `dtype`. ConfigError when
+// the weights would land on the source itself, or on an existing file
+// without `overwrite`.
 void convert_weights(const std::filesystem::path& source, const std::filesystem::path& out,
-                     DType dtype);
+                     DType dtype, bool overwrite = false);
 
 }  // namespace ztrain

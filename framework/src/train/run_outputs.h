@@ -1,0 +1,38 @@
+// What a run will write, checked before it trains.
+//
+// A run writes config.toml and metrics.jsonl into out_dir, the final
+// weights there (save_final) and a copy to export_to. Found only at the end,
+// a second run over the first one's directory, a disk without room, or an
+// export path that cannot be written would lose work; so before the first
+// step rank 0 checks: out_dir holds no earlier run (unless --overwrite,
+// which then clears that run's files so none is left mixed with the new
+// one), out_dir and export_to can be created and written, an existing
+// export_to file is not replaced without --overwrite, and each file system
+// has room for the weights it will receive. Every rank learns the verdict,
+// so all stop together.
+//
+// Errors: ConfigError naming the path and what to do (on rank 0 the
+// reason; on the others that rank 0 refused).
+// Thread safety: collective; the training thread only.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "ztrain/comm.h"
+#include "ztrain/dtype.h"
+
+namespace ztrain {
+
+struct RunOutputs {
+  std::filesystem::path out_dir;
+  bool save_final = true;
+  std::filesystem::path export_to;  // empty: none
+  DType export_dtype = DType::f32;
+  std::int64_t n_params = 0;
+  bool overwrite = false;
+};
+
+void check_run_outputs(const RunOutputs& outputs, Communicator& comm);
+
+}  // namespace ztrain
