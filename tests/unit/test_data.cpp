@@ -448,6 +448,15 @@ TEST_CASE("tokens: corrupt files are DataErrors naming the file and the problem"
     CHECK(contains(msg, "magic"));
     CHECK(contains(msg, "12345678"));
   }
+  SUBCASE("wrong magic with format auto: corrupt, never read as headerless tokens") {
+    const auto path = dir / "badmagic_auto.bin";
+    write_llmc_v1(path, tokens, 12345678);
+    const std::string msg = setup_error(path, "", 50257);
+    CHECK(contains(msg, path.string()));
+    CHECK(contains(msg, "have an llm.c header's shape (version 1, 400 tokens)"));
+    CHECK(contains(msg, "magic is 12345678"));
+    CHECK(contains(msg, "the file is corrupt"));
+  }
   SUBCASE("llm.c header shorter than 1024 bytes with format llmc") {
     const auto path = dir / "tiny.bin";
     write_nanogpt(path, token_stream(100, 256));

@@ -82,6 +82,21 @@ TEST_CASE("the mpirun command carries hosts, rank count, environment and the chi
   CHECK(contains(l2, "-np 64 "));
 }
 
+TEST_CASE("--nproc with a hostfile takes that many slots, and no more than it has") {
+  LaunchPlan plan;
+  plan.hosts = parse_hostfile_text("a slots=1\nb slots=1\n", "h");
+  plan.nproc = 1;
+  std::string line;
+  for (const auto& a : mpirun_command(plan, {"z", "r.toml"})) line += a + " ";
+  CHECK(contains(line, "--host a:1,b:1 "));
+  CHECK(contains(line, "-np 1 "));
+  plan.nproc = 3;
+  CHECK(contains(test::message_of<ConfigError>([&] {
+                   mpirun_command(plan, {"z", "r.toml"});
+                 }),
+                 "--nproc 3 asks for more ranks than the 2 slots of the hosts (a:1,b:1)"));
+}
+
 TEST_CASE(".ztrain_env holds VAR=VALUE lines") {
   test::TempDir dir;
   std::ofstream(dir / "env") << "# comment\nA=1\n\nB=two words\n";

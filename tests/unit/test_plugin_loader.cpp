@@ -109,12 +109,19 @@ TEST_CASE("an object that does not implement its declared kind is refused") {
 }
 
 TEST_CASE("search order: --plugin-path first, then ZTRAIN_PLUGIN_PATH, then beside the binary") {
+  test::TempDir cli;
+  for (const char* d : {"x", "y", "z"}) std::filesystem::create_directories(cli / d);
+  const std::string x = (cli / "x").string(), y = (cli / "y").string(), z = (cli / "z").string();
   ::setenv("ZTRAIN_PLUGIN_PATH", "/env/a:/env/b", 1);
-  const auto dirs = default_plugin_dirs({"/cli/x:/cli/y", "/cli/z"});
+  const auto dirs = default_plugin_dirs({x + ":" + y, z});
   ::unsetenv("ZTRAIN_PLUGIN_PATH");
   REQUIRE(dirs.size() >= 6);
-  CHECK(dirs[0] == "/cli/x");
-  CHECK(dirs[2] == "/cli/z");
-  CHECK(dirs[3] == "/env/a");
+  CHECK(dirs[0] == x);
+  CHECK(dirs[2] == z);
+  CHECK(dirs[3] == "/env/a");  // the environment may list directories some hosts lack
   CHECK(dirs[5].string().ends_with("lib/ztrain/plugins"));
+  // A directory named on the command line must be there.
+  CHECK(test::message_of<ConfigError>([&] {
+          default_plugin_dirs({x + ":/no/such/dir"});
+        }).find("--plugin-path '/no/such/dir' is not a directory") != std::string::npos);
 }

@@ -154,7 +154,9 @@ std::uint16_t port_of(int fd) {
 }
 
 Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
-              std::uint32_t* peer_addr) {
+              std::uint32_t* peer_addr, const WaitReport& report) {
+  const auto start = Clock::now();
+  auto next_report = start + kWaitReportEvery;
   for (;;) {
     sockaddr_in a{};
     socklen_t len = sizeof a;
@@ -167,7 +169,19 @@ Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
     // A client that reset before being accepted is not our failure.
     if (errno == ECONNABORTED || errno == EPROTO) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw CommError(sys_error(what));
-    wait_for(listener, POLLIN, deadline, what);
+    if (report && Clock::now() >= next_report) {
+      report(std::chrono::duration<double>(Clock::now() - start).count());
+      next_report += kWaitReportEvery;
+    }
+    if (!report || deadline <= next_report) {
+      wait_for(listener, POLLIN, deadline, what);  // raises the timeout
+      continue;
+    }
+    // Until a connection or the next report, whichever comes first.
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(next_report - Clock::now());
+    pollfd p{listener, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
   }
 }
 
@@ -185,7 +199,9 @@ bool connected_to_self(int fd) {
 // Non-blocking, so a host that drops packets cannot hold a connect past the
 // deadline.
 Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline,
-              const std::string& what) {
+              const std::string& what, const WaitReport& report) {
+  const auto start = Clock::now();
+  auto next_report = start + kWaitReportEvery;
   for (;;) {
     Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
     if (fd.get() < 0) throw CommError(sys_error("socket"));
@@ -214,6 +230,10 @@ Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline
     // open, connect the socket to itself: that is no peer.
     if (rc == 0 && !connected_to_self(fd.get())) return fd;
     if (Clock::now() > deadline) throw CommError(sys_error(what));
+    if (report && Clock::now() >= next_report) {
+      report(std::chrono::duration<double>(Clock::now() - start).count());
+      next_report += kWaitReportEvery;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -53,13 +54,17 @@ void exchange(int out, const void* send, std::size_t send_n, int in, void* recv,
 // A listening socket on `port` (0: any free port) of every interface.
 Fd listen_on(std::uint16_t port);
 std::uint16_t port_of(int fd);
+// Called every kWaitReportEvery while a rendezvous waits, with the seconds
+// waited so far, so a rank waiting for peers that never come says so.
+using WaitReport = std::function<void(double waited_s)>;
+inline constexpr std::chrono::seconds kWaitReportEvery{5};
 // The next connection; peer_addr (when given) receives its address.
 Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
-              std::uint32_t* peer_addr);
+              std::uint32_t* peer_addr, const WaitReport& report = {});
 // Connects to addr:port, retrying until the deadline (the peer may not be
 // listening yet).
 Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline,
-              const std::string& what);
+              const std::string& what, const WaitReport& report = {});
 bool loopback(std::uint32_t addr);
 // The local address of a connected socket (network order).
 std::uint32_t local_addr_of(int fd);

@@ -8,6 +8,7 @@
 // full socket buffers. bf16 and f16 are summed in fp32. IPv4 only.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -321,12 +322,32 @@ Meeting meeting_from_env(double timeout_s) {
 std::vector<Peer> gather_table(const Meeting& m, int listener, std::vector<Fd>& control) {
   std::vector<Peer> table(static_cast<std::size_t>(m.world));
   table[0] = {m.master_addr, m.port};
+  // Who has not come yet: said every few seconds, and when giving up.
+  const auto absent = [&] {
+    std::string list;
+    int count = 0;
+    for (int r = 1; r < m.world; ++r)
+      if (control[static_cast<std::size_t>(r)].get() < 0 && count++ < 16)
+        list += (list.empty() ? "" : ", ") + std::to_string(r);
+    return std::string(count == 1 ? "rank " : "ranks ") + list + (count > 16 ? ", ..." : "") +
+           " (" + std::to_string(count) + " of " + std::to_string(m.world - 1) + ")";
+  };
+  const WaitReport missing = [&](double waited) {
+    std::fprintf(stderr,
+                 "%s: waiting at port %s for %s, not arrived after %.0f s; giving up after "
+                 "[comm] timeout\n",
+                 m.who.c_str(), m.port_name.c_str(), absent().c_str(), waited);
+    std::fflush(stderr);
+  };
   for (int k = 1; k < m.world; ++k) {
     std::uint32_t addr = 0;
-    Fd c = accept_one(listener, m.until,
-                      m.who + ": waiting for the other " + std::to_string(m.world - 1) +
-                          " ranks at port " + m.port_name,
-                      &addr);
+    Fd c;
+    try {
+      c = accept_one(listener, m.until, m.who + ": waiting at port " + m.port_name, &addr, missing);
+    } catch (const CommError& e) {
+      throw CommError(std::string(e.what()) + "; never arrived: " + absent() +
+                      "; start them with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE");
+    }
     std::uint32_t hello[4];
     recv_all(c.get(), hello, sizeof hello, m.until, m.who + ": rendezvous");
     if (hello[0] != kMagic)
@@ -360,8 +381,16 @@ std::vector<Peer> gather_table(const Meeting& m, int listener, std::vector<Fd>& 
 
 // Ranks > 0: the control connection to rank 0, and the table from it.
 std::vector<Peer> fetch_table(const Meeting& m, std::uint16_t own_port, Fd& control) {
-  control = connect_to(m.master_addr, m.port, m.until,
-                       m.who + ": cannot reach rank 0 at " + m.master + ", port " + m.port_name);
+  const WaitReport waiting = [&](double waited) {
+    std::fprintf(stderr,
+                 "%s: rank 0 is not listening at %s, port %s, after %.0f s; still trying until "
+                 "[comm] timeout\n",
+                 m.who.c_str(), m.master.c_str(), m.port_name.c_str(), waited);
+    std::fflush(stderr);
+  };
+  control =
+      connect_to(m.master_addr, m.port, m.until,
+                 m.who + ": cannot reach rank 0 at " + m.master + ", port " + m.port_name, waiting);
   const std::uint32_t hello[4] = {kMagic, static_cast<std::uint32_t>(m.rank),
                                   static_cast<std::uint32_t>(m.world), own_port};
   send_all(control.get(), hello, sizeof hello, m.until, m.who + ": rendezvous");

@@ -101,6 +101,9 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& name) {
 RunConfig RunConfig::load(const fs::path& run_file, const std::string& model,
                           const std::string& strategy, const std::vector<std::string>& overrides,
                           const std::vector<fs::path>& config_roots) {
+  if (fs::is_directory(run_file))
+    throw ConfigError("run file '" + run_file.string() +
+                      "' is a directory; pass the path of a TOML run file (e.g. configs/run.toml)");
   std::ifstream in(run_file, std::ios::binary);
   if (!in)
     throw ConfigError("cannot read run file '" + run_file.string() +
@@ -109,6 +112,12 @@ RunConfig RunConfig::load(const fs::path& run_file, const std::string& model,
   std::stringstream ss;
   ss << in.rdbuf();
   RunConfig c = parse(ss.str(), run_file.string());
+  // A file that sets nothing is more likely the wrong file than a wish for
+  // every default (which configs/run.toml spells out).
+  if (c.root_.empty())
+    throw ConfigError("run file '" + run_file.string() +
+                      "' sets nothing (it is empty or only comments); pass the run file you meant, "
+                      "or start from configs/run.toml, which lists every key with its default");
   auto under = [&](const char* sub) {
     std::vector<fs::path> dirs;
     for (const auto& r : config_roots) dirs.push_back(r / sub);

@@ -94,6 +94,13 @@ PluginLoader::PluginLoader(std::vector<fs::path> extra_dirs, Log verbose_log)
 std::vector<fs::path> default_plugin_dirs(const std::vector<std::string>& plugin_path_args) {
   std::vector<fs::path> dirs;
   for (const auto& a : plugin_path_args) split_paths(a, dirs);
+  // A directory the user named that is not there is a typo to report, not
+  // a place to skip (the built-in directories below may be absent).
+  for (const auto& d : dirs)
+    if (!fs::is_directory(d))
+      throw ConfigError("--plugin-path '" + d.string() + "' is not a directory" +
+                        (fs::exists(d) ? " (a file: pass the directory holding the plugin)" : "") +
+                        "; give a directory of ztrain plugins");
   if (const char* env = std::getenv("ZTRAIN_PLUGIN_PATH")) split_paths(env, dirs);
   std::error_code ec;
   const fs::path exe(boost::dll::program_location(ec).string());

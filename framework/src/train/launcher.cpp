@@ -158,6 +158,13 @@ std::vector<std::string> mpirun_command(const LaunchPlan& plan,
       list += (list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
       total += static_cast<int>(h.slots.size());
     }
+    // --nproc with a hostfile takes that many of its slots, in order; more
+    // than it has is an error, not the slots' count run silently.
+    if (plan.nproc > total)
+      throw ConfigError("--nproc " + std::to_string(plan.nproc) + " asks for more ranks than the " +
+                        std::to_string(total) + " slots of the hosts (" + list +
+                        "); lower --nproc or add slots to the hostfile");
+    if (plan.nproc > 0) total = plan.nproc;
     cmd.insert(cmd.end(), {"--host", list});
   } else if (plan.nproc > static_cast<int>(std::thread::hardware_concurrency())) {
     cmd.push_back("--oversubscribe");

@@ -4,8 +4,12 @@
 // (uint16 tokens) or magic 20240801 with version 7 (uint32 tokens), then the
 // token count; the tokens follow. nanoGPT's .bin files are bare uint16. With
 // format "auto" a file whose first int32 is an llm.c magic is read as llm.c,
-// any other as nanoGPT. Without val_path the last val_fraction of the train
+// and one whose first 1024 bytes have an llm.c header's shape (version 1 or
+// 7, a token count, 253 zero ints) but another magic is refused as corrupt;
+// only what has neither is read as nanoGPT, so a damaged header is never
+// trained on as tokens. Without val_path the last val_fraction of the train
 // file is held out.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -48,6 +52,15 @@ TokenFile open_tokens(const std::string& path, const std::string& format) {
   std::int32_t header[kHeaderInts] = {};
   if (size >= 4) std::memcpy(header, data, std::min(size, sizeof header));
   const bool magic_known = header[0] == kMagicU16 || header[0] == kMagicU32;
+  if (format == "auto" && !magic_known && size >= sizeof header &&
+      (header[1] == 1 || header[1] == 7) && header[2] >= 0 &&
+      std::all_of(header + 3, header + kHeaderInts, [](std::int32_t v) { return v == 0; }))
+    throw DataError(path + ": the first 1024 bytes have an llm.c header's shape (version " +
+                    std::to_string(header[1]) + ", " + std::to_string(header[2]) +
+                    " tokens) but its magic is " + std::to_string(header[0]) + ", not " +
+                    std::to_string(kMagicU16) + " or " + std::to_string(kMagicU32) +
+                    ": the file is corrupt; set [data] format = \"nanogpt\" only if it really is "
+                    "a headerless token file");
   const bool llmc = format == "llmc" || (format == "auto" && magic_known);
   if (llmc) {
     if (size < sizeof header)
