@@ -83,7 +83,8 @@ grep -q "\[rank 0\].*rank 1.*closed the connection" "$scratch/killed.0.out" ||
 # both name it, rank 0 from its heartbeats, rank 1 from rank 0's: in a
 # timeout of its own, or in the error of the ring that rank 0 closed when
 # its timeout came first.
-ranks frozen 3 --set train.steps=100000 --set train.micro_batch_size=4 --set comm.timeout=3s
+ranks frozen 3 --set train.steps=100000 --set train.micro_batch_size=4 --set train.grad_accum=1 \
+  --set comm.timeout=3s
 sleep 3
 kill -STOP "${pids[2]}"
 for r in 0 1; do

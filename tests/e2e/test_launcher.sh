@@ -14,7 +14,7 @@ cd "$scratch"
 
 "$ZTRAIN" --nproc 2 "${tiny[@]}" --set train.out_dir=np "$SRC/configs/run.toml" > np.out 2>&1 ||
   { cat np.out >&2; fail "--nproc 2 failed"; }
-grep -q "x 2 ranks = 4 sequences" np.out || fail "--nproc 2 did not run 2 ranks: $(head -3 np.out)"
+grep -q "batch: 2 x 2 accum x 2 ranks = 8 sequences" np.out || fail "--nproc 2 did not run 2 ranks: $(head -3 np.out)"
 [ "$(grep -c '^step 4/4' np.out)" -eq 1 ] || fail "more than rank 0 printed progress"
 [ -s np/model.safetensors ] || fail "--nproc 2 wrote no weights"
 

@@ -21,7 +21,7 @@ start() {
   local name=$1 np=${2:-2} target=${3:-1}
   "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$ZTRAIN" \
     --set train.steps=100000 --set train.log_every=1 --set device.threads=1 \
-    --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=16 --set train.micro_batch_size=2 \
+    --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=16 --set train.micro_batch_size=2 --set train.grad_accum=1 \
     --set comm.timeout=3s --set train.save_final=false --set train.out_dir="$scratch/$name" \
     "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 &
   job=$!

@@ -38,7 +38,11 @@ OptionList train_options() {
   o.integer("log_every", 10, "steps between logged metrics lines").at_least(1);
   o.integer("eval_every", 100, "steps between evaluations on the held-out split; 0 disables")
       .at_least(0);
-  o.integer("eval_batches", 8, "micro-batches per rank in one evaluation").at_least(1).as_int();
+  o.integer("eval_batches", 8,
+            "global batches of the val split in one evaluation (the same sequences at any world "
+            "size)")
+      .at_least(1)
+      .as_int();
   o.string("out_dir", "runs/default",
            "run directory: metrics.jsonl, config.toml, and the final weights (model.safetensors "
            "with config.json, Hugging Face layout)");
@@ -156,8 +160,13 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   else
     tr.scaler = {1, 0, 1, 1, false, 1};
 
-  const bool has_m = t.given("micro_batch_size"), has_a = t.given("grad_accum"),
-             has_g = t.given("global_batch_size");
+  const bool has_m = t.given("micro_batch_size"), has_a = t.given("grad_accum");
+  // The command line outranks the run file: a run file's global batch yields
+  // to micro_batch_size and grad_accum both set with --set.
+  const auto from_cli = [&](const char* key) { return t.where(key).starts_with("--set"); };
+  const bool has_g =
+      t.given("global_batch_size") && !(has_m && has_a && !from_cli("global_batch_size") &&
+                                        from_cli("micro_batch_size") && from_cli("grad_accum"));
   std::int64_t m = t.get_int("micro_batch_size"), a = t.get_int("grad_accum");
   const std::int64_t w = world;
   if (has_g) {

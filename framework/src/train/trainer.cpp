@@ -265,14 +265,17 @@ TrainResult run_training(const RunConfig& config, Run& run, bool overwrite,
   double comm_wait = 0;
   std::int64_t timed_steps = 0;
 
+  // eval_batches global batches of the val split: the same sequences at any
+  // world size and split of the global batch; each rank takes its share.
   auto evaluate = [&](std::int64_t step) {
     double sum = 0;
-    for (std::int64_t j = 0; j < tr.eval_batches; ++j) {
+    const std::int64_t micro_batches = tr.eval_batches * tr.grad_accum;
+    for (std::int64_t j = 0; j < micro_batches; ++j) {
       arena.reset();
       StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
       sum += run.model->evaluate(loader_data.val(j), ctx);
     }
-    float mean = static_cast<float>(sum / static_cast<double>(tr.eval_batches));
+    float mean = static_cast<float>(sum / static_cast<double>(micro_batches));
     run.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
     const double loss = mean;
     result.val_losses.emplace_back(step, loss);
