@@ -39,7 +39,9 @@ constexpr const char* kUsage =
     "       ztrain estimate [--world N] [options] CONFIG\n"
     "                                           bytes per rank the run would need, by tier and\n"
     "                                           category (nothing is allocated)\n"
-    "       ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16]\n"
+    "       ztrain config [options] CONFIG      every key of the run, defaults included, with\n"
+    "                                           where each value comes from (a run file itself)\n"
+    "       ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16] [--overwrite]\n"
     "                                           write weights as safetensors with Hugging Face\n"
     "                                           names (OUT: a .safetensors file, or a directory\n"
     "                                           that gets model.safetensors and config.json)\n"
@@ -147,6 +149,13 @@ int main(int argc, char** argv) {
       if (world < 1)
         throw ztrain::ConfigError("--world " + std::to_string(world) + ": give 1 or more ranks");
       ztrain::estimate(run_args(positional[1]), world, std::cout);
+      return 0;
+    }
+    if (!positional.empty() && positional[0] == "config") {
+      if (positional.size() != 2)
+        throw ztrain::ConfigError(
+            "usage: ztrain config [--model M] [--strategy S] [--set k=v ...] CONFIG");
+      std::cout << ztrain::resolved_config_of(run_args(positional[1]));
       return 0;
     }
     if (!positional.empty() && positional[0] == "export") {

@@ -442,10 +442,4 @@ Options RunConfig::validate(const std::string& section, const OptionList& spec,
   return std::move(val.out);
 }
 
-std::string RunConfig::dump() const {
-  std::ostringstream os;
-  os << root_;
-  return os.str();
-}
-
 }  // namespace ztrain

@@ -55,8 +55,6 @@ class RunConfig {
   std::string where(const std::string& path) const;
   const toml::table& table() const { return root_; }
   const std::string& name() const { return name_; }
-  // The merged configuration as TOML (for the run directory).
-  std::string dump() const;
 
  private:
   void forget_origins(const std::string& section);

@@ -18,7 +18,9 @@
 #include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/progress.h"
+#include "train/resolved_config.h"
 #include "train/run_outputs.h"
+#include "train/section_options.h"
 #include "train/weights.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -45,34 +47,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The plugin's options plus host keys of the same section (validated together).
-Options plugin_options(const RunConfig& config, const std::string& section,
-                       const LoadedPlugin& plugin, const OptionList& host_keys) {
-  OptionList all;
-  for (const auto& s : host_keys.specs()) all.add(s);
-  for (const auto& s : plugin.options().specs()) {
-    if (all.find(s.name))
-      throw PluginError(plugin.file().string() + ": plugin '" + plugin.info().name +
-                        "' declares option '" + s.name + "', which the host reserves in [" +
-                        section + "]");
-    all.add(s);
-  }
-  return config.validate(section, all, {"plugin"});
-}
-
-}  // namespace
-
-namespace {
-
-// Keys of [model] the host reads itself (beside the plugin's options).
-OptionList model_host_options() {
-  OptionList o;
-  o.optional_string("init_from",
-                    "start from these weights (.safetensors with Hugging Face names, or "
-                    "a directory holding model.safetensors)");
-  return o;
 }
 
 // -v: plugin discovery on stderr.
@@ -129,6 +103,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   Run run;
   run.comm = make_communicator(resolve_comm(config));
   check_ranks_agree(config, *run.comm);
+  run.resolved_config = resolved_config(config, loader);
   run.settings = resolve_settings(config, run.comm->size());
   const auto& dev = run.settings.device;
 
@@ -141,9 +116,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
 
   // Validate every section before creating anything.
   const Options model_opts = plugin_options(config, "model", model_lib, model_host_options());
-  OptionList data_host;
-  data_host.integer("seed", 1234, "data seed: which sequences the run sees").at_least(0);
-  const Options data_opts = plugin_options(config, "data", data_lib, data_host);
+  const Options data_opts = plugin_options(config, "data", data_lib, data_host_options());
   const Options strategy_opts = plugin_options(config, "strategy", strategy_lib, OptionList{});
   run.data_seed = static_cast<std::uint64_t>(data_opts.get_int("seed"));
 
@@ -198,8 +171,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
 }
 
 // The training loop over an assembled run.
-TrainResult run_training(const RunConfig& config, Run& run, bool overwrite,
-                         Clock::time_point t_start) {
+TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const auto& tr = run.settings.train;
   const ModelInfo info = run.model->info();
   const DataInfo dinfo = run.data->info();
@@ -217,8 +189,7 @@ TrainResult run_training(const RunConfig& config, Run& run, bool overwrite,
       throw Error("cannot create run directory '" + tr.out_dir.string() + "': " + ec.message() +
                   "; set [train] out_dir to a writable path");
     std::ofstream cfg(tr.out_dir / "config.toml");
-    cfg << "# ztrain " << ZTRAIN_VERSION << ": the merged configuration of this run\n"
-        << config.dump() << "\n";
+    cfg << run.resolved_config;
     metrics.emplace(tr.out_dir / "metrics.jsonl");
   }
 
@@ -459,7 +430,7 @@ TrainResult train_run(const TrainArgs& args) {
   const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
   Run run = assemble(config, loader);
   try {
-    return run_training(config, run, args.overwrite, t_start);
+    return run_training(run, args.overwrite, t_start);
   } catch (const std::exception& e) {
     // With other ranks, unwinding the run waits for collectives they may
     // never finish (until [comm] timeout aborts the job): say what went
@@ -546,6 +517,13 @@ Run assemble(const RunConfig& config, const PluginLoader& loader) {
   } catch (...) {
     rethrow_detached();
   }
+}
+
+std::string resolved_config_of(const TrainArgs& args) {
+  const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
+                                           config_roots(args.config));
+  return resolved_config(
+      config, PluginLoader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose)));
 }
 
 TrainResult train(const TrainArgs& args) {

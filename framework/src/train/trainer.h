@@ -60,11 +60,15 @@ struct Run {
   std::string model_plugin, data_plugin, strategy_plugin;
   std::uint64_t data_seed = 0;
   std::filesystem::path init_from;  // empty: initialised from the seed
+  std::string resolved_config;      // every key, defaults included (resolved_config.h)
 };
 
 // Loads and validates every section and plugin, sets up device, data and
 // strategy. Nothing is trained.
 Run assemble(const RunConfig& config, const PluginLoader& loader);
+
+// `ztrain config`: every key of the run, defaults included, as TOML.
+std::string resolved_config_of(const TrainArgs& args);
 
 // An error a rank has already printed (as `[rank N] ztrain: error: ...`)
 // before unwinding its run; the caller only exits with exit_code.
