@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config
   libboost-dev libboost-program-options-dev libtbb-dev libtomlplusplus-dev doctest-dev
   libopenblas-dev nlohmann-json3-dev liburing-dev libopenmpi-dev openmpi-bin libjemalloc-dev
-  clang-format)
+  clang-format iproute2 e2fsprogs)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Several hosts on one machine: network namespaces joined by a bridge, each
+# with its own address in a private test range, stand for machines. ztrain
+# runs across them and logs the losses of one host:
+# - torchrun-style: rank r started inside host r with MASTER_ADDR naming
+#   host 0's address (tcp between the hosts);
+# - `ztrain --hostfile` naming the hosts' addresses, launched from the root
+#   namespace through mpirun, whose rsh agent enters each host's namespace
+#   (what ssh would do between machines); the agent's log shows every host
+#   was entered.
+# Everything made here is removed at exit. Where namespaces cannot be made
+# (no root, no iproute2), the test says so and is skipped.
+#
+# usage: test_multihost.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+tag=$$
+net=10.213.$((tag % 250))
+bridge=ztb$tag
+hosts=(zt${tag}a zt${tag}b zt${tag}c)
+cleanup() {
+  for h in "${hosts[@]}"; do ip netns del "$h" 2> /dev/null || true; done
+  ip link del "$bridge" 2> /dev/null || true
+}
+trap 'cleanup; for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch"' EXIT
+
+make_hosts() {
+  command -v ip > /dev/null && [ "$(id -u)" -eq 0 ] || return 1
+  ip link add "$bridge" type bridge 2> /dev/null || return 1
+  ip addr add "$net.1/24" dev "$bridge" && ip link set "$bridge" up || return 1
+  local i=0 h
+  for h in "${hosts[@]}"; do
+    ip netns add "$h" || return 1
+    ip link add "v$h" type veth peer name "e$h" || return 1
+    ip link set "e$h" netns "$h" && ip link set "v$h" master "$bridge" && ip link set "v$h" up || return 1
+    ip -n "$h" addr add "$net.$((11 + i))/24" dev "e$h" || return 1
+    ip -n "$h" link set "e$h" up && ip -n "$h" link set lo up || return 1
+    i=$((i + 1))
+  done
+}
+if ! make_hosts; then
+  echo "skipped: cannot make network namespaces here (needs root and iproute2's ip netns)"
+  exit 0
+fi
+addr() { echo "$net.$((11 + $1))"; }
+
+steps=6
+base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set train.steps=$steps --set train.log_every=1 --set train.eval_every=0
+  --set device.threads=1 --set train.save_final=false --set train.global_batch_size=6)
+
+"$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/one" "$SRC/configs/run.toml" > "$scratch/one.out" 2>&1 ||
+  fail "one host failed: $(cat "$scratch/one.out")"
+curve one "$steps"
+
+# torchrun-style across 3 hosts: rank r on host r.
+pids=()
+for r in 0 1 2; do
+  ip netns exec "${hosts[$r]}" env RANK=$r WORLD_SIZE=3 MASTER_ADDR="$(addr 0)" MASTER_PORT=29500 \
+    "$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/tcp" "$SRC/configs/run.toml" \
+    > "$scratch/tcp.$r.out" 2>&1 &
+  pids+=($!)
+  spawned+=($!)
+done
+for r in 0 1 2; do
+  wait "${pids[$r]}" || fail "tcp: rank $r failed: $(cat "$scratch/tcp.$r.out")"
+done
+grep -q "x 3 ranks" "$scratch/tcp.0.out" || fail "tcp: not 3 ranks"
+curve tcp "$steps"
+same_training one tcp 1e-6 2e-6
+
+# mpirun from the root namespace through an rsh agent that enters the host.
+agent="$scratch/netns-rsh"
+cat > "$agent" << AGENT
+#!/bin/sh
+# mpirun's rsh agent: "HOST COMMAND..." runs COMMAND inside HOST's namespace.
+host=\$1; shift
+case "\$host" in
+  $(addr 0)) ns=${hosts[0]} ;;
+  $(addr 1)) ns=${hosts[1]} ;;
+  $(addr 2)) ns=${hosts[2]} ;;
+  *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
+esac
+echo "\$ns" >> "$scratch/agent.log"
+exec ip netns exec "\$ns" /bin/sh -c "\$*"
+AGENT
+chmod +x "$agent"
+printf '%s slots=1\n' "$(addr 0)" "$(addr 1)" "$(addr 2)" > "$scratch/hostfile"
+OMPI_MCA_plm_rsh_agent="$agent" OMPI_MCA_oob_tcp_if_include="$net.0/24" \
+  OMPI_MCA_btl_tcp_if_include="$net.0/24" OMPI_MCA_btl=self,tcp \
+  timeout 120 "$ZTRAIN" --hostfile "$scratch/hostfile" "${base[@]}" --set train.out_dir="$scratch/mpi" \
+  "$SRC/configs/run.toml" > "$scratch/mpi.out" 2>&1 || fail "mpi across hosts failed: $(cat "$scratch/mpi.out")"
+grep -q "x 3 ranks" "$scratch/mpi.out" || fail "mpi: not 3 ranks: $(head -3 "$scratch/mpi.out")"
+for h in "${hosts[@]}"; do
+  grep -qx "$h" "$scratch/agent.log" || fail "mpi: host $h was never entered: $(cat "$scratch/agent.log")"
+done
+curve mpi "$steps"
+same_training one mpi 1e-6 2e-6
+echo "hosts: ${hosts[*]} on $net.0/24"
+echo "PASS"
