@@ -35,6 +35,10 @@ TEST_CASE("bad hostfiles name the line and the problem") {
   CHECK(
       contains(error_of("a slots=1\nb slots=2\na slots=3\n"), "hosts:3: host 'a' is listed twice"));
   CHECK(contains(error_of("a slots=0\n"), "hosts:1: host 'a' has slots=0"));
+  // Found by fuzz_hostfile: a slot count past int was a std::out_of_range.
+  CHECK(contains(error_of("a slots=33333333333333333333\n"),
+                 "hosts:1: host 'a' has slots=33333333333333333333, more than 65536"));
+  CHECK(contains(error_of("a slots=70000\n"), "more than 65536"));
   CHECK(contains(error_of("# nothing\n"), "lists no host"));
   CHECK(contains(test::message_of<ConfigError>([] { parse_hostfile("/nonexistent/hosts"); }),
                  "cannot read hostfile"));
@@ -51,6 +55,9 @@ TEST_CASE("--include and --exclude in DeepSpeed's syntax") {
   REQUIRE(kept.size() == 2);
   CHECK(kept[0].slots == std::vector<int>{0, 1, 2});
   CHECK(kept[1].host == "w2");
+  CHECK(contains(
+      test::message_of<ConfigError>([&] { filter_hosts(all, "w0:99999999999999999999", ""); }),
+      "slot 99999999999999999999 is past any host's slots"));
   CHECK(contains(test::message_of<ConfigError>([&] { filter_hosts(all, "w9", ""); }),
                  "--include: host 'w9' is not in the hostfile"));
   CHECK(contains(test::message_of<ConfigError>([&] { filter_hosts(all, "", "w2:5"); }),

@@ -230,7 +230,8 @@ class MpiCommunicator final : public ThreadedCommunicator {
     const std::uint64_t sent =
         ring_bytes_sent(Collective::reduce_scatter, counts, rank_, dtype_size(type));
     return submit(
-        {Collective::reduce_scatter, "reduce_scatter_v", total, type}, [=, this, ints = ints] {
+        {Collective::reduce_scatter, "reduce_scatter_v", total, type},
+        [=, this, ints = ints, total = total] {
           check(MPI_Reduce_scatter(send, recv, ints.data(), mpi_type(type), sum_op(type), comm_),
                 "reduce_scatter_v", total, type);
           if (op == ReduceOp::average) divide_in_place(recv, own, type, size_);
@@ -248,7 +249,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
     const std::uint64_t sent =
         ring_bytes_sent(Collective::all_gather, counts, rank_, dtype_size(type));
     return submit({Collective::all_gather, "all_gather_v", total, type},
-                  [=, this, ints = ints, displs = displs] {
+                  [=, this, ints = ints, displs = displs, total = total] {
                     check(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, own, mpi_type(type), recv,
                                          ints.data(), displs.data(), mpi_type(type), comm_),
                           "all_gather_v", total, type);

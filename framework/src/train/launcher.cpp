@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -20,6 +22,18 @@ std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r");
   if (b == std::string::npos) return "";
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+// Slots per host past this are a typo, not a machine (and each slot is a
+// list entry).
+constexpr int kMaxSlots = 65536;
+
+// A run of decimal digits as an int no larger than `max`; nullopt past it.
+std::optional<int> small_number(const std::string& digits, int max) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size() || v > max) return std::nullopt;
+  return v;
 }
 
 // "h1:0,1@h2" -> {h1: {0,1}, h2: {}} (empty: every slot)
@@ -39,7 +53,11 @@ std::vector<std::pair<std::string, std::vector<int>>> parse_selection(const std:
         if (!std::regex_match(s, std::regex("[0-9]+")))
           throw ConfigError(std::string(flag) + " \"" + text + "\": slot '" + s +
                             "' is not a slot index (write host:0,1@other)");
-        slots.push_back(std::stoi(s));
+        const auto index = small_number(s, kMaxSlots - 1);
+        if (!index)
+          throw ConfigError(std::string(flag) + " \"" + text + "\": slot " + s +
+                            " is past any host's slots");
+        slots.push_back(*index);
       }
     }
     out.emplace_back(part.substr(0, colon), slots);
@@ -70,7 +88,11 @@ std::vector<HostSlots> parse_hostfile_text(const std::string& text, const std::s
     const std::string where = name + ":" + std::to_string(lineno) + ": ";
     if (!std::regex_match(line, m, line_re))
       throw ConfigError(where + "expected 'hostname slots=N', got '" + trim(line) + "'");
-    const int slots = std::stoi(m[2].str());
+    const auto count = small_number(m[2].str(), kMaxSlots);
+    if (!count)
+      throw ConfigError(where + "host '" + m[1].str() + "' has slots=" + m[2].str() +
+                        ", more than " + std::to_string(kMaxSlots) + "; give its number of GPUs");
+    const int slots = *count;
     if (slots < 1)
       throw ConfigError(where + "host '" + m[1].str() + "' has slots=0; give it 1 or more");
     for (const auto& h : hosts)

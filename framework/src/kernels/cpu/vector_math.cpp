@@ -1,5 +1,6 @@
 #include "kernels/cpu/vector_math.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -143,8 +144,13 @@ float sigmoid_scalar(float z) {
 }  // namespace
 
 bool have_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): not every compiler's
+  // __builtin_cpu_supports knows the name.
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  }();
   return yes;
 }
 
