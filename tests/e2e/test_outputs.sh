@@ -10,7 +10,9 @@
 #   existing file without --overwrite.
 # - A disk without room for the weights (a small loop-mounted file system,
 #   where this machine allows one) is found before training, naming the
-#   bytes needed and free; nothing partial is left there.
+#   bytes needed and free; nothing partial is left there. A disk that fills
+#   during the final save (injected) fails the run naming the file, and
+#   leaves no partial weights file.
 #
 # usage: test_outputs.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -80,6 +82,17 @@ expect_refusal export_existing "'$scratch/bf16.safetensors' exists; choose anoth
   "$ZTRAIN" export "$scratch/src" "$scratch/bf16.safetensors" --dtype fp16
 "$ZTRAIN" export "$scratch/src" "$scratch/bf16.safetensors" --dtype fp16 --overwrite > /dev/null ||
   fail "export --overwrite failed"
+
+# A disk that fills during the final save (injected): the run fails naming
+# the file and the full disk, and leaves no partial weights file.
+status=0
+ZTRAIN_TEST_INJECT_WRITE_ERROR=ENOSPC "$ZTRAIN" "${base[@]}" --set model.n_embd=256 \
+  --set train.out_dir="$scratch/fill" "$SRC/configs/run.toml" > "$scratch/fill.out" 2>&1 || status=$?
+[ "$status" -ne 0 ] || fail "fill: a failed save exited 0"
+grep -q "cannot write '$scratch/fill/model.safetensors.tmp': No space left on device; the disk is full" \
+  "$scratch/fill.out" || fail "fill: unclear error: $(tail -2 "$scratch/fill.out")"
+[ -z "$(ls "$scratch/fill" | grep safetensors || true)" ] || fail "fill: a partial weights file was left: $(ls "$scratch/fill")"
+echo "fill: $(grep -m1 -o "cannot write.*" "$scratch/fill.out" | cut -c1-160)"
 
 # A disk too small for the weights, found before training.
 tiny="$scratch/tiny"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -33,9 +34,22 @@ std::uint64_t read_le64(const std::uint8_t* p) {
   return v;
 }
 
+// A test hook: ZTRAIN_TEST_INJECT_WRITE_ERROR=ENOSPC or EIO fails every
+// weights file write after its first megabyte, as a disk that fills or
+// fails half-way through the final save.
+int injected_write_error() {
+  const char* text = std::getenv("ZTRAIN_TEST_INJECT_WRITE_ERROR");
+  if (!text || !*text) return 0;
+  const std::string s(text);
+  if (s == "ENOSPC") return ENOSPC;
+  if (s == "EIO") return EIO;
+  throw ConfigError("ZTRAIN_TEST_INJECT_WRITE_ERROR=" + s + ": expected ENOSPC or EIO");
+}
+
 class FileWriter {
  public:
-  explicit FileWriter(const std::filesystem::path& path) : path_(path) {
+  explicit FileWriter(const std::filesystem::path& path)
+      : path_(path), inject_(injected_write_error()) {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) fail("cannot create");
   }
@@ -47,6 +61,10 @@ class FileWriter {
   void write(const void* data, std::size_t n) {
     const auto* p = static_cast<const char*>(data);
     while (n > 0) {
+      if (inject_ && written_ >= (std::size_t{1} << 20)) {
+        errno = inject_;
+        fail("cannot write");
+      }
       const ssize_t w = ::write(fd_, p, n);
       if (w < 0) {
         if (errno == EINTR) continue;
@@ -54,6 +72,7 @@ class FileWriter {
       }
       p += w;
       n -= static_cast<std::size_t>(w);
+      written_ += static_cast<std::size_t>(w);
     }
   }
   void finish() {
@@ -67,9 +86,15 @@ class FileWriter {
 
  private:
   [[noreturn]] void fail(const char* what) {
-    throw DataError(std::string(what) + " '" + path_.string() + "': " + std::strerror(errno));
+    const int e = errno;
+    throw DataError(std::string(what) + " '" + path_.string() + "': " + std::strerror(e) +
+                    (e == ENOSPC ? "; the disk is full: free space and export again (the partial "
+                                   "file is removed)"
+                                 : ""));
   }
   std::filesystem::path path_;
+  int inject_ = 0;
+  std::size_t written_ = 0;
   int fd_ = -1;
 };
 
