@@ -8,6 +8,8 @@
 #   tokens (format auto).
 # - A torchrun-style rank 0 whose peers never start says, every few
 #   seconds, which ranks are missing, and names them when it gives up.
+# - A plugin whose factory crashes (a null write) is named by the host as
+#   the process dies, and one whose factory throws is a plugin error.
 #
 # usage: test_wrong_inputs.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -40,6 +42,20 @@ refused plugin_path "--plugin-path '/no/such/plugins' is not a directory" \
 printf 'localhost slots=2\n' > "$scratch/hostfile"
 refused nproc_over_slots "--nproc 3 asks for more ranks than the 2 slots of the hosts (localhost:2)" \
   --hostfile "$scratch/hostfile" --nproc 3 --dry-run "$SRC/configs/run.toml"
+
+# Plugins that fail while starting (tests/plugins, beside the test binaries).
+test_plugins=$(cd "$(dirname "$ZTRAIN")/../tests/plugins" && pwd)
+for p in crashing throwing; do
+  printf '[model]\nplugin = "%s"\n[train]\nout_dir = "%s"\n' "$p" "$scratch/o_$p" > "$scratch/$p.toml"
+done
+status=0
+"$ZTRAIN" --plugin-path "$test_plugins" "$scratch/crashing.toml" > "$scratch/crash.out" 2>&1 || status=$?
+[ "$status" -ne 0 ] || fail "crashing plugin: exit 0"
+grep -q "ztrain: crashed (SIGSEGV) while starting plugin 'crashing' from $test_plugins/" "$scratch/crash.out" ||
+  fail "crashing plugin: not named: $(cat "$scratch/crash.out")"
+echo "crashing plugin: $(grep -m1 "crashed" "$scratch/crash.out" | cut -c1-160) (exit $status)"
+refused throwing_plugin "plugin 'throwing' failed to start: cannot build the model (test)" \
+  --plugin-path "$test_plugins" "$scratch/throwing.toml"
 
 # An llm.c token file whose magic is damaged.
 python3 - "$scratch/bad.bin" << 'PY'

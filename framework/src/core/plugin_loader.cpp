@@ -1,5 +1,7 @@
 #include "plugin_loader.h"
 
+#include "core/crash_note.h"
+
 #include <algorithm>
 #include <boost/dll/import.hpp>
 #include <boost/dll/library_info.hpp>
@@ -71,6 +73,7 @@ void rethrow_detached() {
 }
 
 Plugin* LoadedPlugin::create_raw(const Options& options) const {
+  const CrashNote note(std::string("starting plugin '") + info_->name + "' from " + file_.string());
   try {
     Plugin* p = info_->create(&options);
     if (!p) throw PluginError("the factory returned null");
