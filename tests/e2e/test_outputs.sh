@@ -59,6 +59,12 @@ grep -q "\[rank 1\] ztrain: config error: rank 0 refused the run's outputs" "$sc
 [ ! -e "$out/model.safetensors" ] || fail "--overwrite left the earlier run's weights beside the new metrics"
 [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -eq 2 ] || fail "--overwrite: metrics are not the new run's"
 
+# An out_dir that names an existing file is refused, and the file kept.
+printf 'precious\n' > "$scratch/afile"
+expect_refusal out_dir_file "\[train\] out_dir '$scratch/afile' cannot be made a directory" \
+  "$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/afile" "$SRC/configs/run.toml"
+[ "$(cat "$scratch/afile")" = precious ] || fail "a refused run removed the file its out_dir named"
+
 # export_to checked at the start.
 expect_refusal unwritable_export "\[train\] export_to ./proc/ztrain-export. cannot be" \
   "$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/e1" --set train.export_to=/proc/ztrain-export \

@@ -255,16 +255,17 @@ ParamGatherer::~ParamGatherer() {
   }
 }
 
-// Every group's part on this rank must fit one read buffer.
+// Every group's part must fit one read buffer, on every rank: judged from
+// all ranks' counts, so every rank refuses the same run.
 void ParamGatherer::check_read_buffers() const {
-  const auto rank = static_cast<std::size_t>(comm_.rank());
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const std::uint64_t part = live_groups_[g].counts[rank];
+    const auto& counts = live_groups_[g].counts;
+    const std::uint64_t part = *std::max_element(counts.begin(), counts.end());
     if (part <= options_.read_buffer_size) continue;
     const ModuleId m = groups_[g].used_by.empty() ? -1 : groups_[g].used_by.front();
     throw ConfigError(
         "[strategy] offload_param.buffer_size = " + std::to_string(options_.read_buffer_size) +
-        " elements is smaller than this rank's part of the parameters " +
+        " elements is smaller than a rank's part of the parameters " +
         (m >= 0 && static_cast<std::size_t>(m) < module_names_.size()
              ? "'" + module_names_[static_cast<std::size_t>(m)] + "'"
              : std::string("of group ") + std::to_string(g)) +

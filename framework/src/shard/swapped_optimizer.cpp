@@ -102,6 +102,14 @@ SwappedOptimizer::~SwappedOptimizer() {
       }
     }
   }
+  // Reads still in flight after a failed step land in buffers_, which go
+  // before the engine: wait for them too.
+  for (auto& t : reads_) {
+    try {
+      engine_.wait(t);
+    } catch (...) {  // on the way out after a failure
+    }
+  }
   for (auto& t : writes_) {
     try {
       engine_.wait(t);

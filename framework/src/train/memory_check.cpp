@@ -25,11 +25,15 @@ std::uint64_t add(std::uint64_t a, std::uint64_t b) {
 
 }  // namespace
 
-void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
-                       std::uint64_t activation_bytes, int batch, int seq_len,
-                       std::int64_t n_params, int ranks_here) {
+namespace {
+
+// Why this host cannot hold the run; empty when it can (or its RAM is
+// unknown).
+std::string refusal(const RunConfig& config, const MemoryEstimate& estimate,
+                    std::uint64_t activation_bytes, int batch, int seq_len, std::int64_t n_params,
+                    int ranks_here) {
   const std::uint64_t ram = physical_memory();
-  if (ram == 0) return;  // unknown: nothing to compare with
+  if (ram == 0) return {};
   std::uint64_t states = 0;
   for (Tier t : {Tier::device, Tier::host})
     for (std::uint64_t b : estimate.bytes[static_cast<std::size_t>(t)]) states = add(states, b);
@@ -37,7 +41,7 @@ void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
   std::uint64_t total = 0;
   if (__builtin_mul_overflow(per_rank, static_cast<std::uint64_t>(ranks_here), &total))
     total = UINT64_MAX;
-  if (total <= ram) return;
+  if (total <= ram) return {};
   const std::string why =
       activation_bytes >= states
           ? "activations of " + format_bytes(activation_bytes) +
@@ -51,9 +55,25 @@ void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
                 " parameters ([model] n_layer, n_embd and vocab_size); use a smaller model, more "
                 "ranks on more machines, or a strategy that shards or offloads more (zero3, "
                 "zero3_offload, zero3_nvme)";
-  throw ConfigError("this run needs about " + format_bytes(total) + " of memory on this machine (" +
-                    std::to_string(ranks_here) + (ranks_here == 1 ? " rank" : " ranks") +
-                    "), more than its " + format_bytes(ram) + " of RAM: mostly " + why);
+  return "this run needs about " + format_bytes(total) + " of memory on this machine (" +
+         std::to_string(ranks_here) + (ranks_here == 1 ? " rank" : " ranks") + "), more than its " +
+         format_bytes(ram) + " of RAM: mostly " + why;
+}
+
+}  // namespace
+
+void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
+                       std::uint64_t activation_bytes, int batch, int seq_len,
+                       std::int64_t n_params, int ranks_here, Communicator& comm) {
+  const std::string why =
+      refusal(config, estimate, activation_bytes, batch, seq_len, n_params, ranks_here);
+  // Hosts differ in RAM and in ranks: every rank learns whether any refused.
+  float refused = why.empty() ? 0.0f : 1.0f;
+  if (comm.size() > 1) comm.all_reduce_async(&refused, 1, DType::f32, ReduceOp::sum).wait();
+  if (refused == 0.0f) return;
+  throw ConfigError(!why.empty() ? why
+                                 : "the ranks of another host found that this run does not fit "
+                                   "its memory (their message says why); nothing was allocated");
 }
 
 }  // namespace ztrain

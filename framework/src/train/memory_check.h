@@ -9,13 +9,16 @@
 // that make it large (the sequence length and micro-batch for
 // activations, the model's shape for its states), instead of failing
 // part-way through setup or the first step, or being killed by the kernel.
+// Hosts differ in memory and in ranks, so the verdict is agreed: when any
+// rank refuses, every rank stops.
 //
-// Thread safety: a pure check; any thread.
+// Thread safety: collective; the training thread only.
 #pragma once
 
 #include <cstdint>
 
 #include "core/config.h"
+#include "ztrain/comm.h"
 #include "ztrain/strategy.h"
 
 namespace ztrain {
@@ -25,6 +28,6 @@ namespace ztrain {
 // this machine.
 void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
                        std::uint64_t activation_bytes, int batch, int seq_len,
-                       std::int64_t n_params, int ranks_here);
+                       std::int64_t n_params, int ranks_here, Communicator& comm);
 
 }  // namespace ztrain

@@ -112,10 +112,12 @@ std::string refusal(const RunOutputs& o) {
 
 // Removes the empty directories from `dir` up to (not including) `keep`:
 // what the checks made for a run that was then refused.
+// Never a file: out_dir or export_to may name an existing one.
 void remove_made(fs::path dir, const fs::path& keep) {
   dir = fs::absolute(dir);
   std::error_code ec;
-  while (!dir.empty() && dir != keep && dir != dir.parent_path() && fs::remove(dir, ec))
+  while (!dir.empty() && dir != keep && dir != dir.parent_path() && fs::is_directory(dir, ec) &&
+         fs::remove(dir, ec))
     dir = dir.parent_path();
 }
 

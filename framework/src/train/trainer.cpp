@@ -161,7 +161,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
       run.strategy->estimate({setup.params, run.comm->size(), setup.precision, setup.grad_dtype,
                               setup.activation_bytes, setup.device_budget}),
       setup.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
-      local_rank_count());
+      local_rank_count(), *run.comm);
   run.strategy->setup(setup);
   if (model_opts.has_value("init_from")) {
     run.init_from = model_opts.get_string("init_from");

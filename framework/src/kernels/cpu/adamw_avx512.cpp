@@ -1,10 +1,11 @@
 // AdamW on 16 lanes (AVX-512), chosen at run time where the processor has
 // AVX-512 F, BW and VL. The arithmetic is vector_math.cpp's AVX2 update,
 // operation for operation (the same multiplies by reciprocals, the same
-// fused multiply-adds), so a lane gives the AVX2 lane's bits; the last
-// n % 16 elements go through the same vector code under a mask instead of
-// a scalar tail. 16-bit operands are converted with integer operations, as
-// dtype.h's scalar conversions (the AVX-512 BF16 instruction rounds
+// fused multiply-adds), so a lane gives the AVX2 lane's bits, and the
+// elements the AVX2 loop leaves to its scalar tail go through that same
+// tail: a host with AVX-512 steps every element to the same bits as one
+// without, so replicas on mixed hosts cannot drift apart. 16-bit operands are converted with
+// integer operations, as dtype.h's scalar conversions (the AVX-512 BF16 instruction rounds
 // denormals to zero, which they do not).
 //
 // Why it exists: the update is bound by memory bandwidth, and a 64-byte
@@ -119,10 +120,17 @@ ZTRAIN_AVX512 void adamw_loop(float* p, void* g, float* m, float* v, void* worki
                        _mm512_set1_ps(-lr),          _mm512_set1_ps(grad_mult)};
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) adamw16<G, W, kWork>(c, p, g, m, v, working, i, 0xffff, zero_grad);
-  if (i < n) {
-    const auto k = static_cast<__mmask16>((1u << (n - i)) - 1);
-    adamw16<G, W, kWork>(c, p, g, m, v, working, i, k, zero_grad);
+  // Eight more under a mask where the AVX2 loop has a vector of them; the
+  // last n % 8 through the AVX2 loop itself, whose scalar tail they take
+  // there: every element gets the AVX2 path's bits, whatever the host.
+  if (i + 8 <= n) {
+    adamw16<G, W, kWork>(c, p, g, m, v, working, i, 0x00ff, zero_grad);
+    i += 8;
   }
+  if (i < n)
+    adamw_avx2(p + i, {static_cast<char*>(g) + i * dtype_size(G), G}, m + i, v + i,
+               kWork ? TypedPtr{static_cast<char*>(working) + i * dtype_size(W), W} : TypedPtr{},
+               n - i, lr, beta1, beta2, eps, weight_decay, grad_mult, bc1, bc2, zero_grad);
 }
 
 template <DType G, class... Args>

@@ -44,8 +44,8 @@ void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std:
                 float bc2, bool zero_grad);
 // True when the running processor has AVX-512 F, BW and VL.
 bool have_avx512();
-// adamw_avx2 on 16 lanes (adamw_avx512.cpp): the same bits per element,
-// the tail under a mask.
+// adamw_avx2 on 16 lanes (adamw_avx512.cpp): the same bits per element as
+// adamw_avx2, tail included.
 void adamw_avx512(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_mult, float bc1, float bc2, bool zero_grad);
