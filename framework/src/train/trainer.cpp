@@ -20,6 +20,7 @@
 #include "train/progress.h"
 #include "train/resolved_config.h"
 #include "train/run_outputs.h"
+#include "train/run_report.h"
 #include "train/section_options.h"
 #include "train/weights.h"
 #include "ztrain/error.h"
@@ -170,6 +171,80 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   return run;
 }
 
+// Makes the run directory with its config.toml; the metrics file in it.
+MetricsFile open_run_dir(const fs::path& out_dir, const std::string& resolved_config) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec)
+    throw Error("cannot create run directory '" + out_dir.string() + "': " + ec.message() +
+                "; set [train] out_dir to a writable path");
+  std::ofstream(out_dir / "config.toml") << resolved_config;
+  return MetricsFile(out_dir / "metrics.jsonl");
+}
+
+// A logged training step.
+struct StepLog {
+  std::int64_t done, steps;
+  double loss, lr;
+  StepResult result;
+  double scale;
+  std::int64_t skipped_steps;
+  double step_time_s, tokens_per_s, flops_per_token, comm_wait_s;
+  JobFigures job;
+};
+
+// Its metrics line (rank 0's file) and, off a terminal, its console line.
+void log_step(const StepLog& s, MetricsFile* metrics, Progress& progress) {
+  JsonLine line;
+  line.add("step", s.done)
+      .add("split", "train")
+      .add("loss", s.loss)
+      .add("lr", s.lr)
+      .add("grad_norm", s.result.grad_norm)
+      .add("loss_scale", s.scale)
+      .add("skipped", s.result.skipped)
+      .add("skipped_steps", s.skipped_steps)
+      .add("step_time_s", s.step_time_s)
+      .add("tokens_per_s", s.tokens_per_s)
+      .add("flops_per_s", s.tokens_per_s * s.flops_per_token)
+      .add("bytes_sent", static_cast<std::int64_t>(s.job.bytes_per_rank()))
+      .add_comm("comm", s.job.comm)
+      .add("comm_wait_s", s.comm_wait_s)
+      .add_memory("peak_bytes", s.job.memory, true);
+  if (metrics) metrics->write(line);
+  if (progress.is_terminal()) return;
+  char buf[192];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s",
+                static_cast<long long>(s.done), static_cast<long long>(s.steps), s.loss, s.lr,
+                s.result.grad_norm, format_rate(s.tokens_per_s).c_str());
+  progress.line(buf);
+}
+
+// The run's opening lines, from its parts.
+RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo) {
+  const auto& tr = run.settings.train;
+  RunHeader h;
+  h.model_plugin = run.model_plugin;
+  h.arch = info.arch;
+  h.n_params = info.n_params;
+  h.data_description = dinfo.description;
+  h.strategy_plugin = run.strategy_plugin;
+  h.device_name = run.device->name();
+  h.micro_batch = tr.micro_batch;
+  h.grad_accum = tr.grad_accum;
+  h.global_batch = tr.global_batch;
+  h.ranks = run.comm->size();
+  h.seq_len = info.seq_len;
+  h.entropy_rate = dinfo.entropy_rate;
+  h.precision = tr.precision;
+  h.grad_dtype = tr.grad_dtype;
+  h.loss_scale = tr.scaler.loss_scale;
+  h.initial_scale_power = static_cast<int>(tr.scaler.initial_scale_power);
+  h.init_from = run.init_from;
+  h.strategy_summary = run.strategy->summary();
+  return h;
+}
+
 // The training loop over an assembled run.
 TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const auto& tr = run.settings.train;
@@ -182,16 +257,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
       *run.comm);
   Progress progress(tr.steps, lead);
   std::optional<MetricsFile> metrics;
-  if (lead) {
-    std::error_code ec;
-    fs::create_directories(tr.out_dir, ec);
-    if (ec)
-      throw Error("cannot create run directory '" + tr.out_dir.string() + "': " + ec.message() +
-                  "; set [train] out_dir to a writable path");
-    std::ofstream cfg(tr.out_dir / "config.toml");
-    cfg << run.resolved_config;
-    metrics.emplace(tr.out_dir / "metrics.jsonl");
-  }
+  if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved_config));
 
   const auto params = run.model->params();
   const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
@@ -200,30 +266,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
                          run.comm->size());
   const LrSchedule schedule{tr.lr, tr.min_lr, tr.warmup_steps, tr.steps, tr.schedule};
 
-  {
-    std::ostringstream os;
-    os << "ztrain " << ZTRAIN_VERSION << " | model " << run.model_plugin << " (" << info.arch
-       << ", " << format_rate(static_cast<double>(info.n_params)) << " params) | data "
-       << dinfo.description << " | strategy " << run.strategy_plugin << " | " << run.device->name()
-       << "\n"
-       << "batch: " << tr.micro_batch << " x " << tr.grad_accum << " accum x " << run.comm->size()
-       << " ranks = " << tr.global_batch << " sequences of " << T << " tokens per step";
-    if (dinfo.entropy_rate) os << " | source entropy " << *dinfo.entropy_rate << " nats/token";
-    os << "\nprecision: " << precision_label(tr.precision) << " working weights";
-    if (tr.precision != DType::f32) os << ", fp32 master weights";
-    os << ", gradients accumulated and reduced in " << precision_label(tr.grad_dtype)
-       << ", loss scale ";
-    if (tr.precision != DType::f16)
-      os << "1";
-    else if (tr.scaler.loss_scale > 0)
-      os << tr.scaler.loss_scale << " (static)";
-    else
-      os << "dynamic from 2^" << tr.scaler.initial_scale_power;
-    if (!run.init_from.empty()) os << "\nweights from " << run.init_from.string();
-    const std::string strategy = run.strategy->summary();
-    if (!strategy.empty()) os << "\n" << run.strategy_plugin << ": " << strategy;
-    progress.line(os.str());
-  }
+  progress.line(run_header(header_of(run, info, dinfo)));
 
   TrainResult result;
   result.metrics_file = tr.out_dir / "metrics.jsonl";
@@ -315,34 +358,11 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     const double tps = tokens_per_step / dt;
     const std::int64_t done = step + 1;
     progress.update(done, loss, tps, seconds_since(t_start));
-    if (done % tr.log_every == 0 || done == tr.steps || done == 1) {
-      const JobFigures job = gather_job_figures(*run.comm, run.device->stats(), step_comm);
-      JsonLine line;
-      line.add("step", done)
-          .add("split", "train")
-          .add("loss", loss)
-          .add("lr", lr)
-          .add("grad_norm", sr.grad_norm)
-          .add("loss_scale", scale)
-          .add("skipped", sr.skipped)
-          .add("skipped_steps", skipped_steps)
-          .add("step_time_s", dt)
-          .add("tokens_per_s", tps)
-          .add("flops_per_s", tps * info.train_flops_per_token)
-          .add("bytes_sent", static_cast<std::int64_t>(job.bytes_per_rank()))
-          .add_comm("comm", job.comm)
-          .add("comm_wait_s", step_wait)
-          .add_memory("peak_bytes", job.memory, true);
-      if (metrics) metrics->write(line);
-      if (!progress.is_terminal()) {
-        char buf[192];
-        std::snprintf(buf, sizeof buf,
-                      "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s",
-                      static_cast<long long>(done), static_cast<long long>(tr.steps), loss, lr,
-                      sr.grad_norm, format_rate(tps).c_str());
-        progress.line(buf);
-      }
-    }
+    if (done % tr.log_every == 0 || done == tr.steps || done == 1)
+      log_step(
+          {done, tr.steps, loss, lr, sr, scale, skipped_steps, dt, tps, info.train_flops_per_token,
+           step_wait, gather_job_figures(*run.comm, run.device->stats(), step_comm)},
+          metrics ? &*metrics : nullptr, progress);
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
     mark = run.comm->counters();
   }
@@ -355,71 +375,27 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
 
   const JobFigures job = gather_job_figures(*run.comm, run.device->stats(), train_comm);
-  const MemoryStats& mem = job.memory;
-  std::ostringstream os;
-  os << "done: " << tr.steps << " steps in " << format_duration(seconds_since(t_start)) << " | "
-     << format_rate(result.tokens_per_s) << " tok/s | "
-     << format_rate(result.tokens_per_s * info.train_flops_per_token) << " FLOP/s (model)\n";
-  os << "final train loss " << result.train_losses.back();
-  if (!result.val_losses.empty()) os << " | val loss " << result.val_losses.back().second;
-  if (dinfo.entropy_rate) {
-    const double ref =
-        result.val_losses.empty() ? result.train_losses.back() : result.val_losses.back().second;
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " | source entropy %.4f (%.1f%% above)", *dinfo.entropy_rate,
-                  100.0 * (ref / *dinfo.entropy_rate - 1.0));
-    os << buf;
-  }
-  if (skipped_steps > 0 || scaler.dynamic()) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "\n%lld step%s skipped on gradient overflow; loss scale %.15g",
-                  static_cast<long long>(skipped_steps), skipped_steps == 1 ? "" : "s",
-                  scaler.scale());
-    os << buf;
-  }
-  if (run.comm->size() > 1) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf,
-                  "\ncommunication per rank: %s sent per step, %.3f s per step waiting on it",
-                  format_bytes(job.bytes_per_rank() / static_cast<std::uint64_t>(tr.steps)).c_str(),
-                  comm_wait / static_cast<double>(tr.steps));
-    os << buf;
-  }
-  os << "\npeak memory per tier:";
-  for (std::size_t t = 0; t < kTierCount; ++t) {
-    if (!mem.tier_peak[t]) continue;
-    os << "\n  " << tier_name(static_cast<Tier>(t)) << ": " << format_bytes(mem.tier_peak[t])
-       << " (";
-    bool first = true;
-    for (std::size_t c = 0; c < kCategoryCount; ++c) {
-      if (!mem.peak[t][c]) continue;
-      os << (first ? "" : ", ") << category_name(static_cast<Category>(c)) << " "
-         << format_bytes(mem.peak[t][c]);
-      first = false;
-    }
-    os << ")";
-  }
-  {
-    // What `ztrain estimate` predicts for this run, beside the measurement.
-    const MemoryEstimate e = run.strategy->estimate(
-        {params, run.comm->size(), tr.precision, tr.grad_dtype, run.model->activation_bytes({B, T}),
-         run.settings.device.memory_limit});
-    os << "\nstrategy estimate per rank:";
-    for (std::size_t t = 0; t < kTierCount; ++t) {
-      const char* sep = " (";
-      std::string line;
-      for (std::size_t c = 0; c < kCategoryCount; ++c) {
-        if (!e.bytes[t][c]) continue;
-        line += sep + std::string(category_name(static_cast<Category>(c))) + " " +
-                format_bytes(e.bytes[t][c]);
-        sep = ", ";
-      }
-      if (!line.empty()) os << "\n  " << tier_name(static_cast<Tier>(t)) << line << ")";
-    }
-  }
-  os << "\nmetrics: " << result.metrics_file.string();
-  if (tr.save_final) os << " | weights: " << (tr.out_dir / "model.safetensors").string();
-  progress.line(os.str());
+  RunReport report;
+  report.steps = tr.steps;
+  report.wall_s = seconds_since(t_start);
+  report.tokens_per_s = result.tokens_per_s;
+  report.flops_per_token = info.train_flops_per_token;
+  report.train_losses = result.train_losses;
+  report.val_losses = result.val_losses;
+  report.entropy_rate = dinfo.entropy_rate;
+  report.skipped_steps = skipped_steps;
+  report.dynamic_scale = scaler.dynamic();
+  report.final_loss_scale = scaler.scale();
+  report.ranks = run.comm->size();
+  report.bytes_per_rank = job.bytes_per_rank();
+  report.comm_wait_s = comm_wait;
+  report.memory = job.memory;
+  report.estimate = run.strategy->estimate({params, run.comm->size(), tr.precision, tr.grad_dtype,
+                                            run.model->activation_bytes({B, T}),
+                                            run.settings.device.memory_limit});
+  report.metrics_file = result.metrics_file;
+  if (tr.save_final) report.weights_file = tr.out_dir / "model.safetensors";
+  progress.line(summary_text(report));
   return result;
 }
 

@@ -1,0 +1,76 @@
+// The run's opening and closing lines, from a report: what is printed when,
+// and in which units.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "train/run_report.h"
+
+using namespace ztrain;
+
+namespace {
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+}  // namespace
+
+TEST_CASE("the header names model, data, batch, precision and what the strategy offloads") {
+  RunHeader h;
+  h.model_plugin = "transformer";
+  h.arch = "llama";
+  h.n_params = 1234567;
+  h.data_description = "synthetic (V=512, K=4)";
+  h.strategy_plugin = "cpu_offload";
+  h.device_name = "cpu (2 threads)";
+  h.micro_batch = 4;
+  h.grad_accum = 2;
+  h.global_batch = 16;
+  h.ranks = 2;
+  h.seq_len = 128;
+  h.precision = DType::f16;
+  h.grad_dtype = DType::f16;
+  h.loss_scale = 0;
+  h.initial_scale_power = 16;
+  h.strategy_summary = "parameter shards in host memory";
+  const std::string text = run_header(h);
+  CHECK(contains(text, "model transformer (llama, 1.23M params)"));
+  CHECK(contains(text, "batch: 4 x 2 accum x 2 ranks = 16 sequences of 128 tokens per step"));
+  CHECK(contains(text, "fp32 master weights"));
+  CHECK(contains(text, "loss scale dynamic from 2^16"));
+  CHECK(contains(text, "\ncpu_offload: parameter shards in host memory"));
+  CHECK(!contains(text, "weights from"));
+}
+
+TEST_CASE("the summary: losses, communication only with ranks, peaks beside the estimate") {
+  RunReport r;
+  r.steps = 10;
+  r.wall_s = 12.5;
+  r.tokens_per_s = 2000;
+  r.flops_per_token = 1e6;
+  r.train_losses = {5.0, 4.0};
+  r.val_losses = {{10, 3.5}};
+  r.entropy_rate = 1.75;
+  r.memory.tier_peak[0] = 3 << 20;
+  r.memory.peak[0][static_cast<std::size_t>(Category::params)] = 1 << 20;
+  r.memory.peak[0][static_cast<std::size_t>(Category::activations)] = 2 << 20;
+  r.estimate.set(Tier::device, Category::params, 1 << 20);
+  r.metrics_file = "runs/x/metrics.jsonl";
+  std::string text = summary_text(r);
+  CHECK(contains(text, "done: 10 steps in"));
+  CHECK(contains(text, "final train loss 4 | val loss 3.5 | source entropy 1.7500 (100.0% above)"));
+  CHECK(!contains(text, "communication per rank"));
+  CHECK(!contains(text, "skipped"));
+  CHECK(contains(text, "  device: 3.00 MiB (params 1.00 MiB, activations 2.00 MiB)"));
+  CHECK(contains(text, "strategy estimate per rank:\n  device (params 1.00 MiB)"));
+  CHECK(contains(text, "metrics: runs/x/metrics.jsonl"));
+  CHECK(!contains(text, "weights:"));
+  r.ranks = 2;
+  r.bytes_per_rank = 10 << 20;
+  r.comm_wait_s = 0.5;
+  r.skipped_steps = 1;
+  r.weights_file = "runs/x/model.safetensors";
+  text = summary_text(r);
+  CHECK(contains(text, "communication per rank: 1.00 MiB sent per step, 0.050 s per step"));
+  CHECK(contains(text, "1 step skipped on gradient overflow"));
+  CHECK(contains(text, " | weights: runs/x/model.safetensors"));
+}
