@@ -4,14 +4,16 @@
 // fused multiply-adds), so a lane gives the AVX2 lane's bits, and the
 // elements the AVX2 loop leaves to its scalar tail go through that same
 // tail: a host with AVX-512 steps every element to the same bits as one
-// without, so replicas on mixed hosts cannot drift apart. 16-bit operands are converted with
-// integer operations, as dtype.h's scalar conversions (the AVX-512 BF16 instruction rounds
-// denormals to zero, which they do not).
+// without, so replicas on mixed hosts cannot drift apart. 16-bit operands
+// are converted with integer operations, as dtype.h's scalar conversions
+// (the AVX-512 BF16 instruction rounds denormals to zero, which they do
+// not).
 //
-// Why it exists: the update is bound by memory bandwidth, and a 64-byte
-// register moves a cache line per load; on the 2-core Sapphire Rapids
-// machine this was written on, bench_adamw measured it against the AVX2
-// loop on 1e8 elements (figures in bench/RESULTS.md).
+// What it buys: nothing measurable on the 2-core Sapphire Rapids machine
+// it was written on (bench_adamw, 1e8 elements: 0.571 against the AVX2
+// loop's 0.572 ns/element; bench/RESULTS.md), where the update is bound by
+// memory bandwidth. It is the path for processors with more bandwidth per
+// core, where the AVX2 loop's instruction count could become the limit.
 // GCC 12 warns "may be used uninitialized" inside its own AVX-512 headers,
 // whose intrinsics start from _mm512_undefined_*() (GCC bug 105593, fixed
 // in 13); the warning is silenced for those headers only.
@@ -22,6 +24,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/adamw_dispatch.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace ztrain::vec {
@@ -133,18 +136,13 @@ ZTRAIN_AVX512 void adamw_loop(float* p, void* g, float* m, float* v, void* worki
                n - i, lr, beta1, beta2, eps, weight_decay, grad_mult, bc1, bc2, zero_grad);
 }
 
-template <DType G, class... Args>
-void adamw_dispatch(TypedPtr working, float* p, void* g, float* m, float* v, Args... args) {
-  if (!working) return adamw_loop<G, DType::f32, false>(p, g, m, v, nullptr, args...);
-  switch (working.dtype) {
-    case DType::f32:
-      return adamw_loop<G, DType::f32, true>(p, g, m, v, working.data, args...);
-    case DType::bf16:
-      return adamw_loop<G, DType::bf16, true>(p, g, m, v, working.data, args...);
-    case DType::f16:
-      return adamw_loop<G, DType::f16, true>(p, g, m, v, working.data, args...);
+// The loop for adamw_typed.
+struct Loop {
+  template <DType G, DType W, bool kWork, class... Args>
+  static void run(Args... args) {
+    adamw_loop<G, W, kWork>(args...);
   }
-}
+};
 
 }  // namespace
 
@@ -157,17 +155,8 @@ bool have_avx512() {
 void adamw_avx512(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_mult, float bc1, float bc2, bool zero_grad) {
-  switch (g.dtype) {
-    case DType::f32:
-      return adamw_dispatch<DType::f32>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                        weight_decay, grad_mult, bc1, bc2, zero_grad);
-    case DType::bf16:
-      return adamw_dispatch<DType::bf16>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                         weight_decay, grad_mult, bc1, bc2, zero_grad);
-    case DType::f16:
-      return adamw_dispatch<DType::f16>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                        weight_decay, grad_mult, bc1, bc2, zero_grad);
-  }
+  adamw_typed<Loop>(p, g, m, v, working, n, lr, beta1, beta2, eps, weight_decay, grad_mult, bc1,
+                    bc2, zero_grad);
 }
 
 }  // namespace ztrain::vec

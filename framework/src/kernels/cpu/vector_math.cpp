@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/adamw_dispatch.h"
+
 namespace ztrain::vec {
 namespace {
 
@@ -300,18 +302,13 @@ ZTRAIN_AVX2 void adamw_loop(float* p, void* g, float* m, float* v, void* working
   }
 }
 
-template <DType G, class... Args>
-void adamw_dispatch(TypedPtr working, float* p, void* g, float* m, float* v, Args... args) {
-  if (!working) return adamw_loop<G, DType::f32, false>(p, g, m, v, nullptr, args...);
-  switch (working.dtype) {
-    case DType::f32:
-      return adamw_loop<G, DType::f32, true>(p, g, m, v, working.data, args...);
-    case DType::bf16:
-      return adamw_loop<G, DType::bf16, true>(p, g, m, v, working.data, args...);
-    case DType::f16:
-      return adamw_loop<G, DType::f16, true>(p, g, m, v, working.data, args...);
+// The loop for adamw_typed.
+struct Loop {
+  template <DType G, DType W, bool kWork, class... Args>
+  static void run(Args... args) {
+    adamw_loop<G, W, kWork>(args...);
   }
-}
+};
 
 template <DType t>
 ZTRAIN_AVX2 double sum_squares_loop(const void* x, std::size_t n) {
@@ -339,17 +336,8 @@ ZTRAIN_AVX2 double sum_squares_loop(const void* x, std::size_t n) {
 void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
                 float bc2, bool zero_grad) {
-  switch (g.dtype) {
-    case DType::f32:
-      return adamw_dispatch<DType::f32>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                        weight_decay, grad_mult, bc1, bc2, zero_grad);
-    case DType::bf16:
-      return adamw_dispatch<DType::bf16>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                         weight_decay, grad_mult, bc1, bc2, zero_grad);
-    case DType::f16:
-      return adamw_dispatch<DType::f16>(working, p, g.data, m, v, n, lr, beta1, beta2, eps,
-                                        weight_decay, grad_mult, bc1, bc2, zero_grad);
-  }
+  adamw_typed<Loop>(p, g, m, v, working, n, lr, beta1, beta2, eps, weight_decay, grad_mult, bc1,
+                    bc2, zero_grad);
 }
 
 double sum_squares_avx2(ConstTypedPtr x, std::size_t n) {
