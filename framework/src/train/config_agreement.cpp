@@ -144,4 +144,10 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm) {
                     "with the same run file, presets and --set overrides");
 }
 
+void stop_together(const std::string& why, const std::string& others, Communicator& comm) {
+  float refused = why.empty() ? 0.0f : 1.0f;
+  if (comm.size() > 1) comm.all_reduce_async(&refused, 1, DType::f32, ReduceOp::sum).wait();
+  if (refused != 0.0f) throw ConfigError(why.empty() ? others : why);
+}
+
 }  // namespace ztrain

@@ -9,8 +9,16 @@
 // naming the first key that differs and its value (and origin) on rank 0
 // and on the first rank that differs.
 //
+// stop_together makes the checks one rank (or one host) makes before
+// training stop every rank: each passes its own reason (empty: none), and
+// when any rank has one, every rank raises a ConfigError, its own reason or
+// `others` where it had none, instead of some ranks going on into
+// collectives the refusing ones never join.
+//
 // Thread safety: collective; the training thread only.
 #pragma once
+
+#include <string>
 
 #include "core/config.h"
 #include "ztrain/comm.h"
@@ -18,5 +26,6 @@
 namespace ztrain {
 
 void check_ranks_agree(const RunConfig& config, Communicator& comm);
+void stop_together(const std::string& why, const std::string& others, Communicator& comm);
 
 }  // namespace ztrain

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "ztrain/error.h"
+#include "train/config_agreement.h"
 #include "ztrain/units.h"
 
 namespace ztrain {
@@ -68,12 +68,10 @@ void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
   const std::string why =
       refusal(config, estimate, activation_bytes, batch, seq_len, n_params, ranks_here);
   // Hosts differ in RAM and in ranks: every rank learns whether any refused.
-  float refused = why.empty() ? 0.0f : 1.0f;
-  if (comm.size() > 1) comm.all_reduce_async(&refused, 1, DType::f32, ReduceOp::sum).wait();
-  if (refused == 0.0f) return;
-  throw ConfigError(!why.empty() ? why
-                                 : "the ranks of another host found that this run does not fit "
-                                   "its memory (their message says why); nothing was allocated");
+  stop_together(why,
+                "the ranks of another host found that this run does not fit its memory (their "
+                "message says why); nothing was allocated",
+                comm);
 }
 
 }  // namespace ztrain

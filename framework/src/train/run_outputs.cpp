@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ztrain/error.h"
+#include "train/config_agreement.h"
 #include "ztrain/units.h"
 
 namespace ztrain {
@@ -135,12 +135,8 @@ void check_run_outputs(const RunOutputs& outputs, Communicator& comm) {
     remove_made(outputs.out_dir, out_base);
     if (!export_dir.empty()) remove_made(export_dir, export_base);
   }
-  float refused = why.empty() ? 0.0f : 1.0f;
-  if (comm.size() > 1) comm.all_reduce_async(&refused, 1, DType::f32, ReduceOp::sum).wait();
-  if (refused != 0.0f)
-    throw ConfigError(lead ? why
-                           : "rank 0 refused the run's outputs (its message says why); nothing "
-                             "was trained");
+  stop_together(why, "rank 0 refused the run's outputs (its message says why); nothing was trained",
+                comm);
   if (lead && outputs.overwrite)
     for (const auto& f : kRunFiles) {
       std::error_code ec;
