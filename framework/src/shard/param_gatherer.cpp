@@ -172,24 +172,30 @@ std::vector<std::uint64_t> group_sizes(const std::vector<GatherGroup>& groups) {
 }
 }  // namespace
 
+StandardGathers standard_gathers(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+                                 const GatherOptions& options) {
+  int modules = 1;
+  for (const auto& p : params)
+    for (auto m : p.used_by) modules = std::max(modules, m + 1);
+  StandardGathers s;
+  s.groups = gather_groups(params, layout, options.param_persistence_threshold);
+  s.needs = group_needs(s.groups, modules);
+  const auto sizes = group_sizes(s.groups);
+  check_live_cap(s.needs, sizes, options.max_live_parameters, {});
+  for (const auto& e : standard_trace(modules))
+    s.trace.push_back(s.needs[static_cast<std::size_t>(e.module)]);
+  s.plan = make_gather_plan(s.trace, sizes, options);
+  return s;
+}
+
 GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
                                   const GatherOptions& options) {
-  int modules = 1;
   GatherPeaks peaks;
   for (const auto& p : params) {
-    for (auto m : p.used_by) modules = std::max(modules, m + 1);
     const auto n = static_cast<std::uint64_t>(p.shape.numel());
     if (n <= options.param_persistence_threshold) peaks.persistent += n;
   }
-  const FlatLayout layout(params, 1);
-  const auto groups = gather_groups(params, layout, options.param_persistence_threshold);
-  const auto needs = group_needs(groups, modules);
-  const auto sizes = group_sizes(groups);
-  check_live_cap(needs, sizes, options.max_live_parameters, {});
-  std::vector<std::vector<int>> trace;
-  for (const auto& e : standard_trace(modules))
-    trace.push_back(needs[static_cast<std::size_t>(e.module)]);
-  peaks.live = make_gather_plan(trace, sizes, options).peak_live;
+  peaks.live = standard_gathers(params, FlatLayout(params, 1), options).plan.peak_live;
   peaks.packed = peaks.persistent;
   return peaks;
 }

@@ -52,17 +52,7 @@ std::uint64_t loans_peak(const GatherPlan& plan, const std::vector<std::vector<i
 // import borrows one parameter's pages twice (converted, and read around).
 std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const FlatLayout& layout,
                                 DType precision, const GatherOptions& gather) {
-  int modules = 1;
-  for (const auto& p : params)
-    for (auto m : p.used_by) modules = std::max(modules, m + 1);
-  const auto groups = gather_groups(params, layout, gather.param_persistence_threshold);
-  const auto needs = group_needs(groups, modules);
-  std::vector<std::uint64_t> sizes;
-  for (const auto& g : groups) sizes.push_back(g.size());
-  std::vector<std::vector<int>> trace;
-  for (const auto& e : standard_trace(modules))
-    trace.push_back(needs[static_cast<std::size_t>(e.module)]);
-  const GatherPlan plan = make_gather_plan(trace, sizes, gather);
+  const StandardGathers g = standard_gathers(params, layout, gather);
   const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(layout.world());
   std::uint64_t peak =
       SwappedShard::loan_bytes(0, 0, std::min(shard, SwappedShard::kSlice), precision);
@@ -73,12 +63,12 @@ std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const Flat
       return b < e ? SwappedShard::loan_bytes(ob, b, e, precision) : 0;
     };
     std::vector<std::uint64_t> loans;
-    for (const auto& g : groups) loans.push_back(loan(g.begin, g.end));
+    for (const auto& group : g.groups) loans.push_back(loan(group.begin, group.end));
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto id = static_cast<ParamId>(i);
       peak = std::max(peak, 2 * loan(layout.offset(id), layout.offset(id) + layout.numel(id)));
     }
-    peak = std::max(peak, loans_peak(plan, trace, needs, loans,
+    peak = std::max(peak, loans_peak(g.plan, g.trace, g.needs, loans,
                                      gather.read_buffers ? gather.read_buffers : SIZE_MAX));
   }
   return peak;

@@ -113,6 +113,19 @@ ZTRAIN_API std::vector<GatherGroup> gather_groups(const std::vector<ParamSpec>& 
 ZTRAIN_API std::vector<std::vector<int>> group_needs(const std::vector<GatherGroup>& groups,
                                                      int modules);
 
+// The gathers of the standard trace over `layout`: the groups, each
+// module's groups (needs), each trace position's groups, and the plan over
+// them. What the estimates walk; ConfigError when a module needs more than
+// max_live_parameters.
+struct StandardGathers {
+  std::vector<GatherGroup> groups;
+  std::vector<std::vector<int>> needs;
+  std::vector<std::vector<int>> trace;
+  GatherPlan plan;
+};
+ZTRAIN_API StandardGathers standard_gathers(const std::vector<ParamSpec>& params,
+                                            const FlatLayout& layout, const GatherOptions& options);
+
 // What a gatherer holds beyond the shard when the model runs the standard
 // trace: persistent elements (params) and the plan's peak of gathered ones
 // (params), and the packed persistent elements refresh() receives (comm).
