@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/plugin_loader.h"
+#include "train/checkpoint_tools.h"
 #include "train/launcher.h"
 #include "train/trainer.h"
 #include "train/weights.h"
@@ -41,15 +42,35 @@ constexpr const char* kUsage =
     "                                           category (nothing is allocated)\n"
     "       ztrain config [options] CONFIG      every key of the run, defaults included, with\n"
     "                                           where each value comes from (a run file itself)\n"
-    "       ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16] [--overwrite]\n"
+    "       ztrain --resume[=DIR] [options] CONFIG\n"
+    "                                           continue from a checkpoint: out_dir's latest, or\n"
+    "                                           DIR (a step_<N> directory or a run directory);\n"
+    "                                           any world size and strategy\n"
+    "       ztrain export RUN_DIR|FILE|CHECKPOINT OUT [--dtype fp32|bf16|fp16] [--overwrite]\n"
     "                                           write weights as safetensors with Hugging Face\n"
     "                                           names (OUT: a .safetensors file, or a directory\n"
     "                                           that gets model.safetensors and config.json)\n"
+    "       ztrain checkpoint info CHECKPOINT   what a checkpoint holds; verifies every checksum\n"
     "\n"
     "examples:\n"
     "  ztrain configs/run.toml\n"
     "  ztrain --strategy ddp --set train.steps=20 configs/run.toml\n"
     "  ztrain --model gpt2-tiny --set train.steps=50 configs/run.toml\n";
+
+// `--resume` takes the next argument when it is "latest" or a directory
+// (`--resume DIR run.toml`); otherwise it stands alone for out_dir's
+// latest checkpoint (`--resume run.toml`).
+std::vector<std::string> resume_argument(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "--resume") continue;
+    const bool takes = i + 1 < args.size() &&
+                       (args[i + 1] == "latest" || std::filesystem::is_directory(args[i + 1]));
+    args[i] = "--resume=" + (takes ? args[i + 1] : std::string("latest"));
+    if (takes) args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  }
+  return args;
+}
 
 int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
   ztrain::PluginLoader::Log log;
@@ -81,7 +102,7 @@ int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> overrides, plugin_paths, positional;
-  std::string strategy, model, dtype = "fp32", hostfile, include, exclude;
+  std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume;
   std::vector<std::string> env_vars;
   int nproc = 0;
   int world = 1;
@@ -99,6 +120,8 @@ int main(int argc, char** argv) {
       "overwrite", po::bool_switch(&overwrite),
       "replace an earlier run in out_dir, an existing export_to, or export's OUT")(
       "dtype", po::value(&dtype), "export: dtype of the written weights (fp32, bf16, fp16)")(
+      "resume", po::value(&resume),
+      "continue from a checkpoint: --resume (out_dir's latest), --resume DIR or --resume=DIR")(
       "nproc", po::value(&nproc), "start N ranks on this machine (through mpirun)")(
       "world", po::value(&world)->default_value(1), "estimate: the number of ranks")(
       "hostfile", po::value(&hostfile), "start ranks on the hosts of a DeepSpeed hostfile")(
@@ -115,7 +138,9 @@ int main(int argc, char** argv) {
   pos.add("args", -1);
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::store(
+        po::command_line_parser(resume_argument(argc, argv)).options(all).positional(pos).run(),
+        vm);
     po::notify(vm);
     if (vm.count("help")) {
       std::cout << kUsage << "\n" << opts;
@@ -131,6 +156,8 @@ int main(int argc, char** argv) {
                                   "')");
       return list_plugins(plugin_paths, verbose);
     }
+    // --resume is train.resume, so every rank agrees on it with the rest.
+    if (!resume.empty()) overrides.push_back("train.resume=\"" + resume + "\"");
     // The run a config file and the command line describe.
     auto run_args = [&](const std::string& config) {
       ztrain::TrainArgs args;
@@ -158,12 +185,29 @@ int main(int argc, char** argv) {
       std::cout << ztrain::resolved_config_of(run_args(positional[1]));
       return 0;
     }
+    const ztrain::PluginLoader::Log log =
+        verbose ? [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); }
+                : ztrain::PluginLoader::Log{};
+    if (!positional.empty() && positional[0] == "checkpoint") {
+      if (positional.size() != 3 || positional[1] != "info")
+        throw ztrain::ConfigError("usage: ztrain checkpoint info CHECKPOINT");
+      const ztrain::PluginLoader loader(ztrain::default_plugin_dirs(plugin_paths), log);
+      return ztrain::checkpoint_info(positional[2], loader, std::cout) ? 0 : 1;
+    }
     if (!positional.empty() && positional[0] == "export") {
       if (positional.size() != 3)
         throw ztrain::ConfigError(
-            "usage: ztrain export RUN_DIR|FILE OUT [--dtype fp32|bf16|fp16] [--overwrite]");
-      ztrain::convert_weights(positional[1], positional[2],
-                              ztrain::parse_precision(dtype, "--dtype"), overwrite);
+            "usage: ztrain export RUN_DIR|FILE|CHECKPOINT OUT [--dtype fp32|bf16|fp16] "
+            "[--overwrite]");
+      const ztrain::DType type = ztrain::parse_precision(dtype, "--dtype");
+      // A run directory with checkpoints and final weights exports the final weights.
+      if (ztrain::is_checkpoint(positional[1]) &&
+          !std::filesystem::exists(std::filesystem::path(positional[1]) / "model.safetensors"))
+        ztrain::export_checkpoint(
+            positional[1], positional[2], type, overwrite,
+            ztrain::PluginLoader(ztrain::default_plugin_dirs(plugin_paths), log));
+      else
+        ztrain::convert_weights(positional[1], positional[2], type, overwrite);
       std::cout << "wrote " << positional[2] << "\n";
       return 0;
     }

@@ -58,6 +58,17 @@ class Ddp final : public Strategy {
                              *kernels_, a, GradAfter::zeroed);
   }
 
+  // Every rank holds the whole state: rank r saves the r-th of world equal
+  // parts, so all ranks write at once; a load reads everything.
+  void save_state(StateSink& sink) override {
+    const std::uint64_t n = layout_->total(), world = static_cast<std::uint64_t>(comm_->size()),
+                        r = static_cast<std::uint64_t>(comm_->rank());
+    optimizer_->save(sink, *layout_, replica_->weights(), n * r / world, n * (r + 1) / world);
+  }
+  void load_state(StateSource& source) override {
+    optimizer_->load(source, *layout_, replica_->weights());
+  }
+
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, 1);
     const std::uint64_t n = layout.total();

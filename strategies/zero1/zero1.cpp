@@ -70,6 +70,16 @@ class Zero1 final : public Strategy {
     return r;
   }
 
+  void save_state(StateSink& sink) override {
+    optimizer_->save(sink, *layout_, replica_->weights().at(begin_));
+  }
+  // The owned range from the checkpoint, the rest of the replica from the
+  // other ranks, as after a step.
+  void load_state(StateSource& source) override {
+    optimizer_->load(source, *layout_, replica_->weights().at(begin_));
+    replica_->publish(*comm_, allgather_);
+  }
+
   MemoryEstimate estimate(const EstimateArgs& a) const override {
     const shard::FlatLayout layout(a.params, a.world);
     const std::uint64_t n = layout.total(), shard = n / static_cast<std::uint64_t>(a.world);

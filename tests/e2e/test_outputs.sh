@@ -112,7 +112,7 @@ if truncate -s 4M "$scratch/tiny.img" && mkfs.ext4 -q "$scratch/tiny.img" 2> /de
   leftovers=$(ls -A "$tiny" | grep -v lost+found || true)
   umount "$tiny"
   [ "$status" -eq 2 ] || fail "full disk: exit $status, not 2: $(cat "$scratch/full.out")"
-  grep -q "the run will write .* under '$tiny/run' (weights, metrics and configuration), but only .* are free there" \
+  grep -q "the run will write .* under '$tiny/run' (weights, checkpoints, metrics and configuration), but only .* are free there" \
     "$scratch/full.out" || fail "full disk: unclear error: $(cat "$scratch/full.out")"
   [ -z "$leftovers" ] || fail "full disk: files were left: $leftovers"
   echo "full disk: $(grep -m1 -o "the run will write.*" "$scratch/full.out" | cut -c1-200)"

@@ -7,7 +7,7 @@
 // JSON syntax, dtypes, that each tensor's byte range matches its shape and
 // lies inside the file, and that ranges do not overlap. It reads F32, BF16
 // and F16 tensors (converting to fp32 on request). The writer writes to a
-// temporary file, syncs it and renames it into place.
+// temporary file, one tensor at a time, syncs it and renames it into place.
 //
 // Errors: DataError naming the file and what is wrong.
 // Thread safety: a reader is immutable after construction.
@@ -58,6 +58,31 @@ struct SafetensorsTensor {
   const void* data = nullptr;  // shape.numel() elements of dtype
 };
 
+// Writes a file tensor by tensor, so no more than one tensor need be in
+// memory: the header from each tensor's name, dtype and shape (data
+// unused), then put() the tensors' bytes in that order; finish() syncs the
+// file and renames it into place. Destroyed unfinished (an error on the
+// way), the partial file is removed.
+class DurableFile;
+class ZTRAIN_API SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::filesystem::path& path, std::vector<SafetensorsTensor> tensors,
+                    const std::map<std::string, std::string>& metadata);
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  // The next tensor's shape.numel() elements of its dtype.
+  void put(const void* data);
+  void finish();
+
+ private:
+  std::filesystem::path path_, tmp_;
+  std::vector<SafetensorsTensor> tensors_;
+  std::size_t next_ = 0;
+  std::unique_ptr<DurableFile> file_;
+};
+
+// All at once: tensors' data given.
 ZTRAIN_API void write_safetensors(const std::filesystem::path& path,
                                   const std::vector<SafetensorsTensor>& tensors,
                                   const std::map<std::string, std::string>& metadata);

@@ -9,7 +9,8 @@
 // parameters and gradients only through param_view/grad_view between the
 // module hooks. step() finishes gradient reduction, computes the global
 // gradient norm, clips, runs the optimizer, publishes the new parameters and
-// zeroes the gradients for the next step.
+// zeroes the gradients for the next step. save_state and load_state carry
+// the optimizer state in and out of checkpoints (ztrain/optimizer_state.h).
 //
 // Errors: setup raises OutOfMemoryError when the budget is too small,
 // ConfigError for unusable options; CommError may come out of any hook.
@@ -28,6 +29,7 @@
 #include "ztrain/export.h"
 #include "ztrain/kernels.h"
 #include "ztrain/model.h"
+#include "ztrain/optimizer_state.h"
 #include "ztrain/plugin.h"
 #include "ztrain/tensor.h"
 
@@ -123,6 +125,14 @@ class ZTRAIN_API Strategy : public Plugin {
   // precision. Collective like read_param; every rank passes the same values.
   virtual void write_param(ParamId p, const float* in) = 0;
   virtual StepResult step(const StepArgs& args) = 0;
+  // Checkpoints (between steps, gradients zero). save_state puts the
+  // master, m and v of the elements this rank saves; over all ranks, every
+  // element of every parameter exactly once (ranks that hold replicas split
+  // them). Not collective. load_state takes the state of every element this
+  // rank holds from `source`, reading nothing else, sets the working copy
+  // from the masters and brings any replicas up to date: collective.
+  virtual void save_state(StateSink& sink) = 0;
+  virtual void load_state(StateSource& source) = 0;
   virtual MemoryEstimate estimate(const EstimateArgs& args) const = 0;
   virtual StrategyStats stats() const = 0;
   // After setup: what the run header says about the strategy's choices

@@ -73,6 +73,12 @@ void Watchdog::on_sigterm() {
     for (const auto& r : transport_->receive(period_)) heard(r, Clock::now());
     beat(Clock::now());
   }
+  // Every rank alive: a scheduler asking the run to stop, which training
+  // takes where it can (a checkpoint first).
+  if (silent_now(Clock::now()).empty() && stop_requests_taken()) {
+    request_stop(SIGTERM);
+    return;
+  }
   const std::string line = "[rank " + std::to_string(rank_) +
                            "] ztrain: stopped by SIGTERM (mpirun sends it when another rank "
                            "failed, a scheduler before preemption); " +

@@ -1,14 +1,10 @@
 #include "ztrain/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/durable_file.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
@@ -33,70 +29,6 @@ std::uint64_t read_le64(const std::uint8_t* p) {
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-
-// A test hook: ZTRAIN_TEST_INJECT_WRITE_ERROR=ENOSPC or EIO fails every
-// weights file write after its first megabyte, as a disk that fills or
-// fails half-way through the final save.
-int injected_write_error() {
-  const char* text = std::getenv("ZTRAIN_TEST_INJECT_WRITE_ERROR");
-  if (!text || !*text) return 0;
-  const std::string s(text);
-  if (s == "ENOSPC") return ENOSPC;
-  if (s == "EIO") return EIO;
-  throw ConfigError("ZTRAIN_TEST_INJECT_WRITE_ERROR=" + s + ": expected ENOSPC or EIO");
-}
-
-class FileWriter {
- public:
-  explicit FileWriter(const std::filesystem::path& path)
-      : path_(path), inject_(injected_write_error()) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("cannot create");
-  }
-  ~FileWriter() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileWriter(const FileWriter&) = delete;
-  FileWriter& operator=(const FileWriter&) = delete;
-  void write(const void* data, std::size_t n) {
-    const auto* p = static_cast<const char*>(data);
-    while (n > 0) {
-      if (inject_ && written_ >= (std::size_t{1} << 20)) {
-        errno = inject_;
-        fail("cannot write");
-      }
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        fail("cannot write");
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
-      written_ += static_cast<std::size_t>(w);
-    }
-  }
-  void finish() {
-    if (::fsync(fd_) != 0) fail("cannot sync");
-    if (::close(fd_) != 0) {
-      fd_ = -1;
-      fail("cannot close");
-    }
-    fd_ = -1;
-  }
-
- private:
-  [[noreturn]] void fail(const char* what) {
-    const int e = errno;
-    throw DataError(std::string(what) + " '" + path_.string() + "': " + std::strerror(e) +
-                    (e == ENOSPC ? "; the disk is full: free space and export again (the partial "
-                                   "file is removed)"
-                                 : ""));
-  }
-  std::filesystem::path path_;
-  int inject_ = 0;
-  std::size_t written_ = 0;
-  int fd_ = -1;
-};
 
 }  // namespace
 
@@ -191,13 +123,14 @@ void SafetensorsReader::read_f32(const SafetensorsEntry& e, float* out) const {
           static_cast<std::size_t>(e.shape.numel()));
 }
 
-void write_safetensors(const std::filesystem::path& path,
-                       const std::vector<SafetensorsTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& path,
+                                     std::vector<SafetensorsTensor> tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), tmp_(path.string() + ".tmp"), tensors_(std::move(tensors)) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
-  for (const auto& t : tensors) {
+  for (const auto& t : tensors_) {
     if (header.contains(t.name))
       throw InternalError("safetensors: tensor '" + t.name + "' written twice");
     const std::uint64_t bytes = static_cast<std::uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
@@ -208,33 +141,44 @@ void write_safetensors(const std::filesystem::path& path,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  // The partial file goes whatever stops the write (a full disk, an I/O
-  // error): only a whole file ever takes `path`'s name.
-  struct RemoveUnlessKept {
-    const std::filesystem::path& file;
-    bool kept = false;
-    ~RemoveUnlessKept() {
-      std::error_code ignored;
-      if (!kept) std::filesystem::remove(file, ignored);
-    }
-  } partial{tmp};
-  {
-    FileWriter w(tmp);
-    std::uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(text.size() >> (8 * i));
-    w.write(len, 8);
-    w.write(text.data(), text.size());
-    for (const auto& t : tensors)
-      w.write(t.data, static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype));
-    w.finish();
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    throw DataError("cannot move '" + tmp.string() + "' to '" + path.string() +
-                    "': " + ec.message());
-  partial.kept = true;
+  file_ = std::make_unique<DurableFile>(tmp_);
+  std::uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(text.size() >> (8 * i));
+  file_->write(len, 8);
+  file_->write(text.data(), text.size());
+}
+
+// The partial file goes whatever stops the write (a full disk, an I/O
+// error): only a whole file ever takes the target's name.
+SafetensorsWriter::~SafetensorsWriter() {
+  if (!file_) return;
+  file_.reset();
+  std::error_code ignored;
+  std::filesystem::remove(tmp_, ignored);
+}
+
+void SafetensorsWriter::put(const void* data) {
+  if (!file_ || next_ >= tensors_.size())
+    throw InternalError("safetensors: more tensors put than declared for " + path_.string());
+  const SafetensorsTensor& t = tensors_[next_++];
+  file_->write(data, static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype));
+}
+
+void SafetensorsWriter::finish() {
+  if (!file_ || next_ != tensors_.size())
+    throw InternalError("safetensors: " + std::to_string(next_) + " of " +
+                        std::to_string(tensors_.size()) + " tensors put into " + path_.string());
+  file_->finish();
+  rename_durably(tmp_, path_);
+  file_.reset();
+}
+
+void write_safetensors(const std::filesystem::path& path,
+                       const std::vector<SafetensorsTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  SafetensorsWriter w(path, tensors, metadata);
+  for (const auto& t : tensors) w.put(t.data);
+  w.finish();
 }
 
 }  // namespace ztrain

@@ -5,6 +5,7 @@
 #include "ztrain/data.h"
 #include "ztrain/kernels.h"
 #include "ztrain/model.h"
+#include "ztrain/optimizer_state.h"
 #include "ztrain/plugin.h"
 #include "ztrain/strategy.h"
 
@@ -16,6 +17,20 @@ Strategy::~Strategy() = default;
 DataSource::~DataSource() = default;
 Kernels::~Kernels() = default;
 Communicator::~Communicator() = default;
+StateSink::~StateSink() = default;
+StateSource::~StateSource() = default;
+
+std::string_view state_array_name(StateArray a) {
+  switch (a) {
+    case StateArray::master:
+      return "master";
+    case StateArray::m:
+      return "m";
+    case StateArray::v:
+      return "v";
+  }
+  return "?";
+}
 
 const char* host_build_id() {
   return ZTRAIN_BUILD_ID;

@@ -16,6 +16,8 @@ namespace {
 constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGHUP};
 std::array<std::atomic<int>, kSignals.size()> g_watchers{};
 std::atomic<int> g_pending{0};
+std::atomic<int> g_stop_enabled{0};
+std::atomic<int> g_stop{0};
 std::once_flag g_installed;
 
 int index_of(int sig) {
@@ -24,7 +26,25 @@ int index_of(int sig) {
   return -1;
 }
 
+// The second request, or a signal while the first is being judged, ends
+// the process at once.
+void end_now(int sig) {
+  remove_temp_files();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 void on_signal(int sig) {
+  const bool stoppable = sig != SIGHUP && g_stop_enabled.load() > 0;
+  if (stoppable) {
+    if (g_stop.load() != 0 || g_pending.load() != 0) return end_now(sig);
+    const int w = index_of(sig);
+    if (g_watchers[static_cast<std::size_t>(w)].load() > 0)
+      g_pending.store(sig);
+    else
+      g_stop.store(sig);
+    return;
+  }
   remove_temp_files();
   const int i = index_of(sig);
   if (i >= 0 && g_watchers[static_cast<std::size_t>(i)].load() > 0) {
@@ -60,6 +80,27 @@ void unwatch_signal(int sig) {
 
 int take_pending_signal() {
   return g_pending.exchange(0);
+}
+
+StopRequests::StopRequests() {
+  install_signal_handler();
+  g_stop_enabled.fetch_add(1);
+}
+
+StopRequests::~StopRequests() {
+  g_stop_enabled.fetch_sub(1);
+}
+
+int StopRequests::requested() {
+  return g_stop.load();
+}
+
+bool stop_requests_taken() {
+  return g_stop_enabled.load() > 0;
+}
+
+void request_stop(int sig) {
+  if (g_stop.exchange(sig) != 0) die_by_signal(sig);
 }
 
 void die_by_signal(int sig) {

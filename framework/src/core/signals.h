@@ -1,5 +1,12 @@
 // One process-wide handler for SIGINT, SIGTERM and SIGHUP.
 //
+// While training asks for it (StopRequests), the first SIGINT or SIGTERM
+// is a request to stop: recorded, nothing removed, so the run can finish
+// its step and write a checkpoint; a second one ends the process at once.
+// Where a part watches SIGTERM (the watchdog: mpirun sends SIGTERM when a
+// rank died), that part judges first and calls request_stop when no rank
+// is silent.
+//
 // Installed once (by whoever asks first) and never replaced, so nothing
 // depends on the order in which parts install and restore handlers. On a
 // signal it first unlinks every temporary file (TempFile); then, when some
@@ -22,5 +29,21 @@ void unwatch_signal(int sig);
 int take_pending_signal();
 // Ends the process by `sig`'s default action (temporary files removed).
 [[noreturn]] void die_by_signal(int sig);
+
+// While one lives, stop requests are taken as above.
+class StopRequests {
+ public:
+  StopRequests();
+  ~StopRequests();
+  StopRequests(const StopRequests&) = delete;
+  StopRequests& operator=(const StopRequests&) = delete;
+  // The signal that asked to stop (0: none yet).
+  static int requested();
+};
+// Whether a StopRequests lives (the watchdog asks before judging SIGTERM).
+bool stop_requests_taken();
+// Records a stop request by `sig` (a second one while recorded ends the
+// process).
+void request_stop(int sig);
 
 }  // namespace ztrain

@@ -1,4 +1,5 @@
 #include "ztrain/shard/optimizer_shard.h"
+#include "ztrain/shard/state_ranges.h"
 
 #include <algorithm>
 #include <cmath>
@@ -65,6 +66,28 @@ void OptimizerShard::write_master(std::uint64_t flat_begin, const float* values,
   if (!master_ || b >= e) return;
   std::copy(values + (b - flat_begin), values + (e - flat_begin),
             master_.as<float>() + (b - begin_));
+}
+
+void OptimizerShard::save(StateSink& sink, const FlatLayout& layout, ConstTypedPtr working,
+                          std::uint64_t b, std::uint64_t e) const {
+  if (b < begin_ || e > end_ || b > e)
+    throw InternalError("OptimizerShard::save: range outside the shard");
+  const float* master = master_ ? master_.as<float>() : static_cast<const float*>(working.data);
+  const std::uint64_t at = b - begin_;
+  put_range(sink, layout, b, e, StateArray::master, master + at);
+  put_range(sink, layout, b, e, StateArray::m, m_.as<float>() + at);
+  put_range(sink, layout, b, e, StateArray::v, v_.as<float>() + at);
+}
+
+void OptimizerShard::load(StateSource& source, const FlatLayout& layout, TypedPtr working) {
+  if (master_) {
+    get_range(source, layout, begin_, end_, StateArray::master, master_.as<float>());
+    convert(master_.data(), DType::f32, working.data, working.dtype, end_ - begin_);
+  } else {
+    get_range(source, layout, begin_, end_, StateArray::master, static_cast<float*>(working.data));
+  }
+  get_range(source, layout, begin_, end_, StateArray::m, m_.as<float>());
+  get_range(source, layout, begin_, end_, StateArray::v, v_.as<float>());
 }
 
 GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::uint64_t>>& grads,

@@ -64,6 +64,16 @@ void ShardOptimizer::write_master(std::uint64_t flat_begin, const float* values,
   for (Part& p : parts_) p.state->write_master(flat_begin, values, n);
 }
 
+void ShardOptimizer::save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) {
+  const TypedPtr w = working.resident();
+  for (const Part& p : parts_) p.state->save(sink, layout, w.at(p.begin - begin_));
+}
+
+void ShardOptimizer::load(StateSource& source, const FlatLayout& layout, OwnedShard& working) {
+  const TypedPtr w = working.resident();
+  for (Part& p : parts_) p.state->load(source, layout, w.at(p.begin - begin_));
+}
+
 MemoryEstimate ShardOptimizer::estimate(std::uint64_t elements, const OptimizerPlacement& placement,
                                         DType precision, DType grad_dtype) {
   const std::uint64_t on_device = split(0, elements, placement);

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "ztrain/error.h"
+#include "ztrain/shard/state_ranges.h"
 #include "ztrain/shard/swapped_shard.h"
 
 namespace ztrain::shard {
@@ -186,6 +187,29 @@ void SwappedOptimizer::write_master(std::uint64_t flat_begin, const float* value
     std::copy(values + (b - flat_begin), values + (e - flat_begin), array(0, s, 0) + (b - s.begin));
     write(g, 0);
     engine_.wait(writes_[g]);
+  }
+}
+
+void SwappedOptimizer::save(StateSink& sink, const FlatLayout& layout, OwnedShard&) {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const SubGroup& s = groups_[g];
+    read(g, 0);
+    engine_.wait(reads_[g]);
+    for (int a = 0; a < 3; ++a)
+      put_range(sink, layout, s.begin, s.end, static_cast<StateArray>(a), array(0, s, a));
+  }
+}
+
+void SwappedOptimizer::load(StateSource& source, const FlatLayout& layout, OwnedShard& working) {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const SubGroup& s = groups_[g];
+    for (int a = 0; a < 3; ++a)
+      get_range(source, layout, s.begin, s.end, static_cast<StateArray>(a), array(0, s, a));
+    const TypedPtr new_working{array(0, s, 3), working.dtype()};
+    convert(array(0, s, 0), DType::f32, new_working.data, new_working.dtype, s.end - s.begin);
+    write(g, 0);
+    engine_.wait(writes_[g]);
+    working.write(s.begin, new_working, s.end - s.begin);
   }
 }
 

@@ -118,6 +118,11 @@ StepResult ZeroStrategy::step(const StepArgs& a) {
   return r;
 }
 
+void ZeroStrategy::load_state(StateSource& source) {
+  optimizer_->load(source, *layout_, store_->owned());
+  store_->publish();
+}
+
 MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
   check(d);
   const FlatLayout layout(a.params, a.world);

@@ -28,6 +28,12 @@ struct LossScalerSettings {
   double min_loss_scale = 1;
 };
 
+// What a checkpoint keeps of a scaler, to continue as if never stopped.
+struct LossScalerState {
+  double scale = 1;
+  std::int64_t hysteresis = 0, iter = 0, last_overflow = -1;
+};
+
 class LossScaler {
  public:
   explicit LossScaler(const LossScalerSettings& s);
@@ -39,6 +45,14 @@ class LossScaler {
   // After an optimizer step whose gradients did (overflow) or did not
   // overflow; returns the scale for the next step.
   double update(bool overflow);
+
+  LossScalerState state() const { return {scale_, hysteresis_, iter_, last_overflow_}; }
+  void restore(const LossScalerState& s) {
+    scale_ = s.scale;
+    hysteresis_ = s.hysteresis;
+    iter_ = s.iter;
+    last_overflow_ = s.last_overflow;
+  }
 
  private:
   bool dynamic_;

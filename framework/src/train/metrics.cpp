@@ -103,8 +103,8 @@ JsonLine& JsonLine::add_comm(std::string_view k, const CommCounters& counters) {
   return *this;
 }
 
-MetricsFile::MetricsFile(const std::filesystem::path& path) : path_(path) {
-  out_.open(path, std::ios::out | std::ios::trunc);
+MetricsFile::MetricsFile(const std::filesystem::path& path, bool append) : path_(path) {
+  out_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!out_)
     throw Error("cannot write metrics file '" + path.string() +
                 "'; check that [train] out_dir is writable");

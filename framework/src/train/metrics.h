@@ -38,7 +38,8 @@ std::string json_escape(std::string_view s);
 
 class MetricsFile {
  public:
-  explicit MetricsFile(const std::filesystem::path& path);
+  // A resumed run appends to its run's file; a new one starts it.
+  explicit MetricsFile(const std::filesystem::path& path, bool append = false);
   void write(const JsonLine& line);
   const std::filesystem::path& path() const { return path_; }
 

@@ -42,6 +42,15 @@ std::string toml_text(const OptionValue& v) {
   return list + "]";
 }
 
+using Keys = std::vector<std::pair<std::string, std::string>>;
+
+void keys_of(Keys& out, const std::string& name, const std::string& plugin,
+             const Options& options) {
+  if (!plugin.empty()) out.emplace_back(name + ".plugin", string_text(plugin));
+  for (const auto& [key, entry] : options.entries())
+    out.emplace_back(name + "." + key, toml_text(entry.value));
+}
+
 void section(std::ostringstream& os, const std::string& name, const std::string& plugin,
              const Options& options) {
   os << "\n[" << name << "]\n";
@@ -61,6 +70,25 @@ void section(std::ostringstream& os, const std::string& name, const std::string&
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> resolved_keys(const RunConfig& config,
+                                                               const PluginLoader& loader) {
+  config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+  Keys keys;
+  const std::string model = config.plugin("model", "transformer");
+  const std::string data = config.plugin("data", "synthetic");
+  const std::string strategy = config.plugin("strategy", "ddp");
+  keys_of(keys, "model", model,
+          plugin_options(config, "model", loader.load("model", model), model_host_options()));
+  keys_of(keys, "data", data,
+          plugin_options(config, "data", loader.load("data", data), data_host_options()));
+  keys_of(keys, "train", "", config.validate("train", train_options()));
+  keys_of(keys, "device", "", config.validate("device", device_options()));
+  keys_of(keys, "comm", "", config.validate("comm", comm_options()));
+  keys_of(keys, "strategy", strategy,
+          plugin_options(config, "strategy", loader.load("strategy", strategy), OptionList{}));
+  return keys;
+}
 
 std::string resolved_config(const RunConfig& config, const PluginLoader& loader) {
   config.check_sections({"model", "data", "train", "device", "comm", "strategy"});

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/config.h"
 #include "core/plugin_loader.h"
@@ -21,5 +23,9 @@
 namespace ztrain {
 
 std::string resolved_config(const RunConfig& config, const PluginLoader& loader);
+// The same keys as values: ("section.key", its TOML text; empty when
+// unset), plugins as "section.plugin". A checkpoint records them.
+std::vector<std::pair<std::string, std::string>> resolved_keys(const RunConfig& config,
+                                                               const PluginLoader& loader);
 
 }  // namespace ztrain

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "train/checkpoint_writer.h"
 #include "train/config_agreement.h"
 #include "ztrain/units.h"
 
@@ -20,7 +21,7 @@ namespace {
 
 // The files a run leaves in its directory.
 const std::vector<std::string> kRunFiles{"config.toml", "metrics.jsonl", "model.safetensors",
-                                         "config.json"};
+                                         "config.json", "latest"};
 // Room kept beyond the weights: metrics, the configuration, headers.
 constexpr std::uint64_t kSlack = std::uint64_t{1} << 20;
 
@@ -65,7 +66,7 @@ std::string refusal(const RunOutputs& o) {
   std::vector<std::string> earlier;
   for (const auto& f : kRunFiles)
     if (fs::exists(o.out_dir / f)) earlier.push_back(f);
-  if (!earlier.empty() && !o.overwrite) {
+  if (!earlier.empty() && !o.overwrite && !o.resuming) {
     std::string list;
     for (const auto& f : earlier) list += (list.empty() ? "" : ", ") + f;
     return "[train] out_dir '" + o.out_dir.string() + "' already holds a run (" + list +
@@ -78,6 +79,7 @@ std::string refusal(const RunOutputs& o) {
   };
   std::vector<Target> targets;
   if (o.save_final) targets.push_back({o.out_dir, 4 * static_cast<std::uint64_t>(o.n_params)});
+  targets.push_back({o.out_dir, o.checkpoint_bytes});
   if (!o.export_to.empty()) {
     const bool file = o.export_to.extension() == ".safetensors";
     const fs::path dir = file ? o.export_to.parent_path() : o.export_to;
@@ -104,8 +106,9 @@ std::string refusal(const RunOutputs& o) {
     const std::uint64_t have = free_bytes(need.first);
     if (have < need.second)
       return "the run will write " + format_bytes(need.second) + " under '" + need.first.string() +
-             "' (weights, metrics and configuration), but only " + format_bytes(have) +
-             " are free there; free space, or point [train] out_dir / export_to elsewhere";
+             "' (weights, checkpoints, metrics and configuration), but only " + format_bytes(have) +
+             " are free there; free space, keep fewer checkpoints ([train] keep_last), or point "
+             "[train] out_dir / export_to elsewhere";
   }
   return {};
 }
@@ -137,11 +140,14 @@ void check_run_outputs(const RunOutputs& outputs, Communicator& comm) {
   }
   stop_together(why, "rank 0 refused the run's outputs (its message says why); nothing was trained",
                 comm);
-  if (lead && outputs.overwrite)
-    for (const auto& f : kRunFiles) {
-      std::error_code ec;
-      fs::remove(outputs.out_dir / f, ec);
-    }
+  if (lead && outputs.overwrite && !outputs.resuming) {
+    std::error_code ec;
+    for (const auto& f : kRunFiles) fs::remove(outputs.out_dir / f, ec);
+    // The replaced run's checkpoints too: kept, they would mix with this
+    // run's in `latest` and keep_last.
+    for (const auto& e : fs::directory_iterator(outputs.out_dir, ec))
+      if (is_checkpoint_dir(e.path())) fs::remove_all(e.path(), ec);
+  }
 }
 
 }  // namespace ztrain

@@ -4,6 +4,8 @@
 // weights there (save_final) and a copy to export_to. Found only at the end,
 // a second run over the first one's directory, a disk without room, or an
 // export path that cannot be written would lose work; so before the first
+// step (checkpoints count among out_dir's files and bytes; a resumed run
+// expects its directory)
 // step rank 0 checks: out_dir holds no earlier run (unless --overwrite,
 // which then clears that run's files so none is left mixed with the new
 // one), out_dir and export_to can be created and written, an existing
@@ -31,6 +33,8 @@ struct RunOutputs {
   DType export_dtype = DType::f32;
   std::int64_t n_params = 0;
   bool overwrite = false;
+  std::uint64_t checkpoint_bytes = 0;  // the checkpoints out_dir will hold at once
+  bool resuming = false;               // continuing a checkpoint: its run directory is expected
 };
 
 void check_run_outputs(const RunOutputs& outputs, Communicator& comm);

@@ -46,6 +46,14 @@ OptionList train_options() {
   o.string("out_dir", "runs/default",
            "run directory: metrics.jsonl, config.toml, and the final weights (model.safetensors "
            "with config.json, Hugging Face layout)");
+  o.integer("checkpoint_every", 0,
+            "steps between checkpoints (out_dir/step_<N>), also written at the end and on "
+            "SIGINT/SIGTERM; 0: only on SIGINT/SIGTERM")
+      .at_least(0);
+  o.integer("keep_last", 2, "checkpoints kept in out_dir, the newest; 0 keeps all").at_least(0);
+  o.optional_string("resume",
+                    "continue from a checkpoint: \"latest\" (out_dir's), a step_<N> directory, "
+                    "or a run directory (its latest); --resume sets it");
   o.flag("save_final", true, "write the final weights into out_dir");
   o.optional_string("export_to",
                     "also write the final weights here (.safetensors file or directory)");
@@ -145,6 +153,9 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.eval_batches = t.get_int("eval_batches");
   tr.out_dir = t.get_string("out_dir");
   tr.save_final = t.get_bool("save_final");
+  tr.checkpoint_every = t.get_int("checkpoint_every");
+  tr.keep_last = t.get_int("keep_last");
+  if (t.has_value("resume")) tr.resume = t.get_string("resume");
   if (t.has_value("export_to")) tr.export_to = t.get_string("export_to");
   tr.export_dtype = parse_precision(t.get_string("export_dtype"), t.where("export_dtype"));
   if (tr.min_lr > tr.lr)

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <signal.h>
+
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <chrono>
 #include <cmath>
@@ -11,6 +13,9 @@
 #include <sstream>
 #include <thread>
 
+#include "core/durable_file.h"
+#include "core/signals.h"
+#include "train/checkpoint_writer.h"
 #include "train/config_agreement.h"
 #include "train/data_loader.h"
 #include "train/job_figures.h"
@@ -105,6 +110,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   run.comm = make_communicator(resolve_comm(config));
   check_ranks_agree(config, *run.comm);
   run.resolved_config = resolved_config(config, loader);
+  run.resolved_keys = resolved_keys(config, loader);
   run.settings = resolve_settings(config, run.comm->size());
   const auto& dev = run.settings.device;
 
@@ -164,22 +170,79 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
       setup.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
       local_rank_count(), *run.comm);
   run.strategy->setup(setup);
-  if (model_opts.has_value("init_from")) {
+  if (!tr.resume.empty()) {
+    run.resumed =
+        resume_from({tr.resume, tr.out_dir, setup.params, run.resolved_keys, tr.global_batch},
+                    *run.strategy, *run.comm);
+  } else if (model_opts.has_value("init_from")) {
     run.init_from = model_opts.get_string("init_from");
     import_weights(*run.model, *run.strategy, run.init_from);
   }
   return run;
 }
 
-// Makes the run directory with its config.toml; the metrics file in it.
-MetricsFile open_run_dir(const fs::path& out_dir, const std::string& resolved_config) {
+// Makes the run directory with its config.toml; the metrics file in it. A
+// resumed run keeps the directory's config.toml (the checkpoint's manifest
+// has the configuration each part ran with) and appends to its metrics.
+MetricsFile open_run_dir(const fs::path& out_dir, const std::string& resolved_config,
+                         bool resuming) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec)
     throw Error("cannot create run directory '" + out_dir.string() + "': " + ec.message() +
                 "; set [train] out_dir to a writable path");
-  std::ofstream(out_dir / "config.toml") << resolved_config;
-  return MetricsFile(out_dir / "metrics.jsonl");
+  if (!resuming || !fs::exists(out_dir / "config.toml"))
+    write_file_atomically(out_dir / "config.toml", resolved_config);
+  return MetricsFile(out_dir / "metrics.jsonl", resuming);
+}
+
+// The manifest of a checkpoint at `position`, without its state.
+Manifest checkpoint_header(const Run& run, const TrainingPosition& position) {
+  const auto& tr = run.settings.train;
+  Manifest m;
+  m.ztrain_version = ZTRAIN_VERSION;
+  m.world = run.comm->size();
+  m.strategy = run.strategy_plugin;
+  m.precision = precision_label(tr.precision);
+  m.global_batch = tr.global_batch;
+  m.grad_accum = tr.grad_accum;
+  m.seed = tr.seed;
+  m.data_seed = run.data_seed;
+  m.position = position;
+  m.config = run.resolved_keys;
+  m.config_toml = run.resolved_config;
+  return m;
+}
+
+// Writes the checkpoint of `position` and says so.
+void save_checkpoint(Run& run, const TrainingPosition& position, MetricsFile* metrics,
+                     Progress& progress) {
+  const auto& tr = run.settings.train;
+  const CheckpointWritten w =
+      write_checkpoint(tr.out_dir, tr.keep_last, checkpoint_header(run, position),
+                       run.model->params(), *run.strategy, *run.comm);
+  if (metrics)
+    metrics->write(JsonLine()
+                       .add("step", position.step)
+                       .add("split", "checkpoint")
+                       .add("dir", w.dir.string())
+                       .add("bytes", static_cast<std::int64_t>(w.bytes))
+                       .add("seconds", w.seconds));
+  if (run.comm->rank() == 0)
+    progress.line("checkpoint " + w.dir.string() + ": " + format_bytes(w.bytes) + " in " +
+                  std::to_string(w.seconds).substr(0, 5) + " s (" +
+                  format_bytes(static_cast<std::uint64_t>(static_cast<double>(w.bytes) /
+                                                          std::max(w.seconds, 1e-9))) +
+                  "/s)");
+}
+
+// What a resumed run says before its first step.
+std::string resume_text(const Resumed& r, std::int64_t steps) {
+  std::string s = "resuming " + r.dir.string() + " at step " + std::to_string(r.position.step) +
+                  " of " + std::to_string(steps) + " (" + format_bytes(r.bytes_read) +
+                  " of state read by rank 0 in " + std::to_string(r.seconds).substr(0, 5) + " s)";
+  for (const auto& c : r.changes) s += "\n  changed: " + c;
+  return s;
 }
 
 // A logged training step.
@@ -252,12 +315,20 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const DataInfo dinfo = run.data->info();
   // Rank 0 speaks for the job: progress, the run directory, the summary.
   const bool lead = run.comm->rank() == 0;
-  check_run_outputs(
-      {tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, info.n_params, overwrite},
-      *run.comm);
+  const bool resuming = run.resumed.has_value();
+  // fp32 master, m and v per parameter, for each checkpoint out_dir holds
+  // at once (keep_last, and the one being written).
+  const std::uint64_t checkpoint_bytes =
+      12 * static_cast<std::uint64_t>(info.n_params) *
+      static_cast<std::uint64_t>(
+          tr.keep_last > 0 ? tr.keep_last + 1
+                           : (tr.checkpoint_every > 0 ? tr.steps / tr.checkpoint_every + 1 : 1));
+  check_run_outputs({tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, info.n_params,
+                     overwrite, checkpoint_bytes, resuming},
+                    *run.comm);
   Progress progress(tr.steps, lead);
   std::optional<MetricsFile> metrics;
-  if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved_config));
+  if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved_config, resuming));
 
   const auto params = run.model->params();
   const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
@@ -267,6 +338,23 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const LrSchedule schedule{tr.lr, tr.min_lr, tr.warmup_steps, tr.steps, tr.schedule};
 
   progress.line(run_header(header_of(run, info, dinfo)));
+  TrainingPosition at;  // where the loop stands
+  LossScaler scaler(tr.scaler);
+  if (resuming) {
+    at = run.resumed->position;
+    if (at.step >= tr.steps)
+      throw ConfigError(run.resumed->dir.string() + " is at step " + std::to_string(at.step) +
+                        ", which train.steps = " + std::to_string(tr.steps) +
+                        " does not pass; raise train.steps to train further");
+    scaler.restore(at.scaler);
+    loader_data.seek(static_cast<std::uint64_t>(at.step * tr.grad_accum));
+    progress.line(resume_text(*run.resumed, tr.steps));
+    if (metrics)
+      metrics->write(JsonLine()
+                         .add("step", at.step)
+                         .add("split", "resume")
+                         .add("from", run.resumed->dir.string()));
+  }
 
   TrainResult result;
   result.metrics_file = tr.out_dir / "metrics.jsonl";
@@ -300,12 +388,17 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     progress.line(buf);
   };
 
-  LossScaler scaler(tr.scaler);
   const OverflowInjection inject = overflow_injection();
+  // The first SIGINT/SIGTERM finishes the step, writes a checkpoint and
+  // ends the run with exit 0; every rank stops at the same step.
+  const StopRequests stop_requests;
+  bool stopped = false;
   // A skipped step consumes its batch but neither the optimizer's step
   // count nor the learning-rate schedule (DeepSpeed's engine does the same).
-  std::int64_t applied = 0, skipped_steps = 0;
-  for (std::int64_t step = 0; step < tr.steps; ++step) {
+  std::int64_t& applied = at.applied;
+  std::int64_t& skipped_steps = at.skipped;
+  const std::int64_t first_step = at.step;
+  for (std::int64_t step = first_step; step < tr.steps && !stopped; ++step) {
     const auto t0 = Clock::now();
     const double lr = schedule.at(applied);
     const double scale = scaler.scale();
@@ -322,13 +415,16 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     // The loss average queues behind the strategy's gradient buckets; waiting
     // for it after step() leaves the strategy's own wait to measure them. A
     // non-finite loss has non-finite gradients, which step() skips.
-    float mean = static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum));
-    CommWork loss_work = run.comm->all_reduce_async(&mean, 1, DType::f32, ReduceOp::average);
+    // A stop request travels with it, so every rank learns of any rank's.
+    float mean[2] = {static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum)),
+                     StopRequests::requested() ? 1.0f : 0.0f};
+    CommWork loss_work = run.comm->all_reduce_async(mean, 2, DType::f32, ReduceOp::average);
     // `mean` must outlive the collective even when step() throws.
     const WaitOnExit loss_guard{loss_work};
     const StepResult sr = run.strategy->step({lr, applied + 1, tr.grad_clip, scale});
     loss_work.wait();
-    const double loss = mean;
+    const double loss = mean[0];
+    stopped = mean[1] > 0;
     if (!std::isfinite(loss) && !scaler.dynamic())
       throw NumericsError("training loss is " + std::to_string(loss) + " at step " +
                           std::to_string(step + 1) + " (lr " + std::to_string(lr) +
@@ -350,7 +446,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     train_comm += step_comm;
     const double step_wait = run.strategy->stats().comm_wait_s - comm_wait;
     comm_wait += step_wait;
-    if (step > 0 || tr.steps == 1) {  // the first step pays for page faults and warm-up
+    if (step > first_step || tr.steps == first_step + 1) {  // the first pays for warm-up
       train_time += dt;
       ++timed_steps;
     }
@@ -364,19 +460,32 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
            step_wait, gather_job_figures(*run.comm, run.device->stats(), step_comm)},
           metrics ? &*metrics : nullptr, progress);
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
+    at.step = done;
+    at.scaler = scaler.state();
+    if (stopped ||
+        (tr.checkpoint_every > 0 && (done % tr.checkpoint_every == 0 || done == tr.steps)))
+      save_checkpoint(run, at, metrics ? &*metrics : nullptr, progress);
     mark = run.comm->counters();
   }
   progress.finish();
-  // Every rank takes part (sharded parameters are gathered); rank 0 writes.
-  if (tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32, lead);
-  if (!tr.export_to.empty())
-    export_weights(*run.model, *run.strategy, tr.export_to, tr.export_dtype, lead);
+  if (stopped) {
+    progress.line("stopped at step " + std::to_string(at.step) + " by " +
+                  (StopRequests::requested() == SIGINT ? "SIGINT" : "SIGTERM") +
+                  " (checkpoint above); continue with the same command and --resume (the "
+                  "latest checkpoint in " +
+                  tr.out_dir.string() + ")");
+  } else {
+    // Every rank takes part (sharded parameters are gathered); rank 0 writes.
+    if (tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32, lead);
+    if (!tr.export_to.empty())
+      export_weights(*run.model, *run.strategy, tr.export_to, tr.export_dtype, lead);
+  }
   result.tokens_per_s =
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
 
   const JobFigures job = gather_job_figures(*run.comm, run.device->stats(), train_comm);
   RunReport report;
-  report.steps = tr.steps;
+  report.steps = at.step - first_step;
   report.wall_s = seconds_since(t_start);
   report.tokens_per_s = result.tokens_per_s;
   report.flops_per_token = info.train_flops_per_token;

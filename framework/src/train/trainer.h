@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/plugin_loader.h"
+#include "train/resume.h"
 #include "train/run_settings.h"
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
@@ -61,10 +62,13 @@ struct Run {
   std::uint64_t data_seed = 0;
   std::filesystem::path init_from;  // empty: initialised from the seed
   std::string resolved_config;      // every key, defaults included (resolved_config.h)
+  std::vector<std::pair<std::string, std::string>> resolved_keys;  // the same, as values
+  std::optional<Resumed> resumed;                                  // continuing a checkpoint
 };
 
 // Loads and validates every section and plugin, sets up device, data and
-// strategy. Nothing is trained.
+// strategy, and loads the checkpoint a resumed run continues. Nothing is
+// trained.
 Run assemble(const RunConfig& config, const PluginLoader& loader);
 
 // `ztrain config`: every key of the run, defaults included, as TOML.

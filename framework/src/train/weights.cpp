@@ -44,33 +44,44 @@ fs::path prepare_target(const fs::path& out, const std::string& config_json) {
 
 }  // namespace
 
-void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype,
-                    bool write) {
+void write_weights(const Model& model, const fs::path& out, DType dtype, const ReadParam& read) {
   const auto params = model.params();
-  std::vector<std::vector<std::uint8_t>> storage;
   std::vector<SafetensorsTensor> tensors;
+  for (const ParamSpec& p : params) tensors.push_back({external_name(p), dtype, external_shape(p)});
+  SafetensorsWriter writer(prepare_target(out, model.hf_config_json()), tensors,
+                           {{"format", "pt"},
+                            {"producer", std::string("ztrain ") + ZTRAIN_VERSION},
+                            {"arch", model.info().arch}});
   std::vector<float> full, flipped;
+  std::vector<std::uint8_t> bytes;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& p = params[i];
     full.resize(static_cast<std::size_t>(p.shape.numel()));
-    strategy.read_param(static_cast<ParamId>(i), full.data());
-    if (!write) continue;
+    read(static_cast<ParamId>(i), full.data());
     const float* src = full.data();
     if (p.hf_transposed) {
       flipped.resize(full.size());
       transpose(full.data(), flipped.data(), p.shape[0], p.shape[1]);
       src = flipped.data();
     }
-    storage.emplace_back(full.size() * dtype_size(dtype));
-    convert(src, DType::f32, storage.back().data(), dtype, full.size());
-    tensors.push_back({external_name(p), dtype, external_shape(p), storage.back().data()});
+    bytes.resize(full.size() * dtype_size(dtype));
+    convert(src, DType::f32, bytes.data(), dtype, full.size());
+    writer.put(bytes.data());
   }
-  if (!write) return;
-  const fs::path file = prepare_target(out, model.hf_config_json());
-  write_safetensors(file, tensors,
-                    {{"format", "pt"},
-                     {"producer", std::string("ztrain ") + ZTRAIN_VERSION},
-                     {"arch", model.info().arch}});
+  writer.finish();
+}
+
+void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype,
+                    bool write) {
+  if (write)
+    return write_weights(model, out, dtype,
+                         [&](ParamId p, float* values) { strategy.read_param(p, values); });
+  std::vector<float> full;
+  const auto params = model.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    full.resize(static_cast<std::size_t>(params[i].shape.numel()));
+    strategy.read_param(static_cast<ParamId>(i), full.data());
+  }
 }
 
 void import_weights(const Model& model, Strategy& strategy, const fs::path& in) {

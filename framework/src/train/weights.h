@@ -14,6 +14,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include "ztrain/dtype.h"
@@ -21,6 +22,12 @@
 #include "ztrain/strategy.h"
 
 namespace ztrain {
+
+// Writes every parameter of `model` to `out` (as above), each read whole in
+// fp32 by `read` when its turn comes: one parameter in memory at a time.
+using ReadParam = std::function<void(ParamId, float*)>;
+void write_weights(const Model& model, const std::filesystem::path& out, DType dtype,
+                   const ReadParam& read);
 
 // Collective (read_param is): every rank calls it, those with `write`
 // false only take part in gathering the parameters.

@@ -21,6 +21,7 @@
 #include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/kernels.h"
+#include "ztrain/optimizer_state.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/strategy.h"
 
@@ -66,6 +67,17 @@ class ZTRAIN_API OptimizerShard {
   // that fall in this shard from exact fp32 values (import); nothing when
   // the working parameters are the master weights.
   void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n);
+  // Checkpoints: save puts the masters (the working copy itself where it
+  // is the master), m and v of [begin, end); load takes them and writes the
+  // working copy from the masters, rounded to its type. working: the slice
+  // [begin, end) of the working parameters. A save of [b, e) puts only those
+  // elements (replicas split the saving).
+  void save(StateSink& sink, const FlatLayout& layout, ConstTypedPtr working) const {
+    save(sink, layout, working, begin_, end_);
+  }
+  void save(StateSink& sink, const FlatLayout& layout, ConstTypedPtr working, std::uint64_t b,
+            std::uint64_t e) const;
+  void load(StateSource& source, const FlatLayout& layout, TypedPtr working);
 
   std::uint64_t begin() const { return begin_; }
   std::uint64_t end() const { return end_; }

@@ -52,6 +52,11 @@ class ZTRAIN_API OptimizerStore {
   // Sets the masters of flat elements [flat_begin, flat_begin + n) that
   // fall in the shard from exact fp32 values (import).
   virtual void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) = 0;
+  // Checkpoints: save puts the master, m and v of every element of the
+  // shard; load takes them and writes the working copy from the masters
+  // into `working` (OptimizerShard::save and load, wherever the state lives).
+  virtual void save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) = 0;
+  virtual void load(StateSource& source, const FlatLayout& layout, OwnedShard& working) = 0;
 };
 
 struct OptimizerPlacement {
@@ -74,6 +79,8 @@ class ZTRAIN_API ShardOptimizer final : public OptimizerStore {
   StepResult step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
                   const StepArgs& args) override;
   void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
+  void save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) override;
+  void load(StateSource& source, const FlatLayout& layout, OwnedShard& working) override;
 
   // Bytes per tier and category of `elements` of a shard so placed.
   static MemoryEstimate estimate(std::uint64_t elements, const OptimizerPlacement& placement,

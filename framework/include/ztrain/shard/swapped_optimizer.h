@@ -58,6 +58,11 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
   StepResult step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
                   const StepArgs& args) override;
   void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
+  // Sub-group by sub-group through the first buffer: the state read from
+  // the swap file and put (save), or taken, written to the file and its
+  // working copy to the owned shard (load).
+  void save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) override;
+  void load(StateSource& source, const FlatLayout& layout, OwnedShard& working) override;
 
   // The elements a sub-group holds when `asked` (sub_group_size) are asked
   // for: rounded up to a whole number of pages of elements (2048).

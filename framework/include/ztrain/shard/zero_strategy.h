@@ -17,8 +17,9 @@
 // each module's backward completion runs the reducer's plan. step() ends
 // the store's step, finishes the reduction, steps the optimizer (global
 // norm over every part, writing the store's owned range) and publishes the
-// new parameters. estimate() adds up the same parts' estimates, so it
-// covers what setup() allocates.
+// new parameters. save_state and load_state carry the optimizer's shard in
+// and out of checkpoints; a load publishes like a step. estimate() adds up the same parts'
+// estimates, so it covers what setup() allocates.
 //
 // Errors: as the parts'; setup raises OutOfMemoryError past a tier's budget.
 // Thread safety: the training thread only.
@@ -77,6 +78,8 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   void read_param(ParamId p, float* out) final { store_->read(p, out); }
   void write_param(ParamId p, const float* in) final;
   StepResult step(const StepArgs& a) final;
+  void save_state(StateSink& sink) final { optimizer_->save(sink, *layout_, store_->owned()); }
+  void load_state(StateSource& source) final;
   MemoryEstimate estimate(const EstimateArgs& a) const final;
   StrategyStats stats() const final;
   // What is offloaded, and the design's note; empty when nothing is.

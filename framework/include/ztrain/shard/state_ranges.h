@@ -1,0 +1,27 @@
+// Checkpoint state of a flat range: between a strategy's layout and the
+// parameter-relative ranges a checkpoint stores (ztrain/optimizer_state.h).
+//
+// A flat range [begin, end) of a FlatLayout covers pieces of consecutive
+// parameters and the padding between them. put_range hands each piece to
+// the sink under its parameter and element offset; get_range fills each
+// piece from the source and zeroes the padding, which is never stored.
+// Pointers are at element `begin`.
+//
+// Errors: those of the sink or source.
+// Thread safety: as the sink's or source's.
+#pragma once
+
+#include <cstdint>
+
+#include "ztrain/export.h"
+#include "ztrain/optimizer_state.h"
+#include "ztrain/shard/flat_layout.h"
+
+namespace ztrain::shard {
+
+ZTRAIN_API void put_range(StateSink& sink, const FlatLayout& layout, std::uint64_t begin,
+                          std::uint64_t end, StateArray a, const float* values);
+ZTRAIN_API void get_range(StateSource& source, const FlatLayout& layout, std::uint64_t begin,
+                          std::uint64_t end, StateArray a, float* out);
+
+}  // namespace ztrain::shard

@@ -1,0 +1,17 @@
+// CRC-32C (Castagnoli), the checksum of checkpoint ranges: the one the
+// SSE4.2 crc32 instruction computes, so checking a range costs a fraction
+// of reading it. crc32c_reference is the plain bytewise table version the
+// fast one is tested against (and used where the instruction is missing).
+// Internal to libztrain. Thread safety: pure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ztrain {
+
+// `crc` continues an earlier call's result (0 to start).
+std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t crc = 0);
+std::uint32_t crc32c_reference(const void* data, std::size_t n, std::uint32_t crc = 0);
+
+}  // namespace ztrain

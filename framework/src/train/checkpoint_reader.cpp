@@ -1,0 +1,180 @@
+#include "train/checkpoint_reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/crc32c.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw DataError("cannot read '" + p.string() + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string shape_text(const std::vector<std::int64_t>& dims) {
+  return Shape(dims).str();
+}
+
+}  // namespace
+
+fs::path Checkpoint::locate(const fs::path& path) {
+  if (fs::exists(path / "manifest.json")) return path;
+  if (fs::exists(path / "latest")) {
+    std::string name = read_text(path / "latest");
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    const fs::path dir = path / name;
+    if (name.empty() || name.find('/') != std::string::npos || !fs::exists(dir / "manifest.json"))
+      throw DataError("'" + (path / "latest").string() + "' names '" + name +
+                      "', which is not a checkpoint there; give a step_<N> directory instead");
+    return dir;
+  }
+  if (!fs::exists(path))
+    throw DataError("no checkpoint at '" + path.string() + "': no such directory");
+  throw DataError("no checkpoint at '" + path.string() +
+                  "': neither a checkpoint (manifest.json) nor a run directory with `latest`; "
+                  "is checkpoint_every set in the run that wrote it?");
+}
+
+Checkpoint::Checkpoint(const fs::path& dir)
+    : dir_(dir),
+      manifest_(parse_manifest(read_text(dir / "manifest.json"), dir / "manifest.json")) {
+  for (const RankFile& f : manifest_.files) {
+    const fs::path p = dir / f.name;
+    std::error_code ec;
+    const std::uint64_t size = fs::file_size(p, ec);
+    if (ec)
+      throw DataError("checkpoint '" + dir.string() + "': rank file '" + p.string() +
+                      "' is missing (" + ec.message() + "); the checkpoint is incomplete");
+    if (size != f.bytes)
+      throw DataError("checkpoint '" + dir.string() + "': rank file '" + p.string() + "' has " +
+                      std::to_string(size) + " bytes, the manifest says " +
+                      std::to_string(f.bytes) + "; it is truncated or was replaced");
+  }
+}
+
+void Checkpoint::check_model(const std::vector<ParamSpec>& params) const {
+  const auto& mine = manifest_.params;
+  const std::string where = (dir_ / "manifest.json").string();
+  if (mine.size() != params.size())
+    throw DataError(where + ": the checkpoint holds " + std::to_string(mine.size()) +
+                    " parameters, this run's model has " + std::to_string(params.size()) +
+                    "; it was written by another model");
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (mine[i].name != params[i].name || Shape(mine[i].shape) != params[i].shape)
+      throw DataError(where + ": parameter " + std::to_string(i) + " is " + mine[i].name + " " +
+                      shape_text(mine[i].shape) + " in the checkpoint, " + params[i].name + " " +
+                      params[i].shape.str() +
+                      " in this run's model; it was written by another "
+                      "model");
+}
+
+std::uint64_t Checkpoint::verify() const {
+  CheckpointSource source(*this);
+  std::vector<float> out;
+  for (std::size_t p = 0; p < manifest_.params.size(); ++p)
+    for (const StatePiece& s : manifest_.params[p].pieces) {
+      const std::uint64_t n = (s.count + kBlockElements - 1) / kBlockElements;
+      for (std::uint64_t b = 0; b < n; ++b) {
+        out.resize(kBlockElements);
+        source.read_blocks(static_cast<ParamId>(p), s, b, b + 1, out.data());
+      }
+    }
+  return source.bytes_read();
+}
+
+CheckpointSource::CheckpointSource(const Checkpoint& checkpoint)
+    : checkpoint_(checkpoint), fds_(checkpoint.manifest().files.size(), -1) {}
+
+CheckpointSource::~CheckpointSource() {
+  for (int f : fds_)
+    if (f >= 0) ::close(f);
+}
+
+int CheckpointSource::fd(int file) {
+  int& f = fds_.at(static_cast<std::size_t>(file));
+  if (f < 0) {
+    const fs::path p =
+        checkpoint_.dir() / checkpoint_.manifest().files[static_cast<std::size_t>(file)].name;
+    f = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f < 0) throw DataError("cannot open '" + p.string() + "': " + std::strerror(errno));
+  }
+  return f;
+}
+
+void CheckpointSource::read_blocks(ParamId p, const StatePiece& s, std::uint64_t b0,
+                                   std::uint64_t b1, float* out) {
+  const std::uint64_t first = b0 * kBlockElements;
+  const std::uint64_t n = std::min(s.count, b1 * kBlockElements) - first;
+  const std::uint64_t offset = s.offset + first * sizeof(float);
+  const fs::path path =
+      checkpoint_.dir() / checkpoint_.manifest().files[static_cast<std::size_t>(s.file)].name;
+  auto* dst = reinterpret_cast<char*>(out);
+  for (std::uint64_t done = 0, want = n * sizeof(float); done < want;) {
+    const ssize_t r =
+        ::pread(fd(s.file), dst + done, want - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw DataError("cannot read '" + path.string() + "' at byte " +
+                      std::to_string(offset + done) + ": " +
+                      (r < 0 ? std::strerror(errno) : "end of file"));
+    done += static_cast<std::uint64_t>(r);
+  }
+  bytes_read_ += n * sizeof(float);
+  for (std::uint64_t b = b0; b < b1; ++b) {
+    const std::uint64_t e0 = b * kBlockElements - first;
+    const std::uint64_t len = std::min(kBlockElements, s.count - b * kBlockElements);
+    if (crc32c(out + e0, len * sizeof(float)) != s.crcs[b]) {
+      const std::uint64_t at = s.offset + b * kBlockElements * sizeof(float);
+      throw DataError("checkpoint '" + checkpoint_.dir().string() + "': bytes [" +
+                      std::to_string(at) + ", " + std::to_string(at + len * sizeof(float)) +
+                      ") of '" + path.string() + "' (" +
+                      checkpoint_.manifest().params[static_cast<std::size_t>(p)].name + "'s " +
+                      std::string(state_array_name(s.array)) + ", elements [" +
+                      std::to_string(s.first + b * kBlockElements) + ", " +
+                      std::to_string(s.first + b * kBlockElements + len) +
+                      ")) fail their checksum; the file is corrupt: resume from an earlier "
+                      "checkpoint");
+    }
+  }
+}
+
+void CheckpointSource::get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
+                           float* out) {
+  const ParamState& ps = checkpoint_.manifest().params.at(static_cast<std::size_t>(p));
+  std::uint64_t covered = 0;
+  for (const StatePiece& s : ps.pieces) {
+    if (s.array != a) continue;
+    const std::uint64_t lo = std::max(first, s.first),
+                        hi = std::min(first + count, s.first + s.count);
+    if (lo >= hi) continue;
+    const std::uint64_t b0 = (lo - s.first) / kBlockElements;
+    const std::uint64_t b1 = (hi - s.first + kBlockElements - 1) / kBlockElements;
+    blocks_.resize((b1 - b0) * kBlockElements);
+    read_blocks(p, s, b0, b1, blocks_.data());
+    const std::uint64_t skip = lo - s.first - b0 * kBlockElements;
+    std::copy(blocks_.begin() + static_cast<std::ptrdiff_t>(skip),
+              blocks_.begin() + static_cast<std::ptrdiff_t>(skip + hi - lo), out + (lo - first));
+    covered += hi - lo;
+  }
+  if (covered != count)
+    throw DataError("checkpoint '" + checkpoint_.dir().string() + "' holds " +
+                    std::to_string(covered) + " of elements [" + std::to_string(first) + ", " +
+                    std::to_string(first + count) + ") of " + ps.name + "'s " +
+                    std::string(state_array_name(a)));
+}
+
+}  // namespace ztrain

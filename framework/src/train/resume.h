@@ -1,0 +1,62 @@
+// Continuing a run from a checkpoint.
+//
+// resume_from finds the checkpoint (train.resume: "latest" for out_dir's,
+// a step_<N> directory, or a run directory), checks it against this run's
+// model and configuration on every rank (any rank's refusal stops all),
+// then has the strategy load the state each rank now owns, whatever world
+// size and strategy wrote it, and returns where training stands.
+//
+// check_resume says whether a run may continue a checkpoint: the keys that
+// change what is trained must be the checkpoint's; the others may change
+// and are said.
+//
+// May change: the number of steps (and with it the end of the
+// learning-rate schedule), logging, evaluation, checkpointing and output
+// keys, how the global batch is split (micro_batch_size, grad_accum: the
+// world size may change), and the whole of [strategy], [device] and
+// [comm]. Everything else (the model, the data and its seed, the
+// precision, the optimizer and schedule settings, the seed) must equal the
+// checkpoint's, and so must the global batch size. A refusal names the
+// first key that differs with both values.
+//
+// Errors: ConfigError for a refused resume or a checkpoint that is not
+// there; DataError for a corrupt one (naming the file and range).
+// Thread safety: resume_from is collective; check_resume is pure.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/checkpoint_manifest.h"
+#include "ztrain/comm.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+// now: this run's resolved keys; global_batch: its global batch size.
+// Returns "key: old -> new" for each key that changed and may.
+std::vector<std::string> check_resume(const Manifest& checkpoint,
+                                      const std::vector<std::pair<std::string, std::string>>& now,
+                                      std::int64_t global_batch, const std::string& where);
+
+struct Resumed {
+  std::filesystem::path dir;
+  TrainingPosition position;
+  std::vector<std::string> changes;  // check_resume's
+  std::uint64_t bytes_read = 0;      // by this rank
+  double seconds = 0;
+};
+
+struct ResumeRequest {
+  std::string resume;  // train.resume
+  std::filesystem::path out_dir;
+  std::vector<ParamSpec> params;
+  std::vector<std::pair<std::string, std::string>> keys;  // this run's resolved keys
+  std::int64_t global_batch = 0;
+};
+
+Resumed resume_from(const ResumeRequest& request, Strategy& strategy, Communicator& comm);
+
+}  // namespace ztrain

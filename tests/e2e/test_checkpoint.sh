@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# Checkpoints: stop anywhere, resume exactly, on any world size and strategy.
+# - Exact resume: a 20-step run checkpointed at step 10 and resumed from
+#   there logs the uninterrupted run's losses and gradient norms for steps
+#   11-20 bit for bit, for ddp, zero1, zero2, zero3 and the offload
+#   strategies, in fp32 and bf16, with accumulation, at world 1 and 2; in
+#   fp16 with an overflow before the checkpoint (the loss scaler's state
+#   travels too).
+# - Resharding: saved at world 4 under zero3 and resumed at world 2 under
+#   zero1, at world 1 under ddp and at world 2 under zero3_offload, it
+#   logs the world-4 run's losses within the cross-world tolerances.
+# - Crash safety: killed (SIGKILL) at every 5th point of a checkpoint
+#   write and at its last points, `latest` names a whole checkpoint that
+#   verifies, and resuming from it gives the uninterrupted losses.
+# - Damage named: a flipped byte (file and byte range), a missing rank
+#   file, a truncated one, a manifest missing a piece, another model, a
+#   changed training key; an allowed change is printed.
+# - Stopping: SIGTERM to both ranks of a 2-rank run writes a checkpoint and
+#   exits 0, and resuming it logs the uninterrupted run's losses; a second
+#   SIGINT ends a run at once without touching `latest`.
+# - Export: a checkpoint's weights are the live model's (byte for byte in
+#   fp32, and in bf16 for a bf16 run), and a run started from them
+#   evaluates to the same validation loss.
+#
+# usage: test_checkpoint.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+# Swap files on the build tree's disk (not /tmp, which may be tmpfs).
+swap=$(mktemp -d "$PWD/ckpt-swap.XXXXXX")
+trap 'rm -rf "$swap"; for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch"' EXIT
+
+steps=20
+base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0
+  --set train.warmup_steps=5 --set device.threads=1 --set train.save_final=false)
+nvme=(--set strategy.offload_optimizer.nvme_path="$swap" --set strategy.sub_group_size=3000)
+
+# tail_curve NAME FROM: the curve of $scratch/NAME from step FROM+1 on, into NAME.tail.curve.
+tail_curve() {
+  awk -v from="$2" '$1 > from' "$scratch/$1.curve" > "$scratch/$1.tail.curve"
+}
+
+# resumed NAME FROM RANKS MICRO ACCUM ARGS...: a run resuming
+# $scratch/FROM/step_10 (copied alone into $scratch/NAME) on RANKS ranks
+# with that micro-batch and accumulation and ARGS; its curve must hold 10 steps.
+resumed() {
+  local name=$1 from=$2 np=$3 micro=$4 accum=$5
+  shift 5
+  mkdir -p "$scratch/$name"
+  cp -r "$scratch/$from/step_10" "$scratch/$name/"
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/$name" \
+    --set train.micro_batch_size="$micro" --set train.grad_accum="$accum" \
+    --resume "$scratch/$name/step_10" "$@" "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
+    { cat "$scratch/$name.out" >&2; fail "resumed run $name failed"; }
+  grep -q "resuming $scratch/$name/step_10 at step 10 of 20" "$scratch/$name.out" ||
+    fail "$name does not say it resumes step 10"
+  curve "$name" 10
+}
+
+echo "== exact resume"
+for spec in "ddp 1" "zero1 2" "zero2 2" "zero3 1" "zero3 2" "zero2_offload 1" "zero3_offload 2" \
+  "zero3_nvme 1" "zero3_nvme 2"; do
+  set -- $spec
+  for precision in fp32 bf16; do
+    name="$1_w$2_$precision"
+    extra=(--strategy "$1" --set train.precision="$precision" --set train.checkpoint_every=10)
+    [ "$1" = zero3_nvme ] && extra+=("${nvme[@]}")
+    train_run "$name" "$2" 2 2 "${extra[@]}"
+    [ "$(cat "$scratch/$name/latest")" = step_20 ] || fail "$name: latest is not step_20"
+    [ -f "$scratch/$name/step_10/manifest.json" ] || fail "$name: no step_10 checkpoint"
+    resumed "${name}_resumed" "$name" "$2" 2 2 "${extra[@]}"
+    tail_curve "$name" 10
+    same_training "$name.tail" "${name}_resumed" 0 0
+  done
+done
+[ -z "$(ls -A "$swap")" ] || fail "swap files left in $swap"
+
+echo "== fp16: the loss scaler continues"
+fp16=(--strategy zero2 --set train.precision=fp16 --set train.fp16.initial_scale_power=12
+  --set train.fp16.loss_scale_window=4 --set train.checkpoint_every=10)
+ZTRAIN_TEST_INJECT_OVERFLOW=7:0 train_run fp16 1 2 2 "${fp16[@]}"
+grep -q "overflow: skipping step 7" "$scratch/fp16.out" || fail "fp16: no overflow at step 7"
+resumed fp16_resumed fp16 1 2 2 "${fp16[@]}"
+tail_curve fp16 10
+same_training fp16.tail fp16_resumed 0 0
+grep -q '"applied_steps": 9' "$scratch/fp16/step_10/manifest.json" ||
+  fail "fp16: the manifest does not count 9 applied steps"
+
+echo "== resharding: world 4 zero3 to other worlds and strategies"
+train_run w4 4 1 2 --strategy zero3 --set train.checkpoint_every=10
+tail_curve w4 10
+resumed w4_to_zero1_w2 w4 2 1 4 --strategy zero1
+resumed w4_to_ddp_w1 w4 1 1 8 --strategy ddp
+resumed w4_to_offload_w2 w4 2 1 4 --strategy zero3_offload
+for name in w4_to_zero1_w2 w4_to_ddp_w1 w4_to_offload_w2; do
+  same_training w4.tail "$name" 1e-6 2e-6
+done
+grep -q "changed: ranks: 4 -> 1" "$scratch/w4_to_ddp_w1.out" || fail "the new world size is not said"
+grep -q 'changed: strategy.plugin: "zero3" -> "ddp"' "$scratch/w4_to_ddp_w1.out" ||
+  fail "the new strategy is not said"
+
+echo "== crash safety: killed at points of a checkpoint write"
+crash=(--strategy zero1 --set train.steps=10 --set train.checkpoint_every=5 --set train.keep_last=1
+  --set train.micro_batch_size=2 --set train.grad_accum=1)
+steps=10 train_run nocrash 1 2 1 "${crash[@]}"
+points=0
+for ((k = 1; k < 2000; k += 5)); do
+  rm -rf "$scratch/crash"
+  status=0
+  ZTRAIN_TEST_KILL_IN_CHECKPOINT=10:$k "$ZTRAIN" "${base[@]}" "${crash[@]}" \
+    --set train.out_dir="$scratch/crash" "$SRC/configs/run.toml" > "$scratch/crash.out" 2>&1 ||
+    status=$?
+  [ "$status" -eq 0 ] && break
+  [ "$status" -eq 137 ] || { cat "$scratch/crash.out" >&2; fail "kill point $k: exit $status, not 137"; }
+  points=$k
+  latest=$(cat "$scratch/crash/latest")
+  case "$latest" in step_5 | step_10) ;; *) fail "kill point $k: latest names '$latest'" ;; esac
+  "$ZTRAIN" checkpoint info "$scratch/crash" > "$scratch/info.out" 2>&1 ||
+    { cat "$scratch/info.out" >&2; fail "kill point $k: $latest does not verify"; }
+  grep -q "checksums   all verified" "$scratch/info.out" || fail "kill point $k: not verified"
+  if [ "$latest" = step_5 ]; then
+    "$ZTRAIN" "${base[@]}" "${crash[@]}" --set train.out_dir="$scratch/crash" --resume \
+      "$SRC/configs/run.toml" > "$scratch/crash_resumed.out" 2>&1 ||
+      { cat "$scratch/crash_resumed.out" >&2; fail "kill point $k: resume failed"; }
+    train_curve "$scratch/crash/metrics.jsonl" | awk '$1 > 5' | tail -n 5 > "$scratch/crash.tail.curve"
+    awk '$1 > 5' "$scratch/nocrash.curve" > "$scratch/nocrash.tail.curve"
+    same_training nocrash.tail crash.tail 0 0 > /dev/null
+  fi
+done
+[ "$status" -eq 0 ] || fail "the checkpoint write never completed"
+[ "$points" -ge 20 ] || fail "only $points kill points were tried"
+echo "killed at $(((points + 4) / 5)) points (every 5th of $points); each left a whole latest"
+
+echo "== damage is named"
+good="$scratch/zero3_w2_fp32/step_10"
+check_refused() {  # WHAT EXPECTED-TEXT DIR: info and a resume both fail naming it
+  local status=0
+  "$ZTRAIN" checkpoint info "$3" > "$scratch/damaged.out" 2>&1 || status=$?
+  [ "$status" -ne 0 ] || fail "$1: checkpoint info passed"
+  grep -qF -- "$2" "$scratch/damaged.out" || { cat "$scratch/damaged.out" >&2; fail "$1: '$2' not said"; }
+  status=0
+  "$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/damaged_run" --resume "$3" \
+    "$SRC/configs/run.toml" > "$scratch/damaged.out" 2>&1 || status=$?
+  [ "$status" -ne 0 ] || fail "$1: resumed anyway"
+  grep -qF -- "$2" "$scratch/damaged.out" || { cat "$scratch/damaged.out" >&2; fail "$1: '$2' not said on resume"; }
+  echo "$1: refused, naming it"
+}
+cp -r "$good" "$scratch/flipped"
+printf '\x55' | dd of="$scratch/flipped/rank_1.bin" bs=1 seek=1000 conv=notrunc status=none
+check_refused "a flipped byte" "bytes [0, " "$scratch/flipped"
+grep -q "rank_1.bin' (.*fail their checksum" "$scratch/damaged.out" || fail "the corrupt file is not named"
+cp -r "$good" "$scratch/missing" && rm "$scratch/missing/rank_1.bin"
+check_refused "a missing rank file" "rank_1.bin' is missing" "$scratch/missing"
+cp -r "$good" "$scratch/truncated" && truncate -s 1000 "$scratch/truncated/rank_0.bin"
+check_refused "a truncated rank file" "rank_0.bin' has 1000 bytes, the manifest says" "$scratch/truncated"
+cp -r "$good" "$scratch/unpieced"
+python3 - "$scratch/unpieced/manifest.json" << 'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+del m["params"][3]["pieces"][0]
+json.dump(m, open(sys.argv[1], "w"))
+PY
+check_refused "a manifest without a piece" "has no piece for elements" "$scratch/unpieced"
+status=0
+"$ZTRAIN" "${base[@]}" --set model.n_embd=128 --set train.out_dir="$scratch/other_model" \
+  --resume "$good" "$SRC/configs/run.toml" > "$scratch/other.out" 2>&1 || status=$?
+[ "$status" -ne 0 ] && grep -q "in this run's model; it was written by another model" "$scratch/other.out" ||
+  { cat "$scratch/other.out" >&2; fail "another model was not refused"; }
+status=0
+"$ZTRAIN" "${base[@]}" --set train.lr=1e-2 --set train.out_dir="$scratch/other_lr" \
+  --resume "$good" "$SRC/configs/run.toml" > "$scratch/other.out" 2>&1 || status=$?
+[ "$status" -ne 0 ] && grep -q "train.lr is 0.003 in the checkpoint and 0.01 in this run" "$scratch/other.out" ||
+  { cat "$scratch/other.out" >&2; fail "a changed lr was not refused naming it"; }
+grep -q "changed: train.steps: 20 -> 30" < <("$ZTRAIN" "${base[@]}" --set train.steps=30 \
+  --set train.out_dir="$scratch/more_steps" --resume "$good" "$SRC/configs/run.toml" 2>&1) ||
+  fail "a longer run is not said"
+
+echo "== stopping: SIGTERM to a 2-rank run"
+slow=(--strategy zero2 --set train.schedule=constant --set train.warmup_steps=0
+  --set train.steps=100000 --set model.n_embd=128 --set train.keep_last=0)
+out="$scratch/sigterm"
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
+  "$SRC/configs/run.toml" > "$scratch/sigterm.out" 2>&1 &
+spawned+=($!)
+launcher=$!
+for ((i = 0; i < 600; i++)); do
+  [ -f "$out/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+# The ranks, as a scheduler signals every task (not mpirun, which would end the job).
+pkill -TERM -f -- "^$ZTRAIN .*train.out_dir=$out" || fail "no rank to signal"
+exit_within "$launcher" 60
+[ "$status" -eq 0 ] || { cat "$scratch/sigterm.out" >&2; fail "SIGTERM: exit $status, not 0"; }
+grep -q "stopped at step [0-9]* by SIGTERM" "$scratch/sigterm.out" ||
+  { cat "$scratch/sigterm.out" >&2; fail "SIGTERM: no stop line"; }
+stop=$(sed -n 's/.*stopped at step \([0-9]*\) by SIGTERM.*/\1/p' "$scratch/sigterm.out" | head -n 1)
+[ "$(cat "$out/latest")" = "step_$stop" ] || fail "SIGTERM: latest is not step_$stop"
+echo "stopped by SIGTERM at step $stop"
+more=$((stop + 4))
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${slow[@]}" --set train.steps="$more" \
+  --set train.out_dir="$scratch/sigterm_ref" "$SRC/configs/run.toml" > "$scratch/ref.out" 2>&1 ||
+  fail "the reference run failed"
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${slow[@]}" --set train.steps="$more" \
+  --set train.out_dir="$out" --resume "$SRC/configs/run.toml" > "$scratch/sigterm_resumed.out" 2>&1 ||
+  { cat "$scratch/sigterm_resumed.out" >&2; fail "resuming after SIGTERM failed"; }
+curve sigterm_ref "$more"
+train_curve "$out/metrics.jsonl" | awk -v s="$stop" '$1 > s' | tail -n 4 > "$scratch/sigterm_tail.curve"
+awk -v s="$stop" '$1 > s' "$scratch/sigterm_ref.curve" > "$scratch/sigterm_ref_tail.curve"
+same_training sigterm_ref_tail sigterm_tail 0 0
+
+echo "== a second SIGINT ends the run at once"
+out="$scratch/sigint"
+"$ZTRAIN" "${base[@]}" "${slow[@]}" --set model.n_embd=256 --set train.checkpoint_every=2 --set train.keep_last=2 \
+  --set train.out_dir="$out" "$SRC/configs/run.toml" > "$scratch/sigint.out" 2>&1 &
+spawned+=($!)
+pid=$!
+for ((i = 0; i < 600; i++)); do
+  [ -f "$out/latest" ] && break
+  sleep 0.1
+done
+kill -INT "$pid"
+sleep 0.05 # two signals sent at once would arrive as one
+kill -INT "$pid"
+exit_within "$pid" 30
+[ "$status" -eq 130 ] || { cat "$scratch/sigint.out" >&2; fail "two SIGINTs: exit $status, not 130"; }
+! grep -q "stopped at step" "$scratch/sigint.out" || fail "two SIGINTs: the run went on to stop normally"
+latest=$(cat "$out/latest")
+"$ZTRAIN" checkpoint info "$out" > /dev/null || fail "after two SIGINTs latest does not verify"
+echo "two SIGINTs: exit 130 at once, latest ($latest) whole"
+
+echo "== export: a checkpoint's weights are the live model's"
+# same_tensors A B: the two safetensors files hold the same tensors, byte for byte.
+same_tensors() {
+  python3 - "$1" "$2" << 'PY'
+import json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+sys.exit(0 if a == b and a else 1)
+PY
+}
+for precision in fp32 bf16; do
+  name=export_$precision
+  train_run "$name" 2 2 1 --strategy zero3 --set train.precision="$precision" \
+    --set train.checkpoint_every=20 --set train.save_final=true --set train.eval_every=20
+  "$ZTRAIN" export "$scratch/$name/step_20" "$scratch/$name.ckpt.safetensors" --dtype "$precision" > /dev/null
+  "$ZTRAIN" export "$scratch/$name" "$scratch/$name.live.safetensors" --dtype "$precision" > /dev/null
+  same_tensors "$scratch/$name.ckpt.safetensors" "$scratch/$name.live.safetensors" ||
+    fail "$name: the checkpoint's weights differ from the live model's"
+  echo "$name: checkpoint export = live weights ($precision, byte for byte)"
+done
+val=$(grep '"split": "val"' "$scratch/export_fp32/metrics.jsonl" | sed -n 's/.*"loss": \([^,}]*\).*/\1/p')
+"$ZTRAIN" "${base[@]}" --set train.steps=1 --set train.lr=0 --set train.min_lr=0 \
+  --set train.micro_batch_size=2 --set train.grad_accum=2 \
+  --set train.eval_every=1 --set model.init_from="$scratch/export_fp32.ckpt.safetensors" \
+  --set train.out_dir="$scratch/imported" "$SRC/configs/run.toml" > "$scratch/imported.out" 2>&1 ||
+  { cat "$scratch/imported.out" >&2; fail "training from the exported checkpoint failed"; }
+val2=$(grep '"split": "val"' "$scratch/imported/metrics.jsonl" | sed -n 's/.*"loss": \([^,}]*\).*/\1/p')
+[ "$val" = "$val2" ] || fail "val loss $val2 from the exported checkpoint, $val in the run"
+echo "val loss from the exported checkpoint: $val2 (the run's: $val)"
