@@ -59,7 +59,7 @@ resumed() {
 }
 
 echo "== exact resume"
-for spec in "ddp 1" "zero1 2" "zero2 2" "zero3 1" "zero3 2" "zero2_offload 1" "zero3_offload 2" \
+for spec in "ddp 2" "zero1 2" "zero2 2" "zero3 1" "zero3 2" "zero2_offload 1" "zero3_offload 2" \
   "zero3_nvme 1" "zero3_nvme 2"; do
   set -- $spec
   for precision in fp32 bf16; do

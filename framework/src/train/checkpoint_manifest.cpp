@@ -134,7 +134,7 @@ Manifest parse_manifest(const std::string& text, const std::filesystem::path& wh
   Manifest m;
   try {
     const json j = json::parse(text);
-    if (j.value("format", "") != "ztrain-checkpoint")
+    if (!j.is_object() || !j.contains("format") || j.at("format") != "ztrain-checkpoint")
       throw DataError(w + ": not a ztrain checkpoint manifest");
     const int version = j.at("format_version").get<int>();
     if (version != kCheckpointFormat)
@@ -168,6 +168,13 @@ Manifest parse_manifest(const std::string& text, const std::filesystem::path& wh
       ParamState ps;
       ps.name = p.at("name").get<std::string>();
       ps.shape = p.at("shape").get<std::vector<std::int64_t>>();
+      std::uint64_t n = 1;
+      for (auto d : ps.shape) {
+        if (d < 0 || d > (std::int64_t{1} << 40) ||
+            (d > 0 && n > (std::uint64_t{1} << 50) / static_cast<std::uint64_t>(d)))
+          throw DataError(w + ": parameter " + ps.name + " has an impossible shape");
+        n *= static_cast<std::uint64_t>(d);
+      }
       for (const auto& s : p.at("pieces")) ps.pieces.push_back(piece_of(s, w));
       m.params.push_back(std::move(ps));
     }

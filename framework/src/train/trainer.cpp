@@ -228,21 +228,59 @@ void save_checkpoint(Run& run, const TrainingPosition& position, MetricsFile* me
                        .add("dir", w.dir.string())
                        .add("bytes", static_cast<std::int64_t>(w.bytes))
                        .add("seconds", w.seconds));
-  if (run.comm->rank() == 0)
-    progress.line("checkpoint " + w.dir.string() + ": " + format_bytes(w.bytes) + " in " +
-                  std::to_string(w.seconds).substr(0, 5) + " s (" +
-                  format_bytes(static_cast<std::uint64_t>(static_cast<double>(w.bytes) /
-                                                          std::max(w.seconds, 1e-9))) +
-                  "/s)");
+  if (run.comm->rank() != 0) return;
+  char line[96];
+  std::snprintf(line, sizeof line, " in %.3f s (%s/s)", w.seconds,
+                format_bytes(static_cast<std::uint64_t>(static_cast<double>(w.bytes) /
+                                                        std::max(w.seconds, 1e-9)))
+                    .c_str());
+  progress.line("checkpoint " + w.dir.string() + ": " + format_bytes(w.bytes) + line);
 }
 
 // What a resumed run says before its first step.
 std::string resume_text(const Resumed& r, std::int64_t steps) {
+  char read[96];
+  std::snprintf(read, sizeof read, " (%s of state read by rank 0 in %.3f s)",
+                format_bytes(r.bytes_read).c_str(), r.seconds);
   std::string s = "resuming " + r.dir.string() + " at step " + std::to_string(r.position.step) +
-                  " of " + std::to_string(steps) + " (" + format_bytes(r.bytes_read) +
-                  " of state read by rank 0 in " + std::to_string(r.seconds).substr(0, 5) + " s)";
+                  " of " + std::to_string(steps) + read;
   for (const auto& c : r.changes) s += "\n  changed: " + c;
   return s;
+}
+
+// What the run will write, checked on every rank before training.
+void check_outputs(const Run& run, std::int64_t n_params, bool overwrite) {
+  const auto& tr = run.settings.train;
+  // fp32 master, m and v per parameter, for each checkpoint out_dir holds
+  // at once (keep_last, and the one being written).
+  const std::uint64_t checkpoint_bytes =
+      12 * static_cast<std::uint64_t>(n_params) *
+      static_cast<std::uint64_t>(
+          tr.keep_last > 0 ? tr.keep_last + 1
+                           : (tr.checkpoint_every > 0 ? tr.steps / tr.checkpoint_every + 1 : 1));
+  check_run_outputs({tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, n_params, overwrite,
+                     checkpoint_bytes, run.resumed.has_value()},
+                    *run.comm);
+}
+
+// A resumed run's position: the scaler and the data continue from it.
+TrainingPosition continue_at(const Run& run, LossScaler& scaler, DataLoader& data,
+                             MetricsFile* metrics, Progress& progress) {
+  const auto& tr = run.settings.train;
+  const TrainingPosition at = run.resumed->position;
+  if (at.step >= tr.steps)
+    throw ConfigError(run.resumed->dir.string() + " is at step " + std::to_string(at.step) +
+                      ", which train.steps = " + std::to_string(tr.steps) +
+                      " does not pass; raise train.steps to train further");
+  scaler.restore(at.scaler);
+  data.seek(static_cast<std::uint64_t>(at.step * tr.grad_accum));
+  progress.line(resume_text(*run.resumed, tr.steps));
+  if (metrics)
+    metrics->write(JsonLine()
+                       .add("step", at.step)
+                       .add("split", "resume")
+                       .add("from", run.resumed->dir.string()));
+  return at;
 }
 
 // A logged training step.
@@ -316,16 +354,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   // Rank 0 speaks for the job: progress, the run directory, the summary.
   const bool lead = run.comm->rank() == 0;
   const bool resuming = run.resumed.has_value();
-  // fp32 master, m and v per parameter, for each checkpoint out_dir holds
-  // at once (keep_last, and the one being written).
-  const std::uint64_t checkpoint_bytes =
-      12 * static_cast<std::uint64_t>(info.n_params) *
-      static_cast<std::uint64_t>(
-          tr.keep_last > 0 ? tr.keep_last + 1
-                           : (tr.checkpoint_every > 0 ? tr.steps / tr.checkpoint_every + 1 : 1));
-  check_run_outputs({tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, info.n_params,
-                     overwrite, checkpoint_bytes, resuming},
-                    *run.comm);
+  check_outputs(run, info.n_params, overwrite);
   Progress progress(tr.steps, lead);
   std::optional<MetricsFile> metrics;
   if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved_config, resuming));
@@ -338,23 +367,11 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const LrSchedule schedule{tr.lr, tr.min_lr, tr.warmup_steps, tr.steps, tr.schedule};
 
   progress.line(run_header(header_of(run, info, dinfo)));
-  TrainingPosition at;  // where the loop stands
   LossScaler scaler(tr.scaler);
-  if (resuming) {
-    at = run.resumed->position;
-    if (at.step >= tr.steps)
-      throw ConfigError(run.resumed->dir.string() + " is at step " + std::to_string(at.step) +
-                        ", which train.steps = " + std::to_string(tr.steps) +
-                        " does not pass; raise train.steps to train further");
-    scaler.restore(at.scaler);
-    loader_data.seek(static_cast<std::uint64_t>(at.step * tr.grad_accum));
-    progress.line(resume_text(*run.resumed, tr.steps));
-    if (metrics)
-      metrics->write(JsonLine()
-                         .add("step", at.step)
-                         .add("split", "resume")
-                         .add("from", run.resumed->dir.string()));
-  }
+  // Where the loop stands.
+  TrainingPosition at =
+      resuming ? continue_at(run, scaler, loader_data, metrics ? &*metrics : nullptr, progress)
+               : TrainingPosition{};
 
   TrainResult result;
   result.metrics_file = tr.out_dir / "metrics.jsonl";

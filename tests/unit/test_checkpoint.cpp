@@ -1,0 +1,227 @@
+// Checkpoint pieces: the CRC-32C against its plain reference, flat ranges
+// to parameter ranges and back, the manifest's checks, and a reader that
+// reads only the blocks a range needs and names a corrupt one.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "core/crc32c.h"
+#include "core/durable_file.h"
+#include "train/checkpoint_manifest.h"
+#include "train/checkpoint_reader.h"
+#include "ztrain/error.h"
+#include "ztrain/shard/state_ranges.h"
+
+using namespace ztrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// State kept per (param, array), element by element.
+struct MapState final : StateSink, StateSource {
+  std::map<std::tuple<ParamId, int, std::uint64_t>, float> values;
+  int puts = 0;
+  void put(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
+           const float* v) override {
+    ++puts;
+    for (std::uint64_t i = 0; i < count; ++i) values[{p, static_cast<int>(a), first + i}] = v[i];
+  }
+  void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override {
+    for (std::uint64_t i = 0; i < count; ++i)
+      out[i] = values.at({p, static_cast<int>(a), first + i});
+  }
+};
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("ztrain_ckpt_" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// A one-parameter checkpoint of n elements per array in rank_0.bin: master
+// = i, m = 2i, v = 3i.
+Manifest write_single(const fs::path& dir, std::uint64_t n) {
+  Manifest m;
+  m.ztrain_version = "test";
+  m.strategy = "ddp";
+  m.precision = "fp32";
+  m.params.push_back({"w", {static_cast<std::int64_t>(n)}, {}});
+  DurableFile f(dir / "rank_0.bin");
+  std::vector<float> v(n);
+  for (int a = 0; a < 3; ++a) {
+    for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<float>((a + 1) * i);
+    StatePiece s{static_cast<StateArray>(a), 0, 0, n, f.size(), {}};
+    for (std::uint64_t b = 0; b < n; b += kBlockElements)
+      s.crcs.push_back(crc32c(v.data() + b, std::min(kBlockElements, n - b) * 4));
+    f.write(v.data(), n * 4);
+    m.params[0].pieces.push_back(s);
+  }
+  f.finish();
+  m.files.push_back({"rank_0.bin", fs::file_size(dir / "rank_0.bin")});
+  write_file_atomically(dir / "manifest.json", manifest_json(m));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("crc32c: the check value, and the fast path equals the reference at every length") {
+  CHECK(crc32c("123456789", 9) == 0xE3069283u);
+  CHECK(crc32c_reference("123456789", 9) == 0xE3069283u);
+  std::mt19937 rng(7);
+  std::vector<unsigned char> data(4099);
+  for (auto& b : data) b = static_cast<unsigned char>(rng());
+  for (std::size_t n : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099}) {
+    CHECK(crc32c(data.data(), n) == crc32c_reference(data.data(), n));
+    // Continued over two calls, as over two writes.
+    CHECK(crc32c(data.data() + n / 2, n - n / 2, crc32c(data.data(), n / 2)) ==
+          crc32c_reference(data.data(), n));
+  }
+}
+
+TEST_CASE("state ranges: flat ranges become parameter ranges; padding is never stored") {
+  std::vector<ParamSpec> params(3);
+  params[0].name = "a";
+  params[0].shape = Shape{5};
+  params[1].name = "b";
+  params[1].shape = Shape{3, 7};
+  params[2].name = "c";
+  params[2].shape = Shape{2};
+  const shard::FlatLayout layout(params, 2);
+  std::vector<float> flat(layout.total());
+  for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i + 1);
+  MapState state;
+  // Saved in two rank ranges, as a 2-rank shard would.
+  for (int r = 0; r < 2; ++r)
+    shard::put_range(state, layout, layout.owned_begin(r), layout.owned_end(r), StateArray::m,
+                     flat.data() + layout.owned_begin(r));
+  CHECK(state.values.size() == 5 + 21 + 2);
+  CHECK(state.values.at({1, 1, 4}) == flat[layout.offset(1) + 4]);
+  // Read back through another split: the parameters' elements, zeros between.
+  const shard::FlatLayout other(params, 3);
+  std::vector<float> back(other.total(), -1);
+  for (int r = 0; r < 3; ++r)
+    shard::get_range(state, other, other.owned_begin(r), other.owned_end(r), StateArray::m,
+                     back.data() + other.owned_begin(r));
+  for (ParamId p = 0; p < 3; ++p)
+    for (std::uint64_t i = 0; i < other.numel(p); ++i)
+      CHECK(back[other.offset(p) + i] == flat[layout.offset(p) + i]);
+  CHECK(back[other.offset(0) + 5] == 0.0f);  // padding after a
+}
+
+TEST_CASE("manifest: round trip, and the tiling of every array is checked") {
+  Manifest m;
+  m.ztrain_version = "x";
+  m.world = 2;
+  m.strategy = "zero3";
+  m.precision = "bf16";
+  m.position = {12, 11, 1, {1024, 1, 12, 6}};
+  m.config = {{"train.lr", "0.003"}};
+  m.files = {{"rank_0.bin", 1000}, {"rank_1.bin", 1000}};
+  ParamState p{"w", {10, 10}, {}};  // 25 elements in rank 0's file, 75 in rank 1's
+  for (int a = 0; a < 3; ++a) {
+    const std::uint64_t at = 200 * static_cast<std::uint64_t>(a) / 2;  // 100 bytes apart
+    p.pieces.push_back({static_cast<StateArray>(a), 0, 0, 25, at, {1}});
+    p.pieces.push_back({static_cast<StateArray>(a), 1, 25, 75, at, {2}});
+  }
+  m.params.push_back(p);
+  const Manifest back = parse_manifest(manifest_json(m), "m.json");
+  CHECK(back.position.applied == 11);
+  CHECK(back.position.scaler.scale == 1024);
+  CHECK(back.params[0].pieces.size() == 6);
+  CHECK(back.config[0].second == "0.003");
+
+  Manifest gap = m;
+  gap.params[0].pieces[2].first = 1;  // m's first piece starts late
+  gap.params[0].pieces[2].count = 24;
+  CHECK(contains(message_of([&] { parse_manifest(manifest_json(gap), "m.json"); }),
+                 "w's m has no piece for elements [0, 1)"));
+  Manifest lap = m;
+  lap.params[0].pieces[5].first = 20;
+  lap.params[0].pieces[5].count = 80;
+  lap.params[0].pieces[5].crcs = {1};
+  CHECK(contains(message_of([&] { parse_manifest(manifest_json(lap), "m.json"); }),
+                 "overlapping pieces at element 20"));
+  Manifest outside = m;
+  outside.params[0].pieces[1].offset = 800;  // 75 elements from byte 800 of 1000
+  CHECK(contains(message_of([&] { parse_manifest(manifest_json(outside), "m.json"); }),
+                 "lies outside its file"));
+  CHECK(contains(message_of([] { parse_manifest("{\"format\": 3}", "m.json"); }),
+                 "not a ztrain checkpoint manifest"));
+}
+
+TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
+  TempDir tmp;
+  const std::uint64_t n = 2 * kBlockElements + 1000;
+  write_single(tmp.path, n);
+  const Checkpoint c(Checkpoint::locate(tmp.path));
+  {
+    CheckpointSource source(c);
+    // Elements straddling the first block boundary: two blocks read.
+    std::vector<float> out(20);
+    source.get(0, kBlockElements - 10, 20, StateArray::v, out.data());
+    for (std::uint64_t i = 0; i < 20; ++i)
+      CHECK(out[i] == static_cast<float>(3 * (kBlockElements - 10 + i)));
+    CHECK(source.bytes_read() == 2 * kBlockElements * 4);
+    // The short last block alone.
+    source.get(0, n - 5, 5, StateArray::m, out.data());
+    CHECK(out[4] == static_cast<float>(2 * (n - 1)));
+    CHECK(source.bytes_read() == 2 * kBlockElements * 4 + 1000 * 4);
+  }
+  CHECK(c.verify() == 3 * n * 4);
+  // One flipped byte in m's second block.
+  {
+    std::fstream f(tmp.path / "rank_0.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>((n + kBlockElements + 3) * 4));
+    f.put('\x7f');
+  }
+  const Checkpoint damaged(tmp.path);
+  const std::string why = message_of([&] { damaged.verify(); });
+  const std::uint64_t at = (n + kBlockElements) * 4;
+  CHECK(contains(
+      why, "bytes [" + std::to_string(at) + ", " + std::to_string(at + kBlockElements * 4) + ")"));
+  CHECK(contains(why, "w's m, elements [" + std::to_string(kBlockElements) + ", "));
+  CHECK(contains(why, "fail their checksum"));
+  // Ranges that avoid the bad block still read.
+  CheckpointSource source(damaged);
+  std::vector<float> out(10);
+  source.get(0, 0, 10, StateArray::m, out.data());
+  CHECK(out[9] == 18.0f);
+  CHECK(contains(message_of([&] { source.get(0, kBlockElements, 10, StateArray::m, out.data()); }),
+                 "fail their checksum"));
+}
+
+TEST_CASE("reader: latest, a missing or truncated rank file") {
+  TempDir tmp;
+  const fs::path step = tmp.path / "step_3";
+  fs::create_directories(step);
+  write_single(step, 100);
+  CHECK(contains(message_of([&] { Checkpoint::locate(tmp.path); }), "neither a checkpoint"));
+  write_file_atomically(tmp.path / "latest", "step_3\n");
+  CHECK(Checkpoint::locate(tmp.path) == step);
+  write_file_atomically(tmp.path / "latest", "step_9\n");
+  CHECK(contains(message_of([&] { Checkpoint::locate(tmp.path); }), "names 'step_9'"));
+  fs::resize_file(step / "rank_0.bin", 17);
+  CHECK(contains(message_of([&] { Checkpoint c(step); }), "has 17 bytes, the manifest says 1200"));
+  fs::remove(step / "rank_0.bin");
+  CHECK(contains(message_of([&] { Checkpoint c(step); }), "rank_0.bin' is missing"));
+}
