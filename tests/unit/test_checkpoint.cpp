@@ -98,7 +98,7 @@ TEST_CASE("crc32c: the check value, and the fast path equals the reference at ev
   }
 }
 
-TEST_CASE("state ranges: flat ranges become parameter ranges; padding is never stored") {
+TEST_CASE("state ranges: flat ranges become parameter ranges, padding is never stored") {
   std::vector<ParamSpec> params(3);
   params[0].name = "a";
   params[0].shape = Shape{5};
