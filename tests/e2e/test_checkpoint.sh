@@ -14,7 +14,8 @@
 #   verifies, and resuming from it gives the uninterrupted losses.
 # - Damage named: a flipped byte (file and byte range), a missing rank
 #   file, a truncated one, a manifest missing a piece, another model, a
-#   changed training key; an allowed change is printed.
+#   changed training key; an allowed change is printed. A disk that fills
+#   during a checkpoint stops the run naming it, leaving no partial files.
 # - Stopping: SIGTERM to both ranks of a 2-rank run writes a checkpoint and
 #   exits 0, and resuming it logs the uninterrupted run's losses; a second
 #   SIGINT ends a run at once without touching `latest`.
@@ -176,6 +177,17 @@ grep -q "changed: train.steps: 20 -> 30" < <("$ZTRAIN" "${base[@]}" --set train.
   --set train.out_dir="$scratch/more_steps" --resume "$good" "$SRC/configs/run.toml" 2>&1) ||
   fail "a longer run is not said"
 
+echo "== a disk that fills during a checkpoint"
+status=0
+ZTRAIN_TEST_INJECT_WRITE_ERROR=ENOSPC "$ZTRAIN" "${base[@]}" --set train.checkpoint_every=5 \
+  --set train.out_dir="$scratch/full_disk" "$SRC/configs/run.toml" > "$scratch/full_disk.out" 2>&1 ||
+  status=$?
+[ "$status" -eq 1 ] || { cat "$scratch/full_disk.out" >&2; fail "a full disk: exit $status, not 1"; }
+grep -q "checkpoint of step 5: cannot write '.*rank_0.bin': No space left on device; the disk is full" \
+  "$scratch/full_disk.out" || { cat "$scratch/full_disk.out" >&2; fail "a full disk is not named"; }
+[ -z "$(ls -d "$scratch/full_disk"/step_* 2> /dev/null)" ] || fail "a full disk left $(ls -d "$scratch/full_disk"/step_*)"
+echo "a full disk during a checkpoint: exit 1, named, no partial checkpoint left"
+
 echo "== stopping: SIGTERM to a 2-rank run"
 slow=(--strategy zero2 --set train.schedule=constant --set train.warmup_steps=0
   --set train.steps=100000 --set model.n_embd=128 --set train.keep_last=0)
@@ -211,7 +223,7 @@ same_training sigterm_ref_tail sigterm_tail 0 0
 
 echo "== a second SIGINT ends the run at once"
 out="$scratch/sigint"
-"$ZTRAIN" "${base[@]}" "${slow[@]}" --set model.n_embd=256 --set train.checkpoint_every=2 --set train.keep_last=2 \
+"$ZTRAIN" "${base[@]}" "${slow[@]}" --set model.n_embd=512 --set train.checkpoint_every=2 --set train.keep_last=2 \
   --set train.out_dir="$out" "$SRC/configs/run.toml" > "$scratch/sigint.out" 2>&1 &
 spawned+=($!)
 pid=$!
@@ -220,7 +232,7 @@ for ((i = 0; i < 600; i++)); do
   sleep 0.1
 done
 kill -INT "$pid"
-sleep 0.05 # two signals sent at once would arrive as one
+sleep 0.01 # two signals sent at once would arrive as one
 kill -INT "$pid"
 exit_within "$pid" 30
 [ "$status" -eq 130 ] || { cat "$scratch/sigint.out" >&2; fail "two SIGINTs: exit $status, not 130"; }

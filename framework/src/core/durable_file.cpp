@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -61,12 +62,17 @@ void DurableFile::flush() {
 }
 
 void DurableFile::write_through(const char* p, std::size_t n) {
+  constexpr std::uint64_t kInjectAfter = std::uint64_t{1} << 20;
   while (n > 0) {
-    if (inject_ && written_ >= (std::uint64_t{1} << 20)) {
-      errno = inject_;
-      fail("cannot write");
+    std::size_t chunk = n;
+    if (inject_) {
+      if (written_ >= kInjectAfter) {
+        errno = inject_;
+        fail("cannot write");
+      }
+      chunk = static_cast<std::size_t>(std::min<std::uint64_t>(n, kInjectAfter - written_));
     }
-    const ssize_t w = ::write(fd_, p, n);
+    const ssize_t w = ::write(fd_, p, chunk);
     if (w < 0) {
       if (errno == EINTR) continue;
       fail("cannot write");

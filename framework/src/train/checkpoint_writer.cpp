@@ -146,13 +146,18 @@ std::uint64_t commit(const fs::path& out_dir, const fs::path& tmp, const fs::pat
   return bytes;
 }
 
-// Removes all but the keep_last newest checkpoints (0 keeps all).
+// Removes all but the keep_last newest checkpoints (0 keeps all), and the
+// temporary directories that killed attempts left.
 void prune(const fs::path& out_dir, std::int64_t keep_last) {
-  if (keep_last <= 0) return;
   std::vector<std::pair<std::int64_t, fs::path>> found;
-  for (const auto& e : fs::directory_iterator(out_dir))
-    if (e.is_directory() && checkpoint_step(e.path()) >= 0)
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    if (!e.is_directory()) continue;
+    if (checkpoint_step(e.path()) >= 0)
       found.emplace_back(checkpoint_step(e.path()), e.path());
+    else if (is_checkpoint_dir(e.path()) && e.path().extension() == ".tmp")
+      fs::remove_all(e.path());
+  }
+  if (keep_last <= 0) return;
   std::sort(found.rbegin(), found.rend());
   for (std::size_t i = static_cast<std::size_t>(keep_last); i < found.size(); ++i)
     fs::remove_all(found[i].second);
@@ -193,6 +198,16 @@ CheckpointWritten write_checkpoint(const fs::path& out_dir, std::int64_t keep_la
   CrashPoints crash(header.position.step);
   const fs::path dir = out_dir / checkpoint_name(header.position.step);
   const fs::path tmp = dir.string() + ".tmp";
+  // Whatever remains of the temporary directory goes: nothing after a
+  // commit, the partial files after a failure (a full disk).
+  struct RemoveTmp {
+    const fs::path& tmp;
+    bool lead;
+    ~RemoveTmp() {
+      std::error_code ignored;
+      if (lead) fs::remove_all(tmp, ignored);
+    }
+  } cleanup{tmp, rank == 0};
   std::string why;
   if (rank == 0) {
     try {
