@@ -10,7 +10,7 @@
 #   zero1, at world 1 under ddp and at world 2 under zero3_offload, it
 #   logs the world-4 run's losses within the cross-world tolerances.
 # - Crash safety: killed (SIGKILL) at every 5th point of a checkpoint
-#   write and at its last points, `latest` names a whole checkpoint that
+#   write and at each of its last points (the commit), `latest` names a whole checkpoint that
 #   verifies, and resuming from it gives the uninterrupted losses.
 # - Damage named: a flipped byte (file and byte range), a missing rank
 #   file, a truncated one, a manifest missing a piece, another model, a
@@ -105,33 +105,49 @@ echo "== crash safety: killed at points of a checkpoint write"
 crash=(--strategy zero1 --set train.steps=10 --set train.checkpoint_every=5 --set train.keep_last=1
   --set train.micro_batch_size=2 --set train.grad_accum=1)
 steps=10 train_run nocrash 1 2 1 "${crash[@]}"
-points=0
-for ((k = 1; k < 2000; k += 5)); do
+# kill_at K: a run killed at point K of its step-10 checkpoint; $status is
+# its exit status (0: the write has fewer points). After a kill, latest
+# must name a whole checkpoint that verifies and resumes to the same losses.
+kill_at() {
+  local k=$1 latest
   rm -rf "$scratch/crash"
   status=0
   ZTRAIN_TEST_KILL_IN_CHECKPOINT=10:$k "$ZTRAIN" "${base[@]}" "${crash[@]}" \
     --set train.out_dir="$scratch/crash" "$SRC/configs/run.toml" > "$scratch/crash.out" 2>&1 ||
     status=$?
-  [ "$status" -eq 0 ] && break
+  [ "$status" -eq 0 ] && return
   [ "$status" -eq 137 ] || { cat "$scratch/crash.out" >&2; fail "kill point $k: exit $status, not 137"; }
-  points=$k
   latest=$(cat "$scratch/crash/latest")
   case "$latest" in step_5 | step_10) ;; *) fail "kill point $k: latest names '$latest'" ;; esac
   "$ZTRAIN" checkpoint info "$scratch/crash" > "$scratch/info.out" 2>&1 ||
     { cat "$scratch/info.out" >&2; fail "kill point $k: $latest does not verify"; }
   grep -q "checksums   all verified" "$scratch/info.out" || fail "kill point $k: not verified"
-  if [ "$latest" = step_5 ]; then
-    "$ZTRAIN" "${base[@]}" "${crash[@]}" --set train.out_dir="$scratch/crash" --resume \
-      "$SRC/configs/run.toml" > "$scratch/crash_resumed.out" 2>&1 ||
-      { cat "$scratch/crash_resumed.out" >&2; fail "kill point $k: resume failed"; }
-    train_curve "$scratch/crash/metrics.jsonl" | awk '$1 > 5' | tail -n 5 > "$scratch/crash.tail.curve"
-    awk '$1 > 5' "$scratch/nocrash.curve" > "$scratch/nocrash.tail.curve"
-    same_training nocrash.tail crash.tail 0 0 > /dev/null
-  fi
+  [ "$latest" = step_5 ] || return 0
+  "$ZTRAIN" "${base[@]}" "${crash[@]}" --set train.out_dir="$scratch/crash" --resume \
+    "$SRC/configs/run.toml" > "$scratch/crash_resumed.out" 2>&1 ||
+    { cat "$scratch/crash_resumed.out" >&2; fail "kill point $k: resume failed"; }
+  train_curve "$scratch/crash/metrics.jsonl" | awk '$1 > 5' | tail -n 5 > "$scratch/crash.tail.curve"
+  awk '$1 > 5' "$scratch/nocrash.curve" > "$scratch/nocrash.tail.curve"
+  same_training nocrash.tail crash.tail 0 0 > /dev/null
+}
+# Every 5th point until the write completes, then every one of the last
+# points (the commit: manifest, rename, latest, pruning).
+tried=0
+for ((k = 1; k < 2000; k += 5)); do
+  kill_at "$k"
+  [ "$status" -eq 0 ] && break
+  tried=$((tried + 1))
 done
 [ "$status" -eq 0 ] || fail "the checkpoint write never completed"
-[ "$points" -ge 20 ] || fail "only $points kill points were tried"
-echo "killed at $(((points + 4) / 5)) points (every 5th of $points); each left a whole latest"
+end=$k
+last=0
+for ((k = end - 1; k > end - 10; k--)); do
+  kill_at "$k"
+  [ "$status" -eq 0 ] || { tried=$((tried + 1)) && last=$((last + 1)); }
+done
+[ "$last" -ge 5 ] || fail "only $last of the last points were tried"
+[ "$tried" -ge 20 ] || fail "only $tried kill points were tried"
+echo "killed at $tried points of the write (every 5th, then each of the last); each left a whole latest"
 
 echo "== damage is named"
 good="$scratch/zero3_w2_fp32/step_10"
