@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# Checkpoints of gpt2-124m (fp32, 1 x 64 tokens per rank and step; 12
+# bytes of state per parameter: fp32 weights, m and v), in one script,
+# at world 1 (ddp, 1 rank x 2 threads) and world 2 (zero1, 2 ranks x 1
+# thread, each rank writing and reading its own file in parallel):
+#  - write: bytes / seconds of the metrics' checkpoint lines (median over a
+#    run with train.checkpoint_every = 1, STEPS checkpoints) against a
+#    plain sequential write of the same bytes to the same file system in
+#    the same pattern: WORLD parallel writers of bytes / WORLD each, from
+#    a buffer of that size in memory (4 MiB write()s, fsync), STEPS files
+#    in turn, each followed by removing the one two before it (ztrain keeps
+#    train.keep_last = 2) and a pause of one step time; the ratio of the
+#    medians and of the best (fastest) files, goal ztrain >= 70 % of plain;
+#  - read: rank 0's bytes / seconds of the "resuming ..." line of a run
+#    resumed from the last checkpoint, against a plain sequential read of
+#    the same checkpoint files into buffers of their size (one reader per
+#    rank, rank 0's time; median of ROUNDS), goal >= 70 %;
+#  - the cost of a checkpoint to training: its seconds plus what it adds to
+#    the median step time (steps 3..), against a run without checkpoints,
+#    in step times and as the time added by a checkpoint every 100 steps;
+#    as a cross-check, the difference of the two runs' "done: ... in"
+#    times per checkpoint.
+# On virtual machines that hand freed memory back to the host (virtio-
+# balloon free page reporting, as on this project's Firecracker machines),
+# page cache made of memory freed more than a second or two before is
+# slow to fill (a host fault per page: about 0.4-0.5 GB/s there, against
+# 1.4-2 GB/s for memory freed just before): successive checkpoints differ
+# there by up to 4x, hence the ranges, and a median of such a mix can
+# fall on either side, the ratio of the best files is the steadier one;
+# on bare metal they agree. Reads are measured cold (after `sync; echo 3 >
+# /proc/sys/vm/drop_caches`, which needs root and drops the whole
+# machine's page cache; a virtual machine's host may still cache the disk)
+# and warm (right after); where the caches cannot be dropped only warm
+# reads are reported, for both. The plain reader drops the caches itself,
+# 0.3 s before reading: the better case.
+# The resumed runs run once per state.
+# SCRATCH_DIR must be on the disk to measure (not tmpfs); the script works
+# in a fresh directory under it and removes it at the end. Needs python3
+# (standard library only).
+#
+#   bench/bench_checkpoint.sh [BUILD_DIR] [SCRATCH_DIR] [STEPS] [ROUNDS]
+set -euo pipefail
+build=${1:-build}
+src=$(cd "$(dirname "$0")/.." && pwd)
+scratch=${2:-$(dirname "$src")/ckbench}
+steps=${3:-8}
+rounds=${4:-3}
+[ "$steps" -ge 3 ] || { echo "STEPS must be 3 or more: step times are medians of steps 3.."; exit 1; }
+ztrain=$(realpath "$build/bin/ztrain")
+mkdir -p "$scratch"
+out=$(mktemp -d "$(realpath "$scratch")/ckbench.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+fstype=$(stat -f -c %T "$out")
+case $fstype in
+  tmpfs | ramfs) echo "warning: $scratch is on $fstype, not a disk: the figures are of memory" ;;
+esac
+common=(--model gpt2-124m --set model.seq_len=64 --set train.log_every=1 --set train.eval_every=0
+  --set train.save_final=false --set train.grad_accum=1 --set train.micro_batch_size=1)
+declare -A strategy=([1]=ddp [2]=zero1)
+cold=false
+if (sync && echo 3 > /proc/sys/vm/drop_caches) 2> /dev/null; then cold=true; fi
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+ours() {  # ours LOG RUN_DIR WORLD EVERY STEPS [ARGS...]
+  local log=$1 dir=$2 world=$3 every=$4 n=$5
+  shift 5
+  "$ztrain" --nproc "$world" "${common[@]}" --strategy "${strategy[$world]}" \
+    --set device.threads=$((2 / world)) --set train.steps="$n" --set train.checkpoint_every="$every" \
+    --set train.out_dir="$out/$dir" "$@" "$src/configs/run.toml" > "$out/$log.log" 2>&1 ||
+    { cat "$out/$log.log"; exit 1; }
+}
+source "$src/bench/metrics.sh"
+med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+range() { sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.2f-%.2f", a, b }'; }
+
+# The plain reader and writer: fills a buffer of BYTES (every page touched)
+# and waits for START (epoch seconds), then
+#   read PATH [drop]: reads PATH into the buffer, with drop after dropping
+#     the page cache 0.3 s before START;
+#   rotate PATH COUNT GAP: writes PATH.1 .. PATH.COUNT from the buffer
+#     (4 MiB write()s, fsync), after each removing the one two before it
+#     and sleeping GAP seconds;
+# and prints the begin and end times of each read or write, a line each.
+cat > "$out/plain_io.py" << 'PY'
+import os, sys, time
+mode, path, n, start = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+chunk = 4 << 20
+buf = bytearray(n)
+piece = os.urandom(chunk)
+for o in range(0, n, chunk):
+    buf[o:o + chunk] = piece[:min(chunk, n - o)]
+view = memoryview(buf)
+if time.time() > start:
+    print("plain_io.py: buffer filled %.2f s after the start" % (time.time() - start), file=sys.stderr)
+
+
+def write(p):
+    t = time.time()
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    o = 0
+    while o < n:
+        o += os.write(fd, view[o:o + chunk])
+    os.fsync(fd)
+    os.close(fd)
+    print("%.6f %.6f" % (t, time.time()), flush=True)
+
+
+if sys.argv[5:] == ["drop"]:
+    time.sleep(max(0.0, start - 0.3 - time.time()))
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+time.sleep(max(0.0, start - time.time()))
+if mode == "rotate":
+    for k in range(1, int(sys.argv[5]) + 1):
+        write("%s.%d" % (path, k))
+        if k > 2:
+            os.unlink("%s.%d" % (path, k - 2))
+        time.sleep(float(sys.argv[6]))
+else:
+    t = time.time()
+    fd = os.open(path, os.O_RDONLY)
+    o = 0
+    while o < n:
+        r = os.readv(fd, [view[o:o + chunk]])
+        if r == 0:
+            sys.exit(path + ": shorter than " + str(n))
+        o += r
+    os.close(fd)
+    print("%.6f %.6f" % (t, time.time()))
+PY
+# plain MODE BYTES PATH[:ARG...]...: one plain_io.py MODE PATH BYTES START
+# ARG... per PATH, all at once, 3 s from now (their buffers filled); prints
+# for each of their reads or writes the seconds from the first begin to
+# the last end over them, and the first one's own seconds.
+plain() {
+  local mode=$1 n=$2 start f i=0 pids=() a
+  start=$(awk -v t="$(date +%s.%N)" 'BEGIN { printf "%.3f", t + 3 }')
+  shift 2
+  for f in "$@"; do
+    IFS=: read -r -a a <<< "$f"
+    python3 "$out/plain_io.py" "$mode" "${a[0]}" "$n" "$start" "${a[@]:1}" > "$out/plain.$i" &
+    pids+=($!) i=$((i + 1))
+  done
+  for f in "${pids[@]}"; do wait "$f"; done
+  paste -d ' ' "$out"/plain.[0-9]* | awk '{ b = $1; e = $2
+    for (i = 3; i < NF; i += 2) { if ($i < b) b = $i; if ($(i + 1) > e) e = $(i + 1) }
+    printf "%.4f %.4f\n", e - b, $2 - $1 }'
+  rm -f "$out"/plain.[0-9]*
+}
+# resume_s LOG: the seconds of the "resuming" line (its bytes are rank 0's
+# file, rounded)
+resume_s() { sed -n 's/.* of state read by rank 0 in \([0-9.]*\) s).*/\1/p' "$out/$1.log"; }
+done_s() { sed -n 's/^done: [0-9]* steps in \([0-9.]*\)s.*/\1/p' "$out/$1.log"; }
+gbs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.3f", b / s / 1e9 }'; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", 100 * a / b }'; }
+ck_field() {  # ck_field RUN: "bytes seconds" of each checkpoint line
+  sed -n 's/.*"split": "checkpoint".*"bytes": \([0-9]*\).*"seconds": \([0-9.e+-]*\).*/\1 \2/p' \
+    "$out/$1/metrics.jsonl"
+}
+
+rows_w=() rows_r=() rows_c=()
+for world in 1 2; do
+  base=base.w$world ck=ck.w$world
+  ours "$base" "$base" "$world" 0 "$steps"
+  ours "$ck" "$ck" "$world" 1 "$steps"
+  read -r bytes _ <<< "$(ck_field "$ck" | head -n 1)"
+  n_ck=$(ck_field "$ck" | wc -l)
+  ck_s=$(ck_field "$ck" | awk '{ print $2 }' | med)
+  ck_range=$(ck_field "$ck" | awk '{ print $2 }' | range)
+  zb=$(ck_field "$ck" | awk '{ print $2 }' | sort -g | head -n 1)
+  last="$out/$ck/step_$steps"
+
+  # Cost to training (before the resumed runs add their steps to the metrics).
+  t0=$(median "$base" step_time_s) t1=$(median "$ck" step_time_s)
+  cost=$(awk -v c="$ck_s" -v a="$t1" -v b="$t0" 'BEGIN { printf "%.3f", c + a - b }')
+  wall=$(awk -v a="$(done_s "$ck")" -v b="$(done_s "$base")" -v n="$n_ck" 'BEGIN { printf "%.3f", (a - b) / n }')
+  rows_c+=("$(printf "%5s %10.4f %12.4f %9.3f %8s %11s %8.1f %10s" "$world" "$t0" "$t1" "$ck_s" "$cost" "$wall" \
+    "$(awk -v c="$cost" -v b="$t0" 'BEGIN { print c / b }')" \
+    "$(awk -v c="$cost" -v b="$t0" 'BEGIN { printf "+%.1f%%", c / b }')")")
+
+  # Reads: ztrain resuming the last checkpoint (one more step), then the
+  # plain reader on the same files.
+  modes=(warm)
+  if $cold; then modes=(cold warm); fi
+  for mode in "${modes[@]}"; do
+    if [ "$mode" = cold ]; then drop; fi
+    ours "resume.$mode.w$world" "$ck" "$world" 0 $((steps + 1)) --resume "$last"
+  done
+  rank0=$(stat -c %s "$last/rank_0.bin")
+  files=()
+  for r in $(seq 0 $((world - 1))); do
+    [ "$(stat -c %s "$last/rank_$r.bin")" = "$rank0" ] || { echo "rank files of unequal sizes:"; ls -l "$last"; exit 1; }
+    files+=("$last/rank_$r.bin")
+  done
+  for mode in "${modes[@]}"; do
+    for round in $(seq "$rounds"); do
+      if [ "$mode" = cold ]; then
+        plain read "$rank0" "${files[0]}:drop" "${files[@]:1}"
+      else
+        plain read "$rank0" "${files[@]}"
+      fi
+    done | awk '{ print $2 }' > "$out/plain_read.$mode.w$world"
+  done
+  for mode in "${modes[@]}"; do
+    zs=$(resume_s "resume.$mode.w$world")
+    [ -n "$zs" ] || { echo "no resuming line:"; cat "$out/resume.$mode.w$world.log"; exit 1; }
+    ps=$(med < "$out/plain_read.$mode.w$world")
+    z=$(gbs "$rank0" "$zs") p=$(gbs "$rank0" "$ps")
+    rows_r+=("$(printf "%5s %5s %13d %9.3f %11.3f %8.3f %10.3f %6s" "$world" "$mode" "$rank0" "$zs" "$z" "$ps" "$p" "$(pct "$z" "$p")")")
+  done
+  rm -rf "${out:?}/$ck" "${out:?}/$base"
+
+  # Writes: the plain writer, the checkpoint's bytes over WORLD files, in
+  # ztrain's pattern.
+  per=$((bytes / world)) rot=()
+  for r in $(seq 0 $((world - 1))); do rot+=("$out/rot.$r:$n_ck:$t0"); done
+  plain rotate "$per" "${rot[@]}" | awk '{ print $1 }' > "$out/plain_rotate.w$world"
+  rm -f "$out"/rot.*
+  pn=$(med < "$out/plain_rotate.w$world") pb=$(sort -g "$out/plain_rotate.w$world" | head -n 1)
+  z=$(gbs "$bytes" "$ck_s") p=$(gbs "$bytes" "$pn")
+  rows_w+=("$(printf "%5s %13d %9.3f %11.3f %11s %8.3f %10.3f %11s %6s %6s" "$world" "$bytes" \
+    "$ck_s" "$z" "$ck_range" "$pn" "$p" "$(range < "$out/plain_rotate.w$world")" "$(pct "$z" "$p")" \
+    "$(pct "$pb" "$zb")")")
+done
+
+printf "gpt2-124m, fp32, 1 x 64 tokens per rank and step, %s steps with a checkpoint after each\n" "$steps"
+printf "scratch %s on %s (%s); GB = 1e9 bytes\n" "$out" "$(df --output=source "$out" | tail -n 1)" "$fstype"
+echo
+echo "write: ztrain's checkpoints against plain writes of the same bytes in the same pattern (medians"
+echo "and ranges of the seconds over the $steps files; ratios of the medians' and of the fastest files' GB/s)"
+printf "%5s %13s %9s %11s %11s %8s %10s %11s %6s %6s\n" world bytes "ztrain s" "ztrain GB/s" \
+  range "plain s" "plain GB/s" range ratio best
+printf "%s\n" "${rows_w[@]}"
+echo
+echo "read: rank 0 of ztrain --resume against plain reads of the same files (a reader per rank,"
+echo "median of $rounds)"
+$cold || echo "(the page cache could not be dropped: all reads are warm, for both)"
+printf "%5s %5s %13s %9s %11s %8s %10s %6s\n" world cache "rank 0 bytes" "ztrain s" "ztrain GB/s" \
+  "plain s" "plain GB/s" ratio
+printf "%s\n" "${rows_r[@]}"
+echo
+echo "cost: median step time (steps 3..) without and with a checkpoint after every step;"
+echo "s/ckpt = checkpoint seconds + step-time difference; wall = 'done' time difference / checkpoints"
+printf "%5s %10s %12s %9s %8s %11s %8s %10s\n" world "step (s)" "ck step (s)" "ckpt (s)" "s/ckpt" \
+  "wall s/ckpt" "steps" "1 per 100"
+printf "%s\n" "${rows_c[@]}"
