@@ -50,7 +50,7 @@ ztrain=$(realpath "$build/bin/ztrain")
 mkdir -p "$scratch"
 out=$(mktemp -d "$(realpath "$scratch")/ckbench.XXXXXX")
 trap 'rm -rf "$out"' EXIT
-fstype=$(stat -f -c %T "$out")
+fstype=$(df --output=fstype "$out" | tail -n 1)
 case $fstype in
   tmpfs | ramfs) echo "warning: $scratch is on $fstype, not a disk: the figures are of memory" ;;
 esac
@@ -194,7 +194,7 @@ for world in 1 2; do
     files+=("$last/rank_$r.bin")
   done
   for mode in "${modes[@]}"; do
-    for round in $(seq "$rounds"); do
+    for _ in $(seq "$rounds"); do
       if [ "$mode" = cold ]; then
         plain read "$rank0" "${files[0]}:drop" "${files[@]:1}"
       else
