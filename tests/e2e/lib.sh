@@ -8,8 +8,19 @@ scratch=$(mktemp -d)
 # Processes a script starts in the background (spawn), killed if still
 # alive when it exits, however it exits.
 spawned=()
-trap 'for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch"' EXIT
+# Directories made on the build tree's disk (disk_dir), removed on exit too.
+disk_dirs=()
+trap 'for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch" "${disk_dirs[@]}"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../support/ports.sh"
+
+# disk_dir VAR: sets VAR to a new directory on the build tree's disk (not
+# /tmp, which may be tmpfs: swap files need a real disk), removed on exit.
+disk_dir() {
+  local dir
+  dir=$(mktemp -d "$PWD/$test_name.XXXXXX")
+  disk_dirs+=("$dir")
+  printf -v "$1" '%s' "$dir"
+}
 
 fail() {
   echo "FAIL ($test_name): $*" >&2

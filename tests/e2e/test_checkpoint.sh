@@ -27,9 +27,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-# Swap files on the build tree's disk (not /tmp, which may be tmpfs).
-swap=$(mktemp -d "$PWD/ckpt-swap.XXXXXX")
-trap 'rm -rf "$swap"; for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch"' EXIT
+disk_dir swap
 
 steps=20
 base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32

@@ -138,7 +138,7 @@ share=$(sed -n 's/.*gradient shards \([0-9]*\)% in host.*/\1/p' <<< "$line")
 # 400 MiB it allows, zero3_offload and zero3_nvme train, and ratio auto
 # keeps what fits of the optimizer on the device.
 ex_args=(--set train.steps=2 --set train.log_every=1 --set device.threads=1 --set train.save_final=false)
-swap=$(mktemp -d "$PWD/nvme-swap.XXXXXX")
+disk_dir swap
 if "$ZTRAIN" "${ex_args[@]}" --strategy zero3 --set train.out_dir="$scratch/ex_zero3" \
   "$SRC/configs/examples/offload.toml" > "$scratch/ex_zero3.out" 2>&1; then
   fail "zero3 fitted the example's budget"

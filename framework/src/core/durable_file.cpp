@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "ztrain/error.h"
 
@@ -125,6 +127,14 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
     std::filesystem::remove(tmp, ignored);
     throw;
   }
+}
+
+std::string read_whole_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError("cannot read '" + path.string() + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 }  // namespace ztrain

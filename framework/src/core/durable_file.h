@@ -61,5 +61,7 @@ void sync_directory(const std::filesystem::path& dir);
 void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to);
 // `contents` into `path` as described above.
 void write_file_atomically(const std::filesystem::path& path, const std::string& contents);
+// The whole of a (small) file such a write left: a manifest, `latest`.
+std::string read_whole_file(const std::filesystem::path& path);
 
 }  // namespace ztrain

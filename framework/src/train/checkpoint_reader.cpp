@@ -6,35 +6,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/crc32c.h"
+#include "core/durable_file.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw DataError("cannot read '" + p.string() + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string shape_text(const std::vector<std::int64_t>& dims) {
-  return Shape(dims).str();
-}
-
-}  // namespace
-
 fs::path Checkpoint::locate(const fs::path& path) {
   if (fs::exists(path / "manifest.json")) return path;
   if (fs::exists(path / "latest")) {
-    std::string name = read_text(path / "latest");
+    std::string name = read_whole_file(path / "latest");
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     const fs::path dir = path / name;
     if (name.empty() || name.find('/') != std::string::npos || !fs::exists(dir / "manifest.json"))
@@ -51,7 +34,7 @@ fs::path Checkpoint::locate(const fs::path& path) {
 
 Checkpoint::Checkpoint(const fs::path& dir)
     : dir_(dir),
-      manifest_(parse_manifest(read_text(dir / "manifest.json"), dir / "manifest.json")) {
+      manifest_(parse_manifest(read_whole_file(dir / "manifest.json"), dir / "manifest.json")) {
   for (const RankFile& f : manifest_.files) {
     const fs::path p = dir / f.name;
     std::error_code ec;
@@ -76,7 +59,7 @@ void Checkpoint::check_model(const std::vector<ParamSpec>& params) const {
   for (std::size_t i = 0; i < params.size(); ++i)
     if (mine[i].name != params[i].name || Shape(mine[i].shape) != params[i].shape)
       throw DataError(where + ": parameter " + std::to_string(i) + " is " + mine[i].name + " " +
-                      shape_text(mine[i].shape) + " in the checkpoint, " + params[i].name + " " +
+                      Shape(mine[i].shape).str() + " in the checkpoint, " + params[i].name + " " +
                       params[i].shape.str() +
                       " in this run's model; it was written by another "
                       "model");

@@ -72,10 +72,7 @@ bool checkpoint_info(const fs::path& path, const PluginLoader& loader, std::ostr
 void export_checkpoint(const fs::path& path, const fs::path& out, DType dtype, bool overwrite,
                        const PluginLoader& loader) {
   const Checkpoint c(Checkpoint::locate(path));
-  const fs::path landing = out.extension() == ".safetensors" ? out : out / "model.safetensors";
-  if (fs::exists(landing) && !overwrite)
-    throw ConfigError("export: '" + landing.string() +
-                      "' exists; choose another OUT, or pass --overwrite to replace it");
+  check_export_target(out, overwrite);
   const auto model = model_of(c, loader);
   CheckpointSource source(c);
   const auto params = model->params();

@@ -7,11 +7,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "core/crc32c.h"
 #include "core/durable_file.h"
+#include "train/config_agreement.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
@@ -75,23 +74,6 @@ std::string piece_list(int r) {
   return "rank_" + std::to_string(r) + ".pieces.json";
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw DataError("cannot read '" + p.string() + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Every rank learns whether any failed; those that did not raise the first
-// failing rank's part of the story.
-void fail_together(const std::string& why, const std::string& what, Communicator& comm) {
-  float failed = why.empty() ? 0.0f : 1.0f;
-  if (comm.size() > 1) comm.all_reduce(&failed, 1, DType::f32, ReduceOp::sum);
-  if (failed == 0.0f) return;
-  throw DataError(why.empty() ? what + " failed on another rank (its error is above)" : why);
-}
-
 // This rank's file and piece list in `tmp`.
 std::uint64_t write_rank_part(const fs::path& tmp, Strategy& strategy, int rank,
                               CrashPoints& crash) {
@@ -115,7 +97,7 @@ std::uint64_t commit(const fs::path& out_dir, const fs::path& tmp, const fs::pat
   std::uint64_t bytes = 0;
   for (int r = 0; r < world; ++r) {
     const fs::path list = tmp / piece_list(r);
-    for (auto& [p, s] : parse_pieces(read_text(list), list)) {
+    for (auto& [p, s] : parse_pieces(read_whole_file(list), list)) {
       if (p < 0 || static_cast<std::size_t>(p) >= params.size())
         throw InternalError("checkpoint: rank " + std::to_string(r) + " put parameter " +
                             std::to_string(p));
@@ -218,7 +200,8 @@ CheckpointWritten write_checkpoint(const fs::path& out_dir, std::int64_t keep_la
       why = "cannot make checkpoint directory '" + tmp.string() + "': " + e.what();
     }
   }
-  fail_together(why, "making the checkpoint directory", comm);
+  stop_together<DataError>(
+      why, "making the checkpoint directory failed on another rank (its error is above)", comm);
   std::uint64_t bytes = 0;
   try {
     write_rank_part(tmp, strategy, rank, crash);
@@ -226,7 +209,8 @@ CheckpointWritten write_checkpoint(const fs::path& out_dir, std::int64_t keep_la
     why =
         std::string("checkpoint of step ") + std::to_string(header.position.step) + ": " + e.what();
   }
-  fail_together(why, "writing a checkpoint file", comm);
+  stop_together<DataError>(
+      why, "writing a checkpoint file failed on another rank (its error is above)", comm);
   if (rank == 0) {
     try {
       bytes = commit(out_dir, tmp, dir, std::move(header), params, world, crash);
@@ -236,7 +220,8 @@ CheckpointWritten write_checkpoint(const fs::path& out_dir, std::int64_t keep_la
       why = std::string("checkpoint '") + dir.string() + "': " + e.what();
     }
   }
-  fail_together(why, "completing the checkpoint", comm);
+  stop_together<DataError>(
+      why, "completing the checkpoint failed on another rank (its error is above)", comm);
   return {dir, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 

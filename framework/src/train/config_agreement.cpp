@@ -144,10 +144,10 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm) {
                     "with the same run file, presets and --set overrides");
 }
 
-void stop_together(const std::string& why, const std::string& others, Communicator& comm) {
-  float refused = why.empty() ? 0.0f : 1.0f;
-  if (comm.size() > 1) comm.all_reduce_async(&refused, 1, DType::f32, ReduceOp::sum).wait();
-  if (refused != 0.0f) throw ConfigError(why.empty() ? others : why);
+bool any_rank(bool mine, Communicator& comm) {
+  float count = mine ? 1.0f : 0.0f;
+  if (comm.size() > 1) comm.all_reduce_async(&count, 1, DType::f32, ReduceOp::sum).wait();
+  return count != 0.0f;
 }
 
 }  // namespace ztrain

@@ -42,24 +42,20 @@ std::string toml_text(const OptionValue& v) {
   return list + "]";
 }
 
-using Keys = std::vector<std::pair<std::string, std::string>>;
-
-void keys_of(Keys& out, const std::string& name, const std::string& plugin,
-             const Options& options) {
-  if (!plugin.empty()) out.emplace_back(name + ".plugin", string_text(plugin));
-  for (const auto& [key, entry] : options.entries())
-    out.emplace_back(name + "." + key, toml_text(entry.value));
-}
-
-void section(std::ostringstream& os, const std::string& name, const std::string& plugin,
-             const Options& options) {
+// One section into both forms: its TOML lines and its keys as values.
+void section(ResolvedConfig& out, std::ostringstream& os, const std::string& name,
+             const std::string& plugin, const Options& options) {
   os << "\n[" << name << "]\n";
-  if (!plugin.empty()) os << "plugin = " << string_text(plugin) << "\n";
+  if (!plugin.empty()) {
+    os << "plugin = " << string_text(plugin) << "\n";
+    out.keys.emplace_back(name + ".plugin", string_text(plugin));
+  }
   for (const auto& [key, entry] : options.entries()) {
     // Defaults are listed as comments: read back, the file gives exactly
     // the keys the run was given (some defaults depend on which are, as
     // the batch sizes do).
     const std::string value = toml_text(entry.value);
+    out.keys.emplace_back(name + "." + key, value);
     if (value.empty())
       os << "# " << key << " is unset\n";
     else if (!entry.given)
@@ -71,43 +67,26 @@ void section(std::ostringstream& os, const std::string& name, const std::string&
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> resolved_keys(const RunConfig& config,
-                                                               const PluginLoader& loader) {
+ResolvedConfig resolve_config(const RunConfig& config, const PluginLoader& loader) {
   config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
-  Keys keys;
-  const std::string model = config.plugin("model", "transformer");
-  const std::string data = config.plugin("data", "synthetic");
-  const std::string strategy = config.plugin("strategy", "ddp");
-  keys_of(keys, "model", model,
-          plugin_options(config, "model", loader.load("model", model), model_host_options()));
-  keys_of(keys, "data", data,
-          plugin_options(config, "data", loader.load("data", data), data_host_options()));
-  keys_of(keys, "train", "", config.validate("train", train_options()));
-  keys_of(keys, "device", "", config.validate("device", device_options()));
-  keys_of(keys, "comm", "", config.validate("comm", comm_options()));
-  keys_of(keys, "strategy", strategy,
-          plugin_options(config, "strategy", loader.load("strategy", strategy), OptionList{}));
-  return keys;
-}
-
-std::string resolved_config(const RunConfig& config, const PluginLoader& loader) {
-  config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+  ResolvedConfig out;
   std::ostringstream os;
   os << "# ztrain " << ZTRAIN_VERSION
      << ": every key of this run, defaults included, each with where its value came from\n";
   const std::string model = config.plugin("model", "transformer");
   const std::string data = config.plugin("data", "synthetic");
   const std::string strategy = config.plugin("strategy", "ddp");
-  section(os, "model", model,
+  section(out, os, "model", model,
           plugin_options(config, "model", loader.load("model", model), model_host_options()));
-  section(os, "data", data,
+  section(out, os, "data", data,
           plugin_options(config, "data", loader.load("data", data), data_host_options()));
-  section(os, "train", "", config.validate("train", train_options()));
-  section(os, "device", "", config.validate("device", device_options()));
-  section(os, "comm", "", config.validate("comm", comm_options()));
-  section(os, "strategy", strategy,
+  section(out, os, "train", "", config.validate("train", train_options()));
+  section(out, os, "device", "", config.validate("device", device_options()));
+  section(out, os, "comm", "", config.validate("comm", comm_options()));
+  section(out, os, "strategy", strategy,
           plugin_options(config, "strategy", loader.load("strategy", strategy), OptionList{}));
-  return os.str();
+  out.toml = os.str();
+  return out;
 }
 
 }  // namespace ztrain

@@ -22,10 +22,13 @@
 
 namespace ztrain {
 
-std::string resolved_config(const RunConfig& config, const PluginLoader& loader);
-// The same keys as values: ("section.key", its TOML text; empty when
-// unset), plugins as "section.plugin". A checkpoint records them.
-std::vector<std::pair<std::string, std::string>> resolved_keys(const RunConfig& config,
-                                                               const PluginLoader& loader);
+struct ResolvedConfig {
+  std::string toml;
+  // The same keys as values: ("section.key", its TOML text; empty when
+  // unset), plugins as "section.plugin". A checkpoint records them.
+  std::vector<std::pair<std::string, std::string>> keys;
+};
+
+ResolvedConfig resolve_config(const RunConfig& config, const PluginLoader& loader);
 
 }  // namespace ztrain

@@ -109,8 +109,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   Run run;
   run.comm = make_communicator(resolve_comm(config));
   check_ranks_agree(config, *run.comm);
-  run.resolved_config = resolved_config(config, loader);
-  run.resolved_keys = resolved_keys(config, loader);
+  run.resolved = resolve_config(config, loader);
   run.settings = resolve_settings(config, run.comm->size());
   const auto& dev = run.settings.device;
 
@@ -172,7 +171,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   run.strategy->setup(setup);
   if (!tr.resume.empty()) {
     run.resumed =
-        resume_from({tr.resume, tr.out_dir, setup.params, run.resolved_keys, tr.global_batch},
+        resume_from({tr.resume, tr.out_dir, setup.params, run.resolved.keys, tr.global_batch},
                     *run.strategy, *run.comm);
   } else if (model_opts.has_value("init_from")) {
     run.init_from = model_opts.get_string("init_from");
@@ -209,8 +208,8 @@ Manifest checkpoint_header(const Run& run, const TrainingPosition& position) {
   m.seed = tr.seed;
   m.data_seed = run.data_seed;
   m.position = position;
-  m.config = run.resolved_keys;
-  m.config_toml = run.resolved_config;
+  m.config = run.resolved.keys;
+  m.config_toml = run.resolved.toml;
   return m;
 }
 
@@ -357,7 +356,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   check_outputs(run, info.n_params, overwrite);
   Progress progress(tr.steps, lead);
   std::optional<MetricsFile> metrics;
-  if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved_config, resuming));
+  if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved.toml, resuming));
 
   const auto params = run.model->params();
   const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
@@ -624,8 +623,9 @@ Run assemble(const RunConfig& config, const PluginLoader& loader) {
 std::string resolved_config_of(const TrainArgs& args) {
   const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
                                            config_roots(args.config));
-  return resolved_config(
-      config, PluginLoader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose)));
+  return resolve_config(
+             config, PluginLoader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose)))
+      .toml;
 }
 
 TrainResult train(const TrainArgs& args) {

@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/plugin_loader.h"
+#include "train/resolved_config.h"
 #include "train/resume.h"
 #include "train/run_settings.h"
 #include "ztrain/comm.h"
@@ -61,9 +62,9 @@ struct Run {
   std::string model_plugin, data_plugin, strategy_plugin;
   std::uint64_t data_seed = 0;
   std::filesystem::path init_from;  // empty: initialised from the seed
-  std::string resolved_config;      // every key, defaults included (resolved_config.h)
-  std::vector<std::pair<std::string, std::string>> resolved_keys;  // the same, as values
-  std::optional<Resumed> resumed;                                  // continuing a checkpoint
+  ResolvedConfig resolved;          // every key, defaults included
+
+  std::optional<Resumed> resumed;  // continuing a checkpoint
 };
 
 // Loads and validates every section and plugin, sets up device, data and

@@ -146,6 +146,18 @@ void import_weights(const Model& model, Strategy& strategy, const fs::path& in) 
   }
 }
 
+void check_export_target(const fs::path& out, bool overwrite, const fs::path& source) {
+  const fs::path landing = out.extension() == ".safetensors" ? out : out / "model.safetensors";
+  std::error_code ec;
+  if (!source.empty() && fs::exists(landing) && fs::equivalent(landing, source, ec))
+    throw ConfigError("export: '" + landing.string() +
+                      "' is the source itself; writing there would replace the weights being "
+                      "read; choose another OUT");
+  if (fs::exists(landing) && !overwrite)
+    throw ConfigError("export: '" + landing.string() +
+                      "' exists; choose another OUT, or pass --overwrite to replace it");
+}
+
 void convert_weights(const fs::path& source, const fs::path& out, DType dtype, bool overwrite) {
   const bool dir = fs::is_directory(source);
   const fs::path file = dir ? source / "model.safetensors" : source;
@@ -153,15 +165,7 @@ void convert_weights(const fs::path& source, const fs::path& out, DType dtype, b
     throw DataError("no weights at '" + file.string() + "'" +
                     (dir ? "; is this a ztrain run directory of a finished run?" : ""));
   // Where the weights would land, checked before anything is written.
-  const fs::path landing = out.extension() == ".safetensors" ? out : out / "model.safetensors";
-  std::error_code ec;
-  if (fs::exists(landing) && fs::equivalent(landing, file, ec))
-    throw ConfigError("export: '" + landing.string() +
-                      "' is the source itself; writing there would replace the weights being "
-                      "read; choose another OUT");
-  if (fs::exists(landing) && !overwrite)
-    throw ConfigError("export: '" + landing.string() +
-                      "' exists; choose another OUT, or pass --overwrite to replace it");
+  check_export_target(out, overwrite, file);
   const SafetensorsReader in(file);
   std::string config_json;
   if (dir && fs::exists(source / "config.json")) {

@@ -35,6 +35,12 @@ void export_weights(const Model& model, Strategy& strategy, const std::filesyste
                     DType dtype, bool write = true);
 void import_weights(const Model& model, Strategy& strategy, const std::filesystem::path& in);
 
+// Before an export to `out` (a file or a directory, as export_weights):
+// ConfigError when the weights would land on `source` (a file being read;
+// empty: none), or on an existing file without `overwrite`.
+void check_export_target(const std::filesystem::path& out, bool overwrite,
+                         const std::filesystem::path& source = {});
+
 // `ztrain export`: rewrites the weights of a run directory (its
 // model.safetensors and config.json) or of a .safetensors file to `out`
 // (a file or a directory, as export_weights) in `dtype`. ConfigError when
