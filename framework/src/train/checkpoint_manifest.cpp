@@ -181,6 +181,11 @@ Manifest parse_manifest(const std::string& text, const std::filesystem::path& wh
   } catch (const json::exception& e) {
     throw DataError(w + ": malformed checkpoint manifest (" + e.what() + ")");
   }
+  check_manifest(m, w);
+  return m;
+}
+
+void check_manifest(const Manifest& m, const std::string& w) {
   if (m.world < 1 || m.position.step < 0 || m.position.applied < 0 || m.position.skipped < 0 ||
       m.position.applied + m.position.skipped != m.position.step)
     throw DataError(w + ": inconsistent world size or position in the manifest");
@@ -197,7 +202,6 @@ Manifest parse_manifest(const std::string& text, const std::filesystem::path& wh
                         " lies outside its file or lacks checksums; the manifest is corrupt");
     }
   check_tiling(m, w);
-  return m;
 }
 
 std::string pieces_json(const std::vector<std::pair<ParamId, StatePiece>>& pieces) {

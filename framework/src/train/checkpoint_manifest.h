@@ -84,9 +84,13 @@ struct Manifest {
 };
 
 std::string manifest_json(const Manifest& m);
-// Parses and checks the structure: every field present and typed, pieces
-// inside their files and tiling each array of each parameter.
+// Parses and checks the structure: every field present and typed, the
+// position consistent, pieces inside their files and tiling each array of
+// each parameter.
 Manifest parse_manifest(const std::string& text, const std::filesystem::path& where);
+// The checks of parse_manifest on a manifest in memory (the writer checks
+// what it is about to commit); `where` names it in the error.
+void check_manifest(const Manifest& m, const std::string& where);
 
 // The pieces of one rank file, as the writing rank reports them to rank 0.
 std::string pieces_json(const std::vector<std::pair<ParamId, StatePiece>>& pieces);

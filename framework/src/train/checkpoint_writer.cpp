@@ -107,9 +107,8 @@ std::uint64_t commit(const fs::path& out_dir, const fs::path& tmp, const fs::pat
     m.files.push_back({rank_file(r), size});
     bytes += size;
   }
-  const std::string text = manifest_json(m);
-  parse_manifest(text, tmp / "manifest.json");  // every element saved exactly once
-  write_file_atomically(tmp / "manifest.json", text);
+  check_manifest(m, (tmp / "manifest.json").string());  // every element saved exactly once
+  write_file_atomically(tmp / "manifest.json", manifest_json(m));
   for (int r = 0; r < world; ++r) fs::remove(tmp / piece_list(r));
   sync_directory(tmp);
   crash.pass();
