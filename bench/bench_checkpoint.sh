@@ -4,7 +4,8 @@
 # at world 1 (ddp, 1 rank x 2 threads) and world 2 (zero1, 2 ranks x 1
 # thread, each rank writing and reading its own file in parallel):
 #  - write: bytes / seconds of the metrics' checkpoint lines (median over a
-#    run with train.checkpoint_every = 1, STEPS checkpoints) against a
+#    run with train.checkpoint_every = 1 written within the step,
+#    train.checkpoint_in_background = false: STEPS checkpoints) against a
 #    plain sequential write of the same bytes to the same file system in
 #    the same pattern: WORLD parallel writers of bytes / WORLD each, from
 #    a buffer of that size in memory (4 MiB write()s, fsync), STEPS files
@@ -15,11 +16,15 @@
 #    resumed from the last checkpoint, against a plain sequential read of
 #    the same checkpoint files into buffers of their size (one reader per
 #    rank, rank 0's time; median of ROUNDS), goal >= 70 %;
-#  - the cost of a checkpoint to training: its seconds plus what it adds to
-#    the median step time (steps 3..), against a run without checkpoints,
-#    in step times and as the time added by a checkpoint every 100 steps;
-#    as a cross-check, the difference of the two runs' "done: ... in"
-#    times per checkpoint.
+#  - the cost of a checkpoint to training: runs of STEPS steps with a
+#    checkpoint every EVERY steps, written within the step and written in
+#    the background (the default), against a run without checkpoints: the
+#    difference of the "done: ... in" times per checkpoint (the last
+#    checkpoint of a run has no training to overlap: for the background
+#    run it is taken out, its own seconds, and the rest divided by the
+#    overlapped ones), in step times and as the time added by a checkpoint
+#    every 100 steps; and the seconds the training thread was held by an
+#    overlapped one (the host copy, the commit), the median.
 # On virtual machines that hand freed memory back to the host (virtio-
 # balloon free page reporting, as on this project's Firecracker machines),
 # page cache made of memory freed more than a second or two before is
@@ -38,14 +43,16 @@
 # in a fresh directory under it and removes it at the end. Needs python3
 # (standard library only).
 #
-#   bench/bench_checkpoint.sh [BUILD_DIR] [SCRATCH_DIR] [STEPS] [ROUNDS]
+#   bench/bench_checkpoint.sh [BUILD_DIR] [SCRATCH_DIR] [STEPS] [ROUNDS] [EVERY]
 set -euo pipefail
 build=${1:-build}
 src=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${2:-$(dirname "$src")/ckbench}
 steps=${3:-8}
 rounds=${4:-3}
+every=${5:-3}
 [ "$steps" -ge 3 ] || { echo "STEPS must be 3 or more: step times are medians of steps 3.."; exit 1; }
+[ "$every" -lt "$steps" ] || { echo "EVERY must be below STEPS: some checkpoints must overlap training"; exit 1; }
 ztrain=$(realpath "$build/bin/ztrain")
 mkdir -p "$scratch"
 out=$(mktemp -d "$(realpath "$scratch")/ckbench.XXXXXX")
@@ -154,8 +161,8 @@ resume_s() { sed -n 's/.* of state read by rank 0 in \([0-9.]*\) s).*/\1/p' "$ou
 done_s() { sed -n 's/^done: [0-9]* steps in \([0-9.]*\)s.*/\1/p' "$out/$1.log"; }
 gbs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.3f", b / s / 1e9 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", 100 * a / b }'; }
-ck_field() {  # ck_field RUN: "bytes seconds" of each checkpoint line
-  sed -n 's/.*"split": "checkpoint".*"bytes": \([0-9]*\).*"seconds": \([0-9.e+-]*\).*/\1 \2/p' \
+ck_field() {  # ck_field RUN: "bytes seconds held_s overlapped" of each checkpoint line
+  sed -n 's/.*"split": "checkpoint".*"bytes": \([0-9]*\).*"seconds": \([0-9.e+-]*\).*"held_s": \([0-9.e+-]*\).*"overlapped": \([a-z]*\).*/\1 \2 \3 \4/p' \
     "$out/$1/metrics.jsonl"
 }
 
@@ -163,7 +170,7 @@ rows_w=() rows_r=() rows_c=()
 for world in 1 2; do
   base=base.w$world ck=ck.w$world
   ours "$base" "$base" "$world" 0 "$steps"
-  ours "$ck" "$ck" "$world" 1 "$steps"
+  ours "$ck" "$ck" "$world" 1 "$steps" --set train.checkpoint_in_background=false
   read -r bytes _ <<< "$(ck_field "$ck" | head -n 1)"
   n_ck=$(ck_field "$ck" | wc -l)
   ck_s=$(ck_field "$ck" | awk '{ print $2 }' | med)
@@ -171,13 +178,25 @@ for world in 1 2; do
   zb=$(ck_field "$ck" | awk '{ print $2 }' | sort -g | head -n 1)
   last="$out/$ck/step_$steps"
 
-  # Cost to training (before the resumed runs add their steps to the metrics).
-  t0=$(median "$base" step_time_s) t1=$(median "$ck" step_time_s)
-  cost=$(awk -v c="$ck_s" -v a="$t1" -v b="$t0" 'BEGIN { printf "%.3f", c + a - b }')
-  wall=$(awk -v a="$(done_s "$ck")" -v b="$(done_s "$base")" -v n="$n_ck" 'BEGIN { printf "%.3f", (a - b) / n }')
-  rows_c+=("$(printf "%5s %10.4f %12.4f %9.3f %8s %11s %8.1f %10s" "$world" "$t0" "$t1" "$ck_s" "$cost" "$wall" \
-    "$(awk -v c="$cost" -v b="$t0" 'BEGIN { print c / b }')" \
-    "$(awk -v c="$cost" -v b="$t0" 'BEGIN { printf "+%.1f%%", c / b }')")")
+  # Cost to training: every EVERY steps, within the step and in the
+  # background.
+  t0=$(median "$base" step_time_s)
+  ours "inline.w$world" "inline.w$world" "$world" "$every" "$steps" \
+    --set train.checkpoint_in_background=false
+  ours "bg.w$world" "bg.w$world" "$world" "$every" "$steps"
+  n_in=$(ck_field "inline.w$world" | wc -l)
+  inline=$(awk -v a="$(done_s "inline.w$world")" -v b="$(done_s "$base")" -v n="$n_in" \
+    'BEGIN { printf "%.3f", (a - b) / n }')
+  n_ov=$(ck_field "bg.w$world" | awk '$4 == "true"' | wc -l)
+  [ "$n_ov" -gt 0 ] || { echo "no checkpoint overlapped training:"; cat "$out/bg.w$world/metrics.jsonl"; exit 1; }
+  last_s=$(ck_field "bg.w$world" | tail -n 1 | awk '{ print $2 }')
+  bg=$(awk -v a="$(done_s "bg.w$world")" -v b="$(done_s "$base")" -v l="$last_s" -v n="$n_ov" \
+    'BEGIN { printf "%.3f", (a - b - l) / n }')
+  held=$(ck_field "bg.w$world" | awk '$4 == "true" { print $3 }' | med)
+  per100() { awk -v c="$1" -v b="$t0" 'BEGIN { printf "+%.1f%%", c / b }'; }
+  rows_c+=("$(printf "%5s %10.3f %11s %11s %12s %11s %9.3f" "$world" "$t0" "$inline" "$(per100 "$inline")" \
+    "$bg" "$(per100 "$bg")" "$held")")
+  rm -rf "${out:?}/inline.w$world" "${out:?}/bg.w$world"
 
   # Reads: ztrain resuming the last checkpoint (one more step), then the
   # plain reader on the same files.
@@ -240,8 +259,9 @@ printf "%5s %5s %13s %9s %11s %8s %10s %6s\n" world cache "rank 0 bytes" "ztrain
   "plain s" "plain GB/s" ratio
 printf "%s\n" "${rows_r[@]}"
 echo
-echo "cost: median step time (steps 3..) without and with a checkpoint after every step;"
-echo "s/ckpt = checkpoint seconds + step-time difference; wall = 'done' time difference / checkpoints"
-printf "%5s %10s %12s %9s %8s %11s %8s %10s\n" world "step (s)" "ck step (s)" "ckpt (s)" "s/ckpt" \
-  "wall s/ckpt" "steps" "1 per 100"
+echo "cost: seconds a checkpoint adds to a run of $steps steps (one every $every), written within the step"
+echo "and in the background ('done' time differences per checkpoint; 1 per 100: as a share of 100 steps);"
+echo "held: the training thread's seconds in an overlapped checkpoint (median); step: median step time"
+printf "%5s %10s %11s %11s %12s %11s %9s\n" world "step (s)" "inline s" "1 per 100" "background s" \
+  "1 per 100" "held s"
 printf "%s\n" "${rows_c[@]}"

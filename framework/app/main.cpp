@@ -10,11 +10,14 @@
 
 #include "core/plugin_loader.h"
 #include "train/checkpoint_tools.h"
+#include "train/compare.h"
+#include "train/estimate_table.h"
 #include "train/launcher.h"
 #include "train/trainer.h"
 #include "train/weights.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
+#include "ztrain/units.h"
 #include "ztrain/version.h"
 
 namespace po = boost::program_options;
@@ -40,6 +43,9 @@ constexpr const char* kUsage =
     "       ztrain estimate [--world N] [options] CONFIG\n"
     "                                           bytes per rank the run would need, by tier and\n"
     "                                           category (nothing is allocated)\n"
+    "       ztrain estimate --all [--world N] [--gpus-per-node G] [--device-memory 80GiB] CONFIG\n"
+    "                                           the same for every strategy preset, with and\n"
+    "                                           without activation checkpointing; fits or not\n"
     "       ztrain config [options] CONFIG      every key of the run, defaults included, with\n"
     "                                           where each value comes from (a run file itself)\n"
     "       ztrain --resume[=DIR] [options] CONFIG\n"
@@ -51,6 +57,11 @@ constexpr const char* kUsage =
     "                                           names (OUT: a .safetensors file, or a directory\n"
     "                                           that gets model.safetensors and config.json)\n"
     "       ztrain checkpoint info CHECKPOINT   what a checkpoint holds; verifies every checksum\n"
+    "       ztrain compare --strategies A,B,... [--nproc N] [--steps K] [--out DIR] [options] "
+    "CONFIG\n"
+    "                                           each strategy as its own job on the same run; one\n"
+    "                                           table (time, memory, communication, losses), CSV,\n"
+    "                                           JSON, an HTML report, and the equivalence verdict\n"
     "\n"
     "examples:\n"
     "  ztrain configs/run.toml\n"
@@ -102,7 +113,12 @@ int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> overrides, plugin_paths, positional;
-  std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume;
+  std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
+                               compare_out;
+  std::int64_t steps = 0;
+  std::string device_memory;
+  int gpus_per_node = 1;
+  bool all_strategies = false;
   std::vector<std::string> env_vars;
   int nproc = 0;
   int world = 1;
@@ -124,12 +140,19 @@ int main(int argc, char** argv) {
       "continue from a checkpoint: --resume (out_dir's latest), --resume DIR or --resume=DIR")(
       "nproc", po::value(&nproc), "start N ranks on this machine (through mpirun)")(
       "world", po::value(&world)->default_value(1), "estimate: the number of ranks")(
+      "all", po::bool_switch(&all_strategies), "estimate: a table across every strategy preset")(
+      "gpus-per-node", po::value(&gpus_per_node), "estimate --all: devices per node")(
+      "device-memory", po::value(&device_memory),
+      "estimate --all: each device's memory (e.g. 80GiB): fits or not, with the margin")(
       "hostfile", po::value(&hostfile), "start ranks on the hosts of a DeepSpeed hostfile")(
       "include", po::value(&include), "hostfile hosts/slots to use: host[:0,1][@host...]")(
       "exclude", po::value(&exclude), "hostfile hosts/slots to leave out: host[:0,1][@host...]")(
       "env", po::value(&env_vars)->composing(),
       "environment variable that travels to every rank (repeatable; also .ztrain_env)")(
-      "dry-run", po::bool_switch(&dry_run), "with --nproc/--hostfile: print the launch command");
+      "dry-run", po::bool_switch(&dry_run), "with --nproc/--hostfile: print the launch command")(
+      "strategies", po::value(&strategies), "compare: the strategies, comma-separated")(
+      "steps", po::value(&steps), "compare: steps per job (default: the run's train.steps)")(
+      "out", po::value(&compare_out), "compare: where the jobs and reports go (runs/compare)");
   po::options_description hidden;
   hidden.add_options()("args", po::value(&positional)->composing());
   po::options_description all;
@@ -175,6 +198,16 @@ int main(int argc, char** argv) {
         throw ztrain::ConfigError("usage: ztrain estimate [--world N] [options] CONFIG");
       if (world < 1)
         throw ztrain::ConfigError("--world " + std::to_string(world) + ": give 1 or more ranks");
+      if (all_strategies) {
+        if (!strategy.empty())
+          throw ztrain::ConfigError("estimate --all tries every strategy preset; drop --strategy");
+        ztrain::SizingArgs sizing{run_args(positional[1]), world, gpus_per_node, std::nullopt};
+        if (!device_memory.empty()) sizing.device_memory = ztrain::parse_size(device_memory);
+        ztrain::estimate_all(sizing, std::cout);
+        return 0;
+      }
+      if (vm.count("gpus-per-node") || !device_memory.empty())
+        throw ztrain::ConfigError("--gpus-per-node and --device-memory go with estimate --all");
       ztrain::estimate(run_args(positional[1]), world, std::cout);
       return 0;
     }
@@ -188,6 +221,29 @@ int main(int argc, char** argv) {
     const ztrain::PluginLoader::Log log =
         verbose ? [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); }
                 : ztrain::PluginLoader::Log{};
+    if (!positional.empty() && positional[0] == "compare") {
+      if (positional.size() != 2)
+        throw ztrain::ConfigError(
+            "usage: ztrain compare --strategies A,B,... [--nproc N] [--steps K] CONFIG");
+      if (!strategy.empty())
+        throw ztrain::ConfigError("compare takes --strategies A,B,..., not --strategy");
+      ztrain::CompareArgs c;
+      for (std::size_t at = 0; at <= strategies.size();) {
+        const std::size_t comma = std::min(strategies.find(',', at), strategies.size());
+        c.strategies.push_back(strategies.substr(at, comma - at));
+        at = comma + 1;
+      }
+      if (strategies.empty()) c.strategies.clear();
+      c.nproc = vm.count("nproc") ? nproc : 1;
+      c.steps = steps;
+      c.out_dir = compare_out;
+      c.run_file = positional[1];
+      c.model = model;
+      c.overrides = overrides;
+      c.plugin_paths = plugin_paths;
+      c.overwrite = overwrite;
+      return ztrain::compare(c, std::cout);
+    }
     if (!positional.empty() && positional[0] == "checkpoint") {
       if (positional.size() != 3 || positional[1] != "info")
         throw ztrain::ConfigError("usage: ztrain checkpoint info CHECKPOINT");

@@ -5,13 +5,16 @@
 #   11-20 bit for bit, for ddp, zero1, zero2, zero3 and the offload
 #   strategies, in fp32 and bf16, with accumulation, at world 1 and 2; in
 #   fp16 with an overflow before the checkpoint (the loss scaler's state
-#   travels too).
+#   travels too). The step-10 checkpoint is written from a host copy while
+#   steps 11 and on run (its copy shows in the memory summary); written
+#   within the step (checkpoint_in_background = false), it resumes the same.
 # - Resharding: saved at world 4 under zero3 and resumed at world 2 under
 #   zero1, at world 1 under ddp and at world 2 under zero3_offload, it
 #   logs the world-4 run's losses within the cross-world tolerances.
 # - Crash safety: killed (SIGKILL) at every 5th point of a checkpoint
-#   write and at each of its last points (the commit), `latest` names a whole checkpoint that
-#   verifies, and resuming from it gives the uninterrupted losses.
+#   written while training goes on and at each of its last points (the
+#   commit, steps later), `latest` names a whole checkpoint that verifies,
+#   and resuming from it gives the uninterrupted losses.
 # - Damage named: a flipped byte (file and byte range), a missing rank
 #   file, a truncated one, a manifest missing a piece, another model, a
 #   changed training key; an allowed change is printed. A disk that fills
@@ -74,6 +77,24 @@ for spec in "ddp 2" "zero1 2" "zero2 2" "zero3 1" "zero3 2" "zero2_offload 1" "z
   done
 done
 [ -z "$(ls -A "$swap")" ] || fail "swap files left in $swap"
+# checkpoint_line NAME STEP: the metrics line of NAME's checkpoint of STEP.
+checkpoint_line() {
+  grep "\"step\": $2, \"split\": \"checkpoint\"" "$scratch/$1/metrics.jsonl" ||
+    fail "$1: no checkpoint line for step $2"
+}
+checkpoint_line zero3_w2_fp32 10 | grep -q '"overlapped": true' ||
+  fail "the step-10 checkpoint was not written while training went on"
+grep -Eq "host: .*checkpoint [0-9.]+ KiB" "$scratch/zero3_w2_fp32.out" ||
+  fail "the checkpoint's host copy is not in the memory summary"
+
+echo "== exact resume, written within the step"
+inline=(--strategy zero2 --set train.checkpoint_every=10 --set train.checkpoint_in_background=false)
+train_run inline 2 2 2 "${inline[@]}"
+checkpoint_line inline 10 | grep -q '"overlapped": false' || fail "inline: overlapped anyway"
+grep -q "checkpoint [0-9.]* KiB" "$scratch/inline.out" && fail "inline: a host copy was made"
+resumed inline_resumed inline 2 2 2 "${inline[@]}"
+tail_curve inline 10
+same_training inline.tail inline_resumed 0 0
 
 echo "== fp16: the loss scaler continues"
 fp16=(--strategy zero2 --set train.precision=fp16 --set train.fp16.initial_scale_power=12
@@ -100,12 +121,14 @@ grep -q 'changed: strategy.plugin: "zero3" -> "ddp"' "$scratch/w4_to_ddp_w1.out"
   fail "the new strategy is not said"
 
 echo "== crash safety: killed at points of a checkpoint write"
-crash=(--strategy zero1 --set train.steps=10 --set train.checkpoint_every=5 --set train.keep_last=1
+crash=(--strategy zero1 --set train.steps=15 --set train.checkpoint_every=5 --set train.keep_last=1
   --set train.micro_batch_size=2 --set train.grad_accum=1)
-steps=10 train_run nocrash 1 2 1 "${crash[@]}"
-# kill_at K: a run killed at point K of its step-10 checkpoint; $status is
-# its exit status (0: the write has fewer points). After a kill, latest
-# must name a whole checkpoint that verifies and resumes to the same losses.
+steps=15 train_run nocrash 1 2 1 "${crash[@]}"
+# kill_at K: a run killed at point K of its step-10 checkpoint (written in
+# the background during steps 11 and on, committed at a later step);
+# $status is its exit status (0: the write has fewer points). After a
+# kill, latest must name a whole checkpoint that verifies and resumes to
+# the same losses.
 kill_at() {
   local k=$1 latest
   rm -rf "$scratch/crash"
@@ -124,7 +147,7 @@ kill_at() {
   "$ZTRAIN" "${base[@]}" "${crash[@]}" --set train.out_dir="$scratch/crash" --resume \
     "$SRC/configs/run.toml" > "$scratch/crash_resumed.out" 2>&1 ||
     { cat "$scratch/crash_resumed.out" >&2; fail "kill point $k: resume failed"; }
-  train_curve "$scratch/crash/metrics.jsonl" | awk '$1 > 5' | tail -n 5 > "$scratch/crash.tail.curve"
+  train_curve "$scratch/crash/metrics.jsonl" | awk '$1 > 5' | tail -n 10 > "$scratch/crash.tail.curve"
   awk '$1 > 5' "$scratch/nocrash.curve" > "$scratch/nocrash.tail.curve"
   same_training nocrash.tail crash.tail 0 0 > /dev/null
 }

@@ -14,8 +14,8 @@
 # Then the bytes each step sends, counted by the communicator, against the
 # ring's exact totals over ranks: 2 (N-1) x 4 bytes per gradient element
 # (psi = 118528 for this GPT-2 shape, no padding: every size is a multiple
-# of 16) plus the loss average's two elements (the loss and the stop
-# request): a bucket reduced twice or
+# of 16) plus the loss average's three elements (the loss, the stop
+# request and the checkpoint-written flag): a bucket reduced twice or
 # never shows.
 #
 # usage: test_world_equivalence.sh ZTRAIN_BINARY SOURCE_DIR
@@ -54,7 +54,7 @@ psi=118528
 for case in "w2 2" "w4 4" "w2_small_buckets 2" "w2_accum 2" "w2_no_overlap 2"; do
   set -- $case
   n=$2
-  check_bytes "$1" all_reduce $((2 * (n - 1) * 4 * (psi + 2)))
+  check_bytes "$1" all_reduce $((2 * (n - 1) * 4 * (psi + 3)))
   for kind in reduce_scatter all_gather broadcast barrier; do check_bytes "$1" "$kind" 0; done
 done
 echo "PASS"

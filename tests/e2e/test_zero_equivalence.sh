@@ -19,8 +19,8 @@
 # zero2's all-gather of the stepped parameters (N-1) 4 psi, zero3's
 # gathers (N-1) 4 psi for forward and again for backward per micro-step
 # (prefetch and reuse off; on an untied Llama, see below), and the small
-# all-reduces of 2 (N-1) 4 bytes per element: the loss with the stop flag
-# (2 elements) and the global norm (1): a bucket reduced twice or never, or a gather too many, shows. And
+# all-reduces of 2 (N-1) 4 bytes per element: the loss with the stop and
+# checkpoint-written flags (3 elements) and the global norm (1): a bucket reduced twice or never, or a gather too many, shows. And
 # weights exported from zero3 and imported into it match ddp's.
 #
 # usage: test_zero_equivalence.sh ZTRAIN_BINARY SOURCE_DIR
@@ -115,7 +115,7 @@ zero_bytes() {
   local name=$1 n=$2 reductions=$3 gathers=$4 psi=$5
   check_bytes "$name" reduce_scatter $((reductions * (n - 1) * 4 * psi))
   check_bytes "$name" all_gather $((gathers * (n - 1) * 4 * psi))
-  check_bytes "$name" all_reduce $((2 * 3 * (n - 1) * 4))
+  check_bytes "$name" all_reduce $((2 * 4 * (n - 1) * 4))
   check_bytes "$name" broadcast 0
 }
 psi=118528

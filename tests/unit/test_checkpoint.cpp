@@ -15,7 +15,9 @@
 #include "core/crc32c.h"
 #include "core/durable_file.h"
 #include "train/checkpoint_manifest.h"
+#include "train/checkpoint_rank_file.h"
 #include "train/checkpoint_reader.h"
+#include "ztrain/device.h"
 #include "ztrain/error.h"
 #include "ztrain/shard/state_ranges.h"
 
@@ -187,6 +189,31 @@ TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
     CHECK(out[4] == static_cast<float>(2 * (n - 1)));
     CHECK(source.bytes_read() == 2 * kBlockElements * 4 + 1000 * 4);
   }
+  {
+    // Whole blocks between partial ends: each block read once.
+    CheckpointSource source(c);
+    std::vector<float> out(kBlockElements + 510);
+    source.get(0, kBlockElements - 10, kBlockElements + 510, StateArray::master, out.data());
+    CHECK(source.bytes_read() == (2 * kBlockElements + 1000) * 4);
+    for (std::uint64_t i = 0; i < out.size(); ++i)
+      if (out[i] != static_cast<float>(kBlockElements - 10 + i)) FAIL("element " << i);
+  }
+  {
+    // Random ranges of each array against the values written.
+    CheckpointSource source(c);
+    std::mt19937_64 rng(7);
+    std::vector<float> out;
+    for (int trial = 0; trial < 60; ++trial) {
+      const std::uint64_t a = rng() % n, b = rng() % n;
+      const std::uint64_t lo = std::min(a, b), count = std::max(a, b) - lo + 1;
+      const int array = trial % 3;
+      out.assign(count, -1.0f);
+      source.get(0, lo, count, static_cast<StateArray>(array), out.data());
+      for (std::uint64_t i = 0; i < count; ++i)
+        if (out[i] != static_cast<float>((array + 1) * (lo + i)))
+          FAIL("trial " << trial << ": element " << lo + i);
+    }
+  }
   CHECK(c.verify() == 3 * n * 4);
   // One flipped byte in m's second block.
   {
@@ -224,4 +251,52 @@ TEST_CASE("reader: latest, a missing or truncated rank file") {
   CHECK(contains(message_of([&] { Checkpoint c(step); }), "has 17 bytes, the manifest says 1200"));
   fs::remove(step / "rank_0.bin");
   CHECK(contains(message_of([&] { Checkpoint c(step); }), "rank_0.bin' is missing"));
+}
+
+TEST_CASE("rank state file: the snapshot is a copy, and the file is the same whatever it holds") {
+  TempDir tmp;
+  const auto device = make_cpu_device(1);
+  const std::vector<std::uint64_t> sizes = {1000, kBlockElements + 10, 500};
+  std::uint64_t total = 0;
+  for (std::uint64_t n : sizes) total += n * 4;
+  // allowance: none (written as put), the first piece only (then spilled),
+  // all of it (written after put() returned, from the copy).
+  std::vector<std::string> files;
+  for (const std::uint64_t allowance : {std::uint64_t{0}, std::uint64_t{4000}, total}) {
+    CAPTURE(allowance);
+    const fs::path dir = tmp.path / std::to_string(allowance);
+    fs::create_directories(dir);
+    CrashPoints crash(-1);
+    RankStateFile file(dir, 0, *device, allowance, crash);
+    std::vector<std::vector<float>> live;
+    for (std::size_t p = 0; p < sizes.size(); ++p) {
+      live.emplace_back(sizes[p]);
+      for (std::uint64_t i = 0; i < sizes[p]; ++i)
+        live[p][i] = static_cast<float>(p) * 1e6f + static_cast<float>(i);
+      file.put(static_cast<ParamId>(p), 0, sizes[p], StateArray::m, live[p].data());
+    }
+    CHECK(file.snapshot_whole() == (allowance == total));
+    CHECK(file.bytes_held() == (allowance == total ? total : 0));
+    // Training goes on: the live state changes before the file is written.
+    for (auto& v : live) std::fill(v.begin(), v.end(), -1.0f);
+    file.write();
+    file.release();
+    const MemoryStats s = device->stats();
+    CHECK(s.current[1][static_cast<std::size_t>(Category::checkpoint)] == 0);
+    std::ifstream in(dir / "rank_0.bin", std::ios::binary);
+    files.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    REQUIRE(files.back().size() == total);
+    const float* values = reinterpret_cast<const float*>(files.back().data());
+    CHECK(values[999] == 999.0f);
+    CHECK(values[1000 + kBlockElements + 9] == 1e6f + static_cast<float>(kBlockElements + 9));
+    CHECK(values[total / 4 - 1] == 2e6f + 499.0f);
+    const auto pieces = parse_pieces(read_whole_file(dir / "rank_0.pieces.json"), dir);
+    REQUIRE(pieces.size() == 3);
+    CHECK(pieces[1].second.offset == 4000);
+    CHECK(pieces[1].second.crcs.size() == 2);
+    CHECK(pieces[1].second.crcs[1] == crc32c(values + 1000 + kBlockElements, 40));
+  }
+  CHECK(device->stats().peak[1][static_cast<std::size_t>(Category::checkpoint)] == total);
+  CHECK(files[0] == files[1]);
+  CHECK(files[0] == files[2]);
 }

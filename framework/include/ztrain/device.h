@@ -28,9 +28,19 @@
 namespace ztrain {
 
 enum class Tier : std::uint8_t { device, host, nvme };
-enum class Category : std::uint8_t { params, grads, optimizer, activations, comm, offload };
+// checkpoint: the copy of the optimizer state a checkpoint is written from
+// while training goes on.
+enum class Category : std::uint8_t {
+  params,
+  grads,
+  optimizer,
+  activations,
+  comm,
+  offload,
+  checkpoint
+};
 inline constexpr std::size_t kTierCount = 3;
-inline constexpr std::size_t kCategoryCount = 6;
+inline constexpr std::size_t kCategoryCount = 7;
 
 ZTRAIN_API std::string_view tier_name(Tier t);
 ZTRAIN_API std::string_view category_name(Category c);

@@ -152,8 +152,14 @@ void RunConfig::forget_origins(const std::string& section) {
 std::optional<fs::path> RunConfig::select_preset(const std::string& section,
                                                  const std::string& name,
                                                  const std::vector<fs::path>& preset_dirs) {
-  for (const auto& dir : preset_dirs) {
-    const fs::path preset = dir / (name + ".toml");
+  // A name ending in .toml is the preset file itself.
+  const bool is_file = fs::path(name).extension() == ".toml";
+  std::vector<fs::path> candidates;
+  if (is_file)
+    candidates.emplace_back(name);
+  else
+    for (const auto& dir : preset_dirs) candidates.push_back(dir / (name + ".toml"));
+  for (const fs::path& preset : candidates) {
     std::error_code ec;
     if (!fs::is_regular_file(preset, ec)) continue;
     std::ifstream in(preset, std::ios::binary);
@@ -173,6 +179,9 @@ std::optional<fs::path> RunConfig::select_preset(const std::string& section,
     record_origins(t, "", preset.string());
     return preset;
   }
+  if (is_file)
+    throw ConfigError("--" + section + " " + name + ": no such " + section +
+                      " preset file; give an existing .toml file or a preset name");
   return std::nullopt;
 }
 

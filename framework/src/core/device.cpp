@@ -35,6 +35,8 @@ std::string_view category_name(Category c) {
       return "comm";
     case Category::offload:
       return "offload";
+    case Category::checkpoint:
+      return "checkpoint";
   }
   return "?";
 }

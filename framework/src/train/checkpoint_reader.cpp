@@ -144,13 +144,28 @@ void CheckpointSource::get(ParamId p, std::uint64_t first, std::uint64_t count, 
     const std::uint64_t lo = std::max(first, s.first),
                         hi = std::min(first + count, s.first + s.count);
     if (lo >= hi) continue;
-    const std::uint64_t b0 = (lo - s.first) / kBlockElements;
-    const std::uint64_t b1 = (hi - s.first + kBlockElements - 1) / kBlockElements;
-    blocks_.resize((b1 - b0) * kBlockElements);
-    read_blocks(p, s, b0, b1, blocks_.data());
-    const std::uint64_t skip = lo - s.first - b0 * kBlockElements;
-    std::copy(blocks_.begin() + static_cast<std::ptrdiff_t>(skip),
-              blocks_.begin() + static_cast<std::ptrdiff_t>(skip + hi - lo), out + (lo - first));
+    // Blocks wholly inside [lo, hi) are read straight into `out`; a block
+    // the range only partly covers (its ends, when they are not a block's)
+    // goes through blocks_, since its checksum covers the whole block.
+    const std::uint64_t rlo = lo - s.first, rhi = hi - s.first;  // relative to the piece
+    const std::uint64_t b0 = rlo / kBlockElements;
+    const std::uint64_t b1 = (rhi + kBlockElements - 1) / kBlockElements;
+    const auto whole = [&](std::uint64_t b) {
+      return b * kBlockElements >= rlo && std::min((b + 1) * kBlockElements, s.count) <= rhi;
+    };
+    const auto partial = [&](std::uint64_t b) {
+      blocks_.resize(kBlockElements);
+      read_blocks(p, s, b, b + 1, blocks_.data());
+      const std::uint64_t from = std::max(rlo, b * kBlockElements);
+      const std::uint64_t to = std::min(rhi, (b + 1) * kBlockElements);
+      std::copy(blocks_.begin() + static_cast<std::ptrdiff_t>(from - b * kBlockElements),
+                blocks_.begin() + static_cast<std::ptrdiff_t>(to - b * kBlockElements),
+                out + (s.first + from - first));
+    };
+    std::uint64_t m0 = b0, m1 = b1;  // the whole blocks
+    if (!whole(b0)) partial(m0++);
+    if (m1 > m0 && !whole(m1 - 1)) partial(--m1);
+    if (m1 > m0) read_blocks(p, s, m0, m1, out + (s.first + m0 * kBlockElements - first));
     covered += hi - lo;
   }
   if (covered != count)

@@ -1,14 +1,8 @@
 #include "train/checkpoint_writer.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 
-#include "core/crc32c.h"
 #include "core/durable_file.h"
 #include "train/config_agreement.h"
 #include "ztrain/error.h"
@@ -17,74 +11,6 @@ namespace ztrain {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The test hook's countdown: the kill point of this process's checkpoint
-// of step `step`.
-class CrashPoints {
- public:
-  explicit CrashPoints(std::int64_t step) {
-    const char* text = std::getenv("ZTRAIN_TEST_KILL_IN_CHECKPOINT");
-    if (!text || !*text) return;
-    long long at_step = 0, k = 0;
-    int used = 0;
-    if (std::sscanf(text, "%lld:%lld%n", &at_step, &k, &used) != 2 || text[used] != '\0' || k < 1)
-      throw ConfigError(std::string("ZTRAIN_TEST_KILL_IN_CHECKPOINT=") + text +
-                        ": expected STEP:K, e.g. 10:3");
-    if (at_step == step) left_ = k;
-  }
-  void pass() {
-    if (left_ > 0 && --left_ == 0) ::kill(::getpid(), SIGKILL);
-  }
-
- private:
-  long long left_ = 0;
-};
-
-// A rank's file: each piece appended with its block checksums.
-class RankFileSink final : public StateSink {
- public:
-  RankFileSink(const fs::path& path, int file, CrashPoints& crash)
-      : out_(path), file_(file), crash_(crash) {}
-  void put(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
-           const float* values) override {
-    StatePiece s{a, file_, first, count, out_.size(), {}};
-    for (std::uint64_t b = 0; b < count; b += kBlockElements)
-      s.crcs.push_back(crc32c(values + b, std::min(kBlockElements, count - b) * sizeof(float)));
-    out_.write(values, count * sizeof(float));
-    pieces_.emplace_back(p, std::move(s));
-    crash_.pass();
-  }
-  std::uint64_t finish() {
-    out_.finish();
-    return out_.size();
-  }
-  const std::vector<std::pair<ParamId, StatePiece>>& pieces() const { return pieces_; }
-
- private:
-  DurableFile out_;
-  int file_;
-  CrashPoints& crash_;
-  std::vector<std::pair<ParamId, StatePiece>> pieces_;
-};
-
-std::string rank_file(int r) {
-  return "rank_" + std::to_string(r) + ".bin";
-}
-std::string piece_list(int r) {
-  return "rank_" + std::to_string(r) + ".pieces.json";
-}
-
-// This rank's file and piece list in `tmp`.
-std::uint64_t write_rank_part(const fs::path& tmp, Strategy& strategy, int rank,
-                              CrashPoints& crash) {
-  RankFileSink sink(tmp / rank_file(rank), rank, crash);
-  strategy.save_state(sink);
-  const std::uint64_t bytes = sink.finish();
-  crash.pass();
-  write_file_atomically(tmp / piece_list(rank), pieces_json(sink.pieces()));
-  crash.pass();
-  return bytes;
-}
 
 // Rank 0: the manifest from every rank's list, then the directory made whole.
 std::uint64_t commit(const fs::path& out_dir, const fs::path& tmp, const fs::path& dir, Manifest m,
@@ -96,20 +22,20 @@ std::uint64_t commit(const fs::path& out_dir, const fs::path& tmp, const fs::pat
   }
   std::uint64_t bytes = 0;
   for (int r = 0; r < world; ++r) {
-    const fs::path list = tmp / piece_list(r);
+    const fs::path list = tmp / piece_list_name(r);
     for (auto& [p, s] : parse_pieces(read_whole_file(list), list)) {
       if (p < 0 || static_cast<std::size_t>(p) >= params.size())
         throw InternalError("checkpoint: rank " + std::to_string(r) + " put parameter " +
                             std::to_string(p));
       m.params[static_cast<std::size_t>(p)].pieces.push_back(std::move(s));
     }
-    const std::uint64_t size = fs::file_size(tmp / rank_file(r));
-    m.files.push_back({rank_file(r), size});
+    const std::uint64_t size = fs::file_size(tmp / rank_file_name(r));
+    m.files.push_back({rank_file_name(r), size});
     bytes += size;
   }
   check_manifest(m, (tmp / "manifest.json").string());  // every element saved exactly once
   write_file_atomically(tmp / "manifest.json", manifest_json(m));
-  for (int r = 0; r < world; ++r) fs::remove(tmp / piece_list(r));
+  for (int r = 0; r < world; ++r) fs::remove(tmp / piece_list_name(r));
   sync_directory(tmp);
   crash.pass();
   // A checkpoint of this step from an earlier attempt (a resume from an
@@ -171,57 +97,103 @@ bool is_checkpoint_dir(const fs::path& dir) {
   return checkpoint_step(fs::path(n)) >= 0;
 }
 
-CheckpointWritten write_checkpoint(const fs::path& out_dir, std::int64_t keep_last, Manifest header,
-                                   const std::vector<ParamSpec>& params, Strategy& strategy,
-                                   Communicator& comm) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int rank = comm.rank(), world = comm.size();
-  CrashPoints crash(header.position.step);
-  const fs::path dir = out_dir / checkpoint_name(header.position.step);
-  const fs::path tmp = dir.string() + ".tmp";
-  // Whatever remains of the temporary directory goes: nothing after a
-  // commit, the partial files after a failure (a full disk).
-  struct RemoveTmp {
-    const fs::path& tmp;
-    bool lead;
-    ~RemoveTmp() {
-      std::error_code ignored;
-      if (lead) fs::remove_all(tmp, ignored);
-    }
-  } cleanup{tmp, rank == 0};
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header,
+                                 std::vector<ParamSpec> params, Strategy& strategy, Device& device,
+                                 Communicator& comm)
+    : target_(target),
+      header_(std::move(header)),
+      params_(std::move(params)),
+      comm_(comm),
+      dir_(target.out_dir / checkpoint_name(header_.position.step)),
+      tmp_(dir_.string() + ".tmp"),
+      t0_(std::chrono::steady_clock::now()),
+      crash_(header_.position.step) {
+  make_directory();
+  save_state(strategy, device);
+  held_s_ = seconds_since(t0_);
+}
+
+CheckpointWrite::~CheckpointWrite() {
+  if (writer_.joinable()) writer_.join();
+  std::error_code ignored;
+  if (comm_.rank() == 0 && !committed_) fs::remove_all(tmp_, ignored);
+}
+
+void CheckpointWrite::make_directory() {
   std::string why;
-  if (rank == 0) {
+  if (comm_.rank() == 0) {
     try {
-      fs::remove_all(tmp);  // an earlier attempt's, never read
-      fs::create_directories(tmp);
-      crash.pass();
+      fs::remove_all(tmp_);  // an earlier attempt's, never read
+      fs::create_directories(tmp_);
+      crash_.pass();
     } catch (const std::exception& e) {
-      why = "cannot make checkpoint directory '" + tmp.string() + "': " + e.what();
+      why = "cannot make checkpoint directory '" + tmp_.string() + "': " + e.what();
     }
   }
   stop_together<DataError>(
-      why, "making the checkpoint directory failed on another rank (its error is above)", comm);
-  std::uint64_t bytes = 0;
+      why, "making the checkpoint directory failed on another rank (its error is above)", comm_);
+}
+
+// The state into this rank's file: copied, then written by the background
+// thread; or written here when it could not all be copied.
+void CheckpointWrite::save_state(Strategy& strategy, Device& device) {
+  const std::string what = "checkpoint of step " + std::to_string(header_.position.step) + ": ";
+  std::string why;
   try {
-    write_rank_part(tmp, strategy, rank, crash);
+    file_ = std::make_unique<RankStateFile>(tmp_, comm_.rank(), device, target_.snapshot_allowance,
+                                            crash_);
+    strategy.save_state(*file_);
+    background_ = file_->snapshot_whole() && target_.snapshot_allowance > 0;
+    if (!background_) {
+      file_->write();
+      done_.store(true, std::memory_order_release);
+    }
   } catch (const std::exception& e) {
-    why =
-        std::string("checkpoint of step ") + std::to_string(header.position.step) + ": " + e.what();
+    why = what + e.what();
   }
   stop_together<DataError>(
-      why, "writing a checkpoint file failed on another rank (its error is above)", comm);
-  if (rank == 0) {
+      why, "writing a checkpoint file failed on another rank (its error is above)", comm_);
+  if (!background_) return;
+  writer_ = std::jthread([this, what] {
     try {
-      bytes = commit(out_dir, tmp, dir, std::move(header), params, world, crash);
-      prune(out_dir, keep_last);
-      crash.pass();
+      file_->write();
     } catch (const std::exception& e) {
-      why = std::string("checkpoint '") + dir.string() + "': " + e.what();
+      error_ = what + e.what();
+    }
+    done_.store(true, std::memory_order_release);
+  });
+}
+
+CheckpointWritten CheckpointWrite::finish() {
+  const auto t_finish = std::chrono::steady_clock::now();
+  if (writer_.joinable()) writer_.join();
+  file_->release();
+  stop_together<DataError>(
+      error_, "writing a checkpoint file failed on another rank (its error is above)", comm_);
+  std::string why;
+  std::uint64_t bytes = 0;
+  if (comm_.rank() == 0) {
+    try {
+      bytes =
+          commit(target_.out_dir, tmp_, dir_, std::move(header_), params_, comm_.size(), crash_);
+      committed_ = true;
+      prune(target_.out_dir, target_.keep_last);
+      crash_.pass();
+    } catch (const std::exception& e) {
+      why = std::string("checkpoint '") + dir_.string() + "': " + e.what();
     }
   }
   stop_together<DataError>(
-      why, "completing the checkpoint failed on another rank (its error is above)", comm);
-  return {dir, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+      why, "completing the checkpoint failed on another rank (its error is above)", comm_);
+  return {dir_, bytes, seconds_since(t0_), held_s_ + seconds_since(t_finish), background_};
 }
 
 }  // namespace ztrain

@@ -1,31 +1,40 @@
 // Writing a checkpoint so that a crash at any moment leaves the last one
-// whole.
+// whole, mostly while training goes on.
 //
-// Every rank puts the state it saves (Strategy::save_state) into its own
-// file in out_dir/step_<N>.tmp/, syncs it and lists its pieces beside it;
-// once all have, rank 0 merges the lists into manifest.json, syncs the
+// A CheckpointWrite is one checkpoint in flight. Made at a step boundary,
+// it has rank 0 make out_dir/step_<N>.tmp/, and every rank saves its state
+// (Strategy::save_state) into its RankStateFile: a copy in host memory, which a
+// background thread then writes into the rank's file, syncs and lists
+// beside it, while the training thread goes on with the next steps (where
+// the copy cannot be had, the rank writes within the step; see
+// checkpoint_rank_file.h). The ranks learn together that every rank's
+// write is done (the trainer carries rank_done() in the loss all-reduce)
+// and call finish(): rank 0 merges the lists into manifest.json, syncs the
 // directory, renames it to step_<N>, and only then rewrites out_dir/latest
 // (atomically) to name it; last it removes the checkpoints before the
 // `keep_last` newest. A crash before the rename leaves a .tmp directory
 // that no one reads (the next checkpoint of that step replaces it); after
 // it, `latest` names either the old checkpoint or the new one, both whole.
-// A failure on any rank (a full disk) stops every rank with the reason.
-// The checkpoint directory must be one every rank can write and rank 0 can
-// read (a shared file system across hosts).
-//
-// Test hook: ZTRAIN_TEST_KILL_IN_CHECKPOINT=STEP:K kills the process
-// (SIGKILL) at the K-th point of the checkpoint of step STEP (a point: the
-// directory made, each piece put, each file synced, the manifest, the
-// rename, `latest`, the pruning).
+// A failure on any rank (a full disk) stops every rank with the reason and
+// rank 0 removes the partial directory. The checkpoint directory must be
+// one every rank can write and rank 0 can read (a shared file system
+// across hosts).
 //
 // Errors: DataError naming the file and the reason.
-// Thread safety: collective; the training thread only.
+// Thread safety: collective (the constructor and finish()); the training
+// thread only.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
 
 #include "train/checkpoint_manifest.h"
+#include "train/checkpoint_rank_file.h"
 #include "ztrain/comm.h"
 #include "ztrain/strategy.h"
 
@@ -34,14 +43,54 @@ namespace ztrain {
 struct CheckpointWritten {
   std::filesystem::path dir;
   std::uint64_t bytes = 0;  // state bytes over all ranks
-  double seconds = 0;
+  double seconds = 0;       // from the snapshot to the commit
+  double held_s = 0;        // the training thread's part of it, on this rank
+  bool background = false;  // this rank's file was written by the background thread
 };
 
-// `header`: the manifest without files and params (filled here from the
-// ranks' pieces and `params`).
-CheckpointWritten write_checkpoint(const std::filesystem::path& out_dir, std::int64_t keep_last,
-                                   Manifest header, const std::vector<ParamSpec>& params,
-                                   Strategy& strategy, Communicator& comm);
+struct CheckpointTarget {
+  std::filesystem::path out_dir;
+  std::int64_t keep_last = 2;
+  // Bytes this rank may copy into host memory to write in the background
+  // (0: written within the step).
+  std::uint64_t snapshot_allowance = 0;
+};
+
+class CheckpointWrite {
+ public:
+  // `header`: the manifest without files and params (filled in finish()
+  // from the ranks' pieces and `params`).
+  CheckpointWrite(const CheckpointTarget& target, Manifest header, std::vector<ParamSpec> params,
+                  Strategy& strategy, Device& device, Communicator& comm);
+  // Waits for the background write; an uncommitted checkpoint's directory
+  // is removed.
+  ~CheckpointWrite();
+  CheckpointWrite(const CheckpointWrite&) = delete;
+  CheckpointWrite& operator=(const CheckpointWrite&) = delete;
+
+  // This rank's file is written (or failed); never blocks.
+  bool rank_done() const { return done_.load(std::memory_order_acquire); }
+  // Collective: waits for this rank's write, then commits.
+  CheckpointWritten finish();
+
+ private:
+  void make_directory();
+  void save_state(Strategy& strategy, Device& device);
+
+  CheckpointTarget target_;
+  Manifest header_;
+  std::vector<ParamSpec> params_;
+  Communicator& comm_;
+  std::filesystem::path dir_, tmp_;
+  std::chrono::steady_clock::time_point t0_;
+  double held_s_ = 0;
+  bool committed_ = false, background_ = false;
+  CrashPoints crash_;
+  std::unique_ptr<RankStateFile> file_;
+  std::string error_;  // the background write's failure
+  std::atomic<bool> done_{false};
+  std::jthread writer_;
+};
 
 // "step_<N>"
 std::string checkpoint_name(std::int64_t step);

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "train/config_agreement.h"
@@ -24,6 +26,17 @@ std::uint64_t add(std::uint64_t a, std::uint64_t b) {
 }
 
 }  // namespace
+
+std::uint64_t available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  unsigned long long kib = 0;
+  for (std::string line; std::getline(meminfo, line);)
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return kib * 1024;
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0
+             ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page)
+             : 0;
+}
 
 namespace {
 

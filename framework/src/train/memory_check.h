@@ -30,4 +30,8 @@ void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
                        std::uint64_t activation_bytes, int batch, int seq_len,
                        std::int64_t n_params, int ranks_here, Communicator& comm);
 
+// The memory this machine can still give without swapping (MemAvailable),
+// or 0 where unknown.
+std::uint64_t available_memory();
+
 }  // namespace ztrain

@@ -50,6 +50,10 @@ OptionList train_options() {
             "steps between checkpoints (out_dir/step_<N>), also written at the end and on "
             "SIGINT/SIGTERM; 0: only on SIGINT/SIGTERM")
       .at_least(0);
+  o.flag("checkpoint_in_background", true,
+         "write checkpoints from a copy in host memory on a background thread while training "
+         "goes on (the copy counts as host memory, category checkpoint); false writes them "
+         "within the step");
   o.integer("keep_last", 2, "checkpoints kept in out_dir, the newest; 0 keeps all").at_least(0);
   o.optional_string("resume",
                     "continue from a checkpoint: \"latest\" (out_dir's), a step_<N> directory, "
@@ -154,6 +158,7 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.out_dir = t.get_string("out_dir");
   tr.save_final = t.get_bool("save_final");
   tr.checkpoint_every = t.get_int("checkpoint_every");
+  tr.checkpoint_in_background = t.get_bool("checkpoint_in_background");
   tr.keep_last = t.get_int("keep_last");
   if (t.has_value("resume")) tr.resume = t.get_string("resume");
   if (t.has_value("export_to")) tr.export_to = t.get_string("export_to");

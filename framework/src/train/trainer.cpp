@@ -94,6 +94,19 @@ OverflowInjection overflow_injection() {
   return {step, rank};
 }
 
+// Test hook: ZTRAIN_TEST_SCALE_LR=STEP trains step STEP with 1.1 times
+// its learning rate, so that a run differs from its peers from step
+// STEP + 1 on (the comparison's failure verdict is tested with it). 0: off.
+std::int64_t lr_perturbation() {
+  const char* text = std::getenv("ZTRAIN_TEST_SCALE_LR");
+  if (!text || !*text) return 0;
+  long long step = 0;
+  int used = 0;
+  if (std::sscanf(text, "%lld%n", &step, &used) != 1 || text[used] != '\0' || step < 1)
+    throw ConfigError(std::string("ZTRAIN_TEST_SCALE_LR=") + text + ": expected a step, e.g. 5");
+  return step;
+}
+
 std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
   if (c.backend == "local") return make_local_communicator();
   if (c.backend == "mpi") return make_mpi_communicator(c.timeout_s);
@@ -213,26 +226,42 @@ Manifest checkpoint_header(const Run& run, const TrainingPosition& position) {
   return m;
 }
 
-// Writes the checkpoint of `position` and says so.
-void save_checkpoint(Run& run, const TrainingPosition& position, MetricsFile* metrics,
-                     Progress& progress) {
+// Starts the checkpoint of `position` in `into`: the state copied (or
+// written), the rest left to the background.
+void begin_checkpoint(Run& run, const TrainingPosition& position,
+                      std::optional<CheckpointWrite>& into) {
   const auto& tr = run.settings.train;
-  const CheckpointWritten w =
-      write_checkpoint(tr.out_dir, tr.keep_last, checkpoint_header(run, position),
-                       run.model->params(), *run.strategy, *run.comm);
+  const std::uint64_t allowance =
+      tr.checkpoint_in_background
+          ? available_memory() / (2 * static_cast<std::uint64_t>(local_rank_count()))
+          : 0;
+  into.emplace(CheckpointTarget{tr.out_dir, tr.keep_last, allowance},
+               checkpoint_header(run, position), run.model->params(), *run.strategy, *run.device,
+               *run.comm);
+}
+
+// Commits a checkpoint whose files are written and says so.
+// `overlapped`: training went on while it was written.
+void finish_checkpoint(Run& run, CheckpointWrite& c, std::int64_t step, bool overlapped,
+                       MetricsFile* metrics, Progress& progress) {
+  const CheckpointWritten w = c.finish();
+  overlapped = overlapped && w.background;
   if (metrics)
     metrics->write(JsonLine()
-                       .add("step", position.step)
+                       .add("step", step)
                        .add("split", "checkpoint")
                        .add("dir", w.dir.string())
                        .add("bytes", static_cast<std::int64_t>(w.bytes))
-                       .add("seconds", w.seconds));
+                       .add("seconds", w.seconds)
+                       .add("held_s", w.held_s)
+                       .add("overlapped", overlapped));
   if (run.comm->rank() != 0) return;
-  char line[96];
-  std::snprintf(line, sizeof line, " in %.3f s (%s/s)", w.seconds,
+  char line[160];
+  std::snprintf(line, sizeof line, " in %.3f s (%s/s); training held %.3f s%s", w.seconds,
                 format_bytes(static_cast<std::uint64_t>(static_cast<double>(w.bytes) /
                                                         std::max(w.seconds, 1e-9)))
-                    .c_str());
+                    .c_str(),
+                w.held_s, overlapped ? ", the rest written while training went on" : "");
   progress.line("checkpoint " + w.dir.string() + ": " + format_bytes(w.bytes) + line);
 }
 
@@ -405,6 +434,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   };
 
   const OverflowInjection inject = overflow_injection();
+  const std::int64_t perturbed_step = lr_perturbation();
   // The first SIGINT/SIGTERM finishes the step, writes a checkpoint and
   // ends the run with exit 0; every rank stops at the same step.
   const StopRequests stop_requests;
@@ -414,9 +444,19 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   std::int64_t& applied = at.applied;
   std::int64_t& skipped_steps = at.skipped;
   const std::int64_t first_step = at.step;
+  // The checkpoint being written in the background, and its step; it is
+  // committed at the first step after every rank's write is done.
+  std::optional<CheckpointWrite> pending;
+  std::int64_t pending_step = 0;
+  auto commit_pending = [&](bool overlapped) {
+    if (!pending) return;
+    finish_checkpoint(run, *pending, pending_step, overlapped, metrics ? &*metrics : nullptr,
+                      progress);
+    pending.reset();
+  };
   for (std::int64_t step = first_step; step < tr.steps && !stopped; ++step) {
     const auto t0 = Clock::now();
-    const double lr = schedule.at(applied);
+    const double lr = schedule.at(applied) * (step + 1 == perturbed_step ? 1.1 : 1.0);
     const double scale = scaler.scale();
     double loss_sum = 0;
     for (std::int64_t a = 0; a < tr.grad_accum; ++a) {
@@ -431,16 +471,20 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     // The loss average queues behind the strategy's gradient buckets; waiting
     // for it after step() leaves the strategy's own wait to measure them. A
     // non-finite loss has non-finite gradients, which step() skips.
-    // A stop request travels with it, so every rank learns of any rank's.
-    float mean[2] = {static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum)),
-                     StopRequests::requested() ? 1.0f : 0.0f};
-    CommWork loss_work = run.comm->all_reduce_async(mean, 2, DType::f32, ReduceOp::average);
+    // A stop request travels with it, so every rank learns of any rank's,
+    // and so does whether this rank's checkpoint write is done.
+    float mean[3] = {static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum)),
+                     StopRequests::requested() ? 1.0f : 0.0f,
+                     !pending || pending->rank_done() ? 1.0f : 0.0f};
+    CommWork loss_work = run.comm->all_reduce_async(mean, 3, DType::f32, ReduceOp::average);
     // `mean` must outlive the collective even when step() throws.
     const WaitOnExit loss_guard{loss_work};
     const StepResult sr = run.strategy->step({lr, applied + 1, tr.grad_clip, scale});
     loss_work.wait();
     const double loss = mean[0];
     stopped = mean[1] > 0;
+    // Every rank's flag was 1 (an average, so not compared exactly).
+    const bool written_everywhere = mean[2] > 1.0f - 0.5f / static_cast<float>(run.comm->size());
     if (!std::isfinite(loss) && !scaler.dynamic())
       throw NumericsError("training loss is " + std::to_string(loss) + " at step " +
                           std::to_string(step + 1) + " (lr " + std::to_string(lr) +
@@ -478,9 +522,15 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
     at.step = done;
     at.scaler = scaler.state();
+    if (written_everywhere) commit_pending(true);
     if (stopped ||
-        (tr.checkpoint_every > 0 && (done % tr.checkpoint_every == 0 || done == tr.steps)))
-      save_checkpoint(run, at, metrics ? &*metrics : nullptr, progress);
+        (tr.checkpoint_every > 0 && (done % tr.checkpoint_every == 0 || done == tr.steps))) {
+      commit_pending(true);  // one checkpoint in flight at a time
+      begin_checkpoint(run, at, pending);
+      pending_step = done;
+      // The last one has no training to overlap.
+      if (stopped || done == tr.steps) commit_pending(false);
+    }
     mark = run.comm->counters();
   }
   progress.finish();

@@ -1,0 +1,90 @@
+// One rank's part of a checkpoint: its file of state pieces and the list
+// of those pieces, and the test hook that kills a checkpoint half-way.
+//
+// RankStateFile is the StateSink a strategy saves into. While the snapshot
+// allowance lasts, put() copies each piece into host memory (tier host,
+// category checkpoint, so the copy is in the run's accounting and budget)
+// and returns; write() later puts the copies into the file, on a
+// background thread while training goes on. A piece past the allowance (an
+// NVMe strategy's state that host memory cannot hold, or a host budget
+// reached) ends the snapshot: what was copied is written at once, then
+// that piece and the rest go straight to the file, and the checkpoint is
+// written within the step as without a snapshot. Every piece gets its
+// offset in the file when it is put, so the file's layout is the same
+// either way.
+//
+// Test hook: ZTRAIN_TEST_KILL_IN_CHECKPOINT=STEP:K kills the process
+// (SIGKILL) at the K-th point of the checkpoint of step STEP (a point: the
+// directory made, each piece written, the file synced, its piece list, the
+// manifest, the rename, `latest`, the pruning).
+//
+// Errors: DataError naming the file and the system's reason.
+// Thread safety: put() on the training thread; write() on one thread
+// after the last put(); release() on the training thread after write().
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "core/durable_file.h"
+#include "train/checkpoint_manifest.h"
+#include "ztrain/device.h"
+#include "ztrain/optimizer_state.h"
+
+namespace ztrain {
+
+class CrashPoints {
+ public:
+  explicit CrashPoints(std::int64_t step);
+  void pass();
+
+ private:
+  long long left_ = 0;
+};
+
+class RankStateFile final : public StateSink {
+ public:
+  // `snapshot_allowance`: the bytes put() may copy (0: none, every piece
+  // is written as it is put).
+  RankStateFile(const std::filesystem::path& dir, int rank, Device& device,
+                std::uint64_t snapshot_allowance, CrashPoints& crash);
+
+  void put(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
+           const float* values) override;
+  // Writes the copied pieces, syncs the file and writes the piece list.
+  void write();
+  // Frees the copies.
+  void release() { held_.clear(); }
+
+  // Whether every piece so far was copied (none written yet).
+  bool snapshot_whole() const { return !spilled_; }
+  std::uint64_t bytes() const { return offset_; }
+  std::uint64_t bytes_held() const { return held_bytes_; }
+
+ private:
+  struct Held {
+    std::size_t piece;  // index in pieces_
+    Buffer copy;
+  };
+  void write_piece(std::size_t piece, const float* values);
+  void spill();
+
+  std::filesystem::path list_path_;
+  DurableFile out_;
+  int rank_;
+  Device& device_;
+  std::uint64_t allowance_;
+  CrashPoints& crash_;
+  bool spilled_ = false;
+  std::uint64_t offset_ = 0, held_bytes_ = 0;
+  std::vector<std::pair<ParamId, StatePiece>> pieces_;
+  std::vector<Held> held_;
+};
+
+// "rank_<r>.bin" and the list of its pieces, "rank_<r>.pieces.json".
+std::string rank_file_name(int r);
+std::string piece_list_name(int r);
+
+}  // namespace ztrain

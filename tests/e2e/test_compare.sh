@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# ztrain compare: one run under several strategies, side by side.
+# - Every built-in strategy at world 2 on a small gpt2-tiny: each job
+#   completes, the table has a row per strategy, the CSV and JSON hold the
+#   same jobs with their per-step curves and peaks (offloaded bytes on the
+#   host and NVMe tiers), the HTML page is self-contained (inline SVG, no
+#   script, nothing fetched) and draws a loss curve per strategy, and the
+#   verdict is "equivalent".
+# - One strategy made to differ (its learning rate scaled at step 3 by a
+#   test hook): the verdict fails, naming that strategy and step 4, and
+#   compare exits 1; the others are not named.
+# - A device memory limit between zero3_offload's measured peak and ddp's:
+#   ddp is reported out of memory, zero3_offload completes, exit 0.
+# - A strategy that does not exist fails alone; the comparison completes
+#   (exit 1). An earlier comparison is not overwritten without --overwrite;
+#   a strategy given twice is refused.
+# - Where Chromium is installed, a headless screenshot of the page shows
+#   the charts drawn (pixels of the strategies' colours).
+#
+# usage: test_compare.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+disk_dir swap
+common=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set device.threads=1 --set train.warmup_steps=2)
+# The NVMe preset with its swap files on this disk.
+sed "s|^nvme_path = .*|nvme_path = \"$swap\"|" "$SRC/configs/strategies/zero3_nvme.toml" \
+  > "$scratch/zero3_nvme.toml"
+names=(ddp zero1 zero2 zero3 zero2_offload zero3_offload zero3_nvme)
+all="ddp,zero1,zero2,zero3,zero2_offload,zero3_offload,$scratch/zero3_nvme.toml"
+
+# compare NAME [ARGS...]: ztrain compare into $scratch/NAME; $status is its exit status.
+compare() {
+  local name=$1
+  shift
+  status=0
+  "$ZTRAIN" compare --nproc 2 --out "$scratch/$name" "${common[@]}" "$@" "$SRC/configs/run.toml" \
+    > "$scratch/$name.out" 2>&1 || status=$?
+}
+
+echo "== every built-in strategy at world 2"
+compare all --strategies "$all" --steps 6
+[ "$status" -eq 0 ] || { cat "$scratch/all.out" >&2; fail "compare exited $status"; }
+cat "$scratch/all.out"
+for n in "${names[@]}"; do
+  grep -Eq "^$n +completed +[0-9.]+ " "$scratch/all.out" || fail "no completed row for $n"
+done
+grep -q "^verdict: equivalent: zero1, zero2, zero3, zero2_offload, zero3_offload, zero3_nvme reproduce ddp's losses within 1e-06 and gradient norms within 2e-06" \
+  "$scratch/all.out" || fail "no equivalence verdict"
+[ "$(wc -l < "$scratch/all/compare.csv")" -eq 8 ] || fail "compare.csv does not hold 7 rows"
+head -n 1 "$scratch/all/compare.csv" | grep -q "^strategy,outcome,step_time_median_s," ||
+  fail "compare.csv has no header"
+python3 - "$scratch/all/compare.json" "$scratch/all/compare.csv" << 'PY' || fail "compare.json is wrong"
+import csv, json, sys
+c = json.load(open(sys.argv[1]))
+rows = list(csv.DictReader(open(sys.argv[2])))
+assert c["verdict"]["equivalent"] is True and c["verdict"]["reference"] == "ddp", c["verdict"]
+assert c["ranks"] == 2 and c["steps"] == 6 and c["precision"] == "fp32"
+jobs = {j["strategy"]: j for j in c["strategies"]}
+assert list(jobs) == [r["strategy"] for r in rows], "CSV and JSON list different jobs"
+ref = jobs["ddp"]["steps"]
+for name, j in jobs.items():
+    assert j["outcome"] == "completed", name
+    assert [s["step"] for s in j["steps"]] == list(range(1, 7)), name
+    for a, b in zip(j["steps"], ref):
+        assert abs(a["loss"] - b["loss"]) <= 1e-6 * abs(b["loss"]), (name, a, b)
+    assert j["final_val_loss"] is not None, name
+    assert j["bytes_per_step"] > 0, name  # world 2: every strategy communicates
+    assert j["peak_bytes"]["device"]["total"] > 0, name
+    row = next(r for r in rows if r["strategy"] == name)
+    assert float(row["final_train_loss"]) == j["final_train_loss"], name
+    assert int(row["peak_device_total"]) == j["peak_bytes"]["device"]["total"], name
+for name in ("zero2_offload", "zero3_offload", "zero3_nvme"):
+    assert jobs[name]["peak_bytes"]["host"]["total"] > 0, name
+assert jobs["zero3_nvme"]["peak_bytes"]["nvme"]["optimizer"] > 0
+assert jobs["ddp"]["peak_bytes"]["host"]["total"] == 0
+print("compare.json and compare.csv: 7 jobs, 6 steps each, equal losses, peaks per tier")
+PY
+html="$scratch/all/compare.html"
+[ "$(grep -c "<svg" "$html")" -eq 4 ] || fail "the report does not hold four charts"
+[ "$(grep -c "<polyline class=\"curve\"" "$html")" -eq 7 ] || fail "not one loss curve per strategy"
+grep -q '<rect class="bar"' "$html" || fail "no bars drawn"
+grep -Eq "<script|src=|href=|@import|url\(" "$html" && fail "the report loads something"
+grep -q 'id="verdict" class="ok"' "$html" || fail "the report's verdict is not shown as passed"
+[ -z "$(ls -A "$swap")" ] || fail "swap files left in $swap"
+
+echo "== one strategy made to differ"
+ZTRAIN_TEST_COMPARE_PERTURB=zero2:3 compare differ --strategies ddp,zero1,zero2 --steps 6
+[ "$status" -eq 1 ] || { cat "$scratch/differ.out" >&2; fail "a failed verdict exited $status, not 1"; }
+grep -q "^verdict: FAILED: zero2 differs from ddp first at step 4: loss " "$scratch/differ.out" ||
+  { cat "$scratch/differ.out" >&2; fail "the failure does not name zero2 and step 4"; }
+grep "^verdict" "$scratch/differ.out" | grep -q zero1 && fail "zero1 is named as differing"
+grep -q 'id="verdict" class="bad"' "$scratch/differ/compare.html" || fail "the report shows no failure"
+python3 -c "import json,sys; v=json.load(open(sys.argv[1]))['verdict']; assert not v['equivalent']" \
+  "$scratch/differ/compare.json" || fail "compare.json says equivalent"
+echo "the differing strategy and its first step are named"
+
+echo "== a strategy out of memory"
+limit=$(python3 - "$scratch/all/compare.json" << 'PY'
+import json, sys
+jobs = {j["strategy"]: j for j in json.load(open(sys.argv[1]))["strategies"]}
+low = jobs["zero3_offload"]["peak_bytes"]["device"]["total"]
+high = jobs["ddp"]["peak_bytes"]["device"]["total"]
+assert low < high, (low, high)
+print((low + high) // 2)
+PY
+)
+compare oom --strategies ddp,zero3_offload --steps 3 --set device.memory_limit="$limit"
+[ "$status" -eq 0 ] || { cat "$scratch/oom.out" >&2; fail "an out-of-memory job made compare exit $status"; }
+grep -Eq "^ddp +out of memory +out of memory on tier 'device'" "$scratch/oom.out" ||
+  { cat "$scratch/oom.out" >&2; fail "ddp is not reported out of memory"; }
+grep -Eq "^zero3_offload +completed" "$scratch/oom.out" || fail "zero3_offload did not complete"
+grep -q "out of memory" "$scratch/oom/compare.html" || fail "the report does not show the out-of-memory job"
+echo "ddp out of memory under a $limit-byte limit; zero3_offload completed"
+
+echo "== failures and refusals"
+compare missing --strategies ddp,nosuch --steps 2
+[ "$status" -eq 1 ] || fail "a failed job made compare exit $status, not 1"
+grep -Eq "^nosuch +failed +.*nosuch" "$scratch/missing.out" ||
+  { cat "$scratch/missing.out" >&2; fail "the missing strategy is not reported as failed"; }
+grep -Eq "^ddp +completed" "$scratch/missing.out" || fail "ddp did not complete beside it"
+compare all --strategies ddp --steps 2
+[ "$status" -eq 2 ] && grep -q "holds an earlier comparison; give another --out or --overwrite" \
+  "$scratch/all.out" || fail "an earlier comparison was not protected"
+compare twice --strategies ddp,zero1,ddp
+[ "$status" -eq 2 ] && grep -q "strategy 'ddp' is given twice" "$scratch/twice.out" ||
+  fail "a strategy given twice was not refused"
+echo "a missing strategy fails alone; an earlier comparison and a repeated strategy are refused"
+
+browser=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$browser" ]; then
+  echo "skipped: the screenshot (no chromium installed)"
+  exit 0
+fi
+echo "== the report in headless Chromium"
+"$browser" --headless --no-sandbox --disable-gpu --window-size=1100,2400 \
+  --screenshot="$scratch/report.png" "file://$html" > "$scratch/chromium.out" 2>&1 ||
+  { cat "$scratch/chromium.out" >&2; fail "chromium failed"; }
+python3 - "$scratch/report.png" << 'PY' || fail "the screenshot shows no charts"
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n"
+pos, idat, width, height, ctype = 8, b"", 0, 0, 0
+while pos < len(data):
+    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+    body = data[pos + 8:pos + 8 + n]
+    if kind == b"IHDR":
+        width, height, depth, ctype = struct.unpack(">IIBB", body[:10])
+        assert depth == 8 and ctype in (2, 6), (depth, ctype)
+    elif kind == b"IDAT":
+        idat += body
+    pos += 12 + n
+bpp = 3 if ctype == 2 else 4
+raw = zlib.decompress(idat)
+stride = width * bpp
+rows, prev, i = [], bytearray(stride), 0
+for _ in range(height):
+    f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+    i += 1 + stride
+    for x in range(stride):
+        a = line[x - bpp] if x >= bpp else 0
+        b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+        if f == 1: line[x] = (line[x] + a) & 255
+        elif f == 2: line[x] = (line[x] + b) & 255
+        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    rows.append(line)
+    prev = line
+colours = {(0x1f, 0x77, 0xb4): 0, (0xd6, 0x27, 0x28): 0, (0x4e, 0x79, 0xa7): 0}
+for line in rows:
+    for x in range(0, stride, bpp):
+        px = tuple(line[x:x + 3])
+        if px in colours:
+            colours[px] += 1
+print("pixels of the first curve, second curve and params bars:", list(colours.values()))
+assert all(v > 50 for v in colours.values()), colours
+PY
+echo "the charts render in Chromium"

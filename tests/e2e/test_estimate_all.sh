@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# ztrain estimate --all: a sizing table across every strategy preset.
+# - Llama-7B at world 8 on nodes of 8 devices of 80 GiB: a row per preset
+#   (ddp and the ZeRO stages first); in fp32, ddp's 16 bytes per parameter
+#   (108 GB) do not fit and zero3's 16/8 do; the offload presets put the
+#   optimizer state on the host (per node: 8 devices' worth) and
+#   zero3_nvme on NVMe.
+# - Every row's params, grads and optimizer bytes are those `ztrain
+#   estimate --strategy S` prints for the same run, and activation
+#   checkpointing lowers the activations of gpt2-tiny.
+# - --device-memory without --all, and --all with --strategy, are refused.
+#
+# usage: test_estimate_all.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+"$ZTRAIN" estimate --all --model llama-7b --world 8 --gpus-per-node 8 --device-memory 80GiB \
+  "$SRC/configs/run.toml" > "$scratch/7b.out" 2>&1 || { cat "$scratch/7b.out" >&2; fail "estimate --all failed"; }
+cat "$scratch/7b.out"
+rows=$(awk 'NR > 2 && /^[a-z0-9_]+ /' "$scratch/7b.out" | awk '{ print $1 }' | paste -sd' ')
+[ "$rows" = "ddp zero1 zero2 zero3 zero2_offload zero3_nvme zero3_offload" ] ||
+  fail "rows are '$rows'"
+grep -q "^estimate --all: llama, 67[0-9]* parameters, 8 ranks, 8 per node" "$scratch/7b.out" ||
+  fail "no header naming the 7B model"
+grep -E "^ddp " "$scratch/7b.out" | grep -q "does not fit (" || fail "ddp fits 80 GiB"
+grep -E "^zero3 " "$scratch/7b.out" | grep -q " fits (" || fail "zero3 does not fit 80 GiB"
+# Every byte column is "VALUE UNIT": params $2, grads $4, optimizer $6,
+# buffers $8, act $10, act ckpt $12, device $14, dev ckpt $16, host per
+# node $18, NVMe per node $20.
+host_of() { grep -E "^$1 " "$scratch/7b.out" | awk '{ print $18, $19 }'; }
+nvme_of() { grep -E "^$1 " "$scratch/7b.out" | awk '{ print $20, $21 }'; }
+bytes_of() {  # bytes_of VALUE UNIT
+  awk -v v="$1" -v u="$2" 'BEGIN { m["B"] = 1; m["KiB"] = 2^10; m["MiB"] = 2^20; m["GiB"] = 2^30;
+    m["TiB"] = 2^40; printf "%.0f", v * m[u] }'
+}
+[ "$(host_of ddp)" = "0 B" ] || fail "ddp puts '$(host_of ddp)' on the host"
+[ "$(host_of zero3_offload)" != "0 B" ] || fail "zero3_offload puts nothing on the host"
+[ "$(nvme_of zero3_nvme)" != "0 B" ] || fail "zero3_nvme puts nothing on NVMe"
+[ "$(nvme_of zero3_offload)" = "0 B" ] || fail "zero3_offload puts '$(nvme_of zero3_offload)' on NVMe"
+
+small=(--model gpt2-tiny --world 2)
+"$ZTRAIN" estimate --all "${small[@]}" "$SRC/configs/run.toml" > "$scratch/tiny.out" 2>&1 ||
+  { cat "$scratch/tiny.out" >&2; fail "estimate --all on gpt2-tiny failed"; }
+for s in ddp zero1 zero2 zero3 zero3_offload; do
+  "$ZTRAIN" estimate --strategy "$s" "${small[@]}" "$SRC/configs/run.toml" > "$scratch/one.out" 2>&1 ||
+    { cat "$scratch/one.out" >&2; fail "estimate --strategy $s failed"; }
+  row=$(grep -E "^$s " "$scratch/tiny.out")
+  for c in params grads optimizer; do
+    want=$(awk -v c="$c" '$1 == "device" && $2 == c { print $4, $5 }' "$scratch/one.out")
+    [ -n "$want" ] || want="0 B"
+    col=$(case $c in params) echo 2 ;; grads) echo 4 ;; optimizer) echo 6 ;; esac)
+    got=$(echo "$row" | awk -v i="$col" '{ print $i, $(i + 1) }')
+    [ "$got" = "$want" ] || fail "$s $c: the table says '$got', estimate says '$want'"
+  done
+  off=$(bytes_of $(echo "$row" | awk '{ print $10, $11 }'))
+  on=$(bytes_of $(echo "$row" | awk '{ print $12, $13 }'))
+  [ "$on" -lt "$off" ] || fail "$s: activation checkpointing does not lower the activations ($off -> $on)"
+done
+echo "every row agrees with estimate --strategy; checkpointing lowers activations"
+
+status=0
+"$ZTRAIN" estimate --device-memory 80GiB "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q "go with estimate --all" "$scratch/bad.out" || fail "--device-memory alone accepted"
+status=0
+"$ZTRAIN" estimate --all --strategy zero3 "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q "drop --strategy" "$scratch/bad.out" || fail "--all with --strategy accepted"
+echo "misuse refused"
