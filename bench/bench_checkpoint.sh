@@ -16,15 +16,19 @@
 #    resumed from the last checkpoint, against a plain sequential read of
 #    the same checkpoint files into buffers of their size (one reader per
 #    rank, rank 0's time; median of ROUNDS), goal >= 70 %;
-#  - the cost of a checkpoint to training: runs of STEPS steps with a
-#    checkpoint every EVERY steps, written within the step and written in
-#    the background (the default), against a run without checkpoints: the
-#    difference of the "done: ... in" times per checkpoint (the last
-#    checkpoint of a run has no training to overlap: for the background
-#    run it is taken out, its own seconds, and the rest divided by the
-#    overlapped ones), in step times and as the time added by a checkpoint
-#    every 100 steps; and the seconds the training thread was held by an
-#    overlapped one (the host copy, the commit), the median.
+#  - the cost of a checkpoint to training: runs of 3 EVERY + 1 steps with a
+#    checkpoint every EVERY steps (often enough to measure, rarely enough
+#    that a background write ends before the next checkpoint), written
+#    within the step and written in the background (the default), against
+#    a run without checkpoints: the difference of the "done: ... in" times
+#    per checkpoint (the last checkpoint of a run has no training to
+#    overlap: for the background run its own seconds are taken out and the
+#    rest divided by the overlapped ones), and as the time a checkpoint
+#    every 100 steps adds; and the seconds the training thread was held by
+#    an overlapped one (the host copy, the commit), the median. At world 1
+#    with 2 threads and world 2 with 1 thread per rank every core computes,
+#    so a background write takes cores from training; world 1 with 1
+#    thread leaves a core free, as a GPU host's CPU mostly is.
 # On virtual machines that hand freed memory back to the host (virtio-
 # balloon free page reporting, as on this project's Firecracker machines),
 # page cache made of memory freed more than a second or two before is
@@ -44,15 +48,16 @@
 # (standard library only).
 #
 #   bench/bench_checkpoint.sh [BUILD_DIR] [SCRATCH_DIR] [STEPS] [ROUNDS] [EVERY]
+# (defaults 8 steps, 3 rounds, a checkpoint every 10 steps)
 set -euo pipefail
 build=${1:-build}
 src=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${2:-$(dirname "$src")/ckbench}
 steps=${3:-8}
 rounds=${4:-3}
-every=${5:-3}
+every=${5:-10}
 [ "$steps" -ge 3 ] || { echo "STEPS must be 3 or more: step times are medians of steps 3.."; exit 1; }
-[ "$every" -lt "$steps" ] || { echo "EVERY must be below STEPS: some checkpoints must overlap training"; exit 1; }
+[ "$every" -ge 2 ] || { echo "EVERY must be 2 or more"; exit 1; }
 ztrain=$(realpath "$build/bin/ztrain")
 mkdir -p "$scratch"
 out=$(mktemp -d "$(realpath "$scratch")/ckbench.XXXXXX")
@@ -161,8 +166,8 @@ resume_s() { sed -n 's/.* of state read by rank 0 in \([0-9.]*\) s).*/\1/p' "$ou
 done_s() { sed -n 's/^done: [0-9]* steps in \([0-9.]*\)s.*/\1/p' "$out/$1.log"; }
 gbs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.3f", b / s / 1e9 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", 100 * a / b }'; }
-ck_field() {  # ck_field RUN: "bytes seconds held_s overlapped" of each checkpoint line
-  sed -n 's/.*"split": "checkpoint".*"bytes": \([0-9]*\).*"seconds": \([0-9.e+-]*\).*"held_s": \([0-9.e+-]*\).*"overlapped": \([a-z]*\).*/\1 \2 \3 \4/p' \
+ck_field() {  # ck_field RUN: "bytes seconds held_s overlapped copy_s commit_s" of each checkpoint line
+  sed -n 's/.*"split": "checkpoint".*"bytes": \([0-9]*\).*"seconds": \([0-9.e+-]*\).*"held_s": \([0-9.e+-]*\).*"copy_s": \([0-9.e+-]*\).*"commit_s": \([0-9.e+-]*\).*"overlapped": \([a-z]*\).*/\1 \2 \3 \6 \4 \5/p' \
     "$out/$1/metrics.jsonl"
 }
 
@@ -177,26 +182,7 @@ for world in 1 2; do
   ck_range=$(ck_field "$ck" | awk '{ print $2 }' | range)
   zb=$(ck_field "$ck" | awk '{ print $2 }' | sort -g | head -n 1)
   last="$out/$ck/step_$steps"
-
-  # Cost to training: every EVERY steps, within the step and in the
-  # background.
-  t0=$(median "$base" step_time_s)
-  ours "inline.w$world" "inline.w$world" "$world" "$every" "$steps" \
-    --set train.checkpoint_in_background=false
-  ours "bg.w$world" "bg.w$world" "$world" "$every" "$steps"
-  n_in=$(ck_field "inline.w$world" | wc -l)
-  inline=$(awk -v a="$(done_s "inline.w$world")" -v b="$(done_s "$base")" -v n="$n_in" \
-    'BEGIN { printf "%.3f", (a - b) / n }')
-  n_ov=$(ck_field "bg.w$world" | awk '$4 == "true"' | wc -l)
-  [ "$n_ov" -gt 0 ] || { echo "no checkpoint overlapped training:"; cat "$out/bg.w$world/metrics.jsonl"; exit 1; }
-  last_s=$(ck_field "bg.w$world" | tail -n 1 | awk '{ print $2 }')
-  bg=$(awk -v a="$(done_s "bg.w$world")" -v b="$(done_s "$base")" -v l="$last_s" -v n="$n_ov" \
-    'BEGIN { printf "%.3f", (a - b - l) / n }')
-  held=$(ck_field "bg.w$world" | awk '$4 == "true" { print $3 }' | med)
-  per100() { awk -v c="$1" -v b="$t0" 'BEGIN { printf "+%.1f%%", c / b }'; }
-  rows_c+=("$(printf "%5s %10.3f %11s %11s %12s %11s %9.3f" "$world" "$t0" "$inline" "$(per100 "$inline")" \
-    "$bg" "$(per100 "$bg")" "$held")")
-  rm -rf "${out:?}/inline.w$world" "${out:?}/bg.w$world"
+  t0=$(median "$base" step_time_s)  # the plain writer's pause between files
 
   # Reads: ztrain resuming the last checkpoint (one more step), then the
   # plain reader on the same files.
@@ -243,6 +229,32 @@ for world in 1 2; do
     "$(pct "$pb" "$zb")")")
 done
 
+# Cost to training: WORLD:THREADS per rank.
+cost_steps=$((3 * every + 1))
+for config in 1:2 1:1 2:1; do
+  world=${config%:*} threads=${config#*:} tag=w${config/:/t}
+  ours "base.$tag" "base.$tag" "$world" 0 "$cost_steps" --set device.threads="$threads"
+  ours "inline.$tag" "inline.$tag" "$world" "$every" "$cost_steps" --set device.threads="$threads" \
+    --set train.checkpoint_in_background=false
+  ours "bg.$tag" "bg.$tag" "$world" "$every" "$cost_steps" --set device.threads="$threads"
+  t0=$(median "base.$tag" step_time_s)
+  n_in=$(ck_field "inline.$tag" | wc -l)
+  inline=$(awk -v a="$(done_s "inline.$tag")" -v b="$(done_s "base.$tag")" -v n="$n_in" \
+    'BEGIN { printf "%.3f", (a - b) / n }')
+  n_ov=$(ck_field "bg.$tag" | awk '$4 == "true"' | wc -l)
+  [ "$n_ov" -gt 0 ] || { echo "no checkpoint overlapped training:"; cat "$out/bg.$tag/metrics.jsonl"; exit 1; }
+  last_s=$(ck_field "bg.$tag" | tail -n 1 | awk '{ print $2 }')
+  bg=$(awk -v a="$(done_s "bg.$tag")" -v b="$(done_s "base.$tag")" -v l="$last_s" -v n="$n_ov" \
+    'BEGIN { printf "%.3f", (a - b - l) / n }')
+  held=$(ck_field "bg.$tag" | awk '$4 == "true" { print $3 }' | med)
+  copy=$(ck_field "bg.$tag" | awk '$4 == "true" { print $5 }' | range)
+  commit=$(ck_field "bg.$tag" | awk '$4 == "true" { print $6 }' | med)
+  per100() { awk -v c="$1" -v b="$t0" 'BEGIN { printf "+%.1f%%", c / b }'; }
+  rows_c+=("$(printf "%5s %7s %10.3f %11s %11s %12s %11s %9.3f %11s %9.3f %3s" "$world" "$threads" "$t0" \
+    "$inline" "$(per100 "$inline")" "$bg" "$(per100 "$bg")" "$held" "$copy" "$commit" "$n_ov")")
+  rm -rf "${out:?}/base.$tag" "${out:?}/inline.$tag" "${out:?}/bg.$tag"
+done
+
 printf "gpt2-124m, fp32, 1 x 64 tokens per rank and step, %s steps with a checkpoint after each\n" "$steps"
 printf "scratch %s on %s (%s); GB = 1e9 bytes\n" "$out" "$(df --output=source "$out" | tail -n 1)" "$fstype"
 echo
@@ -259,9 +271,11 @@ printf "%5s %5s %13s %9s %11s %8s %10s %6s\n" world cache "rank 0 bytes" "ztrain
   "plain s" "plain GB/s" ratio
 printf "%s\n" "${rows_r[@]}"
 echo
-echo "cost: seconds a checkpoint adds to a run of $steps steps (one every $every), written within the step"
-echo "and in the background ('done' time differences per checkpoint; 1 per 100: as a share of 100 steps);"
-echo "held: the training thread's seconds in an overlapped checkpoint (median); step: median step time"
-printf "%5s %10s %11s %11s %12s %11s %9s\n" world "step (s)" "inline s" "1 per 100" "background s" \
-  "1 per 100" "held s"
+echo "cost: seconds a checkpoint adds to a run of $cost_steps steps (one every $every), written within the"
+echo "step and in the background ('done' time differences per checkpoint; 1 per 100: as a share of 100"
+echo "steps); held: the training thread's seconds in an overlapped checkpoint (median of n), made of the"
+echo "host copy (range: the first pays for fresh pages) and the commit (waiting for the write when it has"
+echo "not ended, median); step: median step time without checkpoints"
+printf "%5s %7s %10s %11s %11s %12s %11s %9s %11s %9s %3s\n" world threads "step (s)" "inline s" "1 per 100" \
+  "background s" "1 per 100" "held s" "copy s" "commit s" n
 printf "%s\n" "${rows_c[@]}"

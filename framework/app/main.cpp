@@ -11,6 +11,7 @@
 #include "core/plugin_loader.h"
 #include "train/checkpoint_tools.h"
 #include "train/compare.h"
+#include "train/deepspeed_import.h"
 #include "train/estimate_table.h"
 #include "train/launcher.h"
 #include "train/trainer.h"
@@ -57,6 +58,10 @@ constexpr const char* kUsage =
     "                                           names (OUT: a .safetensors file, or a directory\n"
     "                                           that gets model.safetensors and config.json)\n"
     "       ztrain checkpoint info CHECKPOINT   what a checkpoint holds; verifies every checksum\n"
+    "       ztrain --deepspeed DS.json [options] CONFIG\n"
+    "                                           train with a DeepSpeed config's ZeRO, offload,\n"
+    "                                           batch, precision and optimizer keys\n"
+    "       ztrain convert-deepspeed DS.json CONFIG  the equivalent TOML\n"
     "       ztrain compare --strategies A,B,... [--nproc N] [--steps K] [--out DIR] [options] "
     "CONFIG\n"
     "                                           each strategy as its own job on the same run; one\n"
@@ -114,7 +119,7 @@ int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
 int main(int argc, char** argv) {
   std::vector<std::string> overrides, plugin_paths, positional;
   std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
-                               compare_out;
+                               compare_out, deepspeed;
   std::int64_t steps = 0;
   std::string device_memory;
   int gpus_per_node = 1;
@@ -150,6 +155,8 @@ int main(int argc, char** argv) {
       "env", po::value(&env_vars)->composing(),
       "environment variable that travels to every rank (repeatable; also .ztrain_env)")(
       "dry-run", po::bool_switch(&dry_run), "with --nproc/--hostfile: print the launch command")(
+      "deepspeed", po::value(&deepspeed),
+      "a DeepSpeed config (ds_config.json) for the strategy and training keys; --set wins")(
       "strategies", po::value(&strategies), "compare: the strategies, comma-separated")(
       "steps", po::value(&steps), "compare: steps per job (default: the run's train.steps)")(
       "out", po::value(&compare_out), "compare: where the jobs and reports go (runs/compare)");
@@ -191,14 +198,31 @@ int main(int argc, char** argv) {
       args.plugin_paths = plugin_paths;
       args.verbose = verbose;
       args.overwrite = overwrite;
+      args.deepspeed = deepspeed;
       return args;
     };
+    if (!positional.empty() && positional[0] == "convert-deepspeed") {
+      if (positional.size() != 3)
+        throw ztrain::ConfigError(
+            "usage: ztrain convert-deepspeed DS.json RUN.toml (the run \"auto\" takes its values "
+            "from)");
+      ztrain::TrainArgs args = run_args(positional[2]);
+      args.deepspeed.clear();
+      const ztrain::RunConfig run = ztrain::load_run_config(args);
+      std::cout << ztrain::imported_toml(ztrain::import_deepspeed(positional[1], run),
+                                         positional[1]);
+      return 0;
+    }
     if (!positional.empty() && positional[0] == "estimate") {
       if (positional.size() != 2)
         throw ztrain::ConfigError("usage: ztrain estimate [--world N] [options] CONFIG");
       if (world < 1)
         throw ztrain::ConfigError("--world " + std::to_string(world) + ": give 1 or more ranks");
       if (all_strategies) {
+        if (!deepspeed.empty())
+          throw ztrain::ConfigError(
+              "estimate --all tries every strategy preset; drop --deepspeed (plain `ztrain "
+              "estimate --deepspeed` sizes that config)");
         if (!strategy.empty())
           throw ztrain::ConfigError("estimate --all tries every strategy preset; drop --strategy");
         ztrain::SizingArgs sizing{run_args(positional[1]), world, gpus_per_node, std::nullopt};
@@ -225,8 +249,10 @@ int main(int argc, char** argv) {
       if (positional.size() != 2)
         throw ztrain::ConfigError(
             "usage: ztrain compare --strategies A,B,... [--nproc N] [--steps K] CONFIG");
-      if (!strategy.empty())
-        throw ztrain::ConfigError("compare takes --strategies A,B,..., not --strategy");
+      if (!strategy.empty() || !deepspeed.empty())
+        throw ztrain::ConfigError(
+            "compare takes --strategies A,B,..., not --strategy or --deepspeed (a strategy preset "
+            "file, a [strategy] table alone, may be one of them)");
       ztrain::CompareArgs c;
       for (std::size_t at = 0; at <= strategies.size();) {
         const std::size_t comma = std::min(strategies.find(',', at), strategies.size());
@@ -309,6 +335,7 @@ int main(int argc, char** argv) {
       for (const auto& p : plugin_paths) child.insert(child.end(), {"--plugin-path", p});
       if (verbose) child.push_back("--verbose");
       if (overwrite) child.push_back("--overwrite");
+      if (!deepspeed.empty()) child.insert(child.end(), {"--deepspeed", deepspeed});
       child.push_back(positional[0]);
       const auto command = ztrain::mpirun_command(plan, child);
       if (dry_run) {

@@ -27,16 +27,23 @@ grep -E "^zero3 " "$scratch/7b.out" | grep -q " fits (" || fail "zero3 does not 
 # Every byte column is "VALUE UNIT": params $2, grads $4, optimizer $6,
 # buffers $8, act $10, act ckpt $12, device $14, dev ckpt $16, host per
 # node $18, NVMe per node $20.
-host_of() { grep -E "^$1 " "$scratch/7b.out" | awk '{ print $18, $19 }'; }
-nvme_of() { grep -E "^$1 " "$scratch/7b.out" | awk '{ print $20, $21 }'; }
 bytes_of() {  # bytes_of VALUE UNIT
   awk -v v="$1" -v u="$2" 'BEGIN { m["B"] = 1; m["KiB"] = 2^10; m["MiB"] = 2^20; m["GiB"] = 2^30;
     m["TiB"] = 2^40; printf "%.0f", v * m[u] }'
 }
+host_of() { grep -E "^$1 " "$scratch/7b.out" | awk '{ print $18, $19 }'; }
+nvme_of() { grep -E "^$1 " "$scratch/7b.out" | awk '{ print $20, $21 }'; }
 [ "$(host_of ddp)" = "0 B" ] || fail "ddp puts '$(host_of ddp)' on the host"
 [ "$(host_of zero3_offload)" != "0 B" ] || fail "zero3_offload puts nothing on the host"
 [ "$(nvme_of zero3_nvme)" != "0 B" ] || fail "zero3_nvme puts nothing on NVMe"
 [ "$(nvme_of zero3_offload)" = "0 B" ] || fail "zero3_offload puts '$(nvme_of zero3_offload)' on NVMe"
+# Per node: 8 ranks' host bytes, from the per-rank estimate of the same run.
+"$ZTRAIN" estimate --strategy zero3_offload --model llama-7b --world 8 "$SRC/configs/run.toml" \
+  > "$scratch/one7b.out" 2>&1 || { cat "$scratch/one7b.out" >&2; fail "estimate --strategy zero3_offload failed"; }
+per_rank=$(awk '$1 == "host" && $2 == "total" { print $3 }' "$scratch/one7b.out")
+per_node=$(bytes_of $(host_of zero3_offload))
+awk -v r="$per_rank" -v n="$per_node" 'BEGIN { d = n / (8 * r); exit !(d > 0.999 && d < 1.001) }' ||
+  fail "zero3_offload's host bytes per node ($per_node) are not 8 x its $per_rank per rank"
 
 small=(--model gpt2-tiny --world 2)
 "$ZTRAIN" estimate --all "${small[@]}" "$SRC/configs/run.toml" > "$scratch/tiny.out" 2>&1 ||

@@ -195,6 +195,33 @@ void RunConfig::select_strategy(const std::string& strategy,
   origin_["strategy"] = origin_["strategy.plugin"] = "--strategy " + strategy;
 }
 
+namespace {
+
+// `from`'s keys into `into`, tables merged key by key.
+void merge_table(toml::table& into, const toml::table& from) {
+  for (const auto& [key, node] : from) {
+    auto* sub = into.get_as<toml::table>(key);
+    if (sub && node.is_table())
+      merge_table(*sub, *node.as_table());
+    else
+      into.insert_or_assign(key, node);
+  }
+}
+
+}  // namespace
+
+void RunConfig::set_imported(const std::string& section, const toml::table& values, bool replace,
+                             const std::map<std::string, std::string>& origins) {
+  if (replace || !root_[section].is_table()) {
+    forget_origins(section);
+    root_.insert_or_assign(section, values);
+  } else {
+    merge_table(*root_[section].as_table(), values);
+  }
+  for (const auto& [key, origin] : origins)
+    if (key.rfind(section + ".", 0) == 0) origin_[key] = origin;
+}
+
 void RunConfig::override_with(const std::string& assignment) {
   const std::string label = "--set " + assignment;
   const auto eq = assignment.find('=');

@@ -43,6 +43,15 @@ class RunConfig {
   void select_strategy(const std::string& strategy,
                        const std::vector<std::filesystem::path>& preset_dirs);
 
+  // Values from another format (a DeepSpeed config): `values` replaces
+  // [section] (replace) or is merged into it, key by key; `origins` names
+  // where each came from ("train.lr" -> "ds.json: optimizer.params.lr").
+  void set_imported(const std::string& section, const toml::table& values, bool replace,
+                    const std::map<std::string, std::string>& origins);
+  // Lines the run prints after its header (what an import resolved).
+  void add_note(std::string note) { notes_.push_back(std::move(note)); }
+  const std::vector<std::string>& notes() const { return notes_; }
+
   // Fails on top-level keys that are not one of `sections`.
   void check_sections(const std::vector<std::string>& sections) const;
   // Validates [section] (dotted for nested) against spec; keys in `skip` are
@@ -62,6 +71,7 @@ class RunConfig {
   toml::table root_;
   std::string name_;
   std::map<std::string, std::string> origin_;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace ztrain

@@ -118,7 +118,7 @@ CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header
       crash_(header_.position.step) {
   make_directory();
   save_state(strategy, device);
-  held_s_ = seconds_since(t0_);
+  copy_s_ = seconds_since(t0_);
 }
 
 CheckpointWrite::~CheckpointWrite() {
@@ -193,7 +193,8 @@ CheckpointWritten CheckpointWrite::finish() {
   }
   stop_together<DataError>(
       why, "completing the checkpoint failed on another rank (its error is above)", comm_);
-  return {dir_, bytes, seconds_since(t0_), held_s_ + seconds_since(t_finish), background_};
+  const double commit_s = seconds_since(t_finish);
+  return {dir_, bytes, seconds_since(t0_), copy_s_ + commit_s, copy_s_, commit_s, background_};
 }
 
 }  // namespace ztrain

@@ -44,7 +44,9 @@ struct CheckpointWritten {
   std::filesystem::path dir;
   std::uint64_t bytes = 0;  // state bytes over all ranks
   double seconds = 0;       // from the snapshot to the commit
-  double held_s = 0;        // the training thread's part of it, on this rank
+  double held_s = 0;        // the training thread's part of it, on this rank:
+  double copy_s = 0;        //   taking the state (the host copy, or the whole write)
+  double commit_s = 0;      //   and finish(): waiting for the write, the commit
   bool background = false;  // this rank's file was written by the background thread
 };
 
@@ -83,7 +85,7 @@ class CheckpointWrite {
   Communicator& comm_;
   std::filesystem::path dir_, tmp_;
   std::chrono::steady_clock::time_point t0_;
-  double held_s_ = 0;
+  double copy_s_ = 0;
   bool committed_ = false, background_ = false;
   CrashPoints crash_;
   std::unique_ptr<RankStateFile> file_;

@@ -18,6 +18,7 @@
 #include "train/checkpoint_writer.h"
 #include "train/config_agreement.h"
 #include "train/data_loader.h"
+#include "train/deepspeed_import.h"
 #include "train/job_figures.h"
 #include "train/lr_schedule.h"
 #include "train/memory_check.h"
@@ -123,6 +124,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   run.comm = make_communicator(resolve_comm(config));
   check_ranks_agree(config, *run.comm);
   run.resolved = resolve_config(config, loader);
+  run.config_notes = config.notes();
   run.settings = resolve_settings(config, run.comm->size());
   const auto& dev = run.settings.device;
 
@@ -254,6 +256,8 @@ void finish_checkpoint(Run& run, CheckpointWrite& c, std::int64_t step, bool ove
                        .add("bytes", static_cast<std::int64_t>(w.bytes))
                        .add("seconds", w.seconds)
                        .add("held_s", w.held_s)
+                       .add("copy_s", w.copy_s)
+                       .add("commit_s", w.commit_s)
                        .add("overlapped", overlapped));
   if (run.comm->rank() != 0) return;
   char line[160];
@@ -307,7 +311,9 @@ TrainingPosition continue_at(const Run& run, LossScaler& scaler, DataLoader& dat
     metrics->write(JsonLine()
                        .add("step", at.step)
                        .add("split", "resume")
-                       .add("from", run.resumed->dir.string()));
+                       .add("from", run.resumed->dir.string())
+                       .add("bytes_read", static_cast<std::int64_t>(run.resumed->bytes_read))
+                       .add("seconds", run.resumed->seconds));
   return at;
 }
 
@@ -395,6 +401,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const LrSchedule schedule{tr.lr, tr.min_lr, tr.warmup_steps, tr.steps, tr.schedule};
 
   progress.line(run_header(header_of(run, info, dinfo)));
+  for (const auto& note : run.config_notes) progress.line(note);
   LossScaler scaler(tr.scaler);
   // Where the loop stands.
   TrainingPosition at =
@@ -576,8 +583,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
 
 TrainResult train_run(const TrainArgs& args) {
   const auto t_start = Clock::now();
-  const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
-                                           config_roots(args.config));
+  const RunConfig config = load_run_config(args);
   const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
   Run run = assemble(config, loader);
   try {
@@ -596,8 +602,7 @@ TrainResult train_run(const TrainArgs& args) {
 }
 
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
-  const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
-                                           config_roots(args.config));
+  const RunConfig config = load_run_config(args);
   config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
   const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
   const RunSettings settings = resolve_settings(config, world);
@@ -662,6 +667,22 @@ void estimate(const TrainArgs& args, int world, std::ostream& os) {
 
 ReportedError::~ReportedError() = default;
 
+RunConfig load_run_config(const TrainArgs& args) {
+  RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
+                                     config_roots(args.config));
+  if (args.deepspeed.empty()) return config;
+  if (!args.strategy.empty())
+    throw ConfigError("--deepspeed " + args.deepspeed.string() +
+                      " gives the strategy; drop --strategy " + args.strategy);
+  const ImportedConfig imported = import_deepspeed(args.deepspeed, config);
+  config.set_imported("strategy", imported.strategy, true, imported.origins);
+  config.set_imported("train", imported.train, false, imported.origins);
+  for (const auto& o : args.overrides) config.override_with(o);
+  for (const auto& n : imported.notes) config.add_note(n);
+  for (const auto& w : imported.warnings) config.add_note("warning: " + w);
+  return config;
+}
+
 Run assemble(const RunConfig& config, const PluginLoader& loader) {
   try {
     return assemble_run(config, loader);
@@ -671,8 +692,7 @@ Run assemble(const RunConfig& config, const PluginLoader& loader) {
 }
 
 std::string resolved_config_of(const TrainArgs& args) {
-  const RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
-                                           config_roots(args.config));
+  const RunConfig config = load_run_config(args);
   return resolve_config(
              config, PluginLoader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose)))
       .toml;

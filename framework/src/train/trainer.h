@@ -37,6 +37,7 @@ struct TrainArgs {
   std::vector<std::string> plugin_paths;
   bool verbose = false;
   bool overwrite = false;  // --overwrite: replace an earlier run in out_dir, an existing export
+  std::filesystem::path deepspeed;  // --deepspeed ds.json; empty: none
 };
 
 struct TrainResult {
@@ -50,6 +51,11 @@ struct TrainResult {
 // run file's directory, the installed share/ztrain/configs, the source tree.
 std::vector<std::filesystem::path> config_roots(const std::filesystem::path& run_file);
 
+// The run file with its presets, the DeepSpeed config when one is given
+// (deepspeed_import.h: its [strategy] and [train] keys, notes for what
+// "auto" became), and the --set overrides, which win over both.
+RunConfig load_run_config(const TrainArgs& args);
+
 // Everything a run is made of, built and validated from a RunConfig.
 struct Run {
   RunSettings settings;
@@ -61,8 +67,9 @@ struct Run {
   std::shared_ptr<Strategy> strategy;
   std::string model_plugin, data_plugin, strategy_plugin;
   std::uint64_t data_seed = 0;
-  std::filesystem::path init_from;  // empty: initialised from the seed
-  ResolvedConfig resolved;          // every key, defaults included
+  std::filesystem::path init_from;        // empty: initialised from the seed
+  ResolvedConfig resolved;                // every key, defaults included
+  std::vector<std::string> config_notes;  // RunConfig::notes(), printed after the header
 
   std::optional<Resumed> resumed;  // continuing a checkpoint
 };
