@@ -20,7 +20,8 @@
 #   changed training key; an allowed change is printed. A disk that fills
 #   during a checkpoint stops the run naming it, leaving no partial files.
 # - Stopping: SIGTERM to both ranks of a 2-rank run writes a checkpoint and
-#   exits 0, and resuming it logs the uninterrupted run's losses; a second
+#   exits 0, and resuming it (`resume = true`, out_dir's latest) logs the
+#   uninterrupted run's losses; a second
 #   SIGINT ends a run at once without touching `latest`.
 # - Export: a checkpoint's weights are the live model's (byte for byte in
 #   fp32, and in bf16 for a bf16 run), and a run started from them
@@ -251,7 +252,7 @@ on_ranks 2 "$ZTRAIN" "${base[@]}" "${slow[@]}" --set train.steps="$more" \
   --set train.out_dir="$scratch/sigterm_ref" "$SRC/configs/run.toml" > "$scratch/ref.out" 2>&1 ||
   fail "the reference run failed"
 on_ranks 2 "$ZTRAIN" "${base[@]}" "${slow[@]}" --set train.steps="$more" \
-  --set train.out_dir="$out" --resume "$SRC/configs/run.toml" > "$scratch/sigterm_resumed.out" 2>&1 ||
+  --set train.out_dir="$out" --set train.resume=true "$SRC/configs/run.toml" > "$scratch/sigterm_resumed.out" 2>&1 ||
   { cat "$scratch/sigterm_resumed.out" >&2; fail "resuming after SIGTERM failed"; }
 curve sigterm_ref "$more"
 train_curve "$out/metrics.jsonl" | awk -v s="$stop" '$1 > s' | tail -n 4 > "$scratch/sigterm_tail.curve"

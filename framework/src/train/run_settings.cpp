@@ -56,8 +56,8 @@ OptionList train_options() {
          "within the step");
   o.integer("keep_last", 2, "checkpoints kept in out_dir, the newest; 0 keeps all").at_least(0);
   o.optional_string("resume",
-                    "continue from a checkpoint: \"latest\" (out_dir's), a step_<N> directory, "
-                    "or a run directory (its latest); --resume sets it");
+                    "continue from a checkpoint: \"latest\" (out_dir's; also `resume = true`), a "
+                    "step_<N> directory, or a run directory (its latest); --resume sets it");
   o.flag("save_final", true, "write the final weights into out_dir");
   o.optional_string("export_to",
                     "also write the final weights here (.safetensors file or directory)");

@@ -667,9 +667,24 @@ void estimate(const TrainArgs& args, int world, std::ostream& os) {
 
 ReportedError::~ReportedError() = default;
 
+namespace {
+
+// `resume = true` is "latest" (and false: no resume), shorthand for the
+// string option; the value keeps its origin.
+void resume_shorthand(RunConfig& config) {
+  const toml::node* v = config.table().at_path("train.resume").node();
+  if (!v || !v->is_boolean()) return;
+  toml::table value;
+  value.insert("resume", v->as_boolean()->get() ? "latest" : "");  // "": no resume
+  config.set_imported("train", value, false, {{"train.resume", config.where("train.resume")}});
+}
+
+}  // namespace
+
 RunConfig load_run_config(const TrainArgs& args) {
   RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
                                      config_roots(args.config));
+  resume_shorthand(config);
   if (args.deepspeed.empty()) return config;
   if (!args.strategy.empty())
     throw ConfigError("--deepspeed " + args.deepspeed.string() +
@@ -678,6 +693,7 @@ RunConfig load_run_config(const TrainArgs& args) {
   config.set_imported("strategy", imported.strategy, true, imported.origins);
   config.set_imported("train", imported.train, false, imported.origins);
   for (const auto& o : args.overrides) config.override_with(o);
+  resume_shorthand(config);
   for (const auto& n : imported.notes) config.add_note(n);
   for (const auto& w : imported.warnings) config.add_note("warning: " + w);
   return config;
