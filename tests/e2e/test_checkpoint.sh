@@ -18,7 +18,10 @@
 # - Damage named: a flipped byte (file and byte range), a missing rank
 #   file, a truncated one, a manifest missing a piece, another model, a
 #   changed training key; an allowed change is printed. A disk that fills
-#   during a checkpoint stops the run naming it, leaving no partial files.
+#   or fails (ENOSPC, EIO at world 2) during a checkpoint stops the run
+#   naming it, leaving no partial files. Rank 1 of 2 killed while its
+#   checkpoint is written in the background ends the job naming rank 1,
+#   with the last checkpoint whole.
 # - Stopping: SIGTERM to both ranks of a 2-rank run writes a checkpoint and
 #   exits 0, and resuming it (`resume = true`, out_dir's latest) logs the
 #   uninterrupted run's losses; a second
@@ -225,6 +228,31 @@ grep -q "checkpoint of step 5: cannot write '.*rank_0.bin': No space left on dev
   "$scratch/full_disk.out" || { cat "$scratch/full_disk.out" >&2; fail "a full disk is not named"; }
 [ -z "$(ls -d "$scratch/full_disk"/step_* 2> /dev/null)" ] || fail "a full disk left $(ls -d "$scratch/full_disk"/step_*)"
 echo "a full disk during a checkpoint: exit 1, named, no partial checkpoint left"
+
+echo "== a disk that fails (EIO) during a checkpoint of a 2-rank run"
+status=0
+# (n_embd 256: every rank's file passes the first MiB the injection spares)
+ZTRAIN_TEST_INJECT_WRITE_ERROR=EIO on_ranks 2 "$ZTRAIN" "${base[@]}" --set model.n_embd=256 \
+  --set train.checkpoint_every=5 --set train.out_dir="$scratch/eio" "$SRC/configs/run.toml" > "$scratch/eio.out" 2>&1 || status=$?
+[ "$status" -ne 0 ] || fail "EIO: exit 0"
+grep -q "checkpoint of step 5: cannot write '.*rank_[01].bin': Input/output error" "$scratch/eio.out" ||
+  { cat "$scratch/eio.out" >&2; fail "EIO is not named"; }
+[ -z "$(ls -d "$scratch/eio"/step_* 2> /dev/null)" ] || fail "EIO left $(ls -d "$scratch/eio"/step_*)"
+echo "EIO during a checkpoint: exit $status, named, no partial checkpoint left"
+
+echo "== rank 1 killed while its checkpoint is written in the background"
+status=0
+start=$(date +%s%N)
+ZTRAIN_TEST_KILL_IN_CHECKPOINT=10:3:1 on_ranks 2 "$ZTRAIN" "${base[@]}" "${crash[@]}" \
+  --set train.out_dir="$scratch/killed_rank" "$SRC/configs/run.toml" > "$scratch/killed_rank.out" 2>&1 ||
+  status=$?
+took=$((($(date +%s%N) - start) / 1000000))
+[ "$status" -ne 0 ] || fail "a killed rank: exit 0"
+grep -q "rank 1" "$scratch/killed_rank.out" || { cat "$scratch/killed_rank.out" >&2; fail "rank 1 is not named"; }
+[ "$(cat "$scratch/killed_rank/latest")" = step_5 ] || fail "latest is not step_5 after the kill"
+"$ZTRAIN" checkpoint info "$scratch/killed_rank" > "$scratch/info.out" 2>&1 &&
+  grep -q "checksums   all verified" "$scratch/info.out" || fail "step_5 does not verify after the kill"
+echo "rank 1 killed in the step-10 write: exit $status in $took ms (whole run), rank 1 named, step_5 intact"
 
 echo "== stopping: SIGTERM to a 2-rank run"
 slow=(--strategy zero2 --set train.schedule=constant --set train.warmup_steps=0

@@ -13,10 +13,11 @@
 // offset in the file when it is put, so the file's layout is the same
 // either way.
 //
-// Test hook: ZTRAIN_TEST_KILL_IN_CHECKPOINT=STEP:K kills the process
-// (SIGKILL) at the K-th point of the checkpoint of step STEP (a point: the
-// directory made, each piece written, the file synced, its piece list, the
-// manifest, the rename, `latest`, the pruning).
+// Test hook: ZTRAIN_TEST_KILL_IN_CHECKPOINT=STEP:K[:RANK] kills the
+// process (SIGKILL) at the K-th point of the checkpoint of step STEP (a
+// point: the directory made, each piece written, the file synced, its
+// piece list, the manifest, the rename, `latest`, the pruning), on every
+// rank or on RANK only.
 //
 // Errors: DataError naming the file and the system's reason.
 // Thread safety: put() on the training thread; write() on one thread
@@ -37,7 +38,7 @@ namespace ztrain {
 
 class CrashPoints {
  public:
-  explicit CrashPoints(std::int64_t step);
+  CrashPoints(std::int64_t step, int rank);
   void pass();
 
  private:

@@ -115,7 +115,7 @@ CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header
       dir_(target.out_dir / checkpoint_name(header_.position.step)),
       tmp_(dir_.string() + ".tmp"),
       t0_(std::chrono::steady_clock::now()),
-      crash_(header_.position.step) {
+      crash_(header_.position.step, comm.rank()) {
   make_directory();
   save_state(strategy, device);
   copy_s_ = seconds_since(t0_);
