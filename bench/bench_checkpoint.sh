@@ -16,9 +16,10 @@
 #    resumed from the last checkpoint, against a plain sequential read of
 #    the same checkpoint files into buffers of their size (one reader per
 #    rank, rank 0's time; median of ROUNDS), goal >= 70 %;
-#  - the cost of a checkpoint to training: runs of 3 EVERY + 1 steps with a
-#    checkpoint every EVERY steps (often enough to measure, rarely enough
-#    that a background write ends before the next checkpoint), written
+#  - the cost of a checkpoint to training: runs of 3.5 EVERY steps with a
+#    checkpoint every EVERY steps and at the end (often enough to measure,
+#    rarely enough that a background write ends before the next
+#    checkpoint, the last one included), written
 #    within the step and written in the background (the default), against
 #    a run without checkpoints: the difference of the "done: ... in" times
 #    per checkpoint (the last checkpoint of a run has no training to
@@ -48,14 +49,14 @@
 # (standard library only).
 #
 #   bench/bench_checkpoint.sh [BUILD_DIR] [SCRATCH_DIR] [STEPS] [ROUNDS] [EVERY]
-# (defaults 8 steps, 3 rounds, a checkpoint every 10 steps)
+# (defaults 8 steps, 3 rounds, a checkpoint every 20 steps)
 set -euo pipefail
 build=${1:-build}
 src=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${2:-$(dirname "$src")/ckbench}
 steps=${3:-8}
 rounds=${4:-3}
-every=${5:-10}
+every=${5:-20}
 [ "$steps" -ge 3 ] || { echo "STEPS must be 3 or more: step times are medians of steps 3.."; exit 1; }
 [ "$every" -ge 2 ] || { echo "EVERY must be 2 or more"; exit 1; }
 ztrain=$(realpath "$build/bin/ztrain")
@@ -230,7 +231,7 @@ for world in 1 2; do
 done
 
 # Cost to training: WORLD:THREADS per rank.
-cost_steps=$((3 * every + 1))
+cost_steps=$((3 * every + every / 2))
 for config in 1:2 1:1 2:1; do
   world=${config%:*} threads=${config#*:} tag=w${config/:/t}
   ours "base.$tag" "base.$tag" "$world" 0 "$cost_steps" --set device.threads="$threads"

@@ -37,12 +37,28 @@ std::string piece_list_name(int r) {
   return "rank_" + std::to_string(r) + ".pieces.json";
 }
 
-RankStateFile::RankStateFile(const std::filesystem::path& dir, int rank, Device& device,
+Buffer SnapshotBuffers::take(std::size_t bytes) {
+  const auto it = kept_.find(bytes);
+  if (it == kept_.end())
+    return device_.allocate(Tier::host, Category::checkpoint, bytes, Fill::undefined);
+  Buffer b = std::move(it->second);
+  kept_.erase(it);
+  kept_bytes_ -= bytes;
+  return b;
+}
+
+void SnapshotBuffers::keep(Buffer b) {
+  if (!b) return;
+  kept_bytes_ += b.bytes();
+  kept_.emplace(b.bytes(), std::move(b));
+}
+
+RankStateFile::RankStateFile(const std::filesystem::path& dir, int rank, SnapshotBuffers& buffers,
                              std::uint64_t snapshot_allowance, CrashPoints& crash)
     : list_path_(dir / piece_list_name(rank)),
       out_(dir / rank_file_name(rank)),
       rank_(rank),
-      device_(device),
+      buffers_(buffers),
       allowance_(snapshot_allowance),
       crash_(crash) {}
 
@@ -54,7 +70,7 @@ void RankStateFile::put(ParamId p, std::uint64_t first, std::uint64_t count, Sta
   const std::size_t piece = pieces_.size() - 1;
   if (!spilled_ && held_bytes_ + bytes <= allowance_) {
     try {
-      Buffer copy = device_.allocate(Tier::host, Category::checkpoint, bytes, Fill::undefined);
+      Buffer copy = buffers_.take(bytes);
       if (bytes) std::memcpy(copy.data(), values, bytes);
       held_bytes_ += bytes;
       held_.push_back({piece, std::move(copy)});
@@ -72,8 +88,7 @@ void RankStateFile::spill() {
   if (spilled_) return;
   spilled_ = true;
   for (Held& h : held_) write_piece(h.piece, h.copy.as<const float>());
-  held_.clear();
-  held_bytes_ = 0;
+  release();
 }
 
 void RankStateFile::write_piece(std::size_t piece, const float* values) {
@@ -82,6 +97,12 @@ void RankStateFile::write_piece(std::size_t piece, const float* values) {
     s.crcs.push_back(crc32c(values + b, std::min(kBlockElements, s.count - b) * sizeof(float)));
   out_.write(values, s.count * sizeof(float));
   crash_.pass();
+}
+
+void RankStateFile::release() {
+  for (Held& h : held_) buffers_.keep(std::move(h.copy));
+  held_.clear();
+  held_bytes_ = 0;
 }
 
 void RankStateFile::write() {

@@ -106,8 +106,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header,
-                                 std::vector<ParamSpec> params, Strategy& strategy, Device& device,
-                                 Communicator& comm)
+                                 std::vector<ParamSpec> params, Strategy& strategy,
+                                 SnapshotBuffers& buffers, Communicator& comm)
     : target_(target),
       header_(std::move(header)),
       params_(std::move(params)),
@@ -117,7 +117,7 @@ CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header
       t0_(std::chrono::steady_clock::now()),
       crash_(header_.position.step, comm.rank()) {
   make_directory();
-  save_state(strategy, device);
+  save_state(strategy, buffers);
   copy_s_ = seconds_since(t0_);
 }
 
@@ -144,11 +144,11 @@ void CheckpointWrite::make_directory() {
 
 // The state into this rank's file: copied, then written by the background
 // thread; or written here when it could not all be copied.
-void CheckpointWrite::save_state(Strategy& strategy, Device& device) {
+void CheckpointWrite::save_state(Strategy& strategy, SnapshotBuffers& buffers) {
   const std::string what = "checkpoint of step " + std::to_string(header_.position.step) + ": ";
   std::string why;
   try {
-    file_ = std::make_unique<RankStateFile>(tmp_, comm_.rank(), device, target_.snapshot_allowance,
+    file_ = std::make_unique<RankStateFile>(tmp_, comm_.rank(), buffers, target_.snapshot_allowance,
                                             crash_);
     strategy.save_state(*file_);
     background_ = file_->snapshot_whole() && target_.snapshot_allowance > 0;

@@ -63,7 +63,7 @@ class CheckpointWrite {
   // `header`: the manifest without files and params (filled in finish()
   // from the ranks' pieces and `params`).
   CheckpointWrite(const CheckpointTarget& target, Manifest header, std::vector<ParamSpec> params,
-                  Strategy& strategy, Device& device, Communicator& comm);
+                  Strategy& strategy, SnapshotBuffers& buffers, Communicator& comm);
   // Waits for the background write; an uncommitted checkpoint's directory
   // is removed.
   ~CheckpointWrite();
@@ -77,7 +77,7 @@ class CheckpointWrite {
 
  private:
   void make_directory();
-  void save_state(Strategy& strategy, Device& device);
+  void save_state(Strategy& strategy, SnapshotBuffers& buffers);
 
   CheckpointTarget target_;
   Manifest header_;

@@ -229,16 +229,19 @@ Manifest checkpoint_header(const Run& run, const TrainingPosition& position) {
 }
 
 // Starts the checkpoint of `position` in `into`: the state copied (or
-// written), the rest left to the background.
-void begin_checkpoint(Run& run, const TrainingPosition& position,
+// written), the rest left to the background. The copy may take half the
+// memory the host has left, shared by its ranks, beside the copies kept
+// from the last checkpoint.
+void begin_checkpoint(Run& run, const TrainingPosition& position, SnapshotBuffers& buffers,
                       std::optional<CheckpointWrite>& into) {
   const auto& tr = run.settings.train;
   const std::uint64_t allowance =
       tr.checkpoint_in_background
-          ? available_memory() / (2 * static_cast<std::uint64_t>(local_rank_count()))
+          ? available_memory() / (2 * static_cast<std::uint64_t>(local_rank_count())) +
+                buffers.kept_bytes()
           : 0;
   into.emplace(CheckpointTarget{tr.out_dir, tr.keep_last, allowance},
-               checkpoint_header(run, position), run.model->params(), *run.strategy, *run.device,
+               checkpoint_header(run, position), run.model->params(), *run.strategy, buffers,
                *run.comm);
 }
 
@@ -453,6 +456,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const std::int64_t first_step = at.step;
   // The checkpoint being written in the background, and its step; it is
   // committed at the first step after every rank's write is done.
+  SnapshotBuffers snapshot_buffers(*run.device);  // outlives `pending`
   std::optional<CheckpointWrite> pending;
   std::int64_t pending_step = 0;
   auto commit_pending = [&](bool overlapped) {
@@ -533,7 +537,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     if (stopped ||
         (tr.checkpoint_every > 0 && (done % tr.checkpoint_every == 0 || done == tr.steps))) {
       commit_pending(true);  // one checkpoint in flight at a time
-      begin_checkpoint(run, at, pending);
+      begin_checkpoint(run, at, snapshot_buffers, pending);
       pending_step = done;
       // The last one has no training to overlap.
       if (stopped || done == tr.steps) commit_pending(false);
