@@ -19,14 +19,11 @@
 #  - the cost of a checkpoint to training: runs of 3.5 EVERY steps with a
 #    checkpoint every EVERY steps and at the end (often enough to measure,
 #    rarely enough that a background write ends before the next
-#    checkpoint, the last one included), written
-#    within the step and written in the background (the default), against
-#    a run without checkpoints: the difference of the "done: ... in" times
-#    per checkpoint (the last checkpoint of a run has no training to
-#    overlap: for the background run its own seconds are taken out and the
-#    rest divided by the overlapped ones), and as the time a checkpoint
-#    every 100 steps adds; and the seconds the training thread was held by
-#    an overlapped one (the host copy, the commit), the median. At world 1
+#    checkpoint), written within the step and written in the background
+#    (the default), measured within each run (below, cost_of): the seconds
+#    the training thread was held plus the slowdown of the steps after the
+#    checkpoint against the run's steady steps, and as the time a
+#    checkpoint every 100 steps adds. At world 1
 #    with 2 threads and world 2 with 1 thread per rank every core computes,
 #    so a background write takes cores from training; world 1 with 1
 #    thread leaves a core free, as a GPU host's CPU mostly is.
@@ -164,7 +161,6 @@ plain() {
 # resume_s LOG: the seconds of the "resuming" line (its bytes are rank 0's
 # file, rounded)
 resume_s() { sed -n 's/.* of state read by rank 0 in \([0-9.]*\) s).*/\1/p' "$out/$1.log"; }
-done_s() { sed -n 's/^done: [0-9]* steps in \([0-9.]*\)s.*/\1/p' "$out/$1.log"; }
 gbs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.3f", b / s / 1e9 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", 100 * a / b }'; }
 ck_field() {  # ck_field RUN: "bytes seconds held_s overlapped copy_s commit_s" of each checkpoint line
@@ -230,30 +226,58 @@ for world in 1 2; do
     "$(pct "$pb" "$zb")")")
 done
 
-# Cost to training: WORLD:THREADS per rank.
+# Cost to training: WORLD:THREADS per rank. Within each run (runs differ
+# by more than a checkpoint costs on this VM): per checkpoint of step c
+# (the last one, which nothing follows, aside), the seconds the training
+# thread was held plus what steps c+1 .. c+EVERY/2 (while a background
+# write runs) took beyond the median of steps c+EVERY/2+1 .. c+EVERY (after
+# it); printed: the medians over the checkpoints.
+# cost_of RUN: "held excess cost steady_step n" (medians).
+cost_of() {
+  awk -v every="$every" '
+    /"split": "train"/ {
+      match($0, /"step": [0-9]+/); s = substr($0, RSTART + 8, RLENGTH - 8) + 0
+      match($0, /"step_time_s": [0-9.e+-]+/); t[s] = substr($0, RSTART + 15, RLENGTH - 15) + 0
+      if (s > last) last = s
+    }
+    /"split": "checkpoint"/ {
+      match($0, /"step": [0-9]+/); c = substr($0, RSTART + 8, RLENGTH - 8) + 0
+      match($0, /"held_s": [0-9.e+-]+/); held[c] = substr($0, RSTART + 10, RLENGTH - 10) + 0
+    }
+    function median(a, n,   i, j, x) {
+      for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END {
+      ns = 0
+      for (c in held) if (c + every <= last) for (s = c + every / 2 + 1; s <= c + every; s++) steady[++ns] = t[s]
+      base = median(steady, ns)
+      n = 0
+      for (c in held) {
+        if (c + every > last) continue
+        x = 0
+        for (s = c + 1; s <= c + every / 2; s++) x += t[s] - base
+        n++; h[n] = held[c]; e[n] = x; k[n] = held[c] + x
+      }
+      printf "%.3f %.3f %.3f %.4f %d\n", median(h, n), median(e, n), median(k, n), base, n
+    }' "$out/$1/metrics.jsonl"
+}
 cost_steps=$((3 * every + every / 2))
 for config in 1:2 1:1 2:1; do
   world=${config%:*} threads=${config#*:} tag=w${config/:/t}
-  ours "base.$tag" "base.$tag" "$world" 0 "$cost_steps" --set device.threads="$threads"
   ours "inline.$tag" "inline.$tag" "$world" "$every" "$cost_steps" --set device.threads="$threads" \
     --set train.checkpoint_in_background=false
   ours "bg.$tag" "bg.$tag" "$world" "$every" "$cost_steps" --set device.threads="$threads"
-  t0=$(median "base.$tag" step_time_s)
-  n_in=$(ck_field "inline.$tag" | wc -l)
-  inline=$(awk -v a="$(done_s "inline.$tag")" -v b="$(done_s "base.$tag")" -v n="$n_in" \
-    'BEGIN { printf "%.3f", (a - b) / n }')
-  n_ov=$(ck_field "bg.$tag" | awk '$4 == "true"' | wc -l)
-  [ "$n_ov" -gt 0 ] || { echo "no checkpoint overlapped training:"; cat "$out/bg.$tag/metrics.jsonl"; exit 1; }
-  last_s=$(ck_field "bg.$tag" | tail -n 1 | awk '{ print $2 }')
-  bg=$(awk -v a="$(done_s "bg.$tag")" -v b="$(done_s "base.$tag")" -v l="$last_s" -v n="$n_ov" \
-    'BEGIN { printf "%.3f", (a - b - l) / n }')
-  held=$(ck_field "bg.$tag" | awk '$4 == "true" { print $3 }' | med)
+  read -r i_held i_excess i_cost _ _ <<< "$(cost_of "inline.$tag")"
+  read -r b_held b_excess b_cost t0 n <<< "$(cost_of "bg.$tag")"
+  [ "$(ck_field "bg.$tag" | awk '$4 == "true"' | wc -l)" -gt 0 ] ||
+    { echo "no checkpoint overlapped training:"; cat "$out/bg.$tag/metrics.jsonl"; exit 1; }
   copy=$(ck_field "bg.$tag" | awk '$4 == "true" { print $5 }' | range)
-  commit=$(ck_field "bg.$tag" | awk '$4 == "true" { print $6 }' | med)
   per100() { awk -v c="$1" -v b="$t0" 'BEGIN { printf "+%.1f%%", c / b }'; }
-  rows_c+=("$(printf "%5s %7s %10.3f %11s %11s %12s %11s %9.3f %11s %9.3f %3s" "$world" "$threads" "$t0" \
-    "$inline" "$(per100 "$inline")" "$bg" "$(per100 "$bg")" "$held" "$copy" "$commit" "$n_ov")")
-  rm -rf "${out:?}/base.$tag" "${out:?}/inline.$tag" "${out:?}/bg.$tag"
+  rows_c+=("$(printf "%5s %7s %9.3f %8s %8s %9s %8s %8s %11s %8s %9s %3s" "$world" "$threads" "$t0" \
+    "$i_held" "$i_cost" "$(per100 "$i_cost")" "$b_held" "$b_excess" "$copy" "$b_cost" \
+    "$(per100 "$b_cost")" "$n")")
+  rm -rf "${out:?}/inline.$tag" "${out:?}/bg.$tag"
 done
 
 printf "gpt2-124m, fp32, 1 x 64 tokens per rank and step, %s steps with a checkpoint after each\n" "$steps"
@@ -272,11 +296,11 @@ printf "%5s %5s %13s %9s %11s %8s %10s %6s\n" world cache "rank 0 bytes" "ztrain
   "plain s" "plain GB/s" ratio
 printf "%s\n" "${rows_r[@]}"
 echo
-echo "cost: seconds a checkpoint adds to a run of $cost_steps steps (one every $every), written within the"
-echo "step and in the background ('done' time differences per checkpoint; 1 per 100: as a share of 100"
-echo "steps); held: the training thread's seconds in an overlapped checkpoint (median of n), made of the"
-echo "host copy (range: the first pays for fresh pages) and the commit (waiting for the write when it has"
-echo "not ended, median); step: median step time without checkpoints"
-printf "%5s %7s %10s %11s %11s %12s %11s %9s %11s %9s %3s\n" world threads "step (s)" "inline s" "1 per 100" \
-  "background s" "1 per 100" "held s" "copy s" "commit s" n
+echo "cost of a checkpoint in runs of $cost_steps steps (one every $every): seconds the training thread"
+echo "was held, plus what the $((every / 2)) steps after it took beyond the run's steady step time (the"
+echo "median of the steps in the second half of each interval); medians over n checkpoints; 1 per 100: a"
+echo "checkpoint every 100 steps as a share of their time. copy: the background run's host copies (the"
+echo "first pays for fresh pages)"
+printf "%5s %7s %9s %8s %8s %9s %8s %8s %11s %8s %9s %3s\n" world threads "step s" "inl held" "inl cost" \
+  "1 per 100" "bg held" "bg slow" "bg copy s" "bg cost" "1 per 100" n
 printf "%s\n" "${rows_c[@]}"

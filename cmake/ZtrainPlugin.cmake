@@ -1,8 +1,12 @@
-# ztrain_add_plugin(<target> KIND strategy|model|data SOURCES ...)
+# ztrain_add_plugin(<target> KIND strategy|model|data SOURCES ... [NO_INSTALL])
 # Builds one plugin shared library: hidden visibility (only the ztrain section
-# alias is exported), linked to the SDK, placed where the host discovers it.
+# alias is exported), linked to the SDK, placed where the host discovers it
+# (in ztrain's tree, beside its own plugins; elsewhere <build>/plugins, for
+# `ztrain --plugin-path`), and installed into <prefix>/lib/ztrain/plugins,
+# where an installed ztrain looks (<bin>/../lib/ztrain/plugins), unless
+# NO_INSTALL (ztrain's test plugins).
 function(ztrain_add_plugin target)
-  cmake_parse_arguments(ARG "" "KIND;OUTPUT_DIR" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "NO_INSTALL" "KIND;OUTPUT_DIR" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT ARG_KIND MATCHES "^(strategy|model|data)$")
     message(FATAL_ERROR "ztrain_add_plugin(${target}): KIND must be strategy, model or data, got '${ARG_KIND}'")
   endif()
@@ -24,6 +28,9 @@ function(ztrain_add_plugin target)
     PREFIX "libztrain_${ARG_KIND}_"
     OUTPUT_NAME ${target}
     LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR})
+  if(NOT ARG_NO_INSTALL)
+    install(TARGETS ${target} LIBRARY DESTINATION lib/ztrain/plugins)
+  endif()
 endfunction()
 
 function(ztrain_add_strategy target)

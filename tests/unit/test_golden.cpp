@@ -18,9 +18,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "support.h"
 #include "ztrain/model.h"
-#include "ztrain/safetensors.h"
 #include "ztrain/strategy.h"
 
 namespace {

@@ -4,9 +4,9 @@
 
 #include <fstream>
 
+#include "core/safetensors.h"
 #include "support.h"
 #include "train/weights.h"
-#include "ztrain/safetensors.h"
 
 using namespace ztrain;
 

@@ -1,4 +1,4 @@
-#include "ztrain/safetensors.h"
+#include "core/safetensors.h"
 
 #include <algorithm>
 #include <cstring>

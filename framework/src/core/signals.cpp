@@ -18,6 +18,7 @@ std::array<std::atomic<int>, kSignals.size()> g_watchers{};
 std::atomic<int> g_pending{0};
 std::atomic<int> g_stop_enabled{0};
 std::atomic<int> g_stop{0};
+std::atomic<int> g_agreed{0};
 std::once_flag g_installed;
 
 int index_of(int sig) {
@@ -35,6 +36,14 @@ void end_now(int sig) {
 }
 
 void on_signal(int sig) {
+  // The ranks already agreed to stop: this rank's first SIGINT/SIGTERM
+  // (a scheduler's, delivered late) is part of that stop, whoever heard
+  // it first; a second one still ends the process.
+  if (g_agreed.load() != 0 && sig != SIGHUP) {
+    if (g_stop.load() != 0) return end_now(sig);
+    g_stop.store(sig);
+    return;
+  }
   const bool stoppable = sig != SIGHUP && g_stop_enabled.load() > 0;
   if (stoppable) {
     if (g_stop.load() != 0 || g_pending.load() != 0) return end_now(sig);
@@ -97,6 +106,11 @@ int StopRequests::requested() {
 
 bool stop_requests_taken() {
   return g_stop_enabled.load() > 0;
+}
+
+void stop_agreed() {
+  install_signal_handler();
+  g_agreed.store(1);
 }
 
 void request_stop(int sig) {

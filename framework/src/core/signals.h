@@ -45,5 +45,10 @@ bool stop_requests_taken();
 // Records a stop request by `sig` (a second one while recorded ends the
 // process).
 void request_stop(int sig);
+// The ranks agreed to stop (one of them was asked): from now until the
+// process ends, its own first SIGINT/SIGTERM is taken as part of that stop
+// (recorded; the watchdog does not judge it), a second ends it at once. A
+// scheduler signals every rank, but not at the same moment.
+void stop_agreed();
 
 }  // namespace ztrain

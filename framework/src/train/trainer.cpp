@@ -494,6 +494,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     loss_work.wait();
     const double loss = mean[0];
     stopped = mean[1] > 0;
+    if (stopped) stop_agreed();
     // Every rank's flag was 1 (an average, so not compared exactly).
     const bool written_everywhere = mean[2] > 1.0f - 0.5f / static_cast<float>(run.comm->size());
     if (!std::isfinite(loss) && !scaler.dynamic())

@@ -2,8 +2,8 @@
 
 #include <fstream>
 
+#include "core/safetensors.h"
 #include "ztrain/error.h"
-#include "ztrain/safetensors.h"
 #include "ztrain/version.h"
 
 namespace ztrain {
