@@ -5,7 +5,7 @@
 # thread, each rank writing and reading its own file in parallel):
 #  - write: bytes / seconds of the metrics' checkpoint lines (median over a
 #    run with train.checkpoint_every = 1 written within the step,
-#    train.checkpoint_in_background = false: STEPS checkpoints) against a
+#    train.checkpoint_write = "in_step": STEPS checkpoints) against a
 #    plain sequential write of the same bytes to the same file system in
 #    the same pattern: WORLD parallel writers of bytes / WORLD each, from
 #    a buffer of that size in memory (4 MiB write()s, fsync), STEPS files
@@ -19,8 +19,8 @@
 #  - the cost of a checkpoint to training: runs of 3.5 EVERY steps with a
 #    checkpoint every EVERY steps and at the end (often enough to measure,
 #    rarely enough that a background write ends before the next
-#    checkpoint), written within the step and written in the background
-#    (the default), measured within each run (below, cost_of): the seconds
+#    checkpoint), written within the step and written in the background,
+#    measured within each run (below, cost_of): the seconds
 #    the training thread was held plus the slowdown of the steps after the
 #    checkpoint against the run's steady steps, and as the time a
 #    checkpoint every 100 steps adds. At world 1
@@ -172,7 +172,7 @@ rows_w=() rows_r=() rows_c=()
 for world in 1 2; do
   base=base.w$world ck=ck.w$world
   ours "$base" "$base" "$world" 0 "$steps"
-  ours "$ck" "$ck" "$world" 1 "$steps" --set train.checkpoint_in_background=false
+  ours "$ck" "$ck" "$world" 1 "$steps" --set train.checkpoint_write=in_step
   read -r bytes _ <<< "$(ck_field "$ck" | head -n 1)"
   n_ck=$(ck_field "$ck" | wc -l)
   ck_s=$(ck_field "$ck" | awk '{ print $2 }' | med)
@@ -266,8 +266,9 @@ cost_steps=$((3 * every + every / 2))
 for config in 1:2 1:1 2:1; do
   world=${config%:*} threads=${config#*:} tag=w${config/:/t}
   ours "inline.$tag" "inline.$tag" "$world" "$every" "$cost_steps" --set device.threads="$threads" \
-    --set train.checkpoint_in_background=false
-  ours "bg.$tag" "bg.$tag" "$world" "$every" "$cost_steps" --set device.threads="$threads"
+    --set train.checkpoint_write=in_step
+  ours "bg.$tag" "bg.$tag" "$world" "$every" "$cost_steps" --set device.threads="$threads" \
+    --set train.checkpoint_write=background
   read -r i_held i_excess i_cost _ _ <<< "$(cost_of "inline.$tag")"
   read -r b_held b_excess b_cost t0 n <<< "$(cost_of "bg.$tag")"
   [ "$(ck_field "bg.$tag" | awk '$4 == "true"' | wc -l)" -gt 0 ] ||

@@ -114,6 +114,7 @@ CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header
       comm_(comm),
       dir_(target.out_dir / checkpoint_name(header_.position.step)),
       tmp_(dir_.string() + ".tmp"),
+      tmp_guard_{tmp_, comm.rank() == 0},
       t0_(std::chrono::steady_clock::now()),
       crash_(header_.position.step, comm.rank()) {
   make_directory();
@@ -121,10 +122,9 @@ CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header
   copy_s_ = seconds_since(t0_);
 }
 
-CheckpointWrite::~CheckpointWrite() {
-  if (writer_.joinable()) writer_.join();
+CheckpointWrite::TmpGuard::~TmpGuard() {
   std::error_code ignored;
-  if (comm_.rank() == 0 && !committed_) fs::remove_all(tmp_, ignored);
+  if (lead && !committed) fs::remove_all(dir, ignored);
 }
 
 void CheckpointWrite::make_directory() {
@@ -184,7 +184,7 @@ CheckpointWritten CheckpointWrite::finish() {
     try {
       bytes =
           commit(target_.out_dir, tmp_, dir_, std::move(header_), params_, comm_.size(), crash_);
-      committed_ = true;
+      tmp_guard_.committed = true;
       prune(target_.out_dir, target_.keep_last);
       crash_.pass();
     } catch (const std::exception& e) {

@@ -65,8 +65,8 @@ class CheckpointWrite {
   CheckpointWrite(const CheckpointTarget& target, Manifest header, std::vector<ParamSpec> params,
                   Strategy& strategy, SnapshotBuffers& buffers, Communicator& comm);
   // Waits for the background write; an uncommitted checkpoint's directory
-  // is removed.
-  ~CheckpointWrite();
+  // is removed (also when the constructor throws: tmp_guard_).
+  ~CheckpointWrite() = default;
   CheckpointWrite(const CheckpointWrite&) = delete;
   CheckpointWrite& operator=(const CheckpointWrite&) = delete;
 
@@ -84,14 +84,20 @@ class CheckpointWrite {
   std::vector<ParamSpec> params_;
   Communicator& comm_;
   std::filesystem::path dir_, tmp_;
+  // Rank 0 removes the temporary directory unless it was committed.
+  struct TmpGuard {
+    std::filesystem::path dir;
+    bool lead = false, committed = false;
+    ~TmpGuard();
+  } tmp_guard_;
   std::chrono::steady_clock::time_point t0_;
   double copy_s_ = 0;
-  bool committed_ = false, background_ = false;
+  bool background_ = false;
   CrashPoints crash_;
   std::unique_ptr<RankStateFile> file_;
   std::string error_;  // the background write's failure
   std::atomic<bool> done_{false};
-  std::jthread writer_;
+  std::jthread writer_;  // last: joined before anything above goes
 };
 
 // "step_<N>"

@@ -50,10 +50,12 @@ OptionList train_options() {
             "steps between checkpoints (out_dir/step_<N>), also written at the end and on "
             "SIGINT/SIGTERM; 0: only on SIGINT/SIGTERM")
       .at_least(0);
-  o.flag("checkpoint_in_background", true,
-         "write checkpoints from a copy in host memory on a background thread while training "
-         "goes on (the copy counts as host memory, category checkpoint); false writes them "
-         "within the step");
+  o.string("checkpoint_write", "auto",
+           "\"background\": write checkpoints from a copy in host memory (host tier, category "
+           "checkpoint) on a background thread while training goes on; \"in_step\": within the "
+           "step; \"auto\": background where a core is left free for it (a GPU run, or fewer "
+           "compute threads than cores on the host), else in_step")
+      .one_of({"auto", "background", "in_step"});
   o.integer("keep_last", 2, "checkpoints kept in out_dir, the newest; 0 keeps all").at_least(0);
   o.optional_string("resume",
                     "continue from a checkpoint: \"latest\" (out_dir's; also `resume = true`), a "
@@ -158,7 +160,7 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.out_dir = t.get_string("out_dir");
   tr.save_final = t.get_bool("save_final");
   tr.checkpoint_every = t.get_int("checkpoint_every");
-  tr.checkpoint_in_background = t.get_bool("checkpoint_in_background");
+  tr.checkpoint_write = t.get_string("checkpoint_write");
   tr.keep_last = t.get_int("keep_last");
   if (t.has_value("resume")) tr.resume = t.get_string("resume");
   if (t.has_value("export_to")) tr.export_to = t.get_string("export_to");

@@ -35,11 +35,11 @@ struct TrainSettings {
   std::int64_t log_every = 0, eval_every = 0, eval_batches = 0;
   std::filesystem::path out_dir;
   bool save_final = true;
-  std::int64_t checkpoint_every = 0;  // 0: only on a stop request
-  std::int64_t keep_last = 2;         // 0: all
-  bool checkpoint_in_background = true;
-  std::string resume;               // empty: start fresh; "latest", or a path
-  std::filesystem::path export_to;  // empty: none
+  std::int64_t checkpoint_every = 0;      // 0: only on a stop request
+  std::int64_t keep_last = 2;             // 0: all
+  std::string checkpoint_write = "auto";  // "auto", "background", "in_step"
+  std::string resume;                     // empty: start fresh; "latest", or a path
+  std::filesystem::path export_to;        // empty: none
   DType export_dtype = DType::f32;
   // The loss scaler: [train.fp16] when precision is fp16, else static 1.
   LossScalerSettings scaler;
