@@ -43,18 +43,11 @@ class Zero1 final : public Strategy {
   }
 
   void begin_micro_step(bool last) override { reducer_->begin_micro_step(last); }
-  void before_forward(ModuleId) override {}
-  void after_forward(ModuleId) override {}
-  void before_backward(ModuleId) override {}
-  void after_backward(ModuleId) override {}
 
   TensorView param_view(ParamId p) override { return replica_->param(p); }
   TensorView grad_view(ParamId p) override { return replica_->grad(p); }
   void read_param(ParamId p, float* out) override { replica_->read(p, out); }
-  void write_param(ParamId p, const float* in) override {
-    replica_->write(p, in);
-    optimizer_->write_master(layout_->offset(p), in, layout_->numel(p));
-  }
+  void write_param(ParamId p, const float* in) override { replica_->write(p, in, *optimizer_); }
 
   StepResult step(const StepArgs& a) override {
     reducer_->finish();

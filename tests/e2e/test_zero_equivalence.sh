@@ -108,6 +108,23 @@ probe from_zero3 1 "$scratch/w_zero3"
 probe zero3_from_ddp 2 "$scratch/w_ddp" --strategy zero3 "${zero3[@]}"
 for name in from_zero3 zero3_from_ddp; do same_losses from_ddp "$name" 1e-6; done
 grep -q "weights from $scratch/w_ddp" "$scratch/zero3_from_ddp.out" || fail "zero3 did not report its initial weights"
+# Training goes on from imported weights: the optimizer's fp32 master
+# weights took them too (ddp and zero1 set them beside their bf16 replica,
+# zero3 in its shard), so three bf16 steps from ddp's file agree under
+# every strategy (within the bf16 tolerance of test_mixed_precision.sh).
+go_on() {
+  local name=$1 np=$2
+  shift 2
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" "${wide[@]}" --set train.steps=3 \
+    --set train.micro_batch_size=$((8 / np)) --set model.init_from="$scratch/w_ddp" \
+    --set train.precision=bf16 --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
+    > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name from imported weights failed"; }
+  curve "$name" 3
+}
+go_on on_ddp 1
+go_on on_zero1 2 --strategy zero1
+go_on on_zero3 2 --strategy zero3 "${zero3[@]}"
+for name in on_zero1 on_zero3; do same_losses on_ddp "$name" 2e-4; done
 
 # zero_bytes NAME RANKS REDUCTIONS GATHERS PSI: the counted bytes of a ZeRO
 # step against the ring totals (above).

@@ -110,10 +110,13 @@ class ZTRAIN_API Strategy : public Plugin {
   // Before each micro-step; `last` is the last micro-step of this optimizer
   // step (gradient reduction may start during its backward).
   virtual void begin_micro_step(bool last) = 0;
-  virtual void before_forward(ModuleId m) = 0;
-  virtual void after_forward(ModuleId m) = 0;
-  virtual void before_backward(ModuleId m) = 0;
-  virtual void after_backward(ModuleId m) = 0;
+  // Around each module's forward and backward (the model calls them in
+  // that order, modules forward then in reverse); by default nothing, for
+  // strategies whose parameters are always whole (ddp, zero1).
+  virtual void before_forward(ModuleId) {}
+  virtual void after_forward(ModuleId) {}
+  virtual void before_backward(ModuleId) {}
+  virtual void after_backward(ModuleId) {}
   virtual TensorView param_view(ParamId p) = 0;
   virtual TensorView grad_view(ParamId p) = 0;
   // The full value of a parameter's working copy in fp32, wherever its

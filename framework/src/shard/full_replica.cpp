@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ztrain/shard/init.h"
+#include "ztrain/shard/optimizer_shard.h"
 
 namespace ztrain::shard {
 
@@ -32,6 +33,11 @@ void FullReplica::read(ParamId p, float* out) const {
 
 void FullReplica::write(ParamId p, const float* in) {
   convert(in, DType::f32, weights().at(layout_.offset(p)).data, param_type_, layout_.numel(p));
+}
+
+void FullReplica::write(ParamId p, const float* in, OptimizerShard& optimizer) {
+  write(p, in);
+  optimizer.write_master(layout_.offset(p), in, layout_.numel(p));
 }
 
 }  // namespace ztrain::shard
