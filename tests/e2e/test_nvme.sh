@@ -21,7 +21,7 @@
 # - Errors that name the path and what to do: a missing nvme_path, one on
 #   tmpfs, a disk without room for the swap file (a small loop-mounted
 #   file system, where this machine allows mounting one), and a disk that
-#   fills half-way through a step (injected).
+#   fills (ENOSPC) or fails (EIO) half-way through a step (injected).
 #
 # usage: test_nvme.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -171,6 +171,9 @@ fi
 ZTRAIN_TEST_INJECT_IO_ERROR=ENOSPC:3 bad "the disk under nvme_path is full" "${nvme[@]}" \
   --set strategy.sub_group_size=5000
 no_swap_files "a run that failed on a full disk"
+ZTRAIN_TEST_INJECT_IO_ERROR=EIO:3 bad "failed: Input/output error; check the drive (dmesg) or choose another nvme_path" \
+  "${nvme[@]}" --set strategy.sub_group_size=5000
+no_swap_files "a run that failed on a failing disk"
 # A disk too small for the swap file, found before training.
 tiny="$scratch/tiny"
 mkdir -p "$tiny"
