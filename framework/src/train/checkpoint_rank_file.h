@@ -85,7 +85,6 @@ class RankStateFile final : public StateSink {
 
   // Whether every piece so far was copied (none written yet).
   bool snapshot_whole() const { return !spilled_; }
-  std::uint64_t bytes() const { return offset_; }
   std::uint64_t bytes_held() const { return held_bytes_; }
 
  private:
