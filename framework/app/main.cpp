@@ -88,6 +88,19 @@ std::vector<std::string> resume_argument(int argc, char** argv) {
   return args;
 }
 
+// "a,b,c" -> {a, b, c}; "" -> {}; empty items are kept (and refused by
+// whoever reads them).
+std::vector<std::string> comma_list(const std::string& text) {
+  std::vector<std::string> items;
+  if (text.empty()) return items;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    items.push_back(text.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return items;
+}
+
 int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
   ztrain::PluginLoader::Log log;
   if (verbose) log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
@@ -219,12 +232,6 @@ int main(int argc, char** argv) {
       if (world < 1)
         throw ztrain::ConfigError("--world " + std::to_string(world) + ": give 1 or more ranks");
       if (all_strategies) {
-        if (!deepspeed.empty())
-          throw ztrain::ConfigError(
-              "estimate --all tries every strategy preset; drop --deepspeed (plain `ztrain "
-              "estimate --deepspeed` sizes that config)");
-        if (!strategy.empty())
-          throw ztrain::ConfigError("estimate --all tries every strategy preset; drop --strategy");
         ztrain::SizingArgs sizing{run_args(positional[1]), world, gpus_per_node, std::nullopt};
         if (!device_memory.empty()) sizing.device_memory = ztrain::parse_size(device_memory);
         ztrain::estimate_all(sizing, std::cout);
@@ -249,26 +256,9 @@ int main(int argc, char** argv) {
       if (positional.size() != 2)
         throw ztrain::ConfigError(
             "usage: ztrain compare --strategies A,B,... [--nproc N] [--steps K] CONFIG");
-      if (!strategy.empty() || !deepspeed.empty())
-        throw ztrain::ConfigError(
-            "compare takes --strategies A,B,..., not --strategy or --deepspeed (a strategy preset "
-            "file, a [strategy] table alone, may be one of them)");
-      ztrain::CompareArgs c;
-      for (std::size_t at = 0; at <= strategies.size();) {
-        const std::size_t comma = std::min(strategies.find(',', at), strategies.size());
-        c.strategies.push_back(strategies.substr(at, comma - at));
-        at = comma + 1;
-      }
-      if (strategies.empty()) c.strategies.clear();
-      c.nproc = vm.count("nproc") ? nproc : 1;
-      c.steps = steps;
-      c.out_dir = compare_out;
-      c.run_file = positional[1];
-      c.model = model;
-      c.overrides = overrides;
-      c.plugin_paths = plugin_paths;
-      c.overwrite = overwrite;
-      return ztrain::compare(c, std::cout);
+      return ztrain::compare({run_args(positional[1]), comma_list(strategies),
+                              vm.count("nproc") ? nproc : 1, steps, compare_out},
+                             std::cout);
     }
     if (!positional.empty() && positional[0] == "checkpoint") {
       if (positional.size() != 3 || positional[1] != "info")

@@ -67,14 +67,12 @@ void Checkpoint::check_model(const std::vector<ParamSpec>& params) const {
 
 std::uint64_t Checkpoint::verify() const {
   CheckpointSource source(*this);
-  std::vector<float> out;
+  std::vector<float> out(kBlockElements);
   for (std::size_t p = 0; p < manifest_.params.size(); ++p)
     for (const StatePiece& s : manifest_.params[p].pieces) {
       const std::uint64_t n = (s.count + kBlockElements - 1) / kBlockElements;
-      for (std::uint64_t b = 0; b < n; ++b) {
-        out.resize(kBlockElements);
+      for (std::uint64_t b = 0; b < n; ++b)
         source.read_blocks(static_cast<ParamId>(p), s, b, b + 1, out.data());
-      }
     }
   return source.bytes_read();
 }

@@ -37,17 +37,17 @@ std::vector<std::string> job_command(const CompareArgs& a, const std::string& st
   std::vector<std::string> cmd{boost::dll::program_location().string()};
   if (a.nproc > 1) cmd.insert(cmd.end(), {"--nproc", std::to_string(a.nproc)});
   cmd.insert(cmd.end(), {"--strategy", strategy});
-  if (!a.model.empty()) cmd.insert(cmd.end(), {"--model", a.model});
-  for (const auto& o : a.overrides) cmd.insert(cmd.end(), {"--set", o});
+  if (!a.run.model.empty()) cmd.insert(cmd.end(), {"--model", a.run.model});
+  for (const auto& o : a.run.overrides) cmd.insert(cmd.end(), {"--set", o});
   // Every step logged, one evaluation at the end, nothing else written.
   const std::string k = std::to_string(steps);
   for (const std::string& o : std::vector<std::string>{
            "train.steps=" + k, "train.log_every=1", "train.eval_every=" + k,
            "train.save_final=false", "train.checkpoint_every=0", "train.out_dir=" + dir.string()})
     cmd.insert(cmd.end(), {"--set", o});
-  for (const auto& p : a.plugin_paths) cmd.insert(cmd.end(), {"--plugin-path", p});
+  for (const auto& p : a.run.plugin_paths) cmd.insert(cmd.end(), {"--plugin-path", p});
   cmd.push_back("--overwrite");
-  cmd.push_back(a.run_file.string());
+  cmd.push_back(a.run.config.string());
   return cmd;
 }
 
@@ -149,6 +149,10 @@ ComparedJob run_job(const CompareArgs& a, const std::string& strategy, std::size
 }
 
 void check_args(const CompareArgs& a) {
+  if (!a.run.strategy.empty() || !a.run.deepspeed.empty())
+    throw ConfigError(
+        "compare takes --strategies A,B,..., not --strategy or --deepspeed (a strategy preset "
+        "file, a [strategy] table alone, may be one of them)");
   if (a.strategies.empty())
     throw ConfigError("compare: give the strategies, e.g. --strategies ddp,zero1,zero2,zero3");
   std::set<std::string> seen;
@@ -167,17 +171,16 @@ void check_args(const CompareArgs& a) {
 int compare(const CompareArgs& a, std::ostream& os) {
   check_args(a);
   // The run file loads here first, so a bad one fails once, not per job.
-  const RunConfig config =
-      RunConfig::load(a.run_file, a.model, "", a.overrides, config_roots(a.run_file));
+  const RunConfig config = load_run_config(a.run);
   const RunSettings settings = resolve_settings(config, a.nproc);
   Comparison c;
-  c.run_file = a.run_file.string();
+  c.run_file = a.run.config.string();
   c.precision = precision_label(settings.train.precision);
   c.ranks = a.nproc;
   c.steps = a.steps > 0 ? a.steps : settings.train.steps;
   c.tolerance = tolerance_for(c.precision);
   const fs::path out = a.out_dir.empty() ? fs::path("runs/compare") : a.out_dir;
-  if (fs::exists(out / "compare.json") && !a.overwrite)
+  if (fs::exists(out / "compare.json") && !a.run.overwrite)
     throw ConfigError("'" + out.string() +
                       "' holds an earlier comparison; give another --out or --overwrite");
   std::error_code ec;

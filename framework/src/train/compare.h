@@ -22,18 +22,18 @@
 #include <string>
 #include <vector>
 
+#include "train/trainer.h"
+
 namespace ztrain {
 
 struct CompareArgs {
+  // The run every job trains (its strategy and DeepSpeed config unset;
+  // overwrite: replace an earlier comparison in out_dir).
+  TrainArgs run;
   std::vector<std::string> strategies;  // presets, plugin names or paths
   int nproc = 1;                        // ranks per job (mpirun when > 1)
   std::int64_t steps = 0;               // 0: the run file's train.steps
   std::filesystem::path out_dir;        // empty: runs/compare
-  std::filesystem::path run_file;
-  std::string model;                   // --model preset; empty: the run file's
-  std::vector<std::string> overrides;  // --set, for every job
-  std::vector<std::string> plugin_paths;
-  bool overwrite = false;
 };
 
 // Returns the exit status: 0 when every job completed or ran out of memory

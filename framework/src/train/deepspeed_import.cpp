@@ -316,8 +316,10 @@ std::string device_of(Section& s) {
   return d;
 }
 
-// offload_optimizer and offload_param beyond their devices, and aio.
-void map_offload_details(Section& oo, Section& op, const std::string& plugin, Builder& b) {
+// offload_optimizer and offload_param beyond their devices (param_dev:
+// offload_param.device, already read).
+void map_offload_details(Section& oo, Section& op, const std::string& plugin,
+                         const std::string& param_dev, Builder& b) {
   const bool nvme = plugin == "nvme_offload", offload = nvme || plugin == "cpu_offload";
   const auto copy = [&](Section& s, const std::string& table, const char* key, bool applies,
                         char type) {
@@ -346,7 +348,7 @@ void map_offload_details(Section& oo, Section& op, const std::string& plugin, Bu
                 {"pipeline_write", "writes always overlap the step"},
                 {"pipeline", "reads and writes always overlap the step"}},
                b.out.warnings);
-  const bool params_off = op.get("device") && device_of(op) != "none";
+  const bool params_off = param_dev != "none";
   copy(op, "offload_param", "pin_memory", offload && params_off, 'b');
   copy(op, "offload_param", "nvme_path", nvme && params_off, 's');
   copy(op, "offload_param", "buffer_count", nvme && params_off, 'i');
@@ -470,7 +472,7 @@ void map_zero(Section& top, const RunConfig& run, Builder& b) {
                 {"zero_quantized_weights", "no quantized communication"},
                 {"zero_quantized_gradients", "no quantized communication"}},
                b.out.warnings);
-  map_offload_details(oo, op, plugin, b);
+  map_offload_details(oo, op, plugin, param_dev, b);
   zo.finish();
 }
 

@@ -55,11 +55,11 @@ Sized size_of(const SizingArgs& a, const fs::path& preset, const PluginLoader& l
   Sized s;
   s.strategy = preset.stem().string();
   for (const bool checkpointing : {false, true}) {
-    std::vector<std::string> overrides = a.run.overrides;
-    overrides.push_back(std::string("model.activation_checkpointing=") +
-                        (checkpointing ? "true" : "false"));
-    const RunConfig config = RunConfig::load(a.run.config, a.run.model, preset.string(), overrides,
-                                             config_roots(a.run.config));
+    TrainArgs run = a.run;
+    run.strategy = preset.string();
+    run.overrides.push_back(std::string("model.activation_checkpointing=") +
+                            (checkpointing ? "true" : "false"));
+    const RunConfig config = load_run_config(run);
     const RunSettings settings = resolve_settings(config, a.world);
     const LoadedPlugin model_lib = loader.load("model", config.plugin("model", "transformer"));
     const auto model =
@@ -103,6 +103,12 @@ std::string verdict(std::uint64_t without, std::uint64_t with, std::uint64_t mem
 }  // namespace
 
 void estimate_all(const SizingArgs& a, std::ostream& os) {
+  if (!a.run.deepspeed.empty())
+    throw ConfigError(
+        "estimate --all tries every strategy preset; drop --deepspeed (plain `ztrain estimate "
+        "--deepspeed` sizes that config)");
+  if (!a.run.strategy.empty())
+    throw ConfigError("estimate --all tries every strategy preset; drop --strategy");
   if (a.world < 1 || a.gpus_per_node < 1 || a.gpus_per_node > 1024)
     throw ConfigError("estimate --all: --world must be 1 or more and --gpus-per-node 1 to 1024");
   const PluginLoader loader(default_plugin_dirs(a.run.plugin_paths), {});

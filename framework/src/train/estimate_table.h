@@ -8,7 +8,8 @@
 // the devices on a node) and on NVMe, and whether it fits a device of
 // `device_memory` bytes, with the margin (or the shortfall).
 //
-// Errors: ConfigError for a run file or preset that does not load.
+// Errors: ConfigError for a run file or preset that does not load, and for
+// a run that names its strategy (--strategy, --deepspeed).
 // Thread safety: one call at a time.
 #pragma once
 
@@ -21,7 +22,7 @@
 namespace ztrain {
 
 struct SizingArgs {
-  TrainArgs run;  // its strategy is ignored: every preset is tried
+  TrainArgs run;  // without a strategy or DeepSpeed config: every preset is tried
   int world = 1;
   int gpus_per_node = 1;
   std::optional<std::uint64_t> device_memory;  // none: [device] memory_limit, else unknown
