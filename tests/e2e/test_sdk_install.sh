@@ -3,10 +3,16 @@
 # prefix gives the ztrain binary, libztrain, every built-in plugin where
 # the installed binary finds it (lib/ztrain/plugins), the presets, the
 # public headers (not the host's own, such as safetensors.h) and the CMake
-# package. A project outside the tree (tests/sdk) finds it with
-# find_package(ztrain), builds a strategy with ztrain_add_strategy(), and
-# the installed ztrain lists it from --plugin-path and trains with it: the
-# losses of the installed zero2, whose source it is.
+# package. The example project outside the tree (examples/hybrid_shard)
+# finds it with find_package(ztrain), builds its strategy with
+# ztrain_add_strategy() (warnings as errors), and the installed ztrain
+# lists it from --plugin-path and trains with it: at world 4 in groups of 2
+# (two copies of a ZeRO-3 shard of 2) and in one group of 4 it logs the
+# losses and gradient norms of ddp at world 1 (tolerances of
+# test_zero_equivalence.sh); a checkpoint it writes (each copy of a shard
+# saving half of it) verifies and resumes under ddp at world 1 with the
+# uninterrupted losses; a group size that does not divide the world is a
+# config error naming it.
 #
 # usage: test_sdk_install.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -33,25 +39,47 @@ grep -q "file: $prefix/lib/ztrain/plugins/libztrain_strategy_zero2.so" "$scratch
   { cat "$scratch/plugins.out" >&2; fail "the installed ztrain does not find its plugins"; }
 
 sdk="$scratch/sdk_build"
-cmake -S "$SRC/tests/sdk" -B "$sdk" -DCMAKE_PREFIX_PATH="$prefix" -DZTRAIN_SOURCE="$SRC" \
-  -DCMAKE_BUILD_TYPE=Release > "$scratch/sdk.out" 2>&1 &&
-  cmake --build "$sdk" >> "$scratch/sdk.out" 2>&1 || { cat "$scratch/sdk.out" >&2; fail "the SDK project does not build"; }
-plugin=$(find "$sdk" -name 'libztrain_strategy_zero2.so' | head -n 1)
-[ -n "$plugin" ] || fail "the SDK project made no plugin"
-"$prefix/bin/ztrain" plugins --plugin-path "$(dirname "$plugin")" > "$scratch/plugins.out" 2>&1 ||
+cmake -S "$SRC/examples/hybrid_shard" -B "$sdk" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror" > "$scratch/sdk.out" 2>&1 &&
+  cmake --build "$sdk" >> "$scratch/sdk.out" 2>&1 || { cat "$scratch/sdk.out" >&2; fail "the example project does not build"; }
+plugin=$(find "$sdk" -name 'libztrain_strategy_hybrid_shard.so' | head -n 1)
+[ -n "$plugin" ] || fail "the example project made no plugin"
+plugins=$(dirname "$plugin")
+"$prefix/bin/ztrain" plugins --plugin-path "$plugins" > "$scratch/plugins.out" 2>&1 ||
   { cat "$scratch/plugins.out" >&2; fail "ztrain plugins --plugin-path failed"; }
-grep -q "file: $plugin" "$scratch/plugins.out" || { cat "$scratch/plugins.out" >&2; fail "the SDK plugin is not listed"; }
-echo "the SDK project's plugin is listed: $plugin"
+grep -q "file: $plugin" "$scratch/plugins.out" || { cat "$scratch/plugins.out" >&2; fail "the example plugin is not listed"; }
+echo "the example's plugin is listed: $plugin"
 
-steps=6
+ZTRAIN="$prefix/bin/ztrain"
+steps=8
 base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
   --set model.vocab_size=256 --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0
-  --set device.threads=1 --set train.save_final=false --strategy zero2)
-"$prefix/bin/ztrain" "${base[@]}" --set train.out_dir="$scratch/installed" "$SRC/configs/run.toml" \
-  > "$scratch/installed.out" 2>&1 || { cat "$scratch/installed.out" >&2; fail "the installed ztrain does not train"; }
-"$prefix/bin/ztrain" -v --plugin-path "$(dirname "$plugin")" "${base[@]}" --set train.out_dir="$scratch/sdk_run" \
-  "$SRC/configs/run.toml" > "$scratch/sdk_run.out" 2>&1 || { cat "$scratch/sdk_run.out" >&2; fail "training with the SDK plugin failed"; }
-grep -q "$plugin" "$scratch/sdk_run.out" || fail "the run did not load the SDK plugin"
-curve installed "$steps"
-curve sdk_run "$steps"
-same_training installed sdk_run 0 0
+  --set device.threads=1 --set train.save_final=false --plugin-path "$plugins")
+small=(--set strategy.param_persistence_threshold=0 --set strategy.prefetch_bucket_size=20000
+  --set strategy.reduce_bucket_size=5000)
+train_run ddp_w1 1 8 1
+train_run hybrid_w4_g2 4 2 1 --strategy hybrid_shard --set strategy.shard_group_size=2 "${small[@]}" \
+  --set train.checkpoint_every=4
+grep -q "state sharded within groups of 2 ranks, replicated across 2 groups" "$scratch/hybrid_w4_g2.out" ||
+  { cat "$scratch/hybrid_w4_g2.out" >&2; fail "the run header does not say how the state is sharded"; }
+train_run hybrid_w4_g4 4 1 2 --strategy hybrid_shard --set strategy.shard_group_size=4 "${small[@]}"
+same_training ddp_w1 hybrid_w4_g2 1e-6 2e-6
+same_training ddp_w1 hybrid_w4_g4 1e-6 2e-6
+
+"$ZTRAIN" checkpoint info "$scratch/hybrid_w4_g2/step_4" > "$scratch/info.out" 2>&1 ||
+  { cat "$scratch/info.out" >&2; fail "the hybrid checkpoint does not verify"; }
+"$ZTRAIN" "${base[@]}" --set train.micro_batch_size=8 --set train.grad_accum=1 \
+  --set train.out_dir="$scratch/resumed" --resume "$scratch/hybrid_w4_g2/step_4" \
+  "$SRC/configs/run.toml" > "$scratch/resumed.out" 2>&1 ||
+  { cat "$scratch/resumed.out" >&2; fail "resuming the hybrid checkpoint under ddp failed"; }
+curve resumed 4
+tail -n 4 "$scratch/ddp_w1.curve" > "$scratch/ddp_w1_last.curve"
+same_training ddp_w1_last resumed 1e-6 2e-6
+
+if on_ranks 2 "$ZTRAIN" "${base[@]}" --strategy hybrid_shard --set strategy.shard_group_size=3 \
+  --set train.out_dir="$scratch/bad" "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1; then
+  fail "a group size that does not divide the world was accepted"
+fi
+grep -q "shard_group_size = 3 does not divide the 2 ranks" "$scratch/bad.out" ||
+  { cat "$scratch/bad.out" >&2; fail "the error does not name shard_group_size"; }
+echo "hybrid_shard: equivalent to ddp at world 4 in groups of 2 and of 4; its checkpoint resumes under ddp"

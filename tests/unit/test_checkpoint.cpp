@@ -90,9 +90,12 @@ TEST_CASE("crc32c: the check value, and the fast path equals the reference at ev
   CHECK(crc32c("123456789", 9) == 0xE3069283u);
   CHECK(crc32c_reference("123456789", 9) == 0xE3069283u);
   std::mt19937 rng(7);
-  std::vector<unsigned char> data(4099);
+  std::vector<unsigned char> data(200003);
   for (auto& b : data) b = static_cast<unsigned char>(rng());
-  for (std::size_t n : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099}) {
+  // Past 24 KiB the fast path runs three chains over 8 KiB thirds: lengths
+  // around those multiples, odd ones and a whole odd tail included.
+  for (std::size_t n :
+       {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099, 24575, 24576, 24577, 24583, 49152, 73735, 200003}) {
     CHECK(crc32c(data.data(), n) == crc32c_reference(data.data(), n));
     // Continued over two calls, as over two writes.
     CHECK(crc32c(data.data() + n / 2, n - n / 2, crc32c(data.data(), n / 2)) ==
@@ -128,6 +131,41 @@ TEST_CASE("state ranges: flat ranges become parameter ranges, padding is never s
     for (std::uint64_t i = 0; i < other.numel(p); ++i)
       CHECK(back[other.offset(p) + i] == flat[layout.offset(p) + i]);
   CHECK(back[other.offset(0) + 5] == 0.0f);  // padding after a
+}
+
+TEST_CASE("clipped sink: copies of one shard each save their part, together all of it once") {
+  std::vector<ParamSpec> params(3);
+  params[0].name = "a";
+  params[0].shape = Shape{5};
+  params[1].name = "b";
+  params[1].shape = Shape{3, 7};
+  params[2].name = "c";
+  params[2].shape = Shape{2};
+  const shard::FlatLayout layout(params, 2);
+  std::vector<float> flat(layout.total());
+  for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i + 1);
+  // Rank 0's shard, held by 3 copies: copy i saves its i-th third.
+  const std::uint64_t b = layout.owned_begin(0), n = layout.owned_end(0) - b;
+  MapState state;
+  std::uint64_t saved = 0;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    MapState part;
+    shard::ClippedSink clipped(part, layout, b + n * i / 3, b + n * (i + 1) / 3);
+    shard::put_range(clipped, layout, b, b + n, StateArray::v, flat.data() + b);
+    for (const auto& [key, value] : part.values) {
+      CHECK(state.values.count(key) == 0);  // no element saved twice
+      state.values[key] = value;
+    }
+    saved += part.values.size();
+  }
+  std::uint64_t stored = 0;  // rank 0's elements, padding aside
+  for (const auto& seg : layout.segments(b, b + n)) stored += seg.end - seg.begin;
+  CHECK(saved == stored);
+  for (const auto& [key, value] : state.values) {
+    const auto [p, a, e] = key;
+    CHECK(a == static_cast<int>(StateArray::v));
+    CHECK(value == flat[layout.offset(p) + e]);
+  }
 }
 
 TEST_CASE("manifest: round trip, and the tiling of every array is checked") {
@@ -235,6 +273,35 @@ TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
   CHECK(out[9] == 18.0f);
   CHECK(contains(message_of([&] { source.get(0, kBlockElements, 10, StateArray::m, out.data()); }),
                  "fail their checksum"));
+}
+
+TEST_CASE("reader: a range of many blocks, read ahead on a second thread, every block checked") {
+  TempDir tmp;
+  const std::uint64_t n = 5 * kBlockElements + 1000;
+  write_single(tmp.path, n);
+  const Checkpoint c(Checkpoint::locate(tmp.path));
+  std::vector<float> out(n, -1.0f);
+  {
+    CheckpointSource source(c);
+    source.get(0, 0, n, StateArray::v, out.data());
+    CHECK(source.bytes_read() == n * 4);
+    for (std::uint64_t i = 0; i < n; ++i)
+      if (out[i] != static_cast<float>(3 * i)) FAIL("element " << i);
+  }
+  // One flipped byte in v's fifth block: the whole-array read names it.
+  {
+    std::fstream f(tmp.path / "rank_0.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>((2 * n + 4 * kBlockElements + 9) * 4));
+    f.put('\x7f');
+  }
+  const Checkpoint damaged(tmp.path);
+  CheckpointSource source(damaged);
+  const std::string why = message_of([&] { source.get(0, 0, n, StateArray::v, out.data()); });
+  CHECK(contains(why, "w's v, elements [" + std::to_string(4 * kBlockElements) + ", " +
+                          std::to_string(5 * kBlockElements) + ")"));
+  // The blocks before it were read and checked; m's are untouched.
+  source.get(0, 0, n, StateArray::m, out.data());
+  CHECK(out[n - 1] == static_cast<float>(2 * (n - 1)));
 }
 
 TEST_CASE("reader: latest, a missing or truncated rank file") {

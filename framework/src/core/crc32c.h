@@ -1,8 +1,9 @@
 // CRC-32C (Castagnoli), the checksum of checkpoint ranges: the one the
-// SSE4.2 crc32 instruction computes, so checking a range costs a fraction
-// of reading it. crc32c_reference is the plain bytewise table version the
-// fast one is tested against (and used where the instruction is missing).
-// Internal to libztrain. Thread safety: pure.
+// SSE4.2 crc32 instruction computes (three chains at once where the input
+// allows), so checking a range costs a fraction of reading it.
+// crc32c_reference is the plain bytewise table version the fast one is
+// tested against (and used where the instruction is missing). Internal to
+// libztrain. Thread safety: pure.
 #pragma once
 
 #include <cstddef>

@@ -19,6 +19,10 @@ namespace {
 // tensors (biases, norms), and one system call per piece of a few MiB
 // costs nothing next to the disk.
 constexpr std::size_t kBufferBytes = std::size_t{4} << 20;
+// A write this large goes straight to the file, not through the buffer: a
+// checkpoint writes each 1 MiB block right after checksumming it, while it
+// is still in the cache, and a copy into the buffer would undo that.
+constexpr std::size_t kDirectBytes = std::size_t{1} << 20;
 
 int injected_write_error() {
   const char* text = std::getenv("ZTRAIN_TEST_INJECT_WRITE_ERROR");
@@ -52,8 +56,11 @@ DurableFile::~DurableFile() {
 void DurableFile::write(const void* data, std::size_t n) {
   const auto* p = static_cast<const char*>(data);
   size_ += n;
+  if (n >= kDirectBytes) {
+    flush();
+    return write_through(p, n);
+  }
   if (used_ + n > buffer_.size()) flush();
-  if (n >= buffer_.size()) return write_through(p, n);
   std::memcpy(buffer_.data() + used_, p, n);
   used_ += n;
 }

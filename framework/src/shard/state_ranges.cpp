@@ -13,10 +13,24 @@ void put_range(StateSink& sink, const FlatLayout& layout, std::uint64_t begin, s
 
 void get_range(StateSource& source, const FlatLayout& layout, std::uint64_t begin,
                std::uint64_t end, StateArray a, float* out) {
-  std::fill(out, out + (end - begin), 0.0f);
-  for (const Segment& s : layout.segments(begin, end))
+  // Only the padding between parameters is zeroed: a fill of the whole
+  // range first would pass over every byte once more than the read does
+  // (on resume, a quarter of a warm read's time).
+  std::uint64_t at = begin;
+  for (const Segment& s : layout.segments(begin, end)) {
+    std::fill(out + (at - begin), out + (s.begin - begin), 0.0f);
     source.get(s.param, s.begin - layout.offset(s.param), s.end - s.begin, a,
                out + (s.begin - begin));
+    at = s.end;
+  }
+  std::fill(out + (at - begin), out + (end - begin), 0.0f);
+}
+
+void ClippedSink::put(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
+                      const float* values) {
+  const std::uint64_t at = layout_.offset(p) + first;  // the put's flat start
+  const std::uint64_t lo = std::max(at, begin_), hi = std::min(at + count, end_);
+  if (lo < hi) sink_.put(p, first + (lo - at), hi - lo, a, values + (lo - at));
 }
 
 }  // namespace ztrain::shard

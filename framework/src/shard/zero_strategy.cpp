@@ -1,9 +1,11 @@
 #include "ztrain/shard/zero_strategy.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "ztrain/error.h"
+#include "ztrain/shard/state_ranges.h"
 
 namespace ztrain::shard {
 namespace {
@@ -21,26 +23,30 @@ std::string sub_groups(std::uint64_t asked) {
   return std::to_string(asked) + (n == asked ? "" : " (" + std::to_string(n) + ": whole pages)");
 }
 
-// What a design offloads, and its note: the run header and the estimate.
-std::string describe(const ZeroDesign& d) {
+// How a design shards and what it offloads, and its note: the run header
+// and the estimate.
+std::string describe(const ZeroDesign& d, int world) {
   std::string s;
+  const auto add = [&](const std::string& part) { s += (s.empty() ? "" : "; ") + part; };
   const auto percent = [](double r) {
     return std::to_string(static_cast<int>(r * 100 + 0.5)) + "%";
   };
+  if (const int g = shard_group(d, world); g < world)
+    add("state sharded within groups of " + std::to_string(g) + " ranks, replicated across " +
+        std::to_string(world / g) + " groups");
   if (d.shard_params && d.param_tier == Tier::nvme)
-    s += "parameter shards in swap files under " + d.param_swap_dir.string() + " (read through " +
-         std::to_string(d.gather.read_buffers) + " host buffers)";
+    add("parameter shards in swap files under " + d.param_swap_dir.string() + " (read through " +
+        std::to_string(d.gather.read_buffers) + " host buffers)");
   else if (d.shard_params && d.param_tier != Tier::device)
-    s += "parameter shards in " + std::string(tier_name(d.param_tier)) + " memory";
+    add("parameter shards in " + std::string(tier_name(d.param_tier)) + " memory");
   const auto& o = d.optimizer;
   if (o.offload == Tier::nvme)
-    s += (s.empty() ? "" : "; ") + std::string("optimizer state in swap files under ") +
-         d.swap.dir.string() + " (sub-groups of " + sub_groups(d.swap.sub_group_size) +
-         " elements through " + std::to_string(d.swap.buffer_count) +
-         " host buffers), gradient shards in host memory";
+    add("optimizer state in swap files under " + d.swap.dir.string() + " (sub-groups of " +
+        sub_groups(d.swap.sub_group_size) + " elements through " +
+        std::to_string(d.swap.buffer_count) + " host buffers), gradient shards in host memory");
   else if (o.offload != Tier::device && o.offload_ratio > 0)
-    s += (s.empty() ? "" : "; ") + std::string("optimizer state and gradient shards ") +
-         percent(o.offload_ratio) + " in " + std::string(tier_name(o.offload)) + " memory";
+    add("optimizer state and gradient shards " + percent(o.offload_ratio) + " in " +
+        std::string(tier_name(o.offload)) + " memory");
   if (!d.note.empty()) s += (s.empty() ? "" : " (") + d.note + (s.empty() ? "" : ")");
   return s;
 }
@@ -56,13 +62,31 @@ void check(const ZeroDesign& d) {
 
 }  // namespace
 
+int shard_group(const ZeroDesign& d, int world) {
+  const int g = d.shard_group_size;
+  if (g == 0) return world;
+  if (g < 0 || world % g != 0)
+    throw ConfigError("[strategy] " + d.name + ": shard_group_size = " + std::to_string(g) +
+                      " does not divide the " + std::to_string(world) +
+                      " ranks; give a divisor of the world size (0: shard over every rank)");
+  return g;
+}
+
 void ZeroStrategy::setup(const StrategySetup& s) {
   params_ = s.params;
   comm_ = s.comm;
+  world_ = s.comm->size();
   kernels_ = s.kernels;
   chosen_ = resolve(
       {params_, comm_->size(), s.precision, s.grad_dtype, s.activation_bytes, s.device_budget});
   const ZeroDesign& d = chosen_;
+  // Hybrid: groups of consecutive ranks, and the ranks at the same place
+  // in every group, each made a communicator.
+  if (const int g = shard_group(d, comm_->size()), r = comm_->rank(); g < comm_->size()) {
+    group_comm_ = comm_->split(r / g, r % g);
+    replica_comm_ = comm_->split(r % g, r / g);
+    comm_ = group_comm_.get();
+  }
   layout_.emplace(params_, comm_->size());
   const std::uint64_t begin = layout_->owned_begin(comm_->rank());
   const std::uint64_t end = layout_->owned_end(comm_->rank());
@@ -113,9 +137,33 @@ StepResult ZeroStrategy::step(const StepArgs& a) {
   // The reduced averages are in the shard: the whole buffer starts the next
   // step from zero.
   if (full_grads_) std::memset(full_grads_.data(), 0, full_grads_.bytes());
+  if (replica_comm_) average_across_groups();
   const StepResult r = optimizer_->step(store_->owned(), comm_, *kernels_, a);
   if (!r.skipped) store_->publish();
   return r;
+}
+
+// Every group's shard holds its group's average; the average of those is
+// the whole world's (the groups are equal in size).
+void ZeroStrategy::average_across_groups() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<CommWork> works;
+  for (const GradPiece& g : optimizer_->grad_pieces())
+    works.push_back(replica_comm_->all_reduce_async(g.data.data, g.end - g.begin, g.data.dtype,
+                                                    ReduceOp::average));
+  wait_all(works);
+  replica_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ZeroStrategy::save_state(StateSink& sink) {
+  if (!replica_comm_) return optimizer_->save(sink, *layout_, store_->owned());
+  // Copy i of the shard saves the i-th of replica-count equal parts.
+  const std::uint64_t b = layout_->owned_begin(comm_->rank()),
+                      n = layout_->owned_end(comm_->rank()) - b;
+  const auto copies = static_cast<std::uint64_t>(replica_comm_->size()),
+             i = static_cast<std::uint64_t>(replica_comm_->rank());
+  ClippedSink part(sink, *layout_, b + n * i / copies, b + n * (i + 1) / copies);
+  optimizer_->save(part, *layout_, store_->owned());
 }
 
 void ZeroStrategy::load_state(StateSource& source) {
@@ -125,8 +173,9 @@ void ZeroStrategy::load_state(StateSource& source) {
 
 MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
   check(d);
-  const FlatLayout layout(a.params, a.world);
-  const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(a.world);
+  const int world = shard_group(d, a.world);  // the ranks a shard is 1/world of
+  const FlatLayout layout(a.params, world);
+  const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(world);
   MemoryEstimate e = d.shard_params ? ShardedParams::estimate(a.params, layout, a.precision,
                                                               d.param_tier, d.gather)
                                     : ReplicatedParams::estimate(layout, a.precision);
@@ -139,7 +188,7 @@ MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
   for (std::size_t t = 0; t < kTierCount; ++t)
     for (std::size_t c = 0; c < kCategoryCount; ++c) e.bytes[t][c] += o.bytes[t][c];
   const ReducePlan plan = make_reduce_plan(a.params, layout, d.reduce, d.reduce_settings);
-  const ReducePeaks peaks = worst_reduce_peaks(plan, a.world);
+  const ReducePeaks peaks = worst_reduce_peaks(plan, world);
   const std::size_t g = dtype_size(a.grad_dtype);
   auto& device = e.bytes[static_cast<std::size_t>(Tier::device)];
   device[static_cast<std::size_t>(Category::grads)] +=
@@ -159,16 +208,16 @@ std::uint64_t device_bytes(const ZeroDesign& d, const EstimateArgs& a) {
 MemoryEstimate ZeroStrategy::estimate(const EstimateArgs& a) const {
   const ZeroDesign d = resolve(a);
   MemoryEstimate e = estimate_design(d, a);
-  e.note = describe(d);
+  e.note = describe(d, a.world);
   return e;
 }
 
 std::string ZeroStrategy::summary() const {
-  return describe(chosen_);
+  return describe(chosen_, world_);
 }
 
 StrategyStats ZeroStrategy::stats() const {
-  return {reducer_->wait_seconds() + store_->wait_seconds()};
+  return {reducer_->wait_seconds() + store_->wait_seconds() + replica_wait_s_};
 }
 
 }  // namespace ztrain::shard

@@ -92,10 +92,14 @@ void RankStateFile::spill() {
 }
 
 void RankStateFile::write_piece(std::size_t piece, const float* values) {
+  // Block by block, so that write() copies each block while its checksum
+  // has just brought it into the cache.
   StatePiece& s = pieces_[piece].second;
-  for (std::uint64_t b = 0; b < s.count; b += kBlockElements)
-    s.crcs.push_back(crc32c(values + b, std::min(kBlockElements, s.count - b) * sizeof(float)));
-  out_.write(values, s.count * sizeof(float));
+  for (std::uint64_t b = 0; b < s.count; b += kBlockElements) {
+    const std::uint64_t bytes = std::min(kBlockElements, s.count - b) * sizeof(float);
+    s.crcs.push_back(crc32c(values + b, bytes));
+    out_.write(values + b, bytes);
+  }
   crash_.pass();
 }
 

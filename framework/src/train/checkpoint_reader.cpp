@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "core/crc32c.h"
 #include "core/durable_file.h"
@@ -96,41 +99,86 @@ int CheckpointSource::fd(int file) {
   return f;
 }
 
-void CheckpointSource::read_blocks(ParamId p, const StatePiece& s, std::uint64_t b0,
-                                   std::uint64_t b1, float* out) {
-  const std::uint64_t first = b0 * kBlockElements;
-  const std::uint64_t n = std::min(s.count, b1 * kBlockElements) - first;
-  const std::uint64_t offset = s.offset + first * sizeof(float);
-  const fs::path path =
-      checkpoint_.dir() / checkpoint_.manifest().files[static_cast<std::size_t>(s.file)].name;
-  auto* dst = reinterpret_cast<char*>(out);
-  for (std::uint64_t done = 0, want = n * sizeof(float); done < want;) {
-    const ssize_t r =
-        ::pread(fd(s.file), dst + done, want - done, static_cast<off_t>(offset + done));
+namespace {
+
+void read_exactly(int fd, const fs::path& path, char* dst, std::uint64_t bytes, std::uint64_t at) {
+  for (std::uint64_t done = 0; done < bytes;) {
+    const ssize_t r = ::pread(fd, dst + done, bytes - done, static_cast<off_t>(at + done));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0)
-      throw DataError("cannot read '" + path.string() + "' at byte " +
-                      std::to_string(offset + done) + ": " +
-                      (r < 0 ? std::strerror(errno) : "end of file"));
+      throw DataError("cannot read '" + path.string() + "' at byte " + std::to_string(at + done) +
+                      ": " + (r < 0 ? std::strerror(errno) : "end of file"));
     done += static_cast<std::uint64_t>(r);
   }
-  bytes_read_ += n * sizeof(float);
-  for (std::uint64_t b = b0; b < b1; ++b) {
-    const std::uint64_t e0 = b * kBlockElements - first;
-    const std::uint64_t len = std::min(kBlockElements, s.count - b * kBlockElements);
-    if (crc32c(out + e0, len * sizeof(float)) != s.crcs[b]) {
-      const std::uint64_t at = s.offset + b * kBlockElements * sizeof(float);
-      throw DataError("checkpoint '" + checkpoint_.dir().string() + "': bytes [" +
-                      std::to_string(at) + ", " + std::to_string(at + len * sizeof(float)) +
-                      ") of '" + path.string() + "' (" +
-                      checkpoint_.manifest().params[static_cast<std::size_t>(p)].name + "'s " +
-                      std::string(state_array_name(s.array)) + ", elements [" +
-                      std::to_string(s.first + b * kBlockElements) + ", " +
-                      std::to_string(s.first + b * kBlockElements + len) +
-                      ")) fail their checksum; the file is corrupt: resume from an earlier "
-                      "checkpoint");
+}
+
+}  // namespace
+
+// From two blocks on, a second thread reads block after block into `out`
+// while this one checks the blocks already read; a block is read whole
+// before it is checked, so its checksum covers what the caller receives.
+// Measured on gpt2-124m's 1.48 GB rank file, warm, on 2 cores: 6.3 GB/s
+// (the speed of a plain read) against 4.0 GB/s reading a range then
+// checking it and 4.4 checking each block right after its read.
+void CheckpointSource::read_blocks(ParamId p, const StatePiece& s, std::uint64_t b0,
+                                   std::uint64_t b1, float* out) {
+  const fs::path path =
+      checkpoint_.dir() / checkpoint_.manifest().files[static_cast<std::size_t>(s.file)].name;
+  const int file = fd(s.file);
+  const auto length = [&](std::uint64_t b) {
+    return std::min(kBlockElements, s.count - b * kBlockElements) * sizeof(float);
+  };
+  const auto at = [&](std::uint64_t b) { return s.offset + b * kBlockElements * sizeof(float); };
+  const auto block = [&](std::uint64_t b) {
+    return reinterpret_cast<char*>(out + (b - b0) * kBlockElements);
+  };
+  const auto check = [&](std::uint64_t b) {
+    bytes_read_ += length(b);
+    if (crc32c(block(b), length(b)) == s.crcs[b]) return;
+    const std::uint64_t e = s.first + b * kBlockElements;
+    throw DataError("checkpoint '" + checkpoint_.dir().string() + "': bytes [" +
+                    std::to_string(at(b)) + ", " + std::to_string(at(b) + length(b)) + ") of '" +
+                    path.string() + "' (" +
+                    checkpoint_.manifest().params[static_cast<std::size_t>(p)].name + "'s " +
+                    std::string(state_array_name(s.array)) + ", elements [" + std::to_string(e) +
+                    ", " + std::to_string(e + length(b) / sizeof(float)) +
+                    ")) fail their checksum; the file is corrupt: resume from an earlier "
+                    "checkpoint");
+  };
+  if (b1 - b0 < 2) {
+    for (std::uint64_t b = b0; b < b1; ++b) {
+      read_exactly(file, path, block(b), length(b), at(b));
+      check(b);
+    }
+    return;
+  }
+  constexpr std::uint64_t kFailed = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> ready{b0};  // blocks [b0, ready) are in `out`
+  std::exception_ptr failed;
+  {
+    // A failed check leaves this scope by its exception: the reader is
+    // asked to stop and joined before `out` may go away.
+    std::jthread reader([&](std::stop_token stop) {
+      try {
+        for (std::uint64_t b = b0; b < b1 && !stop.stop_requested(); ++b) {
+          read_exactly(file, path, block(b), length(b), at(b));
+          ready.store(b + 1, std::memory_order_release);
+          ready.notify_one();
+        }
+      } catch (...) {
+        failed = std::current_exception();
+        ready.store(kFailed, std::memory_order_release);
+        ready.notify_one();
+      }
+    });
+    for (std::uint64_t b = b0; b < b1; ++b) {
+      std::uint64_t r = ready.load(std::memory_order_acquire);
+      for (; r <= b; r = ready.load(std::memory_order_acquire)) ready.wait(r);
+      if (r == kFailed) break;
+      check(b);
     }
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 void CheckpointSource::get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,

@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "core/plugin_loader.h"
-#include "train/run_settings.h"
-#include "train/section_options.h"
+#include "train/run_parts.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
 
@@ -60,23 +59,13 @@ Sized size_of(const SizingArgs& a, const fs::path& preset, const PluginLoader& l
     run.overrides.push_back(std::string("model.activation_checkpointing=") +
                             (checkpointing ? "true" : "false"));
     const RunConfig config = load_run_config(run);
-    const RunSettings settings = resolve_settings(config, a.world);
-    const LoadedPlugin model_lib = loader.load("model", config.plugin("model", "transformer"));
-    const auto model =
-        model_lib.create<Model>(plugin_options(config, "model", model_lib, model_host_options()));
-    const ModelInfo info = model->info();
-    const std::uint64_t act =
-        model->activation_bytes({static_cast<int>(settings.train.micro_batch), info.seq_len});
-    (checkpointing ? s.activations_on : s.activations_off) = act;
+    RunParts parts = make_run_parts(config, loader, a.world);
+    if (a.device_memory) parts.sizes.device_budget = a.device_memory;
+    (checkpointing ? s.activations_on : s.activations_off) = parts.sizes.activation_bytes;
     if (checkpointing) continue;  // the model states do not depend on it
-    s.n_params = info.n_params;
-    s.model = info.arch;
-    const LoadedPlugin strategy_lib = loader.load("strategy", config.plugin("strategy", "ddp"));
-    const auto strategy = strategy_lib.create<Strategy>(
-        plugin_options(config, "strategy", strategy_lib, OptionList{}));
-    s.states = strategy->estimate(
-        {model->params(), a.world, settings.train.precision, settings.train.grad_dtype, act,
-         a.device_memory ? a.device_memory : settings.device.memory_limit});
+    s.n_params = parts.info.n_params;
+    s.model = parts.info.arch;
+    s.states = parts.strategy->estimate(parts.sizes);
   }
   return s;
 }

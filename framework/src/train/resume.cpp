@@ -80,6 +80,12 @@ Resumed resume_from(const ResumeRequest& r, Strategy& strategy, Communicator& co
     checkpoint.emplace(out.dir);
     checkpoint->check_model(r.params);
     out.changes = check_resume(checkpoint->manifest(), r.keys, r.global_batch, out.dir.string());
+    // Before any state is read: a checkpoint at or past the end has
+    // nothing to continue.
+    if (const std::int64_t at = checkpoint->manifest().position.step; at >= r.steps)
+      throw ConfigError(out.dir.string() + " is at step " + std::to_string(at) +
+                        ", which train.steps = " + std::to_string(r.steps) +
+                        " does not pass; raise train.steps to train further");
   } catch (const Error& e) {
     why = std::string("[train] resume = \"") + r.resume + "\": " + e.what();
   }

@@ -55,6 +55,7 @@ struct ResumeRequest {
   std::vector<ParamSpec> params;
   std::vector<std::pair<std::string, std::string>> keys;  // this run's resolved keys
   std::int64_t global_batch = 0;
+  std::int64_t steps = 0;  // train.steps: the checkpoint must be before it
 };
 
 Resumed resume_from(const ResumeRequest& request, Strategy& strategy, Communicator& comm);

@@ -26,6 +26,7 @@
 #include "train/progress.h"
 #include "train/resolved_config.h"
 #include "train/run_outputs.h"
+#include "train/run_parts.h"
 #include "train/run_report.h"
 #include "train/section_options.h"
 #include "train/weights.h"
@@ -119,31 +120,21 @@ std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
 }
 
 Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
-  config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
   Run run;
   run.comm = make_communicator(resolve_comm(config));
   check_ranks_agree(config, *run.comm);
   run.resolved = resolve_config(config, loader);
   run.config_notes = config.notes();
-  run.settings = resolve_settings(config, run.comm->size());
+  RunParts parts = make_run_parts(config, loader, run.comm->size());
+  run.settings = parts.settings;
   const auto& dev = run.settings.device;
-
-  run.model_plugin = config.plugin("model", "transformer");
-  run.data_plugin = config.plugin("data", "synthetic");
-  run.strategy_plugin = config.plugin("strategy", "ddp");
-  const LoadedPlugin model_lib = loader.load("model", run.model_plugin);
-  const LoadedPlugin data_lib = loader.load("data", run.data_plugin);
-  const LoadedPlugin strategy_lib = loader.load("strategy", run.strategy_plugin);
-
-  // Validate every section before creating anything.
-  const Options model_opts = plugin_options(config, "model", model_lib, model_host_options());
-  const Options data_opts = plugin_options(config, "data", data_lib, data_host_options());
-  const Options strategy_opts = plugin_options(config, "strategy", strategy_lib, OptionList{});
-  run.data_seed = static_cast<std::uint64_t>(data_opts.get_int("seed"));
-
-  run.model = model_lib.create<Model>(model_opts);
-  run.data = data_lib.create<DataSource>(data_opts);
-  run.strategy = strategy_lib.create<Strategy>(strategy_opts);
+  run.model_plugin = parts.model_plugin;
+  run.data_plugin = parts.data_plugin;
+  run.strategy_plugin = parts.strategy_plugin;
+  run.data_seed = static_cast<std::uint64_t>(parts.data_options.get_int("seed"));
+  run.model = parts.model;
+  run.data = parts.data_lib.create<DataSource>(parts.data_options);
+  run.strategy = parts.strategy;
 
   // Unless set, the ranks on one machine share its cores.
   const int threads =
@@ -154,7 +145,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   run.device->set_budget(Tier::device, dev.memory_limit);
   run.kernels = make_cpu_kernels();
 
-  const ModelInfo info = run.model->info();
+  const ModelInfo& info = parts.info;
   run.data->setup({info.seq_len, info.vocab_size, run.data_seed});
   const DataInfo dinfo = run.data->info();
   if (dinfo.vocab_used > info.vocab_size)
@@ -163,33 +154,30 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
                       std::to_string(dinfo.vocab_used) + " token ids the data produces (" +
                       dinfo.description + "); raise vocab_size");
 
+  const auto& tr = run.settings.train;
+  const EstimateArgs& sizes = parts.sizes;
+  check_memory_fits(config, run.strategy->estimate(sizes), sizes.activation_bytes,
+                    static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
+                    local_rank_count(), *run.comm);
   StrategySetup setup;
-  setup.params = run.model->params();
+  setup.params = sizes.params;
   setup.modules = run.model->modules();
   setup.device = run.device.get();
   setup.comm = run.comm.get();
   setup.kernels = run.kernels.get();
-  const auto& tr = run.settings.train;
   setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};
-  setup.precision = tr.precision;
-  setup.grad_dtype = tr.grad_dtype;
+  setup.precision = sizes.precision;
+  setup.grad_dtype = sizes.grad_dtype;
   setup.seed = tr.seed;
-  setup.activation_bytes =
-      run.model->activation_bytes({static_cast<int>(tr.micro_batch), info.seq_len});
-  setup.device_budget = dev.memory_limit;
-  check_memory_fits(
-      config,
-      run.strategy->estimate({setup.params, run.comm->size(), setup.precision, setup.grad_dtype,
-                              setup.activation_bytes, setup.device_budget}),
-      setup.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
-      local_rank_count(), *run.comm);
+  setup.activation_bytes = sizes.activation_bytes;
+  setup.device_budget = sizes.device_budget;
   run.strategy->setup(setup);
   if (!tr.resume.empty()) {
-    run.resumed =
-        resume_from({tr.resume, tr.out_dir, setup.params, run.resolved.keys, tr.global_batch},
-                    *run.strategy, *run.comm);
-  } else if (model_opts.has_value("init_from")) {
-    run.init_from = model_opts.get_string("init_from");
+    run.resumed = resume_from(
+        {tr.resume, tr.out_dir, setup.params, run.resolved.keys, tr.global_batch, tr.steps},
+        *run.strategy, *run.comm);
+  } else if (parts.model_options.has_value("init_from")) {
+    run.init_from = parts.model_options.get_string("init_from");
     import_weights(*run.model, *run.strategy, run.init_from);
   }
   return run;
@@ -317,10 +305,6 @@ TrainingPosition continue_at(const Run& run, LossScaler& scaler, DataLoader& dat
                              MetricsFile* metrics, Progress& progress) {
   const auto& tr = run.settings.train;
   const TrainingPosition at = run.resumed->position;
-  if (at.step >= tr.steps)
-    throw ConfigError(run.resumed->dir.string() + " is at step " + std::to_string(at.step) +
-                      ", which train.steps = " + std::to_string(tr.steps) +
-                      " does not pass; raise train.steps to train further");
   scaler.restore(at.scaler);
   data.seek(static_cast<std::uint64_t>(at.step * tr.grad_accum));
   progress.line(resume_text(*run.resumed, tr.steps));
@@ -622,25 +606,15 @@ TrainResult train_run(const TrainArgs& args) {
 
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const RunConfig config = load_run_config(args);
-  config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
   const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
-  const RunSettings settings = resolve_settings(config, world);
-  const std::string model_name = config.plugin("model", "transformer");
-  const std::string strategy_name = config.plugin("strategy", "ddp");
-  const LoadedPlugin model_lib = loader.load("model", model_name);
-  const LoadedPlugin strategy_lib = loader.load("strategy", strategy_name);
-  const auto model =
-      model_lib.create<Model>(plugin_options(config, "model", model_lib, model_host_options()));
-  const auto strategy =
-      strategy_lib.create<Strategy>(plugin_options(config, "strategy", strategy_lib, OptionList{}));
-  const ModelInfo info = model->info();
-  const std::uint64_t activations =
-      model->activation_bytes({static_cast<int>(settings.train.micro_batch), info.seq_len});
-  MemoryEstimate e =
-      strategy->estimate({model->params(), world, settings.train.precision,
-                          settings.train.grad_dtype, activations, settings.device.memory_limit});
+  const RunParts parts = make_run_parts(config, loader, world);
+  const RunSettings& settings = parts.settings;
+  const ModelInfo& info = parts.info;
+  const std::string& model_name = parts.model_plugin;
+  const std::string& strategy_name = parts.strategy_plugin;
+  MemoryEstimate e = parts.strategy->estimate(parts.sizes);
   e.bytes[static_cast<std::size_t>(Tier::device)]
-         [static_cast<std::size_t>(Category::activations)] += activations;
+         [static_cast<std::size_t>(Category::activations)] += parts.sizes.activation_bytes;
   os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
      << ", model " << model_name << " (" << info.arch << ", " << info.n_params
      << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len

@@ -18,8 +18,17 @@
 // the store's step, finishes the reduction, steps the optimizer (global
 // norm over every part, writing the store's owned range) and publishes the
 // new parameters. save_state and load_state carry the optimizer's shard in
-// and out of checkpoints; a load publishes like a step. estimate() adds up the same parts'
-// estimates, so it covers what setup() allocates.
+// and out of checkpoints; a load publishes like a step. estimate() adds up
+// the same parts' estimates, so it covers what setup() allocates.
+//
+// Hybrid sharding (FSDP's HYBRID_SHARD): with shard_group_size G below the
+// world size N, the state is sharded over groups of G consecutive ranks and
+// each of the N / G groups holds a whole copy. Everything above runs within
+// the group (the layout has G shards); once per step, after the group's
+// reduction, each gradient shard is averaged with the same shard of the
+// other groups, so every copy steps alike and the result equals a run
+// sharded over all N. The copies of a shard each save a part of it to a
+// checkpoint (ClippedSink), so it is written once, by every rank.
 //
 // Errors: as the parts'; setup raises OutOfMemoryError past a tier's budget.
 // Thread safety: the training thread only.
@@ -51,6 +60,7 @@ struct ZeroDesign {
   std::filesystem::path param_swap_dir;        // its swap files' directory, for tier nvme
   GatherOptions gather;                        // a sharded store's
   std::uint64_t allgather_bucket = 500000000;  // a replicated store's publish
+  int shard_group_size = 0;                    // ranks sharing one copy of the state; 0: all
   ReducePolicy reduce = ReducePolicy::shard_during_backward;
   ReduceSettings reduce_settings;
   OptimizerPlacement optimizer;  // `working` is filled from the store; offload nvme: all of it
@@ -58,6 +68,9 @@ struct ZeroDesign {
   std::string note;              // why the design is what it is (run header)
 };
 
+// The ranks over which the design shards its state for a world of `world`:
+// shard_group_size, or every rank. ConfigError unless it divides the world.
+ZTRAIN_API int shard_group(const ZeroDesign& d, int world);
 // Bytes per tier and category a rank of this design allocates (activations
 // aside), for a run of `a`'s sizes.
 ZTRAIN_API MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a);
@@ -78,7 +91,7 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   void read_param(ParamId p, float* out) final { store_->read(p, out); }
   void write_param(ParamId p, const float* in) final;
   StepResult step(const StepArgs& a) final;
-  void save_state(StateSink& sink) final { optimizer_->save(sink, *layout_, store_->owned()); }
+  void save_state(StateSink& sink) final;
   void load_state(StateSource& source) final;
   MemoryEstimate estimate(const EstimateArgs& a) const final;
   StrategyStats stats() const final;
@@ -94,10 +107,14 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   const ZeroDesign& design() const { return design_; }
 
  private:
+  void average_across_groups();
   ZeroDesign design_;
   ZeroDesign chosen_;  // resolve()'s answer at setup
   std::vector<ParamSpec> params_;
-  Communicator* comm_ = nullptr;
+  Communicator* comm_ = nullptr;  // this rank's group: every rank unless hybrid
+  std::unique_ptr<Communicator> group_comm_, replica_comm_;  // hybrid only
+  int world_ = 1;                                            // every rank, groups or not
+  double replica_wait_s_ = 0;                                // blocked averaging across groups
   const Kernels* kernels_ = nullptr;
   std::optional<FlatLayout> layout_;
   std::unique_ptr<ParamStore> store_;

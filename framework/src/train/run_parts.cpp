@@ -1,0 +1,36 @@
+#include "train/run_parts.h"
+
+#include "train/section_options.h"
+
+namespace ztrain {
+
+RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world) {
+  config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+  RunParts p;
+  p.settings = resolve_settings(config, world);
+  p.model_plugin = config.plugin("model", "transformer");
+  p.data_plugin = config.plugin("data", "synthetic");
+  p.strategy_plugin = config.plugin("strategy", "ddp");
+  const LoadedPlugin model_lib = loader.load("model", p.model_plugin);
+  p.data_lib = loader.load("data", p.data_plugin);
+  const LoadedPlugin strategy_lib = loader.load("strategy", p.strategy_plugin);
+
+  // Every section validated before anything is created.
+  p.model_options = plugin_options(config, "model", model_lib, model_host_options());
+  p.data_options = plugin_options(config, "data", p.data_lib, data_host_options());
+  const Options strategy_options = plugin_options(config, "strategy", strategy_lib, OptionList{});
+
+  p.model = model_lib.create<Model>(p.model_options);
+  p.strategy = strategy_lib.create<Strategy>(strategy_options);
+  p.info = p.model->info();
+  const auto& tr = p.settings.train;
+  p.sizes = {p.model->params(),
+             world,
+             tr.precision,
+             tr.grad_dtype,
+             p.model->activation_bytes({static_cast<int>(tr.micro_batch), p.info.seq_len}),
+             p.settings.device.memory_limit};
+  return p;
+}
+
+}  // namespace ztrain

@@ -1,0 +1,40 @@
+// RunParts: what a run is made of before any rank, device or memory
+// exists: its settings for a world size, its model and strategy created
+// from their plugins (every section's options validated first), and the
+// sizes the strategy's estimate and its setup both read. assemble() builds
+// the run on them, and `estimate` and `estimate --all` read only them, so
+// an estimate is of the run that would start. The data source is left to
+// the run: creating it may open its files, which sizing does not need.
+// Internal to libztrain. Errors: ConfigError and PluginError, as loading
+// the config and the plugins raise them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/config.h"
+#include "core/plugin_loader.h"
+#include "train/run_settings.h"
+#include "ztrain/data.h"
+#include "ztrain/model.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+struct RunParts {
+  RunSettings settings;
+  std::string model_plugin, data_plugin, strategy_plugin;
+  Options model_options;
+  LoadedPlugin data_lib;
+  Options data_options;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Strategy> strategy;
+  ModelInfo info;
+  // For `world` ranks: the model's parameters, the precisions, one
+  // micro-batch's activations and [device] memory_limit.
+  EstimateArgs sizes;
+};
+
+RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world);
+
+}  // namespace ztrain
