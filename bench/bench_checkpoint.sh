@@ -12,8 +12,9 @@
 #    in turn, each followed by removing the one two before it (ztrain keeps
 #    train.keep_last = 2) and a pause of one step time; the ratio of the
 #    medians and of the best (fastest) files, goal ztrain >= 70 % of plain;
-#  - read: rank 0's bytes / seconds of the "resuming ..." line of a run
-#    resumed from the last checkpoint, against a plain sequential read of
+#  - read: rank 0's bytes / seconds of reading and checking the state (the
+#    "resuming ..." line of a run resumed from the last checkpoint, which
+#    also gives the whole resume's seconds), against a plain sequential read of
 #    the same checkpoint files into buffers of their size (one reader per
 #    rank, rank 0's time; median of ROUNDS), goal >= 70 %;
 #  - the cost of a checkpoint to training: runs of 3.5 EVERY steps with a
@@ -158,9 +159,11 @@ plain() {
     printf "%.4f %.4f\n", e - b, $2 - $1 }'
   rm -f "$out"/plain.[0-9]*
 }
-# resume_s LOG: the seconds of the "resuming" line (its bytes are rank 0's
-# file, rounded)
-resume_s() { sed -n 's/.* of state read by rank 0 in \([0-9.]*\) s).*/\1/p' "$out/$1.log"; }
+# resume_s LOG: the seconds of the "resuming" line: reading and checking
+# the state (its bytes are rank 0's file, rounded); resumed_s LOG: the whole
+# resume (with the strategy's placing: zero1 all-gathers the parameters)
+resume_s() { sed -n 's/.* of state read by rank 0 in \([0-9.]*\) s;.*/\1/p' "$out/$1.log"; }
+resumed_s() { sed -n 's/.*; resumed in \([0-9.]*\) s).*/\1/p' "$out/$1.log"; }
 gbs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.3f", b / s / 1e9 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", 100 * a / b }'; }
 ck_field() {  # ck_field RUN: "bytes seconds held_s overlapped copy_s commit_s" of each checkpoint line
@@ -209,7 +212,7 @@ for world in 1 2; do
     [ -n "$zs" ] || { echo "no resuming line:"; cat "$out/resume.$mode.w$world.log"; exit 1; }
     ps=$(med < "$out/plain_read.$mode.w$world")
     z=$(gbs "$rank0" "$zs") p=$(gbs "$rank0" "$ps")
-    rows_r+=("$(printf "%5s %5s %13d %9.3f %11.3f %8.3f %10.3f %6s" "$world" "$mode" "$rank0" "$zs" "$z" "$ps" "$p" "$(pct "$z" "$p")")")
+    rows_r+=("$(printf "%5s %5s %13d %9.3f %11.3f %8.3f %10.3f %6s %9.3f" "$world" "$mode" "$rank0" "$zs" "$z" "$ps" "$p" "$(pct "$z" "$p")" "$(resumed_s "resume.$mode.w$world")")")
   done
   rm -rf "${out:?}/$ck" "${out:?}/$base"
 
@@ -293,8 +296,10 @@ echo
 echo "read: rank 0 of ztrain --resume against plain reads of the same files (a reader per rank,"
 echo "median of $rounds)"
 $cold || echo "(the page cache could not be dropped: all reads are warm, for both)"
-printf "%5s %5s %13s %9s %11s %8s %10s %6s\n" world cache "rank 0 bytes" "ztrain s" "ztrain GB/s" \
-  "plain s" "plain GB/s" ratio
+echo "(ztrain s: reading and checking the state; resumed s: the whole resume, the strategy's placing"
+echo "of the state included)"
+printf "%5s %5s %13s %9s %11s %8s %10s %6s %9s\n" world cache "rank 0 bytes" "ztrain s" "ztrain GB/s" \
+  "plain s" "plain GB/s" ratio "resumed s"
 printf "%s\n" "${rows_r[@]}"
 echo
 echo "cost of a checkpoint in runs of $cost_steps steps (one every $every): seconds the training thread"

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -183,6 +184,7 @@ void CheckpointSource::read_blocks(ParamId p, const StatePiece& s, std::uint64_t
 
 void CheckpointSource::get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
                            float* out) {
+  const auto t0 = std::chrono::steady_clock::now();
   const ParamState& ps = checkpoint_.manifest().params.at(static_cast<std::size_t>(p));
   std::uint64_t covered = 0;
   for (const StatePiece& s : ps.pieces) {
@@ -214,6 +216,7 @@ void CheckpointSource::get(ParamId p, std::uint64_t first, std::uint64_t count, 
     if (m1 > m0) read_blocks(p, s, m0, m1, out + (s.first + m0 * kBlockElements - first));
     covered += hi - lo;
   }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (covered != count)
     throw DataError("checkpoint '" + checkpoint_.dir().string() + "' holds " +
                     std::to_string(covered) + " of elements [" + std::to_string(first) + ", " +

@@ -56,6 +56,8 @@ class CheckpointSource final : public StateSource {
   // Whole blocks of piece `s` of parameter `p` from block b0 to b1 (exclusive), checked.
   void read_blocks(ParamId p, const StatePiece& s, std::uint64_t b0, std::uint64_t b1, float* out);
   std::uint64_t bytes_read() const { return bytes_read_; }
+  // Spent in get(): reading and checking.
+  double seconds() const { return seconds_; }
 
  private:
   int fd(int file);
@@ -64,6 +66,7 @@ class CheckpointSource final : public StateSource {
   std::vector<int> fds_;
   std::vector<float> blocks_;
   std::uint64_t bytes_read_ = 0;
+  double seconds_ = 0;
 };
 
 }  // namespace ztrain

@@ -53,23 +53,6 @@ std::uint64_t commit(const fs::path& out_dir, const fs::path& tmp, const fs::pat
   return bytes;
 }
 
-// Removes all but the keep_last newest checkpoints (0 keeps all), and the
-// temporary directories that killed attempts left.
-void prune(const fs::path& out_dir, std::int64_t keep_last) {
-  std::vector<std::pair<std::int64_t, fs::path>> found;
-  for (const auto& e : fs::directory_iterator(out_dir)) {
-    if (!e.is_directory()) continue;
-    if (checkpoint_step(e.path()) >= 0)
-      found.emplace_back(checkpoint_step(e.path()), e.path());
-    else if (is_checkpoint_dir(e.path()) && e.path().extension() == ".tmp")
-      fs::remove_all(e.path());
-  }
-  if (keep_last <= 0) return;
-  std::sort(found.rbegin(), found.rend());
-  for (std::size_t i = static_cast<std::size_t>(keep_last); i < found.size(); ++i)
-    fs::remove_all(found[i].second);
-}
-
 }  // namespace
 
 std::string checkpoint_name(std::int64_t step) {
@@ -89,12 +72,43 @@ std::int64_t checkpoint_step(const fs::path& dir) {
 
 bool is_checkpoint_dir(const fs::path& dir) {
   std::string n = dir.filename().string();
-  for (const char* suffix : {".tmp", ".replaced"}) {
+  for (const char* suffix : {".tmp", ".replaced", ".removing"}) {
     const std::string x(suffix);
     if (n.size() > x.size() && n.compare(n.size() - x.size(), x.size(), x) == 0)
       n.resize(n.size() - x.size());
   }
   return checkpoint_step(fs::path(n)) >= 0;
+}
+
+void CheckpointPruner::prune(const fs::path& out_dir, std::int64_t keep_last) {
+  if (remover_.joinable()) remover_.join();
+  if (!error_.empty())
+    throw DataError("cannot remove the old checkpoint " + error_ +
+                    "; free its file system or remove it by hand");
+  std::vector<std::pair<std::int64_t, fs::path>> kept;
+  std::vector<fs::path> doomed;
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    if (!e.is_directory()) continue;
+    if (checkpoint_step(e.path()) >= 0)
+      kept.emplace_back(checkpoint_step(e.path()), e.path());
+    else if (is_checkpoint_dir(e.path()) && e.path().extension() != ".replaced")
+      doomed.push_back(e.path());  // a killed attempt's .tmp, an unfinished .removing
+  }
+  std::sort(kept.rbegin(), kept.rend());
+  for (std::size_t i = static_cast<std::size_t>(keep_last); keep_last > 0 && i < kept.size(); ++i) {
+    const fs::path gone = kept[i].second.string() + ".removing";
+    fs::remove_all(gone);  // a killed run's, of the same step
+    fs::rename(kept[i].second, gone);
+    doomed.push_back(gone);
+  }
+  if (doomed.empty()) return;
+  remover_ = std::jthread([this, doomed] {
+    for (const fs::path& p : doomed) {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+      if (ec && error_.empty()) error_ = "'" + p.string() + "': " + ec.message();
+    }
+  });
 }
 
 namespace {
@@ -107,10 +121,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header,
                                  std::vector<ParamSpec> params, Strategy& strategy,
-                                 SnapshotBuffers& buffers, Communicator& comm)
+                                 SnapshotBuffers& buffers, CheckpointPruner& pruner,
+                                 Communicator& comm)
     : target_(target),
       header_(std::move(header)),
       params_(std::move(params)),
+      pruner_(pruner),
       comm_(comm),
       dir_(target.out_dir / checkpoint_name(header_.position.step)),
       tmp_(dir_.string() + ".tmp"),
@@ -161,6 +177,12 @@ void CheckpointWrite::save_state(Strategy& strategy, SnapshotBuffers& buffers) {
   }
   stop_together<DataError>(
       why, "writing a checkpoint file failed on another rank (its error is above)", comm_);
+  // Whether any rank writes in the background: without one, the commit
+  // need not wait for the next step's loss all-reduce to learn that every
+  // rank is done.
+  float writing = background_ ? 1.0f : 0.0f;
+  comm_.all_reduce(&writing, 1, DType::f32, ReduceOp::sum);
+  written_in_step_ = writing == 0.0f;
   if (!background_) return;
   writer_ = std::jthread([this, what] {
     try {
@@ -185,7 +207,7 @@ CheckpointWritten CheckpointWrite::finish() {
       bytes =
           commit(target_.out_dir, tmp_, dir_, std::move(header_), params_, comm_.size(), crash_);
       tmp_guard_.committed = true;
-      prune(target_.out_dir, target_.keep_last);
+      pruner_.prune(target_.out_dir, target_.keep_last);
       crash_.pass();
     } catch (const std::exception& e) {
       why = std::string("checkpoint '") + dir_.string() + "': " + e.what();

@@ -98,6 +98,7 @@ Resumed resume_from(const ResumeRequest& r, Strategy& strategy, Communicator& co
                        "ranks: " + std::to_string(checkpoint->manifest().world) + " -> " +
                            std::to_string(comm.size()));
   out.bytes_read = source.bytes_read();
+  out.read_seconds = source.seconds();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -46,7 +46,8 @@ struct Resumed {
   TrainingPosition position;
   std::vector<std::string> changes;  // check_resume's
   std::uint64_t bytes_read = 0;      // by this rank
-  double seconds = 0;
+  double seconds = 0;                // the whole resume: checks, reads, the strategy's placing
+  double read_seconds = 0;           // of which reading and checking the state
 };
 
 struct ResumeRequest {

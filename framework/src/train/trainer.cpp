@@ -235,7 +235,7 @@ bool writes_in_background(const Run& run) {
 // memory the host has left, shared by its ranks, beside the copies kept
 // from the last checkpoint.
 void begin_checkpoint(Run& run, const TrainingPosition& position, SnapshotBuffers& buffers,
-                      std::optional<CheckpointWrite>& into) {
+                      CheckpointPruner& pruner, std::optional<CheckpointWrite>& into) {
   const auto& tr = run.settings.train;
   const std::uint64_t allowance =
       writes_in_background(run)
@@ -244,7 +244,7 @@ void begin_checkpoint(Run& run, const TrainingPosition& position, SnapshotBuffer
           : 0;
   into.emplace(CheckpointTarget{tr.out_dir, tr.keep_last, allowance},
                checkpoint_header(run, position), run.model->params(), *run.strategy, buffers,
-               *run.comm);
+               pruner, *run.comm);
 }
 
 // Commits a checkpoint whose files are written and says so.
@@ -276,9 +276,9 @@ void finish_checkpoint(Run& run, CheckpointWrite& c, std::int64_t step, bool ove
 
 // What a resumed run says before its first step.
 std::string resume_text(const Resumed& r, std::int64_t steps) {
-  char read[96];
-  std::snprintf(read, sizeof read, " (%s of state read by rank 0 in %.3f s)",
-                format_bytes(r.bytes_read).c_str(), r.seconds);
+  char read[128];
+  std::snprintf(read, sizeof read, " (%s of state read by rank 0 in %.3f s; resumed in %.3f s)",
+                format_bytes(r.bytes_read).c_str(), r.read_seconds, r.seconds);
   std::string s = "resuming " + r.dir.string() + " at step " + std::to_string(r.position.step) +
                   " of " + std::to_string(steps) + read;
   for (const auto& c : r.changes) s += "\n  changed: " + c;
@@ -314,7 +314,8 @@ TrainingPosition continue_at(const Run& run, LossScaler& scaler, DataLoader& dat
                        .add("split", "resume")
                        .add("from", run.resumed->dir.string())
                        .add("bytes_read", static_cast<std::int64_t>(run.resumed->bytes_read))
-                       .add("seconds", run.resumed->seconds));
+                       .add("seconds", run.resumed->seconds)
+                       .add("read_s", run.resumed->read_seconds));
   return at;
 }
 
@@ -454,7 +455,8 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const std::int64_t first_step = at.step;
   // The checkpoint being written in the background, and its step; it is
   // committed at the first step after every rank's write is done.
-  SnapshotBuffers snapshot_buffers(*run.device);  // outlives `pending`
+  SnapshotBuffers snapshot_buffers(*run.device);  // these two outlive `pending`
+  CheckpointPruner pruner;
   std::optional<CheckpointWrite> pending;
   std::int64_t pending_step = 0;
   auto commit_pending = [&](bool overlapped) {
@@ -536,10 +538,11 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     if (stopped ||
         (tr.checkpoint_every > 0 && (done % tr.checkpoint_every == 0 || done == tr.steps))) {
       commit_pending(true);  // one checkpoint in flight at a time
-      begin_checkpoint(run, at, snapshot_buffers, pending);
+      begin_checkpoint(run, at, snapshot_buffers, pruner, pending);
       pending_step = done;
-      // The last one has no training to overlap.
-      if (stopped || done == tr.steps) commit_pending(false);
+      // The last one has no training to overlap; one written within the
+      // step has nothing left to wait for.
+      if (stopped || done == tr.steps || pending->written_in_step()) commit_pending(false);
     }
     mark = run.comm->counters();
   }
