@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory truth. At world 2 and 4, in fp32, in bf16 and in bf16 with fp32
+# Memory truth. At world 1, 2 and 4, in fp32, in bf16 and in bf16 with fp32
 # gradient accumulation, each strategy's measured peak bytes per rank of
 # parameters, gradients and optimizer state (the largest over ranks, as the
 # metrics report them) must be ZeRO's formulas plus padding (at most 1 %)
@@ -97,7 +97,7 @@ for mode in "fp32 4 4 8" "bf16 2 2 12" "bf16acc32 2 4 12"; do
   for strategy in ddp zero1 zero2 zero3 zero3_default; do
     extra=(--strategy "${strategy%_default}")
     [ "$strategy" = zero3 ] && extra+=("${zero3[@]}")
-    for n in 2 4; do
+    for n in 1 2 4; do
       name="${label}_${strategy}_w$n"
       measure "$name" "$n" "${precision[@]}" "${extra[@]}"
       grep -q "${label%acc32} weights and $([ $G = 4 ] && echo fp32 || echo bf16) gradients" \
