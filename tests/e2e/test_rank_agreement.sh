@@ -5,7 +5,8 @@
 # config error naming that key and both values, within seconds, and write
 # no weights; over tcp (torchrun-style) and under mpirun (MPMD). The same
 # value reached two ways (0.001 from one rank's --set, 1e-3 from the
-# other's) agrees and trains.
+# other's) agrees and trains. Ranks that load different builds of a plugin
+# stop too, naming it (a byte-identical copy under another path agrees).
 #
 # usage: test_rank_agreement.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -82,4 +83,25 @@ for r in 0 1; do
   grep -q "\[rank $r\]" "$scratch/mpi.out" || fail "mpi: rank $r did not report"
 done
 ! grep -qiE "segmentation|bus error|signal" "$scratch/mpi.out" || fail "mpi: a rank crashed: $(cat "$scratch/mpi.out")"
+# The installation: rank 1 loads zero2 from its own copy of the plugin
+# file. A byte-identical copy elsewhere agrees and trains; a copy with one
+# byte more (another build, as far as the bytes go) stops both ranks naming
+# the plugin, both files, both digests and both hosts.
+plugins=$(dirname "$ZTRAIN")/../lib/ztrain/plugins
+mkdir -p "$scratch/same" "$scratch/rebuilt"
+cp "$plugins/libztrain_strategy_zero2.so" "$scratch/same/"
+cp "$plugins/libztrain_strategy_zero2.so" "$scratch/rebuilt/"
+printf 'x' >> "$scratch/rebuilt/libztrain_strategy_zero2.so"
+common+=(--strategy zero2)
+tcp_pair plugin_copy --plugin-path "$scratch/same"
+[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/plugin_copy.*.out >&2; fail "identical plugin copies disagreed"; }
+tcp_pair plugin_rebuilt --plugin-path "$scratch/rebuilt"
+for r in 0 1; do
+  s=$([ "$r" -eq 0 ] && echo "$s0" || echo "$s1")
+  [ "$s" -eq 1 ] || { cat "$scratch/plugin_rebuilt.$r.out" >&2; fail "plugin_rebuilt: rank $r exited $s, not 1"; }
+  grep -q "the ranks run different builds: strategy zero2 is '.*/lib/ztrain/plugins/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 0 (host .*) but '$scratch/rebuilt/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 1 (host .*); install the same" \
+    "$scratch/plugin_rebuilt.$r.out" || { cat "$scratch/plugin_rebuilt.$r.out" >&2; fail "plugin_rebuilt: rank $r did not name the plugin"; }
+done
+echo "plugin_rebuilt: $(grep -m1 -o 'the ranks run different builds.*on rank 1 (host [^)]*)' "$scratch/plugin_rebuilt.0.out")"
+
 echo "PASS"

@@ -4,18 +4,28 @@
 // when they differ do the ranks all-gather the lines themselves (with
 // origins), so each rank finds the same first differing key and raises
 // the same error. Both travel as the bits of fp32 elements, which an
-// all-gather copies untouched.
+// all-gather copies untouched. Installations are compared the same way:
+// a digest of every part's name, file CRC and version first, the parts
+// with their files and hosts only when the digests differ.
 #include "train/config_agreement.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/crc32c.h"
+#include "core/durable_file.h"
 #include "ztrain/error.h"
+#include "ztrain/plugin.h"
+#include "ztrain/version.h"
 
 namespace ztrain {
 namespace {
@@ -97,6 +107,17 @@ std::vector<std::string> gather_texts(const std::string& mine, Communicator& com
   return texts;
 }
 
+// Every rank's 64-bit digest, through an all-gather of two fp32 elements.
+std::vector<std::uint64_t> gather_digests(std::uint64_t mine, Communicator& comm) {
+  float packed[2];
+  std::memcpy(packed, &mine, sizeof mine);
+  std::vector<float> all(2 * static_cast<std::size_t>(comm.size()));
+  comm.all_gather_async(packed, all.data(), 2, DType::f32).wait();
+  std::vector<std::uint64_t> digests(static_cast<std::size_t>(comm.size()));
+  std::memcpy(digests.data(), all.data(), all.size() * sizeof(float));
+  return digests;
+}
+
 std::string describe(const Settings& s, const std::string& key) {
   const auto it = s.find(key);
   if (it == s.end()) return "absent";
@@ -109,13 +130,7 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm) {
   if (comm.size() == 1) return;
   Settings mine;
   flatten(config, config.table(), "", mine);
-  const std::uint64_t h = digest(mine);
-  float packed[2];
-  std::memcpy(packed, &h, sizeof h);
-  std::vector<float> all(2 * static_cast<std::size_t>(comm.size()));
-  comm.all_gather_async(packed, all.data(), 2, DType::f32).wait();
-  std::vector<std::uint64_t> digests(static_cast<std::size_t>(comm.size()));
-  std::memcpy(digests.data(), all.data(), all.size() * sizeof(float));
+  const std::vector<std::uint64_t> digests = gather_digests(digest(mine), comm);
   std::size_t other = 0;
   for (std::size_t r = 1; r < digests.size() && !other; ++r)
     if (digests[r] != digests[0]) other = r;
@@ -142,6 +157,90 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm) {
                     std::to_string(other) +
                     " differ in a way no key shows); start every rank "
                     "with the same run file, presets and --set overrides");
+}
+
+namespace {
+
+// "part\x1fdigest and version\x1ffile\x1fhost" lines; the first two fields
+// are what must agree.
+std::string installation_text(const std::vector<InstalledPart>& plugins) {
+  std::vector<InstalledPart> parts = {
+      {"ztrain library", boost::dll::this_line_location().string(),
+       std::string(ZTRAIN_VERSION) + ", " + host_build_id()},
+      {"ztrain executable", boost::dll::program_location().string(), ZTRAIN_VERSION}};
+  parts.insert(parts.end(), plugins.begin(), plugins.end());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string text;
+  for (const InstalledPart& p : parts) {
+    const std::string bytes = read_whole_file(p.file);
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes.data(), bytes.size()));
+    text += p.part + '\x1f' + "crc32c " + crc + ", version " + p.version + '\x1f' +
+            p.file.string() + '\x1f' + host + '\n';
+  }
+  return text;
+}
+
+struct Part {
+  std::string id, file, host;
+};
+
+std::map<std::string, Part> parse_parts(const std::string& text) {
+  std::map<std::string, Part> parts;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> f;
+    std::size_t at = 0;
+    for (std::size_t next; (next = line.find('\x1f', at)) != std::string::npos; at = next + 1)
+      f.push_back(line.substr(at, next - at));
+    f.push_back(line.substr(at));
+    if (f.size() == 4) parts[f[0]] = {f[1], f[2], f[3]};
+  }
+  return parts;
+}
+
+// The digest of what must agree: each part's name and id.
+std::uint64_t installation_digest(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& [part, p] : parse_parts(text))
+    for (const std::string* t : {&part, &p.id}) {
+      for (unsigned char c : *t) h = (h ^ c) * 1099511628211ull;
+      h = (h ^ 0xff) * 1099511628211ull;
+    }
+  return h;
+}
+
+}  // namespace
+
+void check_installations_agree(const std::vector<InstalledPart>& plugins, Communicator& comm) {
+  if (comm.size() == 1) return;
+  const std::string mine = installation_text(plugins);
+  const std::vector<std::uint64_t> digests = gather_digests(installation_digest(mine), comm);
+  std::size_t other = 0;
+  for (std::size_t r = 1; r < digests.size() && !other; ++r)
+    if (digests[r] != digests[0]) other = r;
+  if (!other) return;
+  const auto texts = gather_texts(mine, comm);
+  const auto first = parse_parts(texts[0]), theirs = parse_parts(texts[other]);
+  const auto said = [](const std::map<std::string, Part>& parts, const std::string& part,
+                       std::size_t rank) {
+    const auto it = parts.find(part);
+    const std::string where = " on rank " + std::to_string(rank);
+    if (it == parts.end()) return "absent" + where;
+    return "'" + it->second.file + "' (" + it->second.id + ")" + where + " (host " +
+           it->second.host + ")";
+  };
+  std::vector<std::string> names;
+  for (const auto* parts : {&first, &theirs})
+    for (const auto& [part, p] : *parts) names.push_back(part);
+  for (const std::string& part : names) {
+    const auto a = first.find(part), b = theirs.find(part);
+    if (a != first.end() && b != theirs.end() && a->second.id == b->second.id) continue;
+    throw PluginError("the ranks run different builds: " + part + " is " + said(first, part, 0) +
+                      " but " + said(theirs, part, other) +
+                      "; install the same ztrain build and plugins on every host");
+  }
 }
 
 bool any_rank(bool mine, Communicator& comm) {

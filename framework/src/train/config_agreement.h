@@ -9,6 +9,13 @@
 // naming the first key that differs and its value (and origin) on rank 0
 // and on the first rank that differs.
 //
+// check_installations_agree does the same for what the ranks run: ztrain
+// itself (version, toolchain, and a CRC-32C of the library's and the
+// executable's bytes) and each plugin the run loaded (a CRC-32C of its
+// file, its version). Hosts may install ztrain under different paths; the
+// bytes must be the same. A difference raises the same PluginError on
+// every rank, naming the part, both files and digests, and both hosts.
+//
 // stop_together makes the checks one rank (or one host) makes before
 // training (or the parts of a checkpoint) stop every rank: each passes its
 // own reason (empty: none), and when any rank has one, every rank raises
@@ -18,7 +25,9 @@
 // Thread safety: collective; the training thread only.
 #pragma once
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "ztrain/comm.h"
@@ -27,6 +36,16 @@
 namespace ztrain {
 
 void check_ranks_agree(const RunConfig& config, Communicator& comm);
+
+// One part of what a rank runs: `part` names it ("strategy zero3"),
+// `file` is where it was loaded from on this host.
+struct InstalledPart {
+  std::string part;
+  std::filesystem::path file;
+  std::string version;
+};
+// ztrain's own parts (library and executable) are added to `plugins`.
+void check_installations_agree(const std::vector<InstalledPart>& plugins, Communicator& comm);
 // Whether any rank passes true (every rank learns the same answer).
 bool any_rank(bool mine, Communicator& comm);
 // E: the error every rank raises (a refused configuration by default; a

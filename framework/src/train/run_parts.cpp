@@ -1,5 +1,7 @@
 #include "train/run_parts.h"
 
+#include <tuple>
+
 #include "train/section_options.h"
 
 namespace ztrain {
@@ -14,6 +16,11 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
   const LoadedPlugin model_lib = loader.load("model", p.model_plugin);
   p.data_lib = loader.load("data", p.data_plugin);
   const LoadedPlugin strategy_lib = loader.load("strategy", p.strategy_plugin);
+
+  for (const auto& [kind, name, lib] : {std::tuple{"model", &p.model_plugin, &model_lib},
+                                        {"data", &p.data_plugin, &p.data_lib},
+                                        {"strategy", &p.strategy_plugin, &strategy_lib}})
+    p.plugins.push_back({std::string(kind) + " " + *name, lib->file(), lib->info().version});
 
   // Every section validated before anything is created.
   p.model_options = plugin_options(config, "model", model_lib, model_host_options());

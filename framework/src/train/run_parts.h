@@ -11,9 +11,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/plugin_loader.h"
+#include "train/config_agreement.h"
 #include "train/run_settings.h"
 #include "ztrain/data.h"
 #include "ztrain/model.h"
@@ -30,6 +32,7 @@ struct RunParts {
   std::shared_ptr<Model> model;
   std::shared_ptr<Strategy> strategy;
   ModelInfo info;
+  std::vector<InstalledPart> plugins;  // the three plugins' files, for the ranks to compare
   // For `world` ranks: the model's parameters, the precisions, one
   // micro-batch's activations and [device] memory_limit.
   EstimateArgs sizes;

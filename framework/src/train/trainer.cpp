@@ -126,6 +126,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   run.resolved = resolve_config(config, loader);
   run.config_notes = config.notes();
   RunParts parts = make_run_parts(config, loader, run.comm->size());
+  check_installations_agree(parts.plugins, *run.comm);
   run.settings = parts.settings;
   const auto& dev = run.settings.device;
   run.model_plugin = parts.model_plugin;
