@@ -6,7 +6,9 @@
 # no weights; over tcp (torchrun-style) and under mpirun (MPMD). The same
 # value reached two ways (0.001 from one rank's --set, 1e-3 from the
 # other's) agrees and trains. Ranks that load different builds of a plugin
-# stop too, naming it (a byte-identical copy under another path agrees).
+# stop too, naming it (a byte-identical copy under another path agrees);
+# so do ranks whose data files (the same path in different working
+# directories) differ or are missing on one host.
 #
 # usage: test_rank_agreement.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -103,5 +105,51 @@ for r in 0 1; do
     "$scratch/plugin_rebuilt.$r.out" || { cat "$scratch/plugin_rebuilt.$r.out" >&2; fail "plugin_rebuilt: rank $r did not name the plugin"; }
 done
 echo "plugin_rebuilt: $(grep -m1 -o 'the ranks run different builds.*on rank 1 (host [^)]*)' "$scratch/plugin_rebuilt.0.out")"
+
+# The data: each rank reads corpus.txt in its own working directory (as
+# hosts without a shared file system would). The same bytes train; one
+# byte changed stops both ranks naming the file, both digests and both
+# hosts; a rank without the file stops both, naming the path and its host.
+mkdir -p "$scratch/host0" "$scratch/host1"
+for i in $(seq 1 2000); do echo "line $i of the same corpus"; done > "$scratch/host0/corpus.txt"
+cp "$scratch/host0/corpus.txt" "$scratch/host1/corpus.txt"
+text=(--set data.plugin=text --set data.path=corpus.txt --set model.vocab_size=256)
+# dir_pair NAME: the two ranks in host0 and host1; exit statuses in $s0 and $s1
+dir_pair() {
+  local name=$1 p0 p1
+  reserve_port
+  (cd "$scratch/host0" && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" \
+    "${common[@]}" "${text[@]}" --set train.out_dir="$scratch/$name" "$SRC/configs/run.toml") \
+    > "$scratch/$name.0.out" 2>&1 &
+  p0=$!
+  (cd "$scratch/host1" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" \
+    "${common[@]}" "${text[@]}" --set train.out_dir="$scratch/$name" "$SRC/configs/run.toml") \
+    > "$scratch/$name.1.out" 2>&1 &
+  p1=$!
+  spawned+=("$p0" "$p1")
+  exit_within "$p0" 60
+  s0=$status
+  exit_within "$p1" 60
+  s1=$status
+}
+dir_pair data_same
+[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/data_same.*.out >&2; fail "identical data files disagreed"; }
+sed -i '1000s/same/SAME/' "$scratch/host1/corpus.txt"
+dir_pair data_changed
+for r in 0 1; do
+  s=$([ "$r" -eq 0 ] && echo "$s0" || echo "$s1")
+  [ "$s" -eq 1 ] || { cat "$scratch/data_changed.$r.out" >&2; fail "data_changed: rank $r exited $s, not 1"; }
+  grep -q "the ranks read different data: data file 1 is 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*); give every host the same file" \
+    "$scratch/data_changed.$r.out" || { cat "$scratch/data_changed.$r.out" >&2; fail "data_changed: rank $r did not name the file"; }
+done
+echo "data_changed: $(grep -m1 -o 'the ranks read different data.*on rank 1 (host [^)]*)' "$scratch/data_changed.0.out")"
+rm "$scratch/host1/corpus.txt"
+dir_pair data_missing
+[ "$s0" -eq 1 ] && [ "$s1" -eq 1 ] || { cat "$scratch"/data_missing.*.out >&2; fail "data_missing: exits $s0 and $s1, not 1 and 1"; }
+grep -q "corpus.txt.*(on host .*, rank 1)" "$scratch/data_missing.1.out" ||
+  { cat "$scratch/data_missing.1.out" >&2; fail "data_missing: rank 1 did not name the path and its host"; }
+grep -q "another rank cannot read its data" "$scratch/data_missing.0.out" ||
+  { cat "$scratch/data_missing.0.out" >&2; fail "data_missing: rank 0 did not say why it stopped"; }
+echo "data_missing: $(grep -m1 -o 'ztrain: error: .*' "$scratch/data_missing.1.out")"
 
 echo "PASS"

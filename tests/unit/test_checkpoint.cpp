@@ -275,7 +275,7 @@ TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
                  "fail their checksum"));
 }
 
-TEST_CASE("reader: a range of many blocks, read ahead on a second thread, every block checked") {
+TEST_CASE("reader: a range of many blocks, read and checked by two threads, every block checked") {
   TempDir tmp;
   const std::uint64_t n = 5 * kBlockElements + 1000;
   write_single(tmp.path, n);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ztrain/export.h"
 #include "ztrain/plugin.h"
@@ -35,6 +36,9 @@ struct DataInfo {
   std::string description;             // one line for the log: "tokens: train.bin, 1.2M tokens"
   std::optional<double> entropy_rate;  // nats/token, where the source knows it
   int vocab_used = 0;                  // ids produced are < vocab_used
+  // The files the source reads, as opened. Ranks started on several hosts
+  // compare their sizes and sampled contents before training.
+  std::vector<std::string> files;
 };
 
 class ZTRAIN_API DataSource : public Plugin {

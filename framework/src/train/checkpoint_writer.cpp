@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "core/durable_file.h"
-#include "train/config_agreement.h"
+#include "train/rank_agreement.h"
 #include "ztrain/error.h"
 
 namespace ztrain {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "train/config_agreement.h"
+#include "train/rank_agreement.h"
 #include "ztrain/units.h"
 
 namespace ztrain {

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "train/checkpoint_reader.h"
-#include "train/config_agreement.h"
+#include "train/rank_agreement.h"
 
 #include "ztrain/error.h"
 

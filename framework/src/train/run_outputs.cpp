@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "train/checkpoint_writer.h"
-#include "train/config_agreement.h"
+#include "train/rank_agreement.h"
 #include "ztrain/units.h"
 
 namespace ztrain {

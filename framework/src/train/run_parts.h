@@ -15,7 +15,7 @@
 
 #include "core/config.h"
 #include "core/plugin_loader.h"
-#include "train/config_agreement.h"
+#include "train/rank_agreement.h"
 #include "train/run_settings.h"
 #include "ztrain/data.h"
 #include "ztrain/model.h"

@@ -16,7 +16,6 @@
 #include "core/durable_file.h"
 #include "core/signals.h"
 #include "train/checkpoint_writer.h"
-#include "train/config_agreement.h"
 #include "train/data_loader.h"
 #include "train/deepspeed_import.h"
 #include "train/job_figures.h"
@@ -24,6 +23,7 @@
 #include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/progress.h"
+#include "train/rank_agreement.h"
 #include "train/resolved_config.h"
 #include "train/run_outputs.h"
 #include "train/run_parts.h"
@@ -119,6 +119,26 @@ std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
   return make_local_communicator();
 }
 
+// The data source, made and set up on every rank, its files compared
+// across ranks. A rank that cannot open its files (missing on its host)
+// stops every rank, saying so with its host's name.
+DataInfo open_data(Run& run, const RunParts& parts) {
+  std::string why;
+  DataInfo info;
+  try {
+    run.data = parts.data_lib.create<DataSource>(parts.data_options);
+    run.data->setup({parts.info.seq_len, parts.info.vocab_size, run.data_seed});
+    info = run.data->info();
+  } catch (const DataError& e) {
+    why = std::string(e.what()) + " (on host " + host_name() + ", rank " +
+          std::to_string(run.comm->rank()) + ")";
+  }
+  stop_together<DataError>(why, "another rank cannot read its data (its error is above)",
+                           *run.comm);
+  check_data_agree(info.files, *run.comm);
+  return info;
+}
+
 Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   Run run;
   run.comm = make_communicator(resolve_comm(config));
@@ -134,7 +154,6 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   run.strategy_plugin = parts.strategy_plugin;
   run.data_seed = static_cast<std::uint64_t>(parts.data_options.get_int("seed"));
   run.model = parts.model;
-  run.data = parts.data_lib.create<DataSource>(parts.data_options);
   run.strategy = parts.strategy;
 
   // Unless set, the ranks on one machine share its cores.
@@ -147,8 +166,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
   run.kernels = make_cpu_kernels();
 
   const ModelInfo& info = parts.info;
-  run.data->setup({info.seq_len, info.vocab_size, run.data_seed});
-  const DataInfo dinfo = run.data->info();
+  const DataInfo dinfo = open_data(run, parts);
   if (dinfo.vocab_used > info.vocab_size)
     throw ConfigError(config.where("model.vocab_size") + ": [model] vocab_size " +
                       std::to_string(info.vocab_size) + " is smaller than the " +

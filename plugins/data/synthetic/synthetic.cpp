@@ -65,7 +65,9 @@ class Synthetic final : public DataSource {
 
   DataInfo info() const override {
     return {"synthetic (V=" + std::to_string(V_) + ", K=" + std::to_string(branching_) + ")",
-            entropy_, V_};
+            entropy_,
+            V_,
+            {}};  // no files: every rank computes the same tokens
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,

@@ -90,7 +90,9 @@ class Text final : public DataSource {
 
   DataInfo info() const override {
     return {"text " + path_ + " (" + std::to_string(file_ ? file_->size() : 0) + " bytes)",
-            std::nullopt, 256};
+            std::nullopt,
+            256,
+            {path_}};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,

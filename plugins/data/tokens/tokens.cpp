@@ -149,9 +149,11 @@ class Tokens final : public DataSource {
   }
 
   DataInfo info() const override {
-    return {"tokens " + path_ + " (" + std::to_string(train_.count) + " tokens, uint" +
-                std::to_string(train_.width * 8) + ")",
-            std::nullopt, static_cast<int>(max_id_) + 1};
+    return {
+        "tokens " + path_ + " (" + std::to_string(train_.count) + " tokens, uint" +
+            std::to_string(train_.width * 8) + ")",
+        std::nullopt, static_cast<int>(max_id_) + 1,
+        val_path_ ? std::vector<std::string>{path_, *val_path_} : std::vector<std::string>{path_}};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,

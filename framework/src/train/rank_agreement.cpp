@@ -7,7 +7,7 @@
 // all-gather copies untouched. Installations are compared the same way:
 // a digest of every part's name, file CRC and version first, the parts
 // with their files and hosts only when the digests differ.
-#include "train/config_agreement.h"
+#include "train/rank_agreement.h"
 
 #include <unistd.h>
 
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -161,33 +162,57 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm) {
 
 namespace {
 
-// "part\x1fdigest and version\x1ffile\x1fhost" lines; the first two fields
-// are what must agree.
-std::string installation_text(const std::vector<InstalledPart>& plugins) {
-  std::vector<InstalledPart> parts = {
-      {"ztrain library", boost::dll::this_line_location().string(),
-       std::string(ZTRAIN_VERSION) + ", " + host_build_id()},
-      {"ztrain executable", boost::dll::program_location().string(), ZTRAIN_VERSION}};
-  parts.insert(parts.end(), plugins.begin(), plugins.end());
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::string text;
-  for (const InstalledPart& p : parts) {
-    const std::string bytes = read_whole_file(p.file);
-    char crc[16];
-    std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes.data(), bytes.size()));
-    text += p.part + '\x1f' + "crc32c " + crc + ", version " + p.version + '\x1f' +
-            p.file.string() + '\x1f' + host + '\n';
-  }
+// One thing every rank must have alike: `part` names it, `id` must be
+// equal, `file` is where this rank has it (for the message only).
+struct AgreedPart {
+  std::string part, id, file;
+};
+
+std::string crc_hex(std::uint32_t crc) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%08x", crc);
   return text;
 }
 
-struct Part {
+// A data file's identity without reading all of it: its size and a
+// CRC-32C of 16 blocks of 64 KiB spread evenly from its start to its end
+// (the whole file when smaller). A file on a shared file system is read
+// by every rank, so this costs 1 MiB per file and rank.
+std::string sampled_digest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(path, ec);
+  if (!in || ec)
+    throw DataError("cannot open data file '" + path + "' on host " + host_name() + ": " +
+                    (ec ? ec.message() : std::string("unreadable")));
+  constexpr std::uint64_t kBlock = 64 * 1024, kBlocks = 16;
+  std::vector<char> block(kBlock);
+  std::uint32_t crc = 0;
+  for (std::uint64_t k = 0; k < kBlocks; ++k) {
+    const std::uint64_t at = size > kBlock ? (size - kBlock) * k / (kBlocks - 1) : 0;
+    in.seekg(static_cast<std::streamoff>(at));
+    in.read(block.data(), static_cast<std::streamsize>(std::min(kBlock, size)));
+    crc = crc32c(block.data(), static_cast<std::size_t>(in.gcount()), crc);
+    if (size <= kBlock) break;
+  }
+  return std::to_string(size) + " bytes, sampled crc32c " + crc_hex(crc);
+}
+
+// "part\x1fid\x1ffile\x1fhost" lines; part and id are what must agree.
+std::string parts_text(const std::vector<AgreedPart>& parts) {
+  const std::string host = host_name();
+  std::string text;
+  for (const AgreedPart& p : parts)
+    text += p.part + '\x1f' + p.id + '\x1f' + p.file + '\x1f' + host + '\n';
+  return text;
+}
+
+struct Held {
   std::string id, file, host;
 };
 
-std::map<std::string, Part> parse_parts(const std::string& text) {
-  std::map<std::string, Part> parts;
+std::map<std::string, Held> parse_parts(const std::string& text) {
+  std::map<std::string, Held> parts;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     std::vector<std::string> f;
@@ -201,29 +226,33 @@ std::map<std::string, Part> parse_parts(const std::string& text) {
 }
 
 // The digest of what must agree: each part's name and id.
-std::uint64_t installation_digest(const std::string& text) {
+std::uint64_t parts_digest(const std::vector<AgreedPart>& parts) {
+  std::map<std::string, std::string> ids;
+  for (const AgreedPart& p : parts) ids[p.part] = p.id;
   std::uint64_t h = 1469598103934665603ull;
-  for (const auto& [part, p] : parse_parts(text))
-    for (const std::string* t : {&part, &p.id}) {
+  for (const auto& [part, id] : ids)
+    for (const std::string* t : {&part, &id}) {
       for (unsigned char c : *t) h = (h ^ c) * 1099511628211ull;
       h = (h ^ 0xff) * 1099511628211ull;
     }
   return h;
 }
 
-}  // namespace
-
-void check_installations_agree(const std::vector<InstalledPart>& plugins, Communicator& comm) {
+// E on every rank, naming the first part that differs between rank 0 and
+// the first rank unlike it: "<differ>: <part> is ... on rank 0 (host a)
+// but ... on rank r (host b); <fix>".
+template <class E>
+void check_parts_agree(const std::vector<AgreedPart>& mine, const std::string& differ,
+                       const std::string& fix, Communicator& comm) {
   if (comm.size() == 1) return;
-  const std::string mine = installation_text(plugins);
-  const std::vector<std::uint64_t> digests = gather_digests(installation_digest(mine), comm);
+  const std::vector<std::uint64_t> digests = gather_digests(parts_digest(mine), comm);
   std::size_t other = 0;
   for (std::size_t r = 1; r < digests.size() && !other; ++r)
     if (digests[r] != digests[0]) other = r;
   if (!other) return;
-  const auto texts = gather_texts(mine, comm);
+  const auto texts = gather_texts(parts_text(mine), comm);
   const auto first = parse_parts(texts[0]), theirs = parse_parts(texts[other]);
-  const auto said = [](const std::map<std::string, Part>& parts, const std::string& part,
+  const auto said = [](const std::map<std::string, Held>& parts, const std::string& part,
                        std::size_t rank) {
     const auto it = parts.find(part);
     const std::string where = " on rank " + std::to_string(rank);
@@ -237,10 +266,45 @@ void check_installations_agree(const std::vector<InstalledPart>& plugins, Commun
   for (const std::string& part : names) {
     const auto a = first.find(part), b = theirs.find(part);
     if (a != first.end() && b != theirs.end() && a->second.id == b->second.id) continue;
-    throw PluginError("the ranks run different builds: " + part + " is " + said(first, part, 0) +
-                      " but " + said(theirs, part, other) +
-                      "; install the same ztrain build and plugins on every host");
+    throw E(differ + ": " + part + " is " + said(first, part, 0) + " but " +
+            said(theirs, part, other) + "; " + fix);
   }
+}
+
+}  // namespace
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+void check_installations_agree(const std::vector<InstalledPart>& plugins, Communicator& comm) {
+  if (comm.size() == 1) return;
+  std::vector<InstalledPart> installed = {
+      {"ztrain library", boost::dll::this_line_location(),
+       std::string(ZTRAIN_VERSION) + ", " + host_build_id()},
+      {"ztrain executable", boost::dll::program_location(), ZTRAIN_VERSION}};
+  installed.insert(installed.end(), plugins.begin(), plugins.end());
+  std::vector<AgreedPart> parts;
+  for (const InstalledPart& p : installed) {
+    const std::string bytes = read_whole_file(p.file);
+    parts.push_back(
+        {p.part, "crc32c " + crc_hex(crc32c(bytes.data(), bytes.size())) + ", version " + p.version,
+         p.file.string()});
+  }
+  check_parts_agree<PluginError>(parts, "the ranks run different builds",
+                                 "install the same ztrain build and plugins on every host", comm);
+}
+
+void check_data_agree(const std::vector<std::string>& files, Communicator& comm) {
+  if (comm.size() == 1) return;
+  std::vector<AgreedPart> parts;
+  for (std::size_t i = 0; i < files.size(); ++i)
+    parts.push_back({"data file " + std::to_string(i + 1), sampled_digest(files[i]), files[i]});
+  check_parts_agree<DataError>(parts, "the ranks read different data",
+                               "give every host the same file (or one on a shared file system)",
+                               comm);
 }
 
 bool any_rank(bool mine, Communicator& comm) {

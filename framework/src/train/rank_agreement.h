@@ -1,4 +1,5 @@
-// Every rank of a job must run the same configuration.
+// Every rank of a job must run the same configuration, the same build of
+// ztrain and its plugins, and read the same data.
 //
 // Ranks are started separately (mpirun, torchrun-style environment, a
 // scheduler), each reading its own run file, presets and --set overrides;
@@ -15,6 +16,8 @@
 // file, its version). Hosts may install ztrain under different paths; the
 // bytes must be the same. A difference raises the same PluginError on
 // every rank, naming the part, both files and digests, and both hosts.
+// check_data_agree compares the data files the same way, by size and a
+// CRC-32C of blocks sampled across each file.
 //
 // stop_together makes the checks one rank (or one host) makes before
 // training (or the parts of a checkpoint) stop every rank: each passes its
@@ -46,6 +49,11 @@ struct InstalledPart {
 };
 // ztrain's own parts (library and executable) are added to `plugins`.
 void check_installations_agree(const std::vector<InstalledPart>& plugins, Communicator& comm);
+// The data source's files (DataInfo::files): the same size and sampled
+// contents on every rank, else DataError naming both paths and hosts.
+void check_data_agree(const std::vector<std::string>& files, Communicator& comm);
+// This machine's name, for messages.
+std::string host_name();
 // Whether any rank passes true (every rank learns the same answer).
 bool any_rank(bool mine, Communicator& comm);
 // E: the error every rank raises (a refused configuration by default; a
