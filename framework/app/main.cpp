@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,214 +128,235 @@ int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
   return 0;
 }
 
+// The command line, parsed.
+struct Cli {
+  std::vector<std::string> overrides, plugin_paths, positional, env_vars;
+  std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
+                               compare_out, deepspeed, device_memory;
+  std::int64_t steps = 0;
+  int gpus_per_node = 1, nproc = 0, world = 1;
+  bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
+  po::variables_map given;
+
+  // The run a config file and the command line describe.
+  ztrain::TrainArgs run_args(const std::string& config) const {
+    ztrain::TrainArgs args;
+    args.config = config;
+    args.strategy = strategy;
+    args.model = model;
+    args.overrides = overrides;
+    args.plugin_paths = plugin_paths;
+    args.verbose = verbose;
+    args.overwrite = overwrite;
+    args.deepspeed = deepspeed;
+    return args;
+  }
+  ztrain::PluginLoader loader() const {
+    ztrain::PluginLoader::Log log;
+    if (verbose)
+      log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
+    return ztrain::PluginLoader(ztrain::default_plugin_dirs(plugin_paths), log);
+  }
+};
+
+po::options_description declare_options(Cli& c) {
+  po::options_description opts("options");
+  opts.add_options()("help,h", "show this help")("version", "print the version")(
+      "strategy,s", po::value(&c.strategy),
+      "strategy preset (configs/strategies/NAME.toml) or plugin name/path")(
+      "model,m", po::value(&c.model), "model preset (configs/models/NAME.toml) replacing [model]")(
+      "set", po::value(&c.overrides)->composing(),
+      "override a config key: --set section.key=value (repeatable)")(
+      "plugin-path", po::value(&c.plugin_paths)->composing(),
+      "extra plugin directory, searched first (repeatable; colon-separated lists too)")(
+      "verbose,v", po::bool_switch(&c.verbose), "log plugin discovery and set-up")(
+      "overwrite", po::bool_switch(&c.overwrite),
+      "replace an earlier run in out_dir, an existing export_to, or export's OUT")(
+      "dtype", po::value(&c.dtype), "export: dtype of the written weights (fp32, bf16, fp16)")(
+      "resume", po::value(&c.resume),
+      "continue from a checkpoint: --resume (out_dir's latest), --resume DIR or --resume=DIR")(
+      "nproc", po::value(&c.nproc), "start N ranks on this machine (through mpirun)")(
+      "world", po::value(&c.world)->default_value(1), "estimate: the number of ranks")(
+      "all", po::bool_switch(&c.all_strategies), "estimate: a table across every strategy preset")(
+      "gpus-per-node", po::value(&c.gpus_per_node), "estimate --all: devices per node")(
+      "device-memory", po::value(&c.device_memory),
+      "estimate --all: each device's memory (e.g. 80GiB): fits or not, with the margin")(
+      "hostfile", po::value(&c.hostfile), "start ranks on the hosts of a DeepSpeed hostfile")(
+      "include", po::value(&c.include), "hostfile hosts/slots to use: host[:0,1][@host...]")(
+      "exclude", po::value(&c.exclude), "hostfile hosts/slots to leave out: host[:0,1][@host...]")(
+      "env", po::value(&c.env_vars)->composing(),
+      "environment variable that travels to every rank (repeatable; also .ztrain_env)")(
+      "dry-run", po::bool_switch(&c.dry_run), "with --nproc/--hostfile: print the launch command")(
+      "deepspeed", po::value(&c.deepspeed),
+      "a DeepSpeed config (ds_config.json) for the strategy and training keys; --set wins")(
+      "strategies", po::value(&c.strategies), "compare: the strategies, comma-separated")(
+      "steps", po::value(&c.steps), "compare: steps per job (default: the run's train.steps)")(
+      "out", po::value(&c.compare_out), "compare: where the jobs and reports go (runs/compare)");
+  return opts;
+}
+
+// Refuses a subcommand given the wrong number of words (`usage` says the right form).
+void expect_words(const Cli& c, std::size_t words, const std::string& usage) {
+  if (c.positional.size() != words) throw ztrain::ConfigError("usage: " + usage);
+}
+
+int estimate_command(const Cli& c) {
+  expect_words(c, 2, "ztrain estimate [--world N] [options] CONFIG");
+  if (c.world < 1)
+    throw ztrain::ConfigError("--world " + std::to_string(c.world) + ": give 1 or more ranks");
+  if (c.all_strategies) {
+    ztrain::SizingArgs sizing{c.run_args(c.positional[1]), c.world, c.gpus_per_node, std::nullopt};
+    if (!c.device_memory.empty()) sizing.device_memory = ztrain::parse_size(c.device_memory);
+    ztrain::estimate_all(sizing, std::cout);
+    return 0;
+  }
+  if (c.given.count("gpus-per-node") || !c.device_memory.empty())
+    throw ztrain::ConfigError("--gpus-per-node and --device-memory go with estimate --all");
+  ztrain::estimate(c.run_args(c.positional[1]), c.world, std::cout);
+  return 0;
+}
+
+int export_command(const Cli& c) {
+  expect_words(c, 3,
+               "ztrain export RUN_DIR|FILE|CHECKPOINT OUT [--dtype fp32|bf16|fp16] [--overwrite]");
+  const ztrain::DType type = ztrain::parse_precision(c.dtype, "--dtype");
+  const std::string &from = c.positional[1], &to = c.positional[2];
+  // A run directory with checkpoints and final weights exports the final weights.
+  if (ztrain::is_checkpoint(from) &&
+      !std::filesystem::exists(std::filesystem::path(from) / "model.safetensors"))
+    ztrain::export_checkpoint(from, to, type, c.overwrite, c.loader());
+  else
+    ztrain::convert_weights(from, to, type, c.overwrite);
+  std::cout << "wrote " << to << "\n";
+  return 0;
+}
+
+// The subcommands other than training; nullopt when the command line trains.
+std::optional<int> tool_command(const Cli& c) {
+  const std::string command = c.positional.empty() ? "" : c.positional[0];
+  if (command == "plugins") {
+    if (c.positional.size() > 1)
+      throw ztrain::ConfigError("'ztrain plugins' takes no arguments (got '" + c.positional[1] +
+                                "')");
+    return list_plugins(c.plugin_paths, c.verbose);
+  }
+  if (command == "convert-deepspeed") {
+    expect_words(c, 3,
+                 "ztrain convert-deepspeed DS.json RUN.toml (the run \"auto\" takes its values "
+                 "from)");
+    ztrain::TrainArgs args = c.run_args(c.positional[2]);
+    args.deepspeed.clear();
+    const ztrain::RunConfig run = ztrain::load_run_config(args);
+    std::cout << ztrain::imported_toml(ztrain::import_deepspeed(c.positional[1], run),
+                                       c.positional[1]);
+    return 0;
+  }
+  if (command == "estimate") return estimate_command(c);
+  if (command == "config") {
+    expect_words(c, 2, "ztrain config [--model M] [--strategy S] [--set k=v ...] CONFIG");
+    std::cout << ztrain::resolved_config_of(c.run_args(c.positional[1]));
+    return 0;
+  }
+  if (command == "compare") {
+    expect_words(c, 2, "ztrain compare --strategies A,B,... [--nproc N] [--steps K] CONFIG");
+    return ztrain::compare({c.run_args(c.positional[1]), comma_list(c.strategies),
+                            c.given.count("nproc") ? c.nproc : 1, c.steps, c.compare_out},
+                           std::cout);
+  }
+  if (command == "checkpoint") {
+    if (c.positional.size() != 3 || c.positional[1] != "info")
+      throw ztrain::ConfigError("usage: ztrain checkpoint info CHECKPOINT");
+    return ztrain::checkpoint_info(c.positional[2], c.loader(), std::cout) ? 0 : 1;
+  }
+  if (command == "export") return export_command(c);
+  return std::nullopt;
+}
+
+// With --nproc or --hostfile: this command line again on every rank,
+// through mpirun (exec: this process becomes mpirun). Returns otherwise,
+// or after a dry run.
+std::optional<int> launch(const Cli& c) {
+  if (c.nproc < 0 || (c.given.count("nproc") && c.nproc == 0))
+    throw ztrain::ConfigError("--nproc " + std::to_string(c.nproc) + ": give 1 or more ranks");
+  if (c.nproc == 0 && c.hostfile.empty() &&
+      (!c.include.empty() || !c.exclude.empty() || !c.env_vars.empty() || c.dry_run))
+    throw ztrain::ConfigError(
+        "--include, --exclude, --env and --dry-run go with --nproc or --hostfile");
+  if (c.nproc == 0 && c.hostfile.empty()) return std::nullopt;
+  if (ztrain::launched_by_mpi())
+    throw ztrain::ConfigError("already started by an MPI launcher; drop --nproc/--hostfile");
+  ztrain::LaunchPlan plan;
+  plan.nproc = c.nproc;
+  if (!c.hostfile.empty())
+    plan.hosts = ztrain::filter_hosts(ztrain::parse_hostfile(c.hostfile), c.include, c.exclude);
+  else if (!c.include.empty() || !c.exclude.empty())
+    throw ztrain::ConfigError("--include/--exclude need a --hostfile");
+  for (const auto& v : c.env_vars) {
+    const char* value = std::getenv(v.c_str());
+    if (!value) throw ztrain::ConfigError("--env " + v + ": no such variable in this environment");
+    plan.env.push_back(v + "=" + value);
+  }
+  for (const auto& file :
+       {std::string(".ztrain_env"),
+        std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.ztrain_env"})
+    if (std::filesystem::exists(file)) {
+      for (auto& e : ztrain::read_env_file(file)) plan.env.push_back(std::move(e));
+      break;
+    }
+  std::vector<std::string> child{boost::dll::program_location().string()};
+  if (!c.strategy.empty()) child.insert(child.end(), {"--strategy", c.strategy});
+  if (!c.model.empty()) child.insert(child.end(), {"--model", c.model});
+  for (const auto& o : c.overrides) child.insert(child.end(), {"--set", o});
+  for (const auto& p : c.plugin_paths) child.insert(child.end(), {"--plugin-path", p});
+  if (c.verbose) child.push_back("--verbose");
+  if (c.overwrite) child.push_back("--overwrite");
+  if (!c.deepspeed.empty()) child.insert(child.end(), {"--deepspeed", c.deepspeed});
+  child.push_back(c.positional[0]);
+  const auto command = ztrain::mpirun_command(plan, child);
+  if (c.dry_run) {
+    for (const auto& a : command) std::cout << a << (&a == &command.back() ? "\n" : " ");
+    return 0;
+  }
+  ztrain::exec_command(command);
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> overrides, plugin_paths, positional;
-  std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
-                               compare_out, deepspeed;
-  std::int64_t steps = 0;
-  std::string device_memory;
-  int gpus_per_node = 1;
-  bool all_strategies = false;
-  std::vector<std::string> env_vars;
-  int nproc = 0;
-  int world = 1;
-  bool verbose = false, dry_run = false, overwrite = false;
-  po::options_description opts("options");
-  opts.add_options()("help,h", "show this help")("version", "print the version")(
-      "strategy,s", po::value(&strategy),
-      "strategy preset (configs/strategies/NAME.toml) or plugin name/path")(
-      "model,m", po::value(&model), "model preset (configs/models/NAME.toml) replacing [model]")(
-      "set", po::value(&overrides)->composing(),
-      "override a config key: --set section.key=value (repeatable)")(
-      "plugin-path", po::value(&plugin_paths)->composing(),
-      "extra plugin directory, searched first (repeatable; colon-separated lists too)")(
-      "verbose,v", po::bool_switch(&verbose), "log plugin discovery and set-up")(
-      "overwrite", po::bool_switch(&overwrite),
-      "replace an earlier run in out_dir, an existing export_to, or export's OUT")(
-      "dtype", po::value(&dtype), "export: dtype of the written weights (fp32, bf16, fp16)")(
-      "resume", po::value(&resume),
-      "continue from a checkpoint: --resume (out_dir's latest), --resume DIR or --resume=DIR")(
-      "nproc", po::value(&nproc), "start N ranks on this machine (through mpirun)")(
-      "world", po::value(&world)->default_value(1), "estimate: the number of ranks")(
-      "all", po::bool_switch(&all_strategies), "estimate: a table across every strategy preset")(
-      "gpus-per-node", po::value(&gpus_per_node), "estimate --all: devices per node")(
-      "device-memory", po::value(&device_memory),
-      "estimate --all: each device's memory (e.g. 80GiB): fits or not, with the margin")(
-      "hostfile", po::value(&hostfile), "start ranks on the hosts of a DeepSpeed hostfile")(
-      "include", po::value(&include), "hostfile hosts/slots to use: host[:0,1][@host...]")(
-      "exclude", po::value(&exclude), "hostfile hosts/slots to leave out: host[:0,1][@host...]")(
-      "env", po::value(&env_vars)->composing(),
-      "environment variable that travels to every rank (repeatable; also .ztrain_env)")(
-      "dry-run", po::bool_switch(&dry_run), "with --nproc/--hostfile: print the launch command")(
-      "deepspeed", po::value(&deepspeed),
-      "a DeepSpeed config (ds_config.json) for the strategy and training keys; --set wins")(
-      "strategies", po::value(&strategies), "compare: the strategies, comma-separated")(
-      "steps", po::value(&steps), "compare: steps per job (default: the run's train.steps)")(
-      "out", po::value(&compare_out), "compare: where the jobs and reports go (runs/compare)");
+  Cli c;
+  const po::options_description opts = declare_options(c);
   po::options_description hidden;
-  hidden.add_options()("args", po::value(&positional)->composing());
+  hidden.add_options()("args", po::value(&c.positional)->composing());
   po::options_description all;
   all.add(opts).add(hidden);
   po::positional_options_description pos;
   pos.add("args", -1);
   try {
-    po::variables_map vm;
     po::store(
         po::command_line_parser(resume_argument(argc, argv)).options(all).positional(pos).run(),
-        vm);
-    po::notify(vm);
-    if (vm.count("help")) {
+        c.given);
+    po::notify(c.given);
+    if (c.given.count("help")) {
       std::cout << kUsage << "\n" << opts;
       return 0;
     }
-    if (vm.count("version")) {
+    if (c.given.count("version")) {
       std::cout << "ztrain " << ZTRAIN_VERSION << "\n";
       return 0;
     }
-    if (!positional.empty() && positional[0] == "plugins") {
-      if (positional.size() > 1)
-        throw ztrain::ConfigError("'ztrain plugins' takes no arguments (got '" + positional[1] +
-                                  "')");
-      return list_plugins(plugin_paths, verbose);
-    }
     // --resume is train.resume, so every rank agrees on it with the rest.
-    if (!resume.empty()) overrides.push_back("train.resume=\"" + resume + "\"");
-    // The run a config file and the command line describe.
-    auto run_args = [&](const std::string& config) {
-      ztrain::TrainArgs args;
-      args.config = config;
-      args.strategy = strategy;
-      args.model = model;
-      args.overrides = overrides;
-      args.plugin_paths = plugin_paths;
-      args.verbose = verbose;
-      args.overwrite = overwrite;
-      args.deepspeed = deepspeed;
-      return args;
-    };
-    if (!positional.empty() && positional[0] == "convert-deepspeed") {
-      if (positional.size() != 3)
-        throw ztrain::ConfigError(
-            "usage: ztrain convert-deepspeed DS.json RUN.toml (the run \"auto\" takes its values "
-            "from)");
-      ztrain::TrainArgs args = run_args(positional[2]);
-      args.deepspeed.clear();
-      const ztrain::RunConfig run = ztrain::load_run_config(args);
-      std::cout << ztrain::imported_toml(ztrain::import_deepspeed(positional[1], run),
-                                         positional[1]);
-      return 0;
-    }
-    if (!positional.empty() && positional[0] == "estimate") {
-      if (positional.size() != 2)
-        throw ztrain::ConfigError("usage: ztrain estimate [--world N] [options] CONFIG");
-      if (world < 1)
-        throw ztrain::ConfigError("--world " + std::to_string(world) + ": give 1 or more ranks");
-      if (all_strategies) {
-        ztrain::SizingArgs sizing{run_args(positional[1]), world, gpus_per_node, std::nullopt};
-        if (!device_memory.empty()) sizing.device_memory = ztrain::parse_size(device_memory);
-        ztrain::estimate_all(sizing, std::cout);
-        return 0;
-      }
-      if (vm.count("gpus-per-node") || !device_memory.empty())
-        throw ztrain::ConfigError("--gpus-per-node and --device-memory go with estimate --all");
-      ztrain::estimate(run_args(positional[1]), world, std::cout);
-      return 0;
-    }
-    if (!positional.empty() && positional[0] == "config") {
-      if (positional.size() != 2)
-        throw ztrain::ConfigError(
-            "usage: ztrain config [--model M] [--strategy S] [--set k=v ...] CONFIG");
-      std::cout << ztrain::resolved_config_of(run_args(positional[1]));
-      return 0;
-    }
-    const ztrain::PluginLoader::Log log =
-        verbose ? [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); }
-                : ztrain::PluginLoader::Log{};
-    if (!positional.empty() && positional[0] == "compare") {
-      if (positional.size() != 2)
-        throw ztrain::ConfigError(
-            "usage: ztrain compare --strategies A,B,... [--nproc N] [--steps K] CONFIG");
-      return ztrain::compare({run_args(positional[1]), comma_list(strategies),
-                              vm.count("nproc") ? nproc : 1, steps, compare_out},
-                             std::cout);
-    }
-    if (!positional.empty() && positional[0] == "checkpoint") {
-      if (positional.size() != 3 || positional[1] != "info")
-        throw ztrain::ConfigError("usage: ztrain checkpoint info CHECKPOINT");
-      const ztrain::PluginLoader loader(ztrain::default_plugin_dirs(plugin_paths), log);
-      return ztrain::checkpoint_info(positional[2], loader, std::cout) ? 0 : 1;
-    }
-    if (!positional.empty() && positional[0] == "export") {
-      if (positional.size() != 3)
-        throw ztrain::ConfigError(
-            "usage: ztrain export RUN_DIR|FILE|CHECKPOINT OUT [--dtype fp32|bf16|fp16] "
-            "[--overwrite]");
-      const ztrain::DType type = ztrain::parse_precision(dtype, "--dtype");
-      // A run directory with checkpoints and final weights exports the final weights.
-      if (ztrain::is_checkpoint(positional[1]) &&
-          !std::filesystem::exists(std::filesystem::path(positional[1]) / "model.safetensors"))
-        ztrain::export_checkpoint(
-            positional[1], positional[2], type, overwrite,
-            ztrain::PluginLoader(ztrain::default_plugin_dirs(plugin_paths), log));
-      else
-        ztrain::convert_weights(positional[1], positional[2], type, overwrite);
-      std::cout << "wrote " << positional[2] << "\n";
-      return 0;
-    }
-    if (positional.size() != 1) {
+    if (!c.resume.empty()) c.overrides.push_back("train.resume=\"" + c.resume + "\"");
+    if (const auto code = tool_command(c)) return *code;
+    if (c.positional.size() != 1) {
       std::cerr << "ztrain: "
-                << (positional.empty() ? "no run file given" : "more than one run file given")
+                << (c.positional.empty() ? "no run file given" : "more than one run file given")
                 << "\n\n"
                 << kUsage;
       return 2;
     }
-    if (nproc < 0 || (vm.count("nproc") && nproc == 0))
-      throw ztrain::ConfigError("--nproc " + std::to_string(nproc) + ": give 1 or more ranks");
-    if (nproc == 0 && hostfile.empty() &&
-        (!include.empty() || !exclude.empty() || !env_vars.empty() || dry_run))
-      throw ztrain::ConfigError(
-          "--include, --exclude, --env and --dry-run go with --nproc or --hostfile");
-    if (nproc > 0 || !hostfile.empty()) {
-      if (ztrain::launched_by_mpi())
-        throw ztrain::ConfigError("already started by an MPI launcher; drop --nproc/--hostfile");
-      ztrain::LaunchPlan plan;
-      plan.nproc = nproc;
-      if (!hostfile.empty())
-        plan.hosts = ztrain::filter_hosts(ztrain::parse_hostfile(hostfile), include, exclude);
-      else if (!include.empty() || !exclude.empty())
-        throw ztrain::ConfigError("--include/--exclude need a --hostfile");
-      for (const auto& v : env_vars) {
-        const char* value = std::getenv(v.c_str());
-        if (!value)
-          throw ztrain::ConfigError("--env " + v + ": no such variable in this environment");
-        plan.env.push_back(v + "=" + value);
-      }
-      for (const auto& file :
-           {std::string(".ztrain_env"),
-            std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.ztrain_env"})
-        if (std::filesystem::exists(file)) {
-          for (auto& e : ztrain::read_env_file(file)) plan.env.push_back(std::move(e));
-          break;
-        }
-      std::vector<std::string> child{boost::dll::program_location().string()};
-      if (!strategy.empty()) child.insert(child.end(), {"--strategy", strategy});
-      if (!model.empty()) child.insert(child.end(), {"--model", model});
-      for (const auto& o : overrides) child.insert(child.end(), {"--set", o});
-      for (const auto& p : plugin_paths) child.insert(child.end(), {"--plugin-path", p});
-      if (verbose) child.push_back("--verbose");
-      if (overwrite) child.push_back("--overwrite");
-      if (!deepspeed.empty()) child.insert(child.end(), {"--deepspeed", deepspeed});
-      child.push_back(positional[0]);
-      const auto command = ztrain::mpirun_command(plan, child);
-      if (dry_run) {
-        for (const auto& a : command) std::cout << a << (&a == &command.back() ? "\n" : " ");
-        return 0;
-      }
-      ztrain::exec_command(command);
-    }
-    ztrain::train(run_args(positional[0]));
+    if (const auto code = launch(c)) return *code;
+    ztrain::train(c.run_args(c.positional[0]));
     return 0;
   } catch (const po::error& e) {
     std::cerr << "ztrain: " << e.what() << "\n\n" << kUsage;

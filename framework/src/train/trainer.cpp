@@ -402,6 +402,74 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
 }
 
 // The training loop over an assembled run.
+// The checkpoint being written, if any: committed at the first step after
+// every rank's write is done (learned through the loss all-reduce), one at
+// a time; with the host copies and the pruner the next ones reuse.
+class CheckpointsInFlight {
+ public:
+  CheckpointsInFlight(Run& run, MetricsFile* metrics, Progress& progress)
+      : run_(run), metrics_(metrics), progress_(progress), buffers_(*run.device) {}
+  // This rank's flag for the loss all-reduce.
+  bool rank_done() const { return !pending_ || pending_->rank_done(); }
+  // After a step: commits what every rank has written; when `due`, starts
+  // the checkpoint of `at`, committed at once when it is the last (`last`:
+  // no training left to overlap) or was written within the step.
+  void after_step(const TrainingPosition& at, bool written_everywhere, bool due, bool last) {
+    if (written_everywhere) commit(true);
+    if (!due) return;
+    commit(true);
+    begin_checkpoint(run_, at, buffers_, pruner_, pending_);
+    step_ = at.step;
+    if (last || pending_->written_in_step()) commit(false);
+  }
+
+ private:
+  void commit(bool overlapped) {
+    if (!pending_) return;
+    finish_checkpoint(run_, *pending_, step_, overlapped, metrics_, progress_);
+    pending_.reset();
+  }
+
+  Run& run_;
+  MetricsFile* metrics_;
+  Progress& progress_;
+  SnapshotBuffers buffers_;  // these two outlive pending_
+  CheckpointPruner pruner_;
+  std::optional<CheckpointWrite> pending_;
+  std::int64_t step_ = 0;
+};
+
+// The summary's figures, from the loop's.
+RunReport report_of(const Run& run, const TrainResult& result, const ModelInfo& info,
+                    const DataInfo& dinfo, const LossScaler& scaler, std::int64_t steps,
+                    std::int64_t skipped, double comm_wait, const CommCounters& train_comm,
+                    Clock::time_point t_start) {
+  const auto& tr = run.settings.train;
+  const JobFigures job = gather_job_figures(*run.comm, run.device->stats(), train_comm);
+  RunReport report;
+  report.steps = steps;
+  report.wall_s = seconds_since(t_start);
+  report.tokens_per_s = result.tokens_per_s;
+  report.flops_per_token = info.train_flops_per_token;
+  report.train_losses = result.train_losses;
+  report.val_losses = result.val_losses;
+  report.entropy_rate = dinfo.entropy_rate;
+  report.skipped_steps = skipped;
+  report.dynamic_scale = scaler.dynamic();
+  report.final_loss_scale = scaler.scale();
+  report.ranks = run.comm->size();
+  report.bytes_per_rank = job.bytes_per_rank();
+  report.comm_wait_s = comm_wait;
+  report.memory = job.memory;
+  report.estimate = run.strategy->estimate(
+      {run.model->params(), run.comm->size(), tr.precision, tr.grad_dtype,
+       run.model->activation_bytes({static_cast<int>(tr.micro_batch), info.seq_len}),
+       run.settings.device.memory_limit});
+  report.metrics_file = result.metrics_file;
+  if (tr.save_final) report.weights_file = tr.out_dir / "model.safetensors";
+  return report;
+}
+
 TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const auto& tr = run.settings.train;
   const ModelInfo info = run.model->info();
@@ -472,18 +540,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   std::int64_t& applied = at.applied;
   std::int64_t& skipped_steps = at.skipped;
   const std::int64_t first_step = at.step;
-  // The checkpoint being written in the background, and its step; it is
-  // committed at the first step after every rank's write is done.
-  SnapshotBuffers snapshot_buffers(*run.device);  // these two outlive `pending`
-  CheckpointPruner pruner;
-  std::optional<CheckpointWrite> pending;
-  std::int64_t pending_step = 0;
-  auto commit_pending = [&](bool overlapped) {
-    if (!pending) return;
-    finish_checkpoint(run, *pending, pending_step, overlapped, metrics ? &*metrics : nullptr,
-                      progress);
-    pending.reset();
-  };
+  CheckpointsInFlight checkpoints(run, metrics ? &*metrics : nullptr, progress);
   for (std::int64_t step = first_step; step < tr.steps && !stopped; ++step) {
     const auto t0 = Clock::now();
     const double lr = schedule.at(applied) * (step + 1 == perturbed_step ? 1.1 : 1.0);
@@ -505,7 +562,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     // and so does whether this rank's checkpoint write is done.
     float mean[3] = {static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum)),
                      StopRequests::requested() ? 1.0f : 0.0f,
-                     !pending || pending->rank_done() ? 1.0f : 0.0f};
+                     checkpoints.rank_done() ? 1.0f : 0.0f};
     CommWork loss_work = run.comm->all_reduce_async(mean, 3, DType::f32, ReduceOp::average);
     // `mean` must outlive the collective even when step() throws.
     const WaitOnExit loss_guard{loss_work};
@@ -553,16 +610,11 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
     at.step = done;
     at.scaler = scaler.state();
-    if (written_everywhere) commit_pending(true);
-    if (stopped ||
-        (tr.checkpoint_every > 0 && (done % tr.checkpoint_every == 0 || done == tr.steps))) {
-      commit_pending(true);  // one checkpoint in flight at a time
-      begin_checkpoint(run, at, snapshot_buffers, pruner, pending);
-      pending_step = done;
-      // The last one has no training to overlap; one written within the
-      // step has nothing left to wait for.
-      if (stopped || done == tr.steps || pending->written_in_step()) commit_pending(false);
-    }
+    const bool last = stopped || done == tr.steps;
+    checkpoints.after_step(at, written_everywhere,
+                           stopped || (tr.checkpoint_every > 0 &&
+                                       (done % tr.checkpoint_every == 0 || done == tr.steps)),
+                           last);
     mark = run.comm->counters();
   }
   progress.finish();
@@ -581,27 +633,8 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   result.tokens_per_s =
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
 
-  const JobFigures job = gather_job_figures(*run.comm, run.device->stats(), train_comm);
-  RunReport report;
-  report.steps = at.step - first_step;
-  report.wall_s = seconds_since(t_start);
-  report.tokens_per_s = result.tokens_per_s;
-  report.flops_per_token = info.train_flops_per_token;
-  report.train_losses = result.train_losses;
-  report.val_losses = result.val_losses;
-  report.entropy_rate = dinfo.entropy_rate;
-  report.skipped_steps = skipped_steps;
-  report.dynamic_scale = scaler.dynamic();
-  report.final_loss_scale = scaler.scale();
-  report.ranks = run.comm->size();
-  report.bytes_per_rank = job.bytes_per_rank();
-  report.comm_wait_s = comm_wait;
-  report.memory = job.memory;
-  report.estimate = run.strategy->estimate({params, run.comm->size(), tr.precision, tr.grad_dtype,
-                                            run.model->activation_bytes({B, T}),
-                                            run.settings.device.memory_limit});
-  report.metrics_file = result.metrics_file;
-  if (tr.save_final) report.weights_file = tr.out_dir / "model.safetensors";
+  const RunReport report = report_of(run, result, info, dinfo, scaler, at.step - first_step,
+                                     skipped_steps, comm_wait, train_comm, t_start);
   progress.line(summary_text(report));
   return result;
 }
