@@ -18,16 +18,20 @@ common=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set mode
   --set model.vocab_size=256 --set train.steps=3 --set train.eval_every=0 --set device.threads=1)
 
 # tcp_pair NAME RANK1_ARGS...: rank 0 with the common arguments, rank 1 with
-# RANK1_ARGS too; their exit statuses in $s0 and $s1.
+# RANK1_ARGS too, started in $dir0 and $dir1; their exit statuses in $s0
+# and $s1.
+dir0=$PWD dir1=$PWD
 tcp_pair() {
   local name=$1 p0 p1
   shift
   reserve_port
-  RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \
-    --set train.out_dir="$scratch/$name" "$SRC/configs/run.toml" > "$scratch/$name.0.out" 2>&1 &
+  (cd "$dir0" && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" \
+    "${common[@]}" --set train.out_dir="$scratch/$name" "$SRC/configs/run.toml") \
+    > "$scratch/$name.0.out" 2>&1 &
   p0=$!
-  RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" "${common[@]}" \
-    --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" > "$scratch/$name.1.out" 2>&1 &
+  (cd "$dir1" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" \
+    "${common[@]}" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml") \
+    > "$scratch/$name.1.out" 2>&1 &
   p1=$!
   spawned+=("$p0" "$p1")
   exit_within "$p0" 60
@@ -113,29 +117,12 @@ echo "plugin_rebuilt: $(grep -m1 -o 'the ranks run different builds.*on rank 1 (
 mkdir -p "$scratch/host0" "$scratch/host1"
 for i in $(seq 1 2000); do echo "line $i of the same corpus"; done > "$scratch/host0/corpus.txt"
 cp "$scratch/host0/corpus.txt" "$scratch/host1/corpus.txt"
-text=(--set data.plugin=text --set data.path=corpus.txt --set model.vocab_size=256)
-# dir_pair NAME: the two ranks in host0 and host1; exit statuses in $s0 and $s1
-dir_pair() {
-  local name=$1 p0 p1
-  reserve_port
-  (cd "$scratch/host0" && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" \
-    "${common[@]}" "${text[@]}" --set train.out_dir="$scratch/$name" "$SRC/configs/run.toml") \
-    > "$scratch/$name.0.out" 2>&1 &
-  p0=$!
-  (cd "$scratch/host1" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$ZTRAIN" \
-    "${common[@]}" "${text[@]}" --set train.out_dir="$scratch/$name" "$SRC/configs/run.toml") \
-    > "$scratch/$name.1.out" 2>&1 &
-  p1=$!
-  spawned+=("$p0" "$p1")
-  exit_within "$p0" 60
-  s0=$status
-  exit_within "$p1" 60
-  s1=$status
-}
-dir_pair data_same
+common+=(--set data.plugin=text --set data.path=corpus.txt --set model.vocab_size=256)
+dir0=$scratch/host0 dir1=$scratch/host1
+tcp_pair data_same
 [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/data_same.*.out >&2; fail "identical data files disagreed"; }
 sed -i '1000s/same/SAME/' "$scratch/host1/corpus.txt"
-dir_pair data_changed
+tcp_pair data_changed
 for r in 0 1; do
   s=$([ "$r" -eq 0 ] && echo "$s0" || echo "$s1")
   [ "$s" -eq 1 ] || { cat "$scratch/data_changed.$r.out" >&2; fail "data_changed: rank $r exited $s, not 1"; }
@@ -144,7 +131,7 @@ for r in 0 1; do
 done
 echo "data_changed: $(grep -m1 -o 'the ranks read different data.*on rank 1 (host [^)]*)' "$scratch/data_changed.0.out")"
 rm "$scratch/host1/corpus.txt"
-dir_pair data_missing
+tcp_pair data_missing
 [ "$s0" -eq 1 ] && [ "$s1" -eq 1 ] || { cat "$scratch"/data_missing.*.out >&2; fail "data_missing: exits $s0 and $s1, not 1 and 1"; }
 grep -q "corpus.txt.*(on host .*, rank 1)" "$scratch/data_missing.1.out" ||
   { cat "$scratch/data_missing.1.out" >&2; fail "data_missing: rank 1 did not name the path and its host"; }

@@ -103,7 +103,11 @@ TEST_CASE("crc32c: the check value, and the fast path equals the reference at ev
   }
 }
 
-TEST_CASE("state ranges: flat ranges become parameter ranges, padding is never stored") {
+namespace {
+
+// Parameters of 5, 21 and 2 elements: at world 2 the padding between them
+// and the shard boundary fall mid-parameter.
+std::vector<ParamSpec> three_params() {
   std::vector<ParamSpec> params(3);
   params[0].name = "a";
   params[0].shape = Shape{5};
@@ -111,6 +115,13 @@ TEST_CASE("state ranges: flat ranges become parameter ranges, padding is never s
   params[1].shape = Shape{3, 7};
   params[2].name = "c";
   params[2].shape = Shape{2};
+  return params;
+}
+
+}  // namespace
+
+TEST_CASE("state ranges: flat ranges become parameter ranges, padding is never stored") {
+  const std::vector<ParamSpec> params = three_params();
   const shard::FlatLayout layout(params, 2);
   std::vector<float> flat(layout.total());
   for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i + 1);
@@ -134,13 +145,7 @@ TEST_CASE("state ranges: flat ranges become parameter ranges, padding is never s
 }
 
 TEST_CASE("clipped sink: copies of one shard each save their part, together all of it once") {
-  std::vector<ParamSpec> params(3);
-  params[0].name = "a";
-  params[0].shape = Shape{5};
-  params[1].name = "b";
-  params[1].shape = Shape{3, 7};
-  params[2].name = "c";
-  params[2].shape = Shape{2};
+  const std::vector<ParamSpec> params = three_params();
   const shard::FlatLayout layout(params, 2);
   std::vector<float> flat(layout.total());
   for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i + 1);

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -119,6 +120,24 @@ std::vector<std::uint64_t> gather_digests(std::uint64_t mine, Communicator& comm
   return digests;
 }
 
+// Rank 0's text and that of the first rank whose digest differs from rank
+// 0's, with its rank (the same answer on every rank); nullopt when all
+// digests agree. The texts travel only then.
+struct Unlike {
+  std::string first, theirs;
+  std::size_t rank = 0;
+};
+std::optional<Unlike> unlike_rank_0(std::uint64_t digest, const std::string& text,
+                                    Communicator& comm) {
+  const std::vector<std::uint64_t> digests = gather_digests(digest, comm);
+  std::size_t other = 0;
+  for (std::size_t r = 1; r < digests.size() && !other; ++r)
+    if (digests[r] != digests[0]) other = r;
+  if (!other) return std::nullopt;
+  auto texts = gather_texts(text, comm);
+  return Unlike{std::move(texts[0]), std::move(texts[other]), other};
+}
+
 std::string describe(const Settings& s, const std::string& key) {
   const auto it = s.find(key);
   if (it == s.end()) return "absent";
@@ -131,13 +150,10 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm) {
   if (comm.size() == 1) return;
   Settings mine;
   flatten(config, config.table(), "", mine);
-  const std::vector<std::uint64_t> digests = gather_digests(digest(mine), comm);
-  std::size_t other = 0;
-  for (std::size_t r = 1; r < digests.size() && !other; ++r)
-    if (digests[r] != digests[0]) other = r;
-  if (!other) return;
-  const auto texts = gather_texts(encode(mine), comm);
-  const Settings first = decode(texts[0]), theirs = decode(texts[other]);
+  const auto unlike = unlike_rank_0(digest(mine), encode(mine), comm);
+  if (!unlike) return;
+  const std::size_t other = unlike->rank;
+  const Settings first = decode(unlike->first), theirs = decode(unlike->theirs);
   // Plugin choices first: a different strategy differs in all its keys.
   std::vector<std::string> keys;
   for (const Settings* s : {&first, &theirs})
@@ -245,13 +261,10 @@ template <class E>
 void check_parts_agree(const std::vector<AgreedPart>& mine, const std::string& differ,
                        const std::string& fix, Communicator& comm) {
   if (comm.size() == 1) return;
-  const std::vector<std::uint64_t> digests = gather_digests(parts_digest(mine), comm);
-  std::size_t other = 0;
-  for (std::size_t r = 1; r < digests.size() && !other; ++r)
-    if (digests[r] != digests[0]) other = r;
-  if (!other) return;
-  const auto texts = gather_texts(parts_text(mine), comm);
-  const auto first = parse_parts(texts[0]), theirs = parse_parts(texts[other]);
+  const auto unlike = unlike_rank_0(parts_digest(mine), parts_text(mine), comm);
+  if (!unlike) return;
+  const std::size_t other = unlike->rank;
+  const auto first = parse_parts(unlike->first), theirs = parse_parts(unlike->theirs);
   const auto said = [](const std::map<std::string, Held>& parts, const std::string& part,
                        std::size_t rank) {
     const auto it = parts.find(part);
