@@ -313,8 +313,18 @@ void check_installations_agree(const std::vector<InstalledPart>& plugins, Commun
 void check_data_agree(const std::vector<std::string>& files, Communicator& comm) {
   if (comm.size() == 1) return;
   std::vector<AgreedPart> parts;
-  for (std::size_t i = 0; i < files.size(); ++i)
-    parts.push_back({"data file " + std::to_string(i + 1), sampled_digest(files[i]), files[i]});
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    // A file this rank cannot read differs from rank 0's like any other
+    // (every rank then raises the same error), rather than failing here
+    // alone while the others wait in the comparison.
+    std::string id;
+    try {
+      id = sampled_digest(files[i]);
+    } catch (const DataError& e) {
+      id = std::string("unreadable: ") + e.what();
+    }
+    parts.push_back({"data file " + std::to_string(i + 1), id, files[i]});
+  }
   check_parts_agree<DataError>(parts, "the ranks read different data",
                                "give every host the same file (or one on a shared file system)",
                                comm);
