@@ -8,7 +8,9 @@
 # other's) agrees and trains. Ranks that load different builds of a plugin
 # stop too, naming it (a byte-identical copy under another path agrees);
 # so do ranks whose data files (the same path in different working
-# directories) differ or are missing on one host.
+# directories) differ or are missing on one host. Initial weights
+# (init_from) that only rank 0's host has reach the other ranks from rank 0
+# and train as a world-1 run from the same file.
 #
 # usage: test_rank_agreement.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -138,5 +140,31 @@ grep -q "corpus.txt.*(on host .*, rank 1)" "$scratch/data_missing.1.out" ||
 grep -q "another rank cannot read its data" "$scratch/data_missing.0.out" ||
   { cat "$scratch/data_missing.0.out" >&2; fail "data_missing: rank 0 did not say why it stopped"; }
 echo "data_missing: $(grep -m1 -o 'ztrain: error: .*' "$scratch/data_missing.1.out")"
+
+# Weights only rank 0's host has: init_from names init.safetensors in each
+# rank's directory, present in host0's only. Rank 0 reads it and sends each
+# parameter; the run logs the losses of a world-1 run from the same file and
+# says how the weights travelled. With the file on host1 only, rank 0 (which
+# would read it) says it has none, naming its host.
+cp "$scratch/host0/corpus.txt" "$scratch/host1/corpus.txt"
+(cd "$scratch/host0" && "$ZTRAIN" "${common[@]}" --set train.out_dir="$scratch/wsrc" \
+  "$SRC/configs/run.toml" > "$scratch/wsrc.out" 2>&1) || { cat "$scratch/wsrc.out" >&2; fail "making weights failed"; }
+cp "$scratch/wsrc/model.safetensors" "$scratch/host0/init.safetensors"
+common+=(--set model.init_from=init.safetensors --set train.log_every=1)
+(cd "$scratch/host0" && "$ZTRAIN" "${common[@]}" --set train.out_dir="$scratch/wref" \
+  "$SRC/configs/run.toml" > "$scratch/wref.out" 2>&1) || { cat "$scratch/wref.out" >&2; fail "the world-1 run from the weights failed"; }
+curve wref 3
+tcp_pair weights_from_0
+[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/weights_from_0.*.out >&2; fail "weights_from_0: exits $s0 and $s1"; }
+grep -q "weights from init.safetensors (read by rank 0 and sent to ranks that cannot see it: .* moved in" \
+  "$scratch/weights_from_0.0.out" || { cat "$scratch/weights_from_0.0.out" >&2; fail "weights_from_0: the header does not say how the weights travelled"; }
+curve weights_from_0 3
+same_training wref weights_from_0 1e-6 2e-6
+echo "weights_from_0: $(grep -m1 -o 'weights from init.safetensors.*' "$scratch/weights_from_0.0.out")"
+mv "$scratch/host0/init.safetensors" "$scratch/host1/init.safetensors"
+tcp_pair weights_not_on_0
+[ "$s0" -eq 1 ] && [ "$s1" -eq 1 ] || { cat "$scratch"/weights_not_on_0.*.out >&2; fail "weights_not_on_0: exits $s0 and $s1, not 1 and 1"; }
+grep -q "init_from: no weights at 'init.safetensors' on rank 0 (host .*), which reads them" \
+  "$scratch/weights_not_on_0.0.out" || { cat "$scratch/weights_not_on_0.0.out" >&2; fail "weights_not_on_0: rank 0 did not say it has none"; }
 
 echo "PASS"

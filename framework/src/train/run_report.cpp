@@ -44,7 +44,9 @@ std::string run_header(const RunHeader& h) {
     os << h.loss_scale << " (static)";
   else
     os << "dynamic from 2^" << h.initial_scale_power;
-  if (!h.init_from.empty()) os << "\nweights from " << h.init_from.string();
+  if (!h.init_from.empty())
+    os << "\nweights from " << h.init_from.string()
+       << (h.init_note.empty() ? "" : " (" + h.init_note + ")");
   if (!h.strategy_summary.empty()) os << "\n" << h.strategy_plugin << ": " << h.strategy_summary;
   return os.str();
 }

@@ -33,7 +33,8 @@ struct RunHeader {
   double loss_scale = 1;            // static scale (fp16), 0: dynamic
   int initial_scale_power = 0;      // dynamic fp16
   std::filesystem::path init_from;  // empty: from the seed
-  std::string strategy_summary;     // empty: nothing to say
+  std::string init_note;         // how the weights reached the ranks, when not each from the file
+  std::string strategy_summary;  // empty: nothing to say
 };
 
 struct RunReport {

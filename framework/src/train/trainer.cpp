@@ -197,7 +197,7 @@ Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
         *run.strategy, *run.comm);
   } else if (parts.model_options.has_value("init_from")) {
     run.init_from = parts.model_options.get_string("init_from");
-    import_weights(*run.model, *run.strategy, run.init_from);
+    run.weights_import = import_weights(*run.model, *run.strategy, run.init_from, *run.comm);
   }
   return run;
 }
@@ -397,6 +397,13 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.loss_scale = tr.scaler.loss_scale;
   h.initial_scale_power = static_cast<int>(tr.scaler.initial_scale_power);
   h.init_from = run.init_from;
+  if (const WeightsImport& w = run.weights_import; w.from_rank_0) {
+    char note[160];
+    std::snprintf(note, sizeof note,
+                  "read by rank 0 and sent to ranks that cannot see it: %s moved in %.3f s",
+                  format_bytes(w.bytes_moved).c_str(), w.seconds);
+    h.init_note = note;
+  }
   h.strategy_summary = run.strategy->summary();
   return h;
 }

@@ -19,6 +19,7 @@
 #include "train/resolved_config.h"
 #include "train/resume.h"
 #include "train/run_settings.h"
+#include "train/weights.h"
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
 #include "ztrain/device.h"
@@ -68,6 +69,7 @@ struct Run {
   std::string model_plugin, data_plugin, strategy_plugin;
   std::uint64_t data_seed = 0;
   std::filesystem::path init_from;        // empty: initialised from the seed
+  WeightsImport weights_import;           // how init_from reached the ranks
   ResolvedConfig resolved;                // every key, defaults included
   std::vector<std::string> config_notes;  // RunConfig::notes(), printed after the header
 

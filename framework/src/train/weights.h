@@ -17,6 +17,7 @@
 #include <functional>
 #include <vector>
 
+#include "ztrain/comm.h"
 #include "ztrain/dtype.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"
@@ -33,7 +34,19 @@ void write_weights(const Model& model, const std::filesystem::path& out, DType d
 // false only take part in gathering the parameters.
 void export_weights(const Model& model, Strategy& strategy, const std::filesystem::path& out,
                     DType dtype, bool write = true);
-void import_weights(const Model& model, Strategy& strategy, const std::filesystem::path& in);
+// Sets every parameter from the safetensors file `in` (or in/model.safetensors).
+// Collective: where every rank sees the file, each reads it; where some
+// rank cannot (a host without the file), rank 0 reads it and broadcasts one
+// parameter at a time, in pieces of at most 16M elements, so no rank holds
+// more than its largest parameter. DataError when rank 0 cannot read it or
+// it does not match the model (every rank raises one).
+struct WeightsImport {
+  bool from_rank_0 = false;       // sent by rank 0
+  std::uint64_t bytes_moved = 0;  // between ranks, summed over them
+  double seconds = 0;
+};
+WeightsImport import_weights(const Model& model, Strategy& strategy,
+                             const std::filesystem::path& in, Communicator& comm);
 
 // Before an export to `out` (a file or a directory, as export_weights):
 // ConfigError when the weights would land on `source` (a file being read;
