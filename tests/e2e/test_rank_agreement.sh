@@ -91,6 +91,17 @@ for r in 0 1; do
   grep -q "\[rank $r\]" "$scratch/mpi.out" || fail "mpi: rank $r did not report"
 done
 ! grep -qiE "segmentation|bus error|signal" "$scratch/mpi.out" || fail "mpi: a rank crashed: $(cat "$scratch/mpi.out")"
+# both_said NAME PATTERN: both ranks of NAME exited 1 (an error, not a
+# config error) and said PATTERN (grep).
+both_said() {
+  local name=$1 pattern=$2 r s
+  for r in 0 1; do
+    s=$([ "$r" -eq 0 ] && echo "$s0" || echo "$s1")
+    [ "$s" -eq 1 ] || { cat "$scratch/$name.$r.out" >&2; fail "$name: rank $r exited $s, not 1"; }
+    grep -q "$pattern" "$scratch/$name.$r.out" || { cat "$scratch/$name.$r.out" >&2; fail "$name: rank $r did not say why"; }
+  done
+}
+
 # The installation: rank 1 loads zero2 from its own copy of the plugin
 # file. A byte-identical copy elsewhere agrees and trains; a copy with one
 # byte more (another build, as far as the bytes go) stops both ranks naming
@@ -104,12 +115,7 @@ common+=(--strategy zero2)
 tcp_pair plugin_copy --plugin-path "$scratch/same"
 [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/plugin_copy.*.out >&2; fail "identical plugin copies disagreed"; }
 tcp_pair plugin_rebuilt --plugin-path "$scratch/rebuilt"
-for r in 0 1; do
-  s=$([ "$r" -eq 0 ] && echo "$s0" || echo "$s1")
-  [ "$s" -eq 1 ] || { cat "$scratch/plugin_rebuilt.$r.out" >&2; fail "plugin_rebuilt: rank $r exited $s, not 1"; }
-  grep -q "the ranks run different builds: strategy zero2 is '.*/lib/ztrain/plugins/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 0 (host .*) but '$scratch/rebuilt/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 1 (host .*); install the same" \
-    "$scratch/plugin_rebuilt.$r.out" || { cat "$scratch/plugin_rebuilt.$r.out" >&2; fail "plugin_rebuilt: rank $r did not name the plugin"; }
-done
+both_said plugin_rebuilt "the ranks run different builds: strategy zero2 is '.*/lib/ztrain/plugins/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 0 (host .*) but '$scratch/rebuilt/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 1 (host .*); install the same"
 echo "plugin_rebuilt: $(grep -m1 -o 'the ranks run different builds.*on rank 1 (host [^)]*)' "$scratch/plugin_rebuilt.0.out")"
 
 # The data: each rank reads corpus.txt in its own working directory (as
@@ -125,12 +131,7 @@ tcp_pair data_same
 [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/data_same.*.out >&2; fail "identical data files disagreed"; }
 sed -i '1000s/same/SAME/' "$scratch/host1/corpus.txt"
 tcp_pair data_changed
-for r in 0 1; do
-  s=$([ "$r" -eq 0 ] && echo "$s0" || echo "$s1")
-  [ "$s" -eq 1 ] || { cat "$scratch/data_changed.$r.out" >&2; fail "data_changed: rank $r exited $s, not 1"; }
-  grep -q "the ranks read different data: data file 1 is 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*); give every host the same file" \
-    "$scratch/data_changed.$r.out" || { cat "$scratch/data_changed.$r.out" >&2; fail "data_changed: rank $r did not name the file"; }
-done
+both_said data_changed "the ranks read different data: data file 1 is 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*); give every host the same file"
 echo "data_changed: $(grep -m1 -o 'the ranks read different data.*on rank 1 (host [^)]*)' "$scratch/data_changed.0.out")"
 rm "$scratch/host1/corpus.txt"
 tcp_pair data_missing
