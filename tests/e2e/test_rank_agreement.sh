@@ -131,8 +131,8 @@ tcp_pair data_same
 [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/data_same.*.out >&2; fail "identical data files disagreed"; }
 sed -i '1000s/same/SAME/' "$scratch/host1/corpus.txt"
 tcp_pair data_changed
-both_said data_changed "the ranks read different data: data file 1 is 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*); give every host the same file"
-echo "data_changed: $(grep -m1 -o 'the ranks read different data.*on rank 1 (host [^)]*)' "$scratch/data_changed.0.out")"
+both_said data_changed "the ranks read different files: data file is 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*); give every host the same file"
+echo "data_changed: $(grep -m1 -o 'the ranks read different files.*on rank 1 (host [^)]*)' "$scratch/data_changed.0.out")"
 rm "$scratch/host1/corpus.txt"
 tcp_pair data_missing
 [ "$s0" -eq 1 ] && [ "$s1" -eq 1 ] || { cat "$scratch"/data_missing.*.out >&2; fail "data_missing: exits $s0 and $s1, not 1 and 1"; }
@@ -145,8 +145,9 @@ echo "data_missing: $(grep -m1 -o 'ztrain: error: .*' "$scratch/data_missing.1.o
 # Weights only rank 0's host has: init_from names init.safetensors in each
 # rank's directory, present in host0's only. Rank 0 reads it and sends each
 # parameter; the run logs the losses of a world-1 run from the same file and
-# says how the weights travelled. With the file on host1 only, rank 0 (which
-# would read it) says it has none, naming its host.
+# says how the weights travelled. A stale copy on host1 is refused. With the
+# file on host1 only, rank 0 (which would read it) says it has none, naming
+# its host.
 cp "$scratch/host0/corpus.txt" "$scratch/host1/corpus.txt"
 (cd "$scratch/host0" && "$ZTRAIN" "${common[@]}" --set train.out_dir="$scratch/wsrc" \
   "$SRC/configs/run.toml" > "$scratch/wsrc.out" 2>&1) || { cat "$scratch/wsrc.out" >&2; fail "making weights failed"; }
@@ -162,6 +163,12 @@ grep -q "weights from init.safetensors (read by rank 0 and sent to ranks that ca
 curve weights_from_0 3
 same_training wref weights_from_0 1e-6 2e-6
 echo "weights_from_0: $(grep -m1 -o 'weights from init.safetensors.*' "$scratch/weights_from_0.0.out")"
+# A stale copy on host1 (its last byte changed) is refused, not used.
+cp "$scratch/host0/init.safetensors" "$scratch/host1/init.safetensors"
+printf 'x' | dd of="$scratch/host1/init.safetensors" bs=1 conv=notrunc status=none \
+  seek=$(($(stat -c %s "$scratch/host1/init.safetensors") - 1))
+tcp_pair weights_stale
+both_said weights_stale "the ranks read different files: init_from is 'init.safetensors' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'init.safetensors' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*)"
 mv "$scratch/host0/init.safetensors" "$scratch/host1/init.safetensors"
 tcp_pair weights_not_on_0
 [ "$s0" -eq 1 ] && [ "$s1" -eq 1 ] || { cat "$scratch"/weights_not_on_0.*.out >&2; fail "weights_not_on_0: exits $s0 and $s1, not 1 and 1"; }

@@ -310,7 +310,8 @@ void check_installations_agree(const std::vector<InstalledPart>& plugins, Commun
                                  "install the same ztrain build and plugins on every host", comm);
 }
 
-void check_data_agree(const std::vector<std::string>& files, Communicator& comm) {
+void check_files_agree(const std::string& what, const std::vector<std::string>& files,
+                       Communicator& comm) {
   if (comm.size() == 1) return;
   std::vector<AgreedPart> parts;
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -323,9 +324,9 @@ void check_data_agree(const std::vector<std::string>& files, Communicator& comm)
     } catch (const DataError& e) {
       id = std::string("unreadable: ") + e.what();
     }
-    parts.push_back({"data file " + std::to_string(i + 1), id, files[i]});
+    parts.push_back({what + (files.size() > 1 ? " " + std::to_string(i + 1) : ""), id, files[i]});
   }
-  check_parts_agree<DataError>(parts, "the ranks read different data",
+  check_parts_agree<DataError>(parts, "the ranks read different files",
                                "give every host the same file (or one on a shared file system)",
                                comm);
 }

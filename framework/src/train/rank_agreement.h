@@ -16,8 +16,9 @@
 // file, its version). Hosts may install ztrain under different paths; the
 // bytes must be the same. A difference raises the same PluginError on
 // every rank, naming the part, both files and digests, and both hosts.
-// check_data_agree compares the data files the same way, by size and a
-// CRC-32C of blocks sampled across each file.
+// check_files_agree compares files every rank reads (the data, initial
+// weights) the same way, by size and a CRC-32C of blocks sampled across
+// each file.
 //
 // stop_together makes the checks one rank (or one host) makes before
 // training (or the parts of a checkpoint) stop every rank: each passes its
@@ -49,9 +50,11 @@ struct InstalledPart {
 };
 // ztrain's own parts (library and executable) are added to `plugins`.
 void check_installations_agree(const std::vector<InstalledPart>& plugins, Communicator& comm);
-// The data source's files (DataInfo::files): the same size and sampled
-// contents on every rank, else DataError naming both paths and hosts.
-void check_data_agree(const std::vector<std::string>& files, Communicator& comm);
+// Files every rank reads, `what` naming them ("data file"): the same size
+// and sampled contents on every rank, else DataError naming both paths and
+// hosts.
+void check_files_agree(const std::string& what, const std::vector<std::string>& files,
+                       Communicator& comm);
 // This machine's name, for messages.
 std::string host_name();
 // Whether any rank passes true (every rank learns the same answer).

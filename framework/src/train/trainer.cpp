@@ -135,7 +135,7 @@ DataInfo open_data(Run& run, const RunParts& parts) {
   }
   stop_together<DataError>(why, "another rank cannot read its data (its error is above)",
                            *run.comm);
-  check_data_agree(info.files, *run.comm);
+  check_files_agree("data file", info.files, *run.comm);
   return info;
 }
 

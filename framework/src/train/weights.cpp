@@ -168,6 +168,7 @@ WeightsImport import_weights(const Model& model, Strategy& strategy, const fs::p
     if (!seen)
       throw DataError("init_from: no weights at '" + path.string() +
                       "'; give a .safetensors file or a directory holding model.safetensors");
+    check_files_agree("init_from", {path.string()}, comm);  // no host's copy is stale
     const SafetensorsReader file(path);
     const auto match = match_params(file, model);
     for (std::size_t i = 0; i < params.size(); ++i) {
