@@ -29,9 +29,19 @@ if [ ${#names[@]} -eq 0 ]; then
 fi
 
 echo "scratch: $work"
-# A fresh copy of the tree as it is now (uncommitted changes included).
-find "$tree" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
-tar -C "$src" --exclude=./.git --exclude='./build*' -cf - . | tar -C "$tree" -xf -
+# The tree as it is now (uncommitted changes included). Only files whose
+# contents differ from the last run's copy are replaced, and they get a new
+# mtime: a reused build then rebuilds exactly those. (A plain copy keeps
+# the sources' own mtimes, which can be older than the outputs the last
+# mutation's rebuild left, and ninja would keep a stale build.)
+stage=$work/stage
+rm -rf "$stage" && mkdir -p "$stage"
+tar -C "$src" --exclude=./.git --exclude='./build*' -cf - . | tar -C "$stage" -xf -
+(cd "$stage" && find . -type f) | while IFS= read -r f; do
+  cmp -s "$stage/$f" "$tree/$f" || { mkdir -p "$(dirname "$tree/$f")" && cp "$stage/$f" "$tree/$f"; }
+done
+(cd "$tree" && find . -type f) | while IFS= read -r f; do [ -e "$stage/$f" ] || rm -f "$tree/$f"; done
+rm -rf "$stage"
 cmake -S "$tree" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$log/configure.log" 2>&1 ||
   { tail -20 "$log/configure.log"; exit 1; }
 cmake --build "$build" -j2 > "$log/build.log" 2>&1 || { tail -20 "$log/build.log"; exit 1; }
