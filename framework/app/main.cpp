@@ -102,10 +102,7 @@ std::vector<std::string> comma_list(const std::string& text) {
   return items;
 }
 
-int list_plugins(const std::vector<std::string>& plugin_paths, bool verbose) {
-  ztrain::PluginLoader::Log log;
-  if (verbose) log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
-  const ztrain::PluginLoader loader(ztrain::default_plugin_dirs(plugin_paths), log);
+int list_plugins(const ztrain::PluginLoader& loader) {
   const auto plugins = loader.load_all();
   if (plugins.empty()) {
     std::cout << "no plugins found; searched:\n";
@@ -151,12 +148,7 @@ struct Cli {
     args.deepspeed = deepspeed;
     return args;
   }
-  ztrain::PluginLoader loader() const {
-    ztrain::PluginLoader::Log log;
-    if (verbose)
-      log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
-    return ztrain::PluginLoader(ztrain::default_plugin_dirs(plugin_paths), log);
-  }
+  ztrain::PluginLoader loader() const { return ztrain::command_line_loader(plugin_paths, verbose); }
 };
 
 po::options_description declare_options(Cli& c) {
@@ -238,7 +230,7 @@ std::optional<int> tool_command(const Cli& c) {
     if (c.positional.size() > 1)
       throw ztrain::ConfigError("'ztrain plugins' takes no arguments (got '" + c.positional[1] +
                                 "')");
-    return list_plugins(c.plugin_paths, c.verbose);
+    return list_plugins(c.loader());
   }
   if (command == "convert-deepspeed") {
     expect_words(c, 3,

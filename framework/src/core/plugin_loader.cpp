@@ -7,6 +7,7 @@
 #include <boost/dll/library_info.hpp>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -117,6 +118,12 @@ std::vector<fs::path> default_plugin_dirs(const std::vector<std::string>& plugin
   for (const auto& d : dirs)
     if (seen.insert(fs::weakly_canonical(d, ec)).second) unique.push_back(d);
   return unique;
+}
+
+PluginLoader command_line_loader(const std::vector<std::string>& plugin_path_args, bool verbose) {
+  PluginLoader::Log log;
+  if (verbose) log = [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
+  return PluginLoader(default_plugin_dirs(plugin_path_args), std::move(log));
 }
 
 LoadedPlugin PluginLoader::load_file(const fs::path& file) const {

@@ -84,5 +84,8 @@ class PluginLoader {
 // The directories of the default search order, given --plugin-path values.
 std::vector<std::filesystem::path> default_plugin_dirs(
     const std::vector<std::string>& plugin_path_args);
+// The loader a command line asks for: the default search order after its
+// --plugin-path values, discovery logged on stderr with -v.
+PluginLoader command_line_loader(const std::vector<std::string>& plugin_path_args, bool verbose);
 
 }  // namespace ztrain

@@ -4,9 +4,10 @@
 // when they differ do the ranks all-gather the lines themselves (with
 // origins), so each rank finds the same first differing key and raises
 // the same error. Both travel as the bits of fp32 elements, which an
-// all-gather copies untouched. Installations are compared the same way:
-// a digest of every part's name, file CRC and version first, the parts
-// with their files and hosts only when the digests differ.
+// all-gather copies untouched. Installations and files (data, initial
+// weights) are compared the same way: a digest of every part's name and
+// id (a CRC and version, or a size and sampled CRC) first, the parts with
+// their files and hosts only when the digests differ.
 #include "train/rank_agreement.h"
 
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -52,35 +54,53 @@ void flatten(const RunConfig& config, const toml::table& t, const std::string& p
   }
 }
 
-std::uint64_t digest(const Settings& s) {
+// FNV-1a over (name, value) pairs in name order, a separator after each.
+std::uint64_t digest_of(const std::map<std::string, std::string>& pairs) {
   std::uint64_t h = 1469598103934665603ull;
-  const auto mix = [&](const std::string& text) {
-    for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-    h = (h ^ 0xff) * 1099511628211ull;  // separator
-  };
-  for (const auto& [key, setting] : s) {
-    mix(key);
-    mix(setting.value);
-  }
+  for (const auto& [name, value] : pairs)
+    for (const std::string* t : {&name, &value}) {
+      for (unsigned char c : *t) h = (h ^ c) * 1099511628211ull;
+      h = (h ^ 0xff) * 1099511628211ull;
+    }
   return h;
 }
 
-// One line per key: key, value and origin separated by \x1f.
+// Texts travel as records: one per line, fields separated by \x1f.
+void add_record(std::string& text, std::initializer_list<std::string> fields) {
+  for (const std::string& f : fields) text += f + '\x1f';
+  text.back() = '\n';
+}
+
+std::vector<std::vector<std::string>> records(const std::string& text) {
+  std::vector<std::vector<std::string>> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string>& f = out.emplace_back();
+    std::size_t at = 0;
+    for (std::size_t next; (next = line.find('\x1f', at)) != std::string::npos; at = next + 1)
+      f.push_back(line.substr(at, next - at));
+    f.push_back(line.substr(at));
+  }
+  return out;
+}
+
+std::uint64_t digest(const Settings& s) {
+  std::map<std::string, std::string> values;
+  for (const auto& [key, setting] : s) values[key] = setting.value;
+  return digest_of(values);
+}
+
+// One record per key: key, value, origin.
 std::string encode(const Settings& s) {
   std::string text;
-  for (const auto& [key, setting] : s)
-    text += key + '\x1f' + setting.value + '\x1f' + setting.origin + '\n';
+  for (const auto& [key, setting] : s) add_record(text, {key, setting.value, setting.origin});
   return text;
 }
 
 Settings decode(const std::string& text) {
   Settings s;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    const auto a = line.find('\x1f'), b = line.find('\x1f', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    s[line.substr(0, a)] = {line.substr(a + 1, b - a - 1), line.substr(b + 1)};
-  }
+  for (const auto& f : records(text))
+    if (f.size() == 3) s[f[0]] = {f[1], f[2]};
   return s;
 }
 
@@ -190,7 +210,7 @@ std::string crc_hex(std::uint32_t crc) {
   return text;
 }
 
-// A data file's identity without reading all of it: its size and a
+// A file's identity without reading all of it: its size and a
 // CRC-32C of 16 blocks of 64 KiB spread evenly from its start to its end
 // (the whole file when smaller). A file on a shared file system is read
 // by every rank, so this costs 1 MiB per file and rank.
@@ -199,7 +219,7 @@ std::string sampled_digest(const std::string& path) {
   std::error_code ec;
   const std::uint64_t size = std::filesystem::file_size(path, ec);
   if (!in || ec)
-    throw DataError("cannot open data file '" + path + "' on host " + host_name() + ": " +
+    throw DataError("cannot read '" + path + "' on host " + host_name() + ": " +
                     (ec ? ec.message() : std::string("unreadable")));
   constexpr std::uint64_t kBlock = 64 * 1024, kBlocks = 16;
   std::vector<char> block(kBlock);
@@ -214,12 +234,11 @@ std::string sampled_digest(const std::string& path) {
   return std::to_string(size) + " bytes, sampled crc32c " + crc_hex(crc);
 }
 
-// "part\x1fid\x1ffile\x1fhost" lines; part and id are what must agree.
+// One record per part: part, id, file, host; part and id must agree.
 std::string parts_text(const std::vector<AgreedPart>& parts) {
   const std::string host = host_name();
   std::string text;
-  for (const AgreedPart& p : parts)
-    text += p.part + '\x1f' + p.id + '\x1f' + p.file + '\x1f' + host + '\n';
+  for (const AgreedPart& p : parts) add_record(text, {p.part, p.id, p.file, host});
   return text;
 }
 
@@ -229,29 +248,15 @@ struct Held {
 
 std::map<std::string, Held> parse_parts(const std::string& text) {
   std::map<std::string, Held> parts;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> f;
-    std::size_t at = 0;
-    for (std::size_t next; (next = line.find('\x1f', at)) != std::string::npos; at = next + 1)
-      f.push_back(line.substr(at, next - at));
-    f.push_back(line.substr(at));
+  for (const auto& f : records(text))
     if (f.size() == 4) parts[f[0]] = {f[1], f[2], f[3]};
-  }
   return parts;
 }
 
-// The digest of what must agree: each part's name and id.
 std::uint64_t parts_digest(const std::vector<AgreedPart>& parts) {
   std::map<std::string, std::string> ids;
   for (const AgreedPart& p : parts) ids[p.part] = p.id;
-  std::uint64_t h = 1469598103934665603ull;
-  for (const auto& [part, id] : ids)
-    for (const std::string* t : {&part, &id}) {
-      for (unsigned char c : *t) h = (h ^ c) * 1099511628211ull;
-      h = (h ^ 0xff) * 1099511628211ull;
-    }
-  return h;
+  return digest_of(ids);
 }
 
 // E on every rank, naming the first part that differs between rank 0 and

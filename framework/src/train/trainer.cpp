@@ -57,12 +57,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// -v: plugin discovery on stderr.
-PluginLoader::Log plugin_log(bool verbose) {
-  if (!verbose) return {};
-  return [](const std::string& m) { std::fprintf(stderr, "[ztrain] %s\n", m.c_str()); };
-}
-
 // Waits for a collective when the scope ends, however it ends.
 struct WaitOnExit {
   explicit WaitOnExit(CommWork& w) : work(w) {}
@@ -649,7 +643,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
 TrainResult train_run(const TrainArgs& args) {
   const auto t_start = Clock::now();
   const RunConfig config = load_run_config(args);
-  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
+  const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
   Run run = assemble(config, loader);
   try {
     return run_training(run, args.overwrite, t_start);
@@ -668,7 +662,7 @@ TrainResult train_run(const TrainArgs& args) {
 
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const RunConfig config = load_run_config(args);
-  const PluginLoader loader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose));
+  const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
   const RunParts parts = make_run_parts(config, loader, world);
   const RunSettings& settings = parts.settings;
   const ModelInfo& info = parts.info;
@@ -764,9 +758,7 @@ Run assemble(const RunConfig& config, const PluginLoader& loader) {
 
 std::string resolved_config_of(const TrainArgs& args) {
   const RunConfig config = load_run_config(args);
-  return resolve_config(
-             config, PluginLoader(default_plugin_dirs(args.plugin_paths), plugin_log(args.verbose)))
-      .toml;
+  return resolve_config(config, command_line_loader(args.plugin_paths, args.verbose)).toml;
 }
 
 TrainResult train(const TrainArgs& args) {
