@@ -28,13 +28,8 @@ namespace {
 
 // "[rank N] " when several ranks share the terminal, so errors say whose they are.
 std::string rank_prefix() {
-  if (ztrain::launched_by_mpi()) {
-    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
-      if (const char* r = std::getenv(v)) return std::string("[rank ") + r + "] ";
-  } else if (ztrain::launched_by_env()) {
-    return std::string("[rank ") + std::getenv("RANK") + "] ";
-  }
-  return "";
+  if (!ztrain::launched_by_mpi() && !ztrain::launched_by_env()) return "";
+  return "[rank " + std::to_string(ztrain::launcher_rank()) + "] ";
 }
 
 constexpr const char* kUsage =

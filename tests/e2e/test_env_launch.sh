@@ -8,7 +8,8 @@
 # average and stop request, summed over ranks, as test_world_equivalence.sh); a rank 0 that
 # starts late is waited for; a killed rank ends the others within the
 # timeout with a message naming the peer, and a frozen one is named by the
-# others' timeout messages; a missing MASTER_ADDR, and two
+# others' timeout messages (a frozen rank 0 within the timeout the others
+# learnt from it); a missing MASTER_ADDR, and two
 # processes claiming one rank, are clear errors.
 #
 # usage: test_env_launch.sh ZTRAIN_BINARY SOURCE_DIR
@@ -98,6 +99,18 @@ grep -q "rank [01]: .* did not finish within 3 s" "$scratch"/frozen.[01].out ||
 echo "frozen: $(grep -h "rank 2 has sent" "$scratch"/frozen.[01].out | head -2)"
 kill -9 "${pids[2]}"
 wait "${pids[2]}" 2> /dev/null || true
+
+# A frozen rank 0 of 2: rank 1 stops within the run's 3 s timeout, which
+# it has from rank 0 (it meets with the default 300 s, not knowing the run).
+ranks frozen0 2 --set train.steps=100000 --set train.micro_batch_size=4 --set comm.timeout=3s
+sleep 3
+kill -STOP "${pids[0]}"
+exit_within "${pids[1]}" 30
+[ "$status" -ne 0 ] || fail "rank 1 exited 0 beside a frozen rank 0"
+grep -q "rank 1: .* did not finish within 3 s" "$scratch/frozen0.1.out" ||
+  fail "rank 1 did not time out after the run's 3 s: $(tail -2 "$scratch/frozen0.1.out")"
+kill -9 "${pids[0]}"
+wait "${pids[0]}" 2> /dev/null || true
 
 # Rank 0 arriving late: the others keep trying to reach it.
 reserve_port

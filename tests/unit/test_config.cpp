@@ -173,3 +173,32 @@ TEST_CASE("the shipped configs are valid") {
     CHECK(model->info().n_params > 0);
   }
 }
+
+TEST_CASE("a configuration sent by rank 0 arrives with every value, origin and note") {
+  RunConfig sent = RunConfig::parse(
+      "[train]\nlr = 6e-4\nmin_lr = 0.1\nbetas = [0.9, 0.95]\nout_dir = \"\\nruns/a'''b\"\n"
+      "[model]\nn_layer = 2\nname = \"x\\\"y\\u00e9\"\n[strategy]\nplugin = \"zero3\"\n",
+      "run.toml");
+  sent.override_with("train.steps=20");
+  sent.override_with("train.eps=1e-300");
+  toml::table imported;
+  imported.insert("grad_clip", 3.0000000000000004);
+  sent.set_imported("train", imported, false, {{"train.grad_clip", "ds.json: gradient_clipping"}});
+  sent.add_note("ds.json: train_batch_size: auto -> 8");
+  const RunConfig got = RunConfig::from_wire(sent.to_wire());
+  CHECK(got.table() == sent.table());
+  CHECK(got.name() == sent.name());
+  CHECK(got.notes() == sent.notes());
+  for (const char* key :
+       {"train.lr", "train.min_lr", "train.betas", "train.out_dir", "model.n_layer", "model.name",
+        "strategy.plugin", "train.steps", "train.eps", "train.grad_clip"}) {
+    INFO(key);
+    CHECK(got.where(key) == sent.where(key));
+  }
+  CHECK(got.where("train.lr") == "run.toml:2:1");
+  CHECK(got.where("train.steps") == "--set train.steps=20");
+  CHECK(got.where("train.grad_clip") == "ds.json: gradient_clipping");
+  CHECK(got.table().at_path("train.out_dir").value_or(std::string()) == "\nruns/a'''b");
+  CHECK_THROWS_AS(RunConfig::from_wire("{\"name\": 1}"), ConfigError);
+  CHECK_THROWS_AS(RunConfig::from_wire("not json"), ConfigError);
+}

@@ -7,6 +7,7 @@
 #include "core/safetensors.h"
 #include "support.h"
 #include "train/weights.h"
+#include "train/weights_import.h"
 
 using namespace ztrain;
 
@@ -212,4 +213,39 @@ TEST_CASE("exporting a run directory converts its weights and copies config.json
   CHECK(contains(test::message_of<DataError>(
                      [&] { convert_weights(dir / "nothing", dir / "o2", DType::f32); }),
                  "no weights at"));
+}
+
+TEST_CASE("any element range of a parameter reads as that part of the whole, Conv1D included") {
+  test::TempDir dir;
+  Run a = test::make_run(tiny("gpt2", 3));
+  export_weights(*a.model, *a.strategy, dir / "w.safetensors", DType::f32);
+  const SafetensorsReader reader(dir / "w.safetensors");
+  WeightsFile file(reader, *a.model);
+  const auto whole = values(a);
+  const auto params = a.model->params();
+  bool transposed = false;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::uint64_t n = whole[i].size();
+    transposed = transposed || params[i].hf_transposed;
+    // Ranges starting and ending inside rows, whole rows, single elements.
+    for (const std::uint64_t first : {std::uint64_t{0}, std::uint64_t{1}, n / 3, n - 1})
+      for (const std::uint64_t count : {std::uint64_t{1}, std::uint64_t{7}, n / 2, n}) {
+        if (first + count > n) continue;
+        INFO(params[i].name << " [" << first << ", +" << count << ")");
+        std::vector<float> got(count, -1.0f);
+        file.get(static_cast<ParamId>(i), first, count, StateArray::master, got.data());
+        CHECK(std::equal(got.begin(), got.end(), whole[i].begin() + static_cast<long>(first)));
+        file.get(static_cast<ParamId>(i), first, count, StateArray::m, got.data());
+        CHECK(std::all_of(got.begin(), got.end(), [](float v) { return v == 0.0f; }));
+      }
+  }
+  CHECK(transposed);  // the Conv1D layout was exercised
+  // A whole read of every parameter reads every byte of the model once.
+  WeightsFile once(reader, *a.model);
+  std::vector<float> buf;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    buf.resize(whole[i].size());
+    once.get(static_cast<ParamId>(i), 0, buf.size(), StateArray::master, buf.data());
+  }
+  CHECK(once.bytes_read() == once.file_bytes());
 }

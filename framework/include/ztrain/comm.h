@@ -113,6 +113,10 @@ class ZTRAIN_API Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
+  // Bounds every collective submitted from now on (and splits made from
+  // now on). The ranks meet before they know the run's
+  // [comm] timeout, which rank 0 sends them; they set it then.
+  virtual void set_timeout(double timeout_s) = 0;
 
   // In place over count elements.
   virtual CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) = 0;
@@ -177,6 +181,9 @@ ZTRAIN_API std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s)
 // True when RANK and WORLD_SIZE > 1 are set (the `auto` backend then uses
 // tcp unless an MPI launcher started the process).
 ZTRAIN_API bool launched_by_env();
+// This process's rank as its launcher numbered it (OMPI_COMM_WORLD_RANK,
+// PMI_RANK, PMIX_RANK, or RANK); 0 when no launcher started it.
+ZTRAIN_API int launcher_rank();
 // Ranks the launcher placed on this machine (1 when not launched by one), so
 // each rank can take its share of the cores.
 ZTRAIN_API int local_rank_count();

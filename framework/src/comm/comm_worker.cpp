@@ -80,12 +80,13 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
   };
   const std::string what = std::string(call.op) + " of " + std::to_string(call.count) + " " +
                            std::string(dtype_name(call.type)) + " elements";
-  return CommWork(worker_->submit(std::move(run)), timeout_s_, [this, what] {
+  const double timeout_s = timeout_s_;
+  return CommWork(worker_->submit(std::move(run)), timeout_s, [this, what, timeout_s] {
     const std::string why = watchdog_
                                 ? watchdog_->verdict()
                                 : "another rank died, hangs, or issued a different collective";
     std::fprintf(stderr, "ztrain: rank %d: %s did not finish within %g s; %s; aborting the job\n",
-                 world_rank_, what.c_str(), timeout_s_, why.c_str());
+                 world_rank_, what.c_str(), timeout_s, why.c_str());
     std::fflush(stderr);
     abort_job();
   });

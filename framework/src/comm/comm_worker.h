@@ -6,6 +6,7 @@
 // that stopped answering. Internal to libztrain.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -60,6 +61,7 @@ struct CollectiveCall {
 class ThreadedCommunicator : public Communicator {
  public:
   CommCounters counters() const override { return tally_->snapshot(); }
+  void set_timeout(double timeout_s) override { timeout_s_ = timeout_s; }
 
  protected:
   // world_rank names this process in messages; watchdog may be null.
@@ -76,7 +78,7 @@ class ThreadedCommunicator : public Communicator {
   void drain() { worker_.reset(); }
 
   int world_rank_;
-  double timeout_s_;
+  std::atomic<double> timeout_s_;  // read by the worker thread (tcp's socket deadlines)
   std::shared_ptr<CommTally> tally_;
   std::shared_ptr<const Watchdog> watchdog_;
 

@@ -345,6 +345,12 @@ bool launched_by_mpi() {
   return false;
 }
 
+int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"})
+    if (const char* text = std::getenv(v)) return std::atoi(text);
+  return 0;
+}
+
 int local_rank_count() {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
                         "LOCAL_WORLD_SIZE"})

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "ztrain/error.h"
@@ -95,6 +96,32 @@ RunConfig RunConfig::parse(const std::string& text, const std::string& name) {
   c.name_ = name;
   c.root_ = parse_text(text, name);
   c.record_origins(c.root_, "", name);
+  return c;
+}
+
+// Values travel as TOML with basic strings only (a multi-line literal
+// string would lose a leading newline) and floats at full precision, so
+// every value parses back equal.
+std::string RunConfig::to_wire() const {
+  std::ostringstream values;
+  values << toml::toml_formatter{root_, toml::format_flags::none};
+  nlohmann::json wire = {
+      {"name", name_}, {"values", values.str()}, {"origins", origin_}, {"notes", notes_}};
+  return wire.dump();
+}
+
+RunConfig RunConfig::from_wire(const std::string& text) {
+  RunConfig c;
+  try {
+    const nlohmann::json wire = nlohmann::json::parse(text);
+    c.name_ = wire.at("name").get<std::string>();
+    c.root_ = toml::parse(wire.at("values").get<std::string>(), c.name_);
+    c.origin_ = wire.at("origins").get<std::map<std::string, std::string>>();
+    c.notes_ = wire.at("notes").get<std::vector<std::string>>();
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("the configuration sent by rank 0 does not parse (") + e.what() +
+                      "); every rank must run the same ztrain build");
+  }
   return c;
 }
 

@@ -32,6 +32,13 @@ class RunConfig {
   // From TOML text (tests, embedded defaults); `name` labels origins.
   static RunConfig parse(const std::string& text, const std::string& name);
 
+  // The whole configuration as one text (values, origins, notes, name),
+  // for rank 0 to send to the ranks that did not read the run file;
+  // from_wire(to_wire()) equals the original in every value and message.
+  // from_wire raises ConfigError on a text to_wire did not write.
+  std::string to_wire() const;
+  static RunConfig from_wire(const std::string& wire);
+
   // Applies one `section.key=value` override.
   void override_with(const std::string& assignment);
   // Replaces [section] with the one of `<dir>/<name>.toml` found first in

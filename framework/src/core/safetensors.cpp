@@ -119,8 +119,18 @@ const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
 }
 
 void SafetensorsReader::read_f32(const SafetensorsEntry& e, float* out) const {
-  convert(file_.data() + e.offset, e.dtype, out, DType::f32,
-          static_cast<std::size_t>(e.shape.numel()));
+  read_f32(e, 0, static_cast<std::uint64_t>(e.shape.numel()), out);
+}
+
+void SafetensorsReader::read_f32(const SafetensorsEntry& e, std::uint64_t first,
+                                 std::uint64_t count, float* out) const {
+  const auto n = static_cast<std::uint64_t>(e.shape.numel());
+  if (first > n || count > n - first)
+    throw InternalError("safetensors: elements [" + std::to_string(first) + ", +" +
+                        std::to_string(count) + ") of '" + e.name + "' (" + std::to_string(n) +
+                        " elements)");
+  convert(file_.data() + e.offset + first * dtype_size(e.dtype), e.dtype, out, DType::f32,
+          static_cast<std::size_t>(count));
 }
 
 SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& path,

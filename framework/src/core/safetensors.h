@@ -43,6 +43,10 @@ class ZTRAIN_API SafetensorsReader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The tensor's elements converted to fp32 (out holds shape.numel()).
   void read_f32(const SafetensorsEntry& e, float* out) const;
+  // Elements [first, first + count) of the tensor (flat, row-major) in
+  // fp32; only their pages of the file are read. InternalError past the end.
+  void read_f32(const SafetensorsEntry& e, std::uint64_t first, std::uint64_t count,
+                float* out) const;
   const std::filesystem::path& path() const { return file_.path(); }
 
  private:

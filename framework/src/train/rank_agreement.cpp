@@ -1,13 +1,10 @@
-// The digest is FNV-1a over the sorted "key = value" lines of the merged
-// configuration (origins left out: the same value from a file on one rank
-// and from --set on another agrees). Digests are all-gathered first; only
-// when they differ do the ranks all-gather the lines themselves (with
-// origins), so each rank finds the same first differing key and raises
-// the same error. Both travel as the bits of fp32 elements, which an
-// all-gather copies untouched. Installations and files (data, initial
-// weights) are compared the same way: a digest of every part's name and
-// id (a CRC and version, or a size and sampled CRC) first, the parts with
-// their files and hosts only when the digests differ.
+// Installations and files (data, initial weights) are compared by a
+// digest (FNV-1a) of every part's name and id (a CRC and version, or a
+// size and sampled CRC): the digests are all-gathered first, and only when
+// they differ do the ranks all-gather the parts with their files and hosts,
+// so each rank finds the same first difference and raises the same error.
+// Both travel as the bits of fp32 elements, which an all-gather copies
+// untouched.
 #include "train/rank_agreement.h"
 
 #include <unistd.h>
@@ -33,26 +30,6 @@
 
 namespace ztrain {
 namespace {
-
-struct Setting {
-  std::string value, origin;
-};
-using Settings = std::map<std::string, Setting>;
-
-void flatten(const RunConfig& config, const toml::table& t, const std::string& prefix,
-             Settings& out) {
-  for (const auto& [key, node] : t) {
-    const std::string path =
-        prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
-    if (const auto* sub = node.as_table()) {
-      flatten(config, *sub, path, out);
-      continue;
-    }
-    std::ostringstream value;
-    node.visit([&](const auto& v) { value << v; });
-    out[path] = {value.str(), config.where(path)};
-  }
-}
 
 // FNV-1a over (name, value) pairs in name order, a separator after each.
 std::uint64_t digest_of(const std::map<std::string, std::string>& pairs) {
@@ -82,26 +59,6 @@ std::vector<std::vector<std::string>> records(const std::string& text) {
     f.push_back(line.substr(at));
   }
   return out;
-}
-
-std::uint64_t digest(const Settings& s) {
-  std::map<std::string, std::string> values;
-  for (const auto& [key, setting] : s) values[key] = setting.value;
-  return digest_of(values);
-}
-
-// One record per key: key, value, origin.
-std::string encode(const Settings& s) {
-  std::string text;
-  for (const auto& [key, setting] : s) add_record(text, {key, setting.value, setting.origin});
-  return text;
-}
-
-Settings decode(const std::string& text) {
-  Settings s;
-  for (const auto& f : records(text))
-    if (f.size() == 3) s[f[0]] = {f[1], f[2]};
-  return s;
 }
 
 // Every rank's text, through an all-gather of fp32 elements.
@@ -157,46 +114,6 @@ std::optional<Unlike> unlike_rank_0(std::uint64_t digest, const std::string& tex
   auto texts = gather_texts(text, comm);
   return Unlike{std::move(texts[0]), std::move(texts[other]), other};
 }
-
-std::string describe(const Settings& s, const std::string& key) {
-  const auto it = s.find(key);
-  if (it == s.end()) return "absent";
-  return it->second.value + (it->second.origin.empty() ? "" : " (" + it->second.origin + ")");
-}
-
-}  // namespace
-
-void check_ranks_agree(const RunConfig& config, Communicator& comm) {
-  if (comm.size() == 1) return;
-  Settings mine;
-  flatten(config, config.table(), "", mine);
-  const auto unlike = unlike_rank_0(digest(mine), encode(mine), comm);
-  if (!unlike) return;
-  const std::size_t other = unlike->rank;
-  const Settings first = decode(unlike->first), theirs = decode(unlike->theirs);
-  // Plugin choices first: a different strategy differs in all its keys.
-  std::vector<std::string> keys;
-  for (const Settings* s : {&first, &theirs})
-    for (const auto& [k, v] : *s) keys.push_back(k);
-  std::stable_sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {
-    const auto plugin = [](const std::string& k) { return k.ends_with(".plugin"); };
-    return plugin(a) && !plugin(b);
-  });
-  for (const auto& key : keys) {
-    const auto a = first.find(key), b = theirs.find(key);
-    if (a != first.end() && b != theirs.end() && a->second.value == b->second.value) continue;
-    throw ConfigError("the ranks disagree on the configuration: " + key + " is " +
-                      describe(first, key) + " on rank 0 but " + describe(theirs, key) +
-                      " on rank " + std::to_string(other) +
-                      "; start every rank with the same run file, presets and --set overrides");
-  }
-  throw ConfigError("the ranks disagree on the configuration (rank 0 and rank " +
-                    std::to_string(other) +
-                    " differ in a way no key shows); start every rank "
-                    "with the same run file, presets and --set overrides");
-}
-
-namespace {
 
 // One thing every rank must have alike: `part` names it, `id` must be
 // equal, `file` is where this rank has it (for the message only).

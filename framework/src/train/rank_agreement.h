@@ -1,16 +1,10 @@
-// Every rank of a job must run the same configuration, the same build of
-// ztrain and its plugins, and read the same data.
+// Every rank of a job must run the same build of ztrain and its plugins,
+// and read the same data. (The configuration cannot differ: every rank
+// runs rank 0's, job_start.h.) Ranks are started separately, on hosts
+// that each have their own installation and files; when those differ, the
+// ranks would compute different things and still exit 0.
 //
-// Ranks are started separately (mpirun, torchrun-style environment, a
-// scheduler), each reading its own run file, presets and --set overrides;
-// when those differ, the ranks would train different models or schedules
-// and still exit 0. check_ranks_agree compares a digest of every resolved
-// key and value across the ranks right after they meet, before anything
-// is built, and on a mismatch raises the same ConfigError on every rank,
-// naming the first key that differs and its value (and origin) on rank 0
-// and on the first rank that differs.
-//
-// check_installations_agree does the same for what the ranks run: ztrain
+// check_installations_agree compares what the ranks run: ztrain
 // itself (version, toolchain, and a CRC-32C of the library's and the
 // executable's bytes) and each plugin the run loaded (a CRC-32C of its
 // file, its version). Hosts may install ztrain under different paths; the
@@ -33,13 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
-
-void check_ranks_agree(const RunConfig& config, Communicator& comm);
 
 // One part of what a rank runs: `part` names it ("strategy zero3"),
 // `file` is where it was loaded from on this host.

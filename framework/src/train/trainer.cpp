@@ -19,6 +19,7 @@
 #include "train/data_loader.h"
 #include "train/deepspeed_import.h"
 #include "train/job_figures.h"
+#include "train/job_start.h"
 #include "train/lr_schedule.h"
 #include "train/memory_check.h"
 #include "train/metrics.h"
@@ -103,16 +104,6 @@ std::int64_t lr_perturbation() {
   return step;
 }
 
-std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
-  if (c.backend == "local") return make_local_communicator();
-  if (c.backend == "mpi") return make_mpi_communicator(c.timeout_s);
-  if (c.backend == "tcp") return make_tcp_communicator(c.timeout_s);
-  // auto: whoever started this process says how the ranks meet.
-  if (launched_by_mpi()) return make_mpi_communicator(c.timeout_s);
-  if (launched_by_env()) return make_tcp_communicator(c.timeout_s);
-  return make_local_communicator();
-}
-
 // The data source, made and set up on every rank, its files compared
 // across ranks. A rank that cannot open its files (missing on its host)
 // stops every rank, saying so with its host's name.
@@ -133,10 +124,10 @@ DataInfo open_data(Run& run, const RunParts& parts) {
   return info;
 }
 
-Run assemble_run(const RunConfig& config, const PluginLoader& loader) {
+Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
+                 const PluginLoader& loader) {
   Run run;
-  run.comm = make_communicator(resolve_comm(config));
-  check_ranks_agree(config, *run.comm);
+  run.comm = std::move(comm);
   run.resolved = resolve_config(config, loader);
   run.config_notes = config.notes();
   RunParts parts = make_run_parts(config, loader, run.comm->size());
@@ -391,11 +382,17 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.loss_scale = tr.scaler.loss_scale;
   h.initial_scale_power = static_cast<int>(tr.scaler.initial_scale_power);
   h.init_from = run.init_from;
-  if (const WeightsImport& w = run.weights_import; w.from_rank_0) {
-    char note[160];
+  const WeightsImport& w = run.weights_import;
+  char note[160];
+  if (w.from_rank_0) {
     std::snprintf(note, sizeof note,
-                  "read by rank 0 and sent to ranks that cannot see it: %s moved in %.3f s",
+                  "read by rank 0, which sent each other rank the ranges it holds: %s moved in "
+                  "%.3f s",
                   format_bytes(w.bytes_moved).c_str(), w.seconds);
+    h.init_note = note;
+  } else if (!run.init_from.empty() && run.comm->size() > 1) {
+    std::snprintf(note, sizeof note, "each rank read the ranges it holds: %s of %s on rank 0",
+                  format_bytes(w.bytes_read).c_str(), format_bytes(w.file_bytes).c_str());
     h.init_note = note;
   }
   h.strategy_summary = run.strategy->summary();
@@ -642,11 +639,11 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
 
 TrainResult train_run(const TrainArgs& args) {
   const auto t_start = Clock::now();
-  const RunConfig config = load_run_config(args);
+  JobStart job = start_job([&] { return load_run_config(args); }, args.overwrite);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
-  Run run = assemble(config, loader);
+  Run run = assemble(std::move(job.comm), job.config, loader);
   try {
-    return run_training(run, args.overwrite, t_start);
+    return run_training(run, job.overwrite, t_start);
   } catch (const std::exception& e) {
     // With other ranks, unwinding the run waits for collectives they may
     // never finish (until [comm] timeout aborts the job): say what went
@@ -748,12 +745,17 @@ RunConfig load_run_config(const TrainArgs& args) {
   return config;
 }
 
-Run assemble(const RunConfig& config, const PluginLoader& loader) {
+Run assemble(std::unique_ptr<Communicator> comm, const RunConfig& config,
+             const PluginLoader& loader) {
   try {
-    return assemble_run(config, loader);
+    return assemble_run(std::move(comm), config, loader);
   } catch (...) {
     rethrow_detached();
   }
+}
+
+Run assemble(const RunConfig& config, const PluginLoader& loader) {
+  return assemble(make_communicator(resolve_comm(config)), config, loader);
 }
 
 std::string resolved_config_of(const TrainArgs& args) {

@@ -19,7 +19,7 @@
 #include "train/resolved_config.h"
 #include "train/resume.h"
 #include "train/run_settings.h"
-#include "train/weights.h"
+#include "train/weights_import.h"
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
 #include "ztrain/device.h"
@@ -78,7 +78,10 @@ struct Run {
 
 // Loads and validates every section and plugin, sets up device, data and
 // strategy, and loads the checkpoint a resumed run continues. Nothing is
-// trained.
+// trained. `comm` is the job's (job_start.h); without it, the one the
+// configuration's [comm] section asks for.
+Run assemble(std::unique_ptr<Communicator> comm, const RunConfig& config,
+             const PluginLoader& loader);
 Run assemble(const RunConfig& config, const PluginLoader& loader);
 
 // `ztrain config`: every key of the run, defaults included, as TOML.

@@ -7,22 +7,26 @@
 // directory that receives model.safetensors and the model's config.json,
 // ready for from_pretrained.
 //
-// Import matches each parameter by hf_name or name, checks shapes, and
-// reports every missing, unexpected and mis-shaped tensor at once.
+// Import (initial weights) is weights_import.h.
 //
-// Errors: DataError naming the file and each difference.
+// Errors: DataError naming the file.
 #pragma once
 
 #include <filesystem>
 #include <functional>
 #include <vector>
 
-#include "ztrain/comm.h"
 #include "ztrain/dtype.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"
 
 namespace ztrain {
+
+// A parameter's name and shape in a weights file: its Hugging Face name
+// (else its own), and its shape transposed where Hugging Face keeps the
+// layer as a Conv1D (in, out).
+std::string external_name(const ParamSpec& p);
+Shape external_shape(const ParamSpec& p);
 
 // Writes every parameter of `model` to `out` (as above), each read whole in
 // fp32 by `read` when its turn comes: one parameter in memory at a time.
@@ -34,20 +38,6 @@ void write_weights(const Model& model, const std::filesystem::path& out, DType d
 // false only take part in gathering the parameters.
 void export_weights(const Model& model, Strategy& strategy, const std::filesystem::path& out,
                     DType dtype, bool write = true);
-// Sets every parameter from the safetensors file `in` (or in/model.safetensors).
-// Collective: where every rank sees the file, each reads it; where some
-// rank cannot (a host without the file), rank 0 reads it and broadcasts one
-// parameter at a time, in pieces of at most 16M elements, so no rank holds
-// more than its largest parameter. DataError when rank 0 cannot read it or
-// it does not match the model (every rank raises one).
-struct WeightsImport {
-  bool from_rank_0 = false;       // sent by rank 0
-  std::uint64_t bytes_moved = 0;  // between ranks, summed over them
-  double seconds = 0;
-};
-WeightsImport import_weights(const Model& model, Strategy& strategy,
-                             const std::filesystem::path& in, Communicator& comm);
-
 // Before an export to `out` (a file or a directory, as export_weights):
 // ConfigError when the weights would land on `source` (a file being read;
 // empty: none), or on an existing file without `overwrite`.
