@@ -11,7 +11,8 @@
 # differ or are missing on one host. Initial weights (init_from) that only
 # rank 0's host has reach the other ranks from rank 0, each receiving the
 # ranges its strategy holds, and train as a world-1 run from the same file;
-# on a shared path each rank reads its own ranges.
+# on a shared path each rank reads its own ranges. A checkpoint only rank
+# 0's host has resumes the same way.
 #
 # usage: test_rank_agreement.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -43,6 +44,17 @@ tcp_pair() {
   s1=$status
 }
 
+# both_exited NAME CODE: both ranks of NAME exited CODE (else their output).
+both_exited() {
+  [ "$s0" -eq "$2" ] && [ "$s1" -eq "$2" ] ||
+    { cat "$scratch/$1".*.out >&2; fail "$1: exits $s0 and $s1, not $2 and $2"; }
+}
+# said NAME RANK PATTERN WHAT: rank RANK of NAME said PATTERN (grep), else
+# its output and "NAME: WHAT".
+said() {
+  grep -q "$3" "$scratch/$1.$2.out" || { cat "$scratch/$1.$2.out" >&2; fail "$1: $4"; }
+}
+
 # The run from rank 0: run.toml and the preset it is run with
 # (strategies/sharded.toml: zero3 gathering every parameter) are in host0's
 # directory only; rank 1 starts in host1's, which has neither, asking for
@@ -59,11 +71,10 @@ common+=(--set train.log_every=1)
 curve run_ref 3
 dir0=$scratch/host0 dir1=$scratch/host1 run0=run.toml run1=run.toml only0=(--strategy sharded)
 tcp_pair run_from_0 --strategy zero2 --set model.n_layer=3 --set train.steps=5
-[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/run_from_0.*.out >&2; fail "run_from_0: exits $s0 and $s1"; }
-grep -q "| strategy zero3 |" "$scratch/run_from_0.0.out" ||
-  { cat "$scratch/run_from_0.0.out" >&2; fail "run_from_0 did not run the preset's zero3"; }
-grep -q "^run: read by rank 0 on host .*, sent to 1 other rank ([0-9]* bytes)" "$scratch/run_from_0.0.out" ||
-  { cat "$scratch/run_from_0.0.out" >&2; fail "run_from_0: rank 0 does not say how the run travelled"; }
+both_exited run_from_0 0
+said run_from_0 0 "| strategy zero3 |" "did not run the preset's zero3"
+said run_from_0 0 "^run: read by rank 0 on host .*, sent to 1 other rank ([0-9]* bytes)" \
+  "rank 0 does not say how the run travelled"
 curve run_from_0 3
 same_training run_ref run_from_0 1e-6 2e-6
 echo "run_from_0: $(grep -m1 '^run: ' "$scratch/run_from_0.0.out")"
@@ -72,18 +83,18 @@ echo "run_from_0: $(grep -m1 '^run: ' "$scratch/run_from_0.0.out")"
 printf '{"zero_optimization": {"stage": 2}, "gradient_clipping": 1.0}\n' > "$scratch/host0/ds.json"
 only0=(--deepspeed ds.json)
 tcp_pair ds_from_0
-[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/ds_from_0.*.out >&2; fail "ds_from_0: exits $s0 and $s1"; }
-grep -q "| strategy zero2 |" "$scratch/ds_from_0.0.out" || { cat "$scratch/ds_from_0.0.out" >&2; fail "ds_from_0 did not run zero2"; }
+both_exited ds_from_0 0
+said ds_from_0 0 "| strategy zero2 |" "did not run zero2"
 
 # Rank 0 cannot read the run (its file is missing): both ranks stop with
 # its error, rank 1 saying it is rank 0's.
 dir0=$scratch/host1 only0=()
 tcp_pair no_run
-[ "$s0" -eq 2 ] && [ "$s1" -eq 2 ] || { cat "$scratch"/no_run.*.out >&2; fail "no_run: exits $s0 and $s1, not 2 and 2"; }
-grep -q "cannot read run file 'run.toml': no such file" "$scratch/no_run.0.out" ||
-  { cat "$scratch/no_run.0.out" >&2; fail "no_run: rank 0 did not say why"; }
-grep -q "rank 0 (host .*) cannot read the run: cannot read run file 'run.toml': no such file" "$scratch/no_run.1.out" ||
-  { cat "$scratch/no_run.1.out" >&2; fail "no_run: rank 1 did not give rank 0's error"; }
+both_exited no_run 2
+said no_run 0 "cannot read run file 'run.toml': no such file" \
+  "rank 0 did not say why"
+said no_run 1 "rank 0 (host .*) cannot read the run: cannot read run file 'run.toml': no such file" \
+  "rank 1 did not give rank 0's error"
 echo "no_run: $(grep -m1 -o 'rank 0 (host.*' "$scratch/no_run.1.out" | cut -c1-120)"
 dir0=$PWD dir1=$PWD run0=$SRC/configs/run.toml run1=$SRC/configs/run.toml
 
@@ -107,7 +118,7 @@ both_said() {
   for r in 0 1; do
     s=$([ "$r" -eq 0 ] && echo "$s0" || echo "$s1")
     [ "$s" -eq 1 ] || { cat "$scratch/$name.$r.out" >&2; fail "$name: rank $r exited $s, not 1"; }
-    grep -q "$pattern" "$scratch/$name.$r.out" || { cat "$scratch/$name.$r.out" >&2; fail "$name: rank $r did not say why"; }
+    said "$name" "$r" "$pattern" "rank $r did not say why"
   done
 }
 
@@ -122,7 +133,7 @@ cp "$plugins/libztrain_strategy_zero2.so" "$scratch/rebuilt/"
 printf 'x' >> "$scratch/rebuilt/libztrain_strategy_zero2.so"
 only0=(--strategy zero2)
 tcp_pair plugin_copy --plugin-path "$scratch/same"
-[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/plugin_copy.*.out >&2; fail "identical plugin copies disagreed"; }
+both_exited plugin_copy 0
 tcp_pair plugin_rebuilt --plugin-path "$scratch/rebuilt"
 both_said plugin_rebuilt "the ranks run different builds: strategy zero2 is '.*/lib/ztrain/plugins/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 0 (host .*) but '$scratch/rebuilt/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 1 (host .*); install the same"
 echo "plugin_rebuilt: $(grep -m1 -o 'the ranks run different builds.*on rank 1 (host [^)]*)' "$scratch/plugin_rebuilt.0.out")"
@@ -137,18 +148,18 @@ cp "$scratch/host0/corpus.txt" "$scratch/host1/corpus.txt"
 common+=(--set data.plugin=text --set data.path=corpus.txt --set model.vocab_size=256)
 dir0=$scratch/host0 dir1=$scratch/host1
 tcp_pair data_same
-[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/data_same.*.out >&2; fail "identical data files disagreed"; }
+both_exited data_same 0
 sed -i '1000s/same/SAME/' "$scratch/host1/corpus.txt"
 tcp_pair data_changed
 both_said data_changed "the ranks read different files: data file is 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*); give every host the same file"
 echo "data_changed: $(grep -m1 -o 'the ranks read different files.*on rank 1 (host [^)]*)' "$scratch/data_changed.0.out")"
 rm "$scratch/host1/corpus.txt"
 tcp_pair data_missing
-[ "$s0" -eq 1 ] && [ "$s1" -eq 1 ] || { cat "$scratch"/data_missing.*.out >&2; fail "data_missing: exits $s0 and $s1, not 1 and 1"; }
-grep -q "corpus.txt.*(on host .*, rank 1)" "$scratch/data_missing.1.out" ||
-  { cat "$scratch/data_missing.1.out" >&2; fail "data_missing: rank 1 did not name the path and its host"; }
-grep -q "another rank cannot read its data" "$scratch/data_missing.0.out" ||
-  { cat "$scratch/data_missing.0.out" >&2; fail "data_missing: rank 0 did not say why it stopped"; }
+both_exited data_missing 1
+said data_missing 1 "corpus.txt.*(on host .*, rank 1)" \
+  "rank 1 did not name the path and its host"
+said data_missing 0 "another rank cannot read its data" \
+  "rank 0 did not say why it stopped"
 echo "data_missing: $(grep -m1 -o 'ztrain: error: .*' "$scratch/data_missing.1.out")"
 
 # Weights only rank 0's host has: init_from names init.safetensors in each
@@ -183,7 +194,7 @@ run1=absent.toml  # rank 1 has neither the run file nor the weights
 for strategy in zero2 zero3; do
   only0=(--strategy "$strategy")
   tcp_pair "weights_from_0_$strategy"
-  [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/weights_from_0_$strategy.*.out >&2; fail "weights_from_0_$strategy: exits $s0 and $s1"; }
+  both_exited weights_from_0_$strategy 0
   half_of_the_file "weights_from_0_$strategy" \
     "weights from init.safetensors (read by rank 0, which sent each other rank the ranges it holds: "
   curve "weights_from_0_$strategy" 3
@@ -192,11 +203,39 @@ for strategy in zero2 zero3; do
 done
 cp "$scratch/host0/init.safetensors" "$scratch/host1/init.safetensors"
 tcp_pair weights_shared
-[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat "$scratch"/weights_shared.*.out >&2; fail "weights_shared: exits $s0 and $s1"; }
+both_exited weights_shared 0
 half_of_the_file weights_shared "weights from init.safetensors (each rank read the ranges it holds: "
 curve weights_shared 3
 same_training wref weights_shared 1e-6 2e-6
 echo "weights_shared: $(grep -m1 -o 'weights from init.safetensors.*' "$scratch/weights_shared.0.out")"
+# A checkpoint only rank 0's host has: written by a world-1 run in host0's
+# directory (ck/), resumed at world 2 under zero3 with rank 1 in host1,
+# which has no ck/. Rank 0 checks it and sends its manifest and rank 1's
+# half of the state (weights, m and v); steps 3 and 4 log the losses of the
+# uninterrupted world-1 run.
+(cd "$scratch/host0" && "$ZTRAIN" "${common[@]}" --set train.steps=4 --set train.checkpoint_every=2 \
+  --set train.out_dir=ck "$SRC/configs/run.toml" > "$scratch/ck.out" 2>&1) ||
+  { cat "$scratch/ck.out" >&2; fail "the checkpointed world-1 run failed"; }
+train_curve "$scratch/host0/ck/metrics.jsonl" | awk '$1 > 2' > "$scratch/ck_tail.curve"
+only0=(--strategy zero3 --resume ck/step_2 --set train.steps=4)
+tcp_pair resumed_from_0
+both_exited resumed_from_0 0
+said resumed_from_0 0 \
+  "resuming ck/step_2 at step 2 of 4 (.* read by rank 0 in .*, which sent each other rank the ranges it holds: .* moved" \
+  "the resume line does not say how the state travelled"
+curve resumed_from_0 2
+same_training ck_tail resumed_from_0 1e-6 2e-6
+echo "resumed_from_0: $(grep -m1 -o 'resuming .*' "$scratch/resumed_from_0.0.out")"
+# With a copy of the checkpoint on host1 too each rank reads its own; a
+# copy that differs (its manifest has one byte more) is refused.
+cp -r "$scratch/host0/ck" "$scratch/host1/ck"
+tcp_pair resumed_copies
+both_exited resumed_copies 0
+curve resumed_copies 2
+same_training ck_tail resumed_copies 1e-6 2e-6
+printf ' ' >> "$scratch/host1/ck/step_2/manifest.json"
+tcp_pair resumed_stale
+both_said resumed_stale "the ranks read different files: checkpoint is 'ck/step_2/manifest.json' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'ck/step_2/manifest.json' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*)"
 only0=() run1=$SRC/configs/run.toml
 # A stale copy on host1 (its last byte changed) is refused, not used.
 printf 'x' | dd of="$scratch/host1/init.safetensors" bs=1 conv=notrunc status=none \
@@ -205,8 +244,8 @@ tcp_pair weights_stale
 both_said weights_stale "the ranks read different files: init_from is 'init.safetensors' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'init.safetensors' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*)"
 mv "$scratch/host0/init.safetensors" "$scratch/host1/init.safetensors"
 tcp_pair weights_not_on_0
-[ "$s0" -eq 1 ] && [ "$s1" -eq 1 ] || { cat "$scratch"/weights_not_on_0.*.out >&2; fail "weights_not_on_0: exits $s0 and $s1, not 1 and 1"; }
-grep -q "init_from: no weights at 'init.safetensors' on rank 0 (host .*), which reads them" \
-  "$scratch/weights_not_on_0.0.out" || { cat "$scratch/weights_not_on_0.0.out" >&2; fail "weights_not_on_0: rank 0 did not say it has none"; }
+both_exited weights_not_on_0 1
+said weights_not_on_0 0 "init_from: no weights at 'init.safetensors' on rank 0 (host .*), which reads them" \
+  "rank 0 did not say it has none"
 
 echo "PASS"

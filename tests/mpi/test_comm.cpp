@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "world.h"
 #include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/shard/grad_reducer.h"
@@ -23,21 +24,10 @@
 #include "ztrain/shard/swapped_shard.h"
 
 using namespace ztrain;
+using test::tcp;
+using test::world;
 
 namespace {
-
-// ZTRAIN_TEST_BACKEND=tcp runs the same tests on the tcp backend (ranks
-// started by tests/mpi/run_ranks.sh with RANK/WORLD_SIZE).
-bool tcp() {
-  const char* b = std::getenv("ZTRAIN_TEST_BACKEND");
-  return b && std::string(b) == "tcp";
-}
-
-Communicator& world() {
-  static const std::unique_ptr<Communicator> comm =
-      tcp() ? make_tcp_communicator(60.0) : make_mpi_communicator(60.0);
-  return *comm;
-}
 
 // Values exactly representable in every dtype, so sums are exact.
 float value(int rank, std::size_t i) {

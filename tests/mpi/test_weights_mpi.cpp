@@ -13,21 +13,12 @@
 #include "../unit/support.h"
 #include "train/weights.h"
 #include "train/weights_import.h"
+#include "world.h"
 
 using namespace ztrain;
+using test::world;
 
 namespace {
-
-bool tcp() {
-  const char* b = std::getenv("ZTRAIN_TEST_BACKEND");
-  return b && std::string(b) == "tcp";
-}
-
-Communicator& world() {
-  static const std::unique_ptr<Communicator> comm =
-      tcp() ? make_tcp_communicator(60.0) : make_mpi_communicator(60.0);
-  return *comm;
-}
 
 // A run of `strategy` on a communicator of its own over every rank.
 Run make_run(const std::string& strategy) {

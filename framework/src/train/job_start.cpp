@@ -1,8 +1,6 @@
 // Rank 0's run travels as one JSON text: {"run": RunConfig::to_wire(),
 // "overwrite": bool} when it read the run, {"error": message, "config":
-// bool, "host": name} when it could not. Its length (64 bits) and its
-// bytes are broadcast as the bits of fp32 elements, which a broadcast
-// copies untouched.
+// bool, "host": name} when it could not (rank_0_text carries it).
 #include "train/job_start.h"
 
 #include <cstdint>
@@ -19,19 +17,6 @@ namespace ztrain {
 namespace {
 
 using json = nlohmann::json;
-
-// Rank 0's text on every rank.
-std::string broadcast_text(const std::string& text, Communicator& comm) {
-  std::uint64_t length = text.size();
-  float packed[2];
-  std::memcpy(packed, &length, sizeof length);
-  comm.broadcast(packed, 2, DType::f32, 0);
-  std::memcpy(&length, packed, sizeof length);
-  std::vector<float> words((length + 3) / 4, 0.0f);
-  if (comm.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
-  comm.broadcast(words.data(), words.size(), DType::f32, 0);
-  return std::string(reinterpret_cast<const char*>(words.data()), length);
-}
 
 // What rank 0 made of the run: the configuration, or the error it raised.
 struct RankZeroRun {
@@ -101,7 +86,7 @@ JobStart start_job(const std::function<RunConfig()>& read_run, bool overwrite) {
   const bool lead = comm->rank() == 0;
   // The launcher's rank variable may name another rank than the meeting.
   if (lead && !mine) mine = read_on_rank_0(read_run);
-  const std::string wire_text = broadcast_text(lead ? wire_of(*mine, overwrite) : "", *comm);
+  const std::string wire_text = rank_0_text(lead ? wire_of(*mine, overwrite) : "", *comm);
   const json wire = json::parse(wire_text);
   if (wire.contains("error")) {
     if (lead) std::rethrow_exception(mine->error);

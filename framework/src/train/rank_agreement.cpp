@@ -208,6 +208,18 @@ void check_parts_agree(const std::vector<AgreedPart>& mine, const std::string& d
 
 }  // namespace
 
+std::string rank_0_text(const std::string& text, Communicator& comm) {
+  std::uint64_t length = text.size();
+  float packed[2];
+  std::memcpy(packed, &length, sizeof length);
+  comm.broadcast(packed, 2, DType::f32, 0);
+  std::memcpy(&length, packed, sizeof length);
+  std::vector<float> words((length + 3) / 4, 0.0f);
+  if (comm.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
+  comm.broadcast(words.data(), words.size(), DType::f32, 0);
+  return std::string(reinterpret_cast<const char*>(words.data()), length);
+}
+
 std::string host_name() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);

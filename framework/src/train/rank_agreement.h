@@ -46,6 +46,10 @@ void check_installations_agree(const std::vector<InstalledPart>& plugins, Commun
 // hosts.
 void check_files_agree(const std::string& what, const std::vector<std::string>& files,
                        Communicator& comm);
+// Rank 0's `text` on every rank (the others' is not read): its length,
+// then its bytes as the bits of fp32 elements, which a broadcast copies
+// untouched.
+std::string rank_0_text(const std::string& text, Communicator& comm);
 // This machine's name, for messages.
 std::string host_name();
 // Whether any rank passes true (every rank learns the same answer).

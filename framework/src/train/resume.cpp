@@ -6,6 +6,7 @@
 
 #include "train/checkpoint_reader.h"
 #include "train/rank_agreement.h"
+#include "train/state_relay.h"
 
 #include "ztrain/error.h"
 
@@ -69,36 +70,106 @@ std::vector<std::string> check_resume(const Manifest& checkpoint,
   return changed;
 }
 
-Resumed resume_from(const ResumeRequest& r, Strategy& strategy, Communicator& comm) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Resumed out;
-  std::optional<Checkpoint> checkpoint;
-  std::string why;
+namespace {
+
+// The checks a rank that has the checkpoint makes before reading any state;
+// its refusal, or "".
+std::string refusal(const ResumeRequest& r, const Checkpoint& checkpoint, Resumed& out) {
   try {
-    out.dir =
-        Checkpoint::locate(r.resume == "latest" ? r.out_dir : std::filesystem::path(r.resume));
-    checkpoint.emplace(out.dir);
-    checkpoint->check_model(r.params);
-    out.changes = check_resume(checkpoint->manifest(), r.keys, r.global_batch, out.dir.string());
-    // Before any state is read: a checkpoint at or past the end has
-    // nothing to continue.
-    if (const std::int64_t at = checkpoint->manifest().position.step; at >= r.steps)
+    checkpoint.check_model(r.params);
+    out.changes = check_resume(checkpoint.manifest(), r.keys, r.global_batch, out.dir.string());
+    // A checkpoint at or past the end has nothing to continue.
+    if (const std::int64_t at = checkpoint.manifest().position.step; at >= r.steps)
       throw ConfigError(out.dir.string() + " is at step " + std::to_string(at) +
                         ", which train.steps = " + std::to_string(r.steps) +
                         " does not pass; raise train.steps to train further");
   } catch (const Error& e) {
+    return std::string("[train] resume = \"") + r.resume + "\": " + e.what();
+  }
+  return "";
+}
+
+// Every rank reads its own ranges of the checkpoint.
+void resume_everywhere(const ResumeRequest& r, Strategy& strategy, Communicator& comm,
+                       Resumed& out) {
+  std::optional<Checkpoint> checkpoint;
+  std::string why;
+  try {
+    checkpoint.emplace(out.dir);
+  } catch (const Error& e) {
     why = std::string("[train] resume = \"") + r.resume + "\": " + e.what();
   }
+  if (checkpoint) why = refusal(r, *checkpoint, out);
   stop_together(why, "another rank refused to resume (its message says why)", comm);
+  // Hosts with copies of their own must have the same checkpoint.
+  check_files_agree("checkpoint", {(out.dir / "manifest.json").string()}, comm);
   CheckpointSource source(*checkpoint);
   strategy.load_state(source);
   out.position = checkpoint->manifest().position;
-  if (checkpoint->manifest().world != comm.size())
-    out.changes.insert(out.changes.begin(),
-                       "ranks: " + std::to_string(checkpoint->manifest().world) + " -> " +
-                           std::to_string(comm.size()));
+  out.world = checkpoint->manifest().world;
   out.bytes_read = source.bytes_read();
   out.read_seconds = source.seconds();
+}
+
+// Some rank cannot see the checkpoint: rank 0 checks it, sends its manifest
+// (the position every rank continues from) and each rank its ranges.
+void resume_through_rank_0(const ResumeRequest& r, Strategy& strategy, Communicator& comm,
+                           bool seen, Resumed& out) {
+  std::optional<Checkpoint> checkpoint;
+  std::string why;
+  if (comm.rank() == 0) {
+    try {
+      if (!seen)
+        throw DataError("no checkpoint there on rank 0 (host " + host_name() +
+                        "), which reads it for the ranks that cannot");
+      checkpoint.emplace(out.dir);
+      why = refusal(r, *checkpoint, out);
+    } catch (const Error& e) {
+      why = std::string("[train] resume = \"") + r.resume + "\": " + e.what();
+    }
+  }
+  stop_together(why, "rank 0 refused to resume (its message says why)", comm);
+  const std::string manifest =
+      rank_0_text(checkpoint ? manifest_json(checkpoint->manifest()) : "", comm);
+  const Manifest m = checkpoint ? checkpoint->manifest() : parse_manifest(manifest, out.dir);
+  std::optional<CheckpointSource> source;
+  if (checkpoint) source.emplace(*checkpoint);
+  out.bytes_moved =
+      load_through_rank_0(strategy, source ? &*source : nullptr, false, "resume", comm);
+  out.from_rank_0 = true;
+  out.position = m.position;
+  out.world = m.world;
+  if (source) {
+    out.bytes_read = source->bytes_read();
+    out.read_seconds = source->seconds();
+  }
+}
+
+}  // namespace
+
+Resumed resume_from(const ResumeRequest& r, Strategy& strategy, Communicator& comm) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Resumed out;
+  std::string not_found;
+  try {
+    out.dir =
+        Checkpoint::locate(r.resume == "latest" ? r.out_dir : std::filesystem::path(r.resume));
+  } catch (const Error& e) {
+    not_found = std::string("[train] resume = \"") + r.resume + "\": " + e.what();
+  }
+  const bool seen = not_found.empty();
+  // Through rank 0 when some ranks see the checkpoint and others do not;
+  // when none does, each says so.
+  if (comm.size() > 1 && any_rank(!seen, comm) && any_rank(seen, comm)) {
+    out.dir = rank_0_text(out.dir.string(), comm);
+    resume_through_rank_0(r, strategy, comm, seen, out);
+  } else {
+    stop_together(not_found, "another rank refused to resume (its message says why)", comm);
+    resume_everywhere(r, strategy, comm, out);
+  }
+  if (out.world != comm.size())
+    out.changes.insert(out.changes.begin(), "ranks: " + std::to_string(out.world) + " -> " +
+                                                std::to_string(comm.size()));
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -4,7 +4,10 @@
 // a step_<N> directory, or a run directory), checks it against this run's
 // model and configuration on every rank (any rank's refusal stops all),
 // then has the strategy load the state each rank now owns, whatever world
-// size and strategy wrote it, and returns where training stands.
+// size and strategy wrote it, and returns where training stands. When
+// some ranks cannot see the checkpoint (a host without the directory),
+// rank 0 checks it, sends its manifest and each rank exactly the ranges its
+// strategy holds (state_relay.h).
 //
 // check_resume says whether a run may continue a checkpoint: the keys that
 // change what is trained must be the checkpoint's; the others may change
@@ -45,7 +48,10 @@ struct Resumed {
   std::filesystem::path dir;
   TrainingPosition position;
   std::vector<std::string> changes;  // check_resume's
+  int world = 0;                     // of the run that wrote it
   std::uint64_t bytes_read = 0;      // by this rank
+  bool from_rank_0 = false;          // rank 0 sent the ranks that cannot see it their state
+  std::uint64_t bytes_moved = 0;     // then: between ranks, summed over them
   double seconds = 0;                // the whole resume: checks, reads, the strategy's placing
   double read_seconds = 0;           // of which reading and checking the state
 };

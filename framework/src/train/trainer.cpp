@@ -280,9 +280,16 @@ void finish_checkpoint(Run& run, CheckpointWrite& c, std::int64_t step, bool ove
 
 // What a resumed run says before its first step.
 std::string resume_text(const Resumed& r, std::int64_t steps) {
-  char read[128];
-  std::snprintf(read, sizeof read, " (%s of state read by rank 0 in %.3f s; resumed in %.3f s)",
-                format_bytes(r.bytes_read).c_str(), r.read_seconds, r.seconds);
+  char read[192];
+  if (r.from_rank_0)
+    std::snprintf(read, sizeof read,
+                  " (%s of state read by rank 0 in %.3f s, which sent each other rank the ranges "
+                  "it holds: %s moved; resumed in %.3f s)",
+                  format_bytes(r.bytes_read).c_str(), r.read_seconds,
+                  format_bytes(r.bytes_moved).c_str(), r.seconds);
+  else
+    std::snprintf(read, sizeof read, " (%s of state read by rank 0 in %.3f s; resumed in %.3f s)",
+                  format_bytes(r.bytes_read).c_str(), r.read_seconds, r.seconds);
   std::string s = "resuming " + r.dir.string() + " at step " + std::to_string(r.position.step) +
                   " of " + std::to_string(steps) + read;
   for (const auto& c : r.changes) s += "\n  changed: " + c;
@@ -318,6 +325,7 @@ TrainingPosition continue_at(const Run& run, LossScaler& scaler, DataLoader& dat
                        .add("split", "resume")
                        .add("from", run.resumed->dir.string())
                        .add("bytes_read", static_cast<std::int64_t>(run.resumed->bytes_read))
+                       .add("bytes_moved", static_cast<std::int64_t>(run.resumed->bytes_moved))
                        .add("seconds", run.resumed->seconds)
                        .add("read_s", run.resumed->read_seconds));
   return at;
@@ -391,8 +399,9 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
                   format_bytes(w.bytes_moved).c_str(), w.seconds);
     h.init_note = note;
   } else if (!run.init_from.empty() && run.comm->size() > 1) {
-    std::snprintf(note, sizeof note, "each rank read the ranges it holds: %s of %s on rank 0",
-                  format_bytes(w.bytes_read).c_str(), format_bytes(w.file_bytes).c_str());
+    std::snprintf(
+        note, sizeof note, "each rank read the ranges it holds: %s of %s on rank 0, in %.3f s",
+        format_bytes(w.bytes_read).c_str(), format_bytes(w.file_bytes).c_str(), w.seconds);
     h.init_note = note;
   }
   h.strategy_summary = run.strategy->summary();

@@ -1,0 +1,25 @@
+// The world communicator of the multi-rank tests: MPI under mpirun, or tcp
+// when ZTRAIN_TEST_BACKEND=tcp (ranks started by tests/mpi/run_ranks.sh
+// with RANK/WORLD_SIZE), made on first use and kept for the process.
+#pragma once
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "ztrain/comm.h"
+
+namespace ztrain::test {
+
+inline bool tcp() {
+  const char* b = std::getenv("ZTRAIN_TEST_BACKEND");
+  return b && std::string(b) == "tcp";
+}
+
+inline Communicator& world() {
+  static const std::unique_ptr<Communicator> comm =
+      tcp() ? make_tcp_communicator(60.0) : make_mpi_communicator(60.0);
+  return *comm;
+}
+
+}  // namespace ztrain::test
