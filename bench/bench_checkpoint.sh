@@ -41,7 +41,9 @@
 # and warm (right after); where the caches cannot be dropped only warm
 # reads are reported, for both. The plain reader drops the caches itself,
 # 0.3 s before reading: the better case.
-# The resumed runs run once per state.
+# Each read is measured ROUNDS times (cold ones after dropping the caches
+# each time), ztrain's and the plain reader's, and the medians compared:
+# one cold resume of this VM's disk took anywhere from 0.8 to 1.9 s.
 # SCRATCH_DIR must be on the disk to measure (not tmpfs); the script works
 # in a fresh directory under it and removes it at the end. Needs python3
 # (standard library only).
@@ -189,8 +191,10 @@ for world in 1 2; do
   modes=(warm)
   if $cold; then modes=(cold warm); fi
   for mode in "${modes[@]}"; do
-    if [ "$mode" = cold ]; then drop; fi
-    ours "resume.$mode.w$world" "$ck" "$world" 0 $((steps + 1)) --resume "$last"
+    for i in $(seq "$rounds"); do
+      if [ "$mode" = cold ]; then drop; fi
+      ours "resume.$mode.w$world.$i" "$ck" "$world" 0 $((steps + 1)) --resume "$last"
+    done
   done
   rank0=$(stat -c %s "$last/rank_0.bin")
   files=()
@@ -208,11 +212,15 @@ for world in 1 2; do
     done | awk '{ print $2 }' > "$out/plain_read.$mode.w$world"
   done
   for mode in "${modes[@]}"; do
-    zs=$(resume_s "resume.$mode.w$world")
-    [ -n "$zs" ] || { echo "no resuming line:"; cat "$out/resume.$mode.w$world.log"; exit 1; }
+    for i in $(seq "$rounds"); do
+      [ -n "$(resume_s "resume.$mode.w$world.$i")" ] ||
+        { echo "no resuming line:"; cat "$out/resume.$mode.w$world.$i.log"; exit 1; }
+    done
+    zs=$(for i in $(seq "$rounds"); do resume_s "resume.$mode.w$world.$i"; done | med)
+    rs=$(for i in $(seq "$rounds"); do resumed_s "resume.$mode.w$world.$i"; done | med)
     ps=$(med < "$out/plain_read.$mode.w$world")
     z=$(gbs "$rank0" "$zs") p=$(gbs "$rank0" "$ps")
-    rows_r+=("$(printf "%5s %5s %13d %9.3f %11.3f %8.3f %10.3f %6s %9.3f" "$world" "$mode" "$rank0" "$zs" "$z" "$ps" "$p" "$(pct "$z" "$p")" "$(resumed_s "resume.$mode.w$world")")")
+    rows_r+=("$(printf "%5s %5s %13d %9.3f %11.3f %8.3f %10.3f %6s %9.3f" "$world" "$mode" "$rank0" "$zs" "$z" "$ps" "$p" "$(pct "$z" "$p")" "$rs")")
   done
   rm -rf "${out:?}/$ck" "${out:?}/$base"
 
@@ -293,8 +301,8 @@ printf "%5s %13s %9s %11s %11s %8s %10s %11s %6s %6s\n" world bytes "ztrain s" "
   range "plain s" "plain GB/s" range ratio best
 printf "%s\n" "${rows_w[@]}"
 echo
-echo "read: rank 0 of ztrain --resume against plain reads of the same files (a reader per rank,"
-echo "median of $rounds)"
+echo "read: rank 0 of ztrain --resume against plain reads of the same files (a reader per rank);"
+echo "medians of $rounds resumes and $rounds plain reads"
 $cold || echo "(the page cache could not be dropped: all reads are warm, for both)"
 echo "(ztrain s: reading and checking the state; resumed s: the whole resume, the strategy's placing"
 echo "of the state included)"

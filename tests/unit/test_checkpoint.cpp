@@ -2,7 +2,7 @@
 // to parameter ranges and back, the manifest's checks, and a reader that
 // reads only the blocks a range needs and names a corrupt one.
 #include <doctest/doctest.h>
-
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -86,7 +86,9 @@ Manifest write_single(const fs::path& dir, std::uint64_t n) {
 
 }  // namespace
 
-TEST_CASE("crc32c: the check value, and the fast path equals the reference at every length") {
+TEST_CASE(
+    "crc32c: the check value, and the fast path and the copying one equal the reference at every "
+    "length") {
   CHECK(crc32c("123456789", 9) == 0xE3069283u);
   CHECK(crc32c_reference("123456789", 9) == 0xE3069283u);
   std::mt19937 rng(7);
@@ -100,6 +102,13 @@ TEST_CASE("crc32c: the check value, and the fast path equals the reference at ev
     // Continued over two calls, as over two writes.
     CHECK(crc32c(data.data() + n / 2, n - n / 2, crc32c(data.data(), n / 2)) ==
           crc32c_reference(data.data(), n));
+    // Copied and checked in one pass: the same checksum, every byte copied
+    // and nothing past the end written.
+    std::vector<unsigned char> copy(n + 16, 0xA5);
+    CHECK(crc32c_copy(copy.data(), data.data(), n) == crc32c_reference(data.data(), n));
+    CHECK(std::equal(data.begin(), data.begin() + static_cast<long>(n), copy.begin()));
+    CHECK(std::all_of(copy.begin() + static_cast<long>(n), copy.end(),
+                      [](unsigned char b) { return b == 0xA5; }));
   }
 }
 
@@ -280,14 +289,40 @@ TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
                  "fail their checksum"));
 }
 
+namespace {
+
+// Drops a file's pages from the page cache (written back first), so that
+// a reader opening it next reads it with pread(), not from its mapping.
+void evict(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// Reads a whole file, so that all of it is in the page cache: the reader's
+// copy from the mapping.
+void warm(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::vector<char> buffer(1 << 20);
+  while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0) {
+  }
+}
+
+}  // namespace
+
 TEST_CASE("reader: a range of many blocks, read and checked by two threads, every block checked") {
   TempDir tmp;
   const std::uint64_t n = 5 * kBlockElements + 1000;
   write_single(tmp.path, n);
   const Checkpoint c(Checkpoint::locate(tmp.path));
   std::vector<float> out(n, -1.0f);
-  {
+  for (const bool from_disk : {false, true}) {
+    INFO((from_disk ? "from disk" : "from the page cache"));
+    from_disk ? evict(tmp.path / "rank_0.bin") : warm(tmp.path / "rank_0.bin");
     CheckpointSource source(c);
+    std::fill(out.begin(), out.end(), -1.0f);
     source.get(0, 0, n, StateArray::v, out.data());
     CHECK(source.bytes_read() == n * 4);
     for (std::uint64_t i = 0; i < n; ++i)
@@ -300,13 +335,17 @@ TEST_CASE("reader: a range of many blocks, read and checked by two threads, ever
     f.put('\x7f');
   }
   const Checkpoint damaged(tmp.path);
-  CheckpointSource source(damaged);
-  const std::string why = message_of([&] { source.get(0, 0, n, StateArray::v, out.data()); });
-  CHECK(contains(why, "w's v, elements [" + std::to_string(4 * kBlockElements) + ", " +
-                          std::to_string(5 * kBlockElements) + ")"));
-  // The blocks before it were read and checked; m's are untouched.
-  source.get(0, 0, n, StateArray::m, out.data());
-  CHECK(out[n - 1] == static_cast<float>(2 * (n - 1)));
+  for (const bool from_disk : {false, true}) {
+    INFO((from_disk ? "from disk" : "from the page cache"));
+    from_disk ? evict(tmp.path / "rank_0.bin") : warm(tmp.path / "rank_0.bin");
+    CheckpointSource source(damaged);
+    const std::string why = message_of([&] { source.get(0, 0, n, StateArray::v, out.data()); });
+    CHECK(contains(why, "w's v, elements [" + std::to_string(4 * kBlockElements) + ", " +
+                            std::to_string(5 * kBlockElements) + ")"));
+    // The blocks before it were read and checked; m's are untouched.
+    source.get(0, 0, n, StateArray::m, out.data());
+    CHECK(out[n - 1] == static_cast<float>(2 * (n - 1)));
+  }
 }
 
 TEST_CASE("reader: latest, a missing or truncated rank file") {

@@ -48,18 +48,27 @@ constexpr std::uint32_t x_to_the_bytes(std::size_t bytes) {
   return r;
 }
 
+// With Copy, each word is also stored to `dst` at the same offset, so a
+// copy and its checksum cost one pass over memory: reading from the page
+// cache through a mapping into its destination and checksumming the
+// destination afterwards took 0.19 s per 742 MB rank file (two ranks at
+// once on 2 cores, warm), this 0.13 s, a plain read() 0.12-0.15 s.
+template <bool Copy>
 __attribute__((target("sse4.2"))) std::uint64_t chain(std::uint64_t c, const unsigned char* p,
-                                                      std::size_t words) {
+                                                      unsigned char* dst, std::size_t words) {
   for (std::size_t i = 0; i < words; ++i, p += 8) {
     std::uint64_t word;
     std::memcpy(&word, p, 8);
     c = __builtin_ia32_crc32di(c, word);
+    if constexpr (Copy) std::memcpy(dst + 8 * i, &word, 8);
   }
   return c;
 }
 
+template <bool Copy>
 __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const void* data, std::size_t n,
-                                                             std::uint32_t crc) {
+                                                             std::uint32_t crc,
+                                                             unsigned char* dst) {
   static const std::uint32_t kShift = x_to_the_bytes(kStream);
   const auto* p = static_cast<const unsigned char*>(data);
   std::uint64_t c = ~crc;
@@ -74,15 +83,25 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const void* data, s
       c0 = __builtin_ia32_crc32di(c0, w0);
       c1 = __builtin_ia32_crc32di(c1, w1);
       c2 = __builtin_ia32_crc32di(c2, w2);
+      if constexpr (Copy) {
+        std::memcpy(dst + i, &w0, 8);
+        std::memcpy(dst + kStream + i, &w1, 8);
+        std::memcpy(dst + 2 * kStream + i, &w2, 8);
+      }
     }
     const std::uint32_t joined =
         multiply(static_cast<std::uint32_t>(c0), kShift) ^ static_cast<std::uint32_t>(c1);
     c = multiply(joined, kShift) ^ static_cast<std::uint32_t>(c2);
+    if constexpr (Copy) dst += 3 * kStream;
   }
-  c = chain(c, p, n / 8);
+  c = chain<Copy>(c, p, dst, n / 8);
   p += n / 8 * 8;
+  if constexpr (Copy) dst += n / 8 * 8;
   auto c32 = static_cast<std::uint32_t>(c);
-  for (n %= 8; n > 0; --n, ++p) c32 = __builtin_ia32_crc32qi(c32, *p);
+  for (n %= 8; n > 0; --n, ++p) {
+    c32 = __builtin_ia32_crc32qi(c32, *p);
+    if constexpr (Copy) *dst++ = *p;
+  }
   return ~c32;
 }
 #endif
@@ -99,9 +118,18 @@ std::uint32_t crc32c_reference(const void* data, std::size_t n, std::uint32_t cr
 std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t crc) {
 #if defined(__x86_64__)
   static const bool fast = __builtin_cpu_supports("sse4.2");
-  if (fast) return crc32c_sse42(data, n, crc);
+  if (fast) return crc32c_sse42<false>(data, n, crc, nullptr);
 #endif
   return crc32c_reference(data, n, crc);
+}
+
+std::uint32_t crc32c_copy(void* dst, const void* src, std::size_t n) {
+#if defined(__x86_64__)
+  static const bool fast = __builtin_cpu_supports("sse4.2");
+  if (fast) return crc32c_sse42<true>(src, n, 0, static_cast<unsigned char*>(dst));
+#endif
+  std::memcpy(dst, src, n);
+  return crc32c_reference(dst, n);
 }
 
 }  // namespace ztrain

@@ -14,5 +14,8 @@ namespace ztrain {
 // `crc` continues an earlier call's result (0 to start).
 std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t crc = 0);
 std::uint32_t crc32c_reference(const void* data, std::size_t n, std::uint32_t crc = 0);
+// Copies n bytes from src to dst (not overlapping) and returns their
+// crc32c, in one pass over them.
+std::uint32_t crc32c_copy(void* dst, const void* src, std::size_t n);
 
 }  // namespace ztrain

@@ -1,6 +1,7 @@
 #include "train/checkpoint_reader.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,25 +81,6 @@ std::uint64_t Checkpoint::verify() const {
   return source.bytes_read();
 }
 
-CheckpointSource::CheckpointSource(const Checkpoint& checkpoint)
-    : checkpoint_(checkpoint), fds_(checkpoint.manifest().files.size(), -1) {}
-
-CheckpointSource::~CheckpointSource() {
-  for (int f : fds_)
-    if (f >= 0) ::close(f);
-}
-
-int CheckpointSource::fd(int file) {
-  int& f = fds_.at(static_cast<std::size_t>(file));
-  if (f < 0) {
-    const fs::path p =
-        checkpoint_.dir() / checkpoint_.manifest().files[static_cast<std::size_t>(file)].name;
-    f = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f < 0) throw DataError("cannot open '" + p.string() + "': " + std::strerror(errno));
-  }
-  return f;
-}
-
 namespace {
 
 void read_exactly(int fd, const fs::path& path, char* dst, std::uint64_t bytes, std::uint64_t at) {
@@ -112,26 +94,76 @@ void read_exactly(int fd, const fs::path& path, char* dst, std::uint64_t bytes, 
   }
 }
 
+// Whether bytes [begin, end) of a mapping are all in the page cache.
+bool in_memory(const MappedFile& file, std::uint64_t begin, std::uint64_t end) {
+  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  begin = begin / page * page;
+  std::vector<unsigned char> pages((end - begin + page - 1) / page);
+  if (::mincore(const_cast<std::uint8_t*>(file.data()) + begin, end - begin, pages.data()) != 0)
+    return false;
+  return std::all_of(pages.begin(), pages.end(), [](unsigned char v) { return (v & 1) != 0; });
+}
+
 }  // namespace
 
-// Blocks are read kReadBlocks at a time into `out`, each checked right
-// after, so a checksum covers what the caller receives. From two blocks
-// on, the range is first advised to the kernel (WILLNEED: its readahead of
-// the whole range keeps the disk busy) and a second thread reads and
-// checks the second half of the blocks at the same time. Measured through
-// get() over gpt2-124m's 1.48 GB rank file on 2 cores (a plain read() of
-// the file: about 6 GB/s warm, 1.8-2.5 cold): warm 6.7-7.2 GB/s, against
-// 5.0 with one thread reading ahead while the other checked and 4.0 with
-// one thread reading a range and then checking it; cold 1.9-2.1 GB/s with
-// 8-block reads, 1.7-2.0 with 1-block reads and 1.0-1.4 without the advice
-// (this VM's disk is noisy: any variant sometimes takes twice as long).
+CheckpointSource::CheckpointSource(const Checkpoint& checkpoint)
+    : checkpoint_(checkpoint),
+      fds_(checkpoint.manifest().files.size(), -1),
+      maps_(checkpoint.manifest().files.size()),
+      cached_(checkpoint.manifest().files.size(), false) {}
+
+CheckpointSource::~CheckpointSource() {
+  for (int f : fds_)
+    if (f >= 0) ::close(f);
+}
+
+fs::path CheckpointSource::path(int file) const {
+  return checkpoint_.dir() / checkpoint_.manifest().files[static_cast<std::size_t>(file)].name;
+}
+
+int CheckpointSource::fd(int file) {
+  int& f = fds_.at(static_cast<std::size_t>(file));
+  if (f < 0) {
+    f = ::open(path(file).c_str(), O_RDONLY | O_CLOEXEC);
+    if (f < 0)
+      throw DataError("cannot open '" + path(file).string() + "': " + std::strerror(errno));
+  }
+  return f;
+}
+
+const MappedFile& CheckpointSource::map(int file) {
+  const auto f = static_cast<std::size_t>(file);
+  if (!maps_.at(f)) {
+    maps_[f].emplace(path(file));
+    cached_[f] = in_memory(*maps_[f], 0, maps_[f]->size());
+  }
+  return *maps_[f];
+}
+
+// A range is served by the faster way for where its rank file is: a file
+// wholly in the page cache when first opened (mincore says) has each block
+// copied out of its mapping into `out` and checksummed in the same pass
+// (crc32c_copy); any other has kReadBlocks blocks at a time read with one
+// pread() into `out` and each block checksummed after, each range first
+// advised to the kernel (WILLNEED: its readahead of the whole range keeps
+// the disk busy). Either way a checksum covers what the caller receives,
+// and from two blocks on a second thread serves the second half of the
+// blocks at the same time. Measured through resumes of gpt2-124m (2 cores;
+// a plain read() of each rank file as the reference, bench/RESULTS.md):
+// pread() and a checksum after were 77 % of the plain read warm at world 1
+// and 63 % at world 2 (the checksum a second pass over memory), the fused
+// copy 149 % and 100 %; from disk the fused copy (page faults) fell to 98 %
+// and 69 % of plain where pread() groups of 8 MiB gave 127 % and 156 %.
+// Deciding per range rather than per file was slower from disk than
+// either way: the readahead of one range made the next one look cached,
+// and copying it through the mapping while the disk still filled the
+// cache (1.5-2.0 s against 1.4-1.6 s for 1.48 GB).
 constexpr std::uint64_t kReadBlocks = 8;
 
 void CheckpointSource::read_blocks(ParamId p, const StatePiece& s, std::uint64_t b0,
                                    std::uint64_t b1, float* out) {
-  const fs::path path =
-      checkpoint_.dir() / checkpoint_.manifest().files[static_cast<std::size_t>(s.file)].name;
-  const int file = fd(s.file);
+  const MappedFile& file = map(s.file);
+  const int descriptor = fd(s.file);  // opened here: the helper below only reads
   const auto length = [&](std::uint64_t b) {
     return std::min(kBlockElements, s.count - b * kBlockElements) * sizeof(float);
   };
@@ -139,30 +171,40 @@ void CheckpointSource::read_blocks(ParamId p, const StatePiece& s, std::uint64_t
   const auto block = [&](std::uint64_t b) {
     return reinterpret_cast<char*>(out + (b - b0) * kBlockElements);
   };
+  const auto check = [&](std::uint64_t b, std::uint32_t crc) {
+    if (crc == s.crcs[b]) return;
+    const std::uint64_t e = s.first + b * kBlockElements;
+    throw DataError("checkpoint '" + checkpoint_.dir().string() + "': bytes [" +
+                    std::to_string(at(b)) + ", " + std::to_string(at(b) + length(b)) + ") of '" +
+                    file.path().string() + "' (" +
+                    checkpoint_.manifest().params[static_cast<std::size_t>(p)].name + "'s " +
+                    std::string(state_array_name(s.array)) + ", elements [" + std::to_string(e) +
+                    ", " + std::to_string(e + length(b) / sizeof(float)) +
+                    ")) fail their checksum; the file is corrupt: resume from an earlier "
+                    "checkpoint");
+  };
+  const std::uint64_t first_byte = at(b0), end_byte = at(b1 - 1) + length(b1 - 1);
+  const bool cached = cached_[static_cast<std::size_t>(s.file)];
   // Blocks [from, to), each read and checked; stops early when asked.
   const auto read_checked = [&](std::uint64_t from, std::uint64_t to, std::stop_token stop) {
-    for (std::uint64_t b = from; b < to && !stop.stop_requested(); ++b) {
-      if ((b - from) % kReadBlocks == 0) {
-        const std::uint64_t last = std::min(to, b + kReadBlocks) - 1;
-        read_exactly(file, path, block(b), at(last) + length(last) - at(b), at(b));
+    for (std::uint64_t b = from; b < to && !stop.stop_requested(); b += kReadBlocks) {
+      const std::uint64_t last = std::min(to, b + kReadBlocks);
+      if (cached) {
+        for (std::uint64_t c = b; c < last; ++c)
+          check(c, crc32c_copy(block(c), file.data() + at(c), length(c)));
+      } else {
+        const std::uint64_t begin = at(b), end = at(last - 1) + length(last - 1);
+        read_exactly(descriptor, file.path(), block(b), end - begin, begin);
+        for (std::uint64_t c = b; c < last; ++c) check(c, crc32c(block(c), length(c)));
       }
-      if (crc32c(block(b), length(b)) == s.crcs[b]) continue;
-      const std::uint64_t e = s.first + b * kBlockElements;
-      throw DataError("checkpoint '" + checkpoint_.dir().string() + "': bytes [" +
-                      std::to_string(at(b)) + ", " + std::to_string(at(b) + length(b)) + ") of '" +
-                      path.string() + "' (" +
-                      checkpoint_.manifest().params[static_cast<std::size_t>(p)].name + "'s " +
-                      std::string(state_array_name(s.array)) + ", elements [" + std::to_string(e) +
-                      ", " + std::to_string(e + length(b) / sizeof(float)) +
-                      ")) fail their checksum; the file is corrupt: resume from an earlier "
-                      "checkpoint");
     }
   };
   if (b1 - b0 < 2) {
     read_checked(b0, b1, {});
   } else {
-    ::posix_fadvise(file, static_cast<off_t>(at(b0)),
-                    static_cast<off_t>(at(b1 - 1) + length(b1 - 1) - at(b0)), POSIX_FADV_WILLNEED);
+    if (!cached)
+      ::posix_fadvise(descriptor, static_cast<off_t>(first_byte),
+                      static_cast<off_t>(end_byte - first_byte), POSIX_FADV_WILLNEED);
     const std::uint64_t mid = b0 + (b1 - b0) / 2;
     std::exception_ptr second;
     {

@@ -20,9 +20,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "train/checkpoint_manifest.h"
+#include "ztrain/mapped_file.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer_state.h"
 
@@ -60,10 +62,16 @@ class CheckpointSource final : public StateSource {
   double seconds() const { return seconds_; }
 
  private:
+  // Each rank file is opened on first use: a descriptor for reads from
+  // disk, a mapping for copies from the page cache.
+  std::filesystem::path path(int file) const;
   int fd(int file);
+  const MappedFile& map(int file);
 
   const Checkpoint& checkpoint_;
   std::vector<int> fds_;
+  std::vector<std::optional<MappedFile>> maps_;
+  std::vector<bool> cached_;  // wholly in the page cache when mapped
   std::vector<float> blocks_;
   std::uint64_t bytes_read_ = 0;
   double seconds_ = 0;
