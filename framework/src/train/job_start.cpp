@@ -3,12 +3,10 @@
 // bool, "host": name} when it could not (rank_0_text carries it).
 #include "train/job_start.h"
 
-#include <cstdint>
-#include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <vector>
+#include <string>
 
 #include "train/rank_agreement.h"
 #include "ztrain/error.h"
