@@ -61,31 +61,6 @@ std::vector<std::vector<std::string>> records(const std::string& text) {
   return out;
 }
 
-// Every rank's text, through an all-gather of fp32 elements.
-std::vector<std::string> gather_texts(const std::string& mine, Communicator& comm) {
-  const auto world = static_cast<std::size_t>(comm.size());
-  std::vector<float> lengths(world);
-  const auto length = static_cast<float>(mine.size());  // exact below 2^24
-  comm.all_gather_async(&length, lengths.data(), 1, DType::f32).wait();
-  std::vector<std::size_t> counts(world);
-  std::size_t total = 0;
-  for (std::size_t r = 0; r < world; ++r) {
-    counts[r] = (static_cast<std::size_t>(lengths[r]) + 3) / 4;
-    total += counts[r];
-  }
-  std::vector<float> send(counts[static_cast<std::size_t>(comm.rank())], 0.0f), all(total);
-  std::memcpy(send.data(), mine.data(), mine.size());
-  comm.all_gather_v_async(send.data(), all.data(), counts, DType::f32).wait();
-  std::vector<std::string> texts;
-  std::size_t at = 0;
-  for (std::size_t r = 0; r < world; ++r) {
-    texts.emplace_back(reinterpret_cast<const char*>(all.data() + at),
-                       static_cast<std::size_t>(lengths[r]));
-    at += counts[r];
-  }
-  return texts;
-}
-
 // Every rank's 64-bit digest, through an all-gather of two fp32 elements.
 std::vector<std::uint64_t> gather_digests(std::uint64_t mine, Communicator& comm) {
   float packed[2];
@@ -111,7 +86,7 @@ std::optional<Unlike> unlike_rank_0(std::uint64_t digest, const std::string& tex
   for (std::size_t r = 1; r < digests.size() && !other; ++r)
     if (digests[r] != digests[0]) other = r;
   if (!other) return std::nullopt;
-  auto texts = gather_texts(text, comm);
+  auto texts = every_rank_text(text, comm);
   return Unlike{std::move(texts[0]), std::move(texts[other]), other};
 }
 
@@ -207,6 +182,30 @@ void check_parts_agree(const std::vector<AgreedPart>& mine, const std::string& d
 }
 
 }  // namespace
+
+std::vector<std::string> every_rank_text(const std::string& mine, Communicator& comm) {
+  const auto world = static_cast<std::size_t>(comm.size());
+  std::uint64_t length = mine.size();
+  float packed[2];
+  std::memcpy(packed, &length, sizeof length);
+  std::vector<float> lengths(2 * world);
+  comm.all_gather(packed, lengths.data(), 2, DType::f32);
+  std::vector<std::uint64_t> bytes(world);
+  std::memcpy(bytes.data(), lengths.data(), lengths.size() * sizeof(float));
+  std::vector<std::size_t> counts(world);
+  std::size_t total = 0;
+  for (std::size_t r = 0; r < world; ++r) total += counts[r] = (bytes[r] + 3) / 4;
+  std::vector<float> send(counts[static_cast<std::size_t>(comm.rank())], 0.0f), all(total);
+  if (!mine.empty()) std::memcpy(send.data(), mine.data(), mine.size());
+  comm.all_gather_v_async(send.data(), all.data(), counts, DType::f32).wait();
+  std::vector<std::string> texts;
+  std::size_t at = 0;
+  for (std::size_t r = 0; r < world; ++r) {
+    texts.emplace_back(reinterpret_cast<const char*>(all.data() + at), bytes[r]);
+    at += counts[r];
+  }
+  return texts;
+}
 
 std::string rank_0_text(const std::string& text, Communicator& comm) {
   std::uint64_t length = text.size();

@@ -46,10 +46,12 @@ void check_installations_agree(const std::vector<InstalledPart>& plugins, Commun
 // hosts.
 void check_files_agree(const std::string& what, const std::vector<std::string>& files,
                        Communicator& comm);
-// Rank 0's `text` on every rank (the others' is not read): its length,
-// then its bytes as the bits of fp32 elements, which a broadcast copies
-// untouched.
+// Texts between ranks, as their 64-bit lengths and then their bytes, both
+// as the bits of fp32 elements, which collectives copy untouched.
+// rank_0_text: rank 0's `text` on every rank (the others' is not read);
+// every_rank_text: every rank's, in rank order, on every rank.
 std::string rank_0_text(const std::string& text, Communicator& comm);
+std::vector<std::string> every_rank_text(const std::string& mine, Communicator& comm);
 // This machine's name, for messages.
 std::string host_name();
 // Whether any rank passes true (every rank learns the same answer).

@@ -72,6 +72,11 @@ std::vector<std::string> check_resume(const Manifest& checkpoint,
 
 namespace {
 
+// A refusal, naming the option it refuses.
+std::string refused(const ResumeRequest& r, const std::exception& e) {
+  return std::string("[train] resume = \"") + r.resume + "\": " + e.what();
+}
+
 // The checks a rank that has the checkpoint makes before reading any state;
 // its refusal, or "".
 std::string refusal(const ResumeRequest& r, const Checkpoint& checkpoint, Resumed& out) {
@@ -84,7 +89,7 @@ std::string refusal(const ResumeRequest& r, const Checkpoint& checkpoint, Resume
                         ", which train.steps = " + std::to_string(r.steps) +
                         " does not pass; raise train.steps to train further");
   } catch (const Error& e) {
-    return std::string("[train] resume = \"") + r.resume + "\": " + e.what();
+    return refused(r, e);
   }
   return "";
 }
@@ -97,7 +102,7 @@ void resume_everywhere(const ResumeRequest& r, Strategy& strategy, Communicator&
   try {
     checkpoint.emplace(out.dir);
   } catch (const Error& e) {
-    why = std::string("[train] resume = \"") + r.resume + "\": " + e.what();
+    why = refused(r, e);
   }
   if (checkpoint) why = refusal(r, *checkpoint, out);
   stop_together(why, "another rank refused to resume (its message says why)", comm);
@@ -125,7 +130,7 @@ void resume_through_rank_0(const ResumeRequest& r, Strategy& strategy, Communica
       checkpoint.emplace(out.dir);
       why = refusal(r, *checkpoint, out);
     } catch (const Error& e) {
-      why = std::string("[train] resume = \"") + r.resume + "\": " + e.what();
+      why = refused(r, e);
     }
   }
   stop_together(why, "rank 0 refused to resume (its message says why)", comm);
@@ -155,7 +160,7 @@ Resumed resume_from(const ResumeRequest& r, Strategy& strategy, Communicator& co
     out.dir =
         Checkpoint::locate(r.resume == "latest" ? r.out_dir : std::filesystem::path(r.resume));
   } catch (const Error& e) {
-    not_found = std::string("[train] resume = \"") + r.resume + "\": " + e.what();
+    not_found = refused(r, e);
   }
   const bool seen = not_found.empty();
   // Through rank 0 when some ranks see the checkpoint and others do not;

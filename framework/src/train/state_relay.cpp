@@ -129,32 +129,14 @@ class ReceivedState final : public StateSource {
   std::uint64_t at_ = 0;
 };
 
-// Every rank's ranges (each travels as the bits of fp32 elements, which an
-// all-gather copies untouched).
+// Every rank's ranges, on every rank.
 std::vector<std::vector<Range>> all_ranges(const std::vector<Range>& mine, Communicator& comm) {
-  static_assert(sizeof(Range) == 8 * sizeof(float));
-  const auto world = static_cast<std::size_t>(comm.size());
-  std::uint64_t n = mine.size();
-  float packed[2];
-  std::memcpy(packed, &n, sizeof n);
-  std::vector<float> lengths(2 * world);
-  comm.all_gather(packed, lengths.data(), 2, DType::f32);
-  std::vector<std::size_t> counts(world);
-  for (std::size_t r = 0; r < world; ++r) {
-    std::memcpy(&n, &lengths[2 * r], sizeof n);
-    counts[r] = static_cast<std::size_t>(n) * 8;
-  }
-  std::size_t total = 0;
-  for (const std::size_t c : counts) total += c;
-  std::vector<float> send(mine.size() * 8), all(total);
-  if (!mine.empty()) std::memcpy(send.data(), mine.data(), mine.size() * sizeof(Range));
-  comm.all_gather_v_async(send.data(), all.data(), counts, DType::f32).wait();
-  std::vector<std::vector<Range>> ranges(world);
-  std::size_t at = 0;
-  for (std::size_t r = 0; r < world; ++r) {
-    ranges[r].resize(counts[r] / 8);
-    if (counts[r]) std::memcpy(ranges[r].data(), all.data() + at, counts[r] * sizeof(float));
-    at += counts[r];
+  std::string bytes(mine.size() * sizeof(Range), '\0');
+  if (!mine.empty()) std::memcpy(bytes.data(), mine.data(), bytes.size());
+  std::vector<std::vector<Range>> ranges;
+  for (const std::string& text : every_rank_text(bytes, comm)) {
+    std::vector<Range>& r = ranges.emplace_back(text.size() / sizeof(Range));
+    if (!r.empty()) std::memcpy(r.data(), text.data(), text.size());
   }
   return ranges;
 }

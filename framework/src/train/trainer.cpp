@@ -280,16 +280,12 @@ void finish_checkpoint(Run& run, CheckpointWrite& c, std::int64_t step, bool ove
 
 // What a resumed run says before its first step.
 std::string resume_text(const Resumed& r, std::int64_t steps) {
+  const std::string relayed = r.from_rank_0 ? ", which sent each other rank the ranges it holds: " +
+                                                  format_bytes(r.bytes_moved) + " moved"
+                                            : "";
   char read[192];
-  if (r.from_rank_0)
-    std::snprintf(read, sizeof read,
-                  " (%s of state read by rank 0 in %.3f s, which sent each other rank the ranges "
-                  "it holds: %s moved; resumed in %.3f s)",
-                  format_bytes(r.bytes_read).c_str(), r.read_seconds,
-                  format_bytes(r.bytes_moved).c_str(), r.seconds);
-  else
-    std::snprintf(read, sizeof read, " (%s of state read by rank 0 in %.3f s; resumed in %.3f s)",
-                  format_bytes(r.bytes_read).c_str(), r.read_seconds, r.seconds);
+  std::snprintf(read, sizeof read, " (%s of state read by rank 0 in %.3f s%s; resumed in %.3f s)",
+                format_bytes(r.bytes_read).c_str(), r.read_seconds, relayed.c_str(), r.seconds);
   std::string s = "resuming " + r.dir.string() + " at step " + std::to_string(r.position.step) +
                   " of " + std::to_string(steps) + read;
   for (const auto& c : r.changes) s += "\n  changed: " + c;
