@@ -87,7 +87,13 @@ exec ip netns exec "\$ns" /bin/sh -c "\$*"
 AGENT
 chmod +x "$agent"
 printf '%s slots=1\n' "$(addr 0)" "$(addr 1)" "$(addr 2)" > "$scratch/hostfile"
-OMPI_MCA_plm_rsh_agent="$agent" OMPI_MCA_oob_tcp_if_include="$net.0/24" \
+# rtc_hwloc_vmhole=none: Open MPI 4.1's orted otherwise maps a shared copy of
+# the hwloc topology at an address it guesses from its own memory map; inside
+# `ip netns exec` that write now and then crashed orted (SIGSEGV in
+# hwloc_shmem_topology_write; twice in about twenty runs, once in CI). Ranks
+# then read the topology themselves, which is all the shared copy saves.
+OMPI_MCA_rtc_hwloc_vmhole=none \
+  OMPI_MCA_plm_rsh_agent="$agent" OMPI_MCA_oob_tcp_if_include="$net.0/24" \
   OMPI_MCA_btl_tcp_if_include="$net.0/24" OMPI_MCA_btl=self,tcp \
   timeout 120 "$ZTRAIN" --hostfile "$scratch/hostfile" "${base[@]}" --set train.out_dir="$scratch/mpi" \
   "$SRC/configs/run.toml" > "$scratch/mpi.out" 2>&1 || fail "mpi across hosts failed: $(cat "$scratch/mpi.out")"
