@@ -5,6 +5,8 @@ find_package(tomlplusplus REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
+# gloo (libgloo-dev): the collectives of torchrun-style launches.
+find_package(Gloo REQUIRED)
 
 # jemalloc is the allocator of the ztrain executable (framework/app/
 # malloc_conf.cpp says why); Debian ships no CMake config, only pkg-config.

@@ -3,7 +3,7 @@
 # within the collective timeout, non-zero, with the survivor naming the
 # lost rank, whatever the rank was doing (forward, backward, a gradient
 # all-reduce or a ZeRO gather). Eight trials, alternating between mpirun
-# and torchrun-style tcp ranks and between ddp and zero3, at random delays
+# and torchrun-style ranks (gloo) and between ddp and zero3, at random delays
 # into training; each prints how long the job took to end.
 #
 # usage: test_fault_injection.sh ZTRAIN_BINARY SOURCE_DIR
@@ -29,7 +29,7 @@ rank1_of_mpi() {
 
 for trial in 1 2 3 4 5 6 7 8; do
   name=t$trial
-  backend=$([ $((trial % 2)) -eq 1 ] && echo mpi || echo tcp)
+  backend=$([ $((trial % 2)) -eq 1 ] && echo mpi || echo gloo)
   strategy=$([ $(((trial + 1) / 2 % 2)) -eq 1 ] && echo ddp || echo zero3)
   out="$scratch/$name"
   if [ "$backend" = mpi ]; then
@@ -56,7 +56,7 @@ for trial in 1 2 3 4 5 6 7 8; do
   sleep "$(printf '0.%03d' "$delay_ms")"
   kill -9 "$victim"
   start=$(date +%s%N)
-  [ "$backend" = tcp ] && { wait "$victim" 2> /dev/null || true; }
+  [ "$backend" = gloo ] && { wait "$victim" 2> /dev/null || true; }
   exit_within "$lead" 30
   took=$((($(date +%s%N) - start) / 1000000))
   [ "$status" -ne 0 ] || fail "$name: the job exited 0 after losing rank 1"

@@ -1,5 +1,5 @@
 // The mpi communicator, run by CTest under mpirun -np 2 and -np 4, and the
-// tcp communicator, 2 and 4 ranks started with RANK/WORLD_SIZE: every
+// gloo communicator, 2 and 4 ranks started with RANK/WORLD_SIZE: every
 // collective in every dtype, sync and async, odd sizes, sub-communicators.
 // Only CHECK (never REQUIRE): a rank leaving a test early would desynchronise
 // the collectives of the next one.
@@ -24,7 +24,7 @@
 #include "ztrain/shard/swapped_shard.h"
 
 using namespace ztrain;
-using test::tcp;
+using test::gloo;
 using test::world;
 
 namespace {
@@ -74,9 +74,9 @@ ParamSpec param(const char* name, std::int64_t n, std::vector<ModuleId> used_by)
 }  // namespace
 
 TEST_CASE("the world comes from the launcher") {
-  CHECK((tcp() ? launched_by_env() : launched_by_mpi()));
+  CHECK((gloo() ? launched_by_env() : launched_by_mpi()));
   CHECK(world().size() >= 2);
-  CHECK(world().backend() == (tcp() ? "tcp" : "mpi"));
+  CHECK(world().backend() == (gloo() ? "gloo" : "mpi"));
 }
 
 TEST_CASE("all_reduce sums and averages in f32, bf16 and f16, sync and async, odd sizes") {

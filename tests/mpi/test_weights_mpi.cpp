@@ -1,4 +1,4 @@
-// Initial weights only rank 0 can see, under mpirun and torchrun-style tcp
+// Initial weights only rank 0 can see, under mpirun and torchrun-style gloo
 // at 2 and 4 ranks: rank 0 reads the ranges each other rank's strategy
 // holds and sends them; every rank must then hold the file's values bit
 // for bit (-0.0 and denormals included), under ddp, zero2 and zero3.

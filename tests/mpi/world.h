@@ -1,5 +1,5 @@
-// The world communicator of the multi-rank tests: MPI under mpirun, or tcp
-// when ZTRAIN_TEST_BACKEND=tcp (ranks started by tests/mpi/run_ranks.sh
+// The world communicator of the multi-rank tests: MPI under mpirun, or gloo
+// when ZTRAIN_TEST_BACKEND=gloo (ranks started by tests/mpi/run_ranks.sh
 // with RANK/WORLD_SIZE), made on first use and kept for the process.
 #pragma once
 
@@ -11,14 +11,14 @@
 
 namespace ztrain::test {
 
-inline bool tcp() {
+inline bool gloo() {
   const char* b = std::getenv("ZTRAIN_TEST_BACKEND");
-  return b && std::string(b) == "tcp";
+  return b && std::string(b) == "gloo";
 }
 
 inline Communicator& world() {
   static const std::unique_ptr<Communicator> comm =
-      tcp() ? make_tcp_communicator(60.0) : make_mpi_communicator(60.0);
+      gloo() ? make_gloo_communicator(60.0) : make_mpi_communicator(60.0);
   return *comm;
 }
 

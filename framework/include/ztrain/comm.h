@@ -178,8 +178,13 @@ ZTRAIN_API bool launched_by_mpi();
 // there). Raises CommError naming what is missing or who did not arrive
 // within timeout_s.
 ZTRAIN_API std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s);
+// The same world on gloo: ranks meet at rank 0's rendezvous store on
+// MASTER_ADDR:MASTER_PORT, then gloo's TCP transport runs the collectives.
+// Raises CommError naming what is missing or who did not arrive within
+// timeout_s.
+ZTRAIN_API std::unique_ptr<Communicator> make_gloo_communicator(double timeout_s);
 // True when RANK and WORLD_SIZE > 1 are set (the `auto` backend then uses
-// tcp unless an MPI launcher started the process).
+// gloo unless an MPI launcher started the process).
 ZTRAIN_API bool launched_by_env();
 // This process's rank as its launcher numbered it (OMPI_COMM_WORLD_RANK,
 // PMI_RANK, PMIX_RANK, or RANK); 0 when no launcher started it.

@@ -74,7 +74,7 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
       sent = f();
     } catch (const CommError& e) {
       if (!watchdog) throw;
-      throw CommError(std::string(e.what()) + "; " + watchdog->verdict());
+      throw CommError(std::string(e.what()) + "; " + watchdog->verdict_after_failure());
     }
     if (kind) tally->record(*kind, sent);
   };

@@ -249,6 +249,13 @@ std::uint32_t local_addr_of(int fd) {
   return a.sin_addr.s_addr;
 }
 
+std::uint32_t peer_addr_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return a.sin_addr.s_addr;
+}
+
 std::uint32_t resolve(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_INET;

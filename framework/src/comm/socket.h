@@ -66,8 +66,9 @@ Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
 Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline,
               const std::string& what, const WaitReport& report = {});
 bool loopback(std::uint32_t addr);
-// The local address of a connected socket (network order).
+// The local and the remote address of a connected socket (network order).
 std::uint32_t local_addr_of(int fd);
+std::uint32_t peer_addr_of(int fd);
 // host's IPv4 address (network order).
 std::uint32_t resolve(const std::string& host);
 

@@ -266,11 +266,6 @@ int env_int(const char* name) {
 
 }  // namespace
 
-bool launched_by_env() {
-  const char* w = std::getenv("WORLD_SIZE");
-  return w && std::atoi(w) > 1 && std::getenv("RANK");
-}
-
 namespace {
 
 // Where the ranks meet, as the environment says.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "core/signals.h"
 
@@ -151,6 +152,18 @@ std::string Watchdog::verdict() const {
   if (rank_ == 0)
     return "every rank sent a heartbeat within " + seconds(silence_.count()) + ", " + alive;
   return "rank 0 hears every rank's heartbeat, " + alive;
+}
+
+std::string Watchdog::verdict_after_failure() const {
+  const auto until = Clock::now() + silence_;
+  while (Clock::now() < until && silent_now(Clock::now()).empty()) {
+    {
+      std::lock_guard lock(mu_);
+      if (!reported_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return verdict();
 }
 
 }  // namespace ztrain

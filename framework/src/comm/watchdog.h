@@ -66,6 +66,10 @@ class Watchdog {
 
   // E.g. "rank 2 has sent no heartbeat for 3.1 s: it died or is frozen".
   std::string verdict() const;
+  // The verdict once a collective failed: a peer that exited breaks the
+  // collective and closes its heartbeat link at about the same moment, so
+  // this waits up to `silence` for the watchdog to hear which rank it was.
+  std::string verdict_after_failure() const;
 
  private:
   void loop();

@@ -62,9 +62,10 @@ std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
   if (c.backend == "local") return make_local_communicator();
   if (c.backend == "mpi") return make_mpi_communicator(c.timeout_s);
   if (c.backend == "tcp") return make_tcp_communicator(c.timeout_s);
+  if (c.backend == "gloo") return make_gloo_communicator(c.timeout_s);
   // auto: whoever started this process says how the ranks meet.
   if (launched_by_mpi()) return make_mpi_communicator(c.timeout_s);
-  if (launched_by_env()) return make_tcp_communicator(c.timeout_s);
+  if (launched_by_env()) return make_gloo_communicator(c.timeout_s);
   return make_local_communicator();
 }
 
@@ -80,7 +81,7 @@ JobStart start_job(const std::function<RunConfig()>& read_run, bool overwrite) {
                                      ? resolve_comm(*mine->config).timeout_s
                                      : resolve_comm(RunConfig::parse("", "defaults")).timeout_s;
   std::unique_ptr<Communicator> comm = launched_by_mpi() ? make_mpi_communicator(meeting_timeout)
-                                                         : make_tcp_communicator(meeting_timeout);
+                                                         : make_gloo_communicator(meeting_timeout);
   const bool lead = comm->rank() == 0;
   // The launcher's rank variable may name another rank than the meeting.
   if (lead && !mine) mine = read_on_rank_0(read_run);

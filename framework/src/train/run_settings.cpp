@@ -87,9 +87,9 @@ OptionList device_options() {
 OptionList comm_options() {
   OptionList o;
   o.string("backend", "auto",
-           "collective backend: auto (mpi under an MPI launcher, tcp under RANK/WORLD_SIZE, "
-           "else local), local, mpi, tcp, nccl")
-      .one_of({"auto", "local", "mpi", "tcp", "nccl"});
+           "collective backend: auto (mpi under an MPI launcher, gloo under RANK/WORLD_SIZE, "
+           "else local), local, mpi, gloo, tcp, nccl")
+      .one_of({"auto", "local", "mpi", "gloo", "tcp", "nccl"});
   o.duration("timeout", 300, "a collective waiting longer aborts the job");
   return o;
 }

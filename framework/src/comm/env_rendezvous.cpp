@@ -1,0 +1,151 @@
+#include "comm/env_rendezvous.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "ztrain/comm.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+// The key rank 0 sets once every rank has arrived; its value is the
+// address ranks on other hosts reached rank 0 at (empty: all on one host).
+constexpr const char* kMetKey = "ztrain/met";
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) throw CommError(std::string(name) + " is not set");
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end || x < 0 || x > 1 << 20)
+    throw CommError(std::string(name) + "=" + v + " is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+// Where the ranks meet, as the environment says.
+struct Meeting {
+  int rank, world;
+  std::string master;  // MASTER_ADDR
+  std::uint32_t master_addr;
+  std::uint16_t port;
+  std::string port_name;  // what messages call the port
+  net::Clock::time_point until;
+  std::string who;  // "rank R"
+};
+
+Meeting meeting_from_env(double timeout_s) {
+  Meeting m;
+  m.world = env_int("WORLD_SIZE");
+  m.rank = env_int("RANK");
+  if (m.world < 1 || m.rank >= m.world)
+    throw CommError("RANK=" + std::to_string(m.rank) +
+                    " is outside WORLD_SIZE=" + std::to_string(m.world));
+  const char* master = std::getenv("MASTER_ADDR");
+  const char* port_text = std::getenv("MASTER_PORT");
+  if (!master || !port_text)
+    throw CommError(
+        "a RANK/WORLD_SIZE launch needs MASTER_ADDR and MASTER_PORT (rank 0's "
+        "address and a free port on it), as torchrun sets them");
+  // torchrun's agent keeps its own store on MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE): the ranks meet on the port after it.
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool beside_agent = agent_store && std::string(agent_store) == "True";
+  const int port = env_int("MASTER_PORT") + (beside_agent ? 1 : 0);
+  m.port_name =
+      std::to_string(port) + (beside_agent ? " (MASTER_PORT + 1, beside torchrun's store)" : "");
+  if (port < 1 || port > 65535)
+    throw CommError("MASTER_PORT=" + std::string(port_text) + ": port " + m.port_name +
+                    " is not usable; choose another MASTER_PORT");
+  m.port = static_cast<std::uint16_t>(port);
+  m.master = master;
+  m.master_addr = net::resolve(master);
+  m.until = net::Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  m.who = "rank " + std::to_string(m.rank);
+  return m;
+}
+
+std::string dotted(std::uint32_t addr) {
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr, text, sizeof text);
+  return text;
+}
+
+// Rank 0: everyone is here; tell them where other hosts reach this one.
+std::string hold_meeting(const Meeting& m, StoreServer& server, StoreClient& store) {
+  const StoreServer::MissingReport missing = [&](double waited, const std::string& who) {
+    std::fprintf(stderr,
+                 "%s: waiting at port %s for %s, not arrived after %.0f s; giving up after "
+                 "[comm] timeout\n",
+                 m.who.c_str(), m.port_name.c_str(), who.c_str(), waited);
+    std::fflush(stderr);
+  };
+  server.wait_arrivals(m.until, missing);
+  const std::uint32_t outside = server.outside_address();
+  const std::string text = outside ? dotted(outside) : "";
+  store.set(kMetKey, {text.begin(), text.end()});
+  return text;
+}
+
+// Ranks > 0: wait for rank 0 to see everyone; the address it was reached at.
+std::string await_meeting(const Meeting& m, StoreClient& store) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(m.until - net::Clock::now());
+  try {
+    store.wait({kMetKey}, std::max(left, std::chrono::milliseconds(1)));
+  } catch (const CommError& e) {
+    throw CommError(std::string(e.what()) +
+                    "; rank 0 did not see every rank arrive: its output says which never did");
+  }
+  const std::vector<char> v = store.get(kMetKey);
+  return {v.begin(), v.end()};
+}
+
+}  // namespace
+
+bool launched_by_env() {
+  const char* w = std::getenv("WORLD_SIZE");
+  return w && std::atoi(w) > 1 && std::getenv("RANK");
+}
+
+EnvRendezvous meet_from_env(double timeout_s) {
+  const Meeting m = meeting_from_env(timeout_s);
+  EnvRendezvous out;
+  out.rank = m.rank;
+  out.world = m.world;
+  if (m.rank == 0) out.server = std::make_shared<StoreServer>(net::listen_on(m.port), m.world);
+  const net::WaitReport waiting = [&](double waited) {
+    std::fprintf(stderr,
+                 "%s: rank 0 is not listening at %s, port %s, after %.0f s; still trying until "
+                 "[comm] timeout\n",
+                 m.who.c_str(), m.master.c_str(), m.port_name.c_str(), waited);
+    std::fflush(stderr);
+  };
+  // Rank 0 reaches its own store over loopback, whatever MASTER_ADDR says.
+  const std::uint32_t at = m.rank == 0 ? htonl(INADDR_LOOPBACK) : m.master_addr;
+  const std::string reach =
+      m.who + ": cannot reach rank 0 at " + m.master + ", port " + m.port_name;
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  out.store = std::make_shared<StoreClient>(
+      join_store(at, m.port, m.rank, m.world, StoreLink::store, m.until, reach, waiting), m.who,
+      timeout);
+  out.beats.resize(static_cast<std::size_t>(m.world));
+  if (m.rank > 0)
+    out.beats[0] =
+        join_store(at, m.port, m.rank, m.world, StoreLink::beats, m.until, reach, waiting);
+  const std::string outside =
+      m.rank == 0 ? hold_meeting(m, *out.server, *out.store) : await_meeting(m, *out.store);
+  if (m.rank == 0) out.beats = out.server->take_beats();
+  // A rank on rank 0's host may have reached it over loopback (MASTER_ADDR
+  // 127.0.0.1, or a host name this host resolves to 127.0.1.1): ranks on
+  // other hosts reach this host at the address they reached rank 0 at.
+  const std::uint32_t own = m.rank == 0 ? htonl(INADDR_LOOPBACK) : out.store->local_address();
+  out.address = net::loopback(own) && !outside.empty() ? outside : dotted(own);
+  return out;
+}
+
+}  // namespace ztrain

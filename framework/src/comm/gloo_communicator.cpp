@@ -1,0 +1,351 @@
+// The gloo backend: ranks started torchrun-style meet through rank 0's
+// rendezvous store (env_rendezvous.h), then gloo's TCP transport connects
+// every pair and runs the collectives: its ring all-reduce, ring
+// all-gather(v), broadcast and barrier, issued in order by one worker
+// thread per communicator so they progress while the caller computes.
+// bf16 and f16 are summed in fp32 through a reduce function of ours
+// (rounded once per partial sum, as mpi's user op does).
+//
+// Reduce-scatter: gloo offers it only as the legacy
+// ReduceScatterHalvingDoubling (int counts, set up per buffer, a second
+// buffer the size of the input), and PyTorch's gloo group all-reduces and
+// keeps its block, twice the bytes. Ours is a ring over gloo's unbound
+// buffers: gloo moves the bytes, we only order the steps, so each rank
+// sends (N-1)/N of the buffer as mpi's reduce-scatter does.
+//
+// Counting: gloo hides its wire like MPI, so each completed collective is
+// counted as the bytes a ring sends for it (comm_tally.h). Timeouts: our
+// CommWork timeout fires first and prints the standard message with the
+// watchdog's verdict; gloo's own, 10 s later, only frees the worker when
+// nobody waits.
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "comm/comm_worker.h"
+#include "comm/env_rendezvous.h"
+#include "comm/tcp_beats.h"
+#include "core/temp_files.h"
+#include "ztrain/comm.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+using Millis = std::chrono::milliseconds;
+constexpr Millis kGlooGrace{10000};
+
+// c = a + b for 16-bit floats, each sum in fp32 and rounded once.
+template <DType T>
+void sum16(void* c, const void* a, const void* b, std::size_t n) {
+  auto* out = static_cast<std::uint16_t*>(c);
+  const auto* x = static_cast<const std::uint16_t*>(a);
+  const auto* y = static_cast<const std::uint16_t*>(b);
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (T == DType::bf16)
+      out[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+    else
+      out[i] = float_to_f16(f16_to_float(x[i]) + f16_to_float(y[i]));
+  }
+}
+
+gloo::AllreduceOptions::Func sum_of(DType type) {
+  if (type == DType::f32)
+    return static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>);
+  return type == DType::bf16 ? &sum16<DType::bf16> : &sum16<DType::f16>;
+}
+
+std::size_t offset(const std::vector<std::size_t>& counts, int r) {
+  return std::accumulate(counts.begin(), counts.begin() + r, std::size_t{0});
+}
+
+// What every communicator of a job shares: rank 0's store server, the
+// store client, the gloo device.
+struct Shared {
+  std::shared_ptr<StoreServer> server;
+  std::shared_ptr<StoreClient> store;
+  std::shared_ptr<gloo::transport::Device> device;
+};
+
+class GlooCommunicator final : public ThreadedCommunicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, Shared shared, std::string name,
+                   int world_rank, double timeout_s, std::shared_ptr<CommTally> tally,
+                   std::shared_ptr<const Watchdog> watchdog)
+      : ThreadedCommunicator(world_rank, timeout_s, std::move(tally), std::move(watchdog)),
+        context_(std::move(context)),
+        shared_(std::move(shared)),
+        name_(std::move(name)),
+        rank_(context_->rank),
+        size_(context_->size) {}
+  ~GlooCommunicator() override { drain(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "gloo"; }
+  void set_timeout(double timeout_s) override {
+    ThreadedCommunicator::set_timeout(timeout_s);
+    shared_.store->set_timeout(Millis(static_cast<long long>(timeout_s * 1000)));
+  }
+
+  CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
+    const std::uint64_t sent =
+        ring_bytes_sent(Collective::all_reduce, even_split(count, size_), rank_, dtype_size(type));
+    return submit({Collective::all_reduce, "all_reduce", count, type}, [=, this] {
+      if (size_ > 1 && count > 0)
+        call("all_reduce", count, type, [&] {
+          gloo::AllreduceOptions o(context_);
+          if (type == DType::f32)
+            o.setOutput(static_cast<float*>(data), count);
+          else
+            o.setOutput(static_cast<std::uint16_t*>(data), count);
+          o.setReduceFunction(sum_of(type));
+          o.setTimeout(gloo_timeout());
+          gloo::allreduce(o);
+        });
+      if (op == ReduceOp::average) divide_in_place(data, count, type, size_);
+      return sent;
+    });
+  }
+  CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
+                                ReduceOp op) override {
+    return reduce_scatter_v_async(send, recv, blocks(count), type, op);
+  }
+  CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
+    return all_gather_v_async(send, recv, blocks(count), type);
+  }
+  CommWork reduce_scatter_v_async(const void* send, void* recv,
+                                  const std::vector<std::size_t>& counts, DType type,
+                                  ReduceOp op) override {
+    check_counts(counts);
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    const std::uint64_t sent =
+        ring_bytes_sent(Collective::reduce_scatter, counts, rank_, dtype_size(type));
+    return submit({Collective::reduce_scatter, "reduce_scatter_v", total, type}, [=, this] {
+      call("reduce_scatter_v", total, type,
+           [&] { ring_reduce_scatter(static_cast<const char*>(send), recv, counts, type); });
+      if (op == ReduceOp::average)
+        divide_in_place(recv, counts[static_cast<std::size_t>(rank_)], type, size_);
+      return sent;
+    });
+  }
+  CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                              DType type) override {
+    check_counts(counts);
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    const std::uint64_t sent =
+        ring_bytes_sent(Collective::all_gather, counts, rank_, dtype_size(type));
+    return submit({Collective::all_gather, "all_gather_v", total, type}, [=, this] {
+      const std::size_t es = dtype_size(type);
+      char* own = static_cast<char*>(recv) + offset(counts, rank_) * es;
+      const std::size_t own_bytes = counts[static_cast<std::size_t>(rank_)] * es;
+      // gloo copies the input into the output first; in place there is
+      // nothing to copy.
+      if (size_ == 1 || total == 0) {
+        if (send != own && own_bytes > 0) std::memmove(own, send, own_bytes);
+        return sent;
+      }
+      call("all_gather_v", total, type, [&] {
+        gloo::AllgathervOptions o(context_);
+        std::vector<std::size_t> bytes;
+        for (std::size_t c : counts) bytes.push_back(c * es);
+        if (send != own) o.setInput(const_cast<char*>(static_cast<const char*>(send)), own_bytes);
+        o.setOutput(static_cast<char*>(recv), std::move(bytes));
+        o.setTimeout(gloo_timeout());
+        gloo::allgatherv(o);
+      });
+      return sent;
+    });
+  }
+  CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {
+    if (root < 0 || root >= size_)
+      throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
+                      std::to_string(size_) + " ranks");
+    const std::uint64_t sent =
+        rank_ == root ? count * dtype_size(type) * static_cast<std::uint64_t>(size_ - 1) : 0;
+    return submit({Collective::broadcast, "broadcast", count, type}, [=, this] {
+      if (size_ > 1 && count > 0)
+        call("broadcast", count, type, [&] {
+          gloo::BroadcastOptions o(context_);
+          o.setOutput(static_cast<char*>(data), count * dtype_size(type));
+          o.setRoot(root);
+          o.setTimeout(gloo_timeout());
+          gloo::broadcast(o);
+        });
+      return sent;
+    });
+  }
+  CommWork barrier_async() override {
+    // Counted as mpi's barrier: a ring all-gather of one float.
+    const std::uint64_t sent = ring_bytes_sent(Collective::all_gather, blocks(1), rank_, 4);
+    return submit({Collective::barrier, "barrier", 0, DType::f32}, [this, sent] {
+      if (size_ > 1)
+        call("barrier", 0, DType::f32, [&] {
+          gloo::BarrierOptions o(context_);
+          o.setTimeout(gloo_timeout());
+          gloo::barrier(o);
+        });
+      return sent;
+    });
+  }
+  std::unique_ptr<Communicator> split(int colour, int key) override {
+    std::unique_ptr<Communicator> out;
+    submit({std::nullopt, "split", 0, DType::f32}, [&] {
+      out = do_split(colour, key);
+      return std::uint64_t{0};
+    }).wait();
+    return out;
+  }
+
+ private:
+  std::vector<std::size_t> blocks(std::size_t count) const {
+    return std::vector<std::size_t>(static_cast<std::size_t>(size_), count);
+  }
+  void check_counts(const std::vector<std::size_t>& counts) const {
+    if (counts.size() != static_cast<std::size_t>(size_))
+      throw CommError("an irregular collective got " + std::to_string(counts.size()) +
+                      " block counts for " + std::to_string(size_) + " ranks");
+  }
+  Millis gloo_timeout() const {
+    return Millis(static_cast<long long>(timeout_s_ * 1000)) + kGlooGrace;
+  }
+  // Runs f, turning what gloo throws into a CommError naming the operation.
+  template <class F>
+  void call(const char* op, std::size_t count, DType type, F&& f) const {
+    try {
+      f();
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw CommError("rank " + std::to_string(world_rank_) + ": " + op + " of " +
+                      std::to_string(count) + " " + std::string(dtype_name(type)) +
+                      " elements failed in gloo: " + e.what());
+    }
+  }
+
+  // Rank r ends with the sum of every rank's block r. At step s it passes
+  // its running sum of block r-s-1 to the next rank and receives block
+  // r-s-2 from the previous one, adding its own part of it.
+  void ring_reduce_scatter(const char* in, void* recv, const std::vector<std::size_t>& counts,
+                           DType type) {
+    const std::size_t es = dtype_size(type);
+    const std::size_t largest = *std::max_element(counts.begin(), counts.end());
+    if (size_ == 1 || largest == 0) {
+      if (counts[0] > 0 && size_ == 1) std::memmove(recv, in, counts[0] * es);
+      return;
+    }
+    const auto block = [&](int b) { return static_cast<std::size_t>((b % size_ + size_) % size_); };
+    std::array<std::vector<char>, 2> buffers{std::vector<char>(largest * es),
+                                             std::vector<char>(largest * es)};
+    std::array<std::unique_ptr<gloo::transport::UnboundBuffer>, 2> bound{
+        context_->createUnboundBuffer(buffers[0].data(), buffers[0].size()),
+        context_->createUnboundBuffer(buffers[1].data(), buffers[1].size())};
+    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+    const auto slot = static_cast<std::uint64_t>(context_->nextSlot());
+    std::size_t acc = 0;  // which buffer holds the running sum
+    const std::size_t first = block(rank_ - 1);
+    std::memcpy(buffers[acc].data(), in + offset(counts, static_cast<int>(first)) * es,
+                counts[first] * es);
+    for (int s = 0; s < size_ - 1; ++s) {
+      const std::size_t sb = block(rank_ - s - 1), rb = block(rank_ - s - 2);
+      bound[acc]->send(next, slot, 0, counts[sb] * es);
+      bound[1 - acc]->recv(prev, slot, 0, counts[rb] * es);
+      bound[1 - acc]->waitRecv(gloo_timeout());
+      bound[acc]->waitSend(gloo_timeout());
+      add_into(buffers[1 - acc].data(), in + offset(counts, static_cast<int>(rb)) * es, counts[rb],
+               type);
+      acc = 1 - acc;
+    }
+    std::memcpy(recv, buffers[acc].data(), counts[static_cast<std::size_t>(rank_)] * es);
+  }
+
+  // The members of the new group learn each other's colour and key through
+  // a gather over this communicator, then meet in a store namespace of
+  // their own and connect a full mesh of their own.
+  std::unique_ptr<Communicator> do_split(int colour, int key) {
+    std::vector<std::int32_t> all(2 * static_cast<std::size_t>(size_));
+    all[2 * static_cast<std::size_t>(rank_)] = colour;
+    all[2 * static_cast<std::size_t>(rank_) + 1] = key;
+    if (size_ > 1)
+      call("split", all.size(), DType::f32, [&] {
+        gloo::AllgathervOptions o(context_);
+        o.setOutput(all.data(), std::vector<std::size_t>(static_cast<std::size_t>(size_), 2));
+        o.setTimeout(gloo_timeout());
+        gloo::allgatherv(o);
+      });
+    std::vector<int> members;
+    for (int r = 0; r < size_; ++r)
+      if (all[2 * static_cast<std::size_t>(r)] == colour) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+      return all[2 * static_cast<std::size_t>(a) + 1] < all[2 * static_cast<std::size_t>(b) + 1];
+    });
+    const int me =
+        static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    const std::string name =
+        name_ + "/split" + std::to_string(splits_++) + "/colour" + std::to_string(colour);
+    auto sub = std::make_shared<gloo::rendezvous::Context>(me, static_cast<int>(members.size()));
+    sub->setTimeout(gloo_timeout());
+    call("split", members.size(), DType::f32, [&] {
+      gloo::rendezvous::PrefixStore store(name, *shared_.store);
+      sub->connectFullMesh(store, shared_.device);
+    });
+    return std::make_unique<GlooCommunicator>(sub, shared_, name, world_rank_, timeout_s_,
+                                              std::make_shared<CommTally>(tally_), watchdog_);
+  }
+
+  // Exiting closes every connection, which ends the other ranks' waits.
+  void abort_job() override {
+    remove_temp_files();
+    std::_Exit(3);
+  }
+
+  std::shared_ptr<gloo::Context> context_;
+  Shared shared_;
+  const std::string name_;  // this communicator's namespace in the store
+  const int rank_, size_;
+  int splits_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(double timeout_s) {
+  EnvRendezvous met = meet_from_env(timeout_s);
+  Shared shared{met.server, met.store, nullptr};
+  const auto timeout = Millis(static_cast<long long>(timeout_s * 1000)) + kGlooGrace;
+  auto context = std::make_shared<gloo::rendezvous::Context>(met.rank, met.world);
+  context->setTimeout(timeout);
+  try {
+    gloo::transport::tcp::attr attr(met.address.c_str());
+    attr.ai_family = AF_INET;
+    shared.device = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::PrefixStore store("ztrain/world", *met.store);
+    context->connectFullMesh(store, shared.device);
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(met.rank) + ": gloo cannot connect the ranks from " +
+                    met.address + ": " + e.what());
+  }
+  auto watchdog = met.world > 1 ? std::make_shared<const Watchdog>(
+                                      met.rank, met.world, make_tcp_beats(std::move(met.beats)))
+                                : nullptr;
+  return std::make_unique<GlooCommunicator>(std::move(context), std::move(shared), "ztrain/world",
+                                            met.rank, timeout_s, std::make_shared<CommTally>(),
+                                            std::move(watchdog));
+}
+
+}  // namespace ztrain
