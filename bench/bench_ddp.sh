@@ -4,8 +4,9 @@
 # sequences of 256 tokens, in one script;
 # the communication wait with overlap_comm on and off (how much of it backward
 # hides); bytes per step against ring all-reduce theory 2 psi (N-1)/N; and
-# the same 2 ranks started torchrun-style (RANK/WORLD_SIZE, tcp backend)
-# against mpirun's.
+# the same 2 ranks started torchrun-style (RANK/WORLD_SIZE: gloo) against
+# mpirun's, under ddp and under zero3 (gloo's all-gather and our ring
+# reduce-scatter on gloo's transport).
 #
 #   bench/bench_ddp.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
@@ -30,20 +31,23 @@ run() {  # run NAME NPROC THREADS [ARGS...]
 source "$src/bench/metrics.sh"
 
 run one_rank 1 2
-# run_tcp NAME: 2 ranks started on their own, meeting over tcp
-run_tcp() {
+# run_env NAME [ARGS...]: 2 ranks started on their own, meeting at rank 0
+run_env() {
   local name=$1 port=$((20000 + RANDOM % 40000)) pids=() r
+  shift
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       "$ztrain" "${common[@]}" --set device.threads=1 --set train.micro_batch_size=4 \
-      --set train.out_dir="$out/$name" "$src/configs/run.toml" > "$out/$name.$r.log" 2>&1 &
+      --set train.out_dir="$out/$name" "$@" "$src/configs/run.toml" > "$out/$name.$r.log" 2>&1 &
     pids+=($!)
   done
   wait "${pids[@]}"
 }
 run two_ranks 2 1
 run two_ranks_no_overlap 2 1 --set strategy.overlap_comm=false
-run_tcp two_ranks_tcp
+run_env two_ranks_gloo
+run two_ranks_zero3 2 1 --strategy zero3
+run_env two_ranks_zero3_gloo --strategy zero3
 t1=$(median one_rank tokens_per_s)
 t2=$(median two_ranks tokens_per_s)
 w_on=$(median two_ranks comm_wait_s)
@@ -57,6 +61,14 @@ printf "  comm wait per step   %8.4f s with overlap_comm, %.4f s without: %.0f%%
   "$w_on" "$w_off" "$(awk -v a="$w_on" -v b="$w_off" 'BEGIN { print (b > 0 ? 100 * (1 - a / b) : 0) }')"
 printf "  bytes per step/rank  %8d  (theory 2 psi (N-1)/N x 4 B with psi = %sM: %.0f)\n" "$bytes" "$params" \
   "$(awk -v p="$params" 'BEGIN { print 2 * p * 1e6 * 0.5 * 4 }')"
-t_tcp=$(median two_ranks_tcp tokens_per_s)
-printf "  2 ranks over tcp     %8.0f tokens/s   vs mpi %.2f, comm wait %.4f s per step\n" "$t_tcp" \
-  "$(awk -v a="$t_tcp" -v b="$t2" 'BEGIN { print a / b }')" "$(median two_ranks_tcp comm_wait_s)"
+# versus NAME REFERENCE LABEL: tokens/s and comm wait of NAME against REFERENCE's
+versus() {
+  local t r
+  t=$(median "$1" tokens_per_s)
+  r=$(median "$2" tokens_per_s)
+  printf "  %-20s %8.0f tokens/s   vs mpirun %.2f, comm wait %.4f s per step (mpirun %.4f s)\n" \
+    "$3" "$t" "$(awk -v a="$t" -v b="$r" 'BEGIN { print a / b }')" "$(median "$1" comm_wait_s)" \
+    "$(median "$2" comm_wait_s)"
+}
+versus two_ranks_gloo two_ranks "ddp, 2 ranks on gloo"
+versus two_ranks_zero3_gloo two_ranks_zero3 "zero3, 2 ranks gloo"

@@ -2,8 +2,10 @@
 # Several hosts on one machine: network namespaces joined by a bridge, each
 # with its own address in a private test range, stand for machines. ztrain
 # runs across them and logs the losses of one host:
-# - torchrun-style: rank r started inside host r with MASTER_ADDR naming
-#   host 0's address (tcp between the hosts);
+# - torchrun-style (gloo): rank r started inside host r with MASTER_ADDR
+#   naming host 0's address; and ranks 0 and 1 on host 0, rank 1 reaching
+#   rank 0 over loopback, with rank 2 on host 1 (rank 1 must then tell
+#   gloo an address host 1 can reach);
 # - `ztrain --hostfile` naming the hosts' addresses, launched from the root
 #   namespace through mpirun, whose rsh agent enters each host's namespace
 #   (what ssh would do between machines); the agent's log shows every host
@@ -54,21 +56,29 @@ base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.
   fail "one host failed: $(cat "$scratch/one.out")"
 curve one "$steps"
 
-# torchrun-style across 3 hosts: rank r on host r.
-pids=()
-for r in 0 1 2; do
-  ip netns exec "${hosts[$r]}" env RANK=$r WORLD_SIZE=3 MASTER_ADDR="$(addr 0)" MASTER_PORT=29500 \
-    "$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/tcp" "$SRC/configs/run.toml" \
-    > "$scratch/tcp.$r.out" 2>&1 &
-  pids+=($!)
-  spawned+=($!)
-done
-for r in 0 1 2; do
-  wait "${pids[$r]}" || fail "tcp: rank $r failed: $(cat "$scratch/tcp.$r.out")"
-done
-grep -q "x 3 ranks" "$scratch/tcp.0.out" || fail "tcp: not 3 ranks"
-curve tcp "$steps"
-same_training one tcp 1e-6 2e-6
+# env_job NAME HOST0 ADDR0 HOST1 ADDR1 HOST2 ADDR2: rank r started inside
+# HOSTr with MASTER_ADDR=ADDRr; it must train as one host does.
+env_job() {
+  local name=$1 r
+  shift
+  local where=("$@")
+  pids=()
+  for r in 0 1 2; do
+    ip netns exec "${where[$((2 * r))]}" env RANK=$r WORLD_SIZE=3 MASTER_ADDR="${where[$((2 * r + 1))]}" \
+      MASTER_PORT=29500 "$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/$name" \
+      "$SRC/configs/run.toml" > "$scratch/$name.$r.out" 2>&1 &
+    pids+=($!)
+    spawned+=($!)
+  done
+  for r in 0 1 2; do
+    wait "${pids[$r]}" || fail "$name: rank $r failed: $(cat "$scratch/$name.$r.out")"
+  done
+  grep -q "x 3 ranks" "$scratch/$name.0.out" || fail "$name: not 3 ranks"
+  curve "$name" "$steps"
+  same_training one "$name" 1e-6 2e-6
+}
+env_job gloo "${hosts[0]}" "$(addr 0)" "${hosts[1]}" "$(addr 0)" "${hosts[2]}" "$(addr 0)"
+env_job gloo_loopback "${hosts[0]}" "$(addr 0)" "${hosts[0]}" 127.0.0.1 "${hosts[1]}" "$(addr 0)"
 
 # mpirun from the root namespace through an rsh agent that enters the host.
 agent="$scratch/netns-rsh"

@@ -3,7 +3,7 @@
 # Rank 0 alone reads the run file, its presets, the --set overrides and a
 # DeepSpeed config; two ranks started separately, the second in a
 # directory without any of them and with other arguments, train rank 0's
-# run (the losses of a world-1 run of it), over tcp (torchrun-style) and
+# run (the losses of a world-1 run of it), torchrun-style (gloo) and
 # under mpirun (MPMD). When rank 0 cannot read the run, both ranks stop
 # with its error. Ranks that load different builds of a plugin stop,
 # naming it (a byte-identical copy under another path agrees); so do ranks
@@ -21,11 +21,11 @@ source "$(dirname "$0")/lib.sh"
 common=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
   --set model.vocab_size=256 --set train.steps=3 --set train.eval_every=0 --set device.threads=1)
 
-# tcp_pair NAME RANK1_ARGS...: rank 0 with the common arguments, ${only0[@]}
+# env_pair NAME RANK1_ARGS...: rank 0 with the common arguments, ${only0[@]}
 # and $run0, rank 1 with the common arguments, RANK1_ARGS and $run1,
 # started in $dir0 and $dir1; their exit statuses in $s0 and $s1.
 dir0=$PWD dir1=$PWD run0=$SRC/configs/run.toml run1=$SRC/configs/run.toml only0=()
-tcp_pair() {
+env_pair() {
   local name=$1 p0 p1
   shift
   reserve_port
@@ -70,7 +70,7 @@ common+=(--set train.log_every=1)
   { cat "$scratch/run_ref.out" >&2; fail "the world-1 run failed"; }
 curve run_ref 3
 dir0=$scratch/host0 dir1=$scratch/host1 run0=run.toml run1=run.toml only0=(--strategy sharded)
-tcp_pair run_from_0 --strategy zero2 --set model.n_layer=3 --set train.steps=5
+env_pair run_from_0 --strategy zero2 --set model.n_layer=3 --set train.steps=5
 both_exited run_from_0 0
 said run_from_0 0 "| strategy zero3 |" "did not run the preset's zero3"
 said run_from_0 0 "^run: read by rank 0 on host .*, sent to 1 other rank ([0-9]* bytes)" \
@@ -82,14 +82,14 @@ echo "run_from_0: $(grep -m1 '^run: ' "$scratch/run_from_0.0.out")"
 # A DeepSpeed config only rank 0 has gives the strategy on both ranks.
 printf '{"zero_optimization": {"stage": 2}, "gradient_clipping": 1.0}\n' > "$scratch/host0/ds.json"
 only0=(--deepspeed ds.json)
-tcp_pair ds_from_0
+env_pair ds_from_0
 both_exited ds_from_0 0
 said ds_from_0 0 "| strategy zero2 |" "did not run zero2"
 
 # Rank 0 cannot read the run (its file is missing): both ranks stop with
 # its error, rank 1 saying it is rank 0's.
 dir0=$scratch/host1 only0=()
-tcp_pair no_run
+env_pair no_run
 both_exited no_run 2
 said no_run 0 "cannot read run file 'run.toml': no such file" \
   "rank 0 did not say why"
@@ -132,9 +132,9 @@ cp "$plugins/libztrain_strategy_zero2.so" "$scratch/same/"
 cp "$plugins/libztrain_strategy_zero2.so" "$scratch/rebuilt/"
 printf 'x' >> "$scratch/rebuilt/libztrain_strategy_zero2.so"
 only0=(--strategy zero2)
-tcp_pair plugin_copy --plugin-path "$scratch/same"
+env_pair plugin_copy --plugin-path "$scratch/same"
 both_exited plugin_copy 0
-tcp_pair plugin_rebuilt --plugin-path "$scratch/rebuilt"
+env_pair plugin_rebuilt --plugin-path "$scratch/rebuilt"
 both_said plugin_rebuilt "the ranks run different builds: strategy zero2 is '.*/lib/ztrain/plugins/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 0 (host .*) but '$scratch/rebuilt/libztrain_strategy_zero2.so' (crc32c [0-9a-f]*, version [0-9.]*) on rank 1 (host .*); install the same"
 echo "plugin_rebuilt: $(grep -m1 -o 'the ranks run different builds.*on rank 1 (host [^)]*)' "$scratch/plugin_rebuilt.0.out")"
 
@@ -147,14 +147,14 @@ for i in $(seq 1 2000); do echo "line $i of the same corpus"; done > "$scratch/h
 cp "$scratch/host0/corpus.txt" "$scratch/host1/corpus.txt"
 common+=(--set data.plugin=text --set data.path=corpus.txt --set model.vocab_size=256)
 dir0=$scratch/host0 dir1=$scratch/host1
-tcp_pair data_same
+env_pair data_same
 both_exited data_same 0
 sed -i '1000s/same/SAME/' "$scratch/host1/corpus.txt"
-tcp_pair data_changed
+env_pair data_changed
 both_said data_changed "the ranks read different files: data file is 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'corpus.txt' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*); give every host the same file"
 echo "data_changed: $(grep -m1 -o 'the ranks read different files.*on rank 1 (host [^)]*)' "$scratch/data_changed.0.out")"
 rm "$scratch/host1/corpus.txt"
-tcp_pair data_missing
+env_pair data_missing
 both_exited data_missing 1
 said data_missing 1 "corpus.txt.*(on host .*, rank 1)" \
   "rank 1 did not name the path and its host"
@@ -193,7 +193,7 @@ half_of_the_file() {
 run1=absent.toml  # rank 1 has neither the run file nor the weights
 for strategy in zero2 zero3; do
   only0=(--strategy "$strategy")
-  tcp_pair "weights_from_0_$strategy"
+  env_pair "weights_from_0_$strategy"
   both_exited weights_from_0_$strategy 0
   half_of_the_file "weights_from_0_$strategy" \
     "weights from init.safetensors (read by rank 0, which sent each other rank the ranges it holds: "
@@ -202,7 +202,7 @@ for strategy in zero2 zero3; do
   echo "weights_from_0_$strategy: $(grep -m1 -o 'weights from init.safetensors.*' "$scratch/weights_from_0_$strategy.0.out")"
 done
 cp "$scratch/host0/init.safetensors" "$scratch/host1/init.safetensors"
-tcp_pair weights_shared
+env_pair weights_shared
 both_exited weights_shared 0
 half_of_the_file weights_shared "weights from init.safetensors (each rank read the ranges it holds: "
 curve weights_shared 3
@@ -218,7 +218,7 @@ echo "weights_shared: $(grep -m1 -o 'weights from init.safetensors.*' "$scratch/
   { cat "$scratch/ck.out" >&2; fail "the checkpointed world-1 run failed"; }
 train_curve "$scratch/host0/ck/metrics.jsonl" | awk '$1 > 2' > "$scratch/ck_tail.curve"
 only0=(--strategy zero3 --resume ck/step_2 --set train.steps=4)
-tcp_pair resumed_from_0
+env_pair resumed_from_0
 both_exited resumed_from_0 0
 said resumed_from_0 0 \
   "resuming ck/step_2 at step 2 of 4 (.* read by rank 0 in .*, which sent each other rank the ranges it holds: .* moved" \
@@ -229,21 +229,21 @@ echo "resumed_from_0: $(grep -m1 -o 'resuming .*' "$scratch/resumed_from_0.0.out
 # With a copy of the checkpoint on host1 too each rank reads its own; a
 # copy that differs (its manifest has one byte more) is refused.
 cp -r "$scratch/host0/ck" "$scratch/host1/ck"
-tcp_pair resumed_copies
+env_pair resumed_copies
 both_exited resumed_copies 0
 curve resumed_copies 2
 same_training ck_tail resumed_copies 1e-6 2e-6
 printf ' ' >> "$scratch/host1/ck/step_2/manifest.json"
-tcp_pair resumed_stale
+env_pair resumed_stale
 both_said resumed_stale "the ranks read different files: checkpoint is 'ck/step_2/manifest.json' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'ck/step_2/manifest.json' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*)"
 only0=() run1=$SRC/configs/run.toml
 # A stale copy on host1 (its last byte changed) is refused, not used.
 printf 'x' | dd of="$scratch/host1/init.safetensors" bs=1 conv=notrunc status=none \
   seek=$(($(stat -c %s "$scratch/host1/init.safetensors") - 1))
-tcp_pair weights_stale
+env_pair weights_stale
 both_said weights_stale "the ranks read different files: init_from is 'init.safetensors' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 0 (host .*) but 'init.safetensors' ([0-9]* bytes, sampled crc32c [0-9a-f]*) on rank 1 (host .*)"
 mv "$scratch/host0/init.safetensors" "$scratch/host1/init.safetensors"
-tcp_pair weights_not_on_0
+env_pair weights_not_on_0
 both_exited weights_not_on_0 1
 said weights_not_on_0 0 "init_from: no weights at 'init.safetensors' on rank 0 (host .*), which reads them" \
   "rank 0 did not say it has none"

@@ -73,6 +73,11 @@ TEST_CASE("wrong types and out-of-range values say what is expected") {
   CHECK(contains(config_error("[device]\nmemory_limit = \"lots\"\n"),
                  "run.toml:2:1: [device] memory_limit: 'lots' is not a size"));
   CHECK(contains(config_error("[comm]\ntimeout = \"soon\"\n"), "is not a duration"));
+  // The tcp backend's rings were replaced by gloo: say so, not "unknown".
+  CHECK(contains(config_error("[comm]\nbackend = \"tcp\"\n"),
+                 "run.toml:2:1: [comm] backend \"tcp\" (ztrain's own socket rings) was replaced by "
+                 "\"gloo\""));
+  CHECK_NOTHROW(resolve_settings(RunConfig::parse("[comm]\nbackend = \"gloo\"\n", "run.toml"), 1));
   CHECK(
       contains(config_error("[train]\nmin_lr = 1.0\nlr = 0.1\n"), "min_lr (1.000000) is above lr"));
   CHECK(contains(config_error("train = 3\n"), "'train' must be a table"));

@@ -11,25 +11,24 @@
 // Failure: a collective that does not finish within the communicator's
 // timeout ends the whole job (every rank) with a message naming this rank,
 // the operation, its size and the rank that stopped answering: the mpi and
-// tcp backends run a watchdog that exchanges heartbeats with rank 0, so
+// gloo backends run a watchdog that exchanges heartbeats with rank 0, so
 // each rank knows which ranks went silent. A rank that dies ends the job
 // through the launcher (mpirun's SIGTERM, on which the survivors say which
-// rank went silent) or, over tcp, at once through its closed connections.
+// rank went silent) or, on gloo, at once through its closed connections.
 // A collective the backend rejects raises CommError.
 //
 // Counting: every communicator counts, per kind of collective, the calls
-// that completed and the bytes this rank sent for them, where the data
-// moves: the tcp backend counts what it writes to its sockets; the mpi
-// backend, which cannot see MPI's wire, counts after each successful call
-// what a ring algorithm sends for it (for an all-reduce of n bytes over N
-// ranks about 2n(N-1)/N, for a reduce-scatter or all-gather about
-// n(N-1)/N; summed over the ranks exactly 2n(N-1) and n(N-1), the bytes
-// the tcp rings write); `local` sends nothing. A collective that was never
-// issued, or issued twice, shows in the counts.
+// that completed and the bytes this rank sent for them. MPI and gloo hide
+// their wire, so after each successful call a backend counts what a ring
+// algorithm sends for it (for an all-reduce of n bytes over N ranks about
+// 2n(N-1)/N, for a reduce-scatter or all-gather about n(N-1)/N; summed
+// over the ranks exactly 2n(N-1) and n(N-1)); `local` sends nothing. A
+// collective that was never issued, or issued twice, shows in the counts.
 //
 // Backends: `local` (world 1, no MPI: collectives are copies or nothing),
-// `mpi` (Open MPI, host memory) and `tcp` (ranks started independently,
-// torchrun-style; rings over direct connections, host memory).
+// `mpi` (Open MPI, host memory) and `gloo` (ranks started independently,
+// torchrun-style, meeting at rank 0's store; gloo's TCP transport, host
+// memory).
 // Thread safety: one thread issues collectives on a communicator; works may
 // be waited on from that thread only; counters() may be read from any
 // thread.
@@ -174,12 +173,8 @@ ZTRAIN_API std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s)
 // PMI/PMIx): the `auto` backend then uses MPI.
 ZTRAIN_API bool launched_by_mpi();
 // The world of a torchrun-style launch: every rank started on its own with
-// RANK and WORLD_SIZE, meeting at MASTER_ADDR:MASTER_PORT (rank 0 listens
-// there). Raises CommError naming what is missing or who did not arrive
-// within timeout_s.
-ZTRAIN_API std::unique_ptr<Communicator> make_tcp_communicator(double timeout_s);
-// The same world on gloo: ranks meet at rank 0's rendezvous store on
-// MASTER_ADDR:MASTER_PORT, then gloo's TCP transport runs the collectives.
+// RANK and WORLD_SIZE, meeting at rank 0's rendezvous store on
+// MASTER_ADDR:MASTER_PORT; gloo's TCP transport then runs the collectives.
 // Raises CommError naming what is missing or who did not arrive within
 // timeout_s.
 ZTRAIN_API std::unique_ptr<Communicator> make_gloo_communicator(double timeout_s);

@@ -3,9 +3,8 @@
 // for it; a communicator made by split() records into its parent's tally
 // too, so the world's counters cover every group. Internal to libztrain.
 //
-// ring_bytes_sent is what a ring algorithm sends from `rank` (the tcp
-// backend's rings, byte for byte), for backends that cannot count their
-// wire themselves (mpi).
+// ring_bytes_sent is what a ring algorithm sends from `rank`, for backends
+// that cannot count their wire themselves (mpi, gloo).
 // Thread safety: record and snapshot from any thread.
 #pragma once
 

@@ -1,4 +1,4 @@
-// What the mpi and tcp communicators share: a worker thread that runs their
+// What the mpi and gloo communicators share: a worker thread that runs their
 // collectives in submission order (so they progress while the caller
 // computes), the in-place division of an average, the counting of each
 // completed collective, and the CommWork whose timeout ends the job with a
@@ -56,7 +56,7 @@ struct CollectiveCall {
   DType type;
 };
 
-// The base of the mpi and tcp communicators. A subclass must call
+// The base of the mpi and gloo communicators. A subclass must call
 // drain() first in its destructor: queued tasks use its members.
 class ThreadedCommunicator : public Communicator {
  public:
@@ -78,7 +78,7 @@ class ThreadedCommunicator : public Communicator {
   void drain() { worker_.reset(); }
 
   int world_rank_;
-  std::atomic<double> timeout_s_;  // read by the worker thread (tcp's socket deadlines)
+  std::atomic<double> timeout_s_;  // read by the worker thread (gloo's deadlines)
   std::shared_ptr<CommTally> tally_;
   std::shared_ptr<const Watchdog> watchdog_;
 

@@ -2,7 +2,7 @@
 // one worker thread per communicator so they progress while the caller
 // computes. bf16 and f16 sums use MPI user ops that add in fp32. MPI hides
 // its wire, so each completed collective is counted as the bytes a ring
-// sends for it (comm_tally.h), what the tcp backend measures.
+// sends for it (comm_tally.h), as the gloo backend does.
 #include <mpi.h>
 
 #include <algorithm>
@@ -268,7 +268,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
     });
   }
   CommWork barrier_async() override {
-    // Counted as the tcp backend's barrier: a ring all-gather of one float.
+    // Counted as a ring all-gather of one float (gloo's barrier too).
     const std::uint64_t sent = ring_bytes_sent(Collective::all_gather, blocks(1), rank_, 4);
     return submit({Collective::barrier, "barrier", 0, DType::f32}, [this, sent] {
       check(MPI_Barrier(comm_), "barrier", 0, DType::f32);

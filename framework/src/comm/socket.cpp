@@ -56,14 +56,13 @@ void wait_for(int fd, short events, Clock::time_point deadline, const std::strin
 }
 
 void send_all(int fd, const void* data, std::size_t n, Clock::time_point deadline,
-              const std::string& what, std::uint64_t* sent) {
+              const std::string& what) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
     if (k > 0) {
       p += k;
       n -= static_cast<std::size_t>(k);
-      if (sent) *sent += static_cast<std::uint64_t>(k);
     } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       wait_for(fd, POLLOUT, deadline, what);
     } else {
@@ -86,43 +85,6 @@ void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
       wait_for(fd, POLLIN, deadline, what);
     } else {
       throw CommError(io_error(what));
-    }
-  }
-}
-
-void exchange(int out, const void* send, std::size_t send_n, int in, void* recv, std::size_t recv_n,
-              const std::string& what, std::uint64_t& sent) {
-  const char* s = static_cast<const char*>(send);
-  char* r = static_cast<char*>(recv);
-  while (send_n > 0 || recv_n > 0) {
-    pollfd p[2];
-    int n = 0, is = -1, ir = -1;
-    if (send_n > 0) is = n, p[n++] = {out, POLLOUT, 0};
-    if (recv_n > 0) ir = n, p[n++] = {in, POLLIN, 0};
-    if (::poll(p, static_cast<nfds_t>(n), -1) < 0) {
-      if (errno == EINTR) continue;
-      throw CommError(io_error(what));
-    }
-    if (is >= 0 && p[is].revents) {
-      const ssize_t k = ::send(out, s, send_n, MSG_NOSIGNAL);
-      if (k > 0) {
-        s += k;
-        send_n -= static_cast<std::size_t>(k);
-        sent += static_cast<std::uint64_t>(k);
-      } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        throw CommError(io_error(what));
-      }
-    }
-    if (ir >= 0 && p[ir].revents) {
-      const ssize_t k = ::recv(in, r, recv_n, 0);
-      if (k > 0) {
-        r += k;
-        recv_n -= static_cast<std::size_t>(k);
-      } else if (k == 0) {
-        throw CommError(what + ": the peer closed the connection (it exited or died)");
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        throw CommError(io_error(what));
-      }
     }
   }
 }

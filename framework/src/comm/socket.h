@@ -1,4 +1,5 @@
-// TCP socket primitives of the tcp backend and its heartbeats: an owning
+// TCP socket primitives of the rendezvous store and the heartbeat links of
+// torchrun-style launches (gloo carries the collectives): an owning
 // descriptor, listening, connecting with retries up to a deadline, and
 // whole sends and receives on non-blocking sockets that give up at the
 // deadline. IPv4 only. Internal to libztrain.
@@ -42,15 +43,10 @@ std::string sys_error(const std::string& what);
 void set_options(int fd);
 // Waits for fd to be ready for `events` (poll's), up to the deadline.
 void wait_for(int fd, short events, Clock::time_point deadline, const std::string& what);
-// sent (when given) adds the bytes written to the socket.
 void send_all(int fd, const void* data, std::size_t n, Clock::time_point deadline,
-              const std::string& what, std::uint64_t* sent = nullptr);
+              const std::string& what);
 void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
               const std::string& what);
-// Sends on one socket while receiving on another until both are done (no
-// deadline: the caller's wait bounds it); adds the bytes written to `sent`.
-void exchange(int out, const void* send, std::size_t send_n, int in, void* recv, std::size_t recv_n,
-              const std::string& what, std::uint64_t& sent);
 // A listening socket on `port` (0: any free port) of every interface.
 Fd listen_on(std::uint16_t port);
 std::uint16_t port_of(int fd);

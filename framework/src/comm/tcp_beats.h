@@ -1,6 +1,6 @@
-// Heartbeats of the tcp backend: fixed-size frames on the control
-// connections the ranks opened to rank 0 when they met (rank 0 holds one
-// per rank, the others one to rank 0). A peer that exits or dies closes its
+// Heartbeats of torchrun-style launches: fixed-size frames on the beats
+// connections the ranks opened to rank 0's rendezvous store when they met
+// (rank 0 holds one per rank, the others one to rank 0). A peer that exits or dies closes its
 // connection, which the watchdog hears at once; a frozen one just stops
 // beating. Internal to libztrain.
 #pragma once

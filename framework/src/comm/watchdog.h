@@ -6,8 +6,9 @@
 // sends one to each; its heartbeats carry the ranks it has not heard from
 // for `silence` (with how long), so every rank knows what rank 0 knows.
 // A backend supplies the Transport: the mpi backend sends MPI messages on a
-// communicator of their own, the tcp backend uses a control connection to
-// rank 0 that also shows a peer's death at once (the connection closes).
+// communicator of their own, the gloo backend a heartbeat connection to
+// rank 0's rendezvous store that also shows a peer's death at once (the
+// connection closes).
 //
 // verdict() is the sentence a collective timeout or failure prints. The
 // watchdog also catches SIGTERM, which mpirun sends to the surviving ranks

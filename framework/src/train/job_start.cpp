@@ -61,7 +61,6 @@ void check_backend(const RunConfig& config, const Communicator& comm) {
 std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
   if (c.backend == "local") return make_local_communicator();
   if (c.backend == "mpi") return make_mpi_communicator(c.timeout_s);
-  if (c.backend == "tcp") return make_tcp_communicator(c.timeout_s);
   if (c.backend == "gloo") return make_gloo_communicator(c.timeout_s);
   // auto: whoever started this process says how the ranks meet.
   if (launched_by_mpi()) return make_mpi_communicator(c.timeout_s);

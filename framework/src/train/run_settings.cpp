@@ -88,7 +88,7 @@ OptionList comm_options() {
   OptionList o;
   o.string("backend", "auto",
            "collective backend: auto (mpi under an MPI launcher, gloo under RANK/WORLD_SIZE, "
-           "else local), local, mpi, gloo, tcp, nccl")
+           "else local), local, mpi, gloo, nccl (tcp: gone, see gloo)")
       .one_of({"auto", "local", "mpi", "gloo", "tcp", "nccl"});
   o.duration("timeout", 300, "a collective waiting longer aborts the job");
   return o;
@@ -231,10 +231,15 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
 CommSettings resolve_comm(const RunConfig& config) {
   const Options c = config.validate("comm", comm_options());
   CommSettings s{c.get_string("backend"), c.get_duration("timeout")};
+  if (s.backend == "tcp")
+    throw ConfigError(c.where("backend") +
+                      ": [comm] backend \"tcp\" (ztrain's own socket rings) was replaced by "
+                      "\"gloo\", which torchrun-style launches now run on; write backend = "
+                      "\"gloo\" or \"auto\"");
   if (s.backend == "nccl")
     throw ConfigError(c.where("backend") +
                       ": [comm] backend \"nccl\" needs the CUDA backend, which this build does "
-                      "not have yet; use \"auto\", \"mpi\" or \"local\"");
+                      "not have yet; use \"auto\", \"mpi\", \"gloo\" or \"local\"");
   return s;
 }
 
