@@ -26,6 +26,7 @@ TEST_CASE("the header names model, data, batch, precision and what the strategy 
   h.grad_accum = 2;
   h.global_batch = 16;
   h.ranks = 2;
+  h.comm_backend = "gloo";
   h.seq_len = 128;
   h.precision = DType::f16;
   h.grad_dtype = DType::f16;
@@ -34,7 +35,9 @@ TEST_CASE("the header names model, data, batch, precision and what the strategy 
   h.strategy_summary = "parameter shards in host memory";
   const std::string text = run_header(h);
   CHECK(contains(text, "model transformer (llama, 1.23M params)"));
-  CHECK(contains(text, "batch: 4 x 2 accum x 2 ranks = 16 sequences of 128 tokens per step"));
+  CHECK(contains(text,
+                 "batch: 4 x 2 accum x 2 ranks = 16 sequences of 128 tokens per step | "
+                 "collectives on gloo"));
   CHECK(contains(text, "fp32 master weights"));
   CHECK(contains(text, "loss scale dynamic from 2^16"));
   CHECK(contains(text, "\ncpu_offload: parameter shards in host memory"));

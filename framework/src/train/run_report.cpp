@@ -33,6 +33,7 @@ std::string run_header(const RunHeader& h) {
      << " | strategy " << h.strategy_plugin << " | " << h.device_name << "\n"
      << "batch: " << h.micro_batch << " x " << h.grad_accum << " accum x " << h.ranks
      << " ranks = " << h.global_batch << " sequences of " << h.seq_len << " tokens per step";
+  if (h.ranks > 1) os << " | collectives on " << h.comm_backend;
   if (h.entropy_rate) os << " | source entropy " << *h.entropy_rate << " nats/token";
   os << "\nprecision: " << precision_label(h.precision) << " working weights";
   if (h.precision != DType::f32) os << ", fp32 master weights";

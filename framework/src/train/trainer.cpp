@@ -379,6 +379,7 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.grad_accum = tr.grad_accum;
   h.global_batch = tr.global_batch;
   h.ranks = run.comm->size();
+  h.comm_backend = run.comm->backend();
   h.seq_len = info.seq_len;
   h.entropy_rate = dinfo.entropy_rate;
   h.precision = tr.precision;
