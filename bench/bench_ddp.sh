@@ -66,8 +66,8 @@ versus() {
   local t r
   t=$(median "$1" tokens_per_s)
   r=$(median "$2" tokens_per_s)
-  printf "  %-20s %8.0f tokens/s   vs mpirun %.2f, comm wait %.4f s per step (mpirun %.4f s)\n" \
-    "$3" "$t" "$(awk -v a="$t" -v b="$r" 'BEGIN { print a / b }')" "$(median "$1" comm_wait_s)" \
+  printf "  %-20s %8.0f tokens/s   mpirun %.0f, ratio %.2f; comm wait %.4f s per step (mpirun %.4f s)\n" \
+    "$3" "$t" "$r" "$(awk -v a="$t" -v b="$r" 'BEGIN { print a / b }')" "$(median "$1" comm_wait_s)" \
     "$(median "$2" comm_wait_s)"
 }
 versus two_ranks_gloo two_ranks "ddp, 2 ranks on gloo"

@@ -286,6 +286,26 @@ TEST_CASE("split by colour forms independent sub-communicators") {
   CHECK(y == static_cast<float>(R));
 }
 
+TEST_CASE("successive splits each connect their own group") {
+  // gloo: every group meets in a store namespace of its own; one reused
+  // would hand a rank the addresses of an earlier group's connections.
+  const int R = world().size(), r = world().rank();
+  std::vector<std::unique_ptr<Communicator>> groups;
+  for (int round = 0; round < 12; ++round) {
+    groups.push_back(world().split(0, round % 2 ? R - r : r));
+    Communicator& g = *groups.back();
+    CHECK(g.rank() == (round % 2 ? R - 1 - r : r));
+    float x = static_cast<float>(g.rank());
+    g.all_reduce(&x, 1, DType::f32, ReduceOp::sum);
+    CHECK(x == static_cast<float>(R * (R - 1) / 2));
+  }
+  for (auto& g : groups) {
+    float y = 1.0f;
+    g->all_reduce(&y, 1, DType::f32, ReduceOp::sum);  // every group still works
+    CHECK(y == static_cast<float>(R));
+  }
+}
+
 TEST_CASE("ddp's reduction launches buckets as modules finish backward, none while accumulating") {
   const int R = world().size(), r = world().rank();
   std::vector<ParamSpec> params;

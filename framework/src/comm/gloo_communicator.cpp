@@ -33,7 +33,9 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "comm/comm_worker.h"
@@ -322,24 +324,56 @@ class GlooCommunicator final : public ThreadedCommunicator {
 
 }  // namespace
 
+namespace {
+
+// gloo's pair waits without end for a peer that cannot reach it (its
+// connect ignores the context's timeout), so the world's mesh is connected
+// on a thread of its own and waited for up to the meeting's timeout. One
+// that overruns is left behind, owning what it uses: the job is ending.
+void connect_world(const std::shared_ptr<gloo::rendezvous::Context>& context, const Shared& shared,
+                   const std::string& address, double timeout_s) {
+  const std::string who = "rank " + std::to_string(context->rank);
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> connected = done->get_future();
+  std::thread([context, shared, done] {
+    try {
+      gloo::rendezvous::PrefixStore store("ztrain/world", *shared.store);
+      std::shared_ptr<gloo::transport::Device> device = shared.device;
+      context->connectFullMesh(store, device);
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (connected.wait_for(std::chrono::duration<double>(timeout_s)) == std::future_status::timeout)
+    throw CommError(who + ": gloo did not connect this rank with every other within " +
+                    std::to_string(static_cast<long long>(timeout_s)) + " s; it listens at " +
+                    address +
+                    ": a rank that cannot reach that address (a firewall, or another host "
+                    "while the address is this host's own) never connects");
+  try {
+    connected.get();
+  } catch (const std::exception& e) {
+    throw CommError(who + ": gloo cannot connect the ranks from " + address + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Communicator> make_gloo_communicator(double timeout_s) {
   EnvRendezvous met = meet_from_env(timeout_s);
   Shared shared{met.server, met.store, nullptr};
-  const auto timeout = Millis(static_cast<long long>(timeout_s * 1000)) + kGlooGrace;
   auto context = std::make_shared<gloo::rendezvous::Context>(met.rank, met.world);
-  context->setTimeout(timeout);
+  context->setTimeout(Millis(static_cast<long long>(timeout_s * 1000)) + kGlooGrace);
   try {
     gloo::transport::tcp::attr attr(met.address.c_str());
     attr.ai_family = AF_INET;
     shared.device = gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::PrefixStore store("ztrain/world", *met.store);
-    context->connectFullMesh(store, shared.device);
-  } catch (const CommError&) {
-    throw;
   } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(met.rank) + ": gloo cannot connect the ranks from " +
-                    met.address + ": " + e.what());
+    throw CommError("rank " + std::to_string(met.rank) + ": gloo cannot listen at " + met.address +
+                    ": " + e.what());
   }
+  connect_world(context, shared, met.address, timeout_s);
   auto watchdog = met.world > 1 ? std::make_shared<const Watchdog>(
                                       met.rank, met.world, make_tcp_beats(std::move(met.beats)))
                                 : nullptr;
