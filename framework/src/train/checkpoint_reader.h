@@ -30,6 +30,8 @@
 
 namespace ztrain {
 
+class ReadAhead;
+
 class Checkpoint {
  public:
   static std::filesystem::path locate(const std::filesystem::path& path);
@@ -71,7 +73,8 @@ class CheckpointSource final : public StateSource {
   const Checkpoint& checkpoint_;
   std::vector<int> fds_;
   std::vector<std::optional<MappedFile>> maps_;
-  std::vector<bool> cached_;  // wholly in the page cache when mapped
+  std::vector<bool> cached_;                       // wholly in the page cache when mapped
+  std::vector<std::unique_ptr<ReadAhead>> ahead_;  // per file not cached
   std::vector<float> blocks_;
   std::uint64_t bytes_read_ = 0;
   double seconds_ = 0;
