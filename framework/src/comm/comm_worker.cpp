@@ -92,4 +92,17 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
   });
 }
 
+std::uint64_t ThreadedCommunicator::broadcast_sent(std::size_t count, DType type, int root) const {
+  if (root < 0 || root >= size())
+    throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
+                    std::to_string(size()) + " ranks");
+  return rank() == root ? count * dtype_size(type) * static_cast<std::uint64_t>(size() - 1) : 0;
+}
+
+void ThreadedCommunicator::check_block_counts(const std::vector<std::size_t>& counts) const {
+  if (counts.size() != static_cast<std::size_t>(size()))
+    throw CommError("an irregular collective got " + std::to_string(counts.size()) +
+                    " block counts for " + std::to_string(size()) + " ranks");
+}
+
 }  // namespace ztrain

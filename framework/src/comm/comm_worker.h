@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/comm_tally.h"
 #include "comm/watchdog.h"
@@ -75,6 +76,11 @@ class ThreadedCommunicator : public Communicator {
   CommWork submit(const CollectiveCall& call, std::function<std::uint64_t()> f);
   // Ends every rank of the job; must not return.
   virtual void abort_job() = 0;
+  // Checks a broadcast's root (CommError when outside the communicator);
+  // the bytes this rank sends for it: the root one copy to each other rank.
+  std::uint64_t broadcast_sent(std::size_t count, DType type, int root) const;
+  // Checks that an irregular collective has one block count per rank.
+  void check_block_counts(const std::vector<std::size_t>& counts) const;
   void drain() { worker_.reset(); }
 
   int world_rank_;

@@ -133,7 +133,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
   CommWork reduce_scatter_v_async(const void* send, void* recv,
                                   const std::vector<std::size_t>& counts, DType type,
                                   ReduceOp op) override {
-    check_counts(counts);
+    check_block_counts(counts);
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
     const std::uint64_t sent =
         ring_bytes_sent(Collective::reduce_scatter, counts, rank_, dtype_size(type));
@@ -147,7 +147,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
   }
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
                               DType type) override {
-    check_counts(counts);
+    check_block_counts(counts);
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
     const std::uint64_t sent =
         ring_bytes_sent(Collective::all_gather, counts, rank_, dtype_size(type));
@@ -174,11 +174,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
     });
   }
   CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {
-    if (root < 0 || root >= size_)
-      throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
-                      std::to_string(size_) + " ranks");
-    const std::uint64_t sent =
-        rank_ == root ? count * dtype_size(type) * static_cast<std::uint64_t>(size_ - 1) : 0;
+    const std::uint64_t sent = broadcast_sent(count, type, root);
     return submit({Collective::broadcast, "broadcast", count, type}, [=, this] {
       if (size_ > 1 && count > 0)
         call("broadcast", count, type, [&] {
@@ -216,11 +212,6 @@ class GlooCommunicator final : public ThreadedCommunicator {
  private:
   std::vector<std::size_t> blocks(std::size_t count) const {
     return std::vector<std::size_t>(static_cast<std::size_t>(size_), count);
-  }
-  void check_counts(const std::vector<std::size_t>& counts) const {
-    if (counts.size() != static_cast<std::size_t>(size_))
-      throw CommError("an irregular collective got " + std::to_string(counts.size()) +
-                      " block counts for " + std::to_string(size_) + " ranks");
   }
   Millis gloo_timeout() const {
     return Millis(static_cast<long long>(timeout_s_ * 1000)) + kGlooGrace;

@@ -257,11 +257,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
                   });
   }
   CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {
-    if (root < 0 || root >= size_)
-      throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
-                      std::to_string(size_) + " ranks");
-    const std::uint64_t sent =
-        rank_ == root ? count * dtype_size(type) * static_cast<std::uint64_t>(size_ - 1) : 0;
+    const std::uint64_t sent = broadcast_sent(count, type, root);
     return submit({Collective::broadcast, "broadcast", count, type}, [=, this] {
       check(MPI_Bcast(data, checked(count), mpi_type(type), root, comm_), "broadcast", count, type);
       return sent;
@@ -299,9 +295,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
   };
   // MPI's int counts and displacements of consecutive blocks.
   VLayout layout(const std::vector<std::size_t>& counts) const {
-    if (counts.size() != static_cast<std::size_t>(size_))
-      throw CommError("an irregular collective got " + std::to_string(counts.size()) +
-                      " block counts for " + std::to_string(size_) + " ranks");
+    check_block_counts(counts);
     VLayout v{{}, {}, 0};
     for (std::size_t c : counts) {
       v.displs.push_back(checked(v.total));
