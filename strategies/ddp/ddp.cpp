@@ -27,7 +27,7 @@ class Ddp final : public Strategy {
     comm_ = s.comm;
     kernels_ = s.kernels;
     layout_.emplace(params_, 1);
-    replica_.emplace(*s.device, params_, *layout_, s.seed, s.precision, s.grad_dtype);
+    replica_.emplace(*s.device, params_, *layout_, s.initial_seed(), s.precision, s.grad_dtype);
     comm_->broadcast(replica_->weights().data, layout_->total(), s.precision, 0);
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, 0, layout_->total(), s.optimizer,
                        replica_->weights());

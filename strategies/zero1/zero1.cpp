@@ -31,7 +31,7 @@ class Zero1 final : public Strategy {
     layout_.emplace(params_, comm_->size());
     begin_ = layout_->owned_begin(comm_->rank());
     end_ = layout_->owned_end(comm_->rank());
-    replica_.emplace(*s.device, params_, *layout_, s.seed, s.precision, s.grad_dtype);
+    replica_.emplace(*s.device, params_, *layout_, s.initial_seed(), s.precision, s.grad_dtype);
     optimizer_.emplace(*s.device, Tier::device, params_, *layout_, begin_, end_, s.optimizer,
                        replica_->weights().at(begin_));
     reducer_.emplace(*s.device, params_, *layout_, *comm_,

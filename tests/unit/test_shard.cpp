@@ -11,9 +11,11 @@
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 #include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/full_replica.h"
 #include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/param_gatherer.h"
+#include "ztrain/shard/param_store.h"
 #include "ztrain/shard/reduce_plan.h"
 
 using namespace ztrain;
@@ -54,6 +56,32 @@ void run_micro_step(shard::ParamGatherer& g, int n_modules) {
 }
 
 }  // namespace
+
+TEST_CASE("stores draw first values from the seed, or leave them for a load") {
+  // A resume or [model] init_from loads every parameter right after setup:
+  // no seed, nothing drawn (zeros until the load).
+  auto dev = make_cpu_device(1);
+  auto comm = make_local_communicator();
+  const auto params = chain();
+  const shard::FlatLayout layout(params, 1);
+  const auto drawn_somewhere = [](const float* v, std::uint64_t n) {
+    return std::any_of(v, v + n, [](float x) { return x != 0.0f; });
+  };
+  shard::FullReplica seeded(*dev, params, layout, 5, DType::f32, std::nullopt);
+  shard::FullReplica unseeded(*dev, params, layout, std::nullopt, DType::f32, std::nullopt);
+  std::vector<float> want(layout.total());
+  shard::init_flat(params, layout, 5, 0, layout.total(), want.data());
+  CHECK(std::equal(want.begin(), want.end(), static_cast<const float*>(seeded.weights().data)));
+  CHECK(!drawn_somewhere(static_cast<const float*>(unseeded.weights().data), layout.total()));
+  shard::ShardedParams sharded(*dev, params, modules(), layout, *comm, std::nullopt, DType::f32, {},
+                               {}, "test");
+  CHECK(
+      !drawn_somewhere(static_cast<const float*>(sharded.owned().resident().data), layout.total()));
+  shard::ShardedParams sharded_seeded(*dev, params, modules(), layout, *comm, 5, DType::f32, {}, {},
+                                      "test");
+  CHECK(std::equal(want.begin(), want.end(),
+                   static_cast<const float*>(sharded_seeded.owned().resident().data)));
+}
 
 TEST_CASE("gather plan: prefetch ahead within its budget, never above the live cap") {
   const auto params = chain();

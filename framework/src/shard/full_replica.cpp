@@ -8,8 +8,8 @@
 namespace ztrain::shard {
 
 FullReplica::FullReplica(Device& device, const std::vector<ParamSpec>& params,
-                         const FlatLayout& layout, std::uint64_t seed, DType param_type,
-                         std::optional<DType> grad_type)
+                         const FlatLayout& layout, std::optional<std::uint64_t> seed,
+                         DType param_type, std::optional<DType> grad_type)
     : params_(params),
       layout_(layout),
       param_type_(param_type),
@@ -19,7 +19,7 @@ FullReplica::FullReplica(Device& device, const std::vector<ParamSpec>& params,
       grads_(grad_type ? device.allocate(Tier::device, Category::grads,
                                          layout.total() * dtype_size(*grad_type))
                        : Buffer{}) {
-  init_flat(params_, layout_, seed, 0, layout_.total(), weights());
+  if (seed) init_flat(params_, layout_, *seed, 0, layout_.total(), weights());
 }
 
 TensorView FullReplica::view(const Buffer& b, DType t, ParamId p) const {

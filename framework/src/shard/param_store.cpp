@@ -79,8 +79,9 @@ std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const Flat
 ParamStore::~ParamStore() = default;
 
 ReplicatedParams::ReplicatedParams(Device& device, const std::vector<ParamSpec>& params,
-                                   const FlatLayout& layout, Communicator& comm, std::uint64_t seed,
-                                   DType precision, std::uint64_t allgather_bucket)
+                                   const FlatLayout& layout, Communicator& comm,
+                                   std::optional<std::uint64_t> seed, DType precision,
+                                   std::uint64_t allgather_bucket)
     : layout_(layout),
       comm_(comm),
       replica_(device, params, layout, seed, precision, std::nullopt),
@@ -101,7 +102,7 @@ MemoryEstimate ReplicatedParams::estimate(const FlatLayout& layout, DType precis
 
 ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& params,
                              const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                             Communicator& comm, std::uint64_t seed, DType precision,
+                             Communicator& comm, std::optional<std::uint64_t> seed, DType precision,
                              const ParamPlacement& placement, const GatherOptions& gather,
                              const std::string& strategy) {
   const std::uint64_t begin = layout.owned_begin(comm.rank()), end = layout.owned_end(comm.rank());
@@ -109,11 +110,11 @@ ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& param
     owned_ = std::make_unique<SwappedShard>(device, begin, end, precision, placement.dir,
                                             placement.aio, comm.rank());
     // Initial values slice by slice through one host buffer.
-    for (std::uint64_t b = begin; b < end; b += SwappedShard::kSlice) {
+    for (std::uint64_t b = begin; seed && b < end; b += SwappedShard::kSlice) {
       const std::uint64_t e = std::min(end, b + SwappedShard::kSlice);
       Buffer slice = device.allocate(Tier::host, Category::offload,
                                      SwappedShard::loan_bytes(b, b, e, precision), Fill::undefined);
-      init_flat(params, layout, seed, b, e, TypedPtr{slice.data(), precision});
+      init_flat(params, layout, *seed, b, e, TypedPtr{slice.data(), precision});
       AioEngine::Ticket t = owned_->write_async(b, {slice.data(), precision}, e - b);
       owned_->wait(t);
     }
@@ -122,7 +123,7 @@ ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& param
         device.allocate(placement.tier, Category::params, (end - begin) * dtype_size(precision));
     owned_ = std::make_unique<ResidentShard>(begin, end, TypedPtr{memory_.data(), precision},
                                              placement.tier);
-    init_flat(params, layout, seed, begin, end, owned_->resident());
+    if (seed) init_flat(params, layout, *seed, begin, end, owned_->resident());
   }
   gatherer_.emplace(device, params, modules, layout, comm, *owned_, gather, strategy);
 }

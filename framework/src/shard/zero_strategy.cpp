@@ -93,11 +93,11 @@ void ZeroStrategy::setup(const StrategySetup& s) {
   check(d);
   if (d.shard_params)
     store_ = std::make_unique<ShardedParams>(
-        *s.device, params_, s.modules, *layout_, *comm_, s.seed, s.precision,
+        *s.device, params_, s.modules, *layout_, *comm_, s.initial_seed(), s.precision,
         ParamPlacement{d.param_tier, d.param_swap_dir, d.swap.aio}, d.gather, d.name);
   else
-    store_ = std::make_unique<ReplicatedParams>(*s.device, params_, *layout_, *comm_, s.seed,
-                                                s.precision, d.allgather_bucket);
+    store_ = std::make_unique<ReplicatedParams>(*s.device, params_, *layout_, *comm_,
+                                                s.initial_seed(), s.precision, d.allgather_bucket);
   OptimizerPlacement placement = d.optimizer;
   placement.working = store_->owned().tier();
   if (placement.offload == Tier::nvme)

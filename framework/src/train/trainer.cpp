@@ -173,6 +173,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   setup.precision = sizes.precision;
   setup.grad_dtype = sizes.grad_dtype;
   setup.seed = tr.seed;
+  setup.draw_initial_values = tr.resume.empty() && !parts.model_options.has_value("init_from");
   setup.activation_bytes = sizes.activation_bytes;
   setup.device_budget = sizes.device_budget;
   run.strategy->setup(setup);

@@ -3,8 +3,8 @@
 // the working precision and gradients in their own type: the
 // storage of ddp, zero1 and (parameters only) zero2. The parameters start
 // from the seed (init_flat), so every rank holds the same values without
-// communicating; after a sharded optimizer step, publish() gathers each
-// rank's owned range back into every replica.
+// communicating (no seed: zeros, for a caller that loads them next); after a sharded optimizer
+// step, publish() gathers each rank's owned range back into every replica.
 //
 // Ownership: owns its buffers (device tier, categories params and grads);
 // keeps references to `params` and `layout`, which must outlive it.
@@ -31,7 +31,7 @@ class ZTRAIN_API FullReplica {
  public:
   // grad_type: nullopt holds no gradients.
   FullReplica(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
-              std::uint64_t seed, DType param_type, std::optional<DType> grad_type);
+              std::optional<std::uint64_t> seed, DType param_type, std::optional<DType> grad_type);
   // All-gathers every rank's owned range of the parameters into every
   // replica, in pieces of at most bucket_elements (collective).
   void publish(Communicator& comm, std::uint64_t bucket_elements);

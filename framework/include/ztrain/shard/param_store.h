@@ -62,10 +62,11 @@ class ZTRAIN_API ParamStore {
 
 class ZTRAIN_API ReplicatedParams final : public ParamStore {
  public:
-  // Initialised from the seed on every rank; allgather_bucket: elements per
-  // all-gather of publish().
+  // Initialised from the seed on every rank (none: zeros, for a caller
+  // that loads them next); allgather_bucket: elements per all-gather of
+  // publish().
   ReplicatedParams(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                   Communicator& comm, std::uint64_t seed, DType precision,
+                   Communicator& comm, std::optional<std::uint64_t> seed, DType precision,
                    std::uint64_t allgather_bucket);
   void begin_micro_step() override {}
   void fetch(ModuleId, bool) override {}
@@ -99,11 +100,12 @@ struct ParamPlacement {
 
 class ZTRAIN_API ShardedParams final : public ParamStore {
  public:
-  // The owned range is placed by `placement`, initialised from the seed;
-  // strategy names the caller in errors.
+  // The owned range is placed by `placement`, initialised from the seed
+  // (none: left for the caller to load; a swap file is then not written
+  // first); strategy names the caller in errors.
   ShardedParams(Device& device, const std::vector<ParamSpec>& params,
                 const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                Communicator& comm, std::uint64_t seed, DType precision,
+                Communicator& comm, std::optional<std::uint64_t> seed, DType precision,
                 const ParamPlacement& placement, const GatherOptions& gather,
                 const std::string& strategy);
   void begin_micro_step() override { gatherer_->begin_micro_step(); }
