@@ -98,7 +98,11 @@ case "\$host" in
   *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
 esac
 echo "\$ns" >> "$scratch/agent.log"
-exec ip netns exec "\$ns" /bin/sh -c "\$*"
+# Each host its own /tmp, as real hosts have: the hosts here share one
+# hostname and one /tmp, where the orteds raced to create the same Open MPI
+# session directory (mkdir: File exists) now and then.
+mkdir -p "$scratch/tmp.\$ns"
+exec ip netns exec "\$ns" env TMPDIR="$scratch/tmp.\$ns" /bin/sh -c "\$*"
 AGENT
 chmod +x "$agent"
 printf '%s slots=1\n' "$(addr 0)" "$(addr 1)" "$(addr 2)" > "$scratch/hostfile"
