@@ -19,7 +19,11 @@ constexpr const char* kMetKey = "ztrain/met";
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
-  if (!v || !*v) throw CommError(std::string(name) + " is not set");
+  if (!v || !*v)
+    throw CommError(std::string(name) +
+                    " is not set: the gloo backend joins ranks started torchrun-style (RANK, "
+                    "WORLD_SIZE, MASTER_ADDR, MASTER_PORT); with [comm] backend = \"auto\" a "
+                    "process started alone trains alone");
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
   if (*end || x < 0 || x > 1 << 20)

@@ -120,6 +120,7 @@ CheckpointSource::CheckpointSource(const Checkpoint& checkpoint)
       ahead_(checkpoint.manifest().files.size()) {}
 
 CheckpointSource::~CheckpointSource() {
+  ahead_.clear();  // their threads use the descriptors
   for (int f : fds_)
     if (f >= 0) ::close(f);
 }
