@@ -56,6 +56,11 @@ void divide_in_place(void* data, std::size_t count, DType type, int by) {
   }
 }
 
+std::string collective_text(const char* op, std::size_t count, DType type) {
+  return std::string(op) + " of " + std::to_string(count) + " " + std::string(dtype_name(type)) +
+         " elements";
+}
+
 ThreadedCommunicator::ThreadedCommunicator(int world_rank, double timeout_s,
                                            std::shared_ptr<CommTally> tally,
                                            std::shared_ptr<const Watchdog> watchdog)
@@ -78,8 +83,7 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
     }
     if (kind) tally->record(*kind, sent);
   };
-  const std::string what = std::string(call.op) + " of " + std::to_string(call.count) + " " +
-                           std::string(dtype_name(call.type)) + " elements";
+  const std::string what = collective_text(call.op, call.count, call.type);
   const double timeout_s = timeout_s_;
   return CommWork(worker_->submit(std::move(run)), timeout_s, [this, what, timeout_s] {
     const std::string why = watchdog_
@@ -97,6 +101,12 @@ std::uint64_t ThreadedCommunicator::broadcast_sent(std::size_t count, DType type
     throw CommError("broadcast from root " + std::to_string(root) + " in a communicator of " +
                     std::to_string(size()) + " ranks");
   return rank() == root ? count * dtype_size(type) * static_cast<std::uint64_t>(size() - 1) : 0;
+}
+
+void ThreadedCommunicator::fail(const char* op, std::size_t count, DType type,
+                                const std::string& why) const {
+  throw CommError("rank " + std::to_string(world_rank_) + ": " + collective_text(op, count, type) +
+                  " failed" + why);
 }
 
 void ThreadedCommunicator::check_block_counts(const std::vector<std::size_t>& counts) const {

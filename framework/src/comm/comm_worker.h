@@ -48,6 +48,9 @@ class CommWorker {
 // data[i] /= by, in the dtype (16-bit values through fp32).
 void divide_in_place(void* data, std::size_t count, DType type, int by);
 
+// What messages call a collective: "all_reduce of 1001 f32 elements".
+std::string collective_text(const char* op, std::size_t count, DType type);
+
 // A collective as the worker runs it: its kind (nothing is counted without
 // one: split is set-up, not traffic) and what its messages call it.
 struct CollectiveCall {
@@ -81,6 +84,9 @@ class ThreadedCommunicator : public Communicator {
   std::uint64_t broadcast_sent(std::size_t count, DType type, int root) const;
   // Checks that an irregular collective has one block count per rank.
   void check_block_counts(const std::vector<std::size_t>& counts) const;
+  // Raises "rank R: OP of N DTYPE elements failed<why>".
+  [[noreturn]] void fail(const char* op, std::size_t count, DType type,
+                         const std::string& why) const;
   void drain() { worker_.reset(); }
 
   int world_rank_;

@@ -224,9 +224,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
     } catch (const CommError&) {
       throw;
     } catch (const std::exception& e) {
-      throw CommError("rank " + std::to_string(world_rank_) + ": " + op + " of " +
-                      std::to_string(count) + " " + std::string(dtype_name(type)) +
-                      " elements failed in gloo: " + e.what());
+      fail(op, count, type, std::string(" in gloo: ") + e.what());
     }
   }
 

@@ -316,9 +316,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    throw CommError("rank " + std::to_string(world_rank_) + ": " + op + " of " +
-                    std::to_string(count) + " " + std::string(dtype_name(type)) +
-                    " elements failed: " + std::string(text, static_cast<std::size_t>(len)));
+    fail(op, count, type, ": " + std::string(text, static_cast<std::size_t>(len)));
   }
   void abort_job() override {
     remove_temp_files();

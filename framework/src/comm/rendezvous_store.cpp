@@ -243,12 +243,16 @@ void StoreServer::reply(Conn& c, const std::string& body) {
   c.out += frame(body);
 }
 
+bool StoreServer::arrived(int r) const {
+  const auto i = static_cast<std::size_t>(r);
+  return store_in_[i] && (r == 0 || beats_in_[i]);
+}
+
 std::string StoreServer::missing_ranks() const {
   std::string list;
   int count = 0;
   for (int r = 0; r < world_; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    if (store_in_[i] && (r == 0 || beats_in_[i])) continue;
+    if (arrived(r)) continue;
     if (count++ < 16) list += (list.empty() ? "" : ", ") + std::to_string(r);
   }
   return std::string(count == 1 ? "rank " : "ranks ") + list + (count > 16 ? ", ..." : "") + " (" +
@@ -260,10 +264,8 @@ void StoreServer::wait_arrivals(net::Clock::time_point until, const MissingRepor
   auto next_report = start + net::kWaitReportEvery;
   std::unique_lock lock(mu_);
   const auto all_in = [&] {
-    for (int r = 0; r < world_; ++r) {
-      const auto i = static_cast<std::size_t>(r);
-      if (!store_in_[i] || (r > 0 && !beats_in_[i])) return false;
-    }
+    for (int r = 0; r < world_; ++r)
+      if (!arrived(r)) return false;
     return true;
   };
   for (;;) {

@@ -68,7 +68,10 @@ class StoreServer {
   void hello(Conn& c, const std::vector<char>& body);
   bool try_answer(Conn& c);
   void reply(Conn& c, const std::string& body);
-  std::string missing_ranks() const;  // under mu_
+  // Under mu_: rank r opened its store connection and (but rank 0) its
+  // beats connection; the ranks that have not, as messages list them.
+  bool arrived(int r) const;
+  std::string missing_ranks() const;
 
   net::Fd listener_, wake_read_, wake_write_;
   const int world_;
