@@ -23,13 +23,20 @@ if(NOT TARGET ztrain_openblas)
   target_link_libraries(ztrain_openblas INTERFACE ${OpenBLAS_LIBRARIES})
 endif()
 
-# CUDA and NCCL are optional: detected here so the switch is ready for the
-# CUDA backend; nothing is built with them yet.
+# CUDA and NCCL are optional: with the toolkit (nvcc and the libraries)
+# the CUDA backend, framework/cuda, is built; without it, everything else.
 set(ZTRAIN_HAVE_CUDA OFF)
 set(ZTRAIN_HAVE_NCCL OFF)
 if(ZTRAIN_ENABLE_CUDA)
   find_package(CUDAToolkit QUIET)
-  if(CUDAToolkit_FOUND)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CUDAToolkit_FOUND AND CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    # CMake 3.25's NVIDIA rules stop at C++17; nvcc 12 and later take
+    # C++20, which the SDK headers the CUDA sources include need.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     set(ZTRAIN_HAVE_CUDA ON)
     find_library(ZTRAIN_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
     if(ZTRAIN_NCCL_LIBRARY)

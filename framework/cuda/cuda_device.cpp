@@ -1,0 +1,195 @@
+// The cuda device (cuda_device.h): tiers, the caching allocator's device
+// side, streams and the marks that make block reuse safe across streams.
+#include "cuda/cuda_device.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/cuda_check.h"
+#include "ztrain/error.h"
+#include "ztrain/units.h"
+
+namespace ztrain::cuda {
+
+void fail_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  throw Error(std::string("CUDA error in ") + call + " (" + file + ":" + std::to_string(line) +
+              "): " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+void fail_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
+  throw Error(std::string("cuBLASLt error in ") + call + " (" + file + ":" + std::to_string(line) +
+              "): " + cublasLtGetStatusName(s) + ": " + cublasLtGetStatusString(s));
+}
+
+int cuda_device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    cudaGetLastError();  // the error is not sticky; clear it for later calls
+    return 0;
+  }
+  if (n == 0 && why) *why = "the CUDA runtime sees no GPU (check CUDA_VISIBLE_DEVICES)";
+  return n;
+}
+
+CudaDevice::CudaDevice(const CudaOptions& options) : options_(options) {
+  std::string why;
+  const int count = cuda_device_count(&why);
+  if (count == 0) throw Error("[device] kind \"cuda\": no usable GPU: " + why);
+  if (options.ordinal < 0 || options.ordinal >= count)
+    throw Error("[device] kind \"cuda\": GPU " + std::to_string(options.ordinal) +
+                " asked for, but only " + std::to_string(count) +
+                " are visible; start one rank per GPU or set CUDA_VISIBLE_DEVICES");
+  ZTRAIN_CUDA(cudaSetDevice(options.ordinal));
+  ZTRAIN_CUDA(cudaGetDeviceProperties(&props_, options.ordinal));
+  name_ = "cuda:" + std::to_string(options.ordinal) + " (" + props_.name + ", " +
+          format_bytes(props_.totalGlobalMem) + ", sm_" + std::to_string(props_.major) +
+          std::to_string(props_.minor) + ")";
+  // Collectives get the higher priority: a step waits on them, and NCCL's
+  // kernels should not queue behind a long GEMM.
+  int least = 0, greatest = 0;
+  ZTRAIN_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  ZTRAIN_CUDA(cudaStreamCreateWithPriority(&compute_, cudaStreamNonBlocking, least));
+  ZTRAIN_CUDA(cudaStreamCreateWithPriority(&comm_, cudaStreamNonBlocking, greatest));
+  ZTRAIN_CUDA(cudaStreamCreateWithPriority(&copy_, cudaStreamNonBlocking, least));
+  ZTRAIN_CUDA(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming));
+}
+
+CudaDevice::~CudaDevice() {
+  cache_.release_all();
+  cudaEventDestroy(order_event_);
+  for (const MarkEvents& m : marks_)
+    for (cudaEvent_t e : m) cudaEventDestroy(e);
+  cudaStreamDestroy(copy_);
+  cudaStreamDestroy(comm_);
+  cudaStreamDestroy(compute_);
+}
+
+void CudaDevice::order(cudaStream_t after, cudaStream_t before) {
+  // A wait takes the event's state when it is issued, so one event serves
+  // every ordering in turn.
+  ZTRAIN_CUDA(cudaEventRecord(order_event_, before));
+  ZTRAIN_CUDA(cudaStreamWaitEvent(after, order_event_, 0));
+}
+
+void CudaDevice::copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  ZTRAIN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+}
+
+void CudaDevice::synchronize() {
+  for (cudaStream_t s : {compute_, comm_, copy_}) ZTRAIN_CUDA(cudaStreamSynchronize(s));
+}
+
+void* CudaDevice::raw_allocate(Tier tier, std::size_t bytes, Fill fill) {
+  return tier == Tier::device ? allocate_device(bytes, fill) : allocate_host(bytes, fill);
+}
+
+void CudaDevice::raw_free(Tier tier, void* p, std::size_t) noexcept {
+  if (tier == Tier::device)
+    cache_.release(p);
+  else if (options_.pin_memory)
+    cudaFreeHost(p);
+  else
+    std::free(p);
+}
+
+void* CudaDevice::allocate_device(std::size_t bytes, Fill fill) {
+  const auto limit = budget(Tier::device);
+  void* p = cache_.allocate(bytes, limit);
+  if (!p) {
+    const AllocatorStats s = cache_.stats();
+    std::size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    throw OutOfMemoryError(
+        "out of memory on tier 'device' (" + name_ + "): allocating " + format_bytes(bytes) + " (" +
+        format_bytes(CachingAllocator::size_class(bytes)) + " with rounding); ztrain holds " +
+        format_bytes(s.reserved) + " of the GPU" +
+        (limit ? " under a " + format_bytes(*limit) + " budget" : std::string()) +
+        ", the GPU has " + format_bytes(free_bytes) + " free of " + format_bytes(total) +
+        "; raise [device] memory_limit, shorten micro_batch_size or seq_len, enable "
+        "activation_checkpointing, or pick a strategy that shards or offloads more");
+  }
+  if (fill == Fill::zeros) ZTRAIN_CUDA(cudaMemsetAsync(p, 0, bytes, compute_));
+  return p;
+}
+
+void* CudaDevice::allocate_host(std::size_t bytes, Fill fill) {
+  void* p = nullptr;
+  if (options_.pin_memory) {
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+      cudaGetLastError();
+      throw OutOfMemoryError("out of memory: CUDA refused " + format_bytes(bytes) +
+                             " of pinned host memory; lower the host tier's footprint or set "
+                             "[device] pin_memory = false");
+    }
+  } else {
+    const std::size_t align = bytes >= 4096 ? 4096 : 64;
+    p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+    if (!p)
+      throw OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes) +
+                             " on tier 'host'; free memory or lower the run's footprint");
+  }
+  if (fill == Fill::zeros) std::memset(p, 0, bytes);
+  return p;
+}
+
+void* CudaDevice::device_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  ZTRAIN_CUDA(e);
+  return p;
+}
+
+void CudaDevice::device_free(void* p) {
+  cudaFree(p);
+}
+
+DeviceMemory::Mark CudaDevice::mark() {
+  std::lock_guard lock(marks_mu_);
+  Mark m;
+  if (!free_marks_.empty()) {
+    m = free_marks_.back();
+    free_marks_.pop_back();
+  } else {
+    MarkEvents ev{};
+    for (cudaEvent_t& e : ev) ZTRAIN_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    marks_.push_back(ev);
+    m = marks_.size();
+  }
+  const MarkEvents& ev = marks_[m - 1];
+  ZTRAIN_CUDA(cudaEventRecord(ev[0], compute_));
+  ZTRAIN_CUDA(cudaEventRecord(ev[1], comm_));
+  ZTRAIN_CUDA(cudaEventRecord(ev[2], copy_));
+  return m;
+}
+
+bool CudaDevice::passed(Mark m) {
+  std::lock_guard lock(marks_mu_);
+  for (cudaEvent_t e : marks_[m - 1]) {
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return false;
+    ZTRAIN_CUDA(r);
+  }
+  return true;
+}
+
+void CudaDevice::forget(Mark m) {
+  std::lock_guard lock(marks_mu_);
+  free_marks_.push_back(m);
+}
+
+void CudaDevice::drain() {
+  synchronize();
+}
+
+std::unique_ptr<Device> make_cuda_device(const CudaOptions& options) {
+  return std::make_unique<CudaDevice>(options);
+}
+
+}  // namespace ztrain::cuda

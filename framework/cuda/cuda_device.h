@@ -1,0 +1,85 @@
+// CudaDevice: one GPU as a ztrain Device (see cuda_backend.h), with what
+// the kernels, the NCCL communicator and the offload copies need beyond
+// the SDK interface: its three streams, ordering between them, and
+// asynchronous copies.
+//
+// Streams: `compute` runs every kernel; `comm` runs collectives; `copy`
+// runs transfers between the tiers. Work on different streams is ordered
+// only by order(after, before), which makes `after` wait (on the GPU, the
+// host does not block) for everything queued on `before` so far.
+//
+// Ownership: buffers must be released before the device is destroyed;
+// a released block is reused only after the work queued on any stream
+// at its release has passed.
+// Thread safety: allocation and statistics from any thread; stream work
+// from the thread that drives the device.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda/caching_allocator.h"
+#include "cuda/cuda_backend.h"
+#include "ztrain/device.h"
+
+namespace ztrain::cuda {
+
+class CudaDevice final : public Device, private DeviceMemory {
+ public:
+  explicit CudaDevice(const CudaOptions& options);
+  ~CudaDevice() override;
+
+  DeviceKind kind() const override { return DeviceKind::cuda; }
+  std::string name() const override { return name_; }
+  int threads() const override { return options_.host_threads; }
+
+  int ordinal() const { return options_.ordinal; }
+  const cudaDeviceProp& properties() const { return props_; }
+  cudaStream_t compute() const { return compute_; }
+  cudaStream_t comm() const { return comm_; }
+  cudaStream_t copy() const { return copy_; }
+
+  // `after` waits for the work queued on `before` so far.
+  void order(cudaStream_t after, cudaStream_t before);
+  // bytes from src to dst on `stream` (any tiers; pinned host memory makes
+  // it asynchronous to the host).
+  void copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
+  // Waits for every stream.
+  void synchronize();
+  AllocatorStats allocator_stats() const { return cache_.stats(); }
+
+ protected:
+  void* raw_allocate(Tier tier, std::size_t bytes, Fill fill) override;
+  void raw_free(Tier tier, void* p, std::size_t bytes) noexcept override;
+
+ private:
+  // DeviceMemory, for the caching allocator.
+  void* device_alloc(std::size_t bytes) override;
+  void device_free(void* p) override;
+  Mark mark() override;
+  bool passed(Mark m) override;
+  void forget(Mark m) override;
+  void drain() override;
+
+  void* allocate_device(std::size_t bytes, Fill fill);
+  void* allocate_host(std::size_t bytes, Fill fill);
+
+  // A mark: one event per stream, recorded together.
+  using MarkEvents = std::array<cudaEvent_t, 3>;
+
+  CudaOptions options_;
+  cudaDeviceProp props_{};
+  std::string name_;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr, copy_ = nullptr;
+  std::mutex marks_mu_;
+  std::vector<MarkEvents> marks_;  // by Mark - 1
+  std::vector<Mark> free_marks_;
+  cudaEvent_t order_event_ = nullptr;
+  CachingAllocator cache_{*this};
+};
+
+}  // namespace ztrain::cuda

@@ -1,0 +1,94 @@
+// CudaKernels: every op of ztrain/kernels.h on one GPU, on the device's
+// compute stream. Pointers are device pointers (tokens and targets too);
+// scalars come from the host. The contract is the cpu one: fp32
+// activations, typed parameters and gradients read in fp32, a 16-bit
+// gradient rounded once per op, backward adding into its outputs,
+// bit-identical results run to run (no atomics: every output element is
+// summed by one thread in a fixed order).
+//
+// One difference, made for tensor cores: a GEMM whose weight is 16-bit
+// takes its activation operand rounded to the weight's type (as PyTorch's
+// autocast does), and accumulates in fp32. fp32 GEMMs are exact fp32
+// unless tf32 is on.
+//
+// Each op's forward/backward pair lives in kernels/<op>.cu beside its
+// shapes; matmul.cpp drives cuBLASLt. Scratch (16-bit copies of operands,
+// reduction partials) comes from the device's allocator and is returned
+// at the end of the op, to be reused once the GPU has passed it.
+// Thread safety: as Kernels (one driving thread).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_device.h"
+#include "ztrain/kernels.h"
+
+namespace ztrain::cuda {
+
+class CudaKernels final : public Kernels {
+ public:
+  CudaKernels(CudaDevice& device, bool tf32);
+  ~CudaKernels() override;
+
+  void embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
+                         ConstTypedPtr wpe, int B, int T, int C) const override;
+  void embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
+                          const std::int32_t* tokens, int B, int T, int C) const override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, ConstTypedPtr w,
+                         ConstTypedPtr b, int N, int C, float eps) const override;
+  void layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
+                          const float* inp, ConstTypedPtr w, const float* mean, const float* rstd,
+                          int N, int C) const override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N, int C,
+                       float eps) const override;
+  void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
+                        ConstTypedPtr w, const float* rstd, int N, int C) const override;
+  void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias, int N,
+                      int C, int OC) const override;
+  void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
+                       const float* inp, ConstTypedPtr w, int N, int C, int OC) const override;
+  void gelu_forward(float* out, const float* inp, std::size_t n) const override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout,
+                     std::size_t n) const override;
+  void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const override;
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                       const float* up, std::size_t n) const override;
+  void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int H, int hs,
+                    int stride) const override;
+  void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H, int hs,
+                     int stride) const override;
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int B, int T, int NH, int NKV, int hs, int q_stride,
+                         int kv_stride) const override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                          const float* q, const float* k, const float* v, const float* lse, int B,
+                          int T, int NH, int NKV, int hs, int q_stride,
+                          int kv_stride) const override;
+  void add(float* out, const float* a, const float* b, std::size_t n) const override;
+  void softmax_crossentropy_forward(float* losses, float* logits, const std::int32_t* targets,
+                                    int N, int V) const override;
+  void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss, int N,
+                                     int V) const override;
+  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
+             float bc2, GradAfter grad_after) const override;
+  double sum_squares(ConstTypedPtr x, std::size_t n) const override;
+
+ private:
+  // Scratch device memory for one op.
+  Buffer scratch(std::size_t bytes) const;
+  // x (n floats) rounded to `type` into scratch.
+  Buffer rounded(const float* x, std::size_t n, DType type) const;
+  // D = alpha op(A) op(B) + beta C over column-major operands (matmul.cpp).
+  struct Gemm;
+  void gemm(const Gemm& g) const;
+
+  CudaDevice& device_;
+  cudaStream_t stream_;
+  bool tf32_;
+  cublasLtHandle_t lt_ = nullptr;
+  Buffer workspace_;
+};
+
+}  // namespace ztrain::cuda

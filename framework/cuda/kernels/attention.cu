@@ -1,0 +1,313 @@
+// Causal attention with grouped key/value heads, flash-style: no T x T
+// matrix is ever stored. Forward keeps per query row a running max, sum
+// and output (online softmax) and saves lse = max + log(sum); backward
+// recomputes each probability from q, k and lse.
+//
+// Layout of the work: a block of kRows warps takes kRows consecutive rows
+// of one head (queries in forward and for dq, keys for dk/dv); the rows it
+// pairs them with stream through shared memory in tiles of 32, and lane j
+// of a warp owns row j of the tile for the dot products, then dimensions
+// lane, lane + 32, ... of the head for the weighted sums. Every output
+// element is summed by one lane in a fixed order: results are
+// bit-identical run to run. Tile rows are padded by one float so the 32
+// lanes reading 32 rows at one column hit 32 banks.
+//
+// Shapes: q (B,T,NH,hs) rows of q_stride; k, v (B,T,NKV,hs) rows of
+// kv_stride; out, dout (B,T,NH*hs); lse (B,NH,T). hs <= kMaxHead.
+#include <type_traits>
+
+#include "cuda/cuda_kernels.h"
+#include "cuda/kernels/common.cuh"
+
+namespace ztrain::cuda {
+namespace {
+
+constexpr int kRows = 8;       // warps per block, one row each
+constexpr int kTile = 32;      // rows per shared-memory tile: one per lane
+constexpr int kMaxHead = 256;  // 8 dimensions per lane
+
+struct Shape {
+  int B, T, NH, NKV, hs, q_stride, kv_stride;
+  float scale;
+  __host__ __device__ int group() const { return NH / NKV; }
+};
+
+// Rows [row0, row0 + kTile) of a (B,T,heads,hs) tensor's head `head` into
+// tile (kTile rows of hs + 1); rows past T read as zeros.
+__device__ void load_tile(float* tile, const float* src, int b, int row0, int head, int T, int hs,
+                          int stride) {
+  for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
+    const int r = e / hs, c = e % hs;
+    const int t = row0 + r;
+    tile[r * (hs + 1) + c] =
+        t < T ? src[(static_cast<std::size_t>(b) * T + t) * stride + head * hs + c] : 0.0f;
+  }
+}
+
+// One row of hs floats into a warp's shared row.
+__device__ void load_row(float* row, const float* src, int hs) {
+  for (int c = threadIdx.x % 32; c < hs; c += 32) row[c] = src[c];
+}
+
+__device__ float dot_row(const float* tile_row, const float* row, int hs) {
+  float s = 0.0f;
+  for (int i = 0; i < hs; ++i) s += tile_row[i] * row[i];
+  return s;
+}
+
+// grid: (B*NH, ceil(T/kRows)); query row t = blockIdx.y * kRows + warp.
+template <int D>
+__global__ void attention_forward_kernel(float* out, float* lse, const float* q, const float* k,
+                                         const float* v, Shape s) {
+  extern __shared__ float smem[];
+  const int hs = s.hs, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float* ktile = smem;
+  float* vtile = ktile + kTile * (hs + 1);
+  float* qrow = vtile + kTile * (hs + 1) + warp * hs;
+  const int b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kvh = h / s.group();
+  const int t = blockIdx.y * kRows + warp;
+  const int last = min(s.T - 1, static_cast<int>(blockIdx.y) * kRows + kRows - 1);
+  if (t < s.T)
+    load_row(qrow, q + (static_cast<std::size_t>(b) * s.T + t) * s.q_stride + h * hs, hs);
+  float m = -INFINITY, l = 0.0f, acc[D];
+  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+  for (int s0 = 0; s0 <= last; s0 += kTile) {
+    __syncthreads();  // the previous tile is consumed
+    load_tile(ktile, k, b, s0, kvh, s.T, hs, s.kv_stride);
+    load_tile(vtile, v, b, s0, kvh, s.T, hs, s.kv_stride);
+    __syncthreads();
+    if (t >= s.T || s0 > t) continue;
+    const int key = s0 + lane;
+    const float score = key <= t ? dot_row(ktile + lane * (hs + 1), qrow, hs) * s.scale : -INFINITY;
+    const float m_new = fmaxf(m, warp_max(score));
+    const float p = key <= t ? expf(score - m_new) : 0.0f;
+    const float rescale = expf(m - m_new);  // 0 on the first tile (m = -inf)
+    l = l * rescale + warp_sum(p);
+    for (int d = 0; d < D; ++d) acc[d] *= rescale;
+    for (int j = 0; j < kTile; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      const float* vj = vtile + j * (hs + 1);
+      for (int d = 0; d < D; ++d) {
+        const int c = lane + 32 * d;
+        if (c < hs) acc[d] += pj * vj[c];
+      }
+    }
+    m = m_new;
+  }
+  if (t >= s.T) return;
+  float* o = out + (static_cast<std::size_t>(b) * s.T + t) * (s.NH * hs) + h * hs;
+  for (int d = 0; d < D; ++d) {
+    const int c = lane + 32 * d;
+    if (c < hs) o[c] = acc[d] / l;
+  }
+  if (lane == 0) lse[(static_cast<std::size_t>(b) * s.NH + h) * s.T + t] = m + logf(l);
+}
+
+// delta: (B,NH,T) = dout . out per row, read by both backward kernels.
+__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, Shape s) {
+  const int row = blockIdx.x * kRows + threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rows = s.B * s.NH * s.T;
+  if (row >= rows) return;
+  const int t = row % s.T, bh = row / s.T, h = bh % s.NH, b = bh / s.NH;
+  const std::size_t at = (static_cast<std::size_t>(b) * s.T + t) * (s.NH * s.hs) + h * s.hs;
+  float d = 0.0f;
+  for (int c = lane; c < s.hs; c += 32) d += dout[at + c] * out[at + c];
+  d = warp_sum(d);
+  if (lane == 0) delta[row] = d;
+}
+
+// dq += sum over keys of ds * k, ds = p (dout . v - delta) * scale.
+// grid as forward.
+template <int D>
+__global__ void attention_dq_kernel(float* dq, const float* dout, const float* q, const float* k,
+                                    const float* v, const float* lse, const float* delta, Shape s) {
+  extern __shared__ float smem[];
+  const int hs = s.hs, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float* ktile = smem;
+  float* vtile = ktile + kTile * (hs + 1);
+  float* qrow = vtile + kTile * (hs + 1) + warp * 2 * hs;
+  float* drow = qrow + hs;
+  const int b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kvh = h / s.group();
+  const int t = blockIdx.y * kRows + warp;
+  const int last = min(s.T - 1, static_cast<int>(blockIdx.y) * kRows + kRows - 1);
+  const std::size_t at = static_cast<std::size_t>(b) * s.T + t;
+  float row_lse = 0.0f, row_delta = 0.0f;
+  if (t < s.T) {
+    load_row(qrow, q + at * s.q_stride + h * hs, hs);
+    load_row(drow, dout + at * (s.NH * hs) + h * hs, hs);
+    const std::size_t r = (static_cast<std::size_t>(b) * s.NH + h) * s.T + t;
+    row_lse = lse[r];
+    row_delta = delta[r];
+  }
+  float acc[D];
+  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+  for (int s0 = 0; s0 <= last; s0 += kTile) {
+    __syncthreads();
+    load_tile(ktile, k, b, s0, kvh, s.T, hs, s.kv_stride);
+    load_tile(vtile, v, b, s0, kvh, s.T, hs, s.kv_stride);
+    __syncthreads();
+    if (t >= s.T || s0 > t) continue;
+    const int key = s0 + lane;
+    float ds = 0.0f;
+    if (key <= t) {
+      const float p = expf(dot_row(ktile + lane * (hs + 1), qrow, hs) * s.scale - row_lse);
+      const float dp = dot_row(vtile + lane * (hs + 1), drow, hs);
+      ds = p * (dp - row_delta) * s.scale;
+    }
+    for (int j = 0; j < kTile; ++j) {
+      const float dsj = __shfl_sync(0xffffffffu, ds, j);
+      const float* kj = ktile + j * (hs + 1);
+      for (int d = 0; d < D; ++d) {
+        const int c = lane + 32 * d;
+        if (c < hs) acc[d] += dsj * kj[c];
+      }
+    }
+  }
+  if (t >= s.T) return;
+  float* o = dq + at * s.q_stride + h * hs;
+  for (int d = 0; d < D; ++d) {
+    const int c = lane + 32 * d;
+    if (c < hs) o[c] += acc[d];
+  }
+}
+
+// dv_s += sum over queries t >= s (every head of the group) of p * dout_t;
+// dk_s += sum of ds * q_t. grid: (B*NKV, ceil(T/kRows)); key row
+// s = blockIdx.y * kRows + warp.
+template <int D>
+__global__ void attention_dkv_kernel(float* dk, float* dv, const float* dout, const float* q,
+                                     const float* k, const float* v, const float* lse,
+                                     const float* delta, Shape s) {
+  extern __shared__ float smem[];
+  const int hs = s.hs, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float* qtile = smem;
+  float* dtile = qtile + kTile * (hs + 1);
+  float* stats = dtile + kTile * (hs + 1);  // lse[kTile], delta[kTile]
+  float* krow = stats + 2 * kTile + warp * 2 * hs;
+  float* vrow = krow + hs;
+  const int b = blockIdx.x / s.NKV, kvh = blockIdx.x % s.NKV;
+  const int key = blockIdx.y * kRows + warp;
+  const int first = blockIdx.y * kRows;
+  const std::size_t at = static_cast<std::size_t>(b) * s.T + key;
+  if (key < s.T) {
+    load_row(krow, k + at * s.kv_stride + kvh * hs, hs);
+    load_row(vrow, v + at * s.kv_stride + kvh * hs, hs);
+  }
+  float dk_acc[D], dv_acc[D];
+  for (int d = 0; d < D; ++d) dk_acc[d] = dv_acc[d] = 0.0f;
+  for (int h = kvh * s.group(); h < (kvh + 1) * s.group(); ++h) {
+    const std::size_t stat_row = (static_cast<std::size_t>(b) * s.NH + h) * s.T;
+    for (int t0 = first / kTile * kTile; t0 < s.T; t0 += kTile) {
+      __syncthreads();
+      load_tile(qtile, q, b, t0, h, s.T, hs, s.q_stride);
+      load_tile(dtile, dout, b, t0, h, s.T, hs, s.NH * hs);
+      for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+        const bool in = t0 + r < s.T;
+        stats[r] = in ? lse[stat_row + t0 + r] : 0.0f;
+        stats[kTile + r] = in ? delta[stat_row + t0 + r] : 0.0f;
+      }
+      __syncthreads();
+      if (key >= s.T || t0 + kTile - 1 < key) continue;
+      const int t = t0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (t >= key && t < s.T) {
+        p = expf(dot_row(qtile + lane * (hs + 1), krow, hs) * s.scale - stats[lane]);
+        const float dp = dot_row(dtile + lane * (hs + 1), vrow, hs);
+        ds = p * (dp - stats[kTile + lane]) * s.scale;
+      }
+      for (int j = 0; j < kTile; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, p, j);
+        const float dsj = __shfl_sync(0xffffffffu, ds, j);
+        const float* qj = qtile + j * (hs + 1);
+        const float* dj = dtile + j * (hs + 1);
+        for (int d = 0; d < D; ++d) {
+          const int c = lane + 32 * d;
+          if (c < hs) {
+            dv_acc[d] += pj * dj[c];
+            dk_acc[d] += dsj * qj[c];
+          }
+        }
+      }
+    }
+  }
+  if (key >= s.T) return;
+  for (int d = 0; d < D; ++d) {
+    const int c = lane + 32 * d;
+    if (c < hs) {
+      dk[at * s.kv_stride + kvh * hs + c] += dk_acc[d];
+      dv[at * s.kv_stride + kvh * hs + c] += dv_acc[d];
+    }
+  }
+}
+
+// f(std::integral_constant<int, D>{}) with D the dimensions per lane.
+template <class F>
+void with_lane_dims(int hs, F&& f) {
+  if (hs <= 32)
+    f(std::integral_constant<int, 1>{});
+  else if (hs <= 64)
+    f(std::integral_constant<int, 2>{});
+  else if (hs <= 128)
+    f(std::integral_constant<int, 4>{});
+  else
+    f(std::integral_constant<int, 8>{});
+}
+
+// Launches `kernel` with `smem` bytes of dynamic shared memory, raising
+// the kernel's limit past the default 48 KiB where a large head needs it.
+template <class K, class... Args>
+void launch(K kernel, dim3 grid, std::size_t smem, cudaStream_t stream, Args... args) {
+  if (smem > 48 * 1024)
+    ZTRAIN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  kernel<<<grid, kRows * 32, smem, stream>>>(args...);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+Shape shape_of(int B, int T, int NH, int NKV, int hs, int q_stride, int kv_stride) {
+  if (hs > kMaxHead || hs <= 0 || NKV <= 0 || NH % NKV != 0)
+    throw InternalError("cuda attention: head size " + std::to_string(hs) + " with " +
+                        std::to_string(NH) + " query and " + std::to_string(NKV) +
+                        " key/value heads is not supported (head size at most " +
+                        std::to_string(kMaxHead) + ", query heads a multiple of key/value heads)");
+  return {B, T, NH, NKV, hs, q_stride, kv_stride, 1.0f / sqrtf(static_cast<float>(hs))};
+}
+
+}  // namespace
+
+void CudaKernels::attention_forward(float* out, float* lse, const float* q, const float* k,
+                                    const float* v, int B, int T, int NH, int NKV, int hs,
+                                    int q_stride, int kv_stride) const {
+  if (B == 0 || T == 0) return;
+  const Shape s = shape_of(B, T, NH, NKV, hs, q_stride, kv_stride);
+  const dim3 grid(B * NH, (T + kRows - 1) / kRows);
+  const std::size_t smem = sizeof(float) * (2 * kTile * (hs + 1) + kRows * hs);
+  with_lane_dims(hs, [&](auto dims) {
+    launch(attention_forward_kernel<decltype(dims)::value>, grid, smem, stream_, out, lse, q, k, v,
+           s);
+  });
+}
+
+void CudaKernels::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                     const float* out, const float* q, const float* k,
+                                     const float* v, const float* lse, int B, int T, int NH,
+                                     int NKV, int hs, int q_stride, int kv_stride) const {
+  if (B == 0 || T == 0) return;
+  const Shape s = shape_of(B, T, NH, NKV, hs, q_stride, kv_stride);
+  const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
+  Buffer delta = scratch(sizeof(float) * rows);
+  attention_delta_kernel<<<static_cast<unsigned>((rows + kRows - 1) / kRows), kRows * 32, 0,
+                           stream_>>>(delta.as<float>(), dout, out, s);
+  ZTRAIN_CUDA_LAUNCHED();
+  const std::size_t smem_q = sizeof(float) * (2 * kTile * (hs + 1) + kRows * 2 * hs);
+  const std::size_t smem_kv = sizeof(float) * (2 * kTile * (hs + 1) + 2 * kTile + kRows * 2 * hs);
+  with_lane_dims(hs, [&](auto dims) {
+    constexpr int D = decltype(dims)::value;
+    launch(attention_dq_kernel<D>, dim3(B * NH, (T + kRows - 1) / kRows), smem_q, stream_, dq, dout,
+           q, k, v, lse, static_cast<const float*>(delta.as<float>()), s);
+    launch(attention_dkv_kernel<D>, dim3(B * NKV, (T + kRows - 1) / kRows), smem_kv, stream_, dk,
+           dv, dout, q, k, v, lse, static_cast<const float*>(delta.as<float>()), s);
+  });
+}
+
+}  // namespace ztrain::cuda

@@ -1,0 +1,157 @@
+// Elementwise ops: GELU, SwiGLU, add, RoPE, and the cast that rounds an
+// fp32 operand to 16 bits for a tensor-core GEMM. Grid-stride loops, one
+// element per thread per pass; the math is the cpu reference's, line for
+// line (x * sigmoid(2u) for GELU, avoiding 1 + tanh's cancellation).
+#include "cuda/cuda_kernels.h"
+#include "cuda/kernels/common.cuh"
+
+namespace ztrain::cuda {
+namespace {
+
+constexpr unsigned kThreads = 256;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+#define ZTRAIN_GRID_STRIDE(i, n)                                                                 \
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+
+// out, inp: (n)
+__global__ void gelu_forward_kernel(float* out, const float* inp, std::size_t n) {
+  ZTRAIN_GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    out[i] = x / (1.0f + expf(-2.0f * u));
+  }
+}
+
+// dinp += gelu'(inp) * dout; all (n)
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
+                                     std::size_t n) {
+  ZTRAIN_GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float s = 1.0f / (1.0f + expf(-2.0f * u));
+    const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+  }
+}
+
+// out = silu(gate) * up; all (n)
+__global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up,
+                                      std::size_t n) {
+  ZTRAIN_GRID_STRIDE(i, n) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout,
+                                       const float* gate, const float* up, std::size_t n) {
+  ZTRAIN_GRID_STRIDE(i, n) {
+    const float g = gate[i];
+    const float sig = 1.0f / (1.0f + expf(-g));
+    dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+    dup[i] += dout[i] * g * sig;
+  }
+}
+
+__global__ void add_kernel(float* out, const float* a, const float* b, std::size_t n) {
+  ZTRAIN_GRID_STRIDE(i, n) {
+    out[i] = a[i] + b[i];
+  }
+}
+
+// x: (B,T,H,hs) rows of `stride`; cos, sin: (T, hs/2). One thread per
+// pair (i, i + hs/2); direction -1 applies the inverse rotation.
+__global__ void rope_kernel(float* x, const float* cos, const float* sin, int B, int T, int H,
+                            int hs, int stride, float direction) {
+  const int half = hs / 2;
+  const std::size_t pairs = static_cast<std::size_t>(B) * T * H * half;
+  ZTRAIN_GRID_STRIDE(j, pairs) {
+    const int i = static_cast<int>(j % half);
+    const std::size_t bth = j / half;
+    const int h = static_cast<int>(bth % H);
+    const std::size_t bt = bth / H;
+    const int t = static_cast<int>(bt % T);
+    float* r = x + bt * stride + static_cast<std::size_t>(h) * hs;
+    const float c = cos[static_cast<std::size_t>(t) * half + i];
+    const float s = direction * sin[static_cast<std::size_t>(t) * half + i];
+    const float x0 = r[i], x1 = r[i + half];
+    r[i] = x0 * c - x1 * s;
+    r[i + half] = x1 * c + x0 * s;
+  }
+}
+
+template <class T>
+__global__ void round_kernel(T* out, const float* in, std::size_t n) {
+  ZTRAIN_GRID_STRIDE(i, n) {
+    out[i] = from_f32<T>(in[i]);
+  }
+}
+
+}  // namespace
+
+void CudaKernels::gelu_forward(float* out, const float* inp, std::size_t n) const {
+  if (n == 0) return;
+  gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, inp, n);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
+                                std::size_t n) const {
+  if (n == 0) return;
+  gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::swiglu_forward(float* out, const float* gate, const float* up,
+                                 std::size_t n) const {
+  if (n == 0) return;
+  swiglu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, gate, up, n);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                                  const float* up, std::size_t n) const {
+  if (n == 0) return;
+  swiglu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(dgate, dup, dout, gate,
+                                                                            up, n);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::add(float* out, const float* a, const float* b, std::size_t n) const {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, a, b, n);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::rope_forward(float* x, const float* cos, const float* sin, int B, int T, int H,
+                               int hs, int stride) const {
+  const std::size_t pairs = static_cast<std::size_t>(B) * T * H * (hs / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream_>>>(x, cos, sin, B, T, H, hs,
+                                                                     stride, 1.0f);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H,
+                                int hs, int stride) const {
+  const std::size_t pairs = static_cast<std::size_t>(B) * T * H * (hs / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream_>>>(dx, cos, sin, B, T, H, hs,
+                                                                     stride, -1.0f);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+Buffer CudaKernels::rounded(const float* x, std::size_t n, DType type) const {
+  Buffer b = scratch(n * dtype_size(type));
+  if (n == 0) return b;
+  with_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    round_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(b.as<T>(), x, n);
+  });
+  ZTRAIN_CUDA_LAUNCHED();
+  return b;
+}
+
+}  // namespace ztrain::cuda

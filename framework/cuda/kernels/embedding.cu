@@ -1,0 +1,125 @@
+// Token and position embeddings. Backward must add the rows of every
+// position holding the same token into one row of dwte without atomics
+// (deterministic) and, for a 16-bit dwte, round once: positions are sorted
+// by token (a stable radix sort keeps position order within a token), and
+// the first position of each token's run sums the run in fp32 and adds it
+// to dwte once.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "cuda/cuda_kernels.h"
+#include "cuda/kernels/common.cuh"
+
+namespace ztrain::cuda {
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+// out: (B,T,C) = wte[tokens] + wpe[t]; wpe may be null.
+template <class W>
+__global__ void embedding_forward_kernel(float* out, const std::int32_t* tokens, const W* wte,
+                                         const W* wpe, int BT, int T, int C) {
+  const std::size_t n = static_cast<std::size_t>(BT) * C;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    float e = to_f32(wte[static_cast<std::size_t>(tokens[bt]) * C + c]);
+    if (wpe) e += to_f32(wpe[(bt % T) * C + c]);
+    out[i] = e;
+  }
+}
+
+// Positions 0..BT-1, the values the sort carries along.
+__global__ void iota_kernel(std::int32_t* p, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = i;
+}
+
+// One block per sorted position; only the first of a token's run works:
+// dwte[token] += sum of dout rows of the run, in position order.
+template <class G>
+__global__ void embedding_backward_wte_kernel(G* dwte, const float* dout,
+                                              const std::int32_t* sorted_tokens,
+                                              const std::int32_t* sorted_pos, int BT, int C) {
+  const int j = blockIdx.x;
+  const std::int32_t token = sorted_tokens[j];
+  if (j > 0 && sorted_tokens[j - 1] == token) return;
+  int end = j + 1;
+  while (end < BT && sorted_tokens[end] == token) ++end;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.0f;
+    for (int r = j; r < end; ++r) s += dout[static_cast<std::size_t>(sorted_pos[r]) * C + c];
+    G& g = dwte[static_cast<std::size_t>(token) * C + c];
+    g = from_f32<G>(to_f32(g) + s);
+  }
+}
+
+// dwpe: (T,C) += sum over b of dout[b,t]; one thread per (t,c), b in order.
+template <class G>
+__global__ void embedding_backward_wpe_kernel(G* dwpe, const float* dout, int B, int T, int C) {
+  const std::size_t n = static_cast<std::size_t>(T) * C;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int b = 0; b < B; ++b) s += dout[static_cast<std::size_t>(b) * n + i];
+    dwpe[i] = from_f32<G>(to_f32(dwpe[i]) + s);
+  }
+}
+
+}  // namespace
+
+void CudaKernels::embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
+                                    ConstTypedPtr wpe, int B, int T, int C) const {
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  if (n == 0) return;
+  if (wpe && wpe.dtype != wte.dtype)
+    throw InternalError("cuda embedding_forward: wte and wpe of different types");
+  with_type(wte.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    embedding_forward_kernel<W><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+        out, tokens, static_cast<const W*>(wte.data), static_cast<const W*>(wpe.data), B * T, T, C);
+  });
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
+                                     const std::int32_t* tokens, int B, int T, int C) const {
+  const int BT = B * T;
+  if (BT == 0 || C == 0) return;
+  if (dwte) {
+    // Sort (token, position) pairs by token; the sort's scratch comes
+    // from the device's allocator like every other.
+    Buffer pos = scratch(sizeof(std::int32_t) * BT);
+    Buffer keys = scratch(sizeof(std::int32_t) * BT);
+    Buffer vals = scratch(sizeof(std::int32_t) * BT);
+    iota_kernel<<<(BT + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(pos.as<std::int32_t>(),
+                                                                          BT);
+    ZTRAIN_CUDA_LAUNCHED();
+    std::size_t temp_bytes = 0;
+    ZTRAIN_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens,
+                                                keys.as<std::int32_t>(), pos.as<std::int32_t>(),
+                                                vals.as<std::int32_t>(), BT, 0, 32, stream_));
+    Buffer temp = scratch(temp_bytes);
+    ZTRAIN_CUDA(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, tokens,
+                                                keys.as<std::int32_t>(), pos.as<std::int32_t>(),
+                                                vals.as<std::int32_t>(), BT, 0, 32, stream_));
+    with_type(dwte.dtype, [&](auto tag) {
+      using G = decltype(tag);
+      embedding_backward_wte_kernel<G>
+          <<<BT, kThreads, 0, stream_>>>(static_cast<G*>(dwte.data), dout, keys.as<std::int32_t>(),
+                                         vals.as<std::int32_t>(), BT, C);
+    });
+    ZTRAIN_CUDA_LAUNCHED();
+  }
+  if (dwpe) {
+    const std::size_t n = static_cast<std::size_t>(T) * C;
+    with_type(dwpe.dtype, [&](auto tag) {
+      using G = decltype(tag);
+      embedding_backward_wpe_kernel<G><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+          static_cast<G*>(dwpe.data), dout, B, T, C);
+    });
+    ZTRAIN_CUDA_LAUNCHED();
+  }
+}
+
+}  // namespace ztrain::cuda

@@ -1,0 +1,173 @@
+// GEMMs through cuBLASLt. The kernels' row-major (N,C) tensors are
+// column-major (C,N) ones to cuBLAS, so with w (OC,C):
+//   out^T (OC,N)  = w^T^T . inp^T :  A = w (C x OC, ld C) transposed, B = inp (C x N)
+//   dinp^T (C,N) += w^T . dout^T  :  A = w (C x OC), B = dout (OC x N)
+//   dw^T (C,OC)  += inp^T . dout  :  A = inp (C x N), B = dout (OC x N) transposed
+// A 16-bit weight makes the activation operands round to its type (into
+// scratch) so the GEMM runs on tensor cores with fp32 accumulation and an
+// fp32 output; the weight gradient's GEMM runs in its own type, adding
+// into it with beta = 1 and rounding once. The bias is written into the
+// output rows first and the GEMM adds onto them (one path for every type).
+#include <cstdint>
+
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_kernels.h"
+#include "cuda/kernels/bias.h"
+
+namespace ztrain::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+  }
+  throw InternalError("cuda matmul: unknown dtype");
+}
+
+// The largest power of two (up to 256) dividing the address: cuBLASLt's
+// heuristics assume 256-byte aligned operands unless told otherwise, and
+// a view into a flat parameter buffer may start anywhere.
+std::uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+template <class T, class Destroy>
+struct Owned {
+  T handle = nullptr;
+  Destroy destroy;
+  ~Owned() {
+    if (handle) destroy(handle);
+  }
+};
+
+}  // namespace
+
+// D (m x n, ld ldd) = alpha op(A) op(B) + beta D; A is (m x k) after op,
+// B (k x n) after op; C is D (in place).
+struct CudaKernels::Gemm {
+  const void* a;
+  DType a_type;
+  bool a_trans;
+  int lda;
+  const void* b;
+  DType b_type;
+  bool b_trans;
+  int ldb;
+  void* d;
+  DType d_type;
+  int ldd;
+  int m, n, k;
+  float beta;
+};
+
+void CudaKernels::gemm(const Gemm& g) const {
+  if (g.m == 0 || g.n == 0) return;
+  // fp32 inputs may use TF32 tensor cores when asked; 16-bit ones always
+  // accumulate in fp32.
+  const bool fp32 = g.a_type == DType::f32;
+  const cublasComputeType_t compute =
+      fp32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  Owned<cublasLtMatmulDesc_t, decltype(&cublasLtMatmulDescDestroy)> desc{nullptr,
+                                                                         cublasLtMatmulDescDestroy};
+  ZTRAIN_CUBLAS(cublasLtMatmulDescCreate(&desc.handle, compute, CUDA_R_32F));
+  const cublasOperation_t ta = g.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ZTRAIN_CUBLAS(
+      cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  ZTRAIN_CUBLAS(
+      cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  using Layout = Owned<cublasLtMatrixLayout_t, decltype(&cublasLtMatrixLayoutDestroy)>;
+  Layout la{nullptr, cublasLtMatrixLayoutDestroy}, lb{nullptr, cublasLtMatrixLayoutDestroy},
+      ld{nullptr, cublasLtMatrixLayoutDestroy};
+  // Stored shapes (before op): A is (m x k) or (k x m), B (k x n) or (n x k).
+  ZTRAIN_CUBLAS(cublasLtMatrixLayoutCreate(&la.handle, cuda_type(g.a_type), g.a_trans ? g.k : g.m,
+                                           g.a_trans ? g.m : g.k, g.lda));
+  ZTRAIN_CUBLAS(cublasLtMatrixLayoutCreate(&lb.handle, cuda_type(g.b_type), g.b_trans ? g.n : g.k,
+                                           g.b_trans ? g.k : g.n, g.ldb));
+  ZTRAIN_CUBLAS(cublasLtMatrixLayoutCreate(&ld.handle, cuda_type(g.d_type), g.m, g.n, g.ldd));
+
+  Owned<cublasLtMatmulPreference_t, decltype(&cublasLtMatmulPreferenceDestroy)> pref{
+      nullptr, cublasLtMatmulPreferenceDestroy};
+  ZTRAIN_CUBLAS(cublasLtMatmulPreferenceCreate(&pref.handle));
+  const std::uint64_t ws = workspace_.bytes();
+  ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+      pref.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const std::uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_d = alignment(g.d);
+  ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+      pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+      pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+      pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+  ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+      pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  ZTRAIN_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt_, desc.handle, la.handle, lb.handle, ld.handle,
+                                               ld.handle, pref.handle, 1, &best, &found));
+  if (found == 0)
+    throw Error("cuBLASLt has no algorithm for a " + std::string(dtype_name(g.a_type)) +
+                " GEMM of " + std::to_string(g.m) + " x " + std::to_string(g.n) + " x " +
+                std::to_string(g.k) + " on this GPU");
+  const float alpha = 1.0f;
+  ZTRAIN_CUBLAS(cublasLtMatmul(lt_, desc.handle, &alpha, g.a, la.handle, g.b, lb.handle, &g.beta,
+                               g.d, ld.handle, g.d, ld.handle, &best.algo, workspace_.data(), ws,
+                               stream_));
+}
+
+// out: (N,OC) = inp (N,C) @ w^T + bias
+void CudaKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias,
+                                 int N, int C, int OC) const {
+  if (N == 0 || OC == 0) return;
+  if (bias) fill_bias_rows(out, bias, N, OC, stream_);
+  Buffer inp16;
+  const void* x = inp;
+  if (w.dtype != DType::f32) {
+    inp16 = rounded(inp, static_cast<std::size_t>(N) * C, w.dtype);
+    x = inp16.data();
+  }
+  gemm({w.data, w.dtype, true, C, x, w.dtype, false, C, out, DType::f32, OC, OC, N, C,
+        bias ? 1.0f : 0.0f});
+}
+
+// dinp (N,C) += dout @ w; dw (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout
+void CudaKernels::matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
+                                  const float* inp, ConstTypedPtr w, int N, int C, int OC) const {
+  if (N == 0) return;
+  if (dinp) {
+    Buffer dout16;
+    const void* d = dout;
+    if (w.dtype != DType::f32) {
+      dout16 = rounded(dout, static_cast<std::size_t>(N) * OC, w.dtype);
+      d = dout16.data();
+    }
+    gemm({w.data, w.dtype, false, C, d, w.dtype, false, OC, dinp, DType::f32, C, C, N, OC, 1.0f});
+  }
+  if (dw) {
+    Buffer dout16, inp16;
+    const void* d = dout;
+    const void* x = inp;
+    if (dw.dtype != DType::f32) {
+      dout16 = rounded(dout, static_cast<std::size_t>(N) * OC, dw.dtype);
+      inp16 = rounded(inp, static_cast<std::size_t>(N) * C, dw.dtype);
+      d = dout16.data();
+      x = inp16.data();
+    }
+    gemm({x, dw.dtype, false, C, d, dw.dtype, true, OC, dw.data, dw.dtype, C, C, OC, N, 1.0f});
+  }
+  if (dbias) {
+    Buffer partial = scratch(sizeof(float) * bias_gradient_scratch(N, OC));
+    add_bias_gradient(dbias, dout, N, OC, partial.as<float>(), stream_);
+  }
+}
+
+}  // namespace ztrain::cuda

@@ -1,0 +1,351 @@
+// Every cuda kernel against the cpu reference kernels on awkward sizes
+// (tails of every tile, block and warp), in fp32 and with 16-bit
+// parameters and gradients; and the determinism the Kernels contract
+// promises (two runs, the same bits).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "gpu_support.h"
+#include "kernels/cpu/reference_kernels.h"
+
+namespace {
+
+using gpu::Array;
+using gpu::check_close;
+using gpu::randn;
+using gpu::Vec;
+using ztrain::DType;
+
+const ztrain::Kernels& G() {
+  return gpu::kernels();
+}
+const ztrain::Kernels& R() {
+  static const auto k = ztrain::make_reference_cpu_kernels();
+  return *k;
+}
+
+bool same_bits(const Vec& a, const Vec& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<std::int32_t> tokens_of(std::size_t n, int V, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> t(n);
+  // Few distinct tokens, so many positions share one.
+  for (auto& x : t) x = static_cast<std::int32_t>(rng() % static_cast<unsigned>(std::min(V, 7)));
+  t[0] = V - 1;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("elementwise ops match the reference, tails included") {
+  const std::size_t n = 1000003;
+  const Vec x = randn(n, 1, 2.0f), y = randn(n, 2), d = randn(n, 3);
+  Array gx(x), gy(y), gd(d), out(n), din(x.size()), din2(n);
+  Vec want(n), want2(n);
+
+  G().gelu_forward(out.f(), gx.f(), n);
+  R().gelu_forward(want.data(), x.data(), n);
+  check_close(out.get(), want, 1e-6, 1e-7, "gelu_forward");
+
+  Array dstart(y);  // backward adds into what is there
+  G().gelu_backward(dstart.f(), gx.f(), gd.f(), n);
+  want = y;
+  R().gelu_backward(want.data(), x.data(), d.data(), n);
+  check_close(dstart.get(), want, 1e-5, 1e-6, "gelu_backward");
+
+  G().swiglu_forward(out.f(), gx.f(), gy.f(), n);
+  R().swiglu_forward(want.data(), x.data(), y.data(), n);
+  check_close(out.get(), want, 1e-6, 1e-7, "swiglu_forward");
+
+  Array dg(d), du(x);
+  G().swiglu_backward(dg.f(), du.f(), gd.f(), gx.f(), gy.f(), n);
+  want = d;
+  want2 = x;
+  R().swiglu_backward(want.data(), want2.data(), d.data(), x.data(), y.data(), n);
+  check_close(dg.get(), want, 1e-5, 1e-6, "swiglu_backward dgate");
+  check_close(du.get(), want2, 1e-5, 1e-6, "swiglu_backward dup");
+
+  G().add(out.f(), gx.f(), gy.f(), n);
+  R().add(want.data(), x.data(), y.data(), n);
+  CHECK(same_bits(out.get(), want));
+}
+
+TEST_CASE("rope forward and backward match the reference on strided rows") {
+  const int B = 3, T = 19, H = 5, hs = 12, stride = H * hs + 7;
+  const Vec x = randn(static_cast<std::size_t>(B) * T * stride, 4);
+  Vec cos(T * hs / 2), sin(T * hs / 2);
+  for (std::size_t i = 0; i < cos.size(); ++i) {
+    cos[i] = std::cos(0.1f * static_cast<float>(i));
+    sin[i] = std::sin(0.1f * static_cast<float>(i));
+  }
+  Array gx(x), gc(cos), gs(sin);
+  Vec want = x;
+  G().rope_forward(gx.f(), gc.f(), gs.f(), B, T, H, hs, stride);
+  R().rope_forward(want.data(), cos.data(), sin.data(), B, T, H, hs, stride);
+  check_close(gx.get(), want, 1e-6, 1e-6, "rope_forward");
+  G().rope_backward(gx.f(), gc.f(), gs.f(), B, T, H, hs, stride);
+  R().rope_backward(want.data(), cos.data(), sin.data(), B, T, H, hs, stride);
+  check_close(gx.get(), want, 1e-6, 1e-6, "rope_backward");
+  check_close(gx.get(), x, 1e-5, 1e-5, "rope backward undoes forward");
+}
+
+TEST_CASE("embedding forward and backward equal the reference bit for bit, each type") {
+  const int B = 4, T = 37, C = 45, V = 50;
+  const auto toks = tokens_of(static_cast<std::size_t>(B) * T, V, 5);
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    CAPTURE(ztrain::dtype_name(t));
+    const Vec wte = gpu::rounded(randn(V * C, 6), t), wpe = gpu::rounded(randn(T * C, 7), t);
+    const Vec dout = randn(static_cast<std::size_t>(B) * T * C, 8);
+    const Vec dwte0 = gpu::rounded(randn(V * C, 9), t), dwpe0 = gpu::rounded(randn(T * C, 10), t);
+    Array gt(toks), gwte(wte, t), gwpe(wpe, t), gout(dout.size()), gdout(dout);
+    Array gdwte(dwte0, t), gdwpe(dwpe0, t);
+    G().embedding_forward(gout.f(), gt.i32(), gwte.typed(), gwpe.typed(), B, T, C);
+    std::vector<std::uint8_t> wte_t(wte.size() * ztrain::dtype_size(t)),
+        wpe_t(wpe.size() * ztrain::dtype_size(t));
+    ztrain::convert(wte.data(), DType::f32, wte_t.data(), t, wte.size());
+    ztrain::convert(wpe.data(), DType::f32, wpe_t.data(), t, wpe.size());
+    Vec want(dout.size());
+    R().embedding_forward(want.data(), toks.data(), {wte_t.data(), t}, {wpe_t.data(), t}, B, T, C);
+    CHECK(same_bits(gout.get(), want));
+
+    std::vector<std::uint8_t> dwte_t(dwte0.size() * ztrain::dtype_size(t)),
+        dwpe_t(dwpe0.size() * ztrain::dtype_size(t));
+    ztrain::convert(dwte0.data(), DType::f32, dwte_t.data(), t, dwte0.size());
+    ztrain::convert(dwpe0.data(), DType::f32, dwpe_t.data(), t, dwpe0.size());
+    G().embedding_backward(gdwte.typed(), gdwpe.typed(), gdout.f(), gt.i32(), B, T, C);
+    R().embedding_backward({dwte_t.data(), t}, {dwpe_t.data(), t}, dout.data(), toks.data(), B, T,
+                           C);
+    Vec want_dwte(dwte0.size()), want_dwpe(dwpe0.size());
+    ztrain::convert(dwte_t.data(), t, want_dwte.data(), DType::f32, dwte0.size());
+    ztrain::convert(dwpe_t.data(), t, want_dwpe.data(), DType::f32, dwpe0.size());
+    // Both sum each token's positions in position order, in fp32.
+    CHECK(same_bits(gdwte.get(), want_dwte));
+    CHECK(same_bits(gdwpe.get(), want_dwpe));
+  }
+}
+
+TEST_CASE("layernorm and rmsnorm match the reference; 16-bit gradients within one rounding") {
+  const int N = 523, C = 77;  // rows past a slice of 256, channels past a warp
+  const Vec x = randn(static_cast<std::size_t>(N) * C, 11, 2.0f), dout = randn(x.size(), 12);
+  for (DType t : {DType::f32, DType::bf16}) {
+    CAPTURE(ztrain::dtype_name(t));
+    const double grad_rtol = t == DType::f32 ? 1e-4 : 1.0 / 128;
+    const Vec w = gpu::rounded(randn(C, 13), t), b = gpu::rounded(randn(C, 14), t);
+    const Vec dw0 = gpu::rounded(randn(C, 15), t), db0 = gpu::rounded(randn(C, 16), t);
+    Array gx(x), gw(w, t), gb(b, t), gdout(dout), gout(x.size()), gmean(N), grstd(N);
+    Array gdin(x.size()), gdw(dw0, t), gdb(db0, t);
+    Vec wr = w, br = b;
+    ztrain::ConstTypedPtr rw = wr.data(), rb = br.data();
+    G().layernorm_forward(gout.f(), gmean.f(), grstd.f(), gx.f(), gw.typed(), gb.typed(), N, C,
+                          1e-5f);
+    Vec out(x.size()), mean(N), rstd(N);
+    R().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), rw, rb, N, C, 1e-5f);
+    check_close(gout.get(), out, 1e-5, 1e-5, "layernorm_forward out");
+    check_close(grstd.get(), rstd, 1e-5, 0, "layernorm_forward rstd");
+    G().layernorm_backward(gdin.f(), gdw.typed(), gdb.typed(), gdout.f(), gx.f(), gw.typed(),
+                           gmean.f(), grstd.f(), N, C);
+    Vec din(x.size()), dw = dw0, db = db0;
+    R().layernorm_backward(din.data(), dw.data(), db.data(), dout.data(), x.data(), rw, mean.data(),
+                           rstd.data(), N, C);
+    check_close(gdin.get(), din, 1e-4, 1e-5, "layernorm_backward dinp");
+    check_close(gdw.get(), gpu::rounded(dw, t), grad_rtol, 1e-3, "layernorm_backward dw");
+    check_close(gdb.get(), gpu::rounded(db, t), grad_rtol, 1e-3, "layernorm_backward db");
+
+    Array gdin2(x.size()), gdw2(dw0, t);
+    G().rmsnorm_forward(gout.f(), grstd.f(), gx.f(), gw.typed(), N, C, 1e-6f);
+    R().rmsnorm_forward(out.data(), rstd.data(), x.data(), rw, N, C, 1e-6f);
+    check_close(gout.get(), out, 1e-5, 1e-5, "rmsnorm_forward");
+    G().rmsnorm_backward(gdin2.f(), gdw2.typed(), gdout.f(), gx.f(), gw.typed(), grstd.f(), N, C);
+    Vec din2(x.size()), dw2 = dw0;
+    R().rmsnorm_backward(din2.data(), dw2.data(), dout.data(), x.data(), rw, rstd.data(), N, C);
+    check_close(gdin2.get(), din2, 1e-4, 1e-5, "rmsnorm_backward dinp");
+    check_close(gdw2.get(), gpu::rounded(dw2, t), grad_rtol, 1e-3, "rmsnorm_backward dw");
+  }
+}
+
+TEST_CASE("fp32 matmul forward and backward match the reference, with and without bias") {
+  const int N = 301, C = 67, OC = 129;
+  const Vec x = randn(static_cast<std::size_t>(N) * C, 21), w = randn(OC * C, 22, 0.3f),
+            b = randn(OC, 23), dout = randn(static_cast<std::size_t>(N) * OC, 24);
+  for (bool with_bias : {true, false}) {
+    CAPTURE(with_bias);
+    Array gx(x), gw(w), gb(b), gout(static_cast<std::size_t>(N) * OC), gdout(dout);
+    Array gdin(x), gdw(w), gdb(b);  // backward adds into non-zero values
+    G().matmul_forward(gout.f(), gx.f(), gw.f(), with_bias ? gb.f() : nullptr, N, C, OC);
+    Vec out(gout.get().size());
+    R().matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C, OC);
+    check_close(gout.get(), out, 1e-5, 1e-5, "matmul_forward");
+    G().matmul_backward(gdin.f(), gdw.f(), with_bias ? gdb.f() : nullptr, gdout.f(), gx.f(), gw.f(),
+                        N, C, OC);
+    Vec din = x, dw = w, db = b;
+    R().matmul_backward(din.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(),
+                        x.data(), w.data(), N, C, OC);
+    check_close(gdin.get(), din, 1e-5, 1e-4, "matmul_backward dinp");
+    check_close(gdw.get(), dw, 1e-5, 1e-4, "matmul_backward dw");
+    check_close(gdb.get(), db, 1e-5, 1e-4, "matmul_backward dbias");
+  }
+}
+
+TEST_CASE("16-bit matmul: the reference on activations rounded to the weight's type") {
+  const int N = 130, C = 72, OC = 40;  // even sizes: 16-bit rows stay 4-byte aligned
+  for (DType t : {DType::bf16, DType::f16}) {
+    CAPTURE(ztrain::dtype_name(t));
+    const Vec x = randn(static_cast<std::size_t>(N) * C, 31), dout = randn(N * OC, 32);
+    const Vec w = gpu::rounded(randn(OC * C, 33, 0.3f), t), b = gpu::rounded(randn(OC, 34), t);
+    const Vec dw0 = gpu::rounded(randn(OC * C, 35), t), db0 = gpu::rounded(randn(OC, 36), t);
+    Array gx(x), gw(w, t), gb(b, t), gout(N * OC), gdout(dout), gdin(N * C), gdw(dw0, t),
+        gdb(db0, t);
+    G().matmul_forward(gout.f(), gx.f(), gw.typed(), gb.typed(), N, C, OC);
+    const Vec xr = gpu::rounded(x, t), doutr = gpu::rounded(dout, t);
+    Vec out(N * OC);
+    R().matmul_forward(out.data(), xr.data(), w.data(), b.data(), N, C, OC);
+    check_close(gout.get(), out, 1e-5, 1e-4, "16-bit matmul_forward");
+    G().matmul_backward(gdin.f(), gdw.typed(), gdb.typed(), gdout.f(), gx.f(), gw.typed(), N, C,
+                        OC);
+    Vec din(N * C), dw = dw0, db = db0;
+    R().matmul_backward(din.data(), dw.data(), nullptr, doutr.data(), xr.data(), w.data(), N, C,
+                        OC);
+    R().matmul_backward(nullptr, nullptr, db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+    check_close(gdin.get(), din, 1e-5, 1e-4, "16-bit matmul_backward dinp");
+    // One rounding of the sum: at most half a unit in the last place.
+    const double ulp = t == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+    check_close(gdw.get(), gpu::rounded(dw, t), ulp, 1e-6, "16-bit matmul_backward dw");
+    check_close(gdb.get(), gpu::rounded(db, t), ulp, 1e-6, "16-bit matmul_backward dbias");
+  }
+}
+
+TEST_CASE("attention forward and backward match the reference (MHA, GQA, head sizes 8-136)") {
+  struct Case {
+    int B, T, NH, NKV, hs;
+  };
+  for (const Case c : {Case{2, 37, 4, 4, 24}, Case{1, 70, 6, 2, 64}, Case{2, 33, 4, 1, 80},
+                       Case{1, 9, 2, 2, 8}, Case{1, 41, 2, 1, 136}}) {
+    CAPTURE(c.T);
+    CAPTURE(c.hs);
+    CAPTURE(c.NKV);
+    // Packed qkv rows, as the model lays them out.
+    const int q_stride = (c.NH + 2 * c.NKV) * c.hs, kv_stride = q_stride;
+    const std::size_t rows = static_cast<std::size_t>(c.B) * c.T;
+    const Vec qkv = randn(rows * q_stride, 41 + c.hs);
+    const Vec dout = randn(rows * c.NH * c.hs, 42 + c.hs);
+    Array gqkv(qkv), gout(rows * c.NH * c.hs), glse(static_cast<std::size_t>(c.B) * c.NH * c.T),
+        gdout(dout), gd(qkv);  // dq, dk, dv add into non-zero values
+    const float* q = gqkv.f();
+    const float* k = q + c.NH * c.hs;
+    const float* v = k + c.NKV * c.hs;
+    G().attention_forward(gout.f(), glse.f(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
+                          kv_stride);
+    Vec out(rows * c.NH * c.hs), lse(glse.get().size());
+    const float* rq = qkv.data();
+    R().attention_forward(out.data(), lse.data(), rq, rq + c.NH * c.hs, rq + (c.NH + c.NKV) * c.hs,
+                          c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    check_close(gout.get(), out, 1e-4, 1e-5, "attention_forward out");
+    check_close(glse.get(), lse, 1e-5, 1e-5, "attention_forward lse");
+
+    float* dq = gd.f();
+    G().attention_backward(dq, dq + c.NH * c.hs, dq + (c.NH + c.NKV) * c.hs, gdout.f(), gout.f(), q,
+                           k, v, glse.f(), c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    Vec d = qkv;
+    R().attention_backward(d.data(), d.data() + c.NH * c.hs, d.data() + (c.NH + c.NKV) * c.hs,
+                           dout.data(), out.data(), rq, rq + c.NH * c.hs,
+                           rq + (c.NH + c.NKV) * c.hs, lse.data(), c.B, c.T, c.NH, c.NKV, c.hs,
+                           q_stride, kv_stride);
+    check_close(gd.get(), d, 1e-4, 1e-4, "attention_backward dq, dk, dv");
+  }
+}
+
+TEST_CASE("softmax cross-entropy matches the reference") {
+  const int N = 13, V = 50257;
+  const Vec logits = randn(static_cast<std::size_t>(N) * V, 51, 3.0f);
+  std::vector<std::int32_t> targets(N);
+  for (int n = 0; n < N; ++n) targets[n] = (n * 7919) % V;
+  Array gl(logits), gt(targets), glosses(N);
+  G().softmax_crossentropy_forward(glosses.f(), gl.f(), gt.i32(), N, V);
+  Vec probs = logits, losses(N);
+  R().softmax_crossentropy_forward(losses.data(), probs.data(), targets.data(), N, V);
+  check_close(glosses.get(), losses, 1e-5, 1e-5, "losses");
+  check_close(gl.get(), probs, 1e-4, 1e-9, "probabilities");
+  G().softmax_crossentropy_backward(gl.f(), gt.i32(), 0.125f, N, V);
+  R().softmax_crossentropy_backward(probs.data(), targets.data(), 0.125f, N, V);
+  check_close(gl.get(), probs, 1e-4, 1e-9, "dlogits");
+}
+
+TEST_CASE("adamw matches the reference for each gradient and working-copy type") {
+  const std::size_t n = 300007;
+  const Vec p = randn(n, 61), g = randn(n, 62, 0.1f), m = randn(n, 63, 0.01f);
+  Vec v = randn(n, 64, 0.01f);
+  for (auto& x : v) x = x * x;
+  for (DType gt : {DType::f32, DType::bf16}) {
+    for (ztrain::GradAfter after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
+      CAPTURE(ztrain::dtype_name(gt));
+      const Vec gr = gpu::rounded(g, gt);
+      Array gp(p), gg(gr, gt), gm(m), gv(v), gw(n, DType::bf16);
+      G().adamw(gp.f(), gg.typed(), gm.f(), gv.f(), gw.typed(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                0.5f, 0.19f, 0.0975f, after);
+      Vec rp = p, rm = m, rv = v;
+      std::vector<std::uint8_t> rg(n * ztrain::dtype_size(gt));
+      ztrain::convert(gr.data(), DType::f32, rg.data(), gt, n);
+      std::vector<std::uint16_t> rw(n);
+      R().adamw(rp.data(), {rg.data(), gt}, rm.data(), rv.data(), {rw.data(), DType::bf16}, n,
+                1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.19f, 0.0975f, after);
+      check_close(gp.get(), rp, 1e-6, 1e-7, "master");
+      check_close(gm.get(), rm, 1e-6, 1e-9, "m");
+      check_close(gv.get(), rv, 1e-6, 1e-12, "v");
+      Vec rwf(n), rgf(n);
+      ztrain::convert(rw.data(), DType::bf16, rwf.data(), DType::f32, n);
+      check_close(gw.get(), rwf, 1.0 / 128, 1e-7, "bf16 working copy");
+      ztrain::convert(rg.data(), gt, rgf.data(), DType::f32, n);
+      CHECK(same_bits(gg.get(), rgf));  // zeroed, or kept as it was
+    }
+  }
+}
+
+TEST_CASE("sum_squares: the double sum of the widened values") {
+  const std::size_t n = 1234567;
+  const Vec x = randn(n, 71);
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    CAPTURE(ztrain::dtype_name(t));
+    Array gx(x, t);
+    std::vector<std::uint8_t> xt(n * ztrain::dtype_size(t));
+    ztrain::convert(x.data(), DType::f32, xt.data(), t, n);
+    const double want = R().sum_squares({xt.data(), t}, n);
+    CHECK(G().sum_squares(gx.typed(), n) == doctest::Approx(want).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("backward kernels give the same bits on every run") {
+  const int B = 2, T = 67, NH = 4, NKV = 2, hs = 32, C = NH * hs;
+  const int stride = (NH + 2 * NKV) * hs;
+  const std::size_t rows = static_cast<std::size_t>(B) * T;
+  const Vec qkv = randn(rows * stride, 81), dout = randn(rows * C, 82);
+  Array gqkv(qkv), gdout(dout), gout(rows * C), glse(static_cast<std::size_t>(B) * NH * T);
+  const float* q = gqkv.f();
+  G().attention_forward(gout.f(), glse.f(), q, q + C, q + C + NKV * hs, B, T, NH, NKV, hs, stride,
+                        stride);
+  Vec first;
+  for (int run = 0; run < 2; ++run) {
+    Array d(rows * stride);
+    float* dq = d.f();
+    G().attention_backward(dq, dq + C, dq + C + NKV * hs, gdout.f(), gout.f(), q, q + C,
+                           q + C + NKV * hs, glse.f(), B, T, NH, NKV, hs, stride, stride);
+    if (run == 0)
+      first = d.get();
+    else
+      CHECK(same_bits(d.get(), first));
+  }
+  const auto toks = tokens_of(rows, 97, 83);
+  Array gt(toks), gdo(rows * C);
+  Vec dwte_first;
+  for (int run = 0; run < 2; ++run) {
+    Array dwte(static_cast<std::size_t>(97) * C, DType::bf16);
+    G().embedding_backward(dwte.typed(), nullptr, gdout.f(), gt.i32(), B, T, C);
+    if (run == 0)
+      dwte_first = dwte.get();
+    else
+      CHECK(same_bits(dwte.get(), dwte_first));
+  }
+}
