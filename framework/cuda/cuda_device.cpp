@@ -173,7 +173,12 @@ bool CudaDevice::passed(Mark m) {
   std::lock_guard lock(marks_mu_);
   for (cudaEvent_t e : marks_[m - 1]) {
     const cudaError_t r = cudaEventQuery(e);
-    if (r == cudaErrorNotReady) return false;
+    if (r == cudaErrorNotReady) {
+      // Not an error, but the runtime keeps it as the last error, where the
+      // next launch check (cudaPeekAtLastError) would take it for one.
+      cudaGetLastError();
+      return false;
+    }
     ZTRAIN_CUDA(r);
   }
   return true;
