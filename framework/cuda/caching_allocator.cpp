@@ -1,6 +1,5 @@
 // The size-class cache of device blocks (caching_allocator.h). Reuse is
-// first-freed-first: blocks of a class are freed in stream order, so when
-// the oldest has not passed its mark none of the younger ones has.
+// last-freed-first, the block most likely still in the GPU's L2.
 #include "cuda/caching_allocator.h"
 
 #include <bit>
@@ -15,11 +14,6 @@ constexpr unsigned kClassesPerOctave = 8;
 
 }  // namespace
 
-void CachingAllocator::release_all() {
-  device_.drain();
-  trim();
-}
-
 std::size_t CachingAllocator::size_class(std::size_t bytes) {
   if (bytes <= kSmallMax) return (bytes + kSmallStep - 1) / kSmallStep * kSmallStep;
   // The octave's step: 2^(floor(log2 bytes)) / 8.
@@ -31,18 +25,16 @@ std::size_t CachingAllocator::size_class(std::size_t bytes) {
 void* CachingAllocator::allocate(std::size_t bytes, std::optional<std::uint64_t> limit) {
   const std::size_t cls = size_class(bytes);
   std::lock_guard lock(mu_);
-  if (void* p = reuse(cls, false)) return p;
+  if (void* p = reuse(cls)) return p;
   const auto fits = [&] { return !limit || stats_.reserved + cls <= *limit; };
   bool refused = false;
   if (fits()) {
     if (void* p = from_device(cls)) return p;
     refused = true;
   }
-  // No room: let the device finish what it was given, so every cached
-  // block can be handed out again, then make room from other classes.
+  // No room: return cached blocks of other classes, once the device has
+  // finished the work that may still use them.
   device_.drain();
-  ++stats_.drains;
-  if (void* p = reuse(cls, true)) return p;
   make_room(cls, limit, refused);
   if (!fits()) return nullptr;
   return from_device(cls);
@@ -54,17 +46,16 @@ void CachingAllocator::release(void* p) {
   if (it == in_use_.end()) return;
   const std::size_t cls = it->second;
   in_use_.erase(it);
-  cache_[cls].push_back({p, device_.mark()});
+  cache_[cls].push_back(p);
   stats_.cached += cls;
 }
 
-void CachingAllocator::trim() {
+void CachingAllocator::release_all() {
   std::lock_guard lock(mu_);
+  device_.drain();
   for (auto& [cls, blocks] : cache_) {
-    while (!blocks.empty() && device_.passed(blocks.front().mark)) {
-      free_cached(blocks.front(), cls);
-      blocks.erase(blocks.begin());
-    }
+    for (void* p : blocks) free_cached(p, cls);
+    blocks.clear();
   }
 }
 
@@ -73,22 +64,20 @@ AllocatorStats CachingAllocator::stats() const {
   return stats_;
 }
 
-void* CachingAllocator::reuse(std::size_t cls, bool wait) {
+void* CachingAllocator::reuse(std::size_t cls) {
   const auto it = cache_.find(cls);
   if (it == cache_.end() || it->second.empty()) return nullptr;
-  const Cached c = it->second.front();
-  if (!wait && !device_.passed(c.mark)) return nullptr;
-  it->second.erase(it->second.begin());
-  device_.forget(c.mark);
+  void* p = it->second.back();
+  it->second.pop_back();
   stats_.cached -= cls;
   ++stats_.hits;
-  in_use_.emplace(c.p, cls);
-  return c.p;
+  in_use_.emplace(p, cls);
+  return p;
 }
 
-// Called after drain(): every mark has passed. Returns cached blocks,
-// largest first, until `need` more bytes fit under the limit, or all of
-// them when the device itself refused (its free memory is unknown here).
+// Called after drain(). Returns cached blocks, largest first, until `need`
+// more bytes fit under the limit, or all of them when the device itself
+// refused (its free memory is unknown here).
 void CachingAllocator::make_room(std::uint64_t need, std::optional<std::uint64_t> limit,
                                  bool refused) {
   const auto done = [&] { return !refused && (!limit || stats_.reserved + need <= *limit); };
@@ -111,9 +100,8 @@ void* CachingAllocator::from_device(std::size_t cls) {
   return p;
 }
 
-void CachingAllocator::free_cached(Cached c, std::size_t cls) {
-  device_.forget(c.mark);
-  device_.device_free(c.p);
+void CachingAllocator::free_cached(void* p, std::size_t cls) {
+  device_.device_free(p);
   stats_.cached -= cls;
   stats_.reserved -= cls;
   ++stats_.trims;

@@ -1,7 +1,8 @@
 // The cuda device (cuda_device.h): tiers, the caching allocator's device
-// side, streams and the marks that make block reuse safe across streams.
+// side and the streams.
 #include "cuda/cuda_device.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -56,11 +57,17 @@ CudaDevice::CudaDevice(const CudaOptions& options) : options_(options) {
   ZTRAIN_CUDA(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming));
 }
 
+// A device error (a kernel's illegal access, say) is sticky: every later
+// call fails with it. The destructor then frees what it can and says so
+// once, instead of throwing out of a destructor.
 CudaDevice::~CudaDevice() {
-  cache_.release_all();
+  try {
+    cache_.release_all();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ztrain: %s: could not return cached GPU memory: %s\n", name_.c_str(),
+                 e.what());
+  }
   cudaEventDestroy(order_event_);
-  for (const MarkEvents& m : marks_)
-    for (cudaEvent_t e : m) cudaEventDestroy(e);
   cudaStreamDestroy(copy_);
   cudaStreamDestroy(comm_);
   cudaStreamDestroy(compute_);
@@ -79,6 +86,7 @@ void CudaDevice::copy_async(void* dst, const void* src, std::size_t bytes, cudaS
 }
 
 void CudaDevice::synchronize() {
+  bind();
   for (cudaStream_t s : {compute_, comm_, copy_}) ZTRAIN_CUDA(cudaStreamSynchronize(s));
 }
 
@@ -111,13 +119,17 @@ void* CudaDevice::allocate_device(std::size_t bytes, Fill fill) {
         "; raise [device] memory_limit, shorten micro_batch_size or seq_len, enable "
         "activation_checkpointing, or pick a strategy that shards or offloads more");
   }
-  if (fill == Fill::zeros) ZTRAIN_CUDA(cudaMemsetAsync(p, 0, bytes, compute_));
+  if (fill == Fill::zeros) {
+    bind();
+    ZTRAIN_CUDA(cudaMemsetAsync(p, 0, bytes, compute_));
+  }
   return p;
 }
 
 void* CudaDevice::allocate_host(std::size_t bytes, Fill fill) {
   void* p = nullptr;
   if (options_.pin_memory) {
+    bind();
     if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
       cudaGetLastError();
       throw OutOfMemoryError("out of memory: CUDA refused " + format_bytes(bytes) +
@@ -135,7 +147,12 @@ void* CudaDevice::allocate_host(std::size_t bytes, Fill fill) {
   return p;
 }
 
+void CudaDevice::bind() const {
+  ZTRAIN_CUDA(cudaSetDevice(options_.ordinal));
+}
+
 void* CudaDevice::device_alloc(std::size_t bytes) {
+  bind();
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
@@ -147,46 +164,8 @@ void* CudaDevice::device_alloc(std::size_t bytes) {
 }
 
 void CudaDevice::device_free(void* p) {
+  bind();
   cudaFree(p);
-}
-
-DeviceMemory::Mark CudaDevice::mark() {
-  std::lock_guard lock(marks_mu_);
-  Mark m;
-  if (!free_marks_.empty()) {
-    m = free_marks_.back();
-    free_marks_.pop_back();
-  } else {
-    MarkEvents ev{};
-    for (cudaEvent_t& e : ev) ZTRAIN_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    marks_.push_back(ev);
-    m = marks_.size();
-  }
-  const MarkEvents& ev = marks_[m - 1];
-  ZTRAIN_CUDA(cudaEventRecord(ev[0], compute_));
-  ZTRAIN_CUDA(cudaEventRecord(ev[1], comm_));
-  ZTRAIN_CUDA(cudaEventRecord(ev[2], copy_));
-  return m;
-}
-
-bool CudaDevice::passed(Mark m) {
-  std::lock_guard lock(marks_mu_);
-  for (cudaEvent_t e : marks_[m - 1]) {
-    const cudaError_t r = cudaEventQuery(e);
-    if (r == cudaErrorNotReady) {
-      // Not an error, but the runtime keeps it as the last error, where the
-      // next launch check (cudaPeekAtLastError) would take it for one.
-      cudaGetLastError();
-      return false;
-    }
-    ZTRAIN_CUDA(r);
-  }
-  return true;
-}
-
-void CudaDevice::forget(Mark m) {
-  std::lock_guard lock(marks_mu_);
-  free_marks_.push_back(m);
 }
 
 void CudaDevice::drain() {

@@ -8,19 +8,21 @@
 // only by order(after, before), which makes `after` wait (on the GPU, the
 // host does not block) for everything queued on `before` so far.
 //
-// Ownership: buffers must be released before the device is destroyed;
-// a released block is reused only after the work queued on any stream
-// at its release has passed.
-// Thread safety: allocation and statistics from any thread; stream work
-// from the thread that drives the device.
+// The rule that makes released blocks safe to hand out at once (see
+// caching_allocator.h): work on `comm` or `copy` that touches device
+// memory starts with order(that stream, compute) and is followed, before
+// the memory is released, by order(compute, that stream) (for collectives,
+// CommWork::wait() does it). Zero fills run on `compute`.
+//
+// Ownership: buffers must be released before the device is destroyed.
+// Thread safety: allocation and statistics from any thread (each call
+// makes this GPU its thread's current device); stream work from the
+// thread that drives the device.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <array>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_backend.h"
@@ -60,24 +62,17 @@ class CudaDevice final : public Device, private DeviceMemory {
   // DeviceMemory, for the caching allocator.
   void* device_alloc(std::size_t bytes) override;
   void device_free(void* p) override;
-  Mark mark() override;
-  bool passed(Mark m) override;
-  void forget(Mark m) override;
   void drain() override;
+  // Makes this GPU the calling thread's current device.
+  void bind() const;
 
   void* allocate_device(std::size_t bytes, Fill fill);
   void* allocate_host(std::size_t bytes, Fill fill);
-
-  // A mark: one event per stream, recorded together.
-  using MarkEvents = std::array<cudaEvent_t, 3>;
 
   CudaOptions options_;
   cudaDeviceProp props_{};
   std::string name_;
   cudaStream_t compute_ = nullptr, comm_ = nullptr, copy_ = nullptr;
-  std::mutex marks_mu_;
-  std::vector<MarkEvents> marks_;  // by Mark - 1
-  std::vector<Mark> free_marks_;
   cudaEvent_t order_event_ = nullptr;
   CachingAllocator cache_{*this};
 };

@@ -21,6 +21,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+
 #include "cuda/cuda_device.h"
 #include "ztrain/kernels.h"
 
@@ -83,12 +88,17 @@ class CudaKernels final : public Kernels {
   // D = alpha op(A) op(B) + beta C over column-major operands (matmul.cpp).
   struct Gemm;
   void gemm(const Gemm& g) const;
+  // What picks a cuBLASLt algorithm: shapes, leading dimensions, operand
+  // alignments, transposes, types and compute type.
+  using GemmKey = std::tuple<int, int, int, int, int, int, std::uint32_t, std::uint32_t,
+                             std::uint32_t, bool, bool, DType, DType, DType, cublasComputeType_t>;
 
   CudaDevice& device_;
   cudaStream_t stream_;
   bool tf32_;
   cublasLtHandle_t lt_ = nullptr;
   Buffer workspace_;
+  mutable std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;
 };
 
 }  // namespace ztrain::cuda

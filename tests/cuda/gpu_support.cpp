@@ -1,14 +1,21 @@
 #include "gpu_support.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
 #include "cuda/cuda_backend.h"
+#include "ztrain/comm.h"
 
 namespace gpu {
 
 ztrain::cuda::CudaDevice& device() {
-  static const auto dev = ztrain::cuda::make_cuda_device({});
+  // One GPU per rank of a multi-rank test (main() checked there are enough).
+  static const auto dev = [] {
+    ztrain::cuda::CudaOptions o;
+    o.ordinal = ztrain::launcher_rank() % std::max(1, ztrain::local_rank_count());
+    return ztrain::cuda::make_cuda_device(o);
+  }();
   return static_cast<ztrain::cuda::CudaDevice&>(*dev);
 }
 
@@ -37,7 +44,10 @@ Array::Array(const std::vector<std::int32_t>& tokens) : Array(tokens.size()) {
 
 void Array::upload_bytes(const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  // A copy from pageable memory may return before the bytes land, and
+  // nothing orders it with the device's non-blocking compute stream.
   REQUIRE(cudaMemcpy(buf_.data(), src, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
 }
 
 Vec Array::get() const {

@@ -67,8 +67,11 @@ TEST_CASE("zero-filled device blocks read as zeros, even when reused") {
   {
     auto b = dev->allocate(Tier::device, Category::grads, ones.size() * 4, Fill::undefined);
     cuda.copy_async(b.data(), ones.data(), ones.size() * 4, cuda.compute());
+    cuda.synchronize();
   }
+  const auto hits = cuda.allocator_stats().hits;
   auto z = dev->allocate(Tier::device, Category::grads, ones.size() * 4);
+  CHECK(cuda.allocator_stats().hits == hits + 1);  // the block of ones, reused
   cuda.copy_async(back.data(), z.data(), back.size() * 4, cuda.compute());
   cuda.synchronize();
   for (float x : back) REQUIRE(x == 0.0f);

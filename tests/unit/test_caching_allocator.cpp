@@ -1,11 +1,9 @@
 // The CUDA backend's caching allocator policy, on the CPU: a fake device
-// whose marks pass when the test says so, whose memory can be capped, and
-// which counts what it was asked.
+// that can be capped and counts what it was asked.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <map>
-#include <set>
 
 #include "cuda/caching_allocator.h"
 
@@ -18,14 +16,15 @@ class FakeDevice final : public ztrain::cuda::DeviceMemory {
   std::size_t capacity = SIZE_MAX;  // bytes the device will hand out
   std::size_t held = 0;
   int allocs = 0, frees = 0, drains = 0;
-  Mark passed_up_to = 0;  // marks <= this have passed
-  Mark next_mark = 0;
-  std::set<Mark> live_marks;
+  // Frees while work may be in flight: a device_free not preceded by a
+  // drain since the last allocation.
+  int unsafe_frees = 0;
 
   void* device_alloc(std::size_t bytes) override {
     if (held + bytes > capacity) return nullptr;
     held += bytes;
     ++allocs;
+    drained_ = false;
     sizes_[p_ += 1 << 20] = bytes;  // fake, distinct addresses
     return reinterpret_cast<void*>(p_);
   }
@@ -35,19 +34,15 @@ class FakeDevice final : public ztrain::cuda::DeviceMemory {
     held -= it->second;
     sizes_.erase(it);
     ++frees;
+    if (!drained_) ++unsafe_frees;
   }
-  Mark mark() override {
-    live_marks.insert(++next_mark);
-    return next_mark;
-  }
-  bool passed(Mark m) override { return m <= passed_up_to; }
-  void forget(Mark m) override { CHECK(live_marks.erase(m) == 1); }
   void drain() override {
     ++drains;
-    passed_up_to = next_mark;
+    drained_ = true;
   }
 
  private:
+  bool drained_ = false;
   std::uintptr_t p_ = 0;
   std::map<std::uintptr_t, std::size_t> sizes_;
 };
@@ -69,46 +64,28 @@ TEST_CASE("size classes: 512-byte steps to 1 MiB, then at most 12.5 % rounding")
   }
 }
 
-TEST_CASE("a freed block is reused only once the device has passed its release") {
+TEST_CASE("a released block is handed out again for its class, without the device") {
   FakeDevice dev;
   CachingAllocator a(dev);
   void* p = a.allocate(1000, std::nullopt);
   a.release(p);
-  // The device has not passed the release: a second block is taken.
-  void* q = a.allocate(1000, std::nullopt);
-  CHECK(q != p);
-  CHECK(dev.allocs == 2);
-  dev.passed_up_to = dev.next_mark;
-  void* r = a.allocate(900, std::nullopt);  // same class (1024)
-  CHECK(r == p);
+  void* q = a.allocate(900, std::nullopt);  // same class (1024)
+  CHECK(q == p);
+  void* r = a.allocate(5000, std::nullopt);  // another class: a new block
+  CHECK(r != p);
   CHECK(dev.allocs == 2);
   CHECK(a.stats().hits == 1);
   CHECK(a.stats().misses == 2);
+  CHECK(dev.drains == 0);  // no waiting on the hot path
   a.release(q);
   a.release(r);
+  CHECK(a.stats().cached == 1024 + 5120);
   a.release_all();
   CHECK(dev.held == 0);
-  CHECK(dev.live_marks.empty());
+  CHECK(dev.unsafe_frees == 0);
 }
 
-TEST_CASE("at the limit the allocator waits for the device and reuses the class") {
-  FakeDevice dev;
-  CachingAllocator a(dev);
-  const std::uint64_t limit = 4096;
-  void* p = a.allocate(2048, limit);
-  void* q = a.allocate(2048, limit);
-  a.release(p);
-  // Full: 4096 held; p's release has not passed, so the allocator drains.
-  void* r = a.allocate(2048, limit);
-  CHECK(r == p);
-  CHECK(dev.drains == 1);
-  CHECK(a.stats().reserved == 4096);
-  a.release(q);
-  a.release(r);
-  a.release_all();
-}
-
-TEST_CASE("at the limit cached blocks of other classes go back to the device") {
+TEST_CASE("at the limit cached blocks of other classes go back to the device, after a drain") {
   FakeDevice dev;
   CachingAllocator a(dev);
   const std::uint64_t limit = 8192;
@@ -124,6 +101,7 @@ TEST_CASE("at the limit cached blocks of other classes go back to the device") {
   CHECK(a.stats().reserved == 7168);
   CHECK(a.stats().cached == 1024);
   CHECK(a.stats().trims == 1);
+  CHECK(dev.unsafe_frees == 0);
   // Nothing can make 8192 fit beside 6144 in use.
   CHECK(a.allocate(8192, limit) == nullptr);
   CHECK(a.stats().reserved <= limit);
@@ -143,6 +121,7 @@ TEST_CASE("a device that refuses below the limit gets every cached block back fi
   void* big = a.allocate(8192, std::nullopt);
   REQUIRE(big != nullptr);
   CHECK(dev.frees == 2);
+  CHECK(dev.unsafe_frees == 0);
   CHECK(a.allocate(512, std::nullopt) == nullptr);  // the device is full
   a.release(big);
   a.release_all();
@@ -157,8 +136,7 @@ TEST_CASE("the peak counts what was held from the device, rounding included") {
   CHECK(a.stats().peak_reserved == (3u << 20) + 512);
   a.release(p);
   a.release(q);
-  dev.passed_up_to = dev.next_mark;
-  a.trim();
+  a.release_all();
   CHECK(a.stats().reserved == 0);
   CHECK(a.stats().peak_reserved == (3u << 20) + 512);
 }

@@ -53,6 +53,9 @@ template <class F>
 void add_column_sums(TypedPtr out, float* partial, F f, int N, int C, cudaStream_t stream) {
   if (!out || C == 0) return;
   const int slices = column_slices(N);
+  if (slices > 65535)
+    throw InternalError("cuda column sums: " + std::to_string(N) +
+                        " rows need more slices than a grid's y dimension holds");
   if (slices > 0) {
     column_partials_kernel<<<dim3((C + 31) / 32, slices), dim3(32, 8), 0, stream>>>(partial, f, N,
                                                                                     C);

@@ -36,7 +36,9 @@ __global__ void iota_kernel(std::int32_t* p, int n) {
 }
 
 // One block per sorted position; only the first of a token's run works:
-// dwte[token] += sum of dout rows of the run, in position order.
+// dwte[token] += the dout rows of the run, added one by one in position
+// order onto the widened gradient (the cpu reference's order, so fp32
+// results are its bits), rounded once.
 template <class G>
 __global__ void embedding_backward_wte_kernel(G* dwte, const float* dout,
                                               const std::int32_t* sorted_tokens,
@@ -47,22 +49,22 @@ __global__ void embedding_backward_wte_kernel(G* dwte, const float* dout,
   int end = j + 1;
   while (end < BT && sorted_tokens[end] == token) ++end;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float s = 0.0f;
-    for (int r = j; r < end; ++r) s += dout[static_cast<std::size_t>(sorted_pos[r]) * C + c];
     G& g = dwte[static_cast<std::size_t>(token) * C + c];
-    g = from_f32<G>(to_f32(g) + s);
+    float s = to_f32(g);
+    for (int r = j; r < end; ++r) s += dout[static_cast<std::size_t>(sorted_pos[r]) * C + c];
+    g = from_f32<G>(s);
   }
 }
 
-// dwpe: (T,C) += sum over b of dout[b,t]; one thread per (t,c), b in order.
+// dwpe: (T,C) += dout[b,t] for b in order; one thread per (t,c).
 template <class G>
 __global__ void embedding_backward_wpe_kernel(G* dwpe, const float* dout, int B, int T, int C) {
   const std::size_t n = static_cast<std::size_t>(T) * C;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    float s = 0.0f;
+    float s = to_f32(dwpe[i]);
     for (int b = 0; b < B; ++b) s += dout[static_cast<std::size_t>(b) * n + i];
-    dwpe[i] = from_f32<G>(to_f32(dwpe[i]) + s);
+    dwpe[i] = from_f32<G>(s);
   }
 }
 

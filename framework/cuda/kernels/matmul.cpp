@@ -110,18 +110,28 @@ void CudaKernels::gemm(const Gemm& g) const {
   ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
       pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
 
-  cublasLtMatmulHeuristicResult_t best{};
-  int found = 0;
-  ZTRAIN_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt_, desc.handle, la.handle, lb.handle, ld.handle,
-                                               ld.handle, pref.handle, 1, &best, &found));
-  if (found == 0)
-    throw Error("cuBLASLt has no algorithm for a " + std::string(dtype_name(g.a_type)) +
-                " GEMM of " + std::to_string(g.m) + " x " + std::to_string(g.n) + " x " +
-                std::to_string(g.k) + " on this GPU");
+  // The heuristic costs tens of microseconds; a model asks for the same
+  // few shapes every step, so its answer is kept per shape.
+  const GemmKey key{g.m,     g.n,       g.k,       g.lda,    g.ldb,    g.ldd,    align_a, align_b,
+                    align_d, g.a_trans, g.b_trans, g.a_type, g.b_type, g.d_type, compute};
+  auto known = algos_.find(key);
+  if (known == algos_.end()) {
+    cublasLtMatmulHeuristicResult_t best{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt_, desc.handle, la.handle, lb.handle, ld.handle, ld.handle,
+                                       pref.handle, 1, &best, &found);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
+      throw Error("cuBLASLt has no algorithm for a " + std::string(dtype_name(g.a_type)) +
+                  " GEMM of " + std::to_string(g.m) + " x " + std::to_string(g.n) + " x " +
+                  std::to_string(g.k) + " on this GPU");
+    ZTRAIN_CUBLAS(st);
+    known = algos_.emplace(key, best.algo).first;
+  }
   const float alpha = 1.0f;
   ZTRAIN_CUBLAS(cublasLtMatmul(lt_, desc.handle, &alpha, g.a, la.handle, g.b, lb.handle, &g.beta,
-                               g.d, ld.handle, g.d, ld.handle, &best.algo, workspace_.data(), ws,
-                               stream_));
+                               g.d, ld.handle, g.d, ld.handle, &known->second, workspace_.data(),
+                               ws, stream_));
 }
 
 // out: (N,OC) = inp (N,C) @ w^T + bias
@@ -143,23 +153,25 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w, 
 void CudaKernels::matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
                                   const float* inp, ConstTypedPtr w, int N, int C, int OC) const {
   if (N == 0) return;
+  // dout rounded once to each 16-bit type the two GEMMs need (one, when
+  // the weight and its gradient share a type, as they do in a run).
+  Buffer dout_w, dout_dw;
+  const auto dout_as = [&](DType t, Buffer& keep) -> const void* {
+    if (t == DType::f32) return dout;
+    if (dout_w && t == w.dtype) return dout_w.data();
+    keep = rounded(dout, static_cast<std::size_t>(N) * OC, t);
+    return keep.data();
+  };
   if (dinp) {
-    Buffer dout16;
-    const void* d = dout;
-    if (w.dtype != DType::f32) {
-      dout16 = rounded(dout, static_cast<std::size_t>(N) * OC, w.dtype);
-      d = dout16.data();
-    }
+    const void* d = dout_as(w.dtype, dout_w);
     gemm({w.data, w.dtype, false, C, d, w.dtype, false, OC, dinp, DType::f32, C, C, N, OC, 1.0f});
   }
   if (dw) {
-    Buffer dout16, inp16;
-    const void* d = dout;
+    const void* d = dout_as(dw.dtype, dout_dw);
+    Buffer inp16;
     const void* x = inp;
     if (dw.dtype != DType::f32) {
-      dout16 = rounded(dout, static_cast<std::size_t>(N) * OC, dw.dtype);
       inp16 = rounded(inp, static_cast<std::size_t>(N) * C, dw.dtype);
-      d = dout16.data();
       x = inp16.data();
     }
     gemm({x, dw.dtype, false, C, d, dw.dtype, true, OC, dw.data, dw.dtype, C, C, OC, N, 1.0f});

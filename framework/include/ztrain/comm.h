@@ -26,9 +26,11 @@
 // collective that was never issued, or issued twice, shows in the counts.
 //
 // Backends: `local` (world 1, no MPI: collectives are copies or nothing),
-// `mpi` (Open MPI, host memory) and `gloo` (ranks started independently,
+// `mpi` (Open MPI, host memory), `gloo` (ranks started independently,
 // torchrun-style, meeting at rank 0's store; gloo's TCP transport, host
-// memory).
+// memory) and `nccl` (GPU memory, on the cuda device's communication
+// stream; built in libztrain_cuda over an mpi or gloo communicator that
+// carries its unique id).
 // Thread safety: one thread issues collectives on a communicator; works may
 // be waited on from that thread only; counters() may be read from any
 // thread.
@@ -88,18 +90,26 @@ struct CommCounters {
 class ZTRAIN_API CommWork {
  public:
   CommWork() = default;
-  // on_timeout is called (and must not return) when wait() exceeds timeout_s.
+  // A collective a host thread runs: on_timeout is called (and must not
+  // return) when wait() exceeds timeout_s.
   CommWork(std::shared_future<void> done, double timeout_s, std::function<void()> on_timeout)
       : done_(std::move(done)), timeout_s_(timeout_s), on_timeout_(std::move(on_timeout)) {}
-  // Blocks until the collective finished; rethrows its CommError.
+  // A collective queued on a GPU stream (nccl): wait() calls `order`, which
+  // makes the device's later work wait for it without blocking the host;
+  // the backend's own watchdog bounds it.
+  explicit CommWork(std::function<void()> order) : order_(std::move(order)) {}
+  // Returns when the buffers may be reused: a host collective has finished
+  // (its CommError rethrown), or device work issued from now on runs after
+  // a device collective.
   void wait();
-  // True when finished (wait() then returns at once).
+  // True when wait() would return at once.
   bool test() const;
 
  private:
   std::shared_future<void> done_;
   double timeout_s_ = 0;
   std::function<void()> on_timeout_;
+  std::function<void()> order_;
 };
 
 // Waits for every work, even after one failed (their buffers must outlive

@@ -7,6 +7,12 @@
 namespace ztrain {
 
 void CommWork::wait() {
+  if (order_) {
+    const auto order = std::move(order_);
+    order_ = nullptr;
+    order();
+    return;
+  }
   if (!done_.valid()) return;
   if (timeout_s_ > 0 &&
       done_.wait_for(std::chrono::duration<double>(timeout_s_)) == std::future_status::timeout) {
