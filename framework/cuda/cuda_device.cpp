@@ -80,6 +80,38 @@ void CudaDevice::order(cudaStream_t after, cudaStream_t before) {
   ZTRAIN_CUDA(cudaStreamWaitEvent(after, order_event_, 0));
 }
 
+namespace {
+
+bool on_gpu(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // plain host memory the runtime never saw
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+}  // namespace
+
+void CudaDevice::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  bind();
+  ZTRAIN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, compute_));
+  if (!on_gpu(dst) || !on_gpu(src)) ZTRAIN_CUDA(cudaStreamSynchronize(compute_));
+}
+
+void CudaDevice::fill_zero(void* p, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (!on_gpu(p)) {
+    // Host memory: what the GPU queued may still be copying into it.
+    synchronize();
+    std::memset(p, 0, bytes);
+    return;
+  }
+  bind();
+  ZTRAIN_CUDA(cudaMemsetAsync(p, 0, bytes, compute_));
+}
+
 void CudaDevice::copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
   ZTRAIN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));

@@ -39,6 +39,12 @@ class CudaDevice final : public Device, private DeviceMemory {
   std::string name() const override { return name_; }
   int threads() const override { return options_.host_threads; }
 
+  // Device interface: copies on the compute stream (waited for when host
+  // memory is at either end), zero fills there too.
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void fill_zero(void* p, std::size_t bytes) override;
+  bool host_visible(Tier tier) const override { return tier != Tier::device; }
+
   int ordinal() const { return options_.ordinal; }
   const cudaDeviceProp& properties() const { return props_; }
   cudaStream_t compute() const { return compute_; }

@@ -25,7 +25,6 @@
 #include <map>
 #include <tuple>
 
-
 #include "cuda/cuda_device.h"
 #include "ztrain/kernels.h"
 
@@ -79,12 +78,19 @@ class CudaKernels final : public Kernels {
              float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
              float bc2, GradAfter grad_after) const override;
   double sum_squares(ConstTypedPtr x, std::size_t n) const override;
+  void cast(TypedPtr dst, ConstTypedPtr src, std::size_t n) const override;
+  void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) const override;
+  double sum(const float* x, std::size_t n) const override;
 
  private:
   // Scratch device memory for one op.
   Buffer scratch(std::size_t bytes) const;
   // x (n floats) rounded to `type` into scratch.
   Buffer rounded(const float* x, std::size_t n, DType type) const;
+  // n elements reduced to one double on the host: launch_partials(partial,
+  // chunks) writes one partial per chunk (reductions.cu).
+  template <class Partial>
+  double reduce_to_host(std::size_t n, Partial&& launch_partials) const;
   // D = alpha op(A) op(B) + beta C over column-major operands (matmul.cpp).
   struct Gemm;
   void gemm(const Gemm& g) const;

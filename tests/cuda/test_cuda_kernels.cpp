@@ -349,3 +349,33 @@ TEST_CASE("backward kernels give the same bits on every run") {
       CHECK(same_bits(dwte.get(), dwte_first));
   }
 }
+
+TEST_CASE("cast, accumulate and sum match the reference for every type pair") {
+  const std::size_t n = 70001;
+  const Vec x = randn(n, 91, 3.0f), y = randn(n, 92);
+  for (DType from : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType to : {DType::f32, DType::bf16, DType::f16}) {
+      CAPTURE(ztrain::dtype_name(from));
+      CAPTURE(ztrain::dtype_name(to));
+      Array src(x, from), dst(n, to);
+      G().cast(dst.typed(), src.typed(), n);
+      Vec want(n);
+      std::vector<std::uint8_t> s(n * ztrain::dtype_size(from)), d(n * ztrain::dtype_size(to));
+      ztrain::convert(x.data(), DType::f32, s.data(), from, n);
+      R().cast({d.data(), to}, {s.data(), from}, n);
+      ztrain::convert(d.data(), to, want.data(), DType::f32, n);
+      CHECK(same_bits(dst.get(), want));  // one rounding, to nearest even, both sides
+    }
+    Array acc(y, from), add(x, from);
+    G().accumulate(acc.typed(), add.typed(), n);
+    std::vector<std::uint8_t> a(n * ztrain::dtype_size(from)), b(n * ztrain::dtype_size(from));
+    ztrain::convert(y.data(), DType::f32, a.data(), from, n);
+    ztrain::convert(x.data(), DType::f32, b.data(), from, n);
+    R().accumulate({a.data(), from}, {b.data(), from}, n);
+    Vec want(n);
+    ztrain::convert(a.data(), from, want.data(), DType::f32, n);
+    CHECK(same_bits(acc.get(), want));
+  }
+  Array gx(x);
+  CHECK(G().sum(gx.f(), n) == doctest::Approx(R().sum(x.data(), n)).epsilon(1e-12));
+}

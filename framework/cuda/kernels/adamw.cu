@@ -1,5 +1,5 @@
 // AdamW over a shard in one pass (master, moments, gradient, the 16-bit
-// working copy), and the sum of squares behind the global gradient norm.
+// working copy).
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels/common.cuh"
 
@@ -34,31 +34,6 @@ __global__ void adamw_kernel(float* p, G* g, float* m, float* v, W* working, std
   }
 }
 
-// Fixed chunks of kChunk elements, one block each, summed in double; the
-// partials are added in order by one block. Neither depends on the GPU.
-constexpr std::size_t kChunk = 65536;
-constexpr unsigned kSumThreads = 512;
-
-template <class T>
-__global__ void sum_squares_partial_kernel(double* partial, const T* x, std::size_t n) {
-  __shared__ double shared[32];
-  const std::size_t begin = blockIdx.x * kChunk;
-  const std::size_t end = begin + kChunk < n ? begin + kChunk : n;
-  double s = 0.0;
-  for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const double xi = to_f32(x[i]);
-    s += xi * xi;
-  }
-  s = block_sum(s, shared);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void sum_in_order_kernel(double* out, const double* partial, std::size_t k) {
-  double s = 0.0;
-  for (std::size_t i = 0; i < k; ++i) s += partial[i];
-  *out = s;
-}
-
 }  // namespace
 
 void CudaKernels::adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
@@ -79,25 +54,6 @@ void CudaKernels::adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr worki
     });
   });
   ZTRAIN_CUDA_LAUNCHED();
-}
-
-double CudaKernels::sum_squares(ConstTypedPtr x, std::size_t n) const {
-  if (n == 0) return 0.0;
-  const std::size_t chunks = (n + kChunk - 1) / kChunk;
-  Buffer partial = scratch(sizeof(double) * (chunks + 1));
-  double* out = partial.as<double>() + chunks;
-  with_type(x.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    sum_squares_partial_kernel<T><<<static_cast<unsigned>(chunks), kSumThreads, 0, stream_>>>(
-        partial.as<double>(), static_cast<const T*>(x.data), n);
-  });
-  ZTRAIN_CUDA_LAUNCHED();
-  sum_in_order_kernel<<<1, 1, 0, stream_>>>(out, partial.as<double>(), chunks);
-  ZTRAIN_CUDA_LAUNCHED();
-  double result = 0.0;
-  ZTRAIN_CUDA(cudaMemcpyAsync(&result, out, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  ZTRAIN_CUDA(cudaStreamSynchronize(stream_));
-  return result;
 }
 
 }  // namespace ztrain::cuda

@@ -1,5 +1,6 @@
-// Elementwise ops: GELU, SwiGLU, add, RoPE, and the cast that rounds an
-// fp32 operand to 16 bits for a tensor-core GEMM. Grid-stride loops, one
+// Elementwise ops: GELU, SwiGLU, add, RoPE, casts between types (also the
+// one that rounds an fp32 operand to 16 bits for a tensor-core GEMM) and
+// the accumulation of one typed buffer into another. Grid-stride loops, one
 // element per thread per pass; the math is the cpu reference's, line for
 // line (x * sigmoid(2u) for GELU, avoiding 1 + tanh's cancellation).
 #include "cuda/cuda_kernels.h"
@@ -82,10 +83,18 @@ __global__ void rope_kernel(float* x, const float* cos, const float* sin, int B,
   }
 }
 
-template <class T>
-__global__ void round_kernel(T* out, const float* in, std::size_t n) {
+template <class D, class S>
+__global__ void cast_kernel(D* out, const S* in, std::size_t n) {
   ZTRAIN_GRID_STRIDE(i, n) {
-    out[i] = from_f32<T>(in[i]);
+    out[i] = from_f32<D>(to_f32(in[i]));
+  }
+}
+
+// dst += src, the sum in fp32, rounded once.
+template <class T>
+__global__ void accumulate_kernel(T* dst, const T* src, std::size_t n) {
+  ZTRAIN_GRID_STRIDE(i, n) {
+    dst[i] = from_f32<T>(to_f32(dst[i]) + to_f32(src[i]));
   }
 }
 
@@ -146,12 +155,39 @@ void CudaKernels::rope_backward(float* dx, const float* cos, const float* sin, i
 Buffer CudaKernels::rounded(const float* x, std::size_t n, DType type) const {
   Buffer b = scratch(n * dtype_size(type));
   if (n == 0) return b;
-  with_type(type, [&](auto tag) {
-    using T = decltype(tag);
-    round_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(b.as<T>(), x, n);
+  cast({b.data(), type}, x, n);
+  return b;
+}
+
+void CudaKernels::cast(TypedPtr dst, ConstTypedPtr src, std::size_t n) const {
+  if (n == 0) return;
+  if (dst.dtype == src.dtype) {
+    ZTRAIN_CUDA(cudaMemcpyAsync(dst.data, src.data, n * dtype_size(dst.dtype),
+                                cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  with_type(dst.dtype, [&](auto dtag) {
+    using D = decltype(dtag);
+    with_type(src.dtype, [&](auto stag) {
+      using S = decltype(stag);
+      cast_kernel<D, S><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+          static_cast<D*>(dst.data), static_cast<const S*>(src.data), n);
+    });
   });
   ZTRAIN_CUDA_LAUNCHED();
-  return b;
+}
+
+void CudaKernels::accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) const {
+  if (n == 0) return;
+  if (dst.dtype != src.dtype)
+    throw InternalError("accumulate: a " + std::string(dtype_name(src.dtype)) + " into a " +
+                        std::string(dtype_name(dst.dtype)) + " buffer");
+  with_type(dst.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    accumulate_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+        static_cast<T*>(dst.data), static_cast<const T*>(src.data), n);
+  });
+  ZTRAIN_CUDA_LAUNCHED();
 }
 
 }  // namespace ztrain::cuda

@@ -11,6 +11,8 @@
 //
 // Ownership: a Buffer owns its bytes and returns them on destruction; the
 // Device must outlive every Buffer it handed out.
+// Alignment: 64 bytes, 4096 from 4096 bytes up on the cpu device (direct
+// I/O reads into host tiers); 256 on the cuda device tier.
 // Thread safety: allocate/release/stats may be called from any thread.
 #pragma once
 
@@ -109,6 +111,18 @@ class ZTRAIN_API Device {
   // Accounts bytes held elsewhere (nvme files): positive to add, negative to
   // return. Raises OutOfMemoryError past the tier's budget.
   void account(Tier tier, Category category, std::int64_t bytes);
+
+  // Moving bytes, for code that must not assume the host can touch a tier
+  // (host_visible). dst and src are this device's memory (any tier) or
+  // plain host memory. A copy with host memory at either end has finished
+  // when it returns; one between device-tier blocks, and fill_zero, are
+  // ordered with the device's kernels. On the cpu device every tier is
+  // host memory: memcpy and memset.
+  virtual void copy(void* dst, const void* src, std::size_t bytes);
+  virtual void fill_zero(void* p, std::size_t bytes);
+  // Whether host code may read and write this tier's memory directly
+  // (cpu: every tier; cuda: host).
+  virtual bool host_visible(Tier tier) const;
 
   void set_budget(Tier tier, std::optional<std::uint64_t> bytes);
   std::optional<std::uint64_t> budget(Tier tier) const;

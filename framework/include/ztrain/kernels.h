@@ -162,6 +162,16 @@ class ZTRAIN_API Kernels {
 
   // Sum of squares in double, deterministic for a given thread count.
   virtual double sum_squares(ConstTypedPtr x, std::size_t n) const = 0;
+
+  // Moving values between the typed buffers a strategy keeps (all in the
+  // memory these kernels run on):
+  // dst (n) = src (n) in dst's type (rounded as dtype.h; f32 to f32 copies).
+  virtual void cast(TypedPtr dst, ConstTypedPtr src, std::size_t n) const = 0;
+  // dst (n) += src (n), both of one type, each sum in fp32 rounded once
+  // (a reduced gradient added to the one a shard accumulates).
+  virtual void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) const = 0;
+  // Sum of x (n) in double, in index order (a micro-batch's mean loss).
+  virtual double sum(const float* x, std::size_t n) const = 0;
 };
 
 // The cpu implementation (oneTBB loops, OpenBLAS GEMMs) on the threads the

@@ -95,6 +95,12 @@ class ZTRAIN_API Arena {
   explicit Arena(Device& device) : device_(device) {}
   float* alloc_f32(std::size_t n);
   std::int32_t* alloc_i32(std::size_t n);
+  // n token ids from host memory where the kernels can read them: the
+  // same pointer when the host can touch the device tier, else a copy in
+  // this arena.
+  const std::int32_t* on_device(const std::int32_t* host, std::size_t n);
+  // The device the arena allocates from (for copies and fills).
+  Device& device() { return device_; }
   // Returns every allocation; earlier pointers are invalid.
   void reset();
   // Bytes handed out since the last reset.

@@ -123,6 +123,18 @@ void Device::release(Tier tier, Category category, std::uint64_t bytes) noexcept
   stats_.tier_current[t] -= bytes;
 }
 
+void Device::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+
+void Device::fill_zero(void* p, std::size_t bytes) {
+  if (bytes > 0) std::memset(p, 0, bytes);
+}
+
+bool Device::host_visible(Tier) const {
+  return true;
+}
+
 void Device::set_budget(Tier tier, std::optional<std::uint64_t> bytes) {
   std::lock_guard lock(mu_);
   budget_[static_cast<std::size_t>(tier)] = bytes;

@@ -21,6 +21,13 @@ void Arena::reset() {
 float* Arena::alloc_f32(std::size_t n) {
   return static_cast<float*>(take(n * sizeof(float)));
 }
+const std::int32_t* Arena::on_device(const std::int32_t* host, std::size_t n) {
+  if (device_.host_visible(Tier::device)) return host;
+  std::int32_t* d = alloc_i32(n);
+  device_.copy(d, host, n * sizeof(std::int32_t));
+  return d;
+}
+
 std::int32_t* Arena::alloc_i32(std::size_t n) {
   return static_cast<std::int32_t*>(take(n * sizeof(std::int32_t)));
 }

@@ -2,6 +2,7 @@
 // strategy's views. Shapes: B batch, T time, C width, N = B*T, H MLP width,
 // KV key/value width, V vocabulary.
 #include <algorithm>
+#include <vector>
 
 #include "transformer.h"
 #include "ztrain/error.h"
@@ -9,8 +10,9 @@
 namespace ztrain::transformer {
 namespace {
 
-void zero(float* p, std::size_t n) {
-  std::fill(p, p + n, 0.0f);
+// Activation gradients the backward ops add into start at zero.
+void zero(StepContext& ctx, float* p, std::size_t n) {
+  ctx.activations().device().fill_zero(p, n * sizeof(float));
 }
 
 }  // namespace
@@ -41,7 +43,17 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
   Acts a;
   plan(
       batch.shape.batch, batch.shape.seq_len, [&](std::size_t n) { return arena.alloc_f32(n); }, a);
-  if (a.rope_cos) rope_tables(a.rope_cos, a.rope_sin, batch.shape.seq_len);
+  const std::size_t n = static_cast<std::size_t>(batch.shape.batch) * batch.shape.seq_len;
+  a.inputs = arena.on_device(batch.inputs, n);
+  a.targets = arena.on_device(batch.targets, n);
+  if (a.rope_cos) {
+    const std::size_t entries =
+        static_cast<std::size_t>(batch.shape.seq_len) * (cfg_.head_size() / 2);
+    std::vector<float> cos(entries), sin(entries);
+    rope_tables(cos.data(), sin.data(), batch.shape.seq_len);
+    arena.device().copy(a.rope_cos, cos.data(), entries * sizeof(float));
+    arena.device().copy(a.rope_sin, sin.data(), entries * sizeof(float));
+  }
   return a;
 }
 
@@ -101,34 +113,34 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
 
   // MLP
   if (!cfg_.llama) {
-    zero(a.d_h2, NH_);
+    zero(ctx, a.d_h2, NH_);
     k.matmul_backward(a.d_h2, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h2, P(p.fcproj_w), N, H, C);
-    zero(a.d_h1, NH_);
+    zero(ctx, a.d_h1, NH_);
     k.gelu_backward(a.d_h1, b.h1, a.d_h2, NH_);
-    zero(a.d_c, NC);
+    zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, b.ln2, P(p.fc_w), N, C, H);
     k.layernorm_backward(a.d_res, G(p.ln2_w), G(p.ln2_b), a.d_c, b.res1, P(p.ln2_w), b.ln2_mean,
                          b.ln2_rstd, N, C);
   } else {
-    zero(a.d_h3, NH_);
+    zero(ctx, a.d_h3, NH_);
     k.matmul_backward(a.d_h3, G(p.fcproj_w), nullptr, a.d_res, b.h3, P(p.fcproj_w), N, H, C);
-    zero(a.d_h1, NH_);
-    zero(a.d_h2, NH_);
+    zero(ctx, a.d_h1, NH_);
+    zero(ctx, a.d_h2, NH_);
     k.swiglu_backward(a.d_h1, a.d_h2, a.d_h3, b.h1, b.h2, NH_);
-    zero(a.d_c, NC);
+    zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), N, C, H);
     k.matmul_backward(a.d_c, G(p.up_w), nullptr, a.d_h2, b.ln2, P(p.up_w), N, C, H);
     k.rmsnorm_backward(a.d_res, G(p.ln2_w), a.d_c, b.res1, P(p.ln2_w), b.ln2_rstd, N, C);
   }
   // a.d_res is now dL/d(res1). Attention:
-  zero(a.d_att, NC);
+  zero(ctx, a.d_att, NC);
   k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), a.d_res, b.atty, P(p.proj_w), N, C, C);
   if (!cfg_.llama) {
-    zero(a.d_qkv, NC * 3);
+    zero(ctx, a.d_qkv, NC * 3);
     float* dq = a.d_qkv;
     k.attention_backward(dq, dq + C, dq + 2 * C, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T, NH,
                          NH, hs, b.q_stride, b.kv_stride);
-    zero(a.d_c, NC);
+    zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w), N, C, 3 * C);
     k.layernorm_backward(a.d_res, G(p.ln1_w), G(p.ln1_b), a.d_c, x, P(p.ln1_w), b.ln1_mean,
                          b.ln1_rstd, N, C);
@@ -138,12 +150,12 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
     float* dq = a.d_qkv;
     float* dk = dq + NC;
     float* dv = dk + NKVs;
-    zero(a.d_qkv, NC + 2 * NKVs);
+    zero(ctx, a.d_qkv, NC + 2 * NKVs);
     k.attention_backward(dq, dk, dv, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T, NH, NKV, hs,
                          b.q_stride, b.kv_stride);
     k.rope_backward(dq, b.rope_cos, b.rope_sin, B, T, NH, hs, C);
     k.rope_backward(dk, b.rope_cos, b.rope_sin, B, T, NKV, hs, KV);
-    zero(a.d_c, NC);
+    zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.q_w), nullptr, dq, b.ln1, P(p.q_w), N, C, C);
     k.matmul_backward(a.d_c, G(p.k_w), nullptr, dk, b.ln1, P(p.k_w), N, C, KV);
     k.matmul_backward(a.d_c, G(p.v_w), nullptr, dv, b.ln1, P(p.v_w), N, C, KV);
@@ -158,7 +170,7 @@ float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float*
   auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
 
   ctx.enter_forward(0);
-  k.embedding_forward(a.resid[0], batch.inputs, P(wte_), P(wpe_), B, T, C);
+  k.embedding_forward(a.resid[0], a.inputs, P(wte_), P(wpe_), B, T, C);
   ctx.exit_forward(0);
   for (int l = 0; l < L; ++l) {
     ctx.enter_forward(l + 1);
@@ -174,12 +186,12 @@ float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float*
   else
     k.rmsnorm_forward(a.lnf, a.lnf_rstd, xL, P(lnf_w_), N, C, cfg_.norm_eps);
   k.matmul_forward(a.logits, a.lnf, P(head_w_), nullptr, N, C, V);  // logits: (N,V)
-  if (logits_out) std::copy_n(a.logits, static_cast<std::size_t>(N) * V, logits_out);
-  k.softmax_crossentropy_forward(a.losses, a.logits, batch.targets, N, V);
+  if (logits_out)
+    ctx.activations().device().copy(logits_out, a.logits,
+                                    static_cast<std::size_t>(N) * V * sizeof(float));
+  k.softmax_crossentropy_forward(a.losses, a.logits, a.targets, N, V);
   ctx.exit_forward(L + 1);
-  double sum = 0;
-  for (int i = 0; i < N; ++i) sum += a.losses[i];
-  return static_cast<float>(sum / N);
+  return static_cast<float>(k.sum(a.losses, static_cast<std::size_t>(N)) / N);
 }
 
 float Transformer::evaluate(const Batch& batch, StepContext& ctx) {
@@ -204,11 +216,11 @@ float Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
 
   ctx.enter_backward(L + 1);
   // d(mean loss)/d(loss_i) = 1/N, times the host's scale.
-  k.softmax_crossentropy_backward(a.logits, batch.targets, ctx.grad_scale() / static_cast<float>(N),
-                                  N, V);
-  zero(a.d_c, NC);
+  k.softmax_crossentropy_backward(a.logits, a.targets, ctx.grad_scale() / static_cast<float>(N), N,
+                                  V);
+  zero(ctx, a.d_c, NC);
   k.matmul_backward(a.d_c, G(head_w_), nullptr, a.logits, a.lnf, P(head_w_), N, C, V);
-  zero(a.d_res, NC);
+  zero(ctx, a.d_res, NC);
   const float* xL = a.resid[static_cast<std::size_t>(L)];
   if (!cfg_.llama)
     k.layernorm_backward(a.d_res, G(lnf_w_), G(lnf_b_), a.d_c, xL, P(lnf_w_), a.lnf_mean,
@@ -222,7 +234,7 @@ float Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
     ctx.exit_backward(l + 1);
   }
   ctx.enter_backward(0);
-  k.embedding_backward(G(wte_), G(wpe_), a.d_res, batch.inputs, B, T, C);
+  k.embedding_backward(G(wte_), G(wpe_), a.d_res, a.inputs, B, T, C);
   ctx.exit_backward(0);
   return loss;
 }

@@ -81,6 +81,8 @@ class Transformer final : public Model {
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *d_res, *d_c, *d_att, *d_qkv, *d_h1, *d_h2, *d_h3;  // backward scratch
     float *rope_cos, *rope_sin;  // Llama: (T, hs/2) rotary angles' cos and sin
+    // The batch's (B,T) token ids where the kernels read them (arena.on_device).
+    const std::int32_t *inputs = nullptr, *targets = nullptr;
   };
   void plan(int B, int T, const std::function<float*(std::size_t)>& alloc, Acts& acts) const;
   BlockActs& block_acts(Acts& a, int l) const {
@@ -93,7 +95,7 @@ class Transformer final : public Model {
   ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by);
   Acts planned(const Batch& batch, StepContext& ctx) const;
   // cos, sin: (T, hs/2) of the rotary angles, as Hugging Face computes them
-  // (fp32 inverse frequencies and angles).
+  // (fp32 inverse frequencies and angles), into host memory.
   void rope_tables(float* cos, float* sin, int T) const;
   // logits_out (when given) receives the (N,V) logits before the softmax.
   float forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
