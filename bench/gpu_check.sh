@@ -5,8 +5,8 @@
 #   1. every GPU test (the cuda device, every cuda kernel against its cpu
 #      reference, the nccl communicator; tests/cuda),
 #   2. every strategy at world 1 on the GPU against the same run on the
-#      CPU (losses and gradient norms, fp32 and bf16) - once the trainer
-#      runs on [device] kind = "cuda"; until then the table says so,
+#      CPU (losses and gradient norms, fp32 and bf16; the offload
+#      strategies are listed and fail until they run on the GPU),
 #   3. the kernels' throughput at GPT-2 124M's shapes (bench_cuda_kernels),
 # and prints one table at the end.
 #
@@ -73,7 +73,8 @@ for precision in fp32 bf16; do
   # Tolerances: the GPU sums in other orders (fp32), and a bf16 run's
   # GEMMs take activations rounded to bf16 where the CPU keeps fp32.
   tol=$([ $precision = fp32 ] && echo 1e-4 || echo 2e-2)
-  "$bin/ztrain" "${base[@]}" --set train.precision=$precision --set train.out_dir="$scratch/cpu-$precision" \
+  "$bin/ztrain" "${base[@]}" --set train.precision=$precision --set device.kind=cpu \
+    --set train.out_dir="$scratch/cpu-$precision" \
     "$src/configs/run.toml" > "$scratch/cpu-$precision.out" 2>&1 ||
     { row "cpu reference $precision" "FAILED" "$(tail -1 "$scratch/cpu-$precision.out")"; continue; }
   curve "$scratch/cpu-$precision/metrics.jsonl" > "$scratch/cpu-$precision.curve"

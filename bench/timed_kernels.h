@@ -83,8 +83,6 @@ class TimedKernels final : public Kernels {
                (float* a, TypedPtr b, float* c, float* d, TypedPtr e, std::size_t f, float g,
                 float h, float i, float j, float k, float l, float m, float n, GradAfter o),
                (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o))
-  ZTRAIN_TIMED(cast, (TypedPtr a, ConstTypedPtr b, std::size_t c), (a, b, c))
-  ZTRAIN_TIMED(accumulate, (TypedPtr a, ConstTypedPtr b, std::size_t c), (a, b, c))
 #undef ZTRAIN_TIMED
   double sum(const float* x, std::size_t n) const override {
     const auto t0 = std::chrono::steady_clock::now();

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/kernels.h"
 
@@ -45,4 +46,19 @@ ZTRAIN_API std::unique_ptr<Device> make_cuda_device(const CudaOptions& options);
 // tensor cores; off, fp32 GEMMs are exact fp32.
 ZTRAIN_API std::unique_ptr<Kernels> make_cuda_kernels(Device& device, bool tf32);
 
+// What libztrain finds in libztrain_cuda when a run asks for the cuda
+// device (core/cuda_loader.h loads it by name beside libztrain), so the
+// host never links the CUDA libraries. make_nccl is null in a build
+// without NCCL.
+struct Backend {
+  int (*device_count)(std::string* why);
+  std::unique_ptr<Device> (*make_device)(const CudaOptions& options);
+  std::unique_ptr<Kernels> (*make_kernels)(Device& device, bool tf32);
+  std::unique_ptr<Communicator> (*make_nccl)(Communicator& bootstrap, Device& device,
+                                             double timeout_s);
+};
+
 }  // namespace ztrain::cuda
+
+// The library's one C entry point (a stable name for dlsym).
+extern "C" ZTRAIN_API const ztrain::cuda::Backend* ztrain_cuda_backend();

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/kernels/cast.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
 
@@ -80,9 +82,7 @@ void CudaDevice::order(cudaStream_t after, cudaStream_t before) {
   ZTRAIN_CUDA(cudaStreamWaitEvent(after, order_event_, 0));
 }
 
-namespace {
-
-bool on_gpu(const void* p) {
+bool CudaDevice::on_gpu(const void* p) {
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     cudaGetLastError();  // plain host memory the runtime never saw
@@ -91,13 +91,62 @@ bool on_gpu(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-}  // namespace
-
 void CudaDevice::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   bind();
   ZTRAIN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, compute_));
   if (!on_gpu(dst) || !on_gpu(src)) ZTRAIN_CUDA(cudaStreamSynchronize(compute_));
+}
+
+// A conversion runs where its source is: on the GPU into a scratch block of
+// the destination's type (then copied), or on the host into a vector of it
+// (then copied); host to host waits for the GPU's copies first.
+void CudaDevice::convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) {
+  if (n == 0) return;
+  if (dst.dtype == src.dtype) return copy(dst.data, src.data, n * dtype_size(dst.dtype));
+  const bool src_gpu = on_gpu(src.data), dst_gpu = on_gpu(dst.data);
+  bind();
+  if (src_gpu && dst_gpu) return launch_cast(dst, src, n, compute_);
+  if (src_gpu) {
+    Buffer staged =
+        allocate(Tier::device, Category::comm, n * dtype_size(dst.dtype), Fill::undefined);
+    launch_cast({staged.data(), dst.dtype}, src, n, compute_);
+    return copy(dst.data, staged.data(), n * dtype_size(dst.dtype));
+  }
+  if (dst_gpu) {
+    std::vector<std::uint8_t> staged(n * dtype_size(dst.dtype));
+    ztrain::convert(src.data, src.dtype, staged.data(), dst.dtype, n);
+    return copy(dst.data, staged.data(), staged.size());
+  }
+  synchronize();
+  ztrain::convert(src.data, src.dtype, dst.data, dst.dtype, n);
+}
+
+// Where the destination is: on the GPU (a host source is copied up
+// first), or on the host (a GPU source is copied down first).
+void CudaDevice::accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) {
+  if (dst.dtype != src.dtype)
+    throw InternalError("accumulate: a " + std::string(dtype_name(src.dtype)) + " buffer into a " +
+                        std::string(dtype_name(dst.dtype)) + " one");
+  if (n == 0) return;
+  const std::size_t bytes = n * dtype_size(dst.dtype);
+  bind();
+  if (on_gpu(dst.data)) {
+    if (on_gpu(src.data)) return launch_accumulate(dst, src, n, compute_);
+    Buffer staged = allocate(Tier::device, Category::comm, bytes, Fill::undefined);
+    copy(staged.data(), src.data, bytes);
+    return launch_accumulate(dst, {staged.data(), src.dtype}, n, compute_);
+  }
+  std::vector<std::uint8_t> staged;
+  const void* from = src.data;
+  if (on_gpu(src.data)) {
+    staged.resize(bytes);
+    copy(staged.data(), src.data, bytes);
+    from = staged.data();
+  } else {
+    synchronize();
+  }
+  add_into(dst.data, from, n, dst.dtype);
 }
 
 void CudaDevice::fill_zero(void* p, std::size_t bytes) {

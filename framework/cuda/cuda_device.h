@@ -42,9 +42,13 @@ class CudaDevice final : public Device, private DeviceMemory {
   // Device interface: copies on the compute stream (waited for when host
   // memory is at either end), zero fills there too.
   void copy(void* dst, const void* src, std::size_t bytes) override;
+  void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) override;
+  void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) override;
   void fill_zero(void* p, std::size_t bytes) override;
   bool host_visible(Tier tier) const override { return tier != Tier::device; }
 
+  // Whether p is GPU memory (else host memory, pinned or not).
+  static bool on_gpu(const void* p);
   int ordinal() const { return options_.ordinal; }
   const cudaDeviceProp& properties() const { return props_; }
   cudaStream_t compute() const { return compute_; }

@@ -78,8 +78,6 @@ class CudaKernels final : public Kernels {
              float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
              float bc2, GradAfter grad_after) const override;
   double sum_squares(ConstTypedPtr x, std::size_t n) const override;
-  void cast(TypedPtr dst, ConstTypedPtr src, std::size_t n) const override;
-  void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) const override;
   double sum(const float* x, std::size_t n) const override;
 
  private:

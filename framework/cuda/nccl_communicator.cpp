@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -154,6 +155,35 @@ class NcclWatch {
   std::thread thread_;
 };
 
+// A buffer a collective reads or writes, on the GPU: the caller's own when
+// it is GPU memory, else a GPU copy (of its contents when it is read),
+// copied back by finish() when it is written.
+class OnGpu {
+ public:
+  OnGpu(CudaDevice& device, const void* p, std::size_t bytes, bool read)
+      : device_(device),
+        host_(CudaDevice::on_gpu(p) ? nullptr : const_cast<void*>(p)),
+        bytes_(bytes),
+        gpu_(host_ ? nullptr : const_cast<void*>(p)) {
+    if (!host_ || bytes == 0) return;
+    copy_ = device.allocate(Tier::device, Category::comm, bytes, Fill::undefined);
+    gpu_ = copy_.data();
+    if (read) device.copy(gpu_, host_, bytes);
+  }
+  void* get() const { return gpu_; }
+  bool staged() const { return host_ != nullptr; }
+  void finish() {
+    if (host_ && bytes_ > 0) device_.copy(host_, gpu_, bytes_);
+  }
+
+ private:
+  CudaDevice& device_;
+  void* host_;
+  std::size_t bytes_;
+  void* gpu_;
+  Buffer copy_;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, CudaDevice& device, std::shared_ptr<NcclWatch> watch,
@@ -176,6 +206,8 @@ class NcclCommunicator final : public Communicator {
   void set_timeout(double timeout_s) override { watch_->set_timeout(timeout_s); }
 
   CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
+    OnGpu d(device_, data, count * dtype_size(type), true);
+    if (d.staged()) return staged({&d}, all_reduce_async(d.get(), count, type, op));
     return issue(
         {Collective::all_reduce, "all_reduce", count, type},
         ring_bytes_sent(Collective::all_reduce, even_split(count, size_), rank_, dtype_size(type)),
@@ -186,6 +218,10 @@ class NcclCommunicator final : public Communicator {
 
   CommWork reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType type,
                                 ReduceOp op) override {
+    OnGpu in(device_, send, recv_count * size_ * dtype_size(type), true),
+        out(device_, recv, recv_count * dtype_size(type), false);
+    if (in.staged() || out.staged())
+      return staged({&out}, reduce_scatter_async(in.get(), out.get(), recv_count, type, op));
     const std::vector<std::size_t> counts(static_cast<std::size_t>(size_), recv_count);
     return issue({Collective::reduce_scatter, "reduce_scatter", recv_count * size_, type},
                  ring_bytes_sent(Collective::reduce_scatter, counts, rank_, dtype_size(type)),
@@ -197,6 +233,10 @@ class NcclCommunicator final : public Communicator {
 
   CommWork all_gather_async(const void* send, void* recv, std::size_t send_count,
                             DType type) override {
+    OnGpu in(device_, send, send_count * dtype_size(type), true),
+        out(device_, recv, send_count * size_ * dtype_size(type), false);
+    if (in.staged() || out.staged())
+      return staged({&out}, all_gather_async(in.get(), out.get(), send_count, type));
     const std::vector<std::size_t> counts(static_cast<std::size_t>(size_), send_count);
     return issue({Collective::all_gather, "all_gather", send_count * size_, type},
                  ring_bytes_sent(Collective::all_gather, counts, rank_, dtype_size(type)),
@@ -210,6 +250,11 @@ class NcclCommunicator final : public Communicator {
                                   const std::vector<std::size_t>& counts, DType type,
                                   ReduceOp op) override {
     check_counts(counts);
+    const std::size_t own = counts[static_cast<std::size_t>(rank_)];
+    OnGpu in(device_, send, total(counts) * dtype_size(type), true),
+        out(device_, recv, own * dtype_size(type), false);
+    if (in.staged() || out.staged())
+      return staged({&out}, reduce_scatter_v_async(in.get(), out.get(), counts, type, op));
     return issue({Collective::reduce_scatter, "reduce_scatter_v", total(counts), type},
                  ring_bytes_sent(Collective::reduce_scatter, counts, rank_, dtype_size(type)),
                  [&](cudaStream_t s) {
@@ -233,6 +278,11 @@ class NcclCommunicator final : public Communicator {
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
                               DType type) override {
     check_counts(counts);
+    const std::size_t own = counts[static_cast<std::size_t>(rank_)];
+    OnGpu in(device_, send, own * dtype_size(type), true),
+        out(device_, recv, total(counts) * dtype_size(type), false);
+    if (in.staged() || out.staged())
+      return staged({&out}, all_gather_v_async(in.get(), out.get(), counts, type));
     return issue({Collective::all_gather, "all_gather_v", total(counts), type},
                  ring_bytes_sent(Collective::all_gather, counts, rank_, dtype_size(type)),
                  [&](cudaStream_t s) {
@@ -256,6 +306,8 @@ class NcclCommunicator final : public Communicator {
     if (root < 0 || root >= size_)
       throw CommError("broadcast from rank " + std::to_string(root) + " of a communicator of " +
                       std::to_string(size_) + " ranks");
+    OnGpu d(device_, data, count * dtype_size(type), true);
+    if (d.staged()) return staged({&d}, broadcast_async(d.get(), count, type, root));
     const std::uint64_t sent =
         rank_ == root ? static_cast<std::uint64_t>(count) * dtype_size(type) * (size_ - 1) : 0;
     return issue({Collective::broadcast, "broadcast", count, type}, sent, [&](cudaStream_t s) {
@@ -310,6 +362,14 @@ class NcclCommunicator final : public Communicator {
     watch_->add(p, tally_);
     CudaDevice& dev = device_;
     return CommWork([p, &dev] { ZTRAIN_CUDA(cudaStreamWaitEvent(dev.compute(), p->done, 0)); });
+  }
+
+  // Waits for a collective run on GPU copies and copies the written ones
+  // back to host memory.
+  CommWork staged(std::initializer_list<OnGpu*> written, CommWork work) {
+    work.wait();
+    for (OnGpu* w : written) w->finish();
+    return {};
   }
 
   void check_counts(const std::vector<std::size_t>& counts) const {

@@ -9,6 +9,11 @@
 // Irregular collectives (reduce_scatter_v, all_gather_v) are grouped calls
 // of per-rank reduces and broadcasts.
 //
+// Host memory: NCCL moves GPU memory only, but strategies reduce a few
+// scalars (a gradient norm's partial sums) and gather exported weights in
+// host memory. A collective given a host buffer copies it to the GPU, runs,
+// copies back and waits: correct, synchronous, and never on the hot path.
+//
 // Timeouts and failures: a watchdog thread polls the pending events and
 // NCCL's asynchronous error. A collective unfinished after the timeout,
 // or an NCCL error, prints "ztrain: rank R: OP of N DTYPE elements did not

@@ -3,7 +3,6 @@
 // are reduce-scattered in buckets, each rank steps its shard, and the new
 // parameters are all-gathered: 2 psi (N-1)/N elements sent per step, as ddp.
 #include <algorithm>
-#include <cstring>
 #include <optional>
 
 #include "ztrain/comm.h"
@@ -28,6 +27,7 @@ class Zero1 final : public Strategy {
     params_ = s.params;
     comm_ = s.comm;
     kernels_ = s.kernels;
+    device_ = s.device;
     layout_.emplace(params_, comm_->size());
     begin_ = layout_->owned_begin(comm_->rank());
     end_ = layout_->owned_end(comm_->rank());
@@ -57,8 +57,8 @@ class Zero1 final : public Strategy {
     const StepResult r = shard::step_shard(*optimizer_, replica_->weights().at(begin_),
                                            g.at(begin_), comm_, *kernels_, a, GradAfter::zeroed);
     const std::size_t size = dtype_size(g.dtype);
-    std::memset(g.data, 0, begin_ * size);
-    std::memset(g.at(end_).data, 0, (layout_->total() - end_) * size);
+    device_->fill_zero(g.data, begin_ * size);
+    device_->fill_zero(g.at(end_).data, (layout_->total() - end_) * size);
     if (!r.skipped) replica_->publish(*comm_, allgather_);
     return r;
   }
@@ -94,6 +94,7 @@ class Zero1 final : public Strategy {
   std::vector<ParamSpec> params_;
   Communicator* comm_ = nullptr;
   const Kernels* kernels_ = nullptr;
+  Device* device_ = nullptr;
   shard::ReduceSettings reduce_;
   std::uint64_t allgather_;
   std::optional<shard::FlatLayout> layout_;

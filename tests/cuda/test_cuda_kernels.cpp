@@ -350,31 +350,42 @@ TEST_CASE("backward kernels give the same bits on every run") {
   }
 }
 
-TEST_CASE("cast, accumulate and sum match the reference for every type pair") {
+TEST_CASE("Device::convert, accumulate and sum match the reference for every type pair") {
   const std::size_t n = 70001;
   const Vec x = randn(n, 91, 3.0f), y = randn(n, 92);
   for (DType from : {DType::f32, DType::bf16, DType::f16}) {
     for (DType to : {DType::f32, DType::bf16, DType::f16}) {
       CAPTURE(ztrain::dtype_name(from));
       CAPTURE(ztrain::dtype_name(to));
-      Array src(x, from), dst(n, to);
-      G().cast(dst.typed(), src.typed(), n);
-      Vec want(n);
       std::vector<std::uint8_t> s(n * ztrain::dtype_size(from)), d(n * ztrain::dtype_size(to));
       ztrain::convert(x.data(), DType::f32, s.data(), from, n);
-      R().cast({d.data(), to}, {s.data(), from}, n);
+      ztrain::convert(s.data(), from, d.data(), to, n);
+      Vec want(n);
       ztrain::convert(d.data(), to, want.data(), DType::f32, n);
-      CHECK(same_bits(dst.get(), want));  // one rounding, to nearest even, both sides
+      // GPU to GPU, GPU to host, host to GPU: one rounding, to nearest even.
+      Array src(x, from), dst(n, to);
+      gpu::device().convert(dst.typed(), src.typed(), n);
+      CHECK(same_bits(dst.get(), want));
+      std::vector<std::uint8_t> host(n * ztrain::dtype_size(to));
+      gpu::device().convert({host.data(), to}, src.typed(), n);
+      CHECK(host == d);
+      Array dst2(n, to);
+      gpu::device().convert(dst2.typed(), {s.data(), from}, n);
+      CHECK(same_bits(dst2.get(), want));
     }
-    Array acc(y, from), add(x, from);
-    G().accumulate(acc.typed(), add.typed(), n);
+    // GPU += GPU, and a GPU source landing in host memory.
     std::vector<std::uint8_t> a(n * ztrain::dtype_size(from)), b(n * ztrain::dtype_size(from));
     ztrain::convert(y.data(), DType::f32, a.data(), from, n);
     ztrain::convert(x.data(), DType::f32, b.data(), from, n);
-    R().accumulate({a.data(), from}, {b.data(), from}, n);
+    Array acc(y, from), add(x, from);
+    gpu::device().accumulate(acc.typed(), add.typed(), n);
+    std::vector<std::uint8_t> host_acc = a;
+    gpu::device().accumulate({host_acc.data(), from}, add.typed(), n);
+    ztrain::add_into(a.data(), b.data(), n, from);
     Vec want(n);
     ztrain::convert(a.data(), from, want.data(), DType::f32, n);
     CHECK(same_bits(acc.get(), want));
+    CHECK(host_acc == a);
   }
   Array gx(x);
   CHECK(G().sum(gx.f(), n) == doctest::Approx(R().sum(x.data(), n)).epsilon(1e-12));

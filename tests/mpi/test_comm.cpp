@@ -450,7 +450,8 @@ TEST_CASE("zero3's gatherer makes whole parameters from every rank's shard, pref
   std::vector<float> mine(full.begin() + static_cast<std::ptrdiff_t>(layout.owned_begin(r)),
                           full.begin() + static_cast<std::ptrdiff_t>(layout.owned_end(r)));
   auto dev = make_cpu_device(1);
-  shard::ResidentShard owned(layout.owned_begin(r), layout.owned_end(r), mine.data(), Tier::host);
+  shard::ResidentShard owned(*dev, layout.owned_begin(r), layout.owned_end(r), mine.data(),
+                             Tier::host);
   check_gatherer(params, layout, full, *dev, owned);
 }
 

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "core/cuda_loader.h"
 #include "support.h"
 #include "train/run_settings.h"
 
@@ -206,4 +207,30 @@ TEST_CASE("a configuration sent by rank 0 arrives with every value, origin and n
   CHECK(got.table().at_path("train.out_dir").value_or(std::string()) == "\nruns/a'''b");
   CHECK_THROWS_AS(RunConfig::from_wire("{\"name\": 1}"), ConfigError);
   CHECK_THROWS_AS(RunConfig::from_wire("not json"), ConfigError);
+}
+
+TEST_CASE("kind = cuda needs a usable GPU and says why not, auto falls back to the cpu") {
+  std::string why;
+  const ztrain::cuda::Backend* backend = ztrain::cuda_backend(&why);
+  const int gpus = backend ? backend->device_count(&why) : 0;
+  auto settings = [](const std::string& toml) {
+    return resolve_settings(RunConfig::parse(toml, "run.toml"), 1);
+  };
+  if (gpus == 0) {
+    INFO(why);
+    // No library: why it is missing; a library but no GPU: the runtime's reason.
+    const std::string said = backend ? "no usable GPU (" + why + ")" : why;
+    CHECK(contains(config_error("[device]\nkind = \"cuda\"\n"),
+                   "run.toml:2:1: [device] kind \"cuda\": " + said));
+    CHECK(settings("[device]\nkind = \"auto\"\n").device.kind == "cpu");
+  } else {
+    CHECK(settings("[device]\nkind = \"auto\"\n").device.kind == "cuda");
+  }
+  CHECK(settings("").device.kind == "cpu");
+  CHECK_FALSE(settings("").device.tf32);
+  CHECK(settings("").device.pin_memory);
+  // nccl moves GPU memory: on the cpu it is a contradiction, named.
+  CHECK(contains(config_error("[comm]\nbackend = \"nccl\"\n"),
+                 "run.toml:2:1: [comm] backend \"nccl\" moves GPU memory, but the run is on "
+                 "[device] kind \"cpu\""));
 }

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/reference_kernels.h"
 #include "kernels/cpu/vector_math.h"
+#include "ztrain/device.h"
 #include "ztrain/kernels.h"
 
 namespace {
@@ -948,20 +949,21 @@ TEST_CASE("16-bit matmul and embedding backward do not depend on the thread coun
   CHECK(run() == many);  // bit-identical
 }
 
-TEST_CASE("cast, accumulate and sum: dtype.h's conversions and sums, in index order") {
+TEST_CASE("Device::convert, accumulate and sum: dtype.h's conversions and sums, in index order") {
+  const auto dev = ztrain::make_cpu_device(1);
   const Vec x = randn(1001, 131, 3.0f), y = randn(1001, 132);
   std::vector<std::uint16_t> b(1001), want_b(1001);
-  K().cast({b.data(), ztrain::DType::bf16}, x.data(), x.size());
+  dev->convert({b.data(), ztrain::DType::bf16}, x.data(), x.size());
   ztrain::convert(x.data(), ztrain::DType::f32, want_b.data(), ztrain::DType::bf16, x.size());
   CHECK(b == want_b);
   Vec back(1001);
-  K().cast(back.data(), ztrain::ConstTypedPtr{b.data(), ztrain::DType::bf16}, back.size());
+  dev->convert(back.data(), ztrain::ConstTypedPtr{b.data(), ztrain::DType::bf16}, back.size());
   for (std::size_t i = 0; i < x.size(); ++i) CHECK(back[i] == ztrain::bf16_to_float(want_b[i]));
   Vec acc = y;
-  K().accumulate(acc.data(), x.data(), x.size());
+  dev->accumulate(acc.data(), x.data(), x.size());
   for (std::size_t i = 0; i < x.size(); ++i) CHECK(acc[i] == y[i] + x[i]);
   CHECK_THROWS_AS(
-      K().accumulate(acc.data(), ztrain::ConstTypedPtr{b.data(), ztrain::DType::bf16}, x.size()),
+      dev->accumulate(acc.data(), ztrain::ConstTypedPtr{b.data(), ztrain::DType::bf16}, x.size()),
       ztrain::InternalError);
   double s = 0;
   for (float v : x) s += v;

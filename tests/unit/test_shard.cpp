@@ -150,7 +150,7 @@ TEST_CASE("gatherer: a trace is recorded, later steps prefetch ahead of use unde
   std::vector<float> weights(layout.total());
   shard::init_flat(params, layout, 7, 0, layout.total(), weights.data());
   const shard::GatherOptions opts{200, 260, 0, 0};
-  shard::ResidentShard owned(0, layout.total(), weights.data(), Tier::device);
+  shard::ResidentShard owned(*dev, 0, layout.total(), weights.data(), Tier::device);
   shard::ParamGatherer g(*dev, params, modules(), layout, *comm, owned, opts, "test");
   std::vector<GatherEvent> log;
   g.record_events(&log);
@@ -194,7 +194,7 @@ TEST_CASE("gatherer: a changed module order is an error naming both modules") {
   const auto params = chain();
   const shard::FlatLayout layout(params, 1);
   std::vector<float> weights(layout.total(), 0.5f);
-  shard::ResidentShard owned(0, layout.total(), weights.data(), Tier::device);
+  shard::ResidentShard owned(*dev, 0, layout.total(), weights.data(), Tier::device);
   shard::ParamGatherer g(*dev, params, modules(), layout, *comm, owned, {1000, 1000, 0, 0}, "test");
   run_micro_step(g, 4);
   g.begin_micro_step();
@@ -212,7 +212,7 @@ TEST_CASE("gatherer: a module larger than max_live_parameters is refused up fron
   const auto params = chain();
   const shard::FlatLayout layout(params, 1);
   std::vector<float> weights(layout.total());
-  shard::ResidentShard owned(0, layout.total(), weights.data(), Tier::device);
+  shard::ResidentShard owned(*dev, 0, layout.total(), weights.data(), Tier::device);
   const std::string msg = test::message_of<ConfigError>([&] {
     shard::ParamGatherer g(*dev, params, modules(), layout, *comm, owned, {0, 120, 0, 0}, "test");
   });

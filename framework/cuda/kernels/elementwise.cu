@@ -4,6 +4,7 @@
 // element per thread per pass; the math is the cpu reference's, line for
 // line (x * sigmoid(2u) for GELU, avoiding 1 + tanh's cancellation).
 #include "cuda/cuda_kernels.h"
+#include "cuda/kernels/cast.h"
 #include "cuda/kernels/common.cuh"
 
 namespace ztrain::cuda {
@@ -155,36 +156,33 @@ void CudaKernels::rope_backward(float* dx, const float* cos, const float* sin, i
 Buffer CudaKernels::rounded(const float* x, std::size_t n, DType type) const {
   Buffer b = scratch(n * dtype_size(type));
   if (n == 0) return b;
-  cast({b.data(), type}, x, n);
+  launch_cast({b.data(), type}, x, n, stream_);
   return b;
 }
 
-void CudaKernels::cast(TypedPtr dst, ConstTypedPtr src, std::size_t n) const {
+void launch_cast(TypedPtr dst, ConstTypedPtr src, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (dst.dtype == src.dtype) {
     ZTRAIN_CUDA(cudaMemcpyAsync(dst.data, src.data, n * dtype_size(dst.dtype),
-                                cudaMemcpyDeviceToDevice, stream_));
+                                cudaMemcpyDeviceToDevice, stream));
     return;
   }
   with_type(dst.dtype, [&](auto dtag) {
     using D = decltype(dtag);
     with_type(src.dtype, [&](auto stag) {
       using S = decltype(stag);
-      cast_kernel<D, S><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+      cast_kernel<D, S><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
           static_cast<D*>(dst.data), static_cast<const S*>(src.data), n);
     });
   });
   ZTRAIN_CUDA_LAUNCHED();
 }
 
-void CudaKernels::accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) const {
+void launch_accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  if (dst.dtype != src.dtype)
-    throw InternalError("accumulate: a " + std::string(dtype_name(src.dtype)) + " into a " +
-                        std::string(dtype_name(dst.dtype)) + " buffer");
   with_type(dst.dtype, [&](auto tag) {
     using T = decltype(tag);
-    accumulate_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+    accumulate_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<T*>(dst.data), static_cast<const T*>(src.data), n);
   });
   ZTRAIN_CUDA_LAUNCHED();

@@ -26,6 +26,7 @@
 #include <string_view>
 
 #include "ztrain/export.h"
+#include "ztrain/tensor.h"
 
 namespace ztrain {
 
@@ -119,6 +120,13 @@ class ZTRAIN_API Device {
   // ordered with the device's kernels. On the cpu device every tier is
   // host memory: memcpy and memset.
   virtual void copy(void* dst, const void* src, std::size_t bytes);
+  // n values from src into dst's type (rounded as dtype.h; the same type
+  // copies), with the same reach and ordering as copy().
+  virtual void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n);
+  // dst (n) += src (n), both of one type, each sum in fp32 rounded once (a
+  // reduced gradient landing in the shard that accumulates it), with the
+  // same reach and ordering as copy(). InternalError for two types.
+  virtual void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n);
   virtual void fill_zero(void* p, std::size_t bytes);
   // Whether host code may read and write this tier's memory directly
   // (cpu: every tier; cuda: host).

@@ -32,41 +32,6 @@
 
 namespace ztrain {
 
-// A read-only parameter operand; null data means "absent" where an op
-// allows it (no bias, no learned positions). Converts from float* so fp32
-// callers pass plain pointers.
-struct ConstTypedPtr {
-  const void* data = nullptr;
-  DType dtype = DType::f32;
-  ConstTypedPtr() = default;
-  ConstTypedPtr(std::nullptr_t) {}
-  ConstTypedPtr(const float* p) : data(p) {}
-  ConstTypedPtr(const void* p, DType t) : data(p), dtype(t) {}
-  ConstTypedPtr(const TensorView& v) : data(v.data), dtype(v.dtype) {}
-  explicit operator bool() const { return data != nullptr; }
-  // The operand starting i elements further on.
-  ConstTypedPtr at(std::size_t i) const {
-    return {static_cast<const char*>(data) + i * dtype_size(dtype), dtype};
-  }
-};
-
-// A gradient operand the op adds into (or, for adamw, a working copy it
-// overwrites); null data means "not wanted".
-struct TypedPtr {
-  void* data = nullptr;
-  DType dtype = DType::f32;
-  TypedPtr() = default;
-  TypedPtr(std::nullptr_t) {}
-  TypedPtr(float* p) : data(p) {}
-  TypedPtr(void* p, DType t) : data(p), dtype(t) {}
-  TypedPtr(const TensorView& v) : data(v.data), dtype(v.dtype) {}
-  explicit operator bool() const { return data != nullptr; }
-  operator ConstTypedPtr() const { return {data, dtype}; }
-  TypedPtr at(std::size_t i) const {
-    return {static_cast<char*>(data) + i * dtype_size(dtype), dtype};
-  }
-};
-
 // What adamw leaves in the gradient it consumed: zeros, for a buffer that
 // accumulates the next step's gradients (ddp, zero1), or the values, for a
 // shard the next step's reduction overwrites (zero2, zero3, offload).
@@ -163,13 +128,6 @@ class ZTRAIN_API Kernels {
   // Sum of squares in double, deterministic for a given thread count.
   virtual double sum_squares(ConstTypedPtr x, std::size_t n) const = 0;
 
-  // Moving values between the typed buffers a strategy keeps (all in the
-  // memory these kernels run on):
-  // dst (n) = src (n) in dst's type (rounded as dtype.h; f32 to f32 copies).
-  virtual void cast(TypedPtr dst, ConstTypedPtr src, std::size_t n) const = 0;
-  // dst (n) += src (n), both of one type, each sum in fp32 rounded once
-  // (a reduced gradient added to the one a shard accumulates).
-  virtual void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) const = 0;
   // Sum of x (n) in double, in index order (a micro-batch's mean loss).
   virtual double sum(const float* x, std::size_t n) const = 0;
 };

@@ -58,4 +58,39 @@ struct TensorView {
   }
 };
 
+// Typed pointers: what kernels and copies take. A read-only operand; null
+// data means "absent" where an op allows it (no bias, no learned
+// positions). Converts from float* so fp32 callers pass plain pointers.
+struct ConstTypedPtr {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  ConstTypedPtr() = default;
+  ConstTypedPtr(std::nullptr_t) {}
+  ConstTypedPtr(const float* p) : data(p) {}
+  ConstTypedPtr(const void* p, DType t) : data(p), dtype(t) {}
+  ConstTypedPtr(const TensorView& v) : data(v.data), dtype(v.dtype) {}
+  explicit operator bool() const { return data != nullptr; }
+  // The operand starting i elements further on.
+  ConstTypedPtr at(std::size_t i) const {
+    return {static_cast<const char*>(data) + i * dtype_size(dtype), dtype};
+  }
+};
+
+// A gradient operand the op adds into (or, for adamw, a working copy it
+// overwrites); null data means "not wanted".
+struct TypedPtr {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  TypedPtr() = default;
+  TypedPtr(std::nullptr_t) {}
+  TypedPtr(float* p) : data(p) {}
+  TypedPtr(void* p, DType t) : data(p), dtype(t) {}
+  TypedPtr(const TensorView& v) : data(v.data), dtype(v.dtype) {}
+  explicit operator bool() const { return data != nullptr; }
+  operator ConstTypedPtr() const { return {data, dtype}; }
+  TypedPtr at(std::size_t i) const {
+    return {static_cast<char*>(data) + i * dtype_size(dtype), dtype};
+  }
+};
+
 }  // namespace ztrain

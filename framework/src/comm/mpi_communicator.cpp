@@ -353,6 +353,16 @@ int local_rank_count() {
   return 1;
 }
 
+int local_rank() {
+  for (const char* v :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char* text = std::getenv(v)) {
+      const int n = std::atoi(text);
+      if (n >= 0) return n;
+    }
+  return 0;
+}
+
 std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s) {
   auto runtime = MpiRuntime::get();
   return MpiCommunicator::world(std::move(runtime), timeout_s);

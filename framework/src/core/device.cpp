@@ -127,6 +127,17 @@ void Device::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0) std::memmove(dst, src, bytes);
 }
 
+void Device::convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) {
+  ztrain::convert(src.data, src.dtype, dst.data, dst.dtype, n);
+}
+
+void Device::accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) {
+  if (dst.dtype != src.dtype)
+    throw InternalError("accumulate: a " + std::string(dtype_name(src.dtype)) + " buffer into a " +
+                        std::string(dtype_name(dst.dtype)) + " one");
+  add_into(dst.data, src.data, n, dst.dtype);
+}
+
 void Device::fill_zero(void* p, std::size_t bytes) {
   if (bytes > 0) std::memset(p, 0, bytes);
 }

@@ -10,7 +10,8 @@ namespace ztrain::shard {
 FullReplica::FullReplica(Device& device, const std::vector<ParamSpec>& params,
                          const FlatLayout& layout, std::optional<std::uint64_t> seed,
                          DType param_type, std::optional<DType> grad_type)
-    : params_(params),
+    : device_(device),
+      params_(params),
       layout_(layout),
       param_type_(param_type),
       grad_type_(grad_type.value_or(DType::f32)),
@@ -19,7 +20,7 @@ FullReplica::FullReplica(Device& device, const std::vector<ParamSpec>& params,
       grads_(grad_type ? device.allocate(Tier::device, Category::grads,
                                          layout.total() * dtype_size(*grad_type))
                        : Buffer{}) {
-  if (seed) init_flat(params_, layout_, *seed, 0, layout_.total(), weights());
+  if (seed) init_flat(params_, layout_, *seed, 0, layout_.total(), weights(), device, Tier::device);
 }
 
 TensorView FullReplica::view(const Buffer& b, DType t, ParamId p) const {
@@ -28,11 +29,11 @@ TensorView FullReplica::view(const Buffer& b, DType t, ParamId p) const {
 }
 
 void FullReplica::read(ParamId p, float* out) const {
-  convert(weights().at(layout_.offset(p)).data, param_type_, out, DType::f32, layout_.numel(p));
+  device_.convert(out, weights().at(layout_.offset(p)), layout_.numel(p));
 }
 
 void FullReplica::write(ParamId p, const float* in) {
-  convert(in, DType::f32, weights().at(layout_.offset(p)).data, param_type_, layout_.numel(p));
+  device_.convert(weights().at(layout_.offset(p)), in, layout_.numel(p));
 }
 
 void FullReplica::write(ParamId p, const float* in, OptimizerShard& optimizer) {

@@ -94,9 +94,9 @@ void GradReducer::wait(std::size_t b) {
       if (lo >= hi) continue;
       void* dst = piece.data.at(lo - piece.begin).data;
       if (bucket.landing == Landing::shard_accumulate && !first_)
-        add_into(dst, got.at(lo - from).data, hi - lo, dtype_);
+        device_.accumulate({dst, dtype_}, got.at(lo - from), hi - lo);
       else
-        std::memcpy(dst, got.at(lo - from).data, (hi - lo) * dtype_size(dtype_));
+        device_.copy(dst, got.at(lo - from).data, (hi - lo) * dtype_size(dtype_));
     }
   }
   l.recv.reset();

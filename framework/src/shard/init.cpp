@@ -40,15 +40,15 @@ void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout, s
 }
 
 void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout, std::uint64_t seed,
-               std::uint64_t begin, std::uint64_t end, TypedPtr dst) {
-  if (dst.dtype == DType::f32)
+               std::uint64_t begin, std::uint64_t end, TypedPtr dst, Device& device, Tier tier) {
+  if (dst.dtype == DType::f32 && device.host_visible(tier))
     return init_flat(params, layout, seed, begin, end, static_cast<float*>(dst.data));
   constexpr std::uint64_t kSlice = 1 << 20;
   std::vector<float> slice(std::min(kSlice, end - begin));
   for (std::uint64_t b = begin; b < end; b += kSlice) {
     const std::uint64_t e = std::min(end, b + kSlice);
     init_flat(params, layout, seed, b, e, slice.data());
-    convert(slice.data(), DType::f32, dst.at(b - begin).data, dst.dtype, e - b);
+    device.convert(dst.at(b - begin), slice.data(), e - b);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "ztrain/shard/offload_options.h"
 
+#include "ztrain/error.h"
+
 #include <string>
 
 namespace ztrain::shard {
@@ -38,6 +40,14 @@ std::filesystem::path offload_param_path(const Options& o) {
 void offload_param_buffers(const Options& o, GatherOptions& gather) {
   gather.read_buffers = static_cast<std::uint64_t>(o.get_int("offload_param.buffer_count"));
   gather.read_buffer_size = static_cast<std::uint64_t>(o.get_int("offload_param.buffer_size"));
+}
+
+void check_offload_supported(const Device& device, const std::string& what) {
+  if (device.kind() != DeviceKind::cuda) return;
+  throw ConfigError(what +
+                    " leaves the GPU, but offloading does not run on [device] kind "
+                    "\"cuda\" yet (the host shard's CPU AdamW and the copies between the tiers "
+                    "come next); on a GPU use ddp, zero1, zero2 or zero3, or run on kind \"cpu\"");
 }
 
 }  // namespace ztrain::shard

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ztrain/error.h"
+#include "ztrain/shard/offload_options.h"
 
 namespace ztrain::shard {
 
@@ -39,15 +40,18 @@ OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<Para
                                const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
                                const OptimizerSettings& settings, ConstTypedPtr working,
                                Tier working_tier)
-    : range_(params, layout, begin, end),
+    : device_(device),
+      tier_(tier),
+      range_(params, layout, begin, end),
       m_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
       v_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
       begin_(begin),
       end_(end),
       settings_(settings) {
+  if (tier != Tier::device) check_offload_supported(device, "the optimizer state");
   if (working.dtype != DType::f32 || working_tier != tier) {
     master_ = device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float));
-    convert(working.data, working.dtype, master_.data(), DType::f32, end - begin);
+    device.convert(master_.as<float>(), working, end - begin);
   }
 }
 
@@ -61,11 +65,15 @@ void OptimizerShard::step(TypedPtr params, TypedPtr grads, const Kernels& kernel
               settings_, lr, step, grad_mult, grad_after);
 }
 
+void OptimizerShard::discard(TypedPtr grads) {
+  device_.fill_zero(grads.data, (end_ - begin_) * dtype_size(grads.dtype));
+}
+
 void OptimizerShard::write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) {
   const std::uint64_t b = std::max(flat_begin, begin_), e = std::min(flat_begin + n, end_);
   if (!master_ || b >= e) return;
-  std::copy(values + (b - flat_begin), values + (e - flat_begin),
-            master_.as<float>() + (b - begin_));
+  device_.copy(master_.as<float>() + (b - begin_), values + (b - flat_begin),
+               (e - b) * sizeof(float));
 }
 
 void OptimizerShard::save(StateSink& sink, const FlatLayout& layout, ConstTypedPtr working,
@@ -74,20 +82,22 @@ void OptimizerShard::save(StateSink& sink, const FlatLayout& layout, ConstTypedP
     throw InternalError("OptimizerShard::save: range outside the shard");
   const float* master = master_ ? master_.as<float>() : static_cast<const float*>(working.data);
   const std::uint64_t at = b - begin_;
-  put_range(sink, layout, b, e, StateArray::master, master + at);
-  put_range(sink, layout, b, e, StateArray::m, m_.as<float>() + at);
-  put_range(sink, layout, b, e, StateArray::v, v_.as<float>() + at);
+  put_range(sink, layout, b, e, StateArray::master, master + at, device_, tier_);
+  put_range(sink, layout, b, e, StateArray::m, m_.as<float>() + at, device_, tier_);
+  put_range(sink, layout, b, e, StateArray::v, v_.as<float>() + at, device_, tier_);
 }
 
 void OptimizerShard::load(StateSource& source, const FlatLayout& layout, TypedPtr working) {
   if (master_) {
-    get_range(source, layout, begin_, end_, StateArray::master, master_.as<float>());
-    convert(master_.data(), DType::f32, working.data, working.dtype, end_ - begin_);
+    get_range(source, layout, begin_, end_, StateArray::master, master_.as<float>(), device_,
+              tier_);
+    device_.convert(working, master_.as<float>(), end_ - begin_);
   } else {
-    get_range(source, layout, begin_, end_, StateArray::master, static_cast<float*>(working.data));
+    get_range(source, layout, begin_, end_, StateArray::master, static_cast<float*>(working.data),
+              device_, tier_);
   }
-  get_range(source, layout, begin_, end_, StateArray::m, m_.as<float>());
-  get_range(source, layout, begin_, end_, StateArray::v, v_.as<float>());
+  get_range(source, layout, begin_, end_, StateArray::m, m_.as<float>(), device_, tier_);
+  get_range(source, layout, begin_, end_, StateArray::v, v_.as<float>(), device_, tier_);
 }
 
 GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::uint64_t>>& grads,
@@ -118,7 +128,7 @@ StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm
   for (const auto& s : slices) grads.emplace_back(s.grads, size(s));
   const GradNorm norm = global_grad_norm(grads, comm, kernels, args);
   if (norm.result.skipped) {
-    for (const auto& s : slices) std::memset(s.grads.data, 0, size(s) * dtype_size(s.grads.dtype));
+    for (const auto& s : slices) s.optimizer->discard(s.grads);
     return norm.result;
   }
   for (const auto& s : slices)

@@ -23,7 +23,7 @@ ShardLoan ResidentShard::lend(std::uint64_t b, std::uint64_t e) {
 
 void ResidentShard::write(std::uint64_t b, ConstTypedPtr src, std::uint64_t n) {
   check(b, b + n);
-  if (n) std::memcpy(data_.at(b - begin()).data, src.data, n * dtype_size(dtype()));
+  device_.copy(data_.at(b - begin()).data, src.data, n * dtype_size(dtype()));
 }
 
 }  // namespace ztrain::shard

@@ -468,7 +468,7 @@ void ParamGatherer::refresh() {
   for (const Piece& piece : pieces_) {
     if (piece.begin < layout_.owned_begin(rank) || piece.end > layout_.owned_end(rank)) continue;
     const ShardLoan part = shard_.lend(piece.begin, piece.end);
-    std::memcpy(all.at(at).data, part.data.data, bytes(piece.end - piece.begin));
+    device_.copy(all.at(at).data, part.data.data, bytes(piece.end - piece.begin));
     at += piece.end - piece.begin;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -478,7 +478,7 @@ void ParamGatherer::refresh() {
   at = 0;
   for (const Piece& piece : pieces_) {
     const Param& p = params_[static_cast<std::size_t>(piece.param)];
-    std::memcpy(
+    device_.copy(
         whole.at(persistent_at_[static_cast<std::size_t>(piece.param)] + piece.begin - p.offset)
             .data,
         all.at(at).data, bytes(piece.end - piece.begin));
@@ -508,8 +508,7 @@ void ParamGatherer::write(ParamId id, const float* in) {
   if (mine > 0) {
     const std::uint64_t from = std::max(p.offset, layout_.owned_begin(rank));
     if (const TypedPtr resident = shard_.resident()) {
-      convert(in + (from - p.offset), DType::f32, resident.at(from - shard_.begin()).data, dtype_,
-              mine);
+      device_.convert(resident.at(from - shard_.begin()), in + (from - p.offset), mine);
     } else {
       Buffer part = device_.allocate(Tier::host, Category::offload, bytes(mine), Fill::undefined);
       convert(in + (from - p.offset), DType::f32, part.data(), dtype_, mine);
@@ -517,7 +516,7 @@ void ParamGatherer::write(ParamId id, const float* in) {
     }
   }
   if (p.group < 0 || live_groups_[static_cast<std::size_t>(p.group)].state == State::live)
-    convert(in, DType::f32, view(id).data, dtype_, p.numel);
+    device_.convert(TypedPtr{view(id).data, dtype_}, in, p.numel);
 }
 
 }  // namespace ztrain::shard

@@ -1,4 +1,5 @@
 #include "ztrain/shard/param_store.h"
+#include "ztrain/shard/offload_options.h"
 
 #include <algorithm>
 #include <chrono>
@@ -85,7 +86,7 @@ ReplicatedParams::ReplicatedParams(Device& device, const std::vector<ParamSpec>&
     : layout_(layout),
       comm_(comm),
       replica_(device, params, layout, seed, precision, std::nullopt),
-      owned_(layout.owned_begin(comm.rank()), layout.owned_end(comm.rank()),
+      owned_(device, layout.owned_begin(comm.rank()), layout.owned_end(comm.rank()),
              replica_.weights().at(layout.owned_begin(comm.rank())), Tier::device),
       allgather_bucket_(allgather_bucket) {}
 
@@ -106,6 +107,7 @@ ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& param
                              const ParamPlacement& placement, const GatherOptions& gather,
                              const std::string& strategy) {
   const std::uint64_t begin = layout.owned_begin(comm.rank()), end = layout.owned_end(comm.rank());
+  if (placement.tier != Tier::device) check_offload_supported(device, "the parameter shard");
   if (placement.tier == Tier::nvme) {
     owned_ = std::make_unique<SwappedShard>(device, begin, end, precision, placement.dir,
                                             placement.aio, comm.rank());
@@ -114,16 +116,17 @@ ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& param
       const std::uint64_t e = std::min(end, b + SwappedShard::kSlice);
       Buffer slice = device.allocate(Tier::host, Category::offload,
                                      SwappedShard::loan_bytes(b, b, e, precision), Fill::undefined);
-      init_flat(params, layout, *seed, b, e, TypedPtr{slice.data(), precision});
+      init_flat(params, layout, *seed, b, e, TypedPtr{slice.data(), precision}, device, Tier::host);
       AioEngine::Ticket t = owned_->write_async(b, {slice.data(), precision}, e - b);
       owned_->wait(t);
     }
   } else {
     memory_ =
         device.allocate(placement.tier, Category::params, (end - begin) * dtype_size(precision));
-    owned_ = std::make_unique<ResidentShard>(begin, end, TypedPtr{memory_.data(), precision},
-                                             placement.tier);
-    if (seed) init_flat(params, layout, *seed, begin, end, owned_->resident());
+    owned_ = std::make_unique<ResidentShard>(device, begin, end,
+                                             TypedPtr{memory_.data(), precision}, placement.tier);
+    if (seed)
+      init_flat(params, layout, *seed, begin, end, owned_->resident(), device, placement.tier);
   }
   gatherer_.emplace(device, params, modules, layout, comm, *owned_, gather, strategy);
 }

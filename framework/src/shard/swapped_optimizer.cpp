@@ -9,6 +9,7 @@
 // with the state's); sub-groups start on a page of either file, so those
 // writes need no read around them.
 #include "ztrain/shard/swapped_optimizer.h"
+#include "ztrain/shard/offload_options.h"
 
 #include <algorithm>
 #include <cstring>
@@ -63,6 +64,7 @@ SwappedOptimizer::SwappedOptimizer(Device& device, const std::vector<ParamSpec>&
       settings_(settings),
       grad_dtype_(grad_dtype),
       engine_(swap.aio) {
+  check_offload_supported(device, "the optimizer state (on NVMe)");
   std::uint64_t largest = 0;
   for (auto [b, e] : cut(begin, end, swap.sub_group_size)) {
     const std::uint64_t stride = page_aligned((e - b) * sizeof(float));

@@ -48,7 +48,10 @@ std::string wire_of(const RankZeroRun& r, bool overwrite) {
 // would have made a job of a different shape (a world of one per rank).
 void check_backend(const RunConfig& config, const Communicator& comm) {
   const std::string asked = resolve_comm(config).backend;
-  if (asked == "auto" || asked == comm.backend() || (asked == "local" && comm.size() == 1)) return;
+  // nccl rides on the launcher's communicator (which carries its id).
+  if (asked == "auto" || asked == "nccl" || asked == comm.backend() ||
+      (asked == "local" && comm.size() == 1))
+    return;
   throw ConfigError(config.where("comm.backend") + ": [comm] backend \"" + asked +
                     "\", but this process was started " +
                     (launched_by_mpi() ? "by an MPI launcher" : "with RANK and WORLD_SIZE") +
@@ -62,7 +65,8 @@ std::unique_ptr<Communicator> make_communicator(const CommSettings& c) {
   if (c.backend == "local") return make_local_communicator();
   if (c.backend == "mpi") return make_mpi_communicator(c.timeout_s);
   if (c.backend == "gloo") return make_gloo_communicator(c.timeout_s);
-  // auto: whoever started this process says how the ranks meet.
+  // auto (and nccl, which needs one of these to carry its id): whoever
+  // started this process says how the ranks meet.
   if (launched_by_mpi()) return make_mpi_communicator(c.timeout_s);
   if (launched_by_env()) return make_gloo_communicator(c.timeout_s);
   return make_local_communicator();

@@ -1,8 +1,12 @@
 #include "train/run_settings.h"
 
+#include "core/cuda_loader.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
+namespace {
+DeviceSettings resolve_device(const Options& d);
+}  // namespace
 
 OptionList train_options() {
   OptionList o;
@@ -78,9 +82,14 @@ OptionList train_options() {
 
 OptionList device_options() {
   OptionList o;
-  o.string("kind", "cpu", "where the model runs").one_of({"cpu", "cuda", "auto"});
+  o.string("kind", "cpu",
+           "where the model runs: cpu, cuda (one GPU per rank, by local rank), auto (cuda "
+           "where a GPU and the CUDA backend are, else cpu)")
+      .one_of({"cpu", "cuda", "auto"});
   o.size("memory_limit", 0, "budget of the device tier; 0 = no budget");
   o.integer("threads", 0, "kernel threads per rank; 0 = all cores").at_least(0).at_most(1024);
+  o.flag("tf32", false, "cuda: fp32 GEMMs may round their inputs to TF32 on tensor cores");
+  o.flag("pin_memory", true, "cuda: the host tier in pinned memory (asynchronous copies)");
   return o;
 }
 
@@ -215,18 +224,43 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.global_batch = m * a * w;
 
   const Options d = config.validate("device", device_options());
-  s.device.kind = d.get_string("kind");
-  if (s.device.kind == "auto") s.device.kind = "cpu";
-  if (s.device.kind == "cuda")
-    throw ConfigError(d.where("kind") +
-                      ": [device] kind \"cuda\": this ztrain has no CUDA backend yet; use "
-                      "\"cpu\" (or \"auto\")");
-  if (d.get_size("memory_limit") > 0) s.device.memory_limit = d.get_size("memory_limit");
-  s.device.threads = static_cast<int>(d.get_int("threads"));
-
+  s.device = resolve_device(d);
   s.comm = resolve_comm(config);
+  if (s.comm.backend == "nccl" && s.device.kind != "cuda")
+    throw ConfigError(config.where("comm.backend") +
+                      ": [comm] backend \"nccl\" moves GPU memory, but the run is on [device] "
+                      "kind \"" +
+                      s.device.kind + "\"; set kind = \"cuda\" or backend = \"auto\"");
   return s;
 }
+
+// "cuda" must find the CUDA backend and a GPU now, so that a run that
+// cannot have them stops at its configuration line; "auto" takes them
+// where they are.
+namespace {
+DeviceSettings resolve_device(const Options& d) {
+  DeviceSettings s;
+  s.kind = d.get_string("kind");
+  if (s.kind != "cpu") {
+    std::string why;
+    const cuda::Backend* backend = cuda_backend(&why);
+    int gpus = 0;
+    if (backend) {
+      gpus = backend->device_count(&why);
+      why = "no usable GPU (" + why + ")";
+    }
+    if (gpus == 0 && s.kind == "cuda")
+      throw ConfigError(d.where("kind") + ": [device] kind \"cuda\": " + why +
+                        "; use kind = \"cpu\" (or \"auto\")");
+    s.kind = gpus > 0 ? "cuda" : "cpu";
+  }
+  if (d.get_size("memory_limit") > 0) s.memory_limit = d.get_size("memory_limit");
+  s.threads = static_cast<int>(d.get_int("threads"));
+  s.tf32 = d.get_bool("tf32");
+  s.pin_memory = d.get_bool("pin_memory");
+  return s;
+}
+}  // namespace
 
 CommSettings resolve_comm(const RunConfig& config) {
   const Options c = config.validate("comm", comm_options());
@@ -236,10 +270,6 @@ CommSettings resolve_comm(const RunConfig& config) {
                       ": [comm] backend \"tcp\" (ztrain's own socket rings) was replaced by "
                       "\"gloo\", which torchrun-style launches now run on; write backend = "
                       "\"gloo\" or \"auto\"");
-  if (s.backend == "nccl")
-    throw ConfigError(c.where("backend") +
-                      ": [comm] backend \"nccl\" needs the CUDA backend, which this build does "
-                      "not have yet; use \"auto\", \"mpi\", \"gloo\" or \"local\"");
   return s;
 }
 

@@ -46,9 +46,11 @@ struct TrainSettings {
 };
 
 struct DeviceSettings {
-  std::string kind;
+  std::string kind;  // cpu or cuda ("auto" resolved)
   std::optional<std::uint64_t> memory_limit;
   int threads = 0;
+  bool tf32 = false;
+  bool pin_memory = true;
 };
 
 struct CommSettings {

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include "core/cuda_loader.h"
+
 #include <signal.h>
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -124,6 +126,40 @@ DataInfo open_data(Run& run, const RunParts& parts) {
   return info;
 }
 
+// The device, its kernels and, on a GPU, the nccl communicator the
+// strategy's collectives run on (the launcher's carries its id and the
+// trainer's own scalars). One GPU per rank: the rank's place among the
+// ranks on its machine picks it.
+void open_device(Run& run) {
+  const DeviceSettings& dev = run.settings.device;
+  // Unless set, the ranks on one machine share its cores.
+  const int threads =
+      dev.threads > 0
+          ? dev.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_rank_count());
+  if (dev.kind != "cuda") {
+    run.device = make_cpu_device(threads);
+    run.kernels = make_cpu_kernels();
+  } else {
+    std::string why;
+    const cuda::Backend* backend = cuda_backend(&why);
+    if (!backend) throw ConfigError("[device] kind \"cuda\": " + why);
+    const int gpus = backend->device_count(&why);
+    cuda::CudaOptions o;
+    o.ordinal = local_rank() % std::max(1, gpus);
+    o.pin_memory = dev.pin_memory;
+    o.host_threads = threads;
+    run.device = backend->make_device(o);
+    run.kernels = backend->make_kernels(*run.device, dev.tf32);
+    if (!backend->make_nccl)
+      throw ConfigError(
+          "[device] kind \"cuda\": this ztrain's CUDA backend was built without "
+          "NCCL, which its strategies' collectives run on");
+    run.gpu_comm = backend->make_nccl(*run.comm, *run.device, run.settings.comm.timeout_s);
+  }
+  run.device->set_budget(Tier::device, dev.memory_limit);
+}
+
 Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
                  const PluginLoader& loader) {
   Run run;
@@ -133,7 +169,6 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   RunParts parts = make_run_parts(config, loader, run.comm->size());
   check_installations_agree(parts.plugins, *run.comm);
   run.settings = parts.settings;
-  const auto& dev = run.settings.device;
   run.model_plugin = parts.model_plugin;
   run.data_plugin = parts.data_plugin;
   run.strategy_plugin = parts.strategy_plugin;
@@ -141,14 +176,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   run.model = parts.model;
   run.strategy = parts.strategy;
 
-  // Unless set, the ranks on one machine share its cores.
-  const int threads =
-      dev.threads > 0
-          ? dev.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_rank_count());
-  run.device = make_cpu_device(threads);
-  run.device->set_budget(Tier::device, dev.memory_limit);
-  run.kernels = make_cpu_kernels();
+  open_device(run);
 
   const ModelInfo& info = parts.info;
   const DataInfo dinfo = open_data(run, parts);
@@ -167,7 +195,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   setup.params = sizes.params;
   setup.modules = run.model->modules();
   setup.device = run.device.get();
-  setup.comm = run.comm.get();
+  setup.comm = run.gpu_comm ? run.gpu_comm.get() : run.comm.get();
   setup.kernels = run.kernels.get();
   setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};
   setup.precision = sizes.precision;
@@ -380,7 +408,7 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.grad_accum = tr.grad_accum;
   h.global_batch = tr.global_batch;
   h.ranks = run.comm->size();
-  h.comm_backend = run.comm->backend();
+  h.comm_backend = run.strategy_comm().backend();
   h.seq_len = info.seq_len;
   h.entropy_rate = dinfo.entropy_rate;
   h.precision = tr.precision;
@@ -509,7 +537,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   // Communication is read from the communicator's counters: `mark` is where
   // the current step's traffic starts (after the previous step's report and
   // evaluation, whose own collectives are not training traffic).
-  CommCounters mark = run.comm->counters(), train_comm;
+  CommCounters mark = run.counters(), train_comm;
   double comm_wait = 0;
   std::int64_t timed_steps = 0;
 
@@ -595,7 +623,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
       ++applied;
     }
     const double dt = seconds_since(t0);
-    const CommCounters step_comm = run.comm->counters().since(mark);
+    const CommCounters step_comm = run.counters().since(mark);
     train_comm += step_comm;
     const double step_wait = run.strategy->stats().comm_wait_s - comm_wait;
     comm_wait += step_wait;
@@ -620,7 +648,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
                            stopped || (tr.checkpoint_every > 0 &&
                                        (done % tr.checkpoint_every == 0 || done == tr.steps)),
                            last);
-    mark = run.comm->counters();
+    mark = run.counters();
   }
   progress.finish();
   if (stopped) {

@@ -63,6 +63,9 @@ struct Run {
   std::unique_ptr<Device> device;
   std::unique_ptr<Kernels> kernels;
   std::unique_ptr<Communicator> comm;
+  // On a GPU: the nccl communicator of the strategy's collectives (comm
+  // meets the ranks and carries the trainer's host-side scalars).
+  std::unique_ptr<Communicator> gpu_comm;
   std::shared_ptr<Model> model;
   std::shared_ptr<DataSource> data;
   std::shared_ptr<Strategy> strategy;
@@ -74,6 +77,16 @@ struct Run {
   std::vector<std::string> config_notes;  // RunConfig::notes(), printed after the header
 
   std::optional<Resumed> resumed;  // continuing a checkpoint
+
+  // What the strategy's communicator moves (every collective of the job
+  // when there is no gpu_comm).
+  Communicator& strategy_comm() const { return gpu_comm ? *gpu_comm : *comm; }
+  // The counters of both communicators.
+  CommCounters counters() const {
+    CommCounters c = comm->counters();
+    if (gpu_comm) c += gpu_comm->counters();
+    return c;
+  }
 };
 
 // Loads and validates every section and plugin, sets up device, data and

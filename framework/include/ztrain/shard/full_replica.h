@@ -49,6 +49,7 @@ class ZTRAIN_API FullReplica {
 
  private:
   TensorView view(const Buffer& b, DType t, ParamId p) const;
+  Device& device_;
   const std::vector<ParamSpec>& params_;
   const FlatLayout& layout_;
   DType param_type_, grad_type_;

@@ -18,6 +18,11 @@
 
 namespace ztrain::shard {
 
+// State in host memory or on NVMe is stepped by the CPU AdamW, which the
+// cuda device does not run yet: on it, ConfigError naming `what` (the
+// state asked to leave the GPU). Nothing on other devices.
+ZTRAIN_API void check_offload_supported(const Device& device, const std::string& what);
+
 ZTRAIN_API void declare_offload_param_options(OptionList& o);
 // Where the parameter shards live: Tier::host for "cpu", Tier::nvme for
 // "nvme", Tier::device for "none".

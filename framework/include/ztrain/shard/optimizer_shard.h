@@ -79,10 +79,14 @@ class ZTRAIN_API OptimizerShard {
             std::uint64_t e) const;
   void load(StateSource& source, const FlatLayout& layout, TypedPtr working);
 
+  // Zeroes the slice's gradients (a skipped step: they are not applied).
+  void discard(TypedPtr grads);
   std::uint64_t begin() const { return begin_; }
   std::uint64_t end() const { return end_; }
 
  private:
+  Device& device_;
+  Tier tier_;
   AdamWRange range_;
   Buffer m_, v_, master_;
   std::uint64_t begin_, end_;

@@ -67,11 +67,12 @@ class ZTRAIN_API OwnedShard {
   DType dtype_;
 };
 
-// The range in memory of `tier`, at `data`.
+// The range in memory of `tier` of `device`, at `data` (written through
+// the device: the host may not reach it).
 class ZTRAIN_API ResidentShard final : public OwnedShard {
  public:
-  ResidentShard(std::uint64_t begin, std::uint64_t end, TypedPtr data, Tier tier)
-      : OwnedShard(begin, end, data.dtype), data_(data), tier_(tier) {}
+  ResidentShard(Device& device, std::uint64_t begin, std::uint64_t end, TypedPtr data, Tier tier)
+      : OwnedShard(begin, end, data.dtype), device_(device), data_(data), tier_(tier) {}
   Tier tier() const override { return tier_; }
   TypedPtr resident() const override { return data_; }
   ShardLoan lend(std::uint64_t b, std::uint64_t e) override;
@@ -83,6 +84,7 @@ class ZTRAIN_API ResidentShard final : public OwnedShard {
   void wait(AioEngine::Ticket&) override {}
 
  private:
+  Device& device_;
   TypedPtr data_;
   Tier tier_;
 };

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/optimizer_state.h"
 #include "ztrain/shard/flat_layout.h"
@@ -26,6 +27,16 @@ ZTRAIN_API void put_range(StateSink& sink, const FlatLayout& layout, std::uint64
                           std::uint64_t end, StateArray a, const float* values);
 ZTRAIN_API void get_range(StateSource& source, const FlatLayout& layout, std::uint64_t begin,
                           std::uint64_t end, StateArray a, float* out);
+
+// The same for state in `tier` of `device`, which the host may not reach
+// (a GPU's memory): sinks and sources take host memory, so the values pass
+// through a host buffer of at most 4M elements at a time; where the tier is
+// host-visible these are the functions above.
+ZTRAIN_API void put_range(StateSink& sink, const FlatLayout& layout, std::uint64_t begin,
+                          std::uint64_t end, StateArray a, const float* values, Device& device,
+                          Tier tier);
+ZTRAIN_API void get_range(StateSource& source, const FlatLayout& layout, std::uint64_t begin,
+                          std::uint64_t end, StateArray a, float* out, Device& device, Tier tier);
 
 // Forwards to `sink` the elements of each put that lie in flat [begin, end)
 // of `layout`. Holds references: sink and layout outlive it.

@@ -540,17 +540,6 @@ double ReferenceKernels::sum_squares(ConstTypedPtr x_in, std::size_t n) const {
   return total;
 }
 
-void ReferenceKernels::cast(TypedPtr dst, ConstTypedPtr src, std::size_t n) const {
-  convert(src.data, src.dtype, dst.data, dst.dtype, n);
-}
-
-void ReferenceKernels::accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) const {
-  if (dst.dtype != src.dtype)
-    throw InternalError("accumulate: a " + std::string(dtype_name(src.dtype)) + " into a " +
-                        std::string(dtype_name(dst.dtype)) + " buffer");
-  add_into(dst.data, src.data, n, dst.dtype);
-}
-
 double ReferenceKernels::sum(const float* x, std::size_t n) const {
   double s = 0;
   for (std::size_t i = 0; i < n; ++i) s += x[i];

@@ -1,0 +1,20 @@
+// The CUDA backend, loaded on demand: libztrain_cuda.so is looked for
+// beside libztrain (where the build and `cmake --install` put it) when a
+// run asks for [device] kind = "cuda" or "auto", and kept loaded for the
+// process. Internal to the host.
+//
+// Errors: cuda_backend() returns null, with the reason in *why, when the
+// library is not there (a build without the CUDA toolkit) or cannot be
+// loaded (its CUDA libraries missing).
+// Thread safety: the first call loads; later calls return the same table.
+#pragma once
+
+#include <string>
+
+#include "cuda/cuda_backend.h"
+
+namespace ztrain {
+
+const cuda::Backend* cuda_backend(std::string* why);
+
+}  // namespace ztrain
