@@ -7,9 +7,8 @@
 
 extern "C" const ztrain::cuda::Backend* ztrain_cuda_backend() {
   static const ztrain::cuda::Backend backend{
-      &ztrain::cuda::cuda_device_count,
-      &ztrain::cuda::make_cuda_device,
-      &ztrain::cuda::make_cuda_kernels,
+      ztrain::cuda::kBackendVersion,         &ztrain::cuda::cuda_device_count,
+      &ztrain::cuda::make_cuda_device,       &ztrain::cuda::make_cuda_kernels,
 #ifdef ZTRAIN_HAVE_NCCL
       &ztrain::cuda::make_nccl_communicator,
 #else

@@ -46,11 +46,16 @@ ZTRAIN_API std::unique_ptr<Device> make_cuda_device(const CudaOptions& options);
 // tensor cores; off, fp32 GEMMs are exact fp32.
 ZTRAIN_API std::unique_ptr<Kernels> make_cuda_kernels(Device& device, bool tf32);
 
+inline constexpr int kBackendVersion = 1;
+
 // What libztrain finds in libztrain_cuda when a run asks for the cuda
 // device (core/cuda_loader.h loads it by name beside libztrain), so the
 // host never links the CUDA libraries. make_nccl is null in a build
 // without NCCL.
 struct Backend {
+  // kBackendVersion of the build that made the library: a table of
+  // another layout is refused, not called.
+  int version;
   int (*device_count)(std::string* why);
   std::unique_ptr<Device> (*make_device)(const CudaOptions& options);
   std::unique_ptr<Kernels> (*make_kernels)(Device& device, bool tf32);

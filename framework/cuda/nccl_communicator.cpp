@@ -47,13 +47,11 @@ std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
 }
 
 // A collective in flight: its event on the communication stream, when it
-// was issued, and what messages and counters call it.
+// was issued, and what messages call it.
 struct Pending {
   cudaEvent_t done = nullptr;
   std::chrono::steady_clock::time_point issued;
-  std::optional<Collective> kind;
   std::string text;
-  std::uint64_t bytes = 0;
   ~Pending() {
     if (done) cudaEventDestroy(done);
   }
@@ -64,7 +62,7 @@ struct Pending {
 // the process.
 class NcclWatch {
  public:
-  explicit NcclWatch(int world_rank) : world_rank_(world_rank) {
+  NcclWatch(int world_rank, int ordinal) : world_rank_(world_rank), ordinal_(ordinal) {
     thread_ = std::thread([this] { loop(); });
   }
   ~NcclWatch() {
@@ -75,9 +73,9 @@ class NcclWatch {
     cv_.notify_all();
     thread_.join();
   }
-  void add(std::shared_ptr<Pending> p, std::shared_ptr<CommTally> tally) {
+  void add(std::shared_ptr<Pending> p) {
     std::lock_guard lock(mu_);
-    pending_.push_back({std::move(p), std::move(tally)});
+    pending_.push_back(std::move(p));
   }
   void watch_comm(ncclComm_t comm) {
     std::lock_guard lock(mu_);
@@ -88,34 +86,25 @@ class NcclWatch {
     std::erase(comms_, comm);
   }
   void set_timeout(double s) { timeout_s_ = s; }
-  // Records every completed collective; true when none is pending.
-  bool collect() {
-    std::lock_guard lock(mu_);
-    collect_locked();
-    return pending_.empty();
-  }
 
  private:
-  struct Entry {
-    std::shared_ptr<Pending> p;
-    std::shared_ptr<CommTally> tally;
-  };
   void collect_locked() {
     // Events complete in issue order on one stream: stop at the first
     // that has not.
     while (!pending_.empty()) {
-      const cudaError_t r = cudaEventQuery(pending_.front().p->done);
+      const cudaError_t r = cudaEventQuery(pending_.front()->done);
       if (r == cudaErrorNotReady) {
         cudaGetLastError();
         return;
       }
       if (r != cudaSuccess) die("the GPU reported " + std::string(cudaGetErrorString(r)));
-      const Entry& e = pending_.front();
-      if (e.p->kind) e.tally->record(*e.p->kind, e.p->bytes);
       pending_.pop_front();
     }
   }
   void loop() {
+    // The runtime would otherwise make GPU 0 this thread's device (and a
+    // context there) for the event queries.
+    cudaSetDevice(ordinal_);
     std::unique_lock lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(20));
@@ -128,10 +117,10 @@ class NcclWatch {
       }
       if (!pending_.empty()) {
         const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                            pending_.front().p->issued)
+                                                            pending_.front()->issued)
                                   .count();
         if (timeout_s_ > 0 && waited > timeout_s_)
-          die(pending_.front().p->text + " did not finish within " +
+          die(pending_.front()->text + " did not finish within " +
               std::to_string(static_cast<int>(timeout_s_)) +
               " s on nccl (a rank stopped calling collectives, or died)");
       }
@@ -146,10 +135,11 @@ class NcclWatch {
   }
 
   int world_rank_;
+  int ordinal_;
   std::atomic<double> timeout_s_{300};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Entry> pending_;
+  std::deque<std::shared_ptr<Pending>> pending_;
   std::vector<ncclComm_t> comms_;
   bool stop_ = false;
   std::thread thread_;
@@ -193,11 +183,17 @@ class NcclCommunicator final : public Communicator {
     ncclCommCount(comm_, &size_);
     watch_->watch_comm(comm_);
   }
+  // After a sticky GPU error the stream waits fail too: the communicator is
+  // then aborted rather than destroyed, and the error is not thrown out of
+  // a destructor.
   ~NcclCommunicator() override {
-    device_.synchronize();
-    watch_->collect();
     watch_->forget_comm(comm_);
-    ncclCommDestroy(comm_);
+    if (cudaStreamSynchronize(device_.comm()) == cudaSuccess) {
+      ncclCommDestroy(comm_);
+    } else {
+      cudaGetLastError();
+      ncclCommAbort(comm_);
+    }
   }
 
   int rank() const override { return rank_; }
@@ -339,19 +335,14 @@ class NcclCommunicator final : public Communicator {
                                               std::make_shared<CommTally>(tally_));
   }
 
-  CommCounters counters() const override {
-    watch_->collect();
-    return tally_->snapshot();
-  }
+  CommCounters counters() const override { return tally_->snapshot(); }
 
  private:
   template <class F>
   CommWork issue(const CollectiveCall& call, std::uint64_t bytes, F&& enqueue) {
     auto p = std::make_shared<Pending>();
-    p->kind = call.kind;
     p->text = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " +
               collective_text(call.op, call.count, call.type);
-    p->bytes = bytes;
     ZTRAIN_CUDA(cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming));
     const cudaStream_t comm_stream = device_.comm();
     device_.order(comm_stream, device_.compute());
@@ -359,7 +350,10 @@ class NcclCommunicator final : public Communicator {
     if (r != ncclSuccess) throw CommError(p->text + " failed in NCCL: " + nccl_text(r, comm_));
     ZTRAIN_CUDA(cudaEventRecord(p->done, comm_stream));
     p->issued = std::chrono::steady_clock::now();
-    watch_->add(p, tally_);
+    watch_->add(p);
+    // Counted when queued: a queued collective completes or the watchdog
+    // ends the job, and the step's counts need no wait for the GPU.
+    if (call.kind) tally_->record(*call.kind, bytes);
     CudaDevice& dev = device_;
     return CommWork([p, &dev] { ZTRAIN_CUDA(cudaStreamWaitEvent(dev.compute(), p->done, 0)); });
   }
@@ -415,7 +409,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, De
   if (r != ncclSuccess)
     throw CommError("rank " + std::to_string(bootstrap.rank()) +
                     " could not join NCCL: " + nccl_text(r, comm));
-  auto watch = std::make_shared<NcclWatch>(bootstrap.rank());
+  auto watch = std::make_shared<NcclWatch>(bootstrap.rank(), cuda->ordinal());
   watch->set_timeout(timeout_s);
   return std::make_unique<NcclCommunicator>(comm, *cuda, std::move(watch),
                                             std::make_shared<CommTally>());

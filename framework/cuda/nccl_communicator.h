@@ -22,8 +22,9 @@
 // ends the job through its launcher.
 //
 // Counting: as mpi and gloo, the bytes a ring sends per collective,
-// recorded when its event completes (counters() first collects the
-// completed ones).
+// recorded when it is queued (it then completes or ends the job). The
+// strategy's comm wait is about zero here: wait() does not block the
+// host; the GPU's waits show in the step time.
 // Ownership: the communicator borrows the device, which must outlive it.
 // Thread safety: as Communicator.
 #pragma once

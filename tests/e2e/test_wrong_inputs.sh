@@ -10,6 +10,8 @@
 #   seconds, which ranks are missing, and names them when it gives up.
 # - A plugin whose factory crashes (a null write) is named by the host as
 #   the process dies, and one whose factory throws is a plugin error.
+# - [device] kind = "cuda" where no GPU is usable (CI) stops at its
+#   configuration line saying why; "auto" trains on the cpu there.
 #
 # usage: test_wrong_inputs.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -27,6 +29,15 @@ refused() {
   grep -q -- "$pattern" "$scratch/$name.out" || fail "$name: unclear error: $(cat "$scratch/$name.out")"
   echo "$name: $(grep -m1 -- "$pattern" "$scratch/$name.out" | cut -c1-180)"
 }
+
+if "$ZTRAIN" "${small[@]}" --set device.kind=auto --set train.out_dir="$scratch/auto" \
+  "$SRC/configs/run.toml" > "$scratch/auto.out" 2>&1 && grep -q "| cpu (" "$scratch/auto.out"; then
+  refused cuda_without_gpu '\-\-set device.kind=cuda: \[device\] kind "cuda": ' \
+    "${small[@]}" --set device.kind=cuda --set train.out_dir="$scratch/cuda" "$SRC/configs/run.toml"
+  echo "auto: trained on the cpu"
+else
+  echo "auto chose a GPU here: the no-GPU refusal is not checked"
+fi
 
 mkdir -p "$scratch/a_directory"
 refused run_file_directory "run file '$scratch/a_directory' is a directory" \

@@ -197,8 +197,10 @@ ZTRAIN_API int launcher_rank();
 // Ranks the launcher placed on this machine (1 when not launched by one), so
 // each rank can take its share of the cores.
 ZTRAIN_API int local_rank_count();
-// This rank's place among them (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
-// SLURM_LOCALID or LOCAL_RANK; 0 without a launcher): which GPU it takes.
+// This rank's place among them, as the launcher that started it numbers it
+// (MPI: OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMIX_LOCAL_RANK or
+// SLURM_LOCALID; torchrun-style: LOCAL_RANK; 0 without a launcher): which
+// GPU it takes.
 ZTRAIN_API int local_rank();
 
 }  // namespace ztrain

@@ -128,7 +128,8 @@ class ZTRAIN_API Kernels {
   // Sum of squares in double, deterministic for a given thread count.
   virtual double sum_squares(ConstTypedPtr x, std::size_t n) const = 0;
 
-  // Sum of x (n) in double, in index order (a micro-batch's mean loss).
+  // Sum of x (n) in double, in a fixed order (a micro-batch's mean loss;
+  // the cpu sums in index order).
   virtual double sum(const float* x, std::size_t n) const = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <initializer_list>
 #include <thread>
 #include <vector>
 
@@ -353,13 +354,23 @@ int local_rank_count() {
   return 1;
 }
 
+// The launcher that started this process says where its rank sits: a
+// torchrun inside a SLURM allocation inherits SLURM_LOCALID = 0 in every
+// worker, so LOCAL_RANK wins for torchrun-style ranks and the MPI names
+// for MPI ones.
 int local_rank() {
-  for (const char* v :
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
-    if (const char* text = std::getenv(v)) {
-      const int n = std::atoi(text);
-      if (n >= 0) return n;
-    }
+  const auto first = [](std::initializer_list<const char*> names) {
+    for (const char* v : names)
+      if (const char* text = std::getenv(v)) {
+        const int n = std::atoi(text);
+        if (n >= 0) return n;
+      }
+    return 0;
+  };
+  if (launched_by_mpi())
+    return first(
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "SLURM_LOCALID"});
+  if (launched_by_env()) return first({"LOCAL_RANK"});
   return 0;
 }
 

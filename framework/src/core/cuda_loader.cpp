@@ -19,8 +19,13 @@ Loaded load() {
   Loaded l;
   std::error_code ec;
   const std::filesystem::path self(boost::dll::symbol_location(cuda_backend, ec).string());
+  if (ec) {
+    l.why = "cannot find libztrain's own directory (" + ec.message() +
+            "), where libztrain_cuda.so is looked for";
+    return l;
+  }
   const std::filesystem::path file = self.parent_path() / "libztrain_cuda.so";
-  if (ec || !std::filesystem::exists(file)) {
+  if (!std::filesystem::exists(file)) {
     l.why = "this ztrain was built without the CUDA backend (no " + file.string() +
             "); build it where the CUDA toolkit is installed";
     return l;
@@ -35,14 +40,23 @@ Loaded load() {
     l.why = file.string() + " has no ztrain_cuda_backend entry point; reinstall ztrain";
     return l;
   }
-  l.backend = l.library.get<const cuda::Backend*()>("ztrain_cuda_backend")();
+  const cuda::Backend* b = l.library.get<const cuda::Backend*()>("ztrain_cuda_backend")();
+  if (b->version != cuda::kBackendVersion) {
+    l.why = file.string() + " is of another ztrain build (backend table " +
+            std::to_string(b->version) + ", this ztrain reads " +
+            std::to_string(cuda::kBackendVersion) + "); install the same build of both";
+    return l;
+  }
+  l.backend = b;
   return l;
 }
 
 }  // namespace
 
 const cuda::Backend* cuda_backend(std::string* why) {
-  static const Loaded loaded = load();
+  // Never unloaded: CUDA's libraries and NCCL's threads do not take being
+  // unloaded at exit after the run's objects are gone.
+  static const Loaded& loaded = *new Loaded(load());
   if (!loaded.backend && why) *why = loaded.why;
   return loaded.backend;
 }

@@ -42,14 +42,17 @@ namespace {
 
 // Why this host cannot hold the run; empty when it can (or its RAM is
 // unknown).
-std::string refusal(const RunConfig& config, const MemoryEstimate& estimate,
+std::string refusal(const RunConfig& config, const MemoryEstimate& estimate, bool device_in_ram,
                     std::uint64_t activation_bytes, int batch, int seq_len, std::int64_t n_params,
                     int ranks_here) {
   const std::uint64_t ram = physical_memory();
   if (ram == 0) return {};
+  if (!device_in_ram) activation_bytes = 0;  // they live on the GPU
   std::uint64_t states = 0;
-  for (Tier t : {Tier::device, Tier::host})
+  for (Tier t : {Tier::device, Tier::host}) {
+    if (t == Tier::device && !device_in_ram) continue;
     for (std::uint64_t b : estimate.bytes[static_cast<std::size_t>(t)]) states = add(states, b);
+  }
   const std::uint64_t per_rank = add(states, activation_bytes);
   std::uint64_t total = 0;
   if (__builtin_mul_overflow(per_rank, static_cast<std::uint64_t>(ranks_here), &total))
@@ -75,11 +78,11 @@ std::string refusal(const RunConfig& config, const MemoryEstimate& estimate,
 
 }  // namespace
 
-void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
+void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate, bool device_in_ram,
                        std::uint64_t activation_bytes, int batch, int seq_len,
                        std::int64_t n_params, int ranks_here, Communicator& comm) {
-  const std::string why =
-      refusal(config, estimate, activation_bytes, batch, seq_len, n_params, ranks_here);
+  const std::string why = refusal(config, estimate, device_in_ram, activation_bytes, batch, seq_len,
+                                  n_params, ranks_here);
   // Hosts differ in RAM and in ranks: every rank learns whether any refused.
   stop_together(why,
                 "the ranks of another host found that this run does not fit its memory (their "

@@ -1,7 +1,9 @@
 // A run whose memory cannot exist on this machine is refused before it
 // allocates anything.
 //
-// On the cpu device every tier but nvme is this machine's RAM. Before the
+// On the cpu device every tier but nvme is this machine's RAM (on a GPU
+// only the host tier is: the device tier's budget and the card's memory
+// are checked as it allocates). Before the
 // strategy allocates, the host adds up its estimate (device and host
 // tiers, every category at its peak) and the model's activations, times
 // the ranks sharing the machine; when that exceeds the physical memory,
@@ -25,8 +27,9 @@ namespace ztrain {
 
 // estimate: the strategy's for this run; activation_bytes: the model's for
 // one micro-batch of `batch` sequences of `seq_len`; ranks_here: ranks on
-// this machine.
-void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
+// this machine; device_in_ram: the device tier (and the activations) are
+// RAM, as on the cpu device; on a GPU only the host tier is.
+void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate, bool device_in_ram,
                        std::uint64_t activation_bytes, int batch, int seq_len,
                        std::int64_t n_params, int ranks_here, Communicator& comm);
 

@@ -1,6 +1,9 @@
 #include "train/run_settings.h"
 
+#include <algorithm>
+
 #include "core/cuda_loader.h"
+#include "ztrain/comm.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
@@ -234,25 +237,20 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   return s;
 }
 
-// "cuda" must find the CUDA backend and a GPU now, so that a run that
-// cannot have them stops at its configuration line; "auto" takes them
-// where they are.
 namespace {
+
+// "auto" takes the GPU where the CUDA backend (with NCCL) and a GPU for
+// every rank on this machine are; "cuda" is checked when the run opens the
+// device (trainer.cpp), so `estimate` of a GPU run works anywhere.
 DeviceSettings resolve_device(const Options& d) {
   DeviceSettings s;
   s.kind = d.get_string("kind");
-  if (s.kind != "cpu") {
-    std::string why;
-    const cuda::Backend* backend = cuda_backend(&why);
-    int gpus = 0;
-    if (backend) {
-      gpus = backend->device_count(&why);
-      why = "no usable GPU (" + why + ")";
-    }
-    if (gpus == 0 && s.kind == "cuda")
-      throw ConfigError(d.where("kind") + ": [device] kind \"cuda\": " + why +
-                        "; use kind = \"cpu\" (or \"auto\")");
-    s.kind = gpus > 0 ? "cuda" : "cpu";
+  s.kind_where = d.where("kind");
+  if (s.kind == "auto") {
+    const cuda::Backend* backend = cuda_backend(nullptr);
+    const bool usable = backend && backend->make_nccl &&
+                        backend->device_count(nullptr) >= std::max(1, local_rank_count());
+    s.kind = usable ? "cuda" : "cpu";
   }
   if (d.get_size("memory_limit") > 0) s.memory_limit = d.get_size("memory_limit");
   s.threads = static_cast<int>(d.get_int("threads"));
@@ -260,6 +258,7 @@ DeviceSettings resolve_device(const Options& d) {
   s.pin_memory = d.get_bool("pin_memory");
   return s;
 }
+
 }  // namespace
 
 CommSettings resolve_comm(const RunConfig& config) {

@@ -46,7 +46,8 @@ struct TrainSettings {
 };
 
 struct DeviceSettings {
-  std::string kind;  // cpu or cuda ("auto" resolved)
+  std::string kind;        // cpu or cuda ("auto" resolved)
+  std::string kind_where;  // where the kind was set, for errors about it
   std::optional<std::uint64_t> memory_limit;
   int threads = 0;
   bool tf32 = false;

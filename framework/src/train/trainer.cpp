@@ -141,20 +141,29 @@ void open_device(Run& run) {
     run.device = make_cpu_device(threads);
     run.kernels = make_cpu_kernels();
   } else {
+    const auto refuse = [&](const std::string& why) {
+      return ConfigError(dev.kind_where + ": [device] kind \"cuda\": " + why +
+                         "; use kind = \"cpu\" (or \"auto\")");
+    };
     std::string why;
     const cuda::Backend* backend = cuda_backend(&why);
-    if (!backend) throw ConfigError("[device] kind \"cuda\": " + why);
+    if (!backend) throw refuse(why);
+    if (!backend->make_nccl)
+      throw refuse(
+          "this ztrain's CUDA backend was built without NCCL, which the strategies' "
+          "collectives run on");
     const int gpus = backend->device_count(&why);
+    if (gpus == 0) throw refuse("no usable GPU (" + why + ")");
+    if (local_rank_count() > gpus)
+      throw refuse(std::to_string(local_rank_count()) + " ranks on this machine but " +
+                   std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
+                   " visible: start one rank per GPU (CUDA_VISIBLE_DEVICES names them)");
     cuda::CudaOptions o;
-    o.ordinal = local_rank() % std::max(1, gpus);
+    o.ordinal = local_rank();
     o.pin_memory = dev.pin_memory;
     o.host_threads = threads;
     run.device = backend->make_device(o);
     run.kernels = backend->make_kernels(*run.device, dev.tf32);
-    if (!backend->make_nccl)
-      throw ConfigError(
-          "[device] kind \"cuda\": this ztrain's CUDA backend was built without "
-          "NCCL, which its strategies' collectives run on");
     run.gpu_comm = backend->make_nccl(*run.comm, *run.device, run.settings.comm.timeout_s);
   }
   run.device->set_budget(Tier::device, dev.memory_limit);
@@ -188,9 +197,9 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
 
   const auto& tr = run.settings.train;
   const EstimateArgs& sizes = parts.sizes;
-  check_memory_fits(config, run.strategy->estimate(sizes), sizes.activation_bytes,
-                    static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
-                    local_rank_count(), *run.comm);
+  check_memory_fits(config, run.strategy->estimate(sizes), run.device->host_visible(Tier::device),
+                    sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len,
+                    info.n_params, local_rank_count(), *run.comm);
   StrategySetup setup;
   setup.params = sizes.params;
   setup.modules = run.model->modules();
