@@ -171,14 +171,15 @@ void CudaDevice::synchronize() {
   for (cudaStream_t s : {compute_, comm_, copy_}) ZTRAIN_CUDA(cudaStreamSynchronize(s));
 }
 
-void* CudaDevice::raw_allocate(Tier tier, std::size_t bytes, Fill fill) {
-  return tier == Tier::device ? allocate_device(bytes, fill) : allocate_host(bytes, fill);
+void* CudaDevice::raw_allocate(Tier tier, Category category, std::size_t bytes, Fill fill) {
+  return tier == Tier::device ? allocate_device(bytes, fill)
+                              : allocate_host(bytes, pinned(category), fill);
 }
 
-void CudaDevice::raw_free(Tier tier, void* p, std::size_t) noexcept {
+void CudaDevice::raw_free(Tier tier, Category category, void* p, std::size_t) noexcept {
   if (tier == Tier::device)
     cache_.release(p);
-  else if (options_.pin_memory)
+  else if (pinned(category))
     cudaFreeHost(p);
   else
     std::free(p);
@@ -207,9 +208,9 @@ void* CudaDevice::allocate_device(std::size_t bytes, Fill fill) {
   return p;
 }
 
-void* CudaDevice::allocate_host(std::size_t bytes, Fill fill) {
+void* CudaDevice::allocate_host(std::size_t bytes, bool pin, Fill fill) {
   void* p = nullptr;
-  if (options_.pin_memory) {
+  if (pin) {
     bind();
     if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
       cudaGetLastError();

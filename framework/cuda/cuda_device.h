@@ -65,8 +65,8 @@ class CudaDevice final : public Device, private DeviceMemory {
   AllocatorStats allocator_stats() const { return cache_.stats(); }
 
  protected:
-  void* raw_allocate(Tier tier, std::size_t bytes, Fill fill) override;
-  void raw_free(Tier tier, void* p, std::size_t bytes) noexcept override;
+  void* raw_allocate(Tier tier, Category category, std::size_t bytes, Fill fill) override;
+  void raw_free(Tier tier, Category category, void* p, std::size_t bytes) noexcept override;
 
  private:
   // DeviceMemory, for the caching allocator.
@@ -77,7 +77,13 @@ class CudaDevice final : public Device, private DeviceMemory {
   void bind() const;
 
   void* allocate_device(std::size_t bytes, Fill fill);
-  void* allocate_host(std::size_t bytes, Fill fill);
+  // Pinned when asked, except checkpoint snapshots: the host writes those
+  // to disk and never hands them to the GPU, and pinning tens of GB at
+  // once stalls the system.
+  bool pinned(Category category) const {
+    return options_.pin_memory && category != Category::checkpoint;
+  }
+  void* allocate_host(std::size_t bytes, bool pin, Fill fill);
 
   CudaOptions options_;
   cudaDeviceProp props_{};

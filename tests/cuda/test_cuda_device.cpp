@@ -85,6 +85,10 @@ TEST_CASE("the host tier is pinned when asked, pageable when not") {
     REQUIRE(cudaPointerGetAttributes(&attr, h.data()) == cudaSuccess);
     CHECK((attr.type == cudaMemoryTypeHost) == pinned);
     CHECK(static_cast<const char*>(h.data())[12345] == 0);
+    // Checkpoint snapshots never are (the host writes them to disk).
+    auto c = dev->allocate(Tier::host, Category::checkpoint, 1 << 20);
+    REQUIRE(cudaPointerGetAttributes(&attr, c.data()) == cudaSuccess);
+    CHECK(attr.type != cudaMemoryTypeHost);
   }
 }
 

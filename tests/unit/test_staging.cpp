@@ -42,12 +42,12 @@ class OpaqueDevice final : public Device {
   }
 
  protected:
-  void* raw_allocate(Tier, std::size_t bytes, Fill fill) override {
+  void* raw_allocate(Tier, Category, std::size_t bytes, Fill fill) override {
     void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (fill == Fill::zeros) std::memset(p, 0, bytes);
     return p;
   }
-  void raw_free(Tier, void* p, std::size_t) noexcept override { std::free(p); }
+  void raw_free(Tier, Category, void* p, std::size_t) noexcept override { std::free(p); }
 };
 
 std::vector<ParamSpec> params() {

@@ -139,8 +139,10 @@ class ZTRAIN_API Device {
 
  protected:
   Device() = default;
-  virtual void* raw_allocate(Tier tier, std::size_t bytes, Fill fill) = 0;
-  virtual void raw_free(Tier tier, void* p, std::size_t bytes) noexcept = 0;
+  // The category lets a device place blocks by use (the cuda device pins
+  // host blocks for transfers, not checkpoint snapshots the host writes).
+  virtual void* raw_allocate(Tier tier, Category category, std::size_t bytes, Fill fill) = 0;
+  virtual void raw_free(Tier tier, Category category, void* p, std::size_t bytes) noexcept = 0;
 
  private:
   friend class Buffer;

@@ -70,7 +70,7 @@ class CpuDevice final : public Device {
   int threads() const override { return threads_; }
 
  protected:
-  void* raw_allocate(Tier tier, std::size_t bytes, Fill fill) override {
+  void* raw_allocate(Tier tier, Category, std::size_t bytes, Fill fill) override {
     const auto refused = [&] {
       return OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes) +
                               " on tier '" + std::string(tier_name(tier)) +
@@ -97,7 +97,7 @@ class CpuDevice final : public Device {
     if (fill == Fill::zeros) std::memset(p, 0, rounded);
     return p;
   }
-  void raw_free(Tier, void* p, std::size_t bytes) noexcept override {
+  void raw_free(Tier, Category, void* p, std::size_t bytes) noexcept override {
     if (!coloured(bytes)) return std::free(p);
     std::byte* base;
     std::memcpy(&base, static_cast<std::byte*>(p) - sizeof base, sizeof base);

@@ -58,7 +58,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 
 void Buffer::reset() {
   if (data_) {
-    device_->raw_free(tier_, data_, bytes_);
+    device_->raw_free(tier_, category_, data_, bytes_);
     device_->release(tier_, category_, bytes_);
   }
   device_ = nullptr;
@@ -74,7 +74,7 @@ Buffer Device::allocate(Tier tier, Category category, std::size_t bytes, Fill fi
   reserve(tier, category, bytes);
   void* p = nullptr;
   try {
-    p = raw_allocate(tier, bytes, fill);
+    p = raw_allocate(tier, category, bytes, fill);
   } catch (...) {
     release(tier, category, bytes);
     throw;
