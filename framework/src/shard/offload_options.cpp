@@ -43,11 +43,12 @@ void offload_param_buffers(const Options& o, GatherOptions& gather) {
 }
 
 void check_offload_supported(const Device& device, const std::string& what) {
-  if (device.kind() != DeviceKind::cuda) return;
+  if (device.host_visible(Tier::device)) return;
   throw ConfigError(what +
-                    " leaves the GPU, but offloading does not run on [device] kind "
-                    "\"cuda\" yet (the host shard's CPU AdamW and the copies between the tiers "
-                    "come next); on a GPU use ddp, zero1, zero2 or zero3, or run on kind \"cpu\"");
+                    " leaves the device, but offloading does not run yet where the host "
+                    "cannot reach the device tier ([device] kind \"cuda\", or guard = true): "
+                    "the host shard's CPU AdamW and the copies between the tiers come next; use "
+                    "ddp, zero1, zero2 or zero3 there, or kind \"cpu\" without guard");
 }
 
 }  // namespace ztrain::shard

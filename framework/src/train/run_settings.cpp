@@ -93,6 +93,10 @@ OptionList device_options() {
   o.integer("threads", 0, "kernel threads per rank; 0 = all cores").at_least(0).at_most(1024);
   o.flag("tf32", false, "cuda: fp32 GEMMs may round their inputs to TF32 on tensor cores");
   o.flag("pin_memory", true, "cuda: the host tier in pinned memory (asynchronous copies)");
+  o.flag("guard", false,
+         "cpu, world 1: page-protect the device tier between kernel, copy and collective calls, "
+         "so host code that touches it faults as it would fail on a GPU (slow; a check for "
+         "models and strategies)");
   return o;
 }
 
@@ -256,6 +260,12 @@ DeviceSettings resolve_device(const Options& d) {
   s.threads = static_cast<int>(d.get_int("threads"));
   s.tf32 = d.get_bool("tf32");
   s.pin_memory = d.get_bool("pin_memory");
+  s.guard = d.get_bool("guard");
+  if (s.guard && s.kind != "cpu")
+    throw ConfigError(d.where("guard") +
+                      ": [device] guard checks on the cpu what a GPU would "
+                      "refuse; it has no use on kind \"" +
+                      s.kind + "\"");
   return s;
 }
 

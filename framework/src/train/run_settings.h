@@ -52,6 +52,7 @@ struct DeviceSettings {
   int threads = 0;
   bool tf32 = false;
   bool pin_memory = true;
+  bool guard = false;  // cpu: the device tier page-protected between uses
 };
 
 struct CommSettings {

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "core/cuda_loader.h"
+#include "core/guarded_device.h"
 
 #include <signal.h>
 
@@ -137,7 +138,15 @@ void open_device(Run& run) {
       dev.threads > 0
           ? dev.threads
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_rank_count());
-  if (dev.kind != "cuda") {
+  if (dev.guard) {
+    if (run.comm->size() != 1)
+      throw ConfigError("[device] guard = true runs one rank; this run has " +
+                        std::to_string(run.comm->size()));
+    GuardedCpu g = make_guarded_cpu(threads);
+    run.device = std::move(g.device);
+    run.kernels = std::move(g.kernels);
+    run.gpu_comm = g.guard_comm(make_local_communicator(), *run.device);
+  } else if (dev.kind != "cuda") {
     run.device = make_cpu_device(threads);
     run.kernels = make_cpu_kernels();
   } else {

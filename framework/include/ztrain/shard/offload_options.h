@@ -18,9 +18,10 @@
 
 namespace ztrain::shard {
 
-// State in host memory or on NVMe is stepped by the CPU AdamW, which the
-// cuda device does not run yet: on it, ConfigError naming `what` (the
-// state asked to leave the GPU). Nothing on other devices.
+// State in host memory or on NVMe is stepped by the CPU AdamW, which does
+// not run yet where the host cannot reach the device tier (the cuda
+// device, the guarded cpu device): there, ConfigError naming `what` (the
+// state asked to leave the device). Nothing elsewhere.
 ZTRAIN_API void check_offload_supported(const Device& device, const std::string& what);
 
 ZTRAIN_API void declare_offload_param_options(OptionList& o);

@@ -1,0 +1,259 @@
+// The guarded cpu device (guarded_device.h): device-tier blocks are
+// mmap'ed mappings of their own, PROT_NONE except while an Open lives.
+#include "core/guarded_device.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "ztrain/error.h"
+#include "ztrain/units.h"
+
+namespace ztrain {
+namespace {
+
+class GuardedDevice final : public Device {
+ public:
+  // The cpu device is kept for what making it sets up: the kernels' thread
+  // counts (oneTBB, OpenBLAS).
+  explicit GuardedDevice(int threads) : cpu_(make_cpu_device(threads)) {}
+
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return cpu_->name() + ", device tier guarded"; }
+  int threads() const override { return cpu_->threads(); }
+  bool host_visible(Tier tier) const override { return tier != Tier::device; }
+
+  // Device-tier blocks are reachable while an Open lives (nested ones
+  // count).
+  class Open {
+   public:
+    explicit Open(Device& d) : d_(static_cast<GuardedDevice&>(d)) { d_.set_open(+1); }
+    ~Open() { d_.set_open(-1); }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+
+   private:
+    GuardedDevice& d_;
+  };
+
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    const Open open(*this);
+    Device::copy(dst, src, bytes);
+  }
+  void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) override {
+    const Open open(*this);
+    Device::convert(dst, src, n);
+  }
+  void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) override {
+    const Open open(*this);
+    Device::accumulate(dst, src, n);
+  }
+  void fill_zero(void* p, std::size_t bytes) override {
+    const Open open(*this);
+    Device::fill_zero(p, bytes);
+  }
+
+ protected:
+  void* raw_allocate(Tier tier, Category, std::size_t bytes, Fill fill) override {
+    const std::size_t pages = (bytes + 4095) / 4096 * 4096;
+    if (tier != Tier::device) {
+      void* p = std::aligned_alloc(4096, pages);
+      if (!p) throw OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes));
+      if (fill == Fill::zeros) std::memset(p, 0, bytes);
+      return p;
+    }
+    std::lock_guard lock(mu_);
+    void* p = ::mmap(nullptr, pages, open_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // zero-filled by the kernel
+    if (p == MAP_FAILED)
+      throw OutOfMemoryError("out of memory: the system refused " + format_bytes(bytes));
+    blocks_.emplace(p, pages);
+    return p;
+  }
+  void raw_free(Tier tier, Category, void* p, std::size_t) noexcept override {
+    if (tier != Tier::device) return std::free(p);
+    std::lock_guard lock(mu_);
+    const auto it = blocks_.find(p);
+    if (it == blocks_.end()) return;
+    ::munmap(p, it->second);
+    blocks_.erase(it);
+  }
+
+ private:
+  void set_open(int delta) {
+    std::lock_guard lock(mu_);
+    const bool was = open_ > 0;
+    open_ += delta;
+    if (was == (open_ > 0)) return;
+    const int prot = open_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE;
+    for (const auto& [p, bytes] : blocks_) ::mprotect(p, bytes, prot);
+  }
+
+  std::unique_ptr<Device> cpu_;
+  std::mutex mu_;
+  std::map<void*, std::size_t> blocks_;
+  int open_ = 0;
+};
+
+using Open = GuardedDevice::Open;
+
+// The cpu kernels with the device opened around every op.
+class GuardedKernels final : public Kernels {
+ public:
+  GuardedKernels(std::unique_ptr<Kernels> inner, Device& device)
+      : k_(std::move(inner)), device_(device) {}
+
+#define ZTRAIN_GUARDED(name, params, args) \
+  void name params const override {        \
+    const Open open(device_);              \
+    k_->name args;                         \
+  }
+  ZTRAIN_GUARDED(embedding_forward,
+                 (float* a, const std::int32_t* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f,
+                  int g),
+                 (a, b, c, d, e, f, g))
+  ZTRAIN_GUARDED(embedding_backward,
+                 (TypedPtr a, TypedPtr b, const float* c, const std::int32_t* d, int e, int f,
+                  int g),
+                 (a, b, c, d, e, f, g))
+  ZTRAIN_GUARDED(layernorm_forward,
+                 (float* a, float* b, float* c, const float* d, ConstTypedPtr e, ConstTypedPtr f,
+                  int g, int h, float i),
+                 (a, b, c, d, e, f, g, h, i))
+  ZTRAIN_GUARDED(layernorm_backward,
+                 (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f,
+                  const float* g, const float* h, int i, int j),
+                 (a, b, c, d, e, f, g, h, i, j))
+  ZTRAIN_GUARDED(rmsnorm_forward,
+                 (float* a, float* b, const float* c, ConstTypedPtr d, int e, int f, float g),
+                 (a, b, c, d, e, f, g))
+  ZTRAIN_GUARDED(rmsnorm_backward,
+                 (float* a, TypedPtr b, const float* c, const float* d, ConstTypedPtr e,
+                  const float* f, int g, int h),
+                 (a, b, c, d, e, f, g, h))
+  ZTRAIN_GUARDED(matmul_forward,
+                 (float* a, const float* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f, int g),
+                 (a, b, c, d, e, f, g))
+  ZTRAIN_GUARDED(matmul_backward,
+                 (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f,
+                  int g, int h, int i),
+                 (a, b, c, d, e, f, g, h, i))
+  ZTRAIN_GUARDED(gelu_forward, (float* a, const float* b, std::size_t c), (a, b, c))
+  ZTRAIN_GUARDED(gelu_backward, (float* a, const float* b, const float* c, std::size_t d),
+                 (a, b, c, d))
+  ZTRAIN_GUARDED(swiglu_forward, (float* a, const float* b, const float* c, std::size_t d),
+                 (a, b, c, d))
+  ZTRAIN_GUARDED(swiglu_backward,
+                 (float* a, float* b, const float* c, const float* d, const float* e,
+                  std::size_t f),
+                 (a, b, c, d, e, f))
+  ZTRAIN_GUARDED(rope_forward,
+                 (float* a, const float* b, const float* c, int d, int e, int f, int g, int h),
+                 (a, b, c, d, e, f, g, h))
+  ZTRAIN_GUARDED(rope_backward,
+                 (float* a, const float* b, const float* c, int d, int e, int f, int g, int h),
+                 (a, b, c, d, e, f, g, h))
+  ZTRAIN_GUARDED(attention_forward,
+                 (float* a, float* b, const float* c, const float* d, const float* e, int f, int g,
+                  int h, int i, int j, int k, int l),
+                 (a, b, c, d, e, f, g, h, i, j, k, l))
+  ZTRAIN_GUARDED(attention_backward,
+                 (float* a, float* b, float* c, const float* d, const float* e, const float* f,
+                  const float* g, const float* h, const float* i, int j, int k, int l, int m, int n,
+                  int o, int p),
+                 (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p))
+  ZTRAIN_GUARDED(add, (float* a, const float* b, const float* c, std::size_t d), (a, b, c, d))
+  ZTRAIN_GUARDED(softmax_crossentropy_forward,
+                 (float* a, float* b, const std::int32_t* c, int d, int e), (a, b, c, d, e))
+  ZTRAIN_GUARDED(softmax_crossentropy_backward,
+                 (float* a, const std::int32_t* b, float c, int d, int e), (a, b, c, d, e))
+  ZTRAIN_GUARDED(adamw,
+                 (float* a, TypedPtr b, float* c, float* d, TypedPtr e, std::size_t f, float g,
+                  float h, float i, float j, float k, float l, float m, float n, GradAfter o),
+                 (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o))
+#undef ZTRAIN_GUARDED
+  double sum(const float* x, std::size_t n) const override {
+    const Open open(device_);
+    return k_->sum(x, n);
+  }
+  double sum_squares(ConstTypedPtr x, std::size_t n) const override {
+    const Open open(device_);
+    return k_->sum_squares(x, n);
+  }
+
+ private:
+  std::unique_ptr<Kernels> k_;
+  Device& device_;
+};
+
+// A world-1 communicator with the device opened around every collective
+// (its copies run inside the call).
+class GuardedCommunicator final : public Communicator {
+ public:
+  GuardedCommunicator(std::unique_ptr<Communicator> inner, Device& device)
+      : c_(std::move(inner)), device_(device) {
+    if (c_->size() != 1)
+      throw ConfigError(
+          "[device] guard = true runs one rank (its checks cannot follow a "
+          "collective onto other threads); run it at world 1");
+  }
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  std::string backend() const override { return c_->backend(); }
+  void set_timeout(double s) override { c_->set_timeout(s); }
+  CommWork all_reduce_async(void* d, std::size_t n, DType t, ReduceOp op) override {
+    const Open open(device_);
+    return c_->all_reduce_async(d, n, t, op);
+  }
+  CommWork reduce_scatter_async(const void* s, void* r, std::size_t n, DType t,
+                                ReduceOp op) override {
+    const Open open(device_);
+    return c_->reduce_scatter_async(s, r, n, t, op);
+  }
+  CommWork all_gather_async(const void* s, void* r, std::size_t n, DType t) override {
+    const Open open(device_);
+    return c_->all_gather_async(s, r, n, t);
+  }
+  CommWork reduce_scatter_v_async(const void* s, void* r, const std::vector<std::size_t>& counts,
+                                  DType t, ReduceOp op) override {
+    const Open open(device_);
+    return c_->reduce_scatter_v_async(s, r, counts, t, op);
+  }
+  CommWork all_gather_v_async(const void* s, void* r, const std::vector<std::size_t>& counts,
+                              DType t) override {
+    const Open open(device_);
+    return c_->all_gather_v_async(s, r, counts, t);
+  }
+  CommWork broadcast_async(void* d, std::size_t n, DType t, int root) override {
+    const Open open(device_);
+    return c_->broadcast_async(d, n, t, root);
+  }
+  CommWork barrier_async() override { return c_->barrier_async(); }
+  std::unique_ptr<Communicator> split(int colour, int key) override {
+    return std::make_unique<GuardedCommunicator>(c_->split(colour, key), device_);
+  }
+  CommCounters counters() const override { return c_->counters(); }
+
+ private:
+  std::unique_ptr<Communicator> c_;
+  Device& device_;
+};
+
+std::unique_ptr<Communicator> guard(std::unique_ptr<Communicator> inner, Device& device) {
+  return std::make_unique<GuardedCommunicator>(std::move(inner), device);
+}
+
+}  // namespace
+
+GuardedCpu make_guarded_cpu(int threads) {
+  GuardedCpu g;
+  g.device = std::make_unique<GuardedDevice>(threads);
+  g.kernels = std::make_unique<GuardedKernels>(make_cpu_kernels(), *g.device);
+  g.guard_comm = &guard;
+  return g;
+}
+
+}  // namespace ztrain
