@@ -5,8 +5,7 @@
 #   1. every GPU test (the cuda device, every cuda kernel against its cpu
 #      reference, the nccl communicator; tests/cuda),
 #   2. every strategy at world 1 on the GPU against the same run on the
-#      CPU (losses and gradient norms, fp32 and bf16; the offload
-#      strategies are listed and fail until they run on the GPU),
+#      CPU (losses and gradient norms, fp32 and bf16),
 #   3. the kernels' throughput at GPT-2 124M's shapes (bench_cuda_kernels),
 # and prints one table at the end.
 #
@@ -36,7 +35,9 @@ fi
 command -v nvidia-smi > /dev/null &&
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/ztrain-gpu-check.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# zero3_nvme's swap files need a real disk (/tmp may be tmpfs).
+nvme=$(mktemp -d "$build/nvme-check.XXXXXX")
+trap 'rm -rf "$scratch" "$nvme"' EXIT
 
 # 1. The GPU tests.
 for t in test_cuda_device test_cuda_kernels test_nccl; do
@@ -78,10 +79,12 @@ for precision in fp32 bf16; do
     "$src/configs/run.toml" > "$scratch/cpu-$precision.out" 2>&1 ||
     { row "cpu reference $precision" "FAILED" "$(tail -1 "$scratch/cpu-$precision.out")"; continue; }
   curve "$scratch/cpu-$precision/metrics.jsonl" > "$scratch/cpu-$precision.curve"
-  for s in ddp zero1 zero2 zero3 zero2_offload zero3_offload; do
+  for s in ddp zero1 zero2 zero3 zero2_offload zero3_offload cpu_offload zero3_nvme; do
     name=$s-$precision
+    extra=()
+    [ "$s" != zero3_nvme ] || extra=(--set strategy.offload_optimizer.nvme_path="$nvme")
     if ! "$bin/ztrain" "${base[@]}" --set train.precision=$precision --set device.kind=cuda \
-      --strategy "$s" --set train.out_dir="$scratch/$name" "$src/configs/run.toml" \
+      --strategy "$s" "${extra[@]}" --set train.out_dir="$scratch/$name" "$src/configs/run.toml" \
       > "$scratch/$name.out" 2>&1; then
       row "$s world 1 $precision" "FAILED" "$(grep -m1 -i error "$scratch/$name.out" | cut -c1-150)"
       continue

@@ -48,6 +48,10 @@ struct StrategySetup {
   Device* device = nullptr;
   Communicator* comm = nullptr;
   const Kernels* kernels = nullptr;
+  // The cpu kernels, for state a strategy keeps in host memory or on NVMe
+  // (offloaded optimizer steps); the same as `kernels` on the cpu device,
+  // and null there for a caller that never offloads.
+  const Kernels* host_kernels = nullptr;
   OptimizerSettings optimizer;
   // Working parameters are held and gathered in `precision`; gradients are
   // held, accumulated across micro-steps and reduced in `grad_dtype`. When

@@ -42,13 +42,4 @@ void offload_param_buffers(const Options& o, GatherOptions& gather) {
   gather.read_buffer_size = static_cast<std::uint64_t>(o.get_int("offload_param.buffer_size"));
 }
 
-void check_offload_supported(const Device& device, const std::string& what) {
-  if (device.host_visible(Tier::device)) return;
-  throw ConfigError(what +
-                    " leaves the device, but offloading does not run yet where the host "
-                    "cannot reach the device tier ([device] kind \"cuda\", or guard = true): "
-                    "the host shard's CPU AdamW and the copies between the tiers come next; use "
-                    "ddp, zero1, zero2 or zero3 there, or kind \"cpu\" without guard");
-}
-
 }  // namespace ztrain::shard

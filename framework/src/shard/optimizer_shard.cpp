@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "ztrain/error.h"
-#include "ztrain/shard/offload_options.h"
 
 namespace ztrain::shard {
 
@@ -48,10 +47,12 @@ OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<Para
       begin_(begin),
       end_(end),
       settings_(settings) {
-  if (tier != Tier::device) check_offload_supported(device, "the optimizer state");
   if (working.dtype != DType::f32 || working_tier != tier) {
     master_ = device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float));
     device.convert(master_.as<float>(), working, end - begin);
+    if (tier != Tier::device && !device.host_visible(working_tier))
+      working_stage_ = device.allocate(Tier::host, Category::offload,
+                                       (end - begin) * dtype_size(working.dtype), Fill::undefined);
   }
 }
 
@@ -61,8 +62,12 @@ void OptimizerShard::step(TypedPtr params, TypedPtr grads, const Kernels& kernel
     throw InternalError(
         "OptimizerShard: 16-bit parameters given to a shard without master weights");
   float* master = master_ ? master_.as<float>() : static_cast<float*>(params.data);
-  range_.step(master, grads, m_.as<float>(), v_.as<float>(), master_ ? params : TypedPtr{}, kernels,
-              settings_, lr, step, grad_mult, grad_after);
+  const TypedPtr working = !master_         ? TypedPtr{}
+                           : working_stage_ ? TypedPtr{working_stage_.data(), params.dtype}
+                                            : params;
+  range_.step(master, grads, m_.as<float>(), v_.as<float>(), working, kernels, settings_, lr, step,
+              grad_mult, grad_after);
+  if (working_stage_) device_.copy(params.data, working_stage_.data(), working_stage_.bytes());
 }
 
 void OptimizerShard::discard(TypedPtr grads) {
@@ -100,12 +105,12 @@ void OptimizerShard::load(StateSource& source, const FlatLayout& layout, TypedPt
   get_range(source, layout, begin_, end_, StateArray::v, v_.as<float>(), device_, tier_);
 }
 
-GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::uint64_t>>& grads,
-                          Communicator* comm, const Kernels& kernels, const StepArgs& args) {
+GradNorm global_grad_norm(const std::vector<GradSpan>& grads, Communicator* comm,
+                          const StepKernels& kernels, const StepArgs& args) {
   // Unscaled before the fp32 all-reduce: a scaled square sum can pass
   // FLT_MAX where the true one does not.
   double sq = 0;
-  for (const auto& [g, n] : grads) sq += kernels.sum_squares(g, n);
+  for (const GradSpan& g : grads) sq += kernels.on(g.tier).sum_squares(g.grads, g.count);
   sq /= args.loss_scale * args.loss_scale;
   if (comm) {
     float part = static_cast<float>(sq);
@@ -122,22 +127,23 @@ GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::uint64_t>>&
 }
 
 StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
-                       const Kernels& kernels, const StepArgs& args, GradAfter grad_after) {
+                       const StepKernels& kernels, const StepArgs& args, GradAfter grad_after) {
   const auto size = [](const ShardSlice& s) { return s.optimizer->end() - s.optimizer->begin(); };
-  std::vector<std::pair<TypedPtr, std::uint64_t>> grads;
-  for (const auto& s : slices) grads.emplace_back(s.grads, size(s));
+  std::vector<GradSpan> grads;
+  for (const auto& s : slices) grads.push_back({s.grads, size(s), s.optimizer->tier()});
   const GradNorm norm = global_grad_norm(grads, comm, kernels, args);
   if (norm.result.skipped) {
     for (const auto& s : slices) s.optimizer->discard(s.grads);
     return norm.result;
   }
   for (const auto& s : slices)
-    s.optimizer->step(s.params, s.grads, kernels, args.lr, args.step, norm.grad_mult, grad_after);
+    s.optimizer->step(s.params, s.grads, kernels.on(s.optimizer->tier()), args.lr, args.step,
+                      norm.grad_mult, grad_after);
   return norm.result;
 }
 
 StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
-                      Communicator* comm, const Kernels& kernels, const StepArgs& args,
+                      Communicator* comm, const StepKernels& kernels, const StepArgs& args,
                       GradAfter grad_after) {
   return step_shards({{&optimizer, params, grads}}, comm, kernels, args, grad_after);
 }

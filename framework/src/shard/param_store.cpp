@@ -1,5 +1,4 @@
 #include "ztrain/shard/param_store.h"
-#include "ztrain/shard/offload_options.h"
 
 #include <algorithm>
 #include <chrono>
@@ -107,7 +106,6 @@ ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& param
                              const ParamPlacement& placement, const GatherOptions& gather,
                              const std::string& strategy) {
   const std::uint64_t begin = layout.owned_begin(comm.rank()), end = layout.owned_end(comm.rank());
-  if (placement.tier != Tier::device) check_offload_supported(device, "the parameter shard");
   if (placement.tier == Tier::nvme) {
     owned_ = std::make_unique<SwappedShard>(device, begin, end, precision, placement.dir,
                                             placement.aio, comm.rank());

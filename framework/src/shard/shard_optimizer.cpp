@@ -45,7 +45,7 @@ std::vector<GradPiece> ShardOptimizer::grad_pieces() const {
   return pieces;
 }
 
-StepResult ShardOptimizer::step(OwnedShard& shard, Communicator* comm, const Kernels& kernels,
+StepResult ShardOptimizer::step(OwnedShard& shard, Communicator* comm, const StepKernels& kernels,
                                 const StepArgs& args) {
   const TypedPtr working = shard.resident();
   if (!working)

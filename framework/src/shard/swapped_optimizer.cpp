@@ -9,7 +9,6 @@
 // with the state's); sub-groups start on a page of either file, so those
 // writes need no read around them.
 #include "ztrain/shard/swapped_optimizer.h"
-#include "ztrain/shard/offload_options.h"
 
 #include <algorithm>
 #include <cstring>
@@ -64,7 +63,6 @@ SwappedOptimizer::SwappedOptimizer(Device& device, const std::vector<ParamSpec>&
       settings_(settings),
       grad_dtype_(grad_dtype),
       engine_(swap.aio) {
-  check_offload_supported(device, "the optimizer state (on NVMe)");
   std::uint64_t largest = 0;
   for (auto [b, e] : cut(begin, end, swap.sub_group_size)) {
     const std::uint64_t stride = page_aligned((e - b) * sizeof(float));
@@ -89,7 +87,7 @@ SwappedOptimizer::SwappedOptimizer(Device& device, const std::vector<ParamSpec>&
     for (std::uint64_t b = s.begin; b < s.end; b += SwappedShard::kSlice) {
       const std::uint64_t e = std::min(s.end, b + SwappedShard::kSlice);
       const ShardLoan slice = working.lend(b, e);
-      convert(slice.data.data, working.dtype(), array(0, s, 0) + (b - s.begin), DType::f32, e - b);
+      device.convert(array(0, s, 0) + (b - s.begin), slice.data, e - b);
     }
     write(g, 0);
     engine_.wait(writes_[g]);
@@ -141,10 +139,10 @@ std::vector<GradPiece> SwappedOptimizer::grad_pieces() const {
   return {{begin_, end_, {grads_.data(), grad_dtype_}}};
 }
 
-StepResult SwappedOptimizer::step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
-                                  const StepArgs& args) {
+StepResult SwappedOptimizer::step(OwnedShard& working, Communicator* comm,
+                                  const StepKernels& kernels, const StepArgs& args) {
   const TypedPtr grads{grads_.data(), grad_dtype_};
-  const GradNorm norm = global_grad_norm({{grads, end_ - begin_}}, comm, kernels, args);
+  const GradNorm norm = global_grad_norm({{grads, end_ - begin_, Tier::host}}, comm, kernels, args);
   if (norm.result.skipped) {
     std::memset(grads_.data(), 0, grads_.bytes());
     return norm.result;
@@ -168,7 +166,7 @@ StepResult SwappedOptimizer::step(OwnedShard& working, Communicator* comm, const
     const std::size_t b = g % count;
     const TypedPtr new_working{array(b, s, 3), working.dtype()};
     s.range.step(array(b, s, 0), grads.at(s.begin - begin_), array(b, s, 1), array(b, s, 2),
-                 new_working, kernels, settings_, args.lr, args.step, norm.grad_mult,
+                 new_working, kernels.host, settings_, args.lr, args.step, norm.grad_mult,
                  GradAfter::kept);  // overwritten by the next step's reduction
     write(g, b);
     working_writes_[g] = working.write_async(s.begin, new_working, s.end - s.begin);

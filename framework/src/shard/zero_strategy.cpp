@@ -77,6 +77,7 @@ void ZeroStrategy::setup(const StrategySetup& s) {
   comm_ = s.comm;
   world_ = s.comm->size();
   kernels_ = s.kernels;
+  host_kernels_ = s.host_kernels ? s.host_kernels : s.kernels;
   device_ = s.device;
   chosen_ = resolve(
       {params_, comm_->size(), s.precision, s.grad_dtype, s.activation_bytes, s.device_budget});
@@ -139,7 +140,7 @@ StepResult ZeroStrategy::step(const StepArgs& a) {
   // step from zero.
   if (full_grads_) device_->fill_zero(full_grads_.data(), full_grads_.bytes());
   if (replica_comm_) average_across_groups();
-  const StepResult r = optimizer_->step(store_->owned(), comm_, *kernels_, a);
+  const StepResult r = optimizer_->step(store_->owned(), comm_, {*kernels_, *host_kernels_}, a);
   if (!r.skipped) store_->publish();
   return r;
 }

@@ -146,6 +146,7 @@ void open_device(Run& run) {
     run.device = std::move(g.device);
     run.kernels = std::move(g.kernels);
     run.gpu_comm = g.guard_comm(make_local_communicator(), *run.device);
+    run.host_kernels = make_cpu_kernels();  // unguarded: host state only
   } else if (dev.kind != "cuda") {
     run.device = make_cpu_device(threads);
     run.kernels = make_cpu_kernels();
@@ -174,6 +175,7 @@ void open_device(Run& run) {
     run.device = backend->make_device(o);
     run.kernels = backend->make_kernels(*run.device, dev.tf32);
     run.gpu_comm = backend->make_nccl(*run.comm, *run.device, run.settings.comm.timeout_s);
+    run.host_kernels = make_cpu_kernels();
   }
   run.device->set_budget(Tier::device, dev.memory_limit);
 }
@@ -215,6 +217,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   setup.device = run.device.get();
   setup.comm = run.gpu_comm ? run.gpu_comm.get() : run.comm.get();
   setup.kernels = run.kernels.get();
+  setup.host_kernels = run.host_kernels ? run.host_kernels.get() : run.kernels.get();
   setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};
   setup.precision = sizes.precision;
   setup.grad_dtype = sizes.grad_dtype;

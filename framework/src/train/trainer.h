@@ -62,6 +62,9 @@ struct Run {
   RunSettings settings;
   std::unique_ptr<Device> device;
   std::unique_ptr<Kernels> kernels;
+  // Where kernels are not the cpu's (a GPU, the guarded device): the cpu
+  // kernels for state offloaded to host memory.
+  std::unique_ptr<Kernels> host_kernels;
   std::unique_ptr<Communicator> comm;
   // On a GPU: the nccl communicator of the strategy's collectives (comm
   // meets the ranks and carries the trainer's host-side scalars).

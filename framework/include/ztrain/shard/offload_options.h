@@ -18,12 +18,6 @@
 
 namespace ztrain::shard {
 
-// State in host memory or on NVMe is stepped by the CPU AdamW, which does
-// not run yet where the host cannot reach the device tier (the cuda
-// device, the guarded cpu device): there, ConfigError naming `what` (the
-// state asked to leave the device). Nothing elsewhere.
-ZTRAIN_API void check_offload_supported(const Device& device, const std::string& what);
-
 ZTRAIN_API void declare_offload_param_options(OptionList& o);
 // Where the parameter shards live: Tier::host for "cpu", Tier::nvme for
 // "nvme", Tier::device for "none".

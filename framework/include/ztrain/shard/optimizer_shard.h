@@ -49,6 +49,18 @@ class ZTRAIN_API AdamWRange {
   std::vector<Run> runs_;
 };
 
+// The kernels a step runs on, by where its state is: the device's for the
+// device tier, the host's (cpu kernels) for state offloaded to host memory
+// or NVMe. On the cpu device both are the same; a plain Kernels converts.
+struct StepKernels {
+  StepKernels(const Kernels& both) : device(both), host(both) {}  // NOLINT: converts
+  StepKernels(const Kernels& on_device, const Kernels& on_host)
+      : device(on_device), host(on_host) {}
+  const Kernels& on(Tier t) const { return t == Tier::device ? device : host; }
+  const Kernels& device;
+  const Kernels& host;
+};
+
 class ZTRAIN_API OptimizerShard {
  public:
   // working: the slice [begin, end) of the working parameters, which live
@@ -60,7 +72,10 @@ class ZTRAIN_API OptimizerShard {
 
   // params, grads: the slice [begin, end) (element 0 is flat element begin).
   // grad_mult scales gradients in the same pass (unscale and clip); the
-  // stepped gradients are zeroed or kept, as grad_after says.
+  // stepped gradients are zeroed or kept, as grad_after says. kernels: the
+  // ones for this shard's tier. State in host memory with the working copy
+  // where the host cannot reach (a GPU's) writes the rounded working copy
+  // into a host buffer and copies it up.
   void step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr, std::int64_t step,
             float grad_mult, GradAfter grad_after);
   // Sets the master weights of the flat elements [flat_begin, flat_begin + n)
@@ -81,6 +96,7 @@ class ZTRAIN_API OptimizerShard {
 
   // Zeroes the slice's gradients (a skipped step: they are not applied).
   void discard(TypedPtr grads);
+  Tier tier() const { return tier_; }
   std::uint64_t begin() const { return begin_; }
   std::uint64_t end() const { return end_; }
 
@@ -89,6 +105,7 @@ class ZTRAIN_API OptimizerShard {
   Tier tier_;
   AdamWRange range_;
   Buffer m_, v_, master_;
+  Buffer working_stage_;  // host copy of the working slice, where it cannot be reached
   std::uint64_t begin_, end_;
   OptimizerSettings settings_;
 };
@@ -109,9 +126,13 @@ struct GradNorm {
   StepResult result;
   float grad_mult = 1;
 };
-ZTRAIN_API GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::uint64_t>>& grads,
-                                     Communicator* comm, const Kernels& kernels,
-                                     const StepArgs& args);
+struct GradSpan {
+  TypedPtr grads;
+  std::uint64_t count;
+  Tier tier;  // picks the kernels that sum it
+};
+ZTRAIN_API GradNorm global_grad_norm(const std::vector<GradSpan>& grads, Communicator* comm,
+                                     const StepKernels& kernels, const StepArgs& args);
 
 // One optimizer step over a rank's shard, in slices: the global norm, then
 // on an overflow the gradients zeroed, else AdamW on every slice. The
@@ -119,12 +140,12 @@ ZTRAIN_API GradNorm global_grad_norm(const std::vector<std::pair<TypedPtr, std::
 // GradAfter::zeroed where it accumulates into them (ddp, zero1),
 // GradAfter::kept where its reduction overwrites them (zero2, zero3).
 ZTRAIN_API StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
-                                  const Kernels& kernels, const StepArgs& args,
+                                  const StepKernels& kernels, const StepArgs& args,
                                   GradAfter grad_after);
 // The same for a shard in one slice: params, grads are [begin, end).
 ZTRAIN_API StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
-                                 Communicator* comm, const Kernels& kernels, const StepArgs& args,
-                                 GradAfter grad_after);
+                                 Communicator* comm, const StepKernels& kernels,
+                                 const StepArgs& args, GradAfter grad_after);
 
 // Bytes per shard element the optimizer holds: m and v, plus the fp32
 // master weights when the working precision is 16-bit or the working

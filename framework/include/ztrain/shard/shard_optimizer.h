@@ -47,7 +47,7 @@ class ZTRAIN_API OptimizerStore {
   // The global norm over every piece, then (unless it overflowed) AdamW
   // over the shard, writing `working`, the owned range of the working
   // parameters.
-  virtual StepResult step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
+  virtual StepResult step(OwnedShard& working, Communicator* comm, const StepKernels& kernels,
                           const StepArgs& args) = 0;
   // Sets the masters of flat elements [flat_begin, flat_begin + n) that
   // fall in the shard from exact fp32 values (import).
@@ -76,7 +76,7 @@ class ZTRAIN_API ShardOptimizer final : public OptimizerStore {
   std::vector<GradPiece> grad_pieces() const override;
   // `working` must be in memory (resident); a swapped shard goes with
   // SwappedOptimizer.
-  StepResult step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
+  StepResult step(OwnedShard& working, Communicator* comm, const StepKernels& kernels,
                   const StepArgs& args) override;
   void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
   void save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) override;

@@ -55,7 +55,7 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
   SwappedOptimizer& operator=(const SwappedOptimizer&) = delete;
 
   std::vector<GradPiece> grad_pieces() const override;
-  StepResult step(OwnedShard& working, Communicator* comm, const Kernels& kernels,
+  StepResult step(OwnedShard& working, Communicator* comm, const StepKernels& kernels,
                   const StepArgs& args) override;
   void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
   // Sub-group by sub-group through the first buffer: the state read from

@@ -116,6 +116,7 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   int world_ = 1;                                            // every rank, groups or not
   double replica_wait_s_ = 0;                                // blocked averaging across groups
   const Kernels* kernels_ = nullptr;
+  const Kernels* host_kernels_ = nullptr;  // for offloaded state
   Device* device_ = nullptr;
   std::optional<FlatLayout> layout_;
   std::unique_ptr<ParamStore> store_;
