@@ -12,15 +12,16 @@ namespace {
 constexpr std::size_t kChunk = 65536;
 constexpr unsigned kSumThreads = 512;
 
-template <class T>
-__global__ void sum_squares_partial_kernel(double* partial, const T* x, std::size_t n) {
+// partial[chunk] = the chunk's sum of x, or of x squared.
+template <class T, bool kSquares>
+__global__ void partial_sum_kernel(double* partial, const T* x, std::size_t n) {
   __shared__ double shared[32];
   const std::size_t begin = blockIdx.x * kChunk;
   const std::size_t end = begin + kChunk < n ? begin + kChunk : n;
   double s = 0.0;
   for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const double xi = to_f32(x[i]);
-    s += xi * xi;
+    s += kSquares ? xi * xi : xi;
   }
   s = block_sum(s, shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
@@ -30,17 +31,6 @@ __global__ void sum_in_order_kernel(double* out, const double* partial, std::siz
   double s = 0.0;
   for (std::size_t i = 0; i < k; ++i) s += partial[i];
   *out = s;
-}
-
-template <class T>
-__global__ void sum_partial_kernel(double* partial, const T* x, std::size_t n) {
-  __shared__ double shared[32];
-  const std::size_t begin = blockIdx.x * kChunk;
-  const std::size_t end = begin + kChunk < n ? begin + kChunk : n;
-  double s = 0.0;
-  for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) s += to_f32(x[i]);
-  s = block_sum(s, shared);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
 }  // namespace
@@ -67,7 +57,7 @@ double CudaKernels::sum_squares(ConstTypedPtr x, std::size_t n) const {
   with_type(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     result = reduce_to_host(n, [&](double* partial, unsigned chunks) {
-      sum_squares_partial_kernel<T>
+      partial_sum_kernel<T, true>
           <<<chunks, kSumThreads, 0, stream_>>>(partial, static_cast<const T*>(x.data), n);
     });
   });
@@ -77,7 +67,7 @@ double CudaKernels::sum_squares(ConstTypedPtr x, std::size_t n) const {
 double CudaKernels::sum(const float* x, std::size_t n) const {
   if (n == 0) return 0.0;
   return reduce_to_host(n, [&](double* partial, unsigned chunks) {
-    sum_partial_kernel<float><<<chunks, kSumThreads, 0, stream_>>>(partial, x, n);
+    partial_sum_kernel<float, false><<<chunks, kSumThreads, 0, stream_>>>(partial, x, n);
   });
 }
 

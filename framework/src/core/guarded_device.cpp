@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "kernels/kernel_ops.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
 
@@ -111,69 +112,7 @@ class GuardedKernels final : public Kernels {
     const Open open(device_);              \
     k_->name args;                         \
   }
-  ZTRAIN_GUARDED(embedding_forward,
-                 (float* a, const std::int32_t* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f,
-                  int g),
-                 (a, b, c, d, e, f, g))
-  ZTRAIN_GUARDED(embedding_backward,
-                 (TypedPtr a, TypedPtr b, const float* c, const std::int32_t* d, int e, int f,
-                  int g),
-                 (a, b, c, d, e, f, g))
-  ZTRAIN_GUARDED(layernorm_forward,
-                 (float* a, float* b, float* c, const float* d, ConstTypedPtr e, ConstTypedPtr f,
-                  int g, int h, float i),
-                 (a, b, c, d, e, f, g, h, i))
-  ZTRAIN_GUARDED(layernorm_backward,
-                 (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f,
-                  const float* g, const float* h, int i, int j),
-                 (a, b, c, d, e, f, g, h, i, j))
-  ZTRAIN_GUARDED(rmsnorm_forward,
-                 (float* a, float* b, const float* c, ConstTypedPtr d, int e, int f, float g),
-                 (a, b, c, d, e, f, g))
-  ZTRAIN_GUARDED(rmsnorm_backward,
-                 (float* a, TypedPtr b, const float* c, const float* d, ConstTypedPtr e,
-                  const float* f, int g, int h),
-                 (a, b, c, d, e, f, g, h))
-  ZTRAIN_GUARDED(matmul_forward,
-                 (float* a, const float* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f, int g),
-                 (a, b, c, d, e, f, g))
-  ZTRAIN_GUARDED(matmul_backward,
-                 (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f,
-                  int g, int h, int i),
-                 (a, b, c, d, e, f, g, h, i))
-  ZTRAIN_GUARDED(gelu_forward, (float* a, const float* b, std::size_t c), (a, b, c))
-  ZTRAIN_GUARDED(gelu_backward, (float* a, const float* b, const float* c, std::size_t d),
-                 (a, b, c, d))
-  ZTRAIN_GUARDED(swiglu_forward, (float* a, const float* b, const float* c, std::size_t d),
-                 (a, b, c, d))
-  ZTRAIN_GUARDED(swiglu_backward,
-                 (float* a, float* b, const float* c, const float* d, const float* e,
-                  std::size_t f),
-                 (a, b, c, d, e, f))
-  ZTRAIN_GUARDED(rope_forward,
-                 (float* a, const float* b, const float* c, int d, int e, int f, int g, int h),
-                 (a, b, c, d, e, f, g, h))
-  ZTRAIN_GUARDED(rope_backward,
-                 (float* a, const float* b, const float* c, int d, int e, int f, int g, int h),
-                 (a, b, c, d, e, f, g, h))
-  ZTRAIN_GUARDED(attention_forward,
-                 (float* a, float* b, const float* c, const float* d, const float* e, int f, int g,
-                  int h, int i, int j, int k, int l),
-                 (a, b, c, d, e, f, g, h, i, j, k, l))
-  ZTRAIN_GUARDED(attention_backward,
-                 (float* a, float* b, float* c, const float* d, const float* e, const float* f,
-                  const float* g, const float* h, const float* i, int j, int k, int l, int m, int n,
-                  int o, int p),
-                 (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p))
-  ZTRAIN_GUARDED(add, (float* a, const float* b, const float* c, std::size_t d), (a, b, c, d))
-  ZTRAIN_GUARDED(softmax_crossentropy_forward,
-                 (float* a, float* b, const std::int32_t* c, int d, int e), (a, b, c, d, e))
-  ZTRAIN_GUARDED(softmax_crossentropy_backward,
-                 (float* a, const std::int32_t* b, float c, int d, int e), (a, b, c, d, e))
-  ZTRAIN_GUARDED(adamw,
-                 (float* a, TypedPtr b, float* c, float* d, TypedPtr e, std::size_t f, float g,
-                  float h, float i, float j, float k, float l, float m, float n, GradAfter o),
-                 (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o))
+  ZTRAIN_KERNEL_VOID_OPS(ZTRAIN_GUARDED)
 #undef ZTRAIN_GUARDED
   double sum(const float* x, std::size_t n) const override {
     const Open open(device_);
