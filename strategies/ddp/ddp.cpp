@@ -43,7 +43,6 @@ class Ddp final : public Strategy {
   TensorView param_view(ParamId p) override { return replica_->param(p); }
   TensorView grad_view(ParamId p) override { return replica_->grad(p); }
   void read_param(ParamId p, float* out) override { replica_->read(p, out); }
-  void write_param(ParamId p, const float* in) override { replica_->write(p, in, *optimizer_); }
 
   StepResult step(const StepArgs& a) override {
     reducer_->finish();

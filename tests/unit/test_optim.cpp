@@ -109,40 +109,6 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("write_master sets the part of the shard it covers from exact fp32 values") {
-  auto dev = make_cpu_device(1);
-  auto k = make_cpu_kernels();
-  std::vector<ParamSpec> params{spec("w", {8, 8}, {}, true, {0})};
-  const shard::FlatLayout layout(params, 2, 16);  // shard of rank 1: [32, 64)
-  const std::uint64_t begin = 32, end = 64, n = end - begin;
-  const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd;
-  std::vector<float> start(n), values(64);
-  for (auto& x : start) x = nd(rng);
-  for (auto& x : values) x = nd(rng);
-  std::vector<std::uint16_t> p16(n), g16(n, 0);
-  convert(start.data(), DType::f32, p16.data(), DType::bf16, n);
-  shard::OptimizerShard opt(*dev, Tier::device, params, layout, begin, end, s,
-                            {p16.data(), DType::bf16});
-  // Flat [16, 56) straddles the shard's start: only [32, 56) is this shard's.
-  opt.write_master(16, values.data() + 16, 40);
-  // The fp32 twin holds what the masters must now be: the exact values
-  // where written, the widened start elsewhere.
-  std::vector<float> p32(n), g32(n, 0.0f);
-  convert(p16.data(), DType::bf16, p32.data(), DType::f32, n);
-  std::copy(values.begin() + 32, values.begin() + 56, p32.begin());
-  shard::OptimizerShard twin(*dev, Tier::device, params, layout, begin, end, s, p32.data());
-  for (int step = 1; step <= 2; ++step) {
-    opt.step({p16.data(), DType::bf16}, {g16.data(), DType::bf16}, *k, 0.05, step, 1.0f,
-             GradAfter::zeroed);
-    twin.step(p32.data(), g32.data(), *k, 0.05, step, 1.0f, GradAfter::zeroed);
-    std::vector<std::uint16_t> rounded(n);
-    convert(p32.data(), DType::f32, rounded.data(), DType::bf16, n);
-    CHECK(p16 == rounded);
-  }
-}
-
 TEST_CASE("warmup then cosine, linear or constant decay") {
   LrSchedule s{1.0, 0.1, 10, 110, "cosine"};
   CHECK(s.at(0) == doctest::Approx(0.1));

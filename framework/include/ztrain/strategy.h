@@ -135,10 +135,6 @@ class ZTRAIN_API Strategy : public Plugin {
   // pieces live (export). Collective for strategies that shard: every rank
   // calls it.
   virtual void read_param(ParamId p, float* out) = 0;
-  // Sets a parameter from its full fp32 value (import, before training):
-  // the master weights take it exactly, the working copy rounded to its
-  // precision. Collective like read_param; every rank passes the same values.
-  virtual void write_param(ParamId p, const float* in) = 0;
   virtual StepResult step(const StepArgs& args) = 0;
   // Checkpoints (between steps, gradients zero). save_state puts the
   // master, m and v of the elements this rank saves; over all ranks, every

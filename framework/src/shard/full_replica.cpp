@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "ztrain/shard/init.h"
-#include "ztrain/shard/optimizer_shard.h"
 
 namespace ztrain::shard {
 
@@ -30,15 +29,6 @@ TensorView FullReplica::view(const Buffer& b, DType t, ParamId p) const {
 
 void FullReplica::read(ParamId p, float* out) const {
   device_.convert(out, weights().at(layout_.offset(p)), layout_.numel(p));
-}
-
-void FullReplica::write(ParamId p, const float* in) {
-  device_.convert(weights().at(layout_.offset(p)), in, layout_.numel(p));
-}
-
-void FullReplica::write(ParamId p, const float* in, OptimizerShard& optimizer) {
-  write(p, in);
-  optimizer.write_master(layout_.offset(p), in, layout_.numel(p));
 }
 
 }  // namespace ztrain::shard

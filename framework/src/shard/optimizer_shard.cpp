@@ -74,13 +74,6 @@ void OptimizerShard::discard(TypedPtr grads) {
   device_.fill_zero(grads.data, (end_ - begin_) * dtype_size(grads.dtype));
 }
 
-void OptimizerShard::write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) {
-  const std::uint64_t b = std::max(flat_begin, begin_), e = std::min(flat_begin + n, end_);
-  if (!master_ || b >= e) return;
-  device_.copy(master_.as<float>() + (b - begin_), values + (b - flat_begin),
-               (e - b) * sizeof(float));
-}
-
 void OptimizerShard::save(StateSink& sink, const FlatLayout& layout, ConstTypedPtr working,
                           std::uint64_t b, std::uint64_t e) const {
   if (b < begin_ || e > end_ || b > e)

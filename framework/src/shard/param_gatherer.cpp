@@ -500,23 +500,4 @@ void ParamGatherer::read(ParamId id, float* out) {
   convert(whole.data(), dtype_, out, DType::f32, p.numel);
 }
 
-void ParamGatherer::write(ParamId id, const float* in) {
-  const Param& p = params_.at(static_cast<std::size_t>(id));
-  const int rank = comm_.rank();
-  const auto counts = layout_.owned_counts(p.offset, p.offset + p.numel);
-  const std::uint64_t mine = counts[static_cast<std::size_t>(rank)];
-  if (mine > 0) {
-    const std::uint64_t from = std::max(p.offset, layout_.owned_begin(rank));
-    if (const TypedPtr resident = shard_.resident()) {
-      device_.convert(resident.at(from - shard_.begin()), in + (from - p.offset), mine);
-    } else {
-      Buffer part = device_.allocate(Tier::host, Category::offload, bytes(mine), Fill::undefined);
-      convert(in + (from - p.offset), DType::f32, part.data(), dtype_, mine);
-      shard_.write(from, {part.data(), dtype_}, mine);
-    }
-  }
-  if (p.group < 0 || live_groups_[static_cast<std::size_t>(p.group)].state == State::live)
-    device_.convert(TypedPtr{view(id).data, dtype_}, in, p.numel);
-}
-
 }  // namespace ztrain::shard

@@ -60,10 +60,6 @@ StepResult ShardOptimizer::step(OwnedShard& shard, Communicator* comm, const Ste
   return step_shards(slices, comm, kernels, args, GradAfter::kept);
 }
 
-void ShardOptimizer::write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) {
-  for (Part& p : parts_) p.state->write_master(flat_begin, values, n);
-}
-
 void ShardOptimizer::save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) {
   const TypedPtr w = working.resident();
   for (const Part& p : parts_) p.state->save(sink, layout, w.at(p.begin - begin_));

@@ -176,20 +176,6 @@ StepResult SwappedOptimizer::step(OwnedShard& working, Communicator* comm,
   return norm.result;
 }
 
-void SwappedOptimizer::write_master(std::uint64_t flat_begin, const float* values,
-                                    std::uint64_t n) {
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const SubGroup& s = groups_[g];
-    const std::uint64_t b = std::max(flat_begin, s.begin), e = std::min(flat_begin + n, s.end);
-    if (b >= e) continue;
-    read(g, 0);
-    engine_.wait(reads_[g]);
-    std::copy(values + (b - flat_begin), values + (e - flat_begin), array(0, s, 0) + (b - s.begin));
-    write(g, 0);
-    engine_.wait(writes_[g]);
-  }
-}
-
 void SwappedOptimizer::save(StateSink& sink, const FlatLayout& layout, OwnedShard&) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const SubGroup& s = groups_[g];

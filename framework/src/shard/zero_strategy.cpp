@@ -128,11 +128,6 @@ void ZeroStrategy::after_backward(ModuleId m) {
   reducer_->module_done(m);
 }
 
-void ZeroStrategy::write_param(ParamId p, const float* in) {
-  store_->write(p, in);
-  optimizer_->write_master(layout_->offset(p), in, layout_->numel(p));
-}
-
 StepResult ZeroStrategy::step(const StepArgs& a) {
   store_->end_step();
   reducer_->finish();

@@ -25,8 +25,6 @@
 
 namespace ztrain::shard {
 
-class OptimizerShard;
-
 class ZTRAIN_API FullReplica {
  public:
   // grad_type: nullopt holds no gradients.
@@ -38,12 +36,8 @@ class ZTRAIN_API FullReplica {
 
   TensorView param(ParamId p) const { return view(weights_, param_type_, p); }
   TensorView grad(ParamId p) const { return view(grads_, grad_type_, p); }
-  // fp32 values of the working copy / from fp32 values, rounded.
+  // fp32 values of the working copy (export).
   void read(ParamId p, float* out) const;
-  void write(ParamId p, const float* in);
-  // The same, and the master weights `optimizer` holds of p's range take
-  // the values exactly (Strategy::write_param of a replicated strategy).
-  void write(ParamId p, const float* in, OptimizerShard& optimizer);
   TypedPtr weights() const { return {weights_.data(), param_type_}; }
   TypedPtr grads() const { return {grads_.data(), grad_type_}; }
 

@@ -78,10 +78,6 @@ class ZTRAIN_API OptimizerShard {
   // into a host buffer and copies it up.
   void step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr, std::int64_t step,
             float grad_mult, GradAfter grad_after);
-  // Sets the master weights of the flat elements [flat_begin, flat_begin + n)
-  // that fall in this shard from exact fp32 values (import); nothing when
-  // the working parameters are the master weights.
-  void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n);
   // Checkpoints: save puts the masters (the working copy itself where it
   // is the master), m and v of [begin, end); load takes them and writes the
   // working copy from the masters, rounded to its type. working: the slice

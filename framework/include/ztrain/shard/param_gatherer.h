@@ -180,9 +180,6 @@ class ZTRAIN_API ParamGatherer {
   void refresh();
   // The whole value of p in fp32 (collective).
   void read(ParamId p, float* out);
-  // Sets p from its whole fp32 value, rounded to the shard's type (every
-  // rank passes the same).
-  void write(ParamId p, const float* in);
 
   double wait_seconds() const { return wait_s_; }
   std::uint64_t persistent_elements() const { return persistent_elements_; }

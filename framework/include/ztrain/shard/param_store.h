@@ -54,9 +54,8 @@ class ZTRAIN_API ParamStore {
   // The optimizer changed owned(): every rank sees the new values
   // (collective).
   virtual void publish() = 0;
-  // Whole fp32 values in and out (export, import; collective).
+  // Whole fp32 values (export; collective).
   virtual void read(ParamId p, float* out) = 0;
-  virtual void write(ParamId p, const float* in) = 0;
   virtual double wait_seconds() const = 0;
 };
 
@@ -76,7 +75,6 @@ class ZTRAIN_API ReplicatedParams final : public ParamStore {
   OwnedShard& owned() override { return owned_; }
   void publish() override;
   void read(ParamId p, float* out) override { replica_.read(p, out); }
-  void write(ParamId p, const float* in) override { replica_.write(p, in); }
   double wait_seconds() const override { return wait_s_; }
   // Bytes per rank: the whole model in the working precision.
   static MemoryEstimate estimate(const FlatLayout& layout, DType precision);
@@ -116,7 +114,6 @@ class ZTRAIN_API ShardedParams final : public ParamStore {
   OwnedShard& owned() override { return *owned_; }
   void publish() override { gatherer_->refresh(); }
   void read(ParamId p, float* out) override { gatherer_->read(p, out); }
-  void write(ParamId p, const float* in) override { gatherer_->write(p, in); }
   double wait_seconds() const override { return gatherer_->wait_seconds(); }
   // Bytes per rank: the owned range in its tier; gathered and persistent
   // parameters in the device tier; refresh's packed buffer (comm); for a

@@ -49,9 +49,6 @@ class ZTRAIN_API OptimizerStore {
   // parameters.
   virtual StepResult step(OwnedShard& working, Communicator* comm, const StepKernels& kernels,
                           const StepArgs& args) = 0;
-  // Sets the masters of flat elements [flat_begin, flat_begin + n) that
-  // fall in the shard from exact fp32 values (import).
-  virtual void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) = 0;
   // Checkpoints: save puts the master, m and v of every element of the
   // shard; load takes them and writes the working copy from the masters
   // into `working` (OptimizerShard::save and load, wherever the state lives).
@@ -78,7 +75,6 @@ class ZTRAIN_API ShardOptimizer final : public OptimizerStore {
   // SwappedOptimizer.
   StepResult step(OwnedShard& working, Communicator* comm, const StepKernels& kernels,
                   const StepArgs& args) override;
-  void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
   void save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) override;
   void load(StateSource& source, const FlatLayout& layout, OwnedShard& working) override;
 

@@ -57,7 +57,6 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
   std::vector<GradPiece> grad_pieces() const override;
   StepResult step(OwnedShard& working, Communicator* comm, const StepKernels& kernels,
                   const StepArgs& args) override;
-  void write_master(std::uint64_t flat_begin, const float* values, std::uint64_t n) override;
   // Sub-group by sub-group through the first buffer: the state read from
   // the swap file and put (save), or taken, written to the file and its
   // working copy to the owned shard (load).

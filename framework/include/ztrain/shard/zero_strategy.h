@@ -89,7 +89,6 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   TensorView param_view(ParamId p) final { return store_->view(p); }
   TensorView grad_view(ParamId p) final { return reducer_->grad(p); }
   void read_param(ParamId p, float* out) final { store_->read(p, out); }
-  void write_param(ParamId p, const float* in) final;
   StepResult step(const StepArgs& a) final;
   void save_state(StateSink& sink) final;
   void load_state(StateSource& source) final;
