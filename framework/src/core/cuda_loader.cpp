@@ -17,19 +17,17 @@ struct Loaded {
 
 Loaded load() {
   Loaded l;
-  std::error_code ec;
-  const std::filesystem::path self(boost::dll::symbol_location(cuda_backend, ec).string());
-  if (ec) {
-    l.why = "cannot find libztrain's own directory (" + ec.message() +
-            "), where libztrain_cuda.so is looked for";
+  const std::filesystem::path file = cuda_backend_path();
+  if (file.empty()) {
+    l.why = "cannot find libztrain's own directory, where libztrain_cuda.so is looked for";
     return l;
   }
-  const std::filesystem::path file = self.parent_path() / "libztrain_cuda.so";
   if (!std::filesystem::exists(file)) {
     l.why = "this ztrain was built without the CUDA backend (no " + file.string() +
             "); build it where the CUDA toolkit is installed";
     return l;
   }
+  std::error_code ec;
   l.library.load(file.string(), ec, boost::dll::load_mode::rtld_now);
   if (ec) {
     l.why = "cannot load " + file.string() + " (" + ec.message() +
@@ -52,6 +50,12 @@ Loaded load() {
 }
 
 }  // namespace
+
+std::filesystem::path cuda_backend_path() {
+  std::error_code ec;
+  const std::filesystem::path self(boost::dll::symbol_location(cuda_backend, ec).string());
+  return ec ? std::filesystem::path() : self.parent_path() / "libztrain_cuda.so";
+}
 
 const cuda::Backend* cuda_backend(std::string* why) {
   // Never unloaded: CUDA's libraries and NCCL's threads do not take being

@@ -9,6 +9,7 @@
 // Thread safety: the first call loads; later calls return the same table.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include "cuda/cuda_backend.h"
@@ -16,5 +17,7 @@
 namespace ztrain {
 
 const cuda::Backend* cuda_backend(std::string* why);
+// Where cuda_backend() looks for libztrain_cuda.so (beside libztrain).
+std::filesystem::path cuda_backend_path();
 
 }  // namespace ztrain

@@ -234,6 +234,13 @@ void check_installations_agree(const std::vector<InstalledPart>& plugins, Commun
   installed.insert(installed.end(), plugins.begin(), plugins.end());
   std::vector<AgreedPart> parts;
   for (const InstalledPart& p : installed) {
+    // A part this rank does not have differs from rank 0's like any other,
+    // rather than failing here alone while the others wait to compare.
+    std::error_code ec;
+    if (!std::filesystem::exists(p.file, ec)) {
+      parts.push_back({p.part, "missing", p.file.string()});
+      continue;
+    }
     const std::string bytes = read_whole_file(p.file);
     parts.push_back(
         {p.part, "crc32c " + crc_hex(crc32c(bytes.data(), bytes.size())) + ", version " + p.version,

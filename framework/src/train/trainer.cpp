@@ -187,7 +187,10 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   run.resolved = resolve_config(config, loader);
   run.config_notes = config.notes();
   RunParts parts = make_run_parts(config, loader, run.comm->size());
-  check_installations_agree(parts.plugins, *run.comm);
+  std::vector<InstalledPart> installed = parts.plugins;
+  if (parts.settings.device.kind == "cuda")
+    installed.push_back({"CUDA backend", cuda_backend_path(), ZTRAIN_VERSION});
+  check_installations_agree(installed, *run.comm);
   run.settings = parts.settings;
   run.model_plugin = parts.model_plugin;
   run.data_plugin = parts.data_plugin;
