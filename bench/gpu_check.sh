@@ -7,6 +7,9 @@
 #   2. every strategy at world 1 on the GPU against the same run on the
 #      CPU (losses and gradient norms, fp32 and bf16),
 #   3. the kernels' throughput at GPT-2 124M's shapes (bench_cuda_kernels),
+#   4. training figures (bench/bench_gpu_train.sh): MFU of gpt2-124m and a
+#      350M shape in bf16, zero3_offload against zero3, and the largest
+#      Llama-shaped model each of zero3 and zero3_offload fits,
 # and prints one table at the end.
 #
 # usage: bench/gpu_check.sh [BUILD_DIR] [PEAK_BF16_TFLOPS]
@@ -35,8 +38,9 @@ fi
 command -v nvidia-smi > /dev/null &&
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/ztrain-gpu-check.XXXXXX")
-# zero3_nvme's swap files need a real disk (/tmp may be tmpfs).
-nvme=$(mktemp -d "$build/nvme-check.XXXXXX")
+# zero3_nvme's swap files need a real disk (/tmp may be tmpfs):
+# ZTRAIN_NVME_DIR, else beside the build.
+nvme=$(mktemp -d "${ZTRAIN_NVME_DIR:-$build}/nvme-check.XXXXXX")
 trap 'rm -rf "$scratch" "$nvme"' EXIT
 
 # 1. The GPU tests.
@@ -111,6 +115,13 @@ if [ -x "$bin/bench_cuda_kernels" ]; then
         row "bench:${op% }" "${ms# } ms" "${rate# }${shape:+ (${shape# })}" ;;
     esac
   done < "$scratch/bench.log"
+fi
+
+# 4. Training figures (their rows come ready-made).
+if [ -x "$src/bench/bench_gpu_train.sh" ]; then
+  while IFS= read -r line; do
+    case $line in "| "*) rows+=("$line") ;; esac
+  done < <("$src/bench/bench_gpu_train.sh" "$build" "$peak" 2>&1)
 fi
 
 echo
