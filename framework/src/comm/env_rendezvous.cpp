@@ -1,5 +1,7 @@
 #include "comm/env_rendezvous.h"
 
+#include <algorithm>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -12,6 +14,10 @@
 
 namespace ztrain {
 namespace {
+
+// How long a rank waits for rank 0 to take its heartbeat link once rank 0
+// has taken its store link.
+constexpr std::chrono::seconds kBeatsJoin{5};
 
 // The key rank 0 sets once every rank has arrived; its value is the
 // address ranks on other hosts reached rank 0 at (empty: all on one host).
@@ -138,9 +144,16 @@ EnvRendezvous meet_from_env(double timeout_s) {
       join_store(at, m.port, m.rank, m.world, StoreLink::store, m.until, reach, waiting), m.who,
       timeout);
   out.beats.resize(static_cast<std::size_t>(m.world));
+  // Rank 0 accepted the store link, so it is listening: a heartbeat link it
+  // does not take within seconds means it has gone (it refused another
+  // process, say), not that it is late. Waiting for it until the meeting's
+  // timeout would keep this rank alive for minutes after the job failed.
   if (m.rank > 0)
-    out.beats[0] =
-        join_store(at, m.port, m.rank, m.world, StoreLink::beats, m.until, reach, waiting);
+    out.beats[0] = join_store(at, m.port, m.rank, m.world, StoreLink::beats,
+                              std::min(m.until, net::Clock::now() + kBeatsJoin),
+                              m.who + ": rank 0 accepted this rank, then stopped answering at " +
+                                  m.master + ", port " + m.port_name + " (its output says why)",
+                              [](double) {});
   const std::string outside =
       m.rank == 0 ? hold_meeting(m, *out.server, *out.store) : await_meeting(m, *out.store);
   if (m.rank == 0) out.beats = out.server->take_beats();
