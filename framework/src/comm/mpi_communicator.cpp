@@ -344,14 +344,25 @@ int launcher_rank() {
   return 0;
 }
 
-int local_rank_count() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
-                        "LOCAL_WORLD_SIZE"})
+namespace {
+
+// The first of `names` set in the environment to an integer of at least
+// `at_least`; `otherwise` when none is.
+int first_env(std::initializer_list<const char*> names, int at_least, int otherwise) {
+  for (const char* v : names)
     if (const char* text = std::getenv(v)) {
       const int n = std::atoi(text);
-      if (n > 0) return n;
+      if (n >= at_least) return n;
     }
-  return 1;
+  return otherwise;
+}
+
+}  // namespace
+
+int local_rank_count() {
+  return first_env({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+                    "LOCAL_WORLD_SIZE"},
+                   1, 1);
 }
 
 // The launcher that started this process says where its rank sits: a
@@ -359,18 +370,11 @@ int local_rank_count() {
 // worker, so LOCAL_RANK wins for torchrun-style ranks and the MPI names
 // for MPI ones.
 int local_rank() {
-  const auto first = [](std::initializer_list<const char*> names) {
-    for (const char* v : names)
-      if (const char* text = std::getenv(v)) {
-        const int n = std::atoi(text);
-        if (n >= 0) return n;
-      }
-    return 0;
-  };
   if (launched_by_mpi())
-    return first(
-        {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "SLURM_LOCALID"});
-  if (launched_by_env()) return first({"LOCAL_RANK"});
+    return first_env(
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "SLURM_LOCALID"}, 0,
+        0);
+  if (launched_by_env()) return first_env({"LOCAL_RANK"}, 0, 0);
   return 0;
 }
 

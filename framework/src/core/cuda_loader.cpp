@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "ztrain/comm.h"
+
 namespace ztrain {
 namespace {
 
@@ -55,6 +57,22 @@ std::filesystem::path cuda_backend_path() {
   std::error_code ec;
   const std::filesystem::path self(boost::dll::symbol_location(cuda_backend, ec).string());
   return ec ? std::filesystem::path() : self.parent_path() / "libztrain_cuda.so";
+}
+
+std::string cuda_unusable() {
+  std::string why;
+  const cuda::Backend* backend = cuda_backend(&why);
+  if (!backend) return why;
+  if (!backend->make_nccl)
+    return "this ztrain's CUDA backend was built without NCCL, which the strategies' "
+           "collectives run on";
+  const int gpus = backend->device_count(&why);
+  if (gpus == 0) return "no usable GPU (" + why + ")";
+  if (local_rank_count() > gpus)
+    return std::to_string(local_rank_count()) + " ranks on this machine but " +
+           std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
+           " visible: start one rank per GPU (CUDA_VISIBLE_DEVICES names them)";
+  return {};
 }
 
 const cuda::Backend* cuda_backend(std::string* why) {

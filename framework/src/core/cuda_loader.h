@@ -19,5 +19,9 @@ namespace ztrain {
 const cuda::Backend* cuda_backend(std::string* why);
 // Where cuda_backend() looks for libztrain_cuda.so (beside libztrain).
 std::filesystem::path cuda_backend_path();
+// Why this process cannot train on a GPU, empty when it can: no CUDA
+// backend, one built without NCCL, no usable GPU, or fewer GPUs than the
+// ranks the launcher placed on this machine (one rank per GPU).
+std::string cuda_unusable();
 
 }  // namespace ztrain

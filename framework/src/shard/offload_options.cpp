@@ -1,7 +1,5 @@
 #include "ztrain/shard/offload_options.h"
 
-#include "ztrain/error.h"
-
 #include <string>
 
 namespace ztrain::shard {

@@ -1,15 +1,9 @@
 #include "train/run_settings.h"
 
-#include <algorithm>
-
 #include "core/cuda_loader.h"
-#include "ztrain/comm.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
-namespace {
-DeviceSettings resolve_device(const Options& d);
-}  // namespace
 
 OptionList train_options() {
   OptionList o;
@@ -132,6 +126,27 @@ std::int64_t derive(std::int64_t total, std::int64_t part, const std::string& wh
   return total / part;
 }
 
+// "auto" takes the GPU where this process can train on one
+// (cuda_unusable); "cuda" is checked when the run opens the
+// device (trainer.cpp), so `estimate` of a GPU run works anywhere.
+DeviceSettings resolve_device(const Options& d) {
+  DeviceSettings s;
+  s.kind = d.get_string("kind");
+  s.kind_where = d.where("kind");
+  if (s.kind == "auto") s.kind = cuda_unusable().empty() ? "cuda" : "cpu";
+  if (d.get_size("memory_limit") > 0) s.memory_limit = d.get_size("memory_limit");
+  s.threads = static_cast<int>(d.get_int("threads"));
+  s.tf32 = d.get_bool("tf32");
+  s.pin_memory = d.get_bool("pin_memory");
+  s.guard = d.get_bool("guard");
+  if (s.guard && s.kind != "cpu")
+    throw ConfigError(d.where("guard") +
+                      ": [device] guard checks on the cpu what a GPU would "
+                      "refuse; it has no use on kind \"" +
+                      s.kind + "\"");
+  return s;
+}
+
 }  // namespace
 
 RunSettings resolve_settings(const RunConfig& config, int world) {
@@ -240,36 +255,6 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
                       s.device.kind + "\"; set kind = \"cuda\" or backend = \"auto\"");
   return s;
 }
-
-namespace {
-
-// "auto" takes the GPU where the CUDA backend (with NCCL) and a GPU for
-// every rank on this machine are; "cuda" is checked when the run opens the
-// device (trainer.cpp), so `estimate` of a GPU run works anywhere.
-DeviceSettings resolve_device(const Options& d) {
-  DeviceSettings s;
-  s.kind = d.get_string("kind");
-  s.kind_where = d.where("kind");
-  if (s.kind == "auto") {
-    const cuda::Backend* backend = cuda_backend(nullptr);
-    const bool usable = backend && backend->make_nccl &&
-                        backend->device_count(nullptr) >= std::max(1, local_rank_count());
-    s.kind = usable ? "cuda" : "cpu";
-  }
-  if (d.get_size("memory_limit") > 0) s.memory_limit = d.get_size("memory_limit");
-  s.threads = static_cast<int>(d.get_int("threads"));
-  s.tf32 = d.get_bool("tf32");
-  s.pin_memory = d.get_bool("pin_memory");
-  s.guard = d.get_bool("guard");
-  if (s.guard && s.kind != "cpu")
-    throw ConfigError(d.where("guard") +
-                      ": [device] guard checks on the cpu what a GPU would "
-                      "refuse; it has no use on kind \"" +
-                      s.kind + "\"");
-  return s;
-}
-
-}  // namespace
 
 CommSettings resolve_comm(const RunConfig& config) {
   const Options c = config.validate("comm", comm_options());

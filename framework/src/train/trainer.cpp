@@ -155,19 +155,8 @@ void open_device(Run& run) {
       return ConfigError(dev.kind_where + ": [device] kind \"cuda\": " + why +
                          "; use kind = \"cpu\" (or \"auto\")");
     };
-    std::string why;
-    const cuda::Backend* backend = cuda_backend(&why);
-    if (!backend) throw refuse(why);
-    if (!backend->make_nccl)
-      throw refuse(
-          "this ztrain's CUDA backend was built without NCCL, which the strategies' "
-          "collectives run on");
-    const int gpus = backend->device_count(&why);
-    if (gpus == 0) throw refuse("no usable GPU (" + why + ")");
-    if (local_rank_count() > gpus)
-      throw refuse(std::to_string(local_rank_count()) + " ranks on this machine but " +
-                   std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
-                   " visible: start one rank per GPU (CUDA_VISIBLE_DEVICES names them)");
+    if (const std::string why = cuda_unusable(); !why.empty()) throw refuse(why);
+    const cuda::Backend* backend = cuda_backend(nullptr);
     cuda::CudaOptions o;
     o.ordinal = local_rank();
     o.pin_memory = dev.pin_memory;
@@ -218,7 +207,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   setup.params = sizes.params;
   setup.modules = run.model->modules();
   setup.device = run.device.get();
-  setup.comm = run.gpu_comm ? run.gpu_comm.get() : run.comm.get();
+  setup.comm = &run.strategy_comm();
   setup.kernels = run.kernels.get();
   setup.host_kernels = run.host_kernels ? run.host_kernels.get() : run.kernels.get();
   setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};

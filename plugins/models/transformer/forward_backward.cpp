@@ -1,7 +1,6 @@
 // The transformer's forward and backward, module by module, through the
 // strategy's views. Shapes: B batch, T time, C width, N = B*T, H MLP width,
 // KV key/value width, V vocabulary.
-#include <algorithm>
 #include <vector>
 
 #include "transformer.h"
