@@ -68,10 +68,18 @@ int main(int argc, char** argv) {
                                   g.as<float>()[i] = 1e-3f * static_cast<float>(i % 13);
                               });
   };
+  const StepScalars scalars;  // multiplier 1, not skipped
+  const AdamWRun all{0, n, true};
   const auto step = [&](const Kernels& k, TypedPtr working, GradAfter after, int t) {
-    k.adamw(p.as<float>(), {g.data(), DType::f32}, m.as<float>(), v.as<float>(), working, n, 1e-3f,
-            0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1.0f - std::pow(0.9f, static_cast<float>(t)),
-            1.0f - std::pow(0.95f, static_cast<float>(t)), after);
+    const AdamWHyper h{1e-3f,
+                       0.9f,
+                       0.95f,
+                       1e-8f,
+                       0.1f,
+                       1.0f - std::pow(0.9f, static_cast<float>(t)),
+                       1.0f - std::pow(0.95f, static_cast<float>(t))};
+    k.adamw(p.as<float>(), {g.data(), DType::f32}, m.as<float>(), v.as<float>(), working, &all, 1,
+            h, &scalars, after);
   };
   // The stream: AdamW's bytes without its arithmetic.
   const auto stream = [&] {

@@ -81,14 +81,16 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
   const auto params = r.model->params();
   Arena arena(*r.device);
   bench::TimedKernels timed(*r.kernels);
+  LossSum losses(*r.device, timed);
   double total = 0, optimizer = 0;
   std::vector<double> step_times;
   for (int s = -2; s < steps; ++s) {  // two warm-up steps
     if (s == 0) timed.seconds.clear();
     const auto t0 = Clock::now();
     r.strategy->begin_micro_step(true);
-    StepContext ctx(*r.strategy, params, timed, arena, 1.0f);
+    StepContext ctx(*r.strategy, params, timed, arena, losses, 1.0f);
     r.model->forward_backward(batch, ctx);
+    losses.take();
     const auto t1 = Clock::now();
     r.strategy->step({1e-4, s + 3, 1.0, 1.0});
     if (s >= 0) {

@@ -23,21 +23,8 @@ class TimedKernels final : public Kernels {
     seconds[#name] +=                                                                 \
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); \
   }
-  ZTRAIN_KERNEL_VOID_OPS(ZTRAIN_TIMED)
+  ZTRAIN_KERNEL_OPS(ZTRAIN_TIMED)
 #undef ZTRAIN_TIMED
-  double sum(const float* x, std::size_t n) const override {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double r = k_.sum(x, n);
-    seconds["sum"] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return r;
-  }
-  double sum_squares(ConstTypedPtr x, std::size_t n) const override {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double r = k_.sum_squares(x, n);
-    seconds["sum_squares"] +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return r;
-  }
 
  private:
   const Kernels& k_;

@@ -74,21 +74,25 @@ class CudaKernels final : public Kernels {
                                     int N, int V) const override;
   void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss, int N,
                                      int V) const override;
-  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
-             float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-             float bc2, GradAfter grad_after) const override;
-  double sum_squares(ConstTypedPtr x, std::size_t n) const override;
-  double sum(const float* x, std::size_t n) const override;
+  void sum_squares_add(StepScalars* s, ConstTypedPtr x, std::size_t n) const override;
+  void grad_norm_unscale(StepScalars* s, double loss_scale) const override;
+  void grad_norm_finish(StepScalars* s, bool across_ranks, double loss_scale,
+                        double grad_clip) const override;
+  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, const AdamWRun* runs,
+             std::size_t run_count, const AdamWHyper& h, const StepScalars* s,
+             GradAfter grad_after) const override;
+  void mean_add(double* acc, const float* x, std::size_t n) const override;
 
  private:
   // Scratch device memory for one op.
   Buffer scratch(std::size_t bytes) const;
   // x (n floats) rounded to `type` into scratch.
   Buffer rounded(const float* x, std::size_t n, DType type) const;
-  // n elements reduced to one double on the host: launch_partials(partial,
-  // chunks) writes one partial per chunk (reductions.cu).
-  template <class Partial>
-  double reduce_to_host(std::size_t n, Partial&& launch_partials) const;
+  // n elements reduced on the GPU: launch_partials(partial, chunks) writes
+  // one partial per chunk, finish(partial, chunks) combines them
+  // (reductions.cu).
+  template <class Partial, class Finish>
+  void reduce_on_device(std::size_t n, Partial&& launch_partials, Finish&& finish) const;
   // D = alpha op(A) op(B) + beta C over column-major operands (matmul.cpp).
   struct Gemm;
   void gemm(const Gemm& g) const;

@@ -44,6 +44,26 @@ class Array {
   ztrain::DType type_;
 };
 
+// One value of a plain type in device memory (StepScalars, a loss total).
+template <class T>
+class Scalar {
+ public:
+  explicit Scalar(const T& v = T{})
+      : buf_(device().allocate(ztrain::Tier::device, ztrain::Category::grads, sizeof(T),
+                               ztrain::Fill::undefined)) {
+    device().copy(buf_.data(), &v, sizeof(T));
+  }
+  T* ptr() const { return buf_.as<T>(); }
+  T get() const {
+    T v;
+    device().copy(&v, buf_.data(), sizeof(T));
+    return v;
+  }
+
+ private:
+  ztrain::Buffer buf_;
+};
+
 Vec randn(std::size_t n, std::uint32_t seed, float scale = 1.0f);
 // Values rounded through `type` and back (what a typed operand holds).
 Vec rounded(const Vec& v, ztrain::DType type);

@@ -274,37 +274,59 @@ TEST_CASE("softmax cross-entropy matches the reference") {
   check_close(gl.get(), probs, 1e-4, 1e-9, "dlogits");
 }
 
-TEST_CASE("adamw matches the reference for each gradient and working-copy type") {
-  const std::size_t n = 300007;
+TEST_CASE("adamw over runs matches the reference for each gradient and working-copy type") {
+  // 150 runs (three launches of the run table), alternating weight decay,
+  // with gaps the update must not touch, one run longer than the grid.
+  std::vector<ztrain::AdamWRun> runs;
+  std::uint64_t at = 3;
+  for (int r = 0; r < 150; ++r) {
+    const std::uint64_t len = r == 70 ? 5000000 : 1 + (static_cast<std::uint64_t>(r) * 7919) % 4000;
+    runs.push_back({at, at + len, r % 2 == 0});
+    at += len + (r % 3 == 0 ? 5 : 0);
+  }
+  const std::size_t n = at + 2;
   const Vec p = randn(n, 61), g = randn(n, 62, 0.1f), m = randn(n, 63, 0.01f);
   Vec v = randn(n, 64, 0.01f);
   for (auto& x : v) x = x * x;
-  for (DType gt : {DType::f32, DType::bf16}) {
-    for (ztrain::GradAfter after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
-      CAPTURE(ztrain::dtype_name(gt));
-      const Vec gr = gpu::rounded(g, gt);
-      Array gp(p), gg(gr, gt), gm(m), gv(v), gw(n, DType::bf16);
-      G().adamw(gp.f(), gg.typed(), gm.f(), gv.f(), gw.typed(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                0.5f, 0.19f, 0.0975f, after);
-      Vec rp = p, rm = m, rv = v;
-      std::vector<std::uint8_t> rg(n * ztrain::dtype_size(gt));
-      ztrain::convert(gr.data(), DType::f32, rg.data(), gt, n);
-      std::vector<std::uint16_t> rw(n);
-      R().adamw(rp.data(), {rg.data(), gt}, rm.data(), rv.data(), {rw.data(), DType::bf16}, n,
-                1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.19f, 0.0975f, after);
-      check_close(gp.get(), rp, 1e-6, 1e-7, "master");
-      check_close(gm.get(), rm, 1e-6, 1e-9, "m");
-      check_close(gv.get(), rv, 1e-6, 1e-12, "v");
-      Vec rwf(n), rgf(n);
-      ztrain::convert(rw.data(), DType::bf16, rwf.data(), DType::f32, n);
-      check_close(gw.get(), rwf, 1.0 / 128, 1e-7, "bf16 working copy");
-      ztrain::convert(rg.data(), gt, rgf.data(), DType::f32, n);
-      CHECK(same_bits(gg.get(), rgf));  // zeroed, or kept as it was
+  const ztrain::AdamWHyper h{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f};
+  for (int skip = 0; skip < 2; ++skip) {
+    ztrain::StepScalars s;
+    s.grad_mult = 0.5f;
+    s.skip = skip;
+    const gpu::Scalar<ztrain::StepScalars> gs(s);
+    for (DType gt : {DType::f32, DType::bf16}) {
+      for (ztrain::GradAfter after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
+        CAPTURE(ztrain::dtype_name(gt));
+        CAPTURE(skip);
+        const Vec gr = gpu::rounded(g, gt);
+        const Vec w0 = gpu::rounded(p, DType::bf16);
+        Array gp(p), gg(gr, gt), gm(m), gv(v), gw(w0, DType::bf16);
+        G().adamw(gp.f(), gg.typed(), gm.f(), gv.f(), gw.typed(), runs.data(), runs.size(), h,
+                  gs.ptr(), after);
+        Vec rp = p, rm = m, rv = v;
+        std::vector<std::uint8_t> rg(n * ztrain::dtype_size(gt));
+        ztrain::convert(gr.data(), DType::f32, rg.data(), gt, n);
+        std::vector<std::uint16_t> rw(n);
+        ztrain::convert(w0.data(), DType::f32, rw.data(), DType::bf16, n);
+        R().adamw(rp.data(), {rg.data(), gt}, rm.data(), rv.data(), {rw.data(), DType::bf16},
+                  runs.data(), runs.size(), h, &s, after);
+        check_close(gp.get(), rp, 1e-6, 1e-7, "master");
+        check_close(gm.get(), rm, 1e-6, 1e-9, "m");
+        check_close(gv.get(), rv, 1e-6, 1e-12, "v");
+        Vec rwf(n), rgf(n);
+        ztrain::convert(rw.data(), DType::bf16, rwf.data(), DType::f32, n);
+        check_close(gw.get(), rwf, 1.0 / 128, 1e-7, "bf16 working copy");
+        ztrain::convert(rg.data(), gt, rgf.data(), DType::f32, n);
+        CHECK(same_bits(gg.get(), rgf));  // zeroed, or kept as it was; gaps untouched
+        const Vec gp_after = gp.get();
+        for (std::size_t i : {std::size_t{0}, std::size_t{2}, n - 1})
+          CHECK(gp_after[i] == p[i]);  // gaps
+      }
     }
   }
 }
 
-TEST_CASE("sum_squares: the double sum of the widened values") {
+TEST_CASE("the norm ops: the sum of squares of the widened values, the reference's scalars") {
   const std::size_t n = 1234567;
   const Vec x = randn(n, 71);
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
@@ -312,8 +334,30 @@ TEST_CASE("sum_squares: the double sum of the widened values") {
     Array gx(x, t);
     std::vector<std::uint8_t> xt(n * ztrain::dtype_size(t));
     ztrain::convert(x.data(), DType::f32, xt.data(), t, n);
-    const double want = R().sum_squares({xt.data(), t}, n);
-    CHECK(G().sum_squares(gx.typed(), n) == doctest::Approx(want).epsilon(1e-12));
+    ztrain::StepScalars want;
+    want.sum_squares = 2.5;  // the ops add to what is there
+    const gpu::Scalar<ztrain::StepScalars> got(want);
+    R().sum_squares_add(&want, {xt.data(), t}, n);
+    G().sum_squares_add(got.ptr(), gx.typed(), n);
+    CHECK(got.get().sum_squares == doctest::Approx(want.sum_squares).epsilon(1e-12));
+  }
+  // The finishing arithmetic: the same IEEE operations, the same bits.
+  for (double sq : {4.0e6, 1.0e-3, static_cast<double>(INFINITY)}) {
+    for (bool across : {false, true}) {
+      ztrain::StepScalars want;
+      want.sum_squares = sq;
+      const gpu::Scalar<ztrain::StepScalars> got(want);
+      R().grad_norm_unscale(&want, 1024.0);
+      G().grad_norm_unscale(got.ptr(), 1024.0);
+      R().grad_norm_finish(&want, across, 1024.0, 1.0);
+      G().grad_norm_finish(got.ptr(), across, 1024.0, 1.0);
+      const ztrain::StepScalars g = got.get();
+      CHECK(g.reduced == want.reduced);
+      CHECK((g.grad_norm == want.grad_norm ||
+             (std::isinf(g.grad_norm) && std::isinf(want.grad_norm))));
+      CHECK(g.grad_mult == want.grad_mult);
+      CHECK(g.skip == want.skip);
+    }
   }
 }
 
@@ -350,7 +394,7 @@ TEST_CASE("backward kernels give the same bits on every run") {
   }
 }
 
-TEST_CASE("Device::convert, accumulate and sum match the reference for every type pair") {
+TEST_CASE("Device::convert and accumulate, and mean_add, match the reference for every type pair") {
   const std::size_t n = 70001;
   const Vec x = randn(n, 91, 3.0f), y = randn(n, 92);
   for (DType from : {DType::f32, DType::bf16, DType::f16}) {
@@ -388,5 +432,9 @@ TEST_CASE("Device::convert, accumulate and sum match the reference for every typ
     CHECK(host_acc == a);
   }
   Array gx(x);
-  CHECK(G().sum(gx.f(), n) == doctest::Approx(R().sum(x.data(), n)).epsilon(1e-12));
+  double want = 0.5;
+  const gpu::Scalar<double> got(0.5);
+  R().mean_add(&want, x.data(), n);
+  G().mean_add(got.ptr(), gx.f(), n);
+  CHECK(got.get() == doctest::Approx(want).epsilon(1e-7));  // one fp32 rounding apart at most
 }

@@ -134,7 +134,8 @@ TEST_CASE("the step context refuses parameter views outside their modules") {
       "[train]\nmicro_batch_size=1\n");
   const auto params = run.model->params();
   Arena arena(*run.device);
-  StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
+  LossSum losses(*run.device, *run.kernels);
+  StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
   CHECK_THROWS_AS(ctx.param(0), InternalError);
   ctx.enter_forward(0);
   CHECK(ctx.param(0).numel() == 16 * 8);         // wte inside embed

@@ -74,19 +74,22 @@ void check_case(const std::string& name) {
   const Batch batch{{B, T}, inputs.data(), targets.data()};
   const auto params = run.model->params();
   Arena arena(*run.device);
+  LossSum losses(*run.device, *run.kernels);
 
   std::vector<float> logits(static_cast<std::size_t>(B) * T * V);
   {
-    StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
+    StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
     run.model->forward_logits(batch, ctx, logits.data());
+    losses.take();
   }
   const std::vector<float> want_logits = tensor(ref, "logits");
   double logit_scale = 0;
   for (float x : want_logits)
     logit_scale = std::max(logit_scale, static_cast<double>(std::fabs(x)));
   const Worst lw = compare(logits, want_logits, 2e-6 * logit_scale, 0, name + " logits");
-  StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
-  const float loss = run.model->forward_backward(batch, ctx);
+  StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
+  run.model->forward_backward(batch, ctx);
+  const double loss = losses.take();
   const double want_loss = std::strtod(ref.metadata().at("loss_fp64").c_str(), nullptr);
   CHECK(std::fabs(loss - want_loss) <= 5e-7);
   MESSAGE(name << ": loss error " << std::fabs(loss - want_loss) << ", largest logit error "

@@ -74,6 +74,26 @@ const ztrain::Kernels& K() {
   return *k;
 }
 
+// The sum of squares alone: sum_squares_add into a fresh record.
+double sum_squares(const ztrain::Kernels& k, ztrain::ConstTypedPtr x, std::size_t n) {
+  ztrain::StepScalars s;
+  k.sum_squares_add(&s, x, n);
+  return s.sum_squares;
+}
+
+// The hyper-parameters the adamw tests step with (lr 0.01, betas 0.9 and
+// 0.95, eps 1e-8, weight decay 0.1, bias corrections of step 2).
+constexpr ztrain::AdamWHyper kHyper{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f};
+
+// AdamW over [0, n) as one decayed run, gradients times 0.7.
+void adamw_all(const ztrain::Kernels& k, float* p, ztrain::TypedPtr g, float* m, float* v,
+               ztrain::TypedPtr w, std::size_t n, ztrain::GradAfter after) {
+  ztrain::StepScalars s;
+  s.grad_mult = 0.7f;
+  const ztrain::AdamWRun run{0, n, true};
+  k.adamw(p, g, m, v, w, &run, 1, kHyper, &s, after);
+}
+
 }  // namespace
 
 TEST_CASE("matmul backward matches finite differences, with and without bias") {
@@ -360,11 +380,136 @@ TEST_CASE("sum_squares is exact to double rounding and independent of the thread
   const Vec x = randn(300001, 111);
   double ref = 0;
   for (float v : x) ref += static_cast<double>(v) * v;
-  CHECK(K().sum_squares(x.data(), x.size()) == doctest::Approx(ref).epsilon(1e-12));
-  CHECK(K().sum_squares(x.data(), 0) == 0.0);
-  const double two = K().sum_squares(x.data(), x.size());
+  CHECK(sum_squares(K(), x.data(), x.size()) == doctest::Approx(ref).epsilon(1e-12));
+  CHECK(sum_squares(K(), x.data(), 0) == 0.0);
+  const double two = sum_squares(K(), x.data(), x.size());
+  ztrain::StepScalars s;  // adds to what the record holds
+  s.sum_squares = 0.25;
+  K().sum_squares_add(&s, x.data(), x.size());
+  CHECK(s.sum_squares == 0.25 + two);
   oneapi::tbb::global_control one_thread(oneapi::tbb::global_control::max_allowed_parallelism, 1);
-  CHECK(K().sum_squares(x.data(), x.size()) == two);  // bit-identical
+  CHECK(sum_squares(K(), x.data(), x.size()) == two);  // bit-identical
+}
+
+TEST_CASE("the norm ops: unscale, the fp32 value to reduce, DeepSpeed's clip, skip on overflow") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(ref.get())}) {
+    ztrain::StepScalars s;
+    s.sum_squares = 16.0 * 1024 * 1024;  // gradients scaled by 1024: norm 4
+    k->grad_norm_unscale(&s, 1024.0);
+    CHECK(s.sum_squares == 16.0);
+    CHECK(s.reduced == 16.0f);
+    k->grad_norm_finish(&s, false, 1024.0, 1.0);  // clip to 1: multiplier 1/4
+    CHECK(s.grad_norm == 4.0);
+    CHECK(s.skip == 0);
+    CHECK(s.grad_mult == static_cast<float>(1.0 / 1024) * 0.25f);
+    k->grad_norm_finish(&s, false, 1024.0, 8.0);  // under the clip: unscale only
+    CHECK(s.grad_mult == static_cast<float>(1.0 / 1024));
+    k->grad_norm_finish(&s, false, 1024.0, 0.0);  // no clip
+    CHECK(s.grad_mult == static_cast<float>(1.0 / 1024));
+    s.reduced = 36.0f;  // what the ranks summed
+    k->grad_norm_finish(&s, true, 1.0, 0.0);
+    CHECK(s.grad_norm == 6.0);
+    s.sum_squares = INFINITY;
+    k->grad_norm_unscale(&s, 1.0);
+    k->grad_norm_finish(&s, false, 1.0, 1.0);
+    CHECK(s.skip == 1);
+    CHECK(s.grad_mult == 1.0f);  // a skipped step is not clipped
+    s.sum_squares = NAN;
+    k->grad_norm_finish(&s, false, 1.0, 1.0);
+    CHECK(s.skip == 1);
+    s.sum_squares = 1.0;
+    k->grad_norm_finish(&s, false, 1.0, 1.0);
+    CHECK(s.skip == 0);  // finish writes the flag both ways
+  }
+}
+
+TEST_CASE("mean_add adds the index-order mean, rounded to fp32") {
+  const Vec x = randn(1001, 113, 3.0f);
+  double sum = 0;
+  for (float v : x) sum += v;
+  const double mean = static_cast<float>(sum / 1001.0);
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(ref.get())}) {
+    double acc = 0.5;
+    k->mean_add(&acc, x.data(), x.size());
+    CHECK(acc == 0.5 + mean);
+  }
+}
+
+TEST_CASE(
+    "adamw over runs: each run its own weight decay, gaps untouched, one call = one per run") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  // Runs at odd offsets, one longer than a chunk, with gaps of padding.
+  const std::vector<ztrain::AdamWRun> runs{
+      {3, 770, false}, {770, 140001, true}, {140017, 140018, false}, {140100, 150003, true}};
+  const std::size_t n = 150010;
+  const Vec p0 = randn(n, 161), g0 = randn(n, 162), m0 = randn(n, 163, 0.1f);
+  Vec v0 = randn(n, 164, 0.1f);
+  for (auto& x : v0) x = x * x;
+  ztrain::StepScalars s;
+  s.grad_mult = 0.3f;
+  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(ref.get())}) {
+    for (const auto after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
+      Vec p = p0, g = g0, m = m0, v = v0, w(n, 7.0f);
+      k->adamw(p.data(), g.data(), m.data(), v.data(), w.data(), runs.data(), runs.size(), kHyper,
+               &s, after);
+      // The same as a call per run with its weight decay.
+      Vec pr = p0, gr = g0, mr = m0, vr = v0, wr(n, 7.0f);
+      for (const auto& r : runs) {
+        ztrain::AdamWHyper h = kHyper;
+        if (!r.decay) h.weight_decay = 0;
+        const ztrain::AdamWRun one{0, r.end - r.begin, true};
+        k->adamw(pr.data() + r.begin, gr.data() + r.begin, mr.data() + r.begin, vr.data() + r.begin,
+                 wr.data() + r.begin, &one, 1, h, &s, after);
+      }
+      CHECK(p == pr);
+      CHECK(m == mr);
+      CHECK(v == vr);
+      CHECK(g == gr);
+      CHECK(w == wr);
+      for (std::size_t i : {std::size_t{0}, std::size_t{2}, std::size_t{140001},
+                            std::size_t{140016}, std::size_t{140018}, std::size_t{150005}}) {
+        CHECK(p[i] == p0[i]);  // in a gap
+        CHECK(g[i] == g0[i]);
+        CHECK(w[i] == 7.0f);
+      }
+      CHECK(p[5] != p0[5]);
+      CHECK(w[5] == p[5]);
+      // Decay or not: a run without it moves less toward zero.
+      Vec pd = p0, gd = g0, md = m0, vd = v0;
+      const ztrain::AdamWRun decayed{3, 770, true};
+      k->adamw(pd.data(), gd.data(), md.data(), vd.data(), nullptr, &decayed, 1, kHyper, &s, after);
+      CHECK(pd[5] != p[5]);
+    }
+  }
+}
+
+TEST_CASE("adamw skips a step whose norm overflowed: only the gradients, zeroed, in the runs") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const std::vector<ztrain::AdamWRun> runs{{1, 1000, true}, {1003, 70001, false}};
+  const std::size_t n = 70005;
+  const Vec p0 = randn(n, 171), g0 = randn(n, 172), m0 = randn(n, 173), v0(n, 0.5f);
+  ztrain::StepScalars s;
+  s.skip = 1;
+  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(ref.get())}) {
+    for (const auto after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
+      Vec p = p0, g = g0, m = m0, v = v0, w(n, 7.0f);
+      k->adamw(p.data(), g.data(), m.data(), v.data(), w.data(), runs.data(), runs.size(), kHyper,
+               &s, after);
+      CHECK(p == p0);
+      CHECK(m == m0);
+      CHECK(v == v0);
+      CHECK(w == Vec(n, 7.0f));
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool in_run = (i >= 1 && i < 1000) || (i >= 1003 && i < 70001);
+        if (g[i] != (in_run ? 0.0f : g0[i])) {
+          FAIL_CHECK("gradient " << i << " is " << g[i]);
+          break;
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("fast kernels match their reference on awkward sizes") {
@@ -418,10 +563,10 @@ TEST_CASE("adamw zeroes the gradients it consumed, or keeps them, and steps the 
     const std::size_t n = 100;
     const Vec p0 = randn(n, 131), g0 = randn(n, 132);
     Vec p_z = p0, g_z = g0, m_z(n), v_z(n), p_k = p0, g_k = g0, m_k(n), v_k(n);
-    k->adamw(p_z.data(), g_z.data(), m_z.data(), v_z.data(), nullptr, n, 0.1f, 0.9f, 0.95f, 1e-8f,
-             0.1f, 1.0f, 0.1f, 0.05f, ztrain::GradAfter::zeroed);
-    k->adamw(p_k.data(), g_k.data(), m_k.data(), v_k.data(), nullptr, n, 0.1f, 0.9f, 0.95f, 1e-8f,
-             0.1f, 1.0f, 0.1f, 0.05f, ztrain::GradAfter::kept);
+    adamw_all(*k, p_z.data(), g_z.data(), m_z.data(), v_z.data(), nullptr, n,
+              ztrain::GradAfter::zeroed);
+    adamw_all(*k, p_k.data(), g_k.data(), m_k.data(), v_k.data(), nullptr, n,
+              ztrain::GradAfter::kept);
     CHECK(g_z == Vec(n, 0.0f));
     CHECK(g_k == g0);
     CHECK(p_k == p_z);
@@ -481,10 +626,9 @@ TEST_CASE("fast adamw and sum_squares match their reference") {
   Vec p1 = randn(n, 151), g1 = randn(n, 152), m1 = randn(n, 153, 0.1f), v1 = randn(n, 154, 0.1f);
   for (auto& x : v1) x = x * x;
   Vec p2 = p1, g2 = g1, m2 = m1, v2 = v1;
-  K().adamw(p1.data(), g1.data(), m1.data(), v1.data(), nullptr, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f,
-            0.7f, 0.19f, 0.0975f, ztrain::GradAfter::zeroed);
-  ref->adamw(p2.data(), g2.data(), m2.data(), v2.data(), nullptr, n, 0.01f, 0.9f, 0.95f, 1e-8f,
-             0.1f, 0.7f, 0.19f, 0.0975f, ztrain::GradAfter::zeroed);
+  adamw_all(K(), p1.data(), g1.data(), m1.data(), v1.data(), nullptr, n, ztrain::GradAfter::zeroed);
+  adamw_all(*ref, p2.data(), g2.data(), m2.data(), v2.data(), nullptr, n,
+            ztrain::GradAfter::zeroed);
   for (std::size_t i = 0; i < n; ++i) {
     CHECK(p1[i] == doctest::Approx(p2[i]).epsilon(1e-6));
     CHECK(m1[i] == doctest::Approx(m2[i]).epsilon(1e-6));
@@ -492,8 +636,8 @@ TEST_CASE("fast adamw and sum_squares match their reference") {
     CHECK(g1[i] == 0.0f);
   }
   const Vec x = randn(200003, 155);
-  CHECK(K().sum_squares(x.data(), x.size()) ==
-        doctest::Approx(ref->sum_squares(x.data(), x.size())).epsilon(1e-12));
+  CHECK(sum_squares(K(), x.data(), x.size()) ==
+        doctest::Approx(sum_squares(*ref, x.data(), x.size())).epsilon(1e-12));
 }
 
 namespace {
@@ -834,9 +978,7 @@ TEST_CASE(
       const Vec g32 = g_f.values();
       Vec p_f = p0, m_f = m0, v_f = v0, p_r = p0, m_r = m0, v_r = v0;
       auto step = [&](const ztrain::Kernels& k, float* p, ztrain::TypedPtr g, float* m, float* v,
-                      ztrain::TypedPtr w) {
-        k.adamw(p, g, m, v, w, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 0.19f, 0.0975f, after);
-      };
+                      ztrain::TypedPtr w) { adamw_all(k, p, g, m, v, w, n, after); };
       step(K(), p_f.data(), g_f.ptr(), m_f.data(), v_f.data(), wk % 4 ? w_f.ptr() : nullptr);
       step(*ref, p_r.data(), g_r.ptr(), m_r.data(), v_r.data(), wk % 4 ? w_r.ptr() : nullptr);
       // The same per-element operations as the fp32 update on g's values.
@@ -918,12 +1060,12 @@ TEST_CASE("16-bit sum_squares: the double sum of the widened values, thread-coun
     const Vec wide = x.values();
     double sum = 0;
     for (float v : wide) sum += static_cast<double>(v) * v;
-    const double fast = K().sum_squares(x.ptr(), wide.size());
+    const double fast = sum_squares(K(), x.ptr(), wide.size());
     CHECK(fast == doctest::Approx(sum).epsilon(1e-12));
-    CHECK(ref->sum_squares(x.ptr(), wide.size()) == doctest::Approx(sum).epsilon(1e-12));
-    CHECK(fast == K().sum_squares(wide.data(), wide.size()));  // same order as fp32
+    CHECK(sum_squares(*ref, x.ptr(), wide.size()) == doctest::Approx(sum).epsilon(1e-12));
+    CHECK(fast == sum_squares(K(), wide.data(), wide.size()));  // same order as fp32
     oneapi::tbb::global_control one_thread(oneapi::tbb::global_control::max_allowed_parallelism, 1);
-    CHECK(K().sum_squares(x.ptr(), wide.size()) == fast);
+    CHECK(sum_squares(K(), x.ptr(), wide.size()) == fast);
   }
 }
 
@@ -949,7 +1091,7 @@ TEST_CASE("16-bit matmul and embedding backward do not depend on the thread coun
   CHECK(run() == many);  // bit-identical
 }
 
-TEST_CASE("Device::convert, accumulate and sum: dtype.h's conversions and sums, in index order") {
+TEST_CASE("Device::convert and accumulate: dtype.h's conversions and sums") {
   const auto dev = ztrain::make_cpu_device(1);
   const Vec x = randn(1001, 131, 3.0f), y = randn(1001, 132);
   std::vector<std::uint16_t> b(1001), want_b(1001);
@@ -965,7 +1107,4 @@ TEST_CASE("Device::convert, accumulate and sum: dtype.h's conversions and sums, 
   CHECK_THROWS_AS(
       dev->accumulate(acc.data(), ztrain::ConstTypedPtr{b.data(), ztrain::DType::bf16}, x.size()),
       ztrain::InternalError);
-  double s = 0;
-  for (float v : x) s += v;
-  CHECK(K().sum(x.data(), x.size()) == s);  // the same order: the same bits
 }

@@ -29,9 +29,13 @@ struct Fixture {
   std::vector<std::int32_t> inputs, targets;
   Batch batch;
   Arena arena;
+  LossSum losses;
 
   explicit Fixture(const std::string& toml)
-      : run(test::make_run(toml)), params(run.model->params()), arena(*run.device) {
+      : run(test::make_run(toml)),
+        params(run.model->params()),
+        arena(*run.device),
+        losses(*run.device, *run.kernels) {
     const int B = 2, T = run.model->info().seq_len;
     inputs.resize(static_cast<std::size_t>(B) * T);
     targets.resize(inputs.size());
@@ -41,12 +45,14 @@ struct Fixture {
     batch = {{B, T}, inputs.data(), targets.data()};
   }
   double loss() {
-    StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
-    return run.model->evaluate(batch, ctx);
+    StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
+    run.model->evaluate(batch, ctx);
+    return losses.take();
   }
   double forward_backward() {
-    StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
-    return run.model->forward_backward(batch, ctx);
+    StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
+    run.model->forward_backward(batch, ctx);
+    return losses.take();
   }
   float* param(ParamId p) { return run.strategy->param_view(p).f32(); }
   std::vector<float> grad(ParamId p) {

@@ -5,6 +5,7 @@
 // take those paths (its copies and conversions are counted).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "ztrain/device.h"
+#include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer_state.h"
 #include "ztrain/shard/flat_layout.h"
@@ -127,6 +129,59 @@ TEST_CASE("optimizer state saves and loads through host staging with the same bi
   b.save(rb, layout, {w_opq.data(), DType::bf16});
   REQUIRE(ra.puts.size() == rb.puts.size());
   CHECK(ra.puts == rb.puts);
+}
+
+TEST_CASE("the step's norm stays with device gradients until its result is read") {
+  const auto kernels = make_cpu_kernels();
+  OpaqueDevice opaque;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const auto piece = [&](Tier tier, std::size_t n) {
+    Buffer b = opaque.allocate(tier, Category::grads, n * sizeof(float));
+    for (std::size_t i = 0; i < n; ++i) b.as<float>()[i] = nd(rng);  // RAM, whatever it claims
+    return b;
+  };
+  const Buffer a = piece(Tier::device, 70001), b = piece(Tier::device, 777),
+               b_host = piece(Tier::host, 777);
+  std::memcpy(b_host.data(), b.data(), b.bytes());
+  double sq = 0;
+  for (const Buffer* x : {&a, &b})
+    for (std::size_t i = 0; i < x->bytes() / 4; ++i)
+      sq += static_cast<double>(x->as<float>()[i]) * x->as<float>()[i];
+  StepArgs args;
+  args.loss_scale = 4;
+  args.grad_clip = 1;
+  const double norm = std::sqrt(sq) / 4;
+  const float mult = 0.25f * static_cast<float>(1.0 / norm);
+  const auto span = [](const Buffer& x, Tier t) {
+    return shard::GradSpan{{x.data(), DType::f32}, x.bytes() / 4, t};
+  };
+
+  int copies = opaque.copies;
+  const shard::StepNorm on_device(opaque, {span(a, Tier::device), span(b, Tier::device)}, nullptr,
+                                  *kernels, args);
+  CHECK(opaque.copies == copies);  // nothing read back while the step is queued
+  CHECK(on_device.on(Tier::device)->grad_mult == doctest::Approx(mult).epsilon(1e-6));
+  const StepResult r = on_device.result();
+  CHECK(opaque.copies == copies + 1);
+  CHECK(r.grad_norm == doctest::Approx(norm).epsilon(1e-12));
+  CHECK(!r.skipped);
+
+  // A piece in host memory: the device's partial comes up, the scalars go
+  // back down, and the sum is the same in the same order.
+  copies = opaque.copies;
+  const shard::StepNorm mixed(opaque, {span(a, Tier::device), span(b_host, Tier::host)}, nullptr,
+                              *kernels, args);
+  CHECK(opaque.copies == copies + 2);
+  CHECK(mixed.result().grad_norm == r.grad_norm);
+  CHECK(mixed.on(Tier::host)->grad_mult == on_device.on(Tier::device)->grad_mult);
+  CHECK(mixed.on(Tier::device)->grad_mult == on_device.on(Tier::device)->grad_mult);
+
+  b_host.as<float>()[5] = NAN;
+  const shard::StepNorm overflow(opaque, {span(a, Tier::device), span(b_host, Tier::host)}, nullptr,
+                                 *kernels, args);
+  CHECK(overflow.result().skipped);
+  CHECK(overflow.on(Tier::device)->skip == 1);  // the device's update skips too
 }
 
 TEST_CASE("token ids are copied where the kernels read them only when the host cannot") {

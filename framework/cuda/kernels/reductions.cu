@@ -1,8 +1,9 @@
-// Reductions to one number on the host: the sum of squares behind the
-// global gradient norm and the sum of a micro-batch's losses. Fixed chunks
-// of kChunk elements, one block each, summed in double; the partials are
+// Reductions to one number that stays on the GPU: the sum of squares
+// behind the global gradient norm, the norm's finishing arithmetic, and
+// a micro-batch's mean loss added to the step's total. Fixed chunks of
+// kChunk elements, one block each, summed in double; the partials are
 // added in order by one thread. Neither depends on the GPU, so results are
-// the same bits run to run.
+// the same bits run to run; nothing is copied to the host.
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels/common.cuh"
 
@@ -27,48 +28,89 @@ __global__ void partial_sum_kernel(double* partial, const T* x, std::size_t n) {
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void sum_in_order_kernel(double* out, const double* partial, std::size_t k) {
+// *acc += the partials in order (a sum of squares).
+__global__ void add_in_order_kernel(double* acc, const double* partial, std::size_t k) {
   double s = 0.0;
   for (std::size_t i = 0; i < k; ++i) s += partial[i];
-  *out = s;
+  *acc += s;
+}
+
+// *acc += the partials' total / n, rounded to fp32 (a mean loss).
+__global__ void add_mean_kernel(double* acc, const double* partial, std::size_t k, std::size_t n) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < k; ++i) s += partial[i];
+  *acc += static_cast<float>(s / static_cast<double>(n));
+}
+
+__global__ void unscale_kernel(StepScalars* s, double loss_scale) {
+  s->sum_squares /= loss_scale * loss_scale;
+  s->reduced = static_cast<float>(s->sum_squares);
+}
+
+// The cpu reference's arithmetic (reference_kernels.cpp), in the same
+// IEEE double and float operations.
+__global__ void finish_kernel(StepScalars* s, bool across_ranks, double loss_scale,
+                              double grad_clip) {
+  const double norm = sqrt(across_ranks ? static_cast<double>(s->reduced) : s->sum_squares);
+  s->grad_norm = norm;
+  s->skip = isfinite(norm) ? 0 : 1;
+  float clip = 1.0f;
+  if (grad_clip > 0 && isfinite(norm) && norm / grad_clip > 1.0)
+    clip = static_cast<float>(1.0 / (norm / grad_clip));
+  s->grad_mult = static_cast<float>(1.0 / loss_scale) * clip;
 }
 
 }  // namespace
 
-// The partial sums, their ordered total, and the copy to the host.
-template <class Partial>
-double CudaKernels::reduce_to_host(std::size_t n, Partial&& launch_partials) const {
+// The partial sums into scratch (freed in stream order), then `finish`.
+template <class Partial, class Finish>
+void CudaKernels::reduce_on_device(std::size_t n, Partial&& launch_partials,
+                                   Finish&& finish) const {
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
-  Buffer partial = scratch(sizeof(double) * (chunks + 1));
-  double* out = partial.as<double>() + chunks;
+  Buffer partial = scratch(sizeof(double) * chunks);
   launch_partials(partial.as<double>(), static_cast<unsigned>(chunks));
   ZTRAIN_CUDA_LAUNCHED();
-  sum_in_order_kernel<<<1, 1, 0, stream_>>>(out, partial.as<double>(), chunks);
+  finish(partial.as<double>(), chunks);
   ZTRAIN_CUDA_LAUNCHED();
-  double result = 0.0;
-  ZTRAIN_CUDA(cudaMemcpyAsync(&result, out, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  ZTRAIN_CUDA(cudaStreamSynchronize(stream_));
-  return result;
 }
 
-double CudaKernels::sum_squares(ConstTypedPtr x, std::size_t n) const {
-  if (n == 0) return 0.0;
-  double result = 0.0;
+void CudaKernels::sum_squares_add(StepScalars* s, ConstTypedPtr x, std::size_t n) const {
+  if (n == 0) return;
   with_type(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    result = reduce_to_host(n, [&](double* partial, unsigned chunks) {
-      partial_sum_kernel<T, true>
-          <<<chunks, kSumThreads, 0, stream_>>>(partial, static_cast<const T*>(x.data), n);
-    });
+    reduce_on_device(
+        n,
+        [&](double* partial, unsigned chunks) {
+          partial_sum_kernel<T, true>
+              <<<chunks, kSumThreads, 0, stream_>>>(partial, static_cast<const T*>(x.data), n);
+        },
+        [&](const double* partial, std::size_t chunks) {
+          add_in_order_kernel<<<1, 1, 0, stream_>>>(&s->sum_squares, partial, chunks);
+        });
   });
-  return result;
 }
 
-double CudaKernels::sum(const float* x, std::size_t n) const {
-  if (n == 0) return 0.0;
-  return reduce_to_host(n, [&](double* partial, unsigned chunks) {
-    partial_sum_kernel<float, false><<<chunks, kSumThreads, 0, stream_>>>(partial, x, n);
-  });
+void CudaKernels::grad_norm_unscale(StepScalars* s, double loss_scale) const {
+  unscale_kernel<<<1, 1, 0, stream_>>>(s, loss_scale);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::grad_norm_finish(StepScalars* s, bool across_ranks, double loss_scale,
+                                   double grad_clip) const {
+  finish_kernel<<<1, 1, 0, stream_>>>(s, across_ranks, loss_scale, grad_clip);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::mean_add(double* acc, const float* x, std::size_t n) const {
+  if (n == 0) return;
+  reduce_on_device(
+      n,
+      [&](double* partial, unsigned chunks) {
+        partial_sum_kernel<float, false><<<chunks, kSumThreads, 0, stream_>>>(partial, x, n);
+      },
+      [&](const double* partial, std::size_t chunks) {
+        add_mean_kernel<<<1, 1, 0, stream_>>>(acc, partial, chunks, n);
+      });
 }
 
 }  // namespace ztrain::cuda

@@ -37,6 +37,28 @@ namespace ztrain {
 // shard the next step's reduction overwrites (zero2, zero3, offload).
 enum class GradAfter : std::uint8_t { zeroed, kept };
 
+// The scalars of one optimizer step (Kernels::sum_squares_add and the
+// norm ops write them, adamw reads them). Plain data, so it can live in
+// device memory.
+struct StepScalars {
+  double sum_squares = 0;  // of this rank's gradient pieces
+  float reduced = 0;       // sum_squares in fp32, summed across ranks by the caller
+  float grad_mult = 1;     // unscale times clip, applied by adamw
+  double grad_norm = 0;    // of the unscaled gradients, before clipping
+  std::int32_t skip = 0;   // 1: the norm is not finite, adamw skips the step
+};
+
+// AdamW's hyper-parameters for one step (bias corrections included).
+struct AdamWHyper {
+  float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+};
+
+// Elements [begin, end) of a shard that take one weight-decay setting.
+struct AdamWRun {
+  std::uint64_t begin, end;
+  bool decay;
+};
+
 class ZTRAIN_API Kernels {
  public:
   virtual ~Kernels();
@@ -113,24 +135,48 @@ class ZTRAIN_API Kernels {
   virtual void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss,
                                              int N, int V) const = 0;
 
-  // AdamW (decoupled weight decay, bias-corrected) on n elements of fp32
-  // master weights p with fp32 moments m, v:
-  // g' = g * grad_mult; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+  // The global gradient norm, in three ops on a StepScalars in memory these
+  // kernels reach, so that a GPU never waits for the host between the last
+  // gradient and the update: sum_squares_add per gradient piece, then
+  // grad_norm_unscale, then (after the caller's all-reduce of `reduced`
+  // when ranks hold different pieces) grad_norm_finish; adamw reads the
+  // result where it lies.
+  //
+  // s->sum_squares += the sum of squares of x (n), in double, in a fixed
+  // order (independent of the thread count).
+  virtual void sum_squares_add(StepScalars* s, ConstTypedPtr x, std::size_t n) const = 0;
+  // s->sum_squares /= loss_scale^2 (the gradients carried the loss scale);
+  // s->reduced = it, rounded to fp32, for the all-reduce.
+  virtual void grad_norm_unscale(StepScalars* s, double loss_scale) const = 0;
+  // grad_norm = sqrt(reduced if across_ranks, else sum_squares); a
+  // non-finite norm sets skip; grad_mult = 1/loss_scale times DeepSpeed's
+  // clip multiplier 1 / max(1, norm / grad_clip) (1 when grad_clip is 0 or
+  // the norm is not finite).
+  virtual void grad_norm_finish(StepScalars* s, bool across_ranks, double loss_scale,
+                                double grad_clip) const = 0;
+
+  // AdamW (decoupled weight decay, bias-corrected) over the runs of a
+  // shard: p, m, v (fp32 master weights and moments), g and working are
+  // at element 0 of the shard; each run [begin, end) takes its own weight
+  // decay, elements between runs are not touched; one call for the whole
+  // shard (a GPU launches once per batch of runs, not once per tensor).
+  // Per element, with g' = g * s->grad_mult:
+  // m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
   // p -= lr * (wd * p + (m / bc1) / (sqrt(v / bc2) + eps)); then, with
   // GradAfter::zeroed, g = 0, ready for the next step's accumulation
   // (GradAfter::kept leaves g alone, for gradients the next step overwrites:
   // 4 bytes per element less to move), and, unless `working` is null,
   // working = p rounded to its type: one pass over memory, not two.
-  virtual void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
-                     float lr, float beta1, float beta2, float eps, float weight_decay,
-                     float grad_mult, float bc1, float bc2, GradAfter grad_after) const = 0;
+  // When s->skip is set, only g is written: zeroed, whatever grad_after.
+  // s: in memory these kernels reach, read by the kernels themselves.
+  virtual void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working,
+                     const AdamWRun* runs, std::size_t run_count, const AdamWHyper& h,
+                     const StepScalars* s, GradAfter grad_after) const = 0;
 
-  // Sum of squares in double, deterministic for a given thread count.
-  virtual double sum_squares(ConstTypedPtr x, std::size_t n) const = 0;
-
-  // Sum of x (n) in double, in a fixed order (a micro-batch's mean loss;
-  // the cpu sums in index order).
-  virtual double sum(const float* x, std::size_t n) const = 0;
+  // *acc += the mean of x (n), summed in double in a fixed order (the cpu's:
+  // index order) and rounded to fp32: a micro-batch's mean loss added to
+  // the step's total where the kernels run.
+  virtual void mean_add(double* acc, const float* x, std::size_t n) const = 0;
 };
 
 // The cpu implementation (oneTBB loops, OpenBLAS GEMMs) on the threads the

@@ -114,6 +114,26 @@ class ZTRAIN_API Arena {
   std::size_t used_ = 0;
 };
 
+// The mean losses of micro-batches, added up where the kernels run: the
+// model reports a micro-batch's per-token losses without waiting for them
+// (a GPU goes on into backward), and the caller reads the total once per
+// step. Owns one double in the device tier (category grads).
+// Thread safety: one thread at a time.
+class ZTRAIN_API LossSum {
+ public:
+  LossSum(Device& device, const Kernels& kernels);
+  // Adds the mean of losses (n, where the kernels reach), rounded to fp32.
+  void add(const float* losses, std::size_t n);
+  // The total since the last take, and starts again from zero. A copy to
+  // the host: on a GPU it waits for the work queued before it.
+  double take();
+
+ private:
+  Device& device_;
+  const Kernels& kernels_;
+  Buffer total_;
+};
+
 class Strategy;
 
 // What the model may touch while it runs. Made by the host for each
@@ -122,7 +142,7 @@ class Strategy;
 class ZTRAIN_API StepContext {
  public:
   StepContext(Strategy& strategy, const std::vector<ParamSpec>& params, const Kernels& kernels,
-              Arena& arena, float grad_scale);
+              Arena& arena, LossSum& losses, float grad_scale);
 
   void enter_forward(ModuleId m);
   void exit_forward(ModuleId m);
@@ -139,6 +159,9 @@ class ZTRAIN_API StepContext {
   const Kernels& kernels() const { return kernels_; }
   // Multiplier on d(mean micro-batch loss): loss scale / gradient accumulation.
   float grad_scale() const { return grad_scale_; }
+  // The micro-batch's per-token losses (n, in the arena): their mean is the
+  // micro-batch's loss. Reported once per forward.
+  void add_loss(const float* losses, std::size_t n) { losses_.add(losses, n); }
 
  private:
   void check_usable(ParamId p, const char* what) const;
@@ -146,6 +169,7 @@ class ZTRAIN_API StepContext {
   const std::vector<ParamSpec>& params_;
   const Kernels& kernels_;
   Arena& arena_;
+  LossSum& losses_;
   float grad_scale_;
   std::vector<int> active_;  // per module: entered and not yet exited
 };
@@ -159,10 +183,11 @@ class ZTRAIN_API Model : public Plugin {
   // Bytes of activations one micro-step of this batch shape allocates from
   // the arena at its peak (the estimate; the device measures the run).
   virtual std::uint64_t activation_bytes(const BatchShape& shape) const = 0;
-  // One micro-batch forward and backward; returns the mean loss.
-  virtual float forward_backward(const Batch& batch, StepContext& ctx) = 0;
-  // Forward only; returns the mean loss.
-  virtual float evaluate(const Batch& batch, StepContext& ctx) = 0;
+  // One micro-batch forward and backward; reports its losses through
+  // ctx.add_loss.
+  virtual void forward_backward(const Batch& batch, StepContext& ctx) = 0;
+  // Forward only; reports its losses through ctx.add_loss.
+  virtual void evaluate(const Batch& batch, StepContext& ctx) = 0;
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

@@ -28,7 +28,7 @@
 namespace ztrain {
 
 // Bumped whenever an SDK interface changes its layout or meaning.
-inline constexpr std::uint32_t kPluginAbiVersion = 9;
+inline constexpr std::uint32_t kPluginAbiVersion = 10;
 
 class ZTRAIN_API Plugin {
  public:

@@ -112,16 +112,8 @@ class GuardedKernels final : public Kernels {
     const Open open(device_);              \
     k_->name args;                         \
   }
-  ZTRAIN_KERNEL_VOID_OPS(ZTRAIN_GUARDED)
+  ZTRAIN_KERNEL_OPS(ZTRAIN_GUARDED)
 #undef ZTRAIN_GUARDED
-  double sum(const float* x, std::size_t n) const override {
-    const Open open(device_);
-    return k_->sum(x, n);
-  }
-  double sum_squares(ConstTypedPtr x, std::size_t n) const override {
-    const Open open(device_);
-    return k_->sum_squares(x, n);
-  }
 
  private:
   std::unique_ptr<Kernels> k_;

@@ -32,12 +32,31 @@ std::int32_t* Arena::alloc_i32(std::size_t n) {
   return static_cast<std::int32_t*>(take(n * sizeof(std::int32_t)));
 }
 
+LossSum::LossSum(Device& device, const Kernels& kernels)
+    : device_(device),
+      kernels_(kernels),
+      // Counted with the gradients, as the step's norm scalars are: the
+      // activations category is exactly what one micro-step holds.
+      total_(device.allocate(Tier::device, Category::grads, sizeof(double))) {}
+
+void LossSum::add(const float* losses, std::size_t n) {
+  kernels_.mean_add(total_.as<double>(), losses, n);
+}
+
+double LossSum::take() {
+  double total = 0;
+  device_.copy(&total, total_.data(), sizeof total);
+  device_.fill_zero(total_.data(), sizeof total);
+  return total;
+}
+
 StepContext::StepContext(Strategy& strategy, const std::vector<ParamSpec>& params,
-                         const Kernels& kernels, Arena& arena, float grad_scale)
+                         const Kernels& kernels, Arena& arena, LossSum& losses, float grad_scale)
     : strategy_(strategy),
       params_(params),
       kernels_(kernels),
       arena_(arena),
+      losses_(losses),
       grad_scale_(grad_scale) {
   int modules = 0;
   for (const auto& p : params_)

@@ -1,10 +1,11 @@
-// Every void op of Kernels as X(name, (parameters), (arguments)), for the
-// decorators that wrap each op the same way (bench's TimedKernels, the
-// guarded device's kernels): one list, so a new op reaches every one.
+// Every op of Kernels (all return void) as X(name, (parameters),
+// (arguments)), for the decorators that wrap each op the same way (bench's
+// TimedKernels, the guarded device's kernels): one list, so a new op
+// reaches every one.
 #pragma once
 
 // clang-format off
-#define ZTRAIN_KERNEL_VOID_OPS(X) \
+#define ZTRAIN_KERNEL_OPS(X) \
   X(embedding_forward, (float* a, const std::int32_t* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f, int g), (a, b, c, d, e, f, g)) \
   X(embedding_backward, (TypedPtr a, TypedPtr b, const float* c, const std::int32_t* d, int e, int f, int g), (a, b, c, d, e, f, g)) \
   X(layernorm_forward, (float* a, float* b, float* c, const float* d, ConstTypedPtr e, ConstTypedPtr f, int g, int h, float i), (a, b, c, d, e, f, g, h, i)) \
@@ -24,5 +25,9 @@
   X(add, (float* a, const float* b, const float* c, std::size_t d), (a, b, c, d)) \
   X(softmax_crossentropy_forward, (float* a, float* b, const std::int32_t* c, int d, int e), (a, b, c, d, e)) \
   X(softmax_crossentropy_backward, (float* a, const std::int32_t* b, float c, int d, int e), (a, b, c, d, e)) \
-  X(adamw, (float* a, TypedPtr b, float* c, float* d, TypedPtr e, std::size_t f, float g, float h, float i, float j, float k, float l, float m, float n, GradAfter o), (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o))
+  X(sum_squares_add, (StepScalars* a, ConstTypedPtr b, std::size_t c), (a, b, c)) \
+  X(grad_norm_unscale, (StepScalars* a, double b), (a, b)) \
+  X(grad_norm_finish, (StepScalars* a, bool b, double c, double d), (a, b, c, d)) \
+  X(adamw, (float* a, TypedPtr b, float* c, float* d, TypedPtr e, const AdamWRun* f, std::size_t g, const AdamWHyper& h, const StepScalars* i, GradAfter j), (a, b, c, d, e, f, g, h, i, j)) \
+  X(mean_add, (double* a, const float* b, std::size_t c), (a, b, c))
 // clang-format on

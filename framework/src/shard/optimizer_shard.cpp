@@ -23,16 +23,17 @@ AdamWRange::AdamWRange(const std::vector<ParamSpec>& params, const FlatLayout& l
 
 void AdamWRange::step(float* master, TypedPtr grads, float* m, float* v, TypedPtr working,
                       const Kernels& kernels, const OptimizerSettings& settings, double lr,
-                      std::int64_t step, float grad_mult, GradAfter grad_after) const {
+                      std::int64_t step, const StepScalars* scalars, GradAfter grad_after) const {
   const double bc1 = 1.0 - std::pow(settings.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(settings.beta2, static_cast<double>(step));
-  for (const auto& r : runs_)
-    kernels.adamw(master + r.begin, grads.at(r.begin), m + r.begin, v + r.begin,
-                  working ? working.at(r.begin) : TypedPtr{}, r.end - r.begin,
-                  static_cast<float>(lr), static_cast<float>(settings.beta1),
-                  static_cast<float>(settings.beta2), static_cast<float>(settings.eps),
-                  r.decay ? static_cast<float>(settings.weight_decay) : 0.0f, grad_mult,
-                  static_cast<float>(bc1), static_cast<float>(bc2), grad_after);
+  const AdamWHyper h{static_cast<float>(lr),
+                     static_cast<float>(settings.beta1),
+                     static_cast<float>(settings.beta2),
+                     static_cast<float>(settings.eps),
+                     static_cast<float>(settings.weight_decay),
+                     static_cast<float>(bc1),
+                     static_cast<float>(bc2)};
+  kernels.adamw(master, grads, m, v, working, runs_.data(), runs_.size(), h, scalars, grad_after);
 }
 
 OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
@@ -57,7 +58,7 @@ OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<Para
 }
 
 void OptimizerShard::step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr,
-                          std::int64_t step, float grad_mult, GradAfter grad_after) {
+                          std::int64_t step, const StepScalars* scalars, GradAfter grad_after) {
   if (!master_ && params.dtype != DType::f32)
     throw InternalError(
         "OptimizerShard: 16-bit parameters given to a shard without master weights");
@@ -66,12 +67,10 @@ void OptimizerShard::step(TypedPtr params, TypedPtr grads, const Kernels& kernel
                            : working_stage_ ? TypedPtr{working_stage_.data(), params.dtype}
                                             : params;
   range_.step(master, grads, m_.as<float>(), v_.as<float>(), working, kernels, settings_, lr, step,
-              grad_mult, grad_after);
-  if (working_stage_) device_.copy(params.data, working_stage_.data(), working_stage_.bytes());
-}
-
-void OptimizerShard::discard(TypedPtr grads) {
-  device_.fill_zero(grads.data, (end_ - begin_) * dtype_size(grads.dtype));
+              scalars, grad_after);
+  // The stage is host memory, stepped on the host: so are the scalars.
+  if (working_stage_ && !scalars->skip)
+    device_.copy(params.data, working_stage_.data(), working_stage_.bytes());
 }
 
 void OptimizerShard::save(StateSink& sink, const FlatLayout& layout, ConstTypedPtr working,
@@ -98,53 +97,75 @@ void OptimizerShard::load(StateSource& source, const FlatLayout& layout, TypedPt
   get_range(source, layout, begin_, end_, StateArray::v, v_.as<float>(), device_, tier_);
 }
 
-GradNorm global_grad_norm(const std::vector<GradSpan>& grads, Communicator* comm,
-                          const StepKernels& kernels, const StepArgs& args) {
+// The scalars are finished where their home is; with pieces in both tiers
+// the device pieces are summed first, so the order of the sum (and its bits)
+// is the same whichever device holds them.
+StepNorm::StepNorm(Device& device, const std::vector<GradSpan>& grads, Communicator* comm,
+                   const StepKernels& kernels, const StepArgs& args)
+    : device_(device) {
+  // Pieces not in the device tier (host memory, or NVMe's staging) are the host's.
+  const auto device_piece = [](const GradSpan& g) { return g.tier == Tier::device; };
+  const bool any_device = std::any_of(grads.begin(), grads.end(), device_piece);
+  const bool any_host = !std::all_of(grads.begin(), grads.end(), device_piece);
+  home_ = any_host ? Tier::host : Tier::device;
+  const auto record = [&](Tier t) {
+    return device.allocate(t, Category::grads, sizeof(StepScalars));
+  };
+  if (any_device || !any_host) {
+    device_rec_ = record(Tier::device);
+    for (const GradSpan& g : grads)
+      if (device_piece(g))
+        kernels.device.sum_squares_add(device_rec_.as<StepScalars>(), g.grads, g.count);
+  }
+  if (any_host) {
+    host_rec_ = record(Tier::host);
+    if (device_rec_) device.copy(host_rec_.data(), device_rec_.data(), sizeof(StepScalars));
+    for (const GradSpan& g : grads)
+      if (!device_piece(g))
+        kernels.host.sum_squares_add(host_rec_.as<StepScalars>(), g.grads, g.count);
+  }
   // Unscaled before the fp32 all-reduce: a scaled square sum can pass
   // FLT_MAX where the true one does not.
-  double sq = 0;
-  for (const GradSpan& g : grads) sq += kernels.on(g.tier).sum_squares(g.grads, g.count);
-  sq /= args.loss_scale * args.loss_scale;
-  if (comm) {
-    float part = static_cast<float>(sq);
-    comm->all_reduce(&part, 1, DType::f32, ReduceOp::sum);
-    sq = part;
-  }
-  GradNorm norm;
-  norm.result.grad_norm = std::sqrt(sq);
-  norm.result.overflow = !std::isfinite(norm.result.grad_norm);
-  norm.result.skipped = norm.result.overflow;
-  norm.grad_mult = static_cast<float>(1.0 / args.loss_scale) *
-                   clip_multiplier(norm.result.grad_norm, args.grad_clip);
-  return norm;
+  StepScalars* s = (home_ == Tier::host ? host_rec_ : device_rec_).as<StepScalars>();
+  const Kernels& k = kernels.on(home_);
+  k.grad_norm_unscale(s, args.loss_scale);
+  if (comm) comm->all_reduce(&s->reduced, 1, DType::f32, ReduceOp::sum);
+  k.grad_norm_finish(s, comm != nullptr, args.loss_scale, args.grad_clip);
+  if (home_ == Tier::host && device_rec_) device.copy(device_rec_.data(), s, sizeof(StepScalars));
 }
 
-StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
+const StepScalars* StepNorm::on(Tier t) const {
+  return (t == Tier::device ? device_rec_ : host_rec_).as<StepScalars>();
+}
+
+StepResult StepNorm::result() const {
+  StepScalars s;
+  device_.copy(&s, (home_ == Tier::host ? host_rec_ : device_rec_).data(), sizeof s);
+  StepResult r;
+  r.grad_norm = s.grad_norm;
+  r.overflow = s.skip != 0;
+  r.skipped = r.overflow;
+  return r;
+}
+
+StepResult step_shards(Device& device, const std::vector<ShardSlice>& slices, Communicator* comm,
                        const StepKernels& kernels, const StepArgs& args, GradAfter grad_after) {
   const auto size = [](const ShardSlice& s) { return s.optimizer->end() - s.optimizer->begin(); };
   std::vector<GradSpan> grads;
   for (const auto& s : slices) grads.push_back({s.grads, size(s), s.optimizer->tier()});
-  const GradNorm norm = global_grad_norm(grads, comm, kernels, args);
-  if (norm.result.skipped) {
-    for (const auto& s : slices) s.optimizer->discard(s.grads);
-    return norm.result;
+  const StepNorm norm(device, grads, comm, kernels, args);
+  for (const auto& s : slices) {
+    const Tier t = s.optimizer->tier();
+    s.optimizer->step(s.params, s.grads, kernels.on(t), args.lr, args.step, norm.on(t), grad_after);
   }
-  for (const auto& s : slices)
-    s.optimizer->step(s.params, s.grads, kernels.on(s.optimizer->tier()), args.lr, args.step,
-                      norm.grad_mult, grad_after);
-  return norm.result;
+  return norm.result();
 }
 
 StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
                       Communicator* comm, const StepKernels& kernels, const StepArgs& args,
                       GradAfter grad_after) {
-  return step_shards({{&optimizer, params, grads}}, comm, kernels, args, grad_after);
-}
-
-float clip_multiplier(double grad_norm, double max_norm) {
-  if (max_norm <= 0 || !std::isfinite(grad_norm)) return 1.0f;
-  const double coef = grad_norm / max_norm;
-  return coef > 1.0 ? static_cast<float>(1.0 / coef) : 1.0f;
+  return step_shards(optimizer.device(), {{&optimizer, params, grads}}, comm, kernels, args,
+                     grad_after);
 }
 
 }  // namespace ztrain::shard

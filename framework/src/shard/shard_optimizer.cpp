@@ -24,7 +24,7 @@ ShardOptimizer::ShardOptimizer(Device& device, const std::vector<ParamSpec>& par
                                const OptimizerSettings& settings,
                                const OptimizerPlacement& placement, DType grad_dtype,
                                ConstTypedPtr working)
-    : begin_(begin), grad_dtype_(grad_dtype) {
+    : device_(device), begin_(begin), grad_dtype_(grad_dtype) {
   const std::uint64_t mid = split(begin, end, placement);
   parts_.reserve(2);
   for (auto [b, e, tier] :
@@ -57,7 +57,7 @@ StepResult ShardOptimizer::step(OwnedShard& shard, Communicator* comm, const Ste
     slices.push_back({&*p.state, working.at(p.begin - begin_), {p.grads.data(), grad_dtype_}});
   // The reducer writes each step's first landing over the pieces
   // (GradReducer): nothing to zero.
-  return step_shards(slices, comm, kernels, args, GradAfter::kept);
+  return step_shards(device_, slices, comm, kernels, args, GradAfter::kept);
 }
 
 void ShardOptimizer::save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) {

@@ -142,10 +142,11 @@ std::vector<GradPiece> SwappedOptimizer::grad_pieces() const {
 StepResult SwappedOptimizer::step(OwnedShard& working, Communicator* comm,
                                   const StepKernels& kernels, const StepArgs& args) {
   const TypedPtr grads{grads_.data(), grad_dtype_};
-  const GradNorm norm = global_grad_norm({{grads, end_ - begin_, Tier::host}}, comm, kernels, args);
-  if (norm.result.skipped) {
+  const StepNorm norm(device_, {{grads, end_ - begin_, Tier::host}}, comm, kernels, args);
+  const StepResult result = norm.result();  // host memory: no wait
+  if (result.skipped) {
     std::memset(grads_.data(), 0, grads_.bytes());
-    return norm.result;
+    return result;
   }
   const std::size_t n = groups_.size(), count = buffers_.size();
   working_ = &working;
@@ -166,14 +167,14 @@ StepResult SwappedOptimizer::step(OwnedShard& working, Communicator* comm,
     const std::size_t b = g % count;
     const TypedPtr new_working{array(b, s, 3), working.dtype()};
     s.range.step(array(b, s, 0), grads.at(s.begin - begin_), array(b, s, 1), array(b, s, 2),
-                 new_working, kernels.host, settings_, args.lr, args.step, norm.grad_mult,
+                 new_working, kernels.host, settings_, args.lr, args.step, norm.on(Tier::host),
                  GradAfter::kept);  // overwritten by the next step's reduction
     write(g, b);
     working_writes_[g] = working.write_async(s.begin, new_working, s.end - s.begin);
   }
   for (auto& t : writes_) engine_.wait(t);
   for (auto& t : working_writes_) working.wait(t);
-  return norm.result;
+  return result;
 }
 
 void SwappedOptimizer::save(StateSink& sink, const FlatLayout& layout, OwnedShard&) {

@@ -61,20 +61,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Waits for a collective when the scope ends, however it ends.
-struct WaitOnExit {
-  explicit WaitOnExit(CommWork& w) : work(w) {}
-  CommWork& work;
-  WaitOnExit(const WaitOnExit&) = delete;
-  WaitOnExit& operator=(const WaitOnExit&) = delete;
-  ~WaitOnExit() {
-    try {
-      work.wait();
-    } catch (...) {  // already reported by the normal path, or superseded by the error in flight
-    }
-  }
-};
-
 // A test hook: ZTRAIN_TEST_INJECT_OVERFLOW="STEP:RANK" makes rank RANK's
 // gradients NaN in step STEP (1-based), as an fp16 overflow would.
 struct OverflowInjection {
@@ -531,6 +517,7 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   const auto params = run.model->params();
   const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
   Arena arena(*run.device);
+  LossSum losses(*run.device, *run.kernels);
   DataLoader loader_data(*run.data, B, T, static_cast<int>(tr.grad_accum), run.comm->rank(),
                          run.comm->size());
   const LrSchedule schedule{tr.lr, tr.min_lr, tr.warmup_steps, tr.steps, tr.schedule};
@@ -557,14 +544,13 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
   // eval_batches global batches of the val split: the same sequences at any
   // world size and split of the global batch; each rank takes its share.
   auto evaluate = [&](std::int64_t step) {
-    double sum = 0;
     const std::int64_t micro_batches = tr.eval_batches * tr.grad_accum;
     for (std::int64_t j = 0; j < micro_batches; ++j) {
       arena.reset();
-      StepContext ctx(*run.strategy, params, *run.kernels, arena, 1.0f);
-      sum += run.model->evaluate(loader_data.val(j), ctx);
+      StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
+      run.model->evaluate(loader_data.val(j), ctx);
     }
-    float mean = static_cast<float>(sum / static_cast<double>(micro_batches));
+    float mean = static_cast<float>(losses.take() / static_cast<double>(micro_batches));
     run.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
     const double loss = mean;
     result.val_losses.emplace_back(step, loss);
@@ -591,29 +577,25 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
     const auto t0 = Clock::now();
     const double lr = schedule.at(applied) * (step + 1 == perturbed_step ? 1.1 : 1.0);
     const double scale = scaler.scale();
-    double loss_sum = 0;
     for (std::int64_t a = 0; a < tr.grad_accum; ++a) {
       run.strategy->begin_micro_step(a + 1 == tr.grad_accum);
       arena.reset();
       float grad_scale = static_cast<float>(scale / static_cast<double>(tr.grad_accum));
       if (inject.step == step + 1 && inject.rank == run.comm->rank() && a + 1 == tr.grad_accum)
         grad_scale = std::numeric_limits<float>::quiet_NaN();
-      StepContext ctx(*run.strategy, params, *run.kernels, arena, grad_scale);
-      loss_sum += run.model->forward_backward(loader_data.next(), ctx);
+      StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, grad_scale);
+      run.model->forward_backward(loader_data.next(), ctx);
     }
-    // The loss average queues behind the strategy's gradient buckets; waiting
-    // for it after step() leaves the strategy's own wait to measure them. A
-    // non-finite loss has non-finite gradients, which step() skips.
-    // A stop request travels with it, so every rank learns of any rank's,
-    // and so does whether this rank's checkpoint write is done.
-    float mean[3] = {static_cast<float>(loss_sum / static_cast<double>(tr.grad_accum)),
+    // The losses are read once the step is queued: on a GPU nothing between
+    // the first forward and the update waits for the host. A non-finite loss
+    // has non-finite gradients, which step() skips. A stop request travels
+    // with the loss average, so every rank learns of any rank's, and so does
+    // whether this rank's checkpoint write is done.
+    const StepResult sr = run.strategy->step({lr, applied + 1, tr.grad_clip, scale});
+    float mean[3] = {static_cast<float>(losses.take() / static_cast<double>(tr.grad_accum)),
                      StopRequests::requested() ? 1.0f : 0.0f,
                      checkpoints.rank_done() ? 1.0f : 0.0f};
-    CommWork loss_work = run.comm->all_reduce_async(mean, 3, DType::f32, ReduceOp::average);
-    // `mean` must outlive the collective even when step() throws.
-    const WaitOnExit loss_guard{loss_work};
-    const StepResult sr = run.strategy->step({lr, applied + 1, tr.grad_clip, scale});
-    loss_work.wait();
+    run.comm->all_reduce(mean, 3, DType::f32, ReduceOp::average);
     const double loss = mean[0];
     stopped = mean[1] > 0;
     if (stopped) stop_agreed();

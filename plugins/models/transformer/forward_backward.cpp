@@ -162,7 +162,7 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   }
 }
 
-float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out) const {
+void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out) const {
   const Kernels& k = ctx.kernels();
   const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
             L = cfg_.n_layer, V = cfg_.vocab_size;
@@ -190,12 +190,12 @@ float Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float*
                                     static_cast<std::size_t>(N) * V * sizeof(float));
   k.softmax_crossentropy_forward(a.losses, a.logits, a.targets, N, V);
   ctx.exit_forward(L + 1);
-  return static_cast<float>(k.sum(a.losses, static_cast<std::size_t>(N)) / N);
+  ctx.add_loss(a.losses, static_cast<std::size_t>(N));
 }
 
-float Transformer::evaluate(const Batch& batch, StepContext& ctx) {
+void Transformer::evaluate(const Batch& batch, StepContext& ctx) {
   Acts a = planned(batch, ctx);
-  return forward(batch, ctx, a);
+  forward(batch, ctx, a);
 }
 
 void Transformer::forward_logits(const Batch& batch, StepContext& ctx, float* logits) {
@@ -203,9 +203,9 @@ void Transformer::forward_logits(const Batch& batch, StepContext& ctx, float* lo
   forward(batch, ctx, a, logits);
 }
 
-float Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
+void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   Acts a = planned(batch, ctx);
-  const float loss = forward(batch, ctx, a);
+  forward(batch, ctx, a);
   const Kernels& k = ctx.kernels();
   const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
             L = cfg_.n_layer, V = cfg_.vocab_size;
@@ -235,7 +235,6 @@ float Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   ctx.enter_backward(0);
   k.embedding_backward(G(wte_), G(wpe_), a.d_res, a.inputs, B, T, C);
   ctx.exit_backward(0);
-  return loss;
 }
 
 }  // namespace ztrain::transformer

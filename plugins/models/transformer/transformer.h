@@ -65,8 +65,8 @@ class Transformer final : public Model {
   std::vector<ParamSpec> params() const override { return params_; }
   std::vector<ModuleSpec> modules() const override;
   std::uint64_t activation_bytes(const BatchShape& shape) const override;
-  float forward_backward(const Batch& batch, StepContext& ctx) override;
-  float evaluate(const Batch& batch, StepContext& ctx) override;
+  void forward_backward(const Batch& batch, StepContext& ctx) override;
+  void evaluate(const Batch& batch, StepContext& ctx) override;
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
@@ -97,8 +97,9 @@ class Transformer final : public Model {
   // cos, sin: (T, hs/2) of the rotary angles, as Hugging Face computes them
   // (fp32 inverse frequencies and angles), into host memory.
   void rope_tables(float* cos, float* sin, int T) const;
-  // logits_out (when given) receives the (N,V) logits before the softmax.
-  float forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
+  // Reports the losses to ctx; logits_out (when given) receives the (N,V)
+  // logits before the softmax.
+  void forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
   void block_forward(int l, const float* x, float* out, BlockActs& b, int B, int T,
                      StepContext& ctx) const;
   void block_backward(int l, Acts& a, int B, int T, StepContext& ctx) const;

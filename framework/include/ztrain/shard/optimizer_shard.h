@@ -28,25 +28,22 @@
 namespace ztrain::shard {
 
 // The AdamW update of flat elements [begin, end): contiguous runs of one
-// weight-decay setting (padding is in none, so it is never stepped), one
-// kernel call each. Pointers passed to step() are at element `begin`.
+// weight-decay setting (padding is in none, so it is never stepped), all
+// in one kernel call. Pointers passed to step() are at element `begin`.
 class ZTRAIN_API AdamWRange {
  public:
   AdamWRange(const std::vector<ParamSpec>& params, const FlatLayout& layout, std::uint64_t begin,
              std::uint64_t end);
   // master, m, v: fp32; grads in their type (zeroed or kept, as
   // grad_after says); working: the working copy written in the same pass,
-  // or empty when master is the working copy.
+  // or empty when master is the working copy. scalars: the step's
+  // multiplier and skip flag, where `kernels` reach (StepNorm::on).
   void step(float* master, TypedPtr grads, float* m, float* v, TypedPtr working,
             const Kernels& kernels, const OptimizerSettings& settings, double lr, std::int64_t step,
-            float grad_mult, GradAfter grad_after) const;
+            const StepScalars* scalars, GradAfter grad_after) const;
 
  private:
-  struct Run {
-    std::uint64_t begin, end;  // relative to the range's begin
-    bool decay;
-  };
-  std::vector<Run> runs_;
+  std::vector<AdamWRun> runs_;  // relative to the range's begin
 };
 
 // The kernels a step runs on, by where its state is: the device's for the
@@ -71,13 +68,14 @@ class ZTRAIN_API OptimizerShard {
                  Tier working_tier = Tier::device);
 
   // params, grads: the slice [begin, end) (element 0 is flat element begin).
-  // grad_mult scales gradients in the same pass (unscale and clip); the
-  // stepped gradients are zeroed or kept, as grad_after says. kernels: the
-  // ones for this shard's tier. State in host memory with the working copy
-  // where the host cannot reach (a GPU's) writes the rounded working copy
-  // into a host buffer and copies it up.
+  // scalars (StepNorm::on this shard's tier) scale the gradients in the
+  // same pass (unscale and clip) or skip the step, zeroing them; stepped
+  // gradients are zeroed or kept, as grad_after says. kernels: the ones for
+  // this shard's tier. State in host memory with the working copy where
+  // the host cannot reach (a GPU's) writes the rounded working copy into a
+  // host buffer and copies it up.
   void step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr, std::int64_t step,
-            float grad_mult, GradAfter grad_after);
+            const StepScalars* scalars, GradAfter grad_after);
   // Checkpoints: save puts the masters (the working copy itself where it
   // is the master), m and v of [begin, end); load takes them and writes the
   // working copy from the masters, rounded to its type. working: the slice
@@ -90,9 +88,8 @@ class ZTRAIN_API OptimizerShard {
             std::uint64_t e) const;
   void load(StateSource& source, const FlatLayout& layout, TypedPtr working);
 
-  // Zeroes the slice's gradients (a skipped step: they are not applied).
-  void discard(TypedPtr grads);
   Tier tier() const { return tier_; }
+  Device& device() const { return device_; }
   std::uint64_t begin() const { return begin_; }
   std::uint64_t end() const { return end_; }
 
@@ -113,31 +110,49 @@ struct ShardSlice {
   TypedPtr params, grads;
 };
 
-// The global gradient norm of a step, unscaled: the sum of squares of
-// every piece, summed over `comm` unless it is null (so every rank clips by
-// the norm ddp would see). A non-finite norm is an overflow: the step is
-// skipped and the caller zeroes the gradients. grad_mult folds the unscale
-// and the clip into one multiplier for the update.
-struct GradNorm {
-  StepResult result;
-  float grad_mult = 1;
-};
+// A piece of a rank's gradients the norm covers.
 struct GradSpan {
   TypedPtr grads;
   std::uint64_t count;
   Tier tier;  // picks the kernels that sum it
 };
-ZTRAIN_API GradNorm global_grad_norm(const std::vector<GradSpan>& grads, Communicator* comm,
-                                     const StepKernels& kernels, const StepArgs& args);
+
+// The global gradient norm of a step, unscaled, and the scalars AdamW reads
+// (StepScalars): the sum of squares of every piece, summed over `comm`
+// unless it is null (so every rank clips by the norm ddp would see); a
+// non-finite norm skips the step. Where every piece is in the device tier,
+// all of it runs there, queued behind the gradients, and nothing is read
+// back until result(): a GPU goes from the last gradient to the update
+// without waiting for the host. With pieces in host memory (an offloaded
+// optimizer, which steps on the host and needs the multiplier there
+// anyway) the device pieces' partial sum comes back first and the scalars
+// are finished on the host, then copied to the device for its pieces.
+//
+// Thread safety: one step at a time.
+class ZTRAIN_API StepNorm {
+ public:
+  StepNorm(Device& device, const std::vector<GradSpan>& grads, Communicator* comm,
+           const StepKernels& kernels, const StepArgs& args);
+  // The scalars for the kernels of tier t (the device's copy or the host's).
+  const StepScalars* on(Tier t) const;
+  // The norm and whether the step is skipped, read back (on a GPU this waits
+  // for the work queued so far: call it after the updates are queued).
+  StepResult result() const;
+
+ private:
+  Device& device_;
+  Tier home_;                     // where the scalars are finished
+  Buffer host_rec_, device_rec_;  // the records (host_rec_ only with host pieces)
+};
 
 // One optimizer step over a rank's shard, in slices: the global norm, then
-// on an overflow the gradients zeroed, else AdamW on every slice. The
+// AdamW on every slice (which zeroes the gradients instead on an overflow). The
 // caller says what the next step does with the gradient buffers:
 // GradAfter::zeroed where it accumulates into them (ddp, zero1),
 // GradAfter::kept where its reduction overwrites them (zero2, zero3).
-ZTRAIN_API StepResult step_shards(const std::vector<ShardSlice>& slices, Communicator* comm,
-                                  const StepKernels& kernels, const StepArgs& args,
-                                  GradAfter grad_after);
+ZTRAIN_API StepResult step_shards(Device& device, const std::vector<ShardSlice>& slices,
+                                  Communicator* comm, const StepKernels& kernels,
+                                  const StepArgs& args, GradAfter grad_after);
 // The same for a shard in one slice: params, grads are [begin, end).
 ZTRAIN_API StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, TypedPtr grads,
                                  Communicator* comm, const StepKernels& kernels,
@@ -149,9 +164,5 @@ ZTRAIN_API StepResult step_shard(OptimizerShard& optimizer, TypedPtr params, Typ
 constexpr std::uint64_t optimizer_bytes_per_element(DType precision, bool elsewhere = false) {
   return precision == DType::f32 && !elsewhere ? 8 : 12;
 }
-
-// Clip multiplier DeepSpeed's way: 1 / max(1, norm / max_norm) (1 when
-// max_norm is 0 or the norm is not finite).
-ZTRAIN_API float clip_multiplier(double grad_norm, double max_norm);
 
 }  // namespace ztrain::shard

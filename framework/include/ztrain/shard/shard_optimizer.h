@@ -91,6 +91,7 @@ class ZTRAIN_API ShardOptimizer final : public OptimizerStore {
     Buffer grads;
     std::optional<OptimizerShard> state;
   };
+  Device& device_;
   std::vector<Part> parts_;
   std::uint64_t begin_;
   DType grad_dtype_;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/adamw_runs.h"
 #include "kernels/cpu/reference_kernels.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -285,23 +286,28 @@ class FastKernels final : public ReferenceKernels {
     });
   }
 
-  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
-             float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-             float bc2, GradAfter grad_after) const override {
+  // One parallel loop over the chunks of every run (adamw_runs.h).
+  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, const AdamWRun* runs,
+             std::size_t run_count, const AdamWHyper& h, const StepScalars* s,
+             GradAfter grad_after) const override {
     if (!vec::have_avx2_fma())
-      return ReferenceKernels::adamw(p, g, m, v, working, n, lr, beta1, beta2, eps, weight_decay,
-                                     grad_mult, bc1, bc2, grad_after);
+      return ReferenceKernels::adamw(p, g, m, v, working, runs, run_count, h, s, grad_after);
+    if (s->skip) return zero_runs(g, runs, run_count);
     const auto loop = vec::have_avx512() ? vec::adamw_avx512 : vec::adamw_avx2;
-    parallel_chunks(n, 65536, [&](std::size_t a, std::size_t b) {
-      loop(p + a, g.at(a), m + a, v + a, working ? working.at(a) : nullptr, b - a, lr, beta1, beta2,
-           eps, weight_decay, grad_mult, bc1, bc2, grad_after == GradAfter::zeroed);
+    const float grad_mult = s->grad_mult;
+    const std::vector<AdamWChunk> chunks = adamw_chunks(runs, run_count, 65536);
+    oneapi::tbb::parallel_for(std::size_t{0}, chunks.size(), [&](std::size_t c) {
+      const std::uint64_t a = chunks[c].begin;
+      loop(p + a, g.at(a), m + a, v + a, working ? working.at(a) : nullptr, chunks[c].end - a, h.lr,
+           h.beta1, h.beta2, h.eps, chunks[c].decay ? h.weight_decay : 0.0f, grad_mult, h.bc1,
+           h.bc2, grad_after == GradAfter::zeroed);
     });
   }
 
   // Fixed 64K-element chunks, each summed by one vector loop, combined in
   // order: independent of the thread count.
-  double sum_squares(ConstTypedPtr x, std::size_t n) const override {
-    if (!vec::have_avx2_fma()) return ReferenceKernels::sum_squares(x, n);
+  void sum_squares_add(StepScalars* s, ConstTypedPtr x, std::size_t n) const override {
+    if (!vec::have_avx2_fma()) return ReferenceKernels::sum_squares_add(s, x, n);
     constexpr std::size_t kChunk = 65536;
     const std::size_t chunks = (n + kChunk - 1) / kChunk;
     std::vector<double> partial(chunks);
@@ -310,8 +316,8 @@ class FastKernels final : public ReferenceKernels {
           vec::sum_squares_avx2(x.at(c * kChunk), std::min(n, (c + 1) * kChunk) - c * kChunk);
     });
     double total = 0;
-    for (double s : partial) total += s;
-    return total;
+    for (double sum : partial) total += sum;
+    s->sum_squares += total;
   }
 
   // logits: (N,V) -> probs in place; losses: (N). One pass for the maximum,

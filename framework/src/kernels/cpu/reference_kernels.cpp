@@ -15,6 +15,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/adamw_runs.h"
+
 namespace ztrain {
 namespace {
 
@@ -492,38 +494,9 @@ void ReferenceKernels::softmax_crossentropy_backward(float* probs, const std::in
   });
 }
 
-// A 16-bit gradient is read through an fp32 copy (and then zeroed if
-// asked); the working copy is the updated master rounded to its type.
-void ReferenceKernels::adamw(float* p, TypedPtr g_in, float* m, float* v, TypedPtr working,
-                             std::size_t n, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, float grad_mult, float bc1, float bc2,
-                             GradAfter grad_after) const {
-  // Chunk by chunk, so that a 16-bit gradient shard (this is also the
-  // fallback without AVX2) never gets a whole fp32 twin.
-  parallel_chunks(n, 16384, [&](std::size_t i0, std::size_t i1) {
-    const std::size_t k = i1 - i0;
-    const Widened g_f(g_in.at(i0), k);
-    const float* g = g_f.get();
-    for (std::size_t i = 0; i < k; ++i) {
-      const float gi = g[i] * grad_mult;
-      float& pi = p[i0 + i];
-      float& mi = m[i0 + i];
-      float& vi = v[i0 + i];
-      mi = beta1 * mi + (1.0f - beta1) * gi;
-      vi = beta2 * vi + (1.0f - beta2) * gi * gi;
-      const float mhat = mi / bc1;
-      const float vhat = vi / bc2;
-      pi -= lr * (weight_decay * pi + mhat / (std::sqrt(vhat) + eps));
-    }
-    if (grad_after == GradAfter::zeroed)
-      std::memset(g_in.at(i0).data, 0, k * dtype_size(g_in.dtype));
-    if (working) convert(p + i0, DType::f32, working.at(i0).data, working.dtype, k);
-  });
-}
-
 // Fixed 64K-element chunks (each widened on its own) summed in double, then
 // combined in order: the result does not depend on the thread count at all.
-double ReferenceKernels::sum_squares(ConstTypedPtr x_in, std::size_t n) const {
+void ReferenceKernels::sum_squares_add(StepScalars* s, ConstTypedPtr x_in, std::size_t n) const {
   constexpr std::size_t kChunk = 65536;
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks, 0.0);
@@ -531,19 +504,67 @@ double ReferenceKernels::sum_squares(ConstTypedPtr x_in, std::size_t n) const {
     const std::size_t k = std::min(n, (c + 1) * kChunk) - c * kChunk;
     const Widened x_f(x_in.at(c * kChunk), k);
     const float* x = x_f.get();
-    double s = 0;
-    for (std::size_t i = 0; i < k; ++i) s += static_cast<double>(x[i]) * x[i];
-    partial[c] = s;
+    double sum = 0;
+    for (std::size_t i = 0; i < k; ++i) sum += static_cast<double>(x[i]) * x[i];
+    partial[c] = sum;
   });
   double total = 0;
-  for (double s : partial) total += s;
-  return total;
+  for (double sum : partial) total += sum;
+  s->sum_squares += total;
 }
 
-double ReferenceKernels::sum(const float* x, std::size_t n) const {
-  double s = 0;
-  for (std::size_t i = 0; i < n; ++i) s += x[i];
-  return s;
+void ReferenceKernels::grad_norm_unscale(StepScalars* s, double loss_scale) const {
+  s->sum_squares /= loss_scale * loss_scale;
+  s->reduced = static_cast<float>(s->sum_squares);
+}
+
+void ReferenceKernels::grad_norm_finish(StepScalars* s, bool across_ranks, double loss_scale,
+                                        double grad_clip) const {
+  const double norm = std::sqrt(across_ranks ? static_cast<double>(s->reduced) : s->sum_squares);
+  s->grad_norm = norm;
+  s->skip = std::isfinite(norm) ? 0 : 1;
+  float clip = 1.0f;  // DeepSpeed's 1 / max(1, norm / max_norm)
+  if (grad_clip > 0 && std::isfinite(norm) && norm / grad_clip > 1.0)
+    clip = static_cast<float>(1.0 / (norm / grad_clip));
+  s->grad_mult = static_cast<float>(1.0 / loss_scale) * clip;
+}
+
+// A 16-bit gradient is read through an fp32 copy (and then zeroed if
+// asked); the working copy is the updated master rounded to its type.
+// Chunk by chunk, so that a 16-bit gradient shard (this is also the
+// fallback without AVX2) never gets a whole fp32 twin.
+void ReferenceKernels::adamw(float* p, TypedPtr g_in, float* m, float* v, TypedPtr working,
+                             const AdamWRun* runs, std::size_t run_count, const AdamWHyper& h,
+                             const StepScalars* s, GradAfter grad_after) const {
+  if (s->skip) return zero_runs(g_in, runs, run_count);
+  const float grad_mult = s->grad_mult;
+  const std::vector<AdamWChunk> chunks = adamw_chunks(runs, run_count, 16384);
+  parallel_rows(chunks.size(), 1, [&](std::size_t c) {
+    const std::size_t i0 = chunks[c].begin, k = chunks[c].end - i0;
+    const float wd = chunks[c].decay ? h.weight_decay : 0.0f;
+    const Widened g_f(g_in.at(i0), k);
+    const float* g = g_f.get();
+    for (std::size_t i = 0; i < k; ++i) {
+      const float gi = g[i] * grad_mult;
+      float& pi = p[i0 + i];
+      float& mi = m[i0 + i];
+      float& vi = v[i0 + i];
+      mi = h.beta1 * mi + (1.0f - h.beta1) * gi;
+      vi = h.beta2 * vi + (1.0f - h.beta2) * gi * gi;
+      const float mhat = mi / h.bc1;
+      const float vhat = vi / h.bc2;
+      pi -= h.lr * (wd * pi + mhat / (std::sqrt(vhat) + h.eps));
+    }
+    if (grad_after == GradAfter::zeroed)
+      std::memset(g_in.at(i0).data, 0, k * dtype_size(g_in.dtype));
+    if (working) convert(p + i0, DType::f32, working.at(i0).data, working.dtype, k);
+  });
+}
+
+void ReferenceKernels::mean_add(double* acc, const float* x, std::size_t n) const {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += x[i];
+  *acc += static_cast<float>(sum / static_cast<double>(n));
 }
 
 std::unique_ptr<Kernels> make_reference_cpu_kernels() {

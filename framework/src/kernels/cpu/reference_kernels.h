@@ -50,11 +50,14 @@ class ReferenceKernels : public Kernels {
                                     int N, int V) const override;
   void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss, int N,
                                      int V) const override;
-  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
-             float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-             float bc2, GradAfter grad_after) const override;
-  double sum_squares(ConstTypedPtr x, std::size_t n) const override;
-  double sum(const float* x, std::size_t n) const override;
+  void sum_squares_add(StepScalars* s, ConstTypedPtr x, std::size_t n) const override;
+  void grad_norm_unscale(StepScalars* s, double loss_scale) const override;
+  void grad_norm_finish(StepScalars* s, bool across_ranks, double loss_scale,
+                        double grad_clip) const override;
+  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, const AdamWRun* runs,
+             std::size_t run_count, const AdamWHyper& h, const StepScalars* s,
+             GradAfter grad_after) const override;
+  void mean_add(double* acc, const float* x, std::size_t n) const override;
 };
 
 std::unique_ptr<Kernels> make_reference_cpu_kernels();
