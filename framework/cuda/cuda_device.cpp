@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "cuda/cuda_check.h"
@@ -159,6 +160,38 @@ void CudaDevice::fill_zero(void* p, std::size_t bytes) {
   }
   bind();
   ZTRAIN_CUDA(cudaMemsetAsync(p, 0, bytes, compute_));
+}
+
+namespace {
+// The event a CopyWork waits on, destroyed with the work's last copy.
+struct CopyEvent {
+  cudaEvent_t event = nullptr;
+  CopyEvent() { ZTRAIN_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~CopyEvent() { cudaEventDestroy(event); }
+  CopyEvent(const CopyEvent&) = delete;
+  CopyEvent& operator=(const CopyEvent&) = delete;
+};
+}  // namespace
+
+CopyWork CudaDevice::copy_async(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return {};
+  bind();
+  order(copy_, compute_);
+  copy_async(dst, src, bytes, copy_);
+  auto done = std::make_shared<CopyEvent>();
+  ZTRAIN_CUDA(cudaEventRecord(done->event, copy_));
+  return CopyWork(
+      [this, done] {
+        bind();
+        ZTRAIN_CUDA(cudaEventSynchronize(done->event));
+        ZTRAIN_CUDA(cudaStreamWaitEvent(compute_, done->event, 0));
+      },
+      [done] {
+        const cudaError_t e = cudaEventQuery(done->event);
+        if (e == cudaErrorNotReady) return false;
+        ZTRAIN_CUDA(e);
+        return true;
+      });
 }
 
 void CudaDevice::copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {

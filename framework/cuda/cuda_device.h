@@ -45,6 +45,9 @@ class CudaDevice final : public Device, private DeviceMemory {
   void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) override;
   void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) override;
   void fill_zero(void* p, std::size_t bytes) override;
+  // On the copy stream after the compute stream's work so far; the work's
+  // wait() blocks on the copy's event, then orders compute after it.
+  CopyWork copy_async(void* dst, const void* src, std::size_t bytes) override;
   bool host_visible(Tier tier) const override { return tier != Tier::device; }
 
   // Whether p is GPU memory (else host memory, pinned or not).

@@ -97,9 +97,10 @@ class CudaKernels final : public Kernels {
   struct Gemm;
   void gemm(const Gemm& g) const;
   // What picks a cuBLASLt algorithm: shapes, leading dimensions, operand
-  // alignments, transposes, types and compute type.
-  using GemmKey = std::tuple<int, int, int, int, int, int, std::uint32_t, std::uint32_t,
-                             std::uint32_t, bool, bool, DType, DType, DType, cublasComputeType_t>;
+  // alignments, transposes, types, compute type and the bias epilogue.
+  using GemmKey =
+      std::tuple<int, int, int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t, bool,
+                 bool, DType, DType, DType, cublasComputeType_t, bool>;
 
   CudaDevice& device_;
   cudaStream_t stream_;

@@ -112,6 +112,25 @@ TEST_CASE("copies between tiers and across streams arrive in order") {
   for (std::size_t i = 1024; i < n; i += 997) REQUIRE(back.as<float>()[i] == static_cast<float>(i));
 }
 
+TEST_CASE("Device::copy_async: after the kernels queued before it, before those after wait()") {
+  auto dev = open();
+  auto& cuda = static_cast<CudaDevice&>(*dev);
+  const std::size_t n = 1 << 22;
+  auto host = dev->allocate(Tier::host, Category::offload, n * 4, Fill::undefined);
+  auto back = dev->allocate(Tier::host, Category::offload, n * 4);
+  auto d = dev->allocate(Tier::device, Category::params, n * 4, Fill::undefined);
+  for (std::size_t i = 0; i < n; ++i) host.as<float>()[i] = static_cast<float>(i);
+  ztrain::CopyWork up = dev->copy_async(d.data(), host.data(), n * 4);
+  up.wait();
+  CHECK(up.done());
+  // A kernel-stream change, then a copy down that must see it.
+  REQUIRE(cudaMemsetAsync(d.data(), 0, 4096, cuda.compute()) == cudaSuccess);
+  ztrain::CopyWork down = dev->copy_async(back.data(), d.data(), n * 4);
+  down.wait();
+  for (std::size_t i = 0; i < 1024; ++i) REQUIRE(back.as<float>()[i] == 0.0f);
+  for (std::size_t i = 1024; i < n; i += 997) REQUIRE(back.as<float>()[i] == static_cast<float>(i));
+}
+
 TEST_CASE("a GPU that does not exist is named in the error") {
   ztrain::cuda::CudaOptions o;
   o.ordinal = 1000;

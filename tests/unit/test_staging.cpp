@@ -8,18 +8,22 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer_state.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/full_replica.h"
+#include "ztrain/shard/grad_reducer.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/optimizer_shard.h"
+#include "ztrain/shard/shard_optimizer.h"
 
 using namespace ztrain;
 
@@ -41,6 +45,36 @@ class OpaqueDevice final : public Device {
   void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) override {
     ++converts;
     Device::convert(dst, src, n);
+  }
+
+ protected:
+  void* raw_allocate(Tier, Category, std::size_t bytes, Fill fill) override {
+    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (fill == Fill::zeros) std::memset(p, 0, bytes);
+    return p;
+  }
+  void raw_free(Tier, Category, void* p, std::size_t) noexcept override { std::free(p); }
+};
+
+// RAM whose asynchronous copies happen only when they are waited for
+// (a GPU's copy stream at its slowest): code that reads a destination, or
+// reuses a source, before wait() sees the difference.
+class LaggingDevice final : public Device {
+ public:
+  int started = 0;
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return "lagging"; }
+  int threads() const override { return 1; }
+  bool host_visible(Tier tier) const override { return tier != Tier::device; }
+  CopyWork copy_async(void* dst, const void* src, std::size_t bytes) override {
+    ++started;
+    auto done = std::make_shared<bool>(false);
+    return CopyWork(
+        [dst, src, bytes, done] {
+          std::memcpy(dst, src, bytes);
+          *done = true;
+        },
+        [done] { return *done; });
   }
 
  protected:
@@ -131,6 +165,35 @@ TEST_CASE("optimizer state saves and loads through host staging with the same bi
   CHECK(ra.puts == rb.puts);
 }
 
+TEST_CASE("an offloaded optimizer's host copy of its working slice is in the estimate") {
+  const auto ps = params();
+  const shard::FlatLayout layout(ps, 1, 64);
+  const std::uint64_t n = layout.total();
+  const OptimizerSettings settings{0.9, 0.95, 1e-8, 0.1};
+  shard::OptimizerPlacement half;
+  half.offload = Tier::host;
+  half.offload_ratio = 0.5;
+  const auto host_offload = [](const MemoryStats& m) {
+    return m
+        .current[static_cast<std::size_t>(Tier::host)][static_cast<std::size_t>(Category::offload)];
+  };
+  const auto estimated = [&](bool reaches) {
+    return shard::ShardOptimizer::estimate(n, half, DType::bf16, DType::bf16, reaches)
+        .bytes[static_cast<std::size_t>(Tier::host)][static_cast<std::size_t>(Category::offload)];
+  };
+  auto cpu = make_cpu_device(1);
+  OpaqueDevice opaque;
+  for (Device* d : {static_cast<Device*>(cpu.get()), static_cast<Device*>(&opaque)}) {
+    Buffer w = d->allocate(Tier::device, Category::params, n * 2);
+    const shard::ShardOptimizer opt(*d, ps, layout, 0, n, settings, half, DType::bf16,
+                                    {w.data(), DType::bf16});
+    const bool reaches = d->host_visible(Tier::device);
+    CHECK(host_offload(d->stats()) == estimated(reaches));
+  }
+  CHECK(estimated(false) > 0);
+  CHECK(estimated(true) == 0);
+}
+
 TEST_CASE("the step's norm stays with device gradients until its result is read") {
   const auto kernels = make_cpu_kernels();
   OpaqueDevice opaque;
@@ -182,6 +245,77 @@ TEST_CASE("the step's norm stays with device gradients until its result is read"
                                  *kernels, args);
   CHECK(overflow.result().skipped);
   CHECK(overflow.on(Tier::device)->skip == 1);  // the device's update skips too
+}
+
+TEST_CASE("an offloaded shard's working copy goes up in chunks, each waited for") {
+  // Over 4M elements, so each step's upload is cut in two chunks (at 4M,
+  // inside the first run), and a second run of another weight decay.
+  std::vector<ParamSpec> ps(2);
+  ps[0].name = "w";
+  ps[0].shape = {3, 1500001};
+  ps[0].decay = true;
+  ps[1].name = "b";
+  ps[1].shape = {7};
+  for (auto& p : ps) p.used_by = {0};
+  const shard::FlatLayout layout(ps, 1, 16);
+  const std::uint64_t n = layout.total();
+  const OptimizerSettings settings{0.9, 0.95, 1e-8, 0.1};
+  const auto kernels = make_cpu_kernels();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  std::vector<std::uint16_t> w0(n), g(n);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    w0[i] = float_to_bf16(nd(rng));
+    g[i] = float_to_bf16(nd(rng));
+  }
+  StepScalars scalars;
+  scalars.grad_mult = 0.5f;
+  const auto stepped = [&](Device& d) {
+    Buffer w = d.allocate(Tier::device, Category::params, n * 2);
+    std::memcpy(w.data(), w0.data(), n * 2);  // RAM, whatever the device claims
+    shard::OptimizerShard opt(d, Tier::host, ps, layout, 0, n, settings, {w.data(), DType::bf16});
+    std::vector<std::uint16_t> grads = g;
+    for (int step = 1; step <= 2; ++step)
+      opt.step({w.data(), DType::bf16}, {grads.data(), DType::bf16}, *kernels, 0.01, step, &scalars,
+               GradAfter::kept);
+    return std::vector<std::uint16_t>(w.as<std::uint16_t>(), w.as<std::uint16_t>() + n);
+  };
+  auto cpu = make_cpu_device(1);
+  LaggingDevice lagging;
+  const auto want = stepped(*cpu);
+  CHECK(stepped(lagging) == want);  // padding between the runs included
+  CHECK(lagging.started == 2 * 2);  // two steps of two chunks
+  CHECK(want != w0);
+}
+
+TEST_CASE("reduced gradients land in the shard by copies the reducer waits for") {
+  const auto ps = params();
+  const shard::FlatLayout layout(ps, 1);
+  auto comm = make_local_communicator();
+  LaggingDevice lagging;
+  std::vector<float> piece(layout.total(), -1.0f);
+  // Small buckets, so several land in one backward; two micro-steps, so the
+  // second adds to what the first's copies wrote.
+  const auto plan = shard::make_reduce_plan(ps, layout, shard::ReducePolicy::shard_during_backward,
+                                            {5000, 5000, true});
+  shard::GradReducer r(lagging, ps, layout, *comm, plan, DType::f32, {},
+                       std::vector<shard::GradPiece>{{0, layout.total(), piece.data()}}, "test");
+  for (int micro = 0; micro < 2; ++micro) {
+    r.begin_micro_step(micro == 1);
+    for (std::size_t p = 0; p < ps.size(); ++p) {
+      TensorView g = r.grad(static_cast<ParamId>(p));
+      for (std::int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = static_cast<float>(p + 1 + micro);
+    }
+    r.module_done(0);
+  }
+  CHECK(lagging.started > 0);
+  r.finish();
+  for (std::size_t p = 0; p < ps.size(); ++p) {
+    const std::uint64_t at = layout.offset(static_cast<ParamId>(p));
+    CHECK(piece[at] == static_cast<float>(2 * (p + 1) + 1));
+    CHECK(piece[at + layout.numel(static_cast<ParamId>(p)) - 1] ==
+          static_cast<float>(2 * (p + 1) + 1));
+  }
 }
 
 TEST_CASE("token ids are copied where the kernels read them only when the host cannot") {

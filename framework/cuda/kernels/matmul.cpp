@@ -6,13 +6,16 @@
 // A 16-bit weight makes the activation operands round to its type (into
 // scratch) so the GEMM runs on tensor cores with fp32 accumulation and an
 // fp32 output; the weight gradient's GEMM runs in its own type, adding
-// into it with beta = 1 and rounding once. The bias is written into the
-// output rows first and the GEMM adds onto them (one path for every type).
+// into it with beta = 1 and rounding once. The forward's bias is added by
+// cuBLASLt's epilogue as the output is written (CUBLASLT_EPILOGUE_BIAS,
+// from an fp32 copy of it: the epilogue's bias has the output's type), not
+// in a pass of its own over the (N,OC) output.
 #include <cstdint>
 
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels/bias.h"
+#include "cuda/kernels/cast.h"
 
 namespace ztrain::cuda {
 namespace {
@@ -50,8 +53,9 @@ struct Owned {
 
 }  // namespace
 
-// D (m x n, ld ldd) = alpha op(A) op(B) + beta D; A is (m x k) after op,
-// B (k x n) after op; C is D (in place).
+// D (m x n, ld ldd) = alpha op(A) op(B) + beta D (+ bias, fp32, m, added
+// to every column when not null); A is (m x k) after op, B (k x n) after
+// op; C is D (in place).
 struct CudaKernels::Gemm {
   const void* a;
   DType a_type;
@@ -66,6 +70,7 @@ struct CudaKernels::Gemm {
   int ldd;
   int m, n, k;
   float beta;
+  const float* bias = nullptr;
 };
 
 void CudaKernels::gemm(const Gemm& g) const {
@@ -84,6 +89,13 @@ void CudaKernels::gemm(const Gemm& g) const {
       cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   ZTRAIN_CUBLAS(
       cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (g.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    ZTRAIN_CUBLAS(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                 &epilogue, sizeof(epilogue)));
+    ZTRAIN_CUBLAS(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                 &g.bias, sizeof(g.bias)));
+  }
   using Layout = Owned<cublasLtMatrixLayout_t, decltype(&cublasLtMatrixLayoutDestroy)>;
   Layout la{nullptr, cublasLtMatrixLayoutDestroy}, lb{nullptr, cublasLtMatrixLayoutDestroy},
       ld{nullptr, cublasLtMatrixLayoutDestroy};
@@ -112,8 +124,9 @@ void CudaKernels::gemm(const Gemm& g) const {
 
   // The heuristic costs tens of microseconds; a model asks for the same
   // few shapes every step, so its answer is kept per shape.
-  const GemmKey key{g.m,     g.n,       g.k,       g.lda,    g.ldb,    g.ldd,    align_a, align_b,
-                    align_d, g.a_trans, g.b_trans, g.a_type, g.b_type, g.d_type, compute};
+  const GemmKey key{
+      g.m,     g.n,       g.k,       g.lda,    g.ldb,    g.ldd,    align_a, align_b,
+      align_d, g.a_trans, g.b_trans, g.a_type, g.b_type, g.d_type, compute, g.bias != nullptr};
   auto known = algos_.find(key);
   if (known == algos_.end()) {
     cublasLtMatmulHeuristicResult_t best{};
@@ -138,15 +151,19 @@ void CudaKernels::gemm(const Gemm& g) const {
 void CudaKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias,
                                  int N, int C, int OC) const {
   if (N == 0 || OC == 0) return;
-  if (bias) fill_bias_rows(out, bias, N, OC, stream_);
+  Buffer bias32;
+  if (bias) {
+    bias32 = scratch(sizeof(float) * static_cast<std::size_t>(OC));
+    launch_cast({bias32.data(), DType::f32}, bias, static_cast<std::size_t>(OC), stream_);
+  }
   Buffer inp16;
   const void* x = inp;
   if (w.dtype != DType::f32) {
     inp16 = rounded(inp, static_cast<std::size_t>(N) * C, w.dtype);
     x = inp16.data();
   }
-  gemm({w.data, w.dtype, true, C, x, w.dtype, false, C, out, DType::f32, OC, OC, N, C,
-        bias ? 1.0f : 0.0f});
+  gemm({w.data, w.dtype, true, C, x, w.dtype, false, C, out, DType::f32, OC, OC, N, C, 0.0f,
+        bias ? bias32.as<float>() : nullptr});
 }
 
 // dinp (N,C) += dout @ w; dw (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout

@@ -19,11 +19,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "ztrain/export.h"
 #include "ztrain/tensor.h"
@@ -62,6 +64,28 @@ struct MemoryStats {
 };
 
 class Device;
+
+// A copy the device runs on its own (Device::copy_async). Default-
+// constructed: already complete. Its source and destination must stay
+// allocated, and the destination untouched, until wait() returns.
+// Thread safety: one thread at a time.
+class ZTRAIN_API CopyWork {
+ public:
+  CopyWork() = default;
+  // A device's pending copy: `wait` blocks until it is done and orders the
+  // device's later kernels after it; `done` asks without waiting.
+  CopyWork(std::function<void()> wait, std::function<bool()> done)
+      : wait_(std::move(wait)), done_(std::move(done)) {}
+  // Returns when the copy is done for the host and for the device's later
+  // work; later calls return at once. Errors: the device's.
+  void wait();
+  // True when wait() would return at once.
+  bool done() const { return !wait_ || done_(); }
+
+ private:
+  std::function<void()> wait_;
+  std::function<bool()> done_;
+};
 
 class ZTRAIN_API Buffer {
  public:
@@ -128,6 +152,12 @@ class ZTRAIN_API Device {
   // same reach and ordering as copy(). InternalError for two types.
   virtual void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n);
   virtual void fill_zero(void* p, std::size_t bytes);
+  // A copy with the reach of copy() that may still be running when it
+  // returns, ordered after the kernels queued so far: a GPU runs it on its
+  // copy stream beside the kernels (gradients going down to host memory,
+  // updated parameters coming up), so transfers overlap compute. The cpu
+  // device copies at once and returns a finished work.
+  virtual CopyWork copy_async(void* dst, const void* src, std::size_t bytes);
   // Whether host code may read and write this tier's memory directly
   // (cpu: every tier; cuda: host).
   virtual bool host_visible(Tier tier) const;

@@ -102,6 +102,10 @@ struct EstimateArgs {
   // would choose.
   std::uint64_t activation_bytes = 0;
   std::optional<std::uint64_t> device_budget;
+  // Whether host code can touch the device tier (the cpu device: yes; a
+  // GPU: no, so state stepped in host memory needs host buffers for what
+  // it writes to the device).
+  bool host_reaches_device = true;
 };
 
 // Bytes per tier and category, per rank, and what the strategy would choose

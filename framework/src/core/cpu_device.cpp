@@ -5,19 +5,15 @@
 // process allocator, which in the ztrain executable is jemalloc keeping
 // what is freed for reuse (framework/app/malloc_conf.cpp): the accounting
 // is logical, as a GPU caching allocator's.
-#include <cblas.h>
-
-#include <oneapi/tbb/global_control.h>
-#include <oneapi/tbb/info.h>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include <sys/mman.h>
 
+#include "core/host_threads.h"
 #include "ztrain/device.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -58,16 +54,13 @@ std::size_t colour_steps(const std::byte* base, std::size_t c) {
 
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(int threads)
-      : threads_(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency())),
-        tbb_limit_(oneapi::tbb::global_control::max_allowed_parallelism,
-                   static_cast<std::size_t>(threads_)) {
-    openblas_set_num_threads(threads_);
-  }
+  explicit CpuDevice(int threads) : threads_(threads) {}
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
-  std::string name() const override { return "cpu (" + std::to_string(threads_) + " threads)"; }
-  int threads() const override { return threads_; }
+  std::string name() const override {
+    return "cpu (" + std::to_string(threads_.count()) + " threads)";
+  }
+  int threads() const override { return threads_.count(); }
 
  protected:
   void* raw_allocate(Tier tier, Category, std::size_t bytes, Fill fill) override {
@@ -105,9 +98,8 @@ class CpuDevice final : public Device {
   }
 
  private:
-  int threads_;
+  HostThreads threads_;
   std::atomic<std::size_t> colour_{0};
-  oneapi::tbb::global_control tbb_limit_;
 };
 
 }  // namespace

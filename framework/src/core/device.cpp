@@ -138,6 +138,19 @@ void Device::accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) {
   add_into(dst.data, src.data, n, dst.dtype);
 }
 
+CopyWork Device::copy_async(void* dst, const void* src, std::size_t bytes) {
+  copy(dst, src, bytes);
+  return {};
+}
+
+void CopyWork::wait() {
+  if (!wait_) return;
+  const auto wait = std::move(wait_);
+  wait_ = nullptr;
+  done_ = nullptr;
+  wait();
+}
+
 void Device::fill_zero(void* p, std::size_t bytes) {
   if (bytes > 0) std::memset(p, 0, bytes);
 }

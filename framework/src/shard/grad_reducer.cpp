@@ -28,6 +28,13 @@ GradReducer::GradReducer(Device& device, const std::vector<ParamSpec>& params,
 }
 
 GradReducer::~GradReducer() {
+  for (auto& landing : pending_)
+    for (auto& c : landing.copies) {
+      try {
+        c.wait();
+      } catch (...) {  // an error on the way out: the buffers must outlive the copies anyway
+      }
+    }
   for (auto& l : live_) {
     if (l.state != State::launched) continue;
     try {
@@ -86,22 +93,38 @@ void GradReducer::wait(std::size_t b) {
   l.work = {};
   const std::size_t own =
       bucket.counts.empty() ? 0 : bucket.counts[static_cast<std::size_t>(comm_.rank())];
+  PendingLanding landing;
   if (own > 0 && bucket.landing != Landing::in_place) {
     const std::uint64_t from = std::max(bucket.range.begin, layout_.owned_begin(comm_.rank()));
     const TypedPtr got{l.recv.data(), dtype_};
+    const bool adds = bucket.landing == Landing::shard_accumulate && !first_;
+    if (adds) reap(true);  // the step's first landing may still be copying into the shard
     for (const GradPiece& piece : shard_) {
       const std::uint64_t lo = std::max(from, piece.begin), hi = std::min(from + own, piece.end);
       if (lo >= hi) continue;
       void* dst = piece.data.at(lo - piece.begin).data;
-      if (bucket.landing == Landing::shard_accumulate && !first_)
+      if (adds)
         device_.accumulate({dst, dtype_}, got.at(lo - from), hi - lo);
       else
-        device_.copy(dst, got.at(lo - from).data, (hi - lo) * dtype_size(dtype_));
+        landing.copies.push_back(
+            device_.copy_async(dst, got.at(lo - from).data, (hi - lo) * dtype_size(dtype_)));
     }
   }
-  l.recv.reset();
+  landing.recv = std::move(l.recv);
+  pending_.push_back(std::move(landing));
+  reap(false);
   l.staging.reset();
   l.state = State::idle;
+}
+
+void GradReducer::reap(bool all) {
+  std::erase_if(pending_, [all](PendingLanding& landing) {
+    for (CopyWork& c : landing.copies) {
+      if (!all && !c.done()) return false;
+      c.wait();
+    }
+    return true;
+  });
 }
 
 void GradReducer::run(const std::vector<ReduceAction>& actions) {
@@ -142,6 +165,7 @@ void GradReducer::close_micro_step() {
 
 void GradReducer::finish() {
   close_micro_step();
+  reap(true);
   first_ = true;
 }
 

@@ -71,7 +71,8 @@ void ShardOptimizer::load(StateSource& source, const FlatLayout& layout, OwnedSh
 }
 
 MemoryEstimate ShardOptimizer::estimate(std::uint64_t elements, const OptimizerPlacement& placement,
-                                        DType precision, DType grad_dtype) {
+                                        DType precision, DType grad_dtype,
+                                        bool host_reaches_device) {
   const std::uint64_t on_device = split(0, elements, placement);
   MemoryEstimate e;
   for (auto [n, tier] :
@@ -79,8 +80,12 @@ MemoryEstimate ShardOptimizer::estimate(std::uint64_t elements, const OptimizerP
     if (n == 0) continue;
     const auto t = static_cast<std::size_t>(tier);
     e.bytes[t][static_cast<std::size_t>(Category::grads)] += n * dtype_size(grad_dtype);
+    const bool masters = precision != DType::f32 || placement.working != tier;
     e.bytes[t][static_cast<std::size_t>(Category::optimizer)] +=
         n * optimizer_bytes_per_element(precision, placement.working != tier);
+    if (masters && tier != Tier::device && placement.working == Tier::device &&
+        !host_reaches_device)
+      e.bytes[t][static_cast<std::size_t>(Category::offload)] += n * dtype_size(precision);
   }
   return e;
 }

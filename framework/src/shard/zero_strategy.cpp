@@ -181,7 +181,8 @@ MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
   const MemoryEstimate o =
       placement.offload == Tier::nvme
           ? SwappedOptimizer::estimate(shard, d.swap, a.precision, a.grad_dtype)
-          : ShardOptimizer::estimate(shard, placement, a.precision, a.grad_dtype);
+          : ShardOptimizer::estimate(shard, placement, a.precision, a.grad_dtype,
+                                     a.host_reaches_device);
   for (std::size_t t = 0; t < kTierCount; ++t)
     for (std::size_t c = 0; c < kCategoryCount; ++c) e.bytes[t][c] += o.bytes[t][c];
   const ReducePlan plan = make_reduce_plan(a.params, layout, d.reduce, d.reduce_settings);

@@ -36,7 +36,8 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
              tr.precision,
              tr.grad_dtype,
              p.model->activation_bytes({static_cast<int>(tr.micro_batch), p.info.seq_len}),
-             p.settings.device.memory_limit};
+             p.settings.device.memory_limit,
+             p.settings.device.kind != "cuda" && !p.settings.device.guard};
   return p;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/host_threads.h"
 #include "core/plugin_loader.h"
 #include "train/resolved_config.h"
 #include "train/resume.h"
@@ -63,8 +64,10 @@ struct Run {
   std::unique_ptr<Device> device;
   std::unique_ptr<Kernels> kernels;
   // Where kernels are not the cpu's (a GPU, the guarded device): the cpu
-  // kernels for state offloaded to host memory.
+  // kernels for state offloaded to host memory, and on a GPU the limit on
+  // their threads (the cpu device holds its own).
   std::unique_ptr<Kernels> host_kernels;
+  std::optional<HostThreads> host_threads;
   std::unique_ptr<Communicator> comm;
   // On a GPU: the nccl communicator of the strategy's collectives (comm
   // meets the ranks and carries the trainer's host-side scalars).

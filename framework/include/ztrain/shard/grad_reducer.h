@@ -13,7 +13,12 @@
 // a micro-step it runs the
 // schedule's closing actions: for accumulating micro-steps at the next
 // begin_micro_step, for the last one in finish(), after which the full
-// buffer or the shard holds the averaged gradients. A micro-step whose
+// buffer or the shard holds the averaged gradients. Landings that write
+// are the device's asynchronous copies (Device::copy_async): on a GPU
+// they run on the copy stream beside the rest of backward (a shard in
+// host memory fills over PCIe while later modules compute), and a
+// bucket's receive buffer is freed once its copies are done; finish()
+// and any adding landing wait for them first. A micro-step whose
 // backward stopped before module 0 still runs the actions of the modules
 // it skipped, so every rank issues the same collectives.
 //
@@ -81,11 +86,19 @@ class ZTRAIN_API GradReducer {
     Buffer staging, recv;
     CommWork work;
   };
+  // A bucket's landing copies still running, and the buffer they read.
+  struct PendingLanding {
+    std::vector<CopyWork> copies;
+    Buffer recv;
+  };
   void* open(std::size_t b);
   void run(const std::vector<ReduceAction>& actions);
   void launch(std::size_t b);
   void wait(std::size_t b);
   void close_micro_step();
+  // Frees the receive buffers whose copies are done; with `all`, waits for
+  // every copy first.
+  void reap(bool all);
 
   Device& device_;
   Communicator& comm_;
@@ -97,6 +110,7 @@ class ZTRAIN_API GradReducer {
   std::string strategy_;
   std::vector<Shape> shapes_;
   std::vector<Live> live_;
+  std::vector<PendingLanding> pending_;
   const ReduceSchedule* schedule_ = nullptr;  // the current micro-step's, null between steps
   ModuleId next_ = -1;                        // the module whose backward comes next
   bool first_ = true;  // this micro-step is its step's first: accumulating landings write

@@ -40,7 +40,20 @@ class ZTRAIN_API AdamWRange {
   // multiplier and skip flag, where `kernels` reach (StepNorm::on).
   void step(float* master, TypedPtr grads, float* m, float* v, TypedPtr working,
             const Kernels& kernels, const OptimizerSettings& settings, double lr, std::int64_t step,
-            const StepScalars* scalars, GradAfter grad_after) const;
+            const StepScalars* scalars, GradAfter grad_after) const {
+    step_part(0, ~std::uint64_t{0}, master, grads, m, v, working, kernels, settings, lr, step,
+              scalars, grad_after);
+  }
+  // The same for the range's elements [lo, hi) only (pointers still at
+  // element 0 of the range). For the same bits as step(), lo and hi are
+  // cuts() (a vector loop groups a run's elements from its first).
+  void step_part(std::uint64_t lo, std::uint64_t hi, float* master, TypedPtr grads, float* m,
+                 float* v, TypedPtr working, const Kernels& kernels,
+                 const OptimizerSettings& settings, double lr, std::int64_t step,
+                 const StepScalars* scalars, GradAfter grad_after) const;
+  // Where to cut the range into parts of about `max` elements (a multiple
+  // of 8): 0, then run starts and steps of `max` from a run's start.
+  std::vector<std::uint64_t> cuts(std::uint64_t max) const;
 
  private:
   std::vector<AdamWRun> runs_;  // relative to the range's begin
@@ -73,7 +86,8 @@ class ZTRAIN_API OptimizerShard {
   // gradients are zeroed or kept, as grad_after says. kernels: the ones for
   // this shard's tier. State in host memory with the working copy where
   // the host cannot reach (a GPU's) writes the rounded working copy into a
-  // host buffer and copies it up.
+  // host buffer and copies it up, a chunk at a time, each chunk's copy
+  // (Device::copy_async) running while the host steps the next.
   void step(TypedPtr params, TypedPtr grads, const Kernels& kernels, double lr, std::int64_t step,
             const StepScalars* scalars, GradAfter grad_after);
   // Checkpoints: save puts the masters (the working copy itself where it

@@ -78,9 +78,11 @@ class ZTRAIN_API ShardOptimizer final : public OptimizerStore {
   void save(StateSink& sink, const FlatLayout& layout, OwnedShard& working) override;
   void load(StateSource& source, const FlatLayout& layout, OwnedShard& working) override;
 
-  // Bytes per tier and category of `elements` of a shard so placed.
+  // Bytes per tier and category of `elements` of a shard so placed;
+  // host_reaches_device as in EstimateArgs (where it is false, an offloaded
+  // part keeps a host copy of its working slice: OptimizerShard).
   static MemoryEstimate estimate(std::uint64_t elements, const OptimizerPlacement& placement,
-                                 DType precision, DType grad_dtype);
+                                 DType precision, DType grad_dtype, bool host_reaches_device);
   // Where the range is cut: [begin, split) on the device, the rest offloaded.
   static std::uint64_t split(std::uint64_t begin, std::uint64_t end,
                              const OptimizerPlacement& placement);

@@ -1,0 +1,24 @@
+// HostThreads: how many worker threads host kernels use, for as long as it
+// lives: oneTBB's parallelism limit (process-wide, while the object
+// exists) and OpenBLAS's thread count. The cpu device holds one for its
+// kernels; a GPU run holds one for the cpu kernels that step offloaded
+// state, so ranks sharing a machine share its cores there too.
+// Internal to libztrain. Thread safety: construct and destroy on one thread.
+#pragma once
+
+#include <oneapi/tbb/global_control.h>
+
+namespace ztrain {
+
+class HostThreads {
+ public:
+  // threads <= 0: every hardware thread.
+  explicit HostThreads(int threads);
+  int count() const { return threads_; }
+
+ private:
+  int threads_;
+  oneapi::tbb::global_control limit_;
+};
+
+}  // namespace ztrain
