@@ -176,9 +176,9 @@ struct CopyEvent {
 CopyWork CudaDevice::copy_async(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return {};
   bind();
+  auto done = std::make_shared<CopyEvent>();  // first: a copy queued is one waited for
   order(copy_, compute_);
   copy_async(dst, src, bytes, copy_);
-  auto done = std::make_shared<CopyEvent>();
   ZTRAIN_CUDA(cudaEventRecord(done->event, copy_));
   return CopyWork(
       [this, done] {
@@ -188,7 +188,10 @@ CopyWork CudaDevice::copy_async(void* dst, const void* src, std::size_t bytes) {
       },
       [done] {
         const cudaError_t e = cudaEventQuery(done->event);
-        if (e == cudaErrorNotReady) return false;
+        if (e == cudaErrorNotReady) {
+          cudaGetLastError();  // not an error: keep it from the next launch's check
+          return false;
+        }
         ZTRAIN_CUDA(e);
         return true;
       });

@@ -288,33 +288,39 @@ TEST_CASE("an offloaded shard's working copy goes up in chunks, each waited for"
   CHECK(want != w0);
 }
 
-TEST_CASE("reduced gradients land in the shard by copies the reducer waits for") {
+TEST_CASE("reduced gradients land in a host shard by copies the reducer waits for") {
   const auto ps = params();
   const shard::FlatLayout layout(ps, 1);
-  auto comm = make_local_communicator();
-  LaggingDevice lagging;
-  std::vector<float> piece(layout.total(), -1.0f);
-  // Small buckets, so several land in one backward; two micro-steps, so the
-  // second adds to what the first's copies wrote.
-  const auto plan = shard::make_reduce_plan(ps, layout, shard::ReducePolicy::shard_during_backward,
-                                            {5000, 5000, true});
-  shard::GradReducer r(lagging, ps, layout, *comm, plan, DType::f32, {},
-                       std::vector<shard::GradPiece>{{0, layout.total(), piece.data()}}, "test");
-  for (int micro = 0; micro < 2; ++micro) {
-    r.begin_micro_step(micro == 1);
-    for (std::size_t p = 0; p < ps.size(); ++p) {
-      TensorView g = r.grad(static_cast<ParamId>(p));
-      for (std::int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = static_cast<float>(p + 1 + micro);
+  // Small buckets, so several land in one backward. One micro-step: its
+  // copies are still pending at finish(). Two: the second adds to what the
+  // first's copies wrote.
+  for (int micro_steps : {1, 2}) {
+    CAPTURE(micro_steps);
+    auto comm = make_local_communicator();
+    LaggingDevice lagging;
+    std::vector<float> piece(layout.total(), -1.0f);
+    const auto plan = shard::make_reduce_plan(
+        ps, layout, shard::ReducePolicy::shard_during_backward, {5000, 5000, true});
+    shard::GradReducer r(
+        lagging, ps, layout, *comm, plan, DType::f32, {},
+        std::vector<shard::GradPiece>{{0, layout.total(), piece.data(), Tier::host}}, "test");
+    for (int micro = 0; micro < micro_steps; ++micro) {
+      r.begin_micro_step(micro + 1 == micro_steps);
+      for (std::size_t p = 0; p < ps.size(); ++p) {
+        TensorView g = r.grad(static_cast<ParamId>(p));
+        for (std::int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = static_cast<float>(p + 1 + micro);
+      }
+      r.module_done(0);
     }
-    r.module_done(0);
-  }
-  CHECK(lagging.started > 0);
-  r.finish();
-  for (std::size_t p = 0; p < ps.size(); ++p) {
-    const std::uint64_t at = layout.offset(static_cast<ParamId>(p));
-    CHECK(piece[at] == static_cast<float>(2 * (p + 1) + 1));
-    CHECK(piece[at + layout.numel(static_cast<ParamId>(p)) - 1] ==
-          static_cast<float>(2 * (p + 1) + 1));
+    r.finish();
+    CHECK(lagging.started > 1);
+    for (std::size_t p = 0; p < ps.size(); ++p) {
+      // The sum over micro-steps of p + 1 + micro.
+      const auto want = static_cast<float>(micro_steps * (p + 1) + (micro_steps == 2 ? 1 : 0));
+      const std::uint64_t at = layout.offset(static_cast<ParamId>(p));
+      CHECK(piece[at] == want);
+      CHECK(piece[at + layout.numel(static_cast<ParamId>(p)) - 1] == want);
+    }
   }
 }
 

@@ -2,8 +2,8 @@
 // behind the global gradient norm, the norm's finishing arithmetic, and
 // a micro-batch's mean loss added to the step's total. Fixed chunks of
 // kChunk elements, one block each, summed in double; the partials are
-// added in order by one thread. Neither depends on the GPU, so results are
-// the same bits run to run; nothing is copied to the host.
+// added in order by one thread. No sum depends on the GPU's scheduling, so
+// results are the same bits run to run; nothing is copied to the host.
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels/common.cuh"
 

@@ -67,7 +67,10 @@ class Device;
 
 // A copy the device runs on its own (Device::copy_async). Default-
 // constructed: already complete. Its source and destination must stay
-// allocated, and the destination untouched, until wait() returns.
+// allocated, and the destination untouched, until wait() returns; the
+// destructor waits too (an error there is dropped: the copy has failed
+// either way, and the memory must outlive it), so declare a CopyWork after
+// the buffers it copies.
 // Thread safety: one thread at a time.
 class ZTRAIN_API CopyWork {
  public:
@@ -76,6 +79,12 @@ class ZTRAIN_API CopyWork {
   // device's later kernels after it; `done` asks without waiting.
   CopyWork(std::function<void()> wait, std::function<bool()> done)
       : wait_(std::move(wait)), done_(std::move(done)) {}
+  CopyWork(CopyWork&& other) noexcept
+      : wait_(std::exchange(other.wait_, nullptr)), done_(std::exchange(other.done_, nullptr)) {}
+  CopyWork& operator=(CopyWork&& other) noexcept;
+  CopyWork(const CopyWork&) = delete;
+  CopyWork& operator=(const CopyWork&) = delete;
+  ~CopyWork();
   // Returns when the copy is done for the host and for the device's later
   // work; later calls return at once. Errors: the device's.
   void wait();

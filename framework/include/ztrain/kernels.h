@@ -175,7 +175,7 @@ class ZTRAIN_API Kernels {
 
   // *acc += the mean of x (n), summed in double in a fixed order (the cpu's:
   // index order) and rounded to fp32: a micro-batch's mean loss added to
-  // the step's total where the kernels run.
+  // the step's total where the kernels run. Nothing for n = 0.
   virtual void mean_add(double* acc, const float* x, std::size_t n) const = 0;
 };
 

@@ -145,10 +145,28 @@ CopyWork Device::copy_async(void* dst, const void* src, std::size_t bytes) {
 
 void CopyWork::wait() {
   if (!wait_) return;
-  const auto wait = std::move(wait_);
-  wait_ = nullptr;
+  const auto wait = std::exchange(wait_, nullptr);
   done_ = nullptr;
   wait();
+}
+
+CopyWork::~CopyWork() {
+  try {
+    wait();
+  } catch (...) {  // see the header: the copy failed, the memory outlived it
+  }
+}
+
+CopyWork& CopyWork::operator=(CopyWork&& other) noexcept {
+  if (this != &other) {
+    try {
+      wait();
+    } catch (...) {  // as in the destructor
+    }
+    wait_ = std::exchange(other.wait_, nullptr);
+    done_ = std::exchange(other.done_, nullptr);
+  }
+  return *this;
 }
 
 void Device::fill_zero(void* p, std::size_t bytes) {

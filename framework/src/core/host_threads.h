@@ -14,6 +14,9 @@ class HostThreads {
  public:
   // threads <= 0: every hardware thread.
   explicit HostThreads(int threads);
+  // One limit, one owner: a copy would lift it when either went.
+  HostThreads(const HostThreads&) = delete;
+  HostThreads& operator=(const HostThreads&) = delete;
   int count() const { return threads_; }
 
  private:

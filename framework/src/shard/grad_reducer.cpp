@@ -28,13 +28,6 @@ GradReducer::GradReducer(Device& device, const std::vector<ParamSpec>& params,
 }
 
 GradReducer::~GradReducer() {
-  for (auto& landing : pending_)
-    for (auto& c : landing.copies) {
-      try {
-        c.wait();
-      } catch (...) {  // an error on the way out: the buffers must outlive the copies anyway
-      }
-    }
   for (auto& l : live_) {
     if (l.state != State::launched) continue;
     try {
@@ -103,16 +96,24 @@ void GradReducer::wait(std::size_t b) {
       const std::uint64_t lo = std::max(from, piece.begin), hi = std::min(from + own, piece.end);
       if (lo >= hi) continue;
       void* dst = piece.data.at(lo - piece.begin).data;
+      const std::size_t bytes = (hi - lo) * dtype_size(dtype_);
       if (adds)
         device_.accumulate({dst, dtype_}, got.at(lo - from), hi - lo);
+      else if (piece.tier == Tier::device)
+        device_.copy(dst, got.at(lo - from).data, bytes);  // in order with the kernels
       else
-        landing.copies.push_back(
-            device_.copy_async(dst, got.at(lo - from).data, (hi - lo) * dtype_size(dtype_)));
+        landing.copies.push_back(device_.copy_async(dst, got.at(lo - from).data, bytes));
     }
   }
   landing.recv = std::move(l.recv);
   pending_.push_back(std::move(landing));
   reap(false);
+  // At most the newest bucket's copies left running: the receive buffers
+  // stay within one bucket's part of the plan's.
+  while (pending_.size() > 1) {
+    for (CopyWork& c : pending_.front().copies) c.wait();
+    pending_.erase(pending_.begin());
+  }
   l.staging.reset();
   l.state = State::idle;
 }

@@ -93,7 +93,9 @@ void OptimizerShard::step(TypedPtr params, TypedPtr grads, const Kernels& kernel
   // Chunks of 4M elements (8 MB in bf16): a copy of that size takes a
   // fraction of a millisecond over PCIe, long against the tens of
   // microseconds a copy costs to start, while the last chunk's copy, the
-  // one nothing overlaps, stays short. Not yet measured on a GPU.
+  // one nothing overlaps, stays short (the arithmetic of PCIe 4-5 rates;
+  // bench/gpu_check.sh's offload row is the measurement). The first
+  // chunk's copy also waits for the device part's update queued before it.
   constexpr std::uint64_t kUploadChunk = 4u << 20;
   std::vector<std::uint64_t> cuts = range_.cuts(kUploadChunk);
   cuts.push_back(end_ - begin_);
@@ -143,25 +145,20 @@ StepNorm::StepNorm(Device& device, const std::vector<GradSpan>& grads, Communica
   const bool any_device = std::any_of(grads.begin(), grads.end(), device_piece);
   const bool any_host = !std::all_of(grads.begin(), grads.end(), device_piece);
   home_ = any_host ? Tier::host : Tier::device;
-  const auto record = [&](Tier t) {
-    return device.allocate(t, Category::grads, sizeof(StepScalars));
-  };
   if (any_device || !any_host) {
-    device_rec_ = record(Tier::device);
+    device_rec_ = device.allocate(Tier::device, Category::grads, sizeof(StepScalars));
     for (const GradSpan& g : grads)
       if (device_piece(g))
         kernels.device.sum_squares_add(device_rec_.as<StepScalars>(), g.grads, g.count);
   }
   if (any_host) {
-    host_rec_ = record(Tier::host);
-    if (device_rec_) device.copy(host_rec_.data(), device_rec_.data(), sizeof(StepScalars));
+    if (device_rec_) device.copy(&host_, device_rec_.data(), sizeof(StepScalars));
     for (const GradSpan& g : grads)
-      if (!device_piece(g))
-        kernels.host.sum_squares_add(host_rec_.as<StepScalars>(), g.grads, g.count);
+      if (!device_piece(g)) kernels.host.sum_squares_add(&host_, g.grads, g.count);
   }
   // Unscaled before the fp32 all-reduce: a scaled square sum can pass
   // FLT_MAX where the true one does not.
-  StepScalars* s = (home_ == Tier::host ? host_rec_ : device_rec_).as<StepScalars>();
+  StepScalars* s = home_ == Tier::host ? &host_ : device_rec_.as<StepScalars>();
   const Kernels& k = kernels.on(home_);
   k.grad_norm_unscale(s, args.loss_scale);
   if (comm) comm->all_reduce(&s->reduced, 1, DType::f32, ReduceOp::sum);
@@ -170,12 +167,12 @@ StepNorm::StepNorm(Device& device, const std::vector<GradSpan>& grads, Communica
 }
 
 const StepScalars* StepNorm::on(Tier t) const {
-  return (t == Tier::device ? device_rec_ : host_rec_).as<StepScalars>();
+  return t == Tier::device ? device_rec_.as<StepScalars>() : &host_;
 }
 
 StepResult StepNorm::result() const {
-  StepScalars s;
-  device_.copy(&s, (home_ == Tier::host ? host_rec_ : device_rec_).data(), sizeof s);
+  StepScalars s = host_;
+  if (home_ == Tier::device) device_.copy(&s, device_rec_.data(), sizeof s);
   StepResult r;
   r.grad_norm = s.grad_norm;
   r.overflow = s.skip != 0;

@@ -41,7 +41,8 @@ ShardOptimizer::ShardOptimizer(Device& device, const std::vector<ParamSpec>& par
 
 std::vector<GradPiece> ShardOptimizer::grad_pieces() const {
   std::vector<GradPiece> pieces;
-  for (const Part& p : parts_) pieces.push_back({p.begin, p.end, {p.grads.data(), grad_dtype_}});
+  for (const Part& p : parts_)
+    pieces.push_back({p.begin, p.end, {p.grads.data(), grad_dtype_}, p.grads.tier()});
   return pieces;
 }
 

@@ -136,14 +136,14 @@ void SwappedOptimizer::write(std::size_t g, std::size_t buffer) {
 }
 
 std::vector<GradPiece> SwappedOptimizer::grad_pieces() const {
-  return {{begin_, end_, {grads_.data(), grad_dtype_}}};
+  return {{begin_, end_, {grads_.data(), grad_dtype_}, grads_.tier()}};
 }
 
 StepResult SwappedOptimizer::step(OwnedShard& working, Communicator* comm,
                                   const StepKernels& kernels, const StepArgs& args) {
   const TypedPtr grads{grads_.data(), grad_dtype_};
   const StepNorm norm(device_, {{grads, end_ - begin_, Tier::host}}, comm, kernels, args);
-  const StepResult result = norm.result();  // host memory: no wait
+  const StepResult result = norm.result();  // finished on the host: no wait
   if (result.skipped) {
     std::memset(grads_.data(), 0, grads_.bytes());
     return result;

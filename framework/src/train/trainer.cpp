@@ -150,7 +150,7 @@ void open_device(Run& run) {
     run.device = backend->make_device(o);
     run.kernels = backend->make_kernels(*run.device, dev.tf32);
     run.gpu_comm = backend->make_nccl(*run.comm, *run.device, run.settings.comm.timeout_s);
-    run.host_threads.emplace(threads);
+    run.host_threads = std::make_unique<HostThreads>(threads);
     run.host_kernels = make_cpu_kernels();
   }
   run.device->set_budget(Tier::device, dev.memory_limit);

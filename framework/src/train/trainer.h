@@ -67,7 +67,7 @@ struct Run {
   // kernels for state offloaded to host memory, and on a GPU the limit on
   // their threads (the cpu device holds its own).
   std::unique_ptr<Kernels> host_kernels;
-  std::optional<HostThreads> host_threads;
+  std::unique_ptr<HostThreads> host_threads;
   std::unique_ptr<Communicator> comm;
   // On a GPU: the nccl communicator of the strategy's collectives (comm
   // meets the ranks and carries the trainer's host-side scalars).

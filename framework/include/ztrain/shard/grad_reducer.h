@@ -13,12 +13,15 @@
 // a micro-step it runs the
 // schedule's closing actions: for accumulating micro-steps at the next
 // begin_micro_step, for the last one in finish(), after which the full
-// buffer or the shard holds the averaged gradients. Landings that write
-// are the device's asynchronous copies (Device::copy_async): on a GPU
-// they run on the copy stream beside the rest of backward (a shard in
-// host memory fills over PCIe while later modules compute), and a
-// bucket's receive buffer is freed once its copies are done; finish()
-// and any adding landing wait for them first. A micro-step whose
+// buffer or the shard holds the averaged gradients. A landing that writes
+// a piece in host memory is an asynchronous copy (Device::copy_async): on
+// a GPU it runs on the copy stream beside the rest of backward (an
+// offloaded shard fills over PCIe while later modules compute); its
+// bucket's receive buffer is freed once the copy is done, and at most one
+// bucket's copies are left running when the next lands, so receive
+// buffers exceed the plan's by one bucket's part at most (on a GPU; the
+// cpu device's copies finish at once). finish() and any adding landing
+// wait for them first. A micro-step whose
 // backward stopped before module 0 still runs the actions of the modules
 // it skipped, so every rank issues the same collectives.
 //
@@ -26,7 +29,8 @@
 // comm), in the gradients' dtype. `full` and the shard pieces belong to
 // the caller and must outlive the reducer; either may be empty when the
 // plan does not use it. Every rank issues the same collectives in the same order, and the
-// memory trace is the plan's, so reduce_peaks() predicts it.
+// memory trace is the plan's (but for the copies above), so reduce_peaks()
+// predicts it.
 //
 // Errors: InternalError, naming `strategy`, when backward visits modules
 // out of order or asks for a gradient whose bucket is already reduced (a
@@ -49,10 +53,12 @@
 
 namespace ztrain::shard {
 
-// Part of a rank's gradient shard: flat elements [begin, end) at `data`.
+// Part of a rank's gradient shard: flat elements [begin, end) at `data`,
+// memory of `tier` (the reducer copies into host pieces asynchronously).
 struct GradPiece {
   std::uint64_t begin, end;
   TypedPtr data;
+  Tier tier = Tier::device;
 };
 
 class ZTRAIN_API GradReducer {
@@ -86,10 +92,11 @@ class ZTRAIN_API GradReducer {
     Buffer staging, recv;
     CommWork work;
   };
-  // A bucket's landing copies still running, and the buffer they read.
+  // A bucket's landing copies still running, and the buffer they read
+  // (declared first: the copies wait as they are destroyed, before it goes).
   struct PendingLanding {
-    std::vector<CopyWork> copies;
     Buffer recv;
+    std::vector<CopyWork> copies;
   };
   void* open(std::size_t b);
   void run(const std::vector<ReduceAction>& actions);

@@ -147,16 +147,20 @@ class ZTRAIN_API StepNorm {
  public:
   StepNorm(Device& device, const std::vector<GradSpan>& grads, Communicator* comm,
            const StepKernels& kernels, const StepArgs& args);
+  StepNorm(const StepNorm&) = delete;  // on() points into it
+  StepNorm& operator=(const StepNorm&) = delete;
   // The scalars for the kernels of tier t (the device's copy or the host's).
   const StepScalars* on(Tier t) const;
-  // The norm and whether the step is skipped, read back (on a GPU this waits
-  // for the work queued so far: call it after the updates are queued).
+  // The norm and whether the step is skipped: read back from the device
+  // when it finished them (on a GPU this waits for the work queued so far:
+  // call it after the updates are queued), else read where they are.
   StepResult result() const;
 
  private:
   Device& device_;
-  Tier home_;                     // where the scalars are finished
-  Buffer host_rec_, device_rec_;  // the records (host_rec_ only with host pieces)
+  Tier home_;          // where the scalars are finished
+  StepScalars host_;   // the host's record (plain memory: no pinned block per step)
+  Buffer device_rec_;  // the device's, unless every piece is the host's
 };
 
 // One optimizer step over a rank's shard, in slices: the global norm, then

@@ -562,6 +562,7 @@ void ReferenceKernels::adamw(float* p, TypedPtr g_in, float* m, float* v, TypedP
 }
 
 void ReferenceKernels::mean_add(double* acc, const float* x, std::size_t n) const {
+  if (n == 0) return;
   double sum = 0;
   for (std::size_t i = 0; i < n; ++i) sum += x[i];
   *acc += static_cast<float>(sum / static_cast<double>(n));
