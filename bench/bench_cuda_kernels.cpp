@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_backend.h"
@@ -56,8 +57,8 @@ int main(int argc, char** argv) {
   }
   auto dev_owner = ztrain::cuda::make_cuda_device({});
   auto& dev = static_cast<ztrain::cuda::CudaDevice&>(*dev_owner);
-  const auto k = ztrain::cuda::make_cuda_kernels(dev, true);
-  const auto k32 = ztrain::cuda::make_cuda_kernels(dev, false);
+  const auto k = ztrain::cuda::make_cuda_kernels(dev, {true, DType::bf16});
+  const auto k32 = ztrain::cuda::make_cuda_kernels(dev, {});
   const int B = 8, T = 1024, C = 768, NH = 12, hs = 64, V = 50257, N = B * T;
   auto buf = [&](std::size_t bytes) {
     return dev.allocate(Tier::device, Category::activations, bytes, Fill::zeros);
@@ -89,25 +90,27 @@ int main(int argc, char** argv) {
   gemm_row("matmul fwd fp32 (tf32)", *k, DType::f32, 4 * C, false);
   gemm_row("matmul fwd fp32", *k32, DType::f32, 4 * C, false);
   gemm_row("lm head fwd bf16", *k, DType::bf16, V, false);
-  {
+  // Attention both ways: the fp32 flash kernel (an fp32 run's) and the
+  // tensor-core GEMMs on bf16 operands (a bf16 run's).
+  for (const auto& [name, ak] : {std::pair{"fp32 flash", k32.get()}, {"bf16 GEMMs", k.get()}}) {
     const float* q = x.as<float>();
     const int stride = 3 * C;
     // Causal: half the T x T scores; forward 2 GEMMs, backward 5 (FLOPs as
     // FlashAttention counts them).
     const double fwd_flops = 4.0 * B * NH * T * T * hs / 2;
     const double ms_f = median_ms(dev, [&] {
-      k->attention_forward(y.as<float>(), lse.as<float>(), q, q + C, q + 2 * C, B, T, NH, NH, hs,
-                           stride, stride);
+      ak->attention_forward(y.as<float>(), lse.as<float>(), q, q + C, q + 2 * C, B, T, NH, NH, hs,
+                            stride, stride);
     });
-    std::printf("| attention fwd fp32 | B %d T %d NH %d hs %d | %.3f | %.1f TFLOP/s |\n", B, T, NH,
-                hs, ms_f, fwd_flops / ms_f / 1e9);
+    std::printf("| attention fwd, %s | B %d T %d NH %d hs %d | %.3f | %.1f TFLOP/s |\n", name, B, T,
+                NH, hs, ms_f, fwd_flops / ms_f / 1e9);
     float* d = dy.as<float>();
     const double ms_b = median_ms(dev, [&] {
-      k->attention_backward(d, d + C, d + 2 * C, y.as<float>(), y.as<float>(), q, q + C, q + 2 * C,
-                            lse.as<float>(), B, T, NH, NH, hs, stride, stride);
+      ak->attention_backward(d, d + C, d + 2 * C, y.as<float>(), y.as<float>(), q, q + C, q + 2 * C,
+                             lse.as<float>(), B, T, NH, NH, hs, stride, stride);
     });
-    std::printf("| attention bwd fp32 | B %d T %d NH %d hs %d | %.3f | %.1f TFLOP/s |\n", B, T, NH,
-                hs, ms_b, 2.5 * fwd_flops / ms_b / 1e9);
+    std::printf("| attention bwd, %s | B %d T %d NH %d hs %d | %.3f | %.1f TFLOP/s |\n", name, B, T,
+                NH, hs, ms_b, 2.5 * fwd_flops / ms_b / 1e9);
   }
   auto bytes_row = [&](const char* name, double bytes, const std::function<void()>& f) {
     const double ms = median_ms(dev, f);

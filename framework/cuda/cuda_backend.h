@@ -42,11 +42,19 @@ ZTRAIN_API int cuda_device_count(std::string* why);
 
 ZTRAIN_API std::unique_ptr<Device> make_cuda_device(const CudaOptions& options);
 
-// tf32: fp32 GEMMs may round their inputs to TF32 (10-bit mantissa) for
-// tensor cores; off, fp32 GEMMs are exact fp32.
-ZTRAIN_API std::unique_ptr<Kernels> make_cuda_kernels(Device& device, bool tf32);
+struct KernelOptions {
+  // fp32 GEMMs may round their inputs to TF32 (10-bit mantissa) for tensor
+  // cores; off, fp32 GEMMs are exact fp32.
+  bool tf32 = false;
+  // The run's precision. 16-bit: attention runs as tensor-core GEMMs on
+  // q, k, v and the probabilities rounded to it (as a 16-bit run's other
+  // GEMMs round their activations); f32: the exact fp32 flash kernel.
+  DType attention = DType::f32;
+};
 
-inline constexpr int kBackendVersion = 1;
+ZTRAIN_API std::unique_ptr<Kernels> make_cuda_kernels(Device& device, const KernelOptions& options);
+
+inline constexpr int kBackendVersion = 2;
 
 // What libztrain finds in libztrain_cuda when a run asks for the cuda
 // device (core/cuda_loader.h loads it by name beside libztrain), so the
@@ -58,7 +66,7 @@ struct Backend {
   int version;
   int (*device_count)(std::string* why);
   std::unique_ptr<Device> (*make_device)(const CudaOptions& options);
-  std::unique_ptr<Kernels> (*make_kernels)(Device& device, bool tf32);
+  std::unique_ptr<Kernels> (*make_kernels)(Device& device, const KernelOptions& options);
   std::unique_ptr<Communicator> (*make_nccl)(Communicator& bootstrap, Device& device,
                                              double timeout_s);
 };

@@ -13,8 +13,11 @@ constexpr std::size_t kGemmWorkspace = std::size_t{32} << 20;
 
 }  // namespace
 
-CudaKernels::CudaKernels(CudaDevice& device, bool tf32)
-    : device_(device), stream_(device.compute()), tf32_(tf32) {
+CudaKernels::CudaKernels(CudaDevice& device, const KernelOptions& options)
+    : device_(device),
+      stream_(device.compute()),
+      tf32_(options.tf32),
+      attention_type_(options.attention) {
   ZTRAIN_CUBLAS(cublasLtCreate(&lt_));
   workspace_ =
       device_.allocate(Tier::device, Category::activations, kGemmWorkspace, Fill::undefined);
@@ -28,10 +31,10 @@ Buffer CudaKernels::scratch(std::size_t bytes) const {
   return device_.allocate(Tier::device, Category::activations, bytes, Fill::undefined);
 }
 
-std::unique_ptr<Kernels> make_cuda_kernels(Device& device, bool tf32) {
+std::unique_ptr<Kernels> make_cuda_kernels(Device& device, const KernelOptions& options) {
   auto* cuda = dynamic_cast<CudaDevice*>(&device);
   if (!cuda) throw InternalError("make_cuda_kernels: '" + device.name() + "' is not a cuda device");
-  return std::make_unique<CudaKernels>(*cuda, tf32);
+  return std::make_unique<CudaKernels>(*cuda, options);
 }
 
 }  // namespace ztrain::cuda

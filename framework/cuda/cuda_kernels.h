@@ -32,7 +32,7 @@ namespace ztrain::cuda {
 
 class CudaKernels final : public Kernels {
  public:
-  CudaKernels(CudaDevice& device, bool tf32);
+  CudaKernels(CudaDevice& device, const KernelOptions& options);
   ~CudaKernels() override;
 
   void embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
@@ -93,18 +93,51 @@ class CudaKernels final : public Kernels {
   // (reductions.cu).
   template <class Partial, class Finish>
   void reduce_on_device(std::size_t n, Partial&& launch_partials, Finish&& finish) const;
-  // D = alpha op(A) op(B) + beta C over column-major operands (matmul.cpp).
-  struct Gemm;
+  // D (m x n, ld ldd) = alpha op(A) op(B) + beta D (+ bias, fp32, m, added
+  // to every column when not null); A is (m x k) after op, B (k x n) after
+  // op; C is D (in place). With batch > 1, `batch` such products, the
+  // matrices of each operand stride_* elements apart.
+  struct Gemm {
+    const void* a;
+    DType a_type;
+    bool a_trans;
+    int lda;
+    const void* b;
+    DType b_type;
+    bool b_trans;
+    int ldb;
+    void* d;
+    DType d_type;
+    int ldd;
+    int m, n, k;
+    float beta;
+    const float* bias = nullptr;
+    float alpha = 1.0f;
+    int batch = 1;
+    std::int64_t stride_a = 0, stride_b = 0, stride_d = 0;
+  };
+  // Over column-major operands, through cuBLASLt (matmul.cpp).
   void gemm(const Gemm& g) const;
   // What picks a cuBLASLt algorithm: shapes, leading dimensions, operand
-  // alignments, transposes, types, compute type and the bias epilogue.
-  using GemmKey =
-      std::tuple<int, int, int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t, bool,
-                 bool, DType, DType, DType, cublasComputeType_t, bool>;
+  // alignments, transposes, types, compute type, the bias epilogue and the
+  // batch.
+  using GemmKey = std::tuple<int, int, int, int, int, int, std::uint32_t, std::uint32_t,
+                             std::uint32_t, bool, bool, DType, DType, DType, cublasComputeType_t,
+                             bool, int, std::int64_t, std::int64_t, std::int64_t>;
+  // Attention as tensor-core GEMMs on operands of attention_type_ (16-bit;
+  // attention_gemm.cu), with attention_forward/backward's arguments.
+  void attention_forward_gemm(float* out, float* lse, const float* q, const float* k,
+                              const float* v, int B, int T, int NH, int NKV, int hs, int q_stride,
+                              int kv_stride) const;
+  void attention_backward_gemm(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                               const float* q, const float* k, const float* v, const float* lse,
+                               int B, int T, int NH, int NKV, int hs, int q_stride,
+                               int kv_stride) const;
 
   CudaDevice& device_;
   cudaStream_t stream_;
   bool tf32_;
+  DType attention_type_;  // f32: the flash kernel; 16-bit: tensor-core GEMMs
   cublasLtHandle_t lt_ = nullptr;
   Buffer workspace_;
   mutable std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;

@@ -20,7 +20,7 @@ ztrain::cuda::CudaDevice& device() {
 }
 
 const ztrain::Kernels& kernels() {
-  static const auto k = ztrain::cuda::make_cuda_kernels(device(), false);
+  static const auto k = ztrain::cuda::make_cuda_kernels(device(), {});
   return *k;
 }
 

@@ -258,6 +258,47 @@ TEST_CASE("attention forward and backward match the reference (MHA, GQA, head si
   }
 }
 
+TEST_CASE("16-bit runs' attention (tensor-core GEMMs): the reference on bf16 operands") {
+  const auto bf16 = ztrain::cuda::make_cuda_kernels(gpu::device(), {false, DType::bf16});
+  struct Case {
+    int B, T, NH, NKV, hs;
+  };
+  // MHA, GQA, and enough heads of a long sequence that the scores come in
+  // two chunks.
+  for (const Case c : {Case{2, 37, 4, 4, 24}, Case{1, 70, 6, 2, 64}, Case{1, 1536, 12, 12, 64}}) {
+    CAPTURE(c.T);
+    CAPTURE(c.NKV);
+    const int q_stride = (c.NH + 2 * c.NKV) * c.hs, kv_stride = q_stride;
+    const std::size_t rows = static_cast<std::size_t>(c.B) * c.T;
+    const Vec qkv = randn(rows * q_stride, 51 + c.hs);
+    const Vec dout = randn(rows * c.NH * c.hs, 52 + c.hs);
+    Array gqkv(qkv), gout(rows * c.NH * c.hs), glse(static_cast<std::size_t>(c.B) * c.NH * c.T),
+        gdout(dout), gd(qkv);
+    const float* q = gqkv.f();
+    bf16->attention_forward(gout.f(), glse.f(), q, q + c.NH * c.hs, q + (c.NH + c.NKV) * c.hs, c.B,
+                            c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    // The reference on the operands the GEMMs read; the probabilities'
+    // rounding to bf16 is the rest of the difference.
+    const Vec rqkv = gpu::rounded(qkv, DType::bf16), rdout = gpu::rounded(dout, DType::bf16);
+    const float* rq = rqkv.data();
+    Vec out(rows * c.NH * c.hs), lse(glse.get().size());
+    R().attention_forward(out.data(), lse.data(), rq, rq + c.NH * c.hs, rq + (c.NH + c.NKV) * c.hs,
+                          c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    check_close(gout.get(), out, 2e-2, 5e-3, "bf16 attention_forward out");
+    check_close(glse.get(), lse, 1e-4, 1e-4, "bf16 attention_forward lse");
+    float* dq = gd.f();
+    bf16->attention_backward(dq, dq + c.NH * c.hs, dq + (c.NH + c.NKV) * c.hs, gdout.f(), gout.f(),
+                             q, q + c.NH * c.hs, q + (c.NH + c.NKV) * c.hs, glse.f(), c.B, c.T,
+                             c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    Vec d = qkv;
+    R().attention_backward(d.data(), d.data() + c.NH * c.hs, d.data() + (c.NH + c.NKV) * c.hs,
+                           rdout.data(), out.data(), rq, rq + c.NH * c.hs,
+                           rq + (c.NH + c.NKV) * c.hs, lse.data(), c.B, c.T, c.NH, c.NKV, c.hs,
+                           q_stride, kv_stride);
+    check_close(gd.get(), d, 3e-2, 3e-2, "bf16 attention_backward dq, dk, dv");
+  }
+}
+
 TEST_CASE("softmax cross-entropy matches the reference") {
   const int N = 13, V = 50257;
   const Vec logits = randn(static_cast<std::size_t>(N) * V, 51, 3.0f);

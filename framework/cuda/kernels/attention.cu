@@ -1,7 +1,8 @@
-// Causal attention with grouped key/value heads, flash-style: no T x T
-// matrix is ever stored. Forward keeps per query row a running max, sum
-// and output (online softmax) and saves lse = max + log(sum); backward
-// recomputes each probability from q, k and lse.
+// Causal attention with grouped key/value heads, flash-style, in fp32 (the
+// kernels of an fp32 run; a 16-bit run's are tensor-core GEMMs,
+// attention_gemm.cu): no T x T matrix is ever stored. Forward keeps per query row a running max,
+// sum and output (online softmax) and saves lse = max + log(sum); backward recomputes each
+// probability from q, k and lse.
 //
 // Layout of the work: a block of kRows warps takes kRows consecutive rows
 // of one head (queries in forward and for dq, keys for dk/dv); the rows it
@@ -280,6 +281,8 @@ void CudaKernels::attention_forward(float* out, float* lse, const float* q, cons
                                     int q_stride, int kv_stride) const {
   if (B == 0 || T == 0) return;
   const Shape s = shape_of(B, T, NH, NKV, hs, q_stride, kv_stride);
+  if (attention_type_ != DType::f32)
+    return attention_forward_gemm(out, lse, q, k, v, B, T, NH, NKV, hs, q_stride, kv_stride);
   const dim3 grid(B * NH, (T + kRows - 1) / kRows);
   const std::size_t smem = sizeof(float) * (2 * kTile * (hs + 1) + kRows * hs);
   with_lane_dims(hs, [&](auto dims) {
@@ -294,6 +297,9 @@ void CudaKernels::attention_backward(float* dq, float* dk, float* dv, const floa
                                      int NKV, int hs, int q_stride, int kv_stride) const {
   if (B == 0 || T == 0) return;
   const Shape s = shape_of(B, T, NH, NKV, hs, q_stride, kv_stride);
+  if (attention_type_ != DType::f32)
+    return attention_backward_gemm(dq, dk, dv, dout, out, q, k, v, lse, B, T, NH, NKV, hs, q_stride,
+                                   kv_stride);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   Buffer delta = scratch(sizeof(float) * rows);
   attention_delta_kernel<<<static_cast<unsigned>((rows + kRows - 1) / kRows), kRows * 32, 0,

@@ -32,14 +32,24 @@ cudaDataType_t cuda_type(DType t) {
   throw InternalError("cuda matmul: unknown dtype");
 }
 
-// The largest power of two (up to 256) dividing the address: cuBLASLt's
-// heuristics assume 256-byte aligned operands unless told otherwise, and
-// a view into a flat parameter buffer may start anywhere.
-std::uint32_t alignment(const void* p) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
+// The largest power of two (up to 256) dividing the address and, for a
+// batch, the byte stride between its matrices: cuBLASLt's heuristics
+// assume 256-byte aligned operands unless told otherwise, and a view into
+// a flat parameter buffer may start anywhere.
+std::uint32_t alignment(const void* p, std::uint64_t stride_bytes = 0) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p) | stride_bytes;
   std::uint32_t align = 256;
   while (align > 1 && a % align != 0) align /= 2;
   return align;
+}
+
+// A batch of `count` matrices `stride` elements apart in a layout.
+void set_batch(cublasLtMatrixLayout_t layout, int count, std::int64_t stride) {
+  if (count == 1) return;
+  ZTRAIN_CUBLAS(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                 sizeof(count)));
+  ZTRAIN_CUBLAS(cublasLtMatrixLayoutSetAttribute(
+      layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
 }
 
 template <class T, class Destroy>
@@ -52,26 +62,6 @@ struct Owned {
 };
 
 }  // namespace
-
-// D (m x n, ld ldd) = alpha op(A) op(B) + beta D (+ bias, fp32, m, added
-// to every column when not null); A is (m x k) after op, B (k x n) after
-// op; C is D (in place).
-struct CudaKernels::Gemm {
-  const void* a;
-  DType a_type;
-  bool a_trans;
-  int lda;
-  const void* b;
-  DType b_type;
-  bool b_trans;
-  int ldb;
-  void* d;
-  DType d_type;
-  int ldd;
-  int m, n, k;
-  float beta;
-  const float* bias = nullptr;
-};
 
 void CudaKernels::gemm(const Gemm& g) const {
   if (g.m == 0 || g.n == 0) return;
@@ -105,6 +95,9 @@ void CudaKernels::gemm(const Gemm& g) const {
   ZTRAIN_CUBLAS(cublasLtMatrixLayoutCreate(&lb.handle, cuda_type(g.b_type), g.b_trans ? g.n : g.k,
                                            g.b_trans ? g.k : g.n, g.ldb));
   ZTRAIN_CUBLAS(cublasLtMatrixLayoutCreate(&ld.handle, cuda_type(g.d_type), g.m, g.n, g.ldd));
+  set_batch(la.handle, g.batch, g.stride_a);
+  set_batch(lb.handle, g.batch, g.stride_b);
+  set_batch(ld.handle, g.batch, g.stride_d);
 
   Owned<cublasLtMatmulPreference_t, decltype(&cublasLtMatmulPreferenceDestroy)> pref{
       nullptr, cublasLtMatmulPreferenceDestroy};
@@ -112,7 +105,9 @@ void CudaKernels::gemm(const Gemm& g) const {
   const std::uint64_t ws = workspace_.bytes();
   ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
       pref.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const std::uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_d = alignment(g.d);
+  const std::uint32_t align_a = alignment(g.a, g.stride_a * dtype_size(g.a_type)),
+                      align_b = alignment(g.b, g.stride_b * dtype_size(g.b_type)),
+                      align_d = alignment(g.d, g.stride_d * dtype_size(g.d_type));
   ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
       pref.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
   ZTRAIN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
@@ -125,8 +120,9 @@ void CudaKernels::gemm(const Gemm& g) const {
   // The heuristic costs tens of microseconds; a model asks for the same
   // few shapes every step, so its answer is kept per shape.
   const GemmKey key{
-      g.m,     g.n,       g.k,       g.lda,    g.ldb,    g.ldd,    align_a, align_b,
-      align_d, g.a_trans, g.b_trans, g.a_type, g.b_type, g.d_type, compute, g.bias != nullptr};
+      g.m,     g.n,        g.k,        g.lda,     g.ldb,    g.ldd,    align_a, align_b,
+      align_d, g.a_trans,  g.b_trans,  g.a_type,  g.b_type, g.d_type, compute, g.bias != nullptr,
+      g.batch, g.stride_a, g.stride_b, g.stride_d};
   auto known = algos_.find(key);
   if (known == algos_.end()) {
     cublasLtMatmulHeuristicResult_t best{};
@@ -141,8 +137,7 @@ void CudaKernels::gemm(const Gemm& g) const {
     ZTRAIN_CUBLAS(st);
     known = algos_.emplace(key, best.algo).first;
   }
-  const float alpha = 1.0f;
-  ZTRAIN_CUBLAS(cublasLtMatmul(lt_, desc.handle, &alpha, g.a, la.handle, g.b, lb.handle, &g.beta,
+  ZTRAIN_CUBLAS(cublasLtMatmul(lt_, desc.handle, &g.alpha, g.a, la.handle, g.b, lb.handle, &g.beta,
                                g.d, ld.handle, g.d, ld.handle, &known->second, workspace_.data(),
                                ws, stream_));
 }

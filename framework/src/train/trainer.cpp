@@ -148,7 +148,7 @@ void open_device(Run& run) {
     o.pin_memory = dev.pin_memory;
     o.host_threads = threads;
     run.device = backend->make_device(o);
-    run.kernels = backend->make_kernels(*run.device, dev.tf32);
+    run.kernels = backend->make_kernels(*run.device, {dev.tf32, run.settings.train.precision});
     run.gpu_comm = backend->make_nccl(*run.comm, *run.device, run.settings.comm.timeout_s);
     run.host_threads = std::make_unique<HostThreads>(threads);
     run.host_kernels = make_cpu_kernels();
