@@ -30,6 +30,30 @@
 
 namespace ztrain::cuda {
 
+// D (m x n, ld ldd) = alpha op(A) op(B) + beta D (+ bias, fp32, m, added
+// to every column when not null); A is (m x k) after op, B (k x n) after
+// op; C is D (in place). With batch > 1, `batch` such products, the
+// matrices of each operand stride_* elements apart.
+struct GemmCall {
+  const void* a;
+  DType a_type;
+  bool a_trans;
+  int lda;
+  const void* b;
+  DType b_type;
+  bool b_trans;
+  int ldb;
+  void* d;
+  DType d_type;
+  int ldd;
+  int m, n, k;
+  float beta;
+  const float* bias = nullptr;
+  float alpha = 1.0f;
+  int batch = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_d = 0;
+};
+
 class CudaKernels final : public Kernels {
  public:
   CudaKernels(CudaDevice& device, const KernelOptions& options);
@@ -93,31 +117,8 @@ class CudaKernels final : public Kernels {
   // (reductions.cu).
   template <class Partial, class Finish>
   void reduce_on_device(std::size_t n, Partial&& launch_partials, Finish&& finish) const;
-  // D (m x n, ld ldd) = alpha op(A) op(B) + beta D (+ bias, fp32, m, added
-  // to every column when not null); A is (m x k) after op, B (k x n) after
-  // op; C is D (in place). With batch > 1, `batch` such products, the
-  // matrices of each operand stride_* elements apart.
-  struct Gemm {
-    const void* a;
-    DType a_type;
-    bool a_trans;
-    int lda;
-    const void* b;
-    DType b_type;
-    bool b_trans;
-    int ldb;
-    void* d;
-    DType d_type;
-    int ldd;
-    int m, n, k;
-    float beta;
-    const float* bias = nullptr;
-    float alpha = 1.0f;
-    int batch = 1;
-    std::int64_t stride_a = 0, stride_b = 0, stride_d = 0;
-  };
   // Over column-major operands, through cuBLASLt (matmul.cpp).
-  void gemm(const Gemm& g) const;
+  void gemm(const GemmCall& g) const;
   // What picks a cuBLASLt algorithm: shapes, leading dimensions, operand
   // alignments, transposes, types, compute type, the bias epilogue and the
   // batch.
@@ -125,7 +126,10 @@ class CudaKernels final : public Kernels {
                              std::uint32_t, bool, bool, DType, DType, DType, cublasComputeType_t,
                              bool, int, std::int64_t, std::int64_t, std::int64_t>;
   // Attention as tensor-core GEMMs on operands of attention_type_ (16-bit;
-  // attention_gemm.cu), with attention_forward/backward's arguments.
+  // attention_gemm.cu), with attention_forward/backward's arguments, where
+  // attention_fits_gemms: a 16-bit run whose sequence is short enough for
+  // one head's scores to fit the scratch it allows.
+  bool attention_fits_gemms(int B, int T, int NH) const;
   void attention_forward_gemm(float* out, float* lse, const float* q, const float* k,
                               const float* v, int B, int T, int NH, int NKV, int hs, int q_stride,
                               int kv_stride) const;

@@ -218,85 +218,67 @@ TEST_CASE("16-bit matmul: the reference on activations rounded to the weight's t
   }
 }
 
-TEST_CASE("attention forward and backward match the reference (MHA, GQA, head sizes 8-136)") {
-  struct Case {
-    int B, T, NH, NKV, hs;
-  };
-  for (const Case c : {Case{2, 37, 4, 4, 24}, Case{1, 70, 6, 2, 64}, Case{2, 33, 4, 1, 80},
-                       Case{1, 9, 2, 2, 8}, Case{1, 41, 2, 1, 136}}) {
-    CAPTURE(c.T);
-    CAPTURE(c.hs);
-    CAPTURE(c.NKV);
-    // Packed qkv rows, as the model lays them out.
-    const int q_stride = (c.NH + 2 * c.NKV) * c.hs, kv_stride = q_stride;
-    const std::size_t rows = static_cast<std::size_t>(c.B) * c.T;
-    const Vec qkv = randn(rows * q_stride, 41 + c.hs);
-    const Vec dout = randn(rows * c.NH * c.hs, 42 + c.hs);
-    Array gqkv(qkv), gout(rows * c.NH * c.hs), glse(static_cast<std::size_t>(c.B) * c.NH * c.T),
-        gdout(dout), gd(qkv);  // dq, dk, dv add into non-zero values
-    const float* q = gqkv.f();
-    const float* k = q + c.NH * c.hs;
-    const float* v = k + c.NKV * c.hs;
-    G().attention_forward(gout.f(), glse.f(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
-                          kv_stride);
-    Vec out(rows * c.NH * c.hs), lse(glse.get().size());
-    const float* rq = qkv.data();
-    R().attention_forward(out.data(), lse.data(), rq, rq + c.NH * c.hs, rq + (c.NH + c.NKV) * c.hs,
-                          c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
-    check_close(gout.get(), out, 1e-4, 1e-5, "attention_forward out");
-    check_close(glse.get(), lse, 1e-5, 1e-5, "attention_forward lse");
+namespace {
 
-    float* dq = gd.f();
-    G().attention_backward(dq, dq + c.NH * c.hs, dq + (c.NH + c.NKV) * c.hs, gdout.f(), gout.f(), q,
-                           k, v, glse.f(), c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
-    Vec d = qkv;
-    R().attention_backward(d.data(), d.data() + c.NH * c.hs, d.data() + (c.NH + c.NKV) * c.hs,
-                           dout.data(), out.data(), rq, rq + c.NH * c.hs,
-                           rq + (c.NH + c.NKV) * c.hs, lse.data(), c.B, c.T, c.NH, c.NKV, c.hs,
-                           q_stride, kv_stride);
-    check_close(gd.get(), d, 1e-4, 1e-4, "attention_backward dq, dk, dv");
-  }
+struct AttentionCase {
+  int B, T, NH, NKV, hs;
+};
+struct AttentionTolerance {
+  double out_rtol, out_atol, lse, grad_rtol, grad_atol;
+};
+
+// k's attention forward and backward against the CPU reference on q, k, v
+// and dout as the kernels' GEMMs read them (rounded to `operands`), with
+// packed qkv rows as the model lays them out and dq, dk, dv adding into
+// non-zero values.
+void check_attention(const ztrain::Kernels& kern, const AttentionCase& c, DType operands,
+                     const AttentionTolerance& tol) {
+  CAPTURE(c.T);
+  CAPTURE(c.hs);
+  CAPTURE(c.NKV);
+  const int q_stride = (c.NH + 2 * c.NKV) * c.hs, kv_stride = q_stride;
+  const int k_at = c.NH * c.hs, v_at = (c.NH + c.NKV) * c.hs;
+  const std::size_t rows = static_cast<std::size_t>(c.B) * c.T;
+  const Vec qkv = randn(rows * q_stride, 41 + c.hs);
+  const Vec dout = randn(rows * c.NH * c.hs, 42 + c.hs);
+  Array gqkv(qkv), gout(rows * c.NH * c.hs), glse(static_cast<std::size_t>(c.B) * c.NH * c.T),
+      gdout(dout), gd(qkv);
+  const float* q = gqkv.f();
+  kern.attention_forward(gout.f(), glse.f(), q, q + k_at, q + v_at, c.B, c.T, c.NH, c.NKV, c.hs,
+                         q_stride, kv_stride);
+  const Vec rqkv = gpu::rounded(qkv, operands), rdout = gpu::rounded(dout, operands);
+  const float* rq = rqkv.data();
+  Vec out(rows * c.NH * c.hs), lse(glse.get().size());
+  R().attention_forward(out.data(), lse.data(), rq, rq + k_at, rq + v_at, c.B, c.T, c.NH, c.NKV,
+                        c.hs, q_stride, kv_stride);
+  check_close(gout.get(), out, tol.out_rtol, tol.out_atol, "attention_forward out");
+  check_close(glse.get(), lse, tol.lse, tol.lse, "attention_forward lse");
+  float* dq = gd.f();
+  kern.attention_backward(dq, dq + k_at, dq + v_at, gdout.f(), gout.f(), q, q + k_at, q + v_at,
+                          glse.f(), c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+  Vec d = qkv;
+  R().attention_backward(d.data(), d.data() + k_at, d.data() + v_at, rdout.data(), out.data(), rq,
+                         rq + k_at, rq + v_at, lse.data(), c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
+                         kv_stride);
+  check_close(gd.get(), d, tol.grad_rtol, tol.grad_atol, "attention_backward dq, dk, dv");
+}
+
+}  // namespace
+
+TEST_CASE("attention forward and backward match the reference (MHA, GQA, head sizes 8-136)") {
+  for (const AttentionCase c : {AttentionCase{2, 37, 4, 4, 24}, AttentionCase{1, 70, 6, 2, 64},
+                                AttentionCase{2, 33, 4, 1, 80}, AttentionCase{1, 9, 2, 2, 8},
+                                AttentionCase{1, 41, 2, 1, 136}})
+    check_attention(G(), c, DType::f32, {1e-4, 1e-5, 1e-5, 1e-4, 1e-4});
 }
 
 TEST_CASE("16-bit runs' attention (tensor-core GEMMs): the reference on bf16 operands") {
   const auto bf16 = ztrain::cuda::make_cuda_kernels(gpu::device(), {false, DType::bf16});
-  struct Case {
-    int B, T, NH, NKV, hs;
-  };
   // MHA, GQA, and enough heads of a long sequence that the scores come in
-  // two chunks.
-  for (const Case c : {Case{2, 37, 4, 4, 24}, Case{1, 70, 6, 2, 64}, Case{1, 1536, 12, 12, 64}}) {
-    CAPTURE(c.T);
-    CAPTURE(c.NKV);
-    const int q_stride = (c.NH + 2 * c.NKV) * c.hs, kv_stride = q_stride;
-    const std::size_t rows = static_cast<std::size_t>(c.B) * c.T;
-    const Vec qkv = randn(rows * q_stride, 51 + c.hs);
-    const Vec dout = randn(rows * c.NH * c.hs, 52 + c.hs);
-    Array gqkv(qkv), gout(rows * c.NH * c.hs), glse(static_cast<std::size_t>(c.B) * c.NH * c.T),
-        gdout(dout), gd(qkv);
-    const float* q = gqkv.f();
-    bf16->attention_forward(gout.f(), glse.f(), q, q + c.NH * c.hs, q + (c.NH + c.NKV) * c.hs, c.B,
-                            c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
-    // The reference on the operands the GEMMs read; the probabilities'
-    // rounding to bf16 is the rest of the difference.
-    const Vec rqkv = gpu::rounded(qkv, DType::bf16), rdout = gpu::rounded(dout, DType::bf16);
-    const float* rq = rqkv.data();
-    Vec out(rows * c.NH * c.hs), lse(glse.get().size());
-    R().attention_forward(out.data(), lse.data(), rq, rq + c.NH * c.hs, rq + (c.NH + c.NKV) * c.hs,
-                          c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
-    check_close(gout.get(), out, 2e-2, 5e-3, "bf16 attention_forward out");
-    check_close(glse.get(), lse, 1e-4, 1e-4, "bf16 attention_forward lse");
-    float* dq = gd.f();
-    bf16->attention_backward(dq, dq + c.NH * c.hs, dq + (c.NH + c.NKV) * c.hs, gdout.f(), gout.f(),
-                             q, q + c.NH * c.hs, q + (c.NH + c.NKV) * c.hs, glse.f(), c.B, c.T,
-                             c.NH, c.NKV, c.hs, q_stride, kv_stride);
-    Vec d = qkv;
-    R().attention_backward(d.data(), d.data() + c.NH * c.hs, d.data() + (c.NH + c.NKV) * c.hs,
-                           rdout.data(), out.data(), rq, rq + c.NH * c.hs,
-                           rq + (c.NH + c.NKV) * c.hs, lse.data(), c.B, c.T, c.NH, c.NKV, c.hs,
-                           q_stride, kv_stride);
-    check_close(gd.get(), d, 3e-2, 3e-2, "bf16 attention_backward dq, dk, dv");
-  }
+  // two chunks. The probabilities' rounding to bf16 is the difference left.
+  for (const AttentionCase c : {AttentionCase{2, 37, 4, 4, 24}, AttentionCase{1, 70, 6, 2, 64},
+                                AttentionCase{1, 1536, 12, 12, 64}})
+    check_attention(*bf16, c, DType::bf16, {2e-2, 5e-3, 1e-4, 3e-2, 3e-2});
 }
 
 TEST_CASE("softmax cross-entropy matches the reference") {

@@ -29,23 +29,13 @@ using namespace ztrain;
 
 namespace {
 
-// RAM that claims to be out of the host's reach; counts what goes through
-// the device's movers.
-class OpaqueDevice final : public Device {
+// RAM that claims its device tier is out of the host's reach, as a GPU's
+// is (the tests still read it, to compare).
+class UnreachableRam : public Device {
  public:
-  int copies = 0, converts = 0;
   DeviceKind kind() const override { return DeviceKind::cpu; }
-  std::string name() const override { return "opaque"; }
   int threads() const override { return 1; }
   bool host_visible(Tier tier) const override { return tier != Tier::device; }
-  void copy(void* dst, const void* src, std::size_t bytes) override {
-    ++copies;
-    Device::copy(dst, src, bytes);
-  }
-  void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) override {
-    ++converts;
-    Device::convert(dst, src, n);
-  }
 
  protected:
   void* raw_allocate(Tier, Category, std::size_t bytes, Fill fill) override {
@@ -56,16 +46,28 @@ class OpaqueDevice final : public Device {
   void raw_free(Tier, Category, void* p, std::size_t) noexcept override { std::free(p); }
 };
 
-// RAM whose asynchronous copies happen only when they are waited for
-// (a GPU's copy stream at its slowest): code that reads a destination, or
-// reuses a source, before wait() sees the difference.
-class LaggingDevice final : public Device {
+// Counts what goes through the device's movers.
+class OpaqueDevice final : public UnreachableRam {
+ public:
+  int copies = 0, converts = 0;
+  std::string name() const override { return "opaque"; }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    ++copies;
+    Device::copy(dst, src, bytes);
+  }
+  void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) override {
+    ++converts;
+    Device::convert(dst, src, n);
+  }
+};
+
+// Asynchronous copies that happen only when they are waited for (a GPU's
+// copy stream at its slowest): code that reads a destination, or reuses a
+// source, before wait() sees the difference.
+class LaggingDevice final : public UnreachableRam {
  public:
   int started = 0;
-  DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return "lagging"; }
-  int threads() const override { return 1; }
-  bool host_visible(Tier tier) const override { return tier != Tier::device; }
   CopyWork copy_async(void* dst, const void* src, std::size_t bytes) override {
     ++started;
     auto done = std::make_shared<bool>(false);
@@ -76,14 +78,6 @@ class LaggingDevice final : public Device {
         },
         [done] { return *done; });
   }
-
- protected:
-  void* raw_allocate(Tier, Category, std::size_t bytes, Fill fill) override {
-    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    if (fill == Fill::zeros) std::memset(p, 0, bytes);
-    return p;
-  }
-  void raw_free(Tier, Category, void* p, std::size_t) noexcept override { std::free(p); }
 };
 
 std::vector<ParamSpec> params() {

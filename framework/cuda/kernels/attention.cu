@@ -281,7 +281,7 @@ void CudaKernels::attention_forward(float* out, float* lse, const float* q, cons
                                     int q_stride, int kv_stride) const {
   if (B == 0 || T == 0) return;
   const Shape s = shape_of(B, T, NH, NKV, hs, q_stride, kv_stride);
-  if (attention_type_ != DType::f32)
+  if (attention_fits_gemms(B, T, NH))
     return attention_forward_gemm(out, lse, q, k, v, B, T, NH, NKV, hs, q_stride, kv_stride);
   const dim3 grid(B * NH, (T + kRows - 1) / kRows);
   const std::size_t smem = sizeof(float) * (2 * kTile * (hs + 1) + kRows * hs);
@@ -297,7 +297,7 @@ void CudaKernels::attention_backward(float* dq, float* dk, float* dv, const floa
                                      int NKV, int hs, int q_stride, int kv_stride) const {
   if (B == 0 || T == 0) return;
   const Shape s = shape_of(B, T, NH, NKV, hs, q_stride, kv_stride);
-  if (attention_type_ != DType::f32)
+  if (attention_fits_gemms(B, T, NH))
     return attention_backward_gemm(dq, dk, dv, dout, out, q, k, v, lse, B, T, NH, NKV, hs, q_stride,
                                    kv_stride);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;

@@ -4,7 +4,10 @@
 // batched GEMMs with fp32 accumulation, as the run's other GEMMs round
 // their activations. The T x T scores exist only for a chunk of heads at a
 // time (kScoreBytes of scratch), never for the whole batch; the forward
-// keeps only lse, and backward recomputes the scores from q and k.
+// keeps only lse, and backward recomputes the scores from q and k. Score
+// rows are padded to a multiple of 8 elements, so 16-bit operands stay
+// 16-byte aligned for the tensor cores. A sequence too long for one head's
+// scores to fit kScoreBytes goes to the flash kernel (attention.cu).
 //
 // Per head, row-major (rows are query positions i, columns key positions
 // j), scale = 1/sqrt(hs):
@@ -28,7 +31,6 @@
 #include "cuda/kernels/common.cuh"
 
 namespace ztrain::cuda {
-
 namespace {
 
 constexpr unsigned kThreads = 256;
@@ -42,18 +44,52 @@ struct Sizes {
   int B, T, NH, NKV, hs, q_stride, kv_stride;
   DType type;  // of the GEMM operands
   float scale;
+  int ld() const { return (T + 7) / 8 * 8; }                             // of a score row
   std::size_t head() const { return static_cast<std::size_t>(T) * hs; }  // elements of one head
   std::size_t all_heads() const { return static_cast<std::size_t>(B) * NH; }
-  std::size_t heads() const { return all_heads() * head(); }              // elements of them all
-  std::size_t scores() const { return static_cast<std::size_t>(T) * T; }  // per head
+  std::size_t heads() const { return all_heads() * head(); }                 // elements of them all
+  std::size_t scores() const { return static_cast<std::size_t>(T) * ld(); }  // per head
   // Heads whose scores fit kScoreBytes (at least one).
   std::size_t chunk() const {
     return std::clamp<std::size_t>(kScoreBytes / (scores() * 10), 1, all_heads());
   }
 };
 
-// dst (B, NH, T, hs) in O = src head h / group of (B, T, heads, hs) rows of
-// `stride` floats, rounded once.
+// The three products of attention over `heads` heads from `first`, all
+// heads (T, hs) in O (head-major copies) and scores (T, ld) per head:
+//   scores   out[i][j] = alpha sum_d x[i][d] y[j][d]   (S = q k^T, dP = dout v^T)
+//   weighted out[i][d] = alpha sum_j m[i][j] y[j][d]   (out = P v, dq = dS k)
+//   transposed out[j][d] = alpha sum_i m[i][j] y[i][d] (dv = P^T dout, dk = dS^T q)
+struct Products {
+  const Sizes& a;
+  std::size_t first;
+  int heads;
+  const void* at(const Buffer& x) const {
+    return static_cast<const char*>(x.data()) + first * a.head() * dtype_size(a.type);
+  }
+  float* at32(const Buffer& x) const { return x.as<float>() + first * a.head(); }
+  std::int64_t head() const { return static_cast<std::int64_t>(a.head()); }
+  std::int64_t score() const { return static_cast<std::int64_t>(a.scores()); }
+  // S^T' = y' (transposed) . x': m = n = T, k = hs.
+  GemmCall scores(const Buffer& x, const Buffer& y, float* out, float alpha) const {
+    return {at(y), a.type, true, a.hs, at(x),   a.type, false, a.hs,   out,    DType::f32, a.ld(),
+            a.T,   a.T,    a.hs, 0.0f, nullptr, alpha,  heads, head(), head(), score()};
+  }
+  // out' (hs x T) = y' (hs x T) . m' (T x T, ld): m = hs, n = k = T.
+  GemmCall weighted(const void* m, const Buffer& y, float* out, float alpha) const {
+    return {at(y), a.type, false, a.hs, m,       a.type, false, a.ld(), out,     DType::f32, a.hs,
+            a.hs,  a.T,    a.T,   0.0f, nullptr, alpha,  heads, head(), score(), head()};
+  }
+  // out' (hs x T) = y' (hs x T) . m'^T: as weighted, B transposed.
+  GemmCall transposed(const void* m, const Buffer& y, float* out, float alpha) const {
+    GemmCall g = weighted(m, y, out, alpha);
+    g.b_trans = true;
+    return g;
+  }
+};
+
+// dst (B, NH, T, hs) in the operand type = src head h / group of (B, T,
+// heads, hs) rows of `stride` floats, rounded once.
 template <class O>
 __global__ void to_head_major_kernel(O* dst, const float* src, int B, int T, int NH, int group,
                                      int hs, int stride) {
@@ -66,6 +102,16 @@ __global__ void to_head_major_kernel(O* dst, const float* src, int B, int T, int
     const std::size_t b = row / (static_cast<std::size_t>(T) * NH);
     dst[e] = from_f32<O>(src[(b * T + t) * stride + static_cast<std::size_t>(h / group) * hs + d]);
   }
+}
+
+void to_head_major(const Buffer& dst, const float* src, const Sizes& a, int group, int stride,
+                   cudaStream_t stream) {
+  with_type(a.type, [&](auto tag) {
+    using O = decltype(tag);
+    to_head_major_kernel<O><<<blocks_for(a.heads(), kThreads), kThreads, 0, stream>>>(
+        dst.as<O>(), src, a.B, a.T, a.NH, group, a.hs, stride);
+  });
+  ZTRAIN_CUDA_LAUNCHED();
 }
 
 // dst rows (B, T, heads, hs) of `stride` floats: kAdd ? += : =, for head j
@@ -89,16 +135,25 @@ __global__ void from_head_major_kernel(float* dst, const float* src, int B, int 
   }
 }
 
-// One block per score row r of a chunk (head r / T, query i = r % T):
-// p = causal softmax of the row into O, lse[head0 * T + r] = its
+template <bool kAdd>
+void from_head_major(float* dst, const Buffer& src, const Sizes& a, int group, int stride,
+                     cudaStream_t stream) {
+  const std::size_t n = a.heads() / static_cast<std::size_t>(group);
+  from_head_major_kernel<kAdd><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+      dst, src.as<float>(), a.B, a.T, a.NH, group, a.hs, stride);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+// One block per score row r of a chunk (head r / T, query i = r % T; rows
+// ld apart): p = the causal softmax of the row in O, lse[lse_at + r] its
 // log-sum-exp.
 template <class O>
-__global__ void softmax_rows_kernel(O* p, float* lse, const float* s, int T,
-                                    std::size_t head0_rows) {
+__global__ void softmax_rows_kernel(O* p, float* lse, const float* s, int T, int ld,
+                                    std::size_t lse_at) {
   __shared__ float shared[32];
   const std::size_t r = blockIdx.x;
   const int i = static_cast<int>(r % T);
-  const float* row = s + r * T;
+  const float* row = s + r * ld;
   float m = -INFINITY;
   for (int j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, row[j]);
   m = block_max(m, shared);
@@ -106,33 +161,29 @@ __global__ void softmax_rows_kernel(O* p, float* lse, const float* s, int T,
   for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(row[j] - m);
   sum = block_sum(sum, shared);
   const float inv = 1.0f / sum;
-  O* out = p + r * T;
+  O* out = p + r * ld;
   for (int j = threadIdx.x; j < T; j += blockDim.x)
     out[j] = from_f32<O>(j <= i ? expf(row[j] - m) * inv : 0.0f);
-  if (threadIdx.x == 0) lse[head0_rows + r] = m + logf(sum);
+  if (threadIdx.x == 0) lse[lse_at + r] = m + logf(sum);
 }
 
-// p (n = rows x T) in O = exp(s - lse of the row), 0 past the diagonal.
+// Over the rows x T scores of a chunk (rows ld apart): p in O = exp(s -
+// lse of the row), 0 past the diagonal; with dp, p (dp - delta of the
+// row) instead (dS).
 template <class O>
-__global__ void probs_kernel(O* p, const float* s, const float* lse, int T, std::size_t n) {
+__global__ void probs_kernel(O* p, const float* s, const float* lse, const float* dp,
+                             const float* delta, int T, int ld, std::size_t rows) {
+  const std::size_t n = rows * T;
   for (std::size_t e = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const std::size_t r = e / T;
+    const std::size_t r = e / T, at = r * ld + e % T;
     const int i = static_cast<int>(r % T), j = static_cast<int>(e % T);
-    p[e] = from_f32<O>(j <= i ? expf(s[e] - lse[r]) : 0.0f);
-  }
-}
-
-// ds (n = rows x T) in O = p (dp - delta of the row), p from s and lse in
-// fp32, 0 past the diagonal.
-template <class O>
-__global__ void dscores_kernel(O* ds, const float* s, const float* dp, const float* lse,
-                               const float* delta, int T, std::size_t n) {
-  for (std::size_t e = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const std::size_t r = e / T;
-    const int i = static_cast<int>(r % T), j = static_cast<int>(e % T);
-    ds[e] = from_f32<O>(j <= i ? expf(s[e] - lse[r]) * (dp[e] - delta[r]) : 0.0f);
+    float x = 0.0f;
+    if (j <= i) {
+      x = expf(s[at] - lse[r]);
+      if (dp) x *= dp[at] - delta[r];
+    }
+    p[at] = from_f32<O>(x);
   }
 }
 
@@ -150,151 +201,86 @@ __global__ void delta_kernel(float* delta, const float* dout, const float* out, 
   if (lane == 0) delta[row] = d;
 }
 
+Sizes sizes_of(int B, int T, int NH, int NKV, int hs, int q_stride, int kv_stride, DType type) {
+  return {B, T, NH, NKV, hs, q_stride, kv_stride, type, 1.0f / sqrtf(static_cast<float>(hs))};
+}
+
 }  // namespace
+
+bool CudaKernels::attention_fits_gemms(int B, int T, int NH) const {
+  const Sizes a = sizes_of(B, T, NH, 1, 1, 1, 1, attention_type_);
+  return attention_type_ != DType::f32 && a.all_heads() > 0 && a.scores() * 10 <= kScoreBytes;
+}
 
 void CudaKernels::attention_forward_gemm(float* out, float* lse, const float* q, const float* k,
                                          const float* v, int B, int T, int NH, int NKV, int hs,
                                          int q_stride, int kv_stride) const {
-  const Sizes a{B,
-                T,
-                NH,
-                NKV,
-                hs,
-                q_stride,
-                kv_stride,
-                attention_type_,
-                1.0f / sqrtf(static_cast<float>(hs))};
-  const std::size_t n = a.heads(), esize = dtype_size(a.type);
+  const Sizes a = sizes_of(B, T, NH, NKV, hs, q_stride, kv_stride, attention_type_);
+  const std::size_t n = a.heads(), esize = dtype_size(a.type), chunk = a.chunk();
   Buffer qh = scratch(n * esize), kh = scratch(n * esize), vh = scratch(n * esize),
          oh = scratch(n * sizeof(float));
-  const std::size_t chunk = a.chunk();
   Buffer s = scratch(sizeof(float) * chunk * a.scores()), p = scratch(esize * chunk * a.scores());
-  with_type(a.type, [&](auto tag) {
-    using O = decltype(tag);
-    const auto head_major = [&](void* dst, const float* src, int group, int stride) {
-      to_head_major_kernel<O><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
-          static_cast<O*>(dst), src, a.B, T, a.NH, group, hs, stride);
-      ZTRAIN_CUDA_LAUNCHED();
-    };
-    head_major(qh.data(), q, 1, a.q_stride);
-    head_major(kh.data(), k, a.NH / a.NKV, a.kv_stride);
-    head_major(vh.data(), v, a.NH / a.NKV, a.kv_stride);
-    const auto at = [&](const Buffer& x, std::size_t head) {
-      return static_cast<const char*>(x.data()) + head * a.head() * esize;
-    };
-    for (std::size_t h0 = 0; h0 < a.all_heads(); h0 += chunk) {
-      const int heads = static_cast<int>(std::min(chunk, a.all_heads() - h0));
-      const auto T64 = static_cast<std::int64_t>(T), H64 = static_cast<std::int64_t>(a.head());
-      // S = scale q k^T
-      gemm({at(kh, h0), a.type,   true,       hs,    at(qh, h0), a.type, false,
-            hs,         s.data(), DType::f32, T,     T,          T,      hs,
-            0.0f,       nullptr,  a.scale,    heads, H64,        H64,    T64 * T64});
-      softmax_rows_kernel<O><<<static_cast<unsigned>(heads) * T, kThreads, 0, stream_>>>(
-          p.as<O>(), lse, s.as<float>(), T, h0 * T);
-      ZTRAIN_CUDA_LAUNCHED();
-      // out = P v
-      gemm({at(vh, h0), a.type,    false,
-            hs,         p.data(),  a.type,
-            false,      T,         oh.as<float>() + h0 * a.head(),
-            DType::f32, hs,        hs,
-            T,          T,         0.0f,
-            nullptr,    1.0f,      heads,
-            H64,        T64 * T64, H64});
-    }
-  });
-  from_head_major_kernel<false><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
-      out, oh.as<float>(), a.B, T, a.NH, 1, hs, a.NH * hs);
-  ZTRAIN_CUDA_LAUNCHED();
+  to_head_major(qh, q, a, 1, q_stride, stream_);
+  to_head_major(kh, k, a, NH / NKV, kv_stride, stream_);
+  to_head_major(vh, v, a, NH / NKV, kv_stride, stream_);
+  for (std::size_t h0 = 0; h0 < a.all_heads(); h0 += chunk) {
+    const Products x{a, h0, static_cast<int>(std::min(chunk, a.all_heads() - h0))};
+    gemm(x.scores(qh, kh, s.as<float>(), a.scale));  // S = scale q k^T
+    with_type(a.type, [&](auto tag) {
+      using O = decltype(tag);
+      softmax_rows_kernel<O><<<static_cast<unsigned>(x.heads) * T, kThreads, 0, stream_>>>(
+          p.as<O>(), lse, s.as<float>(), T, a.ld(), h0 * T);
+    });
+    ZTRAIN_CUDA_LAUNCHED();
+    gemm(x.weighted(p.data(), vh, x.at32(oh), 1.0f));  // out = P v
+  }
+  from_head_major<false>(out, oh, a, 1, NH * hs, stream_);
 }
 
 void CudaKernels::attention_backward_gemm(float* dq, float* dk, float* dv, const float* dout,
                                           const float* out, const float* q, const float* k,
                                           const float* v, const float* lse, int B, int T, int NH,
                                           int NKV, int hs, int q_stride, int kv_stride) const {
-  const Sizes a{B,
-                T,
-                NH,
-                NKV,
-                hs,
-                q_stride,
-                kv_stride,
-                attention_type_,
-                1.0f / sqrtf(static_cast<float>(hs))};
-  const std::size_t n = a.heads(), esize = dtype_size(a.type);
-  const std::size_t chunk = a.chunk();
-  const int group = NH / NKV;
+  const Sizes a = sizes_of(B, T, NH, NKV, hs, q_stride, kv_stride, attention_type_);
+  const std::size_t n = a.heads(), esize = dtype_size(a.type), chunk = a.chunk();
+  const std::size_t rows = a.all_heads() * T;
   Buffer qh = scratch(n * esize), kh = scratch(n * esize), vh = scratch(n * esize),
          doh = scratch(n * esize);
   Buffer dqh = scratch(n * sizeof(float)), dkh = scratch(n * sizeof(float)),
-         dvh = scratch(n * sizeof(float));
-  const std::size_t rows = static_cast<std::size_t>(a.B) * a.NH * T;
-  Buffer delta = scratch(rows * sizeof(float));
+         dvh = scratch(n * sizeof(float)), delta = scratch(rows * sizeof(float));
   Buffer s = scratch(sizeof(float) * chunk * a.scores()),
          dp = scratch(sizeof(float) * chunk * a.scores()), p = scratch(esize * chunk * a.scores());
-  delta_kernel<<<static_cast<unsigned>((rows + 7) / 8), kThreads, 0, stream_>>>(
-      delta.as<float>(), dout, out, a.B, T, a.NH, hs);
+  delta_kernel<<<static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0,
+                 stream_>>>(delta.as<float>(), dout, out, B, T, NH, hs);
   ZTRAIN_CUDA_LAUNCHED();
-  with_type(a.type, [&](auto tag) {
-    using O = decltype(tag);
-    const auto head_major = [&](void* dst, const float* src, int g, int stride) {
-      to_head_major_kernel<O><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
-          static_cast<O*>(dst), src, a.B, T, a.NH, g, hs, stride);
+  to_head_major(qh, q, a, 1, q_stride, stream_);
+  to_head_major(kh, k, a, NH / NKV, kv_stride, stream_);
+  to_head_major(vh, v, a, NH / NKV, kv_stride, stream_);
+  to_head_major(doh, dout, a, 1, NH * hs, stream_);
+  for (std::size_t h0 = 0; h0 < a.all_heads(); h0 += chunk) {
+    const Products x{a, h0, static_cast<int>(std::min(chunk, a.all_heads() - h0))};
+    const std::size_t chunk_rows = static_cast<std::size_t>(x.heads) * T;
+    // P = exp(S - lse) (S = scale q k^T again), or with dp, dS = P (dP - delta).
+    const auto probs = [&](const float* with_dp) {
+      with_type(a.type, [&](auto tag) {
+        using O = decltype(tag);
+        probs_kernel<O><<<blocks_for(chunk_rows * T, kThreads), kThreads, 0, stream_>>>(
+            p.as<O>(), s.as<float>(), lse + h0 * T, with_dp, delta.as<float>() + h0 * T, T, a.ld(),
+            chunk_rows);
+      });
       ZTRAIN_CUDA_LAUNCHED();
     };
-    head_major(qh.data(), q, 1, a.q_stride);
-    head_major(kh.data(), k, group, a.kv_stride);
-    head_major(vh.data(), v, group, a.kv_stride);
-    head_major(doh.data(), dout, 1, a.NH * hs);
-    const auto at = [&](const Buffer& x, std::size_t head) {
-      return static_cast<const char*>(x.data()) + head * a.head() * esize;
-    };
-    const auto at32 = [&](const Buffer& x, std::size_t head) {
-      return x.as<float>() + head * a.head();
-    };
-    for (std::size_t h0 = 0; h0 < a.all_heads(); h0 += chunk) {
-      const int heads = static_cast<int>(std::min(chunk, a.all_heads() - h0));
-      const auto T64 = static_cast<std::int64_t>(T), H64 = static_cast<std::int64_t>(a.head());
-      const std::size_t scores = static_cast<std::size_t>(heads) * a.scores();
-      // S = scale q k^T, then P = exp(S - lse)
-      gemm({at(kh, h0), a.type,   true,       hs,    at(qh, h0), a.type, false,
-            hs,         s.data(), DType::f32, T,     T,          T,      hs,
-            0.0f,       nullptr,  a.scale,    heads, H64,        H64,    T64 * T64});
-      probs_kernel<O><<<blocks_for(scores, kThreads), kThreads, 0, stream_>>>(
-          p.as<O>(), s.as<float>(), lse + h0 * T, T, scores);
-      ZTRAIN_CUDA_LAUNCHED();
-      // dv = P^T dout: (hs x T_k) = dout' (hs x T_q) . P'^T
-      gemm({at(doh, h0), a.type,        false,      hs,    p.data(), a.type,    true,
-            T,           at32(dvh, h0), DType::f32, hs,    hs,       T,         T,
-            0.0f,        nullptr,       1.0f,       heads, H64,      T64 * T64, H64});
-      // dP = dout v^T
-      gemm({at(vh, h0), a.type,    true,       hs,    at(doh, h0), a.type, false,
-            hs,         dp.data(), DType::f32, T,     T,           T,      hs,
-            0.0f,       nullptr,   1.0f,       heads, H64,         H64,    T64 * T64});
-      // dS = P (dP - delta), over P's buffer (the dv GEMM before it in the
-      // stream has read it)
-      dscores_kernel<O><<<blocks_for(scores, kThreads), kThreads, 0, stream_>>>(
-          p.as<O>(), s.as<float>(), dp.as<float>(), lse + h0 * T, delta.as<float>() + h0 * T, T,
-          scores);
-      ZTRAIN_CUDA_LAUNCHED();
-      // dq = scale dS k: (hs x T_q) = k' (hs x T_k) . dS'
-      gemm({at(kh, h0), a.type,        false,      hs,    p.data(), a.type,    false,
-            T,          at32(dqh, h0), DType::f32, hs,    hs,       T,         T,
-            0.0f,       nullptr,       a.scale,    heads, H64,      T64 * T64, H64});
-      // dk = scale dS^T q: (hs x T_k) = q' (hs x T_q) . dS'^T
-      gemm({at(qh, h0), a.type,        false,      hs,    p.data(), a.type,    true,
-            T,          at32(dkh, h0), DType::f32, hs,    hs,       T,         T,
-            0.0f,       nullptr,       a.scale,    heads, H64,      T64 * T64, H64});
-    }
-  });
-  const auto add_back = [&](float* dst, const Buffer& src, int g, int stride) {
-    const std::size_t m = n / static_cast<std::size_t>(g);
-    from_head_major_kernel<true><<<blocks_for(m, kThreads), kThreads, 0, stream_>>>(
-        dst, src.as<float>(), a.B, T, a.NH, g, hs, stride);
-    ZTRAIN_CUDA_LAUNCHED();
-  };
-  add_back(dq, dqh, 1, a.q_stride);
-  add_back(dk, dkh, group, a.kv_stride);
-  add_back(dv, dvh, group, a.kv_stride);
+    gemm(x.scores(qh, kh, s.as<float>(), a.scale));
+    probs(nullptr);
+    gemm(x.transposed(p.data(), doh, x.at32(dvh), 1.0f));  // dv = P^T dout
+    gemm(x.scores(doh, vh, dp.as<float>(), 1.0f));         // dP = dout v^T
+    probs(dp.as<float>());  // dS over P (the dv GEMM, before it in the stream, has read P)
+    gemm(x.weighted(p.data(), kh, x.at32(dqh), a.scale));    // dq = scale dS k
+    gemm(x.transposed(p.data(), qh, x.at32(dkh), a.scale));  // dk = scale dS^T q
+  }
+  from_head_major<true>(dq, dqh, a, 1, q_stride, stream_);
+  from_head_major<true>(dk, dkh, a, NH / NKV, kv_stride, stream_);
+  from_head_major<true>(dv, dvh, a, NH / NKV, kv_stride, stream_);
 }
 
 }  // namespace ztrain::cuda

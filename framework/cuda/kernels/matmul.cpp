@@ -63,7 +63,7 @@ struct Owned {
 
 }  // namespace
 
-void CudaKernels::gemm(const Gemm& g) const {
+void CudaKernels::gemm(const GemmCall& g) const {
   if (g.m == 0 || g.n == 0) return;
   // fp32 inputs may use TF32 tensor cores when asked; 16-bit ones always
   // accumulate in fp32.
