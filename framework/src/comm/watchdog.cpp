@@ -38,8 +38,12 @@ Watchdog::~Watchdog() {
   thread_.join();
   unwatch_signal(SIGTERM);
   // One that came after the thread's last look ends the process as it
-  // would have without the watchdog.
-  if (const int sig = take_pending_signal()) die_by_signal(sig);
+  // would have without the watchdog, unless the ranks are already stopping
+  // (a scheduler's signal that reached this rank after another's).
+  if (const int sig = take_pending_signal()) {
+    if (!stop_is_agreed()) die_by_signal(sig);
+    request_stop(sig);
+  }
 }
 
 void Watchdog::loop() {
@@ -70,13 +74,15 @@ void Watchdog::on_sigterm() {
   // mpirun's SIGTERM can come sooner after a death than `silence`: give the
   // dead rank the time to show as silent before judging.
   const auto until = Clock::now() + silence_;
-  while (Clock::now() < until && silent_now(Clock::now()).empty()) {
+  while (Clock::now() < until && silent_now(Clock::now()).empty() && !stop_is_agreed()) {
     for (const auto& r : transport_->receive(period_)) heard(r, Clock::now());
     beat(Clock::now());
   }
   // Every rank alive: a scheduler asking the run to stop, which training
-  // takes where it can (a checkpoint first).
-  if (silent_now(Clock::now()).empty() && stop_requests_taken()) {
+  // takes where it can (a checkpoint first). Once the ranks agreed to stop
+  // (another rank heard its signal first), this one is part of that stop,
+  // whoever is silent by now: ranks that finished stopping have left.
+  if (stop_is_agreed() || (silent_now(Clock::now()).empty() && stop_requests_taken())) {
     request_stop(SIGTERM);
     return;
   }

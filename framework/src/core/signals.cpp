@@ -113,6 +113,10 @@ void stop_agreed() {
   g_agreed.store(1);
 }
 
+bool stop_is_agreed() {
+  return g_agreed.load() != 0;
+}
+
 void request_stop(int sig) {
   if (g_stop.exchange(sig) != 0) die_by_signal(sig);
 }

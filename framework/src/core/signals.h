@@ -50,5 +50,8 @@ void request_stop(int sig);
 // (recorded; the watchdog does not judge it), a second ends it at once. A
 // scheduler signals every rank, but not at the same moment.
 void stop_agreed();
+// Whether stop_agreed was called (a SIGTERM the watchdog holds to judge is
+// then part of the stop, whatever it finds).
+bool stop_is_agreed();
 
 }  // namespace ztrain
