@@ -13,6 +13,7 @@
 
 #include "core/crc32c.h"
 #include "core/durable_file.h"
+#include "core/fd_io.h"
 #include "core/read_ahead.h"
 #include "ztrain/error.h"
 
@@ -85,14 +86,10 @@ std::uint64_t Checkpoint::verify() const {
 namespace {
 
 void read_exactly(int fd, const fs::path& path, char* dst, std::uint64_t bytes, std::uint64_t at) {
-  for (std::uint64_t done = 0; done < bytes;) {
-    const ssize_t r = ::pread(fd, dst + done, bytes - done, static_cast<off_t>(at + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      throw DataError("cannot read '" + path.string() + "' at byte " + std::to_string(at + done) +
-                      ": " + (r < 0 ? std::strerror(errno) : "end of file"));
-    done += static_cast<std::uint64_t>(r);
-  }
+  if (const int e = read_at(fd, dst, bytes, at))
+    throw DataError("cannot read '" + path.string() + "' bytes " + std::to_string(at) + "-" +
+                    std::to_string(at + bytes) + ": " +
+                    (e == kEndOfFile ? "end of file" : std::strerror(e)));
 }
 
 // Whether bytes [begin, end) of a mapping are all in the page cache.

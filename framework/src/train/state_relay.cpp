@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fd_io.h"
 #include "train/rank_agreement.h"
 #include "ztrain/error.h"
 
@@ -53,7 +54,7 @@ class ScratchFile {
   explicit ScratchFile(std::string what) : what_(std::move(what)), dir_(fs::temp_directory_path()) {
     std::string path = (dir_ / "ztrain-state-XXXXXX").string();
     fd_ = ::mkstemp(path.data());
-    if (fd_ < 0) fail("cannot create a scratch file");
+    if (fd_ < 0) fail("cannot create a scratch file", errno);
     ::unlink(path.c_str());
   }
   ~ScratchFile() { ::close(fd_); }
@@ -61,33 +62,19 @@ class ScratchFile {
   ScratchFile& operator=(const ScratchFile&) = delete;
 
   void append(const float* values, std::size_t n) {
-    const char* p = reinterpret_cast<const char*>(values);
-    for (std::size_t left = n * sizeof(float); left > 0;) {
-      const ssize_t w = ::write(fd_, p, left);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail("cannot keep the state rank 0 sent");
-      p += w;
-      left -= static_cast<std::size_t>(w);
-    }
+    if (const int e = write_all(fd_, values, n * sizeof(float)))
+      fail("cannot keep the state rank 0 sent", e);
   }
   // n floats from element `at`.
   void read(std::uint64_t at, std::size_t n, float* out) const {
-    char* p = reinterpret_cast<char*>(out);
-    auto offset = static_cast<off_t>(at * sizeof(float));
-    for (std::size_t left = n * sizeof(float); left > 0;) {
-      const ssize_t r = ::pread(fd_, p, left, offset);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) fail("cannot read back the state rank 0 sent");
-      p += r;
-      offset += r;
-      left -= static_cast<std::size_t>(r);
-    }
+    if (const int e = read_at(fd_, out, n * sizeof(float), at * sizeof(float)))
+      fail("cannot read back the state rank 0 sent", e == kEndOfFile ? EIO : e);
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
+  [[noreturn]] void fail(const std::string& what, int error) const {
     throw DataError(what_ + ": " + what + " in a scratch file in " + dir_.string() + " (" +
-                    std::strerror(errno ? errno : EIO) + " on host " + host_name() +
+                    std::strerror(error) + " on host " + host_name() +
                     "); set TMPDIR to a file system with room for this rank's share of the "
                     "state");
   }
