@@ -186,7 +186,8 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
                       dinfo.description + "); raise vocab_size");
 
   const auto& tr = run.settings.train;
-  const EstimateArgs& sizes = parts.sizes;
+  run.sizes = parts.sizes;
+  const EstimateArgs& sizes = run.sizes;
   check_memory_fits(config, run.strategy->estimate(sizes), run.device->host_visible(Tier::device),
                     sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len,
                     info.n_params, local_rank_count(), *run.comm);
@@ -494,10 +495,7 @@ RunReport report_of(const Run& run, const TrainResult& result, const ModelInfo& 
   report.bytes_per_rank = job.bytes_per_rank();
   report.comm_wait_s = comm_wait;
   report.memory = job.memory;
-  report.estimate = run.strategy->estimate(
-      {run.model->params(), run.comm->size(), tr.precision, tr.grad_dtype,
-       run.model->activation_bytes({static_cast<int>(tr.micro_batch), info.seq_len}),
-       run.settings.device.memory_limit});
+  report.estimate = run.strategy->estimate(run.sizes);
   report.metrics_file = result.metrics_file;
   if (tr.save_final) report.weights_file = tr.out_dir / "model.safetensors";
   return report;

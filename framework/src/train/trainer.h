@@ -83,6 +83,9 @@ struct Run {
   std::vector<std::string> config_notes;  // RunConfig::notes(), printed after the header
 
   std::optional<Resumed> resumed;  // continuing a checkpoint
+  // What the strategy's estimate reads (make_run_parts): the run's report
+  // sets the measured peaks beside the same estimate the memory check used.
+  EstimateArgs sizes;
 
   // What the strategy's communicator moves (every collective of the job
   // when there is no gpu_comm).
