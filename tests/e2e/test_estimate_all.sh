@@ -8,6 +8,9 @@
 # - Every row's params, grads and optimizer bytes are those `ztrain
 #   estimate --strategy S` prints for the same run, and activation
 #   checkpointing lowers the activations of gpt2-tiny.
+# - For a GPU (device.kind = cuda) an offloaded optimizer's estimate adds
+#   the host copy of its working slice (2 bytes a parameter in bf16) and one
+#   bucket's receive buffer that its copy to the host still holds.
 # - --device-memory without --all, and --all with --strategy, are refused.
 #
 # usage: test_estimate_all.sh ZTRAIN_BINARY SOURCE_DIR
@@ -64,6 +67,21 @@ for s in ddp zero1 zero2 zero3 zero3_offload; do
   [ "$on" -lt "$off" ] || fail "$s: activation checkpointing does not lower the activations ($off -> $on)"
 done
 echo "every row agrees with estimate --strategy; checkpointing lowers activations"
+
+# row TIER CATEGORY FILE: the bytes of an `estimate --strategy` table row (0: none)
+row() { awk -v t="$1" -v c="$2" '$1 == t && $2 == c { b = $3 } END { print b + 0 }' "$3"; }
+gpu=(--strategy zero2_offload --model gpt2-124m --set train.precision=bf16)
+"$ZTRAIN" estimate "${gpu[@]}" "$SRC/configs/run.toml" > "$scratch/cpu.out" 2>&1 ||
+  { cat "$scratch/cpu.out" >&2; fail "the cpu estimate failed"; }
+"$ZTRAIN" estimate "${gpu[@]}" --set device.kind=cuda "$SRC/configs/run.toml" > "$scratch/gpu.out" 2>&1 ||
+  { cat "$scratch/gpu.out" >&2; fail "the GPU estimate failed"; }
+psi=$(sed -n 's/.*(gpt2, \([0-9]*\) params).*/\1/p' "$scratch/gpu.out")
+[ "$(row host offload "$scratch/cpu.out")" -eq 0 ] || fail "the cpu estimate has a host stage"
+[ "$(row host offload "$scratch/gpu.out")" -eq $((2 * psi)) ] ||
+  fail "the GPU estimate's host stage is $(row host offload "$scratch/gpu.out"), not 2 x $psi"
+[ "$(row device comm "$scratch/gpu.out")" -gt "$(row device comm "$scratch/cpu.out")" ] ||
+  fail "the GPU estimate does not count the receive buffer a copy to the host holds"
+echo "a GPU's offload estimate: host stage $(row host offload "$scratch/gpu.out") bytes, comm $(row device comm "$scratch/cpu.out") -> $(row device comm "$scratch/gpu.out")"
 
 status=0
 "$ZTRAIN" estimate --device-memory 80GiB "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1 || status=$?

@@ -191,8 +191,16 @@ MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
   auto& device = e.bytes[static_cast<std::size_t>(Tier::device)];
   device[static_cast<std::size_t>(Category::grads)] +=
       (peaks.staged + (needs_full_grads(plan) ? layout.total() : 0)) * g;
+  // On a GPU a bucket landing in a host piece holds its receive buffer
+  // until its copy is done, at most one bucket's beyond the plan
+  // (GradReducer).
+  std::uint64_t landing = 0;
+  if (!a.host_reaches_device && placement.offload != Tier::device && placement.offload_ratio > 0)
+    for (const ReduceBucket& b : plan.buckets)
+      for (const std::uint64_t part : b.counts) landing = std::max(landing, part);
+  // The store's comm buffers and the reducer's do not coincide.
   auto& comm = device[static_cast<std::size_t>(Category::comm)];
-  comm = std::max(comm, peaks.recv * g);  // the store's and the reducer's do not coincide
+  comm = std::max(comm, (peaks.recv + landing) * g);
   return e;
 }
 

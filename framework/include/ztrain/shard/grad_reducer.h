@@ -19,9 +19,9 @@
 // offloaded shard fills over PCIe while later modules compute); its
 // bucket's receive buffer is freed once the copy is done, and at most one
 // bucket's copies are left running when the next lands, so receive
-// buffers exceed the plan's by one bucket's part at most (on a GPU; the
-// cpu device's copies finish at once). finish() and any adding landing
-// wait for them first. A micro-step whose
+// buffers exceed the plan's by one bucket's part at most (on a GPU, and
+// ZeroStrategy's estimate counts it; the cpu device's copies finish at
+// once). finish() and any adding landing wait for them first. A micro-step whose
 // backward stopped before module 0 still runs the actions of the modules
 // it skipped, so every rank issues the same collectives.
 //
