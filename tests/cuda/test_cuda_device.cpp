@@ -100,33 +100,24 @@ TEST_CASE("copies between tiers and across streams arrive in order") {
   auto back = dev->allocate(Tier::host, Category::offload, n * 4);
   auto d = dev->allocate(Tier::device, Category::params, n * 4, Fill::undefined);
   for (std::size_t i = 0; i < n; ++i) host.as<float>()[i] = static_cast<float>(i);
-  // Up on the copy stream, then a change on compute, then down on copy:
-  // each step ordered after the last by order().
-  cuda.copy_async(d.data(), host.data(), n * 4, cuda.copy());
-  cuda.order(cuda.compute(), cuda.copy());
-  REQUIRE(cudaMemsetAsync(d.data(), 0, 4096, cuda.compute()) == cudaSuccess);
-  cuda.order(cuda.copy(), cuda.compute());
-  cuda.copy_async(back.data(), d.data(), n * 4, cuda.copy());
-  cuda.synchronize();
-  for (std::size_t i = 0; i < 1024; ++i) REQUIRE(back.as<float>()[i] == 0.0f);
-  for (std::size_t i = 1024; i < n; i += 997) REQUIRE(back.as<float>()[i] == static_cast<float>(i));
-}
-
-TEST_CASE("Device::copy_async: after the kernels queued before it, before those after wait()") {
-  auto dev = open();
-  auto& cuda = static_cast<CudaDevice&>(*dev);
-  const std::size_t n = 1 << 22;
-  auto host = dev->allocate(Tier::host, Category::offload, n * 4, Fill::undefined);
-  auto back = dev->allocate(Tier::host, Category::offload, n * 4);
-  auto d = dev->allocate(Tier::device, Category::params, n * 4, Fill::undefined);
-  for (std::size_t i = 0; i < n; ++i) host.as<float>()[i] = static_cast<float>(i);
-  ztrain::CopyWork up = dev->copy_async(d.data(), host.data(), n * 4);
-  up.wait();
-  CHECK(up.done());
-  // A kernel-stream change, then a copy down that must see it.
-  REQUIRE(cudaMemsetAsync(d.data(), 0, 4096, cuda.compute()) == cudaSuccess);
-  ztrain::CopyWork down = dev->copy_async(back.data(), d.data(), n * 4);
-  down.wait();
+  // Up, then a change on the compute stream, then down: each step after the
+  // last.
+  SUBCASE("on the copy stream, ordered by order()") {
+    cuda.copy_async(d.data(), host.data(), n * 4, cuda.copy());
+    cuda.order(cuda.compute(), cuda.copy());
+    REQUIRE(cudaMemsetAsync(d.data(), 0, 4096, cuda.compute()) == cudaSuccess);
+    cuda.order(cuda.copy(), cuda.compute());
+    cuda.copy_async(back.data(), d.data(), n * 4, cuda.copy());
+    cuda.synchronize();
+  }
+  SUBCASE("Device::copy_async: after the kernels queued before it, before those after wait()") {
+    ztrain::CopyWork up = dev->copy_async(d.data(), host.data(), n * 4);
+    up.wait();
+    CHECK(up.done());
+    REQUIRE(cudaMemsetAsync(d.data(), 0, 4096, cuda.compute()) == cudaSuccess);
+    ztrain::CopyWork down = dev->copy_async(back.data(), d.data(), n * 4);
+    down.wait();
+  }
   for (std::size_t i = 0; i < 1024; ++i) REQUIRE(back.as<float>()[i] == 0.0f);
   for (std::size_t i = 1024; i < n; i += 997) REQUIRE(back.as<float>()[i] == static_cast<float>(i));
 }
