@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/host_threads.h"
 #include "kernels/kernel_ops.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -18,13 +19,13 @@ namespace {
 
 class GuardedDevice final : public Device {
  public:
-  // The cpu device is kept for what making it sets up: the kernels' thread
-  // counts (oneTBB, OpenBLAS).
-  explicit GuardedDevice(int threads) : cpu_(make_cpu_device(threads)) {}
+  explicit GuardedDevice(int threads) : threads_(threads) {}
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
-  std::string name() const override { return cpu_->name() + ", device tier guarded"; }
-  int threads() const override { return cpu_->threads(); }
+  std::string name() const override {
+    return "cpu (" + std::to_string(threads_.count()) + " threads), device tier guarded";
+  }
+  int threads() const override { return threads_.count(); }
   bool host_visible(Tier tier) const override { return tier != Tier::device; }
 
   // Device-tier blocks are reachable while an Open lives (nested ones
@@ -93,7 +94,7 @@ class GuardedDevice final : public Device {
     for (const auto& [p, bytes] : blocks_) ::mprotect(p, bytes, prot);
   }
 
-  std::unique_ptr<Device> cpu_;
+  HostThreads threads_;  // the cpu kernels' (oneTBB, OpenBLAS)
   std::mutex mu_;
   std::map<void*, std::size_t> blocks_;
   int open_ = 0;

@@ -1,8 +1,5 @@
 #include "train/trainer.h"
 
-#include "core/cuda_loader.h"
-#include "core/guarded_device.h"
-
 #include <signal.h>
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -16,7 +13,9 @@
 #include <sstream>
 #include <thread>
 
+#include "core/cuda_loader.h"
 #include "core/durable_file.h"
+#include "core/guarded_device.h"
 #include "core/signals.h"
 #include "train/checkpoint_writer.h"
 #include "train/data_loader.h"
