@@ -22,7 +22,15 @@ disk_dir() {
   printf -v "$1" '%s' "$dir"
 }
 
+# fail MESSAGE: ends the test, first printing the end of what the
+# processes it ran printed (the newest $scratch/*.out files), so that a
+# failure in CI shows every rank's own account.
 fail() {
+  local f
+  for f in $(ls -t "$scratch"/*.out 2> /dev/null | head -n 8); do
+    echo "--- last lines of $(basename "$f"):" >&2
+    tail -n 25 "$f" >&2
+  done
   echo "FAIL ($test_name): $*" >&2
   exit 1
 }

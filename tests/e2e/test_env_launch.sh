@@ -35,6 +35,17 @@ ranks() {
   done
 }
 losses() { curve "$1" 20; }
+# training NAME: waits (up to 120 s) until rank 0 of NAME has logged step 2,
+# so that what the test does next happens during training, not start-up
+# (test_start_faults.sh covers that), however slowly a busy machine starts
+# the ranks.
+training() {
+  for _ in $(seq 1200); do
+    grep -q "^step 2/" "$scratch/$1.0.out" 2> /dev/null && return
+    sleep 0.1
+  done
+  fail "$1: rank 0 logged no step 2 within 120 s"
+}
 # run NAME N MICRO ACCUM [ARGS...]
 run() {
   local name=$1 n=$2 micro=$3 accum=$4 r
@@ -73,7 +84,7 @@ same_training w1_noclip gloo_bf16_w2 2e-3 2e-2
 # A killed rank: the survivor stops with an error naming the lost peer,
 # long before the 300 s collective timeout.
 ranks killed 2 --set train.steps=100000 --set train.micro_batch_size=4
-sleep 3
+training killed
 kill -9 "${pids[1]}"
 exit_within "${pids[0]}" 60
 [ "$status" -ne 0 ] || fail "rank 0 exited 0 after rank 1 was killed"
@@ -86,7 +97,7 @@ grep -q "\[rank 0\].*rank 1 closed its connection" "$scratch/killed.0.out" ||
 # its timeout came first.
 ranks frozen 3 --set train.steps=100000 --set train.micro_batch_size=4 --set train.grad_accum=1 \
   --set comm.timeout=3s
-sleep 3
+training frozen
 kill -STOP "${pids[2]}"
 for r in 0 1; do
   exit_within "${pids[$r]}" 30
@@ -103,7 +114,7 @@ wait "${pids[2]}" 2> /dev/null || true
 # A frozen rank 0 of 2: rank 1 stops within the run's 3 s timeout, which
 # it has from rank 0 (it meets with the default 300 s, not knowing the run).
 ranks frozen0 2 --set train.steps=100000 --set train.micro_batch_size=4 --set comm.timeout=3s
-sleep 3
+training frozen0
 kill -STOP "${pids[0]}"
 exit_within "${pids[1]}" 30
 [ "$status" -ne 0 ] || fail "rank 1 exited 0 beside a frozen rank 0"

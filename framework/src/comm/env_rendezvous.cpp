@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "comm/start_faults.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 
@@ -18,6 +19,11 @@ namespace {
 // How long a rank waits for rank 0 to take its heartbeat link once rank 0
 // has taken its store link.
 constexpr std::chrono::seconds kBeatsJoin{5};
+
+// How long rank 0 waits, after the meeting failed, for the ranks that have
+// not arrived yet, to tell them why: ranks a scheduler starts together
+// arrive within seconds of each other.
+constexpr std::chrono::seconds kTellLatecomers{10};
 
 // The key rank 0 sets once every rank has arrived; its value is the
 // address ranks on other hosts reached rank 0 at (empty: all on one host).
@@ -44,6 +50,7 @@ struct Meeting {
   std::uint32_t master_addr;
   std::uint16_t port;
   std::string port_name;  // what messages call the port
+  std::string token;      // ZTRAIN_JOB_TOKEN
   net::Clock::time_point until;
   std::string who;  // "rank R"
 };
@@ -74,18 +81,64 @@ Meeting meeting_from_env(double timeout_s) {
   m.port = static_cast<std::uint16_t>(port);
   m.master = master;
   m.master_addr = net::resolve(master);
+  const char* token = std::getenv("ZTRAIN_JOB_TOKEN");
+  m.token = token ? token : "";
   m.until = net::Clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
   m.who = "rank " + std::to_string(m.rank);
   return m;
 }
 
-std::string dotted(std::uint32_t addr) {
-  char text[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &addr, text, sizeof text);
-  return text;
+// Rank 0's store listens where MASTER_ADDR points, so that a job meeting
+// at 127.0.0.1 cannot be reached from the network, and on loopback for the
+// ranks of this host that reach it there; ZTRAIN_STORE_LISTEN=all asks for
+// every interface (rank 0 behind NAT, say). A job that spans hosts cannot
+// meet at a loopback address: given as one, that is an error; given as a
+// host name that resolves to loopback only here (Debian's 127.0.1.1), the
+// other hosts reach the name at an address this host cannot know, so the
+// store listens on every interface and says so.
+std::vector<net::Fd> store_listeners(const Meeting& m) {
+  const std::string hint =
+      "MASTER_ADDR must name rank 0's host (one of its addresses) and MASTER_PORT be free there "
+      "(under torchrun's agent store, ztrain meets on MASTER_PORT + 1); ZTRAIN_STORE_LISTEN=all "
+      "listens on every interface";
+  const char* mode = std::getenv("ZTRAIN_STORE_LISTEN");
+  if (mode && *mode && std::string(mode) != "all")
+    throw CommError("ZTRAIN_STORE_LISTEN=" + std::string(mode) +
+                    ": expected \"all\" (every interface), or unset to listen at MASTER_ADDR");
+  const char* local_text = std::getenv("LOCAL_WORLD_SIZE");
+  const int local = local_text ? std::atoi(local_text) : 0;
+  const bool across_hosts = net::loopback(m.master_addr) && local > 0 && m.world > local;
+  in_addr literal{};
+  if (across_hosts && ::inet_pton(AF_INET, m.master.c_str(), &literal) == 1 && !mode)
+    throw CommError("MASTER_ADDR=" + m.master +
+                    " is a loopback address, which ranks on other hosts cannot reach, yet "
+                    "WORLD_SIZE=" +
+                    std::to_string(m.world) + " spans more than the " +
+                    "LOCAL_WORLD_SIZE=" + std::to_string(local) +
+                    " ranks of rank 0's host: set "
+                    "MASTER_ADDR to an address of rank 0's host that the other hosts reach");
+  std::vector<net::Fd> out;
+  if (mode || across_hosts) {
+    if (!mode)
+      std::fprintf(stderr,
+                   "rank 0: MASTER_ADDR=%s resolves to %s here, a loopback address, but the job "
+                   "spans hosts, which reach this host by that name elsewhere: the meeting "
+                   "port listens on every interface (set MASTER_ADDR to this host's address to "
+                   "narrow it)\n",
+                   m.master.c_str(), net::dotted(m.master_addr).c_str());
+    out.push_back(net::listen_on(htonl(INADDR_ANY), m.port, hint));
+    return out;
+  }
+  out.push_back(net::listen_on(m.master_addr, m.port, hint));
+  if (!net::loopback(m.master_addr))
+    out.push_back(net::listen_on(htonl(INADDR_LOOPBACK), m.port, hint));
+  return out;
 }
 
 // Rank 0: everyone is here; tell them where other hosts reach this one.
+// A meeting that failed is held open a little longer for the ranks that
+// have not come yet, which are then told why instead of trying to reach a
+// rank 0 that has gone until their timeout.
 std::string hold_meeting(const Meeting& m, StoreServer& server, StoreClient& store) {
   const StoreServer::MissingReport missing = [&](double waited, const std::string& who) {
     std::fprintf(stderr,
@@ -94,25 +147,33 @@ std::string hold_meeting(const Meeting& m, StoreServer& server, StoreClient& sto
                  m.who.c_str(), m.port_name.c_str(), who.c_str(), waited);
     std::fflush(stderr);
   };
-  server.wait_arrivals(m.until, missing);
+  try {
+    server.wait_arrivals(m.until, missing);
+  } catch (const CommError&) {
+    server.tell_latecomers(std::min(m.until, net::Clock::now() + kTellLatecomers));
+    throw;
+  }
   const std::uint32_t outside = server.outside_address();
-  const std::string text = outside ? dotted(outside) : "";
+  const std::string text = outside ? net::dotted(outside) : "";
   store.set(kMetKey, {text.begin(), text.end()});
   return text;
 }
 
 // Ranks > 0: wait for rank 0 to see everyone; the address it was reached at.
+// The wait ends early when rank 0 lost a rank (the store's answer names it)
+// or rank 0 itself went (the link closes).
 std::string await_meeting(const Meeting& m, StoreClient& store) {
   const auto left =
       std::chrono::duration_cast<std::chrono::milliseconds>(m.until - net::Clock::now());
   try {
     store.wait({kMetKey}, std::max(left, std::chrono::milliseconds(1)));
+    const std::vector<char> v = store.get(kMetKey);
+    return {v.begin(), v.end()};
   } catch (const CommError& e) {
     throw CommError(std::string(e.what()) +
-                    "; rank 0 did not see every rank arrive: its output says which never did");
+                    " (while the ranks met; rank 0's output says which rank failed or never "
+                    "arrived)");
   }
-  const std::vector<char> v = store.get(kMetKey);
-  return {v.begin(), v.end()};
 }
 
 }  // namespace
@@ -127,7 +188,7 @@ EnvRendezvous meet_from_env(double timeout_s) {
   EnvRendezvous out;
   out.rank = m.rank;
   out.world = m.world;
-  if (m.rank == 0) out.server = std::make_shared<StoreServer>(net::listen_on(m.port), m.world);
+  if (m.rank == 0) out.server = std::make_shared<StoreServer>(store_listeners(m), m.world, m.token);
   const net::WaitReport waiting = [&](double waited) {
     std::fprintf(stderr,
                  "%s: rank 0 is not listening at %s, port %s, after %.0f s; still trying until "
@@ -135,33 +196,37 @@ EnvRendezvous meet_from_env(double timeout_s) {
                  m.who.c_str(), m.master.c_str(), m.port_name.c_str(), waited);
     std::fflush(stderr);
   };
-  // Rank 0 reaches its own store over loopback, whatever MASTER_ADDR says.
-  const std::uint32_t at = m.rank == 0 ? htonl(INADDR_LOOPBACK) : m.master_addr;
+  // Rank 0 reaches its own store over loopback.
+  const StoreAddress at{
+      m.rank == 0 && !net::loopback(m.master_addr) ? htonl(INADDR_LOOPBACK) : m.master_addr, m.port,
+      m.token};
   const std::string reach =
       m.who + ": cannot reach rank 0 at " + m.master + ", port " + m.port_name;
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
   out.store = std::make_shared<StoreClient>(
-      join_store(at, m.port, m.rank, m.world, StoreLink::store, m.until, reach, waiting), m.who,
-      timeout);
+      join_store(at, m.rank, m.world, StoreLink::store, m.until, reach, waiting), m.who, timeout);
+  start_fault_point("store", m.rank);
   out.beats.resize(static_cast<std::size_t>(m.world));
   // Rank 0 accepted the store link, so it is listening: a heartbeat link it
   // does not take within seconds means it has gone (it refused another
   // process, say), not that it is late. Waiting for it until the meeting's
   // timeout would keep this rank alive for minutes after the job failed.
   if (m.rank > 0)
-    out.beats[0] = join_store(at, m.port, m.rank, m.world, StoreLink::beats,
+    out.beats[0] = join_store(at, m.rank, m.world, StoreLink::beats,
                               std::min(m.until, net::Clock::now() + kBeatsJoin),
                               m.who + ": rank 0 accepted this rank, then stopped answering at " +
                                   m.master + ", port " + m.port_name + " (its output says why)",
                               [](double) {});
+  start_fault_point("beats", m.rank);
   const std::string outside =
       m.rank == 0 ? hold_meeting(m, *out.server, *out.store) : await_meeting(m, *out.store);
   if (m.rank == 0) out.beats = out.server->take_beats();
+  start_fault_point("met", m.rank);
   // A rank on rank 0's host may have reached it over loopback (MASTER_ADDR
   // 127.0.0.1, or a host name this host resolves to 127.0.1.1): ranks on
   // other hosts reach this host at the address they reached rank 0 at.
   const std::uint32_t own = m.rank == 0 ? htonl(INADDR_LOOPBACK) : out.store->local_address();
-  out.address = net::loopback(own) && !outside.empty() ? outside : dotted(own);
+  out.address = net::loopback(own) && !outside.empty() ? outside : net::dotted(own);
   return out;
 }
 

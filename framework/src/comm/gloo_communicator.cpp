@@ -30,8 +30,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <csignal>
 #include <array>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -41,6 +41,7 @@
 
 #include "comm/comm_worker.h"
 #include "comm/env_rendezvous.h"
+#include "comm/start_faults.h"
 #include "comm/tcp_beats.h"
 #include "core/temp_files.h"
 #include "ztrain/comm.h"
@@ -316,18 +317,42 @@ class GlooCommunicator final : public ThreadedCommunicator {
 
 namespace {
 
+// The store gloo connects the world's mesh through, which passes the
+// "published" fault point (start_faults.h) once this rank's address is in.
+class PublishingStore final : public gloo::rendezvous::Store {
+ public:
+  PublishingStore(gloo::rendezvous::Store& store, int rank) : store_(store), rank_(rank) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(key, data);
+    start_fault_point("published", rank_);
+  }
+  std::vector<char> get(const std::string& key) override { return store_.get(key); }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(keys); }
+  void wait(const std::vector<std::string>& keys, const Millis& timeout) override {
+    store_.wait(keys, timeout);
+  }
+
+ private:
+  gloo::rendezvous::Store& store_;
+  const int rank_;
+};
+
 // gloo's pair waits without end for a peer that cannot reach it (its
-// connect ignores the context's timeout), so the world's mesh is connected
-// on a thread of its own and waited for up to the meeting's timeout. One
-// that overruns is left behind, owning what it uses: the job is ending.
+// connect ignores the context's timeout), and up to the context's timeout
+// for a peer that died after publishing its address. So the world's mesh
+// is connected on a thread of its own and waited for here, in slices: a
+// rank whose heartbeat link closed (the watchdog runs already) ends the
+// wait at once, naming it; otherwise the meeting's timeout does. A thread
+// left behind owns what it uses: the job is ending.
 void connect_world(const std::shared_ptr<gloo::rendezvous::Context>& context, const Shared& shared,
-                   const std::string& address, double timeout_s) {
+                   const std::string& address, double timeout_s, const Watchdog* watchdog) {
   const std::string who = "rank " + std::to_string(context->rank);
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> connected = done->get_future();
   std::thread([context, shared, done] {
     try {
-      gloo::rendezvous::PrefixStore store("ztrain/world", *shared.store);
+      gloo::rendezvous::PrefixStore prefixed("ztrain/world", *shared.store);
+      PublishingStore store(prefixed, context->rank);
       std::shared_ptr<gloo::transport::Device> device = shared.device;
       context->connectFullMesh(store, device);
       done->set_value();
@@ -335,16 +360,26 @@ void connect_world(const std::shared_ptr<gloo::rendezvous::Context>& context, co
       done->set_exception(std::current_exception());
     }
   }).detach();
-  if (connected.wait_for(std::chrono::duration<double>(timeout_s)) == std::future_status::timeout)
-    throw CommError(who + ": gloo did not connect this rank with every other within " +
-                    std::to_string(static_cast<long long>(timeout_s)) + " s; it listens at " +
-                    address +
-                    ": a rank that cannot reach that address (a firewall, or another host "
-                    "while the address is this host's own) never connects");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (connected.wait_for(Millis(50)) == std::future_status::timeout) {
+    if (const std::string lost = watchdog ? watchdog->closed_peers() : ""; !lost.empty())
+      throw CommError(who + ": " + lost + " (while gloo connected the ranks)");
+    if (std::chrono::steady_clock::now() >= until)
+      throw CommError(who + ": gloo did not connect this rank with every other within " +
+                      std::to_string(static_cast<long long>(timeout_s)) + " s; it listens at " +
+                      address +
+                      ": a rank that cannot reach that address (a firewall, or another host "
+                      "while the address is this host's own) never connects");
+  }
   try {
     connected.get();
-  } catch (const std::exception& e) {
+  } catch (const CommError& e) {
+    // From the store, which names a lost rank itself.
     throw CommError(who + ": gloo cannot connect the ranks from " + address + ": " + e.what());
+  } catch (const std::exception& e) {
+    const std::string lost = watchdog ? watchdog->closed_peers() : "";
+    throw CommError(who + ": gloo cannot connect the ranks from " + address + ": " + e.what() +
+                    (lost.empty() ? "" : "; " + lost));
   }
 }
 
@@ -359,6 +394,11 @@ std::unique_ptr<Communicator> make_gloo_communicator(double timeout_s) {
   // PyTorch runs gloo, ignores SIGPIPE from the start.)
   std::signal(SIGPIPE, SIG_IGN);
   EnvRendezvous met = meet_from_env(timeout_s);
+  // The watchdog hears the heartbeat links from the end of the meeting, so
+  // a rank lost while gloo connects is known at once (connect_world).
+  auto watchdog = met.world > 1 ? std::make_shared<const Watchdog>(
+                                      met.rank, met.world, make_tcp_beats(std::move(met.beats)))
+                                : nullptr;
   Shared shared{met.server, met.store, nullptr};
   auto context = std::make_shared<gloo::rendezvous::Context>(met.rank, met.world);
   context->setTimeout(Millis(static_cast<long long>(timeout_s * 1000)) + kGlooGrace);
@@ -370,10 +410,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(double timeout_s) {
     throw CommError("rank " + std::to_string(met.rank) + ": gloo cannot listen at " + met.address +
                     ": " + e.what());
   }
-  connect_world(context, shared, met.address, timeout_s);
-  auto watchdog = met.world > 1 ? std::make_shared<const Watchdog>(
-                                      met.rank, met.world, make_tcp_beats(std::move(met.beats)))
-                                : nullptr;
+  connect_world(context, shared, met.address, timeout_s, watchdog.get());
+  start_fault_point("connected", met.rank);
   return std::make_unique<GlooCommunicator>(std::move(context), std::move(shared), "ztrain/world",
                                             met.rank, timeout_s, std::make_shared<CommTally>(),
                                             std::move(watchdog));

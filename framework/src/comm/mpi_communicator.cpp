@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/comm_worker.h"
+#include "comm/start_faults.h"
 #include "core/temp_files.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
@@ -102,10 +103,11 @@ class MpiBeats final : public Watchdog::Transport {
     if (!done) return;
     const std::size_t n = std::min(silent.size(), Watchdog::kMaxSilent);
     for (std::size_t k = 0; k < n; ++k) {
-      s.buffer[2 * k] = silent[k].rank;
-      s.buffer[2 * k + 1] = silent[k].silent_ms;
+      s.buffer[3 * k] = silent[k].rank;
+      s.buffer[3 * k + 1] = silent[k].silent_ms;
+      s.buffer[3 * k + 2] = silent[k].closed;
     }
-    if (MPI_Isend(s.buffer.data(), static_cast<int>(2 * n), MPI_INT32_T, peer, kTag, comm_,
+    if (MPI_Isend(s.buffer.data(), static_cast<int>(3 * n), MPI_INT32_T, peer, kTag, comm_,
                   &s.request) != MPI_SUCCESS)
       s.request = MPI_REQUEST_NULL;
   }
@@ -125,9 +127,8 @@ class MpiBeats final : public Watchdog::Transport {
       int count = 0;
       MPI_Get_count(&status, MPI_INT32_T, &count);
       Received r{peers_[i], false, {}};
-      for (int k = 0; k + 1 < count; k += 2)
-        r.silent.push_back({recv_[i].buffer[static_cast<std::size_t>(k)],
-                            recv_[i].buffer[static_cast<std::size_t>(k) + 1]});
+      for (std::size_t k = 0; k + 2 < static_cast<std::size_t>(count); k += 3)
+        r.silent.push_back({recv_[i].buffer[k], recv_[i].buffer[k + 1], recv_[i].buffer[k + 2]});
       out.push_back(std::move(r));
       post(i);
     }
@@ -137,7 +138,7 @@ class MpiBeats final : public Watchdog::Transport {
  private:
   static constexpr int kTag = 7;
   struct Slot {
-    std::array<std::int32_t, 2 * Watchdog::kMaxSilent> buffer{};
+    std::array<std::int32_t, 3 * Watchdog::kMaxSilent> buffer{};
     MPI_Request request = MPI_REQUEST_NULL;
   };
   std::size_t index(int peer) const {
@@ -176,11 +177,15 @@ class MpiCommunicator final : public ThreadedCommunicator {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    start_fault_point("mpi_init", rank);
     auto watchdog = size > 1 ? std::make_shared<const Watchdog>(
                                    rank, size, std::make_unique<MpiBeats>(runtime, MPI_COMM_WORLD))
                              : nullptr;
-    return std::make_unique<MpiCommunicator>(std::move(runtime), MPI_COMM_WORLD, timeout_s,
-                                             std::make_shared<CommTally>(), std::move(watchdog));
+    auto world =
+        std::make_unique<MpiCommunicator>(std::move(runtime), MPI_COMM_WORLD, timeout_s,
+                                          std::make_shared<CommTally>(), std::move(watchdog));
+    start_fault_point("connected", rank);
+    return world;
   }
 
   int rank() const override { return rank_; }

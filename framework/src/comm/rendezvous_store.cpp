@@ -1,11 +1,21 @@
 // The wire: every message is a frame, a 4-byte length then the body. A
 // request's body starts with its op byte: hello (magic, link, rank, world),
 // set (key length, key, value), get (key), wait (key length and key,
-// repeated). The server answers each request with one frame: empty for a
-// hello it accepts (else the reason it refuses), set and wait; the value
-// for get. A get or wait whose keys are not all there yet is held, and
-// answered by the poll loop after the set that completes it; a client has
-// one request in flight, so holding one blocks nothing else of its.
+// repeated). The server answers each request with one frame whose first
+// byte says whether it succeeded: then nothing follows for a hello, set and
+// wait, the value for get; else the reason (a refused hello, a rank lost
+// during the meeting). A get or wait whose keys are not all there yet is
+// held, and answered by the poll loop after the set that completes it; a
+// client has one request in flight, so holding one blocks nothing else of
+// its.
+//
+// Losing a rank: a rank's store link stays open for the life of the job,
+// so the server sees it close when the rank exits or dies. From then on
+// every held request and every new one, hello included, is answered with
+// the failure naming that rank and what it had done last (its stage:
+// joined, met, published its gloo address), and wait_arrivals() raises it:
+// a rank lost while the ranks start ends the others at once instead of
+// leaving them to wait for the meeting's timeout.
 #include "comm/rendezvous_store.h"
 
 #include <fcntl.h>
@@ -23,9 +33,24 @@
 namespace ztrain {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x7a74736b;  // "ztsk"
+// "zts2": the second version of this wire (answers carry a status byte).
+constexpr std::uint32_t kMagic = 0x7a747332;
 constexpr std::size_t kMaxFrame = std::size_t{1} << 26;
 enum Op : char { kHello = 0, kSet = 1, kGet = 2, kWait = 3 };
+enum Status : char { kDone = 0, kFailed = 1 };
+// Connections dropped (not ztrain ranks of this job) that rank 0 names on
+// its output; a scanner's next thousand are dropped silently.
+constexpr int kDroppedShown = 5;
+
+// Whether a hello's token is the job's, in a time that does not say how
+// much of it matched.
+bool same_token(const std::string& given, const std::string& job) {
+  if (given.size() != job.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < job.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ job[i]);
+  return diff == 0;
+}
 
 void put_u32(std::string& s, std::uint32_t v) {
   s.append(reinterpret_cast<const char*>(&v), sizeof v);
@@ -71,14 +96,19 @@ struct StoreServer::Conn {
   std::vector<char> in;
   std::string out;
   bool greeted = false, closed = false;
+  bool last = false;                      // closed once `out` has left (a refusal's answer)
+  int rank = -1;                          // once greeted as a rank's store link
   std::optional<std::vector<char>> held;  // a get or wait not answerable yet
 };
 
-StoreServer::StoreServer(net::Fd listener, int world)
-    : listener_(std::move(listener)),
+StoreServer::StoreServer(std::vector<net::Fd> listeners, int world, std::string token)
+    : listeners_(std::move(listeners)),
       world_(world),
+      token_(std::move(token)),
       store_in_(static_cast<std::size_t>(world)),
       beats_in_(static_cast<std::size_t>(world)),
+      published_(static_cast<std::size_t>(world)),
+      told_(static_cast<std::size_t>(world)),
       beats_(static_cast<std::size_t>(world)) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) < 0) throw CommError(net::sys_error("pipe"));
@@ -95,6 +125,18 @@ StoreServer::~StoreServer() {
   const char byte = 0;
   [[maybe_unused]] const ssize_t k = ::write(wake_write_.get(), &byte, 1);
   thread_.join();
+  // What the loop had still to send (the failure a lost rank left for the
+  // others, when rank 0 ends because of it) leaves before the connections
+  // close, for at most a second.
+  const auto until = net::Clock::now() + std::chrono::seconds(1);
+  for (const auto& c : conns_) {
+    if (c->closed || c->out.empty()) continue;
+    try {
+      net::send_all(c->fd.get(), c->out.data(), c->out.size(), until, "rendezvous store");
+    } catch (const CommError&) {
+      // That rank is gone too.
+    }
+  }
 }
 
 void StoreServer::loop() {
@@ -103,20 +145,26 @@ void StoreServer::loop() {
       std::lock_guard lock(mu_);
       if (stop_) return;
     }
-    std::vector<pollfd> fds{{wake_read_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
+    std::vector<pollfd> fds{{wake_read_.get(), POLLIN, 0}};
+    for (const auto& l : listeners_) fds.push_back({l.get(), POLLIN, 0});
+    const std::size_t first_conn = fds.size();
     for (const auto& c : conns_)
       fds.push_back({c->fd.get(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
     if (::poll(fds.data(), fds.size(), -1) < 0) continue;  // EINTR
-    if (fds[1].revents) accept_new();
-    for (std::size_t i = 2; i < fds.size(); ++i) {
-      Conn& c = *conns_[i - 2];
+    for (std::size_t i = 1; i < first_conn; ++i)
+      if (fds[i].revents) accept_new(fds[i].fd);
+    for (std::size_t i = first_conn; i < fds.size(); ++i) {
+      Conn& c = *conns_[i - first_conn];
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) c.closed = !read_from(c) || c.closed;
       if (!c.closed && !c.out.empty()) {
         const ssize_t k = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
         if (k > 0) c.out.erase(0, static_cast<std::size_t>(k));
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) c.closed = true;
       }
+      if (c.last && c.out.empty()) c.closed = true;
     }
+    for (const auto& c : conns_)
+      if (c->closed && c->rank >= 0) lose(c->rank);
     // A set may have completed what another connection waits for.
     for (auto& c : conns_)
       if (!c->closed && c->held && try_answer(*c)) read_from(*c);
@@ -124,9 +172,9 @@ void StoreServer::loop() {
   }
 }
 
-void StoreServer::accept_new() {
+void StoreServer::accept_new(int listener) {
   for (;;) {
-    const int fd = ::accept(listener_.get(), nullptr, nullptr);
+    const int fd = ::accept(listener, nullptr, nullptr);
     if (fd < 0) return;
     net::set_options(fd);
     auto c = std::make_unique<Conn>();
@@ -149,10 +197,13 @@ bool StoreServer::read_from(Conn& c) {
     if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) open = false;
     break;
   }
-  while (!c.held && !c.closed && c.in.size() >= 4) {
+  while (!c.held && !c.closed && !c.last && c.in.size() >= 4) {
     std::uint32_t n;
     std::memcpy(&n, c.in.data(), 4);
-    if (n == 0 || n > kMaxFrame) return false;
+    if (n == 0 || n > kMaxFrame) {
+      if (!c.greeted) drop(c, "that is not a ztrain rank (or one of another ztrain version)", "");
+      return false;
+    }
     if (c.in.size() < 4 + std::size_t{n}) break;
     std::vector<char> body(c.in.begin() + 4, c.in.begin() + 4 + n);
     c.in.erase(c.in.begin(), c.in.begin() + 4 + n);
@@ -167,10 +218,15 @@ bool StoreServer::read_from(Conn& c) {
 
 void StoreServer::handle(Conn& c, const std::vector<char>& body) {
   if (!c.greeted) return hello(c, body);
+  if (const std::string why = failed(); !why.empty()) return refuse(c, why);
   Reader r(body);
   if (body[0] == kSet) {
     const std::string key = r.bytes(r.u32());
     data_[key] = r.rest();
+    {
+      std::lock_guard lock(mu_);
+      published_[static_cast<std::size_t>(c.rank)] = true;
+    }
     reply(c, "");
   } else if (body[0] == kGet || body[0] == kWait) {
     c.held = body;
@@ -180,46 +236,77 @@ void StoreServer::handle(Conn& c, const std::vector<char>& body) {
   }
 }
 
+// Checks a hello. What is not a ztrain rank of this job (another program,
+// a scanner, a process without the job's token) is dropped and logged: it
+// must not end the job. A rank that is refused (another WORLD_SIZE, a rank
+// already claimed) is told why; during the meeting that also fails the job,
+// since those ranks were started wrong.
 void StoreServer::hello(Conn& c, const std::vector<char>& body) {
   Reader r(body);
-  if (body[0] != kHello || body.size() != 17 || r.u32() != kMagic) {
-    std::lock_guard lock(mu_);
-    if (refused_.empty())
-      refused_ = "something that is not a ztrain rank connected to the meeting port";
-    arrived_.notify_all();
-    c.closed = true;
-    return;
-  }
+  if (body[0] != kHello || body.size() < 21 || r.u32() != kMagic)
+    return drop(c, "that is not a ztrain rank (or one of another ztrain version)", "");
   const auto link = static_cast<StoreLink>(r.u32());
   const std::uint32_t rank = r.u32(), world = r.u32();
+  const std::uint32_t token_size = r.u32();
+  if (token_size != body.size() - 21 || !same_token(r.bytes(token_size), token_))
+    return drop(c, "without this job's ZTRAIN_JOB_TOKEN",
+                "its ZTRAIN_JOB_TOKEN is not the job's (rank 0's)");
   std::string refusal;
-  std::lock_guard lock(mu_);
-  auto& seen = link == StoreLink::beats ? beats_in_ : store_in_;
-  if (world != static_cast<std::uint32_t>(world_))
-    refusal = "rank " + std::to_string(rank) + " says WORLD_SIZE=" + std::to_string(world) +
-              ", rank 0 has WORLD_SIZE=" + std::to_string(world_);
-  else if (rank >= world || seen[rank])
-    refusal = "two processes claim RANK=" + std::to_string(rank);
-  if (!refusal.empty()) {
-    if (refused_.empty()) refused_ = refusal;
+  bool fails_job = false;
+  {
+    std::lock_guard lock(mu_);
+    auto& seen = link == StoreLink::beats ? beats_in_ : store_in_;
+    if (!failed_.empty())
+      refusal = failed_;
+    else if (world != static_cast<std::uint32_t>(world_))
+      refusal = "rank " + std::to_string(rank) + " says WORLD_SIZE=" + std::to_string(world) +
+                ", rank 0 has WORLD_SIZE=" + std::to_string(world_);
+    else if (rank >= world || seen[rank])
+      refusal = "two processes claim RANK=" + std::to_string(rank);
+    if (rank < told_.size()) told_[rank] = true;
     arrived_.notify_all();
-    reply(c, refusal);
+    fails_job = !refusal.empty() && failed_.empty() && !all_arrived();
+    if (refusal.empty()) {
+      seen[rank] = true;
+      if (const std::uint32_t peer = net::peer_addr_of(c.fd.get());
+          !net::loopback(peer) && !outside_)
+        outside_ = net::local_addr_of(c.fd.get());
+    }
+  }
+  if (!refusal.empty()) {
+    refuse(c, refusal);
+    c.last = true;
+    if (fails_job) fail_job(refusal);
     return;
   }
-  seen[rank] = true;
   c.greeted = true;
-  if (const std::uint32_t peer = net::peer_addr_of(c.fd.get()); !net::loopback(peer) && !outside_)
-    outside_ = net::local_addr_of(c.fd.get());
+  if (link == StoreLink::store) c.rank = static_cast<int>(rank);
   reply(c, "");
   if (link == StoreLink::beats) {
     // Handed to the watchdog whole: the accept frame leaves first.
     net::send_all(c.fd.get(), c.out.data(), c.out.size(),
                   net::Clock::now() + std::chrono::seconds(5), "rendezvous store");
     c.out.clear();
+    std::lock_guard lock(mu_);
     beats_[rank] = std::move(c.fd);
     c.closed = true;
   }
+  std::lock_guard lock(mu_);
   arrived_.notify_all();
+}
+
+void StoreServer::drop(Conn& c, const std::string& what, const std::string& answer) {
+  if (answer.empty()) {
+    c.closed = true;
+  } else {
+    refuse(c, answer);
+    c.last = true;
+  }
+  if (++dropped_ > kDroppedShown) return;
+  std::fprintf(stderr, "rank 0: dropped a connection to the meeting port from %s %s%s\n",
+               net::dotted(net::peer_addr_of(c.fd.get())).c_str(), what.c_str(),
+               dropped_ == kDroppedShown ? " (further ones are dropped without a word)" : "");
+  std::fflush(stderr);
 }
 
 // Answers a held get or wait when its keys are all there.
@@ -239,13 +326,72 @@ bool StoreServer::try_answer(Conn& c) {
   return true;
 }
 
-void StoreServer::reply(Conn& c, const std::string& body) {
-  c.out += frame(body);
+void StoreServer::reply(Conn& c, const std::string& value) {
+  c.out += frame(std::string(1, kDone) + value);
+}
+
+void StoreServer::refuse(Conn& c, const std::string& why) {
+  c.out += frame(std::string(1, kFailed) + why);
+}
+
+void StoreServer::lose(int rank) {
+  std::string why;
+  {
+    std::lock_guard lock(mu_);
+    if (!failed_.empty()) return;
+    why = "rank " + std::to_string(rank) + " closed its connection to rank 0 " + stage_of(rank) +
+          ": it exited or died (its own output says why)";
+  }
+  fail_job(why);
+}
+
+void StoreServer::fail_job(const std::string& why) {
+  {
+    std::lock_guard lock(mu_);
+    if (!failed_.empty()) return;
+    failed_ = why;
+    // A rank whose store link is open hears it: from its held or next
+    // request, or from the link closing when rank 0 ends.
+    for (std::size_t r = 0; r < told_.size(); ++r) told_[r] = told_[r] || store_in_[r];
+    arrived_.notify_all();
+  }
+  for (auto& c : conns_)
+    if (!c->closed && c->held) {
+      c->held.reset();
+      refuse(*c, why);
+    }
+}
+
+void StoreServer::tell_latecomers(net::Clock::time_point until) {
+  std::unique_lock lock(mu_);
+  arrived_.wait_until(lock, until, [&] {
+    return std::all_of(told_.begin() + 1, told_.end(), [](bool t) { return t; });
+  });
+}
+
+std::string StoreServer::failed() const {
+  std::lock_guard lock(mu_);
+  return failed_;
 }
 
 bool StoreServer::arrived(int r) const {
   const auto i = static_cast<std::size_t>(r);
   return store_in_[i] && (r == 0 || beats_in_[i]);
+}
+
+bool StoreServer::all_arrived() const {
+  for (int r = 0; r < world_; ++r)
+    if (!arrived(r)) return false;
+  return true;
+}
+
+std::string StoreServer::stage_of(int r) const {
+  if (r != 0 && !beats_in_[static_cast<std::size_t>(r)])
+    return "after joining the meeting, before opening its heartbeat link";
+  if (!all_arrived()) return "while the ranks met";
+  if (!published_[static_cast<std::size_t>(r)])
+    return "after the meeting, before publishing its gloo address";
+  return "after publishing its gloo address";
 }
 
 std::string StoreServer::missing_ranks() const {
@@ -263,14 +409,9 @@ void StoreServer::wait_arrivals(net::Clock::time_point until, const MissingRepor
   const auto start = net::Clock::now();
   auto next_report = start + net::kWaitReportEvery;
   std::unique_lock lock(mu_);
-  const auto all_in = [&] {
-    for (int r = 0; r < world_; ++r)
-      if (!arrived(r)) return false;
-    return true;
-  };
   for (;;) {
-    if (!refused_.empty()) throw CommError("rank 0: " + refused_);
-    if (all_in()) return;
+    if (!failed_.empty()) throw CommError("rank 0: " + failed_);
+    if (all_arrived()) return;
     const auto now = net::Clock::now();
     if (now >= until)
       throw CommError("rank 0: never arrived: " + missing_ranks() +
@@ -296,23 +437,44 @@ std::vector<net::Fd> StoreServer::take_beats() {
   return std::move(beats_);
 }
 
-net::Fd join_store(std::uint32_t addr, std::uint16_t port, int rank, int world, StoreLink link,
-                   net::Clock::time_point until, const std::string& who,
-                   const net::WaitReport& waiting) {
-  net::Fd fd = net::connect_to(addr, port, until, who, waiting);
-  std::string hello(1, kHello);
-  for (std::uint32_t v : {kMagic, static_cast<std::uint32_t>(link),
-                          static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(world)})
-    put_u32(hello, v);
-  const std::string f = frame(hello);
-  net::send_all(fd.get(), f.data(), f.size(), until, who);
-  std::uint32_t n = 0;
-  net::recv_all(fd.get(), &n, 4, until, who + " (rank 0 gave up?)");
-  if (n > 0) {
-    std::string refusal(n, '\0');
-    net::recv_all(fd.get(), refusal.data(), n, until, who);
-    throw CommError(who + ": rank 0 refused this rank: " + refusal);
+namespace {
+
+// One answer of the server: its value, or CommError with `what` and why:
+// the server's reason after `failed` ("rank 0 refused this rank: "), or
+// rank 0 having gone.
+std::string read_answer(int fd, net::Clock::time_point until, const std::string& what,
+                        const std::string& failed) {
+  std::string answer;
+  try {
+    std::uint32_t n = 0;
+    net::recv_all(fd, &n, 4, until, what);
+    if (n == 0 || n > kMaxFrame) throw CommError(what + ": a malformed answer from rank 0");
+    answer.resize(n);
+    net::recv_all(fd, answer.data(), n, until, what);
+  } catch (const net::PeerClosed&) {
+    throw CommError(what +
+                    ": rank 0 closed its connection: it exited or died (its output says why)");
   }
+  if (answer[0] == kFailed) throw CommError(what + ": " + failed + answer.substr(1));
+  return answer.substr(1);
+}
+
+}  // namespace
+
+net::Fd join_store(const StoreAddress& at, int rank, int world, StoreLink link,
+                   net::Clock::time_point until, const std::string& unreachable,
+                   const net::WaitReport& waiting) {
+  net::Fd fd = net::connect_to(at.addr, at.port, until, unreachable, waiting);
+  const std::string who = "rank " + std::to_string(rank);
+  std::string hello(1, kHello);
+  for (std::uint32_t v :
+       {kMagic, static_cast<std::uint32_t>(link), static_cast<std::uint32_t>(rank),
+        static_cast<std::uint32_t>(world), static_cast<std::uint32_t>(at.token.size())})
+    put_u32(hello, v);
+  hello += at.token;
+  const std::string f = frame(hello);
+  net::send_all(fd.get(), f.data(), f.size(), until, unreachable);
+  read_answer(fd.get(), until, who, "rank 0 refused this rank: ");
   return fd;
 }
 
@@ -371,11 +533,7 @@ std::string StoreClient::request(const std::string& body,
   try {
     const std::string f = frame(body);
     net::send_all(fd_.get(), f.data(), f.size(), until, context);
-    std::uint32_t n = 0;
-    net::recv_all(fd_.get(), &n, 4, until, context);
-    std::string answer(n, '\0');
-    net::recv_all(fd_.get(), answer.data(), n, until, context);
-    return answer;
+    return read_answer(fd_.get(), until, context, "");
   } catch (const CommError&) {
     fd_ = net::Fd();  // out of step with the server now
     throw;

@@ -25,10 +25,10 @@ std::string sys_error(const std::string& what) {
 namespace {
 // A failed send or receive: a reset or broken connection means the peer is
 // gone, which is what the user needs to hear.
-std::string io_error(const std::string& what) {
+[[noreturn]] void io_error(const std::string& what) {
   if (errno == ECONNRESET || errno == EPIPE)
-    return what + ": the peer closed the connection (it exited or died)";
-  return sys_error(what);
+    throw PeerClosed(what + ": the peer closed the connection (it exited or died)");
+  throw CommError(sys_error(what));
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ void send_all(int fd, const void* data, std::size_t n, Clock::time_point deadlin
     } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       wait_for(fd, POLLOUT, deadline, what);
     } else {
-      throw CommError(io_error(what));
+      io_error(what);
     }
   }
 }
@@ -80,71 +80,31 @@ void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
       p += k;
       n -= static_cast<std::size_t>(k);
     } else if (k == 0) {
-      throw CommError(what + ": the peer closed the connection (it exited or died)");
+      throw PeerClosed(what + ": the peer closed the connection (it exited or died)");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
       wait_for(fd, POLLIN, deadline, what);
     } else {
-      throw CommError(io_error(what));
+      io_error(what);
     }
   }
 }
 
-Fd listen_on(std::uint16_t port) {
+Fd listen_on(std::uint32_t addr, std::uint16_t port, const std::string& hint) {
   Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
   if (fd.get() < 0) throw CommError(sys_error("socket"));
   const int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_addr.s_addr = addr;
   a.sin_port = htons(port);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) < 0)
-    throw CommError(sys_error("cannot listen on port " + std::to_string(port)) +
-                    (port ? "; is the port taken by another job (under torchrun's agent store, "
-                            "ztrain meets on MASTER_PORT + 1)? choose another MASTER_PORT"
-                          : ""));
+    throw CommError(
+        sys_error("cannot listen at " + dotted(addr) + ", port " + std::to_string(port)) + "; " +
+        hint);
   if (::listen(fd.get(), 128) < 0) throw CommError(sys_error("listen"));
   ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
   return fd;
-}
-
-std::uint16_t port_of(int fd) {
-  sockaddr_in a{};
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  return ntohs(a.sin_port);
-}
-
-Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
-              std::uint32_t* peer_addr, const WaitReport& report) {
-  const auto start = Clock::now();
-  auto next_report = start + kWaitReportEvery;
-  for (;;) {
-    sockaddr_in a{};
-    socklen_t len = sizeof a;
-    const int fd = ::accept(listener, reinterpret_cast<sockaddr*>(&a), &len);
-    if (fd >= 0) {
-      if (peer_addr) *peer_addr = a.sin_addr.s_addr;
-      set_options(fd);
-      return Fd(fd);
-    }
-    // A client that reset before being accepted is not our failure.
-    if (errno == ECONNABORTED || errno == EPROTO) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw CommError(sys_error(what));
-    if (report && Clock::now() >= next_report) {
-      report(std::chrono::duration<double>(Clock::now() - start).count());
-      next_report += kWaitReportEvery;
-    }
-    if (!report || deadline <= next_report) {
-      wait_for(listener, POLLIN, deadline, what);  // raises the timeout
-      continue;
-    }
-    // Until a connection or the next report, whichever comes first.
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(next_report - Clock::now());
-    pollfd p{listener, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
-  }
 }
 
 namespace {
@@ -216,6 +176,12 @@ std::uint32_t peer_addr_of(int fd) {
   socklen_t len = sizeof a;
   ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len);
   return a.sin_addr.s_addr;
+}
+
+std::string dotted(std::uint32_t addr) {
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr, text, sizeof text);
+  return text;
 }
 
 std::uint32_t resolve(const std::string& host) {

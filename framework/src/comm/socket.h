@@ -5,7 +5,7 @@
 // deadline. IPv4 only. Internal to libztrain.
 //
 // Errors: CommError naming `what` and the system's reason; a reset or
-// closed connection is reported as the peer having gone.
+// closed connection is a PeerClosed, saying that the peer has gone.
 #pragma once
 
 #include <chrono>
@@ -15,9 +15,17 @@
 #include <string>
 #include <utility>
 
+#include "ztrain/error.h"
+
 namespace ztrain::net {
 
 using Clock = std::chrono::steady_clock;
+
+// The peer closed or reset the connection: it exited or died.
+class PeerClosed final : public CommError {
+ public:
+  using CommError::CommError;
+};
 
 // A socket, closed on destruction.
 class Fd {
@@ -47,16 +55,14 @@ void send_all(int fd, const void* data, std::size_t n, Clock::time_point deadlin
               const std::string& what);
 void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
               const std::string& what);
-// A listening socket on `port` (0: any free port) of every interface.
-Fd listen_on(std::uint16_t port);
-std::uint16_t port_of(int fd);
+// A listening socket on addr:port (addr in network order, INADDR_ANY for
+// every interface; port 0: any free port). `hint` ends the message of a
+// failed bind (what to do about it).
+Fd listen_on(std::uint32_t addr, std::uint16_t port, const std::string& hint);
 // Called every kWaitReportEvery while a rendezvous waits, with the seconds
 // waited so far, so a rank waiting for peers that never come says so.
 using WaitReport = std::function<void(double waited_s)>;
 inline constexpr std::chrono::seconds kWaitReportEvery{5};
-// The next connection; peer_addr (when given) receives its address.
-Fd accept_one(int listener, Clock::time_point deadline, const std::string& what,
-              std::uint32_t* peer_addr, const WaitReport& report = {});
 // Connects to addr:port, retrying until the deadline (the peer may not be
 // listening yet).
 Fd connect_to(std::uint32_t addr, std::uint16_t port, Clock::time_point deadline,
@@ -67,5 +73,7 @@ std::uint32_t local_addr_of(int fd);
 std::uint32_t peer_addr_of(int fd);
 // host's IPv4 address (network order).
 std::uint32_t resolve(const std::string& host);
+// addr (network order) as dotted text: "10.0.0.5".
+std::string dotted(std::uint32_t addr);
 
 }  // namespace ztrain::net

@@ -10,14 +10,14 @@
 namespace ztrain {
 namespace {
 
-constexpr std::uint32_t kBeatMagic = 0x7a746862;  // "zthb"
+constexpr std::uint32_t kBeatMagic = 0x7a746863;  // "zthc"
 
-// magic, count, then (rank, silent ms) pairs: always the same size, so a
-// frame is never mistaken for two.
+// magic, count, then (rank, silent ms, closed) triples: always the same
+// size, so a frame is never mistaken for two.
 struct Frame {
   std::uint32_t magic = kBeatMagic;
   std::uint32_t count = 0;
-  std::int32_t pairs[2 * Watchdog::kMaxSilent] = {};
+  std::int32_t silent[3 * Watchdog::kMaxSilent] = {};
 };
 
 class TcpBeats final : public Watchdog::Transport {
@@ -33,8 +33,9 @@ class TcpBeats final : public Watchdog::Transport {
     Frame f;
     f.count = static_cast<std::uint32_t>(std::min(silent.size(), Watchdog::kMaxSilent));
     for (std::size_t k = 0; k < f.count; ++k) {
-      f.pairs[2 * k] = silent[k].rank;
-      f.pairs[2 * k + 1] = silent[k].silent_ms;
+      f.silent[3 * k] = silent[k].rank;
+      f.silent[3 * k + 1] = silent[k].silent_ms;
+      f.silent[3 * k + 2] = silent[k].closed;
     }
     const auto* bytes = reinterpret_cast<const char*>(&f);
     l.out.assign(bytes, bytes + sizeof f);
@@ -100,7 +101,7 @@ class TcpBeats final : public Watchdog::Transport {
       if (f.magic != kBeatMagic) continue;
       Received r{rank, false, {}};
       for (std::uint32_t k = 0; k < f.count && k < Watchdog::kMaxSilent; ++k)
-        r.silent.push_back({f.pairs[2 * k], f.pairs[2 * k + 1]});
+        r.silent.push_back({f.silent[3 * k], f.silent[3 * k + 1], f.silent[3 * k + 2]});
       out.push_back(std::move(r));
     }
   }

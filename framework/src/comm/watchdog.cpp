@@ -116,8 +116,9 @@ std::vector<SilentRank> Watchdog::silent_now(Clock::time_point now) const {
     if (r == rank_ || (rank_ != 0 && r != 0)) continue;  // only rank 0 hears everyone
     const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(
         now - last_[static_cast<std::size_t>(r)]);
-    if (closed_[static_cast<std::size_t>(r)] || quiet >= silence_)
-      out.push_back({r, static_cast<std::int32_t>(quiet.count())});
+    const bool closed = closed_[static_cast<std::size_t>(r)];
+    if (closed || quiet >= silence_)
+      out.push_back({r, static_cast<std::int32_t>(quiet.count()), closed ? 1 : 0});
   }
   return out;
 }
@@ -126,8 +127,10 @@ std::string Watchdog::describe(const std::vector<SilentRank>& silent) const {
   std::string s;
   for (const auto& q : silent) {
     if (!s.empty()) s += "; ";
-    s += "rank " + std::to_string(q.rank) + " has sent no heartbeat for " + seconds(q.silent_ms) +
-         ": it died or is frozen";
+    s += "rank " + std::to_string(q.rank) +
+         (q.closed
+              ? " closed its connection: it exited or died"
+              : " has sent no heartbeat for " + seconds(q.silent_ms) + ": it died or is frozen");
   }
   return s;
 }
@@ -158,6 +161,20 @@ std::string Watchdog::verdict() const {
   if (rank_ == 0)
     return "every rank sent a heartbeat within " + seconds(silence_.count()) + ", " + alive;
   return "rank 0 hears every rank's heartbeat, " + alive;
+}
+
+std::string Watchdog::closed_peers() const {
+  std::lock_guard lock(mu_);
+  std::vector<SilentRank> closed;
+  for (int r = 0; r < world_; ++r)
+    if (closed_[static_cast<std::size_t>(r)]) closed.push_back({r, 0, 1});
+  std::string out = describe(closed);
+  std::vector<SilentRank> reported;
+  for (const auto& q : reported_)
+    if (q.closed) reported.push_back(q);
+  if (!reported.empty())
+    out += (out.empty() ? "rank 0 reports: " : "; rank 0 reports: ") + describe(reported);
+  return out;
 }
 
 std::string Watchdog::verdict_after_failure() const {

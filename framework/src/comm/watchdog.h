@@ -31,10 +31,12 @@
 
 namespace ztrain {
 
-// A rank rank 0 has not heard from, and for how long (milliseconds).
+// A rank rank 0 has not heard from, for how long (milliseconds), and
+// whether its connection closed (it exited or died) rather than went quiet.
 struct SilentRank {
   std::int32_t rank;
   std::int32_t silent_ms;
+  std::int32_t closed;  // 0 or 1
 };
 
 class Watchdog {
@@ -67,6 +69,12 @@ class Watchdog {
 
   // E.g. "rank 2 has sent no heartbeat for 3.1 s: it died or is frozen".
   std::string verdict() const;
+  // The ranks known to have closed their connection, from this rank's own
+  // links or rank 0's last report ("rank 2 closed its connection: it
+  // exited or died"); empty while none has. A closed link is a death, a
+  // silent one may be a slow rank: the ranks' start-up, which has no
+  // timeout short enough for a frozen rank, ends on this.
+  std::string closed_peers() const;
   // The verdict once a collective failed: a peer that exited breaks the
   // collective and closes its heartbeat link at about the same moment, so
   // this waits up to `silence` for the watchdog to hear which rank it was.

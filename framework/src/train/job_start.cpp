@@ -88,7 +88,12 @@ JobStart start_job(const std::function<RunConfig()>& read_run, bool overwrite) {
   const bool lead = comm->rank() == 0;
   // The launcher's rank variable may name another rank than the meeting.
   if (lead && !mine) mine = read_on_rank_0(read_run);
-  const std::string wire_text = rank_0_text(lead ? wire_of(*mine, overwrite) : "", *comm);
+  std::string wire_text;
+  try {
+    wire_text = rank_0_text(lead ? wire_of(*mine, overwrite) : "", *comm);
+  } catch (const CommError& e) {
+    throw CommError(std::string(e.what()) + " (while rank 0 sent the run to every rank)");
+  }
   const json wire = json::parse(wire_text);
   if (wire.contains("error")) {
     if (lead) std::rethrow_exception(mine->error);
