@@ -97,15 +97,17 @@ std::vector<std::string> comma_list(const std::string& text) {
   return items;
 }
 
+// The plugins found, then the files of the search directories that were
+// not taken and why: a plugin built for another ztrain must not just be
+// missing from the list.
 int list_plugins(const ztrain::PluginLoader& loader) {
-  const auto plugins = loader.load_all();
-  if (plugins.empty()) {
+  const auto scan = loader.load_all();
+  if (scan.plugins.empty()) {
     std::cout << "no plugins found; searched:\n";
     for (const auto& d : loader.search_dirs()) std::cout << "  " << d.string() << "\n";
-    return 1;
   }
   for (const char* kind : {"model", "data", "strategy"}) {
-    for (const auto& p : plugins) {
+    for (const auto& p : scan.plugins) {
       if (std::string(p.info().kind) != kind) continue;
       std::cout << kind << " " << p.info().name << " " << p.info().version << " - "
                 << p.info().description << "\n    file: " << p.file().string() << "\n";
@@ -117,7 +119,13 @@ int list_plugins(const ztrain::PluginLoader& loader) {
       }
     }
   }
-  return 0;
+  if (!scan.passed_over.empty()) std::cout << "not loaded:\n";
+  for (const auto& [file, why] : scan.passed_over) {
+    const std::string prefix = file.string() + ": ";
+    std::cout << "  " << file.string() << "\n    "
+              << (why.starts_with(prefix) ? why.substr(prefix.size()) : why) << "\n";
+  }
+  return scan.plugins.empty() ? 1 : 0;
 }
 
 // The command line, parsed.

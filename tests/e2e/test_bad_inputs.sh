@@ -191,4 +191,17 @@ check_plugin strategy ddp
 grep -qE '^    n_layer \(integer, default [0-9]+\)' "$scratch/plugins" ||
   fail "'ztrain plugins' does not show the type and default of n_layer"
 
+# Refused plugins are listed with the reason, not dropped from the list
+# (the test plugins, built beside this script's working directory).
+[[ -d "$PWD/plugins" ]] || fail "no test plugin directory at $PWD/plugins"
+"$ZTRAIN" plugins --plugin-path "$PWD/plugins" >"$scratch/plugins" 2>"$scratch/err" ||
+  fail "'ztrain plugins --plugin-path' failed: $(cat "$scratch/err")"
+grep -A1 "libztrain_strategy_bad_abi.so\$" "$scratch/plugins" |
+  grep -q "plugin ABI version 999, but this ztrain expects" ||
+  fail "'ztrain plugins' does not say why bad_abi was refused: $(cat "$scratch/plugins")"
+grep -A1 "libztrain_strategy_old_abi.so\$" "$scratch/plugins" | grep -q "without an ABI record" ||
+  fail "'ztrain plugins' does not say why old_abi was refused"
+grep -A1 "libnot_a_plugin.so\$" "$scratch/plugins" | grep -q "not a ztrain plugin" ||
+  fail "'ztrain plugins' does not list a library that is not a plugin"
+
 echo "test_bad_inputs: ok"

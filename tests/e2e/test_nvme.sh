@@ -16,7 +16,8 @@
 # - Weights in and out through the parameter swap files: a run with
 #   parameters on NVMe saves zero3's bytes, and starting from saved weights
 #   (init_from) it trains as zero3 does from them.
-# - Swap files: none is left in nvme_path after a run that ends, fails, or
+# - Swap files, named by host and pid: a killed run's are removed by the
+#   next run in nvme_path, saying so; none is left after a run that ends, fails, or
 #   is stopped with SIGTERM.
 # - Errors that name the path and what to do: a missing nvme_path, one on
 #   tmpfs, a disk without room for the swap file (a small loop-mounted
@@ -142,6 +143,26 @@ for pid in $(pgrep -f "train.out_dir=$scratch/term" || true); do kill -TERM "$pi
 exit_within "$job" 30
 no_swap_files "a job stopped with SIGTERM"
 
+# SIGKILL: the job cannot remove its swap files; the next run in that
+# nvme_path removes them, saying so.
+"$ZTRAIN" "${base[@]}" "${nvme[@]}" --set train.steps=100000 --set train.micro_batch_size=2 \
+  --set train.out_dir="$scratch/killed" "$SRC/configs/run.toml" > "$scratch/killed.out" 2>&1 &
+job=$!
+spawned+=("$job")
+for _ in $(seq 300); do
+  grep -q "step 2/" "$scratch/killed.out" 2> /dev/null && break
+  sleep 0.1
+done
+kill -9 "$job"
+wait "$job" 2> /dev/null || true
+left=$(ls -A "$swap")
+[[ "$left" == "ztrain-swap@$(hostname)@$job@rank0.optimizer" ]] ||
+  fail "the killed run's swap file is not named by host and pid: $left"
+train_run after_kill 1 2 2 "${nvme[@]}" --set strategy.sub_group_size=5000
+grep -q "nvme_path '$swap': removed the swap files of runs that ended without removing them (killed, or crashed): $left (.*, pid $job)" \
+  "$scratch/after_kill.out" || fail "the next run did not say it removed the killed run's swap file"
+no_swap_files "the run after a killed one"
+
 # Errors.
 bad() {
   local want=$1 out
@@ -179,14 +200,24 @@ tiny="$scratch/tiny"
 mkdir -p "$tiny"
 if truncate -s 4M "$scratch/tiny.img" && mkfs.ext4 -q "$scratch/tiny.img" 2> /dev/null &&
   mount -o loop "$scratch/tiny.img" "$tiny" 2> /dev/null; then
+  # A swap file of a live run (this shell's pid) is named in the error; one
+  # of a process that has ended is removed first.
+  true &
+  dead=$!
+  wait "$dead"
+  live_file="ztrain-swap@$(hostname)@$$@rank0.optimizer"
+  head -c 1048576 /dev/zero > "$tiny/$live_file"
+  head -c 1048576 /dev/zero > "$tiny/ztrain-swap@$(hostname)@$dead@rank0.optimizer"
   big=(--model gpt2-tiny --set model.n_embd=256 --set model.n_layer=4)
   out=$("$ZTRAIN" "${big[@]}" --set train.steps=1 --set train.micro_batch_size=1 --set model.seq_len=16 \
     --set train.save_final=false --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$tiny" \
     --set train.out_dir="$scratch/small_disk" "$SRC/configs/run.toml" 2>&1) && fail "a 4 MiB disk held the swap file"
-  leftovers=$(ls -A "$tiny" | grep -v lost+found || true)
+  leftovers=$(ls -A "$tiny" | grep -v "lost+found\|$live_file" || true)
   umount "$tiny"
-  grep -q "the NVMe tier needs .* but only .* are free under nvme_path '$tiny'" <<< "$out" ||
+  grep -q "the NVMe tier needs .* but only .* are free under nvme_path '$tiny'; it also holds the swap files of other runs: $live_file (1.00 MiB, pid $$ running)" <<< "$out" ||
     fail "unclear error for a full disk: $out"
+  grep -q "removed the swap files of runs that ended without removing them (killed, or crashed): ztrain-swap@$(hostname)@$dead@rank0.optimizer (1.00 MiB, pid $dead)" <<< "$out" ||
+    fail "the ended process's swap file was not removed: $out"
   [ -z "$leftovers" ] || fail "a swap file was left on the full disk: $leftovers"
   echo "error: $(grep -m1 "NVMe tier needs" <<< "$out")"
 else

@@ -1,4 +1,5 @@
 // A strategy plugin built against an ABI version the host does not speak.
+#include "load_mark.h"
 #include "ztrain/plugin.h"
 
 namespace {

@@ -1,4 +1,5 @@
 // A plugin whose build id claims another compiler.
+#include "load_mark.h"
 #include "ztrain/plugin.h"
 
 namespace {
@@ -12,3 +13,4 @@ const ztrain::PluginInfo info{
 }  // namespace
 
 BOOST_DLL_ALIAS_SECTIONED(info, ztrain_plugin_v1, ztrain)
+ZTRAIN_PLUGIN_ABI_RECORD(ztrain::kPluginAbiVersion, "clang 3.4; libc++ 1; c++201103")

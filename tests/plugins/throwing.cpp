@@ -1,5 +1,6 @@
 // A model plugin whose factory throws a non-SDK exception.
 #include <stdexcept>
+#include "load_mark.h"
 
 #include "ztrain/model.h"
 

@@ -41,7 +41,8 @@ TEST_CASE("the built-in plugins are found by name, with their info and options")
     CHECK(p.info().abi_version == kPluginAbiVersion);
   }
   const auto all = loader.load_all();
-  CHECK(all.size() == 10);
+  CHECK(all.plugins.size() == 10);
+  CHECK(all.passed_over.empty());
   CHECK(loader.load("model", "transformer").options().find("n_layer")->type == OptionType::integer);
 }
 
@@ -55,17 +56,42 @@ TEST_CASE("objects keep their library loaded after the loader's handle is gone")
   CHECK(model->modules().size() == 6);
 }
 
+namespace {
+// Whether loading `file` ran any of its code: its static constructor
+// (tests/plugins/load_mark.h) writes a file.
+bool ran_code_of(const std::filesystem::path& file, std::string* error) {
+  test::TempDir dir;
+  const auto mark = dir / "loaded";
+  ::setenv("ZTRAIN_TEST_LOAD_MARK", mark.c_str(), 1);
+  try {
+    test::loader().load_file(file);
+  } catch (const PluginError& e) {
+    *error = e.what();
+  }
+  ::unsetenv("ZTRAIN_TEST_LOAD_MARK");
+  return std::filesystem::exists(mark);
+}
+}  // namespace
+
 TEST_CASE("a wrong ABI version is refused before any plugin code runs") {
-  const std::string msg = test::message_of<PluginError>(
-      [] { test::loader().load_file(test_lib("strategy", "bad_abi")); });
+  std::string msg;
+  CHECK_FALSE(ran_code_of(test_lib("strategy", "bad_abi"), &msg));
   CHECK(contains(msg,
                  "libztrain_strategy_bad_abi.so: plugin ABI version 999, but this ztrain expects " +
                      std::to_string(kPluginAbiVersion)));
+  // A plugin of ABI 10 or older has no ABI record: refused unloaded too.
+  CHECK_FALSE(ran_code_of(test_lib("strategy", "old_abi"), &msg));
+  CHECK(
+      contains(msg, "a ztrain plugin without an ABI record, so built for plugin ABI 10 or older"));
+  // The mark works: loading a plugin of this ABI runs its constructor.
+  msg.clear();
+  CHECK(ran_code_of(test_lib("model", "throwing"), &msg));
+  CHECK(msg.empty());
 }
 
-TEST_CASE("a foreign build id is refused with both values") {
-  const std::string msg = test::message_of<PluginError>(
-      [] { test::loader().load_file(test_lib("strategy", "bad_build")); });
+TEST_CASE("a foreign build id is refused with both values, before any plugin code runs") {
+  std::string msg;
+  CHECK_FALSE(ran_code_of(test_lib("strategy", "bad_build"), &msg));
   CHECK(contains(msg, "plugin built with 'clang 3.4; libc++ 1; c++201103'"));
   CHECK(contains(msg, std::string("ztrain was built with '") + host_build_id() + "'"));
 }

@@ -2,11 +2,14 @@
 //
 // A plugin is a shared library exporting one PluginInfo, a plain C-layout
 // struct placed in the library's "ztrain" section under the alias
-// `ztrain_plugin_v1` (ZTRAIN_PLUGIN below does this). The host reads the
-// section with boost::dll::library_info without running plugin code, then
-// loads the library, checks abi_version and build_id against its own and
-// only then calls declare_options and create. A mismatch is a PluginError
-// naming the file and both values.
+// `ztrain_plugin_v1`, and one PluginAbiRecord, plain bytes in its
+// "ztrain_abi" section (ZTRAIN_PLUGIN below writes both). The host reads
+// the record from the file, without loading the library, and refuses a
+// plugin of another ABI version or build before any of its code runs (a
+// library's static constructors run when it is loaded); it then loads the
+// library, checks PluginInfo the same way and only then calls
+// declare_options and create. A mismatch is a PluginError naming the file
+// and both values.
 //
 // The C++ interfaces (Model, Strategy, DataSource) cross the boundary, so
 // host and plugin must use the same compiler and standard library: build_id
@@ -28,7 +31,7 @@
 namespace ztrain {
 
 // Bumped whenever an SDK interface changes its layout or meaning.
-inline constexpr std::uint32_t kPluginAbiVersion = 10;
+inline constexpr std::uint32_t kPluginAbiVersion = 11;
 
 class ZTRAIN_API Plugin {
  public:
@@ -45,6 +48,16 @@ struct PluginInfo {
   void (*declare_options)(OptionList* out);
   Plugin* (*create)(const Options* options);
 };
+
+// What the host reads from the plugin file before loading it: no pointers,
+// so the bytes in the file are the values (PluginInfo's strings are
+// pointers, which only loading resolves).
+struct PluginAbiRecord {
+  char magic[8];  // "ztrabi1"
+  std::uint32_t abi_version;
+  char build_id[500];  // ZTRAIN_BUILD_ID, NUL-terminated
+};
+inline constexpr char kPluginAbiMagic[8] = "ztrabi1";
 
 // The build id of the translation unit that expands it: compiler, standard
 // library and language level. The host compares its own with the plugin's.
@@ -94,7 +107,17 @@ ZTRAIN_API const char* host_build_id();
                                                  &ztrain_plugin_declare_options_, \
                                                  &ztrain_plugin_create_};         \
   }                                                                               \
-  BOOST_DLL_ALIAS_SECTIONED(ztrain_plugin_info_, ztrain_plugin_v1, ztrain)
+  BOOST_DLL_ALIAS_SECTIONED(ztrain_plugin_info_, ztrain_plugin_v1, ztrain)        \
+  ZTRAIN_PLUGIN_ABI_RECORD(ABI, ZTRAIN_BUILD_ID)
+
+// The ABI record alone (ZTRAIN_PLUGIN_WITH_ABI writes it; tests use it to
+// build a library whose record and info disagree).
+#define ZTRAIN_PLUGIN_ABI_RECORD(ABI, BUILD_ID)                            \
+  namespace {                                                              \
+  [[gnu::section("ztrain_abi"),                                            \
+    gnu::used]] const ::ztrain::PluginAbiRecord ztrain_plugin_abi_record_{ \
+      {'z', 't', 'r', 'a', 'b', 'i', '1', '\0'}, (ABI), BUILD_ID};         \
+  }
 
 #define ZTRAIN_PLUGIN(KIND, NAME, VERSION, DESCRIPTION, CLASS) \
   ZTRAIN_PLUGIN_WITH_ABI(::ztrain::kPluginAbiVersion, KIND, NAME, VERSION, DESCRIPTION, CLASS)

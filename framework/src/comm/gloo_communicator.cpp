@@ -318,13 +318,15 @@ class GlooCommunicator final : public ThreadedCommunicator {
 namespace {
 
 // The store gloo connects the world's mesh through, which passes the
-// "published" fault point (start_faults.h) once this rank's address is in.
+// "published" fault point (start_faults.h) once this rank's pair addresses
+// are in: gloo sets them under the rank's number (it sets "rank_R", the
+// host name, first).
 class PublishingStore final : public gloo::rendezvous::Store {
  public:
   PublishingStore(gloo::rendezvous::Store& store, int rank) : store_(store), rank_(rank) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     store_.set(key, data);
-    start_fault_point("published", rank_);
+    if (key == std::to_string(rank_)) start_fault_point("published", rank_);
   }
   std::vector<char> get(const std::string& key) override { return store_.get(key); }
   void wait(const std::vector<std::string>& keys) override { store_.wait(keys); }

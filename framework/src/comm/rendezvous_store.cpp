@@ -125,12 +125,28 @@ StoreServer::~StoreServer() {
   const char byte = 0;
   [[maybe_unused]] const ssize_t k = ::write(wake_write_.get(), &byte, 1);
   thread_.join();
-  // What the loop had still to send (the failure a lost rank left for the
-  // others, when rank 0 ends because of it) leaves before the connections
-  // close, for at most a second.
+  last_words();
+}
+
+// Rank 0 is ending. A rank lost just before (rank 0 may end because of it)
+// is noticed now if the loop had no time to; then every open store link
+// gets what the loop had still to send and, when the job failed, why, as
+// a frame its rank reads as the answer to its next request (it arrives
+// before the connection closes), so ranks that learn of the failure only
+// from rank 0's end still name the rank that was lost. At most a second.
+void StoreServer::last_words() {
+  for (const auto& c : conns_) {
+    char byte;
+    if (!c->closed && c->rank >= 0 && ::recv(c->fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+      c->closed = true;
+    if (c->closed && c->rank >= 0) lose(c->rank);
+  }
+  const std::string why = failed();
   const auto until = net::Clock::now() + std::chrono::seconds(1);
   for (const auto& c : conns_) {
-    if (c->closed || c->out.empty()) continue;
+    if (c->closed) continue;
+    if (!why.empty() && c->rank >= 0 && c->out.empty() && !c->last) refuse(*c, why);
+    if (c->out.empty()) continue;
     try {
       net::send_all(c->fd.get(), c->out.data(), c->out.size(), until, "rendezvous store");
     } catch (const CommError&) {
@@ -335,6 +351,7 @@ void StoreServer::refuse(Conn& c, const std::string& why) {
 }
 
 void StoreServer::lose(int rank) {
+  if (rank == 0) return;  // rank 0's own link: this process is ending
   std::string why;
   {
     std::lock_guard lock(mu_);
@@ -532,7 +549,11 @@ std::string StoreClient::request(const std::string& body,
   if (fd_.get() < 0) throw CommError(context + ": an earlier request failed");
   try {
     const std::string f = frame(body);
-    net::send_all(fd_.get(), f.data(), f.size(), until, context);
+    try {
+      net::send_all(fd_.get(), f.data(), f.size(), until, context);
+    } catch (const net::PeerClosed&) {
+      // Rank 0 has ended; why may still wait here (StoreServer::last_words).
+    }
     return read_answer(fd_.get(), until, context, "");
   } catch (const CommError&) {
     fd_ = net::Fd();  // out of step with the server now

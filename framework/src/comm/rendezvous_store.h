@@ -91,6 +91,8 @@ class StoreServer {
   // The loop's thread: rank's store link closed; the job cannot go on.
   void lose(int rank);
   void fail_job(const std::string& why);
+  // The destructor's, after the loop has stopped.
+  void last_words();
   // Under mu_: rank r opened its store connection and (but rank 0) its
   // beats connection; every rank did; the ranks that have not, as messages
   // list them; how far rank r had come, as a lost rank's message says it.

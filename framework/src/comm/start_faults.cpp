@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "ztrain/error.h"
 
@@ -35,7 +37,12 @@ void start_fault_point(const char* phase, int rank) {
     throw ConfigError("ZTRAIN_TEST_KILL_AT_START=" + hook +
                       ": expected PHASE or PHASE:RANK, PHASE one of store, beats, met, "
                       "published, mpi_init, connected");
-  if (at == phase && (at_rank < 0 || at_rank == rank)) ::kill(::getpid(), SIGKILL);
+  if (at != phase || (at_rank >= 0 && at_rank != rank)) return;
+  // Once published, the others read the address and start connecting to
+  // this rank: give them the time to, so the death finds them in gloo's
+  // connect, not in the store.
+  if (at == "published") std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(::getpid(), SIGKILL);
 }
 
 }  // namespace ztrain

@@ -8,8 +8,9 @@
 //              link yet)
 //   beats      gloo: its heartbeat link too (the meeting not over)
 //   met        gloo: every rank arrived; gloo's address not yet published
-//   published  gloo: this rank's gloo address is in the store (the mesh
-//              connecting)
+//   published  gloo: this rank's gloo address is in the store, and half a
+//              second has passed for the others to read it and start
+//              connecting to this rank
 //   mpi_init   mpi: MPI is initialised (no watchdog yet)
 //   connected  either: the world communicator and its watchdog exist (the
 //              run not yet sent by rank 0)

@@ -1,14 +1,16 @@
 #include "plugin_loader.h"
 
 #include "core/crash_note.h"
+#include "core/elf_sections.h"
 
 #include <algorithm>
 #include <boost/dll/import.hpp>
-#include <boost/dll/library_info.hpp>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -18,6 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kSection = "ztrain";
+constexpr const char* kAbiSection = "ztrain_abi";
 constexpr const char* kAlias = "ztrain_plugin_v1";
 
 bool looks_like_path(const std::string& name) {
@@ -45,6 +48,52 @@ std::shared_ptr<const PluginInfo> import_info(const fs::path& file) {
                                            [info](const PluginInfo*) mutable { info.reset(); });
 }
 
+// Both sides' ABI version and build id, compared: the same for the ABI
+// record read from the file and the PluginInfo of the loaded library.
+void check_abi(const fs::path& file, std::uint32_t abi_version, const std::string& build_id) {
+  if (abi_version != kPluginAbiVersion)
+    throw PluginError(file.string() + ": plugin ABI version " + std::to_string(abi_version) +
+                      ", but this ztrain expects " + std::to_string(kPluginAbiVersion) +
+                      "; rebuild the plugin against this ztrain SDK");
+  if (build_id != host_build_id())
+    throw PluginError(file.string() + ": plugin built with '" + build_id +
+                      "', but ztrain was built with '" + host_build_id() +
+                      "'; C++ interfaces cross the boundary, so rebuild the plugin with the "
+                      "same compiler and standard library");
+}
+
+// What is checked before the library is loaded, from the file alone (no
+// plugin code runs, its static constructors included): that it is a ztrain
+// plugin, and its ABI record.
+void check_file(const fs::path& file) {
+  std::map<std::string, std::string> sections;
+  try {
+    sections = read_elf_sections(file, {kSection, kAbiSection}, 4096);
+  } catch (const Error& e) {
+    throw PluginError(file.string() + ": not a shared library ztrain can read (" + e.what() +
+                      "); a plugin is a .so built with ztrain_add_plugin()");
+  }
+  if (!sections.contains(kSection))
+    throw PluginError(file.string() + ": a shared library but not a ztrain plugin (no '" + kAlias +
+                      "' in a 'ztrain' section); build plugins with ztrain_add_plugin() and "
+                      "ZTRAIN_PLUGIN(...)");
+  const auto record = sections.find(kAbiSection);
+  if (record == sections.end())
+    throw PluginError(file.string() +
+                      ": a ztrain plugin without an ABI record, so built for plugin ABI 10 or "
+                      "older, but this ztrain expects " +
+                      std::to_string(kPluginAbiVersion) +
+                      "; rebuild the plugin against this ztrain SDK");
+  PluginAbiRecord r;
+  if (record->second.size() != sizeof r)
+    throw PluginError(file.string() + ": its ABI record holds " +
+                      std::to_string(record->second.size()) + " bytes, not " +
+                      std::to_string(sizeof r) + " (two plugins linked into one library?)");
+  std::memcpy(&r, record->second.data(), sizeof r);
+  if (std::memcmp(r.magic, kPluginAbiMagic, sizeof r.magic) != 0)
+    throw PluginError(file.string() + ": its ABI record is not one this ztrain reads");
+  check_abi(file, r.abi_version, std::string(r.build_id, strnlen(r.build_id, sizeof r.build_id)));
+}
 }  // namespace
 
 void rethrow_detached() {
@@ -128,33 +177,12 @@ PluginLoader command_line_loader(const std::vector<std::string>& plugin_path_arg
 
 LoadedPlugin PluginLoader::load_file(const fs::path& file) const {
   if (!fs::exists(file)) throw PluginError(file.string() + ": no such plugin file");
-  std::vector<std::string> symbols;
-  try {
-    boost::dll::library_info info(boost::dll::fs::path(file.string()), true);
-    const auto sections = info.sections();
-    if (std::find(sections.begin(), sections.end(), kSection) != sections.end())
-      symbols = info.symbols(kSection);
-  } catch (const std::exception& e) {
-    throw PluginError(file.string() + ": not a shared library ztrain can read (" + e.what() +
-                      "); a plugin is a .so built with ztrain_add_plugin()");
-  }
-  if (std::find(symbols.begin(), symbols.end(), kAlias) == symbols.end())
-    throw PluginError(file.string() + ": a shared library but not a ztrain plugin (no '" + kAlias +
-                      "' in a 'ztrain' section); build plugins with ztrain_add_plugin() and "
-                      "ZTRAIN_PLUGIN(...)");
+  check_file(file);
   LoadedPlugin p;
   p.file_ = file;
   p.info_ = import_info(file);
   const PluginInfo& info = *p.info_;
-  if (info.abi_version != kPluginAbiVersion)
-    throw PluginError(file.string() + ": plugin ABI version " + std::to_string(info.abi_version) +
-                      ", but this ztrain expects " + std::to_string(kPluginAbiVersion) +
-                      "; rebuild the plugin against this ztrain SDK");
-  if (std::string(info.build_id) != host_build_id())
-    throw PluginError(file.string() + ": plugin built with '" + info.build_id +
-                      "', but ztrain was built with '" + host_build_id() +
-                      "'; C++ interfaces cross the boundary, so rebuild the plugin with the "
-                      "same compiler and standard library");
+  check_abi(file, info.abi_version, info.build_id);
   const std::string kind = info.kind;
   if (kind != "strategy" && kind != "model" && kind != "data")
     throw PluginError(file.string() + ": unknown plugin kind '" + kind +
@@ -234,21 +262,20 @@ LoadedPlugin PluginLoader::load(const std::string& kind, const std::string& name
                     "plugin file by path; `ztrain plugins` lists what is found");
 }
 
-std::vector<LoadedPlugin> PluginLoader::load_all() const {
-  std::vector<LoadedPlugin> out;
+PluginLoader::Scan PluginLoader::load_all() const {
+  Scan out;
   std::set<std::pair<std::string, std::string>> seen;
   for (const auto& f : candidates()) {
     try {
       LoadedPlugin p = load_file(f);
       if (!seen.insert({p.info().kind, p.info().name}).second) {
-        if (log_)
-          log_(f.string() + ": shadowed by an earlier " + p.info().kind + " plugin '" +
-               p.info().name + "'");
+        out.passed_over.emplace_back(f, std::string("shadowed by an earlier ") + p.info().kind +
+                                            " plugin '" + p.info().name + "'");
         continue;
       }
-      out.push_back(std::move(p));
+      out.plugins.push_back(std::move(p));
     } catch (const PluginError& e) {
-      if (log_) log_(std::string("skipped: ") + e.what());
+      out.passed_over.emplace_back(f, e.what());
     }
   }
   return out;

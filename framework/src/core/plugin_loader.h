@@ -20,6 +20,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ztrain/error.h"
@@ -65,8 +66,14 @@ class PluginLoader {
   // Loads the plugin of `kind` named `name`, or the library at `name` when it
   // is a path (contains '/' or ends in .so).
   LoadedPlugin load(const std::string& kind, const std::string& name) const;
-  // Every plugin in the search directories (first of a kind/name wins).
-  std::vector<LoadedPlugin> load_all() const;
+  // Every plugin in the search directories (first of a kind/name wins),
+  // and every candidate file not taken, with why (refused, or shadowed by
+  // an earlier plugin of the same kind and name).
+  struct Scan {
+    std::vector<LoadedPlugin> plugins;
+    std::vector<std::pair<std::filesystem::path, std::string>> passed_over;
+  };
+  Scan load_all() const;
   // Checks and loads one library file.
   LoadedPlugin load_file(const std::filesystem::path& file) const;
 

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "core/temp_files.h"
+#include "shard/swap_files.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
 
@@ -276,7 +278,14 @@ int AioEngine::create(const std::filesystem::path& dir, const std::string& name,
                   ", which is memory: swap files there would take host RAM instead of saving it "
                   "(and older kernels refuse its direct I/O); point nvme_path at a directory on "
                   "a local disk (ext4, xfs)");
-  const std::filesystem::path path = dir / ("ztrain-" + std::to_string(::getpid()) + "-" + name);
+  // What a killed run left here goes first; what other runs hold is named if
+  // the disk has no room for this file.
+  const SwapSweep swept = sweep_swap_files(dir);
+  if (!swept.removed.empty()) {
+    std::fprintf(stderr, "%s\n", swept.removed.c_str());
+    std::fflush(stderr);
+  }
+  const std::filesystem::path path = dir / swap_file_name(name);
   auto temp = std::make_unique<TempFile>(path);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -295,9 +304,13 @@ int AioEngine::create(const std::filesystem::path& dir, const std::string& name,
   if (rc != 0) {
     ::close(fd);
     if (rc == ENOSPC)
-      throw IoError("the NVMe tier needs " + format_bytes(size) + " in " + path.string() +
-                    ", but only " + format_bytes(free) + " are free under nvme_path '" +
-                    dir.string() + "'; free space, or choose another nvme_path");
+      throw IoError(
+          "the NVMe tier needs " + format_bytes(size) + " in " + path.string() + ", but only " +
+          format_bytes(free) + " are free under nvme_path '" + dir.string() + "'" +
+          (swept.others.empty() ? std::string()
+                                : "; it also holds the swap files of other runs: " + swept.others +
+                                      " (remove those no run uses)") +
+          "; free space, or choose another nvme_path");
     throw IoError("cannot reserve " + format_bytes(size) + " for " + path.string() + ": " +
                   std::strerror(rc));
   }

@@ -6,6 +6,7 @@
 // Both travel as the bits of fp32 elements, which an all-gather copies
 // untouched.
 #include "train/rank_agreement.h"
+#include "core/host_name.h"
 
 #include <unistd.h>
 
@@ -217,12 +218,6 @@ std::string rank_0_text(const std::string& text, Communicator& comm) {
   if (comm.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
   comm.broadcast(words.data(), words.size(), DType::f32, 0);
   return std::string(reinterpret_cast<const char*>(words.data()), length);
-}
-
-std::string host_name() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
 }
 
 void check_installations_agree(const std::vector<InstalledPart>& plugins, Communicator& comm) {

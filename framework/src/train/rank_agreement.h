@@ -52,8 +52,6 @@ void check_files_agree(const std::string& what, const std::vector<std::string>& 
 // every_rank_text: every rank's, in rank order, on every rank.
 std::string rank_0_text(const std::string& text, Communicator& comm);
 std::vector<std::string> every_rank_text(const std::string& mine, Communicator& comm);
-// This machine's name, for messages.
-std::string host_name();
 // Whether any rank passes true (every rank learns the same answer).
 bool any_rank(bool mine, Communicator& comm);
 // E: the error every rank raises (a refused configuration by default; a

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "core/host_name.h"
 #include "train/checkpoint_reader.h"
 #include "train/rank_agreement.h"
 #include "train/state_relay.h"

@@ -5,9 +5,13 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -60,12 +64,39 @@ std::string unwritable(const fs::path& dir, const std::string& key) {
   return {};
 }
 
-// The reason rank 0 refuses these outputs; empty when it does not.
-std::string refusal(const RunOutputs& o) {
-  if (auto why = unwritable(o.out_dir, "[train] out_dir"); !why.empty()) return why;
-  std::vector<std::string> earlier;
+// Whether a metrics file records a step trained or evaluated: without
+// one, its run never got past its start.
+bool logged_a_step(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j.value("split", "") != "") return true;
+  }
+  return false;
+}
+
+// The files of an earlier run in `dir`. A start that failed before its first
+// step (out of memory, a configuration the strategy refused) leaves its
+// config.toml and a metrics file without a step: that is no run, and the
+// next start replaces them.
+std::vector<std::string> earlier_run(const fs::path& dir) {
+  std::vector<std::string> found;
   for (const auto& f : kRunFiles)
-    if (fs::exists(o.out_dir / f)) earlier.push_back(f);
+    if (fs::exists(dir / f)) found.push_back(f);
+  const bool trained = std::any_of(found.begin(), found.end(), [&](const std::string& f) {
+    return f == "model.safetensors" || f == "config.json" || f == "latest" ||
+           (f == "metrics.jsonl" && logged_a_step(dir / f));
+  });
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (is_checkpoint_dir(e.path())) return found;
+  return trained ? found : std::vector<std::string>{};
+}
+
+// The reason rank 0 refuses these outputs (out_dir is made, writable and
+// locked by now); empty when it does not.
+std::string refusal(const RunOutputs& o) {
+  const std::vector<std::string> earlier = earlier_run(o.out_dir);
   if (!earlier.empty() && !o.overwrite && !o.resuming) {
     std::string list;
     for (const auto& f : earlier) list += (list.empty() ? "" : ", ") + f;
@@ -126,16 +157,31 @@ void remove_made(fs::path dir, const fs::path& keep) {
 
 }  // namespace
 
-void check_run_outputs(const RunOutputs& outputs, Communicator& comm) {
+std::unique_ptr<OutDirLock> lock_out_dir(const fs::path& out_dir, Communicator& comm) {
+  std::unique_ptr<OutDirLock> lock;
+  std::string why, note;
+  if (comm.rank() == 0) {
+    try {
+      lock = std::make_unique<OutDirLock>(out_dir, note);
+    } catch (const ConfigError& e) {
+      why = e.what();
+    }
+  }
+  stop_together(why, "rank 0 cannot take the run's out_dir (its message says why)", comm);
+  if (!note.empty()) std::printf("%s\n", note.c_str());
+  return lock;
+}
+
+void check_run_outputs(const RunOutputs& outputs, std::unique_ptr<OutDirLock>& lock,
+                       Communicator& comm) {
   const bool lead = comm.rank() == 0;
-  const fs::path out_base = existing_ancestor(outputs.out_dir);
   const fs::path export_dir = outputs.export_to.extension() == ".safetensors"
                                   ? outputs.export_to.parent_path()
                                   : outputs.export_to;
   const fs::path export_base = export_dir.empty() ? fs::path() : existing_ancestor(export_dir);
   const std::string why = lead ? refusal(outputs) : std::string();
   if (!why.empty()) {
-    remove_made(outputs.out_dir, out_base);
+    lock.reset();  // and with it the out_dir it made
     if (!export_dir.empty()) remove_made(export_dir, export_base);
   }
   stop_together(why, "rank 0 refused the run's outputs (its message says why); nothing was trained",

@@ -256,6 +256,10 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   return s;
 }
 
+std::filesystem::path resolve_out_dir(const RunConfig& config) {
+  return config.validate("train", train_options()).get_string("out_dir");
+}
+
 CommSettings resolve_comm(const RunConfig& config) {
   const Options c = config.validate("comm", comm_options());
   CommSettings s{c.get_string("backend"), c.get_duration("timeout")};

@@ -76,6 +76,9 @@ OptionList comm_options();
 
 // [comm] alone: the communicator is needed before the world size is known.
 CommSettings resolve_comm(const RunConfig& config);
+// [train] out_dir alone: the run's directory is locked before the run is
+// assembled.
+std::filesystem::path resolve_out_dir(const RunConfig& config);
 RunSettings resolve_settings(const RunConfig& config, int world);
 
 }  // namespace ztrain

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/fd_io.h"
+#include "core/host_name.h"
 #include "train/rank_agreement.h"
 #include "ztrain/error.h"
 

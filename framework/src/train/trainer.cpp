@@ -16,6 +16,7 @@
 #include "core/cuda_loader.h"
 #include "core/durable_file.h"
 #include "core/guarded_device.h"
+#include "core/host_name.h"
 #include "core/signals.h"
 #include "train/checkpoint_writer.h"
 #include "train/data_loader.h"
@@ -321,8 +322,10 @@ std::string resume_text(const Resumed& r, std::int64_t steps) {
   return s;
 }
 
-// What the run will write, checked on every rank before training.
-void check_outputs(const Run& run, std::int64_t n_params, bool overwrite) {
+// What the run will write, checked on every rank before training (rank 0
+// holds out_dir's lock).
+void check_outputs(const Run& run, std::int64_t n_params, bool overwrite,
+                   std::unique_ptr<OutDirLock>& lock) {
   const auto& tr = run.settings.train;
   // fp32 master, m and v per parameter, for each checkpoint out_dir holds
   // at once (keep_last, and the one being written).
@@ -333,7 +336,7 @@ void check_outputs(const Run& run, std::int64_t n_params, bool overwrite) {
                            : (tr.checkpoint_every > 0 ? tr.steps / tr.checkpoint_every + 1 : 1));
   check_run_outputs({tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, n_params, overwrite,
                      checkpoint_bytes, run.resumed.has_value()},
-                    *run.comm);
+                    lock, *run.comm);
 }
 
 // A resumed run's position: the scaler and the data continue from it.
@@ -500,14 +503,15 @@ RunReport report_of(const Run& run, const TrainResult& result, const ModelInfo& 
   return report;
 }
 
-TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
+TrainResult run_training(Run& run, bool overwrite, std::unique_ptr<OutDirLock>& out_dir_lock,
+                         Clock::time_point t_start) {
   const auto& tr = run.settings.train;
   const ModelInfo info = run.model->info();
   const DataInfo dinfo = run.data->info();
   // Rank 0 speaks for the job: progress, the run directory, the summary.
   const bool lead = run.comm->rank() == 0;
   const bool resuming = run.resumed.has_value();
-  check_outputs(run, info.n_params, overwrite);
+  check_outputs(run, info.n_params, overwrite, out_dir_lock);
   Progress progress(tr.steps, lead);
   std::optional<MetricsFile> metrics;
   if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved.toml, resuming));
@@ -668,10 +672,12 @@ TrainResult run_training(Run& run, bool overwrite, Clock::time_point t_start) {
 TrainResult train_run(const TrainArgs& args) {
   const auto t_start = Clock::now();
   JobStart job = start_job([&] { return load_run_config(args); }, args.overwrite);
+  // Held until the run and everything it writes are done.
+  std::unique_ptr<OutDirLock> out_dir_lock = lock_out_dir(resolve_out_dir(job.config), *job.comm);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
   Run run = assemble(std::move(job.comm), job.config, loader);
   try {
-    return run_training(run, job.overwrite, t_start);
+    return run_training(run, job.overwrite, out_dir_lock, t_start);
   } catch (const std::exception& e) {
     // With other ranks, unwinding the run waits for collectives they may
     // never finish (until [comm] timeout aborts the job): say what went

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "core/host_name.h"
 #include "train/rank_agreement.h"
 #include "train/state_relay.h"
 #include "train/weights.h"

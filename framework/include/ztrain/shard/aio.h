@@ -66,7 +66,10 @@ class ZTRAIN_API AioEngine {
   AioEngine& operator=(const AioEngine&) = delete;
 
   // A swap file of `bytes` (rounded up to kAlign) in `dir`, named
-  // ztrain-<pid>-<name>; returns its handle.
+  // ztrain-swap@<host>@<pid>@<name>; returns its handle. Swap files that
+  // runs of this host killed before they could remove them are removed
+  // first (saying so on stderr); other runs' files are named when the disk
+  // has no room.
   int create(const std::filesystem::path& dir, const std::string& name, std::uint64_t bytes);
   const std::filesystem::path& path(int file) const;
   Ticket read(int file, std::uint64_t offset, void* buffer, std::uint64_t bytes);
