@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -124,13 +125,19 @@ TEST_CASE(
 
 TEST_CASE("rendezvous: what is not a rank of the job is dropped without ending the meeting") {
   Server s(2, "job-secret");
-  {
-    // Five bytes from anyone used to end the meeting.
+  // Five bytes from anyone used to end the meeting; so did a well-formed
+  // frame that is not a hello.
+  const std::string framed_junk = std::string("\x11\0\0\0", 4) + std::string(17, 'x');
+  for (const std::string& junk_bytes : {std::string("hello"), framed_junk}) {
     net::Fd junk =
         net::connect_to(htonl(INADDR_LOOPBACK), s.port, Clock::now() + seconds(5), "junk");
-    net::send_all(junk.get(), "hello", 5, Clock::now() + seconds(5), "junk");
+    net::send_all(junk.get(), junk_bytes.data(), junk_bytes.size(), Clock::now() + seconds(5),
+                  "junk");
+    // Dropped: closed (recv 0) within seconds, nothing answered.
+    pollfd p{junk.get(), POLLIN, 0};
+    CHECK(::poll(&p, 1, 5000) == 1);
     char byte = 0;
-    CHECK(::recv(junk.get(), &byte, 1, 0) <= 0);  // dropped: closed, nothing answered
+    CHECK(::recv(junk.get(), &byte, 1, 0) == 0);
   }
   const std::string stranger =
       test::message_of<CommError>([&] { s.join(1, 2, StoreLink::store, "guess"); });
