@@ -69,15 +69,20 @@ constexpr const char* kUsage =
     "  ztrain --strategy ddp --set train.steps=20 configs/run.toml\n"
     "  ztrain --model gpt2-tiny --set train.steps=50 configs/run.toml\n";
 
-// `--resume` takes the next argument when it is "latest" or a directory
-// (`--resume DIR run.toml`); otherwise it stands alone for out_dir's
-// latest checkpoint (`--resume run.toml`).
+// `--resume` takes the next argument unless that is an option or a run
+// file (`--resume DIR run.toml`, `--resume latest`); alone it stands for
+// out_dir's latest checkpoint (`--resume run.toml`). A directory that is
+// not there is taken too, so the error says so rather than that two run
+// files were given.
 std::vector<std::string> resume_argument(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] != "--resume") continue;
-    const bool takes = i + 1 < args.size() &&
-                       (args[i + 1] == "latest" || std::filesystem::is_directory(args[i + 1]));
+    const auto run_file = [](const std::string& a) {
+      return a.ends_with(".toml") || std::filesystem::is_regular_file(a);
+    };
+    const bool takes = i + 1 < args.size() && !args[i + 1].starts_with("-") &&
+                       (args[i + 1] == "latest" || !run_file(args[i + 1]));
     args[i] = "--resume=" + (takes ? args[i + 1] : std::string("latest"));
     if (takes) args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
   }

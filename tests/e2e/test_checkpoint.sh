@@ -25,8 +25,12 @@
 #   with the last checkpoint whole.
 # - Stopping: SIGTERM to both ranks of a 2-rank run writes a checkpoint and
 #   exits 0, and resuming it (`resume = true`, out_dir's latest) logs the
-#   uninterrupted run's losses; a second
-#   SIGINT ends a run at once without touching `latest`.
+#   uninterrupted run's losses; SIGTERM during a checkpoint's write stops at
+#   that checkpoint (no second one), the summary names no weights, and the
+#   resumed run's metrics hold each step once; a resume with --resume alone
+#   keeps the settings the checkpoint's run was given, and one naming a
+#   directory that is not there says so; a second SIGINT ends a run at once
+#   without touching `latest`.
 # - Export: a checkpoint's weights are the live model's (byte for byte in
 #   fp32, and in bf16 for a bf16 run), and a run started from them
 #   evaluates to the same validation loss.
@@ -293,6 +297,65 @@ curve sigterm_ref "$more"
 train_curve "$out/metrics.jsonl" | awk -v s="$stop" '$1 > s' | tail -n 4 > "$scratch/sigterm_tail.curve"
 awk -v s="$stop" '$1 > s' "$scratch/sigterm_ref.curve" > "$scratch/sigterm_ref_tail.curve"
 same_training sigterm_ref_tail sigterm_tail 0 0
+
+echo "== SIGTERM while a checkpoint is written: the run stops at that checkpoint"
+# Steps of 8 tokens on a 6.5M-parameter model take ~10 ms, the 74 MiB
+# checkpoint ~0.2 s in the background: the signal comes during the write.
+# The run used to train one more step and write a second whole checkpoint.
+out="$scratch/in_write"
+in_write=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=512 --set model.seq_len=8
+  --set model.vocab_size=256 --set train.global_batch_size=1 --set train.micro_batch_size=1
+  --set train.log_every=1 --set train.eval_every=0 --set device.threads=1 --set train.checkpoint_every=20
+  --set train.out_dir="$out")
+"$ZTRAIN" "${in_write[@]}" --set train.steps=100000 "$SRC/configs/run.toml" > "$scratch/in_write.out" 2>&1 &
+spawned+=($!)
+pid=$!
+for ((i = 0; i < 3000; i++)); do
+  compgen -G "$out/step_*.tmp" > /dev/null && break
+  sleep 0.01
+done
+writing=$(compgen -G "$out/step_*.tmp" | head -n 1)
+[ -n "$writing" ] || fail "no checkpoint was being written within 30 s"
+kill -TERM "$pid"
+exit_within "$pid" 60
+[ "$status" -eq 0 ] || fail "SIGTERM during a write: exit $status, not 0"
+written=$(basename "$writing" .tmp)
+grep -q "the checkpoint of step ${written#step_}, being written when the signal came, is where it stops" \
+  "$scratch/in_write.out" || fail "SIGTERM during a write: no stop at the checkpoint in flight"
+[ "$(cat "$out/latest")" = "$written" ] || fail "SIGTERM during a write: latest is $(cat "$out/latest"), not $written"
+[ "$(ls -d "$out"/step_* | wc -l)" -eq 1 ] || fail "SIGTERM during a write: more checkpoints: $(ls "$out")"
+! grep -q "weights: " "$scratch/in_write.out" || fail "the stopped run's summary names weights it did not write"
+[ ! -e "$out/model.safetensors" ] || fail "the stopped run wrote final weights"
+echo "SIGTERM during the write of $written: stopped there"
+# Resumed, metrics.jsonl holds each step once: the stopped attempt's steps
+# past the checkpoint are dropped, saying so.
+"$ZTRAIN" "${in_write[@]}" --set train.steps=$((${written#step_} + 3)) --resume "$SRC/configs/run.toml" \
+  > "$scratch/in_write_resumed.out" 2>&1 || fail "resuming after the stop failed"
+grep -q "metrics.jsonl: dropped [0-9]* lines\? after step ${written#step_}" "$scratch/in_write_resumed.out" ||
+  fail "the resumed run did not say it dropped the later lines"
+steps_logged=$(train_curve "$out/metrics.jsonl" | awk '{print $1}')
+[ "$(sort -n <<< "$steps_logged" | uniq -d)" = "" ] || fail "metrics.jsonl logs a step twice after the resume"
+[ "$(tail -n 1 <<< "$steps_logged")" -eq $((${written#step_} + 3)) ] || fail "the resumed run did not finish"
+
+echo "== a resume continues the run as it was set"
+# Started with --set train.checkpoint_every=2, resumed with --resume and a
+# new step count only: it keeps checkpointing (it used to stop silently),
+# saying which settings came from the checkpoint's run.
+out="$scratch/inherit"
+"$ZTRAIN" "${base[@]}" --set train.steps=4 --set train.checkpoint_every=2 --set train.out_dir="$out" \
+  "$SRC/configs/run.toml" > "$scratch/inherit.out" 2>&1 || fail "the run to resume failed"
+"$ZTRAIN" "${base[@]}" --set train.steps=8 --set train.out_dir="$out" --resume "$SRC/configs/run.toml" \
+  > "$scratch/inherit_resumed.out" 2>&1 || fail "the resume failed: $(tail -2 "$scratch/inherit_resumed.out")"
+grep -A3 "resume: from the run that wrote $out/step_4, what this run does not set:" "$scratch/inherit_resumed.out" |
+  grep -q "train.checkpoint_every = 2" || fail "the resume does not say it kept checkpoint_every"
+grep -q "changed: train.steps: 4 -> 8" "$scratch/inherit_resumed.out" || fail "the resume does not say steps changed"
+[ -d "$out/step_6" ] && [ "$(cat "$out/latest")" = step_8 ] || fail "the resumed run stopped checkpointing: $(ls "$out")"
+# --resume with a directory that is not there says so.
+status=0
+"$ZTRAIN" "${base[@]}" --resume "$scratch/no_such_run" "$SRC/configs/run.toml" > "$scratch/missing.out" 2>&1 ||
+  status=$?
+[ "$status" -eq 2 ] && grep -q "no checkpoint at '$scratch/no_such_run': no such directory" "$scratch/missing.out" ||
+  fail "--resume with a missing directory: $(tail -1 "$scratch/missing.out")"
 
 echo "== a second SIGINT ends the run at once"
 out="$scratch/sigint"

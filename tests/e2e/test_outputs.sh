@@ -10,7 +10,8 @@
 #   existing file without --overwrite.
 # - A disk without room for the weights (a small loop-mounted file system,
 #   where this machine allows one) is found before training, naming the
-#   bytes needed and free; nothing partial is left there. A disk that fills
+#   bytes needed and free; nothing partial is left there. The checkpoints a
+#   run holds at once are reserved, none when it writes none. A disk that fills
 #   during the final save (injected) fails the run naming the file, and
 #   leaves no partial weights file.
 #
@@ -110,7 +111,19 @@ if truncate -s 4M "$scratch/tiny.img" && mkfs.ext4 -q "$scratch/tiny.img" 2> /de
     --set train.micro_batch_size=1 --set model.seq_len=16 --set train.out_dir="$tiny/run" \
     "$SRC/configs/run.toml" > "$scratch/full.out" 2>&1 || status=$?
   leftovers=$(ls -A "$tiny" | grep -v lost+found || true)
+  # A run whose weights fit and which writes no checkpoint reserves none (it
+  # used to reserve keep_last + 1); with checkpoint_every it reserves the
+  # ones it will hold at once, which do not fit here.
+  small=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+    --set model.vocab_size=256 --set train.steps=2 --set device.threads=1)
+  "$ZTRAIN" "${small[@]}" --set train.out_dir="$tiny/small" "$SRC/configs/run.toml" \
+    > "$scratch/small.out" 2>&1 || fail "a run without checkpoints was refused on a small disk: $(tail -2 "$scratch/small.out")"
+  small_status=0
+  "$ZTRAIN" "${small[@]}" --set train.checkpoint_every=1 --set train.out_dir="$tiny/small_ckpt" \
+    "$SRC/configs/run.toml" > "$scratch/small_ckpt.out" 2>&1 || small_status=$?
   umount "$tiny"
+  [ "$small_status" -eq 2 ] && grep -q "the run will write .* under '$tiny/small_ckpt'" "$scratch/small_ckpt.out" ||
+    fail "checkpoints that do not fit were not refused: $(tail -2 "$scratch/small_ckpt.out")"
   [ "$status" -eq 2 ] || fail "full disk: exit $status, not 2: $(cat "$scratch/full.out")"
   grep -q "the run will write .* under '$tiny/run' (weights, checkpoints, metrics and configuration), but only .* are free there" \
     "$scratch/full.out" || fail "full disk: unclear error: $(cat "$scratch/full.out")"

@@ -36,6 +36,10 @@ Watchdog::Watchdog(int rank, int world, std::unique_ptr<Transport> transport,
 Watchdog::~Watchdog() {
   stop_ = true;
   thread_.join();
+  // Rank 0's last heartbeat says whom it has lost: a rank that learns of
+  // the failure only from rank 0's end then still names the rank that
+  // failed first.
+  if (rank_ == 0) beat(Clock::now());
   unwatch_signal(SIGTERM);
   // One that came after the thread's last look ends the process as it
   // would have without the watchdog, unless the ranks are already stopping
@@ -49,9 +53,15 @@ Watchdog::~Watchdog() {
 void Watchdog::loop() {
   auto next_beat = Clock::now();
   while (!stop_) {
-    for (const auto& r : transport_->receive(period_)) heard(r, Clock::now());
+    bool lost = false;
+    for (const auto& r : transport_->receive(period_)) {
+      heard(r, Clock::now());
+      lost = lost || r.closed;
+    }
     const auto now = Clock::now();
-    if (now >= next_beat) {
+    // Rank 0 tells the others of a closed link at once, not a period later:
+    // it may be gone by then (ending because of that rank).
+    if (now >= next_beat || (lost && rank_ == 0)) {
       next_beat = now + period_;
       beat(now);
     }

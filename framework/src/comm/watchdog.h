@@ -4,7 +4,10 @@
 // Every rank runs one watchdog beside its world communicator (a thread
 // waking every `period`). Rank 0 hears a heartbeat from every rank and
 // sends one to each; its heartbeats carry the ranks it has not heard from
-// for `silence` (with how long), so every rank knows what rank 0 knows.
+// for `silence` (with how long) or whose link closed, so every rank knows
+// what rank 0 knows. A closed link is passed on at once, and rank 0's
+// watchdog beats once more as it ends, so a rank that sees only rank 0 go
+// still names the rank rank 0 lost.
 // A backend supplies the Transport: the mpi backend sends MPI messages on a
 // communicator of their own, the gloo backend a heartbeat connection to
 // rank 0's rendezvous store that also shows a peer's death at once (the

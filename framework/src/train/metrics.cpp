@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/durable_file.h"
 
 #include "ztrain/error.h"
 
@@ -105,6 +108,26 @@ JsonLine& JsonLine::add_comm(std::string_view k, const CommCounters& counters) {
 
 MetricsFile::MetricsFile(const std::filesystem::path& path, bool append) : path_(path) {
   out_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
+  if (!out_)
+    throw Error("cannot write metrics file '" + path.string() +
+                "'; check that [train] out_dir is writable");
+}
+
+MetricsFile::MetricsFile(const std::filesystem::path& path, std::int64_t step, std::size_t& dropped)
+    : path_(path) {
+  dropped = 0;
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const bool later = j.is_object() && j.value("step", std::int64_t{0}) > step;
+    if (later)
+      ++dropped;
+    else
+      kept += line + "\n";
+  }
+  if (dropped) write_file_atomically(path, kept);
+  out_.open(path, std::ios::out | std::ios::app);
   if (!out_)
     throw Error("cannot write metrics file '" + path.string() +
                 "'; check that [train] out_dir is writable");

@@ -40,6 +40,11 @@ class MetricsFile {
  public:
   // A resumed run appends to its run's file; a new one starts it.
   explicit MetricsFile(const std::filesystem::path& path, bool append = false);
+  // A run resumed at `step` appends after the lines of the steps up to it:
+  // the file's later lines (the attempt that went on past its checkpoint
+  // before it was stopped or killed) are dropped, since the resumed run
+  // logs those steps again. `dropped` receives how many lines went.
+  MetricsFile(const std::filesystem::path& path, std::int64_t step, std::size_t& dropped);
   void write(const JsonLine& line);
   const std::filesystem::path& path() const { return path_; }
 

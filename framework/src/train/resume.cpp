@@ -3,10 +3,14 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <sstream>
+
+#include <toml++/toml.h>
 
 #include "core/host_name.h"
 #include "train/checkpoint_reader.h"
 #include "train/rank_agreement.h"
+#include "train/run_settings.h"
 #include "train/state_relay.h"
 
 #include "ztrain/error.h"
@@ -29,6 +33,31 @@ bool may_change(const std::string& key) {
 
 std::string shown(const std::string& v) {
   return v.empty() ? "unset" : v;
+}
+
+// The leaves of `theirs` (the checkpoint's run) that `config` does not set
+// and a resume takes,
+// into `taken` (dotted keys within the section, as set_imported takes them)
+// and `list` ("key = value").
+void take_unset(const toml::table& theirs, const std::string& prefix, const RunConfig& config,
+                toml::table& taken, std::vector<std::string>& list) {
+  for (const auto& [k, node] : theirs) {
+    const std::string key = prefix + std::string(k.str());
+    if (const auto* t = node.as_table()) {
+      toml::table sub;
+      take_unset(*t, key + ".", config, sub, list);
+      if (!sub.empty()) taken.insert(k.str(), std::move(sub));
+      continue;
+    }
+    // grad_accum follows from the global batch, the micro-batch and the
+    // world size, which a resume may change.
+    if (key == "train.resume" || key == "train.grad_accum" || config.table().at_path(key).node())
+      continue;
+    taken.insert(k.str(), node);
+    std::ostringstream value;
+    value << toml::toml_formatter{toml::table{{"v", node}}};
+    list.push_back(key + value.str().substr(1));
+  }
 }
 
 }  // namespace
@@ -178,6 +207,41 @@ Resumed resume_from(const ResumeRequest& r, Strategy& strategy, Communicator& co
                                                 std::to_string(comm.size()));
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
+}
+
+void inherit_resumed_run(RunConfig& config) {
+  const toml::node* resume = config.table().at_path("train.resume").node();
+  if (!resume || !resume->is_string() || resume->value_or(std::string()).empty()) return;
+  const std::string target = resume->value_or(std::string());
+  std::optional<Checkpoint> checkpoint;
+  toml::table theirs;
+  try {
+    checkpoint.emplace(Checkpoint::locate(target == "latest" ? resolve_out_dir(config)
+                                                             : std::filesystem::path(target)));
+    theirs = toml::parse(checkpoint->manifest().config_toml);
+  } catch (const std::exception&) {
+    return;  // resume_from reports it, with the rest of its checks
+  }
+  const std::string origin = "the run that wrote " + checkpoint->dir().string();
+  std::vector<std::string> list;
+  for (const auto& [section, node] : theirs) {
+    const auto* t = node.as_table();
+    if (!t) continue;
+    const std::string name(section.str());
+    const std::string plugin = t->at_path("plugin").value_or(std::string());
+    if (!plugin.empty() && config.plugin(name, plugin) != plugin) continue;
+    toml::table taken;
+    const std::size_t before = list.size();
+    take_unset(*t, name + ".", config, taken, list);
+    std::map<std::string, std::string> origins;
+    for (std::size_t i = before; i < list.size(); ++i)
+      origins[list[i].substr(0, list[i].find(' '))] = origin;
+    if (!taken.empty()) config.set_imported(name, taken, false, origins);
+  }
+  if (list.empty()) return;
+  std::string note = "resume: from " + origin + ", what this run does not set:";
+  for (const auto& l : list) note += "\n  " + l;
+  config.add_note(note);
 }
 
 }  // namespace ztrain

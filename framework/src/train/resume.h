@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/config.h"
 #include "train/checkpoint_manifest.h"
 #include "ztrain/comm.h"
 #include "ztrain/strategy.h"
@@ -66,5 +67,15 @@ struct ResumeRequest {
 };
 
 Resumed resume_from(const ResumeRequest& request, Strategy& strategy, Communicator& comm);
+
+// A resumed run (train.resume set) continues the checkpoint's run as that
+// run was set: every key its config.toml sets (its defaults are comments
+// there) that this run's file and command line do not set is taken from it,
+// with the checkpoint as its origin, and a note lists them; so `--resume`
+// alone continues a run started with --set options. A section whose plugin
+// this run replaced (another strategy) takes nothing, nor does grad_accum
+// (derived from the global batch, the micro-batch and the world size). Does nothing when the
+// checkpoint cannot be found or read: resume_from says why.
+void inherit_resumed_run(RunConfig& config);
 
 }  // namespace ztrain

@@ -219,17 +219,26 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
 
 // Makes the run directory with its config.toml; the metrics file in it. A
 // resumed run keeps the directory's config.toml (the checkpoint's manifest
-// has the configuration each part ran with) and appends to its metrics.
+// has the configuration each part ran with) and appends to its metrics,
+// after the lines of the steps up to its checkpoint.
 MetricsFile open_run_dir(const fs::path& out_dir, const std::string& resolved_config,
-                         bool resuming) {
+                         const std::optional<Resumed>& resumed, Progress& progress) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec)
     throw Error("cannot create run directory '" + out_dir.string() + "': " + ec.message() +
                 "; set [train] out_dir to a writable path");
-  if (!resuming || !fs::exists(out_dir / "config.toml"))
+  if (!resumed || !fs::exists(out_dir / "config.toml"))
     write_file_atomically(out_dir / "config.toml", resolved_config);
-  return MetricsFile(out_dir / "metrics.jsonl", resuming);
+  if (!resumed) return MetricsFile(out_dir / "metrics.jsonl");
+  std::size_t dropped = 0;
+  MetricsFile metrics(out_dir / "metrics.jsonl", resumed->position.step, dropped);
+  if (dropped)
+    progress.line("metrics.jsonl: dropped " + std::to_string(dropped) + " line" +
+                  (dropped > 1 ? "s" : "") + " after step " +
+                  std::to_string(resumed->position.step) +
+                  " (the attempt that went on past the checkpoint), which this run logs again");
+  return metrics;
 }
 
 // The manifest of a checkpoint at `position`, without its state.
@@ -328,12 +337,20 @@ void check_outputs(const Run& run, std::int64_t n_params, bool overwrite,
                    std::unique_ptr<OutDirLock>& lock) {
   const auto& tr = run.settings.train;
   // fp32 master, m and v per parameter, for each checkpoint out_dir holds
-  // at once (keep_last, and the one being written).
-  const std::uint64_t checkpoint_bytes =
-      12 * static_cast<std::uint64_t>(n_params) *
-      static_cast<std::uint64_t>(
-          tr.keep_last > 0 ? tr.keep_last + 1
-                           : (tr.checkpoint_every > 0 ? tr.steps / tr.checkpoint_every + 1 : 1));
+  // at once: the run writes one every checkpoint_every steps and at its
+  // end, and keeps keep_last of them beside the one being written. A run
+  // without checkpoint_every writes one only when stopped by a signal,
+  // which is not reserved (that write reports a full disk itself).
+  const std::uint64_t written =
+      tr.checkpoint_every > 0
+          ? static_cast<std::uint64_t>(tr.steps / tr.checkpoint_every +
+                                       (tr.steps % tr.checkpoint_every != 0 ? 1 : 0))
+          : 0;
+  const std::uint64_t held =
+      tr.keep_last > 0 ? std::min(written, static_cast<std::uint64_t>(tr.keep_last) + 1) : written;
+  std::uint64_t checkpoint_bytes = 0;
+  if (__builtin_mul_overflow(12 * static_cast<std::uint64_t>(n_params), held, &checkpoint_bytes))
+    checkpoint_bytes = UINT64_MAX;  // more than any disk: refused, naming the bytes
   check_run_outputs({tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, n_params, overwrite,
                      checkpoint_bytes, run.resumed.has_value()},
                     lock, *run.comm);
@@ -458,6 +475,18 @@ class CheckpointsInFlight {
     step_ = at.step;
     if (last || pending_->written_in_step()) commit(false);
   }
+  // The ranks agreed to stop after the step `at`: the checkpoint being
+  // written, if any, is finished and is the one the run stops at (a signal
+  // during a large write must not cost a second one); else one of `at` is
+  // written. Returns the step of the checkpoint the run stops at.
+  std::int64_t stop(const TrainingPosition& at) {
+    if (pending_) {
+      commit(true);
+      return step_;
+    }
+    after_step(at, false, true, true);
+    return at.step;
+  }
 
  private:
   void commit(bool overlapped) {
@@ -514,7 +543,7 @@ TrainResult run_training(Run& run, bool overwrite, std::unique_ptr<OutDirLock>& 
   check_outputs(run, info.n_params, overwrite, out_dir_lock);
   Progress progress(tr.steps, lead);
   std::optional<MetricsFile> metrics;
-  if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved.toml, resuming));
+  if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved.toml, run.resumed, progress));
 
   const auto params = run.model->params();
   const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
@@ -575,6 +604,7 @@ TrainResult run_training(Run& run, bool overwrite, std::unique_ptr<OutDirLock>& 
   std::int64_t& skipped_steps = at.skipped;
   const std::int64_t first_step = at.step;
   CheckpointsInFlight checkpoints(run, metrics ? &*metrics : nullptr, progress);
+  std::int64_t stopped_at = 0;  // the step of the checkpoint a stop ends at
   for (std::int64_t step = first_step; step < tr.steps && !stopped; ++step) {
     const auto t0 = Clock::now();
     const double lr = schedule.at(applied) * (step + 1 == perturbed_step ? 1.1 : 1.0);
@@ -640,20 +670,30 @@ TrainResult run_training(Run& run, bool overwrite, std::unique_ptr<OutDirLock>& 
     if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
     at.step = done;
     at.scaler = scaler.state();
-    const bool last = stopped || done == tr.steps;
-    checkpoints.after_step(at, written_everywhere,
-                           stopped || (tr.checkpoint_every > 0 &&
-                                       (done % tr.checkpoint_every == 0 || done == tr.steps)),
-                           last);
+    if (stopped)
+      stopped_at = checkpoints.stop(at);
+    else
+      checkpoints.after_step(
+          at, written_everywhere,
+          tr.checkpoint_every > 0 && (done % tr.checkpoint_every == 0 || done == tr.steps),
+          done == tr.steps);
     mark = run.counters();
   }
   progress.finish();
   if (stopped) {
-    progress.line("stopped at step " + std::to_string(at.step) + " by " +
-                  (StopRequests::requested() == SIGINT ? "SIGINT" : "SIGTERM") +
-                  " (checkpoint above); continue with the same command and --resume (the "
-                  "latest checkpoint in " +
-                  tr.out_dir.string() + ")");
+    const std::string signal = StopRequests::requested() == SIGINT ? "SIGINT" : "SIGTERM";
+    progress.line(
+        "stopped at step " + std::to_string(at.step) + " by " + signal + "; " +
+        (stopped_at == at.step
+             ? std::string("checkpoint above")
+             : "the checkpoint of step " + std::to_string(stopped_at) +
+                   ", being written when the signal came, is where it stops (" +
+                   (at.step == stopped_at + 1 ? "step " + std::to_string(at.step) + " is"
+                                              : "steps " + std::to_string(stopped_at + 1) + "-" +
+                                                    std::to_string(at.step) + " are") +
+                   " trained again)") +
+        "; continue with the same command and --resume (the latest checkpoint in " +
+        tr.out_dir.string() + "); no final weights were written");
   } else {
     // Every rank takes part (sharded parameters are gathered); rank 0 writes.
     if (tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32, lead);
@@ -663,8 +703,9 @@ TrainResult run_training(Run& run, bool overwrite, std::unique_ptr<OutDirLock>& 
   result.tokens_per_s =
       timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
 
-  const RunReport report = report_of(run, result, info, dinfo, scaler, at.step - first_step,
-                                     skipped_steps, comm_wait, train_comm, t_start);
+  RunReport report = report_of(run, result, info, dinfo, scaler, at.step - first_step,
+                               skipped_steps, comm_wait, train_comm, t_start);
+  if (stopped) report.weights_file.reset();  // a stopped run writes none
   progress.line(summary_text(report));
   return result;
 }
@@ -765,7 +806,10 @@ RunConfig load_run_config(const TrainArgs& args) {
   RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
                                      config_roots(args.config));
   resume_shorthand(config);
-  if (args.deepspeed.empty()) return config;
+  if (args.deepspeed.empty()) {
+    inherit_resumed_run(config);
+    return config;
+  }
   if (!args.strategy.empty())
     throw ConfigError("--deepspeed " + args.deepspeed.string() +
                       " gives the strategy; drop --strategy " + args.strategy);
@@ -774,6 +818,7 @@ RunConfig load_run_config(const TrainArgs& args) {
   config.set_imported("train", imported.train, false, imported.origins);
   for (const auto& o : args.overrides) config.override_with(o);
   resume_shorthand(config);
+  inherit_resumed_run(config);
   for (const auto& n : imported.notes) config.add_note(n);
   for (const auto& w : imported.warnings) config.add_note("warning: " + w);
   return config;
