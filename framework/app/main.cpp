@@ -200,19 +200,33 @@ void expect_words(const Cli& c, std::size_t words, const std::string& usage) {
   if (c.positional.size() != words) throw ztrain::ConfigError("usage: " + usage);
 }
 
+// The ranks an estimate is for: --world, or --nproc as a launch would take
+// it (not both, unless they agree); a hostfile's ranks are its slots.
+int estimate_world(const Cli& c) {
+  if (!c.hostfile.empty())
+    throw ztrain::ConfigError(
+        "estimate --hostfile: give the number of ranks with --world N (the hostfile's slots)");
+  if (!c.given.count("nproc")) return c.world;
+  if (!c.given["world"].defaulted() && c.world != c.nproc)
+    throw ztrain::ConfigError("estimate: --nproc " + std::to_string(c.nproc) + " and --world " +
+                              std::to_string(c.world) + " disagree; give one");
+  return c.nproc;
+}
+
 int estimate_command(const Cli& c) {
   expect_words(c, 2, "ztrain estimate [--world N] [options] CONFIG");
-  if (c.world < 1)
-    throw ztrain::ConfigError("--world " + std::to_string(c.world) + ": give 1 or more ranks");
+  const int world = estimate_world(c);
+  if (world < 1)
+    throw ztrain::ConfigError("--world " + std::to_string(world) + ": give 1 or more ranks");
   if (c.all_strategies) {
-    ztrain::SizingArgs sizing{c.run_args(c.positional[1]), c.world, c.gpus_per_node, std::nullopt};
+    ztrain::SizingArgs sizing{c.run_args(c.positional[1]), world, c.gpus_per_node, std::nullopt};
     if (!c.device_memory.empty()) sizing.device_memory = ztrain::parse_size(c.device_memory);
     ztrain::estimate_all(sizing, std::cout);
     return 0;
   }
   if (c.given.count("gpus-per-node") || !c.device_memory.empty())
     throw ztrain::ConfigError("--gpus-per-node and --device-memory go with estimate --all");
-  ztrain::estimate(c.run_args(c.positional[1]), c.world, std::cout);
+  ztrain::estimate(c.run_args(c.positional[1]), world, std::cout);
   return 0;
 }
 
@@ -259,9 +273,11 @@ std::optional<int> tool_command(const Cli& c) {
   }
   if (command == "compare") {
     expect_words(c, 2, "ztrain compare --strategies A,B,... [--nproc N] [--steps K] CONFIG");
-    return ztrain::compare({c.run_args(c.positional[1]), comma_list(c.strategies),
-                            c.given.count("nproc") ? c.nproc : 1, c.steps, c.compare_out},
-                           std::cout);
+    return ztrain::compare(
+        {c.run_args(c.positional[1]), comma_list(c.strategies),
+         c.given.count("nproc") ? c.nproc : 1,
+         c.given.count("steps") ? std::optional(c.steps) : std::nullopt, c.compare_out},
+        std::cout);
   }
   if (command == "checkpoint") {
     if (c.positional.size() != 3 || c.positional[1] != "info")

@@ -2,7 +2,11 @@
 # Bad inputs fail early, with a non-zero status (1 or 2, never a crash) and a
 # message that says what and where: config errors name file:line:col and the
 # key, data errors the file, a missing plugin the directories searched.
-# Also: `ztrain plugins` lists the built-in plugins with their options.
+# Also: `ztrain plugins` lists the built-in plugins with their options, and
+# the files it did not load with why. Bounds say the real limit, a size's
+# error names its key once, a text file may hold nothing out when the run
+# does not evaluate (and the run says how many epochs it reads), and
+# weights that are not finite are refused at load, naming the tensor.
 #
 # usage: test_bad_inputs.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -190,6 +194,54 @@ check_plugin strategy ddp
 # Options show type and default.
 grep -qE '^    n_layer \(integer, default [0-9]+\)' "$scratch/plugins" ||
   fail "'ztrain plugins' does not show the type and default of n_layer"
+
+# ------------------------------------------------------------ (f) bounds, odd values
+# Steps past what 64-bit counters hold say the real bound at this batch.
+must_fail "steps past the bound" "$ZTRAIN" "${TINY[@]}" --set train.steps=9223372036854775806 \
+  --set train.out_dir="$scratch/bound" "$SRC/configs/run.toml"
+says "steps past the bound" "at most 1152921504606846975 steps at this batch"
+must_fail "steps past 64 bits" "$ZTRAIN" "${TINY[@]}" --set train.steps=1e19 "$SRC/configs/run.toml"
+says "steps past 64 bits" "past the 64-bit integers (at most 9223372036854775807)"
+# A negative size names its key once.
+must_fail "negative memory_limit" "$ZTRAIN" "${TINY[@]}" --set device.memory_limit=-5 "$SRC/configs/run.toml"
+says "negative memory_limit" "[device] memory_limit: got -5"
+[[ $(grep -o "\[device\] memory_limit" "$scratch/err" | wc -l) -eq 1 ]] ||
+  fail "the memory_limit error repeats its prefix: $(cat "$scratch/err")"
+
+# A text file with nothing held out trains when the run does not evaluate,
+# and says how many epochs it reads; with evaluation it is refused, naming
+# eval_every.
+python3 -c "print('hello world, this is text. ' * 200)" >"$scratch/text.txt"
+text=(--model gpt2-tiny --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=16
+  --set model.vocab_size=256 --set data.plugin=text --set data.path="$scratch/text.txt"
+  --set data.val_fraction=0 --set train.steps=100 --set device.threads=1)
+"$ZTRAIN" "${text[@]}" --set train.eval_every=0 --set train.out_dir="$scratch/no_val" \
+  "$SRC/configs/run.toml" >"$scratch/no_val.out" 2>&1 ||
+  fail "val_fraction = 0 without evaluation was refused: $(tail -2 "$scratch/no_val.out")"
+grep -Eq "^data: [0-9]+ training sequences; 100 steps of 8 read them [0-9.]+ times \(epochs\): the data repeats" \
+  "$scratch/no_val.out" || fail "a run that repeats its data does not say how many epochs"
+must_fail "val_fraction 0 with evaluation" "$ZTRAIN" "${text[@]}" --set train.out_dir="$scratch/val0" \
+  "$SRC/configs/run.toml"
+says "val_fraction 0 with evaluation" "0 held-out tokens" "[train] eval_every = 0 to hold nothing out"
+
+# init_from weights holding a NaN are refused at load, naming the tensor.
+tiny_w=(--model gpt2-tiny --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=16
+  --set model.vocab_size=64 --set device.threads=1 --set train.steps=1)
+"$ZTRAIN" "${tiny_w[@]}" --set train.out_dir="$scratch/weights" "$SRC/configs/run.toml" >/dev/null 2>&1 ||
+  fail "the run making weights failed"
+python3 - "$scratch/weights/model.safetensors" "$scratch/nan.safetensors" <<'PY'
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+start = 8 + n + header["transformer.wte.weight"]["data_offsets"][0]
+data[start + 4 * 5:start + 4 * 6] = struct.pack("<f", float("inf"))
+open(sys.argv[2], "wb").write(data)
+PY
+must_fail "weights with an inf" "$ZTRAIN" "${tiny_w[@]}" --set model.init_from="$scratch/nan.safetensors" \
+  --set train.out_dir="$scratch/from_nan" "$SRC/configs/run.toml"
+says "weights with an inf" "init_from: tensor 'transformer.wte.weight'" "holds inf at element 5"
+! grep -q "^step 1" "$scratch/out" || fail "the run trained on weights that are not finite"
 
 # Refused plugins are listed with the reason, not dropped from the list
 # (the test plugins, built beside this script's working directory).

@@ -11,9 +11,9 @@
 #   compare exits 1; the others are not named.
 # - A device memory limit between zero3_offload's measured peak and ddp's:
 #   ddp is reported out of memory, zero3_offload completes, exit 0.
-# - A strategy that does not exist fails alone; the comparison completes
-#   (exit 1). An earlier comparison is not overwritten without --overwrite;
-#   a strategy given twice is refused.
+# - A strategy that does not exist is refused, naming it, before any job
+#   runs (exit 2); so is --steps 0. An earlier comparison is not
+#   overwritten without --overwrite; a strategy given twice is refused.
 # - Where Chromium is installed, a headless screenshot of the page shows
 #   the charts drawn (pixels of the strategies' colours).
 #
@@ -115,18 +115,22 @@ grep -q "out of memory" "$scratch/oom/compare.html" || fail "the report does not
 echo "ddp out of memory under a $limit-byte limit; zero3_offload completed"
 
 echo "== failures and refusals"
-compare missing --strategies ddp,nosuch --steps 2
-[ "$status" -eq 1 ] || fail "a failed job made compare exit $status, not 1"
-grep -Eq "^nosuch +failed +.*nosuch" "$scratch/missing.out" ||
-  { cat "$scratch/missing.out" >&2; fail "the missing strategy is not reported as failed"; }
-grep -Eq "^ddp +completed" "$scratch/missing.out" || fail "ddp did not complete beside it"
+compare missing --strategies ddp,nosuch,zero1 --steps 2
+[ "$status" -eq 2 ] || fail "an unknown strategy made compare exit $status, not 2"
+grep -q "not every strategy can run, so none was started" "$scratch/missing.out" &&
+  grep -q "^  nosuch: no strategy plugin named 'nosuch'" "$scratch/missing.out" ||
+  { cat "$scratch/missing.out" >&2; fail "the unknown strategy is not named before any job"; }
+! grep -q "^ddp" "$scratch/missing.out" && [ ! -e "$scratch/missing" ] || fail "a job ran before the check"
+compare zero_steps --strategies ddp,zero1 --steps 0
+[ "$status" -eq 2 ] && grep -q "compare: --steps 0: give 1 or more" "$scratch/zero_steps.out" ||
+  fail "--steps 0 was not refused"
 compare all --strategies ddp --steps 2
 [ "$status" -eq 2 ] && grep -q "holds an earlier comparison; give another --out or --overwrite" \
   "$scratch/all.out" || fail "an earlier comparison was not protected"
 compare twice --strategies ddp,zero1,ddp
 [ "$status" -eq 2 ] && grep -q "strategy 'ddp' is given twice" "$scratch/twice.out" ||
   fail "a strategy given twice was not refused"
-echo "a missing strategy fails alone; an earlier comparison and a repeated strategy are refused"
+echo "an unknown strategy, --steps 0, an earlier comparison and a repeated strategy are refused"
 
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$browser" ]; then

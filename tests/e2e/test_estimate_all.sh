@@ -89,4 +89,24 @@ status=0
 status=0
 "$ZTRAIN" estimate --all --strategy zero3 "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1 || status=$?
 [ "$status" -eq 2 ] && grep -q "drop --strategy" "$scratch/bad.out" || fail "--all with --strategy accepted"
+# --nproc is the world size, as a launch would take it; with --world it must agree.
+"$ZTRAIN" estimate --nproc 4 "$SRC/configs/run.toml" > "$scratch/nproc.out" 2>&1 &&
+  grep -q "estimate: strategy ddp, 4 ranks" "$scratch/nproc.out" || fail "estimate --nproc 4 was not for 4 ranks"
+status=0
+"$ZTRAIN" estimate --nproc 4 --world 2 "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q "\-\-nproc 4 and --world 2 disagree" "$scratch/bad.out" ||
+  fail "--nproc and --world disagreeing accepted"
 echo "misuse refused"
+
+# A model one of whose modules exceeds a preset's max_live_parameters (a
+# Llama-3-70B shape: its embedding has 1.05e9 elements, zero3's cap is 1e9)
+# is a row saying what to raise, not a failed table.
+llama70=(--model llama-7b --set model.n_layer=80 --set model.n_embd=8192 --set model.n_head=64
+  --set model.n_kv_head=8 --set model.intermediate_size=28672 --set model.vocab_size=128256
+  --set train.global_batch_size=64 --set train.micro_batch_size=1)
+"$ZTRAIN" estimate --all "${llama70[@]}" --world 64 --gpus-per-node 8 --device-memory 80GiB \
+  "$SRC/configs/run.toml" > "$scratch/llama70.out" 2>&1 || fail "estimate --all failed on a 70B shape: $(tail -2 "$scratch/llama70.out")"
+grep -Eq "^zero3 +- .*cannot run as set: \[strategy\] max_live_parameters = 1000000000 is smaller than module 0, which needs 1050673152 .*raise it to at least 1050673152" \
+  "$scratch/llama70.out" || fail "the zero3 row does not say what to raise: $(grep ^zero3 "$scratch/llama70.out")"
+grep -Eq "^zero2 +[0-9.]+ GiB" "$scratch/llama70.out" || fail "the other rows are missing"
+echo "70B shape: $(grep -c "cannot run as set" "$scratch/llama70.out") presets need a larger max_live_parameters"

@@ -171,3 +171,20 @@ TEST_CASE("rendezvous: a refused rank fails the meeting, and ranks arriving late
   REQUIRE(told.wait_for(seconds(5)) == std::future_status::ready);
   CHECK(told.get() < 5.0);
 }
+
+TEST_CASE("rendezvous: rank 0 ending after a lost rank tells the others which rank it lost") {
+  auto s = std::make_unique<Server>(3, "");
+  StoreClient rank0 = s->client(0, 3);
+  net::Fd rank1_store = s->join(1, 3, StoreLink::store);
+  net::Fd rank1_beats = s->join(1, 3, StoreLink::beats);
+  StoreClient rank2 = s->client(2, 3);
+  net::Fd rank2_beats = s->join(2, 3, StoreLink::beats);
+  s->server->wait_arrivals(Clock::now() + seconds(10), [](double, const std::string&) {});
+  rank1_store = net::Fd();  // rank 1 dies
+  for (int i = 0; i < 200 && s->server->failed().empty(); ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  s.reset();  // rank 0 ends because of it
+  // Rank 2 asks only now: the answer waiting in its connection names rank 1.
+  const std::string why = test::message_of<CommError>([&] { rank2.get("ztrain/world/1"); });
+  CHECK(contains(why, "rank 1 closed its connection to rank 0"));
+}

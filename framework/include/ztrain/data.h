@@ -30,6 +30,9 @@ struct DataSetup {
   int seq_len = 0;
   int vocab_size = 0;
   std::uint64_t seed = 0;
+  // Whether the run evaluates on the val split: when it does not, a source
+  // may hold nothing out (val_fraction = 0), and fill(val) is never called.
+  bool evaluates = true;
 };
 
 struct DataInfo {
@@ -39,6 +42,10 @@ struct DataInfo {
   // The files the source reads, as opened. Ranks started on several hosts
   // compare their sizes and sampled contents before training.
   std::vector<std::string> files;
+  // Distinct training sequences (one epoch), for a source that has a finite
+  // number of them (a file); the host says when a run reads them more than
+  // once. Unset: endless (a generator).
+  std::optional<std::uint64_t> train_sequences;
 };
 
 class ZTRAIN_API DataSource : public Plugin {

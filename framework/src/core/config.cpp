@@ -400,7 +400,12 @@ struct Validator {
           d = node.value_or(0.0);
         else
           wrong();
-        if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.2e18) wrong();
+        // A TOML integer is an int64 already; a float must be a whole number
+        // inside that range (2^63 is not).
+        if (!node.is_integer() && (!std::isfinite(d) || d != std::floor(d))) wrong();
+        if (!node.is_integer() && std::fabs(d) >= 9223372036854775808.0)
+          fail(rel, "got " + node_text(node) +
+                        ", past the 64-bit integers (at most 9223372036854775807)");
         check_range(s, rel, d, node);
         v = node.is_integer() ? node.value_or<std::int64_t>(0) : static_cast<std::int64_t>(d);
         break;
@@ -430,19 +435,18 @@ struct Validator {
         break;
       }
       case OptionType::size: {
+        // wrong() and fail() add the key's place once: outside the try,
+        // whose catch adds it to what the parsers say.
+        if (!node.is_number() && !node.is_string()) wrong();
+        if (node.is_integer() && node.value_or<std::int64_t>(0) < 0) wrong();
         std::uint64_t bytes = 0;
         try {
-          if (node.is_integer()) {
-            const auto i = node.value_or<std::int64_t>(0);
-            if (i < 0) wrong();
-            bytes = static_cast<std::uint64_t>(i);
-          } else if (node.is_floating_point()) {
+          if (node.is_integer())
+            bytes = static_cast<std::uint64_t>(node.value_or<std::int64_t>(0));
+          else if (node.is_floating_point())
             bytes = size_from_number(node.value_or(0.0));
-          } else if (node.is_string()) {
+          else
             bytes = parse_size(node.value_or(std::string()));
-          } else {
-            wrong();
-          }
         } catch (const ConfigError& e) {
           fail(rel, e.what());
         }
@@ -451,14 +455,11 @@ struct Validator {
         break;
       }
       case OptionType::duration: {
+        if (!node.is_number() && !node.is_string()) wrong();
         double secs = 0;
         try {
-          if (node.is_number())
-            secs = node.value_or(0.0);
-          else if (node.is_string())
-            secs = parse_duration(node.value_or(std::string()));
-          else
-            wrong();
+          secs =
+              node.is_number() ? node.value_or(0.0) : parse_duration(node.value_or(std::string()));
         } catch (const ConfigError& e) {
           fail(rel, e.what());
         }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/durable_file.h"
+#include "core/plugin_loader.h"
 #include "train/compare_report.h"
 #include "train/run_settings.h"
 #include "train/trainer.h"
@@ -162,8 +163,32 @@ void check_args(const CompareArgs& a) {
                         (s.empty() ? "is empty" : "is given twice") + " in --strategies");
   if (a.nproc < 1)
     throw ConfigError("compare: --nproc " + std::to_string(a.nproc) + ": give 1 or more ranks");
-  if (a.steps < 0)
-    throw ConfigError("compare: --steps " + std::to_string(a.steps) + ": give 1 or more");
+  if (a.steps && *a.steps < 1)
+    throw ConfigError("compare: --steps " + std::to_string(*a.steps) +
+                      ": give 1 or more (or leave it out for the run's train.steps)");
+}
+
+// Every strategy of the comparison names a preset or a plugin that loads,
+// checked before any job runs: a misspelt last name used to be found after
+// the others had trained.
+void check_strategies(const CompareArgs& a) {
+  const PluginLoader loader(default_plugin_dirs(a.run.plugin_paths), {});
+  std::string bad;
+  for (const auto& s : a.strategies) {
+    TrainArgs run = a.run;
+    run.strategy = s;
+    try {
+      loader.load("strategy", load_run_config(run).plugin("strategy", "ddp"));
+    } catch (const Error& e) {
+      const std::string why = e.what();
+      bad += std::string(bad.empty() ? "" : "\n") + "  " + s + ": " + why.substr(0, why.find(';'));
+    }
+  }
+  if (!bad.empty())
+    throw ConfigError(
+        "compare: not every strategy can run, so none was started (`ztrain plugins` "
+        "lists the strategies found):\n" +
+        bad);
 }
 
 }  // namespace
@@ -172,12 +197,13 @@ int compare(const CompareArgs& a, std::ostream& os) {
   check_args(a);
   // The run file loads here first, so a bad one fails once, not per job.
   const RunConfig config = load_run_config(a.run);
+  check_strategies(a);
   const RunSettings settings = resolve_settings(config, a.nproc);
   Comparison c;
   c.run_file = a.run.config.string();
   c.precision = precision_label(settings.train.precision);
   c.ranks = a.nproc;
-  c.steps = a.steps > 0 ? a.steps : settings.train.steps;
+  c.steps = a.steps.value_or(settings.train.steps);
   c.tolerance = tolerance_for(c.precision);
   const fs::path out = a.out_dir.empty() ? fs::path("runs/compare") : a.out_dir;
   if (fs::exists(out / "compare.json") && !a.run.overwrite)

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -32,7 +33,7 @@ struct CompareArgs {
   TrainArgs run;
   std::vector<std::string> strategies;  // presets, plugin names or paths
   int nproc = 1;                        // ranks per job (mpirun when > 1)
-  std::int64_t steps = 0;               // 0: the run file's train.steps
+  std::optional<std::int64_t> steps;    // none: the run file's train.steps
   std::filesystem::path out_dir;        // empty: runs/compare
 };
 

@@ -43,16 +43,17 @@ std::vector<fs::path> strategy_presets(const fs::path& run_file) {
 
 struct Sized {
   std::string strategy;
+  std::string refused;    // why the preset cannot run this model as set; empty: it can
   MemoryEstimate states;  // per rank, activations not included
   std::uint64_t activations_off = 0, activations_on = 0;
   std::int64_t n_params = 0;
   std::string model;
 };
 
-// One preset's estimate, with activation checkpointing off and on.
-Sized size_of(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader) {
-  Sized s;
-  s.strategy = preset.stem().string();
+// The model states and activations of `preset`, with activation
+// checkpointing off and on, into s.
+void size_states(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader,
+                 Sized& s) {
   for (const bool checkpointing : {false, true}) {
     TrainArgs run = a.run;
     run.strategy = preset.string();
@@ -66,6 +67,19 @@ Sized size_of(const SizingArgs& a, const fs::path& preset, const PluginLoader& l
     s.n_params = parts.info.n_params;
     s.model = parts.info.arch;
     s.states = parts.strategy->estimate(parts.sizes);
+  }
+}
+
+// One preset's row. A preset whose settings cannot hold this model (a
+// module larger than its max_live_parameters) is a row saying so and what
+// to set, not the end of the table.
+Sized size_of(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader) {
+  Sized s;
+  s.strategy = preset.stem().string();
+  try {
+    size_states(a, preset, loader, s);
+  } catch (const ConfigError& e) {
+    s.refused = e.what();
   }
   return s;
 }
@@ -107,7 +121,11 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
                       a.run.config.string() + "' or in the installed configs");
   std::vector<Sized> rows;
   for (const fs::path& p : presets) rows.push_back(size_of(a, p, loader));
-  const Sized& any = rows.front();
+  const auto sized =
+      std::find_if(rows.begin(), rows.end(), [](const Sized& s) { return s.refused.empty(); });
+  if (sized == rows.end())
+    throw ConfigError("estimate --all: no preset can run this model: " + rows.front().refused);
+  const Sized& any = *sized;
   os << "estimate --all: " << any.model << ", " << any.n_params << " parameters, " << a.world
      << (a.world == 1 ? " rank" : " ranks") << ", " << a.gpus_per_node << " per node";
   if (a.device_memory) os << "; devices of " << format_bytes(*a.device_memory);
@@ -118,6 +136,12 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
                 "dev ckpt", "host/node", "nvme/node", "fits");
   os << line;
   for (const Sized& s : rows) {
+    if (!s.refused.empty()) {
+      std::snprintf(line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s  ",
+                    s.strategy.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-");
+      os << line << "cannot run as set: " << s.refused << "\n";
+      continue;
+    }
     const std::uint64_t states = tier_total(s.states, Tier::device);
     const std::uint64_t buffers = states - device_bytes(s.states, Category::params) -
                                   device_bytes(s.states, Category::grads) -

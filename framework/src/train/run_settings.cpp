@@ -244,6 +244,13 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.micro_batch = m;
   tr.grad_accum = a;
   tr.global_batch = m * a * w;
+  // The data's position counts sequences in 64 bits: steps x global batch
+  // must fit (integers never wrap).
+  if (std::int64_t sequences = 0; __builtin_mul_overflow(tr.steps, tr.global_batch, &sequences))
+    throw ConfigError(t.where("steps") + ": [train] steps = " + std::to_string(tr.steps) +
+                      " at a global batch of " + std::to_string(tr.global_batch) +
+                      " sequences passes the 64-bit count of sequences; at most " +
+                      std::to_string(INT64_MAX / tr.global_batch) + " steps at this batch");
 
   const Options d = config.validate("device", device_options());
   s.device = resolve_device(d);

@@ -101,7 +101,8 @@ DataInfo open_data(Run& run, const RunParts& parts) {
   DataInfo info;
   try {
     run.data = parts.data_lib.create<DataSource>(parts.data_options);
-    run.data->setup({parts.info.seq_len, parts.info.vocab_size, run.data_seed});
+    run.data->setup({parts.info.seq_len, parts.info.vocab_size, run.data_seed,
+                     run.settings.train.eval_every > 0});
     info = run.data->info();
   } catch (const DataError& e) {
     why = std::string(e.what()) + " (on host " + host_name() + ", rank " +
@@ -414,6 +415,22 @@ void log_step(const StepLog& s, MetricsFile* metrics, Progress& progress) {
   progress.line(buf);
 }
 
+// The line saying that a run reads its data more than once, and how many
+// times; empty when it does not, or the source is endless.
+std::string epochs_note(const DataInfo& d, const TrainSettings& tr) {
+  if (!d.train_sequences || *d.train_sequences == 0) return {};
+  const double epochs = static_cast<double>(tr.steps) * static_cast<double>(tr.global_batch) /
+                        static_cast<double>(*d.train_sequences);
+  if (epochs <= 1.0) return {};
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "data: %llu training sequences; %lld steps of %lld read them %.3g times (epochs): "
+                "the data repeats",
+                static_cast<unsigned long long>(*d.train_sequences),
+                static_cast<long long>(tr.steps), static_cast<long long>(tr.global_batch), epochs);
+  return line;
+}
+
 // The run's opening lines, from its parts.
 RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo) {
   const auto& tr = run.settings.train;
@@ -555,6 +572,7 @@ TrainResult run_training(Run& run, bool overwrite, std::unique_ptr<OutDirLock>& 
 
   progress.line(run_header(header_of(run, info, dinfo)));
   for (const auto& note : run.config_notes) progress.line(note);
+  if (const std::string epochs = epochs_note(dinfo, tr); !epochs.empty()) progress.line(epochs);
   LossScaler scaler(tr.scaler);
   // Where the loop stands.
   TrainingPosition at =

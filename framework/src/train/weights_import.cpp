@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -96,6 +97,10 @@ WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, cons
                            comm);
   const std::uint64_t moved =
       load_through_rank_0(strategy, file ? &*file : nullptr, true, "init_from", comm);
+  stop_together<DataError>(file ? file->not_finite() : std::string(),
+                           "init_from: rank 0 found a value that is not finite (its error names "
+                           "the tensor)",
+                           comm);
   WeightsImport w;
   w.from_rank_0 = true;
   w.bytes_read = file ? file->bytes_read() : 0;
@@ -121,9 +126,26 @@ void WeightsFile::get(ParamId p, std::uint64_t first, std::uint64_t count, State
   if (a != StateArray::master) return std::fill(out, out + count, 0.0f);  // a fresh optimizer
   const auto i = static_cast<std::size_t>(p);
   const SafetensorsEntry& e = *match_.at(i);
-  if (params_[i].hf_transposed) return read_transposed(e, params_[i].shape, first, count, out);
-  file_.read_f32(e, first, count, out);
-  bytes_read_ += count * dtype_size(e.dtype);
+  if (params_[i].hf_transposed)
+    read_transposed(e, params_[i].shape, first, count, out);
+  else
+    file_.read_f32(e, first, count, out);
+  if (!params_[i].hf_transposed) bytes_read_ += count * dtype_size(e.dtype);
+  check_finite(p, first, count, out);
+}
+
+void WeightsFile::check_finite(ParamId p, std::uint64_t first, std::uint64_t count,
+                               const float* values) {
+  if (!not_finite_.empty()) return;
+  const float* bad =
+      std::find_if(values, values + count, [](float v) { return !std::isfinite(v); });
+  if (bad == values + count) return;
+  const auto i = static_cast<std::size_t>(p);
+  not_finite_ = "init_from: tensor '" + match_[i]->name + "' (parameter " + params_[i].name +
+                ") holds " + std::to_string(*bad) + " at element " +
+                std::to_string(first + static_cast<std::uint64_t>(bad - values)) +
+                " of the model's layout; weights that are not finite cannot train (saved from a "
+                "run that diverged?): give other weights";
 }
 
 // Model element (i, j) of shape (R, C) is the file's (j, i): for each file
@@ -159,6 +181,10 @@ WeightsImport import_weights(const Model& model, Strategy& strategy, const fs::p
   const SafetensorsReader reader(path);
   WeightsFile file(reader, model);
   strategy.load_state(file);
+  stop_together<DataError>(file.not_finite(),
+                           "init_from: another rank found a value that is not finite (its error "
+                           "names the tensor)",
+                           comm);
   WeightsImport w;
   w.bytes_read = file.bytes_read();
   w.file_bytes = file.file_bytes();

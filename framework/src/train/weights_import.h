@@ -17,12 +17,16 @@
 // rank holds more than a round of them in memory.
 //
 // Errors: DataError (on every rank) when rank 0 cannot read the file or it
-// does not match the model, or when a rank cannot keep what it receives.
+// does not match the model, when a rank cannot keep what it receives, or
+// when a value is NaN or infinite (naming the tensor and element: weights
+// saved from a diverged run would otherwise be found as a loss of NaN
+// after the first step).
 // Thread safety: collective; the training thread only.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -44,15 +48,22 @@ class WeightsFile final : public StateSource {
   void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override;
   std::uint64_t bytes_read() const { return bytes_read_; }  // of the file, so far
   std::uint64_t file_bytes() const;                         // the model's tensors
+  // The first value read that is NaN or infinite, as an error message
+  // naming the tensor and element; empty while none was. Not raised from
+  // get(): a rank raising alone in the middle of load_state would leave the
+  // others in its collectives; the ranks agree after it.
+  const std::string& not_finite() const { return not_finite_; }
 
  private:
   void read_transposed(const SafetensorsEntry& e, const Shape& shape, std::uint64_t first,
                        std::uint64_t count, float* out);
+  void check_finite(ParamId p, std::uint64_t first, std::uint64_t count, const float* values);
   const SafetensorsReader& file_;
   std::vector<ParamSpec> params_;
   std::vector<const SafetensorsEntry*> match_;
   std::vector<float> segment_;
   std::uint64_t bytes_read_ = 0;
+  std::string not_finite_;
 };
 
 struct WeightsImport {

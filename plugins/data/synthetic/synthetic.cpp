@@ -67,7 +67,8 @@ class Synthetic final : public DataSource {
     return {"synthetic (V=" + std::to_string(V_) + ", K=" + std::to_string(branching_) + ")",
             entropy_,
             V_,
-            {}};  // no files: every rank computes the same tokens
+            {},             // no files: every rank computes the same tokens
+            std::nullopt};  // endless
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,

@@ -77,14 +77,17 @@ class Text final : public DataSource {
     val_count_ = static_cast<std::uint64_t>(static_cast<double>(n) * val_fraction_);
     const std::uint64_t train_count = n - val_count_;
     const std::uint64_t need = static_cast<std::uint64_t>(T_) + 1;
-    if (train_count < need || val_count_ < need)
+    if (train_count < need || (s.evaluates && val_count_ < need))
       throw DataError(
           path_ + ": " + std::to_string(n) + " bytes give " + std::to_string(train_count) +
           " training and " + std::to_string(val_count_) +
           " held-out tokens; each needs at least seq_len + 1 = " + std::to_string(need) +
-          " (use a longer file, a shorter seq_len or another val_fraction)");
+          " (use a longer file, a shorter seq_len or another val_fraction" +
+          (val_count_ < need ? std::string(", or [train] eval_every = 0 to hold nothing out")
+                             : std::string()) +
+          ")");
     train_windows_.emplace(train_count, T_, hash_combine(s.seed, 1), shuffle_);
-    val_windows_.emplace(val_count_, T_, hash_combine(s.seed, 2), false);
+    if (s.evaluates) val_windows_.emplace(val_count_, T_, hash_combine(s.seed, 2), false);
     val_offset_ = train_count;
   }
 
@@ -92,7 +95,8 @@ class Text final : public DataSource {
     return {"text " + path_ + " (" + std::to_string(file_ ? file_->size() : 0) + " bytes)",
             std::nullopt,
             256,
-            {path_}};
+            {path_},
+            train_windows_ ? std::optional(train_windows_->count()) : std::nullopt};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,

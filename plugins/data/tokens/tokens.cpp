@@ -140,12 +140,13 @@ class Tokens final : public DataSource {
       throw DataError(path_ + ": " + std::to_string(train_count) +
                       " training tokens, fewer than one sequence of " + std::to_string(need) +
                       " (seq_len + 1)");
-    if (val_count_ < need)
+    if (s.evaluates && val_count_ < need)
       throw DataError((val_path_ ? *val_path_ : path_) + ": " + std::to_string(val_count_) +
                       " held-out tokens, fewer than one sequence of " + std::to_string(need) +
-                      (val_path_ ? "" : "; raise [data] val_fraction or give val_path"));
+                      (val_path_ ? "" : "; raise [data] val_fraction or give val_path") +
+                      ", or set [train] eval_every = 0 to hold nothing out");
     train_windows_.emplace(train_count, T_, hash_combine(s.seed, 1), shuffle_);
-    val_windows_.emplace(val_count_, T_, hash_combine(s.seed, 2), false);
+    if (s.evaluates) val_windows_.emplace(val_count_, T_, hash_combine(s.seed, 2), false);
   }
 
   DataInfo info() const override {
@@ -153,7 +154,8 @@ class Tokens final : public DataSource {
         "tokens " + path_ + " (" + std::to_string(train_.count) + " tokens, uint" +
             std::to_string(train_.width * 8) + ")",
         std::nullopt, static_cast<int>(max_id_) + 1,
-        val_path_ ? std::vector<std::string>{path_, *val_path_} : std::vector<std::string>{path_}};
+        val_path_ ? std::vector<std::string>{path_, *val_path_} : std::vector<std::string>{path_},
+        train_windows_ ? std::optional(train_windows_->count()) : std::nullopt};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
