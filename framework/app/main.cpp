@@ -330,7 +330,7 @@ std::optional<int> launch(const Cli& c) {
   child.push_back(c.positional[0]);
   const auto command = ztrain::mpirun_command(plan, child);
   if (c.dry_run) {
-    for (const auto& a : command) std::cout << a << (&a == &command.back() ? "\n" : " ");
+    std::cout << ztrain::shell_line(command) << "\n";
     return 0;
   }
   ztrain::exec_command(command);

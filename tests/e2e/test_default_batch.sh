@@ -35,7 +35,7 @@ same_val() {  # same_val REF NAME TOLERANCE
 }
 
 run w1 1
-grep -q "batch: 8 x 1 accum x 1 ranks = 8 sequences" "$scratch/w1.out" || fail "world 1 did not take 8 sequences"
+grep -q "batch: 8 x 1 accum x 1 rank = 8 sequences" "$scratch/w1.out" || fail "world 1 did not take 8 sequences"
 for np in 2 4; do
   run "w$np" "$np"
   grep -q "batch: $((8 / np)) x 1 accum x $np ranks = 8 sequences" "$scratch/w$np.out" ||

@@ -89,6 +89,24 @@ status=0
 status=0
 "$ZTRAIN" estimate --all --strategy zero3 "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1 || status=$?
 [ "$status" -eq 2 ] && grep -q "drop --strategy" "$scratch/bad.out" || fail "--all with --strategy accepted"
+# Each model preset's first line says its parameter count ("1.2M", "6.74B"):
+# the model built from it has that many, to the digits given.
+for preset in "$SRC"/configs/models/*.toml; do
+  name=$(basename "$preset" .toml)
+  said=$(head -n 1 "$preset" | grep -Eo '[0-9.]+[MB](-parameter| parameters)' | head -n 1 | grep -Eo '^[0-9.]+[MB]')
+  [ -n "$said" ] || fail "$name: its first line gives no parameter count"
+  real=$("$ZTRAIN" estimate --model "$name" "$SRC/configs/run.toml" | sed -n 's/.*, \([0-9]*\) params).*/\1/p')
+  python3 - "$said" "$real" << 'PY' || fail "$name: said to have $said parameters, has $real"
+import sys
+said, real = sys.argv[1], int(sys.argv[2])
+digits = said[:-1]
+scale = 1e6 if said[-1] == "M" else 1e9
+step = 10 ** -len(digits.split(".")[1]) if "." in digits else 1
+sys.exit(0 if abs(real / scale - float(digits)) <= step / 2 else 1)
+PY
+  echo "$name: $said parameters, as its preset says ($real)"
+done
+
 # --nproc is the world size, as a launch would take it; with --world it must agree.
 "$ZTRAIN" estimate --nproc 4 "$SRC/configs/run.toml" > "$scratch/nproc.out" 2>&1 &&
   grep -q "estimate: strategy ddp, 4 ranks" "$scratch/nproc.out" || fail "estimate --nproc 4 was not for 4 ranks"

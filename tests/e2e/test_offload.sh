@@ -145,6 +145,9 @@ if "$ZTRAIN" "${ex_args[@]}" --strategy zero3 --set train.out_dir="$scratch/ex_z
 fi
 grep -q "out of memory on tier 'device'.* of a 400.00 MiB budget" "$scratch/ex_zero3.out" ||
   fail "zero3 did not run out of the example's budget: $(tail -2 "$scratch/ex_zero3.out")"
+# The hint names strategies that keep less on the device, never zero3 itself.
+grep -q "a strategy that shards or offloads more than zero3: zero3_offload, zero3_nvme" \
+  "$scratch/ex_zero3.out" || fail "the out-of-memory hint does not name what to try after zero3"
 # example NAME ARGS...: trains the example for two steps
 example() {
   local name=$1
@@ -154,6 +157,8 @@ example() {
     { rm -rf "$swap"; cat "$scratch/$name.out" >&2; fail "$name did not train the example"; }
 }
 example ex_offload --strategy zero3_offload
+grep -Eq "^  device: [0-9.]+ MiB of a 400.00 MiB budget \(" "$scratch/ex_offload.out" ||
+  fail "the summary does not say the budget the run kept within: $(grep "device:" "$scratch/ex_offload.out")"
 example ex_nvme --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$swap" \
   --set strategy.sub_group_size=2000000
 example ex_auto --strategy zero3_offload --set strategy.offload_param.device=none \

@@ -7,6 +7,7 @@
 #   run file: training from it (at world 2, zero2, with overrides and a
 #   preset) logs the same losses and gradient norms bit for bit.
 # - `ztrain config` refuses what the run would refuse.
+# - configs/run.toml lists every key of its run (set, or as a comment).
 #
 # usage: test_resolved_config.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -28,7 +29,7 @@ expect '# eval_batches = 8  (default)'
 expect '# init_from is unset'
 expect 'lr = 0.002  # --set train.lr=0.002'
 expect "n_head = 4  # $SRC/configs/models/gpt2-tiny.toml:7:1"
-expect 'global_batch_size = 8  # '"$SRC"'/configs/run.toml:24:1'
+expect "global_batch_size = 8  # $SRC/configs/run.toml:$(grep -n '^global_batch_size' "$SRC/configs/run.toml" | cut -d: -f1):1"
 grep -q '^# reduce_bucket_size = \|^reduce_bucket_size = ' "$scratch/config.out" ||
   fail "the strategy's options are not listed"
 echo "ztrain config: $(grep -c ' = ' "$scratch/config.out") keys listed"
@@ -43,6 +44,32 @@ on_ranks 2 "$ZTRAIN" --set train.out_dir="$scratch/b" "$scratch/a/config.toml" >
 curve a "$steps"
 curve b "$steps"
 same_training a b 0 0
+
+# configs/run.toml lists every key of its run, set or as a comment: the
+# keys `ztrain config` resolves from the option declarations.
+"$ZTRAIN" config "$SRC/configs/run.toml" > "$scratch/default_config.out" || fail "ztrain config failed"
+missing=$(python3 - "$scratch/default_config.out" "$SRC/configs/run.toml" << 'PY'
+import re, sys
+
+def keys(path, commented):
+    out, section = set(), None
+    for line in open(path):
+        m = re.match(r"^\[([a-z0-9_.]+)\]", line)
+        if m:
+            section = m.group(1)
+            continue
+        m = re.match(r"^(#\s*)?([a-z_0-9.]+)( =| is unset)", line)
+        if m and section and (commented or not m.group(1)):
+            out.add(section + "." + m.group(2))
+    return out
+
+resolved = keys(sys.argv[1], True)
+listed = keys(sys.argv[2], True)
+print(" ".join(sorted(resolved - listed)))
+PY
+)
+[ -z "$missing" ] || fail "configs/run.toml does not list these keys of its run: $missing"
+echo "configs/run.toml lists all $(grep -c ' = \| is unset' "$scratch/default_config.out") keys of its run"
 
 # Refused as the run would refuse it.
 status=0

@@ -113,3 +113,9 @@ TEST_CASE(".ztrain_env holds VAR=VALUE lines") {
                  "bad:1: expected VAR=VALUE"));
   CHECK(read_env_file((dir / "missing").string()).empty());
 }
+
+TEST_CASE("--dry-run's line quotes what a shell would split or expand") {
+  CHECK(shell_line({"mpirun", "-x", "FOO=a b$c", "--set", "train.out_dir=x y", "it's", "",
+                    "plain/path-1.toml"}) ==
+        "mpirun -x 'FOO=a b$c' --set 'train.out_dir=x y' 'it'\\''s' '' plain/path-1.toml");
+}

@@ -42,6 +42,8 @@ TEST_CASE("the header names model, data, batch, precision and what the strategy 
   CHECK(contains(text, "loss scale dynamic from 2^16"));
   CHECK(contains(text, "\ncpu_offload: parameter shards in host memory"));
   CHECK(!contains(text, "weights from"));
+  h.ranks = 1;
+  CHECK(contains(run_header(h), "batch: 4 x 2 accum x 1 rank = 16 sequences"));
 }
 
 TEST_CASE("the summary: losses, communication only with ranks, peaks beside the estimate") {
@@ -60,10 +62,18 @@ TEST_CASE("the summary: losses, communication only with ranks, peaks beside the 
   r.metrics_file = "runs/x/metrics.jsonl";
   std::string text = summary_text(r);
   CHECK(contains(text, "done: 10 steps in"));
+  r.steps = 1;
+  CHECK(contains(summary_text(r), "done: 1 step in"));
+  r.steps = 10;
   CHECK(contains(text, "final train loss 4 | val loss 3.5 | source entropy 1.7500 (100.0% above)"));
   CHECK(!contains(text, "communication per rank"));
   CHECK(!contains(text, "skipped"));
   CHECK(contains(text, "  device: 3.00 MiB (params 1.00 MiB, activations 2.00 MiB)"));
+  r.device_budget = 400 << 20;  // an offload run's [device] memory_limit
+  CHECK(contains(
+      summary_text(r),
+      "  device: 3.00 MiB of a 400.00 MiB budget (params 1.00 MiB, activations 2.00 MiB)"));
+  r.device_budget.reset();
   CHECK(contains(text, "strategy estimate per rank:\n  device (params 1.00 MiB)"));
   CHECK(contains(text, "metrics: runs/x/metrics.jsonl"));
   CHECK(!contains(text, "weights:"));

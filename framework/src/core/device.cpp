@@ -106,8 +106,7 @@ void Device::reserve(Tier tier, Category category, std::uint64_t bytes) {
         " with " + format_bytes(in_use) + " in use of a " + format_bytes(*budget_[t]) +
         " budget (peak " + format_bytes(stats_.tier_peak[t]) +
         "); raise [device] memory_limit, shorten micro_batch_size or seq_len, enable "
-        "activation_checkpointing, or pick a strategy that shards or offloads more "
-        "(zero2, zero3, zero3_offload)");
+        "activation_checkpointing, or pick a strategy that shards or offloads more");
   }
   stats_.current[t][c] += bytes;
   stats_.tier_current[t] += bytes;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -150,6 +151,19 @@ std::vector<HostSlots> filter_hosts(std::vector<HostSlots> hosts, const std::str
     if (hosts.empty()) throw ConfigError("--exclude leaves no host to run on");
   }
   return hosts;
+}
+
+std::string shell_line(const std::vector<std::string>& command) {
+  std::string line;
+  for (const auto& word : command) {
+    const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./=:,@%+", c);
+    });
+    std::string quoted = "'";
+    for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += (line.empty() ? "" : " ") + (plain ? word : quoted + "'");
+  }
+  return line;
 }
 
 std::vector<std::string> read_env_file(const std::string& path) {

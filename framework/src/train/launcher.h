@@ -40,6 +40,11 @@ struct LaunchPlan {
 std::vector<std::string> mpirun_command(const LaunchPlan& plan,
                                         const std::vector<std::string>& child_args);
 
+// The command as one line a POSIX shell reads back into the same words
+// (--dry-run): a word with anything but letters, digits and -_./=:,@% is
+// single-quoted.
+std::string shell_line(const std::vector<std::string>& command);
+
 // VAR=VALUE lines of a .ztrain_env file (missing file: none).
 std::vector<std::string> read_env_file(const std::string& path);
 

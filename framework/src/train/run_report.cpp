@@ -32,7 +32,8 @@ std::string run_header(const RunHeader& h) {
      << format_rate(static_cast<double>(h.n_params)) << " params) | data " << h.data_description
      << " | strategy " << h.strategy_plugin << " | " << h.device_name << "\n"
      << "batch: " << h.micro_batch << " x " << h.grad_accum << " accum x " << h.ranks
-     << " ranks = " << h.global_batch << " sequences of " << h.seq_len << " tokens per step";
+     << (h.ranks == 1 ? " rank = " : " ranks = ") << h.global_batch << " sequences of " << h.seq_len
+     << " tokens per step";
   if (h.ranks > 1) os << " | collectives on " << h.comm_backend;
   if (h.entropy_rate) os << " | source entropy " << *h.entropy_rate << " nats/token";
   os << "\nprecision: " << precision_label(h.precision) << " working weights";
@@ -54,8 +55,8 @@ std::string run_header(const RunHeader& h) {
 
 std::string summary_text(const RunReport& r) {
   std::ostringstream os;
-  os << "done: " << r.steps << " steps in " << format_duration(r.wall_s) << " | "
-     << format_rate(r.tokens_per_s) << " tok/s | "
+  os << "done: " << r.steps << (r.steps == 1 ? " step in " : " steps in ")
+     << format_duration(r.wall_s) << " | " << format_rate(r.tokens_per_s) << " tok/s | "
      << format_rate(r.tokens_per_s * r.flops_per_token) << " FLOP/s (model)\n";
   os << "final train loss " << r.train_losses.back();
   if (!r.val_losses.empty()) os << " | val loss " << r.val_losses.back().second;
@@ -84,8 +85,10 @@ std::string summary_text(const RunReport& r) {
   os << "\npeak memory per tier:";
   for (std::size_t t = 0; t < kTierCount; ++t) {
     if (!r.memory.tier_peak[t]) continue;
-    os << "\n  " << tier_name(static_cast<Tier>(t)) << ": " << format_bytes(r.memory.tier_peak[t])
-       << categories(r.memory.peak[t]);
+    os << "\n  " << tier_name(static_cast<Tier>(t)) << ": " << format_bytes(r.memory.tier_peak[t]);
+    if (static_cast<Tier>(t) == Tier::device && r.device_budget)
+      os << " of a " << format_bytes(*r.device_budget) << " budget";
+    os << categories(r.memory.peak[t]);
   }
   // What `ztrain estimate` predicts for this run, beside the measurement.
   os << "\nstrategy estimate per rank:";

@@ -50,10 +50,11 @@ struct RunReport {
   bool dynamic_scale = false;
   double final_loss_scale = 1;
   int ranks = 1;
-  std::uint64_t bytes_per_rank = 0;  // over the training steps
-  double comm_wait_s = 0;            // over the training steps
-  MemoryStats memory;                // peaks, largest over ranks
-  MemoryEstimate estimate;           // the strategy's, for the same run
+  std::uint64_t bytes_per_rank = 0;            // over the training steps
+  double comm_wait_s = 0;                      // over the training steps
+  MemoryStats memory;                          // peaks, largest over ranks
+  std::optional<std::uint64_t> device_budget;  // [device] memory_limit, when set
+  MemoryEstimate estimate;                     // the strategy's, for the same run
   std::filesystem::path metrics_file;
   std::optional<std::filesystem::path> weights_file;
 };

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -543,6 +544,7 @@ RunReport report_of(const Run& run, const TrainResult& result, const ModelInfo& 
   report.bytes_per_rank = job.bytes_per_rank();
   report.comm_wait_s = comm_wait;
   report.memory = job.memory;
+  report.device_budget = run.settings.device.memory_limit;
   report.estimate = run.strategy->estimate(run.sizes);
   report.metrics_file = result.metrics_file;
   if (tr.save_final) report.weights_file = tr.out_dir / "model.safetensors";
@@ -728,15 +730,47 @@ TrainResult run_training(Run& run, bool overwrite, std::unique_ptr<OutDirLock>& 
   return result;
 }
 
+// Which strategies keep less on the device than `plugin`, for the end of an
+// out-of-memory error: never the one the run already uses.
+std::string stronger_than(const std::string& plugin) {
+  static const std::map<std::string, std::string> stronger = {
+      {"ddp", "zero2, zero3, zero3_offload"},
+      {"zero1", "zero2, zero3, zero3_offload"},
+      {"zero2", "zero3, zero2_offload, zero3_offload"},
+      {"zero3", "zero3_offload, zero3_nvme"},
+      {"cpu_offload",
+       "zero3_nvme, or cpu_offload with more offloaded (offload_param.device = \"cpu\", "
+       "offload_optimizer.ratio = \"auto\")"}};
+  const auto it = stronger.find(plugin);
+  if (plugin == "nvme_offload")
+    return " (nvme_offload already keeps the most off the device; `ztrain estimate --all` shows "
+           "what each part needs)";
+  return (it == stronger.end() ? std::string() : " than " + plugin + ": " + it->second) +
+         " (`ztrain estimate --all` sizes each)";
+}
+
+// f(), its out-of-memory error ending with the strategies to try.
+template <class F>
+auto with_memory_hint(const std::string& strategy, F&& f) {
+  try {
+    return f();
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(std::string(e.what()) + stronger_than(strategy));
+  }
+}
+
 TrainResult train_run(const TrainArgs& args) {
   const auto t_start = Clock::now();
   JobStart job = start_job([&] { return load_run_config(args); }, args.overwrite);
   // Held until the run and everything it writes are done.
   std::unique_ptr<OutDirLock> out_dir_lock = lock_out_dir(resolve_out_dir(job.config), *job.comm);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
-  Run run = assemble(std::move(job.comm), job.config, loader);
+  const std::string strategy = job.config.plugin("strategy", "ddp");
+  Run run =
+      with_memory_hint(strategy, [&] { return assemble(std::move(job.comm), job.config, loader); });
   try {
-    return run_training(run, job.overwrite, out_dir_lock, t_start);
+    return with_memory_hint(
+        strategy, [&] { return run_training(run, job.overwrite, out_dir_lock, t_start); });
   } catch (const std::exception& e) {
     // With other ranks, unwinding the run waits for collectives they may
     // never finish (until [comm] timeout aborts the job): say what went
