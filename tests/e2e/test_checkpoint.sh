@@ -346,7 +346,7 @@ out="$scratch/inherit"
   "$SRC/configs/run.toml" > "$scratch/inherit.out" 2>&1 || fail "the run to resume failed"
 "$ZTRAIN" "${base[@]}" --set train.steps=8 --set train.out_dir="$out" --resume "$SRC/configs/run.toml" \
   > "$scratch/inherit_resumed.out" 2>&1 || fail "the resume failed: $(tail -2 "$scratch/inherit_resumed.out")"
-grep -A3 "resume: from the run that wrote $out/step_4, what this run does not set:" "$scratch/inherit_resumed.out" |
+grep -A3 "resume: continuing the run that wrote $out/step_4:" "$scratch/inherit_resumed.out" |
   grep -q "train.checkpoint_every = 2" || fail "the resume does not say it kept checkpoint_every"
 grep -q "changed: train.steps: 4 -> 8" "$scratch/inherit_resumed.out" || fail "the resume does not say steps changed"
 [ -d "$out/step_6" ] && [ "$(cat "$out/latest")" = step_8 ] || fail "the resumed run stopped checkpointing: $(ls "$out")"

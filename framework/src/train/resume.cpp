@@ -14,6 +14,7 @@
 #include "train/state_relay.h"
 
 #include "ztrain/error.h"
+#include "ztrain/units.h"
 
 namespace ztrain {
 namespace {
@@ -35,30 +36,97 @@ std::string shown(const std::string& v) {
   return v.empty() ? "unset" : v;
 }
 
-// The leaves of `theirs` (the checkpoint's run) that `config` does not set
-// and a resume takes,
-// into `taken` (dotted keys within the section, as set_imported takes them)
-// and `list` ("key = value").
-void take_unset(const toml::table& theirs, const std::string& prefix, const RunConfig& config,
-                toml::table& taken, std::vector<std::string>& list) {
-  for (const auto& [k, node] : theirs) {
-    const std::string key = prefix + std::string(k.str());
-    if (const auto* t = node.as_table()) {
-      toml::table sub;
-      take_unset(*t, key + ".", config, sub, list);
-      if (!sub.empty()) taken.insert(k.str(), std::move(sub));
-      continue;
-    }
-    // grad_accum follows from the global batch, the micro-batch and the
-    // world size, which a resume may change.
-    if (key == "train.resume" || key == "train.grad_accum" || config.table().at_path(key).node())
-      continue;
-    taken.insert(k.str(), node);
-    std::ostringstream value;
-    value << toml::toml_formatter{toml::table{{"v", node}}};
-    list.push_back(key + value.str().substr(1));
-  }
+// "key = value" as TOML writes it.
+std::string assignment(const std::string& key, const toml::node& value) {
+  std::ostringstream text;
+  text << toml::toml_formatter{toml::table{{"v", value}}};
+  return key + text.str().substr(1);
 }
+
+// A number, or a duration or size as a run file may write it ("300s",
+// "2GiB"), as the resolved file writes it: a number.
+std::optional<double> as_number(const toml::node& n) {
+  if (n.is_number()) return n.value<double>();
+  if (!n.is_string()) return std::nullopt;
+  const std::string text = n.value_or(std::string());
+  for (const auto parse :
+       {+[](const std::string& t) { return parse_duration(t); },
+        +[](const std::string& t) { return static_cast<double>(parse_size(t)); }}) {
+    try {
+      return parse(text);
+    } catch (const ConfigError&) {
+    }
+  }
+  return std::nullopt;
+}
+
+// Equal as values: the run file's 1, "300s" and the resolved file's 1.0, 300.0.
+bool same_value(const toml::node& a, const toml::node& b) {
+  const auto x = as_number(a), y = as_number(b);
+  if (x && y) return *x == *y;
+  return assignment("v", a) == assignment("v", b);
+}
+
+// What a resumed run takes from the checkpoint's run: each key that run
+// set (`theirs`, its config.toml, whose defaults are comments) which this
+// run's command line does not set. This run's file yields too: it is the
+// file the run was started from, or an older copy; where it says something
+// else, the note says which value was kept. Not taken: train.resume, and
+// grad_accum (it follows from the global batch, the micro-batch and the
+// world size, which a resume may change).
+class Inheritance {
+ public:
+  Inheritance(const RunConfig& config, std::string origin) : config_(config), origin_(origin) {}
+
+  // The leaves of `theirs` under `prefix` to take, into `taken`.
+  void take(const toml::table& theirs, const std::string& prefix, toml::table& taken) {
+    for (const auto& [k, node] : theirs) {
+      const std::string key = prefix + std::string(k.str());
+      if (const auto* t = node.as_table()) {
+        toml::table sub;
+        take(*t, key + ".", sub);
+        if (!sub.empty()) taken.insert(k.str(), std::move(sub));
+        continue;
+      }
+      if (key == "train.resume" || key == "train.grad_accum" || from_command_line(key)) continue;
+      const toml::node* mine = config_.table().at_path(key).node();
+      if (mine && same_value(*mine, node)) continue;  // nothing to take
+      if (mine)
+        overruled_.push_back(config_.where(key) + " sets " + assignment(key, *mine) +
+                             "; kept the run's " + assignment(key, node) + " (--set to change it)");
+      else
+        taken_.push_back(assignment(key, node));
+      origins_[key] = origin_;
+      taken.insert(k.str(), node);
+    }
+  }
+  // Whether the section's plugin was chosen on this command line (another
+  // strategy, say): then none of its keys are taken.
+  bool replaced_on_command_line(const std::string& section, const std::string& theirs) const {
+    return from_command_line(section + ".plugin") && config_.plugin(section, theirs) != theirs;
+  }
+  const std::map<std::string, std::string>& origins() const { return origins_; }
+  std::string note() const {
+    if (taken_.empty() && overruled_.empty()) return {};
+    std::string text = "resume: continuing " + origin_ + ":";
+    for (const auto& t : taken_) text += "\n  " + t;
+    for (const auto& o : overruled_) text += "\n  " + o;
+    return text;
+  }
+
+ private:
+  // Set by --set, a --model or --strategy preset, or a DeepSpeed config:
+  // anything but this run's file and the defaults.
+  bool from_command_line(const std::string& key) const {
+    const std::string where = config_.where(key);
+    return where != "default" && !where.starts_with(config_.name() + ":");
+  }
+
+  const RunConfig& config_;
+  const std::string origin_;
+  std::vector<std::string> taken_, overruled_;
+  std::map<std::string, std::string> origins_;
+};
 
 }  // namespace
 
@@ -222,26 +290,22 @@ void inherit_resumed_run(RunConfig& config) {
   } catch (const std::exception&) {
     return;  // resume_from reports it, with the rest of its checks
   }
-  const std::string origin = "the run that wrote " + checkpoint->dir().string();
-  std::vector<std::string> list;
+  Inheritance inherit(config, "the run that wrote " + checkpoint->dir().string());
   for (const auto& [section, node] : theirs) {
     const auto* t = node.as_table();
     if (!t) continue;
     const std::string name(section.str());
     const std::string plugin = t->at_path("plugin").value_or(std::string());
-    if (!plugin.empty() && config.plugin(name, plugin) != plugin) continue;
+    if (!plugin.empty() && inherit.replaced_on_command_line(name, plugin)) continue;
     toml::table taken;
-    const std::size_t before = list.size();
-    take_unset(*t, name + ".", config, taken, list);
-    std::map<std::string, std::string> origins;
-    for (std::size_t i = before; i < list.size(); ++i)
-      origins[list[i].substr(0, list[i].find(' '))] = origin;
-    if (!taken.empty()) config.set_imported(name, taken, false, origins);
+    inherit.take(*t, name + ".", taken);
+    // The run file's other plugin yields whole, so its options do not mix
+    // with the checkpoint's plugin's.
+    const bool other_plugin = !plugin.empty() && config.plugin(name, plugin) != plugin;
+    if (!taken.empty() || other_plugin)
+      config.set_imported(name, other_plugin ? *t : taken, other_plugin, inherit.origins());
   }
-  if (list.empty()) return;
-  std::string note = "resume: from " + origin + ", what this run does not set:";
-  for (const auto& l : list) note += "\n  " + l;
-  config.add_note(note);
+  if (const std::string note = inherit.note(); !note.empty()) config.add_note(note);
 }
 
 }  // namespace ztrain

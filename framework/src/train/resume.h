@@ -70,12 +70,15 @@ Resumed resume_from(const ResumeRequest& request, Strategy& strategy, Communicat
 
 // A resumed run (train.resume set) continues the checkpoint's run as that
 // run was set: every key its config.toml sets (its defaults are comments
-// there) that this run's file and command line do not set is taken from it,
-// with the checkpoint as its origin, and a note lists them; so `--resume`
-// alone continues a run started with --set options. A section whose plugin
-// this run replaced (another strategy) takes nothing, nor does grad_accum
-// (derived from the global batch, the micro-batch and the world size). Does nothing when the
-// checkpoint cannot be found or read: resume_from says why.
+// there) is taken, with the checkpoint as its origin, unless this command
+// line sets it (--set, a --model or --strategy preset, a DeepSpeed config);
+// this run's file yields as well, and a note lists what was taken and
+// which values of the file were not kept. So `--resume` with the same run
+// file continues a run started with --set options. A section whose plugin
+// this command line replaced takes nothing; one whose plugin only the file
+// differs in is the checkpoint's, whole. Not taken: grad_accum (it follows
+// from the global batch, the micro-batch and the world size). Does nothing
+// when the checkpoint cannot be found or read: resume_from says why.
 void inherit_resumed_run(RunConfig& config);
 
 }  // namespace ztrain
