@@ -58,6 +58,17 @@ exit_within() {
   fail "process $1 was still running after $2 s"
 }
 
+# until_step FILE N: waits (up to 120 s) until FILE, a run's console
+# output, has logged step N; fails the test otherwise.
+until_step() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    grep -q "^step $2/" "$1" 2> /dev/null && return
+    sleep 0.1
+  done
+  fail "$(basename "$1"): no step $2 logged within 120 s"
+}
+
 # on_ranks N CMD...: CMD itself for N = 1, else N ranks of it under mpirun
 # with what a shared, possibly oversubscribed machine needs; ZTRAIN_TEST_*
 # variables (test hooks) travel to every rank.

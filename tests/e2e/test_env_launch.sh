@@ -35,17 +35,11 @@ ranks() {
   done
 }
 losses() { curve "$1" 20; }
-# training NAME: waits (up to 120 s) until rank 0 of NAME has logged step 2,
-# so that what the test does next happens during training, not start-up
+# training NAME: waits until rank 0 of NAME has logged step 2, so that what
+# the test does next happens during training, not start-up
 # (test_start_faults.sh covers that), however slowly a busy machine starts
 # the ranks.
-training() {
-  for _ in $(seq 1200); do
-    grep -q "^step 2/" "$scratch/$1.0.out" 2> /dev/null && return
-    sleep 0.1
-  done
-  fail "$1: rank 0 logged no step 2 within 120 s"
-}
+training() { until_step "$scratch/$1.0.out" 2; }
 # run NAME N MICRO ACCUM [ARGS...]
 run() {
   local name=$1 n=$2 micro=$3 accum=$4 r

@@ -134,10 +134,7 @@ on_ranks 2 "$ZTRAIN" "${base[@]}" "${nvme[@]}" "${params_nvme[@]}" --set train.s
   --set train.out_dir="$scratch/term" "$SRC/configs/run.toml" > "$scratch/term.out" 2>&1 &
 job=$!
 spawned+=("$job")
-for _ in $(seq 300); do
-  grep -q "step 3/" "$scratch/term.out" 2> /dev/null && break
-  sleep 0.1
-done
+until_step "$scratch/term.out" 3
 [ -n "$(ls -A "$swap")" ] || fail "no swap file while the job runs"
 for pid in $(pgrep -f "train.out_dir=$scratch/term" || true); do kill -TERM "$pid" 2> /dev/null || true; done
 exit_within "$job" 30
@@ -149,10 +146,7 @@ no_swap_files "a job stopped with SIGTERM"
   --set train.out_dir="$scratch/killed" "$SRC/configs/run.toml" > "$scratch/killed.out" 2>&1 &
 job=$!
 spawned+=("$job")
-for _ in $(seq 300); do
-  grep -q "step 2/" "$scratch/killed.out" 2> /dev/null && break
-  sleep 0.1
-done
+until_step "$scratch/killed.out" 2
 kill -9 "$job"
 wait "$job" 2> /dev/null || true
 left=$(ls -A "$swap")
