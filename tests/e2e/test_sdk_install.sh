@@ -68,7 +68,9 @@ same_training ddp_w1 hybrid_w4_g4 1e-6 2e-6
 
 "$ZTRAIN" checkpoint info "$scratch/hybrid_w4_g2/step_4" > "$scratch/info.out" 2>&1 ||
   { cat "$scratch/info.out" >&2; fail "the hybrid checkpoint does not verify"; }
-"$ZTRAIN" "${base[@]}" --set train.micro_batch_size=8 --set train.grad_accum=1 \
+# A resume keeps the checkpoint's run but for what the command line
+# changes: here the strategy, to ddp on one rank.
+"$ZTRAIN" "${base[@]}" --strategy ddp --set train.micro_batch_size=8 --set train.grad_accum=1 \
   --set train.out_dir="$scratch/resumed" --resume "$scratch/hybrid_w4_g2/step_4" \
   "$SRC/configs/run.toml" > "$scratch/resumed.out" 2>&1 ||
   { cat "$scratch/resumed.out" >&2; fail "resuming the hybrid checkpoint under ddp failed"; }
