@@ -17,28 +17,36 @@ CommWorker::~CommWorker() {
   thread_.join();
 }
 
-std::shared_future<void> CommWorker::submit(std::function<void()> f) {
+std::shared_future<void> CommWorker::submit(std::function<void()> f, std::string what) {
   std::packaged_task<void()> task(std::move(f));
   std::shared_future<void> done = task.get_future().share();
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(std::move(task));
+    queue_.push_back({std::move(task), std::move(what)});
   }
   cv_.notify_one();
   return done;
 }
 
+std::optional<std::pair<std::string, CommWorker::Clock::time_point>> CommWorker::running() const {
+  std::lock_guard lock(mu_);
+  return running_;
+}
+
 void CommWorker::loop() {
   for (;;) {
-    std::packaged_task<void()> task;
+    Task task;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      running_.emplace(task.what, Clock::now());
     }
-    task();
+    task.run();
+    std::lock_guard lock(mu_);
+    running_.reset();
   }
 }
 
@@ -85,7 +93,7 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
   };
   const std::string what = collective_text(call.op, call.count, call.type);
   const double timeout_s = timeout_s_;
-  return CommWork(worker_->submit(std::move(run)), timeout_s, [this, what, timeout_s] {
+  return CommWork(worker_->submit(std::move(run), what), timeout_s, [this, what, timeout_s] {
     const std::string why = watchdog_
                                 ? watchdog_->verdict()
                                 : "another rank died, hangs, or issued a different collective";
@@ -94,6 +102,41 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
     std::fflush(stderr);
     abort_job();
   });
+}
+
+void ThreadedCommunicator::start_guard() {
+  if (watchdog_) guard_ = std::thread([this] { guard(); });
+}
+
+void ThreadedCommunicator::drain() {
+  if (guard_.joinable()) {
+    {
+      std::lock_guard lock(guard_mu_);
+      guard_stop_ = true;
+    }
+    guard_cv_.notify_all();
+    guard_.join();
+  }
+  worker_.reset();
+}
+
+void ThreadedCommunicator::guard() {
+  using Clock = CommWorker::Clock;
+  constexpr std::chrono::seconds kCannotFinish{1};
+  std::optional<Clock::time_point> heard;  // when a closed link was first seen
+  std::unique_lock lock(guard_mu_);
+  while (!guard_cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return guard_stop_; })) {
+    const std::string lost = watchdog_->closed_peers();
+    if (lost.empty()) continue;
+    const auto now = Clock::now();
+    if (!heard) heard = now;
+    const auto running = worker_->running();
+    if (now - *heard < kCannotFinish || !running || now - running->second < kCannotFinish) continue;
+    std::fprintf(stderr, "ztrain: rank %d: %s cannot finish: %s; aborting the job\n", world_rank_,
+                 running->first.c_str(), lost.c_str());
+    std::fflush(stderr);
+    abort_job();
+  }
 }
 
 std::uint64_t ThreadedCommunicator::broadcast_sent(std::size_t count, DType type, int root) const {

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/comm_tally.h"
@@ -30,17 +31,26 @@ namespace ztrain {
 // thread; the destructor finishes what is queued.
 class CommWorker {
  public:
+  using Clock = std::chrono::steady_clock;
   CommWorker();
   ~CommWorker();
   CommWorker(const CommWorker&) = delete;
   CommWorker& operator=(const CommWorker&) = delete;
-  std::shared_future<void> submit(std::function<void()> f);
+  // `what` names the task while it runs (running()).
+  std::shared_future<void> submit(std::function<void()> f, std::string what);
+  // The task running, and since when; nullopt while idle.
+  std::optional<std::pair<std::string, Clock::time_point>> running() const;
 
  private:
+  struct Task {
+    std::packaged_task<void()> run;
+    std::string what;
+  };
   void loop();
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::packaged_task<void()>> queue_;
+  std::deque<Task> queue_;
+  std::optional<std::pair<std::string, Clock::time_point>> running_;
   bool stop_ = false;
   std::thread thread_;
 };
@@ -79,6 +89,8 @@ class ThreadedCommunicator : public Communicator {
   CommWork submit(const CollectiveCall& call, std::function<std::uint64_t()> f);
   // Ends every rank of the job; must not return.
   virtual void abort_job() = 0;
+  // Starts the guard (a subclass's constructor, once it can abort_job).
+  void start_guard();
   // Checks a broadcast's root (CommError when outside the communicator);
   // the bytes this rank sends for it: the root one copy to each other rank.
   std::uint64_t broadcast_sent(std::size_t count, DType type, int root) const;
@@ -87,7 +99,7 @@ class ThreadedCommunicator : public Communicator {
   // Raises "rank R: OP of N DTYPE elements failed<why>".
   [[noreturn]] void fail(const char* op, std::size_t count, DType type,
                          const std::string& why) const;
-  void drain() { worker_.reset(); }
+  void drain();
 
   int world_rank_;
   std::atomic<double> timeout_s_;  // read by the worker thread (gloo's deadlines)
@@ -95,7 +107,17 @@ class ThreadedCommunicator : public Communicator {
   std::shared_ptr<const Watchdog> watchdog_;
 
  private:
+  // The guard's thread: a collective still running a second after the
+  // watchdog heard a peer's link close cannot finish (gloo may wait for a
+  // dead peer up to its own timeout): the job ends then, naming both,
+  // instead of at [comm] timeout.
+  void guard();
+
   std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
+  std::mutex guard_mu_;
+  std::condition_variable guard_cv_;
+  bool guard_stop_ = false;
+  std::thread guard_;
 };
 
 }  // namespace ztrain

@@ -95,7 +95,9 @@ class GlooCommunicator final : public ThreadedCommunicator {
         shared_(std::move(shared)),
         name_(std::move(name)),
         rank_(context_->rank),
-        size_(context_->size) {}
+        size_(context_->size) {
+    start_guard();
+  }
   ~GlooCommunicator() override { drain(); }
 
   int rank() const override { return rank_; }

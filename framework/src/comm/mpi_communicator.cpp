@@ -166,6 +166,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    start_guard();
   }
   ~MpiCommunicator() override {
     drain();
