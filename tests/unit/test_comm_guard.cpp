@@ -98,7 +98,7 @@ TEST_CASE("a collective a dead peer keeps from finishing ends the job within sec
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(comm.aborts > 0);
   CHECK(took >= 0.9);  // a second's grace: the collective may still complete
-  CHECK(took < 3.0);
+  CHECK(took < 5.0);   // seconds, not [comm] timeout's 300, on however busy a machine
 }
 
 TEST_CASE("an idle communicator beside a peer that has left is not aborted") {
