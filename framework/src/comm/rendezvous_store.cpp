@@ -271,7 +271,7 @@ void StoreServer::hello(Conn& c, const std::vector<char>& body) {
   bool fails_job = false;
   {
     std::lock_guard lock(mu_);
-    auto& seen = link == StoreLink::beats ? beats_in_ : store_in_;
+    const auto& seen = link == StoreLink::beats ? beats_in_ : store_in_;
     if (!failed_.empty())
       refusal = failed_;
     else if (world != static_cast<std::uint32_t>(world_))
@@ -280,14 +280,8 @@ void StoreServer::hello(Conn& c, const std::vector<char>& body) {
     else if (rank >= world || seen[rank])
       refusal = "two processes claim RANK=" + std::to_string(rank);
     if (rank < told_.size()) told_[rank] = true;
-    arrived_.notify_all();
     fails_job = !refusal.empty() && failed_.empty() && !all_arrived();
-    if (refusal.empty()) {
-      seen[rank] = true;
-      if (const std::uint32_t peer = net::peer_addr_of(c.fd.get());
-          !net::loopback(peer) && !outside_)
-        outside_ = net::local_addr_of(c.fd.get());
-    }
+    if (!refusal.empty()) arrived_.notify_all();  // tell_latecomers counts the ranks told
   }
   if (!refusal.empty()) {
     refuse(c, refusal);
@@ -298,16 +292,23 @@ void StoreServer::hello(Conn& c, const std::vector<char>& body) {
   c.greeted = true;
   if (link == StoreLink::store) c.rank = static_cast<int>(rank);
   reply(c, "");
+  // A beats link is handed to the watchdog whole: the accept frame leaves
+  // first (outside the lock: it may take a moment).
   if (link == StoreLink::beats) {
-    // Handed to the watchdog whole: the accept frame leaves first.
     net::send_all(c.fd.get(), c.out.data(), c.out.size(),
                   net::Clock::now() + std::chrono::seconds(5), "rendezvous store");
     c.out.clear();
-    std::lock_guard lock(mu_);
+  }
+  // The rank counts as arrived only with its link in place, so that
+  // take_beats(), which may follow wait_arrivals() at once, finds it.
+  std::lock_guard lock(mu_);
+  (link == StoreLink::beats ? beats_in_ : store_in_)[rank] = true;
+  if (const std::uint32_t peer = net::peer_addr_of(c.fd.get()); !net::loopback(peer) && !outside_)
+    outside_ = net::local_addr_of(c.fd.get());
+  if (link == StoreLink::beats) {
     beats_[rank] = std::move(c.fd);
     c.closed = true;
   }
-  std::lock_guard lock(mu_);
   arrived_.notify_all();
 }
 

@@ -150,9 +150,7 @@ std::string Watchdog::verdict() const {
   const std::vector<SilentRank> silent = silent_now(now);
   std::lock_guard lock(mu_);
   std::vector<std::string> parts;
-  for (int r = 0; r < world_; ++r)
-    if (closed_[static_cast<std::size_t>(r)])
-      parts.push_back("rank " + std::to_string(r) + " closed its connection: it exited or died");
+  if (const auto closed = closed_links(); !closed.empty()) parts.push_back(describe(closed));
   std::vector<SilentRank> open_silent;
   for (const auto& q : silent)
     if (!closed_[static_cast<std::size_t>(q.rank)]) open_silent.push_back(q);
@@ -173,12 +171,16 @@ std::string Watchdog::verdict() const {
   return "rank 0 hears every rank's heartbeat, " + alive;
 }
 
-std::string Watchdog::closed_peers() const {
-  std::lock_guard lock(mu_);
+std::vector<SilentRank> Watchdog::closed_links() const {
   std::vector<SilentRank> closed;
   for (int r = 0; r < world_; ++r)
     if (closed_[static_cast<std::size_t>(r)]) closed.push_back({r, 0, 1});
-  std::string out = describe(closed);
+  return closed;
+}
+
+std::string Watchdog::closed_peers() const {
+  std::lock_guard lock(mu_);
+  std::string out = describe(closed_links());
   std::vector<SilentRank> reported;
   for (const auto& q : reported_)
     if (q.closed) reported.push_back(q);

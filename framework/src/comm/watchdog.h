@@ -90,6 +90,8 @@ class Watchdog {
   void heard(const Transport::Received& r, Clock::time_point now);
   std::vector<SilentRank> silent_now(Clock::time_point now) const;
   std::string describe(const std::vector<SilentRank>& silent) const;
+  // Under mu_: the ranks whose link closed, as describe() takes them.
+  std::vector<SilentRank> closed_links() const;
 
   const int rank_, world_;
   const std::unique_ptr<Transport> transport_;

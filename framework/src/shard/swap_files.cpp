@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <optional>
-#include <vector>
 
 #include "core/host_name.h"
 #include "ztrain/units.h"
@@ -63,21 +62,24 @@ std::string swap_file_name(const std::string& name) {
 SwapSweep sweep_swap_files(const std::filesystem::path& dir) {
   SwapSweep out;
   const std::string here = host_name();
-  std::vector<std::string> removed, others;
+  const auto add = [](std::string& list, const std::string& item) {
+    list += (list.empty() ? "" : ", ") + item;
+  };
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::optional<Owner> o = owner_of(e.path().filename().string());
     if (!o || o->pid == ::getpid()) continue;
     const std::string pid = "pid " + std::to_string(o->pid);
-    const std::string named = described(e, o->host == here ? pid : "host " + o->host + ", " + pid);
-    std::error_code gone;
-    if (o->host == here && !running(o->pid) && std::filesystem::remove(e.path(), gone))
-      removed.push_back(named);
-    else if (o->host != here || running(o->pid))
-      others.push_back(o->host == here ? described(e, pid + " running") : named);
+    if (o->host != here) {
+      add(out.others, described(e, "host " + o->host + ", " + pid));
+    } else if (running(o->pid)) {
+      add(out.others, described(e, pid + " running"));
+    } else {
+      const std::string file = described(e, pid);  // while it is there to measure
+      std::error_code gone;
+      if (std::filesystem::remove(e.path(), gone)) add(out.removed, file);
+    }
   }
-  for (const auto& r : removed) out.removed += (out.removed.empty() ? "" : ", ") + r;
-  for (const auto& r : others) out.others += (out.others.empty() ? "" : ", ") + r;
   if (!out.removed.empty())
     out.removed = "nvme_path '" + dir.string() +
                   "': removed the swap files of runs that ended without removing them (killed, "
