@@ -1,11 +1,11 @@
 // The math a model runs, one forward/backward pair per op.
 //
 // A Kernels object is the device's implementation of every op a model
-// needs (cpu today; cuda shares the interface). Activations are fp32;
-// parameters and their gradients are typed operands (f32, bf16 or f16), the
-// working copies a strategy holds in the run's precision. A kernel reads a
-// 16-bit operand in fp32 (converting it in registers or cache-sized tiles,
-// never as a whole-tensor copy), computes in fp32, and rounds a 16-bit
+// needs: the cpu device's (kernels/cpu) and the cuda backend's share this
+// interface. Activations are fp32; parameters and their gradients are typed
+// operands (f32, bf16 or f16), the working copies a strategy holds in the
+// run's precision. A kernel reads a 16-bit operand in fp32 (converting it
+// in registers or cache-sized tiles, never as a whole-tensor copy), computes in fp32, and rounds a 16-bit
 // gradient once per op when it adds its contribution. Tensors are row-major,
 // contiguous unless a stride is given. Shapes are in the comments:
 // B batch, T time, C channels, OC output channels, N = B*T rows, V vocabulary,

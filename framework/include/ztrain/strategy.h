@@ -8,8 +8,10 @@
 // starts from the same weights). During a micro-step the model reaches
 // parameters and gradients only through param_view/grad_view between the
 // module hooks. step() finishes gradient reduction, computes the global
-// gradient norm, clips, runs the optimizer, publishes the new parameters and
-// zeroes the gradients for the next step. save_state and load_state carry
+// gradient norm, clips, runs the optimizer and publishes the new parameters; the next
+// step's first gradient write must not see this step's sums (a strategy
+// zeroes a full gradient buffer it accumulates into; a gradient shard that
+// the next reduction overwrites is kept as it is). save_state and load_state carry
 // the optimizer state in and out of checkpoints (ztrain/optimizer_state.h).
 //
 // Errors: setup raises OutOfMemoryError when the budget is too small,
@@ -140,7 +142,7 @@ class ZTRAIN_API Strategy : public Plugin {
   // calls it.
   virtual void read_param(ParamId p, float* out) = 0;
   virtual StepResult step(const StepArgs& args) = 0;
-  // Checkpoints (between steps, gradients zero). save_state puts the
+  // Checkpoints (between steps; gradients are not state). save_state puts the
   // master, m and v of the elements this rank saves; over all ranks, every
   // element of every parameter exactly once (ranks that hold replicas split
   // them). Not collective. load_state takes the state of every element this

@@ -13,8 +13,8 @@
 // or at the end of the micro-step, separately for micro-steps that
 // accumulate and for the last one of a step.
 //
-// GradReducer executes a plan; estimate_reduce_peaks reads the same plan,
-// so an estimate predicts the transient buffers a run allocates. The
+// GradReducer executes a plan; reduce_peaks and worst_reduce_peaks read the
+// same plan, so an estimate predicts the transient buffers a run allocates. The
 // policies a built-in strategy picks from:
 // - replicate (ddp): all-reduce in place in the full buffer, during the
 //   last micro-step's backward as modules complete buckets; accumulating
