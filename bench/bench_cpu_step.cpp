@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/plugin_loader.h"
+#include "config/config.h"
+#include "loader/plugin_loader.h"
 #include "stopwatch.h"
 #include "timed_kernels.h"
 #include "train/trainer.h"

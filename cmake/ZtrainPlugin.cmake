@@ -1,6 +1,6 @@
 # ztrain_add_plugin(<target> KIND strategy|model|data SOURCES ... [NO_INSTALL])
 # Builds one plugin shared library: hidden visibility (only the ztrain section
-# alias is exported), linked to the SDK, placed where the host discovers it
+# alias is exported), linked to the SDK alone (every symbol resolved there), placed where the host discovers it
 # (in ztrain's tree, beside its own plugins; elsewhere <build>/plugins, for
 # `ztrain --plugin-path`), and installed into <prefix>/lib/ztrain/plugins,
 # where an installed ztrain looks (<bin>/../lib/ztrain/plugins), unless
@@ -28,6 +28,9 @@ function(ztrain_add_plugin target)
     PREFIX "libztrain_${ARG_KIND}_"
     OUTPUT_NAME ${target}
     LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR})
+  # Every symbol a plugin uses resolved against the SDK when it is linked:
+  # a call into what libztrain does not export fails the build, not a run.
+  target_link_options(${target} PRIVATE -Wl,--no-undefined)
   if(NOT ARG_NO_INSTALL)
     install(TARGETS ${target} LIBRARY DESTINATION lib/ztrain/plugins)
   endif()

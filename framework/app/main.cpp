@@ -9,14 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "core/plugin_loader.h"
-#include "train/checkpoint_tools.h"
-#include "train/compare.h"
-#include "train/deepspeed_import.h"
-#include "train/estimate_table.h"
-#include "train/launcher.h"
+#include "checkpoint/tools.h"
+#include "checkpoint/weights.h"
+#include "comm/world.h"
+#include "commands/compare.h"
+#include "commands/estimate_table.h"
+#include "config/deepspeed_import.h"
+#include "job/launcher.h"
+#include "loader/plugin_loader.h"
 #include "train/trainer.h"
-#include "train/weights.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"

@@ -32,6 +32,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ztrain/export.h"
+
 namespace ztrain::cuda {
 
 // What the allocator asks of the device.
@@ -55,7 +57,7 @@ struct AllocatorStats {
   std::uint64_t trims = 0;          // blocks returned to the device to make room
 };
 
-class CachingAllocator {
+class ZTRAIN_API CachingAllocator {
  public:
   explicit CachingAllocator(DeviceMemory& device) : device_(device) {}
   CachingAllocator(const CachingAllocator&) = delete;

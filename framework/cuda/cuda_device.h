@@ -30,7 +30,7 @@
 
 namespace ztrain::cuda {
 
-class CudaDevice final : public Device, private DeviceMemory {
+class ZTRAIN_API CudaDevice final : public Device, private DeviceMemory {
  public:
   explicit CudaDevice(const CudaOptions& options);
   ~CudaDevice() override;

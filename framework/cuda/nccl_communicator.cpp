@@ -15,9 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/comm_tally.h"
-#include "comm/comm_worker.h"
 #include "cuda/cuda_check.h"
+#include "kit/collectives.h"
 #include "ztrain/error.h"
 
 namespace ztrain::cuda {

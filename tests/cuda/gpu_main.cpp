@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "comm/world.h"
 #include "cuda/cuda_backend.h"
 #include "ztrain/comm.h"
 

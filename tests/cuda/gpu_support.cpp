@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "comm/world.h"
 #include "cuda/cuda_backend.h"
 #include "ztrain/comm.h"
 

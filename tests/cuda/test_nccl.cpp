@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "comm/world.h"
 #include "cuda/nccl_communicator.h"
 #include "gpu_support.h"
 #include "ztrain/comm.h"

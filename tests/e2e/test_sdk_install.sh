@@ -2,10 +2,10 @@
 # The installed SDK: `cmake --install` of the build tree into a fresh
 # prefix gives the ztrain binary, libztrain, every built-in plugin where
 # the installed binary finds it (lib/ztrain/plugins), the presets, the
-# public headers (not the host's own, such as safetensors.h) and the CMake
-# package. The example project outside the tree (examples/hybrid_shard)
-# finds it with find_package(ztrain), builds its strategy with
-# ztrain_add_strategy() (warnings as errors), and the installed ztrain
+# public headers (not the host's own, such as safetensors.h; none
+# including a third-party or uninstalled header) and the CMake package.
+# The example project outside the tree (examples/hybrid_shard) finds it
+# with find_package(ztrain), builds its strategy with ztrain_add_strategy() (warnings as errors), and the installed ztrain
 # lists it from --plugin-path and trains with it: at world 4 in groups of 2
 # (two copies of a ZeRO-3 shard of 2) and in one group of 4 it logs the
 # losses and gradient norms of ddp at world 1 (tolerances of
@@ -31,6 +31,15 @@ config=$(find "$prefix" -name ztrainConfig.cmake | head -n 1)
 [ -n "$config" ] && [ -f "$(dirname "$config")/ztrainConfigVersion.cmake" ] &&
   [ -f "$(dirname "$config")/ZtrainPlugin.cmake" ] || fail "no CMake package installed"
 [ ! -e "$prefix/include/ztrain/safetensors.h" ] || fail "a host-only header is installed"
+# The public headers stand alone: no third-party header (Boost, toml++, ...)
+# and no header of the host or the kit (src/) reached from them.
+if grep -rnE '#include [<"](boost|toml|nlohmann|tbb|oneapi|gloo|mpi)' "$prefix/include/ztrain"; then
+  fail "an installed public header includes a third-party header"
+fi
+if grep -rnE '#include "(core|kit|kernels|shard|io|comm|loader|config|job|checkpoint|train|commands|cuda)/' \
+  "$prefix/include/ztrain"; then
+  fail "an installed public header includes a header that is not installed"
+fi
 find "$prefix/lib/ztrain/plugins" -name '*bad_abi*' | grep -q . && fail "a test plugin is installed"
 echo "installed: binary, library, plugins, presets, public headers, $(basename "$(dirname "$config")") package"
 

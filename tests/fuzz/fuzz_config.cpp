@@ -1,8 +1,8 @@
 // The run-file loader and validators: TOML text, an optional first line
 // "--set" override, then every host section validated and resolved.
-#include "core/config.h"
+#include "config/config.h"
+#include "config/run_settings.h"
 #include "fuzz_input.h"
-#include "train/run_settings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string input = ztrain::fuzz::text(data, size);

@@ -2,8 +2,8 @@
 // with a model (so "auto" bucket sizes resolve) and either become ztrain
 // keys or are refused with a ztrain error; what is accepted prints as TOML
 // that parses again.
+#include "config/deepspeed_import.h"
 #include "fuzz_input.h"
-#include "train/deepspeed_import.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const ztrain::RunConfig run = ztrain::RunConfig::parse(

@@ -1,7 +1,7 @@
 // ELF section headers, as the plugin loader reads a candidate plugin file
 // before loading it: the file is whatever lies in a plugin directory.
-#include "core/elf_sections.h"
 #include "fuzz_input.h"
+#include "loader/elf_sections.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto path = ztrain::fuzz::as_file(data, size);

@@ -1,7 +1,7 @@
 // DeepSpeed-style hostfiles and --include/--exclude filters: the first line
 // is "include|exclude", the rest the hostfile.
 #include "fuzz_input.h"
-#include "train/launcher.h"
+#include "job/launcher.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string input = ztrain::fuzz::text(data, size);

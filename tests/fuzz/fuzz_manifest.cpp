@@ -1,8 +1,8 @@
 // Checkpoint manifests: any text is parsed and checked (structure, pieces
 // inside their files, tiling) or refused with a ztrain error; what parses
 // is written back and must parse to the same pieces.
+#include "checkpoint/manifest.h"
 #include "fuzz_input.h"
-#include "train/checkpoint_manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string input = ztrain::fuzz::text(data, size);

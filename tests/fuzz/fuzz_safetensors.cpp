@@ -1,8 +1,8 @@
 // safetensors files: header, metadata and every tensor read as fp32.
 #include <vector>
 
-#include "core/safetensors.h"
 #include "fuzz_input.h"
+#include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto path = ztrain::fuzz::as_file(data, size);

@@ -2,9 +2,9 @@
 // loads it: format "auto", windows of both splits read.
 #include <memory>
 
-#include "core/plugin_loader.h"
+#include "config/section_options.h"
 #include "fuzz_input.h"
-#include "train/section_options.h"
+#include "loader/plugin_loader.h"
 #include "ztrain/data.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/world.h"
 #include "world.h"
 #include "ztrain/comm.h"
 #include "ztrain/device.h"

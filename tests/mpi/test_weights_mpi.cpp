@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "../unit/support.h"
-#include "train/weights.h"
-#include "train/weights_import.h"
+#include "checkpoint/weights.h"
+#include "checkpoint/weights_import.h"
 #include "world.h"
 
 using namespace ztrain;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/world.h"
 #include "ztrain/comm.h"
 
 namespace ztrain::test {

@@ -12,5 +12,5 @@ const ztrain::PluginInfo info{
     "clang 3.4; libc++ 1; c++201103", &declare,   &create};
 }  // namespace
 
-BOOST_DLL_ALIAS_SECTIONED(info, ztrain_plugin_v1, ztrain)
+ZTRAIN_PLUGIN_ALIAS(info)
 ZTRAIN_PLUGIN_ABI_RECORD(ztrain::kPluginAbiVersion, "clang 3.4; libc++ 1; c++201103")

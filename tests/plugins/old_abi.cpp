@@ -12,4 +12,4 @@ const ztrain::PluginInfo info{
     10, "strategy", "old_abi", "0.0.1", "plugin ABI 10 (test)", ZTRAIN_BUILD_ID, &declare, &create};
 }  // namespace
 
-BOOST_DLL_ALIAS_SECTIONED(info, ztrain_plugin_v1, ztrain)
+ZTRAIN_PLUGIN_ALIAS(info)

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <string>
 
-#include "core/config.h"
-#include "core/plugin_loader.h"
+#include "config/config.h"
+#include "loader/plugin_loader.h"
 #include "train/trainer.h"
 
 namespace ztrain::test {

@@ -12,11 +12,11 @@
 #include <map>
 #include <random>
 
-#include "core/crc32c.h"
-#include "core/durable_file.h"
-#include "train/checkpoint_manifest.h"
-#include "train/checkpoint_rank_file.h"
-#include "train/checkpoint_reader.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/rank_file.h"
+#include "checkpoint/reader.h"
+#include "io/crc32c.h"
+#include "io/durable_file.h"
 #include "ztrain/device.h"
 #include "ztrain/error.h"
 #include "ztrain/shard/state_ranges.h"

@@ -4,9 +4,9 @@
 
 #include <fstream>
 
-#include "core/cuda_loader.h"
+#include "config/run_settings.h"
+#include "loader/cuda_loader.h"
 #include "support.h"
-#include "train/run_settings.h"
 
 using namespace ztrain;
 

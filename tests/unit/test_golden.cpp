@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "support.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"

@@ -4,8 +4,8 @@
 
 #include <fstream>
 
+#include "job/launcher.h"
 #include "support.h"
-#include "train/launcher.h"
 
 using namespace ztrain;
 

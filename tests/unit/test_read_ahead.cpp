@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/read_ahead.h"
+#include "io/read_ahead.h"
 #include "support.h"
 
 using namespace ztrain;

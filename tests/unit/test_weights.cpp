@@ -4,10 +4,10 @@
 
 #include <fstream>
 
-#include "core/safetensors.h"
+#include "checkpoint/weights.h"
+#include "checkpoint/weights_import.h"
+#include "io/safetensors.h"
 #include "support.h"
-#include "train/weights.h"
-#include "train/weights_import.h"
 
 using namespace ztrain;
 

@@ -1,11 +1,13 @@
 // Symbol visibility for the SDK.
 //
-// The SDK library (libztrain) is built with hidden visibility by default;
-// ZTRAIN_API marks what plugins may call. Interface and exception types are
-// BOOST_SYMBOL_VISIBLE so that their type_info is shared across the plugin
-// boundary (dynamic_cast and catch by SDK type work in host and plugin alike).
+// libztrain is built with hidden visibility (framework/CMakeLists.txt):
+// ZTRAIN_API marks what the SDK promises plugins, and nothing else leaves
+// the library but the host's kit (src/kit/kit_export.h).
+// framework/exported_symbols.txt lists every exported symbol and a test
+// holds the built library to it. Interface and exception types carry
+// ZTRAIN_API so that their type_info is one object across the plugin
+// boundary (dynamic_cast and catch by SDK type work in host and plugin
+// alike).
 #pragma once
 
-#include <boost/config.hpp>
-
-#define ZTRAIN_API BOOST_SYMBOL_VISIBLE
+#define ZTRAIN_API __attribute__((visibility("default")))

@@ -22,7 +22,6 @@
 // thread.
 #pragma once
 
-#include <boost/dll/alias.hpp>
 #include <cstdint>
 
 #include "ztrain/export.h"
@@ -31,7 +30,7 @@
 namespace ztrain {
 
 // Bumped whenever an SDK interface changes its layout or meaning.
-inline constexpr std::uint32_t kPluginAbiVersion = 11;
+inline constexpr std::uint32_t kPluginAbiVersion = 12;
 
 class ZTRAIN_API Plugin {
  public:
@@ -107,8 +106,17 @@ ZTRAIN_API const char* host_build_id();
                                                  &ztrain_plugin_declare_options_, \
                                                  &ztrain_plugin_create_};         \
   }                                                                               \
-  BOOST_DLL_ALIAS_SECTIONED(ztrain_plugin_info_, ztrain_plugin_v1, ztrain)        \
+  ZTRAIN_PLUGIN_ALIAS(ztrain_plugin_info_)                                        \
   ZTRAIN_PLUGIN_ABI_RECORD(ABI, ZTRAIN_BUILD_ID)
+
+// The exported alias the host binds: `ztrain_plugin_v1`, a pointer to the
+// PluginInfo in the library's "ztrain" section (the layout Boost.DLL's
+// import_alias reads, which the host's loader uses).
+#define ZTRAIN_PLUGIN_ALIAS(INFO)                                                     \
+  extern "C" {                                                                        \
+  extern __attribute__((visibility("default"))) const void* const ztrain_plugin_v1;   \
+  [[gnu::section("ztrain"), gnu::used]] const void* const ztrain_plugin_v1 = &(INFO); \
+  }
 
 // The ABI record alone (ZTRAIN_PLUGIN_WITH_ABI writes it; tests use it to
 // build a library whose record and info disagree).

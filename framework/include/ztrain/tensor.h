@@ -19,7 +19,7 @@
 
 namespace ztrain {
 
-class Shape {
+class ZTRAIN_API Shape {
  public:
   Shape() = default;
   Shape(std::initializer_list<std::int64_t> dims) : dims_(dims) {}

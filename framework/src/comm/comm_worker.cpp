@@ -64,11 +64,6 @@ void divide_in_place(void* data, std::size_t count, DType type, int by) {
   }
 }
 
-std::string collective_text(const char* op, std::size_t count, DType type) {
-  return std::string(op) + " of " + std::to_string(count) + " " + std::string(dtype_name(type)) +
-         " elements";
-}
-
 ThreadedCommunicator::ThreadedCommunicator(int world_rank, double timeout_s,
                                            std::shared_ptr<CommTally> tally,
                                            std::shared_ptr<const Watchdog> watchdog)

@@ -3,7 +3,7 @@
 // computes), the in-place division of an average, the counting of each
 // completed collective, and the CommWork whose timeout ends the job with a
 // message naming the rank, the operation and, from the watchdog, the rank
-// that stopped answering. Internal to libztrain.
+// that stopped answering. Part of the host.
 #pragma once
 
 #include <atomic>
@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "comm/comm_tally.h"
 #include "comm/watchdog.h"
+#include "kit/collectives.h"
 #include "ztrain/comm.h"
 #include "ztrain/dtype.h"
 
@@ -57,18 +57,6 @@ class CommWorker {
 
 // data[i] /= by, in the dtype (16-bit values through fp32).
 void divide_in_place(void* data, std::size_t count, DType type, int by);
-
-// What messages call a collective: "all_reduce of 1001 f32 elements".
-std::string collective_text(const char* op, std::size_t count, DType type);
-
-// A collective as the worker runs it: its kind (nothing is counted without
-// one: split is set-up, not traffic) and what its messages call it.
-struct CollectiveCall {
-  std::optional<Collective> kind;
-  const char* op;
-  std::size_t count;
-  DType type;
-};
 
 // The base of the mpi and gloo communicators. A subclass must call
 // drain() first in its destructor: queued tasks use its members.

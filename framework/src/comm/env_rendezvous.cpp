@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "comm/start_faults.h"
+#include "comm/world.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 

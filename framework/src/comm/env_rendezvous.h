@@ -10,7 +10,7 @@
 // gloo device listens on (one other hosts can reach).
 //
 // Errors: CommError naming the variable that is missing or wrong, the
-// ranks that never arrived, or what rank 0 refused. Internal to libztrain.
+// ranks that never arrived, or what rank 0 refused. Part of the host.
 #pragma once
 
 #include <memory>

@@ -43,6 +43,7 @@
 #include "comm/env_rendezvous.h"
 #include "comm/start_faults.h"
 #include "comm/tcp_beats.h"
+#include "comm/world.h"
 #include "core/temp_files.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"

@@ -15,6 +15,7 @@
 
 #include "comm/comm_worker.h"
 #include "comm/start_faults.h"
+#include "comm/world.h"
 #include "core/temp_files.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"

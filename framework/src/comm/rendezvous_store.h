@@ -21,7 +21,7 @@
 // members may be called from any thread. A client serialises its requests
 // (one at a time per connection) and may be shared between threads.
 // Errors: CommError naming the rank, the request and what went wrong.
-// Internal to libztrain.
+// Part of the host.
 #pragma once
 
 #include <gloo/rendezvous/store.h>

@@ -2,7 +2,7 @@
 // torchrun-style launches (gloo carries the collectives): an owning
 // descriptor, listening, connecting with retries up to a deadline, and
 // whole sends and receives on non-blocking sockets that give up at the
-// deadline. IPv4 only. Internal to libztrain.
+// deadline. IPv4 only. Part of the host.
 //
 // Errors: CommError naming `what` and the system's reason; a reset or
 // closed connection is a PeerClosed, saying that the peer has gone.

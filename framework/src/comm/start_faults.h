@@ -16,7 +16,7 @@
 //              run not yet sent by rank 0)
 //
 // Errors: ConfigError when the variable names no phase, at the first point
-// passed. Thread safety: any thread. Internal to libztrain.
+// passed. Thread safety: any thread. Part of the host.
 #pragma once
 
 namespace ztrain {

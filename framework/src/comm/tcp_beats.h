@@ -2,7 +2,7 @@
 // connections the ranks opened to rank 0's rendezvous store when they met
 // (rank 0 holds one per rank, the others one to rank 0). A peer that exits or dies closes its
 // connection, which the watchdog hears at once; a frozen one just stops
-// beating. Internal to libztrain.
+// beating. Part of the host.
 #pragma once
 
 #include <memory>

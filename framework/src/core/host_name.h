@@ -1,11 +1,13 @@
 // This machine's name, as messages, lock files and swap file names give it.
-// Internal to libztrain. Thread safety: any thread.
+// In libztrain, exported to the host (ZTRAIN_KIT). Thread safety: any thread.
 #pragma once
 
 #include <string>
 
+#include "kit/kit_export.h"
+
 namespace ztrain {
 
-std::string host_name();
+ZTRAIN_KIT std::string host_name();
 
 }  // namespace ztrain

@@ -3,14 +3,17 @@
 // exists) and OpenBLAS's thread count. The cpu device holds one for its
 // kernels; a GPU run holds one for the cpu kernels that step offloaded
 // state, so ranks sharing a machine share its cores there too.
-// Internal to libztrain. Thread safety: construct and destroy on one thread.
+// In libztrain, exported to the host (ZTRAIN_KIT). Thread safety: construct and destroy on one
+// thread.
 #pragma once
 
 #include <oneapi/tbb/global_control.h>
 
+#include "kit/kit_export.h"
+
 namespace ztrain {
 
-class HostThreads {
+class ZTRAIN_KIT HostThreads {
  public:
   // threads <= 0: every hardware thread.
   explicit HostThreads(int threads);

@@ -13,25 +13,27 @@
 // part watches that signal, it records it and returns (the watcher acts
 // from its own thread: the watchdog prints which rank went silent, then
 // calls die_by_signal); otherwise it ends the process as the default
-// action would. Internal to libztrain.
+// action would. In libztrain, exported to the host (ZTRAIN_KIT).
 //
 // Thread safety: any thread; the handler is async-signal-safe.
 #pragma once
 
+#include "kit/kit_export.h"
+
 namespace ztrain {
 
-void install_signal_handler();
+ZTRAIN_KIT void install_signal_handler();
 // While watched (count > 0), the signal is recorded instead of ending the
 // process.
-void watch_signal(int sig);
-void unwatch_signal(int sig);
+ZTRAIN_KIT void watch_signal(int sig);
+ZTRAIN_KIT void unwatch_signal(int sig);
 // The signal recorded since the last call (0: none), cleared.
-int take_pending_signal();
+ZTRAIN_KIT int take_pending_signal();
 // Ends the process by `sig`'s default action (temporary files removed).
-[[noreturn]] void die_by_signal(int sig);
+[[noreturn]] ZTRAIN_KIT void die_by_signal(int sig);
 
 // While one lives, stop requests are taken as above.
-class StopRequests {
+class ZTRAIN_KIT StopRequests {
  public:
   StopRequests();
   ~StopRequests();
@@ -41,17 +43,17 @@ class StopRequests {
   static int requested();
 };
 // Whether a StopRequests lives (the watchdog asks before judging SIGTERM).
-bool stop_requests_taken();
+ZTRAIN_KIT bool stop_requests_taken();
 // Records a stop request by `sig` (a second one while recorded ends the
 // process).
-void request_stop(int sig);
+ZTRAIN_KIT void request_stop(int sig);
 // The ranks agreed to stop (one of them was asked): from now until the
 // process ends, its own first SIGINT/SIGTERM is taken as part of that stop
 // (recorded; the watchdog does not judge it), a second ends it at once. A
 // scheduler signals every rank, but not at the same moment.
-void stop_agreed();
+ZTRAIN_KIT void stop_agreed();
 // Whether stop_agreed was called (a SIGTERM the watchdog holds to judge is
 // then part of the stop, whatever it finds).
-bool stop_is_agreed();
+ZTRAIN_KIT bool stop_is_agreed();
 
 }  // namespace ztrain

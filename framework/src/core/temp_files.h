@@ -6,7 +6,7 @@
 // the process's signal handler (core/signals.h) unlinks every registered
 // path on SIGINT, SIGTERM and SIGHUP, and remove_temp_files() does the same
 // for paths that end the process themselves (a collective timeout's abort).
-// Internal to libztrain.
+// In libztrain, exported to the host (ZTRAIN_KIT).
 //
 // Thread safety: register and remove from any thread; the signal handler
 // only calls unlink on preallocated paths.
@@ -14,9 +14,11 @@
 
 #include <filesystem>
 
+#include "kit/kit_export.h"
+
 namespace ztrain {
 
-class TempFile {
+class ZTRAIN_KIT TempFile {
  public:
   explicit TempFile(std::filesystem::path path);
   ~TempFile();
@@ -30,6 +32,6 @@ class TempFile {
 };
 
 // Unlinks every registered path (async-signal-safe).
-void remove_temp_files() noexcept;
+ZTRAIN_KIT void remove_temp_files() noexcept;
 
 }  // namespace ztrain

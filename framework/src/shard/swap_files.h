@@ -9,7 +9,7 @@
 // hosts') when the disk has no room. Files named ztrain-PID-NAME, as ztrain
 // named them before, count as this host's.
 //
-// Internal to libztrain. Thread safety: a pure function of the directory;
+// Internal to libztrain (hidden). Thread safety: a pure function of the directory;
 // ranks sweeping one directory at once each remove what is still there.
 #pragma once
 

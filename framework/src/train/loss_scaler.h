@@ -17,23 +17,12 @@
 
 #include <cstdint>
 
+#include "checkpoint/manifest.h"
+#include "config/run_settings.h"
+
 namespace ztrain {
 
-struct LossScalerSettings {
-  double loss_scale = 0;  // 0: dynamic
-  std::int64_t initial_scale_power = 16;
-  std::int64_t loss_scale_window = 1000;
-  std::int64_t hysteresis = 2;
-  bool consecutive_hysteresis = false;
-  double min_loss_scale = 1;
-};
-
 // What a checkpoint keeps of a scaler, to continue as if never stopped.
-struct LossScalerState {
-  double scale = 1;
-  std::int64_t hysteresis = 0, iter = 0, last_overflow = -1;
-};
-
 class LossScaler {
  public:
   explicit LossScaler(const LossScalerSettings& s);

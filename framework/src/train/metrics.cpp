@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "core/durable_file.h"
+#include "io/durable_file.h"
 
 #include "ztrain/error.h"
 

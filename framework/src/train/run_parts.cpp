@@ -2,7 +2,7 @@
 
 #include <tuple>
 
-#include "train/section_options.h"
+#include "config/section_options.h"
 
 namespace ztrain {
 

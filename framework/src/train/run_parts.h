@@ -5,7 +5,7 @@
 // the run on them, and `estimate` and `estimate --all` read only them, so
 // an estimate is of the run that would start. The data source is left to
 // the run: creating it may open its files, which sizing does not need.
-// Internal to libztrain. Errors: ConfigError and PluginError, as loading
+// Part of the host. Errors: ConfigError and PluginError, as loading
 // the config and the plugins raise them.
 #pragma once
 
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/plugin_loader.h"
-#include "train/rank_agreement.h"
-#include "train/run_settings.h"
+#include "config/config.h"
+#include "config/run_settings.h"
+#include "job/rank_agreement.h"
+#include "loader/plugin_loader.h"
 #include "ztrain/data.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "config/run_settings.h"
 #include "train/progress.h"
-#include "train/run_settings.h"
 #include "ztrain/units.h"
 #include "ztrain/version.h"
 

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "checkpoint/resume.h"
+#include "checkpoint/weights_import.h"
+#include "config/config.h"
+#include "config/resolved_config.h"
+#include "config/run_settings.h"
 #include "core/host_threads.h"
-#include "core/plugin_loader.h"
-#include "train/resolved_config.h"
-#include "train/resume.h"
-#include "train/run_settings.h"
-#include "train/weights_import.h"
+#include "loader/plugin_loader.h"
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
 #include "ztrain/device.h"

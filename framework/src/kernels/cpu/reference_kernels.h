@@ -7,6 +7,8 @@
 
 #include "ztrain/kernels.h"
 
+#include "kit/kit_export.h"
+
 namespace ztrain {
 
 class ReferenceKernels : public Kernels {
@@ -60,6 +62,6 @@ class ReferenceKernels : public Kernels {
   void mean_add(double* acc, const float* x, std::size_t n) const override;
 };
 
-std::unique_ptr<Kernels> make_reference_cpu_kernels();
+ZTRAIN_KIT std::unique_ptr<Kernels> make_reference_cpu_kernels();
 
 }  // namespace ztrain

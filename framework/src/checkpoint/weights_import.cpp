@@ -1,0 +1,195 @@
+// Initial weights (weights_import.h). Where some rank cannot see the file,
+// rank 0 opens it and the master values travel through state_relay.h; m
+// and v are zero everywhere.
+#include "checkpoint/weights_import.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "checkpoint/state_relay.h"
+#include "checkpoint/weights.h"
+#include "core/host_name.h"
+#include "job/rank_agreement.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The file's tensor for every parameter of `model`, matched by its Hugging
+// Face name (else its own) and shape; DataError listing every difference.
+std::vector<const SafetensorsEntry*> match_params(const SafetensorsReader& file,
+                                                  const Model& model) {
+  const auto params = model.params();
+  std::vector<std::string> missing, unexpected, misshaped;
+  std::vector<bool> used(file.entries().size(), false);
+  std::vector<const SafetensorsEntry*> match(params.size(), nullptr);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    const SafetensorsEntry* e = file.find(external_name(p));
+    if (!e) e = file.find(p.name);
+    if (!e) {
+      missing.push_back(external_name(p) + " " + external_shape(p).str());
+      continue;
+    }
+    used[static_cast<std::size_t>(e - file.entries().data())] = true;
+    if (e->shape != external_shape(p)) {
+      misshaped.push_back(e->name + ": shape " + e->shape.str() + " in the file, " +
+                          external_shape(p).str() + " expected" +
+                          (p.hf_transposed ? " (Hugging Face Conv1D layout: in, out)" : ""));
+      continue;
+    }
+    match[i] = e;
+  }
+  for (std::size_t j = 0; j < file.entries().size(); ++j)
+    if (!used[j] && !model.ignorable_tensor(file.entries()[j].name))
+      unexpected.push_back(file.entries()[j].name + " " + file.entries()[j].shape.str());
+  const std::size_t differences = missing.size() + unexpected.size() + misshaped.size();
+  if (differences > 0) {
+    std::string list;
+    auto section = [&](const char* title, const std::vector<std::string>& items) {
+      if (items.empty()) return;
+      list += "\n  " + std::to_string(items.size()) + " " + title + ":";
+      const std::size_t shown = std::min<std::size_t>(items.size(), 8);
+      for (std::size_t i = 0; i < shown; ++i) list += "\n    " + items[i];
+      if (shown < items.size())
+        list += "\n    ... and " + std::to_string(items.size() - shown) + " more";
+    };
+    section("missing from the file", missing);
+    section("unexpected in the file", unexpected);
+    section("with another shape", misshaped);
+    throw DataError(file.path().string() + ": does not match the " + model.info().arch +
+                    " model of this run (" + std::to_string(differences) + " differences):" + list +
+                    "\ncheck [model] arch, n_layer, n_embd, n_head, vocab_size and seq_len");
+  }
+  return match;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Some rank cannot see the file: rank 0 reads it for them (above).
+WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, const fs::path& path,
+                                    bool seen, Communicator& comm) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string why;
+  std::optional<SafetensorsReader> reader;
+  std::optional<WeightsFile> file;
+  if (comm.rank() == 0) {
+    try {
+      if (!seen)
+        throw DataError("init_from: no weights at '" + path.string() + "' on rank 0 (host " +
+                        host_name() +
+                        "), which reads them for the ranks that cannot; give a .safetensors file "
+                        "or a directory holding model.safetensors");
+      reader.emplace(path);
+      file.emplace(*reader, model);
+    } catch (const DataError& e) {
+      why = e.what();
+    }
+  }
+  stop_together<DataError>(why, "init_from: rank 0 cannot read the weights (its error is above)",
+                           comm);
+  const std::uint64_t moved =
+      load_through_rank_0(strategy, file ? &*file : nullptr, true, "init_from", comm);
+  stop_together<DataError>(file ? file->not_finite() : std::string(),
+                           "init_from: rank 0 found a value that is not finite (its error names "
+                           "the tensor)",
+                           comm);
+  WeightsImport w;
+  w.from_rank_0 = true;
+  w.bytes_read = file ? file->bytes_read() : 0;
+  w.file_bytes = file ? file->file_bytes() : 0;
+  w.bytes_moved = moved;
+  w.seconds = seconds_since(t0);
+  return w;
+}
+
+}  // namespace
+
+WeightsFile::WeightsFile(const SafetensorsReader& file, const Model& model)
+    : file_(file), params_(model.params()), match_(match_params(file, model)) {}
+
+std::uint64_t WeightsFile::file_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const SafetensorsEntry* e : match_) bytes += e->bytes;
+  return bytes;
+}
+
+void WeightsFile::get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
+                      float* out) {
+  if (a != StateArray::master) return std::fill(out, out + count, 0.0f);  // a fresh optimizer
+  const auto i = static_cast<std::size_t>(p);
+  const SafetensorsEntry& e = *match_.at(i);
+  if (params_[i].hf_transposed)
+    read_transposed(e, params_[i].shape, first, count, out);
+  else
+    file_.read_f32(e, first, count, out);
+  if (!params_[i].hf_transposed) bytes_read_ += count * dtype_size(e.dtype);
+  check_finite(p, first, count, out);
+}
+
+void WeightsFile::check_finite(ParamId p, std::uint64_t first, std::uint64_t count,
+                               const float* values) {
+  if (!not_finite_.empty()) return;
+  const float* bad =
+      std::find_if(values, values + count, [](float v) { return !std::isfinite(v); });
+  if (bad == values + count) return;
+  const auto i = static_cast<std::size_t>(p);
+  not_finite_ = "init_from: tensor '" + match_[i]->name + "' (parameter " + params_[i].name +
+                ") holds " + std::to_string(*bad) + " at element " +
+                std::to_string(first + static_cast<std::uint64_t>(bad - values)) +
+                " of the model's layout; weights that are not finite cannot train (saved from a "
+                "run that diverged?): give other weights";
+}
+
+// Model element (i, j) of shape (R, C) is the file's (j, i): for each file
+// row j the model rows i with first <= i*C + j < first + count are one
+// contiguous segment of it.
+void WeightsFile::read_transposed(const SafetensorsEntry& e, const Shape& shape,
+                                  std::uint64_t first, std::uint64_t count, float* out) {
+  const auto R = static_cast<std::uint64_t>(shape[0]), C = static_cast<std::uint64_t>(shape[1]);
+  const std::uint64_t end = first + count;
+  for (std::uint64_t j = 0; j < C; ++j) {
+    const std::uint64_t lo = first > j ? (first - j + C - 1) / C : 0;
+    const std::uint64_t hi = std::min(R, end > j ? (end - j + C - 1) / C : 0);
+    if (lo >= hi) continue;
+    segment_.resize(static_cast<std::size_t>(hi - lo));
+    file_.read_f32(e, j * R + lo, hi - lo, segment_.data());
+    for (std::uint64_t i = lo; i < hi; ++i) out[i * C + j - first] = segment_[i - lo];
+    bytes_read_ += (hi - lo) * dtype_size(e.dtype);
+  }
+}
+
+WeightsImport import_weights(const Model& model, Strategy& strategy, const fs::path& in,
+                             Communicator& comm) {
+  const fs::path path = fs::is_directory(in) ? in / "model.safetensors" : in;
+  const bool seen = fs::exists(path);
+  if (comm.size() > 1 && any_rank(!seen, comm))
+    return import_through_rank_0(model, strategy, path, seen, comm);
+  // Every rank reads its own ranges.
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!seen)
+    throw DataError("init_from: no weights at '" + path.string() +
+                    "'; give a .safetensors file or a directory holding model.safetensors");
+  if (comm.size() > 1) check_files_agree("init_from", {path.string()}, comm);  // none stale
+  const SafetensorsReader reader(path);
+  WeightsFile file(reader, model);
+  strategy.load_state(file);
+  stop_together<DataError>(file.not_finite(),
+                           "init_from: another rank found a value that is not finite (its error "
+                           "names the tensor)",
+                           comm);
+  WeightsImport w;
+  w.bytes_read = file.bytes_read();
+  w.file_bytes = file.file_bytes();
+  w.seconds = seconds_since(t0);
+  return w;
+}
+
+}  // namespace ztrain

@@ -1,0 +1,80 @@
+// Initial weights (`[model] init_from`): a safetensors file into a
+// strategy, each rank taking only the elements its strategy holds.
+//
+// The weights enter through Strategy::load_state, as a checkpoint's state
+// does: the file is a StateSource whose master values are its tensors
+// (matched by Hugging Face name or own name, shapes checked, every
+// missing, unexpected and mis-shaped tensor reported at once), with m and
+// v zero, a fresh optimizer. So a rank reads exactly the element ranges
+// its strategy asks for (a sharded strategy its shard, ddp everything),
+// and the strategy makes its working copy from them as after a resume.
+//
+// Where every rank sees the file (a shared file system, or a copy on
+// every host: the copies are compared first, so a stale one is refused),
+// each reads its own ranges. Where some rank cannot, rank 0 reads the
+// ranges of the other ranks and sends each rank its own, in bounded
+// rounds; they reach the strategy through a local scratch file, so no
+// rank holds more than a round of them in memory.
+//
+// Errors: DataError (on every rank) when rank 0 cannot read the file or it
+// does not match the model, when a rank cannot keep what it receives, or
+// when a value is NaN or infinite (naming the tensor and element: weights
+// saved from a diverged run would otherwise be found as a loss of NaN
+// after the first step).
+// Thread safety: collective; the training thread only.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "ztrain/comm.h"
+#include "ztrain/model.h"
+#include "ztrain/optimizer_state.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+// A weights file as a state source: the master values of any element range
+// of a parameter, in the model's layout (a Hugging Face Conv1D weight is
+// read a segment of each of its file rows at a time, never whole), and
+// zero m and v. Holds references: file and params outlive it. DataError
+// (from the constructor) when the file does not match the model.
+class WeightsFile final : public StateSource {
+ public:
+  WeightsFile(const SafetensorsReader& file, const Model& model);
+  void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override;
+  std::uint64_t bytes_read() const { return bytes_read_; }  // of the file, so far
+  std::uint64_t file_bytes() const;                         // the model's tensors
+  // The first value read that is NaN or infinite, as an error message
+  // naming the tensor and element; empty while none was. Not raised from
+  // get(): a rank raising alone in the middle of load_state would leave the
+  // others in its collectives; the ranks agree after it.
+  const std::string& not_finite() const { return not_finite_; }
+
+ private:
+  void read_transposed(const SafetensorsEntry& e, const Shape& shape, std::uint64_t first,
+                       std::uint64_t count, float* out);
+  void check_finite(ParamId p, std::uint64_t first, std::uint64_t count, const float* values);
+  const SafetensorsReader& file_;
+  std::vector<ParamSpec> params_;
+  std::vector<const SafetensorsEntry*> match_;
+  std::vector<float> segment_;
+  std::uint64_t bytes_read_ = 0;
+  std::string not_finite_;
+};
+
+struct WeightsImport {
+  bool from_rank_0 = false;       // rank 0 sent the other ranks their ranges
+  std::uint64_t bytes_read = 0;   // of the file's tensors, by this rank
+  std::uint64_t file_bytes = 0;   // every tensor of the model in the file
+  std::uint64_t bytes_moved = 0;  // between ranks, summed over them
+  double seconds = 0;
+};
+
+WeightsImport import_weights(const Model& model, Strategy& strategy,
+                             const std::filesystem::path& in, Communicator& comm);
+
+}  // namespace ztrain

@@ -1,0 +1,229 @@
+#include "commands/compare.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "commands/compare_report.h"
+#include "config/run_settings.h"
+#include "io/durable_file.h"
+#include "loader/plugin_loader.h"
+#include "train/trainer.h"
+#include "ztrain/error.h"
+
+extern char** environ;
+
+namespace ztrain {
+namespace fs = std::filesystem;
+namespace {
+
+// The name a strategy's job goes by: a preset's or plugin's file stem.
+std::string job_label(const std::string& strategy) {
+  const fs::path p(strategy);
+  return p.has_extension() || p.has_parent_path() ? p.stem().string() : strategy;
+}
+
+// The ztrain command of one job.
+std::vector<std::string> job_command(const CompareArgs& a, const std::string& strategy,
+                                     std::int64_t steps, const fs::path& dir) {
+  std::vector<std::string> cmd{boost::dll::program_location().string()};
+  if (a.nproc > 1) cmd.insert(cmd.end(), {"--nproc", std::to_string(a.nproc)});
+  cmd.insert(cmd.end(), {"--strategy", strategy});
+  if (!a.run.model.empty()) cmd.insert(cmd.end(), {"--model", a.run.model});
+  for (const auto& o : a.run.overrides) cmd.insert(cmd.end(), {"--set", o});
+  // Every step logged, one evaluation at the end, nothing else written.
+  const std::string k = std::to_string(steps);
+  for (const std::string& o : std::vector<std::string>{
+           "train.steps=" + k, "train.log_every=1", "train.eval_every=" + k,
+           "train.save_final=false", "train.checkpoint_every=0", "train.out_dir=" + dir.string()})
+    cmd.insert(cmd.end(), {"--set", o});
+  for (const auto& p : a.run.plugin_paths) cmd.insert(cmd.end(), {"--plugin-path", p});
+  cmd.push_back("--overwrite");
+  cmd.push_back(a.run.config.string());
+  return cmd;
+}
+
+// Test hook: ZTRAIN_TEST_COMPARE_PERTURB=STRATEGY:STEP gives that
+// strategy's job ZTRAIN_TEST_SCALE_LR=STEP (see trainer.cpp), so it
+// differs from the others from step STEP + 1 on.
+std::vector<std::string> job_environment(const std::string& label) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  const char* hook = std::getenv("ZTRAIN_TEST_COMPARE_PERTURB");
+  const std::string text = hook ? hook : "";
+  const std::size_t colon = text.rfind(':');
+  if (colon != std::string::npos && text.substr(0, colon) == label)
+    env.push_back("ZTRAIN_TEST_SCALE_LR=" + text.substr(colon + 1));
+  return env;
+}
+
+// Starts `cmd` with `env` and its output into `log`.
+pid_t spawn(const std::vector<std::string>& cmd, const std::vector<std::string>& env,
+            const fs::path& log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> argv;
+  for (const auto& s : cmd) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& s : env) envp.push_back(const_cast<char*>(s.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw Error("cannot start '" + cmd[0] + "': " + std::strerror(rc));
+  return pid;
+}
+
+// Training lines written so far into a job's metrics.
+std::int64_t steps_logged(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::int64_t n = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"split\": \"train\"") != std::string::npos) ++n;
+  return n;
+}
+
+// Why a job ended early, from its output: its last error line.
+void classify_failure(const fs::path& log, int status, ComparedJob& job) {
+  std::ifstream in(log);
+  std::string last_error;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("error") != std::string::npos || line.find("out of memory") != std::string::npos)
+      last_error = line;
+  const bool oom = last_error.find("out of memory") != std::string::npos ||
+                   last_error.find("memory_limit") != std::string::npos;
+  job.outcome = oom ? JobOutcome::out_of_memory : JobOutcome::failed;
+  // "[rank 0] ztrain: error: out of memory ..." -> "out of memory ..."
+  for (const char* prefix : {"config error: ", "error: "})
+    if (const std::size_t at = last_error.find(prefix); at != std::string::npos) {
+      last_error.erase(0, at + std::strlen(prefix));
+      break;
+    }
+  job.error =
+      !last_error.empty() ? last_error
+      : WIFSIGNALED(status)
+          ? "killed by signal " + std::to_string(WTERMSIG(status)) + " (see " + log.string() + ")"
+          : "exit " + std::to_string(WEXITSTATUS(status)) + " (see " + log.string() + ")";
+}
+
+// Runs one job to its end, saying its step as it goes.
+ComparedJob run_job(const CompareArgs& a, const std::string& strategy, std::size_t index,
+                    std::int64_t steps, const fs::path& out, std::ostream& os) {
+  ComparedJob job;
+  job.strategy = job_label(strategy);
+  const fs::path dir = out / job.strategy, log = out / (job.strategy + ".log");
+  const bool terminal = ::isatty(STDERR_FILENO);
+  const std::string head = "[" + std::to_string(index + 1) + "/" +
+                           std::to_string(a.strategies.size()) + "] " + job.strategy + ": ";
+  const pid_t pid = spawn(job_command(a, strategy, steps, dir), job_environment(job.strategy), log);
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) throw Error(std::string("waitpid: ") + std::strerror(errno));
+    if (terminal)
+      std::fprintf(stderr, "\r%sstep %lld/%lld ", head.c_str(),
+                   static_cast<long long>(steps_logged(dir / "metrics.jsonl")),
+                   static_cast<long long>(steps));
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  if (fs::exists(dir / "metrics.jsonl")) read_job_metrics(dir / "metrics.jsonl", job);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) classify_failure(log, status, job);
+  if (terminal) std::fprintf(stderr, "\r\033[K");
+  os << head << outcome_name(job.outcome) << " after " << job.steps.size() << " of " << steps
+     << " steps (log: " << log.string() << ")\n"
+     << std::flush;
+  return job;
+}
+
+void check_args(const CompareArgs& a) {
+  if (!a.run.strategy.empty() || !a.run.deepspeed.empty())
+    throw ConfigError(
+        "compare takes --strategies A,B,..., not --strategy or --deepspeed (a strategy preset "
+        "file, a [strategy] table alone, may be one of them)");
+  if (a.strategies.empty())
+    throw ConfigError("compare: give the strategies, e.g. --strategies ddp,zero1,zero2,zero3");
+  std::set<std::string> seen;
+  for (const auto& s : a.strategies)
+    if (s.empty() || !seen.insert(job_label(s)).second)
+      throw ConfigError("compare: strategy '" + s + "' " +
+                        (s.empty() ? "is empty" : "is given twice") + " in --strategies");
+  if (a.nproc < 1)
+    throw ConfigError("compare: --nproc " + std::to_string(a.nproc) + ": give 1 or more ranks");
+  if (a.steps && *a.steps < 1)
+    throw ConfigError("compare: --steps " + std::to_string(*a.steps) +
+                      ": give 1 or more (or leave it out for the run's train.steps)");
+}
+
+// Every strategy of the comparison names a preset or a plugin that loads,
+// checked before any job runs: a misspelt last name used to be found after
+// the others had trained.
+void check_strategies(const CompareArgs& a) {
+  const PluginLoader loader(default_plugin_dirs(a.run.plugin_paths), {});
+  std::string bad;
+  for (const auto& s : a.strategies) {
+    TrainArgs run = a.run;
+    run.strategy = s;
+    try {
+      loader.load("strategy", load_run_config(run).plugin("strategy", "ddp"));
+    } catch (const Error& e) {
+      const std::string why = e.what();
+      bad += std::string(bad.empty() ? "" : "\n") + "  " + s + ": " + why.substr(0, why.find(';'));
+    }
+  }
+  if (!bad.empty())
+    throw ConfigError(
+        "compare: not every strategy can run, so none was started (`ztrain plugins` "
+        "lists the strategies found):\n" +
+        bad);
+}
+
+}  // namespace
+
+int compare(const CompareArgs& a, std::ostream& os) {
+  check_args(a);
+  // The run file loads here first, so a bad one fails once, not per job.
+  const RunConfig config = load_run_config(a.run);
+  check_strategies(a);
+  const RunSettings settings = resolve_settings(config, a.nproc);
+  Comparison c;
+  c.run_file = a.run.config.string();
+  c.precision = precision_label(settings.train.precision);
+  c.ranks = a.nproc;
+  c.steps = a.steps.value_or(settings.train.steps);
+  c.tolerance = tolerance_for(c.precision);
+  const fs::path out = a.out_dir.empty() ? fs::path("runs/compare") : a.out_dir;
+  if (fs::exists(out / "compare.json") && !a.run.overwrite)
+    throw ConfigError("'" + out.string() +
+                      "' holds an earlier comparison; give another --out or --overwrite");
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw ConfigError("cannot create '" + out.string() + "': " + ec.message());
+  for (std::size_t i = 0; i < a.strategies.size(); ++i)
+    c.jobs.push_back(run_job(a, a.strategies[i], i, c.steps, out, os));
+  c.verdict = equivalence(c.jobs, c.tolerance);
+  write_file_atomically(out / "compare.csv", comparison_csv(c));
+  write_file_atomically(out / "compare.json", comparison_json(c));
+  write_file_atomically(out / "compare.html", comparison_html(c));
+  os << "\n" << comparison_table(c);
+  os << "written: " << (out / "compare.csv").string() << ", " << (out / "compare.json").string()
+     << ", " << (out / "compare.html").string() << "\n";
+  bool failed = !c.verdict.equivalent;
+  for (const auto& j : c.jobs) failed = failed || j.outcome == JobOutcome::failed;
+  return failed ? 1 : 0;
+}
+
+}  // namespace ztrain

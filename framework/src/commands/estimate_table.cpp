@@ -1,0 +1,171 @@
+#include "commands/estimate_table.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "loader/plugin_loader.h"
+#include "train/run_parts.h"
+#include "ztrain/error.h"
+#include "ztrain/units.h"
+
+namespace ztrain {
+namespace fs = std::filesystem;
+namespace {
+
+// The strategy presets, first those of the root nearest the run file;
+// ddp and the ZeRO stages first, the rest by name.
+std::vector<fs::path> strategy_presets(const fs::path& run_file) {
+  std::vector<fs::path> found;
+  std::vector<std::string> names;
+  for (const fs::path& root : config_roots(run_file)) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root / "strategies", ec)) {
+      const std::string name = e.path().stem().string();
+      if (e.path().extension() != ".toml" ||
+          std::find(names.begin(), names.end(), name) != names.end())
+        continue;
+      names.push_back(name);
+      found.push_back(e.path());
+    }
+  }
+  const auto rank = [](const fs::path& p) {
+    static const std::vector<std::string> first = {"ddp", "zero1", "zero2", "zero3"};
+    const auto at = std::find(first.begin(), first.end(), p.stem().string());
+    return std::make_pair(at - first.begin(), p.stem().string());
+  };
+  std::sort(found.begin(), found.end(),
+            [&](const fs::path& a, const fs::path& b) { return rank(a) < rank(b); });
+  return found;
+}
+
+struct Sized {
+  std::string strategy;
+  std::string refused;    // why the preset cannot run this model as set; empty: it can
+  MemoryEstimate states;  // per rank, activations not included
+  std::uint64_t activations_off = 0, activations_on = 0;
+  std::int64_t n_params = 0;
+  std::string model;
+};
+
+// The model states and activations of `preset`, with activation
+// checkpointing off and on, into s.
+void size_states(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader,
+                 Sized& s) {
+  for (const bool checkpointing : {false, true}) {
+    TrainArgs run = a.run;
+    run.strategy = preset.string();
+    run.overrides.push_back(std::string("model.activation_checkpointing=") +
+                            (checkpointing ? "true" : "false"));
+    const RunConfig config = load_run_config(run);
+    RunParts parts = make_run_parts(config, loader, a.world);
+    if (a.device_memory) parts.sizes.device_budget = a.device_memory;
+    (checkpointing ? s.activations_on : s.activations_off) = parts.sizes.activation_bytes;
+    if (checkpointing) continue;  // the model states do not depend on it
+    s.n_params = parts.info.n_params;
+    s.model = parts.info.arch;
+    s.states = parts.strategy->estimate(parts.sizes);
+  }
+}
+
+// One preset's row. A preset whose settings cannot hold this model (a
+// module larger than its max_live_parameters) is a row saying so and what
+// to set, not the end of the table.
+Sized size_of(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader) {
+  Sized s;
+  s.strategy = preset.stem().string();
+  try {
+    size_states(a, preset, loader, s);
+  } catch (const ConfigError& e) {
+    s.refused = e.what();
+  }
+  return s;
+}
+
+std::uint64_t tier_total(const MemoryEstimate& e, Tier t) {
+  std::uint64_t sum = 0;
+  for (std::uint64_t b : e.bytes[static_cast<std::size_t>(t)]) sum += b;
+  return sum;
+}
+
+std::uint64_t device_bytes(const MemoryEstimate& e, Category c) {
+  return e.bytes[static_cast<std::size_t>(Tier::device)][static_cast<std::size_t>(c)];
+}
+
+// "fits (12.5 GiB spare)", "fits with activation checkpointing (...)" or
+// "does not fit (3.1 GiB short with activation checkpointing)".
+std::string verdict(std::uint64_t without, std::uint64_t with, std::uint64_t memory) {
+  if (without <= memory) return "fits (" + format_bytes(memory - without) + " spare)";
+  if (with <= memory)
+    return "fits with activation checkpointing (" + format_bytes(memory - with) + " spare)";
+  return "does not fit (" + format_bytes(with - memory) + " short with activation checkpointing)";
+}
+
+}  // namespace
+
+void estimate_all(const SizingArgs& a, std::ostream& os) {
+  if (!a.run.deepspeed.empty())
+    throw ConfigError(
+        "estimate --all tries every strategy preset; drop --deepspeed (plain `ztrain estimate "
+        "--deepspeed` sizes that config)");
+  if (!a.run.strategy.empty())
+    throw ConfigError("estimate --all tries every strategy preset; drop --strategy");
+  if (a.world < 1 || a.gpus_per_node < 1 || a.gpus_per_node > 1024)
+    throw ConfigError("estimate --all: --world must be 1 or more and --gpus-per-node 1 to 1024");
+  const PluginLoader loader(default_plugin_dirs(a.run.plugin_paths), {});
+  const std::vector<fs::path> presets = strategy_presets(a.run.config);
+  if (presets.empty())
+    throw ConfigError("estimate --all: no strategy presets (strategies/*.toml) found beside '" +
+                      a.run.config.string() + "' or in the installed configs");
+  std::vector<Sized> rows;
+  for (const fs::path& p : presets) rows.push_back(size_of(a, p, loader));
+  const auto sized =
+      std::find_if(rows.begin(), rows.end(), [](const Sized& s) { return s.refused.empty(); });
+  if (sized == rows.end())
+    throw ConfigError("estimate --all: no preset can run this model: " + rows.front().refused);
+  const Sized& any = *sized;
+  os << "estimate --all: " << any.model << ", " << any.n_params << " parameters, " << a.world
+     << (a.world == 1 ? " rank" : " ranks") << ", " << a.gpus_per_node << " per node";
+  if (a.device_memory) os << "; devices of " << format_bytes(*a.device_memory);
+  os << "\n";
+  char line[400];
+  std::snprintf(line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s  %s\n",
+                "strategy", "params", "grads", "optimizer", "buffers", "act", "act ckpt", "device",
+                "dev ckpt", "host/node", "nvme/node", "fits");
+  os << line;
+  for (const Sized& s : rows) {
+    if (!s.refused.empty()) {
+      std::snprintf(line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s  ",
+                    s.strategy.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-");
+      os << line << "cannot run as set: " << s.refused << "\n";
+      continue;
+    }
+    const std::uint64_t states = tier_total(s.states, Tier::device);
+    const std::uint64_t buffers = states - device_bytes(s.states, Category::params) -
+                                  device_bytes(s.states, Category::grads) -
+                                  device_bytes(s.states, Category::optimizer);
+    const std::uint64_t per_node = static_cast<std::uint64_t>(a.gpus_per_node);
+    const std::uint64_t total_off = states + s.activations_off,
+                        total_on = states + s.activations_on;
+    std::snprintf(
+        line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s  %s\n",
+        s.strategy.c_str(), format_bytes(device_bytes(s.states, Category::params)).c_str(),
+        format_bytes(device_bytes(s.states, Category::grads)).c_str(),
+        format_bytes(device_bytes(s.states, Category::optimizer)).c_str(),
+        format_bytes(buffers).c_str(), format_bytes(s.activations_off).c_str(),
+        format_bytes(s.activations_on).c_str(), format_bytes(total_off).c_str(),
+        format_bytes(total_on).c_str(),
+        format_bytes(tier_total(s.states, Tier::host) * per_node).c_str(),
+        format_bytes(tier_total(s.states, Tier::nvme) * per_node).c_str(),
+        a.device_memory ? verdict(total_off, total_on, *a.device_memory).c_str()
+                        : "- (give --device-memory)");
+    os << line;
+  }
+  os << "(per device: the strategy's estimate, each category at its peak; buffers: "
+        "communication and offload staging; act: activations, ckpt: with activation "
+        "checkpointing; device: their sum)\n";
+}
+
+}  // namespace ztrain

@@ -1,0 +1,556 @@
+// The mapping, section by section. Each DeepSpeed object is walked by a
+// Section that hands out its keys by name and, at the end, refuses the
+// keys no one asked for, so a key is either mapped, warned about (it has
+// no effect here, and the warning says why) or an error; nothing is
+// dropped in silence. Numbers are taken in the type ztrain declares:
+// DeepSpeed writes sizes as 1e9, which must be an integer exactly.
+#include "config/deepspeed_import.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+using nlohmann::json;
+
+// One JSON object of the config, with the path that names its keys.
+class Section {
+ public:
+  Section(const json* obj, std::string path, std::string file)
+      : obj_(obj), path_(std::move(path)), file_(std::move(file)) {
+    if (obj_ && !obj_->is_object())
+      throw ConfigError(where("") + " is " + obj_->dump() + "; expected an object ({...})");
+  }
+
+  std::string where(const std::string& key) const {
+    return file_ + ": " + (path_.empty() ? key : key.empty() ? path_ : path_ + "." + key);
+  }
+  // The value of `key` (marked as read), or nullptr.
+  const json* get(const std::string& key) {
+    used_.insert(key);
+    if (!obj_) return nullptr;
+    const auto it = obj_->find(key);
+    return it == obj_->end() || it->is_null() ? nullptr : &*it;
+  }
+  bool is_auto(const json* v) const { return v && v->is_string() && *v == "auto"; }
+  Section sub(const std::string& key) { return Section(get(key), path_key(key), file_); }
+
+  std::int64_t integer(const json& v, const std::string& key) const {
+    if (v.is_number_integer()) return v.get<std::int64_t>();
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (std::floor(d) == d && std::fabs(d) < 9.2e18) return static_cast<std::int64_t>(d);
+    }
+    throw ConfigError(where(key) + " is " + v.dump() + "; expected an integer");
+  }
+  double number(const json& v, const std::string& key) const {
+    if (v.is_number()) return v.get<double>();
+    throw ConfigError(where(key) + " is " + v.dump() + "; expected a number");
+  }
+  bool boolean(const json& v, const std::string& key) const {
+    if (v.is_boolean()) return v.get<bool>();
+    throw ConfigError(where(key) + " is " + v.dump() + "; expected true or false");
+  }
+  std::string string(const json& v, const std::string& key) const {
+    if (v.is_string()) return v.get<std::string>();
+    throw ConfigError(where(key) + " is " + v.dump() + "; expected a string");
+  }
+
+  // Keys that have no effect here: read, with the reason for the warning.
+  void no_effect(const std::map<std::string, std::string>& keys, std::vector<std::string>& out) {
+    for (const auto& [key, why] : keys)
+      if (get(key)) out.push_back(where(key) + " has no effect in ztrain: " + why);
+  }
+  // Every key no one read is an error.
+  void finish() const {
+    if (!obj_) return;
+    for (const auto& [key, value] : obj_->items())
+      if (!used_.count(key))
+        throw ConfigError(where(key) +
+                          " is not a DeepSpeed key ztrain knows (or not one it "
+                          "supports); remove it or see `ztrain convert-deepspeed`");
+  }
+
+ private:
+  std::string path_key(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
+  const json* obj_;
+  std::string path_, file_;
+  std::set<std::string> used_;
+};
+
+// Where values go, with their origins.
+struct Builder {
+  ImportedConfig& out;
+  template <class V>
+  void train(const std::string& key, V&& value, const std::string& origin) {
+    put(out.train, "train." + key, key, std::forward<V>(value), origin);
+  }
+  template <class V>
+  void strategy(const std::string& key, V&& value, const std::string& origin) {
+    put(out.strategy, "strategy." + key, key, std::forward<V>(value), origin);
+  }
+
+ private:
+  // `key` may be one level dotted ("fp16.hysteresis", "aio.block_size").
+  template <class V>
+  void put(toml::table& t, const std::string& path, const std::string& key, V&& value,
+           const std::string& origin) {
+    const auto dot = key.find('.');
+    toml::table* into = &t;
+    if (dot != std::string::npos) {
+      into = t.get_as<toml::table>(key.substr(0, dot));
+      if (!into)
+        into = t.insert_or_assign(key.substr(0, dot), toml::table{}).first->second.as_table();
+    }
+    into->insert_or_assign(dot == std::string::npos ? key : key.substr(dot + 1),
+                           std::forward<V>(value));
+    out.origins[path] = origin;
+  }
+};
+
+// A run key's value as the run has it, or nullptr.
+const toml::node* run_value(const RunConfig& run, const std::string& path) {
+  return run.table().at_path(path).node();
+}
+
+std::string run_text(const RunConfig& run, const std::string& path, const std::string& fallback) {
+  const toml::node* n = run_value(run, path);
+  if (!n) return fallback;
+  std::ostringstream s;
+  if (const auto* str = n->as_string())
+    s << str->get();
+  else
+    n->visit([&](const auto& v) { s << v; });
+  return s.str();
+}
+
+// The batch keys and gradient clipping: numbers set the run's keys, "auto"
+// keeps them.
+void map_batch(Section& top, const RunConfig& run, Builder& b) {
+  const struct {
+    const char* ds;
+    const char* key;
+  } batch[] = {{"train_batch_size", "global_batch_size"},
+               {"train_micro_batch_size_per_gpu", "micro_batch_size"},
+               {"gradient_accumulation_steps", "grad_accum"}};
+  for (const auto& k : batch) {
+    const json* v = top.get(k.ds);
+    if (!v) continue;
+    if (top.is_auto(v)) {
+      b.out.notes.push_back(top.where(k.ds) + ": auto -> the run's train." + k.key + " (" +
+                            run_text(run, std::string("train.") + k.key, "its default") + ")");
+      continue;
+    }
+    const std::int64_t n = top.integer(*v, k.ds);
+    if (n < 1) throw ConfigError(top.where(k.ds) + " is " + std::to_string(n) + "; give 1 or more");
+    b.train(k.key, toml::value<std::int64_t>(n), top.where(k.ds));
+  }
+  if (const json* v = top.get("gradient_clipping")) {
+    if (top.is_auto(v))
+      b.out.notes.push_back(top.where("gradient_clipping") +
+                            ": auto -> the run's train.grad_clip (" +
+                            run_text(run, "train.grad_clip", "its default") + ")");
+    else
+      b.train("grad_clip", toml::value<double>(top.number(*v, "gradient_clipping")),
+              top.where("gradient_clipping"));
+  }
+  if (const json* v = top.get("steps_per_print"); v && !top.is_auto(v))
+    b.train("log_every", toml::value<std::int64_t>(top.integer(*v, "steps_per_print")),
+            top.where("steps_per_print"));
+}
+
+// "enabled": true, false, or "auto" (nullopt).
+std::optional<bool> enabled(Section& s) {
+  const json* v = s.get("enabled");
+  if (!v || s.is_auto(v)) return std::nullopt;
+  return s.boolean(*v, "enabled");
+}
+
+void map_precision(Section& top, const RunConfig& run, Builder& b) {
+  Section fp16 = top.sub("fp16"), bf16 = top.sub("bf16");
+  const std::optional<bool> f = enabled(fp16), h = enabled(bf16);
+  const std::string precision = run_text(run, "train.precision", "fp32");
+  if (f.value_or(false) && h.value_or(false))
+    throw ConfigError(fp16.where("enabled") + " and " + bf16.where("enabled") +
+                      " are both true; enable one of them");
+  if (f.value_or(false))
+    b.train("precision", toml::value<std::string>("fp16"), fp16.where("enabled"));
+  else if (h.value_or(false))
+    b.train("precision", toml::value<std::string>("bf16"), bf16.where("enabled"));
+  else if ((f == false && precision == "fp16") || (h == false && precision == "bf16"))
+    b.train("precision", toml::value<std::string>("fp32"),
+            (f == false ? fp16 : bf16).where("enabled"));
+  else if (!f || !h)
+    b.out.notes.push_back(top.where("fp16/bf16.enabled") + ": auto -> the run's train.precision (" +
+                          precision + ")");
+  for (const char* key : {"loss_scale", "min_loss_scale"})
+    if (const json* v = fp16.get(key))
+      b.train(std::string("fp16.") + key, toml::value<double>(fp16.number(*v, key)),
+              fp16.where(key));
+  for (const char* key : {"initial_scale_power", "loss_scale_window", "hysteresis"})
+    if (const json* v = fp16.get(key))
+      b.train(std::string("fp16.") + key, toml::value<std::int64_t>(fp16.integer(*v, key)),
+              fp16.where(key));
+  if (const json* v = fp16.get("consecutive_hysteresis"))
+    b.train("fp16.consecutive_hysteresis",
+            toml::value<bool>(fp16.boolean(*v, "consecutive_hysteresis")),
+            fp16.where("consecutive_hysteresis"));
+  fp16.no_effect({{"auto_cast", "inputs are never cast; the model computes in the run's precision"},
+                  {"fp16_master_weights_and_grads", "master weights are always fp32"}},
+                 b.out.warnings);
+  bf16.no_effect({{"immediate_grad_update", "gradients are applied once per step"}},
+                 b.out.warnings);
+  fp16.finish();
+  bf16.finish();
+}
+
+// AdamW's parameters ("auto": the run's).
+void map_optimizer(Section& top, Builder& b) {
+  Section opt = top.sub("optimizer");
+  if (const json* t = opt.get("type")) {
+    const std::string type = opt.string(*t, "type");
+    if (type != "Adam" && type != "AdamW" && type != "adam" && type != "adamw")
+      throw ConfigError(opt.where("type") + " is \"" + type +
+                        "\"; ztrain's optimizer is AdamW: use \"AdamW\" (or \"Adam\")");
+  }
+  Section params = opt.sub("params");
+  const struct {
+    const char* ds;
+    const char* key;
+  } scalars[] = {{"lr", "lr"}, {"eps", "eps"}, {"weight_decay", "weight_decay"}};
+  for (const auto& k : scalars)
+    if (const json* v = params.get(k.ds); v && !params.is_auto(v))
+      b.train(k.key, toml::value<double>(params.number(*v, k.ds)), params.where(k.ds));
+  if (const json* v = params.get("betas"); v && !params.is_auto(v)) {
+    if (!v->is_array() || v->size() != 2)
+      throw ConfigError(params.where("betas") + " is " + v->dump() + "; expected [beta1, beta2]");
+    toml::array betas;
+    for (const auto& x : *v) betas.push_back(params.number(x, "betas"));
+    b.train("betas", std::move(betas), params.where("betas"));
+  }
+  params.no_effect({{"torch_adam", "ztrain's AdamW is its own"},
+                    {"adam_w_mode", "ztrain's AdamW always decouples weight decay"}},
+                   b.out.warnings);
+  params.finish();
+  opt.finish();
+}
+
+// The warmup and decay of DeepSpeed's schedulers onto [train] schedule.
+void map_scheduler(Section& top, Builder& b) {
+  Section sched = top.sub("scheduler");
+  if (const json* t = sched.get("type")) {
+    const std::string type = sched.string(*t, "type");
+    const std::map<std::string, std::string> kinds = {
+        {"WarmupLR", "constant"}, {"WarmupDecayLR", "linear"}, {"WarmupCosineLR", "cosine"}};
+    const auto it = kinds.find(type);
+    if (it == kinds.end())
+      throw ConfigError(sched.where("type") + " is \"" + type +
+                        "\"; ztrain has WarmupLR, WarmupDecayLR and WarmupCosineLR");
+    b.train("schedule", toml::value<std::string>(it->second), sched.where("type"));
+  }
+  Section params = sched.sub("params");
+  if (const json* v = params.get("warmup_num_steps"); v && !params.is_auto(v))
+    b.train("warmup_steps", toml::value<std::int64_t>(params.integer(*v, "warmup_num_steps")),
+            params.where("warmup_num_steps"));
+  if (const json* v = params.get("total_num_steps"); v && !params.is_auto(v))
+    b.train("steps", toml::value<std::int64_t>(params.integer(*v, "total_num_steps")),
+            params.where("total_num_steps"));
+  if (const json* v = params.get("warmup_max_lr"); v && !params.is_auto(v))
+    b.train("lr", toml::value<double>(params.number(*v, "warmup_max_lr")),
+            params.where("warmup_max_lr"));
+  if (const json* v = params.get("warmup_min_lr");
+      v && !params.is_auto(v) && params.number(*v, "warmup_min_lr") != 0)
+    throw ConfigError(params.where("warmup_min_lr") +
+                      " is not 0; ztrain's warmup starts from 0: remove it or set it to 0");
+  params.no_effect({{"warmup_type", "the warmup is linear"},
+                    {"last_batch_iteration", "a resumed run continues from its checkpoint"}},
+                   b.out.warnings);
+  params.finish();
+  sched.finish();
+}
+
+// The strategy plugin the stage and offload devices make.
+std::string choose_plugin(std::int64_t stage, const std::string& opt_dev,
+                          const std::string& param_dev, Section& zo, Section& oo, Section& op) {
+  if (stage < 0 || stage > 3)
+    throw ConfigError(zo.where("stage") + " is " + std::to_string(stage) + "; give 0 to 3");
+  if (param_dev != "none" && stage != 3)
+    throw ConfigError(op.where("device") + " is \"" + param_dev + "\" but " + zo.where("stage") +
+                      " is " + std::to_string(stage) +
+                      "; parameters are offloaded at stage 3 only");
+  if (opt_dev == "nvme") {
+    if (stage != 3)
+      throw ConfigError(oo.where("device") + " is \"nvme\" but " + zo.where("stage") + " is " +
+                        std::to_string(stage) + "; ztrain's NVMe offload is ZeRO-3 (set stage 3)");
+    return "nvme_offload";
+  }
+  if (param_dev == "nvme")
+    throw ConfigError(op.where("device") + " is \"nvme\" but " + oo.where("device") + " is \"" +
+                      opt_dev + "\"; NVMe parameters go with NVMe optimizer state here");
+  if (opt_dev == "cpu" || param_dev == "cpu") {
+    if (stage == 0)
+      throw ConfigError(oo.where("device") + " is \"cpu\" but " + zo.where("stage") +
+                        " is 0; offloading needs a ZeRO stage (1-3)");
+    return "cpu_offload";
+  }
+  static const char* const by_stage[] = {"ddp", "zero1", "zero2", "zero3"};
+  return by_stage[stage];
+}
+
+std::string device_of(Section& s) {
+  const json* v = s.get("device");
+  if (!v) return "none";
+  const std::string d = s.string(*v, "device");
+  if (d != "none" && d != "cpu" && d != "nvme")
+    throw ConfigError(s.where("device") + " is \"" + d +
+                      "\"; expected \"none\", \"cpu\" or \"nvme\"");
+  return d;
+}
+
+// offload_optimizer and offload_param beyond their devices (param_dev:
+// offload_param.device, already read).
+void map_offload_details(Section& oo, Section& op, const std::string& plugin,
+                         const std::string& param_dev, Builder& b) {
+  const bool nvme = plugin == "nvme_offload", offload = nvme || plugin == "cpu_offload";
+  const auto copy = [&](Section& s, const std::string& table, const char* key, bool applies,
+                        char type) {
+    const json* v = s.get(key);
+    if (!v) return;
+    if (!applies) {
+      b.out.warnings.push_back(s.where(key) + " has no effect in ztrain under " + plugin);
+      return;
+    }
+    const std::string name = table + "." + key;
+    if (type == 'b')
+      b.strategy(name, toml::value<bool>(s.boolean(*v, key)), s.where(key));
+    else if (type == 'i')
+      b.strategy(name, toml::value<std::int64_t>(s.integer(*v, key)), s.where(key));
+    else if (type == 'n')
+      b.strategy(name, toml::value<double>(s.number(*v, key)), s.where(key));
+    else
+      b.strategy(name, toml::value<std::string>(s.string(*v, key)), s.where(key));
+  };
+  copy(oo, "offload_optimizer", "pin_memory", offload, 'b');
+  copy(oo, "offload_optimizer", "nvme_path", nvme, 's');
+  copy(oo, "offload_optimizer", "buffer_count", nvme, 'i');
+  copy(oo, "offload_optimizer", "ratio", plugin == "cpu_offload", 'n');
+  oo.no_effect({{"fast_init", "the swap files are written as the state is made"},
+                {"pipeline_read", "reads always overlap the step"},
+                {"pipeline_write", "writes always overlap the step"},
+                {"pipeline", "reads and writes always overlap the step"}},
+               b.out.warnings);
+  const bool params_off = param_dev != "none";
+  copy(op, "offload_param", "pin_memory", offload && params_off, 'b');
+  copy(op, "offload_param", "nvme_path", nvme && params_off, 's');
+  copy(op, "offload_param", "buffer_count", nvme && params_off, 'i');
+  copy(op, "offload_param", "buffer_size", nvme && params_off, 'i');
+  op.no_effect({{"max_in_cpu", "parameter shards on the host are all kept there"}}, b.out.warnings);
+  oo.finish();
+  op.finish();
+}
+
+void map_aio(Section& top, const std::string& plugin, Builder& b) {
+  Section aio = top.sub("aio");
+  const bool nvme = plugin == "nvme_offload";
+  const struct {
+    const char* key;
+    char type;
+  } keys[] = {{"block_size", 'i'},     {"queue_depth", 'i'},          {"single_submit", 'b'},
+              {"overlap_events", 'b'}, {"intra_op_parallelism", 'i'}, {"thread_count", 'i'}};
+  for (const auto& k : keys) {
+    const json* v = aio.get(k.key);
+    if (!v) continue;
+    if (!nvme) {
+      b.out.warnings.push_back(aio.where(k.key) + " has no effect in ztrain under " + plugin +
+                               " (no NVMe I/O)");
+      continue;
+    }
+    // DeepSpeed's newer name for intra_op_parallelism.
+    const std::string key =
+        std::string(k.key) == "thread_count" ? "intra_op_parallelism" : std::string(k.key);
+    if (k.type == 'b')
+      b.strategy("aio." + key, toml::value<bool>(aio.boolean(*v, k.key)), aio.where(k.key));
+    else
+      b.strategy("aio." + key, toml::value<std::int64_t>(aio.integer(*v, k.key)), aio.where(k.key));
+  }
+  aio.no_effect({{"use_gds", "no GPUDirect Storage on this device"}}, b.out.warnings);
+  aio.finish();
+}
+
+// The hidden size "auto" bucket sizes are made from.
+std::int64_t hidden_size(const RunConfig& run, const std::string& asked_by) {
+  const toml::node* n = run_value(run, "model.n_embd");
+  if (!n || !n->is_integer())
+    throw ConfigError(asked_by + " is \"auto\", which is made from the model's hidden size: set " +
+                      "[model] n_embd in the run file");
+  return n->as_integer()->get();
+}
+
+void map_zero(Section& top, const RunConfig& run, Builder& b) {
+  Section zo = top.sub("zero_optimization");
+  const json* st = zo.get("stage");
+  const std::int64_t stage = st ? zo.integer(*st, "stage") : 0;
+  Section oo = zo.sub("offload_optimizer"), op = zo.sub("offload_param");
+  const std::string opt_dev = device_of(oo), param_dev = device_of(op);
+  const std::string plugin = choose_plugin(stage, opt_dev, param_dev, zo, oo, op);
+  b.strategy("plugin", toml::value<std::string>(plugin),
+             st ? zo.where("stage") : zo.where("stage") + " (absent: 0)");
+  if (plugin == "cpu_offload")
+    b.strategy("stage", toml::value<std::int64_t>(stage), zo.where("stage"));
+  if (plugin == "cpu_offload" || plugin == "nvme_offload") {
+    b.strategy("offload_optimizer.device", toml::value<std::string>(opt_dev), oo.where("device"));
+    if (param_dev != "none")
+      b.strategy("offload_param.device", toml::value<std::string>(param_dev), op.where("device"));
+  }
+  const bool zero3 = stage == 3;
+  // The bucket and gather keys: (DeepSpeed key, ztrain option, applies here).
+  const struct {
+    const char* ds;
+    const char* key;
+    bool applies;
+    double auto_factor;  // "auto" = factor * hidden^power; 0: no auto
+    int power;
+  } sizes[] = {
+      {"reduce_bucket_size", "reduce_bucket_size", true, 1.0, 2},
+      {"allgather_bucket_size", "allgather_bucket_size", stage == 1 || stage == 2, 0, 0},
+      {"stage3_prefetch_bucket_size", "prefetch_bucket_size", zero3, 0.9, 2},
+      {"stage3_param_persistence_threshold", "param_persistence_threshold", zero3, 10.0, 1},
+      {"stage3_max_live_parameters", "max_live_parameters", zero3, 0, 0},
+      {"stage3_max_reuse_distance", "max_reuse_distance", zero3, 0, 0},
+      {"sub_group_size", "sub_group_size", plugin == "nvme_offload", 0, 0},
+  };
+  for (const auto& k : sizes) {
+    const json* v = zo.get(k.ds);
+    if (!v) continue;
+    if (!k.applies) {
+      b.out.warnings.push_back(zo.where(k.ds) + " has no effect in ztrain under " + plugin +
+                               (std::string(k.ds) == "sub_group_size"
+                                    ? " (it steps each rank's whole shard at once)"
+                                    : " (DeepSpeed ignores it at this stage too)"));
+      continue;
+    }
+    std::int64_t n = 0;
+    if (zo.is_auto(v)) {
+      if (k.auto_factor == 0)
+        throw ConfigError(zo.where(k.ds) +
+                          " is \"auto\", which DeepSpeed does not resolve; give a number");
+      const double h = static_cast<double>(hidden_size(run, zo.where(k.ds)));
+      n = static_cast<std::int64_t>(k.auto_factor * std::pow(h, k.power));
+      b.out.notes.push_back(
+          zo.where(k.ds) + ": auto -> " + std::to_string(n) + " (" +
+          (k.power == 2 ? (k.auto_factor == 1.0 ? "hidden²" : "0.9·hidden²") : "10·hidden") +
+          ", hidden = n_embd " + std::to_string(static_cast<std::int64_t>(h)) + ")");
+    } else {
+      n = zo.integer(*v, k.ds);
+    }
+    b.strategy(k.key, toml::value<std::int64_t>(n), zo.where(k.ds));
+  }
+  for (const char* key : {"overlap_comm", "contiguous_gradients"})
+    if (const json* v = zo.get(key))
+      b.strategy(key, toml::value<bool>(zo.boolean(*v, key)), zo.where(key));
+  zo.no_effect({{"stage3_gather_16bit_weights_on_model_save",
+                 "ztrain always writes consolidated weights (model.safetensors, `ztrain export`)"},
+                {"stage3_gather_fp16_weights_on_model_save",
+                 "ztrain always writes consolidated weights (model.safetensors, `ztrain export`)"},
+                {"reduce_scatter", "gradients are always reduce-scattered at stages 1-3"},
+                {"allgather_partitions", "parameters are always all-gathered"},
+                {"round_robin_gradients", "gradient copies are not spread over ranks"},
+                {"elastic_checkpoint", "checkpoints resume on any world size anyway"},
+                {"ignore_unused_parameters", "every parameter is used"},
+                {"load_from_fp32_weights", "checkpoints always hold fp32 masters"},
+                {"cpu_offload", "use offload_optimizer"},
+                {"zero_hpz_partition_size", "no hierarchical partitioning"},
+                {"zero_quantized_weights", "no quantized communication"},
+                {"zero_quantized_gradients", "no quantized communication"}},
+               b.out.warnings);
+  map_offload_details(oo, op, plugin, param_dev, b);
+  zo.finish();
+}
+
+// The top level's remaining keys: monitoring and features ztrain does
+// not have.
+void map_rest(Section& top, Builder& b) {
+  top.no_effect(
+      {{"zero_allow_untested_optimizer", "ztrain's optimizer is AdamW, tested under every stage"},
+       {"zero_force_ds_cpu_optimizer", "the host steps with ztrain's own AdamW"},
+       {"wall_clock_breakdown", "metrics.jsonl logs step times and communication waits"},
+       {"memory_breakdown", "metrics.jsonl logs peak bytes per tier and category"},
+       {"tensorboard", "monitoring goes to metrics.jsonl"},
+       {"wandb", "monitoring goes to metrics.jsonl"},
+       {"csv_monitor", "monitoring goes to metrics.jsonl"},
+       {"comms_logger", "metrics.jsonl counts every collective's calls and bytes"},
+       {"flops_profiler", "the summary reports model FLOP/s"},
+       {"dump_state", "nothing to dump"},
+       {"checkpoint", "set [train] checkpoint_every and keep_last"},
+       {"activation_checkpointing", "set [model] activation_checkpointing"},
+       {"prescale_gradients", "gradients are averaged once, after the reduction"},
+       {"sparse_gradients", "gradients are dense"}},
+      b.out.warnings);
+  if (const json* v = top.get("gradient_predivide_factor");
+      v && top.number(*v, "gradient_predivide_factor") != 1.0)
+    throw ConfigError(top.where("gradient_predivide_factor") +
+                      " is not 1; ztrain averages gradients in fp32 and has no predivision");
+  if (const json* v = top.get("communication_data_type");
+      v && top.string(*v, "communication_data_type") != "fp32")
+    throw ConfigError(top.where("communication_data_type") +
+                      " is not \"fp32\"; gradients travel in train.grad_dtype (16-bit ones are "
+                      "summed in fp32): remove it and set [train] grad_dtype");
+  top.finish();
+}
+
+json read_json(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw ConfigError("cannot read DeepSpeed config '" + file.string() + "'" +
+                      (std::filesystem::exists(file) ? ": permission denied" : ": no such file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    json j = json::parse(ss.str());
+    if (!j.is_object())
+      throw ConfigError("DeepSpeed config '" + file.string() + "' is not a JSON object");
+    return j;
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
+    throw ConfigError("DeepSpeed config '" + file.string() + "' is not valid JSON: " + e.what());
+  }
+}
+
+}  // namespace
+
+ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const RunConfig& run) {
+  const json j = read_json(json_file);
+  ImportedConfig out;
+  Builder b{out};
+  Section top(&j, "", json_file.filename().string());
+  map_batch(top, run, b);
+  map_precision(top, run, b);
+  map_optimizer(top, b);
+  map_scheduler(top, b);
+  map_zero(top, run, b);
+  map_aio(top, out.strategy["plugin"].value_or(std::string("ddp")), b);
+  map_rest(top, b);
+  return out;
+}
+
+std::string imported_toml(const ImportedConfig& c, const std::filesystem::path& json_file) {
+  std::ostringstream s;
+  s << "# converted from " << json_file.string() << " by ztrain convert-deepspeed\n";
+  for (const auto& n : c.notes) s << "# " << n << "\n";
+  for (const auto& w : c.warnings) s << "# warning: " << w << "\n";
+  toml::table root;
+  root.insert("train", c.train);
+  root.insert("strategy", c.strategy);
+  s << "\n" << toml::toml_formatter(root) << "\n";
+  return s.str();
+}
+
+}  // namespace ztrain

@@ -1,0 +1,281 @@
+#include "config/run_settings.h"
+
+#include "loader/cuda_loader.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+
+OptionList train_options() {
+  OptionList o;
+  o.integer("steps", 300, "optimizer steps to run").at_least(1);
+  o.integer("micro_batch_size", 8,
+            "sequences per rank per micro-step (DeepSpeed: train_micro_batch_size_per_gpu)")
+      .at_least(1)
+      .as_int();
+  o.integer("grad_accum", 1,
+            "micro-steps per optimizer step (DeepSpeed: gradient_accumulation_steps)")
+      .at_least(1)
+      .as_int();
+  o.integer("global_batch_size", 0,
+            "sequences per optimizer step over all ranks (DeepSpeed: train_batch_size)")
+      .at_least(1)
+      .as_int();
+  o.number("lr", 3e-3, "peak learning rate").at_least(0);
+  o.number("min_lr", 3e-4, "learning rate at the end of the decay (unset: lr / 10)").at_least(0);
+  o.integer("warmup_steps", 30, "linear warmup steps from 0 to lr").at_least(0);
+  o.string("schedule", "cosine", "decay after warmup").one_of({"cosine", "linear", "constant"});
+  o.number("weight_decay", 0.1, "AdamW decoupled weight decay (matrices only)").at_least(0);
+  o.numbers("betas", {0.9, 0.95}, "AdamW (beta1, beta2)").at_least(0).at_most(0.999999);
+  o.number("eps", 1e-8, "AdamW epsilon").at_least(0);
+  o.number("grad_clip", 1.0, "clip the global gradient norm to this; 0 disables").at_least(0);
+  o.string("precision", "fp32",
+           "working precision of parameters and gradients (16-bit keeps fp32 master weights "
+           "in the optimizer)")
+      .one_of({"fp32", "bf16", "fp16"});
+  o.optional_string("grad_accum_dtype",
+                    "type gradients are held, accumulated across micro-steps and reduced in: "
+                    "fp32 or the precision (unset: the precision, as DeepSpeed)");
+  o.integer("seed", 0, "parameter initialisation seed").at_least(0);
+  o.integer("log_every", 10, "steps between logged metrics lines").at_least(1);
+  o.integer("eval_every", 100, "steps between evaluations on the held-out split; 0 disables")
+      .at_least(0);
+  o.integer("eval_batches", 8,
+            "global batches of the val split in one evaluation (the same sequences at any world "
+            "size)")
+      .at_least(1)
+      .as_int();
+  o.string("out_dir", "runs/default",
+           "run directory: metrics.jsonl, config.toml, and the final weights (model.safetensors "
+           "with config.json, Hugging Face layout)");
+  o.integer("checkpoint_every", 0,
+            "steps between checkpoints (out_dir/step_<N>), also written at the end and on "
+            "SIGINT/SIGTERM; 0: only on SIGINT/SIGTERM")
+      .at_least(0);
+  o.string("checkpoint_write", "auto",
+           "\"background\": write checkpoints from a copy in host memory (host tier, category "
+           "checkpoint) on a background thread while training goes on; \"in_step\": within the "
+           "step; \"auto\": background where a core is left free for it (a GPU run, or fewer "
+           "compute threads than cores on the host), else in_step")
+      .one_of({"auto", "background", "in_step"});
+  o.integer("keep_last", 2, "checkpoints kept in out_dir, the newest; 0 keeps all").at_least(0);
+  o.optional_string("resume",
+                    "continue from a checkpoint: \"latest\" (out_dir's; also `resume = true`), a "
+                    "step_<N> directory, or a run directory (its latest); --resume sets it");
+  o.flag("save_final", true, "write the final weights into out_dir");
+  o.optional_string("export_to",
+                    "also write the final weights here (.safetensors file or directory)");
+  o.string("export_dtype", "fp32", "dtype of export_to").one_of({"fp32", "bf16", "fp16"});
+  o.number("fp16.loss_scale", 0, "0 = dynamic loss scaling, else a static scale").at_least(0);
+  o.integer("fp16.initial_scale_power", 16, "dynamic scaling starts at 2^this")
+      .at_least(0)
+      .at_most(64);
+  o.integer("fp16.loss_scale_window", 1000, "clean steps before the scale doubles").at_least(1);
+  o.integer("fp16.hysteresis", 2, "overflows tolerated before the scale halves").at_least(1);
+  o.number("fp16.min_loss_scale", 1, "an overflow at this scale stops the run").at_least(0);
+  o.flag("fp16.consecutive_hysteresis", false,
+         "every clean step refills the hysteresis (else only a doubling does)");
+  return o;
+}
+
+OptionList device_options() {
+  OptionList o;
+  o.string("kind", "cpu",
+           "where the model runs: cpu, cuda (one GPU per rank, by local rank), auto (cuda "
+           "where a GPU and the CUDA backend are, else cpu)")
+      .one_of({"cpu", "cuda", "auto"});
+  o.size("memory_limit", 0, "budget of the device tier; 0 = no budget");
+  o.integer("threads", 0, "kernel threads per rank; 0 = all cores").at_least(0).at_most(1024);
+  o.flag("tf32", false, "cuda: fp32 GEMMs may round their inputs to TF32 on tensor cores");
+  o.flag("pin_memory", true, "cuda: the host tier in pinned memory (asynchronous copies)");
+  o.flag("guard", false,
+         "cpu, world 1: page-protect the device tier between kernel, copy and collective calls, "
+         "so host code that touches it faults as it would fail on a GPU (slow; a check for "
+         "models and strategies)");
+  return o;
+}
+
+OptionList comm_options() {
+  OptionList o;
+  o.string("backend", "auto",
+           "collective backend: auto (mpi under an MPI launcher, gloo under RANK/WORLD_SIZE, "
+           "else local), local, mpi, gloo, nccl (tcp: gone, see gloo)")
+      .one_of({"auto", "local", "mpi", "gloo", "tcp", "nccl"});
+  o.duration("timeout", 300, "a collective waiting longer aborts the job");
+  return o;
+}
+
+DType parse_precision(const std::string& name, const std::string& where) {
+  if (name == "fp32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "fp16") return DType::f16;
+  throw ConfigError(where + ": unknown precision \"" + name + "\" (fp32, bf16 or fp16)");
+}
+
+const char* precision_label(DType t) {
+  return t == DType::f32 ? "fp32" : t == DType::bf16 ? "bf16" : "fp16";
+}
+
+namespace {
+
+std::int64_t derive(std::int64_t total, std::int64_t part, const std::string& what,
+                    const std::string& where) {
+  if (total % part != 0)
+    throw ConfigError(where + ": [train] global_batch_size " + std::to_string(total) +
+                      " is not divisible by " + what + " (" + std::to_string(part) +
+                      "); make global_batch_size = micro_batch_size * grad_accum * world");
+  return total / part;
+}
+
+// "auto" takes the GPU where this process can train on one
+// (cuda_unusable); "cuda" is checked when the run opens the
+// device (trainer.cpp), so `estimate` of a GPU run works anywhere.
+DeviceSettings resolve_device(const Options& d) {
+  DeviceSettings s;
+  s.kind = d.get_string("kind");
+  s.kind_where = d.where("kind");
+  if (s.kind == "auto") s.kind = cuda_unusable().empty() ? "cuda" : "cpu";
+  if (d.get_size("memory_limit") > 0) s.memory_limit = d.get_size("memory_limit");
+  s.threads = static_cast<int>(d.get_int("threads"));
+  s.tf32 = d.get_bool("tf32");
+  s.pin_memory = d.get_bool("pin_memory");
+  s.guard = d.get_bool("guard");
+  if (s.guard && s.kind != "cpu")
+    throw ConfigError(d.where("guard") +
+                      ": [device] guard checks on the cpu what a GPU would "
+                      "refuse; it has no use on kind \"" +
+                      s.kind + "\"");
+  return s;
+}
+
+}  // namespace
+
+RunSettings resolve_settings(const RunConfig& config, int world) {
+  RunSettings s;
+  const Options t = config.validate("train", train_options());
+  auto& tr = s.train;
+  tr.steps = t.get_int("steps");
+  tr.lr = t.get_number("lr");
+  // Unset, it follows lr (a tenth of it, the default run's 3e-4), so
+  // lowering lr alone never contradicts it.
+  tr.min_lr = t.given("min_lr") ? t.get_number("min_lr") : tr.lr / 10;
+  tr.warmup_steps = t.get_int("warmup_steps");
+  tr.schedule = t.get_string("schedule");
+  tr.weight_decay = t.get_number("weight_decay");
+  const auto& betas = t.get_numbers("betas");
+  if (betas.size() != 2)
+    throw ConfigError(t.where("betas") +
+                      ": [train] betas: expected two numbers [beta1, beta2], got " +
+                      std::to_string(betas.size()));
+  tr.beta1 = betas[0];
+  tr.beta2 = betas[1];
+  tr.eps = t.get_number("eps");
+  tr.grad_clip = t.get_number("grad_clip");
+  tr.precision = parse_precision(t.get_string("precision"), t.where("precision"));
+  tr.grad_dtype = tr.precision;
+  if (t.has_value("grad_accum_dtype")) {
+    const std::string where = t.where("grad_accum_dtype");
+    tr.grad_dtype = parse_precision(t.get_string("grad_accum_dtype"), where);
+    if (tr.grad_dtype != DType::f32 && tr.grad_dtype != tr.precision)
+      throw ConfigError(where + ": [train] grad_accum_dtype \"" + t.get_string("grad_accum_dtype") +
+                        "\" with precision \"" + t.get_string("precision") +
+                        "\": gradients are accumulated in fp32 or in the working precision; "
+                        "use " +
+                        (tr.precision == DType::f32
+                             ? std::string("\"fp32\"")
+                             : "\"fp32\" or \"" + t.get_string("precision") + "\""));
+  }
+  tr.seed = static_cast<std::uint64_t>(t.get_int("seed"));
+  tr.log_every = t.get_int("log_every");
+  tr.eval_every = t.get_int("eval_every");
+  tr.eval_batches = t.get_int("eval_batches");
+  tr.out_dir = t.get_string("out_dir");
+  tr.save_final = t.get_bool("save_final");
+  tr.checkpoint_every = t.get_int("checkpoint_every");
+  tr.checkpoint_write = t.get_string("checkpoint_write");
+  tr.keep_last = t.get_int("keep_last");
+  if (t.has_value("resume")) tr.resume = t.get_string("resume");
+  if (t.has_value("export_to")) tr.export_to = t.get_string("export_to");
+  tr.export_dtype = parse_precision(t.get_string("export_dtype"), t.where("export_dtype"));
+  if (tr.min_lr > tr.lr)
+    throw ConfigError(t.where("min_lr") + ": [train] min_lr (" + std::to_string(tr.min_lr) +
+                      ") is above lr (" + std::to_string(tr.lr) +
+                      "); the schedule decays "
+                      "from lr to min_lr");
+  // DeepSpeed scales only fp16 losses; bf16 and fp32 keep a static 1.
+  if (tr.precision == DType::f16)
+    tr.scaler = {t.get_number("fp16.loss_scale"),           t.get_int("fp16.initial_scale_power"),
+                 t.get_int("fp16.loss_scale_window"),       t.get_int("fp16.hysteresis"),
+                 t.get_bool("fp16.consecutive_hysteresis"), t.get_number("fp16.min_loss_scale")};
+  else
+    tr.scaler = {1, 0, 1, 1, false, 1};
+
+  const bool has_m = t.given("micro_batch_size"), has_a = t.given("grad_accum");
+  // The command line outranks the run file: a run file's global batch yields
+  // to micro_batch_size and grad_accum both set with --set.
+  const auto from_cli = [&](const char* key) { return t.where(key).starts_with("--set"); };
+  const bool has_g =
+      t.given("global_batch_size") && !(has_m && has_a && !from_cli("global_batch_size") &&
+                                        from_cli("micro_batch_size") && from_cli("grad_accum"));
+  std::int64_t m = t.get_int("micro_batch_size"), a = t.get_int("grad_accum");
+  const std::int64_t w = world;
+  if (has_g) {
+    const std::int64_t g = t.get_int("global_batch_size");
+    const std::string where = t.where("global_batch_size");
+    if (has_m && has_a) {
+      // Each factor fits an int; their product may not fit 64 bits.
+      std::int64_t product = 0;
+      const bool wraps =
+          __builtin_mul_overflow(m, a, &product) || __builtin_mul_overflow(product, w, &product);
+      if (wraps || product != g)
+        throw ConfigError(where + ": [train] global_batch_size " + std::to_string(g) +
+                          " contradicts micro_batch_size " + std::to_string(m) + " x grad_accum " +
+                          std::to_string(a) + " x world " + std::to_string(w) +
+                          (wraps ? std::string() : " = " + std::to_string(product)) +
+                          "; give any two of the three");
+    } else if (has_m) {
+      a = derive(g, m * w, "micro_batch_size x world", where);
+    } else if (has_a) {
+      m = derive(g, a * w, "grad_accum x world", where);
+    } else {
+      a = 1;
+      m = derive(g, w, "the world size", where);
+    }
+  }
+  tr.micro_batch = m;
+  tr.grad_accum = a;
+  tr.global_batch = m * a * w;
+  // The data's position counts sequences in 64 bits: steps x global batch
+  // must fit (integers never wrap).
+  if (std::int64_t sequences = 0; __builtin_mul_overflow(tr.steps, tr.global_batch, &sequences))
+    throw ConfigError(t.where("steps") + ": [train] steps = " + std::to_string(tr.steps) +
+                      " at a global batch of " + std::to_string(tr.global_batch) +
+                      " sequences passes the 64-bit count of sequences; at most " +
+                      std::to_string(INT64_MAX / tr.global_batch) + " steps at this batch");
+
+  const Options d = config.validate("device", device_options());
+  s.device = resolve_device(d);
+  s.comm = resolve_comm(config);
+  if (s.comm.backend == "nccl" && s.device.kind != "cuda")
+    throw ConfigError(config.where("comm.backend") +
+                      ": [comm] backend \"nccl\" moves GPU memory, but the run is on [device] "
+                      "kind \"" +
+                      s.device.kind + "\"; set kind = \"cuda\" or backend = \"auto\"");
+  return s;
+}
+
+std::filesystem::path resolve_out_dir(const RunConfig& config) {
+  return config.validate("train", train_options()).get_string("out_dir");
+}
+
+CommSettings resolve_comm(const RunConfig& config) {
+  const Options c = config.validate("comm", comm_options());
+  CommSettings s{c.get_string("backend"), c.get_duration("timeout")};
+  if (s.backend == "tcp")
+    throw ConfigError(c.where("backend") +
+                      ": [comm] backend \"tcp\" (ztrain's own socket rings) was replaced by "
+                      "\"gloo\", which torchrun-style launches now run on; write backend = "
+                      "\"gloo\" or \"auto\"");
+  return s;
+}
+
+}  // namespace ztrain

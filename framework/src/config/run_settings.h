@@ -1,0 +1,94 @@
+// RunSettings: the host's own sections of the run file ([train],
+// [train.fp16], [device], [comm], and [data] seed), validated and with the
+// batch identity resolved for a world size.
+//
+// Batch identity: global_batch_size = micro_batch_size * grad_accum * world.
+// Any two given, the third is derived; all three given must agree; none
+// given means micro_batch_size 8, grad_accum 1. A contradiction is a
+// ConfigError before anything runs.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "config/config.h"
+#include "ztrain/dtype.h"
+#include "ztrain/options.h"
+
+namespace ztrain {
+
+// [train.fp16]: the loss scaler's settings, with DeepSpeed's meaning
+// (train/loss_scaler.h).
+struct LossScalerSettings {
+  double loss_scale = 0;  // 0: dynamic
+  std::int64_t initial_scale_power = 16;
+  std::int64_t loss_scale_window = 1000;
+  std::int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+};
+
+struct TrainSettings {
+  std::int64_t steps = 0;
+  std::int64_t micro_batch = 0;
+  std::int64_t grad_accum = 0;
+  std::int64_t global_batch = 0;
+  double lr = 0, min_lr = 0;
+  std::int64_t warmup_steps = 0;
+  std::string schedule;
+  double weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0;
+  DType precision = DType::f32;
+  DType grad_dtype = DType::f32;  // grad_accum_dtype, resolved
+  std::uint64_t seed = 0;
+  std::int64_t log_every = 0, eval_every = 0, eval_batches = 0;
+  std::filesystem::path out_dir;
+  bool save_final = true;
+  std::int64_t checkpoint_every = 0;      // 0: only on a stop request
+  std::int64_t keep_last = 2;             // 0: all
+  std::string checkpoint_write = "auto";  // "auto", "background", "in_step"
+  std::string resume;                     // empty: start fresh; "latest", or a path
+  std::filesystem::path export_to;        // empty: none
+  DType export_dtype = DType::f32;
+  // The loss scaler: [train.fp16] when precision is fp16, else static 1.
+  LossScalerSettings scaler;
+};
+
+struct DeviceSettings {
+  std::string kind;        // cpu or cuda ("auto" resolved)
+  std::string kind_where;  // where the kind was set, for errors about it
+  std::optional<std::uint64_t> memory_limit;
+  int threads = 0;
+  bool tf32 = false;
+  bool pin_memory = true;
+  bool guard = false;  // cpu: the device tier page-protected between uses
+};
+
+struct CommSettings {
+  std::string backend;
+  double timeout_s = 0;
+};
+
+struct RunSettings {
+  TrainSettings train;
+  DeviceSettings device;
+  CommSettings comm;
+};
+
+OptionList train_options();
+// "fp32" | "bf16" | "fp16" -> DType (ConfigError naming `where` otherwise).
+DType parse_precision(const std::string& name, const std::string& where);
+// The config's name of a precision: "fp32", "bf16" or "fp16".
+const char* precision_label(DType t);
+OptionList device_options();
+OptionList comm_options();
+
+// [comm] alone: the communicator is needed before the world size is known.
+CommSettings resolve_comm(const RunConfig& config);
+// [train] out_dir alone: the run's directory is locked before the run is
+// assembled.
+std::filesystem::path resolve_out_dir(const RunConfig& config);
+RunSettings resolve_settings(const RunConfig& config, int world);
+
+}  // namespace ztrain

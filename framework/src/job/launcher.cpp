@@ -1,0 +1,225 @@
+#include "job/launcher.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+// Slots per host past this are a typo, not a machine (and each slot is a
+// list entry).
+constexpr int kMaxSlots = 65536;
+
+// A run of decimal digits as an int no larger than `max`; nullopt past it.
+std::optional<int> small_number(const std::string& digits, int max) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size() || v > max) return std::nullopt;
+  return v;
+}
+
+// "h1:0,1@h2" -> {h1: {0,1}, h2: {}} (empty: every slot)
+std::vector<std::pair<std::string, std::vector<int>>> parse_selection(const std::string& text,
+                                                                      const char* flag) {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, '@');) {
+    part = trim(part);
+    if (part.empty())
+      throw ConfigError(std::string(flag) + " \"" + text + "\": empty host between '@'s");
+    const auto colon = part.find(':');
+    std::vector<int> slots;
+    if (colon != std::string::npos) {
+      std::stringstream slot_list(part.substr(colon + 1));
+      for (std::string s; std::getline(slot_list, s, ',');) {
+        if (!std::regex_match(s, std::regex("[0-9]+")))
+          throw ConfigError(std::string(flag) + " \"" + text + "\": slot '" + s +
+                            "' is not a slot index (write host:0,1@other)");
+        const auto index = small_number(s, kMaxSlots - 1);
+        if (!index)
+          throw ConfigError(std::string(flag) + " \"" + text + "\": slot " + s +
+                            " is past any host's slots");
+        slots.push_back(*index);
+      }
+    }
+    out.emplace_back(part.substr(0, colon), slots);
+  }
+  return out;
+}
+
+const HostSlots& find_host(const std::vector<HostSlots>& hosts, const std::string& name,
+                           const char* flag) {
+  for (const auto& h : hosts)
+    if (h.host == name) return h;
+  throw ConfigError(std::string(flag) + ": host '" + name + "' is not in the hostfile");
+}
+
+}  // namespace
+
+std::vector<HostSlots> parse_hostfile_text(const std::string& text, const std::string& name) {
+  static const std::regex line_re(R"(^\s*([A-Za-z0-9_.\-]+)\s+slots\s*=\s*([0-9]+)\s*$)");
+  std::vector<HostSlots> hosts;
+  std::stringstream ss(text);
+  int lineno = 0;
+  for (std::string line; std::getline(ss, line);) {
+    ++lineno;
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    if (trim(line).empty()) continue;
+    std::smatch m;
+    const std::string where = name + ":" + std::to_string(lineno) + ": ";
+    if (!std::regex_match(line, m, line_re))
+      throw ConfigError(where + "expected 'hostname slots=N', got '" + trim(line) + "'");
+    const auto count = small_number(m[2].str(), kMaxSlots);
+    if (!count)
+      throw ConfigError(where + "host '" + m[1].str() + "' has slots=" + m[2].str() +
+                        ", more than " + std::to_string(kMaxSlots) + "; give its number of GPUs");
+    const int slots = *count;
+    if (slots < 1)
+      throw ConfigError(where + "host '" + m[1].str() + "' has slots=0; give it 1 or more");
+    for (const auto& h : hosts)
+      if (h.host == m[1].str())
+        throw ConfigError(where + "host '" + h.host + "' is listed twice; list each host once");
+    HostSlots h{m[1].str(), {}};
+    for (int i = 0; i < slots; ++i) h.slots.push_back(i);
+    hosts.push_back(std::move(h));
+  }
+  if (hosts.empty()) throw ConfigError(name + ": the hostfile lists no host");
+  return hosts;
+}
+
+std::vector<HostSlots> parse_hostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot read hostfile '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_hostfile_text(ss.str(), path);
+}
+
+std::vector<HostSlots> filter_hosts(std::vector<HostSlots> hosts, const std::string& include,
+                                    const std::string& exclude) {
+  if (!include.empty() && !exclude.empty())
+    throw ConfigError("--include and --exclude cannot be used together (as in DeepSpeed)");
+  auto check_slots = [](const HostSlots& h, const std::vector<int>& slots, const char* flag) {
+    for (int s : slots)
+      if (std::find(h.slots.begin(), h.slots.end(), s) == h.slots.end())
+        throw ConfigError(std::string(flag) + ": host '" + h.host + "' has no slot " +
+                          std::to_string(s) + " (it has " + std::to_string(h.slots.size()) + ")");
+  };
+  if (!include.empty()) {
+    std::vector<HostSlots> kept;
+    for (const auto& [name, slots] : parse_selection(include, "--include")) {
+      const HostSlots& h = find_host(hosts, name, "--include");
+      check_slots(h, slots, "--include");
+      kept.push_back({name, slots.empty() ? h.slots : slots});
+    }
+    return kept;
+  }
+  if (!exclude.empty()) {
+    for (const auto& [name, slots] : parse_selection(exclude, "--exclude")) {
+      const HostSlots& h = find_host(hosts, name, "--exclude");
+      check_slots(h, slots, "--exclude");
+      for (auto& host : hosts) {
+        if (host.host != name) continue;
+        if (slots.empty()) host.slots.clear();
+        for (int s : slots)
+          host.slots.erase(std::remove(host.slots.begin(), host.slots.end(), s), host.slots.end());
+      }
+    }
+    hosts.erase(std::remove_if(hosts.begin(), hosts.end(),
+                               [](const HostSlots& h) { return h.slots.empty(); }),
+                hosts.end());
+    if (hosts.empty()) throw ConfigError("--exclude leaves no host to run on");
+  }
+  return hosts;
+}
+
+std::string shell_line(const std::vector<std::string>& command) {
+  std::string line;
+  for (const auto& word : command) {
+    const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./=:,@%+", c);
+    });
+    std::string quoted = "'";
+    for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += (line.empty() ? "" : " ") + (plain ? word : quoted + "'");
+  }
+  return line;
+}
+
+std::vector<std::string> read_env_file(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  int lineno = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lineno;
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (line.find('=') == std::string::npos || line.front() == '=')
+      throw ConfigError(path + ":" + std::to_string(lineno) + ": expected VAR=VALUE, got '" + line +
+                        "'");
+    out.push_back(line);
+  }
+  return out;
+}
+
+std::vector<std::string> mpirun_command(const LaunchPlan& plan,
+                                        const std::vector<std::string>& child_args) {
+  std::vector<std::string> cmd{"mpirun"};
+  if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");  // containers and CI run as root
+  int total = plan.nproc;
+  if (!plan.hosts.empty()) {
+    std::string list;
+    total = 0;
+    for (const auto& h : plan.hosts) {
+      list += (list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
+      total += static_cast<int>(h.slots.size());
+    }
+    // --nproc with a hostfile takes that many of its slots, in order; more
+    // than it has is an error, not the slots' count run silently.
+    if (plan.nproc > total)
+      throw ConfigError("--nproc " + std::to_string(plan.nproc) + " asks for more ranks than the " +
+                        std::to_string(total) + " slots of the hosts (" + list +
+                        "); lower --nproc or add slots to the hostfile");
+    if (plan.nproc > 0) total = plan.nproc;
+    cmd.insert(cmd.end(), {"--host", list});
+  } else if (plan.nproc > static_cast<int>(std::thread::hardware_concurrency())) {
+    cmd.push_back("--oversubscribe");
+  }
+  // ztrain gives each rank its share of the cores itself (threads = cores /
+  // local ranks); mpirun's default binding would pin them all to one core.
+  cmd.insert(cmd.end(), {"--bind-to", "none", "-np", std::to_string(total)});
+  for (const auto& e : plan.env) cmd.insert(cmd.end(), {"-x", e});
+  cmd.insert(cmd.end(), child_args.begin(), child_args.end());
+  return cmd;
+}
+
+void exec_command(const std::vector<std::string>& command) {
+  std::vector<char*> argv;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  throw Error("cannot start '" + command[0] + "': " + std::strerror(errno) +
+              "; install Open MPI (openmpi-bin) to run several ranks");
+}
+
+}  // namespace ztrain

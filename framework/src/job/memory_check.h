@@ -1,0 +1,40 @@
+// A run whose memory cannot exist on this machine is refused before it
+// allocates anything.
+//
+// On the cpu device every tier but nvme is this machine's RAM (on a GPU
+// only the host tier is: the device tier's budget and the card's memory
+// are checked as it allocates). Before the
+// strategy allocates, the host adds up its estimate (device and host
+// tiers, every category at its peak) and the model's activations, times
+// the ranks sharing the machine; when that exceeds the physical memory,
+// the run stops with a ConfigError naming the larger part and the keys
+// that make it large (the sequence length and micro-batch for
+// activations, the model's shape for its states), instead of failing
+// part-way through setup or the first step, or being killed by the kernel.
+// Hosts differ in memory and in ranks, so the verdict is agreed: when any
+// rank refuses, every rank stops.
+//
+// Thread safety: collective; the training thread only.
+#pragma once
+
+#include <cstdint>
+
+#include "config/config.h"
+#include "ztrain/comm.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+// estimate: the strategy's for this run; activation_bytes: the model's for
+// one micro-batch of `batch` sequences of `seq_len`; ranks_here: ranks on
+// this machine; device_in_ram: the device tier (and the activations) are
+// RAM, as on the cpu device; on a GPU only the host tier is.
+void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate, bool device_in_ram,
+                       std::uint64_t activation_bytes, int batch, int seq_len,
+                       std::int64_t n_params, int ranks_here, Communicator& comm);
+
+// The memory this machine can still give without swapping (MemAvailable),
+// or 0 where unknown.
+std::uint64_t available_memory();
+
+}  // namespace ztrain
