@@ -11,12 +11,16 @@
 
 #include "checkpoint/tools.h"
 #include "checkpoint/weights.h"
+#include "comm/start_faults.h"
 #include "comm/world.h"
 #include "commands/compare.h"
 #include "commands/estimate_table.h"
 #include "config/deepspeed_import.h"
+#include "io/durable_file.h"
+#include "io/fault_plan.h"
 #include "job/launcher.h"
 #include "loader/plugin_loader.h"
+#include "shard/aio_fault.h"
 #include "train/trainer.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
@@ -135,6 +139,14 @@ int list_plugins(const ztrain::PluginLoader& loader) {
 }
 
 // The command line, parsed.
+// The faults of a test's plan that act outside the training loop, handed
+// to the parts they break (the loop's own travel in TrainArgs).
+void hand_over(const ztrain::FaultPlan& faults) {
+  ztrain::plan_start_fault(faults.start_kill);
+  ztrain::plan_write_error(faults.write_error);
+  ztrain::shard::plan_aio_error(faults.nvme_error, faults.nvme_error_after);
+}
+
 struct Cli {
   std::vector<std::string> overrides, plugin_paths, positional, env_vars;
   std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
@@ -142,6 +154,7 @@ struct Cli {
   std::int64_t steps = 0;
   int gpus_per_node = 1, nproc = 0, world = 1;
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
+  ztrain::FaultPlan faults;  // a test's, from the environment
   po::variables_map given;
 
   // The run a config file and the command line describe.
@@ -155,6 +168,7 @@ struct Cli {
     args.verbose = verbose;
     args.overwrite = overwrite;
     args.deepspeed = deepspeed;
+    args.faults = faults;
     return args;
   }
   ztrain::PluginLoader loader() const { return ztrain::command_line_loader(plugin_paths, verbose); }
@@ -274,11 +288,11 @@ std::optional<int> tool_command(const Cli& c) {
   }
   if (command == "compare") {
     expect_words(c, 2, "ztrain compare --strategies A,B,... [--nproc N] [--steps K] CONFIG");
-    return ztrain::compare(
-        {c.run_args(c.positional[1]), comma_list(c.strategies),
-         c.given.count("nproc") ? c.nproc : 1,
-         c.given.count("steps") ? std::optional(c.steps) : std::nullopt, c.compare_out},
-        std::cout);
+    return ztrain::compare({c.run_args(c.positional[1]), comma_list(c.strategies),
+                            c.given.count("nproc") ? c.nproc : 1,
+                            c.given.count("steps") ? std::optional(c.steps) : std::nullopt,
+                            c.compare_out, c.faults.compare_perturb},
+                           std::cout);
   }
   if (command == "checkpoint") {
     if (c.positional.size() != 3 || c.positional[1] != "info")
@@ -362,6 +376,7 @@ int main(int argc, char** argv) {
       std::cout << "ztrain " << ZTRAIN_VERSION << "\n";
       return 0;
     }
+    hand_over(c.faults = ztrain::FaultPlan::from_environment());
     // --resume is train.resume, so every rank agrees on it with the rest.
     if (!c.resume.empty()) c.overrides.push_back("train.resume=\"" + c.resume + "\"");
     if (const auto code = tool_command(c)) return *code;

@@ -88,8 +88,25 @@ on_ranks() {
 # (grad_norm is null on a skipped step).
 train_curve() {
   [ -f "$1" ] || fail "no metrics file $1"
-  { grep '"split": "train"' "$1" || true; } |
-    sed -n 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*"grad_norm": \([^,]*\),.*/\1 \2 \3/p'
+  metrics_fields "$1" train step loss grad_norm
+}
+
+# metrics_fields FILE SPLIT KEY...: the KEYs of every line of FILE (a
+# metrics.jsonl) whose "split" is SPLIT ("any": every line), one line each,
+# space-separated, in file order; a line lacking a KEY is left out. null
+# prints as null, booleans as true and false, numbers as Python writes
+# them (the shortest form that reads back as the same double).
+metrics_fields() {
+  python3 - "$@" << 'PY' || fail "$1 is not one JSON object per line"
+import json, sys
+path, split, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
+def text(v):
+    return "null" if v is None else "true" if v is True else "false" if v is False else str(v)
+for line in open(path):
+    r = json.loads(line)
+    if (split == "any" or r.get("split") == split) and all(k in r for k in keys):
+        print(" ".join(text(r[k]) for k in keys))
+PY
 }
 
 # curve NAME: $scratch/NAME/metrics.jsonl's curve into $scratch/NAME.curve,
@@ -152,8 +169,17 @@ same_training() {
 # comm_bytes NAME KIND: the bytes all ranks sent for collectives of KIND in
 # the last logged training step of $scratch/NAME/metrics.jsonl.
 comm_bytes() {
-  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
-    sed -n "s/.*\"$2\": {\"calls\": [0-9]*, \"bytes\": \([0-9]*\)}.*/\1/p"
+  python3 - "$scratch/$1/metrics.jsonl" "$2" << 'PY'
+import json, sys
+last = None
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("split") == "train":
+        last = r
+kind = (last or {}).get("comm", {}).get(sys.argv[2])
+if kind is not None:
+    print(kind["bytes"])
+PY
 }
 
 # check_bytes NAME KIND BYTES: exactly BYTES (summed over ranks) for KIND.

@@ -403,12 +403,12 @@ for precision in fp32 bf16; do
     fail "$name: the checkpoint's weights differ from the live model's"
   echo "$name: checkpoint export = live weights ($precision, byte for byte)"
 done
-val=$(grep '"split": "val"' "$scratch/export_fp32/metrics.jsonl" | sed -n 's/.*"loss": \([^,}]*\).*/\1/p')
+val=$(metrics_fields "$scratch/export_fp32/metrics.jsonl" val loss)
 "$ZTRAIN" "${base[@]}" --set train.steps=1 --set train.lr=0 --set train.min_lr=0 \
   --set train.micro_batch_size=2 --set train.grad_accum=2 \
   --set train.eval_every=1 --set model.init_from="$scratch/export_fp32.ckpt.safetensors" \
   --set train.out_dir="$scratch/imported" "$SRC/configs/run.toml" > "$scratch/imported.out" 2>&1 ||
   { cat "$scratch/imported.out" >&2; fail "training from the exported checkpoint failed"; }
-val2=$(grep '"split": "val"' "$scratch/imported/metrics.jsonl" | sed -n 's/.*"loss": \([^,}]*\).*/\1/p')
+val2=$(metrics_fields "$scratch/imported/metrics.jsonl" val loss)
 [ "$val" = "$val2" ] || fail "val loss $val2 from the exported checkpoint, $val in the run"
 echo "val loss from the exported checkpoint: $val2 (the run's: $val)"

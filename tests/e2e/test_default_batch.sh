@@ -23,8 +23,7 @@ run() {  # run NAME RANKS [ARGS...]
   on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" \
     > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "$name failed"; }
   curve "$name" "$steps"
-  grep '"split": "val"' "$scratch/$name/metrics.jsonl" | sed -n 's/.*"step": \([0-9]*\),.*"loss": \([^,}]*\).*/\1 \2/p' \
-    > "$scratch/$name.val"
+  metrics_fields "$scratch/$name/metrics.jsonl" val step loss > "$scratch/$name.val"
   [ "$(wc -l < "$scratch/$name.val")" -eq 2 ] || fail "$name logged $(wc -l < "$scratch/$name.val") evaluations, not 2"
 }
 same_val() {  # same_val REF NAME TOLERANCE

@@ -34,7 +34,7 @@ run() {
   fi
   local metrics="$scratch/$name/metrics.jsonl"
   [[ -s "$metrics" ]] || fail "run '$name' wrote no $metrics"
-  sed -n 's/.*"step": \([0-9]*\),.*"loss": \([^,}]*\).*/\1 \2/p' "$metrics" >"$scratch/$name.losses"
+  metrics_fields "$metrics" any step loss >"$scratch/$name.losses"
   # 20 train lines (log_every 1) and 2 val lines (steps 10 and 20).
   [[ $(wc -l <"$scratch/$name.losses") -eq 22 ]] ||
     fail "run '$name': expected 22 loss values in $metrics, found $(wc -l <"$scratch/$name.losses")"

@@ -49,8 +49,7 @@ run() {
 
 # sent NAME: the bytes this rank sent in the last step
 sent() {
-  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
-    sed -n 's/.*"bytes_sent": \([0-9]*\).*/\1/p'
+  metrics_fields "$scratch/$1/metrics.jsonl" train bytes_sent | tail -n 1
 }
 
 run fp32_ddp_w1 1 fp32

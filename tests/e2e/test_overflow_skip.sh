@@ -34,8 +34,7 @@ run() {
     --set train.micro_batch_size=$((4 / np)) --set train.grad_accum=2 \
     --set train.out_dir="$scratch/$name" "$@" "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
     { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  grep '"split": "train"' "$scratch/$name/metrics.jsonl" |
-    sed -n 's/.*"step": \([0-9]*\).*"loss": \([-0-9.e+]*\), "lr": \([-0-9.e+]*\).*"skipped": \([a-z]*\), "skipped_steps": \([0-9]*\).*/\1 \2 \3 \4 \5/p' \
+  metrics_fields "$scratch/$name/metrics.jsonl" train step loss lr skipped skipped_steps \
     > "$scratch/$name.rows"
   curve "$name" 8
   [ "$(wc -l < "$scratch/$name.rows")" -eq 8 ] || fail "$name logged $(wc -l < "$scratch/$name.rows") steps"
@@ -60,8 +59,8 @@ run fp16_zero3_w2 2 3:1 "65536 -> 32768" --strategy zero3 "${fp16[@]}" \
   --set strategy.param_persistence_threshold=0
 same_training fp16_zero2_w2 fp16_zero3_w2 1e-6 2e-6
 for run_name in fp16_zero2_w2 fp16_zero3_w2; do
-  scales=$(grep '"split": "train"' "$scratch/$run_name/metrics.jsonl" |
-    sed -n 's/.*"step": \([0-9]*\).*"loss_scale": \([0-9.e+]*\).*/\1:\2/p' | tr '\n' ' ')
+  scales=$(metrics_fields "$scratch/$run_name/metrics.jsonl" train step loss_scale |
+    tr ' ' ':' | tr '\n' ' ')
   [[ "$scales" == "1:65536 2:65536 3:65536 4:32768 "* ]] ||
     fail "$run_name: loss scale per step $scales, expected 65536 until the overflow, then 32768"
 done

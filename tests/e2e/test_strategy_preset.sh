@@ -30,7 +30,7 @@ ok_run() {
   [[ -s "$scratch/$name/metrics.jsonl" ]] || fail "run '$name' wrote no metrics"
   grep -q '^done: 10 steps' "$scratch/$name.stdout" || fail "run '$name' printed no summary"
   grep -q 'strategy ddp' "$scratch/$name.stdout" || fail "run '$name' does not report strategy ddp"
-  sed -n 's/.*"step": \([0-9]*\),.*"loss": \([^,}]*\).*/\1 \2/p' "$scratch/$name/metrics.jsonl" >"$scratch/$name.losses"
+  metrics_fields "$scratch/$name/metrics.jsonl" any step loss >"$scratch/$name.losses"
   [[ -s "$scratch/$name.losses" ]] || fail "run '$name' logged no losses"
 }
 

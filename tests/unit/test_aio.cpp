@@ -11,11 +11,13 @@
 
 #include <sys/statfs.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <vector>
 
+#include "shard/aio_fault.h"
 #include "support.h"
 #include "ztrain/device.h"
 #include "ztrain/error.h"
@@ -123,9 +125,9 @@ TEST_CASE("aio: a disk that fills or fails half-way stops the request with the f
   auto dev = make_cpu_device(1);
   test::TempDir dir;
   for (const char* inject : {"ENOSPC:3", "EIO:2"}) {
-    ::setenv("ZTRAIN_TEST_INJECT_IO_ERROR", inject, 1);
+    ztrain::shard::plan_aio_error(inject[1] == 'N' ? ENOSPC : EIO, inject[1] == 'N' ? 3 : 2);
     AioEngine engine({kPage, 2, false});
-    ::unsetenv("ZTRAIN_TEST_INJECT_IO_ERROR");
+    ztrain::shard::plan_aio_error(0, 0);
     const int f = engine.create(dir.path(), std::string("fail") + inject[1], 8 * kPage);
     Pages p = pages(*dev, 8);
     auto t = engine.write(f, 0, p.data(), 8 * kPage);

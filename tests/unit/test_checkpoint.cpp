@@ -378,7 +378,7 @@ TEST_CASE("rank state file: the snapshot is a copy, and the file is the same wha
     CAPTURE(allowance);
     const fs::path dir = tmp.path / std::to_string(allowance);
     fs::create_directories(dir);
-    CrashPoints crash(-1, 0);
+    CrashPoints crash(CheckpointKill{}, -1, 0);
     RankStateFile file(dir, 0, buffers, allowance, crash);
     std::vector<std::vector<float>> live;
     for (std::size_t p = 0; p < sizes.size(); ++p) {

@@ -13,16 +13,8 @@
 
 namespace ztrain {
 
-CrashPoints::CrashPoints(std::int64_t step, int rank) {
-  const char* text = std::getenv("ZTRAIN_TEST_KILL_IN_CHECKPOINT");
-  if (!text || !*text) return;
-  long long at_step = 0, k = 0;
-  int at_rank = -1, used = 0;
-  const int n = std::sscanf(text, "%lld:%lld%n:%d%n", &at_step, &k, &used, &at_rank, &used);
-  if (n < 2 || text[used] != '\0' || k < 1 || (n == 3 && at_rank < 0))
-    throw ConfigError(std::string("ZTRAIN_TEST_KILL_IN_CHECKPOINT=") + text +
-                      ": expected STEP:K or STEP:K:RANK, e.g. 10:3");
-  if (at_step == step && (at_rank < 0 || at_rank == rank)) left_ = k;
+CrashPoints::CrashPoints(const CheckpointKill& kill, std::int64_t step, int rank) {
+  if (kill.applies(step, rank)) left_ = kill.point;
 }
 
 void CrashPoints::pass() {

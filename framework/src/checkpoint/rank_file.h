@@ -13,11 +13,10 @@
 // offset in the file when it is put, so the file's layout is the same
 // either way.
 //
-// Test hook: ZTRAIN_TEST_KILL_IN_CHECKPOINT=STEP:K[:RANK] kills the
-// process (SIGKILL) at the K-th point of the checkpoint of step STEP (a
-// point: the directory made, each piece written, the file synced, its
-// piece list, the manifest, the rename, `latest`, the pruning), on every
-// rank or on RANK only.
+// CrashPoints: a test's CheckpointKill (io/fault_plan.h) kills the process
+// (SIGKILL) at the K-th point of the checkpoint of its step (a point: the
+// directory made, each piece written, the file synced, its piece list, the
+// manifest, the rename, `latest`, the pruning), on every rank or one.
 //
 // SnapshotBuffers keeps a checkpoint's copies for the next one: a strategy
 // saves the same pieces in the same sizes every time, and memory that
@@ -40,6 +39,7 @@
 
 #include "checkpoint/manifest.h"
 #include "io/durable_file.h"
+#include "io/fault_plan.h"
 #include "ztrain/device.h"
 #include "ztrain/optimizer_state.h"
 
@@ -47,7 +47,7 @@ namespace ztrain {
 
 class CrashPoints {
  public:
-  CrashPoints(std::int64_t step, int rank);
+  CrashPoints(const CheckpointKill& kill, std::int64_t step, int rank);
   void pass();
 
  private:

@@ -107,7 +107,7 @@ CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header
       tmp_(dir_.string() + ".tmp"),
       tmp_guard_{tmp_, comm.rank() == 0},
       t0_(std::chrono::steady_clock::now()),
-      crash_(header_.position.step, comm.rank()) {
+      crash_(target_.kill, header_.position.step, comm.rank()) {
   make_directory();
   save_state(strategy, buffers);
   copy_s_ = seconds_since(t0_);

@@ -57,6 +57,8 @@ struct CheckpointTarget {
   // Bytes this rank may copy into host memory to write in the background
   // (0: written within the step).
   std::uint64_t snapshot_allowance = 0;
+  // A test's kill of this write (io/fault_plan.h).
+  CheckpointKill kill;
 };
 
 // Removes old checkpoints off the training thread. prune() renames those

@@ -1,6 +1,7 @@
-// Test hook of the ranks' start-up: ZTRAIN_TEST_KILL_AT_START=PHASE[:RANK]
-// kills the process (SIGKILL) when it reaches PHASE, on every rank or on
-// RANK only (the launcher's rank), so that tests can show how the other
+// Fault points of the ranks' start-up: the StartKill of the run's fault
+// plan (io/fault_plan.h, ZTRAIN_TEST_KILL_AT_START=PHASE[:RANK]) kills the
+// process (SIGKILL) when it reaches PHASE, on every rank or on RANK only
+// (the launcher's rank), so that tests can show how the other
 // ranks end when one dies at each moment of the start. The phases, in the
 // order a rank passes them:
 //
@@ -15,13 +16,18 @@
 //   connected  either: the world communicator and its watchdog exist (the
 //              run not yet sent by rank 0)
 //
-// Errors: ConfigError when the variable names no phase, at the first point
-// passed. Thread safety: any thread. Part of the host.
+// Thread safety: plan_start_fault once, from main() before the ranks meet;
+// start_fault_point from any thread after. Part of the host.
 #pragma once
+
+#include "io/fault_plan.h"
 
 namespace ztrain {
 
-// Kills this process when the hook names `phase` for `rank`.
+// The start-up fault this process is to suffer (none until called).
+void plan_start_fault(const StartKill& kill);
+
+// Kills this process when the planned fault names `phase` for `rank`.
 void start_fault_point(const char* phase, int rank);
 
 }  // namespace ztrain

@@ -52,17 +52,14 @@ std::vector<std::string> job_command(const CompareArgs& a, const std::string& st
   return cmd;
 }
 
-// Test hook: ZTRAIN_TEST_COMPARE_PERTURB=STRATEGY:STEP gives that
-// strategy's job ZTRAIN_TEST_SCALE_LR=STEP (see trainer.cpp), so it
-// differs from the others from step STEP + 1 on.
-std::vector<std::string> job_environment(const std::string& label) {
+// This process's environment, with the perturbation of `perturb` (see
+// CompareArgs) when it names `label`.
+std::vector<std::string> job_environment(const std::string& label, const std::string& perturb) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  const char* hook = std::getenv("ZTRAIN_TEST_COMPARE_PERTURB");
-  const std::string text = hook ? hook : "";
-  const std::size_t colon = text.rfind(':');
-  if (colon != std::string::npos && text.substr(0, colon) == label)
-    env.push_back("ZTRAIN_TEST_SCALE_LR=" + text.substr(colon + 1));
+  const std::size_t colon = perturb.rfind(':');
+  if (colon != std::string::npos && perturb.substr(0, colon) == label)
+    env.push_back("ZTRAIN_TEST_SCALE_LR=" + perturb.substr(colon + 1));
   return env;
 }
 
@@ -128,7 +125,8 @@ ComparedJob run_job(const CompareArgs& a, const std::string& strategy, std::size
   const bool terminal = ::isatty(STDERR_FILENO);
   const std::string head = "[" + std::to_string(index + 1) + "/" +
                            std::to_string(a.strategies.size()) + "] " + job.strategy + ": ";
-  const pid_t pid = spawn(job_command(a, strategy, steps, dir), job_environment(job.strategy), log);
+  const pid_t pid =
+      spawn(job_command(a, strategy, steps, dir), job_environment(job.strategy, a.perturb), log);
   int status = 0;
   for (;;) {
     const pid_t r = ::waitpid(pid, &status, WNOHANG);

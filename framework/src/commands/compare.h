@@ -35,6 +35,10 @@ struct CompareArgs {
   int nproc = 1;                        // ranks per job (mpirun when > 1)
   std::optional<std::int64_t> steps;    // none: the run file's train.steps
   std::filesystem::path out_dir;        // empty: runs/compare
+  // A test's perturbation (io/fault_plan.h): "STRATEGY:STEP" runs that
+  // strategy's job with ZTRAIN_TEST_SCALE_LR=STEP, so it differs from the
+  // others from step STEP + 1 on. Empty: none.
+  std::string perturb;
 };
 
 // Returns the exit status: 0 when every job completed or ran out of memory

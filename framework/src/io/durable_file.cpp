@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -24,14 +25,8 @@ constexpr std::size_t kBufferBytes = std::size_t{4} << 20;
 // is still in the cache, and a copy into the buffer would undo that.
 constexpr std::size_t kDirectBytes = std::size_t{1} << 20;
 
-int injected_write_error() {
-  const char* text = std::getenv("ZTRAIN_TEST_INJECT_WRITE_ERROR");
-  if (!text || !*text) return 0;
-  const std::string s(text);
-  if (s == "ENOSPC") return ENOSPC;
-  if (s == "EIO") return EIO;
-  throw ConfigError("ZTRAIN_TEST_INJECT_WRITE_ERROR=" + s + ": expected ENOSPC or EIO");
-}
+// The errno every durable write fails with (a test's fault plan); 0: none.
+std::atomic<int> planned_write_error{0};
 
 [[noreturn]] void fail_path(const char* what, const std::filesystem::path& path, int e) {
   throw DataError(std::string(what) + " '" + path.string() + "': " + std::strerror(e) +
@@ -42,8 +37,12 @@ int injected_write_error() {
 
 }  // namespace
 
+void plan_write_error(int error) {
+  planned_write_error.store(error);
+}
+
 DurableFile::DurableFile(const std::filesystem::path& path)
-    : path_(path), inject_(injected_write_error()) {
+    : path_(path), inject_(planned_write_error.load()) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create");
   buffer_.resize(kBufferBytes);

@@ -10,9 +10,9 @@
 // directory synced; a reader sees the old file or the new one, never a
 // part. Part of the host.
 //
-// Test hook: ZTRAIN_TEST_INJECT_WRITE_ERROR=ENOSPC or EIO fails every
-// durable write after its first megabyte, as a disk that fills or fails
-// half-way.
+// A test's fault (io/fault_plan.h: ZTRAIN_TEST_INJECT_WRITE_ERROR, handed
+// over by plan_write_error) fails every durable write after its first
+// megabyte with ENOSPC or EIO, as a disk that fills or fails half-way.
 //
 // Errors: DataError naming the path, the system's reason and, for a full
 // disk, what to do.
@@ -54,6 +54,10 @@ class DurableFile {
   std::size_t used_ = 0;
   int fd_ = -1;
 };
+
+// From now on every DurableFile's writes fail with `error` past their
+// first megabyte (0: none).
+void plan_write_error(int error);
 
 // Syncs a directory, so the names created or renamed in it are durable.
 void sync_directory(const std::filesystem::path& dir);

@@ -3,8 +3,9 @@
 // process with it: the collectives' tally and words (kit/collectives.h), the
 // CUDA backend's entry table (kit/cuda_backend_abi.h), the process-wide
 // temporary files and signal handling (core/temp_files.h, core/signals.h),
-// the host's thread limit and name (core/host_threads.h, core/host_name.h)
-// and the reference kernels (kernels/cpu/reference_kernels.h).
+// the host's thread limit and name (core/host_threads.h, core/host_name.h),
+// the reference kernels (kernels/cpu/reference_kernels.h) and a test's
+// fault of the NVMe tier (shard/aio_fault.h).
 //
 // These headers are not installed and carry no compatibility promise: a
 // plugin includes only include/ztrain, whose symbols are ZTRAIN_API. Every

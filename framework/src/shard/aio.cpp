@@ -7,6 +7,8 @@
 // waiters.
 #include "ztrain/shard/aio.h"
 
+#include "shard/aio_fault.h"
+
 #include <fcntl.h>
 #include <liburing.h>
 #include <linux/magic.h>
@@ -99,26 +101,26 @@ std::string fs_name(const std::filesystem::path& dir) {
   }
 }
 
-// ZTRAIN_TEST_INJECT_IO_ERROR="ENOSPC:N" or "EIO:N" makes the N-th piece
-// written (1-based) fail with that error: how tests meet a disk that fills
-// or fails half-way without one.
+// A test's fault, planned by the host (shard/aio_fault.h): a disk that
+// fills or fails half-way without one.
 struct Injection {
   int error = 0;
   long after = 0;
 };
+std::mutex planned_mu;
+Injection planned;
+
 Injection injection() {
-  const char* text = std::getenv("ZTRAIN_TEST_INJECT_IO_ERROR");
-  if (!text || !*text) return {};
-  const std::string s(text);
-  const auto colon = s.find(':');
-  const std::string what = s.substr(0, colon);
-  const long n = colon == std::string::npos ? 1 : std::atol(s.c_str() + colon + 1);
-  if ((what != "ENOSPC" && what != "EIO") || n < 1)
-    throw ConfigError("ZTRAIN_TEST_INJECT_IO_ERROR=" + s + ": expected ENOSPC:N or EIO:N");
-  return {what == "ENOSPC" ? ENOSPC : EIO, n};
+  std::lock_guard lock(planned_mu);
+  return planned;
 }
 
 }  // namespace
+
+void plan_aio_error(int error, long after) {
+  std::lock_guard lock(planned_mu);
+  planned = {error, after};
+}
 
 struct AioEngine::Impl {
   AioOptions options;

@@ -10,97 +10,173 @@
 
 namespace ztrain::shard {
 
-GatherPlan make_gather_plan(const std::vector<std::vector<int>>& needs,
-                            const std::vector<std::uint64_t>& numel, const GatherOptions& o) {
-  const int T = static_cast<int>(needs.size());
-  const std::size_t P = numel.size();
-  GatherPlan plan;
-  plan.evict.resize(needs.size());
-  plan.gather.resize(needs.size());
-  plan.release.resize(needs.size());
-  if (T == 0) return plan;
-  auto size = [&](int p) { return numel[static_cast<std::size_t>(p)]; };
-  std::vector<std::vector<int>> uses(P);
-  for (int i = 0; i < T; ++i)
-    for (int p : needs[static_cast<std::size_t>(i)]) uses[static_cast<std::size_t>(p)].push_back(i);
-  auto next_use = [&](int p, int i) {
-    const auto& u = uses[static_cast<std::size_t>(p)];
+namespace {
+
+// The gather plan is made by walking the trace once, position by
+// position, keeping the set of live units (gathered and not yet released)
+// and their total. At each position i the planner runs five phases:
+//
+// 1. evict: while the units position i needs but lacks would push the
+//    total past max_live_parameters, release the live unit whose next use
+//    is farthest away (Belady's choice; a unit never used again is the
+//    farthest). A unit position i needs is never a victim; the needs alone
+//    fit by contract.
+// 2. gather the needs: every needed unit not live is gathered now.
+// 3. prefetch: walk the positions after i, gathering the units they need
+//    in trace order while they fit in what is left of
+//    prefetch_bucket_size (a budget for each position i) and under
+//    max_live_parameters; the first unit that does not fit ends the
+//    prefetch (later units would be fetched out of order). Units already
+//    live on the way are claimed for the position that uses them.
+// 4. mark reuse: the units needed within the next max_reuse_distance
+//    elements of the trace are kept past position i instead of released.
+// 5. release: each unit position i needed is released after it, unless a
+//    prefetch or fetch counted on it for a later position ("claimed") or it
+//    is kept for reuse.
+// After the last position every unit still live is released.
+//
+// "claimed" matters for correctness, not only speed: a unit prefetched for
+// position j and needed at i < j too must not be released after i, or the
+// prefetch would be lost and j would gather it again.
+class GatherPlanner {
+ public:
+  GatherPlanner(const std::vector<std::vector<int>>& needs, const std::vector<std::uint64_t>& numel,
+                const GatherOptions& o)
+      : needs_(needs),
+        numel_(numel),
+        o_(o),
+        uses_(numel.size()),
+        live_(numel.size(), 0),
+        claimed_(numel.size(), -1),
+        keep_(numel.size(), -1) {
+    for (int i = 0; i < positions(); ++i)
+      for (int p : need(i)) uses_[unit(p)].push_back(i);
+    plan_.evict.resize(needs.size());
+    plan_.gather.resize(needs.size());
+    plan_.release.resize(needs.size());
+  }
+
+  GatherPlan make() {
+    if (positions() == 0) return plan_;
+    for (int i = 0; i < positions(); ++i) {
+      evict_for(i);
+      gather_needs(i);
+      prefetch_after(i);
+      plan_.peak_live = std::max(plan_.peak_live, total_);
+      mark_reuse_after(i);
+      release_after(i);
+    }
+    for (std::size_t q = 0; q < live_.size(); ++q)
+      if (live_[q]) plan_.release.back().push_back(static_cast<int>(q));
+    return plan_;
+  }
+
+ private:
+  int positions() const { return static_cast<int>(needs_.size()); }
+  const std::vector<int>& need(int i) const { return needs_[static_cast<std::size_t>(i)]; }
+  static std::size_t unit(int p) { return static_cast<std::size_t>(p); }
+  std::uint64_t size(int p) const { return numel_[unit(p)]; }
+  bool needed_at(int p, int i) const {
+    return std::find(need(i).begin(), need(i).end(), p) != need(i).end();
+  }
+  // The first position after i that uses p (INT_MAX: none).
+  int next_use(int p, int i) const {
+    const auto& u = uses_[unit(p)];
     const auto it = std::upper_bound(u.begin(), u.end(), i);
     return it == u.end() ? INT_MAX : *it;
-  };
-  std::vector<char> live(P, 0);
-  // The last position a fetch or a prefetch scan counted on the parameter
-  // being gathered: releasing it earlier would undo that prefetch.
-  std::vector<int> claimed(P, -1);
-  std::vector<int> keep(P, -1);
-  std::uint64_t total = 0;
-  for (int i = 0; i < T; ++i) {
-    const auto& need = needs[static_cast<std::size_t>(i)];
-    auto in_need = [&](int p) { return std::find(need.begin(), need.end(), p) != need.end(); };
+  }
+  void make_live(int p, int at) {
+    live_[unit(p)] = 1;
+    total_ += size(p);
+    plan_.gather[static_cast<std::size_t>(at)].push_back(p);
+  }
+
+  // Phase 1 (above).
+  void evict_for(int i) {
     std::uint64_t missing = 0;
-    for (int p : need)
-      if (!live[static_cast<std::size_t>(p)]) missing += size(p);
-    while (total + missing > o.max_live_parameters) {
-      int victim = -1;
-      int farthest = -1;
-      for (std::size_t q = 0; q < P; ++q) {
+    for (int p : need(i))
+      if (!live_[unit(p)]) missing += size(p);
+    while (total_ + missing > o_.max_live_parameters) {
+      int victim = -1, farthest = -1;
+      for (std::size_t q = 0; q < live_.size(); ++q) {
         const auto p = static_cast<int>(q);
-        if (!live[q] || in_need(p)) continue;
+        if (!live_[q] || needed_at(p, i)) continue;
         const int next = next_use(p, i);
         if (next > farthest) farthest = next, victim = p;
       }
-      if (victim < 0) break;  // only the needs are live: they fit by contract
-      live[static_cast<std::size_t>(victim)] = 0;
-      claimed[static_cast<std::size_t>(victim)] = -1;
-      total -= size(victim);
-      plan.evict[static_cast<std::size_t>(i)].push_back(victim);
-    }
-    for (int p : need) {
-      auto q = static_cast<std::size_t>(p);
-      if (!live[q]) {
-        live[q] = 1;
-        total += size(p);
-        plan.gather[static_cast<std::size_t>(i)].push_back(p);
-      }
-      claimed[q] = std::max(claimed[q], i);
-    }
-    std::uint64_t budget = o.prefetch_bucket_size;
-    bool full = budget == 0;
-    for (int j = i + 1; j < T && !full; ++j)
-      for (int p : needs[static_cast<std::size_t>(j)]) {
-        auto q = static_cast<std::size_t>(p);
-        if (live[q]) {
-          claimed[q] = std::max(claimed[q], j);
-          continue;
-        }
-        if (size(p) > budget || total + size(p) > o.max_live_parameters) {
-          full = true;
-          break;
-        }
-        live[q] = 1;
-        total += size(p);
-        budget -= size(p);
-        claimed[q] = j;
-        plan.gather[static_cast<std::size_t>(i)].push_back(p);
-      }
-    plan.peak_live = std::max(plan.peak_live, total);
-    std::uint64_t traversed = 0;
-    for (int j = i + 1; j < T && traversed < o.max_reuse_distance; ++j)
-      for (int p : needs[static_cast<std::size_t>(j)]) {
-        keep[static_cast<std::size_t>(p)] = i;
-        traversed += size(p);
-      }
-    for (int p : need) {
-      auto q = static_cast<std::size_t>(p);
-      if (!live[q] || claimed[q] > i || keep[q] == i) continue;
-      live[q] = 0;
-      total -= size(p);
-      plan.release[static_cast<std::size_t>(i)].push_back(p);
+      if (victim < 0) return;  // only the needs are live: they fit by contract
+      live_[unit(victim)] = 0;
+      claimed_[unit(victim)] = -1;
+      total_ -= size(victim);
+      plan_.evict[static_cast<std::size_t>(i)].push_back(victim);
     }
   }
-  for (std::size_t q = 0; q < P; ++q)
-    if (live[q]) plan.release.back().push_back(static_cast<int>(q));
-  return plan;
+
+  // Phase 2.
+  void gather_needs(int i) {
+    for (int p : need(i)) {
+      if (!live_[unit(p)]) make_live(p, i);
+      claimed_[unit(p)] = std::max(claimed_[unit(p)], i);
+    }
+  }
+
+  // Phase 3: a unit already live is claimed for the position that will use
+  // it, so phase 5 keeps it.
+  void prefetch_after(int i) {
+    if (o_.prefetch_bucket_size == 0) return;
+    std::uint64_t budget = o_.prefetch_bucket_size;
+    for (int j = i + 1; j < positions(); ++j)
+      for (int p : need(j)) {
+        if (live_[unit(p)]) {
+          claimed_[unit(p)] = std::max(claimed_[unit(p)], j);
+          continue;
+        }
+        if (size(p) > budget || total_ + size(p) > o_.max_live_parameters) return;
+        make_live(p, i);
+        budget -= size(p);
+        claimed_[unit(p)] = j;
+      }
+  }
+
+  // Phase 4.
+  void mark_reuse_after(int i) {
+    std::uint64_t traversed = 0;
+    for (int j = i + 1; j < positions() && traversed < o_.max_reuse_distance; ++j)
+      for (int p : need(j)) {
+        keep_[unit(p)] = i;
+        traversed += size(p);
+      }
+  }
+
+  // Phase 5.
+  void release_after(int i) {
+    for (int p : need(i)) {
+      const std::size_t q = unit(p);
+      if (!live_[q] || claimed_[q] > i || keep_[q] == i) continue;
+      live_[q] = 0;
+      total_ -= size(p);
+      plan_.release[static_cast<std::size_t>(i)].push_back(p);
+    }
+  }
+
+  const std::vector<std::vector<int>>& needs_;
+  const std::vector<std::uint64_t>& numel_;
+  const GatherOptions& o_;
+  std::vector<std::vector<int>> uses_;  // per unit, the positions using it, ascending
+  std::vector<char> live_;
+  // The last position a fetch or a prefetch counted on the unit being
+  // gathered: releasing it earlier would undo that prefetch.
+  std::vector<int> claimed_;
+  std::vector<int> keep_;    // the position after which the unit is kept for reuse
+  std::uint64_t total_ = 0;  // elements live
+  GatherPlan plan_;
+};
+
+}  // namespace
+
+GatherPlan make_gather_plan(const std::vector<std::vector<int>>& needs,
+                            const std::vector<std::uint64_t>& numel, const GatherOptions& o) {
+  return GatherPlanner(needs, numel, o).make();
 }
 
 std::vector<TraceEntry> standard_trace(int modules) {

@@ -2,223 +2,29 @@
 
 #include <signal.h>
 
-#include <boost/dll/runtime_symbol_info.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <optional>
-#include <sstream>
-#include <thread>
+#include <string>
 
 #include "checkpoint/weights.h"
-#include "checkpoint/writer.h"
-#include "comm/world.h"
-#include "config/deepspeed_import.h"
-#include "config/resolved_config.h"
-#include "config/section_options.h"
-#include "core/host_name.h"
-#include "core/signals.h"
 #include "io/durable_file.h"
-#include "job/guarded_device.h"
 #include "job/job_figures.h"
 #include "job/job_start.h"
-#include "job/memory_check.h"
-#include "job/rank_agreement.h"
 #include "job/run_outputs.h"
-#include "loader/cuda_loader.h"
-#include "train/data_loader.h"
-#include "train/loss_scaler.h"
-#include "train/lr_schedule.h"
-#include "train/metrics.h"
-#include "train/progress.h"
-#include "train/run_parts.h"
 #include "train/run_report.h"
+#include "train/step_agreement.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
-#include "ztrain/version.h"
 
 namespace ztrain {
 namespace fs = std::filesystem;
-
-std::vector<fs::path> config_roots(const fs::path& run_file) {
-  std::vector<fs::path> dirs;
-  dirs.push_back(run_file.parent_path().empty() ? fs::path(".") : run_file.parent_path());
-  std::error_code ec;
-  const fs::path exe(boost::dll::program_location(ec).string());
-  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "ztrain" / "configs");
-#ifdef ZTRAIN_SOURCE_CONFIG_DIR
-  dirs.push_back(fs::path(ZTRAIN_SOURCE_CONFIG_DIR));
-#endif
-  return dirs;
-}
-
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// A test hook: ZTRAIN_TEST_INJECT_OVERFLOW="STEP:RANK" makes rank RANK's
-// gradients NaN in step STEP (1-based), as an fp16 overflow would.
-struct OverflowInjection {
-  std::int64_t step = 0;
-  int rank = -1;
-};
-
-OverflowInjection overflow_injection() {
-  const char* text = std::getenv("ZTRAIN_TEST_INJECT_OVERFLOW");
-  if (!text || !*text) return {};
-  long long step = 0;
-  int rank = -1, used = 0;
-  if (std::sscanf(text, "%lld:%d%n", &step, &rank, &used) != 2 || text[used] != '\0' || step < 1 ||
-      rank < 0)
-    throw ConfigError(std::string("ZTRAIN_TEST_INJECT_OVERFLOW=") + text +
-                      ": expected STEP:RANK, e.g. 3:1");
-  return {step, rank};
-}
-
-// Test hook: ZTRAIN_TEST_SCALE_LR=STEP trains step STEP with 1.1 times
-// its learning rate, so that a run differs from its peers from step
-// STEP + 1 on (the comparison's failure verdict is tested with it). 0: off.
-std::int64_t lr_perturbation() {
-  const char* text = std::getenv("ZTRAIN_TEST_SCALE_LR");
-  if (!text || !*text) return 0;
-  long long step = 0;
-  int used = 0;
-  if (std::sscanf(text, "%lld%n", &step, &used) != 1 || text[used] != '\0' || step < 1)
-    throw ConfigError(std::string("ZTRAIN_TEST_SCALE_LR=") + text + ": expected a step, e.g. 5");
-  return step;
-}
-
-// The data source, made and set up on every rank, its files compared
-// across ranks. A rank that cannot open its files (missing on its host)
-// stops every rank, saying so with its host's name.
-DataInfo open_data(Run& run, const RunParts& parts) {
-  std::string why;
-  DataInfo info;
-  try {
-    run.data = parts.data_lib.create<DataSource>(parts.data_options);
-    run.data->setup({parts.info.seq_len, parts.info.vocab_size, run.data_seed,
-                     run.settings.train.eval_every > 0});
-    info = run.data->info();
-  } catch (const DataError& e) {
-    why = std::string(e.what()) + " (on host " + host_name() + ", rank " +
-          std::to_string(run.comm->rank()) + ")";
-  }
-  stop_together<DataError>(why, "another rank cannot read its data (its error is above)",
-                           *run.comm);
-  check_files_agree("data file", info.files, *run.comm);
-  return info;
-}
-
-// The device, its kernels and, on a GPU, the nccl communicator the
-// strategy's collectives run on (the launcher's carries its id and the
-// trainer's own scalars). One GPU per rank: the rank's place among the
-// ranks on its machine picks it.
-void open_device(Run& run) {
-  const DeviceSettings& dev = run.settings.device;
-  // Unless set, the ranks on one machine share its cores.
-  const int threads =
-      dev.threads > 0
-          ? dev.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_rank_count());
-  if (dev.guard) {
-    if (run.comm->size() != 1)
-      throw ConfigError("[device] guard = true runs one rank; this run has " +
-                        std::to_string(run.comm->size()));
-    GuardedCpu g = make_guarded_cpu(threads);
-    run.device = std::move(g.device);
-    run.kernels = std::move(g.kernels);
-    run.gpu_comm = g.guard_comm(make_local_communicator(), *run.device);
-    run.host_kernels = make_cpu_kernels();  // unguarded: host state only
-  } else if (dev.kind != "cuda") {
-    run.device = make_cpu_device(threads);
-    run.kernels = make_cpu_kernels();
-  } else {
-    const auto refuse = [&](const std::string& why) {
-      return ConfigError(dev.kind_where + ": [device] kind \"cuda\": " + why +
-                         "; use kind = \"cpu\" (or \"auto\")");
-    };
-    if (const std::string why = cuda_unusable(); !why.empty()) throw refuse(why);
-    const cuda::Backend* backend = cuda_backend(nullptr);
-    cuda::CudaOptions o;
-    o.ordinal = local_rank();
-    o.pin_memory = dev.pin_memory;
-    o.host_threads = threads;
-    run.device = backend->make_device(o);
-    run.kernels = backend->make_kernels(*run.device, {dev.tf32, run.settings.train.precision});
-    run.gpu_comm = backend->make_nccl(*run.comm, *run.device, run.settings.comm.timeout_s);
-    run.host_threads = std::make_unique<HostThreads>(threads);
-    run.host_kernels = make_cpu_kernels();
-  }
-  run.device->set_budget(Tier::device, dev.memory_limit);
-}
-
-Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
-                 const PluginLoader& loader) {
-  Run run;
-  run.comm = std::move(comm);
-  run.resolved = resolve_config(config, loader);
-  run.config_notes = config.notes();
-  RunParts parts = make_run_parts(config, loader, run.comm->size());
-  std::vector<InstalledPart> installed = parts.plugins;
-  if (parts.settings.device.kind == "cuda")
-    installed.push_back({"CUDA backend", cuda_backend_path(), ZTRAIN_VERSION});
-  check_installations_agree(installed, *run.comm);
-  run.settings = parts.settings;
-  run.model_plugin = parts.model_plugin;
-  run.data_plugin = parts.data_plugin;
-  run.strategy_plugin = parts.strategy_plugin;
-  run.data_seed = static_cast<std::uint64_t>(parts.data_options.get_int("seed"));
-  run.model = parts.model;
-  run.strategy = parts.strategy;
-
-  open_device(run);
-
-  const ModelInfo& info = parts.info;
-  const DataInfo dinfo = open_data(run, parts);
-  if (dinfo.vocab_used > info.vocab_size)
-    throw ConfigError(config.where("model.vocab_size") + ": [model] vocab_size " +
-                      std::to_string(info.vocab_size) + " is smaller than the " +
-                      std::to_string(dinfo.vocab_used) + " token ids the data produces (" +
-                      dinfo.description + "); raise vocab_size");
-
-  const auto& tr = run.settings.train;
-  run.sizes = parts.sizes;
-  const EstimateArgs& sizes = run.sizes;
-  check_memory_fits(config, run.strategy->estimate(sizes), run.device->host_visible(Tier::device),
-                    sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len,
-                    info.n_params, local_rank_count(), *run.comm);
-  StrategySetup setup;
-  setup.params = sizes.params;
-  setup.modules = run.model->modules();
-  setup.device = run.device.get();
-  setup.comm = &run.strategy_comm();
-  setup.kernels = run.kernels.get();
-  setup.host_kernels = run.host_kernels ? run.host_kernels.get() : run.kernels.get();
-  setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};
-  setup.precision = sizes.precision;
-  setup.grad_dtype = sizes.grad_dtype;
-  setup.seed = tr.seed;
-  setup.draw_initial_values = tr.resume.empty() && !parts.model_options.has_value("init_from");
-  setup.activation_bytes = sizes.activation_bytes;
-  setup.device_budget = sizes.device_budget;
-  run.strategy->setup(setup);
-  if (!tr.resume.empty()) {
-    run.resumed = resume_from(
-        {tr.resume, tr.out_dir, setup.params, run.resolved.keys, tr.global_batch, tr.steps},
-        *run.strategy, *run.comm);
-  } else if (parts.model_options.has_value("init_from")) {
-    run.init_from = parts.model_options.get_string("init_from");
-    run.weights_import = import_weights(*run.model, *run.strategy, run.init_from, *run.comm);
-  }
-  return run;
+double seconds_since(Trainer::Clock::time_point t0) {
+  return std::chrono::duration<double>(Trainer::Clock::now() - t0).count();
 }
 
 // Makes the run directory with its config.toml; the metrics file in it. A
@@ -243,82 +49,6 @@ MetricsFile open_run_dir(const fs::path& out_dir, const std::string& resolved_co
                   std::to_string(resumed->position.step) +
                   " (the attempt that went on past the checkpoint), which this run logs again");
   return metrics;
-}
-
-// The manifest of a checkpoint at `position`, without its state.
-Manifest checkpoint_header(const Run& run, const TrainingPosition& position) {
-  const auto& tr = run.settings.train;
-  Manifest m;
-  m.ztrain_version = ZTRAIN_VERSION;
-  m.world = run.comm->size();
-  m.strategy = run.strategy_plugin;
-  m.precision = precision_label(tr.precision);
-  m.global_batch = tr.global_batch;
-  m.grad_accum = tr.grad_accum;
-  m.seed = tr.seed;
-  m.data_seed = run.data_seed;
-  m.position = position;
-  m.config = run.resolved.keys;
-  m.config_toml = run.resolved.toml;
-  return m;
-}
-
-// Whether checkpoints are written by a background thread. "auto" asks for
-// a core the training leaves free: on a GPU the host's cores mostly wait,
-// while a CPU run whose threads take every core pays for the writer thread
-// in slower steps, more than writing within the step costs
-// (bench/RESULTS.md, checkpoints: +3.4 % against +2.3 % at world 2 with
-// both cores computing, +1.1 % against +3.7 % with one left free).
-bool writes_in_background(const Run& run) {
-  const std::string& mode = run.settings.train.checkpoint_write;
-  if (mode != "auto") return mode == "background";
-  if (run.device->kind() != DeviceKind::cpu) return true;
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores == 0 || static_cast<unsigned>(run.device->threads() * local_rank_count()) < cores;
-}
-
-// Starts the checkpoint of `position` in `into`: the state copied (or
-// written), the rest left to the background. The copy may take half the
-// memory the host has left, shared by its ranks, beside the copies kept
-// from the last checkpoint.
-void begin_checkpoint(Run& run, const TrainingPosition& position, SnapshotBuffers& buffers,
-                      CheckpointPruner& pruner, std::optional<CheckpointWrite>& into) {
-  const auto& tr = run.settings.train;
-  const std::uint64_t allowance =
-      writes_in_background(run)
-          ? available_memory() / (2 * static_cast<std::uint64_t>(local_rank_count())) +
-                buffers.kept_bytes()
-          : 0;
-  into.emplace(CheckpointTarget{tr.out_dir, tr.keep_last, allowance},
-               checkpoint_header(run, position), run.model->params(), *run.strategy, buffers,
-               pruner, *run.comm);
-}
-
-// Commits a checkpoint whose files are written and says so.
-// `overlapped`: training went on while it was written.
-void finish_checkpoint(Run& run, CheckpointWrite& c, std::int64_t step, bool overlapped,
-                       MetricsFile* metrics, Progress& progress) {
-  const CheckpointWritten w = c.finish();
-  overlapped = overlapped && w.background;
-  if (metrics)
-    metrics->write(JsonLine()
-                       .add("step", step)
-                       .add("split", "checkpoint")
-                       .add("dir", w.dir.string())
-                       .add("bytes", static_cast<std::int64_t>(w.bytes))
-                       .add("seconds", w.seconds)
-                       .add("held_s", w.held_s)
-                       .add("copy_s", w.copy_s)
-                       .add("commit_s", w.commit_s)
-                       .add("overlapped", overlapped));
-  if (run.comm->rank() != 0) return;
-  char line[160];
-  std::snprintf(line, sizeof line, " in %.3f s (%s/s); training held %.3f s%s", w.seconds,
-                format_bytes(static_cast<std::uint64_t>(static_cast<double>(w.bytes) /
-                                                        std::max(w.seconds, 1e-9)))
-                    .c_str(),
-                w.held_s, overlapped ? ", the rest written while training went on" : "");
-  progress.line("checkpoint " + w.dir.string() + ": " + format_bytes(w.bytes) + line);
 }
 
 // What a resumed run says before its first step.
@@ -358,26 +88,6 @@ void check_outputs(const Run& run, std::int64_t n_params, bool overwrite,
   check_run_outputs({tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, n_params, overwrite,
                      checkpoint_bytes, run.resumed.has_value()},
                     lock, *run.comm);
-}
-
-// A resumed run's position: the scaler and the data continue from it.
-TrainingPosition continue_at(const Run& run, LossScaler& scaler, DataLoader& data,
-                             MetricsFile* metrics, Progress& progress) {
-  const auto& tr = run.settings.train;
-  const TrainingPosition at = run.resumed->position;
-  scaler.restore(at.scaler);
-  data.seek(static_cast<std::uint64_t>(at.step * tr.grad_accum));
-  progress.line(resume_text(*run.resumed, tr.steps));
-  if (metrics)
-    metrics->write(JsonLine()
-                       .add("step", at.step)
-                       .add("split", "resume")
-                       .add("from", run.resumed->dir.string())
-                       .add("bytes_read", static_cast<std::int64_t>(run.resumed->bytes_read))
-                       .add("bytes_moved", static_cast<std::int64_t>(run.resumed->bytes_moved))
-                       .add("seconds", run.resumed->seconds)
-                       .add("read_s", run.resumed->read_seconds));
-  return at;
 }
 
 // A logged training step.
@@ -474,61 +184,11 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   return h;
 }
 
-// The training loop over an assembled run.
-// The checkpoint being written, if any: committed at the first step after
-// every rank's write is done (learned through the loss all-reduce), one at
-// a time; with the host copies and the pruner the next ones reuse.
-class CheckpointsInFlight {
- public:
-  CheckpointsInFlight(Run& run, MetricsFile* metrics, Progress& progress)
-      : run_(run), metrics_(metrics), progress_(progress), buffers_(*run.device) {}
-  // This rank's flag for the loss all-reduce.
-  bool rank_done() const { return !pending_ || pending_->rank_done(); }
-  // After a step: commits what every rank has written; when `due`, starts
-  // the checkpoint of `at`, committed at once when it is the last (`last`:
-  // no training left to overlap) or was written within the step.
-  void after_step(const TrainingPosition& at, bool written_everywhere, bool due, bool last) {
-    if (written_everywhere) commit(true);
-    if (!due) return;
-    commit(true);
-    begin_checkpoint(run_, at, buffers_, pruner_, pending_);
-    step_ = at.step;
-    if (last || pending_->written_in_step()) commit(false);
-  }
-  // The ranks agreed to stop after the step `at`: the checkpoint being
-  // written, if any, is finished and is the one the run stops at (a signal
-  // during a large write must not cost a second one); else one of `at` is
-  // written. Returns the step of the checkpoint the run stops at.
-  std::int64_t stop(const TrainingPosition& at) {
-    if (pending_) {
-      commit(true);
-      return step_;
-    }
-    after_step(at, false, true, true);
-    return at.step;
-  }
-
- private:
-  void commit(bool overlapped) {
-    if (!pending_) return;
-    finish_checkpoint(run_, *pending_, step_, overlapped, metrics_, progress_);
-    pending_.reset();
-  }
-
-  Run& run_;
-  MetricsFile* metrics_;
-  Progress& progress_;
-  SnapshotBuffers buffers_;  // these two outlive pending_
-  CheckpointPruner pruner_;
-  std::optional<CheckpointWrite> pending_;
-  std::int64_t step_ = 0;
-};
-
 // The summary's figures, from the loop's.
 RunReport report_of(const Run& run, const TrainResult& result, const ModelInfo& info,
                     const DataInfo& dinfo, const LossScaler& scaler, std::int64_t steps,
                     std::int64_t skipped, double comm_wait, const CommCounters& train_comm,
-                    Clock::time_point t_start) {
+                    Trainer::Clock::time_point t_start) {
   const auto& tr = run.settings.train;
   const JobFigures job = gather_job_figures(*run.comm, run.device->stats(), train_comm);
   RunReport report;
@@ -553,184 +213,208 @@ RunReport report_of(const Run& run, const TrainResult& result, const ModelInfo& 
   return report;
 }
 
-TrainResult run_training(Run& run, bool overwrite, std::unique_ptr<OutDirLock>& out_dir_lock,
-                         Clock::time_point t_start) {
-  const auto& tr = run.settings.train;
-  const ModelInfo info = run.model->info();
-  const DataInfo dinfo = run.data->info();
-  // Rank 0 speaks for the job: progress, the run directory, the summary.
-  const bool lead = run.comm->rank() == 0;
-  const bool resuming = run.resumed.has_value();
-  check_outputs(run, info.n_params, overwrite, out_dir_lock);
-  Progress progress(tr.steps, lead);
-  std::optional<MetricsFile> metrics;
-  if (lead) metrics.emplace(open_run_dir(tr.out_dir, run.resolved.toml, run.resumed, progress));
+}  // namespace
 
-  const auto params = run.model->params();
-  const int B = static_cast<int>(tr.micro_batch), T = info.seq_len;
-  Arena arena(*run.device);
-  LossSum losses(*run.device, *run.kernels);
-  DataLoader loader_data(*run.data, B, T, static_cast<int>(tr.grad_accum), run.comm->rank(),
-                         run.comm->size());
-  const LrSchedule schedule{tr.lr, tr.min_lr, tr.warmup_steps, tr.steps, tr.schedule};
+Trainer::Trainer(Run& run, const FaultPlan& faults, Clock::time_point t_start)
+    : run_(run),
+      tr_(run.settings.train),
+      faults_(faults),
+      t_start_(t_start),
+      info_(run.model->info()),
+      data_info_(run.data->info()),
+      params_(run.model->params()),
+      progress_(tr_.steps, run.comm->rank() == 0),
+      // Rank 0 speaks for the job: progress, the run directory, the summary.
+      metrics_(run.comm->rank() == 0 ? std::optional<MetricsFile>(open_run_dir(
+                                           tr_.out_dir, run.resolved.toml, run.resumed, progress_))
+                                     : std::nullopt),
+      arena_(*run.device),
+      losses_(*run.device, *run.kernels),
+      data_(*run.data, static_cast<int>(tr_.micro_batch), info_.seq_len,
+            static_cast<int>(tr_.grad_accum), run.comm->rank(), run.comm->size()),
+      schedule_{tr_.lr, tr_.min_lr, tr_.warmup_steps, tr_.steps, tr_.schedule},
+      scaler_(tr_.scaler),
+      mark_(run.counters()),
+      checkpoints_(run, faults.checkpoint_kill, metrics_ ? &*metrics_ : nullptr, progress_) {
+  result_.metrics_file = tr_.out_dir / "metrics.jsonl";
+  progress_.line(run_header(header_of(run_, info_, data_info_)));
+  for (const auto& note : run_.config_notes) progress_.line(note);
+  if (const std::string epochs = epochs_note(data_info_, tr_); !epochs.empty())
+    progress_.line(epochs);
+  if (run_.resumed) resume();
+  first_step_ = at_.step;
+}
 
-  progress.line(run_header(header_of(run, info, dinfo)));
-  for (const auto& note : run.config_notes) progress.line(note);
-  if (const std::string epochs = epochs_note(dinfo, tr); !epochs.empty()) progress.line(epochs);
-  LossScaler scaler(tr.scaler);
-  // Where the loop stands.
-  TrainingPosition at =
-      resuming ? continue_at(run, scaler, loader_data, metrics ? &*metrics : nullptr, progress)
-               : TrainingPosition{};
+// A resumed run's position: the scaler and the data continue from it.
+void Trainer::resume() {
+  at_ = run_.resumed->position;
+  scaler_.restore(at_.scaler);
+  data_.seek(static_cast<std::uint64_t>(at_.step * tr_.grad_accum));
+  progress_.line(resume_text(*run_.resumed, tr_.steps));
+  if (metrics_)
+    metrics_->write(JsonLine()
+                        .add("step", at_.step)
+                        .add("split", "resume")
+                        .add("from", run_.resumed->dir.string())
+                        .add("bytes_read", static_cast<std::int64_t>(run_.resumed->bytes_read))
+                        .add("bytes_moved", static_cast<std::int64_t>(run_.resumed->bytes_moved))
+                        .add("seconds", run_.resumed->seconds)
+                        .add("read_s", run_.resumed->read_seconds));
+  mark_ = run_.counters();
+}
 
-  TrainResult result;
-  result.metrics_file = tr.out_dir / "metrics.jsonl";
-  const double tokens_per_step = static_cast<double>(tr.global_batch) * T;
-  double train_time = 0;
-  // Communication is read from the communicator's counters: `mark` is where
-  // the current step's traffic starts (after the previous step's report and
-  // evaluation, whose own collectives are not training traffic).
-  CommCounters mark = run.counters(), train_comm;
-  double comm_wait = 0;
-  std::int64_t timed_steps = 0;
+TrainResult Trainer::train() {
+  for (std::int64_t step = at_.step; step < tr_.steps && !stopped_; ++step) train_step(step);
+  progress_.finish();
+  finish();
+  summarize();
+  return result_;
+}
 
-  // eval_batches global batches of the val split: the same sequences at any
-  // world size and split of the global batch; each rank takes its share.
-  auto evaluate = [&](std::int64_t step) {
-    const std::int64_t micro_batches = tr.eval_batches * tr.grad_accum;
-    for (std::int64_t j = 0; j < micro_batches; ++j) {
-      arena.reset();
-      StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
-      run.model->evaluate(loader_data.val(j), ctx);
-    }
-    float mean = static_cast<float>(losses.take() / static_cast<double>(micro_batches));
-    run.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
-    const double loss = mean;
-    result.val_losses.emplace_back(step, loss);
-    if (metrics) metrics->write(JsonLine().add("step", step).add("split", "val").add("loss", loss));
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "eval step %lld | val loss %.4f", static_cast<long long>(step),
-                  loss);
-    progress.line(buf);
-  };
-
-  const OverflowInjection inject = overflow_injection();
-  const std::int64_t perturbed_step = lr_perturbation();
-  // The first SIGINT/SIGTERM finishes the step, writes a checkpoint and
-  // ends the run with exit 0; every rank stops at the same step.
-  const StopRequests stop_requests;
-  bool stopped = false;
+void Trainer::train_step(std::int64_t step) {
+  const auto t0 = Clock::now();
   // A skipped step consumes its batch but neither the optimizer's step
   // count nor the learning-rate schedule (DeepSpeed's engine does the same).
-  std::int64_t& applied = at.applied;
-  std::int64_t& skipped_steps = at.skipped;
-  const std::int64_t first_step = at.step;
-  CheckpointsInFlight checkpoints(run, metrics ? &*metrics : nullptr, progress);
-  std::int64_t stopped_at = 0;  // the step of the checkpoint a stop ends at
-  for (std::int64_t step = first_step; step < tr.steps && !stopped; ++step) {
-    const auto t0 = Clock::now();
-    const double lr = schedule.at(applied) * (step + 1 == perturbed_step ? 1.1 : 1.0);
-    const double scale = scaler.scale();
-    for (std::int64_t a = 0; a < tr.grad_accum; ++a) {
-      run.strategy->begin_micro_step(a + 1 == tr.grad_accum);
-      arena.reset();
-      float grad_scale = static_cast<float>(scale / static_cast<double>(tr.grad_accum));
-      if (inject.step == step + 1 && inject.rank == run.comm->rank() && a + 1 == tr.grad_accum)
-        grad_scale = std::numeric_limits<float>::quiet_NaN();
-      StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, grad_scale);
-      run.model->forward_backward(loader_data.next(), ctx);
-    }
-    // The losses are read once the step is queued: on a GPU nothing between
-    // the first forward and the update waits for the host. A non-finite loss
-    // has non-finite gradients, which step() skips. A stop request travels
-    // with the loss average, so every rank learns of any rank's, and so does
-    // whether this rank's checkpoint write is done.
-    const StepResult sr = run.strategy->step({lr, applied + 1, tr.grad_clip, scale});
-    float mean[3] = {static_cast<float>(losses.take() / static_cast<double>(tr.grad_accum)),
-                     StopRequests::requested() ? 1.0f : 0.0f,
-                     checkpoints.rank_done() ? 1.0f : 0.0f};
-    run.comm->all_reduce(mean, 3, DType::f32, ReduceOp::average);
-    const double loss = mean[0];
-    stopped = mean[1] > 0;
-    if (stopped) stop_agreed();
-    // Every rank's flag was 1 (an average, so not compared exactly).
-    const bool written_everywhere = mean[2] > 1.0f - 0.5f / static_cast<float>(run.comm->size());
-    if (!std::isfinite(loss) && !scaler.dynamic())
-      throw NumericsError("training loss is " + std::to_string(loss) + " at step " +
-                          std::to_string(step + 1) + " (lr " + std::to_string(lr) +
-                          "); lower [train] lr, raise warmup_steps or set grad_clip");
-    const double next_scale = scaler.update(sr.overflow);
-    if (sr.skipped) {
-      ++skipped_steps;
-      char buf[160];
-      std::snprintf(
-          buf, sizeof buf,
-          "overflow: skipping step %lld (gradients not finite), loss scale %.15g -> %.15g",
-          static_cast<long long>(step + 1), scale, next_scale);
-      progress.line(buf);
-    } else {
-      ++applied;
-    }
-    const double dt = seconds_since(t0);
-    const CommCounters step_comm = run.counters().since(mark);
-    train_comm += step_comm;
-    const double step_wait = run.strategy->stats().comm_wait_s - comm_wait;
-    comm_wait += step_wait;
-    if (step > first_step || tr.steps == first_step + 1) {  // the first pays for warm-up
-      train_time += dt;
-      ++timed_steps;
-    }
-    result.train_losses.push_back(loss);
-    const double tps = tokens_per_step / dt;
-    const std::int64_t done = step + 1;
-    progress.update(done, loss, tps, seconds_since(t_start));
-    if (done % tr.log_every == 0 || done == tr.steps || done == 1)
-      log_step(
-          {done, tr.steps, loss, lr, sr, scale, skipped_steps, dt, tps, info.train_flops_per_token,
-           step_wait, gather_job_figures(*run.comm, run.device->stats(), step_comm)},
-          metrics ? &*metrics : nullptr, progress);
-    if (tr.eval_every > 0 && (done % tr.eval_every == 0 || done == tr.steps)) evaluate(done);
-    at.step = done;
-    at.scaler = scaler.state();
-    if (stopped)
-      stopped_at = checkpoints.stop(at);
-    else
-      checkpoints.after_step(
-          at, written_everywhere,
-          tr.checkpoint_every > 0 && (done % tr.checkpoint_every == 0 || done == tr.steps),
-          done == tr.steps);
-    mark = run.counters();
-  }
-  progress.finish();
-  if (stopped) {
-    const std::string signal = StopRequests::requested() == SIGINT ? "SIGINT" : "SIGTERM";
-    progress.line(
-        "stopped at step " + std::to_string(at.step) + " by " + signal + "; " +
-        (stopped_at == at.step
-             ? std::string("checkpoint above")
-             : "the checkpoint of step " + std::to_string(stopped_at) +
-                   ", being written when the signal came, is where it stops (" +
-                   (at.step == stopped_at + 1 ? "step " + std::to_string(at.step) + " is"
-                                              : "steps " + std::to_string(stopped_at + 1) + "-" +
-                                                    std::to_string(at.step) + " are") +
-                   " trained again)") +
-        "; continue with the same command and --resume (the latest checkpoint in " +
-        tr.out_dir.string() + "); no final weights were written");
-  } else {
-    // Every rank takes part (sharded parameters are gathered); rank 0 writes.
-    if (tr.save_final) export_weights(*run.model, *run.strategy, tr.out_dir, DType::f32, lead);
-    if (!tr.export_to.empty())
-      export_weights(*run.model, *run.strategy, tr.export_to, tr.export_dtype, lead);
-  }
-  result.tokens_per_s =
-      timed_steps ? tokens_per_step * static_cast<double>(timed_steps) / train_time : 0;
-
-  RunReport report = report_of(run, result, info, dinfo, scaler, at.step - first_step,
-                               skipped_steps, comm_wait, train_comm, t_start);
-  if (stopped) report.weights_file.reset();  // a stopped run writes none
-  progress.line(summary_text(report));
-  return result;
+  const double lr = schedule_.at(at_.applied) * faults_.lr_factor(step + 1);
+  const double scale = scaler_.scale();
+  micro_steps(step, scale);
+  // The losses are read once the step is queued: on a GPU nothing between
+  // the first forward and the update waits for the host. A non-finite loss
+  // has non-finite gradients, which step() skips.
+  const StepResult sr = run_.strategy->step({lr, at_.applied + 1, tr_.grad_clip, scale});
+  const StepAgreement agreed = StepAgreement::reach(
+      *run_.comm, {static_cast<float>(losses_.take() / static_cast<double>(tr_.grad_accum)),
+                   StopRequests::requested() != 0, checkpoints_.rank_done()});
+  stopped_ = agreed.stop;
+  if (stopped_) stop_agreed();
+  count_step(sr, agreed.loss, lr, scale, step);
+  const std::int64_t done = step + 1;
+  record_step(sr, agreed.loss, lr, scale, done, t0);
+  if (tr_.eval_every > 0 && (done % tr_.eval_every == 0 || done == tr_.steps)) evaluate(done);
+  at_.step = done;
+  at_.scaler = scaler_.state();
+  checkpoint_after(done, agreed.written_everywhere);
+  mark_ = run_.counters();
 }
+
+void Trainer::micro_steps(std::int64_t step, double scale) {
+  for (std::int64_t a = 0; a < tr_.grad_accum; ++a) {
+    const bool last = a + 1 == tr_.grad_accum;
+    run_.strategy->begin_micro_step(last);
+    arena_.reset();
+    float grad_scale = static_cast<float>(scale / static_cast<double>(tr_.grad_accum));
+    if (last && faults_.overflows(step + 1, run_.comm->rank()))
+      grad_scale = std::numeric_limits<float>::quiet_NaN();
+    StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, grad_scale);
+    run_.model->forward_backward(data_.next(), ctx);
+  }
+}
+
+void Trainer::count_step(const StepResult& sr, double loss, double lr, double scale,
+                         std::int64_t step) {
+  if (!std::isfinite(loss) && !scaler_.dynamic())
+    throw NumericsError("training loss is " + std::to_string(loss) + " at step " +
+                        std::to_string(step + 1) + " (lr " + std::to_string(lr) +
+                        "); lower [train] lr, raise warmup_steps or set grad_clip");
+  const double next_scale = scaler_.update(sr.overflow);
+  if (!sr.skipped) {
+    ++at_.applied;
+    return;
+  }
+  ++at_.skipped;
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "overflow: skipping step %lld (gradients not finite), loss scale %.15g -> %.15g",
+                static_cast<long long>(step + 1), scale, next_scale);
+  progress_.line(buf);
+}
+
+void Trainer::record_step(const StepResult& sr, double loss, double lr, double scale,
+                          std::int64_t done, Clock::time_point t0) {
+  const double dt = seconds_since(t0);
+  const CommCounters step_comm = run_.counters().since(mark_);
+  train_comm_ += step_comm;
+  const double step_wait = run_.strategy->stats().comm_wait_s - comm_wait_s_;
+  comm_wait_s_ += step_wait;
+  if (done > first_step_ + 1 || tr_.steps == first_step_ + 1) {  // the first pays for warm-up
+    train_time_s_ += dt;
+    ++timed_steps_;
+  }
+  result_.train_losses.push_back(loss);
+  const double tps = static_cast<double>(tr_.global_batch) * info_.seq_len / dt;
+  progress_.update(done, loss, tps, seconds_since(t_start_));
+  if (done % tr_.log_every == 0 || done == tr_.steps || done == 1)
+    log_step(
+        {done, tr_.steps, loss, lr, sr, scale, at_.skipped, dt, tps, info_.train_flops_per_token,
+         step_wait, gather_job_figures(*run_.comm, run_.device->stats(), step_comm)},
+        metrics_ ? &*metrics_ : nullptr, progress_);
+}
+
+// eval_batches global batches of the val split: the same sequences at any
+// world size and split of the global batch; each rank takes its share.
+void Trainer::evaluate(std::int64_t step) {
+  const std::int64_t micro_batches = tr_.eval_batches * tr_.grad_accum;
+  for (std::int64_t j = 0; j < micro_batches; ++j) {
+    arena_.reset();
+    StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, 1.0f);
+    run_.model->evaluate(data_.val(j), ctx);
+  }
+  float mean = static_cast<float>(losses_.take() / static_cast<double>(micro_batches));
+  run_.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
+  const double loss = mean;
+  result_.val_losses.emplace_back(step, loss);
+  if (metrics_) metrics_->write(JsonLine().add("step", step).add("split", "val").add("loss", loss));
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "eval step %lld | val loss %.4f", static_cast<long long>(step),
+                loss);
+  progress_.line(buf);
+}
+
+void Trainer::checkpoint_after(std::int64_t done, bool written_everywhere) {
+  if (stopped_) {
+    stopped_at_ = checkpoints_.stop(at_);
+    return;
+  }
+  const bool due =
+      tr_.checkpoint_every > 0 && (done % tr_.checkpoint_every == 0 || done == tr_.steps);
+  checkpoints_.after_step(at_, written_everywhere, due, done == tr_.steps);
+}
+
+void Trainer::finish() {
+  if (!stopped_) {
+    // Every rank takes part (sharded parameters are gathered); rank 0 writes.
+    const bool lead = run_.comm->rank() == 0;
+    if (tr_.save_final) export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead);
+    if (!tr_.export_to.empty())
+      export_weights(*run_.model, *run_.strategy, tr_.export_to, tr_.export_dtype, lead);
+    return;
+  }
+  const std::string signal = StopRequests::requested() == SIGINT ? "SIGINT" : "SIGTERM";
+  const std::int64_t s = at_.step;
+  const std::string where =
+      stopped_at_ == s ? std::string("checkpoint above")
+                       : "the checkpoint of step " + std::to_string(stopped_at_) +
+                             ", being written when the signal came, is where it stops (" +
+                             (s == stopped_at_ + 1 ? "step " + std::to_string(s) + " is"
+                                                   : "steps " + std::to_string(stopped_at_ + 1) +
+                                                         "-" + std::to_string(s) + " are") +
+                             " trained again)";
+  progress_.line("stopped at step " + std::to_string(s) + " by " + signal + "; " + where +
+                 "; continue with the same command and --resume (the latest checkpoint in " +
+                 tr_.out_dir.string() + "); no final weights were written");
+}
+
+void Trainer::summarize() {
+  const double tokens_per_step = static_cast<double>(tr_.global_batch) * info_.seq_len;
+  result_.tokens_per_s =
+      timed_steps_ ? tokens_per_step * static_cast<double>(timed_steps_) / train_time_s_ : 0;
+  RunReport report = report_of(run_, result_, info_, data_info_, scaler_, at_.step - first_step_,
+                               at_.skipped, comm_wait_s_, train_comm_, t_start_);
+  if (stopped_) report.weights_file.reset();  // a stopped run writes none
+  progress_.line(summary_text(report));
+}
+
+namespace {
 
 // Which strategies keep less on the device than `plugin`, for the end of an
 // out-of-memory error: never the one the run already uses.
@@ -762,7 +446,7 @@ auto with_memory_hint(const std::string& strategy, F&& f) {
 }
 
 TrainResult train_run(const TrainArgs& args) {
-  const auto t_start = Clock::now();
+  const auto t_start = Trainer::Clock::now();
   JobStart job = start_job([&] { return load_run_config(args); }, args.overwrite);
   // Held until the run and everything it writes are done.
   std::unique_ptr<OutDirLock> out_dir_lock = lock_out_dir(resolve_out_dir(job.config), *job.comm);
@@ -771,8 +455,10 @@ TrainResult train_run(const TrainArgs& args) {
   Run run =
       with_memory_hint(strategy, [&] { return assemble(std::move(job.comm), job.config, loader); });
   try {
-    return with_memory_hint(
-        strategy, [&] { return run_training(run, job.overwrite, out_dir_lock, t_start); });
+    return with_memory_hint(strategy, [&] {
+      check_outputs(run, run.model->info().n_params, job.overwrite, out_dir_lock);
+      return Trainer(run, args.faults, t_start).train();
+    });
   } catch (const std::exception& e) {
     // With other ranks, unwinding the run waits for collectives they may
     // never finish (until [comm] timeout aborts the job): say what went
@@ -786,115 +472,9 @@ TrainResult train_run(const TrainArgs& args) {
   }
 }
 
-void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
-  const RunConfig config = load_run_config(args);
-  const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
-  const RunParts parts = make_run_parts(config, loader, world);
-  const RunSettings& settings = parts.settings;
-  const ModelInfo& info = parts.info;
-  const std::string& model_name = parts.model_plugin;
-  const std::string& strategy_name = parts.strategy_plugin;
-  MemoryEstimate e = parts.strategy->estimate(parts.sizes);
-  e.bytes[static_cast<std::size_t>(Tier::device)]
-         [static_cast<std::size_t>(Category::activations)] += parts.sizes.activation_bytes;
-  os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
-     << ", model " << model_name << " (" << info.arch << ", " << info.n_params
-     << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len
-     << " tokens, " << precision_label(settings.train.precision) << " weights and "
-     << precision_label(settings.train.grad_dtype) << " gradients"
-     << (settings.train.precision != DType::f32 ? " (fp32 master weights in optimizer)" : "")
-     << "\n";
-  if (!e.note.empty()) os << strategy_name << ": " << e.note << "\n";
-  os << "peak bytes per rank:\n";
-  for (std::size_t t = 0; t < kTierCount; ++t) {
-    std::uint64_t total = 0;
-    for (std::size_t c = 0; c < kCategoryCount; ++c) {
-      const std::uint64_t b = e.bytes[t][c];
-      if (!b) continue;
-      total += b;
-      char line[128];
-      std::snprintf(line, sizeof line, "  %-7s %-12s %14llu  %s\n",
-                    std::string(tier_name(static_cast<Tier>(t))).c_str(),
-                    std::string(category_name(static_cast<Category>(c))).c_str(),
-                    static_cast<unsigned long long>(b), format_bytes(b).c_str());
-      os << line;
-    }
-    if (total) {
-      char line[128];
-      std::snprintf(line, sizeof line, "  %-7s %-12s %14llu  %s\n",
-                    std::string(tier_name(static_cast<Tier>(t))).c_str(), "total",
-                    static_cast<unsigned long long>(total), format_bytes(total).c_str());
-      os << line;
-    }
-  }
-  os << "(each category's peak; they need not coincide, so a tier's total is an upper bound)\n";
-}
-
 }  // namespace
-
-void estimate(const TrainArgs& args, int world, std::ostream& os) {
-  try {
-    estimate_run(args, world, os);
-  } catch (...) {
-    rethrow_detached();
-  }
-}
 
 ReportedError::~ReportedError() = default;
-
-namespace {
-
-// `resume = true` is "latest" (and false: no resume), shorthand for the
-// string option; the value keeps its origin.
-void resume_shorthand(RunConfig& config) {
-  const toml::node* v = config.table().at_path("train.resume").node();
-  if (!v || !v->is_boolean()) return;
-  toml::table value;
-  value.insert("resume", v->as_boolean()->get() ? "latest" : "");  // "": no resume
-  config.set_imported("train", value, false, {{"train.resume", config.where("train.resume")}});
-}
-
-}  // namespace
-
-RunConfig load_run_config(const TrainArgs& args) {
-  RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
-                                     config_roots(args.config));
-  resume_shorthand(config);
-  if (args.deepspeed.empty()) {
-    inherit_resumed_run(config);
-    return config;
-  }
-  if (!args.strategy.empty())
-    throw ConfigError("--deepspeed " + args.deepspeed.string() +
-                      " gives the strategy; drop --strategy " + args.strategy);
-  const ImportedConfig imported = import_deepspeed(args.deepspeed, config);
-  config.set_imported("strategy", imported.strategy, true, imported.origins);
-  config.set_imported("train", imported.train, false, imported.origins);
-  for (const auto& o : args.overrides) config.override_with(o);
-  resume_shorthand(config);
-  inherit_resumed_run(config);
-  for (const auto& n : imported.notes) config.add_note(n);
-  for (const auto& w : imported.warnings) config.add_note("warning: " + w);
-  return config;
-}
-
-Run assemble(std::unique_ptr<Communicator> comm, const RunConfig& config,
-             const PluginLoader& loader) {
-  try {
-    return assemble_run(std::move(comm), config, loader);
-  } catch (...) {
-    rethrow_detached();
-  }
-}
-
-Run assemble(const RunConfig& config, const PluginLoader& loader) {
-  return assemble(make_communicator(resolve_comm(config)), config, loader);
-}
-
-std::string resolved_config_of(const TrainArgs& args) {
-  const RunConfig config = load_run_config(args);
-  return resolve_config(config, command_line_loader(args.plugin_paths, args.verbose)).toml;
-}
 
 TrainResult train(const TrainArgs& args) {
   try {

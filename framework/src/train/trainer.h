@@ -1,46 +1,34 @@
-// The trainer: assembles a run from its configuration and plugins, then
-// runs the loop (micro-steps, optimizer step, evaluation, metrics, progress,
-// summary).
+// The trainer: the training loop over an assembled run (run_assembly.h):
+// micro-steps, the optimizer step, what the ranks agree on after it
+// (step_agreement.h), evaluation, metrics, progress, checkpoints, the stop
+// a signal asks for, the final weights and the summary.
 //
 // Errors: ConfigError before anything runs for bad configs; PluginError,
-// DataError, OutOfMemoryError, NumericsError as they arise.
+// DataError, OutOfMemoryError, NumericsError as they arise. At world > 1,
+// train() prints what went wrong on this rank before unwinding and raises
+// ReportedError.
 #pragma once
 
-#include <filesystem>
-#include <functional>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
-#include <ostream>
-#include <string>
+#include <utility>
 #include <vector>
 
-#include "checkpoint/resume.h"
-#include "checkpoint/weights_import.h"
-#include "config/config.h"
-#include "config/resolved_config.h"
-#include "config/run_settings.h"
-#include "core/host_threads.h"
-#include "loader/plugin_loader.h"
-#include "ztrain/comm.h"
-#include "ztrain/data.h"
-#include "ztrain/device.h"
-#include "ztrain/error.h"
-#include "ztrain/kernels.h"
+#include "core/signals.h"
+#include "io/fault_plan.h"
+#include "job/out_dir_lock.h"
+#include "train/checkpoints_in_flight.h"
+#include "train/data_loader.h"
+#include "train/loss_scaler.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/progress.h"
+#include "train/run_assembly.h"
 #include "ztrain/model.h"
-#include "ztrain/strategy.h"
 
 namespace ztrain {
-
-struct TrainArgs {
-  std::filesystem::path config;
-  std::string model;                   // --model preset; empty: keep [model]
-  std::string strategy;                // --strategy (preset or plugin); empty: keep [strategy]
-  std::vector<std::string> overrides;  // --set section.key=value
-  std::vector<std::string> plugin_paths;
-  bool verbose = false;
-  bool overwrite = false;  // --overwrite: replace an earlier run in out_dir, an existing export
-  std::filesystem::path deepspeed;  // --deepspeed ds.json; empty: none
-};
 
 struct TrainResult {
   std::vector<double> train_losses;  // one per optimizer step
@@ -49,65 +37,72 @@ struct TrainResult {
   std::filesystem::path metrics_file;
 };
 
-// Where presets are looked up (each root holds strategies/ and models/): the
-// run file's directory, the installed share/ztrain/configs, the source tree.
-std::vector<std::filesystem::path> config_roots(const std::filesystem::path& run_file);
+// The loop over an assembled run whose outputs are checked. Constructing
+// it opens the run directory (rank 0), prints the run's header and, for a
+// resumed run, continues the scaler, the data and the metrics from the
+// checkpoint's position; train() runs the steps left and ends the run.
+//
+// Members are destroyed in reverse order of declaration: the checkpoint in
+// flight (declared last) is finished or abandoned first, while the metrics
+// file, the progress line and the run it refers to still exist; the data
+// loader's prefetch thread stops before the run's data source goes.
+class Trainer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Trainer(Run& run, const FaultPlan& faults, Clock::time_point t_start);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  TrainResult train();
 
-// The run file with its presets, the DeepSpeed config when one is given
-// (deepspeed_import.h: its [strategy] and [train] keys, notes for what
-// "auto" became), and the --set overrides, which win over both.
-RunConfig load_run_config(const TrainArgs& args);
+ private:
+  void resume();
+  // One optimizer step (0-based `step`): its micro-steps, the strategy's
+  // step, the agreement, the bookkeeping after it.
+  void train_step(std::int64_t step);
+  void micro_steps(std::int64_t step, double scale);
+  // The scaler and the step counts after a step; a fixed scale's
+  // non-finite loss is an error.
+  void count_step(const StepResult& sr, double loss, double lr, double scale, std::int64_t step);
+  // Time, traffic and memory of the step, logged.
+  void record_step(const StepResult& sr, double loss, double lr, double scale, std::int64_t done,
+                   Clock::time_point t0);
+  void evaluate(std::int64_t step);
+  // The checkpoint due after step `done`, or the one a stop ends at.
+  void checkpoint_after(std::int64_t done, bool written_everywhere);
+  // The stop's message, or the final weights.
+  void finish();
+  void summarize();
 
-// Everything a run is made of, built and validated from a RunConfig.
-struct Run {
-  RunSettings settings;
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Kernels> kernels;
-  // Where kernels are not the cpu's (a GPU, the guarded device): the cpu
-  // kernels for state offloaded to host memory, and on a GPU the limit on
-  // their threads (the cpu device holds its own).
-  std::unique_ptr<Kernels> host_kernels;
-  std::unique_ptr<HostThreads> host_threads;
-  std::unique_ptr<Communicator> comm;
-  // On a GPU: the nccl communicator of the strategy's collectives (comm
-  // meets the ranks and carries the trainer's host-side scalars).
-  std::unique_ptr<Communicator> gpu_comm;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<DataSource> data;
-  std::shared_ptr<Strategy> strategy;
-  std::string model_plugin, data_plugin, strategy_plugin;
-  std::uint64_t data_seed = 0;
-  std::filesystem::path init_from;        // empty: initialised from the seed
-  WeightsImport weights_import;           // how init_from reached the ranks
-  ResolvedConfig resolved;                // every key, defaults included
-  std::vector<std::string> config_notes;  // RunConfig::notes(), printed after the header
-
-  std::optional<Resumed> resumed;  // continuing a checkpoint
-  // What the strategy's estimate reads (make_run_parts): the run's report
-  // sets the measured peaks beside the same estimate the memory check used.
-  EstimateArgs sizes;
-
-  // What the strategy's communicator moves (every collective of the job
-  // when there is no gpu_comm).
-  Communicator& strategy_comm() const { return gpu_comm ? *gpu_comm : *comm; }
-  // The counters of both communicators.
-  CommCounters counters() const {
-    CommCounters c = comm->counters();
-    if (gpu_comm) c += gpu_comm->counters();
-    return c;
-  }
+  Run& run_;
+  const TrainSettings& tr_;
+  const FaultPlan faults_;
+  const Clock::time_point t_start_;
+  const ModelInfo info_;
+  const DataInfo data_info_;
+  const std::vector<ParamSpec> params_;
+  Progress progress_;
+  std::optional<MetricsFile> metrics_;  // rank 0's
+  Arena arena_;
+  LossSum losses_;
+  DataLoader data_;
+  const LrSchedule schedule_;
+  LossScaler scaler_;
+  TrainingPosition at_;  // where the loop stands: the next step, the scaler
+  std::int64_t first_step_ = 0;
+  TrainResult result_;
+  // Timing and traffic: `mark_` is where the current step's traffic starts
+  // (after the previous step's report and evaluation, whose collectives
+  // are not training traffic).
+  double train_time_s_ = 0, comm_wait_s_ = 0;
+  std::int64_t timed_steps_ = 0;
+  CommCounters mark_, train_comm_;
+  // The first SIGINT/SIGTERM finishes the step, writes a checkpoint and ends
+  // the run with exit 0; every rank stops at the same step.
+  const StopRequests stop_requests_;
+  bool stopped_ = false;
+  std::int64_t stopped_at_ = 0;  // the step of the checkpoint a stop ends at
+  CheckpointsInFlight checkpoints_;
 };
-
-// Loads and validates every section and plugin, sets up device, data and
-// strategy, and loads the checkpoint a resumed run continues. Nothing is
-// trained. `comm` is the job's (job_start.h); without it, the one the
-// configuration's [comm] section asks for.
-Run assemble(std::unique_ptr<Communicator> comm, const RunConfig& config,
-             const PluginLoader& loader);
-Run assemble(const RunConfig& config, const PluginLoader& loader);
-
-// `ztrain config`: every key of the run, defaults included, as TOML.
-std::string resolved_config_of(const TrainArgs& args);
 
 // An error a rank has already printed (as `[rank N] ztrain: error: ...`)
 // before unwinding its run; the caller only exits with exit_code.
@@ -125,9 +120,9 @@ class ReportedError : public Error {
 // Raises ReportedError for what went wrong during training at world > 1.
 TrainResult train(const TrainArgs& args);
 
-// `ztrain estimate`: the strategy's bytes per tier and category for one
-// rank of a `world`-rank run, plus the model's activations, printed to os.
-// Nothing is allocated or trained.
-void estimate(const TrainArgs& args, int world, std::ostream& os);
+// Assembles the run of `args` and trains it (train_run: the job started,
+// out_dir locked, outputs checked). Raises ReportedError for what went
+// wrong during training at world > 1.
+TrainResult train(const TrainArgs& args);
 
 }  // namespace ztrain

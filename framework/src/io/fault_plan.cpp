@@ -1,0 +1,89 @@
+#include "io/fault_plan.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+const char* variable(const char* name) {
+  const char* text = std::getenv(name);
+  return text && *text ? text : nullptr;
+}
+
+[[noreturn]] void refuse(const char* name, const char* text, const char* expected) {
+  throw ConfigError(std::string(name) + "=" + text + ": expected " + expected);
+}
+
+bool known_start_phase(const std::string& phase) {
+  for (const char* p : {"store", "beats", "met", "published", "mpi_init", "connected"})
+    if (phase == p) return true;
+  return false;
+}
+
+}  // namespace
+
+FaultPlan FaultPlan::from_environment() {
+  FaultPlan plan;
+  if (const char* text = variable("ZTRAIN_TEST_INJECT_OVERFLOW")) {
+    long long step = 0;
+    int rank = -1, used = 0;
+    if (std::sscanf(text, "%lld:%d%n", &step, &rank, &used) != 2 || text[used] != '\0' ||
+        step < 1 || rank < 0)
+      refuse("ZTRAIN_TEST_INJECT_OVERFLOW", text, "STEP:RANK, e.g. 3:1");
+    plan.overflow_step = step;
+    plan.overflow_rank = rank;
+  }
+  if (const char* text = variable("ZTRAIN_TEST_SCALE_LR")) {
+    long long step = 0;
+    int used = 0;
+    if (std::sscanf(text, "%lld%n", &step, &used) != 1 || text[used] != '\0' || step < 1)
+      refuse("ZTRAIN_TEST_SCALE_LR", text, "a step, e.g. 5");
+    plan.scale_lr_step = step;
+  }
+  if (const char* text = variable("ZTRAIN_TEST_KILL_IN_CHECKPOINT")) {
+    long long step = 0, point = 0;
+    int rank = -1, used = 0;
+    const int n = std::sscanf(text, "%lld:%lld%n:%d%n", &step, &point, &used, &rank, &used);
+    if (n < 2 || text[used] != '\0' || point < 1 || (n == 3 && rank < 0))
+      refuse("ZTRAIN_TEST_KILL_IN_CHECKPOINT", text, "STEP:K or STEP:K:RANK, e.g. 10:3");
+    plan.checkpoint_kill = {step, point, n == 3 ? rank : -1};
+  }
+  if (const char* text = variable("ZTRAIN_TEST_KILL_AT_START")) {
+    const std::string hook = text;
+    const std::size_t colon = hook.find(':');
+    plan.start_kill.phase = hook.substr(0, colon);
+    int rank = -1, used = 0;
+    if (!known_start_phase(plan.start_kill.phase) ||
+        (colon != std::string::npos &&
+         (std::sscanf(hook.c_str() + colon + 1, "%d%n", &rank, &used) != 1 || rank < 0 ||
+          hook[colon + 1 + static_cast<std::size_t>(used)] != '\0')))
+      refuse("ZTRAIN_TEST_KILL_AT_START", text,
+             "PHASE or PHASE:RANK, PHASE one of store, beats, met, published, mpi_init, connected");
+    plan.start_kill.rank = rank;
+  }
+  if (const char* text = variable("ZTRAIN_TEST_INJECT_WRITE_ERROR")) {
+    const std::string s = text;
+    if (s != "ENOSPC" && s != "EIO")
+      refuse("ZTRAIN_TEST_INJECT_WRITE_ERROR", text, "ENOSPC or EIO");
+    plan.write_error = s == "ENOSPC" ? ENOSPC : EIO;
+  }
+  if (const char* text = variable("ZTRAIN_TEST_INJECT_IO_ERROR")) {
+    const std::string s = text;
+    const auto colon = s.find(':');
+    const std::string what = s.substr(0, colon);
+    const long n = colon == std::string::npos ? 1 : std::atol(s.c_str() + colon + 1);
+    if ((what != "ENOSPC" && what != "EIO") || n < 1)
+      refuse("ZTRAIN_TEST_INJECT_IO_ERROR", text, "ENOSPC:N or EIO:N");
+    plan.nvme_error = what == "ENOSPC" ? ENOSPC : EIO;
+    plan.nvme_error_after = n;
+  }
+  if (const char* text = variable("ZTRAIN_TEST_COMPARE_PERTURB")) plan.compare_perturb = text;
+  return plan;
+}
+
+}  // namespace ztrain

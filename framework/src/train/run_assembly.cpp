@@ -1,0 +1,268 @@
+#include "train/run_assembly.h"
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "comm/world.h"
+#include "config/deepspeed_import.h"
+#include "config/section_options.h"
+#include "core/host_name.h"
+#include "job/guarded_device.h"
+#include "job/job_start.h"
+#include "job/memory_check.h"
+#include "job/rank_agreement.h"
+#include "loader/cuda_loader.h"
+#include "train/run_parts.h"
+#include "ztrain/error.h"
+#include "ztrain/units.h"
+#include "ztrain/version.h"
+
+namespace ztrain {
+namespace fs = std::filesystem;
+
+std::vector<fs::path> config_roots(const fs::path& run_file) {
+  std::vector<fs::path> dirs;
+  dirs.push_back(run_file.parent_path().empty() ? fs::path(".") : run_file.parent_path());
+  std::error_code ec;
+  const fs::path exe(boost::dll::program_location(ec).string());
+  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "ztrain" / "configs");
+#ifdef ZTRAIN_SOURCE_CONFIG_DIR
+  dirs.push_back(fs::path(ZTRAIN_SOURCE_CONFIG_DIR));
+#endif
+  return dirs;
+}
+
+namespace {
+
+// The data source, made and set up on every rank, its files compared
+// across ranks. A rank that cannot open its files (missing on its host)
+// stops every rank, saying so with its host's name.
+DataInfo open_data(Run& run, const RunParts& parts) {
+  std::string why;
+  DataInfo info;
+  try {
+    run.data = parts.data_lib.create<DataSource>(parts.data_options);
+    run.data->setup({parts.info.seq_len, parts.info.vocab_size, run.data_seed,
+                     run.settings.train.eval_every > 0});
+    info = run.data->info();
+  } catch (const DataError& e) {
+    why = std::string(e.what()) + " (on host " + host_name() + ", rank " +
+          std::to_string(run.comm->rank()) + ")";
+  }
+  stop_together<DataError>(why, "another rank cannot read its data (its error is above)",
+                           *run.comm);
+  check_files_agree("data file", info.files, *run.comm);
+  return info;
+}
+
+// The device, its kernels and, on a GPU, the nccl communicator the
+// strategy's collectives run on (the launcher's carries its id and the
+// trainer's own scalars). One GPU per rank: the rank's place among the
+// ranks on its machine picks it.
+void open_device(Run& run) {
+  const DeviceSettings& dev = run.settings.device;
+  // Unless set, the ranks on one machine share its cores.
+  const int threads =
+      dev.threads > 0
+          ? dev.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_rank_count());
+  if (dev.guard) {
+    if (run.comm->size() != 1)
+      throw ConfigError("[device] guard = true runs one rank; this run has " +
+                        std::to_string(run.comm->size()));
+    GuardedCpu g = make_guarded_cpu(threads);
+    run.device = std::move(g.device);
+    run.kernels = std::move(g.kernels);
+    run.gpu_comm = g.guard_comm(make_local_communicator(), *run.device);
+    run.host_kernels = make_cpu_kernels();  // unguarded: host state only
+  } else if (dev.kind != "cuda") {
+    run.device = make_cpu_device(threads);
+    run.kernels = make_cpu_kernels();
+  } else {
+    const auto refuse = [&](const std::string& why) {
+      return ConfigError(dev.kind_where + ": [device] kind \"cuda\": " + why +
+                         "; use kind = \"cpu\" (or \"auto\")");
+    };
+    if (const std::string why = cuda_unusable(); !why.empty()) throw refuse(why);
+    const cuda::Backend* backend = cuda_backend(nullptr);
+    cuda::CudaOptions o;
+    o.ordinal = local_rank();
+    o.pin_memory = dev.pin_memory;
+    o.host_threads = threads;
+    run.device = backend->make_device(o);
+    run.kernels = backend->make_kernels(*run.device, {dev.tf32, run.settings.train.precision});
+    run.gpu_comm = backend->make_nccl(*run.comm, *run.device, run.settings.comm.timeout_s);
+    run.host_threads = std::make_unique<HostThreads>(threads);
+    run.host_kernels = make_cpu_kernels();
+  }
+  run.device->set_budget(Tier::device, dev.memory_limit);
+}
+
+Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
+                 const PluginLoader& loader) {
+  Run run;
+  run.comm = std::move(comm);
+  run.resolved = resolve_config(config, loader);
+  run.config_notes = config.notes();
+  RunParts parts = make_run_parts(config, loader, run.comm->size());
+  std::vector<InstalledPart> installed = parts.plugins;
+  if (parts.settings.device.kind == "cuda")
+    installed.push_back({"CUDA backend", cuda_backend_path(), ZTRAIN_VERSION});
+  check_installations_agree(installed, *run.comm);
+  run.settings = parts.settings;
+  run.model_plugin = parts.model_plugin;
+  run.data_plugin = parts.data_plugin;
+  run.strategy_plugin = parts.strategy_plugin;
+  run.data_seed = static_cast<std::uint64_t>(parts.data_options.get_int("seed"));
+  run.model = parts.model;
+  run.strategy = parts.strategy;
+
+  open_device(run);
+
+  const ModelInfo& info = parts.info;
+  const DataInfo dinfo = open_data(run, parts);
+  if (dinfo.vocab_used > info.vocab_size)
+    throw ConfigError(config.where("model.vocab_size") + ": [model] vocab_size " +
+                      std::to_string(info.vocab_size) + " is smaller than the " +
+                      std::to_string(dinfo.vocab_used) + " token ids the data produces (" +
+                      dinfo.description + "); raise vocab_size");
+
+  const auto& tr = run.settings.train;
+  run.sizes = parts.sizes;
+  const EstimateArgs& sizes = run.sizes;
+  check_memory_fits(config, run.strategy->estimate(sizes), run.device->host_visible(Tier::device),
+                    sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len,
+                    info.n_params, local_rank_count(), *run.comm);
+  StrategySetup setup;
+  setup.params = sizes.params;
+  setup.modules = run.model->modules();
+  setup.device = run.device.get();
+  setup.comm = &run.strategy_comm();
+  setup.kernels = run.kernels.get();
+  setup.host_kernels = run.host_kernels ? run.host_kernels.get() : run.kernels.get();
+  setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};
+  setup.precision = sizes.precision;
+  setup.grad_dtype = sizes.grad_dtype;
+  setup.seed = tr.seed;
+  setup.draw_initial_values = tr.resume.empty() && !parts.model_options.has_value("init_from");
+  setup.activation_bytes = sizes.activation_bytes;
+  setup.device_budget = sizes.device_budget;
+  run.strategy->setup(setup);
+  if (!tr.resume.empty()) {
+    run.resumed = resume_from(
+        {tr.resume, tr.out_dir, setup.params, run.resolved.keys, tr.global_batch, tr.steps},
+        *run.strategy, *run.comm);
+  } else if (parts.model_options.has_value("init_from")) {
+    run.init_from = parts.model_options.get_string("init_from");
+    run.weights_import = import_weights(*run.model, *run.strategy, run.init_from, *run.comm);
+  }
+  return run;
+}
+
+void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
+  const RunConfig config = load_run_config(args);
+  const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
+  const RunParts parts = make_run_parts(config, loader, world);
+  const RunSettings& settings = parts.settings;
+  const ModelInfo& info = parts.info;
+  const std::string& model_name = parts.model_plugin;
+  const std::string& strategy_name = parts.strategy_plugin;
+  MemoryEstimate e = parts.strategy->estimate(parts.sizes);
+  e.bytes[static_cast<std::size_t>(Tier::device)]
+         [static_cast<std::size_t>(Category::activations)] += parts.sizes.activation_bytes;
+  os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
+     << ", model " << model_name << " (" << info.arch << ", " << info.n_params
+     << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len
+     << " tokens, " << precision_label(settings.train.precision) << " weights and "
+     << precision_label(settings.train.grad_dtype) << " gradients"
+     << (settings.train.precision != DType::f32 ? " (fp32 master weights in optimizer)" : "")
+     << "\n";
+  if (!e.note.empty()) os << strategy_name << ": " << e.note << "\n";
+  os << "peak bytes per rank:\n";
+  for (std::size_t t = 0; t < kTierCount; ++t) {
+    std::uint64_t total = 0;
+    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+      const std::uint64_t b = e.bytes[t][c];
+      if (!b) continue;
+      total += b;
+      char line[128];
+      std::snprintf(line, sizeof line, "  %-7s %-12s %14llu  %s\n",
+                    std::string(tier_name(static_cast<Tier>(t))).c_str(),
+                    std::string(category_name(static_cast<Category>(c))).c_str(),
+                    static_cast<unsigned long long>(b), format_bytes(b).c_str());
+      os << line;
+    }
+    if (total) {
+      char line[128];
+      std::snprintf(line, sizeof line, "  %-7s %-12s %14llu  %s\n",
+                    std::string(tier_name(static_cast<Tier>(t))).c_str(), "total",
+                    static_cast<unsigned long long>(total), format_bytes(total).c_str());
+      os << line;
+    }
+  }
+  os << "(each category's peak; they need not coincide, so a tier's total is an upper bound)\n";
+}
+
+// `resume = true` is "latest" (and false: no resume), shorthand for the
+// string option; the value keeps its origin.
+void resume_shorthand(RunConfig& config) {
+  const toml::node* v = config.table().at_path("train.resume").node();
+  if (!v || !v->is_boolean()) return;
+  toml::table value;
+  value.insert("resume", v->as_boolean()->get() ? "latest" : "");  // "": no resume
+  config.set_imported("train", value, false, {{"train.resume", config.where("train.resume")}});
+}
+
+}  // namespace
+
+void estimate(const TrainArgs& args, int world, std::ostream& os) {
+  try {
+    estimate_run(args, world, os);
+  } catch (...) {
+    rethrow_detached();
+  }
+}
+
+RunConfig load_run_config(const TrainArgs& args) {
+  RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
+                                     config_roots(args.config));
+  resume_shorthand(config);
+  if (args.deepspeed.empty()) {
+    inherit_resumed_run(config);
+    return config;
+  }
+  if (!args.strategy.empty())
+    throw ConfigError("--deepspeed " + args.deepspeed.string() +
+                      " gives the strategy; drop --strategy " + args.strategy);
+  const ImportedConfig imported = import_deepspeed(args.deepspeed, config);
+  config.set_imported("strategy", imported.strategy, true, imported.origins);
+  config.set_imported("train", imported.train, false, imported.origins);
+  for (const auto& o : args.overrides) config.override_with(o);
+  resume_shorthand(config);
+  inherit_resumed_run(config);
+  for (const auto& n : imported.notes) config.add_note(n);
+  for (const auto& w : imported.warnings) config.add_note("warning: " + w);
+  return config;
+}
+
+Run assemble(std::unique_ptr<Communicator> comm, const RunConfig& config,
+             const PluginLoader& loader) {
+  try {
+    return assemble_run(std::move(comm), config, loader);
+  } catch (...) {
+    rethrow_detached();
+  }
+}
+
+Run assemble(const RunConfig& config, const PluginLoader& loader) {
+  return assemble(make_communicator(resolve_comm(config)), config, loader);
+}
+
+std::string resolved_config_of(const TrainArgs& args) {
+  const RunConfig config = load_run_config(args);
+  return resolve_config(config, command_line_loader(args.plugin_paths, args.verbose)).toml;
+}
+
+}  // namespace ztrain
