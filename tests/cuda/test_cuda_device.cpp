@@ -57,7 +57,7 @@ TEST_CASE("a budget below the card's memory is a smaller GPU: the allocator hold
   cuda.synchronize();
   auto big = dev->allocate(Tier::device, Category::params, 40 << 20);
   CHECK(cuda.allocator_stats().reserved <= budget);
-  CHECK(dev->stats().tier_peak[0] >= (60u << 20));
+  CHECK(dev->stats().tier_peak[Tier::device] >= (60u << 20));
 }
 
 TEST_CASE("zero-filled device blocks read as zeros, even when reused") {

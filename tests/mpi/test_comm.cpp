@@ -408,9 +408,7 @@ void check_gatherer(const std::vector<ParamSpec>& params, const shard::FlatLayou
       for (int k = 0; k < 4; ++k) {
         const ModuleId m = pass == 0 ? k : 3 - k;
         g.fetch(m, pass == 1);
-        most_staged =
-            std::max(most_staged, dev.stats().current[static_cast<std::size_t>(Tier::host)]
-                                                     [static_cast<std::size_t>(Category::offload)]);
+        most_staged = std::max(most_staged, dev.stats().current[Tier::host][Category::offload]);
         for (std::size_t p = 0; p < params.size(); ++p) {
           const auto& u = params[p].used_by;
           if (std::find(u.begin(), u.end(), m) == u.end()) continue;
@@ -480,8 +478,7 @@ TEST_CASE("zero3's gatherer reads each rank's part from its swap file (offload_p
         largest = std::max(largest, shard::SwappedShard::loan_bytes(b, pb, pe, DType::f32));
     }
     check_gatherer(params, layout, full, *dev, owned, 1, largest);
-    CHECK(dev->stats().current[static_cast<std::size_t>(Tier::host)]
-                              [static_cast<std::size_t>(Category::offload)] == 0);
+    CHECK(dev->stats().current[Tier::host][Category::offload] == 0);
   }
   CHECK(std::filesystem::is_empty(dir));  // the swap file went with the shard
   std::filesystem::remove_all(dir);

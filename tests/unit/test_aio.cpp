@@ -40,7 +40,7 @@ Pages pages(Device& dev, std::uint64_t n) {
 }
 
 std::uint64_t in_use(const Device& dev, Tier t, Category c) {
-  return dev.stats().current[static_cast<std::size_t>(t)][static_cast<std::size_t>(c)];
+  return dev.stats().current[t][c];
 }
 
 }  // namespace

@@ -395,7 +395,7 @@ TEST_CASE("rank state file: the snapshot is a copy, and the file is the same wha
     file.release();
     // The copies are kept for the next snapshot, in the accounting.
     const MemoryStats s = device->stats();
-    CHECK(s.current[1][static_cast<std::size_t>(Category::checkpoint)] == buffers.kept_bytes());
+    CHECK(s.current[Tier::host][Category::checkpoint] == buffers.kept_bytes());
     std::ifstream in(dir / "rank_0.bin", std::ios::binary);
     files.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     REQUIRE(files.back().size() == total);
@@ -412,7 +412,7 @@ TEST_CASE("rank state file: the snapshot is a copy, and the file is the same wha
   // The whole copy was made once and its buffers reused: one copy's bytes
   // at most.
   CHECK(buffers.kept_bytes() == total);
-  CHECK(device->stats().peak[1][static_cast<std::size_t>(Category::checkpoint)] == total);
+  CHECK(device->stats().peak[Tier::host][Category::checkpoint] == total);
   CHECK(files[0] == files[1]);
   CHECK(files[0] == files[2]);
 }

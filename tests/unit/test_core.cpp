@@ -22,18 +22,18 @@ TEST_CASE("device accounts current and peak bytes per tier and category") {
     Buffer b = dev->allocate(Tier::host, Category::optimizer, 64);
     CHECK(a.as<float>()[0] == 0.0f);
     auto s = dev->stats();
-    CHECK(s.current[0][0] == 1000);
-    CHECK(s.current[1][2] == 64);
-    CHECK(s.tier_current[0] == 1000);
+    CHECK(s.current[Tier::device][Category::params] == 1000);
+    CHECK(s.current[Tier::host][Category::optimizer] == 64);
+    CHECK(s.tier_current[Tier::device] == 1000);
     Buffer moved = std::move(a);
-    CHECK(dev->stats().tier_current[0] == 1000);
+    CHECK(dev->stats().tier_current[Tier::device] == 1000);
   }
   const auto s = dev->stats();
-  CHECK(s.tier_current[0] == 0);
-  CHECK(s.tier_peak[0] == 1000);
-  CHECK(s.peak[1][2] == 64);
+  CHECK(s.tier_current[Tier::device] == 0);
+  CHECK(s.tier_peak[Tier::device] == 1000);
+  CHECK(s.peak[Tier::host][Category::optimizer] == 64);
   dev->reset_peaks();
-  CHECK(dev->stats().tier_peak[0] == 0);
+  CHECK(dev->stats().tier_peak[Tier::device] == 0);
   CHECK_FALSE(dev->allocate(Tier::device, Category::grads, 0));
 }
 
@@ -57,8 +57,8 @@ TEST_CASE("large buffers: page-aligned, zero-filled, and at eight different 64 K
   }
   CHECK(colours.size() == 8);
   blocks.clear();
-  CHECK(dev->stats().tier_current[static_cast<std::size_t>(Tier::host)] == 0);
-  CHECK(dev->stats().tier_peak[static_cast<std::size_t>(Tier::host)] == 8 * kBytes);
+  CHECK(dev->stats().tier_current[Tier::host] == 0);
+  CHECK(dev->stats().tier_peak[Tier::host] == 8 * kBytes);
   // Either side of the threshold, allocated and freed again and again (a
   // free through the wrong start aborts), each zero-filled though the one
   // before it was dirtied.
@@ -85,8 +85,8 @@ TEST_CASE("a budget makes allocation fail like a GPU: tier, category, request an
   CHECK(msg.find("1.95 KiB") != std::string::npos);  // request
   CHECK(msg.find("4.00 KiB budget") != std::string::npos);
   CHECK(msg.find("peak 2.93 KiB") != std::string::npos);
-  CHECK(msg.find("memory_limit") != std::string::npos);  // what to do
-  CHECK(dev->stats().tier_current[0] == 3000);           // failed request not counted
+  CHECK(msg.find("memory_limit") != std::string::npos);    // what to do
+  CHECK(dev->stats().tier_current[Tier::device] == 3000);  // failed request not counted
   Buffer host = dev->allocate(Tier::host, Category::offload, 1 << 20);  // other tiers unbudgeted
   CHECK(host);
 }
@@ -111,7 +111,7 @@ TEST_CASE("sizes and durations as people write them") {
 TEST_CASE("the arena accounts what it hands out, within the budget, until reset") {
   auto dev = make_cpu_device(1);
   const auto activations = [&] {
-    return dev->stats().current[0][static_cast<int>(Category::activations)];
+    return dev->stats().current[Tier::device][Category::activations];
   };
   Arena arena(*dev);
   float* a = arena.alloc_f32(10);
@@ -125,7 +125,7 @@ TEST_CASE("the arena accounts what it hands out, within the budget, until reset"
   arena.reset();
   CHECK(activations() == 0);
   CHECK(arena.used() == 0);
-  CHECK(dev->stats().peak[0][static_cast<int>(Category::activations)] == 64 + 448);
+  CHECK(dev->stats().peak[Tier::device][Category::activations] == 64 + 448);
 }
 
 TEST_CASE("the step context refuses parameter views outside their modules") {

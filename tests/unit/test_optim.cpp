@@ -69,7 +69,7 @@ TEST_CASE("AdamW matches PyTorch's update rule over several steps") {
       CHECK(p[layout.offset(id) + i] == doctest::Approx(ref[layout.offset(id) + i]).epsilon(1e-5));
   // Padding between parameters is never touched.
   CHECK(p[12] == 0.0f);
-  CHECK(dev->stats().current[0][static_cast<int>(Category::optimizer)] == 2 * layout.total() * 4);
+  CHECK(dev->stats().current[Tier::device][Category::optimizer] == 2 * layout.total() * 4);
 }
 
 TEST_CASE(
@@ -96,7 +96,7 @@ TEST_CASE(
     convert(p16.data(), t, p32.data(), DType::f32, n);
     shard::OptimizerShard opt16(*dev, Tier::device, params, layout, 0, n, s, {p16.data(), t});
     shard::OptimizerShard opt32(*dev, Tier::device, params, layout, 0, n, s, p32.data());
-    CHECK(dev->stats().current[0][static_cast<int>(Category::optimizer)] == (12 + 8) * n);
+    CHECK(dev->stats().current[Tier::device][Category::optimizer] == (12 + 8) * n);
     for (int step = 1; step <= 4; ++step) {
       std::vector<float> g32(n);
       for (ParamId id = 0; id < 2; ++id)

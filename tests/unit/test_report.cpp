@@ -55,9 +55,9 @@ TEST_CASE("the summary: losses, communication only with ranks, peaks beside the 
   r.train_losses = {5.0, 4.0};
   r.val_losses = {{10, 3.5}};
   r.entropy_rate = 1.75;
-  r.memory.tier_peak[0] = 3 << 20;
-  r.memory.peak[0][static_cast<std::size_t>(Category::params)] = 1 << 20;
-  r.memory.peak[0][static_cast<std::size_t>(Category::activations)] = 2 << 20;
+  r.memory.tier_peak[Tier::device] = 3 << 20;
+  r.memory.peak[Tier::device][Category::params] = 1 << 20;
+  r.memory.peak[Tier::device][Category::activations] = 2 << 20;
   r.estimate.set(Tier::device, Category::params, 1 << 20);
   r.metrics_file = "runs/x/metrics.jsonl";
   std::string text = summary_text(r);

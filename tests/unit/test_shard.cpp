@@ -184,8 +184,7 @@ TEST_CASE("gatherer: a trace is recorded, later steps prefetch ahead of use unde
   }
   CHECK(uses > 0);
   CHECK(ahead == uses);  // every use after the first module was prefetched
-  CHECK(dev->stats().peak[static_cast<std::size_t>(Tier::device)]
-                         [static_cast<std::size_t>(Category::params)] <= (260 + 0) * sizeof(float));
+  CHECK(dev->stats().peak[Tier::device][Category::params] <= (260 + 0) * sizeof(float));
 }
 
 TEST_CASE("gatherer: a changed module order is an error naming both modules") {
@@ -299,9 +298,7 @@ TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory a
     const float want = 2.0f * static_cast<float>(p + 1) * (p == 0 ? 2.0f : 1.0f);
     CHECK(shard[layout.offset(static_cast<ParamId>(p))] == want);
   }
-  const auto peak = [&](Category c) {
-    return dev->stats().peak[static_cast<std::size_t>(Tier::device)][static_cast<std::size_t>(c)];
-  };
+  const auto peak = [&](Category c) { return dev->stats().peak[Tier::device][c]; };
   CHECK(peaks.staged < layout.total());  // never all gradients at once
   CHECK(peak(Category::grads) == peaks.staged * sizeof(float));
   CHECK(peak(Category::comm) == peaks.recv * sizeof(float));

@@ -168,12 +168,11 @@ TEST_CASE("an offloaded optimizer's host copy of its working slice is in the est
   half.offload = Tier::host;
   half.offload_ratio = 0.5;
   const auto host_offload = [](const MemoryStats& m) {
-    return m
-        .current[static_cast<std::size_t>(Tier::host)][static_cast<std::size_t>(Category::offload)];
+    return m.current[Tier::host][Category::offload];
   };
   const auto estimated = [&](bool reaches) {
     return shard::ShardOptimizer::estimate(n, half, DType::bf16, DType::bf16, reaches)
-        .bytes[static_cast<std::size_t>(Tier::host)][static_cast<std::size_t>(Category::offload)];
+        .bytes[Tier::host][Category::offload];
   };
   auto cpu = make_cpu_device(1);
   OpaqueDevice opaque;

@@ -46,6 +46,36 @@ enum class Category : std::uint8_t {
 };
 inline constexpr std::size_t kTierCount = 3;
 inline constexpr std::size_t kCategoryCount = 7;
+// Every tier and every category, in order, for loops over them.
+inline constexpr Tier kTiers[kTierCount] = {Tier::device, Tier::host, Tier::nvme};
+inline constexpr Category kCategories[kCategoryCount] = {
+    Category::params, Category::grads,   Category::optimizer, Category::activations,
+    Category::comm,   Category::offload, Category::checkpoint};
+
+// IdArray<Id, N, T>: a T for each of the N values of the enum Id, indexed by
+// the enum itself, so no caller turns an id into an index. Iterating gives
+// the values in the enum's order.
+template <class Id, std::size_t N, class T>
+class IdArray {
+ public:
+  T& operator[](Id id) { return cells_[static_cast<std::size_t>(id)]; }
+  const T& operator[](Id id) const { return cells_[static_cast<std::size_t>(id)]; }
+  auto begin() { return cells_.begin(); }
+  auto end() { return cells_.end(); }
+  auto begin() const { return cells_.begin(); }
+  auto end() const { return cells_.end(); }
+  bool operator==(const IdArray&) const = default;
+
+ private:
+  std::array<T, N> cells_{};
+};
+template <class T>
+using PerTier = IdArray<Tier, kTierCount, T>;
+template <class T>
+using PerCategory = IdArray<Category, kCategoryCount, T>;
+// Bytes by tier and category: the one shape of what a strategy estimates
+// (MemoryEstimate::bytes) and what a device measures (MemoryStats).
+using TierTable = PerTier<PerCategory<std::uint64_t>>;
 
 ZTRAIN_API std::string_view tier_name(Tier t);
 ZTRAIN_API std::string_view category_name(Category c);
@@ -56,11 +86,12 @@ enum class DeviceKind : std::uint8_t { cpu, cuda };
 // written before they are read, such as activations).
 enum class Fill : std::uint8_t { zeros, undefined };
 
+// What a device has allocated: by tier and category now and at its peak,
+// and by tier (what was in use at once, not the sum of the categories'
+// peaks).
 struct MemoryStats {
-  std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> current{};
-  std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> peak{};
-  std::array<std::uint64_t, kTierCount> tier_current{};
-  std::array<std::uint64_t, kTierCount> tier_peak{};
+  TierTable current, peak;
+  PerTier<std::uint64_t> tier_current, tier_peak;
 };
 
 class Device;
@@ -190,7 +221,7 @@ class ZTRAIN_API Device {
 
   mutable std::mutex mu_;
   MemoryStats stats_;
-  std::array<std::optional<std::uint64_t>, kTierCount> budget_{};
+  PerTier<std::optional<std::uint64_t>> budget_;
 };
 
 // The cpu device: all tiers are RAM; `threads` workers (0 = all cores) run

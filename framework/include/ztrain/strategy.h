@@ -113,10 +113,10 @@ struct EstimateArgs {
 // Bytes per tier and category, per rank, and what the strategy would choose
 // for these sizes where it sizes itself (empty: nothing to say).
 struct MemoryEstimate {
-  std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> bytes{};
+  TierTable bytes;
   std::string note;
   MemoryEstimate& set(Tier t, Category c, std::uint64_t b) {
-    bytes[static_cast<std::size_t>(t)][static_cast<std::size_t>(c)] = b;
+    bytes[t][c] = b;
     return *this;
   }
 };

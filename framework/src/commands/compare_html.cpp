@@ -19,6 +19,9 @@ constexpr const char* kJobColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd
 constexpr const char* kCategoryColours[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                             "#59a14f", "#edc948", "#b07aa1"};
 static_assert(std::size(kCategoryColours) == kCategoryCount);
+const char* colour(Category c) {
+  return kCategoryColours[static_cast<std::size_t>(c)];
+}
 
 const char* job_colour(std::size_t i) {
   return kJobColours[i % std::size(kJobColours)];
@@ -180,26 +183,22 @@ std::string memory_chart(const Comparison& c) {
   std::vector<BarRow> rows;
   for (const auto& j : c.jobs) {
     bool any = false;
-    for (std::size_t t = 0; t < kTierCount; ++t) {
+    for (Tier t : kTiers) {
       if (!j.tier_peak[t]) continue;
       any = true;
-      BarRow r{j.strategy + " " + std::string(tier_name(static_cast<Tier>(t))),
-               {},
-               -1,
-               -1,
-               format_bytes(j.tier_peak[t])};
-      for (std::size_t k = 0; k < kCategoryCount; ++k)
-        r.segments.push_back({static_cast<double>(j.peak[t][k]), kCategoryColours[k],
-                              std::string(category_name(static_cast<Category>(k))) + " " +
-                                  format_bytes(j.peak[t][k])});
+      BarRow r{
+          j.strategy + " " + std::string(tier_name(t)), {}, -1, -1, format_bytes(j.tier_peak[t])};
+      for (Category k : kCategories)
+        r.segments.push_back({static_cast<double>(j.peak[t][k]), colour(k),
+                              std::string(category_name(k)) + " " + format_bytes(j.peak[t][k])});
       rows.push_back(std::move(r));
     }
     if (!any) rows.push_back({j.strategy, {}, -1, -1, outcome_name(j.outcome)});
   }
   std::string legend = "<p class=\"legend\">";
-  for (std::size_t k = 0; k < kCategoryCount; ++k)
-    legend += "<span style=\"background:" + std::string(kCategoryColours[k]) + "\"></span>" +
-              std::string(category_name(static_cast<Category>(k))) + " ";
+  for (Category k : kCategories)
+    legend += "<span style=\"background:" + std::string(colour(k)) + "\"></span>" +
+              std::string(category_name(k)) + " ";
   return bar_chart("memory", rows) + legend + "</p>\n";
 }
 

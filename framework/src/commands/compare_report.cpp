@@ -159,11 +159,10 @@ void read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job) {
       job.steps.push_back(s);
       job.skipped_steps = j.at("skipped_steps").get<std::int64_t>();
       const json& peak = j.at("peak_bytes");
-      for (std::size_t t = 0; t < kTierCount; ++t) {
-        const json& tier = peak.at(std::string(tier_name(static_cast<Tier>(t))));
-        for (std::size_t c = 0; c < kCategoryCount; ++c)
-          job.peak[t][c] =
-              tier.at(std::string(category_name(static_cast<Category>(c)))).get<std::uint64_t>();
+      for (Tier t : kTiers) {
+        const json& tier = peak.at(std::string(tier_name(t)));
+        for (Category c : kCategories)
+          job.peak[t][c] = tier.at(std::string(category_name(c))).get<std::uint64_t>();
         job.tier_peak[t] = tier.at("total").get<std::uint64_t>();
       }
     } catch (const json::exception& e) {
@@ -183,9 +182,9 @@ std::string comparison_table(const Comparison& c) {
   for (const ComparedJob& j : c.jobs) {
     const JobSummary f = summarize(j);
     std::string peaks;
-    for (std::size_t t = 0; t < kTierCount; ++t)
+    for (Tier t : kTiers)
       if (j.tier_peak[t])
-        peaks += (peaks.empty() ? "" : ", ") + std::string(tier_name(static_cast<Tier>(t))) + " " +
+        peaks += (peaks.empty() ? "" : ", ") + std::string(tier_name(t)) + " " +
                  format_bytes(j.tier_peak[t]);
     if (j.steps.empty()) {
       std::snprintf(line, sizeof line, "%-16s %-13s ", j.strategy.c_str(),
@@ -216,10 +215,9 @@ std::string comparison_csv(const Comparison& c) {
       "strategy,outcome,step_time_median_s,step_time_min_s,step_time_max_s,tokens_per_s,"
       "flops_per_s,bytes_per_step,comm_wait_per_step_s,final_train_loss,final_val_loss,"
       "skipped_steps";
-  for (std::size_t t = 0; t < kTierCount; ++t) {
-    const std::string tier(tier_name(static_cast<Tier>(t)));
-    for (std::size_t c2 = 0; c2 < kCategoryCount; ++c2)
-      s += ",peak_" + tier + "_" + std::string(category_name(static_cast<Category>(c2)));
+  for (Tier t : kTiers) {
+    const std::string tier(tier_name(t));
+    for (Category c2 : kCategories) s += ",peak_" + tier + "_" + std::string(category_name(c2));
     s += ",peak_" + tier + "_total";
   }
   s += ",error\n";
@@ -233,7 +231,7 @@ std::string comparison_csv(const Comparison& c) {
     s += "," + (any ? general(j.steps.back().loss) : std::string());
     s += "," + (j.val_loss ? general(*j.val_loss) : std::string());
     s += "," + std::to_string(j.skipped_steps);
-    for (std::size_t t = 0; t < kTierCount; ++t) {
+    for (Tier t : kTiers) {
       for (std::uint64_t b : j.peak[t]) s += "," + std::to_string(b);
       s += "," + std::to_string(j.tier_peak[t]);
     }
@@ -271,12 +269,11 @@ std::string comparison_json(const Comparison& c) {
     r["final_train_loss"] = j.steps.empty() ? json() : json(j.steps.back().loss);
     r["final_val_loss"] = j.val_loss ? json(*j.val_loss) : json();
     json peak;
-    for (std::size_t t = 0; t < kTierCount; ++t) {
+    for (Tier t : kTiers) {
       json tier;
-      for (std::size_t k = 0; k < kCategoryCount; ++k)
-        tier[std::string(category_name(static_cast<Category>(k)))] = j.peak[t][k];
+      for (Category k : kCategories) tier[std::string(category_name(k))] = j.peak[t][k];
       tier["total"] = j.tier_peak[t];
-      peak[std::string(tier_name(static_cast<Tier>(t)))] = tier;
+      peak[std::string(tier_name(t))] = tier;
     }
     r["peak_bytes"] = peak;
     json steps = json::array();

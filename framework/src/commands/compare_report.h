@@ -43,8 +43,8 @@ struct ComparedJob {
   std::int64_t skipped_steps = 0;
   // Peak bytes per rank (the largest over ranks), per tier and category,
   // and per tier.
-  std::array<std::array<std::uint64_t, kCategoryCount>, kTierCount> peak{};
-  std::array<std::uint64_t, kTierCount> tier_peak{};
+  TierTable peak;
+  PerTier<std::uint64_t> tier_peak;
 };
 
 // One job's summary figures. Medians are over the steps after the first

@@ -86,12 +86,12 @@ Sized size_of(const SizingArgs& a, const fs::path& preset, const PluginLoader& l
 
 std::uint64_t tier_total(const MemoryEstimate& e, Tier t) {
   std::uint64_t sum = 0;
-  for (std::uint64_t b : e.bytes[static_cast<std::size_t>(t)]) sum += b;
+  for (std::uint64_t b : e.bytes[t]) sum += b;
   return sum;
 }
 
 std::uint64_t device_bytes(const MemoryEstimate& e, Category c) {
-  return e.bytes[static_cast<std::size_t>(Tier::device)][static_cast<std::size_t>(c)];
+  return e.bytes[Tier::device][c];
 }
 
 // "fits (12.5 GiB spare)", "fits with activation checkpointing (...)" or

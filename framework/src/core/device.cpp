@@ -96,8 +96,8 @@ void Device::account(Tier tier, Category category, std::int64_t bytes) {
 
 void Device::reserve(Tier tier, Category category, std::uint64_t bytes) {
   std::lock_guard lock(mu_);
-  const auto t = static_cast<std::size_t>(tier);
-  const auto c = static_cast<std::size_t>(category);
+  const Tier t = tier;
+  const Category c = category;
   const std::uint64_t in_use = stats_.tier_current[t];
   if (budget_[t] && in_use + bytes > *budget_[t]) {
     throw OutOfMemoryError(
@@ -116,8 +116,8 @@ void Device::reserve(Tier tier, Category category, std::uint64_t bytes) {
 
 void Device::release(Tier tier, Category category, std::uint64_t bytes) noexcept {
   std::lock_guard lock(mu_);
-  const auto t = static_cast<std::size_t>(tier);
-  const auto c = static_cast<std::size_t>(category);
+  const Tier t = tier;
+  const Category c = category;
   stats_.current[t][c] -= bytes;
   stats_.tier_current[t] -= bytes;
 }
@@ -178,12 +178,12 @@ bool Device::host_visible(Tier) const {
 
 void Device::set_budget(Tier tier, std::optional<std::uint64_t> bytes) {
   std::lock_guard lock(mu_);
-  budget_[static_cast<std::size_t>(tier)] = bytes;
+  budget_[tier] = bytes;
 }
 
 std::optional<std::uint64_t> Device::budget(Tier tier) const {
   std::lock_guard lock(mu_);
-  return budget_[static_cast<std::size_t>(tier)];
+  return budget_[tier];
 }
 
 MemoryStats Device::stats() const {

@@ -51,7 +51,7 @@ std::string refusal(const RunConfig& config, const MemoryEstimate& estimate, boo
   std::uint64_t states = 0;
   for (Tier t : {Tier::device, Tier::host}) {
     if (t == Tier::device && !device_in_ram) continue;
-    for (std::uint64_t b : estimate.bytes[static_cast<std::size_t>(t)]) states = add(states, b);
+    for (std::uint64_t b : estimate.bytes[t]) states = add(states, b);
   }
   const std::uint64_t per_rank = add(states, activation_bytes);
   std::uint64_t total = 0;

@@ -140,11 +140,9 @@ MemoryEstimate ShardedParams::estimate(const std::vector<ParamSpec>& params,
     e.set(Tier::nvme, Category::params, SwappedShard::file_bytes(shard, precision));
     e.set(Tier::host, Category::offload, swap_staging_peak(params, layout, precision, gather));
   } else {
-    e.bytes[static_cast<std::size_t>(tier)][static_cast<std::size_t>(Category::params)] +=
-        shard * p;
+    e.bytes[tier][Category::params] += shard * p;
   }
-  e.bytes[static_cast<std::size_t>(Tier::device)][static_cast<std::size_t>(Category::params)] +=
-      (peaks.persistent + peaks.live) * p;
+  e.bytes[Tier::device][Category::params] += (peaks.persistent + peaks.live) * p;
   e.set(Tier::device, Category::comm, peaks.packed * p);
   return e;
 }

@@ -79,14 +79,14 @@ MemoryEstimate ShardOptimizer::estimate(std::uint64_t elements, const OptimizerP
   for (auto [n, tier] :
        {std::pair{on_device, Tier::device}, std::pair{elements - on_device, placement.offload}}) {
     if (n == 0) continue;
-    const auto t = static_cast<std::size_t>(tier);
-    e.bytes[t][static_cast<std::size_t>(Category::grads)] += n * dtype_size(grad_dtype);
+    auto& bytes = e.bytes[tier];
+    bytes[Category::grads] += n * dtype_size(grad_dtype);
     const bool masters = precision != DType::f32 || placement.working != tier;
-    e.bytes[t][static_cast<std::size_t>(Category::optimizer)] +=
+    bytes[Category::optimizer] +=
         n * optimizer_bytes_per_element(precision, placement.working != tier);
     if (masters && tier != Tier::device && placement.working == Tier::device &&
         !host_reaches_device)
-      e.bytes[t][static_cast<std::size_t>(Category::offload)] += n * dtype_size(precision);
+      bytes[Category::offload] += n * dtype_size(precision);
   }
   return e;
 }

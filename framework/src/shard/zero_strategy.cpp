@@ -183,14 +183,13 @@ MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
           ? SwappedOptimizer::estimate(shard, d.swap, a.precision, a.grad_dtype)
           : ShardOptimizer::estimate(shard, placement, a.precision, a.grad_dtype,
                                      a.host_reaches_device);
-  for (std::size_t t = 0; t < kTierCount; ++t)
-    for (std::size_t c = 0; c < kCategoryCount; ++c) e.bytes[t][c] += o.bytes[t][c];
+  for (Tier t : kTiers)
+    for (Category c : kCategories) e.bytes[t][c] += o.bytes[t][c];
   const ReducePlan plan = make_reduce_plan(a.params, layout, d.reduce, d.reduce_settings);
   const ReducePeaks peaks = worst_reduce_peaks(plan, world);
   const std::size_t g = dtype_size(a.grad_dtype);
-  auto& device = e.bytes[static_cast<std::size_t>(Tier::device)];
-  device[static_cast<std::size_t>(Category::grads)] +=
-      (peaks.staged + (needs_full_grads(plan) ? layout.total() : 0)) * g;
+  auto& device = e.bytes[Tier::device];
+  device[Category::grads] += (peaks.staged + (needs_full_grads(plan) ? layout.total() : 0)) * g;
   // On a GPU a bucket landing in a host piece holds its receive buffer
   // until its copy is done, at most one bucket's beyond the plan
   // (GradReducer).
@@ -199,7 +198,7 @@ MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
     for (const ReduceBucket& b : plan.buckets)
       for (const std::uint64_t part : b.counts) landing = std::max(landing, part);
   // The store's comm buffers and the reducer's do not coincide.
-  auto& comm = device[static_cast<std::size_t>(Category::comm)];
+  auto& comm = device[Category::comm];
   comm = std::max(comm, (peaks.recv + landing) * g);
   return e;
 }
@@ -207,7 +206,7 @@ MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArgs& a) {
 std::uint64_t device_bytes(const ZeroDesign& d, const EstimateArgs& a) {
   const MemoryEstimate e = estimate_design(d, a);
   std::uint64_t total = a.activation_bytes;
-  for (auto b : e.bytes[static_cast<std::size_t>(Tier::device)]) total += b;
+  for (auto b : e.bytes[Tier::device]) total += b;
   return total;
 }
 

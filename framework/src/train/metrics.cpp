@@ -77,14 +77,13 @@ JsonLine& JsonLine::add(std::string_view k, std::string_view v) {
 JsonLine& JsonLine::add_memory(std::string_view k, const MemoryStats& stats, bool peak) {
   key(k);
   body_ += "{";
-  for (std::size_t t = 0; t < kTierCount; ++t) {
-    if (t) body_ += ", ";
-    body_ += "\"" + std::string(tier_name(static_cast<Tier>(t))) + "\": {";
-    for (std::size_t c = 0; c < kCategoryCount; ++c) {
-      if (c) body_ += ", ";
+  for (Tier t : kTiers) {
+    if (t != Tier::device) body_ += ", ";
+    body_ += "\"" + std::string(tier_name(t)) + "\": {";
+    for (Category c : kCategories) {
+      if (c != Category::params) body_ += ", ";
       const auto v = peak ? stats.peak[t][c] : stats.current[t][c];
-      body_ +=
-          "\"" + std::string(category_name(static_cast<Category>(c))) + "\": " + std::to_string(v);
+      body_ += "\"" + std::string(category_name(c)) + "\": " + std::to_string(v);
     }
     body_ += ", \"total\": " + std::to_string(peak ? stats.tier_peak[t] : stats.tier_current[t]);
     body_ += "}";

@@ -170,8 +170,7 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const std::string& model_name = parts.model_plugin;
   const std::string& strategy_name = parts.strategy_plugin;
   MemoryEstimate e = parts.strategy->estimate(parts.sizes);
-  e.bytes[static_cast<std::size_t>(Tier::device)]
-         [static_cast<std::size_t>(Category::activations)] += parts.sizes.activation_bytes;
+  e.bytes[Tier::device][Category::activations] += parts.sizes.activation_bytes;
   os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
      << ", model " << model_name << " (" << info.arch << ", " << info.n_params
      << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len
@@ -181,23 +180,22 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
      << "\n";
   if (!e.note.empty()) os << strategy_name << ": " << e.note << "\n";
   os << "peak bytes per rank:\n";
-  for (std::size_t t = 0; t < kTierCount; ++t) {
+  for (Tier t : kTiers) {
     std::uint64_t total = 0;
-    for (std::size_t c = 0; c < kCategoryCount; ++c) {
+    for (Category c : kCategories) {
       const std::uint64_t b = e.bytes[t][c];
       if (!b) continue;
       total += b;
       char line[128];
       std::snprintf(line, sizeof line, "  %-7s %-12s %14llu  %s\n",
-                    std::string(tier_name(static_cast<Tier>(t))).c_str(),
-                    std::string(category_name(static_cast<Category>(c))).c_str(),
+                    std::string(tier_name(t)).c_str(), std::string(category_name(c)).c_str(),
                     static_cast<unsigned long long>(b), format_bytes(b).c_str());
       os << line;
     }
     if (total) {
       char line[128];
       std::snprintf(line, sizeof line, "  %-7s %-12s %14llu  %s\n",
-                    std::string(tier_name(static_cast<Tier>(t))).c_str(), "total",
+                    std::string(tier_name(t)).c_str(), "total",
                     static_cast<unsigned long long>(total), format_bytes(total).c_str());
       os << line;
     }

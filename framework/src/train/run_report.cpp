@@ -12,13 +12,12 @@ namespace ztrain {
 namespace {
 
 // " (category bytes, ...)" of one tier's nonzero categories; empty if none.
-std::string categories(const std::array<std::uint64_t, kCategoryCount>& bytes) {
+std::string categories(const PerCategory<std::uint64_t>& bytes) {
   std::string line;
   const char* sep = " (";
-  for (std::size_t c = 0; c < kCategoryCount; ++c) {
+  for (Category c : kCategories) {
     if (!bytes[c]) continue;
-    line +=
-        sep + std::string(category_name(static_cast<Category>(c))) + " " + format_bytes(bytes[c]);
+    line += sep + std::string(category_name(c)) + " " + format_bytes(bytes[c]);
     sep = ", ";
   }
   return line.empty() ? line : line + ")";
@@ -83,18 +82,18 @@ std::string summary_text(const RunReport& r) {
     os << buf;
   }
   os << "\npeak memory per tier:";
-  for (std::size_t t = 0; t < kTierCount; ++t) {
+  for (Tier t : kTiers) {
     if (!r.memory.tier_peak[t]) continue;
-    os << "\n  " << tier_name(static_cast<Tier>(t)) << ": " << format_bytes(r.memory.tier_peak[t]);
-    if (static_cast<Tier>(t) == Tier::device && r.device_budget)
+    os << "\n  " << tier_name(t) << ": " << format_bytes(r.memory.tier_peak[t]);
+    if (t == Tier::device && r.device_budget)
       os << " of a " << format_bytes(*r.device_budget) << " budget";
     os << categories(r.memory.peak[t]);
   }
   // What `ztrain estimate` predicts for this run, beside the measurement.
   os << "\nstrategy estimate per rank:";
-  for (std::size_t t = 0; t < kTierCount; ++t) {
+  for (Tier t : kTiers) {
     const std::string line = categories(r.estimate.bytes[t]);
-    if (!line.empty()) os << "\n  " << tier_name(static_cast<Tier>(t)) << line;
+    if (!line.empty()) os << "\n  " << tier_name(t) << line;
   }
   os << "\nmetrics: " << r.metrics_file.string();
   if (r.weights_file) os << " | weights: " << r.weights_file->string();
