@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/world.h"
+#include "train/step_agreement.h"
 #include "world.h"
 #include "ztrain/comm.h"
 #include "ztrain/device.h"
@@ -523,4 +524,27 @@ TEST_CASE("the sharded gradient reducer averages every rank's gradients into the
     for (std::uint64_t i = seg.begin; i < seg.end; ++i)
       CHECK(shard_grads[i - begin] == doctest::Approx(2.0f * uses * mean));
   }
+}
+
+// What the ranks agree on after a step: the loss averaged as the
+// communicators average (f32 sum divided by the world), a stop if any rank
+// was asked, checkpoint parts written only if every rank's is.
+TEST_CASE("step agreement: the loss's mean, any rank's stop, every rank's write") {
+  Communicator& comm = world();
+  const int r = comm.rank(), n = comm.size();
+  const float loss = 1.5f + static_cast<float>(r);
+  float expected = 0;
+  for (int k = 0; k < n; ++k) expected += 1.5f + static_cast<float>(k);
+  expected /= static_cast<float>(n);
+  const StepAgreement one_asks = StepAgreement::reach(comm, {loss, r == n - 1, r != 0});
+  CHECK(one_asks.loss == static_cast<double>(expected));
+  CHECK(one_asks.stop);
+  CHECK_FALSE(one_asks.written_everywhere);
+  const StepAgreement none_asks = StepAgreement::reach(comm, {loss, false, true});
+  CHECK_FALSE(none_asks.stop);
+  CHECK(none_asks.written_everywhere);
+  // Bit for bit the communicators' own average of the same values.
+  float mean = loss;
+  comm.all_reduce(&mean, 1, DType::f32, ReduceOp::average);
+  CHECK(none_asks.loss == static_cast<double>(mean));
 }

@@ -20,6 +20,13 @@ void ReadAhead::at(std::uint64_t offset) {
   moved_.notify_all();
 }
 
+// The loop keeps one invariant: the bytes in [reader_, next) have been
+// asked for. Each turn it restarts at the reader when the reader jumped
+// (past `next`, or so far back that `next` is more than `ahead` beyond
+// it), asks for the next window when less than `ahead` is asked for past
+// the reader, or sleeps until the reader moves (all up to reader + ahead,
+// or to the end of the file, is asked for). The lock is dropped around
+// readahead(2), which may block on the disk, so at() never waits on it.
 void ReadAhead::loop(std::stop_token stop) {
   std::uint64_t next = 0;  // the first byte not yet asked for
   std::unique_lock lock(mu_);

@@ -1,3 +1,25 @@
+// The executor of a ReducePlan. Each bucket cycles idle -> open -> launched
+// -> idle: a staged bucket gets its staging buffer when backward first asks
+// for a gradient in it (open), the plan's launch action issues its
+// collective on that buffer or on its range of the full buffer
+// (launched), and the plan's wait action waits for it, lands the rank's
+// part and frees what it held (idle). Backward must not write into a
+// launched bucket: grad() refuses, naming the parameter, since that means
+// a module missing from a used_by list.
+//
+// Landing: a reduce-scatter leaves the rank's part in a receive buffer,
+// which is written into the gradient shard, piece by piece (a shard may
+// lie in several tiers). The landings of a step's first micro-step
+// overwrite the shard (it holds the last step's sums); an accumulating
+// plan's later micro-steps add theirs, after the earlier copies are done. A device piece is copied
+// in order with the kernels; a host piece by an asynchronous copy, whose receive buffer is kept in
+// pending_ until the copy is done. At most the newest bucket's copies stay running, so the receive
+// buffers stay within the plan's peak (reduce_peaks) plus one bucket's part, which the estimate
+// accounts for.
+//
+// The plan's schedules run from module_done (after each module's backward,
+// in reverse module order, checked) and close_micro_step (the modules a
+// shortened backward skipped, then the schedule's end actions).
 #include "ztrain/shard/grad_reducer.h"
 
 #include <chrono>

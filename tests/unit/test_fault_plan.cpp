@@ -1,0 +1,93 @@
+// The fault plan a test's environment asks for: every ZTRAIN_TEST_* variable
+// read into its field, a malformed one refused naming the variable and the
+// form it takes, and nothing planned without them.
+#include <doctest/doctest.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "io/fault_plan.h"
+#include "support.h"
+#include "ztrain/error.h"
+
+using namespace ztrain;
+
+namespace {
+
+// Sets one variable for the life of the object.
+struct Env {
+  Env(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~Env() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+}  // namespace
+
+TEST_CASE("fault plan: none without the variables") {
+  const FaultPlan plan = FaultPlan::from_environment();
+  CHECK_FALSE(plan.overflows(1, 0));
+  CHECK(plan.lr_factor(1) == 1.0);
+  CHECK_FALSE(plan.checkpoint_kill.applies(1, 0));
+  CHECK(plan.start_kill.phase.empty());
+  CHECK(plan.write_error == 0);
+  CHECK(plan.nvme_error == 0);
+  CHECK(plan.compare_perturb.empty());
+}
+
+TEST_CASE("fault plan: each variable read into the fault it plans") {
+  const Env overflow("ZTRAIN_TEST_INJECT_OVERFLOW", "3:1");
+  const Env lr("ZTRAIN_TEST_SCALE_LR", "5");
+  const Env kill("ZTRAIN_TEST_KILL_IN_CHECKPOINT", "10:3:1");
+  const Env start("ZTRAIN_TEST_KILL_AT_START", "published:2");
+  const Env write("ZTRAIN_TEST_INJECT_WRITE_ERROR", "EIO");
+  const Env nvme("ZTRAIN_TEST_INJECT_IO_ERROR", "ENOSPC:4");
+  const Env perturb("ZTRAIN_TEST_COMPARE_PERTURB", "zero3:7");
+  const FaultPlan plan = FaultPlan::from_environment();
+  CHECK(plan.overflows(3, 1));
+  CHECK_FALSE(plan.overflows(3, 0));
+  CHECK_FALSE(plan.overflows(4, 1));
+  CHECK(plan.lr_factor(5) == 1.1);
+  CHECK(plan.lr_factor(6) == 1.0);
+  CHECK(plan.checkpoint_kill.applies(10, 1));
+  CHECK_FALSE(plan.checkpoint_kill.applies(10, 0));
+  CHECK(plan.checkpoint_kill.point == 3);
+  CHECK(plan.start_kill.phase == "published");
+  CHECK(plan.start_kill.rank == 2);
+  CHECK(plan.write_error == EIO);
+  CHECK(plan.nvme_error == ENOSPC);
+  CHECK(plan.nvme_error_after == 4);
+  CHECK(plan.compare_perturb == "zero3:7");
+}
+
+TEST_CASE("fault plan: a kill in a checkpoint without a rank applies on every rank") {
+  const Env kill("ZTRAIN_TEST_KILL_IN_CHECKPOINT", "4:2");
+  const FaultPlan plan = FaultPlan::from_environment();
+  CHECK(plan.checkpoint_kill.applies(4, 0));
+  CHECK(plan.checkpoint_kill.applies(4, 3));
+  CHECK_FALSE(plan.checkpoint_kill.applies(5, 0));
+}
+
+TEST_CASE("fault plan: a malformed variable is refused, naming it and its form") {
+  const struct {
+    const char* name;
+    const char* value;
+    const char* form;
+  } bad[] = {
+      {"ZTRAIN_TEST_INJECT_OVERFLOW", "3", "STEP:RANK"},
+      {"ZTRAIN_TEST_INJECT_OVERFLOW", "0:1", "STEP:RANK"},
+      {"ZTRAIN_TEST_SCALE_LR", "x", "a step"},
+      {"ZTRAIN_TEST_KILL_IN_CHECKPOINT", "10", "STEP:K"},
+      {"ZTRAIN_TEST_KILL_AT_START", "lunch", "PHASE or PHASE:RANK"},
+      {"ZTRAIN_TEST_KILL_AT_START", "met:-1", "PHASE or PHASE:RANK"},
+      {"ZTRAIN_TEST_INJECT_WRITE_ERROR", "EPERM", "ENOSPC or EIO"},
+      {"ZTRAIN_TEST_INJECT_IO_ERROR", "EIO:0", "ENOSPC:N or EIO:N"},
+  };
+  for (const auto& b : bad) {
+    const Env env(b.name, b.value);
+    const std::string msg = test::message_of<ConfigError>([] { FaultPlan::from_environment(); });
+    INFO(msg);
+    CHECK(msg.find(std::string(b.name) + "=" + b.value) == 0);
+    CHECK(msg.find(b.form) != std::string::npos);
+  }
+}
