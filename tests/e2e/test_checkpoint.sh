@@ -23,7 +23,8 @@
 #   naming it, leaving no partial files. Rank 1 of 2 killed while its
 #   checkpoint is written in the background ends the job naming rank 1,
 #   with the last checkpoint whole.
-# - Stopping: SIGTERM to both ranks of a 2-rank run writes a checkpoint and
+# - Stopping: SIGTERM to both ranks of a 2-rank run (or to one of them: the
+#   other learns of it through the step agreement) writes a checkpoint and
 #   exits 0, and resuming it (`resume = true`, out_dir's latest) logs the
 #   uninterrupted run's losses; SIGTERM during a checkpoint's write stops at
 #   that checkpoint (no second one), the summary names no weights, and the
@@ -297,6 +298,30 @@ curve sigterm_ref "$more"
 train_curve "$out/metrics.jsonl" | awk -v s="$stop" '$1 > s' | tail -n 4 > "$scratch/sigterm_tail.curve"
 awk -v s="$stop" '$1 > s' "$scratch/sigterm_ref.curve" > "$scratch/sigterm_ref_tail.curve"
 same_training sigterm_ref_tail sigterm_tail 0 0
+
+echo "== stopping: SIGTERM to one rank of two stops both, at the same step"
+out="$scratch/sigterm_one"
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
+  "$SRC/configs/run.toml" > "$scratch/sigterm_one.out" 2>&1 &
+spawned+=($!)
+launcher=$!
+for ((i = 0; i < 600; i++)); do
+  [ -f "$out/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+# One of the two ranks (the last pgrep lists): the other learns of the stop
+# through the step agreement.
+one=$(pgrep -f -- "^$ZTRAIN .*train.out_dir=$out" | tail -n 1)
+[ -n "$one" ] || fail "no rank to signal"
+kill -TERM "$one"
+exit_within "$launcher" 60
+[ "$status" -eq 0 ] || { cat "$scratch/sigterm_one.out" >&2; fail "SIGTERM to one rank: exit $status, not 0"; }
+stop=$(sed -n 's/.*stopped at step \([0-9]*\) by SIGTERM.*/\1/p' "$scratch/sigterm_one.out" | head -n 1)
+[ -n "$stop" ] || { cat "$scratch/sigterm_one.out" >&2; fail "SIGTERM to one rank: no stop line"; }
+[ "$(cat "$out/latest")" = "step_$stop" ] || fail "SIGTERM to one rank: latest is not step_$stop"
+"$ZTRAIN" checkpoint info "$out/step_$stop" > "$scratch/sigterm_one.info" 2>&1 ||
+  { cat "$scratch/sigterm_one.info" >&2; fail "SIGTERM to one rank: step_$stop does not verify"; }
+echo "SIGTERM to one rank of two: both stopped at step $stop, its checkpoint whole"
 
 echo "== SIGTERM while a checkpoint is written: the run stops at that checkpoint"
 # Steps of 8 tokens on a 6.5M-parameter model take ~10 ms, the 74 MiB
