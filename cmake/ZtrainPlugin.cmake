@@ -5,6 +5,17 @@
 # `ztrain --plugin-path`), and installed into <prefix>/lib/ztrain/plugins,
 # where an installed ztrain looks (<bin>/../lib/ztrain/plugins), unless
 # NO_INSTALL (ztrain's test plugins).
+# ztrain_no_undefined(<target>): link <target> with --no-undefined, so a
+# symbol it uses that its libraries do not export fails its link. Not in
+# sanitizer builds: clang leaves the sanitizer runtime's symbols in a shared
+# library for the executable to resolve.
+function(ztrain_no_undefined target)
+  if(NOT "${CMAKE_CXX_FLAGS} ${CMAKE_SHARED_LINKER_FLAGS} ${CMAKE_MODULE_LINKER_FLAGS}" MATCHES
+     "-fsanitize")
+    target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  endif()
+endfunction()
+
 function(ztrain_add_plugin target)
   cmake_parse_arguments(ARG "NO_INSTALL" "KIND;OUTPUT_DIR" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT ARG_KIND MATCHES "^(strategy|model|data)$")
@@ -30,7 +41,7 @@ function(ztrain_add_plugin target)
     LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR})
   # Every symbol a plugin uses resolved against the SDK when it is linked:
   # a call into what libztrain does not export fails the build, not a run.
-  target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  ztrain_no_undefined(${target})
   if(NOT ARG_NO_INSTALL)
     install(TARGETS ${target} LIBRARY DESTINATION lib/ztrain/plugins)
   endif()

@@ -8,8 +8,10 @@ reads every #include "..." of those directories and fails on:
   - an allowed edge no file uses (the table must say what the code does);
   - a directory of code the table does not name;
   - a cycle among the allowed edges (each layer uses only those below it).
-System headers (<...>) are not edges; a file's own directory always is
-allowed.
+Both include forms count: "..." always, <...> when its first path
+component names a directory of the table (<ztrain/x.h>, or <train/x.h>,
+which the host's include path would let compile); other <...> headers are
+the system's and third parties'. A file's own directory always is allowed.
 
 usage: check_layers.py SOURCE_DIR
 """
@@ -60,8 +62,14 @@ def scan(src):
                 if not re.search(r"\.(h|cpp|cu|cuh)$", f):
                     continue
                 path = os.path.join(dp, f)
-                for m in re.finditer(r'^\s*#\s*include\s+"([^"]+)"', open(path, encoding="utf-8").read(), re.M):
-                    to = include_root(m.group(1), name)
+                text = open(path, encoding="utf-8").read()
+                for m in re.finditer(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', text, re.M):
+                    to = include_root(m.group(2), name)
+                    # <...> names a system or third-party header unless its
+                    # first component is a directory of the table (the
+                    # host's include path makes <train/x.h> compile too).
+                    if m.group(1) == "<" and to not in dirs and to != "include/ztrain":
+                        continue
                     if to != name:
                         edges[name].setdefault(to, []).append(os.path.relpath(path, src))
     return edges

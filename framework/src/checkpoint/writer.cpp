@@ -153,7 +153,7 @@ void CheckpointWrite::save_state(Strategy& strategy, SnapshotBuffers& buffers) {
   stop_together<DataError>(
       why, "writing a checkpoint file failed on another rank (its error is above)", comm_);
   // Whether any rank writes in the background: without one, the commit
-  // need not wait for the next step's loss all-reduce to learn that every
+  // need not wait for the next step's agreement to learn that every
   // rank is done.
   float writing = background_ ? 1.0f : 0.0f;
   comm_.all_reduce(&writing, 1, DType::f32, ReduceOp::sum);

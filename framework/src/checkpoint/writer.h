@@ -7,8 +7,8 @@
 // background thread then writes into the rank's file, syncs and lists
 // beside it, while the training thread goes on with the next steps (where
 // the copy cannot be had, the rank writes within the step; see
-// checkpoint_rank_file.h). The ranks learn together that every rank's
-// write is done (the trainer carries rank_done() in the loss all-reduce)
+// checkpoint/rank_file.h). The ranks learn together that every rank's
+// write is done (the trainer carries rank_done() in its step agreement)
 // and call finish(): rank 0 merges the lists into manifest.json, syncs the
 // directory, renames it to step_<N>, and only then rewrites out_dir/latest
 // (atomically) to name it; last it hands the checkpoints before the

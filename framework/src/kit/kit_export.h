@@ -10,7 +10,7 @@
 // These headers are not installed and carry no compatibility promise: a
 // plugin includes only include/ztrain, whose symbols are ZTRAIN_API. Every
 // exported symbol of both kinds is listed in framework/exported_symbols.txt,
-// which tests/sdk/test_exported_symbols.sh holds to the built library.
+// which tests/sdk/exported_symbols.sh holds to the built library.
 #pragma once
 
 #define ZTRAIN_KIT __attribute__((visibility("default")))

@@ -62,7 +62,7 @@ RunConfig load_run_config(const TrainArgs& args);
 // still finish) goes before the model and data it was set up with, before
 // the communicators and before the kernels and device; gpu_comm (nccl on
 // the device, bootstrapped through comm) before comm; the kernels before
-// the device they run on; the host thread limit after the host kernels.
+// the device they run on.
 struct Run {
   RunSettings settings;
   std::unique_ptr<Device> device;

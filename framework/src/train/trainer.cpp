@@ -264,6 +264,10 @@ void Trainer::resume() {
 }
 
 TrainResult Trainer::train() {
+  // From here on the first SIGINT/SIGTERM finishes the step, writes a
+  // checkpoint and ends the run with exit 0; every rank stops at the same
+  // step.
+  const StopRequests stop_requests;
   for (std::int64_t step = at_.step; step < tr_.steps && !stopped_; ++step) train_step(step);
   progress_.finish();
   finish();

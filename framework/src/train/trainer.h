@@ -96,10 +96,7 @@ class Trainer {
   double train_time_s_ = 0, comm_wait_s_ = 0;
   std::int64_t timed_steps_ = 0;
   CommCounters mark_, train_comm_;
-  // The first SIGINT/SIGTERM finishes the step, writes a checkpoint and ends
-  // the run with exit 0; every rank stops at the same step.
-  const StopRequests stop_requests_;
-  bool stopped_ = false;
+  bool stopped_ = false;         // the ranks agreed to stop (a signal; train())
   std::int64_t stopped_at_ = 0;  // the step of the checkpoint a stop ends at
   CheckpointsInFlight checkpoints_;
 };
@@ -116,9 +113,6 @@ class ReportedError : public Error {
  private:
   int exit_code_;
 };
-
-// Raises ReportedError for what went wrong during training at world > 1.
-TrainResult train(const TrainArgs& args);
 
 // Assembles the run of `args` and trains it (train_run: the job started,
 // out_dir locked, outputs checked). Raises ReportedError for what went
