@@ -1,9 +1,12 @@
 // The run's opening and closing lines, from a report: what is printed when,
-// and in which units.
+// and in which units; and a metrics line as JSON.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <string>
 
+#include "train/metrics.h"
 #include "train/run_report.h"
 
 using namespace ztrain;
@@ -86,4 +89,18 @@ TEST_CASE("the summary: losses, communication only with ranks, peaks beside the 
   CHECK(contains(text, "communication per rank: 1.00 MiB sent per step, 0.050 s per step"));
   CHECK(contains(text, "1 step skipped on gradient overflow"));
   CHECK(contains(text, " | weights: runs/x/model.safetensors"));
+}
+
+TEST_CASE("a metrics line: keys in order, strings escaped as JSON, non-finite numbers null") {
+  const std::string line = JsonLine()
+                               .add("step", std::int64_t{3})
+                               .add("k\"ey", "a\nb\x01\\")
+                               .add("loss", 1.5)
+                               .add("nan", std::nan(""))
+                               .add("bytes", std::string_view("\xff"))
+                               .add("ok", true)
+                               .str();
+  CHECK(line ==
+        "{\"step\": 3, \"k\\\"ey\": \"a\\nb\\u0001\\\\\", \"loss\": 1.5, \"nan\": null, "
+        "\"bytes\": \"\xEF\xBF\xBD\", \"ok\": true}");
 }

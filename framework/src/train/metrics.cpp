@@ -10,38 +10,21 @@
 
 namespace ztrain {
 
-std::string json_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
+namespace {
+
+// A JSON string, quoted and escaped by nlohmann (the one JSON library);
+// bytes that are not UTF-8 (a path may hold any) become U+FFFD rather than
+// an exception in the middle of a run.
+std::string quoted(std::string_view s) {
+  return nlohmann::json(std::string(s))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
+
+}  // namespace
 
 void JsonLine::key(std::string_view k) {
   if (body_.size() > 1) body_ += ", ";
-  body_ += "\"" + json_escape(k) + "\": ";
+  body_ += quoted(k) + ": ";
 }
 
 JsonLine& JsonLine::add(std::string_view k, double v) {
@@ -70,7 +53,7 @@ JsonLine& JsonLine::add(std::string_view k, bool v) {
 
 JsonLine& JsonLine::add(std::string_view k, std::string_view v) {
   key(k);
-  body_ += "\"" + json_escape(v) + "\"";
+  body_ += quoted(v);
   return *this;
 }
 

@@ -14,7 +14,11 @@
 
 namespace ztrain {
 
-// Builds one JSON object; keys are written in call order.
+// Builds one JSON object; keys are written in call order, laid out as
+// `{"key": value, ...}` (one line, greppable). Strings are quoted and
+// escaped by nlohmann's JSON, the one JSON library; doubles are written
+// with 9 significant digits (a loss is an f32's, which 9 digits give back
+// exactly; times and rates need no more), non-finite ones as null.
 class JsonLine {
  public:
   JsonLine& add(std::string_view key, double v);
@@ -33,8 +37,6 @@ class JsonLine {
   void key(std::string_view k);
   std::string body_ = "{";
 };
-
-std::string json_escape(std::string_view s);
 
 class MetricsFile {
  public:
