@@ -75,7 +75,7 @@ class Ddp final : public Strategy {
   StrategyStats stats() const override { return {reducer_->wait_seconds()}; }
 
  private:
-  std::vector<ParamSpec> params_;
+  ParamSpecs params_;
   Communicator* comm_ = nullptr;
   const Kernels* kernels_ = nullptr;
   std::optional<shard::FlatLayout> layout_;

@@ -90,7 +90,7 @@ class Zero1 final : public Strategy {
   StrategyStats stats() const override { return {reducer_->wait_seconds()}; }
 
  private:
-  std::vector<ParamSpec> params_;
+  ParamSpecs params_;
   Communicator* comm_ = nullptr;
   const Kernels* kernels_ = nullptr;
   Device* device_ = nullptr;

@@ -26,6 +26,7 @@
 #include "ztrain/shard/swapped_shard.h"
 
 using namespace ztrain;
+using namespace ztrain::id_literals;
 using test::gloo;
 using test::world;
 
@@ -310,14 +311,14 @@ TEST_CASE("successive splits each connect their own group") {
 
 TEST_CASE("ddp's reduction launches buckets as modules finish backward, none while accumulating") {
   const int R = world().size(), r = world().rank();
-  std::vector<ParamSpec> params;
+  ParamSpecs params;
   auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
     params.push_back(param(name, n, std::move(used_by)));
   };
-  add("embed", 300, {0, 3});  // tied: complete only after module 0
-  add("block0", 500, {1});
-  add("block1", 500, {2});
-  add("head", 100, {3});
+  add("embed", 300, {0_module, 3_module});  // tied: complete only after module 0
+  add("block0", 500, {1_module});
+  add("block1", 500, {2_module});
+  add("head", 100, {3_module});
   const shard::FlatLayout layout(params, 1);
   std::vector<float> grads(layout.total());
   auto dev = make_cpu_device(1);
@@ -333,8 +334,8 @@ TEST_CASE("ddp's reduction launches buckets as modules finish backward, none whi
   for (bool last : {false, true}) {  // two micro-steps: accumulate, then reduce
     for (float& g : grads) g += static_cast<float>(r + 1);
     reducer.begin_micro_step(last);
-    reducer.module_done(3);  // head: its bucket is complete
-    reducer.module_done(2);
+    reducer.module_done(3_module);  // head: its bucket is complete
+    reducer.module_done(2_module);
     // Launched during backward only in the last micro-step. A collective
     // is counted when the worker has run it: wait for it (and, while
     // accumulating, long enough that one launched would have been counted).
@@ -343,14 +344,14 @@ TEST_CASE("ddp's reduction launches buckets as modules finish backward, none whi
     while ((!last || all_reduces() == calls_before) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     CHECK((all_reduces() > calls_before) == last);
-    reducer.module_done(1);
-    reducer.module_done(0);
+    reducer.module_done(1_module);
+    reducer.module_done(0_module);
   }
   reducer.finish();
   float want = 0;
   for (int k = 0; k < R; ++k) want += static_cast<float>(k + 1);
   want = 2.0f * want / static_cast<float>(R);
-  for (ParamId p = 0; p < 4; ++p) CHECK(grads[layout.offset(p)] == want);
+  for (ParamId p : params.ids()) CHECK(grads[layout.offset(p)] == want);
   // Every bucket reduced exactly once: the ranks sent 2 (R-1) times the
   // gradient bytes between them.
   const CommCounters d = world().counters().since(before);
@@ -374,15 +375,15 @@ TEST_CASE("all_gather in place: each rank sends its own block of the result") {
 
 namespace {
 
-std::vector<ParamSpec> odd_chain() {
-  std::vector<ParamSpec> params;
+ParamSpecs odd_chain() {
+  ParamSpecs params;
   auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
     params.push_back(param(name, n, std::move(used_by)));
   };
-  add("embed", 301, {0, 3});  // odd sizes: shards split parameters mid-way
-  add("block0", 499, {1});
-  add("block1", 503, {2});
-  add("head", 97, {3});
+  add("embed", 301, {0_module, 3_module});  // odd sizes: shards split parameters mid-way
+  add("block0", 499, {1_module});
+  add("block1", 503, {2_module});
+  add("head", 97, {3_module});
   return params;
 }
 
@@ -391,10 +392,10 @@ std::vector<ParamSpec> odd_chain() {
 // and a whole parameter read back.
 // max_staged: the most host read-buffer bytes (offload) allowed after any
 // fetch (0: not checked).
-void check_gatherer(const std::vector<ParamSpec>& params, const shard::FlatLayout& layout,
+void check_gatherer(const ParamSpecs& params, const shard::FlatLayout& layout,
                     const std::vector<float>& full, Device& dev, shard::OwnedShard& owned,
                     std::uint64_t read_buffers = 0, std::uint64_t max_staged = 0) {
-  const std::vector<ModuleSpec> modules{{"embed"}, {"block.0"}, {"block.1"}, {"head"}};
+  const ModuleSpecs modules{{"embed"}, {"block.0"}, {"block.1"}, {"head"}};
   // With a read-buffer cap the prefetch asks for everything at once.
   shard::GatherOptions opts =
       read_buffers ? shard::GatherOptions{2000, 2000, 0, 0} : shard::GatherOptions{600, 1200, 0, 0};
@@ -405,38 +406,35 @@ void check_gatherer(const std::vector<ParamSpec>& params, const shard::FlatLayou
   g.record_events(&log);
   for (int step = 0; step < 3; ++step) {
     g.begin_micro_step();
-    for (int pass = 0; pass < 2; ++pass)
-      for (int k = 0; k < 4; ++k) {
-        const ModuleId m = pass == 0 ? k : 3 - k;
-        g.fetch(m, pass == 1);
-        most_staged = std::max(most_staged, dev.stats().current[Tier::host][Category::offload]);
-        for (std::size_t p = 0; p < params.size(); ++p) {
-          const auto& u = params[p].used_by;
-          if (std::find(u.begin(), u.end(), m) == u.end()) continue;
-          const float* got = g.view(static_cast<ParamId>(p)).f32();
-          const float* want = full.data() + layout.offset(static_cast<ParamId>(p));
-          CHECK(std::equal(want, want + layout.numel(static_cast<ParamId>(p)), got));
-        }
-        g.release(m, pass == 1);
+    for (const auto& [m, backward] : shard::standard_trace(4)) {
+      g.fetch(m, backward);
+      most_staged = std::max(most_staged, dev.stats().current[Tier::host][Category::offload]);
+      for (ParamId p : params.ids()) {
+        const auto& u = params[p].used_by;
+        if (std::find(u.begin(), u.end(), m) == u.end()) continue;
+        const float* got = g.view(p).f32();
+        const float* want = full.data() + layout.offset(p);
+        CHECK(std::equal(want, want + layout.numel(p), got));
       }
+      g.release(m, backward);
+    }
     g.end_step();
   }
   bool ahead = false;
   for (const auto& e : log) {
     CHECK(e.live <= opts.max_live_parameters);
-    if (e.kind == shard::GatherEvent::Kind::gather && e.position >= 0) {
+    if (e.kind == shard::GatherEvent::Kind::gather && e.position) {
       // A gather issued at position i for a parameter position i does not use.
-      const auto& u = g.groups()[static_cast<std::size_t>(e.group)].used_by;
-      const int i = e.position;
-      const ModuleId here = i < 4 ? i : 7 - i;
+      const auto& u = g.groups()[e.group].used_by;
+      const ModuleId here = shard::standard_trace(4).at(*e.position).module;
       if (std::find(u.begin(), u.end(), here) == u.end()) ahead = true;
     }
   }
   CHECK(ahead);
   if (max_staged) CHECK(most_staged <= max_staged);
   std::vector<float> whole(503);
-  g.read(2, whole.data());
-  CHECK(std::equal(whole.begin(), whole.end(), full.data() + layout.offset(2)));
+  g.read(2_param, whole.data());
+  CHECK(std::equal(whole.begin(), whole.end(), full.data() + layout.offset(2_param)));
 }
 
 }  // namespace
@@ -487,13 +485,13 @@ TEST_CASE("zero3's gatherer reads each rank's part from its swap file (offload_p
 
 TEST_CASE("the sharded gradient reducer averages every rank's gradients into the owner's shard") {
   const int R = world().size(), r = world().rank();
-  std::vector<ParamSpec> params;
+  ParamSpecs params;
   auto add = [&](const char* name, std::int64_t n, std::vector<ModuleId> used_by) {
     params.push_back(param(name, n, std::move(used_by)));
   };
-  add("embed", 301, {0, 2});
-  add("block", 499, {1});
-  add("head", 97, {2});
+  add("embed", 301, {0_module, 2_module});
+  add("block", 499, {1_module});
+  add("head", 97, {2_module});
   const shard::FlatLayout layout(params, R);
   const std::uint64_t begin = layout.owned_begin(r), n = layout.owned_end(r) - begin;
   std::vector<float> shard_grads(n, 0.0f);
@@ -506,11 +504,12 @@ TEST_CASE("the sharded gradient reducer averages every rank's gradients into the
       "test");
   for (int micro = 0; micro < 2; ++micro) {
     red.begin_micro_step(micro == 1);
-    for (ModuleId m = 3; m-- > 0;) {
-      for (std::size_t p = 0; p < params.size(); ++p) {
+    for (std::size_t mi = 3; mi-- > 0;) {
+      const auto m = id_at<ModuleId>(mi);
+      for (ParamId p : params.ids()) {
         const auto& u = params[p].used_by;
         if (std::find(u.begin(), u.end(), m) == u.end()) continue;
-        TensorView gv = red.grad(static_cast<ParamId>(p));
+        TensorView gv = red.grad(p);
         for (std::int64_t i = 0; i < gv.numel(); ++i) gv.f32()[i] += static_cast<float>(r + 1);
       }
       red.module_done(m);
@@ -520,7 +519,7 @@ TEST_CASE("the sharded gradient reducer averages every rank's gradients into the
   // Each use adds rank+1; averaged over ranks, summed over two micro-steps.
   const float mean = static_cast<float>(R + 1) / 2.0f;
   for (const auto& seg : layout.segments(begin, begin + n)) {
-    const float uses = seg.param == 0 ? 2.0f : 1.0f;
+    const float uses = seg.param == 0_param ? 2.0f : 1.0f;
     for (std::uint64_t i = seg.begin; i < seg.end; ++i)
       CHECK(shard_grads[i - begin] == doctest::Approx(2.0f * uses * mean));
   }

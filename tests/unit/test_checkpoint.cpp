@@ -22,6 +22,7 @@
 #include "ztrain/shard/state_ranges.h"
 
 using namespace ztrain;
+using namespace ztrain::id_literals;
 namespace fs = std::filesystem;
 
 namespace {
@@ -76,7 +77,7 @@ Manifest write_single(const fs::path& dir, std::uint64_t n) {
     for (std::uint64_t b = 0; b < n; b += kBlockElements)
       s.crcs.push_back(crc32c(v.data() + b, std::min(kBlockElements, n - b) * 4));
     f.write(v.data(), n * 4);
-    m.params[0].pieces.push_back(s);
+    m.params[0_param].pieces.push_back(s);
   }
   f.finish();
   m.files.push_back({"rank_0.bin", fs::file_size(dir / "rank_0.bin")});
@@ -116,21 +117,21 @@ namespace {
 
 // Parameters of 5, 21 and 2 elements: at world 2 the padding between them
 // and the shard boundary fall mid-parameter.
-std::vector<ParamSpec> three_params() {
-  std::vector<ParamSpec> params(3);
-  params[0].name = "a";
-  params[0].shape = Shape{5};
-  params[1].name = "b";
-  params[1].shape = Shape{3, 7};
-  params[2].name = "c";
-  params[2].shape = Shape{2};
+ParamSpecs three_params() {
+  ParamSpecs params(3);
+  params[0_param].name = "a";
+  params[0_param].shape = Shape{5};
+  params[1_param].name = "b";
+  params[1_param].shape = Shape{3, 7};
+  params[2_param].name = "c";
+  params[2_param].shape = Shape{2};
   return params;
 }
 
 }  // namespace
 
 TEST_CASE("state ranges: flat ranges become parameter ranges, padding is never stored") {
-  const std::vector<ParamSpec> params = three_params();
+  const ParamSpecs params = three_params();
   const shard::FlatLayout layout(params, 2);
   std::vector<float> flat(layout.total());
   for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i + 1);
@@ -140,21 +141,21 @@ TEST_CASE("state ranges: flat ranges become parameter ranges, padding is never s
     shard::put_range(state, layout, layout.owned_begin(r), layout.owned_end(r), StateArray::m,
                      flat.data() + layout.owned_begin(r));
   CHECK(state.values.size() == 5 + 21 + 2);
-  CHECK(state.values.at({1, 1, 4}) == flat[layout.offset(1) + 4]);
+  CHECK(state.values.at({1_param, 1, 4}) == flat[layout.offset(1_param) + 4]);
   // Read back through another split: the parameters' elements, zeros between.
   const shard::FlatLayout other(params, 3);
   std::vector<float> back(other.total(), -1);
   for (int r = 0; r < 3; ++r)
     shard::get_range(state, other, other.owned_begin(r), other.owned_end(r), StateArray::m,
                      back.data() + other.owned_begin(r));
-  for (ParamId p = 0; p < 3; ++p)
+  for (ParamId p : params.ids())
     for (std::uint64_t i = 0; i < other.numel(p); ++i)
       CHECK(back[other.offset(p) + i] == flat[layout.offset(p) + i]);
-  CHECK(back[other.offset(0) + 5] == 0.0f);  // padding after a
+  CHECK(back[other.offset(0_param) + 5] == 0.0f);  // padding after a
 }
 
 TEST_CASE("clipped sink: copies of one shard each save their part, together all of it once") {
-  const std::vector<ParamSpec> params = three_params();
+  const ParamSpecs params = three_params();
   const shard::FlatLayout layout(params, 2);
   std::vector<float> flat(layout.total());
   for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i + 1);
@@ -201,22 +202,22 @@ TEST_CASE("manifest: round trip, and the tiling of every array is checked") {
   const Manifest back = parse_manifest(manifest_json(m), "m.json");
   CHECK(back.position.applied == 11);
   CHECK(back.position.scaler.scale == 1024);
-  CHECK(back.params[0].pieces.size() == 6);
+  CHECK(back.params[0_param].pieces.size() == 6);
   CHECK(back.config[0].second == "0.003");
 
   Manifest gap = m;
-  gap.params[0].pieces[2].first = 1;  // m's first piece starts late
-  gap.params[0].pieces[2].count = 24;
+  gap.params[0_param].pieces[2].first = 1;  // m's first piece starts late
+  gap.params[0_param].pieces[2].count = 24;
   CHECK(contains(message_of([&] { parse_manifest(manifest_json(gap), "m.json"); }),
                  "w's m has no piece for elements [0, 1)"));
   Manifest lap = m;
-  lap.params[0].pieces[5].first = 20;
-  lap.params[0].pieces[5].count = 80;
-  lap.params[0].pieces[5].crcs = {1};
+  lap.params[0_param].pieces[5].first = 20;
+  lap.params[0_param].pieces[5].count = 80;
+  lap.params[0_param].pieces[5].crcs = {1};
   CHECK(contains(message_of([&] { parse_manifest(manifest_json(lap), "m.json"); }),
                  "overlapping pieces at element 20"));
   Manifest outside = m;
-  outside.params[0].pieces[1].offset = 800;  // 75 elements from byte 800 of 1000
+  outside.params[0_param].pieces[1].offset = 800;  // 75 elements from byte 800 of 1000
   CHECK(contains(message_of([&] { parse_manifest(manifest_json(outside), "m.json"); }),
                  "lies outside its file"));
   CHECK(contains(message_of([] { parse_manifest("{\"format\": 3}", "m.json"); }),
@@ -232,12 +233,12 @@ TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
     CheckpointSource source(c);
     // Elements straddling the first block boundary: two blocks read.
     std::vector<float> out(20);
-    source.get(0, kBlockElements - 10, 20, StateArray::v, out.data());
+    source.get(0_param, kBlockElements - 10, 20, StateArray::v, out.data());
     for (std::uint64_t i = 0; i < 20; ++i)
       CHECK(out[i] == static_cast<float>(3 * (kBlockElements - 10 + i)));
     CHECK(source.bytes_read() == 2 * kBlockElements * 4);
     // The short last block alone.
-    source.get(0, n - 5, 5, StateArray::m, out.data());
+    source.get(0_param, n - 5, 5, StateArray::m, out.data());
     CHECK(out[4] == static_cast<float>(2 * (n - 1)));
     CHECK(source.bytes_read() == 2 * kBlockElements * 4 + 1000 * 4);
   }
@@ -245,7 +246,7 @@ TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
     // Whole blocks between partial ends: each block read once.
     CheckpointSource source(c);
     std::vector<float> out(kBlockElements + 510);
-    source.get(0, kBlockElements - 10, kBlockElements + 510, StateArray::master, out.data());
+    source.get(0_param, kBlockElements - 10, kBlockElements + 510, StateArray::master, out.data());
     CHECK(source.bytes_read() == (2 * kBlockElements + 1000) * 4);
     for (std::uint64_t i = 0; i < out.size(); ++i)
       if (out[i] != static_cast<float>(kBlockElements - 10 + i)) FAIL("element " << i);
@@ -260,7 +261,7 @@ TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
       const std::uint64_t lo = std::min(a, b), count = std::max(a, b) - lo + 1;
       const int array = trial % 3;
       out.assign(count, -1.0f);
-      source.get(0, lo, count, static_cast<StateArray>(array), out.data());
+      source.get(0_param, lo, count, static_cast<StateArray>(array), out.data());
       for (std::uint64_t i = 0; i < count; ++i)
         if (out[i] != static_cast<float>((array + 1) * (lo + i)))
           FAIL("trial " << trial << ": element " << lo + i);
@@ -283,10 +284,11 @@ TEST_CASE("reader: a range reads only its blocks, and a bad block is named") {
   // Ranges that avoid the bad block still read.
   CheckpointSource source(damaged);
   std::vector<float> out(10);
-  source.get(0, 0, 10, StateArray::m, out.data());
+  source.get(0_param, 0, 10, StateArray::m, out.data());
   CHECK(out[9] == 18.0f);
-  CHECK(contains(message_of([&] { source.get(0, kBlockElements, 10, StateArray::m, out.data()); }),
-                 "fail their checksum"));
+  CHECK(contains(
+      message_of([&] { source.get(0_param, kBlockElements, 10, StateArray::m, out.data()); }),
+      "fail their checksum"));
 }
 
 namespace {
@@ -323,7 +325,7 @@ TEST_CASE("reader: a range of many blocks, read and checked by two threads, ever
     from_disk ? evict(tmp.path / "rank_0.bin") : warm(tmp.path / "rank_0.bin");
     CheckpointSource source(c);
     std::fill(out.begin(), out.end(), -1.0f);
-    source.get(0, 0, n, StateArray::v, out.data());
+    source.get(0_param, 0, n, StateArray::v, out.data());
     CHECK(source.bytes_read() == n * 4);
     for (std::uint64_t i = 0; i < n; ++i)
       if (out[i] != static_cast<float>(3 * i)) FAIL("element " << i);
@@ -339,11 +341,12 @@ TEST_CASE("reader: a range of many blocks, read and checked by two threads, ever
     INFO((from_disk ? "from disk" : "from the page cache"));
     from_disk ? evict(tmp.path / "rank_0.bin") : warm(tmp.path / "rank_0.bin");
     CheckpointSource source(damaged);
-    const std::string why = message_of([&] { source.get(0, 0, n, StateArray::v, out.data()); });
+    const std::string why =
+        message_of([&] { source.get(0_param, 0, n, StateArray::v, out.data()); });
     CHECK(contains(why, "w's v, elements [" + std::to_string(4 * kBlockElements) + ", " +
                             std::to_string(5 * kBlockElements) + ")"));
     // The blocks before it were read and checked; m's are untouched.
-    source.get(0, 0, n, StateArray::m, out.data());
+    source.get(0_param, 0, n, StateArray::m, out.data());
     CHECK(out[n - 1] == static_cast<float>(2 * (n - 1)));
   }
 }

@@ -136,13 +136,45 @@ TEST_CASE("the step context refuses parameter views outside their modules") {
   Arena arena(*run.device);
   LossSum losses(*run.device, *run.kernels);
   StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
-  CHECK_THROWS_AS(ctx.param(0), InternalError);
-  ctx.enter_forward(0);
-  CHECK(ctx.param(0).numel() == 16 * 8);         // wte inside embed
-  CHECK_THROWS_AS(ctx.param(2), InternalError);  // block 0's ln_1 inside embed
-  ctx.exit_forward(0);
-  ctx.enter_backward(2);  // head uses the tied wte
-  CHECK(ctx.grad(0).numel() == 16 * 8);
-  ctx.exit_backward(2);
-  CHECK_THROWS_AS(ctx.param(999), InternalError);
+  using namespace id_literals;
+  CHECK_THROWS_AS(ctx.param(0_param), InternalError);
+  ctx.enter_forward(0_module);
+  CHECK(ctx.param(0_param).numel() == 16 * 8);         // wte inside embed
+  CHECK_THROWS_AS(ctx.param(2_param), InternalError);  // block 0's ln_1 inside embed
+  ctx.exit_forward(0_module);
+  ctx.enter_backward(2_module);  // head uses the tied wte
+  CHECK(ctx.grad(0_param).numel() == 16 * 8);
+  ctx.exit_backward(2_module);
+  CHECK_THROWS_AS(ctx.param(999_param), InternalError);
+  // One past the last parameter, and an id a plugin made negative, are
+  // not parameters (no view past the end of the specs).
+  ctx.enter_forward(0_module);
+  CHECK_THROWS_AS(ctx.param(params.end_id()), InternalError);
+  CHECK_THROWS_AS(ctx.param(id_at<ParamId>(static_cast<std::size_t>(-1))), InternalError);
+  ctx.exit_forward(0_module);
+}
+
+TEST_CASE("typed ids: a vector indexed by its own id, ranges, bounds and messages") {
+  using namespace id_literals;
+  IdVector<ParamId, std::string> names;
+  CHECK(names.push_back("wte") == 0_param);
+  CHECK(names.push_back("wpe") == 1_param);
+  CHECK(names.end_id() == 2_param);
+  CHECK(names[1_param] == "wpe");
+  CHECK(names.contains(1_param));
+  CHECK_FALSE(names.contains(2_param));  // one past the end
+  CHECK_FALSE(names.contains(id_at<ParamId>(static_cast<std::size_t>(-1))));
+  CHECK_THROWS_AS(names.at(2_param), std::out_of_range);
+  std::vector<ParamId> seen;
+  for (ParamId p : names.ids()) seen.push_back(p);
+  CHECK(seen == std::vector<ParamId>{0_param, 1_param});
+  CHECK(first_ids<ModuleId>(0).size() == 0);
+  CHECK(next_id(3_module) == 4_module);
+  CHECK(index_of(7_bucket) == 7);
+  CHECK(to_string(12_group) == "12");
+  // bool cells are std::vector<bool>'s, written through its reference.
+  IdVector<GroupId, bool> live(3, false);
+  live[1_group] = true;
+  CHECK(live[1_group]);
+  CHECK_FALSE(live[2_group]);
 }

@@ -96,8 +96,8 @@ void check_case(const std::string& name) {
                << lw.error << " (" << lw.ratio << " of its tolerance)");
 
   Worst gw;
-  for (ParamId p = 0; p < static_cast<ParamId>(params.size()); ++p) {
-    const ParamSpec& spec = params[static_cast<std::size_t>(p)];
+  for (ParamId p : params.ids()) {
+    const ParamSpec& spec = params[p];
     const std::string hf = spec.hf_name.empty() ? spec.name : spec.hf_name;
     std::vector<float> want = tensor(ref, "grad." + hf);
     if (spec.hf_transposed) {  // the file holds (in, out); ztrain (out, in)

@@ -25,7 +25,7 @@ std::string tiny(const std::string& arch, bool checkpointing) {
 
 struct Fixture {
   Run run;
-  std::vector<ParamSpec> params;
+  ParamSpecs params;
   std::vector<std::int32_t> inputs, targets;
   Batch batch;
   Arena arena;
@@ -81,10 +81,10 @@ struct Sample {
   std::size_t index;
 };
 
-std::vector<Sample> samples(const std::vector<ParamSpec>& params, int block, std::mt19937& rng) {
+std::vector<Sample> samples(const ParamSpecs& params, int block, std::mt19937& rng) {
   std::vector<Sample> out;
-  for (ParamId p = 0; p < static_cast<ParamId>(params.size()); ++p) {
-    const Shape& shape = params[static_cast<std::size_t>(p)].shape;
+  for (ParamId p : params.ids()) {
+    const Shape& shape = params[p].shape;
     const auto rows = static_cast<std::size_t>(shape[0]);
     const auto cols = shape.rank() > 1 ? static_cast<std::size_t>(shape[1]) : std::size_t{1};
     const auto b = static_cast<std::size_t>(block);
@@ -120,8 +120,7 @@ void check_model(const std::string& arch, bool checkpointing) {
     const double fd =
         (8 * (at(kStep) - at(-kStep)) - (at(2 * kStep) - at(-2 * kStep))) / (12 * kStep);
     const double ratio = std::fabs(fd - analytic) / (kRel * std::fabs(analytic) + kAbs);
-    const std::string where =
-        f.params[static_cast<std::size_t>(s.param)].name + "[" + std::to_string(s.index) + "]";
+    const std::string where = f.params[s.param].name + "[" + std::to_string(s.index) + "]";
     INFO(arch << std::string(checkpointing ? " (checkpointing) " : " ") << where << ": analytic "
               << analytic << ", finite difference " << fd);
     CHECK(ratio <= 1.0);
@@ -152,8 +151,7 @@ TEST_CASE("activation checkpointing gives bit-identical gradients and less activ
   for (const char* arch : {"gpt2", "llama"}) {
     Fixture plain(tiny(arch, false)), ckpt(tiny(arch, true));
     CHECK(plain.forward_backward() == ckpt.forward_backward());
-    for (ParamId p = 0; p < static_cast<ParamId>(plain.params.size()); ++p)
-      CHECK(plain.grad(p) == ckpt.grad(p));
+    for (ParamId p : plain.params.ids()) CHECK(plain.grad(p) == ckpt.grad(p));
     CHECK(ckpt.run.model->activation_bytes({2, 7}) < plain.run.model->activation_bytes({2, 7}));
   }
 }
@@ -175,8 +173,9 @@ TEST_CASE("parameter declarations: names, tying, decay and the known model sizes
   CHECK(llama->info().n_params == 6738415616);
 
   const auto params = gpt2->params();
-  CHECK(params[0].name == "wte.weight");
-  CHECK(params[0].used_by == std::vector<ModuleId>{0, 13});  // tied: embed and head
+  using namespace id_literals;
+  CHECK(params[0_param].name == "wte.weight");
+  CHECK(params[0_param].used_by == std::vector<ModuleId>{0_module, 13_module});  // tied
   for (const auto& p : params) {
     CHECK(p.decay == (p.shape.rank() >= 2));
     if (p.name.ends_with("c_proj.weight"))
@@ -186,7 +185,7 @@ TEST_CASE("parameter declarations: names, tying, decay and the known model sizes
   CHECK(gpt2->modules().back().name == "head");
   const auto lp = llama->params();
   CHECK(lp.back().name == "lm_head.weight");
-  CHECK(lp.front().used_by == std::vector<ModuleId>{0});  // untied
+  CHECK(lp.front().used_by == std::vector<ModuleId>{0_module});  // untied
 }
 
 TEST_CASE("bad model shapes are config errors naming the key") {

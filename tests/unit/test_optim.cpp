@@ -13,6 +13,7 @@
 #include "ztrain/shard/optimizer_shard.h"
 
 using namespace ztrain;
+using namespace ztrain::id_literals;
 
 namespace {
 ParamSpec spec(std::string name, Shape shape, Init init, bool decay,
@@ -30,29 +31,29 @@ ParamSpec spec(std::string name, Shape shape, Init init, bool decay,
 TEST_CASE("AdamW matches PyTorch's update rule over several steps") {
   auto dev = make_cpu_device(1);
   auto k = make_cpu_kernels();
-  std::vector<ParamSpec> params{spec("w", {3, 4}, {}, true, {0}), spec("b", {5}, {}, false, {0})};
+  ParamSpecs params{spec("w", {3, 4}, {}, true, {0_module}), spec("b", {5}, {}, false, {0_module})};
   const shard::FlatLayout layout(params, 1, 16);
   const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
   std::vector<float> p(layout.total()), g(layout.total());
   shard::OptimizerShard opt(*dev, Tier::device, params, layout, 0, layout.total(), s, p.data());
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  for (ParamId id = 0; id < 2; ++id)
+  for (ParamId id : params.ids())
     for (std::uint64_t i = 0; i < layout.numel(id); ++i) p[layout.offset(id) + i] = nd(rng);
   std::vector<double> ref(p.begin(), p.end()), m(p.size()), v(p.size());
   const double lr = 0.01, mult = 0.5;
   StepScalars scalars;
   scalars.grad_mult = static_cast<float>(mult);
   for (int step = 1; step <= 5; ++step) {
-    for (ParamId id = 0; id < 2; ++id)
+    for (ParamId id : params.ids())
       for (std::uint64_t i = 0; i < layout.numel(id); ++i) g[layout.offset(id) + i] = nd(rng);
     const std::vector<float> g_used = g;
     // Odd steps zero g (a buffer backward accumulates into), even ones keep it.
     const auto after = step % 2 ? GradAfter::zeroed : GradAfter::kept;
     opt.step(p.data(), g.data(), *k, lr, step, &scalars, after);
     CHECK(g == (after == GradAfter::zeroed ? std::vector<float>(g.size()) : g_used));
-    for (ParamId id = 0; id < 2; ++id) {
-      const double wd = params[static_cast<std::size_t>(id)].decay ? s.weight_decay : 0.0;
+    for (ParamId id : params.ids()) {
+      const double wd = params[id].decay ? s.weight_decay : 0.0;
       for (std::uint64_t i = 0; i < layout.numel(id); ++i) {
         const std::size_t j = layout.offset(id) + i;
         const double gj = g_used[j] * mult;
@@ -64,7 +65,7 @@ TEST_CASE("AdamW matches PyTorch's update rule over several steps") {
       }
     }
   }
-  for (ParamId id = 0; id < 2; ++id)
+  for (ParamId id : params.ids())
     for (std::uint64_t i = 0; i < layout.numel(id); ++i)
       CHECK(p[layout.offset(id) + i] == doctest::Approx(ref[layout.offset(id) + i]).epsilon(1e-5));
   // Padding between parameters is never touched.
@@ -77,7 +78,8 @@ TEST_CASE(
     "rounding") {
   auto dev = make_cpu_device(1);
   auto k = make_cpu_kernels();
-  std::vector<ParamSpec> params{spec("w", {40, 33}, {}, true, {0}), spec("b", {7}, {}, false, {0})};
+  ParamSpecs params{spec("w", {40, 33}, {}, true, {0_module}),
+                    spec("b", {7}, {}, false, {0_module})};
   const shard::FlatLayout layout(params, 1, 16);
   const std::uint64_t n = layout.total();
   const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
@@ -88,7 +90,7 @@ TEST_CASE(
   for (DType t : {DType::bf16, DType::f16}) {
     CAPTURE(dtype_name(t));
     std::vector<float> start(n), p32(n);
-    for (ParamId id = 0; id < 2; ++id)
+    for (ParamId id : params.ids())
       for (std::uint64_t i = 0; i < layout.numel(id); ++i) start[layout.offset(id) + i] = nd(rng);
     std::vector<std::uint16_t> p16(n), g16(n);
     convert(start.data(), DType::f32, p16.data(), t, n);
@@ -99,7 +101,7 @@ TEST_CASE(
     CHECK(dev->stats().current[Tier::device][Category::optimizer] == (12 + 8) * n);
     for (int step = 1; step <= 4; ++step) {
       std::vector<float> g32(n);
-      for (ParamId id = 0; id < 2; ++id)
+      for (ParamId id : params.ids())
         for (std::uint64_t i = 0; i < layout.numel(id); ++i) g32[layout.offset(id) + i] = nd(rng);
       convert(g32.data(), DType::f32, g16.data(), t, n);
       convert(g16.data(), t, g32.data(), DType::f32, n);  // the same gradients in both
@@ -130,18 +132,18 @@ TEST_CASE("warmup then cosine, linear or constant decay") {
 }
 
 TEST_CASE("flat layout: aligned offsets, equal shards, segments of a range") {
-  std::vector<ParamSpec> params{spec("a", {10}, {}, false, {0}), spec("b", {3, 7}, {}, true, {0}),
-                                spec("c", {1}, {}, false, {1})};
+  ParamSpecs params{spec("a", {10}, {}, false, {0_module}), spec("b", {3, 7}, {}, true, {0_module}),
+                    spec("c", {1}, {}, false, {1_module})};
   const shard::FlatLayout l(params, 3, 16);
-  CHECK(l.offset(0) == 0);
-  CHECK(l.offset(1) == 16);
-  CHECK(l.offset(2) == 48);
+  CHECK(l.offset(0_param) == 0);
+  CHECK(l.offset(1_param) == 16);
+  CHECK(l.offset(2_param) == 48);
   CHECK(l.total() % (3 * 16) == 0);
   CHECK(l.total() >= 49);
   CHECK(l.owned_end(2) == l.total());
   const auto segs = l.segments(5, 20);
   REQUIRE(segs.size() == 2);
-  CHECK(segs[0].param == 0);
+  CHECK(segs[0].param == 0_param);
   CHECK(segs[0].begin == 5);
   CHECK(segs[0].end == 10);
   CHECK(segs[1].begin == 16);
@@ -149,8 +151,8 @@ TEST_CASE("flat layout: aligned offsets, equal shards, segments of a range") {
 }
 
 TEST_CASE("initial values depend only on seed, parameter and element, not on the range") {
-  std::vector<ParamSpec> params{spec("w", {50, 40}, {Init::Kind::normal, 0.02f}, true, {0}),
-                                spec("g", {40}, {Init::Kind::ones, 0}, false, {0})};
+  ParamSpecs params{spec("w", {50, 40}, {Init::Kind::normal, 0.02f}, true, {0_module}),
+                    spec("g", {40}, {Init::Kind::ones, 0}, false, {0_module})};
   const shard::FlatLayout l(params, 1, 16);
   std::vector<float> full(l.total());
   shard::init_flat(params, l, 42, 0, l.total(), full.data());
@@ -165,7 +167,7 @@ TEST_CASE("initial values depend only on seed, parameter and element, not on the
   }
   CHECK(std::fabs(s / 2000) < 0.002);
   CHECK(std::sqrt(ss / 2000) == doctest::Approx(0.02).epsilon(0.05));
-  CHECK(full[l.offset(1)] == 1.0f);
+  CHECK(full[l.offset(1_param)] == 1.0f);
   std::vector<float> other(l.total());
   shard::init_flat(params, l, 43, 0, l.total(), other.data());
   CHECK(other[0] != full[0]);

@@ -19,6 +19,7 @@
 #include "ztrain/shard/reduce_plan.h"
 
 using namespace ztrain;
+using namespace ztrain::id_literals;
 using shard::GatherEvent;
 
 namespace {
@@ -34,24 +35,21 @@ ParamSpec spec(std::string name, std::int64_t n, std::vector<ModuleId> used_by) 
 
 // `n` modules of one 100-element parameter each, plus a 60-element
 // parameter tied between the first and the last (as a tied embedding).
-std::vector<ParamSpec> chain(int n = 4) {
-  std::vector<ParamSpec> out{spec("tied", 60, {0, n - 1})};
-  for (int m = 0; m < n; ++m) out.push_back(spec("m" + std::to_string(m), 100, {m}));
+ParamSpecs chain(std::size_t n = 4) {
+  ParamSpecs out;
+  out.push_back(spec("tied", 60, {0_module, id_at<ModuleId>(n - 1)}));
+  for (ModuleId m : first_ids<ModuleId>(n)) out.push_back(spec("m" + to_string(m), 100, {m}));
   return out;
 }
-std::vector<ModuleSpec> modules() {
+ModuleSpecs modules() {
   return {{"embed"}, {"block.0"}, {"block.1"}, {"head"}};
 }
 
-void run_micro_step(shard::ParamGatherer& g, int n_modules) {
+void run_micro_step(shard::ParamGatherer& g, std::size_t n_modules) {
   g.begin_micro_step();
-  for (int m = 0; m < n_modules; ++m) {
-    g.fetch(m, false);
-    g.release(m, false);
-  }
-  for (int m = n_modules; m-- > 0;) {
-    g.fetch(m, true);
-    g.release(m, true);
+  for (const auto& e : shard::standard_trace(n_modules)) {
+    g.fetch(e.module, e.backward);
+    g.release(e.module, e.backward);
   }
 }
 
@@ -88,21 +86,20 @@ TEST_CASE("gather plan: prefetch ahead within its budget, never above the live c
   const auto groups = shard::gather_groups(params, shard::FlatLayout(params, 1), 0);
   REQUIRE(groups.size() == params.size());  // no two neighbours share their modules
   const auto needs0 = shard::group_needs(groups, 4);
-  std::vector<std::vector<int>> needs;
-  for (const auto& e : shard::standard_trace(4))
-    needs.push_back(needs0[static_cast<std::size_t>(e.module)]);
-  const std::vector<std::uint64_t> numel{60, 100, 100, 100, 100};
+  std::vector<std::vector<GroupId>> needs;
+  for (const auto& e : shard::standard_trace(4)) needs.push_back(needs0[e.module]);
+  const IdVector<GroupId, std::uint64_t> numel{60, 100, 100, 100, 100};
   const auto plan = shard::make_gather_plan(needs, numel, {150, 260, 0, 0});
   // Position 0 gathers its own two parameters and prefetches m1 (100 fits
   // the 150 budget; m2 would not).
-  CHECK(plan.gather[0] == std::vector<int>{0, 1, 2});
+  CHECK(plan.gather[0] == std::vector<GroupId>{0_group, 1_group, 2_group});
   CHECK(plan.peak_live <= 260);
   // Everything gathered is released by the end of the micro-step.
-  std::vector<int> balance(5, 0);
+  IdVector<GroupId, int> balance(5, 0);
   for (std::size_t i = 0; i < needs.size(); ++i) {
-    for (int g : plan.gather[i]) ++balance[static_cast<std::size_t>(g)];
-    for (int g : plan.evict[i]) --balance[static_cast<std::size_t>(g)];
-    for (int g : plan.release[i]) --balance[static_cast<std::size_t>(g)];
+    for (GroupId g : plan.gather[i]) ++balance[g];
+    for (GroupId g : plan.evict[i]) --balance[g];
+    for (GroupId g : plan.release[i]) --balance[g];
   }
   CHECK(std::all_of(balance.begin(), balance.end(), [](int b) { return b == 0; }));
   // With reuse allowed, the head's parameters stay gathered from its forward
@@ -114,8 +111,8 @@ TEST_CASE("gather plan: prefetch ahead within its budget, never above the live c
 TEST_CASE("gather groups: one per module's run of parameters, small ones riding along") {
   // A GPT-2-like layout: a tied embedding, positions, two blocks of
   // matrices with small biases and norms between them, a final norm.
-  std::vector<ParamSpec> params{spec("wte", 640, {0, 3}), spec("wpe", 320, {0})};
-  for (ModuleId m : {1, 2})
+  ParamSpecs params{spec("wte", 640, {0_module, 3_module}), spec("wpe", 320, {0_module})};
+  for (ModuleId m : {1_module, 2_module})
     for (auto [name, n] : {std::pair{"ln.w", 16},
                            {"qkv.w", 768},
                            {"qkv.b", 48},
@@ -124,21 +121,22 @@ TEST_CASE("gather groups: one per module's run of parameters, small ones riding 
                            {"fc.w", 1024},
                            {"fc.b", 64}})
       params.push_back(spec(name, n, {m}));
-  params.push_back(spec("ln_f.w", 16, {3}));
+  params.push_back(spec("ln_f.w", 16, {3_module}));
   const shard::FlatLayout layout(params, 2);
   for (std::uint64_t threshold : {std::uint64_t{0}, std::uint64_t{100}}) {
     const auto groups = shard::gather_groups(params, layout, threshold);
     INFO("threshold " << threshold);
     // wte, wpe, one per block; the final norm only when it is not persistent.
     CHECK(groups.size() == (threshold == 0 ? 5u : 4u));
-    CHECK(groups[2].used_by == std::vector<ModuleId>{1});
-    CHECK(groups[2].begin == layout.offset(2 + (threshold == 0 ? 0 : 1)));
+    CHECK(groups[2_group].used_by == std::vector<ModuleId>{1_module});
+    CHECK(groups[2_group].begin == layout.offset(threshold == 0 ? 2_param : 3_param));
     // From the first to the last non-persistent parameter of block 1.
-    CHECK(groups[2].end == (threshold == 0 ? layout.offset(8) + 64 : layout.offset(7) + 1024));
-    CHECK(groups[2].params.size() == (threshold == 0 ? 7u : 3u));
+    CHECK(groups[2_group].end ==
+          (threshold == 0 ? layout.offset(8_param) + 64 : layout.offset(7_param) + 1024));
+    CHECK(groups[2_group].params.size() == (threshold == 0 ? 7u : 3u));
     const auto needs = shard::group_needs(groups, 4);
-    CHECK(needs[0] == std::vector<int>{0, 1});
-    CHECK(needs[3].front() == 0);  // the tied embedding again
+    CHECK(needs[0_module] == std::vector<GroupId>{0_group, 1_group});
+    CHECK(needs[3_module].front() == 0_group);  // the tied embedding again
   }
 }
 
@@ -164,16 +162,16 @@ TEST_CASE("gatherer: a trace is recorded, later steps prefetch ahead of use unde
     g.end_step();
     // Outside training (evaluation) fetches are on demand; the gathered
     // values are the shard's.
-    g.fetch(0, false);
-    CHECK(std::equal(weights.begin() + static_cast<std::ptrdiff_t>(layout.offset(1)),
-                     weights.begin() + static_cast<std::ptrdiff_t>(layout.offset(1) + 100),
-                     g.view(1).f32()));
-    g.release(0, false);
+    g.fetch(0_module, false);
+    CHECK(std::equal(weights.begin() + static_cast<std::ptrdiff_t>(layout.offset(1_param)),
+                     weights.begin() + static_cast<std::ptrdiff_t>(layout.offset(1_param) + 100),
+                     g.view(1_param).f32()));
+    g.release(0_module, false);
   }
   int ahead = 0, uses = 0;
   for (std::size_t k = 0; k < log.size(); ++k) {
     CHECK(log[k].live <= opts.max_live_parameters);
-    if (log[k].kind != GatherEvent::Kind::use || log[k].position <= 0) continue;
+    if (log[k].kind != GatherEvent::Kind::use || log[k].position.value_or(0) == 0) continue;
     ++uses;
     // The latest gather of this parameter before its use.
     for (std::size_t j = k; j-- > 0;)
@@ -197,9 +195,9 @@ TEST_CASE("gatherer: a changed module order is an error naming both modules") {
   shard::ParamGatherer g(*dev, params, modules(), layout, *comm, owned, {1000, 1000, 0, 0}, "test");
   run_micro_step(g, 4);
   g.begin_micro_step();
-  g.fetch(0, false);
-  g.release(0, false);
-  const std::string msg = test::message_of<Error>([&] { g.fetch(2, false); });
+  g.fetch(0_module, false);
+  g.release(0_module, false);
+  const std::string msg = test::message_of<Error>([&] { g.fetch(2_module, false); });
   CHECK(msg.find("module order changed at position 1") != std::string::npos);
   CHECK(msg.find("'block.0' forward") != std::string::npos);
   CHECK(msg.find("'block.1' forward") != std::string::npos);
@@ -238,15 +236,17 @@ TEST_CASE("reduction plans: every bucket launched once, in order, when complete,
         CHECK((accumulating > 0) == every);
         for (const auto* sched : {&plan.accumulating, &plan.last}) {
           if (sched == &plan.accumulating && !every) continue;
-          std::vector<int> state(plan.buckets.size(), 0);  // 0 idle, 1 launched, 2 waited
-          int next_launch = 0;
+          // 0 idle, 1 launched, 2 waited
+          IdVector<BucketId, int> state(plan.buckets.size(), 0);
+          BucketId next_launch{};
           const auto act = [&](const shard::ReduceAction& a, ModuleId after) {
-            auto& st = state[static_cast<std::size_t>(a.bucket)];
+            auto& st = state[a.bucket];
             if (a.kind == shard::ReduceAction::Kind::launch) {
               CHECK(st == 0);
-              CHECK(a.bucket == next_launch++);
+              CHECK(a.bucket == next_launch);
+              next_launch = next_id(next_launch);
               // Complete: every parameter in it was done by this module.
-              for (std::size_t p = 0; p < params.size(); ++p)
+              for (ParamId p : params.ids())
                 if (plan.bucket_of[p] == a.bucket)
                   CHECK(*std::min_element(params[p].used_by.begin(), params[p].used_by.end()) >=
                         after);
@@ -256,9 +256,10 @@ TEST_CASE("reduction plans: every bucket launched once, in order, when complete,
               st = 2;
             }
           };
-          for (ModuleId m = 8; m-- > 0;)
-            for (const auto& a : sched->after_module[static_cast<std::size_t>(m)]) act(a, m);
-          for (const auto& a : sched->at_end) act(a, 0);
+          for (std::size_t i = 8; i-- > 0;)
+            for (const auto& a : sched->after_module[id_at<ModuleId>(i)])
+              act(a, id_at<ModuleId>(i));
+          for (const auto& a : sched->at_end) act(a, 0_module);
           for (int st : state) CHECK(st == 2);
         }
         const auto peaks = shard::worst_reduce_peaks(plan, world);
@@ -282,21 +283,23 @@ TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory a
                        std::vector<shard::GradPiece>{{0, layout.total(), shard.data()}}, "test");
   for (int micro = 0; micro < 2; ++micro) {
     r.begin_micro_step(micro == 1);
-    for (ModuleId m = 8; m-- > 0;) {
-      for (std::size_t p = 0; p < params.size(); ++p) {
+    for (std::size_t mi = 8; mi-- > 0;) {
+      const auto m = id_at<ModuleId>(mi);
+      for (ParamId p : params.ids()) {
         const auto& u = params[p].used_by;
         if (std::find(u.begin(), u.end(), m) == u.end()) continue;
-        TensorView g = r.grad(static_cast<ParamId>(p));
-        for (std::int64_t i = 0; i < g.numel(); ++i) g.f32()[i] += static_cast<float>(p + 1);
+        TensorView g = r.grad(p);
+        for (std::int64_t i = 0; i < g.numel(); ++i)
+          g.f32()[i] += static_cast<float>(index_of(p) + 1);
       }
       r.module_done(m);
     }
   }
   r.finish();
-  for (std::size_t p = 0; p < params.size(); ++p) {
+  for (ParamId p : params.ids()) {
     // Two micro-steps; the tied parameter gets a gradient from both users.
-    const float want = 2.0f * static_cast<float>(p + 1) * (p == 0 ? 2.0f : 1.0f);
-    CHECK(shard[layout.offset(static_cast<ParamId>(p))] == want);
+    const float want = 2.0f * static_cast<float>(index_of(p) + 1) * (p == 0_param ? 2.0f : 1.0f);
+    CHECK(shard[layout.offset(p)] == want);
   }
   const auto peak = [&](Category c) { return dev->stats().peak[Tier::device][c]; };
   CHECK(peaks.staged < layout.total());  // never all gradients at once
@@ -305,6 +308,6 @@ TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory a
   // Modules out of order are refused, naming the caller.
   r.begin_micro_step(true);
   CHECK(test::message_of<InternalError>([&] {
-          r.module_done(3);
+          r.module_done(3_module);
         }).find("test: backward ran module 3") == 0);
 }

@@ -26,6 +26,7 @@
 #include "ztrain/shard/shard_optimizer.h"
 
 using namespace ztrain;
+using namespace ztrain::id_literals;
 
 namespace {
 
@@ -80,14 +81,14 @@ class LaggingDevice final : public UnreachableRam {
   }
 };
 
-std::vector<ParamSpec> params() {
-  std::vector<ParamSpec> out;
+ParamSpecs params() {
+  ParamSpecs out;
   for (auto [name, rows, cols] : {std::tuple{"a", 300, 70}, {"b", 1, 513}, {"c", 1000, 9}}) {
     ParamSpec p;
     p.name = name;
     p.shape = {rows, cols};
     p.init = {Init::Kind::normal, 0.5f};
-    p.used_by = {0};
+    p.used_by = {0_module};
     out.push_back(p);
   }
   return out;
@@ -126,9 +127,9 @@ TEST_CASE("initial values reach an unreachable device tier through copies, the s
     const shard::FullReplica b(opaque, ps, layout, 17, t, DType::f32);
     CHECK(opaque.converts > before);  // staged, not written in place
     CHECK(std::memcmp(a.weights().data, b.weights().data, layout.total() * dtype_size(t)) == 0);
-    std::vector<float> ra(static_cast<std::size_t>(layout.numel(1))), rb(ra.size());
-    a.read(1, ra.data());
-    b.read(1, rb.data());
+    std::vector<float> ra(static_cast<std::size_t>(layout.numel(1_param))), rb(ra.size());
+    a.read(1_param, ra.data());
+    b.read(1_param, rb.data());
     CHECK(ra == rb);
   }
 }
@@ -243,13 +244,13 @@ TEST_CASE("the step's norm stays with device gradients until its result is read"
 TEST_CASE("an offloaded shard's working copy goes up in chunks, each waited for") {
   // Over 4M elements, so each step's upload is cut in two chunks (at 4M,
   // inside the first run), and a second run of another weight decay.
-  std::vector<ParamSpec> ps(2);
-  ps[0].name = "w";
-  ps[0].shape = {3, 1500001};
-  ps[0].decay = true;
-  ps[1].name = "b";
-  ps[1].shape = {7};
-  for (auto& p : ps) p.used_by = {0};
+  ParamSpecs ps(2);
+  ps[0_param].name = "w";
+  ps[0_param].shape = {3, 1500001};
+  ps[0_param].decay = true;
+  ps[1_param].name = "b";
+  ps[1_param].shape = {7};
+  for (auto& p : ps) p.used_by = {0_module};
   const shard::FlatLayout layout(ps, 1, 16);
   const std::uint64_t n = layout.total();
   const OptimizerSettings settings{0.9, 0.95, 1e-8, 0.1};
@@ -299,20 +300,22 @@ TEST_CASE("reduced gradients land in a host shard by copies the reducer waits fo
         std::vector<shard::GradPiece>{{0, layout.total(), piece.data(), Tier::host}}, "test");
     for (int micro = 0; micro < micro_steps; ++micro) {
       r.begin_micro_step(micro + 1 == micro_steps);
-      for (std::size_t p = 0; p < ps.size(); ++p) {
-        TensorView g = r.grad(static_cast<ParamId>(p));
-        for (std::int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = static_cast<float>(p + 1 + micro);
+      for (ParamId p : ps.ids()) {
+        TensorView g = r.grad(p);
+        for (std::int64_t i = 0; i < g.numel(); ++i)
+          g.f32()[i] = static_cast<float>(index_of(p) + 1 + static_cast<std::size_t>(micro));
       }
-      r.module_done(0);
+      r.module_done(0_module);
     }
     r.finish();
     CHECK(lagging.started > 1);
-    for (std::size_t p = 0; p < ps.size(); ++p) {
+    for (ParamId p : ps.ids()) {
       // The sum over micro-steps of p + 1 + micro.
-      const auto want = static_cast<float>(micro_steps * (p + 1) + (micro_steps == 2 ? 1 : 0));
-      const std::uint64_t at = layout.offset(static_cast<ParamId>(p));
+      const auto want =
+          static_cast<float>(micro_steps * (index_of(p) + 1) + (micro_steps == 2 ? 1 : 0));
+      const std::uint64_t at = layout.offset(p);
       CHECK(piece[at] == want);
-      CHECK(piece[at + layout.numel(static_cast<ParamId>(p)) - 1] == want);
+      CHECK(piece[at + layout.numel(p) - 1] == want);
     }
   }
 }

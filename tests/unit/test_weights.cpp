@@ -20,12 +20,12 @@ std::string tiny(const std::string& arch, int seed, const std::string& extra = "
          extra + "[train]\nseed = " + std::to_string(seed) + "\nmicro_batch_size = 1\n";
 }
 
-std::vector<std::vector<float>> values(Run& run) {
-  std::vector<std::vector<float>> out;
+IdVector<ParamId, std::vector<float>> values(Run& run) {
+  IdVector<ParamId, std::vector<float>> out;
   const auto params = run.model->params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    out.emplace_back(static_cast<std::size_t>(params[i].shape.numel()));
-    run.strategy->read_param(static_cast<ParamId>(i), out.back().data());
+  for (ParamId p : params.ids()) {
+    out.emplace_back(static_cast<std::size_t>(params[p].shape.numel()));
+    run.strategy->read_param(p, out.back().data());
   }
   return out;
 }
@@ -78,7 +78,7 @@ TEST_CASE("bf16 and fp16 exports hold the rounded values") {
     Run b = test::make_run(
         tiny("llama", 2, "init_from = \"" + (dir / "w.safetensors").string() + "\"\n"));
     const auto got = values(b);
-    for (std::size_t p = 0; p < full.size(); ++p)
+    for (ParamId p : full.ids())
       for (std::size_t i = 0; i < full[p].size(); ++i) {
         std::uint16_t h;
         convert(&full[p][i], DType::f32, &h, t, 1);
@@ -96,7 +96,7 @@ TEST_CASE(
   Run ref = test::make_run(tiny("gpt2", 1));
   const auto params = ref.model->params();
   test::TempDir dir;
-  std::vector<std::vector<float>> storage;
+  IdVector<ParamId, std::vector<float>> storage;
   std::vector<SafetensorsTensor> tensors;
   for (const auto& p : params) {
     const std::int64_t n = p.shape.numel();
@@ -110,13 +110,14 @@ TEST_CASE(
   }
   const std::vector<float> mask(25, 1.0f);
   tensors.push_back({"h.0.attn.bias", DType::f32, {1, 1, 5, 5}, mask.data()});
-  tensors.push_back({"lm_head.weight", DType::f32, params[0].shape, storage[0].data()});
+  using namespace id_literals;
+  tensors.push_back({"lm_head.weight", DType::f32, params[0_param].shape, storage[0_param].data()});
   write_safetensors(dir / "hf.safetensors", tensors, {{"format", "pt"}});
 
   Run b = test::make_run(
       tiny("gpt2", 2, "init_from = \"" + (dir / "hf.safetensors").string() + "\"\n"));
   const auto got = values(b);
-  for (std::size_t p = 0; p < params.size(); ++p) {
+  for (ParamId p : params.ids()) {
     const auto& spec = params[p];
     INFO(spec.name);
     if (!spec.hf_transposed) {
@@ -224,18 +225,18 @@ TEST_CASE("any element range of a parameter reads as that part of the whole, Con
   const auto whole = values(a);
   const auto params = a.model->params();
   bool transposed = false;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const std::uint64_t n = whole[i].size();
-    transposed = transposed || params[i].hf_transposed;
+  for (ParamId p : params.ids()) {
+    const std::uint64_t n = whole[p].size();
+    transposed = transposed || params[p].hf_transposed;
     // Ranges starting and ending inside rows, whole rows, single elements.
     for (const std::uint64_t first : {std::uint64_t{0}, std::uint64_t{1}, n / 3, n - 1})
       for (const std::uint64_t count : {std::uint64_t{1}, std::uint64_t{7}, n / 2, n}) {
         if (first + count > n) continue;
-        INFO(params[i].name << " [" << first << ", +" << count << ")");
+        INFO(params[p].name << " [" << first << ", +" << count << ")");
         std::vector<float> got(count, -1.0f);
-        file.get(static_cast<ParamId>(i), first, count, StateArray::master, got.data());
-        CHECK(std::equal(got.begin(), got.end(), whole[i].begin() + static_cast<long>(first)));
-        file.get(static_cast<ParamId>(i), first, count, StateArray::m, got.data());
+        file.get(p, first, count, StateArray::master, got.data());
+        CHECK(std::equal(got.begin(), got.end(), whole[p].begin() + static_cast<long>(first)));
+        file.get(p, first, count, StateArray::m, got.data());
         CHECK(std::all_of(got.begin(), got.end(), [](float v) { return v == 0.0f; }));
       }
   }
@@ -243,9 +244,9 @@ TEST_CASE("any element range of a parameter reads as that part of the whole, Con
   // A whole read of every parameter reads every byte of the model once.
   WeightsFile once(reader, *a.model);
   std::vector<float> buf;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    buf.resize(whole[i].size());
-    once.get(static_cast<ParamId>(i), 0, buf.size(), StateArray::master, buf.data());
+  for (ParamId p : params.ids()) {
+    buf.resize(whole[p].size());
+    once.get(p, 0, buf.size(), StateArray::master, buf.data());
   }
   CHECK(once.bytes_read() == once.file_bytes());
 }

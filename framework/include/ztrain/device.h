@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "ztrain/export.h"
+#include "ztrain/ids.h"
 #include "ztrain/tensor.h"
 
 namespace ztrain {
@@ -52,23 +53,6 @@ inline constexpr Category kCategories[kCategoryCount] = {
     Category::params, Category::grads,   Category::optimizer, Category::activations,
     Category::comm,   Category::offload, Category::checkpoint};
 
-// IdArray<Id, N, T>: a T for each of the N values of the enum Id, indexed by
-// the enum itself, so no caller turns an id into an index. Iterating gives
-// the values in the enum's order.
-template <class Id, std::size_t N, class T>
-class IdArray {
- public:
-  T& operator[](Id id) { return cells_[static_cast<std::size_t>(id)]; }
-  const T& operator[](Id id) const { return cells_[static_cast<std::size_t>(id)]; }
-  auto begin() { return cells_.begin(); }
-  auto end() { return cells_.end(); }
-  auto begin() const { return cells_.begin(); }
-  auto end() const { return cells_.end(); }
-  bool operator==(const IdArray&) const = default;
-
- private:
-  std::array<T, N> cells_{};
-};
 template <class T>
 using PerTier = IdArray<Tier, kTierCount, T>;
 template <class T>

@@ -29,14 +29,12 @@
 
 #include "ztrain/device.h"
 #include "ztrain/export.h"
+#include "ztrain/ids.h"
 #include "ztrain/kernels.h"
 #include "ztrain/plugin.h"
 #include "ztrain/tensor.h"
 
 namespace ztrain {
-
-using ParamId = int;
-using ModuleId = int;
 
 struct Init {
   enum class Kind : std::uint8_t { normal, zeros, ones };
@@ -60,6 +58,10 @@ struct ParamSpec {
 struct ModuleSpec {
   std::string name;  // "embed", "block.0", ..., "head"
 };
+
+// A model's parameters and modules, each indexed by its id.
+using ParamSpecs = IdVector<ParamId, ParamSpec>;
+using ModuleSpecs = IdVector<ModuleId, ModuleSpec>;
 
 struct BatchShape {
   int batch = 0;
@@ -141,8 +143,8 @@ class Strategy;
 // parameter view is taken inside a module that uses the parameter.
 class ZTRAIN_API StepContext {
  public:
-  StepContext(Strategy& strategy, const std::vector<ParamSpec>& params, const Kernels& kernels,
-              Arena& arena, LossSum& losses, float grad_scale);
+  StepContext(Strategy& strategy, const ParamSpecs& params, const Kernels& kernels, Arena& arena,
+              LossSum& losses, float grad_scale);
 
   void enter_forward(ModuleId m);
   void exit_forward(ModuleId m);
@@ -166,20 +168,20 @@ class ZTRAIN_API StepContext {
  private:
   void check_usable(ParamId p, const char* what) const;
   Strategy& strategy_;
-  const std::vector<ParamSpec>& params_;
+  const ParamSpecs& params_;
   const Kernels& kernels_;
   Arena& arena_;
   LossSum& losses_;
   float grad_scale_;
-  std::vector<int> active_;  // per module: entered and not yet exited
+  IdVector<ModuleId, int> active_;  // per module: entered and not yet exited
 };
 
 class ZTRAIN_API Model : public Plugin {
  public:
   ~Model() override;
   virtual ModelInfo info() const = 0;
-  virtual std::vector<ParamSpec> params() const = 0;
-  virtual std::vector<ModuleSpec> modules() const = 0;  // forward execution order
+  virtual ParamSpecs params() const = 0;
+  virtual ModuleSpecs modules() const = 0;  // forward execution order
   // Bytes of activations one micro-step of this batch shape allocates from
   // the arena at its peak (the estimate; the device measures the run).
   virtual std::uint64_t activation_bytes(const BatchShape& shape) const = 0;

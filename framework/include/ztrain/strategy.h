@@ -45,8 +45,8 @@ struct OptimizerSettings {
 };
 
 struct StrategySetup {
-  std::vector<ParamSpec> params;
-  std::vector<ModuleSpec> modules;
+  ParamSpecs params;
+  ModuleSpecs modules;
   Device* device = nullptr;
   Communicator* comm = nullptr;
   const Kernels* kernels = nullptr;
@@ -96,7 +96,7 @@ struct StrategyStats {
 };
 
 struct EstimateArgs {
-  std::vector<ParamSpec> params;
+  ParamSpecs params;
   int world = 1;
   DType precision = DType::f32;
   DType grad_dtype = DType::f32;

@@ -17,14 +17,14 @@ namespace {
 
 using json = nlohmann::json;
 
-json piece_json(ParamId p, const StatePiece& s) {
+json piece_json(std::optional<ParamId> p, const StatePiece& s) {
   json j = {{"array", std::string(state_array_name(s.array))},
             {"file", s.file},
             {"first", s.first},
             {"count", s.count},
             {"offset", s.offset},
             {"crc32c", s.crcs}};
-  if (p >= 0) j["param"] = p;
+  if (p) j["param"] = index_of(*p);
   return j;
 }
 
@@ -92,7 +92,7 @@ std::string manifest_json(const Manifest& m) {
   for (const auto& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}});
   for (const auto& p : m.params) {
     json pieces = json::array();
-    for (const auto& s : p.pieces) pieces.push_back(piece_json(-1, s));
+    for (const auto& s : p.pieces) pieces.push_back(piece_json(std::nullopt, s));
     params.push_back({{"name", p.name}, {"shape", p.shape}, {"dtype", "F32"}, {"pieces", pieces}});
   }
   const auto& pos = m.position;
@@ -215,7 +215,8 @@ std::vector<std::pair<ParamId, StatePiece>> parse_pieces(const std::string& text
   std::vector<std::pair<ParamId, StatePiece>> out;
   try {
     for (const auto& j : json::parse(text))
-      out.emplace_back(j.at("param").get<ParamId>(), piece_of(j, where.string()));
+      out.emplace_back(id_at<ParamId>(j.at("param").get<std::size_t>()),
+                       piece_of(j, where.string()));
   } catch (const json::exception& e) {
     throw DataError(where.string() + ": malformed piece list (" + e.what() + ")");
   }

@@ -85,7 +85,7 @@ struct Manifest {
   std::vector<std::pair<std::string, std::string>> config;
   std::string config_toml;
   std::vector<RankFile> files;
-  std::vector<ParamState> params;
+  IdVector<ParamId, ParamState> params;
 };
 
 std::string manifest_json(const Manifest& m);

@@ -55,18 +55,18 @@ Checkpoint::Checkpoint(const fs::path& dir)
   }
 }
 
-void Checkpoint::check_model(const std::vector<ParamSpec>& params) const {
+void Checkpoint::check_model(const ParamSpecs& params) const {
   const auto& mine = manifest_.params;
   const std::string where = (dir_ / "manifest.json").string();
   if (mine.size() != params.size())
     throw DataError(where + ": the checkpoint holds " + std::to_string(mine.size()) +
                     " parameters, this run's model has " + std::to_string(params.size()) +
                     "; it was written by another model");
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (mine[i].name != params[i].name || Shape(mine[i].shape) != params[i].shape)
-      throw DataError(where + ": parameter " + std::to_string(i) + " is " + mine[i].name + " " +
-                      Shape(mine[i].shape).str() + " in the checkpoint, " + params[i].name + " " +
-                      params[i].shape.str() +
+  for (ParamId p : params.ids())
+    if (mine[p].name != params[p].name || Shape(mine[p].shape) != params[p].shape)
+      throw DataError(where + ": parameter " + to_string(p) + " is " + mine[p].name + " " +
+                      Shape(mine[p].shape).str() + " in the checkpoint, " + params[p].name + " " +
+                      params[p].shape.str() +
                       " in this run's model; it was written by another "
                       "model");
 }
@@ -74,11 +74,10 @@ void Checkpoint::check_model(const std::vector<ParamSpec>& params) const {
 std::uint64_t Checkpoint::verify() const {
   CheckpointSource source(*this);
   std::vector<float> out(kBlockElements);
-  for (std::size_t p = 0; p < manifest_.params.size(); ++p)
+  for (ParamId p : manifest_.params.ids())
     for (const StatePiece& s : manifest_.params[p].pieces) {
       const std::uint64_t n = (s.count + kBlockElements - 1) / kBlockElements;
-      for (std::uint64_t b = 0; b < n; ++b)
-        source.read_blocks(static_cast<ParamId>(p), s, b, b + 1, out.data());
+      for (std::uint64_t b = 0; b < n; ++b) source.read_blocks(p, s, b, b + 1, out.data());
     }
   return source.bytes_read();
 }
@@ -189,8 +188,7 @@ void CheckpointSource::read_blocks(ParamId p, const StatePiece& s, std::uint64_t
     const std::uint64_t e = s.first + b * kBlockElements;
     throw DataError("checkpoint '" + checkpoint_.dir().string() + "': bytes [" +
                     std::to_string(at(b)) + ", " + std::to_string(at(b) + length(b)) + ") of '" +
-                    file.path().string() + "' (" +
-                    checkpoint_.manifest().params[static_cast<std::size_t>(p)].name + "'s " +
+                    file.path().string() + "' (" + checkpoint_.manifest().params[p].name + "'s " +
                     std::string(state_array_name(s.array)) + ", elements [" + std::to_string(e) +
                     ", " + std::to_string(e + length(b) / sizeof(float)) +
                     ")) fail their checksum; the file is corrupt: resume from an earlier "
@@ -243,7 +241,7 @@ void CheckpointSource::read_blocks(ParamId p, const StatePiece& s, std::uint64_t
 void CheckpointSource::get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
                            float* out) {
   const auto t0 = std::chrono::steady_clock::now();
-  const ParamState& ps = checkpoint_.manifest().params.at(static_cast<std::size_t>(p));
+  const ParamState& ps = checkpoint_.manifest().params.at(p);
   std::uint64_t covered = 0;
   for (const StatePiece& s : ps.pieces) {
     if (s.array != a) continue;

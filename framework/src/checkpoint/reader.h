@@ -40,7 +40,7 @@ class Checkpoint {
   const Manifest& manifest() const { return manifest_; }
   const std::filesystem::path& dir() const { return dir_; }
   // The model of this run has the checkpoint's parameters: names and shapes.
-  void check_model(const std::vector<ParamSpec>& params) const;
+  void check_model(const ParamSpecs& params) const;
   // Reads every block of every piece and checks it; returns the bytes read.
   std::uint64_t verify() const;
 

@@ -39,8 +39,7 @@ class RangeRecorder final : public StateSource {
   void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override {
     std::fill(out, out + count, 0.0f);
     if (!master_only_ || a == StateArray::master)
-      ranges.push_back(
-          {static_cast<std::uint64_t>(p), first, count, static_cast<std::uint64_t>(a)});
+      ranges.push_back({index_of(p), first, count, static_cast<std::uint64_t>(a)});
   }
   std::vector<Range> ranges;
 
@@ -93,14 +92,13 @@ class ReceivedState final : public StateSource {
       : file_(file), ranges_(ranges), master_only_(master_only), what_(std::move(what)) {}
   void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override {
     if (master_only_ && a != StateArray::master) return std::fill(out, out + count, 0.0f);
-    const bool same = next_ < ranges_.size() &&
-                      ranges_[next_].param == static_cast<std::uint64_t>(p) &&
+    const bool same = next_ < ranges_.size() && ranges_[next_].param == index_of(p) &&
                       ranges_[next_].first == first && ranges_[next_].count == count &&
                       ranges_[next_].array == static_cast<std::uint64_t>(a);
     if (!same)
       throw InternalError(what_ + ": the strategy's load_state asked for parameter " +
-                          std::to_string(p) + "'s " + std::string(state_array_name(a)) +
-                          " elements [" + std::to_string(first) + ", +" + std::to_string(count) +
+                          to_string(p) + "'s " + std::string(state_array_name(a)) + " elements [" +
+                          std::to_string(first) + ", +" + std::to_string(count) +
                           ") where its first pass asked for another range; a strategy must ask "
                           "for the same ranges in the same order every time");
     file_.read(at_, static_cast<std::size_t>(count), out);
@@ -144,8 +142,8 @@ struct Cursor {
       const Range& r = (*ranges)[index];
       const std::uint64_t k = std::min(n, r.count - offset);
       if (source)
-        source->get(static_cast<ParamId>(r.param), r.first + offset, k,
-                    static_cast<StateArray>(r.array), out);
+        source->get(id_at<ParamId>(r.param), r.first + offset, k, static_cast<StateArray>(r.array),
+                    out);
       out += k;
       n -= k;
       offset += k;

@@ -77,8 +77,8 @@ void export_checkpoint(const fs::path& path, const fs::path& out, DType dtype, b
   CheckpointSource source(c);
   const auto params = model->params();
   write_weights(*model, out, dtype, [&](ParamId p, float* values) {
-    source.get(p, 0, static_cast<std::uint64_t>(params[static_cast<std::size_t>(p)].shape.numel()),
-               StateArray::master, values);
+    source.get(p, 0, static_cast<std::uint64_t>(params[p].shape.numel()), StateArray::master,
+               values);
   });
 }
 

@@ -55,10 +55,10 @@ void write_weights(const Model& model, const fs::path& out, DType dtype, const R
                             {"arch", model.info().arch}});
   std::vector<float> full, flipped;
   std::vector<std::uint8_t> bytes;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const ParamSpec& p = params[i];
+  for (ParamId id : params.ids()) {
+    const ParamSpec& p = params[id];
     full.resize(static_cast<std::size_t>(p.shape.numel()));
-    read(static_cast<ParamId>(i), full.data());
+    read(id, full.data());
     const float* src = full.data();
     if (p.hf_transposed) {
       flipped.resize(full.size());
@@ -79,9 +79,9 @@ void export_weights(const Model& model, Strategy& strategy, const fs::path& out,
                          [&](ParamId p, float* values) { strategy.read_param(p, values); });
   std::vector<float> full;
   const auto params = model.params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    full.resize(static_cast<std::size_t>(params[i].shape.numel()));
-    strategy.read_param(static_cast<ParamId>(i), full.data());
+  for (ParamId p : params.ids()) {
+    full.resize(static_cast<std::size_t>(params[p].shape.numel()));
+    strategy.read_param(p, full.data());
   }
 }
 

@@ -22,14 +22,14 @@ namespace {
 
 // The file's tensor for every parameter of `model`, matched by its Hugging
 // Face name (else its own) and shape; DataError listing every difference.
-std::vector<const SafetensorsEntry*> match_params(const SafetensorsReader& file,
-                                                  const Model& model) {
+IdVector<ParamId, const SafetensorsEntry*> match_params(const SafetensorsReader& file,
+                                                        const Model& model) {
   const auto params = model.params();
   std::vector<std::string> missing, unexpected, misshaped;
   std::vector<bool> used(file.entries().size(), false);
-  std::vector<const SafetensorsEntry*> match(params.size(), nullptr);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const ParamSpec& p = params[i];
+  IdVector<ParamId, const SafetensorsEntry*> match(params.size(), nullptr);
+  for (ParamId id : params.ids()) {
+    const ParamSpec& p = params[id];
     const SafetensorsEntry* e = file.find(external_name(p));
     if (!e) e = file.find(p.name);
     if (!e) {
@@ -43,7 +43,7 @@ std::vector<const SafetensorsEntry*> match_params(const SafetensorsReader& file,
                           (p.hf_transposed ? " (Hugging Face Conv1D layout: in, out)" : ""));
       continue;
     }
-    match[i] = e;
+    match[id] = e;
   }
   for (std::size_t j = 0; j < file.entries().size(); ++j)
     if (!used[j] && !model.ignorable_tensor(file.entries()[j].name))
@@ -124,13 +124,12 @@ std::uint64_t WeightsFile::file_bytes() const {
 void WeightsFile::get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
                       float* out) {
   if (a != StateArray::master) return std::fill(out, out + count, 0.0f);  // a fresh optimizer
-  const auto i = static_cast<std::size_t>(p);
-  const SafetensorsEntry& e = *match_.at(i);
-  if (params_[i].hf_transposed)
-    read_transposed(e, params_[i].shape, first, count, out);
+  const SafetensorsEntry& e = *match_.at(p);
+  if (params_[p].hf_transposed)
+    read_transposed(e, params_[p].shape, first, count, out);
   else
     file_.read_f32(e, first, count, out);
-  if (!params_[i].hf_transposed) bytes_read_ += count * dtype_size(e.dtype);
+  if (!params_[p].hf_transposed) bytes_read_ += count * dtype_size(e.dtype);
   check_finite(p, first, count, out);
 }
 
@@ -140,8 +139,7 @@ void WeightsFile::check_finite(ParamId p, std::uint64_t first, std::uint64_t cou
   const float* bad =
       std::find_if(values, values + count, [](float v) { return !std::isfinite(v); });
   if (bad == values + count) return;
-  const auto i = static_cast<std::size_t>(p);
-  not_finite_ = "init_from: tensor '" + match_[i]->name + "' (parameter " + params_[i].name +
+  not_finite_ = "init_from: tensor '" + match_[p]->name + "' (parameter " + params_[p].name +
                 ") holds " + std::to_string(*bad) + " at element " +
                 std::to_string(first + static_cast<std::uint64_t>(bad - values)) +
                 " of the model's layout; weights that are not finite cannot train (saved from a "

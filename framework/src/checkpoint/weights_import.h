@@ -59,8 +59,8 @@ class WeightsFile final : public StateSource {
                        std::uint64_t count, float* out);
   void check_finite(ParamId p, std::uint64_t first, std::uint64_t count, const float* values);
   const SafetensorsReader& file_;
-  std::vector<ParamSpec> params_;
-  std::vector<const SafetensorsEntry*> match_;
+  ParamSpecs params_;
+  IdVector<ParamId, const SafetensorsEntry*> match_;
   std::vector<float> segment_;
   std::uint64_t bytes_read_ = 0;
   std::string not_finite_;

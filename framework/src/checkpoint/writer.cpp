@@ -14,20 +14,20 @@ namespace {
 
 // Rank 0: the manifest from every rank's list, then the directory made whole.
 std::uint64_t commit(const fs::path& out_dir, const fs::path& tmp, const fs::path& dir, Manifest m,
-                     const std::vector<ParamSpec>& params, int world, CrashPoints& crash) {
+                     const ParamSpecs& params, int world, CrashPoints& crash) {
   m.params.resize(params.size());
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    m.params[i].name = params[i].name;
-    m.params[i].shape = params[i].shape.dims();
+  for (ParamId p : params.ids()) {
+    m.params[p].name = params[p].name;
+    m.params[p].shape = params[p].shape.dims();
   }
   std::uint64_t bytes = 0;
   for (int r = 0; r < world; ++r) {
     const fs::path list = tmp / piece_list_name(r);
     for (auto& [p, s] : parse_pieces(read_whole_file(list), list)) {
-      if (p < 0 || static_cast<std::size_t>(p) >= params.size())
+      if (!m.params.contains(p))
         throw InternalError("checkpoint: rank " + std::to_string(r) + " put parameter " +
-                            std::to_string(p));
-      m.params[static_cast<std::size_t>(p)].pieces.push_back(std::move(s));
+                            to_string(p));
+      m.params[p].pieces.push_back(std::move(s));
     }
     const std::uint64_t size = fs::file_size(tmp / rank_file_name(r));
     m.files.push_back({rank_file_name(r), size});
@@ -94,10 +94,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header,
-                                 std::vector<ParamSpec> params, Strategy& strategy,
-                                 SnapshotBuffers& buffers, CheckpointPruner& pruner,
-                                 Communicator& comm)
+CheckpointWrite::CheckpointWrite(const CheckpointTarget& target, Manifest header, ParamSpecs params,
+                                 Strategy& strategy, SnapshotBuffers& buffers,
+                                 CheckpointPruner& pruner, Communicator& comm)
     : target_(target),
       header_(std::move(header)),
       params_(std::move(params)),

@@ -82,7 +82,7 @@ class CheckpointWrite {
   // `header`: the manifest without files and params (filled in finish()
   // from the ranks' pieces and `params`).
   // `buffers` and `pruner` outlive it.
-  CheckpointWrite(const CheckpointTarget& target, Manifest header, std::vector<ParamSpec> params,
+  CheckpointWrite(const CheckpointTarget& target, Manifest header, ParamSpecs params,
                   Strategy& strategy, SnapshotBuffers& buffers, CheckpointPruner& pruner,
                   Communicator& comm);
   // Waits for the background write; an uncommitted checkpoint's directory
@@ -106,7 +106,7 @@ class CheckpointWrite {
 
   CheckpointTarget target_;
   Manifest header_;
-  std::vector<ParamSpec> params_;
+  ParamSpecs params_;
   CheckpointPruner& pruner_;
   Communicator& comm_;
   std::filesystem::path dir_, tmp_;

@@ -50,25 +50,26 @@ double LossSum::take() {
   return total;
 }
 
-StepContext::StepContext(Strategy& strategy, const std::vector<ParamSpec>& params,
-                         const Kernels& kernels, Arena& arena, LossSum& losses, float grad_scale)
+StepContext::StepContext(Strategy& strategy, const ParamSpecs& params, const Kernels& kernels,
+                         Arena& arena, LossSum& losses, float grad_scale)
     : strategy_(strategy),
       params_(params),
       kernels_(kernels),
       arena_(arena),
       losses_(losses),
       grad_scale_(grad_scale) {
-  int modules = 0;
+  std::size_t modules = 0;
   for (const auto& p : params_)
-    for (auto m : p.used_by) modules = std::max(modules, m + 1);
-  active_.assign(static_cast<std::size_t>(modules), 0);
+    for (ModuleId m : p.used_by) modules = std::max(modules, index_of(m) + 1);
+  active_.resize(modules);
 }
 
 namespace {
-void bump(std::vector<int>& active, ModuleId m, int delta) {
-  if (m < 0) throw InternalError("module id " + std::to_string(m) + " is negative");
-  if (static_cast<std::size_t>(m) >= active.size()) active.resize(static_cast<std::size_t>(m) + 1);
-  active[static_cast<std::size_t>(m)] += delta;
+void bump(IdVector<ModuleId, int>& active, ModuleId m, int delta) {
+  if (static_cast<std::int32_t>(m) < 0)
+    throw InternalError("module id " + to_string(m) + " is negative");
+  if (!active.contains(m)) active.resize(index_of(m) + 1);
+  active[m] += delta;
 }
 }  // namespace
 
@@ -90,14 +91,12 @@ void StepContext::exit_backward(ModuleId m) {
 }
 
 void StepContext::check_usable(ParamId p, const char* what) const {
-  if (p < 0 || static_cast<std::size_t>(p) >= params_.size())
+  if (!params_.contains(p))
     throw InternalError(std::string("model asked for the ") + what + " of parameter id " +
-                        std::to_string(p) + ", which it never declared");
-  for (auto m : params_[static_cast<std::size_t>(p)].used_by)
-    if (static_cast<std::size_t>(m) < active_.size() && active_[static_cast<std::size_t>(m)] > 0)
-      return;
-  throw InternalError(std::string("model touched the ") + what + " of '" +
-                      params_[static_cast<std::size_t>(p)].name +
+                        to_string(p) + ", which it never declared");
+  for (ModuleId m : params_[p].used_by)
+    if (active_.contains(m) && active_[m] > 0) return;
+  throw InternalError(std::string("model touched the ") + what + " of '" + params_[p].name +
                       "' outside every module that declares it in used_by");
 }
 

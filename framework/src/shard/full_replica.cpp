@@ -6,9 +6,9 @@
 
 namespace ztrain::shard {
 
-FullReplica::FullReplica(Device& device, const std::vector<ParamSpec>& params,
-                         const FlatLayout& layout, std::optional<std::uint64_t> seed,
-                         DType param_type, std::optional<DType> grad_type)
+FullReplica::FullReplica(Device& device, const ParamSpecs& params, const FlatLayout& layout,
+                         std::optional<std::uint64_t> seed, DType param_type,
+                         std::optional<DType> grad_type)
     : device_(device),
       params_(params),
       layout_(layout),
@@ -23,8 +23,7 @@ FullReplica::FullReplica(Device& device, const std::vector<ParamSpec>& params,
 }
 
 TensorView FullReplica::view(const Buffer& b, DType t, ParamId p) const {
-  return {TypedPtr(b.data(), t).at(layout_.offset(p)).data, t,
-          params_[static_cast<std::size_t>(p)].shape};
+  return {TypedPtr(b.data(), t).at(layout_.offset(p)).data, t, params_[p].shape};
 }
 
 void FullReplica::read(ParamId p, float* out) const {

@@ -29,9 +29,9 @@
 
 namespace ztrain::shard {
 
-GradReducer::GradReducer(Device& device, const std::vector<ParamSpec>& params,
-                         const FlatLayout& layout, Communicator& comm, ReducePlan plan, DType dtype,
-                         TypedPtr full, std::vector<GradPiece> shard, std::string strategy)
+GradReducer::GradReducer(Device& device, const ParamSpecs& params, const FlatLayout& layout,
+                         Communicator& comm, ReducePlan plan, DType dtype, TypedPtr full,
+                         std::vector<GradPiece> shard, std::string strategy)
     : device_(device),
       comm_(comm),
       layout_(layout),
@@ -59,7 +59,7 @@ GradReducer::~GradReducer() {
   }
 }
 
-void* GradReducer::open(std::size_t b) {
+void* GradReducer::open(BucketId b) {
   const std::size_t bytes =
       (plan_.buckets[b].range.end - plan_.buckets[b].range.begin) * dtype_size(dtype_);
   live_[b].staging = device_.allocate(Tier::device, Category::grads, bytes);
@@ -68,12 +68,12 @@ void* GradReducer::open(std::size_t b) {
 }
 
 TensorView GradReducer::grad(ParamId p) {
-  const auto b = static_cast<std::size_t>(plan_.bucket_of[static_cast<std::size_t>(p)]);
+  const BucketId b = plan_.bucket_of[p];
   const ReduceBucket& bucket = plan_.buckets[b];
-  const Shape& shape = shapes_[static_cast<std::size_t>(p)];
+  const Shape& shape = shapes_[p];
   if (!bucket.staged) return {full_.at(layout_.offset(p)).data, dtype_, shape};
   if (live_[b].state == State::launched)
-    throw InternalError(strategy_ + ": gradient of parameter " + std::to_string(p) +
+    throw InternalError(strategy_ + ": gradient of parameter " + to_string(p) +
                         " requested after its bucket was reduced: a module using it is missing "
                         "from its used_by list");
   void* base = live_[b].state == State::open ? live_[b].staging.data() : open(b);
@@ -81,7 +81,7 @@ TensorView GradReducer::grad(ParamId p) {
   return {at.at(layout_.offset(p) - bucket.range.begin).data, dtype_, shape};
 }
 
-void GradReducer::launch(std::size_t b) {
+void GradReducer::launch(BucketId b) {
   const ReduceBucket& bucket = plan_.buckets[b];
   Live& l = live_[b];
   void* src = !bucket.staged           ? full_.at(bucket.range.begin).data
@@ -99,7 +99,7 @@ void GradReducer::launch(std::size_t b) {
   l.state = State::launched;
 }
 
-void GradReducer::wait(std::size_t b) {
+void GradReducer::wait(BucketId b) {
   const ReduceBucket& bucket = plan_.buckets[b];
   Live& l = live_[b];
   const auto t0 = std::chrono::steady_clock::now();
@@ -152,35 +152,34 @@ void GradReducer::reap(bool all) {
 
 void GradReducer::run(const std::vector<ReduceAction>& actions) {
   for (const auto& a : actions) {
-    const auto b = static_cast<std::size_t>(a.bucket);
     if (a.kind == ReduceAction::Kind::launch)
-      launch(b);
+      launch(a.bucket);
     else
-      wait(b);
+      wait(a.bucket);
   }
 }
 
 void GradReducer::begin_micro_step(bool last) {
   close_micro_step();
   schedule_ = last ? &plan_.last : &plan_.accumulating;
-  next_ = static_cast<ModuleId>(schedule_->after_module.size()) - 1;
+  due_ = schedule_->after_module.size();
 }
 
 void GradReducer::module_done(ModuleId m) {
-  if (!schedule_ || m < 0 || static_cast<std::size_t>(m) >= schedule_->after_module.size()) return;
-  if (m != next_)
-    throw InternalError(strategy_ + ": backward ran module " + std::to_string(m) +
-                        " where module " + std::to_string(next_) +
+  if (!schedule_ || !schedule_->after_module.contains(m)) return;
+  if (index_of(m) + 1 != due_)
+    throw InternalError(strategy_ + ": backward ran module " + to_string(m) + " where " +
+                        (due_ > 0 ? "module " + std::to_string(due_ - 1) : std::string("none")) +
                         " was due; the gradient reduction plan needs modules from the last to "
                         "the first, each once");
-  run(schedule_->after_module[static_cast<std::size_t>(m)]);
-  --next_;
+  run(schedule_->after_module[m]);
+  --due_;
 }
 
 void GradReducer::close_micro_step() {
   if (!schedule_) return;
   // A backward that stopped early: the modules it skipped still reduce.
-  for (; next_ >= 0; --next_) run(schedule_->after_module[static_cast<std::size_t>(next_)]);
+  for (; due_ > 0; --due_) run(schedule_->after_module[id_at<ModuleId>(due_ - 1)]);
   run(schedule_->at_end);
   schedule_ = nullptr;
   first_ = false;

@@ -9,11 +9,11 @@
 
 namespace ztrain::shard {
 
-void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout, std::uint64_t seed,
+void init_flat(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t seed,
                std::uint64_t begin, std::uint64_t end, float* dst) {
   std::fill(dst, dst + (end - begin), 0.0f);
   for (const auto& seg : layout.segments(begin, end)) {
-    const ParamSpec& spec = params[static_cast<std::size_t>(seg.param)];
+    const ParamSpec& spec = params[seg.param];
     const std::uint64_t base = layout.offset(seg.param);
     float* out = dst + (seg.begin - begin);
     const std::uint64_t n = seg.end - seg.begin;
@@ -39,7 +39,7 @@ void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout, s
   }
 }
 
-void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout, std::uint64_t seed,
+void init_flat(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t seed,
                std::uint64_t begin, std::uint64_t end, TypedPtr dst, Device& device, Tier tier) {
   if (dst.dtype == DType::f32 && device.host_visible(tier))
     return init_flat(params, layout, seed, begin, end, static_cast<float*>(dst.data));

@@ -9,10 +9,10 @@
 
 namespace ztrain::shard {
 
-AdamWRange::AdamWRange(const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                       std::uint64_t begin, std::uint64_t end) {
+AdamWRange::AdamWRange(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t begin,
+                       std::uint64_t end) {
   for (const auto& seg : layout.segments(begin, end)) {
-    const bool decay = params[static_cast<std::size_t>(seg.param)].decay;
+    const bool decay = params[seg.param].decay;
     const std::uint64_t b = seg.begin - begin, e = seg.end - begin;
     if (!runs_.empty() && runs_.back().decay == decay && runs_.back().end == b)
       runs_.back().end = e;
@@ -52,7 +52,7 @@ std::vector<std::uint64_t> AdamWRange::cuts(std::uint64_t max) const {
   return cuts;
 }
 
-OptimizerShard::OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
+OptimizerShard::OptimizerShard(Device& device, Tier tier, const ParamSpecs& params,
                                const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
                                const OptimizerSettings& settings, ConstTypedPtr working,
                                Tier working_tier)

@@ -40,17 +40,17 @@ namespace {
 // prefetch would be lost and j would gather it again.
 class GatherPlanner {
  public:
-  GatherPlanner(const std::vector<std::vector<int>>& needs, const std::vector<std::uint64_t>& numel,
-                const GatherOptions& o)
+  GatherPlanner(const std::vector<std::vector<GroupId>>& needs,
+                const IdVector<GroupId, std::uint64_t>& numel, const GatherOptions& o)
       : needs_(needs),
         numel_(numel),
         o_(o),
         uses_(numel.size()),
-        live_(numel.size(), 0),
-        claimed_(numel.size(), -1),
-        keep_(numel.size(), -1) {
-    for (int i = 0; i < positions(); ++i)
-      for (int p : need(i)) uses_[unit(p)].push_back(i);
+        live_(numel.size(), false),
+        claimed_(numel.size()),
+        keep_(numel.size()) {
+    for (std::size_t i = 0; i < positions(); ++i)
+      for (GroupId g : need(i)) uses_[g].push_back(i);
     plan_.evict.resize(needs.size());
     plan_.gather.resize(needs.size());
     plan_.release.resize(needs.size());
@@ -58,7 +58,7 @@ class GatherPlanner {
 
   GatherPlan make() {
     if (positions() == 0) return plan_;
-    for (int i = 0; i < positions(); ++i) {
+    for (std::size_t i = 0; i < positions(); ++i) {
       evict_for(i);
       gather_needs(i);
       prefetch_after(i);
@@ -66,206 +66,206 @@ class GatherPlanner {
       mark_reuse_after(i);
       release_after(i);
     }
-    for (std::size_t q = 0; q < live_.size(); ++q)
-      if (live_[q]) plan_.release.back().push_back(static_cast<int>(q));
+    for (GroupId g : live_.ids())
+      if (live_[g]) plan_.release.back().push_back(g);
     return plan_;
   }
 
  private:
-  int positions() const { return static_cast<int>(needs_.size()); }
-  const std::vector<int>& need(int i) const { return needs_[static_cast<std::size_t>(i)]; }
-  static std::size_t unit(int p) { return static_cast<std::size_t>(p); }
-  std::uint64_t size(int p) const { return numel_[unit(p)]; }
-  bool needed_at(int p, int i) const {
-    return std::find(need(i).begin(), need(i).end(), p) != need(i).end();
+  static constexpr std::size_t kNever = SIZE_MAX;
+  std::size_t positions() const { return needs_.size(); }
+  const std::vector<GroupId>& need(std::size_t i) const { return needs_[i]; }
+  bool needed_at(GroupId g, std::size_t i) const {
+    return std::find(need(i).begin(), need(i).end(), g) != need(i).end();
   }
-  // The first position after i that uses p (INT_MAX: none).
-  int next_use(int p, int i) const {
-    const auto& u = uses_[unit(p)];
+  // The first position after i that uses g (kNever: none).
+  std::size_t next_use(GroupId g, std::size_t i) const {
+    const auto& u = uses_[g];
     const auto it = std::upper_bound(u.begin(), u.end(), i);
-    return it == u.end() ? INT_MAX : *it;
+    return it == u.end() ? kNever : *it;
   }
-  void make_live(int p, int at) {
-    live_[unit(p)] = 1;
-    total_ += size(p);
-    plan_.gather[static_cast<std::size_t>(at)].push_back(p);
+  void make_live(GroupId g, std::size_t at) {
+    live_[g] = true;
+    total_ += numel_[g];
+    plan_.gather[at].push_back(g);
+  }
+  void claim(GroupId g, std::size_t j) {
+    claimed_[g] = claimed_[g] ? std::max(*claimed_[g], j) : j;
   }
 
   // Phase 1 (above).
-  void evict_for(int i) {
+  void evict_for(std::size_t i) {
     std::uint64_t missing = 0;
-    for (int p : need(i))
-      if (!live_[unit(p)]) missing += size(p);
+    for (GroupId g : need(i))
+      if (!live_[g]) missing += numel_[g];
     while (total_ + missing > o_.max_live_parameters) {
-      int victim = -1, farthest = -1;
-      for (std::size_t q = 0; q < live_.size(); ++q) {
-        const auto p = static_cast<int>(q);
-        if (!live_[q] || needed_at(p, i)) continue;
-        const int next = next_use(p, i);
-        if (next > farthest) farthest = next, victim = p;
+      std::optional<GroupId> victim;
+      std::size_t farthest = 0;
+      for (GroupId g : live_.ids()) {
+        if (!live_[g] || needed_at(g, i)) continue;
+        const std::size_t next = next_use(g, i);
+        if (!victim || next > farthest) farthest = next, victim = g;
       }
-      if (victim < 0) return;  // only the needs are live: they fit by contract
-      live_[unit(victim)] = 0;
-      claimed_[unit(victim)] = -1;
-      total_ -= size(victim);
-      plan_.evict[static_cast<std::size_t>(i)].push_back(victim);
+      if (!victim) return;  // only the needs are live: they fit by contract
+      live_[*victim] = false;
+      claimed_[*victim].reset();
+      total_ -= numel_[*victim];
+      plan_.evict[i].push_back(*victim);
     }
   }
 
   // Phase 2.
-  void gather_needs(int i) {
-    for (int p : need(i)) {
-      if (!live_[unit(p)]) make_live(p, i);
-      claimed_[unit(p)] = std::max(claimed_[unit(p)], i);
+  void gather_needs(std::size_t i) {
+    for (GroupId g : need(i)) {
+      if (!live_[g]) make_live(g, i);
+      claim(g, i);
     }
   }
 
   // Phase 3: a unit already live is claimed for the position that will use
   // it, so phase 5 keeps it.
-  void prefetch_after(int i) {
+  void prefetch_after(std::size_t i) {
     if (o_.prefetch_bucket_size == 0) return;
     std::uint64_t budget = o_.prefetch_bucket_size;
-    for (int j = i + 1; j < positions(); ++j)
-      for (int p : need(j)) {
-        if (live_[unit(p)]) {
-          claimed_[unit(p)] = std::max(claimed_[unit(p)], j);
+    for (std::size_t j = i + 1; j < positions(); ++j)
+      for (GroupId g : need(j)) {
+        if (live_[g]) {
+          claim(g, j);
           continue;
         }
-        if (size(p) > budget || total_ + size(p) > o_.max_live_parameters) return;
-        make_live(p, i);
-        budget -= size(p);
-        claimed_[unit(p)] = j;
+        if (numel_[g] > budget || total_ + numel_[g] > o_.max_live_parameters) return;
+        make_live(g, i);
+        budget -= numel_[g];
+        claimed_[g] = j;
       }
   }
 
   // Phase 4.
-  void mark_reuse_after(int i) {
+  void mark_reuse_after(std::size_t i) {
     std::uint64_t traversed = 0;
-    for (int j = i + 1; j < positions() && traversed < o_.max_reuse_distance; ++j)
-      for (int p : need(j)) {
-        keep_[unit(p)] = i;
-        traversed += size(p);
+    for (std::size_t j = i + 1; j < positions() && traversed < o_.max_reuse_distance; ++j)
+      for (GroupId g : need(j)) {
+        keep_[g] = i;
+        traversed += numel_[g];
       }
   }
 
   // Phase 5.
-  void release_after(int i) {
-    for (int p : need(i)) {
-      const std::size_t q = unit(p);
-      if (!live_[q] || claimed_[q] > i || keep_[q] == i) continue;
-      live_[q] = 0;
-      total_ -= size(p);
-      plan_.release[static_cast<std::size_t>(i)].push_back(p);
+  void release_after(std::size_t i) {
+    for (GroupId g : need(i)) {
+      if (!live_[g] || (claimed_[g] && *claimed_[g] > i) || keep_[g] == i) continue;
+      live_[g] = false;
+      total_ -= numel_[g];
+      plan_.release[i].push_back(g);
     }
   }
 
-  const std::vector<std::vector<int>>& needs_;
-  const std::vector<std::uint64_t>& numel_;
+  const std::vector<std::vector<GroupId>>& needs_;
+  const IdVector<GroupId, std::uint64_t>& numel_;
   const GatherOptions& o_;
-  std::vector<std::vector<int>> uses_;  // per unit, the positions using it, ascending
-  std::vector<char> live_;
+  IdVector<GroupId, std::vector<std::size_t>> uses_;  // the positions using it, ascending
+  IdVector<GroupId, bool> live_;
   // The last position a fetch or a prefetch counted on the unit being
   // gathered: releasing it earlier would undo that prefetch.
-  std::vector<int> claimed_;
-  std::vector<int> keep_;    // the position after which the unit is kept for reuse
+  IdVector<GroupId, std::optional<std::size_t>> claimed_;
+  // The position after which the unit is kept for reuse.
+  IdVector<GroupId, std::optional<std::size_t>> keep_;
   std::uint64_t total_ = 0;  // elements live
   GatherPlan plan_;
 };
 
 }  // namespace
 
-GatherPlan make_gather_plan(const std::vector<std::vector<int>>& needs,
-                            const std::vector<std::uint64_t>& numel, const GatherOptions& o) {
+GatherPlan make_gather_plan(const std::vector<std::vector<GroupId>>& needs,
+                            const IdVector<GroupId, std::uint64_t>& numel, const GatherOptions& o) {
   return GatherPlanner(needs, numel, o).make();
 }
 
-std::vector<TraceEntry> standard_trace(int modules) {
+std::vector<TraceEntry> standard_trace(std::size_t modules) {
   std::vector<TraceEntry> t;
-  for (int m = 0; m < modules; ++m) t.push_back({m, false});
-  for (int m = modules; m-- > 0;) t.push_back({m, true});
+  for (ModuleId m : first_ids<ModuleId>(modules)) t.push_back({m, false});
+  for (std::size_t m = modules; m-- > 0;) t.push_back({id_at<ModuleId>(m), true});
   return t;
 }
 
-std::vector<GatherGroup> gather_groups(const std::vector<ParamSpec>& params,
-                                       const FlatLayout& layout,
-                                       std::uint64_t persistence_threshold) {
-  std::vector<GatherGroup> groups;
-  int open = -1;  // the group the next parameter may join
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    auto users = params[i].used_by;
+GatherGroups gather_groups(const ParamSpecs& params, const FlatLayout& layout,
+                           std::uint64_t persistence_threshold) {
+  GatherGroups groups;
+  std::optional<GroupId> open;  // the group the next parameter may join
+  for (ParamId id : params.ids()) {
+    auto users = params[id].used_by;
     std::sort(users.begin(), users.end());
     users.erase(std::unique(users.begin(), users.end()), users.end());
     // A parameter of other modules ends the run; a persistent one of the
     // same modules does not (it rides along, a few elements).
-    if (open >= 0 && groups[static_cast<std::size_t>(open)].used_by != users) open = -1;
-    const auto id = static_cast<ParamId>(i);
+    if (open && groups[*open].used_by != users) open.reset();
     const std::uint64_t begin = layout.offset(id), end = begin + layout.numel(id);
     if (layout.numel(id) <= persistence_threshold) continue;
-    if (open < 0) {
-      groups.push_back({begin, end, {id}, users});
-      open = static_cast<int>(groups.size()) - 1;
+    if (!open) {
+      open = groups.push_back({begin, end, {id}, users});
     } else {
-      groups[static_cast<std::size_t>(open)].end = end;
-      groups[static_cast<std::size_t>(open)].params.push_back(id);
+      groups[*open].end = end;
+      groups[*open].params.push_back(id);
     }
   }
   return groups;
 }
 
-std::vector<std::vector<int>> group_needs(const std::vector<GatherGroup>& groups, int modules) {
-  std::vector<std::vector<int>> needs(static_cast<std::size_t>(modules));
-  for (std::size_t g = 0; g < groups.size(); ++g)
+GroupNeeds group_needs(const GatherGroups& groups, std::size_t modules) {
+  GroupNeeds needs(modules);
+  for (GroupId g : groups.ids())
     for (ModuleId m : groups[g].used_by)
-      if (m >= 0 && m < modules) needs[static_cast<std::size_t>(m)].push_back(static_cast<int>(g));
+      if (needs.contains(m)) needs[m].push_back(g);
   return needs;
 }
 
 namespace {
 
 // Every module must fit under the live cap by itself.
-void check_live_cap(const std::vector<std::vector<int>>& needs,
-                    const std::vector<std::uint64_t>& size, std::uint64_t cap,
-                    const std::vector<std::string>& names) {
-  for (std::size_t m = 0; m < needs.size(); ++m) {
+void check_live_cap(const GroupNeeds& needs, const IdVector<GroupId, std::uint64_t>& size,
+                    std::uint64_t cap, const IdVector<ModuleId, std::string>& names) {
+  for (ModuleId m : needs.ids()) {
     std::uint64_t n = 0;
-    for (int g : needs[m]) n += size[static_cast<std::size_t>(g)];
+    for (GroupId g : needs[m]) n += size[g];
     if (n > cap)
       throw ConfigError("[strategy] max_live_parameters = " + std::to_string(cap) +
                         " is smaller than module " +
-                        (m < names.size() ? "'" + names[m] + "'" : std::to_string(m)) +
+                        (names.contains(m) ? "'" + names[m] + "'" : to_string(m)) +
                         ", which needs " + std::to_string(n) +
                         " gathered elements at once; raise it to at least " + std::to_string(n));
   }
 }
 
-}  // namespace
-
-namespace {
-std::vector<std::uint64_t> group_sizes(const std::vector<GatherGroup>& groups) {
-  std::vector<std::uint64_t> sizes;
+IdVector<GroupId, std::uint64_t> group_sizes(const GatherGroups& groups) {
+  IdVector<GroupId, std::uint64_t> sizes;
   for (const auto& g : groups) sizes.push_back(g.size());
   return sizes;
 }
+
+// Modules the parameters name: one past the highest user (at least one).
+std::size_t module_count(const ParamSpecs& params) {
+  std::size_t modules = 1;
+  for (const auto& p : params)
+    for (ModuleId m : p.used_by) modules = std::max(modules, index_of(m) + 1);
+  return modules;
+}
+
 }  // namespace
 
-StandardGathers standard_gathers(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+StandardGathers standard_gathers(const ParamSpecs& params, const FlatLayout& layout,
                                  const GatherOptions& options) {
-  int modules = 1;
-  for (const auto& p : params)
-    for (auto m : p.used_by) modules = std::max(modules, m + 1);
+  const std::size_t modules = module_count(params);
   StandardGathers s;
   s.groups = gather_groups(params, layout, options.param_persistence_threshold);
   s.needs = group_needs(s.groups, modules);
   const auto sizes = group_sizes(s.groups);
   check_live_cap(s.needs, sizes, options.max_live_parameters, {});
-  for (const auto& e : standard_trace(modules))
-    s.trace.push_back(s.needs[static_cast<std::size_t>(e.module)]);
+  for (const auto& e : standard_trace(modules)) s.trace.push_back(s.needs[e.module]);
   s.plan = make_gather_plan(s.trace, sizes, options);
   return s;
 }
 
-GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
-                                  const GatherOptions& options) {
+GatherPeaks estimate_gather_peaks(const ParamSpecs& params, const GatherOptions& options) {
   GatherPeaks peaks;
   for (const auto& p : params) {
     const auto n = static_cast<std::uint64_t>(p.shape.numel());
@@ -298,10 +298,9 @@ GatherOptions gather_options(const Options& o) {
           get("param_persistence_threshold"), get("max_reuse_distance")};
 }
 
-ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
-                             const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                             Communicator& comm, OwnedShard& shard, const GatherOptions& options,
-                             std::string strategy)
+ParamGatherer::ParamGatherer(Device& device, const ParamSpecs& params, const ModuleSpecs& modules,
+                             const FlatLayout& layout, Communicator& comm, OwnedShard& shard,
+                             const GatherOptions& options, std::string strategy)
     : device_(device),
       comm_(comm),
       layout_(layout),
@@ -310,17 +309,14 @@ ParamGatherer::ParamGatherer(Device& device, const std::vector<ParamSpec>& param
       options_(options),
       strategy_(std::move(strategy)),
       groups_(gather_groups(params, layout, options.param_persistence_threshold)) {
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const auto id = static_cast<ParamId>(i);
-    params_.push_back({layout.offset(id), layout.numel(id), -1, params[i].shape});
-  }
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    for (ParamId p : groups_[g].params)
-      params_[static_cast<std::size_t>(p)].group = static_cast<int>(g);
+  for (ParamId id : params.ids())
+    params_.push_back({layout.offset(id), layout.numel(id), std::nullopt, params[id].shape});
+  for (GroupId g : groups_.ids()) {
+    for (ParamId p : groups_[g].params) params_[p].group = g;
     live_groups_.emplace_back().counts = layout.owned_counts(groups_[g].begin, groups_[g].end);
   }
   for (const auto& m : modules) module_names_.push_back(m.name);
-  needs_ = group_needs(groups_, static_cast<int>(modules.size()));
+  needs_ = group_needs(groups_, modules.size());
   check_live_cap(needs_, group_sizes(groups_), options.max_live_parameters, module_names_);
   if (!shard.resident() && options.read_buffer_size) check_read_buffers();
   build_persistent();
@@ -340,38 +336,38 @@ ParamGatherer::~ParamGatherer() {
 // Every group's part must fit one read buffer, on every rank: judged from
 // all ranks' counts, so every rank refuses the same run.
 void ParamGatherer::check_read_buffers() const {
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
+  for (GroupId g : groups_.ids()) {
     const auto& counts = live_groups_[g].counts;
     const std::uint64_t part = *std::max_element(counts.begin(), counts.end());
     if (part <= options_.read_buffer_size) continue;
-    const ModuleId m = groups_[g].used_by.empty() ? -1 : groups_[g].used_by.front();
+    const auto& users = groups_[g].used_by;
     throw ConfigError(
         "[strategy] offload_param.buffer_size = " + std::to_string(options_.read_buffer_size) +
         " elements is smaller than a rank's part of the parameters " +
-        (m >= 0 && static_cast<std::size_t>(m) < module_names_.size()
-             ? "'" + module_names_[static_cast<std::size_t>(m)] + "'"
-             : std::string("of group ") + std::to_string(g)) +
+        (!users.empty() && module_names_.contains(users.front())
+             ? "'" + module_names_[users.front()] + "'"
+             : "of group " + to_string(g)) +
         " gathers together (" + std::to_string(part) + " elements); raise it to at least " +
         std::to_string(part));
   }
 }
 
 void ParamGatherer::build_persistent() {
-  persistent_at_.assign(params_.size(), 0);
-  for (std::size_t p = 0; p < params_.size(); ++p) {
-    if (params_[p].group >= 0) continue;
+  persistent_at_ = IdVector<ParamId, std::uint64_t>(params_.size(), 0);
+  for (ParamId p : params_.ids()) {
+    if (params_[p].group) continue;
     persistent_at_[p] = persistent_elements_;
     persistent_elements_ += params_[p].numel;
   }
   persistent_ = device_.allocate(Tier::device, Category::params, bytes(persistent_elements_));
   for (int r = 0; r < layout_.world(); ++r) {
     std::size_t packed = 0;
-    for (std::size_t p = 0; p < params_.size(); ++p) {
-      if (params_[p].group >= 0) continue;
+    for (ParamId p : params_.ids()) {
+      if (params_[p].group) continue;
       const std::uint64_t b = std::max(params_[p].offset, layout_.owned_begin(r));
       const std::uint64_t e = std::min(params_[p].offset + params_[p].numel, layout_.owned_end(r));
       if (b >= e) continue;
-      pieces_.push_back({static_cast<ParamId>(p), b, e});
+      pieces_.push_back({p, b, e});
       packed += e - b;
     }
     piece_counts_.push_back(packed);
@@ -383,15 +379,15 @@ ShardLoan ParamGatherer::own_part(std::uint64_t begin, std::uint64_t end) {
   return b < e ? shard_.lend(b, e) : ShardLoan{Buffer(), {nullptr, dtype_}};
 }
 
-void ParamGatherer::log(GatherEvent::Kind kind, int g) {
-  if (log_) log_->push_back({kind, g, training_ ? position_ : -1, live_});
+void ParamGatherer::log(GatherEvent::Kind kind, GroupId g) {
+  if (log_) log_->push_back({kind, g, training_ ? std::optional(position_) : std::nullopt, live_});
 }
 
-void ParamGatherer::gather(int id) {
-  Live& g = live_groups_[static_cast<std::size_t>(id)];
-  const GatherGroup& range = groups_[static_cast<std::size_t>(id)];
+void ParamGatherer::gather(GroupId id) {
+  Live& g = live_groups_[id];
+  const GatherGroup& range = groups_[id];
   if (g.state != State::released)
-    throw InternalError(strategy_ + ": gather plan: group " + std::to_string(id) +
+    throw InternalError(strategy_ + ": gather plan: group " + to_string(id) +
                         " is already gathered");
   g.buffer = device_.allocate(Tier::device, Category::params, bytes(range.size()));
   if (!shard_.resident()) {
@@ -409,8 +405,8 @@ void ParamGatherer::gather(int id) {
   log(GatherEvent::Kind::gather, id);
 }
 
-void ParamGatherer::wait(int id) {
-  Live& g = live_groups_[static_cast<std::size_t>(id)];
+void ParamGatherer::wait(GroupId id) {
+  Live& g = live_groups_[id];
   if (g.state != State::in_flight) return;
   const auto t0 = std::chrono::steady_clock::now();
   g.work.wait();
@@ -422,38 +418,37 @@ void ParamGatherer::wait(int id) {
   g.state = State::live;
 }
 
-void ParamGatherer::drop(int id) {
-  Live& g = live_groups_[static_cast<std::size_t>(id)];
+void ParamGatherer::drop(GroupId id) {
+  Live& g = live_groups_[id];
   if (g.state == State::released) return;
   wait(id);  // a buffer under a collective cannot go
   g.buffer.reset();
   g.state = State::released;
-  live_ -= groups_[static_cast<std::size_t>(id)].size();
+  live_ -= groups_[id].size();
   log(GatherEvent::Kind::release, id);
 }
 
 void ParamGatherer::release_all() {
-  for (std::size_t g = 0; g < live_groups_.size(); ++g) drop(static_cast<int>(g));
+  for (GroupId g : live_groups_.ids()) drop(g);
 }
 
 std::string ParamGatherer::describe(const TraceEntry& e) const {
-  const auto m = static_cast<std::size_t>(e.module);
-  return (m < module_names_.size() ? "'" + module_names_[m] + "'"
-                                   : "module " + std::to_string(e.module)) +
+  return (module_names_.contains(e.module) ? "'" + module_names_[e.module] + "'"
+                                           : "module " + to_string(e.module)) +
          (e.backward ? " backward" : " forward");
 }
 
 void ParamGatherer::end_micro_step() {
   if (!training_) return;
   if (!recorded_) {
-    std::vector<std::vector<int>> needs;
-    for (const auto& e : trace_) needs.push_back(needs_[static_cast<std::size_t>(e.module)]);
+    std::vector<std::vector<GroupId>> needs;
+    for (const auto& e : trace_) needs.push_back(needs_[e.module]);
     plan_ = make_gather_plan(needs, group_sizes(groups_), options_);
     recorded_ = true;
-  } else if (static_cast<std::size_t>(position_) != trace_.size()) {
+  } else if (position_ != trace_.size()) {
     throw Error(strategy_ + ": this micro-step ran " + std::to_string(position_) +
                 " module passes, the first one " + std::to_string(trace_.size()) +
-                " (next expected: " + describe(trace_[static_cast<std::size_t>(position_)]) +
+                " (next expected: " + describe(trace_[position_]) +
                 "); parameter prefetch follows the first step's module order, so the model must "
                 "run the same modules every step");
   }
@@ -472,13 +467,13 @@ void ParamGatherer::end_step() {
 }
 
 void ParamGatherer::fetch(ModuleId m, bool backward) {
-  if (m < 0 || static_cast<std::size_t>(m) >= needs_.size())
-    throw InternalError(strategy_ + ": fetch of module " + std::to_string(m) +
+  if (!needs_.contains(m))
+    throw InternalError(strategy_ + ": fetch of module " + to_string(m) +
                         ", which the model did not declare");
-  const auto& need = needs_[static_cast<std::size_t>(m)];
+  const auto& need = needs_[m];
   const TraceEntry here{m, backward};
   if (training_ && recorded_) {
-    const auto i = static_cast<std::size_t>(position_);
+    const std::size_t i = position_;
     if (i >= trace_.size() || !(trace_[i] == here))
       throw Error(strategy_ + ": the module order changed at position " + std::to_string(i) +
                   " of the micro-step: the first step ran " +
@@ -486,16 +481,16 @@ void ParamGatherer::fetch(ModuleId m, bool backward) {
                   " there, this one " + describe(here) +
                   "; parameter prefetch follows the first step's module order, so the model must "
                   "run the same modules in the same order every step");
-    for (int g : plan_.evict[i]) drop(g);
-    for (int g : plan_.gather[i]) gather(g);
+    for (GroupId g : plan_.evict[i]) drop(g);
+    for (GroupId g : plan_.gather[i]) gather(g);
   } else {
     if (training_) trace_.push_back(here);
-    for (int g : need)
-      if (live_groups_[static_cast<std::size_t>(g)].state == State::released) gather(g);
+    for (GroupId g : need)
+      if (live_groups_[g].state == State::released) gather(g);
   }
-  for (int g : need) {
-    if (live_groups_[static_cast<std::size_t>(g)].state == State::released)
-      throw InternalError(strategy_ + ": gather plan: group " + std::to_string(g) + " needed by " +
+  for (GroupId g : need) {
+    if (live_groups_[g].state == State::released)
+      throw InternalError(strategy_ + ": gather plan: group " + to_string(g) + " needed by " +
                           describe(here) + " was not gathered");
     wait(g);
     log(GatherEvent::Kind::use, g);
@@ -503,33 +498,32 @@ void ParamGatherer::fetch(ModuleId m, bool backward) {
 }
 
 void ParamGatherer::release(ModuleId m, bool backward) {
-  const auto i = static_cast<std::size_t>(position_);
+  const std::size_t i = position_;
   if (training_ && recorded_) {
     if (i >= trace_.size() || !(trace_[i] == TraceEntry{m, backward}))
       throw InternalError(strategy_ + ": release of " + describe({m, backward}) +
                           " without its fetch");
-    for (int g : plan_.release[i]) drop(g);
+    for (GroupId g : plan_.release[i]) drop(g);
     ++position_;
     return;
   }
   if (training_) ++position_;
-  for (int g : needs_.at(static_cast<std::size_t>(m))) drop(g);
+  for (GroupId g : needs_.at(m)) drop(g);
 }
 
 TensorView ParamGatherer::view(ParamId id) const {
-  const Param& p = params_.at(static_cast<std::size_t>(id));
-  if (p.group < 0) {
+  const Param& p = params_.at(id);
+  if (!p.group) {
     const TypedPtr whole{persistent_.data(), dtype_};
-    return {whole.at(persistent_at_[static_cast<std::size_t>(id)]).data, dtype_, p.shape};
+    return {whole.at(persistent_at_[id]).data, dtype_, p.shape};
   }
-  const Live& g = live_groups_[static_cast<std::size_t>(p.group)];
+  const Live& g = live_groups_[*p.group];
   if (g.state != State::live)
-    throw InternalError(strategy_ + ": parameter " + std::to_string(id) +
+    throw InternalError(strategy_ + ": parameter " + to_string(id) +
                         " viewed while not gathered: it is used by a module missing from its "
                         "used_by list");
   const TypedPtr whole{g.buffer.data(), dtype_};
-  return {whole.at(p.offset - groups_[static_cast<std::size_t>(p.group)].begin).data, dtype_,
-          p.shape};
+  return {whole.at(p.offset - groups_[*p.group].begin).data, dtype_, p.shape};
 }
 
 void ParamGatherer::refresh() {
@@ -553,17 +547,15 @@ void ParamGatherer::refresh() {
   const TypedPtr whole{persistent_.data(), dtype_};
   at = 0;
   for (const Piece& piece : pieces_) {
-    const Param& p = params_[static_cast<std::size_t>(piece.param)];
-    device_.copy(
-        whole.at(persistent_at_[static_cast<std::size_t>(piece.param)] + piece.begin - p.offset)
-            .data,
-        all.at(at).data, bytes(piece.end - piece.begin));
+    const Param& p = params_[piece.param];
+    device_.copy(whole.at(persistent_at_[piece.param] + piece.begin - p.offset).data,
+                 all.at(at).data, bytes(piece.end - piece.begin));
     at += piece.end - piece.begin;
   }
 }
 
 void ParamGatherer::read(ParamId id, float* out) {
-  const Param& p = params_.at(static_cast<std::size_t>(id));
+  const Param& p = params_.at(id);
   const auto counts = layout_.owned_counts(p.offset, p.offset + p.numel);
   const ShardLoan part = own_part(p.offset, p.offset + p.numel);
   if (dtype_ == DType::f32) {

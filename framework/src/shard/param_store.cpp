@@ -15,32 +15,32 @@ namespace {
 // gather borrows from when it is issued until its group is used or
 // dropped, and at most `cap` borrow at once (issuing another first
 // finishes the oldest), as ParamGatherer does.
-std::uint64_t loans_peak(const GatherPlan& plan, const std::vector<std::vector<int>>& trace,
-                         const std::vector<std::vector<int>>& needs,
-                         const std::vector<std::uint64_t>& loan, std::size_t cap) {
-  std::deque<int> in_flight;  // oldest first
+std::uint64_t loans_peak(const GatherPlan& plan, const std::vector<std::vector<GroupId>>& trace,
+                         const GroupNeeds& needs, const IdVector<GroupId, std::uint64_t>& loan,
+                         std::size_t cap) {
+  std::deque<GroupId> in_flight;  // oldest first
   std::uint64_t held = 0, peak = 0;
-  const auto settle = [&](int g) {
+  const auto settle = [&](GroupId g) {
     const auto at = std::find(in_flight.begin(), in_flight.end(), g);
     if (at == in_flight.end()) return;
     in_flight.erase(at);
-    held -= loan[static_cast<std::size_t>(g)];
+    held -= loan[g];
   };
-  const auto issue = [&](int g) {
+  const auto issue = [&](GroupId g) {
     if (in_flight.size() >= cap) settle(in_flight.front());
     in_flight.push_back(g);
-    held += loan[static_cast<std::size_t>(g)];
+    held += loan[g];
     peak = std::max(peak, held);
   };
   for (const auto& need : needs) {
-    for (int g : need) issue(g);
-    for (int g : need) settle(g);
+    for (GroupId g : need) issue(g);
+    for (GroupId g : need) settle(g);
   }
   for (std::size_t i = 0; i < trace.size(); ++i) {
-    for (int g : plan.evict[i]) settle(g);
-    for (int g : plan.gather[i]) issue(g);
-    for (int g : trace[i]) settle(g);
-    for (int g : plan.release[i]) settle(g);
+    for (GroupId g : plan.evict[i]) settle(g);
+    for (GroupId g : plan.gather[i]) issue(g);
+    for (GroupId g : trace[i]) settle(g);
+    for (GroupId g : plan.release[i]) settle(g);
   }
   return peak;
 }
@@ -50,8 +50,8 @@ std::uint64_t loans_peak(const GatherPlan& plan, const std::vector<std::vector<i
 // standard trace, under gather.read_buffers; initialisation and the
 // optimizer's start read slices of at most SwappedShard::kSlice elements;
 // import borrows one parameter's pages twice (converted, and read around).
-std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                                DType precision, const GatherOptions& gather) {
+std::uint64_t swap_staging_peak(const ParamSpecs& params, const FlatLayout& layout, DType precision,
+                                const GatherOptions& gather) {
   const StandardGathers g = standard_gathers(params, layout, gather);
   const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(layout.world());
   std::uint64_t peak =
@@ -62,12 +62,10 @@ std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const Flat
       b = std::max(b, ob), e = std::min(e, oe);
       return b < e ? SwappedShard::loan_bytes(ob, b, e, precision) : 0;
     };
-    std::vector<std::uint64_t> loans;
+    IdVector<GroupId, std::uint64_t> loans;
     for (const auto& group : g.groups) loans.push_back(loan(group.begin, group.end));
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const auto id = static_cast<ParamId>(i);
+    for (ParamId id : params.ids())
       peak = std::max(peak, 2 * loan(layout.offset(id), layout.offset(id) + layout.numel(id)));
-    }
     peak = std::max(peak, loans_peak(g.plan, g.trace, g.needs, loans,
                                      gather.read_buffers ? gather.read_buffers : SIZE_MAX));
   }
@@ -78,7 +76,7 @@ std::uint64_t swap_staging_peak(const std::vector<ParamSpec>& params, const Flat
 
 ParamStore::~ParamStore() = default;
 
-ReplicatedParams::ReplicatedParams(Device& device, const std::vector<ParamSpec>& params,
+ReplicatedParams::ReplicatedParams(Device& device, const ParamSpecs& params,
                                    const FlatLayout& layout, Communicator& comm,
                                    std::optional<std::uint64_t> seed, DType precision,
                                    std::uint64_t allgather_bucket)
@@ -100,9 +98,9 @@ MemoryEstimate ReplicatedParams::estimate(const FlatLayout& layout, DType precis
                               layout.total() * dtype_size(precision));
 }
 
-ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& params,
-                             const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                             Communicator& comm, std::optional<std::uint64_t> seed, DType precision,
+ShardedParams::ShardedParams(Device& device, const ParamSpecs& params, const ModuleSpecs& modules,
+                             const FlatLayout& layout, Communicator& comm,
+                             std::optional<std::uint64_t> seed, DType precision,
                              const ParamPlacement& placement, const GatherOptions& gather,
                              const std::string& strategy) {
   const std::uint64_t begin = layout.owned_begin(comm.rank()), end = layout.owned_end(comm.rank());
@@ -129,9 +127,8 @@ ShardedParams::ShardedParams(Device& device, const std::vector<ParamSpec>& param
   gatherer_.emplace(device, params, modules, layout, comm, *owned_, gather, strategy);
 }
 
-MemoryEstimate ShardedParams::estimate(const std::vector<ParamSpec>& params,
-                                       const FlatLayout& layout, DType precision, Tier tier,
-                                       const GatherOptions& gather) {
+MemoryEstimate ShardedParams::estimate(const ParamSpecs& params, const FlatLayout& layout,
+                                       DType precision, Tier tier, const GatherOptions& gather) {
   const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(layout.world());
   const GatherPeaks peaks = estimate_gather_peaks(params, gather);
   const std::size_t p = dtype_size(precision);

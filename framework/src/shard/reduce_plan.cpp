@@ -18,27 +18,32 @@ namespace {
 
 // Per bucket, the module after whose backward it may be launched (a bucket
 // of padding only is complete at once, after the last module).
-std::vector<ModuleId> launch_modules(const std::vector<ParamSpec>& params,
-                                     const std::vector<int>& bucket_of, std::size_t buckets) {
+IdVector<BucketId, ModuleId> launch_modules(const ParamSpecs& params,
+                                            const IdVector<ParamId, BucketId>& bucket_of,
+                                            std::size_t buckets) {
   const auto done = completed_by_module(params);
-  std::vector<ModuleId> complete(buckets, static_cast<ModuleId>(done.size()) - 1);
-  std::vector<bool> seen(buckets, false);
-  for (std::size_t m = 0; m < done.size(); ++m)
+  const ModuleId last = id_at<ModuleId>(done.size() - 1);
+  IdVector<BucketId, ModuleId> complete(buckets, last);
+  IdVector<BucketId, bool> seen(buckets, false);
+  for (ModuleId m : done.ids())
     for (ParamId p : done[m]) {
-      const auto b = static_cast<std::size_t>(bucket_of[static_cast<std::size_t>(p)]);
-      complete[b] =
-          seen[b] ? std::min(complete[b], static_cast<ModuleId>(m)) : static_cast<ModuleId>(m);
+      const BucketId b = bucket_of[p];
+      complete[b] = seen[b] ? std::min(complete[b], m) : m;
       seen[b] = true;
     }
-  for (std::size_t i = 1; i < buckets; ++i) complete[i] = std::min(complete[i], complete[i - 1]);
+  // A bucket goes out only after every bucket before it.
+  for (BucketId b : complete.ids())
+    if (b != BucketId{})
+      complete[b] = std::min(complete[b], complete[id_at<BucketId>(index_of(b) - 1)]);
   return complete;
 }
 
 // The module whose backward first writes into the bucket (the highest user
 // of any of its parameters); 0 when none uses them.
-ModuleId first_use(const std::vector<ParamSpec>& params, const std::vector<int>& bucket_of, int b) {
-  ModuleId first = 0;
-  for (std::size_t p = 0; p < params.size(); ++p)
+ModuleId first_use(const ParamSpecs& params, const IdVector<ParamId, BucketId>& bucket_of,
+                   BucketId b) {
+  ModuleId first{};
+  for (ParamId p : params.ids())
     if (bucket_of[p] == b)
       for (ModuleId m : params[p].used_by) first = std::max(first, m);
   return first;
@@ -51,48 +56,49 @@ constexpr auto kWait = ReduceAction::Kind::wait;
 // Launch every bucket, at most `in_air` reductions outstanding, then wait.
 Actions launch_all_bounded(std::size_t buckets, std::size_t in_air) {
   Actions a;
-  std::deque<int> flying;
-  for (std::size_t i = 0; i < buckets; ++i) {
+  std::deque<BucketId> flying;
+  for (BucketId b : first_ids<BucketId>(buckets)) {
     while (flying.size() >= in_air) {
       a.push_back({kWait, flying.front()});
       flying.pop_front();
     }
-    a.push_back({kLaunch, static_cast<int>(i)});
-    flying.push_back(static_cast<int>(i));
+    a.push_back({kLaunch, b});
+    flying.push_back(b);
   }
-  for (int b : flying) a.push_back({kWait, b});
+  for (BucketId b : flying) a.push_back({kWait, b});
   return a;
 }
 
-ReduceSchedule during_backward(const std::vector<ModuleId>& launch_at, std::size_t modules,
+ReduceSchedule during_backward(const IdVector<BucketId, ModuleId>& launch_at, std::size_t modules,
                                bool overlap, bool wait_each_module) {
   ReduceSchedule s;
   s.after_module.resize(modules);
-  std::vector<int> flying;
-  for (std::size_t m = modules; m-- > 0;) {
+  std::vector<BucketId> flying;
+  for (std::size_t i = modules; i-- > 0;) {
+    const auto m = id_at<ModuleId>(i);
     Actions& a = s.after_module[m];
     // What went out after the previous module has had this module's
     // backward to finish in: its buffers go before new ones are launched.
     if (wait_each_module)
-      for (int b : flying) a.push_back({kWait, b});
+      for (BucketId b : flying) a.push_back({kWait, b});
     if (wait_each_module) flying.clear();
-    for (std::size_t i = 0; i < launch_at.size(); ++i) {
-      if (launch_at[i] != static_cast<ModuleId>(m)) continue;
-      a.push_back({kLaunch, static_cast<int>(i)});
+    for (BucketId b : launch_at.ids()) {
+      if (launch_at[b] != m) continue;
+      a.push_back({kLaunch, b});
       if (overlap)
-        flying.push_back(static_cast<int>(i));
+        flying.push_back(b);
       else
-        a.push_back({kWait, static_cast<int>(i)});
+        a.push_back({kWait, b});
     }
   }
-  for (int b : flying) s.at_end.push_back({kWait, b});
+  for (BucketId b : flying) s.at_end.push_back({kWait, b});
   return s;
 }
 
 }  // namespace
 
-ReducePlan make_reduce_plan(const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                            ReducePolicy policy, const ReduceSettings& settings) {
+ReducePlan make_reduce_plan(const ParamSpecs& params, const FlatLayout& layout, ReducePolicy policy,
+                            const ReduceSettings& settings) {
   ReducePlan plan;
   const auto ranges = reverse_buckets(
       layout, params, settings.bucket_elements,
@@ -105,7 +111,7 @@ ReducePlan make_reduce_plan(const std::vector<ParamSpec>& params, const FlatLayo
     b.collective = replicate ? Collective::all_reduce : Collective::reduce_scatter;
     if (!replicate) b.counts = layout.owned_counts(r.begin, r.end);
     b.staged = policy == ReducePolicy::shard_during_backward;
-    b.first_use = first_use(params, plan.bucket_of, static_cast<int>(plan.buckets.size()));
+    b.first_use = first_use(params, plan.bucket_of, plan.buckets.end_id());
     b.landing = replicate                                      ? Landing::in_place
                 : policy == ReducePolicy::shard_after_backward ? Landing::shard_write
                                                                : Landing::shard_accumulate;
@@ -141,33 +147,35 @@ ReducePeaks reduce_peaks(const ReducePlan& plan, int rank) {
   ReducePeaks peak;
   for (const ReduceSchedule* s : {&plan.accumulating, &plan.last}) {
     std::uint64_t staged = 0, recv = 0;
-    std::vector<bool> open(plan.buckets.size(), false);
+    IdVector<BucketId, bool> open(plan.buckets.size(), false);
     const auto run = [&](const std::vector<ReduceAction>& actions) {
       for (const auto& a : actions) {
-        const ReduceBucket& b = plan.buckets[static_cast<std::size_t>(a.bucket)];
+        const ReduceBucket& b = plan.buckets[a.bucket];
         const std::uint64_t own = b.counts.empty() ? 0 : b.counts[static_cast<std::size_t>(rank)];
         const std::uint64_t size = b.range.end - b.range.begin;
         if (a.kind == ReduceAction::Kind::launch) {
-          if (b.staged && !open[static_cast<std::size_t>(a.bucket)]) staged += size;
-          open[static_cast<std::size_t>(a.bucket)] = b.staged;
+          if (b.staged && !open[a.bucket]) staged += size;
+          open[a.bucket] = b.staged;
           recv += own;
         } else {
           recv -= own;
           if (b.staged) staged -= size;
-          open[static_cast<std::size_t>(a.bucket)] = false;
+          open[a.bucket] = false;
         }
         peak.staged = std::max(peak.staged, staged);
         peak.recv = std::max(peak.recv, recv);
       }
     };
-    for (std::size_t m = s->after_module.size(); m-- > 0;) {
+    for (std::size_t i = s->after_module.size(); i-- > 0;) {
+      const auto m = id_at<ModuleId>(i);
       // The module's backward opens the staging buffers it writes first.
-      for (std::size_t i = 0; i < plan.buckets.size(); ++i)
-        if (plan.buckets[i].staged && !open[i] &&
-            plan.buckets[i].first_use == static_cast<ModuleId>(m)) {
-          open[i] = true;
-          staged += plan.buckets[i].range.end - plan.buckets[i].range.begin;
+      for (BucketId b : plan.buckets.ids()) {
+        const ReduceBucket& bucket = plan.buckets[b];
+        if (bucket.staged && !open[b] && bucket.first_use == m) {
+          open[b] = true;
+          staged += bucket.range.end - bucket.range.begin;
         }
+      }
       peak.staged = std::max(peak.staged, staged);
       run(s->after_module[m]);
     }

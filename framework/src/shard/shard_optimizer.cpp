@@ -19,8 +19,8 @@ std::uint64_t ShardOptimizer::split(std::uint64_t begin, std::uint64_t end,
   return begin + (n - offloaded) / 16 * 16;
 }
 
-ShardOptimizer::ShardOptimizer(Device& device, const std::vector<ParamSpec>& params,
-                               const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
+ShardOptimizer::ShardOptimizer(Device& device, const ParamSpecs& params, const FlatLayout& layout,
+                               std::uint64_t begin, std::uint64_t end,
                                const OptimizerSettings& settings,
                                const OptimizerPlacement& placement, DType grad_dtype,
                                ConstTypedPtr working)

@@ -53,7 +53,7 @@ std::uint64_t SwappedOptimizer::sub_group_elements(std::uint64_t asked) {
   return granules * kGranule;
 }
 
-SwappedOptimizer::SwappedOptimizer(Device& device, const std::vector<ParamSpec>& params,
+SwappedOptimizer::SwappedOptimizer(Device& device, const ParamSpecs& params,
                                    const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
                                    const OptimizerSettings& settings, const SwapOptions& swap,
                                    DType grad_dtype, OwnedShard& working, int rank)

@@ -79,7 +79,7 @@ class Trainer {
   const Clock::time_point t_start_;
   const ModelInfo info_;
   const DataInfo data_info_;
-  const std::vector<ParamSpec> params_;
+  const ParamSpecs params_;
   Progress progress_;
   std::optional<MetricsFile> metrics_;  // rank 0's
   Arena arena_;

@@ -61,7 +61,9 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
                                 StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
-  auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
+  auto P = [&](std::optional<ParamId> id) {
+    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
+  };
   const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   if (!cfg_.llama) {
@@ -105,8 +107,10 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   const float* x = a.resid[static_cast<std::size_t>(l)];
   if (cfg_.checkpointing)
     block_forward(l, x, a.resid[static_cast<std::size_t>(l) + 1], b, B, T, ctx);
-  auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
-  auto G = [&](ParamId id) { return id < 0 ? TypedPtr{} : TypedPtr(ctx.grad(id)); };
+  auto P = [&](std::optional<ParamId> id) {
+    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
+  };
+  auto G = [&](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
   const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
   const std::size_t NC = static_cast<std::size_t>(N) * C, NH_ = static_cast<std::size_t>(N) * H;
 
@@ -166,18 +170,20 @@ void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* 
   const Kernels& k = ctx.kernels();
   const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
             L = cfg_.n_layer, V = cfg_.vocab_size;
-  auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
+  auto P = [&](std::optional<ParamId> id) {
+    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
+  };
 
-  ctx.enter_forward(0);
+  ctx.enter_forward(kEmbed);
   k.embedding_forward(a.resid[0], a.inputs, P(wte_), P(wpe_), B, T, C);
-  ctx.exit_forward(0);
+  ctx.exit_forward(kEmbed);
   for (int l = 0; l < L; ++l) {
-    ctx.enter_forward(l + 1);
+    ctx.enter_forward(block_module(l));
     block_forward(l, a.resid[static_cast<std::size_t>(l)], a.resid[static_cast<std::size_t>(l) + 1],
                   block_acts(a, l), B, T, ctx);
-    ctx.exit_forward(l + 1);
+    ctx.exit_forward(block_module(l));
   }
-  ctx.enter_forward(L + 1);
+  ctx.enter_forward(head_module());
   const float* xL = a.resid[static_cast<std::size_t>(L)];
   if (!cfg_.llama)
     k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, xL, P(lnf_w_), P(lnf_b_), N, C,
@@ -189,7 +195,7 @@ void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* 
     ctx.activations().device().copy(logits_out, a.logits,
                                     static_cast<std::size_t>(N) * V * sizeof(float));
   k.softmax_crossentropy_forward(a.losses, a.logits, a.targets, N, V);
-  ctx.exit_forward(L + 1);
+  ctx.exit_forward(head_module());
   ctx.add_loss(a.losses, static_cast<std::size_t>(N));
 }
 
@@ -210,10 +216,12 @@ void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
             L = cfg_.n_layer, V = cfg_.vocab_size;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
-  auto P = [&](ParamId id) { return id < 0 ? ConstTypedPtr{} : ConstTypedPtr(ctx.param(id)); };
-  auto G = [&](ParamId id) { return id < 0 ? TypedPtr{} : TypedPtr(ctx.grad(id)); };
+  auto P = [&](std::optional<ParamId> id) {
+    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
+  };
+  auto G = [&](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
 
-  ctx.enter_backward(L + 1);
+  ctx.enter_backward(head_module());
   // d(mean loss)/d(loss_i) = 1/N, times the host's scale.
   k.softmax_crossentropy_backward(a.logits, a.targets, ctx.grad_scale() / static_cast<float>(N), N,
                                   V);
@@ -226,15 +234,15 @@ void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
                          a.lnf_rstd, N, C);
   else
     k.rmsnorm_backward(a.d_res, G(lnf_w_), a.d_c, xL, P(lnf_w_), a.lnf_rstd, N, C);
-  ctx.exit_backward(L + 1);
+  ctx.exit_backward(head_module());
   for (int l = L - 1; l >= 0; --l) {
-    ctx.enter_backward(l + 1);
+    ctx.enter_backward(block_module(l));
     block_backward(l, a, B, T, ctx);
-    ctx.exit_backward(l + 1);
+    ctx.exit_backward(block_module(l));
   }
-  ctx.enter_backward(0);
+  ctx.enter_backward(kEmbed);
   k.embedding_backward(G(wte_), G(wpe_), a.d_res, a.inputs, B, T, C);
-  ctx.exit_backward(0);
+  ctx.exit_backward(kEmbed);
 }
 
 }  // namespace ztrain::transformer

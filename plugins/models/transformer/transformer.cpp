@@ -118,13 +118,12 @@ ParamId Transformer::add(const std::string& name, Shape shape, Init init,
                          (name.ends_with("c_attn.weight") || name.ends_with("c_proj.weight") ||
                           name.ends_with("c_fc.weight"));
   }
-  params_.push_back(std::move(spec));
-  return static_cast<ParamId>(params_.size() - 1);
+  return params_.push_back(std::move(spec));
 }
 
 void Transformer::declare_params() {
   const int C = cfg_.n_embd, V = cfg_.vocab_size, L = cfg_.n_layer, H = cfg_.hidden;
-  const ModuleId embed = 0, head = L + 1;
+  const ModuleId embed = kEmbed, head = head_module();
   const Init normal{Init::Kind::normal, static_cast<float>(cfg_.init_std)};
   const Init scaled{Init::Kind::normal,
                     static_cast<float>(cfg_.init_std / std::sqrt(2.0 * cfg_.n_layer))};
@@ -135,7 +134,7 @@ void Transformer::declare_params() {
     wpe_ = add("wpe.weight", {cfg_.seq_len, C}, normal, {embed});
     for (int l = 0; l < L; ++l) {
       const std::string p = "h." + std::to_string(l) + ".";
-      const ModuleId m = l + 1;
+      const ModuleId m = block_module(l);
       auto& b = blocks_[static_cast<std::size_t>(l)];
       b.ln1_w = add(p + "ln_1.weight", {C}, ones, {m});
       b.ln1_b = add(p + "ln_1.bias", {C}, zeros, {m});
@@ -158,7 +157,7 @@ void Transformer::declare_params() {
     wte_ = add("model.embed_tokens.weight", {V, C}, normal, {embed});
     for (int l = 0; l < L; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
-      const ModuleId m = l + 1;
+      const ModuleId m = block_module(l);
       auto& b = blocks_[static_cast<std::size_t>(l)];
       b.ln1_w = add(p + "input_layernorm.weight", {C}, ones, {m});
       b.q_w = add(p + "self_attn.q_proj.weight", {C, C}, normal, {m});
@@ -213,8 +212,8 @@ bool Transformer::ignorable_tensor(const std::string& name) const {
          name.ends_with(".attn.masked_bias");
 }
 
-std::vector<ModuleSpec> Transformer::modules() const {
-  std::vector<ModuleSpec> m{{"embed"}};
+ModuleSpecs Transformer::modules() const {
+  ModuleSpecs m{{"embed"}};
   for (int l = 0; l < cfg_.n_layer; ++l) m.push_back({"block." + std::to_string(l)});
   m.push_back({"head"});
   return m;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,16 +33,17 @@ struct Config {
   int kv_dim() const { return n_kv_head * head_size(); }
 };
 
-// Parameter ids of one block, in declaration order (unused ones stay -1).
+// Parameter ids of one block, in declaration order (each architecture
+// declares only its own).
 struct BlockParams {
-  ParamId ln1_w = -1, ln1_b = -1;
-  ParamId qkv_w = -1, qkv_b = -1;        // GPT-2 c_attn
-  ParamId q_w = -1, k_w = -1, v_w = -1;  // Llama projections
-  ParamId proj_w = -1, proj_b = -1;      // attention output
-  ParamId ln2_w = -1, ln2_b = -1;
-  ParamId fc_w = -1, fc_b = -1;          // GPT-2 c_fc / Llama gate_proj
-  ParamId up_w = -1;                     // Llama up_proj
-  ParamId fcproj_w = -1, fcproj_b = -1;  // GPT-2 mlp.c_proj / Llama down_proj
+  std::optional<ParamId> ln1_w, ln1_b;
+  std::optional<ParamId> qkv_w, qkv_b;    // GPT-2 c_attn
+  std::optional<ParamId> q_w, k_w, v_w;   // Llama projections
+  std::optional<ParamId> proj_w, proj_b;  // attention output
+  std::optional<ParamId> ln2_w, ln2_b;
+  std::optional<ParamId> fc_w, fc_b;          // GPT-2 c_fc / Llama gate_proj
+  std::optional<ParamId> up_w;                // Llama up_proj
+  std::optional<ParamId> fcproj_w, fcproj_b;  // GPT-2 mlp.c_proj / Llama down_proj
 };
 
 // Activation pointers of one block for one micro-batch.
@@ -62,8 +64,8 @@ class Transformer final : public Model {
   static void declare_options(OptionList& out);
 
   ModelInfo info() const override;
-  std::vector<ParamSpec> params() const override { return params_; }
-  std::vector<ModuleSpec> modules() const override;
+  ParamSpecs params() const override { return params_; }
+  ModuleSpecs modules() const override;
   std::uint64_t activation_bytes(const BatchShape& shape) const override;
   void forward_backward(const Batch& batch, StepContext& ctx) override;
   void evaluate(const Batch& batch, StepContext& ctx) override;
@@ -89,6 +91,11 @@ class Transformer final : public Model {
     return a.blocks[cfg_.checkpointing ? 0 : static_cast<std::size_t>(l)];
   }
 
+  // Modules in execution order: the embedding, one per block, the head.
+  static constexpr ModuleId kEmbed{};
+  static ModuleId block_module(int l) { return id_at<ModuleId>(static_cast<std::size_t>(l) + 1); }
+  ModuleId head_module() const { return block_module(cfg_.n_layer); }
+
   void declare_params();
   // ConfigError when the parameter count does not fit 64 bits.
   void check_sizes(const Options& o) const;
@@ -106,8 +113,8 @@ class Transformer final : public Model {
   void check_tokens(const Batch& batch) const;
 
   Config cfg_;
-  std::vector<ParamSpec> params_;
-  ParamId wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_w_ = -1;
+  ParamSpecs params_;
+  std::optional<ParamId> wte_, wpe_, lnf_w_, lnf_b_, head_w_;
   std::vector<BlockParams> blocks_;
 };
 

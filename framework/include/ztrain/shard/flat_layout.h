@@ -39,11 +39,12 @@ struct Span {
 
 class ZTRAIN_API FlatLayout {
  public:
-  FlatLayout(const std::vector<ParamSpec>& params, int world, std::uint64_t align = 16);
+  FlatLayout(const ParamSpecs& params, int world, std::uint64_t align = 16);
 
   std::uint64_t total() const { return total_; }  // padded element count
   std::uint64_t offset(ParamId p) const { return offsets_.at(p); }
   std::uint64_t numel(ParamId p) const { return numels_.at(p); }
+  IdRange<ParamId> params() const { return offsets_.ids(); }
   int world() const { return world_; }
   std::uint64_t owned_begin(int rank) const { return shard_ * rank; }
   std::uint64_t owned_end(int rank) const { return shard_ * (rank + 1); }
@@ -55,7 +56,7 @@ class ZTRAIN_API FlatLayout {
   std::vector<std::size_t> owned_counts(std::uint64_t begin, std::uint64_t end) const;
 
  private:
-  std::vector<std::uint64_t> offsets_, numels_;
+  IdVector<ParamId, std::uint64_t> offsets_, numels_;
   std::uint64_t total_ = 0, shard_ = 0;
   int world_ = 1;
 };
@@ -66,17 +67,16 @@ class ZTRAIN_API FlatLayout {
 // one module's backward is done: the first holds about first_elements, the
 // others about bucket_elements (a parameter larger than that gets a bucket
 // of its own); the last one reaches down to element 0. bucket_of receives
-// each parameter's bucket index.
-ZTRAIN_API std::vector<BucketRange> reverse_buckets(const FlatLayout& layout,
-                                                    const std::vector<ParamSpec>& params,
-                                                    std::uint64_t bucket_elements,
-                                                    std::uint64_t first_elements,
-                                                    std::vector<int>& bucket_of);
+// each parameter's bucket.
+ZTRAIN_API IdVector<BucketId, BucketRange> reverse_buckets(const FlatLayout& layout,
+                                                           const ParamSpecs& params,
+                                                           std::uint64_t bucket_elements,
+                                                           std::uint64_t first_elements,
+                                                           IdVector<ParamId, BucketId>& bucket_of);
 
 // For each module, the parameters whose gradient is complete after that
 // module's backward: those whose lowest-numbered user it is (backward runs
 // from the last module to the first); unused parameters count for module 0.
-ZTRAIN_API std::vector<std::vector<ParamId>> completed_by_module(
-    const std::vector<ParamSpec>& params);
+ZTRAIN_API IdVector<ModuleId, std::vector<ParamId>> completed_by_module(const ParamSpecs& params);
 
 }  // namespace ztrain::shard

@@ -28,7 +28,7 @@ namespace ztrain::shard {
 class ZTRAIN_API FullReplica {
  public:
   // grad_type: nullopt holds no gradients.
-  FullReplica(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
+  FullReplica(Device& device, const ParamSpecs& params, const FlatLayout& layout,
               std::optional<std::uint64_t> seed, DType param_type, std::optional<DType> grad_type);
   // All-gathers every rank's owned range of the parameters into every
   // replica, in pieces of at most bucket_elements (collective).
@@ -44,7 +44,7 @@ class ZTRAIN_API FullReplica {
  private:
   TensorView view(const Buffer& b, DType t, ParamId p) const;
   Device& device_;
-  const std::vector<ParamSpec>& params_;
+  const ParamSpecs& params_;
   const FlatLayout& layout_;
   DType param_type_, grad_type_;
   Buffer weights_, grads_;

@@ -65,7 +65,7 @@ class ZTRAIN_API GradReducer {
  public:
   // shard: pieces covering this rank's owned range of the flat gradients
   // (layout.owned_*), in order; dtype: the gradients' type.
-  GradReducer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
+  GradReducer(Device& device, const ParamSpecs& params, const FlatLayout& layout,
               Communicator& comm, ReducePlan plan, DType dtype, TypedPtr full,
               std::vector<GradPiece> shard, std::string strategy);
   // Waits for reductions still in the air (their buffers are freed here).
@@ -98,10 +98,10 @@ class ZTRAIN_API GradReducer {
     Buffer recv;
     std::vector<CopyWork> copies;
   };
-  void* open(std::size_t b);
+  void* open(BucketId b);
   void run(const std::vector<ReduceAction>& actions);
-  void launch(std::size_t b);
-  void wait(std::size_t b);
+  void launch(BucketId b);
+  void wait(BucketId b);
   void close_micro_step();
   // Frees the receive buffers whose copies are done; with `all`, waits for
   // every copy first.
@@ -115,11 +115,13 @@ class ZTRAIN_API GradReducer {
   TypedPtr full_;
   std::vector<GradPiece> shard_;
   std::string strategy_;
-  std::vector<Shape> shapes_;
-  std::vector<Live> live_;
+  IdVector<ParamId, Shape> shapes_;
+  IdVector<BucketId, Live> live_;
   std::vector<PendingLanding> pending_;
   const ReduceSchedule* schedule_ = nullptr;  // the current micro-step's, null between steps
-  ModuleId next_ = -1;                        // the module whose backward comes next
+  // Modules whose backward this micro-step has yet to run: the next is
+  // module due_ - 1 (backward runs from the last module to the first).
+  std::size_t due_ = 0;
   bool first_ = true;  // this micro-step is its step's first: accumulating landings write
   double wait_s_ = 0;
 };

@@ -20,14 +20,14 @@ namespace ztrain::shard {
 
 // Writes the initial values of flat elements [begin, end) into dst (dst[0]
 // is flat element `begin`); padding is zeroed.
-ZTRAIN_API void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                          std::uint64_t seed, std::uint64_t begin, std::uint64_t end, float* dst);
+ZTRAIN_API void init_flat(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t seed,
+                          std::uint64_t begin, std::uint64_t end, float* dst);
 // The same values in dst's type, written where dst lives (`tier` of
 // `device`): in place when it is fp32 the host can touch, else drawn into
 // host slices and converted into dst slice by slice (Device::convert), so
 // neither a 16-bit buffer nor a GPU's memory needs a whole fp32 twin.
-ZTRAIN_API void init_flat(const std::vector<ParamSpec>& params, const FlatLayout& layout,
-                          std::uint64_t seed, std::uint64_t begin, std::uint64_t end, TypedPtr dst,
-                          Device& device, Tier tier);
+ZTRAIN_API void init_flat(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t seed,
+                          std::uint64_t begin, std::uint64_t end, TypedPtr dst, Device& device,
+                          Tier tier);
 
 }  // namespace ztrain::shard

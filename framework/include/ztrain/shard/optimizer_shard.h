@@ -32,7 +32,7 @@ namespace ztrain::shard {
 // in one kernel call. Pointers passed to step() are at element `begin`.
 class ZTRAIN_API AdamWRange {
  public:
-  AdamWRange(const std::vector<ParamSpec>& params, const FlatLayout& layout, std::uint64_t begin,
+  AdamWRange(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t begin,
              std::uint64_t end);
   // master, m, v: fp32; grads in their type (zeroed or kept, as
   // grad_after says); working: the working copy written in the same pass,
@@ -75,10 +75,9 @@ class ZTRAIN_API OptimizerShard {
  public:
   // working: the slice [begin, end) of the working parameters, which live
   // in working_tier; when masters are kept they start from its values.
-  OptimizerShard(Device& device, Tier tier, const std::vector<ParamSpec>& params,
-                 const FlatLayout& layout, std::uint64_t begin, std::uint64_t end,
-                 const OptimizerSettings& settings, ConstTypedPtr working,
-                 Tier working_tier = Tier::device);
+  OptimizerShard(Device& device, Tier tier, const ParamSpecs& params, const FlatLayout& layout,
+                 std::uint64_t begin, std::uint64_t end, const OptimizerSettings& settings,
+                 ConstTypedPtr working, Tier working_tier = Tier::device);
 
   // params, grads: the slice [begin, end) (element 0 is flat element begin).
   // scalars (StepNorm::on this shard's tier) scale the gradients in the

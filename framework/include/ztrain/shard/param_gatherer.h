@@ -47,6 +47,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,14 +79,14 @@ struct GatherOptions {
 // released to make room, gathered (needed now, then prefetched), released
 // after the module. peak_live: the most elements gathered at once.
 struct GatherPlan {
-  std::vector<std::vector<int>> evict, gather, release;
+  std::vector<std::vector<GroupId>> evict, gather, release;  // per trace position
   std::uint64_t peak_live = 0;
 };
 
 // needs[i]: the units position i uses; size: elements per unit. Every
 // needs[i] must fit in max_live_parameters.
-ZTRAIN_API GatherPlan make_gather_plan(const std::vector<std::vector<int>>& needs,
-                                       const std::vector<std::uint64_t>& size,
+ZTRAIN_API GatherPlan make_gather_plan(const std::vector<std::vector<GroupId>>& needs,
+                                       const IdVector<GroupId, std::uint64_t>& size,
                                        const GatherOptions& options);
 
 // A step's trace as the host runs it: forward of modules 0..M-1, then
@@ -95,7 +96,7 @@ struct TraceEntry {
   bool backward;
   bool operator==(const TraceEntry&) const = default;
 };
-ZTRAIN_API std::vector<TraceEntry> standard_trace(int modules);
+ZTRAIN_API std::vector<TraceEntry> standard_trace(std::size_t modules);
 
 // A gather unit: the flat range [begin, end) from the first to the last of
 // `params`, consecutive non-persistent parameters with the same used_by
@@ -106,25 +107,25 @@ struct GatherGroup {
   std::vector<ModuleId> used_by;
   std::uint64_t size() const { return end - begin; }
 };
-ZTRAIN_API std::vector<GatherGroup> gather_groups(const std::vector<ParamSpec>& params,
-                                                  const FlatLayout& layout,
-                                                  std::uint64_t persistence_threshold);
+using GatherGroups = IdVector<GroupId, GatherGroup>;
+ZTRAIN_API GatherGroups gather_groups(const ParamSpecs& params, const FlatLayout& layout,
+                                      std::uint64_t persistence_threshold);
 // The groups each of `modules` modules uses.
-ZTRAIN_API std::vector<std::vector<int>> group_needs(const std::vector<GatherGroup>& groups,
-                                                     int modules);
+using GroupNeeds = IdVector<ModuleId, std::vector<GroupId>>;
+ZTRAIN_API GroupNeeds group_needs(const GatherGroups& groups, std::size_t modules);
 
 // The gathers of the standard trace over `layout`: the groups, each
 // module's groups (needs), each trace position's groups, and the plan over
 // them. What the estimates walk; ConfigError when a module needs more than
 // max_live_parameters.
 struct StandardGathers {
-  std::vector<GatherGroup> groups;
-  std::vector<std::vector<int>> needs;
-  std::vector<std::vector<int>> trace;
+  GatherGroups groups;
+  GroupNeeds needs;
+  std::vector<std::vector<GroupId>> trace;
   GatherPlan plan;
 };
-ZTRAIN_API StandardGathers standard_gathers(const std::vector<ParamSpec>& params,
-                                            const FlatLayout& layout, const GatherOptions& options);
+ZTRAIN_API StandardGathers standard_gathers(const ParamSpecs& params, const FlatLayout& layout,
+                                            const GatherOptions& options);
 
 // What a gatherer holds beyond the shard when the model runs the standard
 // trace: persistent elements (params) and the plan's peak of gathered ones
@@ -134,7 +135,7 @@ struct GatherPeaks {
   std::uint64_t live = 0;
   std::uint64_t packed = 0;
 };
-ZTRAIN_API GatherPeaks estimate_gather_peaks(const std::vector<ParamSpec>& params,
+ZTRAIN_API GatherPeaks estimate_gather_peaks(const ParamSpecs& params,
                                              const GatherOptions& options);
 
 // DeepSpeed's ZeRO-3 options (prefetch_bucket_size, max_live_parameters,
@@ -144,13 +145,13 @@ ZTRAIN_API void declare_gather_options(OptionList& o);
 ZTRAIN_API GatherOptions gather_options(const Options& o);
 
 // For tests: what the gatherer did, in order. position is the trace
-// position (-1 outside training micro-steps); live the non-persistent
+// position (none outside training micro-steps); live the non-persistent
 // elements gathered or in flight right after the event.
 struct GatherEvent {
   enum class Kind : std::uint8_t { gather, use, release };
   Kind kind;
-  int group;
-  int position;
+  GroupId group;
+  std::optional<std::size_t> position;
   std::uint64_t live;
 };
 
@@ -159,10 +160,9 @@ class ZTRAIN_API ParamGatherer {
   // shard: this rank's owned range of the flat parameters, initialised;
   // gathers and views are in its type. Persistent parameters are gathered
   // here (collective).
-  ParamGatherer(Device& device, const std::vector<ParamSpec>& params,
-                const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                Communicator& comm, OwnedShard& shard, const GatherOptions& options,
-                std::string strategy);
+  ParamGatherer(Device& device, const ParamSpecs& params, const ModuleSpecs& modules,
+                const FlatLayout& layout, Communicator& comm, OwnedShard& shard,
+                const GatherOptions& options, std::string strategy);
   // Waits for gathers still in the air (their buffers are freed here).
   ~ParamGatherer();
   ParamGatherer(const ParamGatherer&) = delete;
@@ -183,7 +183,7 @@ class ZTRAIN_API ParamGatherer {
 
   double wait_seconds() const { return wait_s_; }
   std::uint64_t persistent_elements() const { return persistent_elements_; }
-  const std::vector<GatherGroup>& groups() const { return groups_; }
+  const GatherGroups& groups() const { return groups_; }
   const GatherPlan* plan() const { return recorded_ ? &plan_ : nullptr; }
   void record_events(std::vector<GatherEvent>* log) { log_ = log; }
 
@@ -198,19 +198,19 @@ class ZTRAIN_API ParamGatherer {
   };
   struct Param {
     std::uint64_t offset, numel;
-    int group;  // -1: persistent
+    std::optional<GroupId> group;  // none: persistent
     Shape shape;
   };
   // This rank's part of the flat range [begin, end), lent by the shard
   // (nothing when it owns none of it).
   ShardLoan own_part(std::uint64_t begin, std::uint64_t end);
   std::size_t bytes(std::uint64_t elements) const { return elements * dtype_size(dtype_); }
-  void gather(int g);
-  void wait(int g);
-  void drop(int g);
+  void gather(GroupId g);
+  void wait(GroupId g);
+  void drop(GroupId g);
   void end_micro_step();
   void release_all();
-  void log(GatherEvent::Kind kind, int g);
+  void log(GatherEvent::Kind kind, GroupId g);
   std::string describe(const TraceEntry& e) const;
   void build_persistent();
   void check_read_buffers() const;
@@ -222,29 +222,29 @@ class ZTRAIN_API ParamGatherer {
   DType dtype_;
   GatherOptions options_;
   std::string strategy_;
-  std::vector<Param> params_;
-  std::vector<GatherGroup> groups_;
-  std::vector<Live> live_groups_;
-  std::vector<std::string> module_names_;
-  std::vector<std::vector<int>> needs_;
+  IdVector<ParamId, Param> params_;
+  GatherGroups groups_;
+  IdVector<GroupId, Live> live_groups_;
+  IdVector<ModuleId, std::string> module_names_;
+  GroupNeeds needs_;
   // Persistent parameters, whole, one after another in `persistent_`;
   // refresh() gathers every rank's owned pieces of them, packed.
   struct Piece {
     ParamId param;
     std::uint64_t begin, end;  // flat
   };
-  std::vector<std::uint64_t> persistent_at_;  // per param: offset in persistent_
-  std::vector<Piece> pieces_;                 // owned pieces, rank by rank
-  std::vector<std::size_t> piece_counts_;     // packed elements per rank
+  IdVector<ParamId, std::uint64_t> persistent_at_;  // offset in persistent_
+  std::vector<Piece> pieces_;                       // owned pieces, rank by rank
+  std::vector<std::size_t> piece_counts_;           // packed elements per rank
   Buffer persistent_;
   std::vector<TraceEntry> trace_;
   GatherPlan plan_;
   bool recorded_ = false, training_ = false;
-  int position_ = 0;
+  std::size_t position_ = 0;
   std::uint64_t live_ = 0, persistent_elements_ = 0;
   double wait_s_ = 0;
   std::vector<GatherEvent>* log_ = nullptr;
-  std::deque<int> reading_;  // gathers holding a read buffer, oldest first
+  std::deque<GroupId> reading_;  // gathers holding a read buffer, oldest first
 };
 
 }  // namespace ztrain::shard

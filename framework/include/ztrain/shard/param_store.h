@@ -64,7 +64,7 @@ class ZTRAIN_API ReplicatedParams final : public ParamStore {
   // Initialised from the seed on every rank (none: zeros, for a caller
   // that loads them next); allgather_bucket: elements per all-gather of
   // publish().
-  ReplicatedParams(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
+  ReplicatedParams(Device& device, const ParamSpecs& params, const FlatLayout& layout,
                    Communicator& comm, std::optional<std::uint64_t> seed, DType precision,
                    std::uint64_t allgather_bucket);
   void begin_micro_step() override {}
@@ -101,10 +101,9 @@ class ZTRAIN_API ShardedParams final : public ParamStore {
   // The owned range is placed by `placement`, initialised from the seed
   // (none: left for the caller to load; a swap file is then not written
   // first); strategy names the caller in errors.
-  ShardedParams(Device& device, const std::vector<ParamSpec>& params,
-                const std::vector<ModuleSpec>& modules, const FlatLayout& layout,
-                Communicator& comm, std::optional<std::uint64_t> seed, DType precision,
-                const ParamPlacement& placement, const GatherOptions& gather,
+  ShardedParams(Device& device, const ParamSpecs& params, const ModuleSpecs& modules,
+                const FlatLayout& layout, Communicator& comm, std::optional<std::uint64_t> seed,
+                DType precision, const ParamPlacement& placement, const GatherOptions& gather,
                 const std::string& strategy);
   void begin_micro_step() override { gatherer_->begin_micro_step(); }
   void fetch(ModuleId m, bool backward) override { gatherer_->fetch(m, backward); }
@@ -118,7 +117,7 @@ class ZTRAIN_API ShardedParams final : public ParamStore {
   // Bytes per rank: the owned range in its tier; gathered and persistent
   // parameters in the device tier; refresh's packed buffer (comm); for a
   // swapped range, the host buffers its reads go through (offload).
-  static MemoryEstimate estimate(const std::vector<ParamSpec>& params, const FlatLayout& layout,
+  static MemoryEstimate estimate(const ParamSpecs& params, const FlatLayout& layout,
                                  DType precision, Tier tier, const GatherOptions& gather);
 
  private:

@@ -65,14 +65,14 @@ struct ReduceBucket {
   Collective collective = Collective::all_reduce;
   std::vector<std::size_t> counts;  // reduce-scatter: elements each rank owns
   bool staged = false;              // in a buffer of its own, else a view of the full buffer
-  ModuleId first_use = 0;           // staged: the module whose backward writes it first
+  ModuleId first_use{};             // staged: the module whose backward writes it first
   Landing landing = Landing::in_place;
 };
 
 struct ReduceAction {
   enum class Kind : std::uint8_t { launch, wait };
   Kind kind;
-  int bucket;
+  BucketId bucket;
   bool operator==(const ReduceAction&) const = default;
 };
 
@@ -80,19 +80,18 @@ struct ReduceAction {
 // is done (backward visits modules from the last to the first); at_end
 // after that (for the last micro-step: in finish()).
 struct ReduceSchedule {
-  std::vector<std::vector<ReduceAction>> after_module;
+  IdVector<ModuleId, std::vector<ReduceAction>> after_module;
   std::vector<ReduceAction> at_end;
 };
 
 struct ReducePlan {
-  std::vector<ReduceBucket> buckets;
-  std::vector<int> bucket_of;  // per parameter
+  IdVector<BucketId, ReduceBucket> buckets;
+  IdVector<ParamId, BucketId> bucket_of;
   ReduceSchedule accumulating, last;
 };
 
-ZTRAIN_API ReducePlan make_reduce_plan(const std::vector<ParamSpec>& params,
-                                       const FlatLayout& layout, ReducePolicy policy,
-                                       const ReduceSettings& settings);
+ZTRAIN_API ReducePlan make_reduce_plan(const ParamSpecs& params, const FlatLayout& layout,
+                                       ReducePolicy policy, const ReduceSettings& settings);
 
 // Transient elements a plan holds at once on `rank` during one micro-step
 // (the larger of the two schedules): staging buffers (category grads) and

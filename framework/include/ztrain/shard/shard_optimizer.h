@@ -66,7 +66,7 @@ class ZTRAIN_API ShardOptimizer final : public OptimizerStore {
  public:
   // working: this rank's owned range of the working parameters (the masters
   // start from it where they are kept).
-  ShardOptimizer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
+  ShardOptimizer(Device& device, const ParamSpecs& params, const FlatLayout& layout,
                  std::uint64_t begin, std::uint64_t end, const OptimizerSettings& settings,
                  const OptimizerPlacement& placement, DType grad_dtype, ConstTypedPtr working);
 

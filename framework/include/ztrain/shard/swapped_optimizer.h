@@ -47,7 +47,7 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
  public:
   // working: this rank's owned range of the working parameters, the
   // masters' initial values; rank names the swap file.
-  SwappedOptimizer(Device& device, const std::vector<ParamSpec>& params, const FlatLayout& layout,
+  SwappedOptimizer(Device& device, const ParamSpecs& params, const FlatLayout& layout,
                    std::uint64_t begin, std::uint64_t end, const OptimizerSettings& settings,
                    const SwapOptions& swap, DType grad_dtype, OwnedShard& working, int rank);
   ~SwappedOptimizer() override;

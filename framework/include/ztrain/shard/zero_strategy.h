@@ -109,7 +109,7 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   void average_across_groups();
   ZeroDesign design_;
   ZeroDesign chosen_;  // resolve()'s answer at setup
-  std::vector<ParamSpec> params_;
+  ParamSpecs params_;
   Communicator* comm_ = nullptr;  // this rank's group: every rank unless hybrid
   std::unique_ptr<Communicator> group_comm_, replica_comm_;  // hybrid only
   int world_ = 1;                                            // every rank, groups or not
