@@ -270,6 +270,29 @@ TEST_CASE("reduction plans: every bucket launched once, in order, when complete,
   }
 }
 
+TEST_CASE("the gradient reducer refuses a backward that skips or repeats a module") {
+  auto dev = make_cpu_device(1);
+  auto comm = make_local_communicator();
+  const auto params = chain(4);
+  const shard::FlatLayout layout(params, 1);
+  std::vector<float> shard(layout.total(), 0.0f);
+  const auto plan = shard::make_reduce_plan(
+      params, layout, shard::ReducePolicy::shard_during_backward, {120, 50, true});
+  shard::GradReducer r(*dev, params, layout, *comm, plan, DType::f32, {},
+                       std::vector<shard::GradPiece>{{0, layout.total(), shard.data()}}, "test");
+  r.begin_micro_step(true);
+  r.module_done(3_module);
+  // Module 2's backward is due; 1 skips it.
+  std::string why = test::message_of<InternalError>([&] { r.module_done(1_module); });
+  CHECK(why.find("backward ran module 1 where module 2 was due") != std::string::npos);
+  r.begin_micro_step(true);
+  for (ModuleId m : {3_module, 2_module, 1_module, 0_module}) r.module_done(m);
+  // Every module is done: a second backward of the first one is refused.
+  why = test::message_of<InternalError>([&] { r.module_done(0_module); });
+  CHECK(why.find("where none was due") != std::string::npos);
+  r.finish();
+}
+
 TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory as its plan says") {
   auto dev = make_cpu_device(1);
   auto comm = make_local_communicator();
