@@ -61,8 +61,10 @@ constexpr const char* kUsage =
     "       ztrain checkpoint info CHECKPOINT   what a checkpoint holds; verifies every checksum\n"
     "       ztrain --deepspeed DS.json [options] CONFIG\n"
     "                                           train with a DeepSpeed config's ZeRO, offload,\n"
-    "                                           batch, precision and optimizer keys\n"
-    "       ztrain convert-deepspeed DS.json CONFIG  the equivalent TOML\n"
+    "                                           batch, precision, optimizer and scheduler keys\n"
+    "       ztrain convert-deepspeed DS.json [--nproc N] CONFIG\n"
+    "                                           the equivalent TOML; refuses (exit 2) what a run\n"
+    "                                           at N ranks (default 1) would refuse\n"
     "       ztrain compare --strategies A,B,... [--nproc N] [--steps K] [--out DIR] [options] "
     "CONFIG\n"
     "                                           each strategy as its own job on the same run; one\n"
@@ -274,6 +276,10 @@ std::optional<int> tool_command(const Cli& c) {
                  "ztrain convert-deepspeed DS.json RUN.toml (the run \"auto\" takes its values "
                  "from)");
     ztrain::TrainArgs args = c.run_args(c.positional[2]);
+    // What a run would refuse (at --nproc ranks) is refused here, exit 2,
+    // before any TOML is printed.
+    args.deepspeed = c.positional[1];
+    ztrain::check_run(args, c.given.count("nproc") ? c.nproc : 1);
     args.deepspeed.clear();
     const ztrain::RunConfig run = ztrain::load_run_config(args);
     std::cout << ztrain::imported_toml(ztrain::import_deepspeed(c.positional[1], run),

@@ -97,24 +97,30 @@ EOF
 disk_dir swap
 sed -i "s|SWAP|$swap|" "$scratch/full.json"
 # The model's keys only: the training keys come from the DeepSpeed config,
-# but a --set still wins over it (lr).
+# but a --set still wins over it (the scheduler's peak lr). The run's
+# length is the run's: total_num_steps is only the scheduler's.
 model_only=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
   --set model.vocab_size=256 --set device.threads=1 --set train.save_final=false --set train.eval_every=0)
-"$ZTRAIN" --nproc 2 "${model_only[@]}" --deepspeed "$scratch/full.json" --set train.lr=0.001 \
+"$ZTRAIN" --nproc 2 "${model_only[@]}" --deepspeed "$scratch/full.json" \
+  --set train.scheduler.warmup_max_lr=0.001 --set train.steps=8 \
   --set train.out_dir="$scratch/full" "$SRC/configs/run.toml" > "$scratch/full.out" 2>&1 || { cat "$scratch/full.out" >&2; fail "the full config does not train"; }
 grep -q "batch: 2 x 4 accum x 2 ranks = 16 sequences" "$scratch/full.out" || fail "the batch keys were not applied"
 grep -q "warning: full.json: wall_clock_breakdown has no effect in ztrain" "$scratch/full.out" ||
   fail "no warning for a key without effect"
+grep -q "warning: full.json: optimizer.params.lr has no effect: DeepSpeed's WarmupDecayLR sets the lr" \
+  "$scratch/full.out" || fail "no warning that WarmupDecayLR replaces the optimizer's lr"
 python3 - "$scratch/full/config.toml" << 'PY' || fail "the resolved config does not hold every key"
 import sys, tomllib
 text = open(sys.argv[1]).read()
 t = tomllib.loads(text)
 tr, s = t["train"], t["strategy"]
 want_train = {"global_batch_size": 16, "micro_batch_size": 2, "grad_accum": 4, "grad_clip": 0.5,
-              "log_every": 2, "precision": "bf16", "lr": 0.001, "betas": [0.8, 0.9], "eps": 1e-7,
-              "weight_decay": 0.05, "schedule": "linear", "warmup_steps": 3, "steps": 8}
+              "print_every": 2, "precision": "bf16", "betas": [0.8, 0.9], "eps": 1e-7,
+              "weight_decay": 0.05, "schedule": "WarmupDecayLR", "steps": 8}
 for k, v in want_train.items():
     assert tr[k] == v, (k, tr[k], v)
+assert tr["scheduler"] == {**tr["scheduler"], "warmup_num_steps": 3, "total_num_steps": 8,
+                           "warmup_max_lr": 0.001, "warmup_min_lr": 0}, tr["scheduler"]
 assert tr["fp16"]["initial_scale_power"] == 12 and tr["fp16"]["hysteresis"] == 3
 assert tr["fp16"]["consecutive_hysteresis"] is True and tr["fp16"]["min_loss_scale"] == 2
 want_strategy = {"plugin": "nvme_offload", "overlap_comm": False, "reduce_bucket_size": 50000,
@@ -126,7 +132,7 @@ for k, v in want_strategy.items():
 assert s["offload_optimizer"]["buffer_count"] == 3 and s["offload_param"]["device"] == "cpu"
 assert s["aio"] == {**s["aio"], "block_size": 262144, "queue_depth": 4, "single_submit": True,
                     "intra_op_parallelism": 1}, s["aio"]
-assert "--set train.lr=0.001" in text, "the --set of lr is not the origin"
+assert "--set train.scheduler.warmup_max_lr=0.001" in text, "the --set is not the origin"
 for origin in ("full.json: zero_optimization.stage", "full.json: optimizer.params.betas",
                "full.json: aio.thread_count", "full.json: bf16.enabled"):
     assert origin in text, origin

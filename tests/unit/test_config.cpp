@@ -52,13 +52,14 @@ TEST_CASE("DeepSpeed's stage3_ spellings point to ztrain's option names") {
 }
 
 TEST_CASE("an unset min_lr follows lr, so lr = 0 alone is a valid run") {
-  auto settings = [](const std::string& toml) {
-    return resolve_settings(RunConfig::parse(toml, "run.toml"), 1).train;
+  auto min_lr = [](const std::string& toml) {
+    const auto s = resolve_settings(RunConfig::parse(toml, "run.toml"), 1).train.schedule;
+    return std::get<NanoGptSchedule>(s).min_lr;
   };
-  CHECK(settings("[train]\nlr = 0\n").min_lr == 0);
-  CHECK(settings("[train]\nlr = 1e-3\n").min_lr == doctest::Approx(1e-4));
-  CHECK(settings("").min_lr == doctest::Approx(3e-4));
-  CHECK(settings("[train]\nlr = 1e-3\nmin_lr = 0\n").min_lr == 0);
+  CHECK(min_lr("[train]\nlr = 0\n") == 0);
+  CHECK(min_lr("[train]\nlr = 1e-3\n") == doctest::Approx(1e-4));
+  CHECK(min_lr("") == doctest::Approx(3e-4));
+  CHECK(min_lr("[train]\nlr = 1e-3\nmin_lr = 0\n") == 0);
 }
 
 TEST_CASE("wrong types and out-of-range values say what is expected") {
@@ -68,7 +69,9 @@ TEST_CASE("wrong types and out-of-range values say what is expected") {
   CHECK(contains(config_error("[train]\nsteps = 2.5\n"), "got 2.5, expected an integer"));
   CHECK(contains(
       config_error("[train]\nschedule = \"cosin\"\n"),
-      "expected a string: one of \"cosine\", \"linear\", \"constant\"; did you mean 'cosine'?"));
+      "expected a string: one of \"cosine\", \"linear\", \"constant\", \"WarmupLR\", "
+      "\"WarmupDecayLR\", \"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\"; did you mean "
+      "'cosine'?"));
   CHECK(contains(config_error("[train]\nbetas = [0.9]\n"), "expected two numbers"));
   CHECK(contains(config_error("[train]\nbetas = [0.9, 1.5]\n"), "betas: got [0.9, 1.5]"));
   CHECK(contains(config_error("[device]\nmemory_limit = \"lots\"\n"),

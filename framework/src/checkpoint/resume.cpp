@@ -20,11 +20,23 @@ namespace ztrain {
 namespace {
 
 bool may_change(const std::string& key) {
-  static const char* const kTrain[] = {
-      "train.steps",      "train.log_every",         "train.eval_every", "train.eval_batches",
-      "train.out_dir",    "train.save_final",        "train.export_to",  "train.export_dtype",
-      "train.resume",     "train.checkpoint_every",  "train.keep_last",  "train.micro_batch_size",
-      "train.grad_accum", "train.global_batch_size", "model.init_from",  "train.checkpoint_write"};
+  static const char* const kTrain[] = {"train.steps",
+                                       "train.log_every",
+                                       "train.print_every",
+                                       "train.eval_every",
+                                       "train.eval_batches",
+                                       "train.out_dir",
+                                       "train.save_final",
+                                       "train.export_to",
+                                       "train.export_dtype",
+                                       "train.resume",
+                                       "train.checkpoint_every",
+                                       "train.keep_last",
+                                       "train.micro_batch_size",
+                                       "train.grad_accum",
+                                       "train.global_batch_size",
+                                       "model.init_from",
+                                       "train.checkpoint_write"};
   for (const char* k : kTrain)
     if (key == k) return true;
   for (const char* section : {"strategy.", "device.", "comm."})

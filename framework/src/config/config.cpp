@@ -1,6 +1,7 @@
 #include "config/config.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -75,6 +76,46 @@ std::string node_text(const toml::node& n) {
   }
   return os.str();
 }
+
+}  // namespace
+
+std::string toml_number_text(double d) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, d);
+  std::string s(buf, r.ptr);
+  // TOML floats need a fraction or an exponent: 3 is an integer.
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string toml_value_text(const toml::node& n) {
+  if (const auto* arr = n.as_array()) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < arr->size(); ++i)
+      out += (i ? ", " : "") + toml_value_text(*arr->get(i));
+    return out + "]";
+  }
+  if (const auto* t = n.as_table()) {
+    std::string out = "{";
+    for (const auto& [k, v] : *t)
+      out += (out.size() > 1 ? ", " : " ") + std::string(k.str()) + " = " + toml_value_text(v);
+    return out + " }";
+  }
+  if (const auto* s = n.as_string()) {
+    std::string out = "\"";
+    for (char c : s->get()) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  }
+  if (const auto* d = n.as_floating_point()) return toml_number_text(d->get());
+  std::ostringstream os;
+  n.visit([&](const auto& v) { os << v; });
+  return os.str();
+}
+
+namespace {
 
 std::string section_label(const std::string& section) {
   return "[" + section + "]";
@@ -247,6 +288,13 @@ void RunConfig::set_imported(const std::string& section, const toml::table& valu
   }
   for (const auto& [key, origin] : origins)
     if (key.rfind(section + ".", 0) == 0) origin_[key] = origin;
+}
+
+void RunConfig::drop(const std::string& path) {
+  const auto dot = path.rfind('.');
+  if (dot == std::string::npos) return;
+  if (auto* t = root_.at_path(path.substr(0, dot)).as_table()) t->erase(path.substr(dot + 1));
+  origin_.erase(path);
 }
 
 void RunConfig::override_with(const std::string& assignment) {

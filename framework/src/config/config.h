@@ -19,6 +19,12 @@
 
 namespace ztrain {
 
+// A TOML value as a run file writes it: strings quoted, doubles in the
+// shortest text that reads back to the same bits ("0.9", not
+// 0.90000000000000002), arrays and inline tables of those.
+std::string toml_value_text(const toml::node& n);
+std::string toml_number_text(double d);
+
 class RunConfig {
  public:
   // Parses run_file; a non-empty model replaces [model] with the preset
@@ -55,6 +61,9 @@ class RunConfig {
   // where each came from ("train.lr" -> "ds.json: optimizer.params.lr").
   void set_imported(const std::string& section, const toml::table& values, bool replace,
                     const std::map<std::string, std::string>& origins);
+  // Removes one value ("train.lr", "train.scheduler.warmup_type") and its
+  // origin: what an import supersedes. Nothing when it is not there.
+  void drop(const std::string& path);
   // Lines the run prints after its header (what an import resolved).
   void add_note(std::string note) { notes_.push_back(std::move(note)); }
   const std::vector<std::string>& notes() const { return notes_; }

@@ -6,6 +6,8 @@
 // DeepSpeed writes sizes as 1e9, which must be an integer exactly.
 #include "config/deepspeed_import.h"
 
+#include "config/lr_schedule.h"
+
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -122,15 +124,21 @@ const toml::node* run_value(const RunConfig& run, const std::string& path) {
   return run.table().at_path(path).node();
 }
 
+// A value as a note says it: strings bare, numbers shortest.
+std::string note_text(const toml::node& n) {
+  if (const auto* str = n.as_string()) return str->get();
+  return toml_value_text(n);
+}
+
 std::string run_text(const RunConfig& run, const std::string& path, const std::string& fallback) {
   const toml::node* n = run_value(run, path);
-  if (!n) return fallback;
-  std::ostringstream s;
-  if (const auto* str = n->as_string())
-    s << str->get();
-  else
-    n->visit([&](const auto& v) { s << v; });
-  return s.str();
+  return n ? note_text(*n) : fallback;
+}
+
+// A value of an imported table at a dotted path, as run_text prints it.
+std::string run_text_of(const toml::table& t, const std::string& path) {
+  const toml::node* n = t.at_path(path).node();
+  return n ? note_text(*n) : std::string();
 }
 
 // The batch keys and gradient clipping: numbers set the run's keys, "auto"
@@ -163,9 +171,15 @@ void map_batch(Section& top, const RunConfig& run, Builder& b) {
       b.train("grad_clip", toml::value<double>(top.number(*v, "gradient_clipping")),
               top.where("gradient_clipping"));
   }
-  if (const json* v = top.get("steps_per_print"); v && !top.is_auto(v))
-    b.train("log_every", toml::value<std::int64_t>(top.integer(*v, "steps_per_print")),
-            top.where("steps_per_print"));
+  // DeepSpeed's steps_per_print paces what it prints; metrics.jsonl keeps
+  // the run's log_every.
+  if (const json* v = top.get("steps_per_print"); v && !top.is_auto(v)) {
+    const std::int64_t n = top.integer(*v, "steps_per_print");
+    if (n < 1)
+      throw ConfigError(top.where("steps_per_print") + " is " + std::to_string(n) +
+                        "; give 1 or more");
+    b.train("print_every", toml::value<std::int64_t>(n), top.where("steps_per_print"));
+  }
 }
 
 // "enabled": true, false, or "auto" (nullopt).
@@ -213,20 +227,100 @@ void map_precision(Section& top, const RunConfig& run, Builder& b) {
   bf16.finish();
 }
 
-// AdamW's parameters ("auto": the run's).
-void map_optimizer(Section& top, Builder& b) {
+// The scheduler that sets the lr itself, leaving the optimizer's unread
+// (WarmupLR reads it only without warmup_max_lr; WarmupCosineLR scales it).
+std::optional<std::string> lr_set_by_scheduler(const json& top) {
+  const auto sched = top.find("scheduler");
+  if (sched == top.end() || !sched->is_object()) return std::nullopt;
+  const auto type = sched->find("type");
+  if (type == sched->end() || !type->is_string()) return std::nullopt;
+  const std::string name = type->get<std::string>();
+  if (name == "WarmupCosineLR") return std::nullopt;
+  if (name == "WarmupLR") {
+    const auto params = sched->find("params");
+    if (params == sched->end() || !params->is_object() || !params->contains("warmup_max_lr") ||
+        (*params)["warmup_max_lr"].is_null())
+      return std::nullopt;
+  }
+  return name;
+}
+
+// The optimizer's parameters DeepSpeed fills when a file leaves them out:
+// FusedAdam's and DeepSpeedCPUAdam's defaults (lr 1e-3, betas (0.9, 0.999),
+// eps 1e-8, weight_decay 0), torch.optim.AdamW's weight_decay 0.01 under
+// "torch_adam". Not the run's own defaults, which differ.
+void fill_optimizer_defaults(Section& params, Builder& b, bool torch_adamw, bool lr_read) {
+  const auto absent = [&](const char* key) { return !params.get(key); };
+  const auto said = [&](const char* key, const std::string& value) {
+    b.out.notes.push_back(params.where(key) + ": absent -> " + value + ", DeepSpeed's default");
+  };
+  if (lr_read && absent("lr")) {
+    b.train("lr", toml::value<double>(1e-3), params.where("lr"));
+    said("lr", "0.001");
+  }
+  if (absent("betas")) {
+    b.train("betas", toml::array{0.9, 0.999}, params.where("betas"));
+    said("betas", "[0.9, 0.999]");
+  }
+  if (absent("eps")) {
+    b.train("eps", toml::value<double>(1e-8), params.where("eps"));
+    said("eps", "1e-08");
+  }
+  if (absent("weight_decay")) {
+    b.train("weight_decay", toml::value<double>(torch_adamw ? 0.01 : 0.0),
+            params.where("weight_decay"));
+    said("weight_decay", torch_adamw ? "0.01 (torch.optim.AdamW's)" : "0");
+  }
+}
+
+// DeepSpeed's Adam decouples weight decay unless adam_w_mode is false
+// (then it adds weight_decay * p to the gradient, torch.optim.Adam's L2);
+// AdamW always does. L2 with a weight decay is refused; without one the two
+// are the same update.
+bool decoupled(Section& opt, Section& params) {
+  const json* t = opt.get("type");
+  const bool adamw = t && (*t == "AdamW" || *t == "adamw");
+  const json* mode = params.get("adam_w_mode");
+  if (adamw || !mode || params.boolean(*mode, "adam_w_mode")) return true;
+  const json* wd = params.get("weight_decay");
+  if (wd && !params.is_auto(wd) && params.number(*wd, "weight_decay") == 0) return false;
+  throw ConfigError(params.where("adam_w_mode") +
+                    " is false: DeepSpeed's Adam then adds weight_decay * p to the gradient "
+                    "(L2), where ztrain's AdamW decouples it; remove it (decoupled, DeepSpeed's "
+                    "default) or set weight_decay to 0");
+}
+
+// AdamW's parameters ("auto": the run's; absent: DeepSpeed's defaults).
+// Without an optimizer section the run's AdamW applies, as the Hugging Face
+// Trainer applies its own.
+void map_optimizer(Section& top, Builder& b, const std::optional<std::string>& lr_set_by) {
+  if (!top.get("optimizer")) {
+    b.out.notes.push_back(top.where("optimizer") +
+                          ": none -> the run's AdamW ([train] lr, betas, eps, weight_decay)");
+    return;
+  }
   Section opt = top.sub("optimizer");
   if (const json* t = opt.get("type")) {
     const std::string type = opt.string(*t, "type");
     if (type != "Adam" && type != "AdamW" && type != "adam" && type != "adamw")
       throw ConfigError(opt.where("type") + " is \"" + type +
                         "\"; ztrain's optimizer is AdamW: use \"AdamW\" (or \"Adam\")");
+  } else {
+    throw ConfigError(opt.where("type") + " is missing; DeepSpeed needs the optimizer's type");
   }
   Section params = opt.sub("params");
+  if (const json* v = params.get("lr"); v && !params.is_auto(v)) {
+    const double lr = params.number(*v, "lr");
+    if (lr_set_by)
+      b.out.warnings.push_back(params.where("lr") + " has no effect: DeepSpeed's " + *lr_set_by +
+                               " sets the lr at every step, here as in DeepSpeed");
+    else
+      b.train("lr", toml::value<double>(lr), params.where("lr"));
+  }
   const struct {
     const char* ds;
     const char* key;
-  } scalars[] = {{"lr", "lr"}, {"eps", "eps"}, {"weight_decay", "weight_decay"}};
+  } scalars[] = {{"eps", "eps"}, {"weight_decay", "weight_decay"}};
   for (const auto& k : scalars)
     if (const json* v = params.get(k.ds); v && !params.is_auto(v))
       b.train(k.key, toml::value<double>(params.number(*v, k.ds)), params.where(k.ds));
@@ -237,42 +331,187 @@ void map_optimizer(Section& top, Builder& b) {
     for (const auto& x : *v) betas.push_back(params.number(x, "betas"));
     b.train("betas", std::move(betas), params.where("betas"));
   }
-  params.no_effect({{"torch_adam", "ztrain's AdamW is its own"},
-                    {"adam_w_mode", "ztrain's AdamW always decouples weight decay"}},
-                   b.out.warnings);
+  const bool adamw = decoupled(opt, params);
+  const json* torch = params.get("torch_adam");
+  const bool torch_adam = torch && params.boolean(*torch, "torch_adam");
+  if (torch_adam)
+    b.out.notes.push_back(params.where("torch_adam") +
+                          ": true -> torch's implementation of the same update; ztrain's AdamW "
+                          "computes it");
+  fill_optimizer_defaults(params, b, torch_adam && adamw, !lr_set_by);
   params.finish();
   opt.finish();
 }
 
-// The warmup and decay of DeepSpeed's schedulers onto [train] schedule.
-void map_scheduler(Section& top, Builder& b) {
-  Section sched = top.sub("scheduler");
-  if (const json* t = sched.get("type")) {
-    const std::string type = sched.string(*t, "type");
-    const std::map<std::string, std::string> kinds = {
-        {"WarmupLR", "constant"}, {"WarmupDecayLR", "linear"}, {"WarmupCosineLR", "cosine"}};
-    const auto it = kinds.find(type);
-    if (it == kinds.end())
-      throw ConfigError(sched.where("type") + " is \"" + type +
-                        "\"; ztrain has WarmupLR, WarmupDecayLR and WarmupCosineLR");
-    b.train("schedule", toml::value<std::string>(it->second), sched.where("type"));
+// DeepSpeed's scheduler parameters, by the classes that take them.
+struct SchedulerKey {
+  const char* name;
+  char type;  // 'n' number, 'i' integer (integral floats too), 'I' an int only, 's', 'b'
+  std::set<std::string> classes;
+};
+const std::vector<SchedulerKey>& scheduler_keys() {
+  static const std::set<std::string> warmup = {"WarmupLR", "WarmupDecayLR"},
+                                     warm_all = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"},
+                                     totals = {"WarmupDecayLR", "WarmupCosineLR"},
+                                     cosine = {"WarmupCosineLR"}, cycle = {"OneCycle"},
+                                     range = {"LRRangeTest"};
+  static const std::vector<SchedulerKey> keys = {
+      {"warmup_min_lr", 'n', warmup},
+      {"warmup_max_lr", 'n', warmup},
+      {"warmup_num_steps", 'I', warm_all},
+      {"warmup_type", 's', warm_all},
+      {"total_num_steps", 'i', totals},
+      {"warmup_min_ratio", 'n', cosine},
+      {"cos_min_ratio", 'n', cosine},
+      {"cycle_min_lr", 'n', cycle},
+      {"cycle_max_lr", 'n', cycle},
+      {"decay_lr_rate", 'n', cycle},
+      {"cycle_first_step_size", 'n', cycle},
+      {"cycle_second_step_size", 'n', cycle},
+      {"cycle_first_stair_count", 'i', cycle},
+      {"cycle_second_stair_count", 'i', cycle},
+      {"decay_step_size", 'i', cycle},
+      {"cycle_momentum", 'b', cycle},
+      {"lr_range_test_min_lr", 'n', range},
+      {"lr_range_test_step_size", 'I', range},
+      {"lr_range_test_step_rate", 'n', range},
+      {"lr_range_test_staircase", 'b', range},
+  };
+  return keys;
+}
+
+// "auto" as the Hugging Face Trainer fills a scheduler's values: from the
+// run (its lr, warmup steps and length), warmup_min_lr 0.
+bool fill_auto(const std::string& key, const RunConfig& run, Section& params, Builder& b) {
+  const std::map<std::string, std::pair<std::string, std::string>> from = {
+      {"warmup_max_lr", {"lr", "the run's train.lr"}},
+      {"warmup_num_steps", {"warmup_steps", "the run's train.warmup_steps"}},
+      {"total_num_steps", {"steps", "the run's train.steps"}}};
+  if (key == "warmup_min_lr") {
+    b.out.notes.push_back(params.where(key) + ": auto -> 0");
+    return true;
   }
+  const auto it = from.find(key);
+  if (it == from.end()) return false;
+  const auto& [run_key, words] = it->second;
+  const toml::node* v = run_value(run, "train." + run_key);
+  b.out.notes.push_back(params.where(key) + ": auto -> " + words + " (" +
+                        run_text(run, "train." + run_key, "its default") + ")");
+  if (key == "warmup_max_lr")
+    b.train("scheduler.warmup_max_lr",
+            toml::value<double>(v ? v->value_or(3e-3) : 3e-3), params.where(key));
+  if (key == "warmup_num_steps")
+    b.train("scheduler.warmup_num_steps",
+            toml::value<std::int64_t>(std::max<std::int64_t>(1, v ? v->value_or(30) : 30)),
+            params.where(key));
+  return true;  // total_num_steps: unset is the run's steps
+}
+
+// One scheduler parameter onto [train.scheduler], checked as DeepSpeed's
+// constructor checks it.
+void map_scheduler_key(const SchedulerKey& k, const json& v, Section& params, Builder& b) {
+  const std::string key = k.name, where = params.where(key);
+  const std::string to = "scheduler." + key;
+  switch (k.type) {
+    case 'n':
+      b.train(to, toml::value<double>(params.number(v, key)), where);
+      return;
+    case 'b':
+      b.train(to, toml::value<bool>(params.boolean(v, key)), where);
+      return;
+    case 's': {
+      std::string type = params.string(v, key);
+      if (type != "log" && type != "linear") {
+        b.out.warnings.push_back(where + " is \"" + type +
+                                 "\", which DeepSpeed does not know: it warns and warms up "
+                                 "by \"log\", and so does ztrain");
+        type = "log";
+      }
+      b.train(to, toml::value<std::string>(type), where);
+      return;
+    }
+    default: {
+      if (k.type == 'I' && !v.is_number_integer())
+        throw ConfigError(where + " is " + v.dump() +
+                          "; DeepSpeed takes a positive integer here (it refuses " + v.dump() +
+                          ")");
+      const std::int64_t n = params.integer(v, key);
+      if (n < (k.type == 'I' ? 1 : 0))
+        throw ConfigError(where + " is " + std::to_string(n) + "; DeepSpeed takes " +
+                          (k.type == 'I' ? "a positive integer" : "0 or more") + " here");
+      b.train(to, toml::value<std::int64_t>(n), where);
+    }
+  }
+}
+
+// What DeepSpeed's constructors require or refuse beyond one key's type.
+void check_scheduler(const std::string& type, Section& params, std::vector<std::string>& warnings) {
+  const auto need = [&](const char* key) {
+    if (!params.get(key))
+      throw ConfigError(params.where(key) + " is missing; DeepSpeed's " + type +
+                        " requires it (\"auto\": the run's, as the Hugging Face Trainer fills it)");
+  };
+  if (type == "WarmupDecayLR" || type == "WarmupCosineLR") need("total_num_steps");
+  if (type != "OneCycle") return;
+  need("cycle_min_lr");
+  need("cycle_max_lr");
+  const json* m = params.get("cycle_momentum");
+  if (!m || params.boolean(*m, "cycle_momentum"))
+    throw ConfigError(params.where("cycle_momentum") + " is " + (m ? "true" : "unset (true)") +
+                      ": DeepSpeed's OneCycle then also cycles Adam's beta1 (and sets beta2 to "
+                      "0.99); ztrain cycles only the lr: set \"cycle_momentum\": false");
+  if (const json* v = params.get("cycle_first_step_size");
+      v && params.number(*v, "cycle_first_step_size") <= 0)
+    throw ConfigError(params.where("cycle_first_step_size") + " is " + v->dump() +
+                      "; DeepSpeed requires a positive step size");
+  if (const json* v = params.get("cycle_second_step_size");
+      v && params.number(*v, "cycle_second_step_size") < 0)
+    throw ConfigError(params.where("cycle_second_step_size") + " is " + v->dump() +
+                      "; DeepSpeed requires 0 or more");
+  params.no_effect({{"cycle_min_mom", "cycle_momentum is false"},
+                    {"cycle_max_mom", "cycle_momentum is false"},
+                    {"decay_mom_rate", "cycle_momentum is false"}},
+                   warnings);
+}
+
+// DeepSpeed's scheduler onto [train] schedule and [train.scheduler]: the
+// same class, its parameters under their own names, "auto" filled from the
+// run. A parameter the class does not take is refused (DeepSpeed's
+// constructor would raise); so is a missing "params" (the engine passes
+// **params). Without a scheduler the run's own schedule applies, as the
+// Hugging Face Trainer applies its own: said in a note.
+void map_scheduler(Section& top, const RunConfig& run, Builder& b) {
+  Section sched = top.sub("scheduler");
+  const json* t = sched.get("type");
+  if (!t) {
+    if (top.get("scheduler"))
+      throw ConfigError(sched.where("type") + " is missing; name DeepSpeed's scheduler class");
+    b.out.notes.push_back(top.where("scheduler") + ": none -> the run's train.schedule (" +
+                          run_text(run, "train.schedule", "cosine") +
+                          "); DeepSpeed alone would keep the optimizer's lr constant");
+    return;
+  }
+  const std::string type = sched.string(*t, "type");
+  if (!is_deepspeed_schedule(type))
+    throw ConfigError(sched.where("type") + " is \"" + type +
+                      "\"; ztrain has DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR, "
+                      "OneCycle and LRRangeTest");
+  b.train("schedule", toml::value<std::string>(type), sched.where("type"));
+  if (!sched.get("params"))
+    throw ConfigError(sched.where("params") + " is missing; DeepSpeed's engine passes it to " +
+                      type + " as keyword arguments: give {} for the defaults");
   Section params = sched.sub("params");
-  if (const json* v = params.get("warmup_num_steps"); v && !params.is_auto(v))
-    b.train("warmup_steps", toml::value<std::int64_t>(params.integer(*v, "warmup_num_steps")),
-            params.where("warmup_num_steps"));
-  if (const json* v = params.get("total_num_steps"); v && !params.is_auto(v))
-    b.train("steps", toml::value<std::int64_t>(params.integer(*v, "total_num_steps")),
-            params.where("total_num_steps"));
-  if (const json* v = params.get("warmup_max_lr"); v && !params.is_auto(v))
-    b.train("lr", toml::value<double>(params.number(*v, "warmup_max_lr")),
-            params.where("warmup_max_lr"));
-  if (const json* v = params.get("warmup_min_lr");
-      v && !params.is_auto(v) && params.number(*v, "warmup_min_lr") != 0)
-    throw ConfigError(params.where("warmup_min_lr") +
-                      " is not 0; ztrain's warmup starts from 0: remove it or set it to 0");
-  params.no_effect({{"warmup_type", "the warmup is linear"},
-                    {"last_batch_iteration", "a resumed run continues from its checkpoint"}},
+  for (const SchedulerKey& k : scheduler_keys()) {
+    const json* v = params.get(k.name);
+    if (!v) continue;
+    if (!k.classes.contains(type))
+      throw ConfigError(params.where(k.name) + " is not a parameter of DeepSpeed's " + type +
+                        " (its constructor would refuse it); remove it");
+    if (params.is_auto(v) && fill_auto(k.name, run, params, b)) continue;
+    map_scheduler_key(k, *v, params, b);
+  }
+  check_scheduler(type, params, b.out.warnings);
+  params.no_effect({{"last_batch_iteration", "a resumed run continues from its checkpoint"}},
                    b.out.warnings);
   params.finish();
   sched.finish();
@@ -526,6 +765,51 @@ json read_json(const std::filesystem::path& file) {
 
 }  // namespace
 
+// Every [train] value the import sets (one level of subtables: fp16,
+// scheduler), as "train.key" paths.
+std::vector<std::string> imported_paths(const toml::table& train) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : train) {
+    const std::string key(k.str());
+    if (const auto* sub = v.as_table())
+      for (const auto& [k2, v2] : *sub) out.push_back("train." + key + "." + std::string(k2.str()));
+    else
+      out.push_back("train." + key);
+  }
+  return out;
+}
+
+// What the import does to the run's own values. Each one it replaces is
+// said with both values. Under an imported DeepSpeed scheduler, the run's
+// schedule keys that scheduler does not read are superseded: they leave
+// the run (which would otherwise refuse them as unread), with a note.
+void note_run_changes(ImportedConfig& out, const RunConfig& run) {
+  for (const std::string& path : imported_paths(out.train)) {
+    const std::string was = run_text(run, path, "");
+    const std::string now = run_text_of(out.train, path.substr(6));
+    if (!run_value(run, path) || was == now) continue;
+    out.notes.push_back(out.origins[path] + ": " + path + " = " + now + " replaces " +
+                        run.where(path) + " " + path + " = " + was);
+  }
+  const auto* schedule = out.train.get_as<std::string>("schedule");
+  if (!schedule) return;
+  const std::string name = schedule->get();
+  std::vector<std::string> candidates = {"lr", "min_lr", "warmup_steps"};
+  if (const auto* t = run.table().at_path("train.scheduler").as_table())
+    for (const auto& [k, v] : *t) candidates.push_back("scheduler." + std::string(k.str()));
+  for (const std::string& key : candidates) {
+    if (!run_value(run, "train." + key) || out.origins.contains("train." + key)) continue;
+    const bool reads = schedule_reads(name, key) &&
+                       !(key == "lr" && name == "WarmupLR" &&
+                         out.origins.contains("train.scheduler.warmup_max_lr"));
+    if (reads) continue;
+    out.superseded.push_back("train." + key);
+    out.notes.push_back(run.where("train." + key) + ": train." + key + " = " +
+                        run_text(run, "train." + key, "") + " is dropped: the imported " + name +
+                        " does not read it");
+  }
+}
+
 ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const RunConfig& run) {
   const json j = read_json(json_file);
   ImportedConfig out;
@@ -533,23 +817,35 @@ ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const Ru
   Section top(&j, "", json_file.filename().string());
   map_batch(top, run, b);
   map_precision(top, run, b);
-  map_optimizer(top, b);
-  map_scheduler(top, b);
+  map_optimizer(top, b, lr_set_by_scheduler(j));
+  map_scheduler(top, run, b);
   map_zero(top, run, b);
   map_aio(top, out.strategy["plugin"].value_or(std::string("ddp")), b);
   map_rest(top, b);
+  note_run_changes(out, run);
   return out;
 }
+
+namespace {
+
+// One table and its subtables as TOML lines, values in their shortest form.
+void write_table(std::ostringstream& s, const std::string& name, const toml::table& t) {
+  s << "\n[" << name << "]\n";
+  for (const auto& [k, v] : t)
+    if (!v.is_table()) s << k.str() << " = " << toml_value_text(v) << "\n";
+  for (const auto& [k, v] : t)
+    if (const auto* sub = v.as_table()) write_table(s, name + "." + std::string(k.str()), *sub);
+}
+
+}  // namespace
 
 std::string imported_toml(const ImportedConfig& c, const std::filesystem::path& json_file) {
   std::ostringstream s;
   s << "# converted from " << json_file.string() << " by ztrain convert-deepspeed\n";
   for (const auto& n : c.notes) s << "# " << n << "\n";
   for (const auto& w : c.warnings) s << "# warning: " << w << "\n";
-  toml::table root;
-  root.insert("train", c.train);
-  root.insert("strategy", c.strategy);
-  s << "\n" << toml::toml_formatter(root) << "\n";
+  write_table(s, "train", c.train);
+  write_table(s, "strategy", c.strategy);
   return s.str();
 }
 

@@ -36,12 +36,17 @@ struct ImportedConfig {
   toml::table strategy;  // the whole [strategy] table
   // "train.grad_clip" -> "ds.json: gradient_clipping", for every key set.
   std::map<std::string, std::string> origins;
-  std::vector<std::string> notes;     // what each "auto" became
+  std::vector<std::string> notes;     // what each "auto" became, what replaced the run's
   std::vector<std::string> warnings;  // keys with no effect here
+  // The run's keys the imported scheduler leaves unread ("train.warmup_steps"
+  // under WarmupDecayLR): removed from the run before the import lands.
+  std::vector<std::string> superseded;
 };
 
 // `run`: the run file as loaded (its model, --set overrides), which "auto"
-// takes its values from.
+// takes its values from. A key of the run the import replaces is named in
+// a note with both values; a run key the imported scheduler does not read
+// is in `superseded`, with a note.
 ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const RunConfig& run);
 
 // The import as TOML ([train] and [strategy]), notes and warnings as

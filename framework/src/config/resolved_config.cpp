@@ -1,6 +1,5 @@
 #include "config/resolved_config.h"
 
-#include <charconv>
 #include <sstream>
 
 #include "config/run_settings.h"
@@ -9,16 +8,6 @@
 
 namespace ztrain {
 namespace {
-
-// A double in TOML, the shortest text that reads back to the same bits.
-std::string number_text(double d) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, d);
-  std::string s(buf, r.ptr);
-  // TOML floats need a fraction or an exponent: 3 is an integer.
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
 
 std::string string_text(const std::string& v) {
   std::string out = "\"";
@@ -34,11 +23,11 @@ std::string toml_text(const OptionValue& v) {
   if (std::holds_alternative<std::monostate>(v)) return {};
   if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
-  if (auto* d = std::get_if<double>(&v)) return number_text(*d);
+  if (auto* d = std::get_if<double>(&v)) return toml_number_text(*d);
   if (auto* s = std::get_if<std::string>(&v)) return string_text(*s);
   std::string list = "[";
   for (double d : std::get<std::vector<double>>(v))
-    list += (list.size() > 1 ? ", " : "") + number_text(d);
+    list += (list.size() > 1 ? ", " : "") + toml_number_text(d);
   return list + "]";
 }
 

@@ -1,5 +1,7 @@
 #include "config/run_settings.h"
 
+#include "config/lr_schedule.h"
+
 #include "loader/cuda_loader.h"
 #include "ztrain/error.h"
 
@@ -20,10 +22,7 @@ OptionList train_options() {
             "sequences per optimizer step over all ranks (DeepSpeed: train_batch_size)")
       .at_least(1)
       .as_int();
-  o.number("lr", 3e-3, "peak learning rate").at_least(0);
-  o.number("min_lr", 3e-4, "learning rate at the end of the decay (unset: lr / 10)").at_least(0);
-  o.integer("warmup_steps", 30, "linear warmup steps from 0 to lr").at_least(0);
-  o.string("schedule", "cosine", "decay after warmup").one_of({"cosine", "linear", "constant"});
+  declare_schedule_options(o);
   o.number("weight_decay", 0.1, "AdamW decoupled weight decay (matrices only)").at_least(0);
   o.numbers("betas", {0.9, 0.95}, "AdamW (beta1, beta2)").at_least(0).at_most(0.999999);
   o.number("eps", 1e-8, "AdamW epsilon").at_least(0);
@@ -37,6 +36,9 @@ OptionList train_options() {
                     "fp32 or the precision (unset: the precision, as DeepSpeed)");
   o.integer("seed", 0, "parameter initialisation seed").at_least(0);
   o.integer("log_every", 10, "steps between logged metrics lines").at_least(1);
+  o.integer("print_every", 0,
+            "steps between console lines (0: log_every; DeepSpeed: steps_per_print)")
+      .at_least(0);
   o.integer("eval_every", 100, "steps between evaluations on the held-out split; 0 disables")
       .at_least(0);
   o.integer("eval_batches", 8,
@@ -154,12 +156,7 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   const Options t = config.validate("train", train_options());
   auto& tr = s.train;
   tr.steps = t.get_int("steps");
-  tr.lr = t.get_number("lr");
-  // Unset, it follows lr (a tenth of it, the default run's 3e-4), so
-  // lowering lr alone never contradicts it.
-  tr.min_lr = t.given("min_lr") ? t.get_number("min_lr") : tr.lr / 10;
-  tr.warmup_steps = t.get_int("warmup_steps");
-  tr.schedule = t.get_string("schedule");
+  tr.schedule = schedule_of(t, tr.steps);
   tr.weight_decay = t.get_number("weight_decay");
   const auto& betas = t.get_numbers("betas");
   if (betas.size() != 2)
@@ -186,6 +183,7 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   }
   tr.seed = static_cast<std::uint64_t>(t.get_int("seed"));
   tr.log_every = t.get_int("log_every");
+  tr.print_every = t.get_int("print_every") > 0 ? t.get_int("print_every") : tr.log_every;
   tr.eval_every = t.get_int("eval_every");
   tr.eval_batches = t.get_int("eval_batches");
   tr.out_dir = t.get_string("out_dir");
@@ -196,11 +194,6 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   if (t.has_value("resume")) tr.resume = t.get_string("resume");
   if (t.has_value("export_to")) tr.export_to = t.get_string("export_to");
   tr.export_dtype = parse_precision(t.get_string("export_dtype"), t.where("export_dtype"));
-  if (tr.min_lr > tr.lr)
-    throw ConfigError(t.where("min_lr") + ": [train] min_lr (" + std::to_string(tr.min_lr) +
-                      ") is above lr (" + std::to_string(tr.lr) +
-                      "); the schedule decays "
-                      "from lr to min_lr");
   // DeepSpeed scales only fp16 losses; bf16 and fp32 keep a static 1.
   if (tr.precision == DType::f16)
     tr.scaler = {t.get_number("fp16.loss_scale"),           t.get_int("fp16.initial_scale_power"),

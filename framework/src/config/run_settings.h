@@ -14,6 +14,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "config/lr_schedule.h"
 #include "ztrain/dtype.h"
 #include "ztrain/options.h"
 
@@ -35,14 +36,12 @@ struct TrainSettings {
   std::int64_t micro_batch = 0;
   std::int64_t grad_accum = 0;
   std::int64_t global_batch = 0;
-  double lr = 0, min_lr = 0;
-  std::int64_t warmup_steps = 0;
-  std::string schedule;
+  LrSchedule schedule;
   double weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0;
   DType precision = DType::f32;
   DType grad_dtype = DType::f32;  // grad_accum_dtype, resolved
   std::uint64_t seed = 0;
-  std::int64_t log_every = 0, eval_every = 0, eval_batches = 0;
+  std::int64_t log_every = 0, print_every = 0, eval_every = 0, eval_batches = 0;
   std::filesystem::path out_dir;
   bool save_final = true;
   std::int64_t checkpoint_every = 0;      // 0: only on a stop request

@@ -112,6 +112,8 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
     installed.push_back({"CUDA backend", cuda_backend_path(), ZTRAIN_VERSION});
   check_installations_agree(installed, *run.comm);
   run.settings = parts.settings;
+  for (auto& w : schedule_warnings(run.settings.train.schedule, run.settings.train.steps))
+    run.config_notes.push_back("warning: " + w);
   run.model_plugin = parts.model_plugin;
   run.data_plugin = parts.data_plugin;
   run.strategy_plugin = parts.strategy_plugin;
@@ -235,6 +237,7 @@ RunConfig load_run_config(const TrainArgs& args) {
     throw ConfigError("--deepspeed " + args.deepspeed.string() +
                       " gives the strategy; drop --strategy " + args.strategy);
   const ImportedConfig imported = import_deepspeed(args.deepspeed, config);
+  for (const auto& key : imported.superseded) config.drop(key);
   config.set_imported("strategy", imported.strategy, true, imported.origins);
   config.set_imported("train", imported.train, false, imported.origins);
   for (const auto& o : args.overrides) config.override_with(o);
@@ -256,6 +259,13 @@ Run assemble(std::unique_ptr<Communicator> comm, const RunConfig& config,
 
 Run assemble(const RunConfig& config, const PluginLoader& loader) {
   return assemble(make_communicator(resolve_comm(config)), config, loader);
+}
+
+void check_run(const TrainArgs& args, int world) {
+  const RunConfig config = load_run_config(args);
+  const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
+  resolve_config(config, loader);
+  make_run_parts(config, loader, world);
 }
 
 std::string resolved_config_of(const TrainArgs& args) {

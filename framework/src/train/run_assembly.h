@@ -111,6 +111,10 @@ Run assemble(std::unique_ptr<Communicator> comm, const RunConfig& config,
 Run assemble(const RunConfig& config, const PluginLoader& loader);
 
 // `ztrain config`: every key of the run, defaults included, as TOML.
+// Validates the run as it would start at `world` ranks (every section, the
+// plugins' options, the batch identity, the schedule) without running it;
+// ConfigError on what the run would refuse.
+void check_run(const TrainArgs& args, int world);
 std::string resolved_config_of(const TrainArgs& args);
 
 // `ztrain estimate`: the strategy's bytes per tier and category for one

@@ -101,8 +101,9 @@ struct StepLog {
   JobFigures job;
 };
 
-// Its metrics line (rank 0's file) and, off a terminal, its console line.
-void log_step(const StepLog& s, MetricsFile* metrics, Progress& progress) {
+// Its metrics line (rank 0's file, when given) and, when `print` and off a
+// terminal, its console line.
+void log_step(const StepLog& s, MetricsFile* metrics, Progress& progress, bool print) {
   JsonLine line;
   line.add("step", s.done)
       .add("split", "train")
@@ -120,7 +121,7 @@ void log_step(const StepLog& s, MetricsFile* metrics, Progress& progress) {
       .add("comm_wait_s", s.comm_wait_s)
       .add_memory("peak_bytes", s.job.memory, true);
   if (metrics) metrics->write(line);
-  if (progress.is_terminal()) return;
+  if (!print || progress.is_terminal()) return;
   char buf[192];
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s",
                 static_cast<long long>(s.done), static_cast<long long>(s.steps), s.loss, s.lr,
@@ -232,7 +233,6 @@ Trainer::Trainer(Run& run, const FaultPlan& faults, Clock::time_point t_start)
       losses_(*run.device, *run.kernels),
       data_(*run.data, static_cast<int>(tr_.micro_batch), info_.seq_len,
             static_cast<int>(tr_.grad_accum), run.comm->rank(), run.comm->size()),
-      schedule_{tr_.lr, tr_.min_lr, tr_.warmup_steps, tr_.steps, tr_.schedule},
       scaler_(tr_.scaler),
       mark_(run.counters()),
       checkpoints_(run, faults.checkpoint_kill, metrics_ ? &*metrics_ : nullptr, progress_) {
@@ -279,7 +279,7 @@ void Trainer::train_step(std::int64_t step) {
   const auto t0 = Clock::now();
   // A skipped step consumes its batch but neither the optimizer's step
   // count nor the learning-rate schedule (DeepSpeed's engine does the same).
-  const double lr = schedule_.at(at_.applied) * faults_.lr_factor(step + 1);
+  const double lr = lr_at(tr_.schedule, at_.applied) * faults_.lr_factor(step + 1);
   const double scale = scaler_.scale();
   micro_steps(step, scale);
   // The losses are read once the step is queued: on a GPU nothing between
@@ -347,11 +347,15 @@ void Trainer::record_step(const StepResult& sr, double loss, double lr, double s
   result_.train_losses.push_back(loss);
   const double tps = static_cast<double>(tr_.global_batch) * info_.seq_len / dt;
   progress_.update(done, loss, tps, seconds_since(t_start_));
-  if (done % tr_.log_every == 0 || done == tr_.steps || done == 1)
+  // Every rank takes the same branch: the job's figures are gathered.
+  const bool ends = done == tr_.steps || done == 1;
+  const bool log = ends || done % tr_.log_every == 0;
+  const bool print = ends || done % tr_.print_every == 0;
+  if (log || print)
     log_step(
         {done, tr_.steps, loss, lr, sr, scale, at_.skipped, dt, tps, info_.train_flops_per_token,
          step_wait, gather_job_figures(*run_.comm, run_.device->stats(), step_comm)},
-        metrics_ ? &*metrics_ : nullptr, progress_);
+        log && metrics_ ? &*metrics_ : nullptr, progress_, print);
 }
 
 // eval_batches global batches of the val split: the same sequences at any

@@ -22,7 +22,6 @@
 #include "train/checkpoints_in_flight.h"
 #include "train/data_loader.h"
 #include "train/loss_scaler.h"
-#include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/run_assembly.h"
@@ -85,7 +84,6 @@ class Trainer {
   Arena arena_;
   LossSum losses_;
   DataLoader data_;
-  const LrSchedule schedule_;
   LossScaler scaler_;
   TrainingPosition at_;  // where the loop stands: the next step, the scaler
   std::int64_t first_step_ = 0;

@@ -1,0 +1,129 @@
+// DeepSpeed's learning-rate schedulers, against DeepSpeed's own classes.
+//
+// tests/data/lr_schedules/deepspeed.json holds, for a grid of scheduler
+// configs, the lr DeepSpeed's classes gave each optimizer step (its
+// engine's order: the step, then scheduler.step()), or the error its
+// constructor raised (make_golden.py there regenerates it). Each case goes
+// the way a user's file goes: a DeepSpeed JSON config through the import
+// onto a run file, resolved as a run resolves it; the lr of every step must
+// be DeepSpeed's, and a config DeepSpeed refuses is refused here.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "config/deepspeed_import.h"
+#include "config/lr_schedule.h"
+#include "config/run_settings.h"
+#include "support.h"
+#include "ztrain/error.h"
+
+using namespace ztrain;
+using nlohmann::json;
+
+namespace {
+
+json golden() {
+  std::ifstream in(test::source_dir() / "tests/data/lr_schedules/deepspeed.json");
+  REQUIRE(in);
+  return json::parse(in);
+}
+
+// The case as a DeepSpeed config, imported onto an empty run of `steps`
+// steps, resolved.
+LrSchedule imported(const json& c, const test::TempDir& dir) {
+  json ds = {{"optimizer", {{"type", "AdamW"}, {"params", {{"lr", c.at("optimizer_lr")}}}}},
+             {"scheduler", {{"type", c.at("type")}}}};
+  ds["scheduler"]["params"] = c.at("params");  // null stays null, as in the file
+  const auto file = dir / (c.at("name").get<std::string>() + ".json");
+  std::ofstream(file) << ds.dump();
+  RunConfig run = RunConfig::parse("[train]\nsteps = 1000\n", "run.toml");
+  const ImportedConfig got = import_deepspeed(file, run);
+  run.set_imported("train", got.train, false, got.origins);
+  return resolve_settings(run, 1).train.schedule;
+}
+
+bool close(double got, double want) {
+  return std::fabs(got - want) <= 1e-12 * std::max(std::fabs(want), 1e-300) ||
+         std::fabs(got - want) < 1e-18;
+}
+
+}  // namespace
+
+TEST_CASE("DeepSpeed's schedulers: the lr of every step as DeepSpeed's classes give it") {
+  const json g = golden();
+  test::TempDir dir;
+  int compared = 0, refused = 0;
+  for (const json& c : g.at("cases")) {
+    const std::string name = c.at("name");
+    CAPTURE(name);
+    if (c.contains("error")) {
+      // DeepSpeed refuses the config; so must the import or the run.
+      CHECK_THROWS_AS(imported(c, dir), ConfigError);
+      ++refused;
+      continue;
+    }
+    json as_run = c;
+    if (c.at("type") == "OneCycle" && c.contains("beta1")) {
+      // cycle_momentum true: refused here, naming the key. DeepSpeed's lr
+      // does not depend on the momentum cycle, so the same lr must come
+      // with it off.
+      const std::string why = test::message_of<ConfigError>([&] { imported(c, dir); });
+      CHECK(why.find("cycle_momentum") != std::string::npos);
+      ++refused;
+      as_run["params"]["cycle_momentum"] = false;
+    }
+    const LrSchedule s = imported(as_run, dir);
+    CHECK(schedule_name(s) == c.at("type").get<std::string>());
+    const auto& want = c.at("lr");
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      const double got = lr_at(s, static_cast<std::int64_t>(k));
+      INFO("step " << k + 1 << ": ztrain " << got << ", DeepSpeed " << want[k].get<double>());
+      CHECK(close(got, want[k].get<double>()));
+    }
+    ++compared;
+  }
+  MESSAGE(compared << " schedules compared step by step, " << refused << " refused as DeepSpeed "
+                   << "refuses them (or naming what ztrain does not do)");
+  CHECK(compared >= 60);
+  CHECK(refused >= 10);
+}
+
+TEST_CASE("a run file names DeepSpeed's schedulers with their own parameters") {
+  const auto schedule = [](const std::string& toml) {
+    return resolve_settings(RunConfig::parse(toml, "run.toml"), 1).train.schedule;
+  };
+  // WarmupLR's peak is the optimizer's lr unless warmup_max_lr is given.
+  const auto w = std::get<DsWarmupLR>(
+      schedule("[train]\nlr = 2e-3\nschedule = \"WarmupLR\"\n[train.scheduler]\n"
+               "warmup_num_steps = 4\nwarmup_type = \"linear\"\n"));
+  CHECK(w.warmup_max_lr == 2e-3);
+  CHECK(lr_at(w, 0) == 0.0);
+  CHECK(lr_at(w, 5) == doctest::Approx(2e-3));
+  // total_num_steps unset: the run's steps.
+  const auto d = std::get<DsWarmupDecayLR>(
+      schedule("[train]\nsteps = 50\nschedule = \"WarmupDecayLR\"\n"));
+  CHECK(d.total_num_steps == 50);
+  CHECK(d.warmup.warmup_max_lr == 0.001);  // DeepSpeed's default, not the optimizer's
+  const auto refused = [&](const std::string& toml) {
+    return test::message_of<ConfigError>([&] { schedule(toml); });
+  };
+  // A key the named schedule does not read is refused, naming it.
+  CHECK(refused("[train]\nschedule = \"WarmupDecayLR\"\nwarmup_steps = 10\n")
+            .find("run.toml:3:1: [train] warmup_steps is not read by schedule \"WarmupDecayLR\"") !=
+        std::string::npos);
+  CHECK(refused("[train]\nschedule = \"cosine\"\n[train.scheduler]\ncos_min_ratio = 0.1\n")
+            .find("scheduler.cos_min_ratio is not read by schedule \"cosine\"") !=
+        std::string::npos);
+  CHECK(refused("[train]\nlr = 1e-3\nschedule = \"WarmupLR\"\n[train.scheduler]\n"
+                "warmup_max_lr = 2e-3\n")
+            .find("lr is not read by WarmupLR when") != std::string::npos);
+  CHECK(refused("[train]\nschedule = \"OneCycle\"\n[train.scheduler]\ncycle_min_lr = 1e-4\n"
+                "cycle_max_lr = 1e-3\n")
+            .find("cycle_momentum") != std::string::npos);
+  CHECK(refused("[train]\nschedule = \"OneCycle\"\n[train.scheduler]\ncycle_momentum = false\n"
+                "cycle_min_lr = 1e-4\n")
+            .find("OneCycle needs [train.scheduler] cycle_max_lr") != std::string::npos);
+}
