@@ -150,6 +150,7 @@ void map_batch(Section& top, const RunConfig& run, Builder& b) {
   } batch[] = {{"train_batch_size", "global_batch_size"},
                {"train_micro_batch_size_per_gpu", "micro_batch_size"},
                {"gradient_accumulation_steps", "grad_accum"}};
+  bool numbers = false;
   for (const auto& k : batch) {
     const json* v = top.get(k.ds);
     if (!v) continue;
@@ -161,6 +162,19 @@ void map_batch(Section& top, const RunConfig& run, Builder& b) {
     const std::int64_t n = top.integer(*v, k.ds);
     if (n < 1) throw ConfigError(top.where(k.ds) + " is " + std::to_string(n) + "; give 1 or more");
     b.train(k.key, toml::value<std::int64_t>(n), top.where(k.ds));
+    numbers = true;
+  }
+  // A file that gives the batch in numbers gives all of it, as DeepSpeed
+  // derives the keys it leaves out from those it gives (train_batch_size
+  // alone: accumulation 1); the run's own values of those keys would change
+  // the batch, so they leave the run ("auto" ones stay: they ask for them).
+  for (const auto& k : batch) {
+    const std::string path = std::string("train.") + k.key;
+    if (!numbers || top.get(k.ds) || !run_value(run, path)) continue;
+    b.out.superseded.push_back(path);
+    b.out.notes.push_back(run.where(path) + ": " + path + " = " + run_text(run, path, "") +
+                          " is dropped: " + top.where(k.ds) +
+                          " is absent, and DeepSpeed derives it from the batch keys given");
   }
   if (const json* v = top.get("gradient_clipping")) {
     if (top.is_auto(v))
@@ -275,15 +289,19 @@ void fill_optimizer_defaults(Section& params, Builder& b, bool torch_adamw, bool
 
 // DeepSpeed's Adam decouples weight decay unless adam_w_mode is false
 // (then it adds weight_decay * p to the gradient, torch.optim.Adam's L2);
-// AdamW always does. L2 with a weight decay is refused; without one the two
-// are the same update.
-bool decoupled(Section& opt, Section& params) {
+// AdamW always does. L2 with a weight decay is refused; without one (absent:
+// DeepSpeed's 0; "auto": the run's) the two are the same update.
+bool decoupled(Section& opt, Section& params, const RunConfig& run) {
   const json* t = opt.get("type");
   const bool adamw = t && (*t == "AdamW" || *t == "adamw");
   const json* mode = params.get("adam_w_mode");
   if (adamw || !mode || params.boolean(*mode, "adam_w_mode")) return true;
   const json* wd = params.get("weight_decay");
-  if (wd && !params.is_auto(wd) && params.number(*wd, "weight_decay") == 0) return false;
+  const toml::node* run_wd = run_value(run, "train.weight_decay");
+  const double decay = !wd                  ? 0.0
+                       : params.is_auto(wd) ? (run_wd ? run_wd->value_or(0.1) : 0.1)
+                                            : params.number(*wd, "weight_decay");
+  if (decay == 0) return false;
   throw ConfigError(params.where("adam_w_mode") +
                     " is false: DeepSpeed's Adam then adds weight_decay * p to the gradient "
                     "(L2), where ztrain's AdamW decouples it; remove it (decoupled, DeepSpeed's "
@@ -293,7 +311,8 @@ bool decoupled(Section& opt, Section& params) {
 // AdamW's parameters ("auto": the run's; absent: DeepSpeed's defaults).
 // Without an optimizer section the run's AdamW applies, as the Hugging Face
 // Trainer applies its own.
-void map_optimizer(Section& top, Builder& b, const std::optional<std::string>& lr_set_by) {
+void map_optimizer(Section& top, const RunConfig& run, Builder& b,
+                   const std::optional<std::string>& lr_set_by) {
   if (!top.get("optimizer")) {
     b.out.notes.push_back(top.where("optimizer") +
                           ": none -> the run's AdamW ([train] lr, betas, eps, weight_decay)");
@@ -331,7 +350,7 @@ void map_optimizer(Section& top, Builder& b, const std::optional<std::string>& l
     for (const auto& x : *v) betas.push_back(params.number(x, "betas"));
     b.train("betas", std::move(betas), params.where("betas"));
   }
-  const bool adamw = decoupled(opt, params);
+  const bool adamw = decoupled(opt, params, run);
   const json* torch = params.get("torch_adam");
   const bool torch_adam = torch && params.boolean(*torch, "torch_adam");
   if (torch_adam)
@@ -398,8 +417,8 @@ bool fill_auto(const std::string& key, const RunConfig& run, Section& params, Bu
   b.out.notes.push_back(params.where(key) + ": auto -> " + words + " (" +
                         run_text(run, "train." + run_key, "its default") + ")");
   if (key == "warmup_max_lr")
-    b.train("scheduler.warmup_max_lr",
-            toml::value<double>(v ? v->value_or(3e-3) : 3e-3), params.where(key));
+    b.train("scheduler.warmup_max_lr", toml::value<double>(v ? v->value_or(3e-3) : 3e-3),
+            params.where(key));
   if (key == "warmup_num_steps")
     b.train("scheduler.warmup_num_steps",
             toml::value<std::int64_t>(std::max<std::int64_t>(1, v ? v->value_or(30) : 30)),
@@ -515,6 +534,21 @@ void map_scheduler(Section& top, const RunConfig& run, Builder& b) {
                    b.out.warnings);
   params.finish();
   sched.finish();
+}
+
+// A ZeRO-3 key under its DeepSpeed name ("stage3_prefetch_bucket_size") or
+// the field name DeepSpeed's ZeRO config also accepts for it
+// ("prefetch_bucket_size", which LLaVA's configs use); both given is an
+// error. The value, or nullptr.
+const json* stage3_key(Section& zo, const std::string& key) {
+  const json* v = zo.get(key);
+  if (key.rfind("stage3_", 0) != 0) return v;
+  const std::string plain = key.substr(7);
+  const json* alias = zo.get(plain);
+  if (v && alias)
+    throw ConfigError(zo.where(key) + " and " + zo.where(plain) +
+                      " are the same DeepSpeed field; give one of them");
+  return v ? v : alias;
 }
 
 // The strategy plugin the stage and offload devices make.
@@ -639,7 +673,19 @@ void map_zero(Section& top, const RunConfig& run, Builder& b) {
   const json* st = zo.get("stage");
   const std::int64_t stage = st ? zo.integer(*st, "stage") : 0;
   Section oo = zo.sub("offload_optimizer"), op = zo.sub("offload_param");
-  const std::string opt_dev = device_of(oo), param_dev = device_of(op);
+  std::string opt_dev = device_of(oo);
+  const std::string param_dev = device_of(op);
+  // DeepSpeed's deprecated "cpu_offload": true means offload_optimizer on
+  // the cpu (its ZeRO config converts it).
+  if (const json* c = zo.get("cpu_offload"); c && zo.boolean(*c, "cpu_offload")) {
+    if (opt_dev != "none" && opt_dev != "cpu")
+      throw ConfigError(zo.where("cpu_offload") + " is true but " + oo.where("device") + " is \"" +
+                        opt_dev + "\"; give one of them");
+    opt_dev = "cpu";
+    b.out.notes.push_back(
+        zo.where("cpu_offload") +
+        ": true -> offload_optimizer.device \"cpu\" (DeepSpeed's older spelling)");
+  }
   const std::string plugin = choose_plugin(stage, opt_dev, param_dev, zo, oo, op);
   b.strategy("plugin", toml::value<std::string>(plugin),
              st ? zo.where("stage") : zo.where("stage") + " (absent: 0)");
@@ -668,7 +714,7 @@ void map_zero(Section& top, const RunConfig& run, Builder& b) {
       {"sub_group_size", "sub_group_size", plugin == "nvme_offload", 0, 0},
   };
   for (const auto& k : sizes) {
-    const json* v = zo.get(k.ds);
+    const json* v = stage3_key(zo, k.ds);
     if (!v) continue;
     if (!k.applies) {
       b.out.warnings.push_back(zo.where(k.ds) + " has no effect in ztrain under " + plugin +
@@ -696,7 +742,10 @@ void map_zero(Section& top, const RunConfig& run, Builder& b) {
   for (const char* key : {"overlap_comm", "contiguous_gradients"})
     if (const json* v = zo.get(key))
       b.strategy(key, toml::value<bool>(zo.boolean(*v, key)), zo.where(key));
+  stage3_key(zo, "stage3_gather_16bit_weights_on_model_save");
   zo.no_effect({{"stage3_gather_16bit_weights_on_model_save",
+                 "ztrain always writes consolidated weights (model.safetensors, `ztrain export`)"},
+                {"gather_16bit_weights_on_model_save",
                  "ztrain always writes consolidated weights (model.safetensors, `ztrain export`)"},
                 {"stage3_gather_fp16_weights_on_model_save",
                  "ztrain always writes consolidated weights (model.safetensors, `ztrain export`)"},
@@ -706,7 +755,6 @@ void map_zero(Section& top, const RunConfig& run, Builder& b) {
                 {"elastic_checkpoint", "checkpoints resume on any world size anyway"},
                 {"ignore_unused_parameters", "every parameter is used"},
                 {"load_from_fp32_weights", "checkpoints always hold fp32 masters"},
-                {"cpu_offload", "use offload_optimizer"},
                 {"zero_hpz_partition_size", "no hierarchical partitioning"},
                 {"zero_quantized_weights", "no quantized communication"},
                 {"zero_quantized_gradients", "no quantized communication"}},
@@ -799,9 +847,9 @@ void note_run_changes(ImportedConfig& out, const RunConfig& run) {
     for (const auto& [k, v] : *t) candidates.push_back("scheduler." + std::string(k.str()));
   for (const std::string& key : candidates) {
     if (!run_value(run, "train." + key) || out.origins.contains("train." + key)) continue;
-    const bool reads = schedule_reads(name, key) &&
-                       !(key == "lr" && name == "WarmupLR" &&
-                         out.origins.contains("train.scheduler.warmup_max_lr"));
+    const bool reads =
+        schedule_reads(name, key) && !(key == "lr" && name == "WarmupLR" &&
+                                       out.origins.contains("train.scheduler.warmup_max_lr"));
     if (reads) continue;
     out.superseded.push_back("train." + key);
     out.notes.push_back(run.where("train." + key) + ": train." + key + " = " +
@@ -817,7 +865,7 @@ ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const Ru
   Section top(&j, "", json_file.filename().string());
   map_batch(top, run, b);
   map_precision(top, run, b);
-  map_optimizer(top, b, lr_set_by_scheduler(j));
+  map_optimizer(top, run, b, lr_set_by_scheduler(j));
   map_scheduler(top, run, b);
   map_zero(top, run, b);
   map_aio(top, out.strategy["plugin"].value_or(std::string("ddp")), b);

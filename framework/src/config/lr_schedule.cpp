@@ -12,8 +12,7 @@ namespace ztrain {
 namespace {
 
 double nanogpt_at(const NanoGptSchedule& s, std::int64_t step) {
-  if (step < s.warmup)
-    return s.lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup);
+  if (step < s.warmup) return s.lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup);
   if (s.decay == NanoGptSchedule::Decay::constant) return s.lr;
   const std::int64_t span = std::max<std::int64_t>(1, s.total - s.warmup - 1);
   const double ratio =
@@ -74,9 +73,10 @@ double one_cycle_scale(const DsOneCycle& s, double batch) {
   const std::int64_t stairs = rising ? s.first_stair_count : s.second_stair_count;
   if (stairs <= 0) return rising ? x / ratio : (x - 1.0) / (ratio - 1.0);
   const double at = std::fmod(batch, total);
-  const double position = at <= s.cycle_first_step_size
-                              ? at * static_cast<double>(stairs) / s.cycle_first_step_size
-                              : (total - at) * static_cast<double>(stairs) / s.cycle_second_step_size;
+  const double position =
+      at <= s.cycle_first_step_size
+          ? at * static_cast<double>(stairs) / s.cycle_first_step_size
+          : (total - at) * static_cast<double>(stairs) / s.cycle_second_step_size;
   return std::floor(position) / static_cast<double>(stairs);
 }
 
@@ -163,8 +163,7 @@ void declare_schedule_options(OptionList& o) {
       .at_least(0);
   o.integer("scheduler.cycle_first_stair_count", 0, "OneCycle: stairs up (0: continuous)")
       .at_least(0);
-  o.integer("scheduler.cycle_second_stair_count", 0,
-            "OneCycle: stairs down (unset: the first's)")
+  o.integer("scheduler.cycle_second_stair_count", 0, "OneCycle: stairs down (unset: the first's)")
       .at_least(0);
   o.integer("scheduler.decay_step_size", 0, "OneCycle: steps per decay interval (0: no decay)")
       .at_least(0);
@@ -204,30 +203,29 @@ const std::map<std::string, std::set<std::string>>& keys_read() {
   return keys;
 }
 
-const std::vector<std::string> kScheduleKeys = {
-    "lr",
-    "min_lr",
-    "warmup_steps",
-    "scheduler.warmup_min_lr",
-    "scheduler.warmup_max_lr",
-    "scheduler.warmup_num_steps",
-    "scheduler.warmup_type",
-    "scheduler.total_num_steps",
-    "scheduler.warmup_min_ratio",
-    "scheduler.cos_min_ratio",
-    "scheduler.cycle_min_lr",
-    "scheduler.cycle_max_lr",
-    "scheduler.decay_lr_rate",
-    "scheduler.cycle_first_step_size",
-    "scheduler.cycle_second_step_size",
-    "scheduler.cycle_first_stair_count",
-    "scheduler.cycle_second_stair_count",
-    "scheduler.decay_step_size",
-    "scheduler.cycle_momentum",
-    "scheduler.lr_range_test_min_lr",
-    "scheduler.lr_range_test_step_size",
-    "scheduler.lr_range_test_step_rate",
-    "scheduler.lr_range_test_staircase"};
+const std::vector<std::string> kScheduleKeys = {"lr",
+                                                "min_lr",
+                                                "warmup_steps",
+                                                "scheduler.warmup_min_lr",
+                                                "scheduler.warmup_max_lr",
+                                                "scheduler.warmup_num_steps",
+                                                "scheduler.warmup_type",
+                                                "scheduler.total_num_steps",
+                                                "scheduler.warmup_min_ratio",
+                                                "scheduler.cos_min_ratio",
+                                                "scheduler.cycle_min_lr",
+                                                "scheduler.cycle_max_lr",
+                                                "scheduler.decay_lr_rate",
+                                                "scheduler.cycle_first_step_size",
+                                                "scheduler.cycle_second_step_size",
+                                                "scheduler.cycle_first_stair_count",
+                                                "scheduler.cycle_second_stair_count",
+                                                "scheduler.decay_step_size",
+                                                "scheduler.cycle_momentum",
+                                                "scheduler.lr_range_test_min_lr",
+                                                "scheduler.lr_range_test_step_size",
+                                                "scheduler.lr_range_test_step_rate",
+                                                "scheduler.lr_range_test_staircase"};
 
 // A key given that the named schedule does not read would be silently
 // ignored: refused, naming it and the schedule.
@@ -236,9 +234,7 @@ void check_keys_read(const Options& t, const std::string& name) {
   for (const auto& key : kScheduleKeys)
     if (t.given(key) && !read.contains(key))
       throw ConfigError(t.where(key) + ": [train] " + key + " is not read by schedule \"" + name +
-                        "\"" +
-                        (key == "lr" ? " (its lr comes from [train.scheduler])"
-                                     : "") +
+                        "\"" + (key == "lr" ? " (its lr comes from [train.scheduler])" : "") +
                         "; remove it, or choose the schedule that takes it");
 }
 
@@ -281,8 +277,8 @@ DsWarmupLR warmup(const Options& t, bool lr_is_max) {
   const double max_lr = lr_is_max && !t.given("scheduler.warmup_max_lr")
                             ? t.get_number("lr")
                             : t.get_number("scheduler.warmup_max_lr");
-  return {t.get_number("scheduler.warmup_min_lr"), max_lr,
-          t.get_int("scheduler.warmup_num_steps"), warmup_type(t)};
+  return {t.get_number("scheduler.warmup_min_lr"), max_lr, t.get_int("scheduler.warmup_num_steps"),
+          warmup_type(t)};
 }
 
 DsOneCycle one_cycle(const Options& t) {
