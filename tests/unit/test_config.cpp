@@ -67,11 +67,11 @@ TEST_CASE("wrong types and out-of-range values say what is expected") {
                  "run.toml:2:1: [train] steps: got \"ten\", expected an integer >= 1"));
   CHECK(contains(config_error("[train]\nsteps = 0\n"), "expected an integer >= 1"));
   CHECK(contains(config_error("[train]\nsteps = 2.5\n"), "got 2.5, expected an integer"));
-  CHECK(contains(
-      config_error("[train]\nschedule = \"cosin\"\n"),
-      "expected a string: one of \"cosine\", \"linear\", \"constant\", \"WarmupLR\", "
-      "\"WarmupDecayLR\", \"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\"; did you mean "
-      "'cosine'?"));
+  CHECK(
+      contains(config_error("[train]\nschedule = \"cosin\"\n"),
+               "expected a string: one of \"cosine\", \"linear\", \"constant\", \"WarmupLR\", "
+               "\"WarmupDecayLR\", \"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\"; did you mean "
+               "'cosine'?"));
   CHECK(contains(config_error("[train]\nbetas = [0.9]\n"), "expected two numbers"));
   CHECK(contains(config_error("[train]\nbetas = [0.9, 1.5]\n"), "betas: got [0.9, 1.5]"));
   CHECK(contains(config_error("[device]\nmemory_limit = \"lots\"\n"),

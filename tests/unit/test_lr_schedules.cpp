@@ -103,8 +103,8 @@ TEST_CASE("a run file names DeepSpeed's schedulers with their own parameters") {
   CHECK(lr_at(w, 0) == 0.0);
   CHECK(lr_at(w, 5) == doctest::Approx(2e-3));
   // total_num_steps unset: the run's steps.
-  const auto d = std::get<DsWarmupDecayLR>(
-      schedule("[train]\nsteps = 50\nschedule = \"WarmupDecayLR\"\n"));
+  const auto d =
+      std::get<DsWarmupDecayLR>(schedule("[train]\nsteps = 50\nschedule = \"WarmupDecayLR\"\n"));
   CHECK(d.total_num_steps == 50);
   CHECK(d.warmup.warmup_max_lr == 0.001);  // DeepSpeed's default, not the optimizer's
   const auto refused = [&](const std::string& toml) {

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "support.h"
 #include "config/lr_schedule.h"
 #include "kernels/cpu/reference_kernels.h"
+#include "support.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/init.h"
 #include "ztrain/shard/optimizer_shard.h"
