@@ -41,6 +41,10 @@ constexpr const char* kUsage =
     "usage: ztrain [options] CONFIG            train the run described by CONFIG (TOML)\n"
     "       ztrain --nproc N [options] CONFIG  N ranks on this machine (mpirun)\n"
     "       ztrain --hostfile FILE [--include S | --exclude S] [--env VAR]... [options] CONFIG\n"
+    "                                           ranks on the hosts' slots; each host's\n"
+    "                                           CUDA_VISIBLE_DEVICES is its slot ids, as in\n"
+    "                                           DeepSpeed (also --num_nodes, --num_gpus,\n"
+    "                                           --master_addr, --master_port)\n"
     "       ztrain plugins [--plugin-path DIR]  list the plugins found, with their options\n"
     "       ztrain estimate [--world N] [options] CONFIG\n"
     "                                           bytes per rank the run would need, by tier and\n"
@@ -154,7 +158,8 @@ struct Cli {
   std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
                                compare_out, deepspeed, device_memory;
   std::int64_t steps = 0;
-  int gpus_per_node = 1, nproc = 0, world = 1;
+  int gpus_per_node = 1, nproc = 0, world = 1, num_nodes = -1, num_gpus = -1;
+  std::string master_addr, master_port;
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
   ztrain::FaultPlan faults;  // a test's, from the environment
   po::variables_map given;
@@ -204,6 +209,13 @@ po::options_description declare_options(Cli& c) {
       "env", po::value(&c.env_vars)->composing(),
       "environment variable that travels to every rank (repeatable; also .ztrain_env)")(
       "dry-run", po::bool_switch(&c.dry_run), "with --nproc/--hostfile: print the launch command")(
+      "num_nodes", po::value(&c.num_nodes),
+      "DeepSpeed's: the first N hosts of the hostfile (not with --include/--exclude)")(
+      "num_gpus", po::value(&c.num_gpus),
+      "DeepSpeed's: the first N slots of each host (without a hostfile: --nproc N)")(
+      "master_addr", po::value(&c.master_addr),
+      "DeepSpeed's: MASTER_ADDR for every rank (where gloo ranks meet rank 0)")(
+      "master_port", po::value(&c.master_port), "DeepSpeed's: MASTER_PORT for every rank")(
       "deepspeed", po::value(&c.deepspeed),
       "a DeepSpeed config (ds_config.json) for the strategy and training keys; --set wins")(
       "strategies", po::value(&c.strategies), "compare: the strategies, comma-separated")(
@@ -312,14 +324,43 @@ std::optional<int> tool_command(const Cli& c) {
 // With --nproc or --hostfile: this command line again on every rank,
 // through mpirun (exec: this process becomes mpirun). Returns otherwise,
 // or after a dry run.
+// DeepSpeed's launcher flags onto the plan: --num_nodes/--num_gpus pick
+// hosts and slots (DeepSpeed refuses them with --include/--exclude, and so
+// does ztrain), --master_addr/--master_port travel as the variables
+// DeepSpeed's ranks read.
+void deepspeed_flags(const Cli& c, ztrain::LaunchPlan& plan) {
+  const bool limits = c.num_nodes >= 0 || c.num_gpus >= 0;
+  if (limits && (!c.include.empty() || !c.exclude.empty()))
+    throw ztrain::ConfigError(
+        "--num_nodes/--num_gpus with --include/--exclude: DeepSpeed refuses them together; "
+        "name the slots with --include alone");
+  if (!c.hostfile.empty()) {
+    plan.hosts = ztrain::limit_hosts(std::move(plan.hosts), c.num_nodes, c.num_gpus);
+  } else if (c.num_nodes > 1) {
+    throw ztrain::ConfigError("--num_nodes " + std::to_string(c.num_nodes) +
+                              " needs a --hostfile naming the hosts");
+  } else if (c.num_gpus >= 0) {
+    if (c.num_gpus < 1 || (plan.nproc > 0 && plan.nproc != c.num_gpus))
+      throw ztrain::ConfigError("--num_gpus " + std::to_string(c.num_gpus) +
+                                (plan.nproc > 0
+                                     ? " contradicts --nproc " + std::to_string(plan.nproc)
+                                     : std::string(": give 1 or more")));
+    plan.nproc = c.num_gpus;
+  }
+  if (!c.master_addr.empty()) plan.env.push_back("MASTER_ADDR=" + c.master_addr);
+  if (!c.master_port.empty()) plan.env.push_back("MASTER_PORT=" + c.master_port);
+}
+
 std::optional<int> launch(const Cli& c) {
   if (c.nproc < 0 || (c.given.count("nproc") && c.nproc == 0))
     throw ztrain::ConfigError("--nproc " + std::to_string(c.nproc) + ": give 1 or more ranks");
-  if (c.nproc == 0 && c.hostfile.empty() &&
-      (!c.include.empty() || !c.exclude.empty() || !c.env_vars.empty() || c.dry_run))
+  const bool launches = c.nproc > 0 || !c.hostfile.empty() || c.num_gpus >= 0;
+  if (!launches && (!c.include.empty() || !c.exclude.empty() || !c.env_vars.empty() || c.dry_run ||
+                    c.num_nodes >= 0 || !c.master_addr.empty() || !c.master_port.empty()))
     throw ztrain::ConfigError(
-        "--include, --exclude, --env and --dry-run go with --nproc or --hostfile");
-  if (c.nproc == 0 && c.hostfile.empty()) return std::nullopt;
+        "--include, --exclude, --env, --num_nodes, --master_addr, --master_port and --dry-run go "
+        "with --nproc, --num_gpus or --hostfile");
+  if (!launches) return std::nullopt;
   if (ztrain::launched_by_mpi())
     throw ztrain::ConfigError("already started by an MPI launcher; drop --nproc/--hostfile");
   ztrain::LaunchPlan plan;
@@ -328,6 +369,7 @@ std::optional<int> launch(const Cli& c) {
     plan.hosts = ztrain::filter_hosts(ztrain::parse_hostfile(c.hostfile), c.include, c.exclude);
   else if (!c.include.empty() || !c.exclude.empty())
     throw ztrain::ConfigError("--include/--exclude need a --hostfile");
+  deepspeed_flags(c, plan);
   for (const auto& v : c.env_vars) {
     const char* value = std::getenv(v.c_str());
     if (!value) throw ztrain::ConfigError("--env " + v + ": no such variable in this environment");

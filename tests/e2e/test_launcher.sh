@@ -24,6 +24,17 @@ ZTRAIN_TEST_TOKEN=hello "$ZTRAIN" --hostfile hosts --env ZTRAIN_TEST_TOKEN "${ti
 grep -q "x 2 ranks" hf.out || fail "--hostfile did not run 2 ranks"
 ZTRAIN_TEST_TOKEN=hello "$ZTRAIN" --hostfile hosts --env ZTRAIN_TEST_TOKEN --dry-run "$SRC/configs/run.toml" > dry.out
 grep -q -- "--host localhost:2 .*-np 2 -x ZTRAIN_TEST_TOKEN=hello" dry.out || fail "dry run: $(cat dry.out)"
+# Slot ids are GPU ids, per host, as DeepSpeed's launcher gives them: the
+# slots named, never the first N.
+printf 'gpu004 slots=4
+gpu005 slots=2
+' > gpus
+"$ZTRAIN" --hostfile gpus --include gpu004:1,3@gpu005 --dry-run "$SRC/configs/run.toml" > slots.out
+grep -q -- "--host gpu004:2 -np 2 -x CUDA_VISIBLE_DEVICES=1,3 .* : --host gpu005:2 -np 2 -x CUDA_VISIBLE_DEVICES=0,1 " \
+  slots.out || fail "--include gpu004:1,3: $(cat slots.out)"
+"$ZTRAIN" --hostfile gpus --exclude gpu004:0@gpu005 --dry-run "$SRC/configs/run.toml" > slots.out
+grep -q -- "--host gpu004:3 -np 3 -x CUDA_VISIBLE_DEVICES=1,2,3 " slots.out &&
+  ! grep -q gpu005 slots.out || fail "--exclude gpu004:0@gpu005: $(cat slots.out)"
 
 expect_error() {  # expect_error PATTERN ARGS...: ztrain fails (status 2) with PATTERN on stderr
   local pattern=$1 status=0
@@ -40,8 +51,17 @@ printf 'localhost: 2\n' > syntax
 expect_error "syntax:1: expected 'hostname slots=N'" --hostfile syntax --dry-run
 expect_error "--include: host 'nohost' is not in the hostfile" --hostfile hosts --include nohost --dry-run
 expect_error "--exclude: host 'localhost' has no slot 7" --hostfile hosts --exclude localhost:7 --dry-run
+# DeepSpeed's --num_nodes/--num_gpus/--master_addr/--master_port.
+"$ZTRAIN" --hostfile gpus --num_nodes 1 --num_gpus 2 --master_addr 10.1.2.3 --master_port 29511 \
+  --dry-run "$SRC/configs/run.toml" > slots.out
+grep -q -- "--host gpu004:2 -np 2 -x MASTER_ADDR=10.1.2.3 -x MASTER_PORT=29511 -x CUDA_VISIBLE_DEVICES=0,1 " \
+  slots.out && ! grep -q gpu005 slots.out || fail "--num_nodes 1 --num_gpus 2: $(cat slots.out)"
+expect_error "DeepSpeed refuses them together" --hostfile gpus --num_gpus 1 --include gpu004 --dry-run
+expect_error "--num_gpus 3: host 'gpu005' has 2 slot(s)" --hostfile gpus --num_gpus 3 --dry-run
 expect_error "--env NO_SUCH_VARIABLE_X: no such variable" --nproc 2 --env NO_SUCH_VARIABLE_X --dry-run
+CUDA_VISIBLE_DEVICES=2 expect_error "and the hostfile's slots both choose the GPUs" \
+  --hostfile gpus --env CUDA_VISIBLE_DEVICES --dry-run
 expect_error "--nproc 0: give 1 or more ranks" --nproc 0
-expect_error "go with --nproc or --hostfile" --include localhost
+expect_error "go with --nproc, --num_gpus or --hostfile" --include localhost
 expect_error "need a --hostfile" --nproc 2 --exclude localhost --dry-run
 echo "PASS"

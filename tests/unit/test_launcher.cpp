@@ -77,10 +77,23 @@ TEST_CASE("the mpirun command carries hosts, rank count, environment and the chi
   const auto cmd = mpirun_command(plan, {"/bin/ztrain", "--set", "train.steps=3", "run.toml"});
   std::string line;
   for (const auto& a : cmd) line += a + " ";
-  CHECK(contains(line, "--host a:2,b:2 "));
-  CHECK(contains(line, "-np 4 "));
-  CHECK(contains(line, "-x NCCL_DEBUG=INFO "));
-  CHECK(contains(line, "/bin/ztrain --set train.steps=3 run.toml"));
+  // One application context per host, its GPUs the slot ids named (1 and
+  // 3 of a, both of b), as DeepSpeed's launcher sets them.
+  CHECK(contains(line,
+                 "--bind-to none --host a:2 -np 2 -x NCCL_DEBUG=INFO "
+                 "-x CUDA_VISIBLE_DEVICES=1,3 /bin/ztrain --set train.steps=3 run.toml : "
+                 "--host b:2 -np 2 -x NCCL_DEBUG=INFO -x CUDA_VISIBLE_DEVICES=0,1 "
+                 "/bin/ztrain --set train.steps=3 run.toml "));
+  // --exclude of one slot leaves the others, by id.
+  plan.hosts = filter_hosts(parse_hostfile_text("a slots=4\nb slots=2\n", "h"), "", "a:0@b");
+  line.clear();
+  for (const auto& a : mpirun_command(plan, {"z"})) line += a + " ";
+  CHECK(contains(line, "--host a:3 -np 3 -x NCCL_DEBUG=INFO -x CUDA_VISIBLE_DEVICES=1,2,3 z "));
+  CHECK(!contains(line, "--host b"));
+  // A GPU choice through the environment beside the slots is refused.
+  plan.env.push_back("CUDA_VISIBLE_DEVICES=0");
+  CHECK(contains(test::message_of<ConfigError>([&] { mpirun_command(plan, {"z"}); }),
+                 "--env CUDA_VISIBLE_DEVICES (CUDA_VISIBLE_DEVICES=0) and the hostfile's slots"));
   LaunchPlan local;
   local.nproc = 64;
   std::string l2;
@@ -95,13 +108,27 @@ TEST_CASE("--nproc with a hostfile takes that many slots, and no more than it ha
   plan.nproc = 1;
   std::string line;
   for (const auto& a : mpirun_command(plan, {"z", "r.toml"})) line += a + " ";
-  CHECK(contains(line, "--host a:1,b:1 "));
-  CHECK(contains(line, "-np 1 "));
+  CHECK(contains(line, "--host a:1 -np 1 -x CUDA_VISIBLE_DEVICES=0 z r.toml "));
+  CHECK(!contains(line, "--host b"));
   plan.nproc = 3;
   CHECK(contains(test::message_of<ConfigError>([&] {
                    mpirun_command(plan, {"z", "r.toml"});
                  }),
                  "--nproc 3 asks for more ranks than the 2 slots of the hosts (a:1,b:1)"));
+}
+
+TEST_CASE("DeepSpeed's --num_nodes and --num_gpus: the first hosts, the first slots of each") {
+  const auto hosts = parse_hostfile_text("a slots=4\nb slots=2\nc slots=8\n", "h");
+  const auto two = limit_hosts(hosts, 2, 2);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].host == "a");
+  CHECK(two[0].slots == std::vector<int>{0, 1});
+  CHECK(two[1].slots == std::vector<int>{0, 1});
+  CHECK(limit_hosts(hosts, -1, -1).size() == 3);
+  CHECK(contains(test::message_of<ConfigError>([&] { limit_hosts(hosts, -1, 3); }),
+                 "--num_gpus 3: host 'b' has 2 slot(s)"));
+  CHECK(contains(test::message_of<ConfigError>([&] { limit_hosts(hosts, 4, -1); }),
+                 "--num_nodes 4: the hostfile has 3 host(s)"));
 }
 
 TEST_CASE(".ztrain_env holds VAR=VALUE lines") {

@@ -182,34 +182,96 @@ std::vector<std::string> read_env_file(const std::string& path) {
   return out;
 }
 
+std::vector<HostSlots> limit_hosts(std::vector<HostSlots> hosts, int num_nodes, int num_gpus) {
+  if (num_nodes >= 0) {
+    if (num_nodes < 1 || num_nodes > static_cast<int>(hosts.size()))
+      throw ConfigError("--num_nodes " + std::to_string(num_nodes) + ": the hostfile has " +
+                        std::to_string(hosts.size()) + " host(s); give 1 to " +
+                        std::to_string(hosts.size()));
+    hosts.resize(static_cast<std::size_t>(num_nodes));
+  }
+  if (num_gpus >= 0)
+    for (auto& h : hosts) {
+      if (num_gpus < 1 || num_gpus > static_cast<int>(h.slots.size()))
+        throw ConfigError("--num_gpus " + std::to_string(num_gpus) + ": host '" + h.host +
+                          "' has " + std::to_string(h.slots.size()) + " slot(s); give 1 to " +
+                          std::to_string(h.slots.size()));
+      h.slots.resize(static_cast<std::size_t>(num_gpus));
+    }
+  return hosts;
+}
+
+namespace {
+
+// The hosts' slots a job of `nproc` ranks takes (0: all), in order: the
+// first host's first, as DeepSpeed's runner fills them.
+std::vector<HostSlots> slots_taken(const LaunchPlan& plan) {
+  std::string list;
+  int total = 0;
+  for (const auto& h : plan.hosts) {
+    list += (list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
+    total += static_cast<int>(h.slots.size());
+  }
+  // More than the hosts have is an error, not the slots' count run silently.
+  if (plan.nproc > total)
+    throw ConfigError("--nproc " + std::to_string(plan.nproc) + " asks for more ranks than the " +
+                      std::to_string(total) + " slots of the hosts (" + list +
+                      "); lower --nproc or add slots to the hostfile");
+  int left = plan.nproc > 0 ? plan.nproc : total;
+  std::vector<HostSlots> taken;
+  for (const auto& h : plan.hosts) {
+    if (left == 0) break;
+    const int n = std::min(left, static_cast<int>(h.slots.size()));
+    taken.push_back({h.host, std::vector<int>(h.slots.begin(), h.slots.begin() + n)});
+    left -= n;
+  }
+  return taken;
+}
+
+std::string joined(const std::vector<int>& slots) {
+  std::string s;
+  for (int i : slots) s += (s.empty() ? "" : ",") + std::to_string(i);
+  return s;
+}
+
+}  // namespace
+
+// With hosts, one application context per host (Open MPI's MPMD form,
+// `A : B`), each with its own CUDA_VISIBLE_DEVICES: the host's slot ids, as
+// DeepSpeed's launcher sets them, so local rank i runs on the i-th slot
+// named (--include gpu004:1,3 uses GPUs 1 and 3, never 0 or 2). A slot
+// choice through CUDA_VISIBLE_DEVICES in --env as well would contradict it.
 std::vector<std::string> mpirun_command(const LaunchPlan& plan,
                                         const std::vector<std::string>& child_args) {
   std::vector<std::string> cmd{"mpirun"};
   if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");  // containers and CI run as root
-  int total = plan.nproc;
-  if (!plan.hosts.empty()) {
-    std::string list;
-    total = 0;
-    for (const auto& h : plan.hosts) {
-      list += (list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
-      total += static_cast<int>(h.slots.size());
-    }
-    // --nproc with a hostfile takes that many of its slots, in order; more
-    // than it has is an error, not the slots' count run silently.
-    if (plan.nproc > total)
-      throw ConfigError("--nproc " + std::to_string(plan.nproc) + " asks for more ranks than the " +
-                        std::to_string(total) + " slots of the hosts (" + list +
-                        "); lower --nproc or add slots to the hostfile");
-    if (plan.nproc > 0) total = plan.nproc;
-    cmd.insert(cmd.end(), {"--host", list});
-  } else if (plan.nproc > static_cast<int>(std::thread::hardware_concurrency())) {
+  if (plan.hosts.empty() && plan.nproc > static_cast<int>(std::thread::hardware_concurrency()))
     cmd.push_back("--oversubscribe");
-  }
   // ztrain gives each rank its share of the cores itself (threads = cores /
   // local ranks); mpirun's default binding would pin them all to one core.
-  cmd.insert(cmd.end(), {"--bind-to", "none", "-np", std::to_string(total)});
-  for (const auto& e : plan.env) cmd.insert(cmd.end(), {"-x", e});
-  cmd.insert(cmd.end(), child_args.begin(), child_args.end());
+  cmd.insert(cmd.end(), {"--bind-to", "none"});
+  const auto context = [&](int np, const std::vector<std::string>& extra_env) {
+    cmd.insert(cmd.end(), {"-np", std::to_string(np)});
+    for (const auto& e : plan.env) cmd.insert(cmd.end(), {"-x", e});
+    for (const auto& e : extra_env) cmd.insert(cmd.end(), {"-x", e});
+    cmd.insert(cmd.end(), child_args.begin(), child_args.end());
+  };
+  if (plan.hosts.empty()) {
+    context(plan.nproc, {});
+    return cmd;
+  }
+  for (const auto& e : plan.env)
+    if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0)
+      throw ConfigError("--env CUDA_VISIBLE_DEVICES (" + e +
+                        ") and the hostfile's slots both choose the GPUs; choose them with "
+                        "--include/--exclude host:slot,... and drop the variable");
+  const std::vector<HostSlots> taken = slots_taken(plan);
+  for (std::size_t i = 0; i < taken.size(); ++i) {
+    if (i > 0) cmd.push_back(":");
+    const auto& h = taken[i];
+    cmd.insert(cmd.end(), {"--host", h.host + ":" + std::to_string(h.slots.size())});
+    context(static_cast<int>(h.slots.size()), {"CUDA_VISIBLE_DEVICES=" + joined(h.slots)});
+  }
   return cmd;
 }
 

@@ -29,6 +29,11 @@ std::vector<HostSlots> parse_hostfile_text(const std::string& text, const std::s
 std::vector<HostSlots> filter_hosts(std::vector<HostSlots> hosts, const std::string& include,
                                     const std::string& exclude);
 
+// DeepSpeed's --num_nodes and --num_gpus (-1: not given): the first
+// num_nodes hosts, the first num_gpus slots of each. ConfigError when a
+// host has fewer slots, or the hostfile fewer hosts, than asked for.
+std::vector<HostSlots> limit_hosts(std::vector<HostSlots> hosts, int num_nodes, int num_gpus);
+
 struct LaunchPlan {
   int nproc = 0;                 // --nproc, or the slots of the hosts
   std::vector<HostSlots> hosts;  // empty: this machine only
@@ -36,7 +41,10 @@ struct LaunchPlan {
 };
 
 // The mpirun command line that runs `child_args` (ztrain and its arguments,
-// minus the launcher's own) on every rank.
+// minus the launcher's own) on every rank. With hosts, one application
+// context per host whose CUDA_VISIBLE_DEVICES is the slot ids it uses, as
+// DeepSpeed's launcher sets them; ConfigError when --nproc asks for more
+// slots than the hosts have, or --env sets CUDA_VISIBLE_DEVICES beside them.
 std::vector<std::string> mpirun_command(const LaunchPlan& plan,
                                         const std::vector<std::string>& child_args);
 
