@@ -4,6 +4,7 @@ find_package(TBB REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
+find_package(yaml-cpp REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
 # gloo (libgloo-dev): the collectives of torchrun-style launches.
 find_package(Gloo REQUIRED)

@@ -15,6 +15,7 @@
 #include "comm/world.h"
 #include "commands/compare.h"
 #include "commands/estimate_table.h"
+#include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
 #include "io/durable_file.h"
 #include "io/fault_plan.h"
@@ -156,7 +157,7 @@ void hand_over(const ztrain::FaultPlan& faults) {
 struct Cli {
   std::vector<std::string> overrides, plugin_paths, positional, env_vars;
   std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
-                               compare_out, deepspeed, device_memory;
+                               compare_out, deepspeed, accelerate, device_memory;
   std::int64_t steps = 0;
   int gpus_per_node = 1, nproc = 0, world = 1, num_nodes = -1, num_gpus = -1;
   std::string master_addr, master_port;
@@ -175,6 +176,7 @@ struct Cli {
     args.verbose = verbose;
     args.overwrite = overwrite;
     args.deepspeed = deepspeed;
+    args.accelerate = accelerate;
     args.faults = faults;
     return args;
   }
@@ -218,6 +220,9 @@ po::options_description declare_options(Cli& c) {
       "master_port", po::value(&c.master_port), "DeepSpeed's: MASTER_PORT for every rank")(
       "deepspeed", po::value(&c.deepspeed),
       "a DeepSpeed config (ds_config.json) for the strategy and training keys; --set wins")(
+      "accelerate-config", po::value(&c.accelerate),
+      "an Accelerate config (what `accelerate config` writes): strategy, precision, device and "
+      "num_processes ranks, as `accelerate launch` runs it; --set wins")(
       "strategies", po::value(&c.strategies), "compare: the strategies, comma-separated")(
       "steps", po::value(&c.steps), "compare: steps per job (default: the run's train.steps)")(
       "out", po::value(&c.compare_out), "compare: where the jobs and reports go (runs/compare)");
@@ -351,10 +356,23 @@ void deepspeed_flags(const Cli& c, ztrain::LaunchPlan& plan) {
   if (!c.master_port.empty()) plan.env.push_back("MASTER_PORT=" + c.master_port);
 }
 
+// An Accelerate file's num_processes, as `accelerate launch` starts them:
+// only from a command line that starts nothing itself (--nproc and a
+// hostfile win, as accelerate launch's flags win over its file) and is not
+// a rank already.
+int accelerate_ranks(const Cli& c) {
+  if (c.accelerate.empty() || c.nproc > 0 || !c.hostfile.empty() || c.num_gpus >= 0 ||
+      ztrain::launched_by_mpi() || ztrain::launched_by_env())
+    return 0;
+  const int n = ztrain::accelerate_processes(c.accelerate);
+  return n > 1 ? n : 0;
+}
+
 std::optional<int> launch(const Cli& c) {
   if (c.nproc < 0 || (c.given.count("nproc") && c.nproc == 0))
     throw ztrain::ConfigError("--nproc " + std::to_string(c.nproc) + ": give 1 or more ranks");
-  const bool launches = c.nproc > 0 || !c.hostfile.empty() || c.num_gpus >= 0;
+  const int nproc = c.nproc > 0 ? c.nproc : accelerate_ranks(c);
+  const bool launches = nproc > 0 || !c.hostfile.empty() || c.num_gpus >= 0;
   if (!launches && (!c.include.empty() || !c.exclude.empty() || !c.env_vars.empty() || c.dry_run ||
                     c.num_nodes >= 0 || !c.master_addr.empty() || !c.master_port.empty()))
     throw ztrain::ConfigError(
@@ -364,7 +382,7 @@ std::optional<int> launch(const Cli& c) {
   if (ztrain::launched_by_mpi())
     throw ztrain::ConfigError("already started by an MPI launcher; drop --nproc/--hostfile");
   ztrain::LaunchPlan plan;
-  plan.nproc = c.nproc;
+  plan.nproc = nproc;
   if (!c.hostfile.empty())
     plan.hosts = ztrain::filter_hosts(ztrain::parse_hostfile(c.hostfile), c.include, c.exclude);
   else if (!c.include.empty() || !c.exclude.empty())
@@ -390,6 +408,7 @@ std::optional<int> launch(const Cli& c) {
   if (c.verbose) child.push_back("--verbose");
   if (c.overwrite) child.push_back("--overwrite");
   if (!c.deepspeed.empty()) child.insert(child.end(), {"--deepspeed", c.deepspeed});
+  if (!c.accelerate.empty()) child.insert(child.end(), {"--accelerate-config", c.accelerate});
   child.push_back(c.positional[0]);
   const auto command = ztrain::mpirun_command(plan, child);
   if (c.dry_run) {

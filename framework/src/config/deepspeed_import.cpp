@@ -858,11 +858,25 @@ void note_run_changes(ImportedConfig& out, const RunConfig& run) {
   }
 }
 
+namespace {
+ImportedConfig import_deepspeed_json(const json& j, const std::string& name, const RunConfig& run);
+}  // namespace
+
 ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const RunConfig& run) {
-  const json j = read_json(json_file);
+  return import_deepspeed_json(read_json(json_file), json_file.filename().string(), run);
+}
+
+ImportedConfig import_deepspeed_text(const std::string& text, const std::string& name,
+                                     const RunConfig& run) {
+  return import_deepspeed_json(json::parse(text), name, run);
+}
+
+namespace {
+
+ImportedConfig import_deepspeed_json(const json& j, const std::string& name, const RunConfig& run) {
   ImportedConfig out;
   Builder b{out};
-  Section top(&j, "", json_file.filename().string());
+  Section top(&j, "", name);
   map_batch(top, run, b);
   map_precision(top, run, b);
   map_optimizer(top, run, b, lr_set_by_scheduler(j));
@@ -873,8 +887,6 @@ ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const Ru
   note_run_changes(out, run);
   return out;
 }
-
-namespace {
 
 // One table and its subtables as TOML lines, values in their shortest form.
 void write_table(std::ostringstream& s, const std::string& name, const toml::table& t) {

@@ -34,6 +34,8 @@ namespace ztrain {
 struct ImportedConfig {
   toml::table train;     // [train] keys (fp16 nested)
   toml::table strategy;  // the whole [strategy] table
+  toml::table device;    // [device] keys (Accelerate: kind)
+  toml::table model;     // [model] keys (Accelerate's FSDP: checkpointing)
   // "train.grad_clip" -> "ds.json: gradient_clipping", for every key set.
   std::map<std::string, std::string> origins;
   std::vector<std::string> notes;     // what each "auto" became, what replaced the run's
@@ -48,6 +50,9 @@ struct ImportedConfig {
 // a note with both values; a run key the imported scheduler does not read
 // is in `superseded`, with a note.
 ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const RunConfig& run);
+// The same from a config's text; `name` labels its keys in messages.
+ImportedConfig import_deepspeed_text(const std::string& text, const std::string& name,
+                                     const RunConfig& run);
 
 // The import as TOML ([train] and [strategy]), notes and warnings as
 // comments: what `ztrain convert-deepspeed` prints.

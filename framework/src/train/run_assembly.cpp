@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "comm/world.h"
+#include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
 #include "config/section_options.h"
 #include "core/host_name.h"
@@ -229,17 +230,29 @@ RunConfig load_run_config(const TrainArgs& args) {
   RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
                                      config_roots(args.config));
   resume_shorthand(config);
-  if (args.deepspeed.empty()) {
+  if (args.deepspeed.empty() && args.accelerate.empty()) {
     inherit_resumed_run(config);
     return config;
   }
+  const std::string flag = !args.deepspeed.empty()
+                               ? "--deepspeed " + args.deepspeed.string()
+                               : "--accelerate-config " + args.accelerate.string();
+  if (!args.deepspeed.empty() && !args.accelerate.empty())
+    throw ConfigError(
+        "--deepspeed and --accelerate-config both give the strategy; give one (an "
+        "Accelerate file names its DeepSpeed config in deepspeed_config_file)");
   if (!args.strategy.empty())
-    throw ConfigError("--deepspeed " + args.deepspeed.string() +
-                      " gives the strategy; drop --strategy " + args.strategy);
-  const ImportedConfig imported = import_deepspeed(args.deepspeed, config);
+    throw ConfigError(flag + " gives the strategy; drop --strategy " + args.strategy);
+  const ImportedConfig imported = !args.deepspeed.empty()
+                                      ? import_deepspeed(args.deepspeed, config)
+                                      : import_accelerate(args.accelerate, config);
   for (const auto& key : imported.superseded) config.drop(key);
   config.set_imported("strategy", imported.strategy, true, imported.origins);
   config.set_imported("train", imported.train, false, imported.origins);
+  if (!imported.device.empty())
+    config.set_imported("device", imported.device, false, imported.origins);
+  if (!imported.model.empty())
+    config.set_imported("model", imported.model, false, imported.origins);
   for (const auto& o : args.overrides) config.override_with(o);
   resume_shorthand(config);
   inherit_resumed_run(config);

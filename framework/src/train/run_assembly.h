@@ -41,7 +41,8 @@ struct TrainArgs {
   std::vector<std::string> plugin_paths;
   bool verbose = false;
   bool overwrite = false;  // --overwrite: replace an earlier run in out_dir, an existing export
-  std::filesystem::path deepspeed;  // --deepspeed ds.json; empty: none
+  std::filesystem::path deepspeed;   // --deepspeed ds.json; empty: none
+  std::filesystem::path accelerate;  // --accelerate-config default_config.yaml; empty: none
   // The faults a test asks this run to suffer (read once by main()).
   FaultPlan faults;
 };

@@ -1,0 +1,340 @@
+#include "config/accelerate_import.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+using nlohmann::json;
+
+// One mapping of the file: its keys by name, each read once, positions for
+// messages ("default_config.yaml:4:19: distributed_type").
+class Mapping {
+ public:
+  Mapping(YAML::Node node, std::string path, std::string file)
+      : node_(std::move(node)), path_(std::move(path)), file_(std::move(file)) {
+    if (node_ && !node_.IsNull() && !node_.IsMap())
+      throw ConfigError(file_ + ": " + (path_.empty() ? "the file" : path_) +
+                        " is not a mapping of keys to values");
+  }
+
+  std::string where(const std::string& key) const {
+    const YAML::Node v = node_ && node_.IsMap() ? node_[key] : YAML::Node();
+    const YAML::Mark m = v ? v.Mark() : node_.Mark();
+    return file_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": " +
+           (path_.empty() ? key : path_ + "." + key);
+  }
+  // The value of key (read), or an undefined node.
+  YAML::Node get(const std::string& key) {
+    used_.insert(key);
+    if (!node_ || !node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node v = node_[key];
+    return v && !v.IsNull() ? v : YAML::Node(YAML::NodeType::Undefined);
+  }
+  Mapping sub(const std::string& key) {
+    return Mapping(get(key), path_.empty() ? key : path_ + "." + key, file_);
+  }
+  std::string text(const std::string& key, const std::string& fallback) {
+    const YAML::Node v = get(key);
+    return v ? scalar<std::string>(v, key, "a string") : fallback;
+  }
+  std::int64_t integer(const std::string& key, std::int64_t fallback) {
+    const YAML::Node v = get(key);
+    return v ? scalar<std::int64_t>(v, key, "an integer") : fallback;
+  }
+  double number(const std::string& key, double fallback) {
+    const YAML::Node v = get(key);
+    return v ? scalar<double>(v, key, "a number") : fallback;
+  }
+  bool flag(const std::string& key, bool fallback) {
+    const YAML::Node v = get(key);
+    return v ? scalar<bool>(v, key, "true or false") : fallback;
+  }
+  // Keys that change nothing here: read, each one set to more than
+  // `accelerate config`'s default for it (false, 'no', empty, `static`,
+  // `main`, true for same_network) a warning saying why.
+  void no_effect(const std::map<std::string, std::string>& keys, std::vector<std::string>& out) {
+    for (const auto& [key, why] : keys)
+      if (const YAML::Node v = get(key); v && !is_default(key, v))
+        out.push_back(where(key) + " has no effect in ztrain: " + why);
+  }
+  // Every key nobody read is an error: a typo is never a different run.
+  void finish() const {
+    if (!node_ || !node_.IsMap()) return;
+    for (const auto& kv : node_) {
+      const std::string key = kv.first.as<std::string>();
+      if (!used_.contains(key))
+        throw ConfigError(where(key) +
+                          " is not an Accelerate config key ztrain knows (or not one it "
+                          "supports); remove it");
+    }
+  }
+
+ private:
+  template <class T>
+  T scalar(const YAML::Node& v, const std::string& key, const char* expected) const {
+    try {
+      return v.as<T>();
+    } catch (const YAML::Exception&) {
+      throw ConfigError(where(key) + " is " + YAML::Dump(v) + "; expected " + expected);
+    }
+  }
+  static bool is_default(const std::string& key, const YAML::Node& v) {
+    if (v.IsSequence() || v.IsMap()) return v.size() == 0;
+    const std::string s = v.Scalar();
+    if (key == "same_network") return s == "true";
+    return s == "false" || s == "no" || s == "NO" || s == "static" || s == "main" || s.empty();
+  }
+  YAML::Node node_;
+  std::string path_, file_;
+  std::set<std::string> used_;
+};
+
+YAML::Node load(const std::filesystem::path& file) {
+  try {
+    return YAML::LoadFile(file.string());
+  } catch (const YAML::BadFile&) {
+    throw ConfigError("cannot read Accelerate config '" + file.string() + "'" +
+                      (std::filesystem::exists(file) ? ": permission denied" : ": no such file"));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file.string() + ":" + std::to_string(e.mark.line + 1) + ":" +
+                      std::to_string(e.mark.column + 1) + ": not valid YAML: " + e.msg);
+  }
+}
+
+// DEEPSPEED without deepspeed_config_file: the DeepSpeed config Accelerate's
+// DeepSpeedPlugin makes from deepspeed_config, batch and precision "auto"
+// (the run's, as Accelerate fills them from the script).
+json deepspeed_of(Mapping& ds) {
+  json zero = {{"stage", ds.integer("zero_stage", 2)}};
+  for (const char* part : {"optimizer", "param"}) {
+    const std::string key = std::string("offload_") + part + "_device";
+    const std::string device = ds.text(key, "none");
+    zero[std::string("offload_") + part] = {{"device", device}};
+    const std::string nvme = std::string("offload_") + part + "_nvme_path";
+    if (const YAML::Node p = ds.get(nvme))
+      zero[std::string("offload_") + part]["nvme_path"] = p.as<std::string>();
+  }
+  json cfg = {{"zero_optimization", zero},
+              {"train_micro_batch_size_per_gpu", "auto"},
+              {"train_batch_size", "auto"}};
+  if (const YAML::Node n = ds.get("gradient_accumulation_steps"))
+    cfg["gradient_accumulation_steps"] = ds.integer("gradient_accumulation_steps", 1);
+  if (ds.get("gradient_clipping")) cfg["gradient_clipping"] = ds.number("gradient_clipping", 1.0);
+  return cfg;
+}
+
+// FSDP's sharding onto a strategy: FULL_SHARD is ZeRO-3, SHARD_GRAD_OP
+// ZeRO-2, NO_SHARD ddp; the HYBRID ones shard within a machine and
+// replicate across machines, so on one machine they are FULL_SHARD and
+// SHARD_GRAD_OP. FSDP 2 says it with reshard_after_forward (true: FULL_SHARD).
+std::string fsdp_sharding(Mapping& f) {
+  const std::int64_t version = f.integer("fsdp_version", 1);
+  if (version == 2) {
+    if (f.get("fsdp_sharding_strategy"))
+      throw ConfigError(f.where("fsdp_sharding_strategy") +
+                        " is FSDP 1's; FSDP 2 says it with fsdp_reshard_after_forward");
+    return f.flag("fsdp_reshard_after_forward", true) ? "FULL_SHARD" : "SHARD_GRAD_OP";
+  }
+  f.get("fsdp_reshard_after_forward");
+  const YAML::Node s = f.get("fsdp_sharding_strategy");
+  if (!s) return "FULL_SHARD";
+  static const char* const by_number[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                                          "HYBRID_SHARD_ZERO2"};
+  std::string name = s.as<std::string>();
+  if (name.size() == 1 && name[0] >= '1' && name[0] <= '5') name = by_number[name[0] - '1'];
+  if (name == "HYBRID_SHARD") return "FULL_SHARD";
+  if (name == "HYBRID_SHARD_ZERO2") return "SHARD_GRAD_OP";
+  if (name != "FULL_SHARD" && name != "SHARD_GRAD_OP" && name != "NO_SHARD")
+    throw ConfigError(f.where("fsdp_sharding_strategy") + " is \"" + name +
+                      "\"; expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or "
+                      "HYBRID_SHARD_ZERO2");
+  return name;
+}
+
+void map_fsdp(Mapping& f, ImportedConfig& out) {
+  const std::string sharding = fsdp_sharding(f);
+  const bool offload = f.flag("fsdp_offload_params", false);
+  const std::string where = f.where(f.integer("fsdp_version", 1) == 2 ? "fsdp_reshard_after_forward"
+                                                                      : "fsdp_sharding_strategy");
+  std::string plugin = sharding == "FULL_SHARD"      ? "zero3"
+                       : sharding == "SHARD_GRAD_OP" ? "zero2"
+                                                     : "ddp";
+  if (offload) {
+    if (plugin == "ddp")
+      throw ConfigError(f.where("fsdp_offload_params") +
+                        " is true with NO_SHARD; ztrain offloads sharded state only (ZeRO 1-3)");
+    // FSDP's CPU offload keeps parameters, gradients and the optimizer's
+    // step on the host.
+    out.strategy.insert_or_assign("stage", plugin == "zero3" ? 3 : 2);
+    out.strategy.insert_or_assign("offload_optimizer", toml::table{{"device", "cpu"}});
+    if (plugin == "zero3")
+      out.strategy.insert_or_assign("offload_param", toml::table{{"device", "cpu"}});
+    plugin = "cpu_offload";
+  }
+  out.strategy.insert_or_assign("plugin", plugin);
+  out.origins["strategy.plugin"] = where;
+  out.notes.push_back(where + ": " + sharding + (offload ? " with CPU offload" : "") + " -> " +
+                      plugin);
+  if (f.flag("fsdp_activation_checkpointing", false)) {
+    out.model.insert_or_assign("activation_checkpointing", true);
+    out.origins["model.activation_checkpointing"] = f.where("fsdp_activation_checkpointing");
+  }
+  f.no_effect(
+      {{"fsdp_auto_wrap_policy", "ztrain gathers by the model's modules"},
+       {"fsdp_transformer_layer_cls_to_wrap", "ztrain gathers by the model's modules"},
+       {"fsdp_min_num_params", "ztrain gathers by the model's modules"},
+       {"fsdp_backward_prefetch", "ztrain prefetches by its gather plan"},
+       {"fsdp_backward_prefetch_policy", "ztrain prefetches by its gather plan"},
+       {"fsdp_forward_prefetch", "ztrain prefetches by its gather plan"},
+       {"fsdp_state_dict_type", "ztrain writes consolidated weights and its own checkpoints"},
+       {"fsdp_sync_module_states", "every rank starts from the same weights anyway"},
+       {"fsdp_use_orig_params", "no flattened-parameter views to keep"},
+       {"fsdp_cpu_ram_efficient_loading", "rank 0 reads the weights and sends them"}},
+      out.warnings);
+  f.finish();
+}
+
+// The run's precision from mixed_precision.
+void map_precision(Mapping& top, ImportedConfig& out) {
+  const std::string mp = top.text("mixed_precision", "no");
+  std::string precision;
+  if (mp == "no") precision = "fp32";
+  if (mp == "fp16" || mp == "bf16") precision = mp;
+  if (precision.empty())
+    throw ConfigError(top.where("mixed_precision") + " is \"" + mp +
+                      "\"; ztrain trains in fp32, bf16 or fp16 (\"no\", \"bf16\", \"fp16\")");
+  out.train.insert_or_assign("precision", precision);
+  out.origins["train.precision"] = top.where("mixed_precision");
+}
+
+// One machine, as ztrain starts it from this file.
+void check_machines(Mapping& top, std::vector<std::string>& warnings) {
+  if (top.text("compute_environment", "LOCAL_MACHINE") != "LOCAL_MACHINE")
+    throw ConfigError(top.where("compute_environment") +
+                      " is not LOCAL_MACHINE; ztrain starts jobs on the machines it runs on");
+  if (const std::int64_t n = top.integer("num_machines", 1); n != 1)
+    throw ConfigError(top.where("num_machines") + " is " + std::to_string(n) +
+                      "; from an Accelerate file ztrain starts one machine's ranks: start "
+                      "several machines with --hostfile (DeepSpeed's format) instead");
+  if (const std::int64_t r = top.integer("machine_rank", 0); r != 0)
+    throw ConfigError(top.where("machine_rank") + " is " + std::to_string(r) +
+                      " with one machine; it must be 0");
+  if (const std::string ids = top.text("gpu_ids", "all"); ids != "all")
+    throw ConfigError(top.where("gpu_ids") + " is \"" + ids +
+                      "\"; choose GPUs with --hostfile and --include localhost:0,1 (their ids "
+                      "become CUDA_VISIBLE_DEVICES), or set gpu_ids: all");
+  top.integer("num_processes", 1);
+  top.no_effect({{"main_process_ip", "one machine: the ranks meet locally"},
+                 {"main_process_port", "one machine: the ranks meet locally"},
+                 {"rdzv_backend", "one machine: the ranks meet locally"},
+                 {"same_network", "one machine: the ranks meet locally"},
+                 {"main_training_function", "ztrain's training loop is its own"},
+                 {"enable_cpu_affinity", "ztrain sets each rank's threads itself"},
+                 {"debug", "ztrain's own checks always run"},
+                 {"dynamo_config", "ztrain's kernels are compiled already"},
+                 {"downcast_bf16", "a TPU setting"},
+                 {"tpu_env", "a TPU setting"},
+                 {"tpu_use_cluster", "a TPU setting"},
+                 {"tpu_use_sudo", "a TPU setting"}},
+                warnings);
+}
+
+}  // namespace
+
+// The distributed types ztrain runs.
+void check_type(Mapping& top) {
+  const std::string type = top.text("distributed_type", "NO");
+  if (type != "NO" && type != "MULTI_CPU" && type != "MULTI_GPU" && type != "DEEPSPEED" &&
+      type != "FSDP")
+    throw ConfigError(top.where("distributed_type") + " is \"" + type +
+                      "\"; ztrain runs NO, MULTI_CPU, MULTI_GPU, DEEPSPEED and FSDP");
+}
+
+int accelerate_processes(const std::filesystem::path& yaml_file) {
+  // What would refuse the run is refused before any rank starts.
+  Mapping top(load(yaml_file), "", yaml_file.filename().string());
+  std::vector<std::string> warnings;
+  check_machines(top, warnings);
+  check_type(top);
+  ImportedConfig scratch;
+  map_precision(top, scratch);
+  if (top.text("distributed_type", "NO") == "NO") return 1;
+  const std::int64_t n = top.integer("num_processes", 1);
+  if (n < 1 || n > 65536)
+    throw ConfigError(top.where("num_processes") + " is " + std::to_string(n) +
+                      "; give the number of ranks to start (1 or more)");
+  return static_cast<int>(n);
+}
+
+ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const RunConfig& run) {
+  const std::string name = yaml_file.filename().string();
+  Mapping top(load(yaml_file), "", name);
+  ImportedConfig out;
+  check_machines(top, out.warnings);
+  const std::string type = top.text("distributed_type", "NO");
+  const bool cpu = top.flag("use_cpu", false);
+  Mapping ds = top.sub("deepspeed_config"), f = top.sub("fsdp_config");
+  if (type == "DEEPSPEED") {
+    // The DeepSpeed config fills its "auto" from the run, with this file's
+    // precision.
+    RunConfig with_precision = run;
+    with_precision.override_with("train.precision=" +
+                                 std::string(top.text("mixed_precision", "no") == "no"
+                                                 ? "fp32"
+                                                 : top.text("mixed_precision", "no")));
+    std::vector<std::string> quiet;
+    ds.no_effect({{"zero3_init_flag", "parameters are created sharded anyway"},
+                  {"zero3_save_16bit_model", "ztrain always writes consolidated weights"},
+                  {"deepspeed_multinode_launcher", "one machine: there is no other node to reach"}},
+                 quiet);
+    const std::string file = ds.text("deepspeed_config_file", "");
+    if (!file.empty()) {
+      out = import_deepspeed(file, with_precision);
+      for (const char* key : {"zero_stage", "offload_optimizer_device", "offload_param_device",
+                              "gradient_accumulation_steps", "gradient_clipping"})
+        if (ds.get(key))
+          throw ConfigError(ds.where(key) +
+                            " beside deepspeed_config_file: Accelerate refuses "
+                            "both; give it in the DeepSpeed file");
+    } else {
+      out = import_deepspeed_text(deepspeed_of(ds).dump(), name + " deepspeed_config",
+                                  with_precision);
+    }
+    out.warnings.insert(out.warnings.end(), quiet.begin(), quiet.end());
+    ds.finish();
+  } else if (type == "FSDP") {
+    map_fsdp(f, out);
+  } else if (type == "NO" || type == "MULTI_CPU" || type == "MULTI_GPU") {
+    out.strategy.insert_or_assign("plugin", "ddp");
+    out.origins["strategy.plugin"] = top.where("distributed_type");
+  } else {
+    check_type(top);
+  }
+  for (const char* key : {"deepspeed_config", "fsdp_config"})
+    if (const YAML::Node v = top.get(key);
+        v && v.size() > 0 && type != (key == std::string("fsdp_config") ? "FSDP" : "DEEPSPEED"))
+      out.warnings.push_back(top.where(key) + " has no effect: distributed_type is " + type);
+  map_precision(top, out);
+  // NO runs one process where Accelerate would (a GPU if there is one);
+  // the MULTI_* and sharded types on GPUs unless use_cpu.
+  const std::string kind = cpu || type == "MULTI_CPU" ? "cpu" : type == "NO" ? "auto" : "cuda";
+  out.device.insert_or_assign("kind", kind);
+  out.origins["device.kind"] = top.where(cpu ? "use_cpu" : "distributed_type");
+  for (const char* key :
+       {"fp8_config", "megatron_lm_config", "parallelism_config", "mpirun_config"})
+    if (const YAML::Node v = top.get(key); v && v.size() > 0)
+      throw ConfigError(top.where(key) + " is set; ztrain has no " + key);
+  top.finish();
+  return out;
+}
+
+}  // namespace ztrain

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Accelerate's config files (tests/data/accelerate: what `accelerate
+# config` writes), run as `accelerate launch` runs them.
+# - One file per distributed_type (NO, MULTI_CPU, MULTI_GPU, DEEPSPEED with
+#   deepspeed_config or deepspeed_config_file, FSDP with each sharding
+#   strategy, CPU offload and FSDP 2): its num_processes ranks start, with
+#   the strategy, precision and batch it asks for (the run's header), and
+#   train the losses of the same run given as --strategy and --set.
+# - Refused, naming the key with file:line:col, before any rank starts:
+#   two machines, fp8, a GPU list, XLA, a misspelled key.
+# GPU types train on the cpu here (--set device.kind=cpu wins over them).
+#
+# usage: test_accelerate_config.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+steps=4
+base=(--model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set train.steps="$steps" --set train.log_every=1
+  --set train.eval_every=0 --set train.warmup_steps=2 --set device.threads=1
+  --set train.save_final=false --set device.kind=cpu)
+acc=$SRC/tests/data/accelerate
+# deepspeed_config_file is read from the working directory, as Accelerate reads it.
+sed "s|configs/deepspeed/|$SRC/configs/deepspeed/|" "$acc/deepspeed_file.yaml" > "$scratch/deepspeed_file.yaml"
+
+accelerate_run() {  # accelerate_run NAME FILE: the run, ranks from the file
+  "$ZTRAIN" --accelerate-config "$2" "${base[@]}" --set train.out_dir="$scratch/$1" \
+    "$SRC/configs/run.toml" < /dev/null > "$scratch/$1.out" 2>&1 || { cat "$scratch/$1.out" >&2; fail "$1 failed"; }
+  curve "$1" "$steps"
+}
+reference_run() {  # reference_run NAME NPROC ARGS...: the same run given on the command line
+  local name=$1 np=$2
+  shift 2
+  "$ZTRAIN" --nproc "$np" "${base[@]}" --set train.out_dir="$scratch/$name" "$@" \
+    "$SRC/configs/run.toml" < /dev/null > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "$name failed"; }
+  curve "$name" "$steps"
+}
+header() {  # header NAME STRATEGY PRECISION RANKS
+  grep -q "strategy $2 " "$scratch/$1.out" || fail "$1: not strategy $2: $(head -2 "$scratch/$1.out")"
+  grep -q "precision: $3 working weights" "$scratch/$1.out" || fail "$1: not $3"
+  grep -q "x $4 rank" "$scratch/$1.out" || fail "$1: not $4 ranks: $(sed -n 2p "$scratch/$1.out")"
+}
+
+# file, strategy, precision, ranks, then the reference's command line.
+while read -r file strategy precision ranks ref; do
+  name=${file%.yaml}
+  path=$acc/$file
+  ref=${ref//SRC/$SRC}
+  [ "$file" = deepspeed_file.yaml ] && path=$scratch/$file
+  accelerate_run "$name" "$path"
+  header "$name" "$strategy" "$precision" "$ranks"
+  # shellcheck disable=SC2086
+  reference_run "ref_$name" "$ranks" $ref
+  same_training "ref_$name" "$name" 0 0
+  echo "$file: $strategy, $precision, $ranks rank(s), the losses of: $ref"
+done << 'TABLE'
+no_distribution.yaml ddp bf16 1 --strategy ddp --set train.precision=bf16
+multi_cpu.yaml ddp fp32 2 --strategy ddp
+multi_gpu.yaml ddp fp16 2 --strategy ddp --set train.precision=fp16
+deepspeed_zero2.yaml zero2 bf16 2 --strategy zero2 --set train.precision=bf16 --set train.grad_accum=2
+deepspeed_zero3_offload.yaml cpu_offload fp32 2 --strategy zero3_offload
+deepspeed_file.yaml zero3 fp32 2 --deepspeed SRC/configs/deepspeed/ds_z3_config.json
+fsdp_full_shard.yaml zero3 bf16 2 --strategy zero3 --set train.precision=bf16
+fsdp_shard_grad_op.yaml zero2 bf16 2 --strategy zero2 --set train.precision=bf16
+fsdp_no_shard.yaml ddp bf16 2 --strategy ddp --set train.precision=bf16
+fsdp_hybrid_shard.yaml zero3 bf16 2 --strategy zero3 --set train.precision=bf16
+fsdp_offload.yaml cpu_offload fp32 2 --strategy zero3_offload
+fsdp2.yaml zero2 fp32 2 --strategy zero2 --set model.activation_checkpointing=true
+TABLE
+
+grep -q "^activation_checkpointing = true  # fsdp2.yaml:" "$scratch/fsdp2/config.toml" ||
+  fail "fsdp_activation_checkpointing did not reach [model]: $(grep checkpointing "$scratch/fsdp2/config.toml")"
+
+refused() {  # refused FILE WHAT: exit 2, WHAT said, no rank started
+  local status=0
+  "$ZTRAIN" --accelerate-config "$acc/$1" "${base[@]}" --set train.out_dir="$scratch/bad" \
+    "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1 || status=$?
+  [ "$status" -eq 2 ] || fail "$1: exit $status, expected 2: $(cat "$scratch/bad.out")"
+  grep -qF -- "$2" "$scratch/bad.out" || fail "$1: '$2' not said: $(cat "$scratch/bad.out")"
+  ! grep -q "^\[rank" "$scratch/bad.out" || fail "$1: ranks started before the refusal"
+  echo "$1: refused ($2)"
+}
+refused two_machines.yaml "two_machines.yaml:7:15: num_machines is 2"
+refused fp8.yaml "fp8.yaml:3:18: mixed_precision is \"fp8\""
+refused gpu_ids.yaml "gpu_ids.yaml:3:10: gpu_ids is \"0,2\""
+refused xla.yaml "xla.yaml:2:19: distributed_type is \"XLA\""
+refused typo.yaml "typo.yaml:5:16: num_procesess is not an Accelerate config key"
+echo "PASS"
