@@ -270,16 +270,35 @@ TEST_CASE("reduction plans: every bucket launched once, in order, when complete,
   }
 }
 
+namespace {
+
+// A chain of `modules` modules at world 1, its gradients reduced into one
+// shard during backward (buckets of 120 elements, the first of 50).
+struct ReducerSetup {
+  explicit ReducerSetup(std::size_t modules)
+      : params(chain(modules)),
+        layout(params, 1),
+        shard(layout.total(), 0.0f),
+        plan(shard::make_reduce_plan(params, layout, shard::ReducePolicy::shard_during_backward,
+                                     {120, 50, true})) {}
+  shard::GradReducer reducer(Device& dev, Communicator& comm) {
+    return shard::GradReducer(dev, params, layout, comm, plan, DType::f32, {},
+                              std::vector<shard::GradPiece>{{0, layout.total(), shard.data()}},
+                              "test");
+  }
+  ParamSpecs params;
+  shard::FlatLayout layout;
+  std::vector<float> shard;
+  shard::ReducePlan plan;
+};
+
+}  // namespace
+
 TEST_CASE("the gradient reducer refuses a backward that skips or repeats a module") {
   auto dev = make_cpu_device(1);
   auto comm = make_local_communicator();
-  const auto params = chain(4);
-  const shard::FlatLayout layout(params, 1);
-  std::vector<float> shard(layout.total(), 0.0f);
-  const auto plan = shard::make_reduce_plan(
-      params, layout, shard::ReducePolicy::shard_during_backward, {120, 50, true});
-  shard::GradReducer r(*dev, params, layout, *comm, plan, DType::f32, {},
-                       std::vector<shard::GradPiece>{{0, layout.total(), shard.data()}}, "test");
+  ReducerSetup setup(4);
+  shard::GradReducer r = setup.reducer(*dev, *comm);
   r.begin_micro_step(true);
   r.module_done(3_module);
   // Module 2's backward is due; 1 skips it.
@@ -296,14 +315,10 @@ TEST_CASE("the gradient reducer refuses a backward that skips or repeats a modul
 TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory as its plan says") {
   auto dev = make_cpu_device(1);
   auto comm = make_local_communicator();
-  const auto params = chain(8);
-  const shard::FlatLayout layout(params, 1);
-  std::vector<float> shard(layout.total(), 0.0f);
-  const auto plan = shard::make_reduce_plan(
-      params, layout, shard::ReducePolicy::shard_during_backward, {120, 50, true});
+  ReducerSetup setup(8);
+  const auto& [params, layout, shard, plan] = setup;
   const auto peaks = shard::reduce_peaks(plan, 0);
-  shard::GradReducer r(*dev, params, layout, *comm, plan, DType::f32, {},
-                       std::vector<shard::GradPiece>{{0, layout.total(), shard.data()}}, "test");
+  shard::GradReducer r = setup.reducer(*dev, *comm);
   for (int micro = 0; micro < 2; ++micro) {
     r.begin_micro_step(micro == 1);
     for (std::size_t mi = 8; mi-- > 0;) {
