@@ -216,8 +216,9 @@ po::options_description declare_options(Cli& c) {
       "num_gpus", po::value(&c.num_gpus),
       "DeepSpeed's: the first N slots of each host (without a hostfile: --nproc N)")(
       "master_addr", po::value(&c.master_addr),
-      "DeepSpeed's: MASTER_ADDR for every rank (where gloo ranks meet rank 0)")(
-      "master_port", po::value(&c.master_port), "DeepSpeed's: MASTER_PORT for every rank")(
+      "DeepSpeed's: exported as MASTER_ADDR to every rank (ranks mpirun starts meet through "
+      "MPI and do not need it)")("master_port", po::value(&c.master_port),
+                                 "DeepSpeed's: exported as MASTER_PORT to every rank")(
       "deepspeed", po::value(&c.deepspeed),
       "a DeepSpeed config (ds_config.json) for the strategy and training keys; --set wins")(
       "accelerate-config", po::value(&c.accelerate),
@@ -411,6 +412,14 @@ std::optional<int> launch(const Cli& c) {
   if (!c.accelerate.empty()) child.insert(child.end(), {"--accelerate-config", c.accelerate});
   child.push_back(c.positional[0]);
   const auto command = ztrain::mpirun_command(plan, child);
+  // A DeepSpeed or Accelerate file is checked at the job's world size before
+  // any rank starts: a refused file never leaves ranks behind.
+  if (!c.deepspeed.empty() || !c.accelerate.empty()) {
+    int world = plan.nproc;
+    if (!plan.hosts.empty() && world == 0)
+      for (const auto& h : plan.hosts) world += static_cast<int>(h.slots.size());
+    ztrain::check_run(c.run_args(c.positional[0]), std::max(1, world));
+  }
   if (c.dry_run) {
     std::cout << ztrain::shell_line(command) << "\n";
     return 0;

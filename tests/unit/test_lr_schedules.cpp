@@ -91,6 +91,29 @@ TEST_CASE("DeepSpeed's schedulers: the lr of every step as DeepSpeed's classes g
   CHECK(refused >= 10);
 }
 
+TEST_CASE("an imported scheduler takes DeepSpeed's defaults, not the run file's parameters") {
+  test::TempDir dir;
+  std::ofstream(dir / "ds.json")
+      << R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4}}})";
+  RunConfig run = RunConfig::parse(
+      "[train]\nsteps = 20\nschedule = \"WarmupLR\"\n[train.scheduler]\nwarmup_type = "
+      "\"linear\"\nwarmup_num_steps = 9\n",
+      "run.toml");
+  const ImportedConfig got = import_deepspeed(dir / "ds.json", run);
+  for (const auto& key : got.superseded) run.drop(key);
+  run.set_imported("train", got.train, false, got.origins);
+  const auto w = std::get<DsWarmupLR>(resolve_settings(run, 1).train.schedule);
+  CHECK(w.warmup_type == WarmupType::log);  // DeepSpeed's default: the file gives none
+  CHECK(w.warmup_num_steps == 4);
+  // total_num_steps 0 is refused: DeepSpeed would end the decay at the
+  // warmup's end, which [train.scheduler] reads as "the run's steps".
+  std::ofstream(dir / "zero.json")
+      << R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 0}}})";
+  CHECK(test::message_of<ConfigError>([&] {
+          import_deepspeed(dir / "zero.json", RunConfig::parse("", "run.toml"));
+        }).find("zero.json: scheduler.params.total_num_steps is 0") != std::string::npos);
+}
+
 TEST_CASE("a run file names DeepSpeed's schedulers with their own parameters") {
   const auto schedule = [](const std::string& toml) {
     return resolve_settings(RunConfig::parse(toml, "run.toml"), 1).train.schedule;

@@ -70,7 +70,10 @@ class Mapping {
   void finish() const {
     if (!node_ || !node_.IsMap()) return;
     for (const auto& kv : node_) {
-      const std::string key = kv.first.as<std::string>();
+      if (!kv.first.IsScalar())
+        throw ConfigError(file_ + ":" + std::to_string(kv.first.Mark().line + 1) + ": " +
+                          (path_.empty() ? "the file" : path_) + " has a key that is not a name");
+      const std::string key = kv.first.Scalar();
       if (!used_.contains(key))
         throw ConfigError(where(key) +
                           " is not an Accelerate config key ztrain knows (or not one it "
@@ -114,14 +117,24 @@ YAML::Node load(const std::filesystem::path& file) {
 // DeepSpeedPlugin makes from deepspeed_config, batch and precision "auto"
 // (the run's, as Accelerate fills them from the script).
 json deepspeed_of(Mapping& ds) {
-  json zero = {{"stage", ds.integer("zero_stage", 2)}};
+  const std::int64_t stage = ds.integer("zero_stage", 2);
+  if (stage < 0 || stage > 3)
+    throw ConfigError(ds.where("zero_stage") + " is " + std::to_string(stage) + "; give 0 to 3");
+  json zero = {{"stage", stage}};
   for (const char* part : {"optimizer", "param"}) {
     const std::string key = std::string("offload_") + part + "_device";
     const std::string device = ds.text(key, "none");
+    const bool param = part == std::string("param");
+    if (device != "none" && device != "cpu" && device != "nvme")
+      throw ConfigError(ds.where(key) + " is \"" + device + "\"; expected none, cpu or nvme");
+    if (device != "none" && (stage == 0 || ((param || device == "nvme") && stage != 3)))
+      throw ConfigError(ds.where(key) + " is \"" + device + "\" but " + ds.where("zero_stage") +
+                        " is " + std::to_string(stage) +
+                        (stage == 0 ? "; offloading needs a ZeRO stage"
+                                    : "; parameters and NVMe are offloaded at stage 3 only"));
     zero[std::string("offload_") + part] = {{"device", device}};
     const std::string nvme = std::string("offload_") + part + "_nvme_path";
-    if (const YAML::Node p = ds.get(nvme))
-      zero[std::string("offload_") + part]["nvme_path"] = p.as<std::string>();
+    if (ds.get(nvme)) zero[std::string("offload_") + part]["nvme_path"] = ds.text(nvme, "");
   }
   json cfg = {{"zero_optimization", zero},
               {"train_micro_batch_size_per_gpu", "auto"},
@@ -145,11 +158,9 @@ std::string fsdp_sharding(Mapping& f) {
     return f.flag("fsdp_reshard_after_forward", true) ? "FULL_SHARD" : "SHARD_GRAD_OP";
   }
   f.get("fsdp_reshard_after_forward");
-  const YAML::Node s = f.get("fsdp_sharding_strategy");
-  if (!s) return "FULL_SHARD";
   static const char* const by_number[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
                                           "HYBRID_SHARD_ZERO2"};
-  std::string name = s.as<std::string>();
+  std::string name = f.text("fsdp_sharding_strategy", "FULL_SHARD");
   if (name.size() == 1 && name[0] >= '1' && name[0] <= '5') name = by_number[name[0] - '1'];
   if (name == "HYBRID_SHARD") return "FULL_SHARD";
   if (name == "HYBRID_SHARD_ZERO2") return "SHARD_GRAD_OP";
@@ -204,15 +215,16 @@ void map_fsdp(Mapping& f, ImportedConfig& out) {
 }
 
 // The run's precision from mixed_precision.
-void map_precision(Mapping& top, ImportedConfig& out) {
+std::string precision_of(Mapping& top) {
   const std::string mp = top.text("mixed_precision", "no");
-  std::string precision;
-  if (mp == "no") precision = "fp32";
-  if (mp == "fp16" || mp == "bf16") precision = mp;
-  if (precision.empty())
-    throw ConfigError(top.where("mixed_precision") + " is \"" + mp +
-                      "\"; ztrain trains in fp32, bf16 or fp16 (\"no\", \"bf16\", \"fp16\")");
-  out.train.insert_or_assign("precision", precision);
+  if (mp == "no") return "fp32";
+  if (mp == "fp16" || mp == "bf16") return mp;
+  throw ConfigError(top.where("mixed_precision") + " is \"" + mp +
+                    "\"; ztrain trains in fp32, bf16 or fp16 (\"no\", \"bf16\", \"fp16\")");
+}
+
+void map_precision(Mapping& top, ImportedConfig& out) {
+  out.train.insert_or_assign("precision", precision_of(top));
   out.origins["train.precision"] = top.where("mixed_precision");
 }
 
@@ -262,12 +274,18 @@ void check_type(Mapping& top) {
 int accelerate_processes(const std::filesystem::path& yaml_file) {
   // What would refuse the run is refused before any rank starts.
   Mapping top(load(yaml_file), "", yaml_file.filename().string());
+  if (!top.get("distributed_type"))
+    throw ConfigError(top.where("distributed_type") +
+                      " is missing; Accelerate requires it (NO, MULTI_CPU, MULTI_GPU, DEEPSPEED "
+                      "or FSDP)");
   std::vector<std::string> warnings;
   check_machines(top, warnings);
   check_type(top);
-  ImportedConfig scratch;
-  map_precision(top, scratch);
+  precision_of(top);
   if (top.text("distributed_type", "NO") == "NO") return 1;
+  if (!top.get("num_processes"))
+    throw ConfigError(top.where("num_processes") + " is missing; accelerate launch needs it for " +
+                      top.text("distributed_type", "NO"));
   const std::int64_t n = top.integer("num_processes", 1);
   if (n < 1 || n > 65536)
     throw ConfigError(top.where("num_processes") + " is " + std::to_string(n) +
@@ -279,18 +297,12 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
   const std::string name = yaml_file.filename().string();
   Mapping top(load(yaml_file), "", name);
   ImportedConfig out;
-  check_machines(top, out.warnings);
+  std::vector<std::string> machine_warnings;
+  check_machines(top, machine_warnings);
   const std::string type = top.text("distributed_type", "NO");
   const bool cpu = top.flag("use_cpu", false);
   Mapping ds = top.sub("deepspeed_config"), f = top.sub("fsdp_config");
   if (type == "DEEPSPEED") {
-    // The DeepSpeed config fills its "auto" from the run, with this file's
-    // precision.
-    RunConfig with_precision = run;
-    with_precision.override_with("train.precision=" +
-                                 std::string(top.text("mixed_precision", "no") == "no"
-                                                 ? "fp32"
-                                                 : top.text("mixed_precision", "no")));
     std::vector<std::string> quiet;
     ds.no_effect({{"zero3_init_flag", "parameters are created sharded anyway"},
                   {"zero3_save_16bit_model", "ztrain always writes consolidated weights"},
@@ -298,7 +310,18 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
                  quiet);
     const std::string file = ds.text("deepspeed_config_file", "");
     if (!file.empty()) {
-      out = import_deepspeed(file, with_precision);
+      // The DeepSpeed file decides the precision: Accelerate refuses a
+      // mixed_precision beside it, and so does ztrain.
+      if (top.text("mixed_precision", "no") != "no")
+        throw ConfigError(top.where("mixed_precision") +
+                          " beside deepspeed_config_file: Accelerate refuses both; give the "
+                          "precision in the DeepSpeed file");
+      out = import_deepspeed(file, run);
+      // Its "auto" precision is Accelerate's default, "no".
+      if (!out.train.contains("precision")) {
+        out.train.insert_or_assign("precision", "fp32");
+        out.origins["train.precision"] = top.where("mixed_precision") + " (absent: no)";
+      }
       for (const char* key : {"zero_stage", "offload_optimizer_device", "offload_param_device",
                               "gradient_accumulation_steps", "gradient_clipping"})
         if (ds.get(key))
@@ -306,6 +329,11 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
                             " beside deepspeed_config_file: Accelerate refuses "
                             "both; give it in the DeepSpeed file");
     } else {
+      // The DeepSpeed config Accelerate builds fills its "auto" from the
+      // run, with this file's precision.
+      RunConfig with_precision = run;
+      with_precision.set_imported("train", toml::table{{"precision", precision_of(top)}}, false,
+                                  {{"train.precision", top.where("mixed_precision")}});
       out = import_deepspeed_text(deepspeed_of(ds).dump(), name + " deepspeed_config",
                                   with_precision);
     }
@@ -323,7 +351,8 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
     if (const YAML::Node v = top.get(key);
         v && v.size() > 0 && type != (key == std::string("fsdp_config") ? "FSDP" : "DEEPSPEED"))
       out.warnings.push_back(top.where(key) + " has no effect: distributed_type is " + type);
-  map_precision(top, out);
+  if (type != "DEEPSPEED" || ds.text("deepspeed_config_file", "").empty()) map_precision(top, out);
+  out.warnings.insert(out.warnings.begin(), machine_warnings.begin(), machine_warnings.end());
   // NO runs one process where Accelerate would (a GPU if there is one);
   // the MULTI_* and sharded types on GPUs unless use_cpu.
   const std::string kind = cpu || type == "MULTI_CPU" ? "cpu" : type == "NO" ? "auto" : "cuda";

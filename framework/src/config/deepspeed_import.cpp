@@ -150,11 +150,12 @@ void map_batch(Section& top, const RunConfig& run, Builder& b) {
   } batch[] = {{"train_batch_size", "global_batch_size"},
                {"train_micro_batch_size_per_gpu", "micro_batch_size"},
                {"gradient_accumulation_steps", "grad_accum"}};
-  bool numbers = false;
+  bool numbers = false, autos = false;
   for (const auto& k : batch) {
     const json* v = top.get(k.ds);
     if (!v) continue;
     if (top.is_auto(v)) {
+      autos = true;
       b.out.notes.push_back(top.where(k.ds) + ": auto -> the run's train." + k.key + " (" +
                             run_text(run, std::string("train.") + k.key, "its default") + ")");
       continue;
@@ -167,10 +168,12 @@ void map_batch(Section& top, const RunConfig& run, Builder& b) {
   // A file that gives the batch in numbers gives all of it, as DeepSpeed
   // derives the keys it leaves out from those it gives (train_batch_size
   // alone: accumulation 1); the run's own values of those keys would change
-  // the batch, so they leave the run ("auto" ones stay: they ask for them).
+  // the batch, so they leave the run. A file with an "auto" batch key asks
+  // for the run's batch (the Trainer fills it from its arguments): nothing
+  // leaves then.
   for (const auto& k : batch) {
     const std::string path = std::string("train.") + k.key;
-    if (!numbers || top.get(k.ds) || !run_value(run, path)) continue;
+    if (!numbers || autos || top.get(k.ds) || !run_value(run, path)) continue;
     b.out.superseded.push_back(path);
     b.out.notes.push_back(run.where(path) + ": " + path + " = " + run_text(run, path, "") +
                           " is dropped: " + top.where(k.ds) +
@@ -407,6 +410,7 @@ bool fill_auto(const std::string& key, const RunConfig& run, Section& params, Bu
       {"warmup_num_steps", {"warmup_steps", "the run's train.warmup_steps"}},
       {"total_num_steps", {"steps", "the run's train.steps"}}};
   if (key == "warmup_min_lr") {
+    b.train("scheduler.warmup_min_lr", toml::value<double>(0.0), params.where(key));
     b.out.notes.push_back(params.where(key) + ": auto -> 0");
     return true;
   }
@@ -414,6 +418,7 @@ bool fill_auto(const std::string& key, const RunConfig& run, Section& params, Bu
   if (it == from.end()) return false;
   const auto& [run_key, words] = it->second;
   const toml::node* v = run_value(run, "train." + run_key);
+  b.out.consumed.push_back("train." + run_key);
   b.out.notes.push_back(params.where(key) + ": auto -> " + words + " (" +
                         run_text(run, "train." + run_key, "its default") + ")");
   if (key == "warmup_max_lr")
@@ -423,7 +428,11 @@ bool fill_auto(const std::string& key, const RunConfig& run, Section& params, Bu
     b.train("scheduler.warmup_num_steps",
             toml::value<std::int64_t>(std::max<std::int64_t>(1, v ? v->value_or(30) : 30)),
             params.where(key));
-  return true;  // total_num_steps: unset is the run's steps
+  if (key == "total_num_steps")
+    b.train("scheduler.total_num_steps",
+            toml::value<std::int64_t>(std::max<std::int64_t>(1, v ? v->value_or(300) : 300)),
+            params.where(key));
+  return true;
 }
 
 // One scheduler parameter onto [train.scheduler], checked as DeepSpeed's
@@ -455,6 +464,10 @@ void map_scheduler_key(const SchedulerKey& k, const json& v, Section& params, Bu
                           "; DeepSpeed takes a positive integer here (it refuses " + v.dump() +
                           ")");
       const std::int64_t n = params.integer(v, key);
+      if (key == "total_num_steps" && n == 0)
+        throw ConfigError(where +
+                          " is 0: DeepSpeed then ends the decay at the warmup's end; "
+                          "give that step (warmup_num_steps) or the decay's real end");
       if (n < (k.type == 'I' ? 1 : 0))
         throw ConfigError(where + " is " + std::to_string(n) + "; DeepSpeed takes " +
                           (k.type == 'I' ? "a positive integer" : "0 or more") + " here");
@@ -845,16 +858,22 @@ void note_run_changes(ImportedConfig& out, const RunConfig& run) {
   std::vector<std::string> candidates = {"lr", "min_lr", "warmup_steps"};
   if (const auto* t = run.table().at_path("train.scheduler").as_table())
     for (const auto& [k, v] : *t) candidates.push_back("scheduler." + std::string(k.str()));
+  // The run's [train.scheduler] keys go whether the class reads them or not:
+  // what the file leaves out takes DeepSpeed's default, as in DeepSpeed.
   for (const std::string& key : candidates) {
     if (!run_value(run, "train." + key) || out.origins.contains("train." + key)) continue;
-    const bool reads =
-        schedule_reads(name, key) && !(key == "lr" && name == "WarmupLR" &&
-                                       out.origins.contains("train.scheduler.warmup_max_lr"));
+    const bool own = key.rfind("scheduler.", 0) == 0;
+    const bool reads = !own && schedule_reads(name, key) &&
+                       !(key == "lr" && name == "WarmupLR" &&
+                         out.origins.contains("train.scheduler.warmup_max_lr"));
     if (reads) continue;
     out.superseded.push_back("train." + key);
     out.notes.push_back(run.where("train." + key) + ": train." + key + " = " +
-                        run_text(run, "train." + key, "") + " is dropped: the imported " + name +
-                        " does not read it");
+                        run_text(run, "train." + key, "") + " is dropped: " +
+                        (own ? "the imported " + name +
+                                   " takes DeepSpeed's default where the file "
+                                   "gives none"
+                             : "the imported " + name + " does not read it"));
   }
 }
 

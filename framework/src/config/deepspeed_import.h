@@ -43,6 +43,9 @@ struct ImportedConfig {
   // The run's keys the imported scheduler leaves unread ("train.warmup_steps"
   // under WarmupDecayLR): removed from the run before the import lands.
   std::vector<std::string> superseded;
+  // The run's keys an "auto" took its value from ("train.warmup_steps"): a
+  // --set of one is what the auto read, not a key left unread.
+  std::vector<std::string> consumed;
 };
 
 // `run`: the run file as loaded (its model, --set overrides), which "auto"

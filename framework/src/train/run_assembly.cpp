@@ -1,5 +1,6 @@
 #include "train/run_assembly.h"
 
+#include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdio>
 #include <string>
@@ -253,7 +254,15 @@ RunConfig load_run_config(const TrainArgs& args) {
     config.set_imported("device", imported.device, false, imported.origins);
   if (!imported.model.empty())
     config.set_imported("model", imported.model, false, imported.origins);
-  for (const auto& o : args.overrides) config.override_with(o);
+  // --set wins again, except over a key the import dropped after an "auto"
+  // read it: its value is already in the import.
+  for (const auto& o : args.overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    const auto dropped = [&](const std::vector<std::string>& v) {
+      return std::find(v.begin(), v.end(), key) != v.end();
+    };
+    if (!(dropped(imported.superseded) && dropped(imported.consumed))) config.override_with(o);
+  }
   resume_shorthand(config);
   inherit_resumed_run(config);
   for (const auto& n : imported.notes) config.add_note(n);
