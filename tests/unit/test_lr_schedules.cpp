@@ -18,6 +18,7 @@
 #include "config/lr_schedule.h"
 #include "config/run_settings.h"
 #include "support.h"
+#include "train/run_assembly.h"
 #include "ztrain/error.h"
 
 using namespace ztrain;
@@ -31,18 +32,24 @@ json golden() {
   return json::parse(in);
 }
 
-// The case as a DeepSpeed config, imported onto an empty run of `steps`
-// steps, resolved.
+// The schedule of run file `run_toml` with DeepSpeed config `ds` given as
+// --deepspeed, loaded as a run loads them (load_run_config), resolved.
+LrSchedule with_deepspeed(const std::string& run_toml, const std::string& ds,
+                          const std::string& name, const test::TempDir& dir) {
+  TrainArgs args;
+  args.config = dir / (name + ".toml");
+  args.deepspeed = dir / (name + ".json");
+  std::ofstream(args.config) << run_toml;
+  std::ofstream(args.deepspeed) << ds;
+  return resolve_settings(load_run_config(args), 1).train.schedule;
+}
+
+// The case as a DeepSpeed config onto a run of 1000 steps.
 LrSchedule imported(const json& c, const test::TempDir& dir) {
   json ds = {{"optimizer", {{"type", "AdamW"}, {"params", {{"lr", c.at("optimizer_lr")}}}}},
              {"scheduler", {{"type", c.at("type")}}}};
   ds["scheduler"]["params"] = c.at("params");  // null stays null, as in the file
-  const auto file = dir / (c.at("name").get<std::string>() + ".json");
-  std::ofstream(file) << ds.dump();
-  RunConfig run = RunConfig::parse("[train]\nsteps = 1000\n", "run.toml");
-  const ImportedConfig got = import_deepspeed(file, run);
-  run.set_imported("train", got.train, false, got.origins);
-  return resolve_settings(run, 1).train.schedule;
+  return with_deepspeed("[train]\nsteps = 1000\n", ds.dump(), c.at("name"), dir);
 }
 
 bool close(double got, double want) {
@@ -93,16 +100,11 @@ TEST_CASE("DeepSpeed's schedulers: the lr of every step as DeepSpeed's classes g
 
 TEST_CASE("an imported scheduler takes DeepSpeed's defaults, not the run file's parameters") {
   test::TempDir dir;
-  std::ofstream(dir / "ds.json")
-      << R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4}}})";
-  RunConfig run = RunConfig::parse(
+  const auto w = std::get<DsWarmupLR>(with_deepspeed(
       "[train]\nsteps = 20\nschedule = \"WarmupLR\"\n[train.scheduler]\nwarmup_type = "
       "\"linear\"\nwarmup_num_steps = 9\n",
-      "run.toml");
-  const ImportedConfig got = import_deepspeed(dir / "ds.json", run);
-  for (const auto& key : got.superseded) run.drop(key);
-  run.set_imported("train", got.train, false, got.origins);
-  const auto w = std::get<DsWarmupLR>(resolve_settings(run, 1).train.schedule);
+      R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4}}})", "defaults",
+      dir));
   CHECK(w.warmup_type == WarmupType::log);  // DeepSpeed's default: the file gives none
   CHECK(w.warmup_num_steps == 4);
   // total_num_steps 0 is refused: DeepSpeed would end the decay at the

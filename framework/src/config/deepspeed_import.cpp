@@ -130,15 +130,14 @@ std::string note_text(const toml::node& n) {
   return toml_value_text(n);
 }
 
-std::string run_text(const RunConfig& run, const std::string& path, const std::string& fallback) {
-  const toml::node* n = run_value(run, path);
+// A value of a table at a dotted path as a note says it, or fallback.
+std::string table_text(const toml::table& t, const std::string& path, const std::string& fallback) {
+  const toml::node* n = t.at_path(path).node();
   return n ? note_text(*n) : fallback;
 }
 
-// A value of an imported table at a dotted path, as run_text prints it.
-std::string run_text_of(const toml::table& t, const std::string& path) {
-  const toml::node* n = t.at_path(path).node();
-  return n ? note_text(*n) : std::string();
+std::string run_text(const RunConfig& run, const std::string& path, const std::string& fallback) {
+  return table_text(run.table(), path, fallback);
 }
 
 // The batch keys and gradient clipping: numbers set the run's keys, "auto"
@@ -847,7 +846,7 @@ std::vector<std::string> imported_paths(const toml::table& train) {
 void note_run_changes(ImportedConfig& out, const RunConfig& run) {
   for (const std::string& path : imported_paths(out.train)) {
     const std::string was = run_text(run, path, "");
-    const std::string now = run_text_of(out.train, path.substr(6));
+    const std::string now = table_text(out.train, path.substr(6), "");
     if (!run_value(run, path) || was == now) continue;
     out.notes.push_back(out.origins[path] + ": " + path + " = " + now + " replaces " +
                         run.where(path) + " " + path + " = " + was);

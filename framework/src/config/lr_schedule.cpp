@@ -4,7 +4,6 @@
 #include <cmath>
 #include <map>
 #include <set>
-#include <vector>
 
 #include "ztrain/error.h"
 
@@ -203,35 +202,21 @@ const std::map<std::string, std::set<std::string>>& keys_read() {
   return keys;
 }
 
-const std::vector<std::string> kScheduleKeys = {"lr",
-                                                "min_lr",
-                                                "warmup_steps",
-                                                "scheduler.warmup_min_lr",
-                                                "scheduler.warmup_max_lr",
-                                                "scheduler.warmup_num_steps",
-                                                "scheduler.warmup_type",
-                                                "scheduler.total_num_steps",
-                                                "scheduler.warmup_min_ratio",
-                                                "scheduler.cos_min_ratio",
-                                                "scheduler.cycle_min_lr",
-                                                "scheduler.cycle_max_lr",
-                                                "scheduler.decay_lr_rate",
-                                                "scheduler.cycle_first_step_size",
-                                                "scheduler.cycle_second_step_size",
-                                                "scheduler.cycle_first_stair_count",
-                                                "scheduler.cycle_second_stair_count",
-                                                "scheduler.decay_step_size",
-                                                "scheduler.cycle_momentum",
-                                                "scheduler.lr_range_test_min_lr",
-                                                "scheduler.lr_range_test_step_size",
-                                                "scheduler.lr_range_test_step_rate",
-                                                "scheduler.lr_range_test_staircase"};
+// Every schedule key: what any schedule reads.
+const std::set<std::string>& schedule_keys() {
+  static const std::set<std::string> all = [] {
+    std::set<std::string> keys;
+    for (const auto& [name, read] : keys_read()) keys.insert(read.begin(), read.end());
+    return keys;
+  }();
+  return all;
+}
 
 // A key given that the named schedule does not read would be silently
 // ignored: refused, naming it and the schedule.
 void check_keys_read(const Options& t, const std::string& name) {
   const auto& read = keys_read().at(is_deepspeed_schedule(name) ? name : "nanogpt");
-  for (const auto& key : kScheduleKeys)
+  for (const auto& key : schedule_keys())
     if (t.given(key) && !read.contains(key))
       throw ConfigError(t.where(key) + ": [train] " + key + " is not read by schedule \"" + name +
                         "\"" + (key == "lr" ? " (its lr comes from [train.scheduler])" : "") +
