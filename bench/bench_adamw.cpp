@@ -103,10 +103,17 @@ int main(int argc, char** argv) {
         oneapi::tbb::blocked_range<std::size_t>(0, (n + 7) / 8, 65536 / 8),
         [&](const oneapi::tbb::blocked_range<std::size_t>& r) {
           const std::size_t a = r.begin() * 8, b = std::min(n, r.end() * 8);
+          const vec::AdamScalars s{1e-3f,
+                                   0.9f,
+                                   0.95f,
+                                   1e-8f,
+                                   0.1f,
+                                   0.0f,
+                                   1.0f,
+                                   1.0f - std::pow(0.9f, static_cast<float>(t)),
+                                   1.0f - std::pow(0.95f, static_cast<float>(t))};
           vec::adamw_avx2(p.as<float>() + a, {g.as<float>() + a, DType::f32}, m.as<float>() + a,
-                          v.as<float>() + a, nullptr, b - a, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
-                          1.0f - std::pow(0.9f, static_cast<float>(t)),
-                          1.0f - std::pow(0.95f, static_cast<float>(t)), false);
+                          v.as<float>() + a, nullptr, b - a, s, false);
         });
   };
   const bool both = vec::have_avx512() && vec::have_avx2_fma();

@@ -311,42 +311,46 @@ TEST_CASE("adamw over runs matches the reference for each gradient and working-c
   const Vec p = randn(n, 61), g = randn(n, 62, 0.1f), m = randn(n, 63, 0.01f);
   Vec v = randn(n, 64, 0.01f);
   for (auto& x : v) x = x * x;
-  const ztrain::AdamWHyper h{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f};
-  for (int skip = 0; skip < 2; ++skip) {
-    ztrain::StepScalars s;
-    s.grad_mult = 0.5f;
-    s.skip = skip;
-    const gpu::Scalar<ztrain::StepScalars> gs(s);
-    for (DType gt : {DType::f32, DType::bf16}) {
-      for (ztrain::GradAfter after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
-        CAPTURE(ztrain::dtype_name(gt));
-        CAPTURE(skip);
-        const Vec gr = gpu::rounded(g, gt);
-        const Vec w0 = gpu::rounded(p, DType::bf16);
-        Array gp(p), gg(gr, gt), gm(m), gv(v), gw(w0, DType::bf16);
-        G().adamw(gp.f(), gg.typed(), gm.f(), gv.f(), gw.typed(), runs.data(), runs.size(), h,
-                  gs.ptr(), after);
-        Vec rp = p, rm = m, rv = v;
-        std::vector<std::uint8_t> rg(n * ztrain::dtype_size(gt));
-        ztrain::convert(gr.data(), DType::f32, rg.data(), gt, n);
-        std::vector<std::uint16_t> rw(n);
-        ztrain::convert(w0.data(), DType::f32, rw.data(), DType::bf16, n);
-        R().adamw(rp.data(), {rg.data(), gt}, rm.data(), rv.data(), {rw.data(), DType::bf16},
-                  runs.data(), runs.size(), h, &s, after);
-        check_close(gp.get(), rp, 1e-6, 1e-7, "master");
-        check_close(gm.get(), rm, 1e-6, 1e-9, "m");
-        check_close(gv.get(), rv, 1e-6, 1e-12, "v");
-        Vec rwf(n), rgf(n);
-        ztrain::convert(rw.data(), DType::bf16, rwf.data(), DType::f32, n);
-        check_close(gw.get(), rwf, 1.0 / 128, 1e-7, "bf16 working copy");
-        ztrain::convert(rg.data(), gt, rgf.data(), DType::f32, n);
-        CHECK(same_bits(gg.get(), rgf));  // zeroed, or kept as it was; gaps untouched
-        const Vec gp_after = gp.get();
-        for (std::size_t i : {std::size_t{0}, std::size_t{2}, n - 1})
-          CHECK(gp_after[i] == p[i]);  // gaps
+  // Decoupled weight decay, then the same decay as L2 (on the gradient).
+  for (const ztrain::AdamWHyper& h :
+       {ztrain::AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f},
+        ztrain::AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.19f, 0.0975f, 0.1f}})
+    for (int skip = 0; skip < 2; ++skip) {
+      ztrain::StepScalars s;
+      s.grad_mult = 0.5f;
+      s.skip = skip;
+      const gpu::Scalar<ztrain::StepScalars> gs(s);
+      for (DType gt : {DType::f32, DType::bf16}) {
+        for (ztrain::GradAfter after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
+          CAPTURE(ztrain::dtype_name(gt));
+          CAPTURE(skip);
+          CAPTURE(h.l2);
+          const Vec gr = gpu::rounded(g, gt);
+          const Vec w0 = gpu::rounded(p, DType::bf16);
+          Array gp(p), gg(gr, gt), gm(m), gv(v), gw(w0, DType::bf16);
+          G().adamw(gp.f(), gg.typed(), gm.f(), gv.f(), gw.typed(), runs.data(), runs.size(), h,
+                    gs.ptr(), after);
+          Vec rp = p, rm = m, rv = v;
+          std::vector<std::uint8_t> rg(n * ztrain::dtype_size(gt));
+          ztrain::convert(gr.data(), DType::f32, rg.data(), gt, n);
+          std::vector<std::uint16_t> rw(n);
+          ztrain::convert(w0.data(), DType::f32, rw.data(), DType::bf16, n);
+          R().adamw(rp.data(), {rg.data(), gt}, rm.data(), rv.data(), {rw.data(), DType::bf16},
+                    runs.data(), runs.size(), h, &s, after);
+          check_close(gp.get(), rp, 1e-6, 1e-7, "master");
+          check_close(gm.get(), rm, 1e-6, 1e-9, "m");
+          check_close(gv.get(), rv, 1e-6, 1e-12, "v");
+          Vec rwf(n), rgf(n);
+          ztrain::convert(rw.data(), DType::bf16, rwf.data(), DType::f32, n);
+          check_close(gw.get(), rwf, 1.0 / 128, 1e-7, "bf16 working copy");
+          ztrain::convert(rg.data(), gt, rgf.data(), DType::f32, n);
+          CHECK(same_bits(gg.get(), rgf));  // zeroed, or kept as it was; gaps untouched
+          const Vec gp_after = gp.get();
+          for (std::size_t i : {std::size_t{0}, std::size_t{2}, n - 1})
+            CHECK(gp_after[i] == p[i]);  // gaps
+        }
       }
     }
-  }
 }
 
 TEST_CASE("the norm ops: the sum of squares of the widened values, the reference's scalars") {

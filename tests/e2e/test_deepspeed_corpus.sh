@@ -63,6 +63,9 @@ def check_trained(entry, out_dir, out):
             problems.append(f"train.{key} not given by the import (DeepSpeed: {opt[key]})")
         elif (value != opt[key] if key == "betas" else not close(value, opt[key])):
             problems.append(f"train.{key} = {value}, DeepSpeed uses {opt[key]}")
+    mode = train.get("weight_decay_mode", "decoupled")
+    if mode != opt["weight_decay_mode"]:
+        problems.append(f"weight decay {mode}, DeepSpeed's is {opt['weight_decay_mode']}")
     if opt["lr"] is not None and not close(train.get("lr", float("nan")), opt["lr"]):
         problems.append(f"train.lr = {train.get('lr')}, DeepSpeed uses {opt['lr']}")
     if not close(train.get("grad_clip", 1.0), want["grad_clip"]):

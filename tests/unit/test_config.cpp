@@ -112,7 +112,7 @@ TEST_CASE("--set overrides keep their type, create tables and name themselves in
   cfg.override_with("device.memory_limit=1GiB");
   const RunSettings s = resolve_settings(cfg, 1);
   CHECK(s.train.steps == 20);
-  CHECK(s.train.beta1 == doctest::Approx(0.8));
+  CHECK(s.train.optimizer.beta1 == doctest::Approx(0.8));
   CHECK(s.train.out_dir == "runs/x y");
   CHECK(s.device.memory_limit == 1073741824ull);
   cfg.override_with("train.steps=-1");

@@ -84,14 +84,17 @@ double sum_squares(const ztrain::Kernels& k, ztrain::ConstTypedPtr x, std::size_
 // The hyper-parameters the adamw tests step with (lr 0.01, betas 0.9 and
 // 0.95, eps 1e-8, weight decay 0.1, bias corrections of step 2).
 constexpr ztrain::AdamWHyper kHyper{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f};
+// The same with the decay as L2 (added to the gradient) instead.
+constexpr ztrain::AdamWHyper kHyperL2{0.01f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.19f, 0.0975f, 0.1f};
 
-// AdamW over [0, n) as one decayed run, gradients times 0.7.
+// Adam over [0, n) as one decayed run, gradients times 0.7.
 void adamw_all(const ztrain::Kernels& k, float* p, ztrain::TypedPtr g, float* m, float* v,
-               ztrain::TypedPtr w, std::size_t n, ztrain::GradAfter after) {
+               ztrain::TypedPtr w, std::size_t n, ztrain::GradAfter after,
+               const ztrain::AdamWHyper& h = kHyper) {
   ztrain::StepScalars s;
   s.grad_mult = 0.7f;
   const ztrain::AdamWRun run{0, n, true};
-  k.adamw(p, g, m, v, w, &run, 1, kHyper, &s, after);
+  k.adamw(p, g, m, v, w, &run, 1, h, &s, after);
 }
 
 }  // namespace
@@ -449,40 +452,43 @@ TEST_CASE(
   for (auto& x : v0) x = x * x;
   ztrain::StepScalars s;
   s.grad_mult = 0.3f;
-  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(ref.get())}) {
-    for (const auto after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
-      Vec p = p0, g = g0, m = m0, v = v0, w(n, 7.0f);
-      k->adamw(p.data(), g.data(), m.data(), v.data(), w.data(), runs.data(), runs.size(), kHyper,
-               &s, after);
-      // The same as a call per run with its weight decay.
-      Vec pr = p0, gr = g0, mr = m0, vr = v0, wr(n, 7.0f);
-      for (const auto& r : runs) {
-        ztrain::AdamWHyper h = kHyper;
-        if (!r.decay) h.weight_decay = 0;
-        const ztrain::AdamWRun one{0, r.end - r.begin, true};
-        k->adamw(pr.data() + r.begin, gr.data() + r.begin, mr.data() + r.begin, vr.data() + r.begin,
-                 wr.data() + r.begin, &one, 1, h, &s, after);
+  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(ref.get())})
+    for (const ztrain::AdamWHyper& hyper : {kHyper, kHyperL2}) {
+      INFO("l2 " << hyper.l2);
+      for (const auto after : {ztrain::GradAfter::zeroed, ztrain::GradAfter::kept}) {
+        Vec p = p0, g = g0, m = m0, v = v0, w(n, 7.0f);
+        k->adamw(p.data(), g.data(), m.data(), v.data(), w.data(), runs.data(), runs.size(), hyper,
+                 &s, after);
+        // The same as a call per run with its weight decay.
+        Vec pr = p0, gr = g0, mr = m0, vr = v0, wr(n, 7.0f);
+        for (const auto& r : runs) {
+          ztrain::AdamWHyper h = hyper;
+          if (!r.decay) h.weight_decay = h.l2 = 0;
+          const ztrain::AdamWRun one{0, r.end - r.begin, true};
+          k->adamw(pr.data() + r.begin, gr.data() + r.begin, mr.data() + r.begin,
+                   vr.data() + r.begin, wr.data() + r.begin, &one, 1, h, &s, after);
+        }
+        CHECK(p == pr);
+        CHECK(m == mr);
+        CHECK(v == vr);
+        CHECK(g == gr);
+        CHECK(w == wr);
+        for (std::size_t i : {std::size_t{0}, std::size_t{2}, std::size_t{140001},
+                              std::size_t{140016}, std::size_t{140018}, std::size_t{150005}}) {
+          CHECK(p[i] == p0[i]);  // in a gap
+          CHECK(g[i] == g0[i]);
+          CHECK(w[i] == 7.0f);
+        }
+        CHECK(p[5] != p0[5]);
+        CHECK(w[5] == p[5]);
+        // Decay or not: a run without it moves less toward zero.
+        Vec pd = p0, gd = g0, md = m0, vd = v0;
+        const ztrain::AdamWRun decayed{3, 770, true};
+        k->adamw(pd.data(), gd.data(), md.data(), vd.data(), nullptr, &decayed, 1, hyper, &s,
+                 after);
+        CHECK(pd[5] != p[5]);
       }
-      CHECK(p == pr);
-      CHECK(m == mr);
-      CHECK(v == vr);
-      CHECK(g == gr);
-      CHECK(w == wr);
-      for (std::size_t i : {std::size_t{0}, std::size_t{2}, std::size_t{140001},
-                            std::size_t{140016}, std::size_t{140018}, std::size_t{150005}}) {
-        CHECK(p[i] == p0[i]);  // in a gap
-        CHECK(g[i] == g0[i]);
-        CHECK(w[i] == 7.0f);
-      }
-      CHECK(p[5] != p0[5]);
-      CHECK(w[5] == p[5]);
-      // Decay or not: a run without it moves less toward zero.
-      Vec pd = p0, gd = g0, md = m0, vd = v0;
-      const ztrain::AdamWRun decayed{3, 770, true};
-      k->adamw(pd.data(), gd.data(), md.data(), vd.data(), nullptr, &decayed, 1, kHyper, &s, after);
-      CHECK(pd[5] != p[5]);
     }
-  }
 }
 
 TEST_CASE("adamw skips a step whose norm overflowed: only the gradients, zeroed, in the runs") {
@@ -625,15 +631,19 @@ TEST_CASE("fast adamw and sum_squares match their reference") {
   const std::size_t n = 70001;
   Vec p1 = randn(n, 151), g1 = randn(n, 152), m1 = randn(n, 153, 0.1f), v1 = randn(n, 154, 0.1f);
   for (auto& x : v1) x = x * x;
-  Vec p2 = p1, g2 = g1, m2 = m1, v2 = v1;
-  adamw_all(K(), p1.data(), g1.data(), m1.data(), v1.data(), nullptr, n, ztrain::GradAfter::zeroed);
-  adamw_all(*ref, p2.data(), g2.data(), m2.data(), v2.data(), nullptr, n,
-            ztrain::GradAfter::zeroed);
-  for (std::size_t i = 0; i < n; ++i) {
-    CHECK(p1[i] == doctest::Approx(p2[i]).epsilon(1e-6));
-    CHECK(m1[i] == doctest::Approx(m2[i]).epsilon(1e-6));
-    CHECK(v1[i] == doctest::Approx(v2[i]).epsilon(1e-6));
-    CHECK(g1[i] == 0.0f);
+  for (const ztrain::AdamWHyper& h : {kHyper, kHyperL2}) {
+    INFO("l2 " << h.l2);
+    Vec pf = p1, gf = g1, mf = m1, vf = v1, pr = p1, gr = g1, mr = m1, vr = v1;
+    adamw_all(K(), pf.data(), gf.data(), mf.data(), vf.data(), nullptr, n,
+              ztrain::GradAfter::zeroed, h);
+    adamw_all(*ref, pr.data(), gr.data(), mr.data(), vr.data(), nullptr, n,
+              ztrain::GradAfter::zeroed, h);
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(pf[i] == doctest::Approx(pr[i]).epsilon(1e-6));
+      CHECK(mf[i] == doctest::Approx(mr[i]).epsilon(1e-6));
+      CHECK(vf[i] == doctest::Approx(vr[i]).epsilon(1e-6));
+      CHECK(gf[i] == 0.0f);
+    }
   }
   const Vec x = randn(200003, 155);
   CHECK(sum_squares(K(), x.data(), x.size()) ==
@@ -1024,30 +1034,32 @@ TEST_CASE("adamw on AVX-512 gives the AVX2 loop's bits on every element, tail in
     Vec g_special = g0;
     g_special[n / 2] = NAN;
     g_special[n - 1] = INFINITY;
-    for (DType gt : {DType::f32, DType::bf16, DType::f16}) {
-      for (int wk = 0; wk < 4; ++wk) {
-        const DType wt = wk == 0 ? DType::f32 : static_cast<DType>(wk - 1);
-        INFO("n " << n << " g " << ztrain::dtype_name(gt) << " working "
-                  << (wk ? ztrain::dtype_name(wt) : "none"));
-        Operand g512(g_special, gt), g256 = g512, w512(Vec(n, 7.0f), wt), w256 = w512;
-        Vec p512 = p0, m512 = m0, v512 = v0, p256 = p0, m256 = m0, v256 = v0;
-        ztrain::vec::adamw_avx512(p512.data(), g512.ptr(), m512.data(), v512.data(),
-                                  wk ? w512.ptr() : nullptr, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                                  0.7f, 0.19f, 0.0975f, true);
-        ztrain::vec::adamw_avx2(p256.data(), g256.ptr(), m256.data(), v256.data(),
-                                wk ? w256.ptr() : nullptr, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
-                                0.19f, 0.0975f, true);
-        CHECK(same_bits(p512, p256) == n);
-        CHECK(same_bits(m512, m256) == n);
-        CHECK(same_bits(v512, v256) == n);
-        CHECK(std::isnan(p512[n / 2]));
-        CHECK(g512.values() == Vec(n, 0.0f));
-        if (wk) {
-          CHECK(w512.half == w256.half);
-          if (wt == DType::f32) CHECK(same_bits(w512.full, w256.full) == n);
+    // Decoupled decay, then L2 (the gradient's term) with the other 0.
+    for (const ztrain::vec::AdamScalars a :
+         {ztrain::vec::AdamScalars{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, 0.7f, 0.19f, 0.0975f},
+          ztrain::vec::AdamScalars{0.01f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.7f, 0.19f, 0.0975f}})
+      for (DType gt : {DType::f32, DType::bf16, DType::f16}) {
+        for (int wk = 0; wk < 4; ++wk) {
+          const DType wt = wk == 0 ? DType::f32 : static_cast<DType>(wk - 1);
+          INFO("n " << n << " g " << ztrain::dtype_name(gt) << " working "
+                    << (wk ? ztrain::dtype_name(wt) : "none") << " l2 " << a.l2);
+          Operand g512(g_special, gt), g256 = g512, w512(Vec(n, 7.0f), wt), w256 = w512;
+          Vec p512 = p0, m512 = m0, v512 = v0, p256 = p0, m256 = m0, v256 = v0;
+          ztrain::vec::adamw_avx512(p512.data(), g512.ptr(), m512.data(), v512.data(),
+                                    wk ? w512.ptr() : nullptr, n, a, true);
+          ztrain::vec::adamw_avx2(p256.data(), g256.ptr(), m256.data(), v256.data(),
+                                  wk ? w256.ptr() : nullptr, n, a, true);
+          CHECK(same_bits(p512, p256) == n);
+          CHECK(same_bits(m512, m256) == n);
+          CHECK(same_bits(v512, v256) == n);
+          CHECK(std::isnan(p512[n / 2]));
+          CHECK(g512.values() == Vec(n, 0.0f));
+          if (wk) {
+            CHECK(w512.half == w256.half);
+            if (wt == DType::f32) CHECK(same_bits(w512.full, w256.full) == n);
+          }
         }
       }
-    }
   }
 }
 

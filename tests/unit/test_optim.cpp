@@ -179,10 +179,10 @@ TEST_CASE("initial values depend only on seed, parameter and element, not on the
 
 // PyTorch's own trajectories (tests/data/optim/torch_adam.json, from
 // torch.optim.Adam and AdamW: 6 steps of one 16-element parameter) against
-// both cpu kernels. AdamW, and Adam without weight decay, are ztrain's
-// update; Adam with weight decay is L2 (DeepSpeed's adam_w_mode false),
-// which the DeepSpeed import refuses instead (test_lr_schedules).
-TEST_CASE("AdamW's steps are PyTorch's, element by element") {
+// both cpu kernels. AdamW's weight decay is decoupled; Adam's is L2, added
+// to the gradient (DeepSpeed's adam_w_mode false), through the shard's
+// optimizer settings as a run sets them.
+TEST_CASE("Adam's and AdamW's steps are PyTorch's, element by element") {
   std::ifstream in(test::source_dir() / "tests/data/optim/torch_adam.json");
   REQUIRE(in);
   const auto golden = nlohmann::json::parse(in);
@@ -190,25 +190,21 @@ TEST_CASE("AdamW's steps are PyTorch's, element by element") {
   const auto reference = make_reference_cpu_kernels();
   int compared = 0;
   for (const auto& c : golden.at("cases")) {
-    const double wd = c.at("weight_decay");
-    if (c.at("optimizer") == "Adam" && wd != 0) continue;  // L2: refused at import
     CAPTURE(c.at("name").get<std::string>());
+    const OptimizerSettings settings{
+        c.at("betas")[0], c.at("betas")[1], c.at("eps"), c.at("weight_decay"),
+        c.at("optimizer") == "Adam" ? WeightDecayMode::l2 : WeightDecayMode::decoupled};
     for (const Kernels* k : {fast.get(), reference.get()}) {
       std::vector<float> p = c.at("init").get<std::vector<float>>(), m(p.size()), v(p.size());
-      const double b1 = c.at("betas")[0], b2 = c.at("betas")[1];
-      const AdamWRun run{0, p.size(), true};
+      const ParamSpecs params{spec("w", {std::ssize(p)}, {Init::Kind::zeros, 0}, true, {0_module})};
+      const shard::FlatLayout layout(params, 1, 1);
+      const shard::AdamWRange range(params, layout, 0, p.size());
       for (std::size_t t = 1; t <= c.at("grads").size(); ++t) {
         std::vector<float> g = c.at("grads")[t - 1].get<std::vector<float>>();
-        const AdamWHyper h{c.at("lr").get<float>(),
-                           static_cast<float>(b1),
-                           static_cast<float>(b2),
-                           c.at("eps").get<float>(),
-                           static_cast<float>(wd),
-                           static_cast<float>(1 - std::pow(b1, static_cast<double>(t))),
-                           static_cast<float>(1 - std::pow(b2, static_cast<double>(t)))};
         const StepScalars s;
-        k->adamw(p.data(), {g.data(), DType::f32}, m.data(), v.data(), {nullptr, DType::f32}, &run,
-                 1, h, &s, GradAfter::zeroed);
+        range.step_part(0, p.size(), p.data(), {g.data(), DType::f32}, m.data(), v.data(),
+                        {nullptr, DType::f32}, *k, settings, c.at("lr"),
+                        static_cast<std::int64_t>(t), &s, GradAfter::zeroed);
         const auto want_p = c.at("params")[t - 1].get<std::vector<float>>();
         const auto want_m = c.at("exp_avg")[t - 1].get<std::vector<float>>();
         const auto want_v = c.at("exp_avg_sq")[t - 1].get<std::vector<float>>();
@@ -228,5 +224,5 @@ TEST_CASE("AdamW's steps are PyTorch's, element by element") {
     }
     ++compared;
   }
-  CHECK(compared == 8);
+  CHECK(compared == 12);
 }

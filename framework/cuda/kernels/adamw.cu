@@ -11,19 +11,20 @@ namespace ztrain::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
-// Runs per launch: 64 runs of begin, end and weight decay are 1.3 KB of the
-// 4 KB a kernel's parameters may take on every supported architecture.
+// Runs per launch: 64 runs of begin, end and whether they decay are 1.1 KB
+// of the 4 KB a kernel's parameters may take on every supported
+// architecture.
 constexpr int kRunsPerLaunch = 64;
 
 struct AdamParams {
-  float lr, beta1, beta2, eps, bc1, bc2;
+  float lr, beta1, beta2, eps, weight_decay, l2, bc1, bc2;
   bool zero_grad;
 };
 
 // Ascending, non-overlapping runs [begin[r], end[r]) of the shard.
 struct RunBatch {
   std::uint64_t begin[kRunsPerLaunch], end[kRunsPerLaunch];
-  float weight_decay[kRunsPerLaunch];
+  bool decay[kRunsPerLaunch];
   int count;
 };
 
@@ -48,14 +49,16 @@ __global__ void adamw_kernel(float* p, G* g, float* m, float* v, W* working, Run
       g[i] = from_f32<G>(0.0f);
       continue;
     }
-    const float gi = to_f32(g[i]) * grad_mult;
+    const float wd = runs.decay[r] ? a.weight_decay : 0.0f;
+    const float l2 = runs.decay[r] ? a.l2 : 0.0f;
+    const float gi = to_f32(g[i]) * grad_mult + l2 * p[i];
     const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * gi;
     const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
     const float mhat = mi / a.bc1;
     const float vhat = vi / a.bc2;
-    const float pi = p[i] - a.lr * (runs.weight_decay[r] * p[i] + mhat / (sqrtf(vhat) + a.eps));
+    const float pi = p[i] - a.lr * (wd * p[i] + mhat / (sqrtf(vhat) + a.eps));
     p[i] = pi;
     if (a.zero_grad) g[i] = from_f32<G>(0.0f);
     if (working) working[i] = from_f32<W>(pi);
@@ -67,7 +70,9 @@ __global__ void adamw_kernel(float* p, G* g, float* m, float* v, W* working, Run
 void CudaKernels::adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working,
                         const AdamWRun* runs, std::size_t run_count, const AdamWHyper& h,
                         const StepScalars* s, GradAfter grad_after) const {
-  const AdamParams a{h.lr, h.beta1, h.beta2, h.eps, h.bc1, h.bc2, grad_after == GradAfter::zeroed};
+  const AdamParams a{h.lr,  h.beta1,        h.beta2,
+                     h.eps, h.weight_decay, h.l2,
+                     h.bc1, h.bc2,          grad_after == GradAfter::zeroed};
   // Without a working copy the kernel is instantiated with W = float and
   // a null pointer.
   const DType wt = working ? working.dtype : DType::f32;
@@ -78,7 +83,7 @@ void CudaKernels::adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr worki
       if (runs[r].end <= runs[r].begin) continue;
       batch.begin[batch.count] = runs[r].begin;
       batch.end[batch.count] = runs[r].end;
-      batch.weight_decay[batch.count] = runs[r].decay ? h.weight_decay : 0.0f;
+      batch.decay[batch.count] = runs[r].decay;
       ++batch.count;
     }
     if (batch.count == 0) return;

@@ -5,11 +5,10 @@
 // interface. Activations are fp32; parameters and their gradients are typed
 // operands (f32, bf16 or f16), the working copies a strategy holds in the
 // run's precision. A kernel reads a 16-bit operand in fp32 (converting it
-// in registers or cache-sized tiles, never as a whole-tensor copy), computes in fp32, and rounds a 16-bit
-// gradient once per op when it adds its contribution. Tensors are row-major,
-// contiguous unless a stride is given. Shapes are in the comments:
-// B batch, T time, C channels, OC output channels, N = B*T rows, V vocabulary,
-// NH query heads, NKV key/value heads, hs head size.
+// in registers or cache-sized tiles, never as a whole-tensor copy), computes in fp32, and rounds a
+// 16-bit gradient once per op when it adds its contribution. Tensors are row-major, contiguous
+// unless a stride is given. Shapes are in the comments: B batch, T time, C channels, OC output
+// channels, N = B*T rows, V vocabulary, NH query heads, NKV key/value heads, hs head size.
 //
 // Backward convention (as llm.c): every backward op ADDS into its d-outputs,
 // both parameter gradients (so micro-steps accumulate) and activation
@@ -48,9 +47,14 @@ struct StepScalars {
   std::int32_t skip = 0;   // 1: the norm is not finite, adamw skips the step
 };
 
-// AdamW's hyper-parameters for one step (bias corrections included).
+// Adam's hyper-parameters for one step (bias corrections included).
+// weight_decay is decoupled (AdamW: p shrinks by lr * weight_decay * p);
+// l2 is added to the gradient (torch.optim.Adam's weight_decay, DeepSpeed's
+// adam_w_mode false) and so passes through the moments. A run uses one or
+// the other; both apply only to the runs that decay.
 struct AdamWHyper {
   float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+  float l2 = 0;
 };
 
 // Elements [begin, end) of a shard that take one weight-decay setting.
@@ -155,12 +159,13 @@ class ZTRAIN_API Kernels {
   virtual void grad_norm_finish(StepScalars* s, bool across_ranks, double loss_scale,
                                 double grad_clip) const = 0;
 
-  // AdamW (decoupled weight decay, bias-corrected) over the runs of a
-  // shard: p, m, v (fp32 master weights and moments), g and working are
-  // at element 0 of the shard; each run [begin, end) takes its own weight
-  // decay, elements between runs are not touched; one call for the whole
-  // shard (a GPU launches once per batch of runs, not once per tensor).
-  // Per element, with g' = g * s->grad_mult:
+  // Adam (bias-corrected, decoupled and/or L2 weight decay) over the runs
+  // of a shard: p, m, v (fp32 master weights and moments), g and working
+  // are at element 0 of the shard; each run [begin, end) decays or not,
+  // elements between runs are not touched; one call for the whole shard
+  // (a GPU launches once per batch of runs, not once per tensor).
+  // Per element, with g' = g * s->grad_mult + l2 * p (wd and l2: the
+  // hyper-parameters in a decayed run, 0 in the others):
   // m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
   // p -= lr * (wd * p + (m / bc1) / (sqrt(v / bc2) + eps)); then, with
   // GradAfter::zeroed, g = 0, ready for the next step's accumulation

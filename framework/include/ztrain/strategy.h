@@ -37,11 +37,17 @@
 
 namespace ztrain {
 
+// How weight_decay enters Adam's update: decoupled (AdamW, torch.optim.AdamW,
+// DeepSpeed's default adam_w_mode) or added to the gradient as an L2 term
+// (torch.optim.Adam's weight_decay, DeepSpeed's adam_w_mode false).
+enum class WeightDecayMode : std::uint8_t { decoupled, l2 };
+
 struct OptimizerSettings {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  WeightDecayMode decay_mode = WeightDecayMode::decoupled;
 };
 
 struct StrategySetup {

@@ -290,31 +290,28 @@ void fill_optimizer_defaults(Section& params, Builder& b, bool torch_adamw, bool
 }
 
 // DeepSpeed's Adam decouples weight decay unless adam_w_mode is false
-// (then it adds weight_decay * p to the gradient, torch.optim.Adam's L2);
-// AdamW always does. L2 with a weight decay is refused; without one (absent:
-// DeepSpeed's 0; "auto": the run's) the two are the same update.
-bool decoupled(Section& opt, Section& params, const RunConfig& run) {
+// (then it adds weight_decay * p to the gradient: FusedAdam's and
+// DeepSpeedCPUAdam's L2 mode, torch.optim.Adam under torch_adam); AdamW
+// always decouples, whatever adam_w_mode says. The file's mode replaces
+// the run's either way.
+bool decoupled(Section& opt, Section& params, Builder& b) {
   const json* t = opt.get("type");
   const bool adamw = t && (*t == "AdamW" || *t == "adamw");
   const json* mode = params.get("adam_w_mode");
-  if (adamw || !mode || params.boolean(*mode, "adam_w_mode")) return true;
-  const json* wd = params.get("weight_decay");
-  const toml::node* run_wd = run_value(run, "train.weight_decay");
-  const double decay = !wd                  ? 0.0
-                       : params.is_auto(wd) ? (run_wd ? run_wd->value_or(0.1) : 0.1)
-                                            : params.number(*wd, "weight_decay");
-  if (decay == 0) return false;
-  throw ConfigError(params.where("adam_w_mode") +
-                    " is false: DeepSpeed's Adam then adds weight_decay * p to the gradient "
-                    "(L2), where ztrain's AdamW decouples it; remove it (decoupled, DeepSpeed's "
-                    "default) or set weight_decay to 0");
+  const bool decoupled = adamw || !mode || params.boolean(*mode, "adam_w_mode");
+  b.train("weight_decay_mode", toml::value<std::string>(decoupled ? "decoupled" : "l2"),
+          params.where("adam_w_mode"));
+  if (adamw && mode && !params.boolean(*mode, "adam_w_mode"))
+    b.out.warnings.push_back(params.where("adam_w_mode") +
+                             " has no effect: type AdamW decouples weight decay in DeepSpeed "
+                             "whatever adam_w_mode says, here too");
+  return decoupled;
 }
 
 // AdamW's parameters ("auto": the run's; absent: DeepSpeed's defaults).
 // Without an optimizer section the run's AdamW applies, as the Hugging Face
 // Trainer applies its own.
-void map_optimizer(Section& top, const RunConfig& run, Builder& b,
-                   const std::optional<std::string>& lr_set_by) {
+void map_optimizer(Section& top, Builder& b, const std::optional<std::string>& lr_set_by) {
   if (!top.get("optimizer")) {
     b.out.notes.push_back(top.where("optimizer") +
                           ": none -> the run's AdamW ([train] lr, betas, eps, weight_decay)");
@@ -352,7 +349,7 @@ void map_optimizer(Section& top, const RunConfig& run, Builder& b,
     for (const auto& x : *v) betas.push_back(params.number(x, "betas"));
     b.train("betas", std::move(betas), params.where("betas"));
   }
-  const bool adamw = decoupled(opt, params, run);
+  const bool adamw = decoupled(opt, params, b);
   const json* torch = params.get("torch_adam");
   const bool torch_adam = torch && params.boolean(*torch, "torch_adam");
   if (torch_adam)
@@ -897,7 +894,7 @@ ImportedConfig import_deepspeed_json(const json& j, const std::string& name, con
   Section top(&j, "", name);
   map_batch(top, run, b);
   map_precision(top, run, b);
-  map_optimizer(top, run, b, lr_set_by_scheduler(j));
+  map_optimizer(top, b, lr_set_by_scheduler(j));
   map_scheduler(top, run, b);
   map_zero(top, run, b);
   map_aio(top, out.strategy["plugin"].value_or(std::string("ddp")), b);

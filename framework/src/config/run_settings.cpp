@@ -23,7 +23,13 @@ OptionList train_options() {
       .at_least(1)
       .as_int();
   declare_schedule_options(o);
-  o.number("weight_decay", 0.1, "AdamW decoupled weight decay (matrices only)").at_least(0);
+  o.number("weight_decay", 0.1, "Adam's weight decay (matrices only), as weight_decay_mode says")
+      .at_least(0);
+  o.string("weight_decay_mode", "decoupled",
+           "\"decoupled\": AdamW (p shrinks by lr * weight_decay * p; torch.optim.AdamW, "
+           "DeepSpeed's Adam); \"l2\": weight_decay * p added to the gradient "
+           "(torch.optim.Adam's weight_decay, DeepSpeed's adam_w_mode false)")
+      .one_of({"decoupled", "l2"});
   o.numbers("betas", {0.9, 0.95}, "AdamW (beta1, beta2)").at_least(0).at_most(0.999999);
   o.number("eps", 1e-8, "AdamW epsilon").at_least(0);
   o.number("grad_clip", 1.0, "clip the global gradient norm to this; 0 disables").at_least(0);
@@ -157,15 +163,17 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   auto& tr = s.train;
   tr.steps = t.get_int("steps");
   tr.schedule = schedule_of(t, tr.steps);
-  tr.weight_decay = t.get_number("weight_decay");
+  tr.optimizer.weight_decay = t.get_number("weight_decay");
+  tr.optimizer.decay_mode =
+      t.get_string("weight_decay_mode") == "l2" ? WeightDecayMode::l2 : WeightDecayMode::decoupled;
   const auto& betas = t.get_numbers("betas");
   if (betas.size() != 2)
     throw ConfigError(t.where("betas") +
                       ": [train] betas: expected two numbers [beta1, beta2], got " +
                       std::to_string(betas.size()));
-  tr.beta1 = betas[0];
-  tr.beta2 = betas[1];
-  tr.eps = t.get_number("eps");
+  tr.optimizer.beta1 = betas[0];
+  tr.optimizer.beta2 = betas[1];
+  tr.optimizer.eps = t.get_number("eps");
   tr.grad_clip = t.get_number("grad_clip");
   tr.precision = parse_precision(t.get_string("precision"), t.where("precision"));
   tr.grad_dtype = tr.precision;

@@ -17,6 +17,7 @@
 #include "config/lr_schedule.h"
 #include "ztrain/dtype.h"
 #include "ztrain/options.h"
+#include "ztrain/strategy.h"
 
 namespace ztrain {
 
@@ -37,7 +38,8 @@ struct TrainSettings {
   std::int64_t grad_accum = 0;
   std::int64_t global_batch = 0;
   LrSchedule schedule;
-  double weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0;
+  OptimizerSettings optimizer;
+  double grad_clip = 0;
   DType precision = DType::f32;
   DType grad_dtype = DType::f32;  // grad_accum_dtype, resolved
   std::uint64_t seed = 0;

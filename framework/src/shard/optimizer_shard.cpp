@@ -32,13 +32,16 @@ void AdamWRange::step_part(std::uint64_t lo, std::uint64_t hi, float* master, Ty
   }
   const double bc1 = 1.0 - std::pow(settings.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(settings.beta2, static_cast<double>(step));
+  const bool l2 = settings.decay_mode == WeightDecayMode::l2;
+  const auto decay = static_cast<float>(settings.weight_decay);
   const AdamWHyper h{static_cast<float>(lr),
                      static_cast<float>(settings.beta1),
                      static_cast<float>(settings.beta2),
                      static_cast<float>(settings.eps),
-                     static_cast<float>(settings.weight_decay),
+                     l2 ? 0.0f : decay,
                      static_cast<float>(bc1),
-                     static_cast<float>(bc2)};
+                     static_cast<float>(bc2),
+                     l2 ? decay : 0.0f};
   kernels.adamw(master, grads, m, v, working, runs.data(), runs.size(), h, scalars, grad_after);
 }
 

@@ -146,7 +146,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   setup.comm = &run.strategy_comm();
   setup.kernels = run.kernels.get();
   setup.host_kernels = run.host_kernels ? run.host_kernels.get() : run.kernels.get();
-  setup.optimizer = {tr.beta1, tr.beta2, tr.eps, tr.weight_decay};
+  setup.optimizer = tr.optimizer;
   setup.precision = sizes.precision;
   setup.grad_dtype = sizes.grad_dtype;
   setup.seed = tr.seed;

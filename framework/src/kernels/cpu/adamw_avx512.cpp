@@ -88,14 +88,15 @@ ZTRAIN_AVX512 inline void store16<DType::f16>(void* base, std::size_t i, __m512 
 }
 
 struct Coefficients {
-  __m512 b1, b2, one_b1, one_b2, inv_bc1, inv_bc2, eps, wd, neg_lr, mult;
+  __m512 b1, b2, one_b1, one_b2, inv_bc1, inv_bc2, eps, wd, l2, neg_lr, mult;
 };
 
 // One block of 16 (or, under k, fewer) elements from i.
 template <DType G, DType W, bool kWork>
 ZTRAIN_AVX512 inline void adamw16(const Coefficients& c, float* p, void* g, float* m, float* v,
                                   void* working, std::size_t i, __mmask16 k, bool zero_grad) {
-  const __m512 gi = _mm512_mul_ps(load16<G>(g, i, k), c.mult);
+  const __m512 pi = _mm512_maskz_loadu_ps(k, p + i);
+  const __m512 gi = _mm512_fmadd_ps(c.l2, pi, _mm512_mul_ps(load16<G>(g, i, k), c.mult));
   if (zero_grad) store16<G>(g, i, _mm512_setzero_ps(), k);
   const __m512 mi =
       _mm512_fmadd_ps(c.b1, _mm512_maskz_loadu_ps(k, m + i), _mm512_mul_ps(c.one_b1, gi));
@@ -104,7 +105,6 @@ ZTRAIN_AVX512 inline void adamw16(const Coefficients& c, float* p, void* g, floa
   _mm512_mask_storeu_ps(m + i, k, mi);
   _mm512_mask_storeu_ps(v + i, k, vi);
   const __m512 denom = _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(vi, c.inv_bc2)), c.eps);
-  const __m512 pi = _mm512_maskz_loadu_ps(k, p + i);
   const __m512 update =
       _mm512_fmadd_ps(c.wd, pi, _mm512_div_ps(_mm512_mul_ps(mi, c.inv_bc1), denom));
   const __m512 pn = _mm512_fmadd_ps(c.neg_lr, update, pi);
@@ -114,13 +114,13 @@ ZTRAIN_AVX512 inline void adamw16(const Coefficients& c, float* p, void* g, floa
 
 template <DType G, DType W, bool kWork>
 ZTRAIN_AVX512 void adamw_loop(float* p, void* g, float* m, float* v, void* working, std::size_t n,
-                              float lr, float beta1, float beta2, float eps, float weight_decay,
-                              float grad_mult, float bc1, float bc2, bool zero_grad) {
-  const Coefficients c{_mm512_set1_ps(beta1),        _mm512_set1_ps(beta2),
-                       _mm512_set1_ps(1.0f - beta1), _mm512_set1_ps(1.0f - beta2),
-                       _mm512_set1_ps(1.0f / bc1),   _mm512_set1_ps(1.0f / bc2),
-                       _mm512_set1_ps(eps),          _mm512_set1_ps(weight_decay),
-                       _mm512_set1_ps(-lr),          _mm512_set1_ps(grad_mult)};
+                              const AdamScalars& a, bool zero_grad) {
+  const Coefficients c{_mm512_set1_ps(a.beta1),        _mm512_set1_ps(a.beta2),
+                       _mm512_set1_ps(1.0f - a.beta1), _mm512_set1_ps(1.0f - a.beta2),
+                       _mm512_set1_ps(1.0f / a.bc1),   _mm512_set1_ps(1.0f / a.bc2),
+                       _mm512_set1_ps(a.eps),          _mm512_set1_ps(a.weight_decay),
+                       _mm512_set1_ps(a.l2),           _mm512_set1_ps(-a.lr),
+                       _mm512_set1_ps(a.grad_mult)};
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) adamw16<G, W, kWork>(c, p, g, m, v, working, i, 0xffff, zero_grad);
   // Eight more under a mask where the AVX2 loop has a vector of them; the
@@ -133,7 +133,7 @@ ZTRAIN_AVX512 void adamw_loop(float* p, void* g, float* m, float* v, void* worki
   if (i < n)
     adamw_avx2(p + i, {static_cast<char*>(g) + i * dtype_size(G), G}, m + i, v + i,
                kWork ? TypedPtr{static_cast<char*>(working) + i * dtype_size(W), W} : TypedPtr{},
-               n - i, lr, beta1, beta2, eps, weight_decay, grad_mult, bc1, bc2, zero_grad);
+               n - i, a, zero_grad);
 }
 
 // The loop for adamw_typed.
@@ -153,10 +153,8 @@ bool have_avx512() {
 }
 
 void adamw_avx512(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_mult, float bc1, float bc2, bool zero_grad) {
-  adamw_typed<Loop>(p, g, m, v, working, n, lr, beta1, beta2, eps, weight_decay, grad_mult, bc1,
-                    bc2, zero_grad);
+                  const AdamScalars& a, bool zero_grad) {
+  adamw_typed<Loop>(p, g, m, v, working, n, a, zero_grad);
 }
 
 }  // namespace ztrain::vec

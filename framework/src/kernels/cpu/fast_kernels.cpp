@@ -298,9 +298,12 @@ class FastKernels final : public ReferenceKernels {
     const std::vector<AdamWChunk> chunks = adamw_chunks(runs, run_count, 65536);
     oneapi::tbb::parallel_for(std::size_t{0}, chunks.size(), [&](std::size_t c) {
       const std::uint64_t a = chunks[c].begin;
-      loop(p + a, g.at(a), m + a, v + a, working ? working.at(a) : nullptr, chunks[c].end - a, h.lr,
-           h.beta1, h.beta2, h.eps, chunks[c].decay ? h.weight_decay : 0.0f, grad_mult, h.bc1,
-           h.bc2, grad_after == GradAfter::zeroed);
+      const bool decay = chunks[c].decay;
+      const vec::AdamScalars scalars{
+          h.lr,      h.beta1, h.beta2, h.eps, decay ? h.weight_decay : 0.0f, decay ? h.l2 : 0.0f,
+          grad_mult, h.bc1,   h.bc2};
+      loop(p + a, g.at(a), m + a, v + a, working ? working.at(a) : nullptr, chunks[c].end - a,
+           scalars, grad_after == GradAfter::zeroed);
     });
   }
 

@@ -542,11 +542,12 @@ void ReferenceKernels::adamw(float* p, TypedPtr g_in, float* m, float* v, TypedP
   parallel_rows(chunks.size(), 1, [&](std::size_t c) {
     const std::size_t i0 = chunks[c].begin, k = chunks[c].end - i0;
     const float wd = chunks[c].decay ? h.weight_decay : 0.0f;
+    const float l2 = chunks[c].decay ? h.l2 : 0.0f;
     const Widened g_f(g_in.at(i0), k);
     const float* g = g_f.get();
     for (std::size_t i = 0; i < k; ++i) {
-      const float gi = g[i] * grad_mult;
       float& pi = p[i0 + i];
+      const float gi = g[i] * grad_mult + l2 * pi;
       float& mi = m[i0 + i];
       float& vi = v[i0 + i];
       mi = h.beta1 * mi + (1.0f - h.beta1) * gi;

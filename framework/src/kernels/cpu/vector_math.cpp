@@ -269,16 +269,17 @@ namespace {
 // update; the others differ only in how g and working are loaded and stored.
 template <DType G, DType W, bool kWork>
 ZTRAIN_AVX2 void adamw_loop(float* p, void* g, float* m, float* v, void* working, std::size_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay,
-                            float grad_mult, float bc1, float bc2, bool zero_grad) {
-  const __m256 b1 = _mm256_set1_ps(beta1), b2 = _mm256_set1_ps(beta2);
-  const __m256 one_b1 = _mm256_set1_ps(1.0f - beta1), one_b2 = _mm256_set1_ps(1.0f - beta2);
-  const __m256 inv_bc1 = _mm256_set1_ps(1.0f / bc1), inv_bc2 = _mm256_set1_ps(1.0f / bc2);
-  const __m256 e = _mm256_set1_ps(eps), wd = _mm256_set1_ps(weight_decay);
-  const __m256 neg_lr = _mm256_set1_ps(-lr), mult = _mm256_set1_ps(grad_mult);
+                            const AdamScalars& a, bool zero_grad) {
+  const __m256 b1 = _mm256_set1_ps(a.beta1), b2 = _mm256_set1_ps(a.beta2);
+  const __m256 one_b1 = _mm256_set1_ps(1.0f - a.beta1), one_b2 = _mm256_set1_ps(1.0f - a.beta2);
+  const __m256 inv_bc1 = _mm256_set1_ps(1.0f / a.bc1), inv_bc2 = _mm256_set1_ps(1.0f / a.bc2);
+  const __m256 e = _mm256_set1_ps(a.eps), wd = _mm256_set1_ps(a.weight_decay);
+  const __m256 l2 = _mm256_set1_ps(a.l2);
+  const __m256 neg_lr = _mm256_set1_ps(-a.lr), mult = _mm256_set1_ps(a.grad_mult);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 gi = _mm256_mul_ps(load8<G>(g, i), mult);
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    const __m256 gi = _mm256_fmadd_ps(l2, pi, _mm256_mul_ps(load8<G>(g, i), mult));
     if (zero_grad) store8<G>(g, i, _mm256_setzero_ps());
     const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(one_b1, gi));
     const __m256 vi =
@@ -286,18 +287,17 @@ ZTRAIN_AVX2 void adamw_loop(float* p, void* g, float* m, float* v, void* working
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
     const __m256 denom = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, inv_bc2)), e);
-    const __m256 pi = _mm256_loadu_ps(p + i);
     const __m256 update = _mm256_fmadd_ps(wd, pi, _mm256_div_ps(_mm256_mul_ps(mi, inv_bc1), denom));
     const __m256 pn = _mm256_fmadd_ps(neg_lr, update, pi);
     _mm256_storeu_ps(p + i, pn);
     if constexpr (kWork) store8<W>(working, i, pn);
   }
   for (; i < n; ++i) {
-    const float gi = load1<G>(g, i) * grad_mult;
+    const float gi = load1<G>(g, i) * a.grad_mult + a.l2 * p[i];
     if (zero_grad) store1<G>(g, i, 0.0f);
-    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    p[i] -= lr * (weight_decay * p[i] + (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps));
+    m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * gi;
+    v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * gi * gi;
+    p[i] -= a.lr * (a.weight_decay * p[i] + (m[i] / a.bc1) / (std::sqrt(v[i] / a.bc2) + a.eps));
     if constexpr (kWork) store1<W>(working, i, p[i]);
   }
 }
@@ -333,11 +333,9 @@ ZTRAIN_AVX2 double sum_squares_loop(const void* x, std::size_t n) {
 
 }  // namespace
 
-void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
-                float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-                float bc2, bool zero_grad) {
-  adamw_typed<Loop>(p, g, m, v, working, n, lr, beta1, beta2, eps, weight_decay, grad_mult, bc1,
-                    bc2, zero_grad);
+void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
+                const AdamScalars& a, bool zero_grad) {
+  adamw_typed<Loop>(p, g, m, v, working, n, a, zero_grad);
 }
 
 double sum_squares_avx2(ConstTypedPtr x, std::size_t n) {

@@ -37,18 +37,23 @@ void swiglu_backward_avx2(float* dgate, float* dup, const float* dout, const flo
 // fixed order).
 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift);
 
-// AdamW on n elements, as Kernels::adamw: g read (and zeroed if
+// The scalars of one adam loop: the step's hyper-parameters with the
+// run's weight decays (0 where it does not decay) and the gradient's
+// multiplier.
+struct AdamScalars {
+  float lr, beta1, beta2, eps, weight_decay, l2, grad_mult, bc1, bc2;
+};
+
+// Adam on n elements, as Kernels::adamw: g read (and zeroed if
 // zero_grad), working (if not null) written, all in the same pass.
-void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n, float lr,
-                float beta1, float beta2, float eps, float weight_decay, float grad_mult, float bc1,
-                float bc2, bool zero_grad);
+void adamw_avx2(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
+                const AdamScalars& a, bool zero_grad);
 // True when the running processor has AVX-512 F, BW and VL.
 bool have_avx512();
 // adamw_avx2 on 16 lanes (adamw_avx512.cpp): the same bits per element as
 // adamw_avx2, tail included.
 void adamw_avx512(float* p, TypedPtr g, float* m, float* v, TypedPtr working, std::size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_mult, float bc1, float bc2, bool zero_grad);
+                  const AdamScalars& a, bool zero_grad);
 // Sum of squares of n elements accumulated in double, in a fixed order that
 // does not depend on the type.
 double sum_squares_avx2(ConstTypedPtr x, std::size_t n);
