@@ -20,6 +20,7 @@
 #include "io/durable_file.h"
 #include "io/fault_plan.h"
 #include "job/launcher.h"
+#include "job/local_ranks.h"
 #include "loader/plugin_loader.h"
 #include "shard/aio_fault.h"
 #include "train/trainer.h"
@@ -223,8 +224,9 @@ po::options_description declare_options(Cli& c) {
       "a DeepSpeed config (ds_config.json) for the strategy and training keys; --set wins")(
       "accelerate-config", po::value(&c.accelerate),
       "an Accelerate config (what `accelerate config` writes): strategy, precision, device and "
-      "num_processes ranks, as `accelerate launch` runs it; --set wins")(
-      "strategies", po::value(&c.strategies), "compare: the strategies, comma-separated")(
+      "num_processes ranks, as `accelerate launch` runs it (on several machines: run it on each, "
+      "its file giving machine_rank); --set wins")("strategies", po::value(&c.strategies),
+                                                   "compare: the strategies, comma-separated")(
       "steps", po::value(&c.steps), "compare: steps per job (default: the run's train.steps)")(
       "out", po::value(&c.compare_out), "compare: where the jobs and reports go (runs/compare)");
   return opts;
@@ -357,22 +359,75 @@ void deepspeed_flags(const Cli& c, ztrain::LaunchPlan& plan) {
   if (!c.master_port.empty()) plan.env.push_back("MASTER_PORT=" + c.master_port);
 }
 
-// An Accelerate file's num_processes, as `accelerate launch` starts them:
-// only from a command line that starts nothing itself (--nproc and a
-// hostfile win, as accelerate launch's flags win over its file) and is not
-// a rank already.
-int accelerate_ranks(const Cli& c) {
-  if (c.accelerate.empty() || c.nproc > 0 || !c.hostfile.empty() || c.num_gpus >= 0 ||
-      ztrain::launched_by_mpi() || ztrain::launched_by_env())
-    return 0;
-  const int n = ztrain::accelerate_processes(c.accelerate);
-  return n > 1 ? n : 0;
+// The command line each rank runs: this one, less what only the launch reads.
+std::vector<std::string> rank_command(const Cli& c) {
+  std::vector<std::string> child{boost::dll::program_location().string()};
+  if (!c.strategy.empty()) child.insert(child.end(), {"--strategy", c.strategy});
+  if (!c.model.empty()) child.insert(child.end(), {"--model", c.model});
+  for (const auto& o : c.overrides) child.insert(child.end(), {"--set", o});
+  for (const auto& p : c.plugin_paths) child.insert(child.end(), {"--plugin-path", p});
+  if (c.verbose) child.push_back("--verbose");
+  if (c.overwrite) child.push_back("--overwrite");
+  if (!c.deepspeed.empty()) child.insert(child.end(), {"--deepspeed", c.deepspeed});
+  if (!c.accelerate.empty()) child.insert(child.end(), {"--accelerate-config", c.accelerate});
+  child.push_back(c.positional[0]);
+  return child;
 }
 
-std::optional<int> launch(const Cli& c) {
+// One machine's ranks of a multi-machine Accelerate file, started here as
+// accelerate launch's torchrun would start them; returns the job's status.
+int machine_share(const Cli& c, const ztrain::AccelerateLaunch& l) {
+  ztrain::check_run(c.run_args(c.positional[0]), l.processes);
+  const auto env =
+      ztrain::local_rank_env({l.machine_rank, l.per_machine(), l.machines, l.main_ip, l.main_port});
+  const auto command = rank_command(c);
+  if (c.dry_run) {
+    for (const auto& e : env) {
+      std::vector<std::string> line(e);
+      line.insert(line.end(), command.begin(), command.end());
+      std::cout << ztrain::shell_line(line) << "\n";
+    }
+    return 0;
+  }
+  return ztrain::run_local_ranks(command, env);
+}
+
+// An Accelerate file's launch, as `accelerate launch` starts it, when this
+// process is not a rank already: one machine's num_processes ranks, unless
+// --nproc, a hostfile or --num_gpus say otherwise (accelerate launch's
+// flags win over its file); several machines' from the file alone (their
+// ranks' numbering is the file's). Sets what the launch below starts, or
+// returns the job's status when the ranks ran here.
+std::optional<int> accelerate_launch(Cli& c) {
+  if (c.accelerate.empty() || ztrain::launched_by_mpi() || ztrain::launched_by_env())
+    return std::nullopt;
+  const ztrain::AccelerateLaunch l = ztrain::accelerate_launch(c.accelerate);
+  const bool flags = c.nproc > 0 || !c.hostfile.empty() || c.num_gpus >= 0 || c.num_nodes >= 0 ||
+                     !c.include.empty() || !c.exclude.empty();
+  if (l.machines == 1) {
+    if (!flags && l.processes > 1) c.nproc = l.processes;
+    return std::nullopt;
+  }
+  if (flags)
+    throw ztrain::ConfigError(
+        c.accelerate + ": num_machines is " + std::to_string(l.machines) +
+        ": the file says which ranks start where; drop --nproc, --hostfile, --num_gpus, "
+        "--num_nodes, --include and --exclude");
+  if (l.hostfile.empty()) return machine_share(c, l);
+  c.hostfile = l.hostfile.string();
+  c.include = l.include;
+  c.exclude = l.exclude;
+  if (l.include.empty() && l.exclude.empty()) c.num_gpus = l.per_machine();
+  if (!l.main_ip.empty()) c.master_addr = l.main_ip;
+  c.master_port = std::to_string(l.main_port);
+  return std::nullopt;
+}
+
+std::optional<int> launch(Cli& c) {
   if (c.nproc < 0 || (c.given.count("nproc") && c.nproc == 0))
     throw ztrain::ConfigError("--nproc " + std::to_string(c.nproc) + ": give 1 or more ranks");
-  const int nproc = c.nproc > 0 ? c.nproc : accelerate_ranks(c);
+  if (const auto code = accelerate_launch(c)) return code;
+  const int nproc = c.nproc;
   const bool launches = nproc > 0 || !c.hostfile.empty() || c.num_gpus >= 0;
   if (!launches && (!c.include.empty() || !c.exclude.empty() || !c.env_vars.empty() || c.dry_run ||
                     c.num_nodes >= 0 || !c.master_addr.empty() || !c.master_port.empty()))
@@ -401,17 +456,7 @@ std::optional<int> launch(const Cli& c) {
       for (auto& e : ztrain::read_env_file(file)) plan.env.push_back(std::move(e));
       break;
     }
-  std::vector<std::string> child{boost::dll::program_location().string()};
-  if (!c.strategy.empty()) child.insert(child.end(), {"--strategy", c.strategy});
-  if (!c.model.empty()) child.insert(child.end(), {"--model", c.model});
-  for (const auto& o : c.overrides) child.insert(child.end(), {"--set", o});
-  for (const auto& p : c.plugin_paths) child.insert(child.end(), {"--plugin-path", p});
-  if (c.verbose) child.push_back("--verbose");
-  if (c.overwrite) child.push_back("--overwrite");
-  if (!c.deepspeed.empty()) child.insert(child.end(), {"--deepspeed", c.deepspeed});
-  if (!c.accelerate.empty()) child.insert(child.end(), {"--accelerate-config", c.accelerate});
-  child.push_back(c.positional[0]);
-  const auto command = ztrain::mpirun_command(plan, child);
+  const auto command = ztrain::mpirun_command(plan, rank_command(c));
   // A DeepSpeed or Accelerate file is checked at the job's world size before
   // any rank starts: a refused file never leaves ranks behind.
   if (!c.deepspeed.empty() || !c.accelerate.empty()) {

@@ -6,8 +6,15 @@
 #   strategy, CPU offload and FSDP 2): its num_processes ranks start, with
 #   the strategy, precision and batch it asks for (the run's header), and
 #   train the losses of the same run given as --strategy and --set.
+# - Several machines, as accelerate launch starts them (--dry-run): each
+#   machine its num_processes / num_machines ranks, numbered from its
+#   machine_rank, meeting at main_process_ip:main_process_port; DEEPSPEED's
+#   pdsh launch from machine 0 over deepspeed_hostfile with --num_gpus or
+#   the inclusion filter. (test_multihost trains across machines.)
 # - Refused, naming the key with file:line:col, before any rank starts:
-#   two machines, fp8, a GPU list, XLA, a misspelled key.
+#   fp8, a GPU list, XLA, a misspelled key, a machine_rank out of range,
+#   ranks that do not divide among the machines, no main_process_ip, pdsh
+#   without a hostfile or from another machine than 0.
 # GPU types train on the cpu here (--set device.kind=cpu wins over them).
 #
 # usage: test_accelerate_config.sh ZTRAIN_BINARY SOURCE_DIR
@@ -71,16 +78,60 @@ TABLE
 grep -q "^activation_checkpointing = true  # fsdp2.yaml:" "$scratch/fsdp2/config.toml" ||
   fail "fsdp_activation_checkpointing did not reach [model]: $(grep checkpointing "$scratch/fsdp2/config.toml")"
 
-refused() {  # refused FILE WHAT: exit 2, WHAT said, no rank started
-  local status=0
-  "$ZTRAIN" --accelerate-config "$acc/$1" "${base[@]}" --set train.out_dir="$scratch/bad" \
+dry_run() {  # dry_run FILE: the launch's lines in $scratch/dry.out
+  "$ZTRAIN" --accelerate-config "$1" --dry-run "${base[@]}" --set train.out_dir="$scratch/dry" \
+    --set train.global_batch_size=16 \
+    "$SRC/configs/run.toml" > "$scratch/dry.out" 2>&1 || fail "$1: --dry-run failed: $(cat "$scratch/dry.out")"
+}
+expect_line() {  # expect_line FILE PATTERN
+  grep -qE -- "$2" "$scratch/dry.out" || fail "$1: no line like '$2' in: $(cat "$scratch/dry.out")"
+}
+# Machine 0 and machine 1 of two, 8 ranks each.
+dry_run "$acc/two_machines.yaml"
+[ "$(wc -l < "$scratch/dry.out")" -eq 8 ] || fail "two_machines.yaml: not 8 ranks here: $(cat "$scratch/dry.out")"
+for r in 0 7; do
+  expect_line two_machines.yaml "^RANK=$r WORLD_SIZE=16 LOCAL_RANK=$r LOCAL_WORLD_SIZE=8 GROUP_RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 .*--accelerate-config"
+done
+dry_run "$acc/two_machines_rank1.yaml"
+for r in 0 7; do
+  expect_line two_machines_rank1.yaml "^RANK=$((8 + r)) WORLD_SIZE=16 LOCAL_RANK=$r LOCAL_WORLD_SIZE=8 GROUP_RANK=1 "
+done
+echo "two machines: ranks 0-7 on machine 0, 8-15 on machine 1, meeting at 10.0.0.1:29500"
+# DEEPSPEED's pdsh launch from machine 0: the hostfile's hosts, 2 GPUs each
+# (--num_gpus), or the inclusion filter's slots.
+for f in deepspeed_pdsh deepspeed_pdsh_include; do
+  sed "s|tests/data/accelerate/hostfile|$acc/hostfile|" "$acc/$f.yaml" > "$scratch/$f.yaml"
+done
+dry_run "$scratch/deepspeed_pdsh.yaml"
+expect_line deepspeed_pdsh.yaml "--host worker-1:2 -np 2 .*CUDA_VISIBLE_DEVICES=0,1 .* : --host worker-2:2 -np 2 .*CUDA_VISIBLE_DEVICES=0,1 "
+expect_line deepspeed_pdsh.yaml "MASTER_PORT=29500"
+dry_run "$scratch/deepspeed_pdsh_include.yaml"
+expect_line deepspeed_pdsh_include.yaml "--host worker-1:2 -np 2 .*CUDA_VISIBLE_DEVICES=2,3 .* : --host worker-2:2 -np 2 .*CUDA_VISIBLE_DEVICES=0,1 "
+echo "pdsh: the hostfile's hosts through mpirun, with the file's slots"
+
+refused() {  # refused FILE WHAT: exit 2, WHAT said, no rank started (FILE: under $acc, or a path)
+  local status=0 path=$1
+  [ -e "$path" ] || path=$acc/$1
+  "$ZTRAIN" --accelerate-config "$path" "${base[@]}" --set train.out_dir="$scratch/bad" \
     "$SRC/configs/run.toml" > "$scratch/bad.out" 2>&1 || status=$?
   [ "$status" -eq 2 ] || fail "$1: exit $status, expected 2: $(cat "$scratch/bad.out")"
   grep -qF -- "$2" "$scratch/bad.out" || fail "$1: '$2' not said: $(cat "$scratch/bad.out")"
   ! grep -q "^\[rank" "$scratch/bad.out" || fail "$1: ranks started before the refusal"
   echo "$1: refused ($2)"
 }
-refused two_machines.yaml "two_machines.yaml:7:15: num_machines is 2"
+variant() {  # variant NAME SED FILE: FILE changed by SED, as $scratch/NAME.yaml
+  sed "$2" "$3" > "$scratch/$1.yaml"
+}
+variant rank_out 's/machine_rank: 0/machine_rank: 2/' "$acc/two_machines.yaml"
+refused "$scratch/rank_out.yaml" "rank_out.yaml:3:15: machine_rank is 2; it must be 0 to num_machines - 1 (1)"
+variant uneven 's/num_processes: 16/num_processes: 15/' "$acc/two_machines.yaml"
+refused "$scratch/uneven.yaml" "uneven.yaml:8:16: num_processes is 15 on 2 machines"
+variant no_ip '/main_process_ip/d' "$acc/two_machines.yaml"
+refused "$scratch/no_ip.yaml" "no_ip.yaml:1:1: main_process_ip is missing; with num_machines 2"
+variant no_hostfile '/deepspeed_hostfile/d' "$acc/deepspeed_pdsh.yaml"
+refused "$scratch/no_hostfile.yaml" "deepspeed_config.deepspeed_hostfile is missing"
+variant pdsh_rank1 's/machine_rank: 0/machine_rank: 1/' "$scratch/deepspeed_pdsh.yaml"
+refused "$scratch/pdsh_rank1.yaml" "machine_rank is 1: with deepspeed_multinode_launcher \"pdsh\" machine 0 starts every machine's ranks"
 refused fp8.yaml "fp8.yaml:3:18: mixed_precision is \"fp8\""
 refused gpu_ids.yaml "gpu_ids.yaml:3:10: gpu_ids is \"0,2\""
 refused xla.yaml "xla.yaml:2:19: distributed_type is \"XLA\""

@@ -9,7 +9,9 @@
 # - `ztrain --hostfile` naming the hosts' addresses, launched from the root
 #   namespace through mpirun, whose rsh agent enters each host's namespace
 #   (what ssh would do between machines); the agent's log shows every host
-#   was entered.
+#   was entered; with --include's slot ids, each rank gets its slot;
+# - an Accelerate file of two machines: ztrain on each host with its own
+#   machine_rank starts that machine's two ranks, meeting at host 0.
 # Everything made here is removed at exit. Where namespaces cannot be made
 # (no root, no iproute2), the test says so and is skipped.
 #
@@ -122,5 +124,49 @@ for h in "${hosts[@]}"; do
 done
 curve mpi "$steps"
 same_training one mpi 1e-6 2e-6
+
+# DeepSpeed's --include with slot ids across the hosts: slot 1 of host 0 and
+# slot 0 of host 1, two ranks, each given the GPU of its slot.
+printf '%s slots=2\n' "$(addr 0)" "$(addr 1)" > "$scratch/gpu_hostfile"
+: > "$scratch/agent.log"
+OMPI_MCA_rtc_hwloc_vmhole=none \
+  OMPI_MCA_plm_rsh_agent="$agent" OMPI_MCA_oob_tcp_if_include="$net.0/24" \
+  OMPI_MCA_btl_tcp_if_include="$net.0/24" OMPI_MCA_btl=self,tcp \
+  timeout 120 "$ZTRAIN" --hostfile "$scratch/gpu_hostfile" --include "$(addr 0):1@$(addr 1):0" \
+  "${base[@]}" --set train.global_batch_size=4 --set train.out_dir="$scratch/slots" \
+  "$SRC/configs/run.toml" > "$scratch/slots.out" 2>&1 ||
+  fail "--include across hosts failed: $(cat "$scratch/slots.out")"
+for h in "${hosts[0]}" "${hosts[1]}"; do
+  grep -qx "$h" "$scratch/agent.log" || fail "--include: host $h was never entered"
+done
+grep -q "^placement: ranks 0-1 on host .*: cpu (GPU slots 1, 0 given, unused)$" "$scratch/slots.out" ||
+  fail "--include $(addr 0):1@$(addr 1):0 did not give rank 0 slot 1 and rank 1 slot 0: $(grep -E 'placement|batch' "$scratch/slots.out")"
+echo "--include across hosts: $(grep '^placement' "$scratch/slots.out")"
+# Two machines of an Accelerate file (MULTI_CPU, 4 processes), ztrain run
+# on each with its machine_rank, as accelerate launch is.
+"$ZTRAIN" "${base[@]}" --set train.global_batch_size=4 --set train.out_dir="$scratch/one4" \
+  "$SRC/configs/run.toml" > "$scratch/one4.out" 2>&1 || fail "one host, batch 4: $(cat "$scratch/one4.out")"
+curve one4 "$steps"
+pids=()
+for m in 0 1; do
+  printf '%s\n' "compute_environment: LOCAL_MACHINE" "distributed_type: MULTI_CPU" \
+    "machine_rank: $m" "main_process_ip: $(addr 0)" "main_process_port: 29511" \
+    "mixed_precision: 'no'" "num_machines: 2" "num_processes: 4" "rdzv_backend: static" \
+    "same_network: true" "use_cpu: true" > "$scratch/machine$m.yaml"
+  ip netns exec "${hosts[$m]}" "$ZTRAIN" --accelerate-config "$scratch/machine$m.yaml" "${base[@]}" \
+    --set train.global_batch_size=4 --set train.out_dir="$scratch/acc" "$SRC/configs/run.toml" \
+    > "$scratch/acc.$m.out" 2>&1 &
+  pids+=($!)
+  spawned+=($!)
+done
+for m in 0 1; do
+  wait "${pids[$m]}" || fail "accelerate machine $m failed: $(cat "$scratch/acc.$m.out")"
+done
+grep -q "x 4 ranks .* collectives on gloo" "$scratch/acc.0.out" ||
+  fail "accelerate: not 4 ranks over gloo: $(head -3 "$scratch/acc.0.out")"
+curve acc "$steps"
+same_training one4 acc 1e-6 2e-6
+echo "accelerate, two machines: $(grep '^placement' "$scratch/acc.0.out")"
+
 echo "hosts: ${hosts[*]} on $net.0/24"
 echo "PASS"

@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "config/config.h"
@@ -12,6 +14,31 @@
 #include "train/trainer.h"
 
 namespace ztrain::test {
+
+// Sets (or, with nullptr, unsets) one environment variable for the life of
+// the object, then puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 inline std::filesystem::path build_plugin_dir() {
   return ZTRAIN_TEST_BUILD_PLUGIN_DIR;

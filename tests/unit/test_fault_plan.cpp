@@ -13,17 +13,6 @@
 
 using namespace ztrain;
 
-namespace {
-
-// Sets one variable for the life of the object.
-struct Env {
-  Env(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~Env() { ::unsetenv(name_); }
-  const char* name_;
-};
-
-}  // namespace
-
 TEST_CASE("fault plan: none without the variables") {
   const FaultPlan plan = FaultPlan::from_environment();
   CHECK_FALSE(plan.overflows(1, 0));
@@ -36,13 +25,13 @@ TEST_CASE("fault plan: none without the variables") {
 }
 
 TEST_CASE("fault plan: each variable read into the fault it plans") {
-  const Env overflow("ZTRAIN_TEST_INJECT_OVERFLOW", "3:1");
-  const Env lr("ZTRAIN_TEST_SCALE_LR", "5");
-  const Env kill("ZTRAIN_TEST_KILL_IN_CHECKPOINT", "10:3:1");
-  const Env start("ZTRAIN_TEST_KILL_AT_START", "published:2");
-  const Env write("ZTRAIN_TEST_INJECT_WRITE_ERROR", "EIO");
-  const Env nvme("ZTRAIN_TEST_INJECT_IO_ERROR", "ENOSPC:4");
-  const Env perturb("ZTRAIN_TEST_COMPARE_PERTURB", "zero3:7");
+  const test::ScopedEnv overflow("ZTRAIN_TEST_INJECT_OVERFLOW", "3:1");
+  const test::ScopedEnv lr("ZTRAIN_TEST_SCALE_LR", "5");
+  const test::ScopedEnv kill("ZTRAIN_TEST_KILL_IN_CHECKPOINT", "10:3:1");
+  const test::ScopedEnv start("ZTRAIN_TEST_KILL_AT_START", "published:2");
+  const test::ScopedEnv write("ZTRAIN_TEST_INJECT_WRITE_ERROR", "EIO");
+  const test::ScopedEnv nvme("ZTRAIN_TEST_INJECT_IO_ERROR", "ENOSPC:4");
+  const test::ScopedEnv perturb("ZTRAIN_TEST_COMPARE_PERTURB", "zero3:7");
   const FaultPlan plan = FaultPlan::from_environment();
   CHECK(plan.overflows(3, 1));
   CHECK_FALSE(plan.overflows(3, 0));
@@ -61,7 +50,7 @@ TEST_CASE("fault plan: each variable read into the fault it plans") {
 }
 
 TEST_CASE("fault plan: a kill in a checkpoint without a rank applies on every rank") {
-  const Env kill("ZTRAIN_TEST_KILL_IN_CHECKPOINT", "4:2");
+  const test::ScopedEnv kill("ZTRAIN_TEST_KILL_IN_CHECKPOINT", "4:2");
   const FaultPlan plan = FaultPlan::from_environment();
   CHECK(plan.checkpoint_kill.applies(4, 0));
   CHECK(plan.checkpoint_kill.applies(4, 3));
@@ -84,7 +73,7 @@ TEST_CASE("fault plan: a malformed variable is refused, naming it and its form")
       {"ZTRAIN_TEST_INJECT_IO_ERROR", "EIO:0", "ENOSPC:N or EIO:N"},
   };
   for (const auto& b : bad) {
-    const Env env(b.name, b.value);
+    const test::ScopedEnv env(b.name, b.value);
     const std::string msg = test::message_of<ConfigError>([] { FaultPlan::from_environment(); });
     INFO(msg);
     CHECK(msg.find(std::string(b.name) + "=" + b.value) == 0);

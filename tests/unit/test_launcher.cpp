@@ -1,10 +1,16 @@
 // DeepSpeed hostfiles, --include/--exclude, .ztrain_env, and the mpirun
 // command the launcher builds.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "job/launcher.h"
+#include "job/local_ranks.h"
+#include "job/placement.h"
 #include "support.h"
 
 using namespace ztrain;
@@ -145,4 +151,91 @@ TEST_CASE("--dry-run's line quotes what a shell would split or expand") {
   CHECK(shell_line({"mpirun", "-x", "FOO=a b$c", "--set", "train.out_dir=x y", "it's", "",
                     "plain/path-1.toml"}) ==
         "mpirun -x 'FOO=a b$c' --set 'train.out_dir=x y' 'it'\\''s' '' plain/path-1.toml");
+}
+
+TEST_CASE("placement: consecutive ranks of a host grouped, each rank's GPU in rank order") {
+  using ztrain::placement_text;
+  CHECK(placement_text({{"a", "1"}, {"a", "3"}, {"b", "0"}}, true) ==
+        "ranks 0-1 on host a: GPU 1, 3 | rank 2 on host b: GPU 0");
+  // A host met again later is a new group: rank order is kept.
+  CHECK(placement_text({{"a", "0"}, {"b", "0"}, {"a", "1"}}, true) ==
+        "rank 0 on host a: GPU 0 | rank 1 on host b: GPU 0 | rank 2 on host a: GPU 1");
+  CHECK(placement_text({{"a", ""}, {"a", ""}}, false) == "ranks 0-1 on host a: cpu");
+  CHECK(placement_text({{"a", "1"}, {"b", "0"}}, false) ==
+        "rank 0 on host a: cpu (GPU slots 1 given, unused) | rank 1 on host b: cpu (GPU slots 0 "
+        "given, unused)");
+}
+
+TEST_CASE("placement: a rank's GPU is CUDA_VISIBLE_DEVICES at its local rank") {
+  const ztrain::test::ScopedEnv local("LOCAL_RANK", "1"), rank("RANK", "1"),
+      world("WORLD_SIZE", "2");
+  {
+    const ztrain::test::ScopedEnv visible("CUDA_VISIBLE_DEVICES", "2,5");
+    CHECK(ztrain::this_rank_place(true).gpu == "5");
+    CHECK(ztrain::this_rank_place(false).gpu == "5");
+  }
+  {
+    const ztrain::test::ScopedEnv visible("CUDA_VISIBLE_DEVICES", "4");
+    CHECK(ztrain::this_rank_place(true).gpu == "none of 4");
+  }
+  const ztrain::test::ScopedEnv unset("CUDA_VISIBLE_DEVICES", nullptr);
+  CHECK(ztrain::this_rank_place(true).gpu == "1");
+  CHECK(ztrain::this_rank_place(false).gpu.empty());
+}
+
+TEST_CASE("a machine's share of a multi-machine job: ranks numbered from its machine rank") {
+  const auto env = ztrain::local_rank_env({1, 2, 3, "10.0.0.1", 29600});
+  REQUIRE(env.size() == 2);
+  CHECK(env[1] == std::vector<std::string>{"RANK=3", "WORLD_SIZE=6", "LOCAL_RANK=1",
+                                           "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1",
+                                           "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29600"});
+  CHECK(env[0][0] == "RANK=2");
+}
+
+TEST_CASE("local ranks: each gets its variables, and when all exit 0 the job exits 0") {
+  ztrain::test::TempDir dir;
+  const std::string out = (dir / "ranks").string();
+  const int rc = ztrain::run_local_ranks(
+      {"/bin/sh", "-c", "echo \"$RANK $WORLD_SIZE $ZTRAIN_KEPT\" >> " + out},
+      {{"RANK=0", "WORLD_SIZE=2"}, {"RANK=1", "WORLD_SIZE=2"}});
+  CHECK(rc == 0);
+  std::ifstream in(out);
+  std::string a, b;
+  std::getline(in, a);
+  std::getline(in, b);
+  if (a > b) std::swap(a, b);
+  CHECK(a == "0 2 ");
+  CHECK(b == "1 2 ");
+}
+
+TEST_CASE("local ranks: one that fails stops the others, and its status is the job's") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = ztrain::run_local_ranks(
+      {"/bin/sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 3; fi; exec sleep 60"},
+      {{"RANK=0"}, {"RANK=1"}, {"RANK=2"}});
+  CHECK(rc == 3);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+  // One that does not stop on SIGTERM is killed after the grace period.
+  const int stubborn = ztrain::run_local_ranks(
+      {"/bin/sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 4; fi; trap '' TERM; sleep 60"},
+      {{"RANK=0"}, {"RANK=1"}}, std::chrono::seconds(1));
+  CHECK(stubborn == 4);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(40));
+}
+
+TEST_CASE("local ranks: SIGTERM to the launcher reaches every rank once") {
+  std::thread stop([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ::kill(::getpid(), SIGTERM);
+  });
+  const int rc =
+      ztrain::run_local_ranks({"/bin/sh", "-c", "exec sleep 60"}, {{"RANK=0"}, {"RANK=1"}});
+  stop.join();
+  CHECK(rc == 128 + SIGTERM);
+}
+
+TEST_CASE("local ranks: a command that cannot start is an error naming it") {
+  CHECK(ztrain::test::message_of<ztrain::Error>([] {
+          ztrain::run_local_ranks({"/nonexistent/ztrain"}, {{"RANK=0"}});
+        }).find("cannot start rank 0 ('/nonexistent/ztrain')") != std::string::npos);
 }

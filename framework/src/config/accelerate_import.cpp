@@ -228,27 +228,104 @@ void map_precision(Mapping& top, ImportedConfig& out) {
   out.origins["train.precision"] = top.where("mixed_precision");
 }
 
-// One machine, as ztrain starts it from this file.
-void check_machines(Mapping& top, std::vector<std::string>& warnings) {
+// An integer key within [lo, hi], or fallback when absent.
+int bounded(Mapping& m, const std::string& key, int fallback, int lo, int hi,
+            const std::string& what) {
+  const std::int64_t v = m.integer(key, fallback);
+  if (v < lo || v > hi) throw ConfigError(m.where(key) + " is " + std::to_string(v) + "; " + what);
+  return static_cast<int>(v);
+}
+
+// DEEPSPEED's multi-machine launch from machine 0 (pdsh and the MPI
+// launchers): the hostfile, one filter (the exclusion wins, as accelerate
+// launch passes only it), every machine's ranks started from here.
+void deepspeed_hostfile_launch(Mapping& top, Mapping& ds, const std::string& launcher,
+                               AccelerateLaunch& l, std::vector<std::string>& warnings) {
+  if (l.machine_rank != 0)
+    throw ConfigError(top.where("machine_rank") + " is " + std::to_string(l.machine_rank) +
+                      ": with deepspeed_multinode_launcher \"" + launcher +
+                      "\" machine 0 starts every machine's ranks; run ztrain on machine 0 only");
+  l.hostfile = ds.text("deepspeed_hostfile", "");
+  if (l.hostfile.empty())
+    throw ConfigError(ds.where("deepspeed_hostfile") + " is missing; with num_machines " +
+                      std::to_string(l.machines) + " and deepspeed_multinode_launcher \"" +
+                      launcher + "\" it names the machines and their GPU slots");
+  l.exclude = ds.text("deepspeed_exclusion_filter", "");
+  l.include = ds.text("deepspeed_inclusion_filter", "");
+  if (!l.exclude.empty() && !l.include.empty()) {
+    warnings.push_back(ds.where("deepspeed_inclusion_filter") +
+                       " has no effect: accelerate launch passes only the exclusion filter");
+    l.include.clear();
+  }
+  top.text("main_process_ip", "");  // --master_addr: MPI ranks meet without it
+  top.no_effect({{"rdzv_backend", "mpirun starts and connects the hostfile's ranks"}}, warnings);
+  warnings.push_back(ds.where("deepspeed_multinode_launcher") + " is \"" + launcher +
+                     "\": ztrain starts the hostfile's ranks through mpirun over ssh, as its "
+                     "--hostfile does");
+}
+
+// torchrun's launch, as accelerate launch runs it on each machine: this
+// machine's ranks, meeting the others at main_process_ip:main_process_port.
+void per_machine_launch(Mapping& top, Mapping* ds, AccelerateLaunch& l,
+                        std::vector<std::string>& warnings) {
+  l.main_ip = top.text("main_process_ip", "");
+  if (l.main_ip.empty())
+    throw ConfigError(top.where("main_process_ip") + " is missing; with num_machines " +
+                      std::to_string(l.machines) +
+                      " the machines meet at machine 0's address: give it");
+  top.no_effect({{"rdzv_backend",
+                  "the machines meet at main_process_ip:main_process_port, each with the "
+                  "machine_rank its file gives (torchrun's static rendezvous)"}},
+                warnings);
+  if (ds)
+    ds->no_effect(
+        {{"deepspeed_hostfile", "the standard launcher starts each machine's ranks there"},
+         {"deepspeed_inclusion_filter", "the standard launcher starts each machine's ranks there"},
+         {"deepspeed_exclusion_filter", "the standard launcher starts each machine's ranks there"}},
+        warnings);
+}
+
+// The machines and ranks of the launch. ds: the deepspeed_config mapping
+// under DEEPSPEED (its multi-machine launcher keys), else null.
+AccelerateLaunch machines_of(Mapping& top, Mapping* ds, std::vector<std::string>& warnings) {
   if (top.text("compute_environment", "LOCAL_MACHINE") != "LOCAL_MACHINE")
     throw ConfigError(top.where("compute_environment") +
                       " is not LOCAL_MACHINE; ztrain starts jobs on the machines it runs on");
-  if (const std::int64_t n = top.integer("num_machines", 1); n != 1)
-    throw ConfigError(top.where("num_machines") + " is " + std::to_string(n) +
-                      "; from an Accelerate file ztrain starts one machine's ranks: start "
-                      "several machines with --hostfile (DeepSpeed's format) instead");
-  if (const std::int64_t r = top.integer("machine_rank", 0); r != 0)
-    throw ConfigError(top.where("machine_rank") + " is " + std::to_string(r) +
-                      " with one machine; it must be 0");
+  AccelerateLaunch l;
+  l.machines = bounded(top, "num_machines", 1, 1, 65536, "give 1 or more machines");
+  l.machine_rank =
+      bounded(top, "machine_rank", 0, 0, l.machines - 1,
+              "it must be 0 to num_machines - 1 (" + std::to_string(l.machines - 1) + ")");
   if (const std::string ids = top.text("gpu_ids", "all"); ids != "all")
     throw ConfigError(top.where("gpu_ids") + " is \"" + ids +
                       "\"; choose GPUs with --hostfile and --include localhost:0,1 (their ids "
                       "become CUDA_VISIBLE_DEVICES), or set gpu_ids: all");
-  top.integer("num_processes", 1);
-  top.no_effect({{"main_process_ip", "one machine: the ranks meet locally"},
-                 {"main_process_port", "one machine: the ranks meet locally"},
-                 {"rdzv_backend", "one machine: the ranks meet locally"},
-                 {"same_network", "one machine: the ranks meet locally"},
+  l.main_port = bounded(top, "main_process_port", 29500, 1, 65535, "give a TCP port");
+  const std::string launcher = ds ? ds->text("deepspeed_multinode_launcher", "pdsh") : "standard";
+  if (l.machines == 1) {
+    top.no_effect({{"main_process_ip", "one machine: the ranks meet locally"},
+                   {"main_process_port", "one machine: the ranks meet locally"},
+                   {"rdzv_backend", "one machine: the ranks meet locally"}},
+                  warnings);
+    if (ds)
+      ds->no_effect(
+          {{"deepspeed_multinode_launcher", "one machine: there is no other node to reach"},
+           {"deepspeed_hostfile", "one machine: there is no other node to reach"},
+           {"deepspeed_inclusion_filter", "one machine: there is no other node to reach"},
+           {"deepspeed_exclusion_filter", "one machine: there is no other node to reach"}},
+          warnings);
+  } else if (launcher == "standard") {
+    per_machine_launch(top, ds, l, warnings);
+  } else if (launcher == "pdsh" || launcher == "openmpi" || launcher == "mvapich" ||
+             launcher == "mpich" || launcher == "impi" || launcher == "slurm") {
+    deepspeed_hostfile_launch(top, *ds, launcher, l, warnings);
+  } else {
+    throw ConfigError(ds->where("deepspeed_multinode_launcher") + " is \"" + launcher +
+                      "\"; ztrain starts machines as \"standard\" (each machine its own "
+                      "ranks) or from machine 0 through deepspeed_hostfile (pdsh, openmpi, "
+                      "mvapich, mpich, impi, slurm)");
+  }
+  top.no_effect({{"same_network", "the ranks reach each other at the addresses they are given"},
                  {"main_training_function", "ztrain's training loop is its own"},
                  {"enable_cpu_affinity", "ztrain sets each rank's threads itself"},
                  {"debug", "ztrain's own checks always run"},
@@ -258,6 +335,7 @@ void check_machines(Mapping& top, std::vector<std::string>& warnings) {
                  {"tpu_use_cluster", "a TPU setting"},
                  {"tpu_use_sudo", "a TPU setting"}},
                 warnings);
+  return l;
 }
 
 }  // namespace
@@ -271,42 +349,46 @@ void check_type(Mapping& top) {
                       "\"; ztrain runs NO, MULTI_CPU, MULTI_GPU, DEEPSPEED and FSDP");
 }
 
-int accelerate_processes(const std::filesystem::path& yaml_file) {
+AccelerateLaunch accelerate_launch(const std::filesystem::path& yaml_file) {
   // What would refuse the run is refused before any rank starts.
   Mapping top(load(yaml_file), "", yaml_file.filename().string());
   if (!top.get("distributed_type"))
     throw ConfigError(top.where("distributed_type") +
                       " is missing; Accelerate requires it (NO, MULTI_CPU, MULTI_GPU, DEEPSPEED "
                       "or FSDP)");
-  std::vector<std::string> warnings;
-  check_machines(top, warnings);
   check_type(top);
+  const std::string type = top.text("distributed_type", "NO");
+  Mapping ds = top.sub("deepspeed_config");
+  std::vector<std::string> warnings;
+  AccelerateLaunch l = machines_of(top, type == "DEEPSPEED" ? &ds : nullptr, warnings);
   precision_of(top);
-  if (top.text("distributed_type", "NO") == "NO") return 1;
+  if (type == "NO") return l;
   if (!top.get("num_processes"))
     throw ConfigError(top.where("num_processes") + " is missing; accelerate launch needs it for " +
-                      top.text("distributed_type", "NO"));
-  const std::int64_t n = top.integer("num_processes", 1);
-  if (n < 1 || n > 65536)
-    throw ConfigError(top.where("num_processes") + " is " + std::to_string(n) +
-                      "; give the number of ranks to start (1 or more)");
-  return static_cast<int>(n);
+                      type);
+  l.processes = bounded(top, "num_processes", 1, 1, 65536, "give the number of ranks to start");
+  if (l.processes % l.machines != 0)
+    throw ConfigError(top.where("num_processes") + " is " + std::to_string(l.processes) + " on " +
+                      std::to_string(l.machines) +
+                      " machines; every machine starts the same number of ranks: give a "
+                      "multiple of num_machines");
+  return l;
 }
 
 ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const RunConfig& run) {
   const std::string name = yaml_file.filename().string();
   Mapping top(load(yaml_file), "", name);
   ImportedConfig out;
-  std::vector<std::string> machine_warnings;
-  check_machines(top, machine_warnings);
   const std::string type = top.text("distributed_type", "NO");
   const bool cpu = top.flag("use_cpu", false);
   Mapping ds = top.sub("deepspeed_config"), f = top.sub("fsdp_config");
+  std::vector<std::string> machine_warnings;
+  machines_of(top, type == "DEEPSPEED" ? &ds : nullptr, machine_warnings);
+  top.integer("num_processes", 1);  // the launch's (accelerate_launch)
   if (type == "DEEPSPEED") {
     std::vector<std::string> quiet;
     ds.no_effect({{"zero3_init_flag", "parameters are created sharded anyway"},
-                  {"zero3_save_16bit_model", "ztrain always writes consolidated weights"},
-                  {"deepspeed_multinode_launcher", "one machine: there is no other node to reach"}},
+                  {"zero3_save_16bit_model", "ztrain always writes consolidated weights"}},
                  quiet);
     const std::string file = ds.text("deepspeed_config_file", "");
     if (!file.empty()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "job/guarded_device.h"
 #include "job/job_start.h"
 #include "job/memory_check.h"
+#include "job/placement.h"
 #include "job/rank_agreement.h"
 #include "loader/cuda_loader.h"
 #include "train/run_parts.h"
@@ -124,6 +126,10 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   run.strategy = parts.strategy;
 
   open_device(run);
+  const bool cuda = run.settings.device.kind == "cuda";
+  const std::string placement = gather_placement(cuda, *run.comm);
+  if (run.comm->size() > 1 || cuda || std::getenv("CUDA_VISIBLE_DEVICES"))
+    run.placement = placement;
 
   const ModelInfo& info = parts.info;
   const DataInfo dinfo = open_data(run, parts);

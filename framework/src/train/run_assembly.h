@@ -86,6 +86,7 @@ struct Run {
   WeightsImport weights_import;           // how init_from reached the ranks
   ResolvedConfig resolved;                // every key, defaults included
   std::vector<std::string> config_notes;  // RunConfig::notes(), printed after the header
+  std::string placement;  // each rank's host and GPU (job/placement.h); empty: one cpu rank
 
   std::optional<Resumed> resumed;  // continuing a checkpoint
   // What the strategy's estimate reads (make_run_parts): the run's report

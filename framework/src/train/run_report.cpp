@@ -35,6 +35,7 @@ std::string run_header(const RunHeader& h) {
      << " tokens per step";
   if (h.ranks > 1) os << " | collectives on " << h.comm_backend;
   if (h.entropy_rate) os << " | source entropy " << *h.entropy_rate << " nats/token";
+  if (!h.placement.empty()) os << "\nplacement: " << h.placement;
   os << "\nprecision: " << precision_label(h.precision) << " working weights";
   if (h.precision != DType::f32) os << ", fp32 master weights";
   os << ", gradients accumulated and reduced in " << precision_label(h.grad_dtype)

@@ -29,6 +29,7 @@ struct RunHeader {
   std::int64_t micro_batch = 0, grad_accum = 0, global_batch = 0;
   int ranks = 1, seq_len = 0;
   std::string comm_backend;  // how the ranks talk (mpi, gloo), said when ranks > 1
+  std::string placement;     // where the ranks run (job/placement.h); empty: not said
   std::optional<double> entropy_rate;
   DType precision = DType::f32, grad_dtype = DType::f32;
   double loss_scale = 1;            // static scale (fp16), 0: dynamic

@@ -160,6 +160,7 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.global_batch = tr.global_batch;
   h.ranks = run.comm->size();
   h.comm_backend = run.strategy_comm().backend();
+  h.placement = run.placement;
   h.seq_len = info.seq_len;
   h.entropy_rate = dinfo.entropy_rate;
   h.precision = tr.precision;
