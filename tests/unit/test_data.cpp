@@ -430,6 +430,78 @@ TEST_CASE("tokens: val_path gives the val split and val_fraction sets the held-o
   }
 }
 
+TEST_CASE("tokens: shards by glob or list, windows within each, the val tail from the last") {
+  TempDir dir;
+  // Three shards of 95, 41 and 120 tokens (llm.c's names), one uint32.
+  const std::vector<std::vector<std::uint32_t>> shards{
+      token_stream(95, 300, 37), token_stream(41, 300, 41), token_stream(120, 300, 43)};
+  std::vector<std::filesystem::path> paths;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    paths.push_back(dir / ("fineweb_train_00000" + std::to_string(i + 1) + ".bin"));
+    if (i == 1)
+      write_llmc_v7(paths.back(), shards[i]);
+    else
+      write_llmc_v1(paths.back(), shards[i]);
+  }
+  const int T = 10;
+  const std::string glob = lit(dir / "fineweb_train_*.bin");
+  const std::string list = "[" + lit(paths[0]) + ", " + lit(paths[1]) + ", " + lit(paths[2]) + "]";
+  for (const std::string& path : {glob, list}) {
+    CAPTURE(path);
+    // 10% of 256 tokens held out (25), all from the last shard: it trains
+    // on 95 of its 120. Windows: 9 + 4 + 9 = 22.
+    auto s = make_source("tokens", "path = " + path + "\nshuffle = false\n", {T, 300, 1});
+    CHECK(s->info().train_sequences == 22);
+    CHECK(s->info().files.size() == 3);
+    CHECK(contains(s->info().description, "tokens 3 files (256 tokens, uint32)"));
+    for (std::size_t i = 0; i < 9; ++i)
+      REQUIRE(fetch(*s, Split::train, i, T) == window(shards[0], i * T, T));
+    for (std::size_t i = 0; i < 4; ++i)
+      REQUIRE(fetch(*s, Split::train, 9 + i, T) == window(shards[1], i * T, T));
+    for (std::size_t i = 0; i < 9; ++i)
+      REQUIRE(fetch(*s, Split::train, 13 + i, T) == window(shards[2], i * T, T));
+    CHECK(fetch(*s, Split::train, 22, T) == window(shards[0], 0, T));  // the next epoch
+    CHECK(fetch(*s, Split::val, 0, T) == window(shards[2], 95, T));
+  }
+  // Shuffled: one epoch visits every window of every shard once.
+  auto s = make_source("tokens", "path = " + glob + "\n", {T, 300, 1});
+  std::set<Seq> seen;
+  for (std::uint64_t i = 0; i < 22; ++i) seen.insert(fetch(*s, Split::train, i, T).inputs);
+  CHECK(seen.size() == 22);
+  // A held-out share larger than the last shard takes from the one before.
+  auto wide = make_source("tokens", "path = " + list + "\nval_fraction = 0.5\nshuffle = false\n",
+                          {T, 300, 1});
+  CHECK(fetch(*wide, Split::val, 0, T) == window(shards[2], 0, T));  // 128: 120 and 8 of shard 1
+  CHECK(wide->info().train_sequences == 9 + 3);
+}
+
+TEST_CASE("tokens: a pattern that matches nothing, a file named twice, val among the train files") {
+  TempDir dir;
+  write_llmc_v1(dir / "a_train.bin", token_stream(100, 300, 1));
+  write_llmc_v1(dir / "a_val.bin", token_stream(100, 300, 2));
+  const auto setup = [&](const std::string& body) {
+    auto s = create_source("tokens", body);
+    s->setup({8, 300, 1});
+  };
+  CHECK(contains(message_of<DataError>([&] { setup("path = " + lit(dir / "b_*.bin") + "\n"); }),
+                 "b_*.bin' matches no file"));
+  CHECK(contains(message_of<DataError>([&] {
+                   setup("path = [" + lit(dir / "a_*.bin") + ", " + lit(dir / "a_val.bin") + "]\n");
+                 }),
+                 "a_val.bin' is named twice"));
+  CHECK(contains(message_of<ConfigError>([&] {
+                   setup("path = " + lit(dir / "a_*.bin") +
+                         "\nval_path = " + lit(dir / "a_val.bin") + "\n");
+                 }),
+                 "a_val.bin' is also a training file"));
+  CHECK(contains(message_of<DataError>([&] { setup("path = " + lit(dir.path()) + "\n"); }),
+                 "is a directory"));
+  CHECK(contains(message_of<ConfigError>([&] { setup("path = []\n"); }),
+                 "a file name or glob pattern, or a list of them"));
+  CHECK(contains(message_of<ConfigError>([&] { setup("path = [1]\n"); }),
+                 "a file name or glob pattern, or a list of them"));
+}
+
 TEST_CASE("tokens: corrupt files are DataErrors naming the file and the problem") {
   TempDir dir;
   const int T = 8;
@@ -673,14 +745,14 @@ TEST_CASE("text: vocab_size below 256 is a ConfigError and a too short file a Da
 TEST_CASE(
     "TokenWindows: shuffled windows visit each window once per epoch, in a new order each epoch") {
   const int T = 10;
-  const TokenWindows w(1001, T, 42, true);  // 100 windows
+  const TokenWindows w({1001}, T, 42, true);  // 100 windows
   REQUIRE(w.count() == 100);
   std::vector<std::vector<std::uint64_t>> epochs;
   for (std::uint64_t e = 0; e < 3; ++e) {
     std::vector<std::uint64_t> order;
     std::set<std::uint64_t> seen;
     for (std::uint64_t i = 0; i < w.count(); ++i) {
-      const std::uint64_t start = w.start(e * w.count() + i);
+      const std::uint64_t start = w.place(e * w.count() + i).offset;
       REQUIRE(start % T == 0);
       REQUIRE(start / T < w.count());
       REQUIRE(start + T + 1 <= 1001);  // a window of T + 1 tokens fits
@@ -696,22 +768,54 @@ TEST_CASE(
   CHECK(epochs[0] != epochs[1]);
   CHECK(epochs[1] != epochs[2]);
   // Deterministic from the seed; another seed gives another order.
-  const TokenWindows same(1001, T, 42, true), other(1001, T, 43, true);
+  const TokenWindows same({1001}, T, 42, true), other({1001}, T, 43, true);
   std::vector<std::uint64_t> o_same, o_other;
   for (std::uint64_t i = 0; i < w.count(); ++i) {
-    o_same.push_back(same.start(i) / T);
-    o_other.push_back(other.start(i) / T);
+    o_same.push_back(same.place(i).offset / T);
+    o_other.push_back(other.place(i).offset / T);
   }
   CHECK(o_same == epochs[0]);
   CHECK(o_other != epochs[0]);
 
   // Unshuffled: window i starts at i*T and epochs repeat the same order.
-  const TokenWindows plain(1001, T, 42, false);
-  for (std::uint64_t i = 0; i < 250; ++i) CHECK(plain.start(i) == (i % 100) * T);
+  const TokenWindows plain({1001}, T, 42, false);
+  for (std::uint64_t i = 0; i < 250; ++i) CHECK(plain.place(i).offset == (i % 100) * T);
   // Overlap by one: n tokens give floor((n-1)/T) windows.
-  CHECK(TokenWindows(1000, T, 1, false).count() == 99);
-  CHECK(TokenWindows(11, T, 1, true).count() == 1);
-  CHECK(TokenWindows(11, T, 1, true).start(5) == 0);
+  CHECK(TokenWindows({1000}, T, 1, false).count() == 99);
+  CHECK(TokenWindows({11}, T, 1, true).count() == 1);
+  CHECK(TokenWindows({11}, T, 1, true).place(5).offset == 0);
+}
+
+TEST_CASE("TokenWindows over pieces: windows stay in their piece, an epoch mixes all pieces") {
+  const int T = 10;
+  // 5 windows, none (too short), 4, 3: 12 in all.
+  const std::vector<std::uint64_t> pieces{51, 7, 41, 31};
+  const TokenWindows w(pieces, T, 7, true);
+  REQUIRE(w.count() == 12);
+  std::set<std::pair<std::size_t, std::uint64_t>> seen;
+  std::vector<std::size_t> order;
+  for (std::uint64_t i = 0; i < 12; ++i) {
+    const auto at = w.place(i);
+    REQUIRE(at.piece < pieces.size());
+    CHECK(at.piece != 1);
+    CHECK(at.offset % T == 0);
+    CHECK(at.offset + T + 1 <= pieces[at.piece]);  // within its piece
+    seen.insert({at.piece, at.offset});
+    order.push_back(at.piece);
+  }
+  CHECK(seen.size() == 12);  // every window of every piece once
+  CHECK(order != std::vector<std::size_t>{0, 0, 0, 0, 0, 2, 2, 2, 2, 3, 3, 3});
+  // Unshuffled: piece after piece, and the same as one piece's windows each.
+  const TokenWindows plain(pieces, T, 7, false);
+  CHECK(plain.place(4).piece == 0);
+  CHECK(plain.place(5).piece == 2);
+  CHECK(plain.place(5).offset == 0);
+  CHECK(plain.place(11).piece == 3);
+  CHECK(plain.place(11).offset == 20);
+  CHECK(plain.place(12).piece == 0);  // the next epoch
+  // One piece is the single stream it always was.
+  const TokenWindows one({1001}, T, 42, true);
+  CHECK(one.place(37).piece == 0);
 }
 
 // ---------------------------------------------------------------- DataLoader

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "ztrain/export.h"
 
@@ -32,19 +33,28 @@ class ZTRAIN_API MappedFile {
   std::size_t size_ = 0;
 };
 
-// Which window of a token stream is sequence `index`: the stream of n tokens
-// is cut into floor((n-1)/T) windows of T+1 tokens overlapping by one (the
-// last target of one is the first input of the next); epochs repeat them in
-// a fresh seeded order when `shuffle` is set.
+// Which window of the token streams (pieces: files, or parts of one) is
+// sequence `index`: a piece of n tokens is cut into floor((n-1)/T) windows
+// of T+1 tokens overlapping by one (the last target of one is the first
+// input of the next); no window crosses from one piece into the next. The
+// windows of all pieces are numbered piece after piece, and epochs repeat
+// them in a fresh seeded order over all pieces when `shuffle` is set.
+// Sequence `index` is a pure function of the index, so a run resumed at
+// any step reads what the uninterrupted run would, across pieces too.
 class ZTRAIN_API TokenWindows {
  public:
-  TokenWindows(std::uint64_t n_tokens, int seq_len, std::uint64_t seed, bool shuffle);
-  std::uint64_t count() const { return count_; }
-  // Offset of the first token of sequence `index`.
-  std::uint64_t start(std::uint64_t index) const;
+  struct Place {
+    std::size_t piece;
+    std::uint64_t offset;  // of the window's first token in its piece
+  };
+  TokenWindows(std::vector<std::uint64_t> piece_tokens, int seq_len, std::uint64_t seed,
+               bool shuffle);
+  // Windows of all pieces.
+  std::uint64_t count() const { return first_.back(); }
+  Place place(std::uint64_t index) const;
 
  private:
-  std::uint64_t count_;
+  std::vector<std::uint64_t> first_;  // each piece's first window; then the total
   int T_;
   std::uint64_t seed_;
   bool shuffle_;

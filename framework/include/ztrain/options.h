@@ -11,6 +11,8 @@
 // Names may be dotted ("offload_optimizer.device"): the part before the dot
 // is a sub-table in TOML. A number option given choices (one_of) also
 // accepts those words as strings ("auto"); keyword() then returns the word.
+// A files option takes a string or a list of strings (file names or glob
+// patterns, expanded by expand_files in ztrain/file_list.h).
 //
 // Thread safety: an OptionList is built once; Options is read-only after the
 // host made it and may be read from any thread.
@@ -29,15 +31,25 @@
 
 namespace ztrain {
 
-enum class OptionType : std::uint8_t { boolean, integer, number, string, size, duration, numbers };
+enum class OptionType : std::uint8_t {
+  boolean,
+  integer,
+  number,
+  string,
+  size,
+  duration,
+  numbers,
+  files
+};
 
 ZTRAIN_API const char* option_type_name(OptionType t);
 
 // bool, integer, number (also size in bytes as integer, duration in seconds
-// as number), string, list of numbers. monostate: no value (optional option
-// left unset, or a required one before validation).
-using OptionValue =
-    std::variant<std::monostate, bool, std::int64_t, double, std::string, std::vector<double>>;
+// as number), string, list of numbers, list of strings (files: one string
+// given is a list of one). monostate: no value (optional option left unset,
+// or a required one before validation).
+using OptionValue = std::variant<std::monostate, bool, std::int64_t, double, std::string,
+                                 std::vector<double>, std::vector<std::string>>;
 
 ZTRAIN_API std::string option_value_text(const OptionValue& v);
 
@@ -89,6 +101,8 @@ class ZTRAIN_API OptionList {
   OptionSpec& size(std::string name, std::uint64_t def, std::string help);
   OptionSpec& duration(std::string name, double seconds, std::string help);
   OptionSpec& numbers(std::string name, std::vector<double> def, std::string help);
+  // File names or glob patterns, one string or a list; absent unless given.
+  OptionSpec& files(std::string name, std::string help);
 
   // Adds a spec built elsewhere; InternalError if the name is taken.
   OptionSpec& add(OptionSpec spec);
@@ -113,6 +127,7 @@ class ZTRAIN_API Options {
   double get_number(const std::string& name) const;
   const std::string& get_string(const std::string& name) const;
   const std::vector<double>& get_numbers(const std::string& name) const;
+  const std::vector<std::string>& get_files(const std::string& name) const;
   std::uint64_t get_size(const std::string& name) const {
     return static_cast<std::uint64_t>(get_int(name));
   }

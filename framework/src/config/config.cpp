@@ -527,6 +527,23 @@ struct Validator {
         v = std::move(list);
         break;
       }
+      case OptionType::files: {
+        std::vector<std::string> list;
+        if (node.is_string()) {
+          list.push_back(node.value_or(std::string()));
+        } else if (const auto* arr = node.as_array(); arr && !arr->empty()) {
+          for (const auto& e : *arr) {
+            if (!e.is_string()) wrong();
+            list.push_back(e.value_or(std::string()));
+          }
+        } else {
+          wrong();
+        }
+        for (const auto& name : list)
+          if (name.empty()) fail(rel, "an empty file name; name a file or a glob pattern");
+        v = std::move(list);
+        break;
+      }
     }
     out.set(rel, {std::move(v), cfg.where(join(section, rel)), true});
   }

@@ -353,8 +353,8 @@ void map_optimizer(Section& top, Builder& b, const std::optional<std::string>& l
   const json* torch = params.get("torch_adam");
   const bool torch_adam = torch && params.boolean(*torch, "torch_adam");
   if (torch_adam)
-    b.out.notes.push_back(params.where("torch_adam") +
-                          ": true -> torch.optim." + (adamw ? "AdamW" : "Adam") +
+    b.out.notes.push_back(params.where("torch_adam") + ": true -> torch.optim." +
+                          (adamw ? "AdamW" : "Adam") +
                           ", the same update as ztrain's (weight decay " +
                           (adamw ? "decoupled" : "added to the gradient, l2") + ")");
   fill_optimizer_defaults(params, b, torch_adam && adamw, !lr_set_by);

@@ -25,6 +25,12 @@ std::string toml_text(const OptionValue& v) {
   if (auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
   if (auto* d = std::get_if<double>(&v)) return toml_number_text(*d);
   if (auto* s = std::get_if<std::string>(&v)) return string_text(*s);
+  if (auto* files = std::get_if<std::vector<std::string>>(&v)) {
+    if (files->size() == 1) return string_text(files->front());
+    std::string text = "[";
+    for (const auto& f : *files) text += (text.size() > 1 ? ", " : "") + string_text(f);
+    return text + "]";
+  }
   std::string list = "[";
   for (double d : std::get<std::vector<double>>(v))
     list += (list.size() > 1 ? ", " : "") + toml_number_text(d);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -44,17 +45,29 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<std::uint8_t*>(data_), size_);
 }
 
-TokenWindows::TokenWindows(std::uint64_t n_tokens, int seq_len, std::uint64_t seed, bool shuffle)
-    : count_(n_tokens > 0 ? (n_tokens - 1) / static_cast<std::uint64_t>(seq_len) : 0),
-      T_(seq_len),
-      seed_(seed),
-      shuffle_(shuffle) {}
+TokenWindows::TokenWindows(std::vector<std::uint64_t> piece_tokens, int seq_len, std::uint64_t seed,
+                           bool shuffle)
+    : T_(seq_len), seed_(seed), shuffle_(shuffle) {
+  std::uint64_t total = 0;
+  for (const std::uint64_t n : piece_tokens) {
+    first_.push_back(total);
+    total += n > 0 ? (n - 1) / static_cast<std::uint64_t>(seq_len) : 0;
+  }
+  first_.push_back(total);
+}
 
-std::uint64_t TokenWindows::start(std::uint64_t index) const {
-  const std::uint64_t epoch = index / count_;
-  std::uint64_t w = index % count_;
-  if (shuffle_) w = Permutation(count_, hash_combine(seed_, epoch))(w);
-  return w * static_cast<std::uint64_t>(T_);
+// The epoch's permutation runs over the windows of every piece, so an
+// epoch mixes the pieces; the piece is then the last one starting at or
+// before the window (pieces without windows start where the next does,
+// and upper_bound steps past them).
+TokenWindows::Place TokenWindows::place(std::uint64_t index) const {
+  const std::uint64_t count = first_.back();
+  const std::uint64_t epoch = index / count;
+  std::uint64_t w = index % count;
+  if (shuffle_) w = Permutation(count, hash_combine(seed_, epoch))(w);
+  const auto next = std::upper_bound(first_.begin(), first_.end() - 1, w);
+  const auto piece = static_cast<std::size_t>(next - first_.begin()) - 1;
+  return {piece, (w - first_[piece]) * static_cast<std::uint64_t>(T_)};
 }
 
 }  // namespace ztrain

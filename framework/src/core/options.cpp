@@ -23,6 +23,8 @@ const char* option_type_name(OptionType t) {
       return "duration";
     case OptionType::numbers:
       return "list of numbers";
+    case OptionType::files:
+      return "files";
   }
   return "?";
 }
@@ -38,6 +40,12 @@ std::string option_value_text(const OptionValue& v) {
     return os.str();
   }
   if (auto* s = std::get_if<std::string>(&v)) return "\"" + *s + "\"";
+  if (auto* files = std::get_if<std::vector<std::string>>(&v)) {
+    if (files->size() == 1) return "\"" + files->front() + "\"";
+    std::string text = "[";
+    for (const auto& f : *files) text += (text.size() > 1 ? ", \"" : "\"") + f + "\"";
+    return text + "]";
+  }
   const auto& list = std::get<std::vector<double>>(v);
   os << "[";
   for (std::size_t i = 0; i < list.size(); ++i) os << (i ? ", " : "") << list[i];
@@ -69,6 +77,9 @@ std::string OptionSpec::expectation() const {
       break;
     case OptionType::numbers:
       os << "a list of numbers";
+      break;
+    case OptionType::files:
+      os << "a file name or glob pattern, or a list of them";
       break;
   }
   if (!choices.empty() && type != OptionType::number) {
@@ -131,6 +142,11 @@ OptionSpec& OptionList::numbers(std::string name, std::vector<double> def, std::
       {std::move(name), OptionType::numbers, std::move(def), std::move(help), {}, {}, {}, false});
 }
 
+OptionSpec& OptionList::files(std::string name, std::string help) {
+  return add(
+      {std::move(name), OptionType::files, std::monostate{}, std::move(help), {}, {}, {}, false});
+}
+
 const OptionSpec* OptionList::find(const std::string& name) const {
   for (const auto& s : specs_)
     if (s.name == name) return &s;
@@ -169,6 +185,9 @@ const std::string& Options::get_string(const std::string& name) const {
 }
 const std::vector<double>& Options::get_numbers(const std::string& name) const {
   return typed<std::vector<double>>(entry(name), name, "list of numbers");
+}
+const std::vector<std::string>& Options::get_files(const std::string& name) const {
+  return typed<std::vector<std::string>>(entry(name), name, "files");
 }
 std::optional<std::string> Options::keyword(const std::string& name) const {
   if (const auto* word = std::get_if<std::string>(&entry(name).value)) return *word;

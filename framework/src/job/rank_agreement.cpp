@@ -259,7 +259,9 @@ void check_files_agree(const std::string& what, const std::vector<std::string>& 
     } catch (const DataError& e) {
       id = std::string("unreadable: ") + e.what();
     }
-    parts.push_back({what + (files.size() > 1 ? " " + std::to_string(i + 1) : ""), id, files[i]});
+    // Several files are told apart by name: a host whose pattern found
+    // fewer files lacks the ones it did not find, not the n-th.
+    parts.push_back({what + (files.size() > 1 ? " " + files[i] : ""), id, files[i]});
   }
   check_parts_agree<DataError>(parts, "the ranks read different files",
                                "give every host the same file (or one on a shared file system)",

@@ -86,8 +86,11 @@ class Text final : public DataSource {
           (val_count_ < need ? std::string(", or [train] eval_every = 0 to hold nothing out")
                              : std::string()) +
           ")");
-    train_windows_.emplace(train_count, T_, hash_combine(s.seed, 1), shuffle_);
-    if (s.evaluates) val_windows_.emplace(val_count_, T_, hash_combine(s.seed, 2), false);
+    train_windows_.emplace(std::vector<std::uint64_t>{train_count}, T_, hash_combine(s.seed, 1),
+                           shuffle_);
+    if (s.evaluates)
+      val_windows_.emplace(std::vector<std::uint64_t>{val_count_}, T_, hash_combine(s.seed, 2),
+                           false);
     val_offset_ = train_count;
   }
 
@@ -103,7 +106,7 @@ class Text final : public DataSource {
             std::int32_t* targets) const override {
     const bool train = split == Split::train;
     const std::uint64_t start =
-        (train ? 0 : val_offset_) + (train ? *train_windows_ : *val_windows_).start(index);
+        (train ? 0 : val_offset_) + (train ? *train_windows_ : *val_windows_).place(index).offset;
     const std::uint8_t* s = file_->data() + start;
     for (int t = 0; t < T_; ++t) {
       inputs[t] = s[t];

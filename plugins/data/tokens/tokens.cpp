@@ -7,15 +7,24 @@
 // and one whose first 1024 bytes have an llm.c header's shape (version 1 or
 // 7, a token count, 253 zero ints) but another magic is refused as corrupt;
 // only what has neither is read as nanoGPT, so a damaged header is never
-// trained on as tokens. Without val_path the last val_fraction of the train
-// file is held out.
+// trained on as tokens.
+//
+// path and val_path take one file, a glob pattern or a list (llm.c's
+// FineWeb shards); windows never cross from one file into the next, and a
+// shuffled epoch visits the windows of every file in one order. Without
+// val_path the last val_fraction of the training tokens is held out, from
+// the last file backwards.
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "ztrain/data.h"
 #include "ztrain/error.h"
+#include "ztrain/file_list.h"
 #include "ztrain/mapped_file.h"
 #include "ztrain/random.h"
 
@@ -101,69 +110,129 @@ TokenFile open_tokens(const std::string& path, const std::string& format) {
   return f;
 }
 
+// A run of one file's tokens that windows are cut from: a whole shard, or
+// the part of one on either side of the held-out split.
+struct Piece {
+  std::size_t file;
+  std::uint64_t begin, count;
+};
+
+// Each file whole, in file order.
+std::vector<Piece> whole_files(const std::vector<TokenFile>& files) {
+  std::vector<Piece> pieces;
+  for (std::size_t i = 0; i < files.size(); ++i) pieces.push_back({i, 0, files[i].count});
+  return pieces;
+}
+
+// Holds out the last `held` tokens of the pieces: the held-out pieces,
+// from the last file backwards, each file's tail cut off its piece.
+std::vector<Piece> split_tail(std::vector<Piece>& pieces, std::uint64_t held) {
+  std::vector<Piece> tail;
+  while (held > 0 && !pieces.empty()) {
+    Piece& last = pieces.back();
+    const std::uint64_t take = std::min(held, last.count);
+    tail.insert(tail.begin(), {last.file, last.begin + last.count - take, take});
+    last.count -= take;
+    held -= take;
+    if (last.count == 0) pieces.pop_back();
+  }
+  return tail;
+}
+
+std::uint64_t tokens_in(const std::vector<Piece>& pieces) {
+  std::uint64_t n = 0;
+  for (const Piece& p : pieces) n += p.count;
+  return n;
+}
+
+// Windows of T+1 tokens over the pieces (TokenWindows).
+std::vector<std::uint64_t> piece_counts(const std::vector<Piece>& pieces) {
+  std::vector<std::uint64_t> counts;
+  for (const Piece& p : pieces) counts.push_back(p.count);
+  return counts;
+}
+
 class Tokens final : public DataSource {
  public:
   explicit Tokens(const Options& o)
-      : path_(o.get_string("path")),
-        val_path_(o.has_value("val_path") ? std::optional(o.get_string("val_path")) : std::nullopt),
+      : path_(o.get_files("path")),
+        path_where_(o.where("path")),
+        val_path_(o.has_value("val_path") ? o.get_files("val_path") : std::vector<std::string>{}),
+        val_where_(o.where("val_path")),
         format_(o.get_string("format")),
         val_fraction_(o.get_number("val_fraction")),
         shuffle_(o.get_bool("shuffle")) {}
 
   static void declare_options(OptionList& o) {
-    o.string("path", "", "training token file (llm.c .bin or nanoGPT .bin)").must_be_given();
-    o.optional_string("val_path", "held-out token file; default: the tail of path");
+    o.files("path",
+            "training token files (llm.c .bin or nanoGPT .bin): a file, a glob pattern such as "
+            "\"fineweb_train_*.bin\", or a list of them")
+        .must_be_given();
+    o.files("val_path", "held-out token files, as path; default: the tail of path's tokens");
     o.string("format", "auto", "file format").one_of({"auto", "llmc", "nanogpt"});
-    o.number("val_fraction", 0.1, "share of path held out when val_path is not given")
+    o.number("val_fraction", 0.1, "share of path's tokens held out when val_path is not given")
         .at_least(0.0)
         .at_most(0.5);
-    o.flag("shuffle", true, "visit windows in a seeded order that changes every epoch");
+    o.flag("shuffle", true,
+           "visit windows in a seeded order, across all files, that changes every epoch");
   }
 
   void setup(const DataSetup& s) override {
     T_ = s.seq_len;
-    train_ = open_tokens(path_, format_);
-    check_ids(train_, path_, s.vocab_size);
-    std::uint64_t train_count = train_.count;
-    if (val_path_) {
-      val_ = open_tokens(*val_path_, format_);
-      check_ids(val_, *val_path_, s.vocab_size);
-      val_offset_ = 0;
-      val_count_ = val_.count;
-    } else {
-      val_count_ = static_cast<std::uint64_t>(static_cast<double>(train_.count) * val_fraction_);
-      train_count = train_.count - val_count_;
-      val_offset_ = train_count;
+    names_ = expand_files(path_, path_where_);
+    const std::size_t n_train = names_.size();
+    if (!val_path_.empty())
+      for (std::string& f : expand_files(val_path_, val_where_)) names_.push_back(std::move(f));
+    refuse_shared_files(n_train);
+    for (const std::string& name : names_) {
+      files_.push_back(open_tokens(name, format_));
+      check_ids(files_.back(), name, s.vocab_size);
     }
-    const std::uint64_t need = static_cast<std::uint64_t>(T_) + 1;
-    if (train_count < need)
-      throw DataError(path_ + ": " + std::to_string(train_count) +
-                      " training tokens, fewer than one sequence of " + std::to_string(need) +
-                      " (seq_len + 1)");
-    if (s.evaluates && val_count_ < need)
-      throw DataError((val_path_ ? *val_path_ : path_) + ": " + std::to_string(val_count_) +
-                      " held-out tokens, fewer than one sequence of " + std::to_string(need) +
-                      (val_path_ ? "" : "; raise [data] val_fraction or give val_path") +
-                      ", or set [train] eval_every = 0 to hold nothing out");
-    train_windows_.emplace(train_count, T_, hash_combine(s.seed, 1), shuffle_);
-    if (s.evaluates) val_windows_.emplace(val_count_, T_, hash_combine(s.seed, 2), false);
+    std::vector<Piece> all = whole_files(files_);
+    val_pieces_.assign(all.begin() + static_cast<std::ptrdiff_t>(n_train), all.end());
+    train_pieces_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n_train));
+    if (val_path_.empty())
+      val_pieces_ = split_tail(
+          train_pieces_, static_cast<std::uint64_t>(static_cast<double>(tokens_in(train_pieces_)) *
+                                                    val_fraction_));
+    train_windows_.emplace(piece_counts(train_pieces_), T_, hash_combine(s.seed, 1), shuffle_);
+    if (train_windows_->count() == 0)
+      throw DataError(files_text(0, n_train) + ": " + std::to_string(tokens_in(train_pieces_)) +
+                      " training tokens, fewer than one sequence of " + std::to_string(T_ + 1) +
+                      " (seq_len + 1) in any file");
+    if (!s.evaluates) return;
+    val_windows_.emplace(piece_counts(val_pieces_), T_, hash_combine(s.seed, 2), false);
+    if (val_windows_->count() == 0)
+      throw DataError(
+          (val_path_.empty() ? files_text(0, n_train) : files_text(n_train, names_.size())) + ": " +
+          std::to_string(tokens_in(val_pieces_)) + " held-out tokens, fewer than one sequence of " +
+          std::to_string(T_ + 1) + " in any file" +
+          (val_path_.empty() ? "; raise [data] val_fraction or give val_path" : "") +
+          ", or set [train] eval_every = 0 to hold nothing out");
   }
 
   DataInfo info() const override {
-    return {
-        "tokens " + path_ + " (" + std::to_string(train_.count) + " tokens, uint" +
-            std::to_string(train_.width * 8) + ")",
-        std::nullopt, static_cast<int>(max_id_) + 1,
-        val_path_ ? std::vector<std::string>{path_, *val_path_} : std::vector<std::string>{path_},
-        train_windows_ ? std::optional(train_windows_->count()) : std::nullopt};
+    std::uint64_t tokens = 0;
+    int widest = 2;
+    for (const TokenFile& f : files_) {
+      tokens += f.count;
+      widest = std::max(widest, f.width);
+    }
+    const std::string what =
+        names_.size() == 1 ? names_[0] : std::to_string(names_.size()) + " files";
+    return {"tokens " + what + " (" + std::to_string(tokens) + " tokens, uint" +
+                std::to_string(widest * 8) + ")",
+            std::nullopt, static_cast<int>(max_id_) + 1, names_,
+            train_windows_ ? std::optional(train_windows_->count()) : std::nullopt};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
             std::int32_t* targets) const override {
     const bool train = split == Split::train;
-    const TokenFile& f = train || !val_path_ ? train_ : val_;
-    const std::uint64_t base = train ? 0 : val_offset_;
-    const std::uint64_t start = base + (train ? *train_windows_ : *val_windows_).start(index);
+    const TokenWindows::Place at = (train ? *train_windows_ : *val_windows_).place(index);
+    const Piece& piece = (train ? train_pieces_ : val_pieces_)[at.piece];
+    const TokenFile& f = files_[piece.file];
+    const std::uint64_t start = piece.begin + at.offset;
     for (int t = 0; t < T_; ++t) {
       inputs[t] = static_cast<std::int32_t>(f.at(start + static_cast<std::uint64_t>(t)));
       targets[t] = static_cast<std::int32_t>(f.at(start + static_cast<std::uint64_t>(t) + 1));
@@ -171,6 +240,24 @@ class Tokens final : public DataSource {
   }
 
  private:
+  // Files [a, b) of names_ for a message: the file, or how many and the first.
+  std::string files_text(std::size_t a, std::size_t b) const {
+    if (b - a == 1) return names_[a];
+    return std::to_string(b - a) + " files (" + names_[a] + ", ...)";
+  }
+
+  // A file both trained on and held out would make the validation loss
+  // a training loss.
+  void refuse_shared_files(std::size_t n_train) const {
+    for (std::size_t v = n_train; v < names_.size(); ++v)
+      for (std::size_t t = 0; t < n_train; ++t)
+        if (std::filesystem::equivalent(names_[t], names_[v]))
+          throw ConfigError(val_where_ + ": '" + names_[v] + "' is also a training file (" +
+                            path_where_ +
+                            "): held-out data must not be trained on; narrow path's pattern "
+                            "(e.g. \"*_train_*.bin\")");
+  }
+
   void check_ids(const TokenFile& f, const std::string& path, int vocab) {
     for (std::uint64_t i = 0; i < f.count; ++i) {
       const std::uint32_t id = f.at(i);
@@ -182,14 +269,17 @@ class Tokens final : public DataSource {
     }
   }
 
-  std::string path_;
-  std::optional<std::string> val_path_;
+  std::vector<std::string> path_;
+  std::string path_where_;
+  std::vector<std::string> val_path_;
+  std::string val_where_;
   std::string format_;
   double val_fraction_;
   bool shuffle_;
   int T_ = 0;
-  TokenFile train_, val_;
-  std::uint64_t val_offset_ = 0, val_count_ = 0;
+  std::vector<std::string> names_;  // the train files, then the val files
+  std::vector<TokenFile> files_;
+  std::vector<Piece> train_pieces_, val_pieces_;
   std::uint32_t max_id_ = 0;
   std::optional<TokenWindows> train_windows_, val_windows_;
 };
