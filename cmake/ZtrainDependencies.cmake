@@ -15,6 +15,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
 # liburing: the NVMe tier's asynchronous direct I/O (shard/aio.h).
 pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
+# PCRE2 (libpcre2-dev): the tokenizers' split patterns, with Unicode classes.
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 
 # OpenBLAS ships a config file with variables only; wrap it in a target.
 find_package(OpenBLAS CONFIG REQUIRED)

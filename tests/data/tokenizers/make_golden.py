@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Small tokenizers trained with Hugging Face `tokenizers`, and the ids it gives.
+
+What it does
+    Trains three BPE tokenizers on a deterministic mixed corpus (English, Chinese,
+    Japanese, Korean, code, numbers, whitespace runs, emoji, accents), in the three
+    tokenizer.json shapes ztrain reads:
+      byte_level.json   GPT-2's: ByteLevel pre-tokenizer (its regex), ByteLevel decoder,
+                        <|endoftext|> as a special token.
+      split_regex.json  Llama 3's and Qwen2's: a Split pre-tokenizer with Llama 3's regex,
+                        then ByteLevel without its own regex; BPE with ignore_merges.
+      sentencepiece.json Llama 2's and TinyLlama's: Prepend and Replace normalizers to
+                        U+2581, no pre-tokenizer, byte_fallback with <0x00>..<0xFF> in the
+                        vocabulary, Replace/ByteFallback/Fuse/Strip decoder.
+      metaspace.json    the same model under the later conversion of those files (Mistral's):
+                        a Metaspace pre-tokenizer (prepend_scheme "first", no split) and a
+                        ByteFallback/Fuse/Metaspace decoder instead of the normalizers.
+    Then encodes every case of golden_inputs() with each (add_special_tokens=False) and
+    writes golden.json: for each tokenizer and case, the text, the ids and the decoded
+    text. ztrain's test (tests/unit/test_tokenizer.cpp) must give the same ids for every
+    case and decode them to the same text.
+
+How to rerun
+    python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers
+    /tmp/tokvenv/bin/python tests/data/tokenizers/make_golden.py   # from the repo root
+
+Versions used for the committed files: tokenizers 0.23.3 (stored in golden.json).
+"""
+
+import json
+import os
+import random
+
+import tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def training_text():
+    rng = random.Random(20261203)
+    base = open(os.path.join(HERE, "corpus.txt"), encoding="utf-8").read()
+    words = base.split()
+    han = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认六共权收证改清己美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才科张信马节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商非验连断深难近矿千周委素技备半办青省列习响约支般史感劳便团往酸历市克何除消构府称太准精值号率族维划选标写存候毛亲快效斯院查江型眼王按格养易置派层片始却专状育厂京识适属圆包火住调满县局照参红细引听该铁价严龙飞"
+    latin = "abcdefghijklmnopqrstuvwxyz"
+    lines = [base] * 20
+    for _ in range(3000):
+        kind = rng.random()
+        if kind < 0.4:
+            lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(3, 15))))
+        elif kind < 0.7:
+            lines.append("".join(rng.choice(han) for _ in range(rng.randint(5, 40))) + "。")
+        elif kind < 0.85:
+            lines.append(" ".join("".join(rng.choice(latin) for _ in range(rng.randint(1, 9)))
+                                  for _ in range(rng.randint(3, 12))))
+        else:
+            lines.append(" ".join(str(rng.randint(0, 10 ** rng.randint(1, 9))) for _ in range(6)))
+    return lines
+
+
+def golden_inputs():
+    base = open(os.path.join(HERE, "corpus.txt"), encoding="utf-8").read()
+    cases = base.splitlines(keepends=True) + [base]
+    cases += [
+        "",
+        " ",
+        "   leading and trailing   ",
+        "non\u00a0breaking\u00a0space and\u2003em space",
+        "CRLF line\r\nnext line\r\n\r\n",
+        "tabs\t\tand\n\n\nnewlines",
+        "combining e\u0301 and precomposed \u00e9",
+        "zero\u200bwidth and family \U0001F468\u200d\U0001F469\u200d\U0001F467",
+        "<|endoftext|>",
+        "text<|endoftext|>more text <|endoftext|> end",
+        "<s>a</s> <unk> literal",
+        "words unseen in training: xylophone quokka 饕餮 Ω≈ç√∫",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "1234567890 12345678901234567890",
+        "I'M SHOUTING, YOU'LL HEAR IT'S LOUD; we'Re Mixed",
+        "\U0010FFFF private use \ue000 and replacement \ufffd",
+    ]
+    return cases
+
+
+def byte_level(lines):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(lines, trainer)
+    return tok
+
+
+def split_regex(lines):
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=3000,
+                                  special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(lines, trainer)
+    return tok
+
+
+def sentencepiece(lines):
+    normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                       normalizers.Replace(" ", "\u2581")])
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizer
+    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=["<unk>", "<s>", "</s>"],
+                                  show_progress=False, limit_alphabet=300)
+    # Trained on short pieces (SentencePiece's pieces never span much), then
+    # rebuilt as Llama 2's files are: <unk> <s> </s>, the 256 byte tokens, the rest.
+    tok.train_from_iterator([w for line in lines for w in line.split(" ")], trainer)
+    trained = json.loads(tok.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for piece, _ in sorted(trained["vocab"].items(), key=lambda kv: kv[1]):
+        if piece not in vocab:
+            vocab[piece] = len(vocab)
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in trained["merges"]]
+    out = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True,
+                               fuse_unk=True))
+    out.normalizer = normalizer
+    out.add_special_tokens(["<unk>", "<s>", "</s>"])
+    out.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    return out
+
+
+def metaspace(sp):
+    out = Tokenizer.from_str(sp.to_str())
+    out.normalizer = None
+    out.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first",
+                                                 split=False)
+    out.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Metaspace(replacement="\u2581",
+                                                        prepend_scheme="first", split=False)])
+    return out
+
+
+def main():
+    lines = training_text()
+    sp = sentencepiece(lines)
+    made = {"byte_level": byte_level(lines), "split_regex": split_regex(lines),
+            "sentencepiece": sp, "metaspace": metaspace(sp)}
+    golden = {"generator": "tests/data/tokenizers/make_golden.py",
+              "tokenizers": tokenizers.__version__, "tokenizers_cases": {}}
+    for name, tok in made.items():
+        tok.save(os.path.join(HERE, name + ".json"))
+        cases = []
+        for text in golden_inputs():
+            ids = tok.encode(text, add_special_tokens=False).ids
+            cases.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)})
+        golden["tokenizers_cases"][name] = cases
+        print(name, tok.get_vocab_size(), "tokens;", sum(len(c["ids"]) for c in cases), "ids")
+    with open(os.path.join(HERE, "golden.json"), "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+// Tokenizers from Hugging Face tokenizer.json files against the ids
+// `tokenizers` itself gives (tests/data/tokenizers: four small tokenizers
+// trained with it, one per shape ztrain reads, and golden.json, written by
+// make_golden.py there): every id of every case, and the decoded text.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
+
+using namespace ztrain;
+
+namespace {
+
+nlohmann::json golden() {
+  std::ifstream in(test::source_dir() / "tests/data/tokenizers/golden.json");
+  REQUIRE(in);
+  return nlohmann::json::parse(in);
+}
+
+std::filesystem::path tokenizer_file(const std::string& name) {
+  return test::source_dir() / "tests/data/tokenizers" / (name + ".json");
+}
+
+}  // namespace
+
+TEST_CASE("tokenizers: every id of every case is Hugging Face's, and decodes to its text") {
+  const auto g = golden();
+  std::size_t compared = 0;
+  for (const auto& [name, cases] : g.at("tokenizers_cases").items()) {
+    CAPTURE(name);
+    const text::Tokenizer tok = text::load_tokenizer(tokenizer_file(name));
+    for (const auto& c : cases) {
+      const std::string input = c.at("text");
+      CAPTURE(input);
+      const auto want = c.at("ids").get<std::vector<std::int32_t>>();
+      const auto got = tok.encode(input);
+      CHECK(got == want);
+      CHECK(tok.decode(want) == c.at("decoded").get<std::string>());
+      compared += want.size();
+    }
+  }
+  CHECK(compared > 3000);
+}
+
+TEST_CASE("tokenizers: vocabulary size and the ids of named tokens") {
+  const text::Tokenizer gpt = text::load_tokenizer(tokenizer_file("byte_level"));
+  CHECK(gpt.vocab_size() == 2000);
+  CHECK(gpt.token_id("<|endoftext|>") == 0);
+  const text::Tokenizer sp = text::load_tokenizer(tokenizer_file("sentencepiece"));
+  CHECK(sp.token_id("<s>") == 1);
+  CHECK(sp.token_id("<0x41>") == 3 + 0x41);
+  CHECK_FALSE(sp.token_id("no such token").has_value());
+}
+
+TEST_CASE("tokenizers: what is not built is refused naming its JSON key") {
+  test::TempDir dir;
+  const auto base = nlohmann::json::parse(std::ifstream(tokenizer_file("sentencepiece")));
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = base;
+    edit(j);
+    std::ofstream(dir / "t.json") << j.dump();
+    return test::message_of<ConfigError>([&] { text::load_tokenizer(dir / "t.json"); });
+  };
+  CHECK(refused([](auto& j) {
+          j["normalizer"]["normalizers"][1] = {{"type", "NFC"}};
+        }).find("t.json: normalizer.normalizers[1].type is \"NFC\"") != std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["model"]["type"] = "Unigram";
+        }).find("model.type is \"Unigram\"") != std::string::npos);
+  CHECK(refused([](auto& j) { j["model"]["dropout"] = 0.1; }).find("model.dropout is 0.1") !=
+        std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["added_tokens"][1]["lstrip"] = true;
+        }).find("added_tokens[1].lstrip is true") != std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["truncation"] = {{"max_length", 512}};
+        }).find("truncation is") != std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["pre_tokenizer"] = {
+              {"type", "Split"}, {"pattern", {{"Regex", "(["}}}, {"behavior", "Isolated"}};
+        }).find("pre_tokenizer.pattern: the pattern /([/ does not compile") != std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["model"]["merges"][0] = "a b c";
+        }).find("model.merges[0] is \"a b c\"") != std::string::npos);
+}
+
+TEST_CASE("utf-8: invalid bytes decode as Rust's from_utf8_lossy does") {
+  CHECK(text::lossy_utf8("a\xC3(b") == "a\xEF\xBF\xBD(b");
+  CHECK(text::lossy_utf8("\xE2\x82") == "\xEF\xBF\xBD");  // a truncated 3-byte sequence: one
+  CHECK(text::lossy_utf8("\xED\xA0\x80") ==
+        "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate: three
+  CHECK(text::lossy_utf8("\xF0\x9F\x9A\x80") == "\xF0\x9F\x9A\x80");
+  for (int b = 0; b < 256; ++b)
+    CHECK(text::char_byte(text::byte_char(static_cast<std::uint8_t>(b))) == b);
+}
