@@ -5,6 +5,10 @@
 namespace ztrain::text {
 
 Tokenizer::Tokenizer(TokenizerParts parts) : parts_(std::move(parts)) {
+  for (AddedToken& a : parts_.added) {
+    names_.emplace(a.content, a.id);
+    if (a.normalized && parts_.normalizer) parts_.normalizer(a.content);
+  }
   std::int32_t top = -1;
   for (const auto& [token, id] : parts_.model->vocab()) top = std::max(top, id);
   for (const AddedToken& a : parts_.added) top = std::max(top, a.id);
@@ -15,8 +19,7 @@ Tokenizer::Tokenizer(TokenizerParts parts) : parts_(std::move(parts)) {
 }
 
 std::optional<std::int32_t> Tokenizer::token_id(const std::string& token) const {
-  for (const AddedToken& a : parts_.added)
-    if (a.content == token) return a.id;
+  if (const auto it = names_.find(token); it != names_.end()) return it->second;
   return parts_.model->id(token);
 }
 

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "text/bpe.h"
@@ -28,10 +29,14 @@
 
 namespace ztrain::text {
 
+// An added token. One with `normalized` is matched in the normalized text
+// in its normalized form, which is also what it decodes to (Hugging Face's
+// "<mask>" under Llama 2's normalizer is "▁<mask>"); the others as written,
+// in the raw text.
 struct AddedToken {
   std::string content;
   std::int32_t id;
-  bool normalized;  // matched in the normalized text (else in the raw text)
+  bool normalized;
   bool special;
 };
 
@@ -66,7 +71,8 @@ class Tokenizer {
   void encode_segment(const Segment& s, std::vector<std::int32_t>& out) const;
 
   TokenizerParts parts_;
-  std::vector<std::string> tokens_;  // by id
+  std::unordered_map<std::string, std::int32_t> names_;  // added tokens as the file writes them
+  std::vector<std::string> tokens_;                      // by id
 };
 
 // Reads a tokenizer.json (ConfigError naming file and key for what is not

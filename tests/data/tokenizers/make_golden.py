@@ -11,7 +11,8 @@ What it does
                         then ByteLevel without its own regex; BPE with ignore_merges.
       sentencepiece.json Llama 2's and TinyLlama's: Prepend and Replace normalizers to
                         U+2581, no pre-tokenizer, byte_fallback with <0x00>..<0xFF> in the
-                        vocabulary, Replace/ByteFallback/Fuse/Strip decoder.
+                        vocabulary, Replace/ByteFallback/Fuse/Strip decoder; and an added
+                        token matched in the normalized text (<mask>).
       metaspace.json    the same model under the later conversion of those files (Mistral's):
                         a Metaspace pre-tokenizer (prepend_scheme "first", no split) and a
                         ByteFallback/Fuse/Metaspace decoder instead of the normalizers.
@@ -77,6 +78,7 @@ def golden_inputs():
         "<|endoftext|>",
         "text<|endoftext|>more text <|endoftext|> end",
         "<s>a</s> <unk> literal",
+        "a <mask> b<mask>c <mask>",
         "words unseen in training: xylophone quokka 饕餮 Ω≈ç√∫",
         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
         "1234567890 12345678901234567890",
@@ -134,6 +136,8 @@ def sentencepiece(lines):
                                fuse_unk=True))
     out.normalizer = normalizer
     out.add_special_tokens(["<unk>", "<s>", "</s>"])
+    # An added token matched in the normalized text, as GPT-2's file marks its own.
+    out.add_tokens([tokenizers.AddedToken("<mask>", normalized=True, special=False)])
     out.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
                                      decoders.Fuse(), decoders.Strip(" ", 1, 0)])
     return out
