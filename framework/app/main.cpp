@@ -15,6 +15,7 @@
 #include "comm/world.h"
 #include "commands/compare.h"
 #include "commands/estimate_table.h"
+#include "commands/prepare.h"
 #include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
 #include "io/durable_file.h"
@@ -65,6 +66,12 @@ constexpr const char* kUsage =
     "                                           names (OUT: a .safetensors file, or a directory\n"
     "                                           that gets model.safetensors and config.json)\n"
     "       ztrain checkpoint info CHECKPOINT   what a checkpoint holds; verifies every checksum\n"
+    "       ztrain prepare --tokenizer tokenizer.json --out DIR [--text-field F] [--shard-tokens "
+    "N]\n"
+    "                      [--val-tokens N | --val-fraction F] [--separator TOKEN|none] INPUT...\n"
+    "                                           text files, globs and JSON lines into llm.c\n"
+    "                                           token shards (DIR/train_*.bin, val_*.bin) and\n"
+    "                                           DIR/manifest.json, on every core\n"
     "       ztrain --deepspeed DS.json [options] CONFIG\n"
     "                                           train with a DeepSpeed config's ZeRO, offload,\n"
     "                                           batch, precision, optimizer and scheduler keys\n"
@@ -160,6 +167,9 @@ struct Cli {
   std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
                                compare_out, deepspeed, accelerate, device_memory;
   std::int64_t steps = 0;
+  std::string tokenizer, text_field = "text", separator;
+  std::uint64_t shard_tokens = 100'000'000, val_tokens = 0;
+  double val_fraction = 0;
   int gpus_per_node = 1, nproc = 0, world = 1, num_nodes = -1, num_gpus = -1;
   std::string master_addr, master_port;
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
@@ -228,7 +238,18 @@ po::options_description declare_options(Cli& c) {
       "its file giving machine_rank); --set wins")("strategies", po::value(&c.strategies),
                                                    "compare: the strategies, comma-separated")(
       "steps", po::value(&c.steps), "compare: steps per job (default: the run's train.steps)")(
-      "out", po::value(&c.compare_out), "compare: where the jobs and reports go (runs/compare)");
+      "out", po::value(&c.compare_out),
+      "compare: where the jobs and reports go (runs/compare); prepare: the output directory")(
+      "tokenizer", po::value(&c.tokenizer), "prepare: a Hugging Face tokenizer.json")(
+      "text-field", po::value(&c.text_field), "prepare: the documents' field in JSON lines (text)")(
+      "shard-tokens", po::value(&c.shard_tokens), "prepare: tokens per shard (100000000)")(
+      "val-tokens", po::value(&c.val_tokens),
+      "prepare: the first documents, up to this many tokens, are held out (val_*.bin)")(
+      "val-fraction", po::value(&c.val_fraction),
+      "prepare: each document is held out with this probability (by its index)")(
+      "separator", po::value(&c.separator),
+      "prepare: the token each document starts with (default: the tokenizer's BOS, else its "
+      "EOS), or none");
   return opts;
 }
 
@@ -282,6 +303,23 @@ int export_command(const Cli& c) {
   return 0;
 }
 
+int prepare_command(const Cli& c) {
+  if (c.positional.size() < 2 || c.tokenizer.empty() || c.compare_out.empty())
+    throw ztrain::ConfigError(
+        "usage: ztrain prepare --tokenizer tokenizer.json --out DIR [options] INPUT...");
+  ztrain::PrepareArgs a;
+  a.tokenizer = c.tokenizer;
+  a.inputs.assign(c.positional.begin() + 1, c.positional.end());
+  a.out = c.compare_out;
+  a.text_field = c.text_field;
+  a.shard_tokens = c.shard_tokens;
+  a.val_tokens = c.val_tokens;
+  a.val_fraction = c.val_fraction;
+  if (c.given.count("separator")) a.separator = c.separator;
+  a.overwrite = c.overwrite;
+  return ztrain::prepare(a, std::cerr);
+}
+
 // The subcommands other than training; nullopt when the command line trains.
 std::optional<int> tool_command(const Cli& c) {
   const std::string command = c.positional.empty() ? "" : c.positional[0];
@@ -326,6 +364,7 @@ std::optional<int> tool_command(const Cli& c) {
     return ztrain::checkpoint_info(c.positional[2], c.loader(), std::cout) ? 0 : 1;
   }
   if (command == "export") return export_command(c);
+  if (command == "prepare") return prepare_command(c);
   return std::nullopt;
 }
 

@@ -11,7 +11,8 @@
 // runs. Anything else the file asks for (another model, NFC, lowercasing,
 // BPE dropout, an added token's lstrip) is a ConfigError naming its JSON
 // key: never a near miss. The post-processor (BOS/EOS templates) is not
-// applied; callers add those ids themselves.
+// applied; callers add those ids themselves (template_start names the
+// token its single-sequence template begins with).
 //
 // Thread safety: immutable once loaded; encode and decode from any thread.
 #pragma once
@@ -47,6 +48,7 @@ struct TokenizerParts {
   PreTokenize pre;       // empty: none
   Decode decoder;        // empty: tokens joined as they are
   std::vector<AddedToken> added;
+  std::optional<std::string> template_start;  // post_processor's leading special token
 };
 
 class Tokenizer {
@@ -60,6 +62,7 @@ class Tokenizer {
   std::size_t vocab_size() const { return tokens_.size(); }
   std::optional<std::int32_t> token_id(const std::string& token) const;
   const std::vector<AddedToken>& added_tokens() const { return parts_.added; }
+  const std::optional<std::string>& template_start() const { return parts_.template_start; }
 
  private:
   struct Segment {

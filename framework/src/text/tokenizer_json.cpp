@@ -251,6 +251,22 @@ std::vector<AddedToken> added_of(const Node& top) {
   return added;
 }
 
+// The special token a TemplateProcessing's single-sequence template starts
+// with (Llama's BOS), found in a Sequence of processors too; none for the
+// other processors, which add nothing before the text.
+std::optional<std::string> template_start_of(const json& p) {
+  if (!p.is_object()) return std::nullopt;
+  if (p.value("type", "") == "Sequence" && p.contains("processors"))
+    for (const json& q : p["processors"])
+      if (auto s = template_start_of(q)) return s;
+  if (p.value("type", "") != "TemplateProcessing") return std::nullopt;
+  const auto single = p.find("single");
+  if (single == p.end() || !single->is_array() || single->empty()) return std::nullopt;
+  const auto special = single->front().find("SpecialToken");
+  if (special == single->front().end() || !special->contains("id")) return std::nullopt;
+  return (*special)["id"].get<std::string>();
+}
+
 }  // namespace
 
 Tokenizer load_tokenizer(const std::filesystem::path& file) {
@@ -274,6 +290,7 @@ Tokenizer load_tokenizer(const std::filesystem::path& file) {
   if (top.get("pre_tokenizer")) parts.pre = pre_tokenizer_of(top.sub("pre_tokenizer"));
   if (top.get("decoder")) parts.decoder = decoder_of(top.sub("decoder"));
   parts.added = added_of(top);
+  if (const json* p = top.get("post_processor")) parts.template_start = template_start_of(*p);
   return Tokenizer(std::move(parts));
 }
 

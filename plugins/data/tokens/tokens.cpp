@@ -14,6 +14,12 @@
 // shuffled epoch visits the windows of every file in one order. Without
 // val_path the last val_fraction of the training tokens is held out, from
 // the last file backwards.
+//
+// Files `ztrain prepare` wrote have a manifest.json beside them naming the
+// tokenizer; a run whose vocab_size is smaller than that tokenizer's
+// vocabulary is refused, naming both, before any token is read (a corpus
+// that happens to use only low ids would otherwise train a model that
+// cannot hold the tokenizer's other tokens).
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +27,9 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "ztrain/data.h"
 #include "ztrain/error.h"
@@ -110,6 +119,23 @@ TokenFile open_tokens(const std::string& path, const std::string& format) {
   return f;
 }
 
+// A prepare manifest beside `file` whose tokenizer has more tokens than
+// the model's vocabulary: refused.
+void check_manifest(const std::string& file, int vocab) {
+  const auto path = std::filesystem::path(file).parent_path() / "manifest.json";
+  std::ifstream in(path);
+  if (!in) return;
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || j.value("format", "") != "ztrain-prepare 1") return;
+  const auto tok = j.value("tokenizer", nlohmann::json::object());
+  const std::uint64_t size = tok.value("vocab_size", std::uint64_t{0});
+  if (size > static_cast<std::uint64_t>(vocab))
+    throw DataError(path.string() + ": these tokens come from " + tok.value("file", "a tokenizer") +
+                    " with " + std::to_string(size) + " tokens, more than the model's vocab_size " +
+                    std::to_string(vocab) + "; set [model] vocab_size to at least " +
+                    std::to_string(size));
+}
+
 // A run of one file's tokens that windows are cut from: a whole shard, or
 // the part of one on either side of the held-out split.
 struct Piece {
@@ -184,6 +210,8 @@ class Tokens final : public DataSource {
     if (!val_path_.empty())
       for (std::string& f : expand_files(val_path_, val_where_)) names_.push_back(std::move(f));
     refuse_shared_files(n_train);
+    check_manifest(names_.front(), s.vocab_size);
+    if (names_.size() > n_train) check_manifest(names_[n_train], s.vocab_size);
     for (const std::string& name : names_) {
       files_.push_back(open_tokens(name, format_));
       check_ids(files_.back(), name, s.vocab_size);

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# From text to a trained model: `ztrain prepare` and the tokens it writes.
+# - JSON lines and a text file, tokenized with a tokenizer.json from
+#   tests/data/tokenizers (Llama 3's shape) into llm.c shards of 1500
+#   tokens and a held-out split; the manifest counts documents and tokens;
+#   every document starts with the tokenizer's BOS; a second prepare
+#   writes the same bytes.
+# - A run trains gpt2-tiny across the shards, is checkpointed mid-shard
+#   and resumed with the uninterrupted run's losses.
+# - Refused: a vocab_size below the tokenizer's (the manifest says so), an
+#   output directory holding shards (unless --overwrite), a JSON line
+#   without the field (file:line), a separator the tokenizer lacks.
+#
+# usage: test_prepare.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+tok=$SRC/tests/data/tokenizers/split_regex.json
+python3 - "$scratch" "$SRC/tests/data/tokenizers/corpus.txt" << 'PY'
+import json, sys
+scratch, corpus = sys.argv[1], sys.argv[2]
+lines = open(corpus, encoding="utf-8").read().splitlines()
+with open(f"{scratch}/docs.jsonl", "w", encoding="utf-8") as f:
+    for i in range(120):
+        f.write(json.dumps({"id": i, "text": "\n".join(lines[(i * 5 + j) % len(lines)] for j in range(4))},
+                           ensure_ascii=False) + "\n")
+PY
+prep() {  # prep OUT ARGS...
+  local out=$1
+  shift
+  "$ZTRAIN" prepare --tokenizer "$tok" --out "$scratch/$out" --shard-tokens 1500 --val-tokens 600 \
+    --separator '<|begin_of_text|>' "$@" "$scratch/docs.jsonl" "$SRC/tests/data/tokenizers/corpus.txt"
+}
+prep data > "$scratch/prep.out" 2>&1 || fail "prepare failed: $(cat "$scratch/prep.out")"
+cat "$scratch/prep.out"
+python3 - "$scratch/data" << 'PY' || fail "the shards are not what the manifest says"
+import json, struct, sys, glob, os
+d = sys.argv[1]
+m = json.load(open(f"{d}/manifest.json"))
+assert m["format"] == "ztrain-prepare 1" and m["token_bytes"] == 2, m
+assert m["tokenizer"]["vocab_size"] == 3000, m["tokenizer"]
+assert m["train"]["documents"] + m["val"]["documents"] == 121, m
+assert len(m["train"]["shards"]) >= 3, m["train"]
+for split in ("train", "val"):
+    total = 0
+    for s in m[split]["shards"]:
+        raw = open(f"{d}/{s['file']}", "rb").read()
+        head = struct.unpack("<256i", raw[:1024])
+        assert head[:3] == (20240520, 1, s["tokens"]), head[:3]
+        ids = struct.unpack(f"<{s['tokens']}H", raw[1024:])
+        assert max(ids) < 3000
+        total += len(ids)
+    assert total == m[split]["tokens"], (split, total)
+first = struct.unpack("<2H", open(f"{d}/val_000000.bin", "rb").read()[1024:1028])
+assert first[0] == 0, first  # <|begin_of_text|> starts the first document
+assert not glob.glob(f"{d}/*.partial")
+print("manifest:", m["train"]["documents"], "train documents,", m["train"]["tokens"], "tokens in",
+      len(m["train"]["shards"]), "shards;", m["val"]["tokens"], "val tokens")
+PY
+prep again > /dev/null 2>&1 || fail "the second prepare failed"
+for f in "$scratch"/data/*.bin; do
+  cmp -s "$f" "$scratch/again/$(basename "$f")" || fail "$(basename "$f") differs between two prepares"
+done
+
+steps=12
+base=(--model gpt2-tiny --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=32
+  --set model.vocab_size=3000 --set train.steps=$steps --set train.log_every=1 --set train.eval_every=6
+  --set train.eval_batches=1 --set train.warmup_steps=2 --set train.global_batch_size=4
+  --set device.threads=1 --set train.save_final=false --set data.plugin=tokens
+  --set "data.path=\"$scratch/data/train_*.bin\"" --set "data.val_path=\"$scratch/data/val_*.bin\"")
+"$ZTRAIN" "${base[@]}" --set train.checkpoint_every=6 --set train.out_dir="$scratch/full" \
+  "$SRC/configs/run.toml" > "$scratch/full.out" 2>&1 || fail "training on the shards failed: $(cat "$scratch/full.out")"
+curve full "$steps"
+mkdir -p "$scratch/resumed"
+cp -r "$scratch/full/step_6" "$scratch/resumed/"
+"$ZTRAIN" "${base[@]}" --set train.checkpoint_every=6 --set train.out_dir="$scratch/resumed" \
+  --resume "$scratch/resumed/step_6" "$SRC/configs/run.toml" > "$scratch/resumed.out" 2>&1 ||
+  fail "the resumed run failed: $(cat "$scratch/resumed.out")"
+curve resumed 6
+awk '$1 > 6' "$scratch/full.curve" > "$scratch/full_tail.curve"
+same_training full_tail resumed 0 0
+
+must_refuse() {  # must_refuse WHAT PATTERN COMMAND...
+  local what=$1 pattern=$2
+  shift 2
+  if "$@" > "$scratch/refused.out" 2>&1; then fail "$what: not refused"; fi
+  grep -qF -- "$pattern" "$scratch/refused.out" || fail "$what: '$pattern' not said: $(cat "$scratch/refused.out")"
+  echo "$what: refused"
+}
+must_refuse "vocab_size below the tokenizer's" "with 3000 tokens, more than the model's vocab_size 256" \
+  "$ZTRAIN" "${base[@]}" --set model.vocab_size=256 --set train.out_dir="$scratch/small" "$SRC/configs/run.toml"
+must_refuse "an output directory with shards" "holds the output of an earlier prepare" prep data
+prep data --overwrite > /dev/null 2>&1 || fail "--overwrite did not replace the shards"
+printf '{"id": 1, "body": "no text field"}\n' > "$scratch/bad.jsonl"
+must_refuse "a line without the field" "bad.jsonl:1: no \"text\" field" \
+  "$ZTRAIN" prepare --tokenizer "$tok" --out "$scratch/bad" --separator none "$scratch/bad.jsonl"
+must_refuse "a separator the tokenizer lacks" "--separator '<s>' is not a token of" \
+  "$ZTRAIN" prepare --tokenizer "$tok" --out "$scratch/bad" --separator '<s>' "$scratch/docs.jsonl"
+echo "PASS"

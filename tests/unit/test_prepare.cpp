@@ -1,0 +1,119 @@
+// `ztrain prepare` (commands/prepare.h): the shards hold each document's
+// separator and ids, in input order, whatever the thread count; the held-
+// out split by token count and by fraction; the manifest's counts.
+#include <doctest/doctest.h>
+
+#include <oneapi/tbb/global_control.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands/prepare.h"
+#include "io/durable_file.h"
+#include "support.h"
+#include "text/tokenizer.h"
+
+using namespace ztrain;
+
+namespace {
+
+std::vector<std::string> documents() {
+  std::ifstream in(test::source_dir() / "tests/data/tokenizers/corpus.txt");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  std::vector<std::string> docs;
+  for (std::size_t i = 0; i < 200; ++i)
+    docs.push_back(lines[i % lines.size()] + "\n" + lines[(i * 7 + 3) % lines.size()]);
+  return docs;
+}
+
+std::vector<std::int32_t> shard_ids(const std::filesystem::path& file) {
+  const std::string raw = read_whole_file(file);
+  std::vector<std::int32_t> ids;
+  for (std::size_t at = 1024; at + 1 < raw.size(); at += 2)
+    ids.push_back(static_cast<unsigned char>(raw[at]) |
+                  (static_cast<unsigned char>(raw[at + 1]) << 8));
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("prepare: each document's separator and ids in input order, at any thread count") {
+  test::TempDir dir;
+  const auto docs = documents();
+  {
+    std::ofstream out(dir / "docs.jsonl");
+    for (const auto& d : docs) out << nlohmann::json{{"text", d}}.dump() << "\n";
+  }
+  const auto tok_file = test::source_dir() / "tests/data/tokenizers/byte_level.json";
+  PrepareArgs a;
+  a.tokenizer = tok_file;
+  a.inputs = {(dir / "docs.jsonl").string()};
+  a.separator = "<|endoftext|>";
+  a.shard_tokens = 1000;
+  std::ostringstream log;
+  a.out = dir / "many";
+  REQUIRE(prepare(a, log) == 0);
+  {
+    const oneapi::tbb::global_control one(oneapi::tbb::global_control::max_allowed_parallelism, 1);
+    a.out = dir / "one";
+    REQUIRE(prepare(a, log) == 0);
+  }
+  const text::Tokenizer tok = text::load_tokenizer(tok_file);
+  std::vector<std::int32_t> want;
+  for (const auto& d : docs) {
+    want.push_back(0);
+    const auto ids = tok.encode(d);
+    want.insert(want.end(), ids.begin(), ids.end());
+  }
+  std::vector<std::int32_t> got;
+  std::size_t shards = 0;
+  for (; std::filesystem::exists(dir / "many" / ("train_00000" + std::to_string(shards) + ".bin"));
+       ++shards) {
+    const std::string name = "train_00000" + std::to_string(shards) + ".bin";
+    CHECK(read_whole_file(dir / "many" / name) == read_whole_file(dir / "one" / name));
+    const auto ids = shard_ids(dir / "many" / name);
+    CHECK(ids.size() <= 1000);
+    got.insert(got.end(), ids.begin(), ids.end());
+  }
+  CHECK(shards == (want.size() + 999) / 1000);
+  CHECK(got == want);
+  const auto m = nlohmann::json::parse(read_whole_file(dir / "many" / "manifest.json"));
+  CHECK(m["train"]["documents"] == 200);
+  CHECK(m["train"]["tokens"] == want.size());
+  CHECK(m["val"]["tokens"] == 0);
+}
+
+TEST_CASE("prepare: the held-out split by tokens (first documents) and by fraction (by index)") {
+  test::TempDir dir;
+  {
+    std::ofstream out(dir / "docs.jsonl");
+    for (const auto& d : documents()) out << nlohmann::json{{"text", d}}.dump() << "\n";
+  }
+  PrepareArgs a;
+  a.tokenizer = test::source_dir() / "tests/data/tokenizers/sentencepiece.json";
+  a.inputs = {(dir / "docs.jsonl").string()};
+  a.separator = "<s>";
+  std::ostringstream log;
+  a.out = dir / "tokens";
+  a.val_tokens = 500;
+  REQUIRE(prepare(a, log) == 0);
+  auto m = nlohmann::json::parse(read_whole_file(dir / "tokens" / "manifest.json"));
+  CHECK(m["val"]["tokens"].get<std::uint64_t>() >= 500);
+  CHECK(m["val"]["tokens"].get<std::uint64_t>() < 600);  // whole documents, stopped at 500
+  const auto val = shard_ids(dir / "tokens" / "val_000000.bin");
+  CHECK(val.front() == 1);  // <s>
+  a.out = dir / "fraction";
+  a.val_tokens = 0;
+  a.val_fraction = 0.25;
+  REQUIRE(prepare(a, log) == 0);
+  m = nlohmann::json::parse(read_whole_file(dir / "fraction" / "manifest.json"));
+  const double held = m["val"]["documents"].get<double>() / 200;
+  CHECK(held > 0.15);
+  CHECK(held < 0.35);
+  CHECK(test::message_of<ConfigError>([&] {
+          a.val_tokens = 10;
+          prepare(a, log);
+        }).find("excludes --val-tokens") != std::string::npos);
+}
