@@ -7,6 +7,11 @@
 #   writes the same bytes.
 # - A run trains gpt2-tiny across the shards, is checkpointed mid-shard
 #   and resumed with the uninterrupted run's losses.
+# - The final weights are exported with the tokenizer beside them and a
+#   config.json that says their dtype (float32, and bfloat16 after `ztrain
+#   export --dtype bf16`) with token ids in the vocabulary or null; the
+#   exported directory is a model again (`--model DIR`) and evaluates to
+#   the run's last validation loss.
 # - Refused: a vocab_size below the tokenizer's (the manifest says so), an
 #   output directory holding shards (unless --overwrite), a JSON line
 #   without the field (file:line), a separator the tokenizer lacks.
@@ -79,6 +84,31 @@ cp -r "$scratch/full/step_6" "$scratch/resumed/"
 curve resumed 6
 awk '$1 > 6' "$scratch/full.curve" > "$scratch/full_tail.curve"
 same_training full_tail resumed 0 0
+
+# The run's weights out, with the tokenizer; then in again as a model.
+"$ZTRAIN" "${base[@]}" --set train.save_final=true --set train.out_dir="$scratch/final" \
+  "$SRC/configs/run.toml" > "$scratch/final.out" 2>&1 || fail "the exporting run failed: $(cat "$scratch/final.out")"
+"$ZTRAIN" export "$scratch/final" "$scratch/bf16" --dtype bf16 > /dev/null 2>&1 || fail "export --dtype bf16 failed"
+python3 - "$scratch" "$tok" << 'PY' || fail "the exported directories are not what transformers loads"
+import json, sys
+scratch, tok = sys.argv[1], sys.argv[2]
+for d, dtype in (("final", "float32"), ("bf16", "bfloat16")):
+    c = json.load(open(f"{scratch}/{d}/config.json"))
+    assert c["torch_dtype"] == dtype, (d, c["torch_dtype"])
+    assert c["bos_token_id"] is None and c["eos_token_id"] is None, c  # no tokenizer_config beside it
+    assert open(f"{scratch}/{d}/tokenizer.json", "rb").read() == open(tok, "rb").read(), d
+print("exported: config.json torch_dtype float32 / bfloat16, tokenizer.json beside the weights")
+PY
+last_val=$(metrics_fields "$scratch/final/metrics.jsonl" val loss | tail -1)
+"$ZTRAIN" --model "$scratch/final" --set train.steps=1 --set train.lr=0 --set train.min_lr=0 \
+  --set train.warmup_steps=0 --set train.eval_every=1 --set train.eval_batches=1 \
+  --set train.global_batch_size=4 --set device.threads=1 --set train.save_final=false \
+  --set data.plugin=tokens --set "data.path=\"$scratch/data/train_*.bin\"" \
+  --set "data.val_path=\"$scratch/data/val_*.bin\"" --set train.out_dir="$scratch/reloaded" \
+  "$SRC/configs/run.toml" > "$scratch/reloaded.out" 2>&1 || fail "--model of the export failed: $(cat "$scratch/reloaded.out")"
+reloaded_val=$(metrics_fields "$scratch/reloaded/metrics.jsonl" val loss | tail -1)
+[ "$reloaded_val" = "$last_val" ] || fail "the exported model evaluates to $reloaded_val, the run ended at $last_val"
+echo "the export, loaded with --model, evaluates to the run's last val loss $last_val"
 
 must_refuse() {  # must_refuse WHAT PATTERN COMMAND...
   local what=$1 pattern=$2

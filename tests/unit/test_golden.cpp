@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "config/hf_model_import.h"
 #include "io/safetensors.h"
 #include "support.h"
 #include "ztrain/model.h"
@@ -58,12 +59,32 @@ Worst compare(const std::vector<float>& got, const std::vector<float>& want, dou
   return w;
 }
 
-void check_case(const std::string& name) {
+// The run of a golden case: its [model] given as keys with init_from (the
+// generator's own TOML), or as the Hugging Face directory alone (`from`,
+// config/hf_model_import.h reads its config.json).
+Run golden_run(const std::filesystem::path& dir, const SafetensorsReader& ref, bool from_dir) {
+  const std::string rest = "\n[data]\nplugin = \"synthetic\"\n[train]\nmicro_batch_size = 2\n";
+  if (!from_dir)
+    return test::make_run(ref.metadata().at("ztrain_model") + "init_from = \"" + dir.string() +
+                          "\"" + rest);
+  RunConfig config =
+      RunConfig::parse("[model]\nfrom = \"" + dir.string() + "\"" + rest, "test.toml");
+  resolve_model_dir(config);
+  // Every key the generator gave is the one config.json gave.
+  const toml::table want = toml::parse(ref.metadata().at("ztrain_model"));
+  for (const auto& [key, node] : *want["model"].as_table()) {
+    CAPTURE(std::string(key.str()));
+    const toml::node* got = config.table().at_path("model." + std::string(key.str())).node();
+    REQUIRE(got);
+    CHECK(toml_value_text(*got) == toml_value_text(node));
+  }
+  return assemble(config, test::loader());
+}
+
+void check_case(const std::string& name, bool from_dir) {
   const auto dir = test::source_dir() / "tests" / "data" / "golden" / name;
   const SafetensorsReader ref(dir / "reference.safetensors");
-  const std::string model_toml = ref.metadata().at("ztrain_model");
-  Run run = test::make_run(model_toml + "init_from = \"" + dir.string() +
-                           "\"\n[data]\nplugin = \"synthetic\"\n[train]\nmicro_batch_size = 2\n");
+  Run run = golden_run(dir, ref, from_dir);
   const ModelInfo info = run.model->info();
   const int B = 2, T = info.seq_len, V = info.vocab_size;
 
@@ -121,9 +142,15 @@ void check_case(const std::string& name) {
 }  // namespace
 
 TEST_CASE("GPT-2 matches Hugging Face's in float64: loss, logits, every gradient") {
-  check_case("gpt2");
+  check_case("gpt2", false);
 }
 
 TEST_CASE("Llama with grouped KV heads matches Hugging Face's in float64") {
-  check_case("llama");
+  check_case("llama", false);
+}
+
+TEST_CASE(
+    "a Hugging Face directory as the model: config.json's keys, the same loss and gradients") {
+  check_case("gpt2", true);
+  check_case("llama", true);
 }

@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/weights.h"
 #include "checkpoint/weights_import.h"
 #include "io/safetensors.h"
+#include "io/safetensors_set.h"
 #include "support.h"
 
 using namespace ztrain;
@@ -220,7 +222,7 @@ TEST_CASE("any element range of a parameter reads as that part of the whole, Con
   test::TempDir dir;
   Run a = test::make_run(tiny("gpt2", 3));
   export_weights(*a.model, *a.strategy, dir / "w.safetensors", DType::f32);
-  const SafetensorsReader reader(dir / "w.safetensors");
+  const SafetensorsSet reader(dir / "w.safetensors");
   WeightsFile file(reader, *a.model);
   const auto whole = values(a);
   const auto params = a.model->params();
@@ -249,4 +251,54 @@ TEST_CASE("any element range of a parameter reads as that part of the whole, Con
     once.get(p, 0, buf.size(), StateArray::master, buf.data());
   }
   CHECK(once.bytes_read() == once.file_bytes());
+}
+
+TEST_CASE("sharded weights: a model.safetensors.index.json's shards are the model, checked first") {
+  test::TempDir dir;
+  Run a = test::make_run(tiny("llama", 3));
+  export_weights(*a.model, *a.strategy, dir / "whole.safetensors", DType::f32);
+  const SafetensorsReader whole(dir / "whole.safetensors");
+  // Two shards, the tensors alternating between them, as transformers
+  // splits a large model.
+  const std::filesystem::path sharded = dir / "sharded";
+  std::filesystem::create_directories(sharded);
+  std::vector<std::vector<float>> data;
+  std::vector<SafetensorsTensor> parts[2];
+  nlohmann::json map = nlohmann::json::object();
+  std::size_t i = 0;
+  for (const SafetensorsEntry& e : whole.entries()) {
+    data.emplace_back(static_cast<std::size_t>(e.shape.numel()));
+    whole.read_f32(e, data.back().data());
+    const std::string shard =
+        i % 2 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    parts[i % 2].push_back({e.name, DType::f32, e.shape, data.back().data()});
+    map[e.name] = shard;
+    ++i;
+  }
+  write_safetensors(sharded / "model-00001-of-00002.safetensors", parts[0], {{"format", "pt"}});
+  write_safetensors(sharded / "model-00002-of-00002.safetensors", parts[1], {{"format", "pt"}});
+  std::ofstream(sharded / "model.safetensors.index.json")
+      << nlohmann::json{{"weight_map", map}}.dump();
+  const SafetensorsSet set(sharded);
+  CHECK(set.files().size() == 2);
+  Run b = test::make_run(tiny("llama", 4, "init_from = \"" + sharded.string() + "\"\n"));
+  const auto want = values(a), got = values(b);
+  for (ParamId p : a.model->params().ids()) CHECK(got[p] == want[p]);
+  // What the index says must be what the shards hold.
+  const auto refused = [&](const nlohmann::json& m) {
+    std::ofstream(sharded / "model.safetensors.index.json")
+        << nlohmann::json{{"weight_map", m}}.dump();
+    return test::message_of<DataError>([&] { SafetensorsSet s(sharded); });
+  };
+  auto bad = map;
+  bad[map.begin().key()] = "model-00009-of-00002.safetensors";
+  CHECK(contains(refused(bad),
+                 "names the shard 'model-00009-of-00002.safetensors', which is not there"));
+  bad = map;
+  bad[map.begin().key()] = "model-00002-of-00002.safetensors";
+  CHECK(contains(refused(bad), "in 'model-00002-of-00002.safetensors', which lacks it"));
+  auto doubled = parts[1];
+  doubled.push_back(parts[0].front());  // shard 1's first tensor, in shard 2 as well
+  write_safetensors(sharded / "model-00002-of-00002.safetensors", doubled, {{"format", "pt"}});
+  CHECK(contains(refused(map), "'" + parts[0].front().name + "' is in both"));
 }

@@ -46,6 +46,10 @@ struct DataInfo {
   // number of them (a file); the host says when a run reads them more than
   // once. Unset: endless (a generator).
   std::optional<std::uint64_t> train_sequences;
+  // The tokenizer.json the tokens were made with, where the source knows it
+  // (`ztrain prepare`'s manifest names it): exports ship it beside the
+  // weights. Empty: none known.
+  std::string tokenizer;
 };
 
 class ZTRAIN_API DataSource : public Plugin {

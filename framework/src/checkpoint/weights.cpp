@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include "checkpoint/hf_export.h"
+#include "io/durable_file.h"
 #include "io/safetensors.h"
 #include "ztrain/error.h"
 #include "ztrain/version.h"
@@ -29,27 +31,28 @@ void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols
 
 // Where the tensors of an export to `out` go: `out` itself when it names a
 // .safetensors file, else out/model.safetensors, with `config_json` (when
-// non-empty) written beside it.
-fs::path prepare_target(const fs::path& out, const std::string& config_json) {
+// non-empty; its torch_dtype and token ids set, checkpoint/hf_export.h) and
+// the tokenizer (when known) beside it.
+fs::path prepare_target(const fs::path& out, const std::string& config_json, DType dtype,
+                        const fs::path& tokenizer) {
   if (out.extension() == ".safetensors") return out;
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) throw DataError("cannot create export directory '" + out.string() + "': " + ec.message());
-  if (!config_json.empty()) {
-    std::ofstream cfg(out / "config.json");
-    cfg << config_json;
-    if (!cfg) throw DataError("cannot write '" + (out / "config.json").string() + "'");
-  }
+  if (!config_json.empty())
+    write_file_atomically(out / "config.json", export_config_json(config_json, dtype, tokenizer));
+  if (!tokenizer.empty()) copy_tokenizer(tokenizer, out);
   return out / "model.safetensors";
 }
 
 }  // namespace
 
-void write_weights(const Model& model, const fs::path& out, DType dtype, const ReadParam& read) {
+void write_weights(const Model& model, const fs::path& out, DType dtype, const ReadParam& read,
+                   const fs::path& tokenizer) {
   const auto params = model.params();
   std::vector<SafetensorsTensor> tensors;
   for (const ParamSpec& p : params) tensors.push_back({external_name(p), dtype, external_shape(p)});
-  SafetensorsWriter writer(prepare_target(out, model.hf_config_json()), tensors,
+  SafetensorsWriter writer(prepare_target(out, model.hf_config_json(), dtype, tokenizer), tensors,
                            {{"format", "pt"},
                             {"producer", std::string("ztrain ") + ZTRAIN_VERSION},
                             {"arch", model.info().arch}});
@@ -73,10 +76,11 @@ void write_weights(const Model& model, const fs::path& out, DType dtype, const R
 }
 
 void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype,
-                    bool write) {
+                    bool write, const fs::path& tokenizer) {
   if (write)
-    return write_weights(model, out, dtype,
-                         [&](ParamId p, float* values) { strategy.read_param(p, values); });
+    return write_weights(
+        model, out, dtype, [&](ParamId p, float* values) { strategy.read_param(p, values); },
+        tokenizer);
   std::vector<float> full;
   const auto params = model.params();
   for (ParamId p : params.ids()) {
@@ -111,7 +115,9 @@ void convert_weights(const fs::path& source, const fs::path& out, DType dtype, b
     std::ifstream cfg(source / "config.json");
     config_json.assign(std::istreambuf_iterator<char>(cfg), {});
   }
-  const fs::path target = prepare_target(out, config_json);
+  const fs::path tokenizer =
+      dir && fs::exists(source / "tokenizer.json") ? source / "tokenizer.json" : fs::path();
+  const fs::path target = prepare_target(out, config_json, dtype, tokenizer);
   std::vector<std::vector<std::uint8_t>> storage;
   std::vector<SafetensorsTensor> tensors;
   std::vector<float> values;

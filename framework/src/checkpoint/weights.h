@@ -31,13 +31,15 @@ Shape external_shape(const ParamSpec& p);
 // Writes every parameter of `model` to `out` (as above), each read whole in
 // fp32 by `read` when its turn comes: one parameter in memory at a time.
 using ReadParam = std::function<void(ParamId, float*)>;
+// `tokenizer` (a tokenizer.json; empty: none) goes beside the weights and
+// gives config.json its token ids (checkpoint/hf_export.h).
 void write_weights(const Model& model, const std::filesystem::path& out, DType dtype,
-                   const ReadParam& read);
+                   const ReadParam& read, const std::filesystem::path& tokenizer = {});
 
 // Collective (read_param is): every rank calls it, those with `write`
 // false only take part in gathering the parameters.
 void export_weights(const Model& model, Strategy& strategy, const std::filesystem::path& out,
-                    DType dtype, bool write = true);
+                    DType dtype, bool write = true, const std::filesystem::path& tokenizer = {});
 // Before an export to `out` (a file or a directory, as export_weights):
 // ConfigError when the weights would land on `source` (a file being read;
 // empty: none), or on an existing file without `overwrite`.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "checkpoint/state_relay.h"
@@ -22,32 +23,33 @@ namespace {
 
 // The file's tensor for every parameter of `model`, matched by its Hugging
 // Face name (else its own) and shape; DataError listing every difference.
-IdVector<ParamId, const SafetensorsEntry*> match_params(const SafetensorsReader& file,
-                                                        const Model& model) {
+IdVector<ParamId, SafetensorsSet::Tensor> match_params(const SafetensorsSet& file,
+                                                       const Model& model) {
   const auto params = model.params();
   std::vector<std::string> missing, unexpected, misshaped;
-  std::vector<bool> used(file.entries().size(), false);
-  IdVector<ParamId, const SafetensorsEntry*> match(params.size(), nullptr);
+  std::set<const SafetensorsEntry*> used;
+  IdVector<ParamId, SafetensorsSet::Tensor> match(params.size(), {nullptr, nullptr});
   for (ParamId id : params.ids()) {
     const ParamSpec& p = params[id];
-    const SafetensorsEntry* e = file.find(external_name(p));
-    if (!e) e = file.find(p.name);
-    if (!e) {
+    auto found = file.find(external_name(p));
+    if (!found) found = file.find(p.name);
+    if (!found) {
       missing.push_back(external_name(p) + " " + external_shape(p).str());
       continue;
     }
-    used[static_cast<std::size_t>(e - file.entries().data())] = true;
+    const SafetensorsEntry* e = found->entry;
+    used.insert(e);
     if (e->shape != external_shape(p)) {
       misshaped.push_back(e->name + ": shape " + e->shape.str() + " in the file, " +
                           external_shape(p).str() + " expected" +
                           (p.hf_transposed ? " (Hugging Face Conv1D layout: in, out)" : ""));
       continue;
     }
-    match[id] = e;
+    match[id] = *found;
   }
-  for (std::size_t j = 0; j < file.entries().size(); ++j)
-    if (!used[j] && !model.ignorable_tensor(file.entries()[j].name))
-      unexpected.push_back(file.entries()[j].name + " " + file.entries()[j].shape.str());
+  for (const SafetensorsSet::Tensor& t : file.all())
+    if (!used.contains(t.entry) && !model.ignorable_tensor(t.entry->name))
+      unexpected.push_back(t.entry->name + " " + t.entry->shape.str());
   const std::size_t differences = missing.size() + unexpected.size() + misshaped.size();
   if (differences > 0) {
     std::string list;
@@ -78,7 +80,7 @@ WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, cons
                                     bool seen, Communicator& comm) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string why;
-  std::optional<SafetensorsReader> reader;
+  std::optional<SafetensorsSet> reader;
   std::optional<WeightsFile> file;
   if (comm.rank() == 0) {
     try {
@@ -86,7 +88,7 @@ WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, cons
         throw DataError("init_from: no weights at '" + path.string() + "' on rank 0 (host " +
                         host_name() +
                         "), which reads them for the ranks that cannot; give a .safetensors file "
-                        "or a directory holding model.safetensors");
+                        "or a directory holding model.safetensors or model.safetensors.index.json");
       reader.emplace(path);
       file.emplace(*reader, model);
     } catch (const DataError& e) {
@@ -112,24 +114,24 @@ WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, cons
 
 }  // namespace
 
-WeightsFile::WeightsFile(const SafetensorsReader& file, const Model& model)
+WeightsFile::WeightsFile(const SafetensorsSet& file, const Model& model)
     : file_(file), params_(model.params()), match_(match_params(file, model)) {}
 
 std::uint64_t WeightsFile::file_bytes() const {
   std::uint64_t bytes = 0;
-  for (const SafetensorsEntry* e : match_) bytes += e->bytes;
+  for (const SafetensorsSet::Tensor& t : match_) bytes += t.entry->bytes;
   return bytes;
 }
 
 void WeightsFile::get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
                       float* out) {
   if (a != StateArray::master) return std::fill(out, out + count, 0.0f);  // a fresh optimizer
-  const SafetensorsEntry& e = *match_.at(p);
+  const SafetensorsSet::Tensor& t = match_.at(p);
   if (params_[p].hf_transposed)
-    read_transposed(e, params_[p].shape, first, count, out);
+    read_transposed(t, params_[p].shape, first, count, out);
   else
-    file_.read_f32(e, first, count, out);
-  if (!params_[p].hf_transposed) bytes_read_ += count * dtype_size(e.dtype);
+    t.file->read_f32(*t.entry, first, count, out);
+  if (!params_[p].hf_transposed) bytes_read_ += count * dtype_size(t.entry->dtype);
   check_finite(p, first, count, out);
 }
 
@@ -139,7 +141,7 @@ void WeightsFile::check_finite(ParamId p, std::uint64_t first, std::uint64_t cou
   const float* bad =
       std::find_if(values, values + count, [](float v) { return !std::isfinite(v); });
   if (bad == values + count) return;
-  not_finite_ = "init_from: tensor '" + match_[p]->name + "' (parameter " + params_[p].name +
+  not_finite_ = "init_from: tensor '" + match_[p].entry->name + "' (parameter " + params_[p].name +
                 ") holds " + std::to_string(*bad) + " at element " +
                 std::to_string(first + static_cast<std::uint64_t>(bad - values)) +
                 " of the model's layout; weights that are not finite cannot train (saved from a "
@@ -149,7 +151,7 @@ void WeightsFile::check_finite(ParamId p, std::uint64_t first, std::uint64_t cou
 // Model element (i, j) of shape (R, C) is the file's (j, i): for each file
 // row j the model rows i with first <= i*C + j < first + count are one
 // contiguous segment of it.
-void WeightsFile::read_transposed(const SafetensorsEntry& e, const Shape& shape,
+void WeightsFile::read_transposed(const SafetensorsSet::Tensor& t, const Shape& shape,
                                   std::uint64_t first, std::uint64_t count, float* out) {
   const auto R = static_cast<std::uint64_t>(shape[0]), C = static_cast<std::uint64_t>(shape[1]);
   const std::uint64_t end = first + count;
@@ -158,15 +160,15 @@ void WeightsFile::read_transposed(const SafetensorsEntry& e, const Shape& shape,
     const std::uint64_t hi = std::min(R, end > j ? (end - j + C - 1) / C : 0);
     if (lo >= hi) continue;
     segment_.resize(static_cast<std::size_t>(hi - lo));
-    file_.read_f32(e, j * R + lo, hi - lo, segment_.data());
+    t.file->read_f32(*t.entry, j * R + lo, hi - lo, segment_.data());
     for (std::uint64_t i = lo; i < hi; ++i) out[i * C + j - first] = segment_[i - lo];
-    bytes_read_ += (hi - lo) * dtype_size(e.dtype);
+    bytes_read_ += (hi - lo) * dtype_size(t.entry->dtype);
   }
 }
 
 WeightsImport import_weights(const Model& model, Strategy& strategy, const fs::path& in,
                              Communicator& comm) {
-  const fs::path path = fs::is_directory(in) ? in / "model.safetensors" : in;
+  const fs::path path = SafetensorsSet::weights_at(in);
   const bool seen = fs::exists(path);
   if (comm.size() > 1 && any_rank(!seen, comm))
     return import_through_rank_0(model, strategy, path, seen, comm);
@@ -174,9 +176,10 @@ WeightsImport import_weights(const Model& model, Strategy& strategy, const fs::p
   const auto t0 = std::chrono::steady_clock::now();
   if (!seen)
     throw DataError("init_from: no weights at '" + path.string() +
-                    "'; give a .safetensors file or a directory holding model.safetensors");
-  if (comm.size() > 1) check_files_agree("init_from", {path.string()}, comm);  // none stale
-  const SafetensorsReader reader(path);
+                    "'; give a .safetensors file or a directory holding model.safetensors or "
+                    "model.safetensors.index.json");
+  const SafetensorsSet reader(path);
+  if (comm.size() > 1) check_files_agree("init_from", reader.files(), comm);  // none stale
   WeightsFile file(reader, model);
   strategy.load_state(file);
   stop_together<DataError>(file.not_finite(),

@@ -1,5 +1,7 @@
-// Initial weights (`[model] init_from`): a safetensors file into a
-// strategy, each rank taking only the elements its strategy holds.
+// Initial weights (`[model] init_from`): a safetensors file, or the shards
+// of a Hugging Face directory's model.safetensors.index.json
+// (io/safetensors_set.h), into a strategy, each rank taking only the
+// elements its strategy holds.
 //
 // The weights enter through Strategy::load_state, as a checkpoint's state
 // does: the file is a StateSource whose master values are its tensors
@@ -29,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/safetensors_set.h"
 #include "ztrain/comm.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer_state.h"
@@ -44,7 +46,7 @@ namespace ztrain {
 // (from the constructor) when the file does not match the model.
 class WeightsFile final : public StateSource {
  public:
-  WeightsFile(const SafetensorsReader& file, const Model& model);
+  WeightsFile(const SafetensorsSet& file, const Model& model);
   void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override;
   std::uint64_t bytes_read() const { return bytes_read_; }  // of the file, so far
   std::uint64_t file_bytes() const;                         // the model's tensors
@@ -55,12 +57,12 @@ class WeightsFile final : public StateSource {
   const std::string& not_finite() const { return not_finite_; }
 
  private:
-  void read_transposed(const SafetensorsEntry& e, const Shape& shape, std::uint64_t first,
+  void read_transposed(const SafetensorsSet::Tensor& t, const Shape& shape, std::uint64_t first,
                        std::uint64_t count, float* out);
   void check_finite(ParamId p, std::uint64_t first, std::uint64_t count, const float* values);
-  const SafetensorsReader& file_;
+  const SafetensorsSet& file_;
   ParamSpecs params_;
-  IdVector<ParamId, const SafetensorsEntry*> match_;
+  IdVector<ParamId, SafetensorsSet::Tensor> match_;
   std::vector<float> segment_;
   std::uint64_t bytes_read_ = 0;
   std::string not_finite_;

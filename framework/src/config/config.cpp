@@ -191,7 +191,12 @@ RunConfig RunConfig::load(const fs::path& run_file, const std::string& model,
     for (const auto& r : config_roots) dirs.push_back(r / sub);
     return dirs;
   };
-  if (!model.empty() && !c.select_preset("model", model, under("models"))) {
+  if (!model.empty() && fs::is_directory(model)) {
+    // A Hugging Face model directory (config/hf_model_import.h reads it).
+    c.forget_origins("model");
+    c.root_.insert_or_assign("model", toml::table{{"from", model}});
+    c.origin_["model"] = c.origin_["model.from"] = "--model " + model;
+  } else if (!model.empty() && !c.select_preset("model", model, under("models"))) {
     std::string looked;
     for (const auto& d : under("models")) looked += "\n  " + d.string();
     throw ConfigError("--model " + model + ": no model preset '" + model + ".toml' in:" + looked +

@@ -28,7 +28,9 @@ std::string toml_number_text(double d);
 class RunConfig {
  public:
   // Parses run_file; a non-empty model replaces [model] with the preset
-  // `<root>/models/<model>.toml` (an error when there is none); a non-empty
+  // `<root>/models/<model>.toml` (an error when there is none), or, when it
+  // names a directory, with { from = model } (a Hugging Face model
+  // directory, config/hf_model_import.h); a non-empty
   // strategy replaces [strategy] with `<root>/strategies/<strategy>.toml`, or
   // with { plugin = strategy } when there is no such preset; roots are
   // searched in order. Then applies `section.key=value` overrides in order.

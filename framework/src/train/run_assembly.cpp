@@ -10,6 +10,7 @@
 #include "comm/world.h"
 #include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
+#include "config/hf_model_import.h"
 #include "config/section_options.h"
 #include "core/host_name.h"
 #include "job/guarded_device.h"
@@ -236,6 +237,7 @@ void estimate(const TrainArgs& args, int world, std::ostream& os) {
 RunConfig load_run_config(const TrainArgs& args) {
   RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
                                      config_roots(args.config));
+  resolve_model_dir(config);
   resume_shorthand(config);
   if (args.deepspeed.empty() && args.accelerate.empty()) {
     inherit_resumed_run(config);

@@ -393,9 +393,11 @@ void Trainer::finish() {
   if (!stopped_) {
     // Every rank takes part (sharded parameters are gathered); rank 0 writes.
     const bool lead = run_.comm->rank() == 0;
-    if (tr_.save_final) export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead);
+    const std::filesystem::path tokenizer = data_info_.tokenizer;
+    if (tr_.save_final)
+      export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead, tokenizer);
     if (!tr_.export_to.empty())
-      export_weights(*run_.model, *run_.strategy, tr_.export_to, tr_.export_dtype, lead);
+      export_weights(*run_.model, *run_.strategy, tr_.export_to, tr_.export_dtype, lead, tokenizer);
     return;
   }
   const std::string signal = StopRequests::requested() == SIGINT ? "SIGINT" : "SIGTERM";

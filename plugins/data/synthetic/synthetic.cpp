@@ -67,8 +67,9 @@ class Synthetic final : public DataSource {
     return {"synthetic (V=" + std::to_string(V_) + ", K=" + std::to_string(branching_) + ")",
             entropy_,
             V_,
-            {},             // no files: every rank computes the same tokens
-            std::nullopt};  // endless
+            {},            // no files: every rank computes the same tokens
+            std::nullopt,  // endless
+            {}};           // no tokenizer made these ids
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,

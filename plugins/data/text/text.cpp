@@ -99,7 +99,8 @@ class Text final : public DataSource {
             std::nullopt,
             256,
             {path_},
-            train_windows_ ? std::optional(train_windows_->count()) : std::nullopt};
+            train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
+            {}};  // bytes are their own ids: no tokenizer
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,

@@ -120,13 +120,14 @@ TokenFile open_tokens(const std::string& path, const std::string& format) {
 }
 
 // A prepare manifest beside `file` whose tokenizer has more tokens than
-// the model's vocabulary: refused.
-void check_manifest(const std::string& file, int vocab) {
+// the model's vocabulary: refused. Returns the manifest's tokenizer file
+// when it is still there (empty: none).
+std::string check_manifest(const std::string& file, int vocab) {
   const auto path = std::filesystem::path(file).parent_path() / "manifest.json";
   std::ifstream in(path);
-  if (!in) return;
+  if (!in) return {};
   const auto j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object() || j.value("format", "") != "ztrain-prepare 1") return;
+  if (!j.is_object() || j.value("format", "") != "ztrain-prepare 1") return {};
   const auto tok = j.value("tokenizer", nlohmann::json::object());
   const std::uint64_t size = tok.value("vocab_size", std::uint64_t{0});
   if (size > static_cast<std::uint64_t>(vocab))
@@ -134,6 +135,8 @@ void check_manifest(const std::string& file, int vocab) {
                     " with " + std::to_string(size) + " tokens, more than the model's vocab_size " +
                     std::to_string(vocab) + "; set [model] vocab_size to at least " +
                     std::to_string(size));
+  const std::string tokenizer = tok.value("file", "");
+  return std::filesystem::exists(tokenizer) ? tokenizer : std::string();
 }
 
 // A run of one file's tokens that windows are cut from: a whole shard, or
@@ -210,7 +213,7 @@ class Tokens final : public DataSource {
     if (!val_path_.empty())
       for (std::string& f : expand_files(val_path_, val_where_)) names_.push_back(std::move(f));
     refuse_shared_files(n_train);
-    check_manifest(names_.front(), s.vocab_size);
+    tokenizer_ = check_manifest(names_.front(), s.vocab_size);
     if (names_.size() > n_train) check_manifest(names_[n_train], s.vocab_size);
     for (const std::string& name : names_) {
       files_.push_back(open_tokens(name, format_));
@@ -250,8 +253,11 @@ class Tokens final : public DataSource {
         names_.size() == 1 ? names_[0] : std::to_string(names_.size()) + " files";
     return {"tokens " + what + " (" + std::to_string(tokens) + " tokens, uint" +
                 std::to_string(widest * 8) + ")",
-            std::nullopt, static_cast<int>(max_id_) + 1, names_,
-            train_windows_ ? std::optional(train_windows_->count()) : std::nullopt};
+            std::nullopt,
+            static_cast<int>(max_id_) + 1,
+            names_,
+            train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
+            tokenizer_};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
@@ -306,6 +312,7 @@ class Tokens final : public DataSource {
   bool shuffle_;
   int T_ = 0;
   std::vector<std::string> names_;  // the train files, then the val files
+  std::string tokenizer_;           // the prepare manifest's, when it is there
   std::vector<TokenFile> files_;
   std::vector<Piece> train_pieces_, val_pieces_;
   std::uint32_t max_id_ = 0;

@@ -1,0 +1,74 @@
+#include "checkpoint/hf_export.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "io/durable_file.h"
+#include "text/tokenizer.h"
+#include "ztrain/error.h"
+
+namespace ztrain {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const char* torch_dtype(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "float32";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f16:
+      return "float16";
+  }
+  return "float32";
+}
+
+// A token named in tokenizer_config.json (a string, or {"content": ...}).
+std::optional<std::string> config_token(const json& config, const char* key) {
+  const auto it = config.is_object() ? config.find(key) : config.end();
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content")) return (*it)["content"].get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string export_config_json(const std::string& config_json, DType dtype,
+                               const fs::path& tokenizer) {
+  json config = json::parse(config_json);
+  config["torch_dtype"] = torch_dtype(dtype);
+  config["bos_token_id"] = nullptr;
+  config["eos_token_id"] = nullptr;
+  if (!tokenizer.empty()) {
+    const text::Tokenizer tok = text::load_tokenizer(tokenizer);
+    json tok_config = json::object();
+    if (std::ifstream in(tokenizer.parent_path() / "tokenizer_config.json"); in)
+      tok_config = json::parse(in, nullptr, false);
+    std::optional<std::string> bos = config_token(tok_config, "bos_token");
+    if (!bos) bos = tok.template_start();
+    const std::optional<std::string> eos = config_token(tok_config, "eos_token");
+    const json vocab_size = config.value("vocab_size", json());
+    for (const auto& [key, token] :
+         {std::pair{"bos_token_id", bos}, std::pair{"eos_token_id", eos}}) {
+      if (!token) continue;
+      const auto id = tok.token_id(*token);
+      // An id past the model's vocabulary stays null: transformers would index past it.
+      if (id && (!vocab_size.is_number() || *id < vocab_size.get<std::int64_t>()))
+        config[key] = *id;
+    }
+  }
+  return config.dump(2) + "\n";
+}
+
+void copy_tokenizer(const fs::path& tokenizer, const fs::path& dir) {
+  write_file_atomically(dir / "tokenizer.json", read_whole_file(tokenizer));
+  for (const char* beside : {"tokenizer_config.json", "special_tokens_map.json"})
+    if (fs::exists(tokenizer.parent_path() / beside))
+      write_file_atomically(dir / beside, read_whole_file(tokenizer.parent_path() / beside));
+}
+
+}  // namespace ztrain

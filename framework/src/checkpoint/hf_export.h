@@ -1,0 +1,30 @@
+// What an exported model directory holds beside its weights, so that
+// transformers' AutoModelForCausalLM and AutoTokenizer load it as it is:
+// config.json with the weights' true torch_dtype and token ids that are in
+// the vocabulary or null (transformers' defaults, GPT-2's 50256 and Llama's
+// 1 and 2, would point outside a small vocabulary), and the tokenizer the
+// run's tokens came from (tokenizer.json, with tokenizer_config.json and
+// special_tokens_map.json when they are beside it).
+//
+// Errors: DataError for files that cannot be read or written; ConfigError
+// for a tokenizer that does not load. Thread safety: one thread.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "ztrain/dtype.h"
+
+namespace ztrain {
+
+// `config_json` (a model's config.json) with torch_dtype = `dtype` and
+// bos_token_id / eos_token_id those of `tokenizer` (a tokenizer.json;
+// empty: none, and both null): tokenizer_config.json's bos_token and
+// eos_token beside it, else the post-processor's leading token as BOS.
+std::string export_config_json(const std::string& config_json, DType dtype,
+                               const std::filesystem::path& tokenizer);
+
+// Copies `tokenizer` and the tokenizer files beside it into `dir`.
+void copy_tokenizer(const std::filesystem::path& tokenizer, const std::filesystem::path& dir);
+
+}  // namespace ztrain

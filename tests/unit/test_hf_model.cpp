@@ -1,0 +1,112 @@
+// Hugging Face model directories as the model (config/hf_model_import.h):
+// what each config.json key becomes, what is refused naming the key, the
+// notes. (test_golden trains the two golden directories through `from`.)
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/hf_model_import.h"
+#include "support.h"
+
+using namespace ztrain;
+
+namespace {
+
+nlohmann::json golden_config(const std::string& name) {
+  std::ifstream in(test::source_dir() / "tests/data/golden" / name / "config.json");
+  return nlohmann::json::parse(in);
+}
+
+// The run of [model] from = a directory holding `config` (and extra keys).
+RunConfig resolved(const test::TempDir& dir, const nlohmann::json& config,
+                   const std::string& extra = "") {
+  std::ofstream(dir / "config.json") << config.dump(1);
+  RunConfig c =
+      RunConfig::parse("[model]\nfrom = \"" + dir.path().string() + "\"\n" + extra, "run.toml");
+  resolve_model_dir(c);
+  return c;
+}
+
+std::string value(const RunConfig& c, const std::string& key) {
+  const toml::node* n = c.table().at_path(key).node();
+  return n ? toml_value_text(*n) : "(none)";
+}
+
+std::string refusal(const test::TempDir& dir, const nlohmann::json& config) {
+  return test::message_of<ConfigError>([&] { resolved(dir, config); });
+}
+
+}  // namespace
+
+TEST_CASE("hf model: Llama's keys, rope_theta in either place, long contexts capped with a note") {
+  test::TempDir dir;
+  auto j = golden_config("llama");
+  RunConfig c = resolved(dir, j);
+  CHECK(value(c, "model.arch") == "\"llama\"");
+  CHECK(value(c, "model.n_kv_head") == "2");
+  CHECK(value(c, "model.rope_theta") == "5000.0");
+  CHECK(value(c, "model.init_from") == "\"" + dir.path().string() + "\"");
+  CHECK(c.table().at_path("model.from").node() == nullptr);
+  j.erase("rope_parameters");
+  j["rope_theta"] = 500000.0;
+  j["max_position_embeddings"] = 131072;
+  c = resolved(dir, j);
+  CHECK(value(c, "model.rope_theta") == "5e+05");
+  CHECK(value(c, "model.seq_len") == "2048");
+  REQUIRE(c.notes().size() == 1);
+  CHECK(c.notes()[0].find("max_position_embeddings is 131072: seq_len 2048") != std::string::npos);
+  // The run's own key wins, said.
+  c = resolved(dir, j, "seq_len = 256\n");
+  CHECK(value(c, "model.seq_len") == "256");
+  CHECK(c.notes().back().find("run.toml:3:1: model.seq_len = 256 in place of 2048") !=
+        std::string::npos);
+}
+
+TEST_CASE("hf model: what changes the computation and is not built is refused naming the key") {
+  test::TempDir dir;
+  const auto llama = golden_config("llama");
+  auto j = llama;
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  CHECK(refusal(dir, j).find("config.json: rope_scaling is") != std::string::npos);
+  CHECK(refusal(dir, j).find("RoPE scaling \"llama3\" is not built") != std::string::npos);
+  j = llama;
+  j["tie_word_embeddings"] = true;
+  CHECK(refusal(dir, j).find("config.json: tie_word_embeddings is true") != std::string::npos);
+  j = llama;
+  j["model_type"] = "qwen2";
+  CHECK(refusal(dir, j).find("Qwen2's q/k/v biases are not built") != std::string::npos);
+  j = llama;
+  j["model_type"] = "mistral";
+  j["sliding_window"] = 8;
+  CHECK(refusal(dir, j).find("sliding_window is 8, shorter than seq_len 13") != std::string::npos);
+  j["sliding_window"] = 4096;
+  CHECK_NOTHROW(resolved(dir, j));
+  j = llama;
+  j["some_new_key"] = 3;
+  CHECK(refusal(dir, j).find("config.json: some_new_key is 3: a key ztrain does not know") !=
+        std::string::npos);
+  j = llama;
+  j["hidden_act"] = "gelu";
+  CHECK(refusal(dir, j).find("hidden_act is \"gelu\"") != std::string::npos);
+  auto g = golden_config("gpt2");
+  g["activation_function"] = "relu";
+  CHECK(refusal(dir, g).find("activation_function is \"relu\"") != std::string::npos);
+  CHECK(test::message_of<ConfigError>([] {
+          RunConfig c = RunConfig::parse("[model]\nfrom = \"/nonexistent/dir\"\n", "run.toml");
+          resolve_model_dir(c);
+        }).find("'/nonexistent/dir' has no readable config.json") != std::string::npos);
+}
+
+TEST_CASE("hf model: GPT-2's keys, and its dropout said in a note") {
+  test::TempDir dir;
+  auto g = golden_config("gpt2");
+  g["resid_pdrop"] = 0.1;
+  const RunConfig c = resolved(dir, g);
+  CHECK(value(c, "model.arch") == "\"gpt2\"");
+  CHECK(value(c, "model.seq_len") == "13");
+  CHECK(value(c, "model.intermediate_size") == "128");
+  REQUIRE(c.notes().size() == 1);
+  CHECK(c.notes()[0].find("resid_pdrop is 0.1: ztrain trains without dropout") !=
+        std::string::npos);
+}
