@@ -86,6 +86,14 @@ std::string escaped(const std::string& literal) {
   return out;
 }
 
+// The steps of a Sequence: each element of `key` read by `read`.
+template <class Step, class Read>
+std::vector<Step> steps_of(const Node& n, const std::string& key, Read read) {
+  std::vector<Step> steps;
+  for (std::size_t i = 0; i < n.size_of(key); ++i) steps.push_back(read(n.at(key, i)));
+  return steps;
+}
+
 Normalize normalizer_of(const Node& n) {
   const std::string type = n.text("type", "");
   if (type == "Prepend") return prepend_normalizer(n.text("prepend", ""));
@@ -94,12 +102,8 @@ Normalize normalizer_of(const Node& n) {
     if (p.regex) n.unsupported("pattern", "ztrain's Replace normalizer takes a String pattern");
     return replace_normalizer(p.text, n.text("content", ""));
   }
-  if (type == "Sequence") {
-    std::vector<Normalize> steps;
-    for (std::size_t i = 0; i < n.size_of("normalizers"); ++i)
-      steps.push_back(normalizer_of(n.at("normalizers", i)));
-    return sequence_normalizer(std::move(steps));
-  }
+  if (type == "Sequence")
+    return sequence_normalizer(steps_of<Normalize>(n, "normalizers", normalizer_of));
   n.unsupported("type",
                 "ztrain reads the normalizers Prepend, Replace and Sequence (Unicode "
                 "normalization and case folding are not built); use a tokenizer without it");
@@ -145,12 +149,8 @@ PreTokenize pre_tokenizer_of(const Node& n) {
   if (type == "Metaspace")
     return metaspace_pre_tokenizer(n.text("replacement", "\u2581"), scheme_of(n),
                                    n.flag("split", true));
-  if (type == "Sequence") {
-    std::vector<PreTokenize> steps;
-    for (std::size_t i = 0; i < n.size_of("pretokenizers"); ++i)
-      steps.push_back(pre_tokenizer_of(n.at("pretokenizers", i)));
-    return sequence_pre_tokenizer(std::move(steps));
-  }
+  if (type == "Sequence")
+    return sequence_pre_tokenizer(steps_of<PreTokenize>(n, "pretokenizers", pre_tokenizer_of));
   n.unsupported("type", "ztrain reads the pre-tokenizers ByteLevel, Split, Metaspace and Sequence");
 }
 
@@ -168,12 +168,7 @@ Decode decoder_of(const Node& n) {
     return strip_decoder(n.text("content", " "), n.count("start", 0), n.count("stop", 0));
   if (type == "Metaspace")
     return metaspace_decoder(n.text("replacement", "\u2581"), scheme_of(n) != "never");
-  if (type == "Sequence") {
-    std::vector<Decode> steps;
-    for (std::size_t i = 0; i < n.size_of("decoders"); ++i)
-      steps.push_back(decoder_of(n.at("decoders", i)));
-    return sequence_decoder(std::move(steps));
-  }
+  if (type == "Sequence") return sequence_decoder(steps_of<Decode>(n, "decoders", decoder_of));
   n.unsupported("type",
                 "ztrain reads the decoders ByteLevel, Replace, ByteFallback, Fuse, Strip, "
                 "Metaspace and Sequence");
