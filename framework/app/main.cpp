@@ -16,6 +16,7 @@
 #include "commands/compare.h"
 #include "commands/estimate_table.h"
 #include "commands/prepare.h"
+#include "commands/sample.h"
 #include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
 #include "io/durable_file.h"
@@ -66,6 +67,10 @@ constexpr const char* kUsage =
     "                                           names (OUT: a .safetensors file, or a directory\n"
     "                                           that gets model.safetensors and config.json)\n"
     "       ztrain checkpoint info CHECKPOINT   what a checkpoint holds; verifies every checksum\n"
+    "       ztrain sample DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--seed "
+    "S]\n"
+    "                                           continue TEXT with the model of a run directory\n"
+    "                                           or an export (greedy unless --temperature)\n"
     "       ztrain prepare --tokenizer tokenizer.json --out DIR [--text-field F] [--shard-tokens "
     "N]\n"
     "                      [--val-tokens N | --val-fraction F] [--separator TOKEN|none] INPUT...\n"
@@ -170,6 +175,10 @@ struct Cli {
   std::string tokenizer, text_field = "text", separator;
   std::uint64_t shard_tokens = 100'000'000, val_tokens = 0;
   double val_fraction = 0;
+  std::string prompt;
+  int max_tokens = 64, top_k = 0;
+  double temperature = 0;
+  std::uint64_t sample_seed = 0;
   int gpus_per_node = 1, nproc = 0, world = 1, num_nodes = -1, num_gpus = -1;
   std::string master_addr, master_port;
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
@@ -247,6 +256,11 @@ po::options_description declare_options(Cli& c) {
       "prepare: the first documents, up to this many tokens, are held out (val_*.bin)")(
       "val-fraction", po::value(&c.val_fraction),
       "prepare: each document is held out with this probability (by its index)")(
+      "prompt", po::value(&c.prompt), "sample: the text to continue")(
+      "max-tokens", po::value(&c.max_tokens), "sample: tokens to add (64)")(
+      "temperature", po::value(&c.temperature), "sample: 0 takes the likeliest token (greedy)")(
+      "top-k", po::value(&c.top_k), "sample: draw among the K likeliest (0: all)")(
+      "seed", po::value(&c.sample_seed), "sample: the draws' seed (0)")(
       "separator", po::value(&c.separator),
       "prepare: the token each document starts with (default: the tokenizer's BOS, else its "
       "EOS), or none");
@@ -365,6 +379,14 @@ std::optional<int> tool_command(const Cli& c) {
   }
   if (command == "export") return export_command(c);
   if (command == "prepare") return prepare_command(c);
+  if (command == "sample") {
+    expect_words(c, 2,
+                 "ztrain sample DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]");
+    ztrain::SampleArgs a{c.positional[1], c.tokenizer, c.prompt,     c.max_tokens,
+                         c.temperature,   c.top_k,     c.sample_seed};
+    ztrain::sample(a, c.loader(), std::cout);
+    return 0;
+  }
   return std::nullopt;
 }
 

@@ -1,0 +1,41 @@
+// `ztrain sample DIR --prompt TEXT`: text from a trained model, for the
+// "does it talk yet" look after training. DIR is a run directory or an
+// exported model (Hugging Face layout: config.json, model.safetensors,
+// tokenizer.json beside them), read as `--model DIR` reads it. The prompt
+// is tokenized with DIR's tokenizer (or --tokenizer), after config.json's
+// bos_token_id when it has one (as the documents were prepared); each new
+// token comes from the logits at the last position of the window (the
+// last seq_len tokens): the largest (greedy, temperature 0) or drawn from
+// softmax(logits / temperature) over the top_k largest (0: all), seeded,
+// so a seed repeats its text. Generation stops after max_tokens or at
+// config.json's eos_token_id. The text is printed as it grows.
+//
+// Errors: ConfigError / DataError from loading; Error when DIR's model has
+// no logits to sample from. Thread safety: call from the main thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace ztrain {
+
+class PluginLoader;
+
+struct SampleArgs {
+  std::filesystem::path dir;
+  std::filesystem::path tokenizer;  // empty: DIR/tokenizer.json
+  std::string prompt;
+  int max_tokens = 64;
+  double temperature = 0;  // 0: greedy
+  int top_k = 0;           // 0: every token
+  std::uint64_t seed = 0;
+};
+
+// The continuation's token ids, after printing prompt and continuation.
+std::vector<std::int32_t> sample(const SampleArgs& args, const PluginLoader& loader,
+                                 std::ostream& out);
+
+}  // namespace ztrain

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `ztrain sample`: a model trained on one repeated pair of sentences
+# (prepared with a tokenizer of tests/data) continues a prompt with them.
+# - Greedy: "the cat sat on" continues " the mat. the dog ate the bone".
+# - Drawn (--temperature, --top-k): the same seed gives the same text.
+# - Refused: no tokenizer, --max-tokens 0, a negative temperature.
+#
+# usage: test_sample.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+python3 -c "
+import json
+with open('$scratch/docs.jsonl', 'w') as f:
+    for i in range(400):
+        f.write(json.dumps({'text': 'the cat sat on the mat. the dog ate the bone. ' * 3}) + '\n')
+"
+"$ZTRAIN" prepare --tokenizer "$SRC/tests/data/tokenizers/byte_level.json" --separator '<|endoftext|>' \
+  --out "$scratch/data" "$scratch/docs.jsonl" > "$scratch/prep.out" 2>&1 || fail "prepare failed: $(cat "$scratch/prep.out")"
+"$ZTRAIN" --model gpt2-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32 \
+  --set model.vocab_size=2000 --set train.steps=150 --set train.eval_every=0 --set train.lr=3e-3 \
+  --set train.warmup_steps=10 --set device.threads=1 --set data.plugin=tokens \
+  --set "data.path=\"$scratch/data/train_*.bin\"" --set train.out_dir="$scratch/run" \
+  "$SRC/configs/run.toml" > "$scratch/train.out" 2>&1 || fail "training failed: $(cat "$scratch/train.out")"
+grep "final train loss" "$scratch/train.out"
+
+greedy=$("$ZTRAIN" sample "$scratch/run" --prompt "the cat sat on" --max-tokens 14) ||
+  fail "sample failed: $greedy"
+echo "greedy: $greedy"
+case "$greedy" in
+  "the cat sat on the mat. the dog ate the bone"*) ;;
+  *) fail "greedy sampling did not continue the sentences: '$greedy'" ;;
+esac
+drawn() { "$ZTRAIN" sample "$scratch/run" --prompt "the dog" --max-tokens 12 --temperature 0.8 --top-k 5 --seed "$1"; }
+a=$(drawn 7) && b=$(drawn 7) || fail "drawn sampling failed"
+[ "$a" = "$b" ] || fail "the same seed drew '$a' and '$b'"
+echo "drawn (seed 7, twice): $a"
+
+refused() {  # refused WHAT PATTERN ARGS...
+  local what=$1 pattern=$2
+  shift 2
+  if "$ZTRAIN" sample "$@" > "$scratch/refused.out" 2>&1; then fail "$what: not refused"; fi
+  grep -qF -- "$pattern" "$scratch/refused.out" || fail "$what: '$pattern' not said: $(cat "$scratch/refused.out")"
+  echo "$what: refused"
+}
+mv "$scratch/run/tokenizer.json" "$scratch/tokenizer.json"
+refused "no tokenizer" "give one with --tokenizer" "$scratch/run" --prompt "the cat"
+refused "--max-tokens 0" "--max-tokens 0: give 1 or more" "$scratch/run" --tokenizer "$scratch/tokenizer.json" \
+  --prompt "the cat" --max-tokens 0
+refused "a negative temperature" "--temperature must be 0" "$scratch/run" \
+  --tokenizer "$scratch/tokenizer.json" --prompt "the cat" --temperature -1
+echo "PASS"
