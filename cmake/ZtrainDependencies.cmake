@@ -17,6 +17,9 @@ pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
 pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
 # PCRE2 (libpcre2-dev): the tokenizers' split patterns, with Unicode classes.
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# SentencePiece (libsentencepiece-dev): Llama 2's tokenizer.model files, run
+# by SentencePiece itself.
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 
 # OpenBLAS ships a config file with variables only; wrap it in a target.
 find_package(OpenBLAS CONFIG REQUIRED)

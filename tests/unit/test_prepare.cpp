@@ -60,11 +60,11 @@ TEST_CASE("prepare: each document's separator and ids in input order, at any thr
     a.out = dir / "one";
     REQUIRE(prepare(a, log) == 0);
   }
-  const text::Tokenizer tok = text::load_tokenizer(tok_file);
+  const auto tok = text::load_tokenizer(tok_file);
   std::vector<std::int32_t> want;
   for (const auto& d : docs) {
     want.push_back(0);
-    const auto ids = tok.encode(d);
+    const auto ids = tok->encode(d);
     want.insert(want.end(), ids.begin(), ids.end());
   }
   std::vector<std::int32_t> got;
@@ -116,4 +116,30 @@ TEST_CASE("prepare: the held-out split by tokens (first documents) and by fracti
           a.val_tokens = 10;
           prepare(a, log);
         }).find("excludes --val-tokens") != std::string::npos);
+}
+
+TEST_CASE("prepare: a SentencePiece model tokenizes, each document after its <s>") {
+  test::TempDir dir;
+  {
+    std::ofstream out(dir / "docs.jsonl");
+    for (const auto& d : documents()) out << nlohmann::json{{"text", d}}.dump() << "\n";
+  }
+  PrepareArgs a;
+  a.tokenizer = test::source_dir() / "tests/data/tokenizers/sp_bpe.model";
+  a.inputs = {(dir / "docs.jsonl").string()};
+  a.out = dir / "sp";
+  std::ostringstream log;
+  REQUIRE(prepare(a, log) == 0);
+  const auto m = nlohmann::json::parse(read_whole_file(dir / "sp" / "manifest.json"));
+  CHECK(m["separator"] == "<s>");
+  CHECK(m["tokenizer"]["vocab_size"] == 1000);
+  const auto tok = text::load_tokenizer(a.tokenizer);
+  const auto ids = shard_ids(dir / "sp" / "train_000000.bin");
+  std::vector<std::int32_t> want{1};
+  const auto first = tok->encode(documents().front());
+  want.insert(want.end(), first.begin(), first.end());
+  want.push_back(1);
+  REQUIRE(ids.size() > want.size());
+  CHECK(std::vector<std::int32_t>(ids.begin(), ids.begin() + static_cast<long>(want.size())) ==
+        want);
 }

@@ -44,18 +44,18 @@ std::string export_config_json(const std::string& config_json, DType dtype,
   config["bos_token_id"] = nullptr;
   config["eos_token_id"] = nullptr;
   if (!tokenizer.empty()) {
-    const text::Tokenizer tok = text::load_tokenizer(tokenizer);
+    const auto tok = text::load_tokenizer(tokenizer);
     json tok_config = json::object();
     if (std::ifstream in(tokenizer.parent_path() / "tokenizer_config.json"); in)
       tok_config = json::parse(in, nullptr, false);
     std::optional<std::string> bos = config_token(tok_config, "bos_token");
-    if (!bos) bos = tok.template_start();
+    if (!bos) bos = tok->bos_token();
     const std::optional<std::string> eos = config_token(tok_config, "eos_token");
     const json vocab_size = config.value("vocab_size", json());
     for (const auto& [key, token] :
          {std::pair{"bos_token_id", bos}, std::pair{"eos_token_id", eos}}) {
       if (!token) continue;
-      const auto id = tok.token_id(*token);
+      const auto id = tok->token_id(*token);
       // An id past the model's vocabulary stays null: transformers would index past it.
       if (id && (!vocab_size.is_number() || *id < vocab_size.get<std::int64_t>()))
         config[key] = *id;
@@ -65,10 +65,17 @@ std::string export_config_json(const std::string& config_json, DType dtype,
 }
 
 void copy_tokenizer(const fs::path& tokenizer, const fs::path& dir) {
-  write_file_atomically(dir / "tokenizer.json", read_whole_file(tokenizer));
+  const char* name = tokenizer.extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
+  write_file_atomically(dir / name, read_whole_file(tokenizer));
   for (const char* beside : {"tokenizer_config.json", "special_tokens_map.json"})
     if (fs::exists(tokenizer.parent_path() / beside))
       write_file_atomically(dir / beside, read_whole_file(tokenizer.parent_path() / beside));
+}
+
+fs::path tokenizer_in(const fs::path& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (fs::exists(dir / name)) return dir / name;
+  return {};
 }
 
 }  // namespace ztrain

@@ -24,7 +24,11 @@ namespace ztrain {
 std::string export_config_json(const std::string& config_json, DType dtype,
                                const std::filesystem::path& tokenizer);
 
-// Copies `tokenizer` and the tokenizer files beside it into `dir`.
+// Copies `tokenizer` (as tokenizer.json, or tokenizer.model for a
+// SentencePiece model) and the tokenizer files beside it into `dir`.
 void copy_tokenizer(const std::filesystem::path& tokenizer, const std::filesystem::path& dir);
+// The tokenizer a model directory holds: tokenizer.json, else
+// tokenizer.model; empty when it has neither.
+std::filesystem::path tokenizer_in(const std::filesystem::path& dir);
 
 }  // namespace ztrain

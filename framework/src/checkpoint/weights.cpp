@@ -115,8 +115,7 @@ void convert_weights(const fs::path& source, const fs::path& out, DType dtype, b
     std::ifstream cfg(source / "config.json");
     config_json.assign(std::istreambuf_iterator<char>(cfg), {});
   }
-  const fs::path tokenizer =
-      dir && fs::exists(source / "tokenizer.json") ? source / "tokenizer.json" : fs::path();
+  const fs::path tokenizer = dir ? tokenizer_in(source) : fs::path();
   const fs::path target = prepare_target(out, config_json, dtype, tokenizer);
   std::vector<std::vector<std::uint8_t>> storage;
   std::vector<SafetensorsTensor> tensors;

@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 // and Qwen2 start each document with <|endoftext|>).
 std::optional<std::string> default_separator(const text::Tokenizer& tok,
                                              const std::filesystem::path& file) {
-  if (tok.template_start()) return tok.template_start();
+  if (const auto bos = tok.bos_token()) return bos;
   const auto config = file.parent_path() / "tokenizer_config.json";
   std::ifstream in(config);
   if (!in) return std::nullopt;
@@ -134,12 +134,12 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
                       ": give 1 to 2147483647 tokens per shard (llm.c's header holds an int32)");
   if (a.val_fraction < 0 || a.val_fraction >= 1 || (a.val_fraction > 0 && a.val_tokens > 0))
     throw ConfigError("--val-fraction is in [0, 1) and excludes --val-tokens");
-  const text::Tokenizer tok = text::load_tokenizer(a.tokenizer);
+  const auto tok = text::load_tokenizer(a.tokenizer);
   std::string separator;
-  const auto sep = separator_id(a, tok, separator);
+  const auto sep = separator_id(a, *tok, separator);
   const std::vector<std::string> files = expand_files(a.inputs, "prepare's inputs");
   check_out_dir(a);
-  const int width = tok.vocab_size() <= 65536 ? 2 : 4;
+  const int width = tok->vocab_size() <= 65536 ? 2 : 4;
   Split train{TokenShardWriter(a.out, "train", a.shard_tokens, width)};
   Split val{TokenShardWriter(a.out, "val", a.shard_tokens, width)};
   text::DocumentReader reader(files, a.text_field);
@@ -162,7 +162,7 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
     std::vector<std::vector<std::int32_t>> ids(batch.size());
     oneapi::tbb::parallel_for(std::size_t{0}, batch.size(), [&](std::size_t i) {
       if (sep) ids[i].push_back(*sep);
-      const auto body = tok.encode(batch[i]);
+      const auto body = tok->encode(batch[i]);
       ids[i].insert(ids[i].end(), body.begin(), body.end());
     });
     for (auto& doc : ids) {
@@ -188,7 +188,7 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
                          {"tokenizer",
                           {{"file", std::filesystem::absolute(a.tokenizer).string()},
                            {"crc32c", file_crc(a.tokenizer)},
-                           {"vocab_size", tok.vocab_size()}}},
+                           {"vocab_size", tok->vocab_size()}}},
                          {"separator", separator},
                          {"token_bytes", width},
                          {"inputs", files},
@@ -205,12 +205,12 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
       static_cast<unsigned long long>(train.writer.tokens() + val.writer.tokens()),
       static_cast<unsigned long long>(train.writer.tokens()), train.writer.shards().size(),
       static_cast<unsigned long long>(val.writer.tokens()), val.writer.shards().size(),
-      progress.seconds(), width * 8, tok.vocab_size());
+      progress.seconds(), width * 8, tok->vocab_size());
   log << line << "\n"
       << "train on them with:\n  [data]\n  plugin = \"tokens\"\n  path = \""
       << (a.out / "train_*.bin").string() << "\"\n"
       << (val.writer.tokens() ? "  val_path = \"" + (a.out / "val_*.bin").string() + "\"\n" : "")
-      << "  [model]\n  vocab_size = " << tok.vocab_size() << "\n";
+      << "  [model]\n  vocab_size = " << tok->vocab_size() << "\n";
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "checkpoint/hf_export.h"
 #include "config/hf_model_import.h"
 #include "text/tokenizer.h"
 #include "train/run_assembly.h"
@@ -52,11 +53,13 @@ std::vector<std::int32_t> sample(const SampleArgs& a, const PluginLoader& loader
     throw ConfigError("--max-tokens " + std::to_string(a.max_tokens) + ": give 1 or more");
   if (a.temperature < 0 || !std::isfinite(a.temperature))
     throw ConfigError("--temperature must be 0 (greedy) or more");
-  const fs::path tok_file = a.tokenizer.empty() ? a.dir / "tokenizer.json" : a.tokenizer;
-  if (!fs::exists(tok_file))
-    throw ConfigError("no tokenizer at '" + tok_file.string() +
-                      "'; give one with --tokenizer tokenizer.json");
-  const text::Tokenizer tok = text::load_tokenizer(tok_file);
+  const fs::path tok_file = a.tokenizer.empty() ? tokenizer_in(a.dir) : a.tokenizer;
+  if (tok_file.empty() || !fs::exists(tok_file))
+    throw ConfigError(
+        "no tokenizer " +
+        (tok_file.empty() ? "in '" + a.dir.string() + "'" : "at '" + tok_file.string() + "'") +
+        "; give one with --tokenizer tokenizer.json");
+  const auto tok = text::load_tokenizer(tok_file);
   std::ifstream cfg_in(a.dir / "config.json");
   const auto config = nlohmann::json::parse(cfg_in, nullptr, false);
   RunConfig run_config = RunConfig::parse(
@@ -70,7 +73,7 @@ std::vector<std::int32_t> sample(const SampleArgs& a, const PluginLoader& loader
 
   std::vector<std::int32_t> ids;
   if (const auto bos = token_id_of(config, "bos_token_id")) ids.push_back(*bos);
-  for (const std::int32_t id : tok.encode(a.prompt)) {
+  for (const std::int32_t id : tok->encode(a.prompt)) {
     if (id >= V)
       throw DataError("the prompt's token " + std::to_string(id) +
                       " is past the model's vocab_size " + std::to_string(V) +
@@ -103,13 +106,13 @@ std::vector<std::int32_t> sample(const SampleArgs& a, const PluginLoader& loader
     ids.push_back(next);
     made.push_back(next);
     // Print what the text gained, once it is whole characters.
-    const std::string text = tok.decode(made);
+    const std::string text = tok->decode(made);
     if (text.rfind(shown, 0) == 0 && text.find("\xEF\xBF\xBD", shown.size()) == std::string::npos) {
       out << text.substr(shown.size()) << std::flush;
       shown = text;
     }
   }
-  const std::string text = tok.decode(made);
+  const std::string text = tok->decode(made);
   if (text.rfind(shown, 0) == 0) out << text.substr(shown.size());
   out << "\n";
   return made;

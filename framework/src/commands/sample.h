@@ -1,9 +1,10 @@
 // `ztrain sample DIR --prompt TEXT`: text from a trained model, for the
 // "does it talk yet" look after training. DIR is a run directory or an
 // exported model (Hugging Face layout: config.json, model.safetensors,
-// tokenizer.json beside them), read as `--model DIR` reads it. The prompt
-// is tokenized with DIR's tokenizer (or --tokenizer), after config.json's
-// bos_token_id when it has one (as the documents were prepared); each new
+// tokenizer.json or tokenizer.model beside them), read as `--model DIR`
+// reads it. The prompt is tokenized with DIR's tokenizer (or --tokenizer),
+// after config.json's bos_token_id when it has one (as the documents were
+// prepared); each new
 // token comes from the logits at the last position of the window (the
 // last seq_len tokens): the largest (greedy, temperature 0) or drawn from
 // softmax(logits / temperature) over the top_k largest (0: all), seeded,
@@ -26,7 +27,7 @@ class PluginLoader;
 
 struct SampleArgs {
   std::filesystem::path dir;
-  std::filesystem::path tokenizer;  // empty: DIR/tokenizer.json
+  std::filesystem::path tokenizer;  // empty: DIR/tokenizer.json, else DIR/tokenizer.model
   std::string prompt;
   int max_tokens = 64;
   double temperature = 0;  // 0: greedy

@@ -25,8 +25,9 @@ namespace {
 
 // The files a run leaves in its directory.
 const std::vector<std::string> kRunFiles{
-    "config.toml", "metrics.jsonl",  "model.safetensors",     "config.json",
-    "latest",      "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+    "config.toml",    "metrics.jsonl",  "model.safetensors",     "config.json",
+    "latest",         "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "tokenizer.model"};
 // Room kept beyond the weights: metrics, the configuration, headers.
 constexpr std::uint64_t kSlack = std::uint64_t{1} << 20;
 

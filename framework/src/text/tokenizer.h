@@ -1,85 +1,42 @@
-// Tokenizer: text to token ids and back, as a Hugging Face tokenizer.json
-// describes it (the file GPT-2, Llama 2 and 3, Mistral, Qwen2 and
-// TinyLlama ship beside their weights), giving the ids `tokenizers` gives
-// for encode(text, add_special_tokens=False).
+// Tokenizer: text to token ids and back, whatever file describes it: a
+// Hugging Face tokenizer.json (text/hf_tokenizer.h: ids equal to the
+// `tokenizers` library's) or a SentencePiece .model
+// (text/sentencepiece_tokenizer.h: through libsentencepiece itself).
+// `ztrain prepare` writes what encode gives; `ztrain sample` and exports
+// read ids back with decode.
 //
-// What is read: a BPE model (vocab, merges, byte_fallback, fuse_unk,
-// ignore_merges, unk_token); the normalizers Prepend, Replace and Sequence;
-// the pre-tokenizers ByteLevel, Split, Metaspace and Sequence; the decoders
-// ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace and Sequence;
-// added tokens, matched in the text (leftmost, longest) before the rest
-// runs. Anything else the file asks for (another model, NFC, lowercasing,
-// BPE dropout, an added token's lstrip) is a ConfigError naming its JSON
-// key: never a near miss. The post-processor (BOS/EOS templates) is not
-// applied; callers add those ids themselves (template_start names the
-// token its single-sequence template begins with).
-//
-// Thread safety: immutable once loaded; encode and decode from any thread.
+// Ownership: load_tokenizer returns the only owner. Errors: ConfigError for
+// a file that asks for what is not built (naming the key), DataError for
+// one that cannot be read. Thread safety: immutable once loaded; encode
+// and decode from any thread.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
-
-#include "text/bpe.h"
-#include "text/pipeline.h"
 
 namespace ztrain::text {
 
-// An added token. One with `normalized` is matched in the normalized text
-// in its normalized form, which is also what it decodes to (Hugging Face's
-// "<mask>" under Llama 2's normalizer is "▁<mask>"); the others as written,
-// in the raw text.
-struct AddedToken {
-  std::string content;
-  std::int32_t id;
-  bool normalized;
-  bool special;
-};
-
-// What a tokenizer.json holds, read (tokenizer_json.cpp).
-struct TokenizerParts {
-  std::optional<BpeModel> model;
-  Normalize normalizer;  // empty: none
-  PreTokenize pre;       // empty: none
-  Decode decoder;        // empty: tokens joined as they are
-  std::vector<AddedToken> added;
-  std::optional<std::string> template_start;  // post_processor's leading special token
-};
-
 class Tokenizer {
  public:
-  explicit Tokenizer(TokenizerParts parts);
-
-  std::vector<std::int32_t> encode(std::string_view text) const;
-  std::string decode(const std::vector<std::int32_t>& ids) const;
-
-  // One more than the largest id (model vocabulary and added tokens).
-  std::size_t vocab_size() const { return tokens_.size(); }
-  std::optional<std::int32_t> token_id(const std::string& token) const;
-  const std::vector<AddedToken>& added_tokens() const { return parts_.added; }
-  const std::optional<std::string>& template_start() const { return parts_.template_start; }
-
- private:
-  struct Segment {
-    std::string text;
-    std::optional<std::int32_t> added;  // an added token's id
-    bool at_start;
-  };
-  std::vector<Segment> split_added(std::string text, bool at_start, bool normalized) const;
-  void encode_segment(const Segment& s, std::vector<std::int32_t>& out) const;
-
-  TokenizerParts parts_;
-  std::unordered_map<std::string, std::int32_t> names_;  // added tokens as the file writes them
-  std::vector<std::string> tokens_;                      // by id
+  virtual ~Tokenizer() = default;
+  // The ids of `text` with no special tokens added (the caller adds BOS).
+  virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
+  // One more than the largest id.
+  virtual std::size_t vocab_size() const = 0;
+  virtual std::optional<std::int32_t> token_id(const std::string& token) const = 0;
+  // The token a sequence starts with, where the file says (a
+  // tokenizer.json's post-processor template, a SentencePiece model's
+  // bos_id); nullopt where it does not.
+  virtual std::optional<std::string> bos_token() const = 0;
 };
 
-// Reads a tokenizer.json (ConfigError naming file and key for what is not
-// read above, DataError when it cannot be read).
-Tokenizer load_tokenizer(const std::filesystem::path& file);
+// A tokenizer.json, or a SentencePiece model (a .model file).
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& file);
 
 }  // namespace ztrain::text

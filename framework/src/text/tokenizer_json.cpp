@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "text/tokenizer.h"
+#include "text/hf_tokenizer.h"
 #include "ztrain/error.h"
 
 namespace ztrain::text {
@@ -264,7 +264,7 @@ std::optional<std::string> template_start_of(const json& p) {
 
 }  // namespace
 
-Tokenizer load_tokenizer(const std::filesystem::path& file) {
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw DataError("cannot read tokenizer '" + file.string() + "'");
   json j;
@@ -286,7 +286,7 @@ Tokenizer load_tokenizer(const std::filesystem::path& file) {
   if (top.get("decoder")) parts.decoder = decoder_of(top.sub("decoder"));
   parts.added = added_of(top);
   if (const json* p = top.get("post_processor")) parts.template_start = template_start_of(*p);
-  return Tokenizer(std::move(parts));
+  return std::make_unique<HfTokenizer>(std::move(parts));
 }
 
 }  // namespace ztrain::text

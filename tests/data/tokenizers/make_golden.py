@@ -16,16 +16,22 @@ What it does
       metaspace.json    the same model under the later conversion of those files (Mistral's):
                         a Metaspace pre-tokenizer (prepend_scheme "first", no split) and a
                         ByteFallback/Fuse/Metaspace decoder instead of the normalizers.
+    And one SentencePiece model, trained with the `sentencepiece` package as Llama 2's
+    tokenizer.model was (BPE, byte_fallback, digits split, 1000 pieces): sp_bpe.model, whose
+    golden ids and decoded texts are SentencePiece's own (ztrain runs it through
+    libsentencepiece; the case checks the wiring and that Debian's library reads the model
+    the same way).
     Then encodes every case of golden_inputs() with each (add_special_tokens=False) and
     writes golden.json: for each tokenizer and case, the text, the ids and the decoded
     text. ztrain's test (tests/unit/test_tokenizer.cpp) must give the same ids for every
     case and decode them to the same text.
 
 How to rerun
-    python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers
+    python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers sentencepiece
     /tmp/tokvenv/bin/python tests/data/tokenizers/make_golden.py   # from the repo root
 
-Versions used for the committed files: tokenizers 0.23.3 (stored in golden.json).
+Versions used for the committed files: tokenizers 0.23.3, sentencepiece 0.2.3 (stored in
+golden.json).
 """
 
 import json
@@ -154,6 +160,19 @@ def metaspace(sp):
     return out
 
 
+def sentencepiece_model(lines):
+    import io
+    import sentencepiece as spm
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model,
+                                   model_type="bpe", vocab_size=1000, byte_fallback=True,
+                                   split_digits=True, character_coverage=0.9995,
+                                   num_threads=1, minloglevel=2)
+    path = os.path.join(HERE, "sp_bpe.model")
+    open(path, "wb").write(model.getvalue())
+    return spm.SentencePieceProcessor(model_file=path)
+
+
 def main():
     lines = training_text()
     sp = sentencepiece(lines)
@@ -169,6 +188,15 @@ def main():
             cases.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)})
         golden["tokenizers_cases"][name] = cases
         print(name, tok.get_vocab_size(), "tokens;", sum(len(c["ids"]) for c in cases), "ids")
+    import sentencepiece as spm
+    sp_model = sentencepiece_model(lines)
+    golden["sentencepiece"] = spm.__version__
+    cases = []
+    for text in golden_inputs():
+        ids = sp_model.encode(text)
+        cases.append({"text": text, "ids": ids, "decoded": sp_model.decode(ids)})
+    golden["tokenizers_cases"]["sp_bpe"] = cases
+    print("sp_bpe", sp_model.get_piece_size(), "pieces;", sum(len(c["ids"]) for c in cases), "ids")
     with open(os.path.join(HERE, "golden.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, indent=1)
         f.write("\n")
