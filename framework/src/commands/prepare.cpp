@@ -114,12 +114,13 @@ class PrepareProgress {
   Clock::time_point start_ = Clock::now(), shown_ = Clock::now();
 };
 
-struct Split {
+// One split's shards and its count of documents.
+struct SplitOutput {
   TokenShardWriter writer;
   std::uint64_t documents = 0;
 };
 
-json split_json(const Split& s) {
+json split_json(const SplitOutput& s) {
   json shards = json::array();
   for (const auto& sh : s.writer.shards())
     shards.push_back({{"file", sh.file}, {"tokens", sh.tokens}});
@@ -140,8 +141,8 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
   const std::vector<std::string> files = expand_files(a.inputs, "prepare's inputs");
   check_out_dir(a);
   const int width = tok->vocab_size() <= 65536 ? 2 : 4;
-  Split train{TokenShardWriter(a.out, "train", a.shard_tokens, width)};
-  Split val{TokenShardWriter(a.out, "val", a.shard_tokens, width)};
+  SplitOutput train{TokenShardWriter(a.out, "train", a.shard_tokens, width)};
+  SplitOutput val{TokenShardWriter(a.out, "val", a.shard_tokens, width)};
   text::DocumentReader reader(files, a.text_field);
   PrepareProgress progress(log);
   // Batches of documents (at most 1024 or 16 MB) tokenized in parallel,
@@ -172,7 +173,7 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
               : a.val_fraction > 0 &&
                     static_cast<double>(hash_combine(0x5eed, index) >> 11) * 0x1.0p-53 <
                         a.val_fraction;
-      Split& s = to_val ? val : train;
+      SplitOutput& s = to_val ? val : train;
       s.writer.append(doc);
       ++s.documents;
       ++index;
