@@ -155,6 +155,23 @@ while IFS= read -r line; do
   done
 done <"$scratch/train.jsonl"
 
+# Every line, train and val alike, ends with when it was written: UTC in
+# RFC 3339 with milliseconds, and seconds since the run opened the file.
+python3 - "$metrics" << 'PY' || fail "$metrics: a line without its time stamps"
+import datetime, json, sys
+last = -1.0
+for n, line in enumerate(open(sys.argv[1]), 1):
+    r = json.loads(line)
+    t, e = r["time"], r["elapsed_s"]
+    assert len(t) == 24 and t.endswith("Z") and t[19] == ".", (n, t)
+    when = datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+    age = (datetime.datetime.now(datetime.timezone.utc) - when).total_seconds()
+    assert 0 <= age < 600, (n, t, age)
+    assert e >= last, (n, e, last)
+    last = e
+    assert list(r)[-2:] == ["time", "elapsed_s"], (n, list(r))
+PY
+
 field() { # field KEY FILE: the numeric value of "KEY" on each line
   sed -n "s/.*\"$1\": \\([-0-9.eE+]*\\).*/\\1/p" "$2"
 }

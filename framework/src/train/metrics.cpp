@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "io/durable_file.h"
@@ -18,6 +19,20 @@ namespace {
 std::string quoted(std::string_view s) {
   return nlohmann::json(std::string(s))
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Now, as RFC 3339 in UTC with milliseconds: "2026-12-03T08:50:01.123Z".
+std::string rfc3339_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[40];
+  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(ms.count()));
+  return text;
 }
 
 }  // namespace
@@ -116,7 +131,11 @@ MetricsFile::MetricsFile(const std::filesystem::path& path, std::int64_t step, s
 }
 
 void MetricsFile::write(const JsonLine& line) {
-  out_ << line.str() << '\n';
+  JsonLine stamped = line;
+  stamped.add("time", rfc3339_now())
+      .add("elapsed_s",
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  out_ << stamped.str() << '\n';
   out_.flush();
   if (!out_) throw Error("writing metrics file '" + path_.string() + "' failed (disk full?)");
 }

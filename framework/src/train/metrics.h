@@ -1,8 +1,12 @@
 // Metrics: one JSON object per line in <out_dir>/metrics.jsonl, written for
 // every logged step and every evaluation (marked "split": "val"), flushed as
-// it goes so a crashed run keeps what it logged.
+// it goes so a crashed run keeps what it logged. Every line ends with when
+// it was written: "time", UTC in RFC 3339 with milliseconds
+// ("2026-12-03T08:50:01.123Z"), and "elapsed_s", seconds since this run
+// (or this resumed attempt) opened the file.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -47,12 +51,14 @@ class MetricsFile {
   // before it was stopped or killed) are dropped, since the resumed run
   // logs those steps again. `dropped` receives how many lines went.
   MetricsFile(const std::filesystem::path& path, std::int64_t step, std::size_t& dropped);
+  // `line` with its time stamps.
   void write(const JsonLine& line);
   const std::filesystem::path& path() const { return path_; }
 
  private:
   std::filesystem::path path_;
   std::ofstream out_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace ztrain
