@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint/hf_export.h"
 #include "commands/prepare.h"
 #include "io/durable_file.h"
 #include "support.h"
@@ -142,4 +143,38 @@ TEST_CASE("prepare: a SentencePiece model tokenizes, each document after its <s>
   REQUIRE(ids.size() > want.size());
   CHECK(std::vector<std::int32_t>(ids.begin(), ids.begin() + static_cast<long>(want.size())) ==
         want);
+}
+
+TEST_CASE("a tokenizer_config.json beside the tokenizer names its BOS and EOS") {
+  test::TempDir dir;
+  write_file_atomically(
+      dir / "tokenizer.json",
+      read_whole_file(test::source_dir() / "tests/data/tokenizers/byte_level.json"));
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": {"content": "<|endoftext|>"}, "eos_token": "<|endoftext|>"})";
+  CHECK(text::config_token(dir / "tokenizer.json", "bos_token") == "<|endoftext|>");
+  CHECK(text::config_token(dir / "tokenizer.json", "eos_token") == "<|endoftext|>");
+  CHECK_FALSE(text::config_token(dir / "tokenizer.json", "pad_token").has_value());
+  // prepare takes it as the separator without --separator, and an export's
+  // config.json gets its id for both.
+  {
+    std::ofstream(dir / "docs.jsonl") << R"({"text": "the cat"})"
+                                      << "\n";
+  }
+  PrepareArgs a;
+  a.tokenizer = dir / "tokenizer.json";
+  a.inputs = {(dir / "docs.jsonl").string()};
+  a.out = dir / "out";
+  std::ostringstream log;
+  REQUIRE(prepare(a, log) == 0);
+  CHECK(nlohmann::json::parse(read_whole_file(dir / "out" / "manifest.json"))["separator"] ==
+        "<|endoftext|>");
+  const auto config = nlohmann::json::parse(
+      export_config_json(R"({"vocab_size": 2000})", DType::bf16, dir / "tokenizer.json"));
+  CHECK(config["bos_token_id"] == 0);
+  CHECK(config["eos_token_id"] == 0);
+  CHECK(config["torch_dtype"] == "bfloat16");
+  const auto small = nlohmann::json::parse(
+      export_config_json(R"({"vocab_size": 0})", DType::f32, dir / "tokenizer.json"));
+  CHECK(small["bos_token_id"].is_null());  // outside the vocabulary: null
 }

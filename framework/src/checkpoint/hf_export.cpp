@@ -1,6 +1,5 @@
 #include "checkpoint/hf_export.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -26,15 +25,6 @@ const char* torch_dtype(DType t) {
   return "float32";
 }
 
-// A token named in tokenizer_config.json (a string, or {"content": ...}).
-std::optional<std::string> config_token(const json& config, const char* key) {
-  const auto it = config.is_object() ? config.find(key) : config.end();
-  if (it == config.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content")) return (*it)["content"].get<std::string>();
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::string export_config_json(const std::string& config_json, DType dtype,
@@ -45,12 +35,9 @@ std::string export_config_json(const std::string& config_json, DType dtype,
   config["eos_token_id"] = nullptr;
   if (!tokenizer.empty()) {
     const auto tok = text::load_tokenizer(tokenizer);
-    json tok_config = json::object();
-    if (std::ifstream in(tokenizer.parent_path() / "tokenizer_config.json"); in)
-      tok_config = json::parse(in, nullptr, false);
-    std::optional<std::string> bos = config_token(tok_config, "bos_token");
+    std::optional<std::string> bos = text::config_token(tokenizer, "bos_token");
     if (!bos) bos = tok->bos_token();
-    const std::optional<std::string> eos = config_token(tok_config, "eos_token");
+    const std::optional<std::string> eos = text::config_token(tokenizer, "eos_token");
     const json vocab_size = config.value("vocab_size", json());
     for (const auto& [key, token] :
          {std::pair{"bos_token_id", bos}, std::pair{"eos_token_id", eos}}) {

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "commands/token_shards.h"
@@ -30,17 +29,8 @@ using Clock = std::chrono::steady_clock;
 std::optional<std::string> default_separator(const text::Tokenizer& tok,
                                              const std::filesystem::path& file) {
   if (const auto bos = tok.bos_token()) return bos;
-  const auto config = file.parent_path() / "tokenizer_config.json";
-  std::ifstream in(config);
-  if (!in) return std::nullopt;
-  const json j = json::parse(in, nullptr, false);
-  for (const char* key : {"bos_token", "eos_token"}) {
-    const auto it = j.is_object() ? j.find(key) : j.end();
-    if (it == j.end() || it->is_null()) continue;
-    if (it->is_string()) return it->get<std::string>();
-    if (it->is_object() && it->contains("content")) return (*it)["content"].get<std::string>();
-  }
-  return std::nullopt;
+  if (auto bos = text::config_token(file, "bos_token")) return bos;
+  return text::config_token(file, "eos_token");
 }
 
 std::optional<std::int32_t> separator_id(const PrepareArgs& a, const text::Tokenizer& tok,

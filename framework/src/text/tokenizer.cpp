@@ -1,5 +1,8 @@
 #include "text/tokenizer.h"
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "text/hf_tokenizer.h"
 #include "text/sentencepiece_tokenizer.h"
 
@@ -8,6 +11,17 @@ namespace ztrain::text {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& file) {
   if (file.extension() == ".model") return load_sentencepiece(file);
   return load_hf_tokenizer(file);
+}
+
+std::optional<std::string> config_token(const std::filesystem::path& file, const char* key) {
+  std::ifstream in(file.parent_path() / "tokenizer_config.json");
+  if (!in) return std::nullopt;
+  const auto config = nlohmann::json::parse(in, nullptr, false);
+  const auto it = config.is_object() ? config.find(key) : config.end();
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content")) return (*it)["content"].get<std::string>();
+  return std::nullopt;
 }
 
 }  // namespace ztrain::text

@@ -39,4 +39,9 @@ class Tokenizer {
 // A tokenizer.json, or a SentencePiece model (a .model file).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& file);
 
+// The token the tokenizer_config.json beside `file` names under `key`
+// ("bos_token", "eos_token"; a string or {"content": ...}); nullopt when
+// there is no such file or key.
+std::optional<std::string> config_token(const std::filesystem::path& file, const char* key);
+
 }  // namespace ztrain::text
