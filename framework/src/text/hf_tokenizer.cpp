@@ -16,6 +16,16 @@ HfTokenizer::HfTokenizer(TokenizerParts parts) : parts_(std::move(parts)) {
   for (const auto& [token, id] : parts_.model->vocab())
     tokens_[static_cast<std::size_t>(id)] = token;
   for (const AddedToken& a : parts_.added) tokens_[static_cast<std::size_t>(a.id)] = a.content;
+  for (std::size_t i = 0; i < parts_.added.size(); ++i) {
+    const AddedToken& a = parts_.added[i];
+    if (!a.content.empty())
+      starting_with_[a.normalized][static_cast<unsigned char>(a.content[0])].push_back(i);
+  }
+  for (auto& kind : starting_with_)
+    for (auto& list : kind)
+      std::stable_sort(list.begin(), list.end(), [&](std::size_t x, std::size_t y) {
+        return parts_.added[x].content.size() > parts_.added[y].content.size();
+      });
 }
 
 std::optional<std::int32_t> HfTokenizer::token_id(const std::string& token) const {
@@ -25,18 +35,20 @@ std::optional<std::int32_t> HfTokenizer::token_id(const std::string& token) cons
 
 // The added tokens of one kind (raw or normalized) cut out of `text`:
 // at each position the longest token that starts there, the leftmost
-// position first; the text between them stays text.
+// position first; the text between them stays text. Only the tokens
+// starting with the position's byte are tried (a Llama 3 file has 256
+// added tokens; prepare runs this over every byte of the corpus).
 std::vector<HfTokenizer::Segment> HfTokenizer::split_added(std::string text, bool at_start,
                                                            bool normalized) const {
   std::vector<Segment> out;
   std::size_t from = 0;
   for (std::size_t at = 0; at < text.size();) {
     const AddedToken* best = nullptr;
-    for (const AddedToken& a : parts_.added)
-      if (a.normalized == normalized && !a.content.empty() &&
-          text.compare(at, a.content.size(), a.content) == 0 &&
-          (!best || a.content.size() > best->content.size()))
-        best = &a;
+    for (const std::size_t i : starting_with_[normalized][static_cast<unsigned char>(text[at])])
+      if (text.compare(at, parts_.added[i].content.size(), parts_.added[i].content) == 0) {
+        best = &parts_.added[i];
+        break;
+      }
     if (!best) {
       ++at;
       continue;

@@ -17,6 +17,7 @@
 // Thread safety: immutable once loaded; encode and decode from any thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -76,6 +77,10 @@ class HfTokenizer final : public Tokenizer {
   TokenizerParts parts_;
   std::unordered_map<std::string, std::int32_t> names_;  // added tokens as the file writes them
   std::vector<std::string> tokens_;                      // by id
+  // The added tokens to try at a position, by the position's byte: their
+  // indices in parts_.added, longest first (file order among equal
+  // lengths); [0] raw, [1] normalized.
+  std::array<std::array<std::vector<std::size_t>, 256>, 2> starting_with_;
 };
 
 // Reads a tokenizer.json (ConfigError naming file and key for what is not
