@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Golden files for ztrain's model oracle test (tests/unit/test_golden.cpp).
 
-For a tiny GPT-2 and a tiny Llama with grouped key/value heads, this script
-writes, per case, into tests/data/golden/<case>/:
+For a tiny GPT-2 and tiny shapes of the Llama family (Llama with grouped
+key/value heads, Mistral, Qwen2 with its q/k/v biases and tied head, a
+TinyLlama-like multi-query shape, Llama 3.2 with llama3 RoPE scaling and a
+tied head, Llama with attention_bias, mlp_bias and linear RoPE scaling),
+this script writes, per case, into tests/data/golden/<case>/:
 
 - model.safetensors and config.json: the weights, as Hugging Face's
   save_pretrained writes them (GPT-2's Conv1D layout, the tied lm_head
@@ -24,7 +27,7 @@ carry no float32 error of their own.
 This is a development tool: it needs torch and transformers, CI does not.
 Run it from the repository root:
 
-    python3 tools/make_golden.py [--out tests/data/golden]
+    python3 tools/make_golden.py [--out tests/data/golden] [--cases qwen2,mistral]
 
 Made with torch 2.15.0 and transformers 5.24.0 (see each file's metadata).
 """
@@ -85,13 +88,121 @@ CASES = {
                     vocab_size=V, seq_len=T, intermediate_size=48, norm_eps=1e-4,
                     rope_theta=5000.0),
     ),
+    # Mistral's class with a window longer than the sequence: full attention.
+    "mistral": dict(
+        hf=dict(
+            model_type="mistral",
+            vocab_size=V,
+            hidden_size=C,
+            intermediate_size=40,
+            num_hidden_layers=L,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            max_position_embeddings=T,
+            sliding_window=4096,
+            rms_norm_eps=1e-4,
+            rope_parameters=dict(rope_type="default", rope_theta=20000.0),
+            tie_word_embeddings=False,
+        ),
+        ztrain=dict(arch="llama", n_layer=L, n_head=HEADS, n_kv_head=2, n_embd=C,
+                    vocab_size=V, seq_len=T, intermediate_size=40, norm_eps=1e-4,
+                    rope_theta=20000.0),
+    ),
+    # Qwen2: biases on q, k and v (not o), and the small models' tied head.
+    "qwen2": dict(
+        hf=dict(
+            model_type="qwen2",
+            vocab_size=V,
+            hidden_size=C,
+            intermediate_size=56,
+            num_hidden_layers=L,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            max_position_embeddings=T,
+            rms_norm_eps=1e-4,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            use_sliding_window=False,
+            tie_word_embeddings=True,
+        ),
+        ztrain=dict(arch="llama", n_layer=L, n_head=HEADS, n_kv_head=2, n_embd=C,
+                    vocab_size=V, seq_len=T, intermediate_size=56, norm_eps=1e-4,
+                    rope_theta=1000000.0, attention_bias="qkv", tie_embeddings=True),
+    ),
+    # TinyLlama's proportions: many query heads over few key/value heads
+    # (32 over 4 there; 8 over 1 here, head size 4).
+    "tinyllama": dict(
+        hf=dict(
+            model_type="llama",
+            vocab_size=V,
+            hidden_size=C,
+            intermediate_size=88,
+            num_hidden_layers=L,
+            num_attention_heads=8,
+            num_key_value_heads=1,
+            max_position_embeddings=T,
+            rms_norm_eps=1e-5,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+            tie_word_embeddings=False,
+        ),
+        ztrain=dict(arch="llama", n_layer=L, n_head=8, n_kv_head=1, n_embd=C, vocab_size=V,
+                    seq_len=T, intermediate_size=88, norm_eps=1e-5),
+    ),
+    # Llama 3.2: llama3 RoPE scaling (with an original context of 64, the
+    # head's four frequencies fall in all three of its bands) and a tied head.
+    "llama32": dict(
+        hf=dict(
+            model_type="llama",
+            vocab_size=V,
+            hidden_size=C,
+            intermediate_size=48,
+            num_hidden_layers=L,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            max_position_embeddings=T,
+            rms_norm_eps=1e-5,
+            rope_parameters=dict(rope_type="llama3", rope_theta=5000.0, factor=8.0,
+                                 low_freq_factor=1.0, high_freq_factor=4.0,
+                                 original_max_position_embeddings=64),
+            tie_word_embeddings=True,
+        ),
+        ztrain=dict(arch="llama", n_layer=L, n_head=HEADS, n_kv_head=2, n_embd=C,
+                    vocab_size=V, seq_len=T, intermediate_size=48, norm_eps=1e-5,
+                    rope_theta=5000.0, rope_scaling="llama3", rope_factor=8.0,
+                    rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+                    rope_original_max_positions=64.0, tie_embeddings=True),
+    ),
+    # Llama's attention_bias (q, k, v and o) and mlp_bias, linear RoPE scaling.
+    "llama_bias": dict(
+        hf=dict(
+            model_type="llama",
+            vocab_size=V,
+            hidden_size=C,
+            intermediate_size=48,
+            num_hidden_layers=L,
+            num_attention_heads=HEADS,
+            num_key_value_heads=4,
+            max_position_embeddings=T,
+            rms_norm_eps=1e-4,
+            rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=2.0),
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+        ),
+        ztrain=dict(arch="llama", n_layer=L, n_head=HEADS, n_kv_head=4, n_embd=C,
+                    vocab_size=V, seq_len=T, intermediate_size=48, norm_eps=1e-4,
+                    rope_scaling="linear", rope_factor=2.0, attention_bias="all",
+                    mlp_bias=True),
+    ),
 }
 
 
 def toml_table(keys: dict) -> str:
     lines = ["[model]"]
     for k, v in keys.items():
-        lines.append(f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v!r}")
+        if isinstance(v, bool):
+            lines.append(f"{k} = {str(v).lower()}")
+        else:
+            lines.append(f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v!r}")
     return "\n".join(lines) + "\n"
 
 
@@ -154,10 +265,18 @@ def make_case(name: str, spec: dict, out: Path, seed: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("tests/data/golden"))
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     args = ap.parse_args()
+    wanted = args.cases.split(",")
+    unknown = sorted(set(wanted) - set(CASES))
+    if unknown:
+        ap.error(f"unknown cases {unknown}; known: {list(CASES)}")
     torch.set_num_threads(1)
+    # Each case's seed is fixed by its place in CASES, so one case can be
+    # regenerated without changing the others.
     for i, (name, spec) in enumerate(CASES.items()):
-        make_case(name, spec, args.out, seed=20261201 + i)
+        if name in wanted:
+            make_case(name, spec, args.out, seed=20261201 + i)
 
 
 if __name__ == "__main__":

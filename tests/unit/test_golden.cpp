@@ -1,16 +1,21 @@
 // ztrain's model against an independent implementation: golden files made
 // by tools/make_golden.py from Hugging Face transformers (a tiny GPT-2 and
-// a tiny Llama with grouped key/value heads, random non-trivial weights,
-// non-default norm_eps, rope_theta and MLP width), computed in float64. The
+// tiny shapes of the Llama family: Llama with grouped key/value heads,
+// Mistral, Qwen2 with q/k/v biases and a tied head, TinyLlama's multi-query
+// proportions, Llama 3.2's llama3 RoPE scaling and tied head, Llama's
+// attention_bias and mlp_bias with linear RoPE scaling; random non-trivial
+// weights, non-default norm_eps, rope_theta and MLP width), computed in
+// float64. The
 // weights are imported through [model] init_from as a user would, and the
 // fp32 forward and backward must give the file's loss, every logit and
 // every parameter's gradient, element by element.
 //
 // Tolerances, pinned a few times above what is observed (float32 against
-// float64): the loss within 5e-7, about an ulp (measured 6.8e-8 and 4.0e-8); each
-// logit within 2e-6 of the largest logit (measured at most a quarter of
-// that); each gradient element within 2e-6 of its tensor's largest
-// reference magnitude plus 1e-4 of its own (measured at most 0.45 of that).
+// float64): the loss within 5e-7, a few ulp (measured at most 2.2e-7,
+// Mistral); each logit within 2e-6 of the largest logit (measured at most
+// 0.56 of that, TinyLlama's shape); each gradient element within 2e-6 of its
+// tensor's largest reference magnitude plus 1e-4 of its own (measured at
+// most 0.50 of that).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -149,8 +154,32 @@ TEST_CASE("Llama with grouped KV heads matches Hugging Face's in float64") {
   check_case("llama", false);
 }
 
+TEST_CASE("Mistral matches Hugging Face's in float64") {
+  check_case("mistral", false);
+}
+
+TEST_CASE("Qwen2 (q/k/v biases, tied head) matches Hugging Face's in float64") {
+  check_case("qwen2", false);
+}
+
+TEST_CASE("TinyLlama's multi-query shape matches Hugging Face's in float64") {
+  check_case("tinyllama", false);
+}
+
+TEST_CASE("Llama 3.2 (llama3 RoPE scaling, tied head) matches Hugging Face's in float64") {
+  check_case("llama32", false);
+}
+
+TEST_CASE("Llama with attention and MLP biases, linear RoPE scaling, matches Hugging Face's") {
+  check_case("llama_bias", false);
+}
+
 TEST_CASE(
     "a Hugging Face directory as the model: config.json's keys, the same loss and gradients") {
-  check_case("gpt2", true);
-  check_case("llama", true);
+  for (const char* name :
+       {"gpt2", "llama", "mistral", "qwen2", "tinyllama", "llama32", "llama_bias"}) {
+    const std::string case_name = name;
+    CAPTURE(case_name);
+    check_case(case_name, true);
+  }
 }

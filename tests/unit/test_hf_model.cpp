@@ -8,6 +8,7 @@
 
 #include "config/hf_model_import.h"
 #include "support.h"
+#include "ztrain/model.h"
 
 using namespace ztrain;
 
@@ -67,15 +68,36 @@ TEST_CASE("hf model: what changes the computation and is not built is refused na
   test::TempDir dir;
   const auto llama = golden_config("llama");
   auto j = llama;
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
   CHECK(refusal(dir, j).find("config.json: rope_scaling is") != std::string::npos);
-  CHECK(refusal(dir, j).find("RoPE scaling \"llama3\" is not built") != std::string::npos);
+  CHECK(refusal(dir, j).find("RoPE scaling \"yarn\" is not built") != std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  CHECK(refusal(dir, j).find("RoPE type \"llama3\" needs low_freq_factor") != std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"attention_factor", 1.5}};
+  CHECK(refusal(dir, j).find("config.json: rope_scaling.attention_factor is 1.5: not built for "
+                             "RoPE type \"linear\"") != std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  CHECK(refusal(dir, j).find("rope_scaling.partial_rotary_factor is 0.5") != std::string::npos);
   j = llama;
-  j["tie_word_embeddings"] = true;
-  CHECK(refusal(dir, j).find("config.json: tie_word_embeddings is true") != std::string::npos);
+  j["tie_word_embeddings"] = "yes";
+  CHECK(refusal(dir, j).find("config.json: tie_word_embeddings is \"yes\"; expected a boolean") !=
+        std::string::npos);
   j = llama;
-  j["model_type"] = "qwen2";
-  CHECK(refusal(dir, j).find("Qwen2's q/k/v biases are not built") != std::string::npos);
+  j["model_type"] = "gemma";
+  CHECK(refusal(dir, j).find("model_type is \"gemma\": ztrain builds gpt2 and the Llama family") !=
+        std::string::npos);
+  j = golden_config("qwen2");
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 8;
+  CHECK(refusal(dir, j).find("sliding_window is 8, shorter than seq_len 13") != std::string::npos);
+  j["use_sliding_window"] = false;
+  CHECK_NOTHROW(resolved(dir, j));
+  j["layer_types"] = {"full_attention", "chunked_attention"};
+  CHECK(refusal(dir, j).find("layer_types holds \"chunked_attention\"") != std::string::npos);
+  j = golden_config("qwen2");
+  j["attention_bias"] = true;  // Qwen2's class has no such key
+  CHECK(refusal(dir, j).find("config.json: attention_bias is true: a key ztrain does not know") !=
+        std::string::npos);
   j = llama;
   j["model_type"] = "mistral";
   j["sliding_window"] = 8;
@@ -96,6 +118,64 @@ TEST_CASE("hf model: what changes the computation and is not built is refused na
           RunConfig c = RunConfig::parse("[model]\nfrom = \"/nonexistent/dir\"\n", "run.toml");
           resolve_model_dir(c);
         }).find("'/nonexistent/dir' has no readable config.json") != std::string::npos);
+}
+
+TEST_CASE("hf model: the Llama family's variants become [model] keys") {
+  test::TempDir dir;
+  RunConfig c = resolved(dir, golden_config("qwen2"));
+  CHECK(value(c, "model.attention_bias") == "\"qkv\"");
+  CHECK(value(c, "model.tie_embeddings") == "true");
+  CHECK(value(c, "model.rope_scaling") == "(none)");
+  CHECK(value(c, "model.rope_theta") == "1e+06");
+  // Llama 3.1's scaling in transformers 4's form, beside rope_theta.
+  auto j = golden_config("llama");
+  j.erase("rope_parameters");
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 32.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  c = resolved(dir, j);
+  CHECK(value(c, "model.rope_scaling") == "\"llama3\"");
+  CHECK(value(c, "model.rope_factor") == "32.0");
+  CHECK(value(c, "model.rope_original_max_positions") == "8192.0");
+  CHECK(value(c, "model.rope_theta") == "5e+05");
+  CHECK(value(c, "model.attention_bias") == "\"all\"");
+  CHECK(value(c, "model.mlp_bias") == "true");
+  CHECK(value(c, "model.tie_embeddings") == "false");
+  c = resolved(dir, golden_config("mistral"));
+  CHECK(value(c, "model.attention_bias") == "\"none\"");
+}
+
+// The export's config.json (Model::hf_config_json) read back: every [model]
+// key of every golden family the same. (transformers' own reading of the
+// export is checked in development by tools/check_hf_export.py.)
+TEST_CASE("hf model: the exported config.json imports as the same [model], every family") {
+  const auto lib = test::loader().load("model", "transformer");
+  for (const char* name :
+       {"gpt2", "llama", "mistral", "qwen2", "tinyllama", "llama32", "llama_bias"}) {
+    const std::string family = name;
+    CAPTURE(family);
+    test::TempDir dir, out;
+    const RunConfig c = resolved(dir, golden_config(family));
+    const auto model =
+        lib.create<Model>(c.validate("model", lib.options(), {"plugin", "init_from"}));
+    std::ofstream(out / "config.json") << model->hf_config_json();
+    RunConfig back =
+        RunConfig::parse("[model]\nfrom = \"" + out.path().string() + "\"\n", "run.toml");
+    resolve_model_dir(back);
+    const toml::table& want = *c.table().at_path("model").as_table();
+    const toml::table& got = *back.table().at_path("model").as_table();
+    CHECK(got.size() == want.size());
+    for (const auto& [key, node] : want) {
+      if (key.str() == "init_from") continue;
+      CAPTURE(std::string(key.str()));
+      CHECK(value(back, "model." + std::string(key.str())) == toml_value_text(node));
+    }
+  }
 }
 
 TEST_CASE("hf model: GPT-2's keys, and its dropout said in a note") {

@@ -14,9 +14,10 @@ namespace {
 
 using namespace ztrain;
 
-std::string tiny(const std::string& arch, bool checkpointing) {
+// extra: more [model] keys (the Llama family's variants).
+std::string tiny(const std::string& arch, bool checkpointing, const std::string& extra = "") {
   return "[model]\narch = \"" + arch + "\"\nn_layer = 2\nn_head = 4\n" +
-         (arch == "llama" ? "n_kv_head = 2\n" : "") +
+         (arch == "llama" ? "n_kv_head = 2\n" : "") + extra +
          "n_embd = 16\nvocab_size = 29\nseq_len = 7\ninit_std = 0.2\n"
          "activation_checkpointing = " +
          (checkpointing ? "true" : "false") +
@@ -98,8 +99,8 @@ std::vector<Sample> samples(const ParamSpecs& params, int block, std::mt19937& r
   return out;
 }
 
-void check_model(const std::string& arch, bool checkpointing) {
-  Fixture f(tiny(arch, checkpointing));
+void check_model(const std::string& arch, bool checkpointing, const std::string& extra = "") {
+  Fixture f(tiny(arch, checkpointing, extra));
   const double l0 = f.forward_backward();
   CHECK(l0 == doctest::Approx(f.loss()));
   std::mt19937 rng(3);
@@ -147,6 +148,25 @@ TEST_CASE("llama gradients match finite differences with activation checkpointin
   check_model("llama", true);
 }
 
+// Every bias a Llama variant may carry, the head tied to the embedding (its
+// gradient the sum of both uses) and llama3 RoPE scaling with an original
+// context that puts the head's two frequencies in different bands. norm_eps
+// 0.01 bounds RMSNorm's curvature: with the default 1e-5 this draw has an
+// embedding row of small norm whose fourth-order difference at step 2e-2
+// is 15 times the tolerance off (its error falls ten-fold per halved step:
+// truncation, not a wrong gradient); with it the worst sample is at 0.75.
+constexpr const char* kLlamaVariants =
+    "attention_bias = \"all\"\nmlp_bias = true\ntie_embeddings = true\n"
+    "rope_scaling = \"llama3\"\nrope_original_max_positions = 16\nrope_theta = 100.0\n"
+    "norm_eps = 0.01\n";
+
+TEST_CASE("llama with biases, a tied head and llama3 RoPE: gradients match finite differences") {
+  check_model("llama", false, kLlamaVariants);
+}
+TEST_CASE("llama variants' gradients match finite differences with activation checkpointing") {
+  check_model("llama", true, kLlamaVariants);
+}
+
 TEST_CASE("activation checkpointing gives bit-identical gradients and less activation memory") {
   for (const char* arch : {"gpt2", "llama"}) {
     Fixture plain(tiny(arch, false)), ckpt(tiny(arch, true));
@@ -157,6 +177,7 @@ TEST_CASE("activation checkpointing gives bit-identical gradients and less activ
 }
 
 TEST_CASE("parameter declarations: names, tying, decay and the known model sizes") {
+  using namespace id_literals;
   auto model_of = [](const std::string& toml) {
     const RunConfig cfg = RunConfig::parse(toml, "m.toml");
     const auto lib = test::loader().load("model", "transformer");
@@ -171,9 +192,22 @@ TEST_CASE("parameter declarations: names, tying, decay and the known model sizes
       "[model]\narch=\"llama\"\nn_layer=32\nn_head=32\nn_embd=4096\nvocab_size=32000\nseq_len="
       "4096\n");
   CHECK(llama->info().n_params == 6738415616);
+  // Llama 3.2 1B (tied head) and Qwen2.5 0.5B (q/k/v biases, tied head).
+  const auto llama32 = model_of(
+      "[model]\narch=\"llama\"\nn_layer=16\nn_head=32\nn_kv_head=8\nn_embd=2048\n"
+      "intermediate_size=8192\nvocab_size=128256\ntie_embeddings=true\n");
+  CHECK(llama32->info().n_params == 1235814400);
+  const auto qwen = model_of(
+      "[model]\narch=\"llama\"\nn_layer=24\nn_head=14\nn_kv_head=2\nn_embd=896\n"
+      "intermediate_size=4864\nvocab_size=151936\ntie_embeddings=true\nattention_bias=\"qkv\"\n");
+  CHECK(qwen->info().n_params == 494032768);
+  const auto qp = qwen->params();
+  CHECK(qp[1_param].name == "model.layers.0.input_layernorm.weight");
+  CHECK(qp[3_param].name == "model.layers.0.self_attn.q_proj.bias");
+  CHECK(qp[0_param].used_by == std::vector<ModuleId>{0_module, 25_module});  // tied
+  CHECK(qp.back().name == "model.norm.weight");
 
   const auto params = gpt2->params();
-  using namespace id_literals;
   CHECK(params[0_param].name == "wte.weight");
   CHECK(params[0_param].used_by == std::vector<ModuleId>{0_module, 13_module});  // tied
   for (const auto& p : params) {
@@ -204,6 +238,19 @@ TEST_CASE("bad model shapes are config errors naming the key") {
   CHECK(test::message_of<ConfigError>([&] {
           make("[model]\narch=\"llama\"\nn_embd = 12\nn_head = 4\n");
         }).find("even head size") != std::string::npos);
+  for (const char* key : {"tie_embeddings = false", "rope_scaling = \"linear\"",
+                          "attention_bias = \"qkv\"", "mlp_bias = false"})
+    CHECK(test::message_of<ConfigError>(
+              [&] { make(std::string("[model]\narch=\"gpt2\"\n") + key + "\n"); })
+              .find("m.toml:3:1: [model] " +
+                    std::string(key).substr(0, std::string(key).find(' ')) +
+                    " is a Llama option") != std::string::npos);
+  CHECK(test::message_of<ConfigError>([&] {
+          make("[model]\narch=\"llama\"\nattention_bias = \"qkv\"\nmlp_bias = true\n");
+        }).find("is no Hugging Face model") != std::string::npos);
+  CHECK(test::message_of<ConfigError>([&] {
+          make("[model]\nrope_scaling = \"llama3\"\nrope_high_freq_factor = 1.0\n");
+        }).find("rope_high_freq_factor > rope_low_freq_factor") != std::string::npos);
 }
 
 TEST_CASE("a token outside the vocabulary is a data error, not a crash") {

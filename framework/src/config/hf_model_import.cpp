@@ -128,19 +128,76 @@ void map_gpt2(HfConfig& c, Imported& out) {
 }
 
 // RoPE's base and scaling: rope_theta and rope_scaling (transformers 4),
-// or rope_parameters (transformers 5); only the plain rotation is built.
-double rope_theta_of(HfConfig& c) {
-  double theta = c.number("rope_theta", 10000.0);
+// or rope_parameters (transformers 5). The plain rotation, linear scaling
+// and Llama 3.1's "llama3" are built; every other type, and every key of
+// the scaling a built type does not read, is refused by name.
+void map_rope(HfConfig& c, toml::table& m) {
+  m.insert("rope_theta", c.number("rope_theta", 10000.0));
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     const json* r = c.get(key);
     if (!r) continue;
+    if (!r->is_object())
+      throw ConfigError(c.where(key) + " is " + r->dump() + "; expected an object");
     const std::string type = r->value("rope_type", r->value("type", "default"));
-    if (type != "default")
+    std::set<std::string> known = {"rope_type", "type", "rope_theta"};
+    if (type == "linear")
+      known.insert("factor");
+    else if (type == "llama3")
+      known.insert(
+          {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+    else if (type != "default")
       throw ConfigError(c.where(key) + " is " + r->dump() + ": RoPE scaling \"" + type +
-                        "\" is not built in ztrain (plain rotary positions only)");
-    if (r->contains("rope_theta")) theta = (*r)["rope_theta"].get<double>();
+                        "\" is not built in ztrain (default, linear and llama3 are)");
+    for (const auto& [k, v] : r->items()) {
+      if (k == "partial_rotary_factor" && v == 1.0) continue;
+      if (!known.contains(k))
+        throw ConfigError(c.where(key + std::string(".") + k) + " is " + v.dump() +
+                          ": not built for RoPE type \"" + type + "\"");
+      if (k != "rope_type" && k != "type" && !v.is_number())
+        throw ConfigError(c.where(key + std::string(".") + k) + " is " + v.dump() +
+                          "; expected a number");
+    }
+    if (r->contains("rope_theta"))
+      m.insert_or_assign("rope_theta", (*r)["rope_theta"].get<double>());
+    if (type == "default") continue;
+    m.insert_or_assign("rope_scaling", type);
+    const auto need = [&](const char* k) {
+      if (!r->contains(k))
+        throw ConfigError(c.where(key) + " is " + r->dump() + ": RoPE type \"" + type +
+                          "\" needs " + k);
+      return (*r)[k].get<double>();
+    };
+    m.insert_or_assign("rope_factor", need("factor"));
+    if (type == "llama3") {
+      m.insert_or_assign("rope_low_freq_factor", need("low_freq_factor"));
+      m.insert_or_assign("rope_high_freq_factor", need("high_freq_factor"));
+      m.insert_or_assign("rope_original_max_positions", need("original_max_position_embeddings"));
+    }
   }
-  return theta;
+}
+
+// Sliding-window attention is not built: a window shorter than the run's
+// sequences changes the computation and is refused; one at least as long
+// masks nothing.
+void check_window(HfConfig& c, const std::string& type, std::int64_t seq) {
+  bool sliding = true;
+  if (type == "qwen2") {
+    const json* use = c.get("use_sliding_window");
+    sliding = use && *use == true;
+    c.ignore({"max_window_layers"});
+  }
+  const json* w = c.get("sliding_window");
+  const bool short_window = sliding && w && w->is_number_integer() && w->get<std::int64_t>() < seq;
+  if (short_window)
+    throw ConfigError(c.where("sliding_window") + " is " + w->dump() + ", shorter than seq_len " +
+                      std::to_string(seq) +
+                      ": sliding-window attention is not built; set model.seq_len to at most "
+                      "the window");
+  if (const json* layers = c.get("layer_types"); layers && layers->is_array())
+    for (const auto& l : *layers)
+      if (l != "full_attention" && !(l == "sliding_attention" && !short_window))
+        throw ConfigError(c.where("layer_types") + " holds " + l.dump() +
+                          ": only full attention is built");
 }
 
 void map_llama(HfConfig& c, const std::string& type, Imported& out) {
@@ -158,7 +215,7 @@ void map_llama(HfConfig& c, const std::string& type, Imported& out) {
                       "): not built in ztrain's attention");
   m.insert("intermediate_size", c.integer("intermediate_size"));
   m.insert("norm_eps", c.number("rms_norm_eps", 1e-6));
-  m.insert("rope_theta", rope_theta_of(c));
+  map_rope(c, m);
   const std::int64_t positions = c.integer("max_position_embeddings");
   const std::int64_t seq = std::min<std::int64_t>(positions, 2048);
   m.insert("seq_len", seq);
@@ -170,20 +227,29 @@ void map_llama(HfConfig& c, const std::string& type, Imported& out) {
   if (act && *act != "silu")
     throw ConfigError(c.where("hidden_act") + " is " + act->dump() +
                       ": ztrain's Llama MLP is SwiGLU (silu)");
-  c.require("attention_bias", false, true, "ztrain's Llama attention has no biases");
-  c.require("mlp_bias", false, true, "ztrain's Llama MLP has no biases");
-  c.require("tie_word_embeddings", false, true,
-            "ztrain's Llama has an untied lm_head (tied embeddings are not built)");
+  // Qwen2 biases q, k and v always; Llama's attention_bias adds o_proj's.
+  if (type == "qwen2") {
+    m.insert("attention_bias", "qkv");
+  } else {
+    const json* bias = c.get("attention_bias");
+    if (bias && !bias->is_boolean())
+      throw ConfigError(c.where("attention_bias") + " is " + bias->dump() + "; expected a boolean");
+    m.insert("attention_bias", bias && *bias == true ? "all" : "none");
+    const json* mlp = c.get("mlp_bias");
+    if (mlp && !mlp->is_boolean())
+      throw ConfigError(c.where("mlp_bias") + " is " + mlp->dump() + "; expected a boolean");
+    m.insert("mlp_bias", mlp && *mlp == true);
+  }
+  // transformers ties by default only where the class says so; every class
+  // of this family defaults to an untied head.
+  const json* tie = c.get("tie_word_embeddings");
+  if (tie && !tie->is_boolean())
+    throw ConfigError(c.where("tie_word_embeddings") + " is " + tie->dump() +
+                      "; expected a boolean");
+  m.insert("tie_embeddings", tie && *tie == true);
   c.require("pretraining_tp", 1, true, "tensor-parallel slicing of the projections is not built");
   c.ignore({"attention_dropout"});
-  if (type == "mistral") {
-    const json* w = c.get("sliding_window");
-    if (w && w->is_number_integer() && w->get<std::int64_t>() < seq)
-      throw ConfigError(c.where("sliding_window") + " is " + w->dump() + ", shorter than seq_len " +
-                        std::to_string(seq) +
-                        ": sliding-window attention is not built; set model.seq_len to at most "
-                        "the window");
-  }
+  if (type != "llama") check_window(c, type, seq);
 }
 
 Imported import_dir(const fs::path& dir) {
@@ -203,12 +269,11 @@ Imported import_dir(const fs::path& dir) {
   Imported out;
   if (type == "gpt2")
     map_gpt2(c, out);
-  else if (type == "llama" || type == "mistral")
+  else if (type == "llama" || type == "mistral" || type == "qwen2")
     map_llama(c, type, out);
   else
     throw ConfigError(c.where("model_type") + " is \"" + type +
-                      "\": ztrain builds gpt2 and the Llama family (llama, mistral)" +
-                      (type == "qwen2" ? "; Qwen2's q/k/v biases are not built" : ""));
+                      "\": ztrain builds gpt2 and the Llama family (llama, mistral, qwen2)");
   c.finish();
   out.model.insert("init_from", dir.string());
   return out;

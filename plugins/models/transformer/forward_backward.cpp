@@ -74,9 +74,9 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   } else {
     const int KV = cfg_.kv_dim(), NKV = cfg_.n_kv_head;
     k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), N, C, cfg_.norm_eps);
-    k.matmul_forward(b.q, b.ln1, P(p.q_w), nullptr, N, C, C);   // q: (N,C)
-    k.matmul_forward(b.k, b.ln1, P(p.k_w), nullptr, N, C, KV);  // k: (N,KV)
-    k.matmul_forward(b.v, b.ln1, P(p.v_w), nullptr, N, C, KV);  // v: (N,KV)
+    k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), N, C, C);   // q: (N,C)
+    k.matmul_forward(b.k, b.ln1, P(p.k_w), P(p.k_b), N, C, KV);  // k: (N,KV)
+    k.matmul_forward(b.v, b.ln1, P(p.v_w), P(p.v_b), N, C, KV);  // v: (N,KV)
     k.rope_forward(b.q, b.rope_cos, b.rope_sin, B, T, NH, hs, C);
     k.rope_forward(b.k, b.rope_cos, b.rope_sin, B, T, NKV, hs, KV);
     k.attention_forward(b.atty, b.lse, b.q, b.k, b.v, B, T, NH, NKV, hs, b.q_stride, b.kv_stride);
@@ -91,10 +91,10 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), N, H, C);
   } else {
     k.rmsnorm_forward(b.ln2, b.ln2_rstd, b.res1, P(p.ln2_w), N, C, cfg_.norm_eps);
-    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), nullptr, N, C, H);  // gate: (N,H)
-    k.matmul_forward(b.h2, b.ln2, P(p.up_w), nullptr, N, C, H);  // up: (N,H)
+    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), N, C, H);  // gate: (N,H)
+    k.matmul_forward(b.h2, b.ln2, P(p.up_w), P(p.up_b), N, C, H);  // up: (N,H)
     k.swiglu_forward(b.h3, b.h1, b.h2, static_cast<std::size_t>(N) * H);
-    k.matmul_forward(out, b.h3, P(p.fcproj_w), nullptr, N, H, C);
+    k.matmul_forward(out, b.h3, P(p.fcproj_w), P(p.fcproj_b), N, H, C);
   }
   k.add(out, out, b.res1, NC);
 }
@@ -126,13 +126,13 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
                          b.ln2_rstd, N, C);
   } else {
     zero(ctx, a.d_h3, NH_);
-    k.matmul_backward(a.d_h3, G(p.fcproj_w), nullptr, a.d_res, b.h3, P(p.fcproj_w), N, H, C);
+    k.matmul_backward(a.d_h3, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h3, P(p.fcproj_w), N, H, C);
     zero(ctx, a.d_h1, NH_);
     zero(ctx, a.d_h2, NH_);
     k.swiglu_backward(a.d_h1, a.d_h2, a.d_h3, b.h1, b.h2, NH_);
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), N, C, H);
-    k.matmul_backward(a.d_c, G(p.up_w), nullptr, a.d_h2, b.ln2, P(p.up_w), N, C, H);
+    k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, b.ln2, P(p.fc_w), N, C, H);
+    k.matmul_backward(a.d_c, G(p.up_w), G(p.up_b), a.d_h2, b.ln2, P(p.up_w), N, C, H);
     k.rmsnorm_backward(a.d_res, G(p.ln2_w), a.d_c, b.res1, P(p.ln2_w), b.ln2_rstd, N, C);
   }
   // a.d_res is now dL/d(res1). Attention:
@@ -159,9 +159,9 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
     k.rope_backward(dq, b.rope_cos, b.rope_sin, B, T, NH, hs, C);
     k.rope_backward(dk, b.rope_cos, b.rope_sin, B, T, NKV, hs, KV);
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.q_w), nullptr, dq, b.ln1, P(p.q_w), N, C, C);
-    k.matmul_backward(a.d_c, G(p.k_w), nullptr, dk, b.ln1, P(p.k_w), N, C, KV);
-    k.matmul_backward(a.d_c, G(p.v_w), nullptr, dv, b.ln1, P(p.v_w), N, C, KV);
+    k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), N, C, C);
+    k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), N, C, KV);
+    k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), N, C, KV);
     k.rmsnorm_backward(a.d_res, G(p.ln1_w), a.d_c, x, P(p.ln1_w), b.ln1_rstd, N, C);
   }
 }

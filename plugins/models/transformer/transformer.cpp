@@ -5,10 +5,26 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "ztrain/error.h"
 
 namespace ztrain::transformer {
+namespace {
+
+// A config.json number: the shortest decimal that reads back as v, in v's
+// own precision (norm_eps is a float: 1e-05, not 9.99999975e-06).
+template <class F>
+std::string num(F v) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+    if (static_cast<F>(std::strtod(buf, nullptr)) == v) break;
+  }
+  return std::string(buf);
+}
+
+}  // namespace
 
 void Transformer::declare_options(OptionList& o) {
   o.string("arch", "llama", "architecture").one_of({"gpt2", "llama"});
@@ -33,6 +49,24 @@ void Transformer::declare_options(OptionList& o) {
       .as_int();
   o.number("norm_eps", 1e-5, "LayerNorm / RMSNorm epsilon").at_least(0);
   o.number("rope_theta", 10000.0, "RoPE base (Llama)").at_least(1);
+  o.string("rope_scaling", "none",
+           "RoPE frequency scaling (Llama): none, linear (positions / rope_factor) or "
+           "llama3 (Llama 3.1's smooth per-frequency scaling)")
+      .one_of({"none", "linear", "llama3"});
+  o.number("rope_factor", 8.0, "RoPE scaling factor (linear, llama3)").at_least(1);
+  o.number("rope_low_freq_factor", 1.0, "llama3 RoPE scaling: low_freq_factor").at_least(0);
+  o.number("rope_high_freq_factor", 4.0, "llama3 RoPE scaling: high_freq_factor").at_least(0);
+  o.number("rope_original_max_positions", 8192,
+           "llama3 RoPE scaling: original_max_position_embeddings")
+      .at_least(1);
+  o.string("attention_bias", "none",
+           "biases of Llama's attention projections: none, qkv (Qwen2) or all (q, k, v and o, "
+           "Llama's attention_bias)")
+      .one_of({"none", "qkv", "all"});
+  o.flag("mlp_bias", false, "biases on Llama's gate, up and down projections");
+  o.flag("tie_embeddings", false,
+         "Llama: the output head is the token embedding (Llama 3.2, small Qwen2); GPT-2 always "
+         "ties");
   o.flag("activation_checkpointing", false,
          "keep only each block's input and recompute the block in backward");
   o.number("init_std", 0.02,
@@ -50,7 +84,8 @@ Transformer::Transformer(const Options& o) {
   cfg_.vocab_size = static_cast<int>(o.get_int("vocab_size"));
   cfg_.seq_len = static_cast<int>(o.get_int("seq_len"));
   cfg_.norm_eps = static_cast<float>(o.get_number("norm_eps"));
-  cfg_.rope_theta = o.get_number("rope_theta");
+  cfg_.tied = !cfg_.llama;
+  read_llama_options(o);
   cfg_.checkpointing = o.get_bool("activation_checkpointing");
   cfg_.init_std = o.get_number("init_std");
   const int C = cfg_.n_embd;
@@ -79,6 +114,46 @@ Transformer::Transformer(const Options& o) {
   check_sizes(o);
 }
 
+// The Llama family's variants; each is refused on GPT-2 (whose biases and
+// tied head are fixed) rather than ignored.
+void Transformer::read_llama_options(const Options& o) {
+  for (const char* key :
+       {"rope_theta", "rope_scaling", "attention_bias", "mlp_bias", "tie_embeddings", "rope_factor",
+        "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions"})
+    if (!cfg_.llama && o.given(key))
+      throw ConfigError(o.where(key) + ": [model] " + key +
+                        " is a Llama option; GPT-2 has learned positions, biases everywhere "
+                        "and a tied head. Remove it or set arch = \"llama\"");
+  if (!cfg_.llama) return;
+  cfg_.rope_theta = o.get_number("rope_theta");
+  const std::string bias = o.get_string("attention_bias"), rope = o.get_string("rope_scaling");
+  cfg_.attention_bias = bias == "qkv"   ? AttentionBias::qkv
+                        : bias == "all" ? AttentionBias::all
+                                        : AttentionBias::none;
+  cfg_.mlp_bias = o.get_bool("mlp_bias");
+  cfg_.tied = o.get_bool("tie_embeddings");
+  // Qwen2 (q/k/v biases) has no MLP biases and Llama's attention_bias also
+  // covers o_proj: this pair is no Hugging Face model, so nothing could load
+  // its export.
+  if (cfg_.attention_bias == AttentionBias::qkv && cfg_.mlp_bias)
+    throw ConfigError(o.where("mlp_bias") +
+                      ": [model] mlp_bias with attention_bias = \"qkv\" is no Hugging Face "
+                      "model (Qwen2 has no MLP biases; Llama's attention_bias also biases "
+                      "o_proj): use attention_bias = \"all\" or drop mlp_bias");
+  auto& r = cfg_.rope_scaling;
+  r.type = rope == "linear"   ? RopeScaling::Type::linear
+           : rope == "llama3" ? RopeScaling::Type::llama3
+                              : RopeScaling::Type::none;
+  r.factor = o.get_number("rope_factor");
+  r.low_freq_factor = o.get_number("rope_low_freq_factor");
+  r.high_freq_factor = o.get_number("rope_high_freq_factor");
+  r.original_max_positions = o.get_number("rope_original_max_positions");
+  if (r.type == RopeScaling::Type::llama3 && !(r.high_freq_factor > r.low_freq_factor))
+    throw ConfigError(o.where("rope_high_freq_factor") +
+                      ": [model] llama3 RoPE scaling needs rope_high_freq_factor > "
+                      "rope_low_freq_factor (it divides by their difference)");
+}
+
 // Each parameter has at most two int dimensions, so its size fits 64 bits;
 // their sum over the blocks may not.
 void Transformer::check_sizes(const Options& o) const {
@@ -93,11 +168,39 @@ void Transformer::check_sizes(const Options& o) const {
                       ") make more parameters than 64 bits count; lower them");
 }
 
+// Llama 3.1's scaling (transformers' _compute_llama3_parameters): wavelengths
+// shorter than original / high_freq_factor keep their frequency, those longer
+// than original / low_freq_factor are divided by the factor, and those
+// between are interpolated on original / wavelength. Each step is in fp32
+// as torch computes it, so the tables match transformers' to the ulp.
+float Transformer::rope_inv_freq(int i) const {
+  const float exponent = static_cast<float>(2 * i) / static_cast<float>(cfg_.head_size());
+  const float inv = 1.0f / std::pow(static_cast<float>(cfg_.rope_theta), exponent);
+  const RopeScaling& r = cfg_.rope_scaling;
+  const auto factor = static_cast<float>(r.factor);
+  switch (r.type) {
+    case RopeScaling::Type::none:
+      return inv;
+    case RopeScaling::Type::linear:
+      return inv / factor;
+    case RopeScaling::Type::llama3:
+      break;
+  }
+  const auto old_len = static_cast<float>(r.original_max_positions),
+             low = static_cast<float>(r.low_freq_factor),
+             high = static_cast<float>(r.high_freq_factor);
+  const float low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+  const float wavelen = static_cast<float>(2 * M_PI) / inv;
+  if (wavelen < high_freq_wavelen) return inv;
+  if (wavelen > low_freq_wavelen) return inv / factor;
+  const float smooth = (old_len / wavelen - low) / (high - low);
+  return (1 - smooth) * inv / factor + smooth * inv;
+}
+
 void Transformer::rope_tables(float* cos, float* sin, int T) const {
   const int half = cfg_.head_size() / 2;
   for (int i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(cfg_.head_size());
-    const float inv_freq = 1.0f / std::pow(static_cast<float>(cfg_.rope_theta), exponent);
+    const float inv_freq = rope_inv_freq(i);
     for (int t = 0; t < T; ++t) {
       const float angle = static_cast<float>(t) * inv_freq;
       cos[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
@@ -159,27 +262,36 @@ void Transformer::declare_params() {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       const ModuleId m = block_module(l);
       auto& b = blocks_[static_cast<std::size_t>(l)];
+      // Hugging Face's order: each projection's weight, then its bias.
+      auto linear = [&](const std::string& name, Shape shape, Init init, bool bias,
+                        std::optional<ParamId>& w, std::optional<ParamId>& bias_id) {
+        const std::int64_t out = shape[0];
+        w = add(p + name + ".weight", std::move(shape), init, {m});
+        if (bias) bias_id = add(p + name + ".bias", {out}, zeros, {m});
+      };
+      const bool qkv_bias = cfg_.attention_bias != AttentionBias::none,
+                 o_bias = cfg_.attention_bias == AttentionBias::all;
       b.ln1_w = add(p + "input_layernorm.weight", {C}, ones, {m});
-      b.q_w = add(p + "self_attn.q_proj.weight", {C, C}, normal, {m});
-      b.k_w = add(p + "self_attn.k_proj.weight", {KV, C}, normal, {m});
-      b.v_w = add(p + "self_attn.v_proj.weight", {KV, C}, normal, {m});
-      b.proj_w = add(p + "self_attn.o_proj.weight", {C, C}, scaled, {m});
+      linear("self_attn.q_proj", {C, C}, normal, qkv_bias, b.q_w, b.q_b);
+      linear("self_attn.k_proj", {KV, C}, normal, qkv_bias, b.k_w, b.k_b);
+      linear("self_attn.v_proj", {KV, C}, normal, qkv_bias, b.v_w, b.v_b);
+      linear("self_attn.o_proj", {C, C}, scaled, o_bias, b.proj_w, b.proj_b);
       b.ln2_w = add(p + "post_attention_layernorm.weight", {C}, ones, {m});
-      b.fc_w = add(p + "mlp.gate_proj.weight", {H, C}, normal, {m});
-      b.up_w = add(p + "mlp.up_proj.weight", {H, C}, normal, {m});
-      b.fcproj_w = add(p + "mlp.down_proj.weight", {C, H}, scaled, {m});
+      linear("mlp.gate_proj", {H, C}, normal, cfg_.mlp_bias, b.fc_w, b.fc_b);
+      linear("mlp.up_proj", {H, C}, normal, cfg_.mlp_bias, b.up_w, b.up_b);
+      linear("mlp.down_proj", {C, H}, scaled, cfg_.mlp_bias, b.fcproj_w, b.fcproj_b);
     }
     lnf_w_ = add("model.norm.weight", {C}, ones, {head});
-    head_w_ = add("lm_head.weight", {V, C}, normal, {head});
+    if (cfg_.tied) {
+      params_[*wte_].used_by.push_back(head);
+      head_w_ = wte_;
+    } else {
+      head_w_ = add("lm_head.weight", {V, C}, normal, {head});
+    }
   }
 }
 
 std::string Transformer::hf_config_json() const {
-  const auto num = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", v);
-    return std::string(buf);
-  };
   const std::string V = std::to_string(cfg_.vocab_size), T = std::to_string(cfg_.seq_len),
                     C = std::to_string(cfg_.n_embd), L = std::to_string(cfg_.n_layer),
                     NH = std::to_string(cfg_.n_head), H = std::to_string(cfg_.hidden);
@@ -193,20 +305,48 @@ std::string Transformer::hf_config_json() const {
            ",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
            "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
            "  \"torch_dtype\": \"float32\"\n}\n";
-  return "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-         "  \"vocab_size\": " +
-         V + ",\n  \"hidden_size\": " + C + ",\n  \"intermediate_size\": " + H +
-         ",\n  \"num_hidden_layers\": " + L + ",\n  \"num_attention_heads\": " + NH +
-         ",\n  \"num_key_value_heads\": " + std::to_string(cfg_.n_kv_head) +
-         ",\n  \"max_position_embeddings\": " + T + ",\n  \"rms_norm_eps\": " + num(cfg_.norm_eps) +
-         ",\n  \"rope_theta\": " + num(cfg_.rope_theta) +
-         ",\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n"
-         "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": false,\n"
-         "  \"torch_dtype\": \"float32\"\n}\n";
+  return llama_config_json();
+}
+
+// The Llama family's config.json: Qwen2's class where only q/k/v carry
+// biases (LlamaConfig cannot say that), LlamaForCausalLM otherwise; RoPE
+// scaling in the rope_scaling form both transformers 4 and 5 read.
+std::string Transformer::llama_config_json() const {
+  const bool qwen2 = cfg_.attention_bias == AttentionBias::qkv;
+  std::string j =
+      qwen2 ? "{\n  \"architectures\": [\"Qwen2ForCausalLM\"],\n  \"model_type\": \"qwen2\",\n"
+            : "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n";
+  j += "  \"vocab_size\": " + std::to_string(cfg_.vocab_size) +
+       ",\n  \"hidden_size\": " + std::to_string(cfg_.n_embd) +
+       ",\n  \"intermediate_size\": " + std::to_string(cfg_.hidden) +
+       ",\n  \"num_hidden_layers\": " + std::to_string(cfg_.n_layer) +
+       ",\n  \"num_attention_heads\": " + std::to_string(cfg_.n_head) +
+       ",\n  \"num_key_value_heads\": " + std::to_string(cfg_.n_kv_head) +
+       ",\n  \"max_position_embeddings\": " + std::to_string(cfg_.seq_len) +
+       ",\n  \"rms_norm_eps\": " + num(cfg_.norm_eps) +
+       ",\n  \"rope_theta\": " + num(cfg_.rope_theta) + ",\n  \"hidden_act\": \"silu\",\n";
+  const RopeScaling& r = cfg_.rope_scaling;
+  if (r.type == RopeScaling::Type::linear)
+    j += "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": " + num(r.factor) + "},\n";
+  else if (r.type == RopeScaling::Type::llama3)
+    j += "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " + num(r.factor) +
+         ", \"low_freq_factor\": " + num(r.low_freq_factor) +
+         ", \"high_freq_factor\": " + num(r.high_freq_factor) +
+         ", \"original_max_position_embeddings\": " + num(r.original_max_positions) + "},\n";
+  if (qwen2)
+    j += "  \"use_sliding_window\": false,\n";
+  else
+    j += std::string("  \"attention_bias\": ") +
+         (cfg_.attention_bias == AttentionBias::all ? "true" : "false") +
+         ",\n  \"mlp_bias\": " + (cfg_.mlp_bias ? "true" : "false") + ",\n";
+  j += std::string("  \"tie_word_embeddings\": ") + (cfg_.tied ? "true" : "false") +
+       ",\n  \"torch_dtype\": \"float32\"\n}\n";
+  return j;
 }
 
 bool Transformer::ignorable_tensor(const std::string& name) const {
-  if (cfg_.llama) return name.ends_with("rotary_emb.inv_freq");
+  if (cfg_.llama)
+    return name.ends_with("rotary_emb.inv_freq") || (cfg_.tied && name == "lm_head.weight");
   // Tied copy of wte, and the causal-mask buffers older GPT-2 files carry.
   return name == "lm_head.weight" || name.ends_with(".attn.bias") ||
          name.ends_with(".attn.masked_bias");

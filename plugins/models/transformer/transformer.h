@@ -1,8 +1,11 @@
 // The built-in transformer: GPT-2 (LayerNorm, tanh-GELU MLP, learned
 // positions, tied embeddings, biases everywhere) and Llama (RMSNorm, SwiGLU,
-// rotary positions, grouped key/value heads, untied head, no biases) from
-// one implementation, computing exactly Hugging Face's GPT2LMHeadModel and
-// LlamaForCausalLM for the same weights.
+// rotary positions, grouped key/value heads) from one implementation,
+// computing exactly Hugging Face's GPT2LMHeadModel and LlamaForCausalLM for
+// the same weights. The Llama family's variants are options, not copies:
+// q/k/v biases (Qwen2), biases on every attention or MLP projection
+// (Llama's attention_bias, mlp_bias), a head tied to the embedding
+// (Llama 3.2, small Qwen2) and Llama 3.1's "llama3" or linear RoPE scaling.
 //
 // Modules: 0 = "embed", 1..L = "block.i", L+1 = "head" (final norm and the
 // output projection). Parameter names are Hugging Face's (GPT-2 without the
@@ -21,8 +24,23 @@
 
 namespace ztrain::transformer {
 
+// Which of a Llama block's attention projections carry a bias.
+enum class AttentionBias { none, qkv, all };
+
+// RoPE frequency scaling, as transformers' rope_type names it.
+struct RopeScaling {
+  enum class Type { none, linear, llama3 } type = Type::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3 only
+  double original_max_positions = 8192.0;                // llama3 only
+};
+
 struct Config {
   bool llama = false;
+  AttentionBias attention_bias = AttentionBias::none;  // Llama only
+  bool mlp_bias = false;                               // Llama only
+  bool tied = false;  // the head's weight is the embedding's (always for GPT-2)
+  RopeScaling rope_scaling;
   int n_layer = 0, n_head = 0, n_kv_head = 0, n_embd = 0, vocab_size = 0, seq_len = 0;
   int hidden = 0;  // MLP width: 4C for GPT-2, intermediate_size for Llama
   float norm_eps = 1e-5f;
@@ -39,10 +57,11 @@ struct BlockParams {
   std::optional<ParamId> ln1_w, ln1_b;
   std::optional<ParamId> qkv_w, qkv_b;    // GPT-2 c_attn
   std::optional<ParamId> q_w, k_w, v_w;   // Llama projections
+  std::optional<ParamId> q_b, k_b, v_b;   // Llama attention_bias / Qwen2
   std::optional<ParamId> proj_w, proj_b;  // attention output
   std::optional<ParamId> ln2_w, ln2_b;
   std::optional<ParamId> fc_w, fc_b;          // GPT-2 c_fc / Llama gate_proj
-  std::optional<ParamId> up_w;                // Llama up_proj
+  std::optional<ParamId> up_w, up_b;          // Llama up_proj
   std::optional<ParamId> fcproj_w, fcproj_b;  // GPT-2 mlp.c_proj / Llama down_proj
 };
 
@@ -101,9 +120,14 @@ class Transformer final : public Model {
   void check_sizes(const Options& o) const;
   ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by);
   Acts planned(const Batch& batch, StepContext& ctx) const;
+  // The rotary inverse frequency of pair i (of hs/2), scaled, in fp32 as
+  // transformers computes it.
+  float rope_inv_freq(int i) const;
   // cos, sin: (T, hs/2) of the rotary angles, as Hugging Face computes them
   // (fp32 inverse frequencies and angles), into host memory.
   void rope_tables(float* cos, float* sin, int T) const;
+  void read_llama_options(const Options& o);
+  std::string llama_config_json() const;
   // Reports the losses to ctx; logits_out (when given) receives the (N,V)
   // logits before the softmax.
   void forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
