@@ -964,7 +964,9 @@ class FailingSource final : public DataSource {
  public:
   FailingSource(int T, std::uint64_t bad) : T_(T), bad_(bad) {}
   void setup(const DataSetup&) override {}
-  DataInfo info() const override { return {"failing", std::nullopt, 16, {}, std::nullopt, {}}; }
+  DataInfo info() const override {
+    return {"failing", std::nullopt, 16, {}, std::nullopt, {}, std::nullopt};
+  }
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
             std::int32_t* targets) const override {
     if (split == Split::train && index >= bad_)

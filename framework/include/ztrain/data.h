@@ -50,6 +50,10 @@ struct DataInfo {
   // (`ztrain prepare`'s manifest names it): exports ship it beside the
   // weights. Empty: none known.
   std::string tokenizer;
+  // The token id each document starts with (the separator `ztrain prepare`
+  // put between documents), where the source knows it: text sampled during
+  // training starts from it, as every document the model saw did.
+  std::optional<std::int32_t> document_start;
 };
 
 class ZTRAIN_API DataSource : public Plugin {

@@ -23,23 +23,13 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// The token a tokenizer's documents start with: the template's leading
-// token, else tokenizer_config.json's bos_token, else its eos_token (GPT-2
-// and Qwen2 start each document with <|endoftext|>).
-std::optional<std::string> default_separator(const text::Tokenizer& tok,
-                                             const std::filesystem::path& file) {
-  if (const auto bos = tok.bos_token()) return bos;
-  if (auto bos = text::config_token(file, "bos_token")) return bos;
-  return text::config_token(file, "eos_token");
-}
-
 std::optional<std::int32_t> separator_id(const PrepareArgs& a, const text::Tokenizer& tok,
                                          std::string& name) {
   if (a.separator && *a.separator == "none") {
     name = "none";
     return std::nullopt;
   }
-  const auto chosen = a.separator ? a.separator : default_separator(tok, a.tokenizer);
+  const auto chosen = a.separator ? a.separator : text::document_start(tok, a.tokenizer);
   if (!chosen)
     throw ConfigError(a.tokenizer.string() +
                       ": no separator token (no template in post_processor, no bos_token or "
@@ -181,6 +171,7 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
                            {"crc32c", file_crc(a.tokenizer)},
                            {"vocab_size", tok->vocab_size()}}},
                          {"separator", separator},
+                         {"separator_id", sep ? nlohmann::json(*sep) : nlohmann::json(nullptr)},
                          {"token_bytes", width},
                          {"inputs", files},
                          {"text_field", a.text_field},

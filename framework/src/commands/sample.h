@@ -4,12 +4,10 @@
 // tokenizer.json or tokenizer.model beside them), read as `--model DIR`
 // reads it. The prompt is tokenized with DIR's tokenizer (or --tokenizer),
 // after config.json's bos_token_id when it has one (as the documents were
-// prepared); each new
-// token comes from the logits at the last position of the window (the
-// last seq_len tokens): the largest (greedy, temperature 0) or drawn from
-// softmax(logits / temperature) over the top_k largest (0: all), seeded,
-// so a seed repeats its text. Generation stops after max_tokens or at
-// config.json's eos_token_id. The text is printed as it grows.
+// prepared); the tokens are chosen as train/generation.h says (greedy at
+// temperature 0, else drawn over the top_k largest, seeded). Generation
+// stops after max_tokens or at config.json's eos_token_id. The text is
+// printed as it grows, whole characters at a time.
 //
 // Errors: ConfigError / DataError from loading; Error when DIR's model has
 // no logits to sample from. Thread safety: call from the main thread.

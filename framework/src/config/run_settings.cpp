@@ -52,6 +52,14 @@ OptionList train_options() {
             "size)")
       .at_least(1)
       .as_int();
+  o.integer("sample_every", 0,
+            "steps between text samples from the model, printed and written to metrics.jsonl "
+            "(needs the data's tokenizer: tokens made by `ztrain prepare`); 0 disables")
+      .at_least(0);
+  o.string("sample_prompt", "", "text the samples continue (after the document-start token)");
+  o.integer("sample_tokens", 64, "tokens in each sample").at_least(1).at_most(100000).as_int();
+  o.number("sample_temperature", 1.0, "sampling temperature; 0: greedy").at_least(0);
+  o.integer("sample_top_k", 0, "draw among the k likeliest tokens; 0: all").at_least(0).as_int();
   o.string("out_dir", "runs/default",
            "run directory: metrics.jsonl, config.toml, and the final weights (model.safetensors "
            "with config.json, Hugging Face layout)");
@@ -194,6 +202,9 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.print_every = t.get_int("print_every") > 0 ? t.get_int("print_every") : tr.log_every;
   tr.eval_every = t.get_int("eval_every");
   tr.eval_batches = t.get_int("eval_batches");
+  tr.sample = {t.get_int("sample_every"), t.get_string("sample_prompt"),
+               static_cast<int>(t.get_int("sample_tokens")), t.get_number("sample_temperature"),
+               static_cast<int>(t.get_int("sample_top_k"))};
   tr.out_dir = t.get_string("out_dir");
   tr.save_final = t.get_bool("save_final");
   tr.checkpoint_every = t.get_int("checkpoint_every");

@@ -32,6 +32,17 @@ struct LossScalerSettings {
   double min_loss_scale = 1;
 };
 
+// Text sampled from the model during training ([train] sample_*), as
+// llm.c prints samples: every `every` steps, `tokens` tokens continuing
+// `prompt` (after the data's document-start token).
+struct SampleSettings {
+  std::int64_t every = 0;  // 0: never
+  std::string prompt;
+  int tokens = 64;
+  double temperature = 1.0;  // 0: greedy
+  int top_k = 0;             // 0: every token
+};
+
 struct TrainSettings {
   std::int64_t steps = 0;
   std::int64_t micro_batch = 0;
@@ -44,6 +55,7 @@ struct TrainSettings {
   DType grad_dtype = DType::f32;  // grad_accum_dtype, resolved
   std::uint64_t seed = 0;
   std::int64_t log_every = 0, print_every = 0, eval_every = 0, eval_batches = 0;
+  SampleSettings sample;
   std::filesystem::path out_dir;
   bool save_final = true;
   std::int64_t checkpoint_every = 0;      // 0: only on a stop request

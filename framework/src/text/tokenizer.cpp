@@ -24,4 +24,10 @@ std::optional<std::string> config_token(const std::filesystem::path& file, const
   return std::nullopt;
 }
 
+std::optional<std::string> document_start(const Tokenizer& tok, const std::filesystem::path& file) {
+  if (const auto bos = tok.bos_token()) return bos;
+  if (auto bos = config_token(file, "bos_token")) return bos;
+  return config_token(file, "eos_token");
+}
+
 }  // namespace ztrain::text

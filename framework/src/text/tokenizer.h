@@ -44,4 +44,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& file);
 // there is no such file or key.
 std::optional<std::string> config_token(const std::filesystem::path& file, const char* key);
 
+// The token a document starts with for the tokenizer in `file`: the
+// template's leading token, else tokenizer_config.json's bos_token, else its
+// eos_token (GPT-2 and Qwen2 start each document with <|endoftext|>).
+// `ztrain prepare` puts it between documents; samples during training start
+// from it, as the model saw every document start.
+std::optional<std::string> document_start(const Tokenizer& tok, const std::filesystem::path& file);
+
 }  // namespace ztrain::text

@@ -139,6 +139,13 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
                       std::to_string(info.vocab_size) + " is smaller than the " +
                       std::to_string(dinfo.vocab_used) + " token ids the data produces (" +
                       dinfo.description + "); raise vocab_size");
+  if (run.settings.train.sample.every > 0 && dinfo.tokenizer.empty())
+    throw ConfigError(config.where("train.sample_every") +
+                      ": [train] sample_every needs the data's tokenizer to turn ids into text, "
+                      "and the data here (" +
+                      dinfo.description +
+                      ") names none: make the tokens with `ztrain prepare` (its manifest names "
+                      "the tokenizer), or set sample_every = 0");
 
   const auto& tr = run.settings.train;
   run.sizes = parts.sizes;

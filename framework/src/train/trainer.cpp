@@ -14,9 +14,11 @@
 #include "job/job_figures.h"
 #include "job/job_start.h"
 #include "job/run_outputs.h"
+#include "train/generation.h"
 #include "train/run_report.h"
 #include "train/step_agreement.h"
 #include "ztrain/error.h"
+#include "ztrain/random.h"
 #include "ztrain/units.h"
 
 namespace ztrain {
@@ -243,7 +245,33 @@ Trainer::Trainer(Run& run, const FaultPlan& faults, Clock::time_point t_start)
   if (const std::string epochs = epochs_note(data_info_, tr_); !epochs.empty())
     progress_.line(epochs);
   if (run_.resumed) resume();
+  if (tr_.sample.every > 0 && run_.comm->rank() == 0) open_sampling();
   first_step_ = at_.step;
+}
+
+void Trainer::open_sampling() {
+  const std::filesystem::path file = data_info_.tokenizer;
+  sample_tokenizer_ = text::load_tokenizer(file);
+  sample_stop_ = data_info_.document_start;
+  if (!sample_stop_)
+    if (const auto start = text::document_start(*sample_tokenizer_, file))
+      sample_stop_ = sample_tokenizer_->token_id(*start);
+  if (sample_stop_) sample_prompt_.push_back(*sample_stop_);
+  for (const std::int32_t id : sample_tokenizer_->encode(tr_.sample.prompt))
+    sample_prompt_.push_back(id);
+}
+
+void Trainer::sample(std::int64_t step) {
+  const SampleSettings& s = tr_.sample;
+  const GenerationSettings settings{s.tokens, s.temperature, s.top_k,
+                                    hash_combine(tr_.seed, static_cast<std::uint64_t>(step)),
+                                    sample_stop_};
+  const std::vector<std::int32_t> made = generate(run_, arena_, losses_, sample_prompt_, settings);
+  if (!sample_tokenizer_) return;
+  const std::string text = s.prompt + sample_tokenizer_->decode(made);
+  if (metrics_)
+    metrics_->write(JsonLine().add("step", step).add("split", "sample").add("text", text));
+  progress_.line("sample step " + std::to_string(step) + " | " + text);
 }
 
 // A resumed run's position: the scaler and the data continue from it.
@@ -296,6 +324,7 @@ void Trainer::train_step(std::int64_t step) {
   const std::int64_t done = step + 1;
   record_step(sr, agreed.loss, lr, scale, done, t0);
   if (tr_.eval_every > 0 && (done % tr_.eval_every == 0 || done == tr_.steps)) evaluate(done);
+  if (tr_.sample.every > 0 && done % tr_.sample.every == 0) sample(done);
   at_.step = done;
   at_.scaler = scaler_.state();
   checkpoint_after(done, agreed.written_everywhere);

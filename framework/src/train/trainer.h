@@ -1,7 +1,8 @@
 // The trainer: the training loop over an assembled run (run_assembly.h):
 // micro-steps, the optimizer step, what the ranks agree on after it
-// (step_agreement.h), evaluation, metrics, progress, checkpoints, the stop
-// a signal asks for, the final weights and the summary.
+// (step_agreement.h), evaluation, text samples (generation.h), metrics,
+// progress, checkpoints, the stop a signal asks for, the final weights and
+// the summary.
 //
 // Errors: ConfigError before anything runs for bad configs; PluginError,
 // DataError, OutOfMemoryError, NumericsError as they arise. At world > 1,
@@ -19,6 +20,7 @@
 #include "core/signals.h"
 #include "io/fault_plan.h"
 #include "job/out_dir_lock.h"
+#include "text/tokenizer.h"
 #include "train/checkpoints_in_flight.h"
 #include "train/data_loader.h"
 #include "train/loss_scaler.h"
@@ -66,6 +68,12 @@ class Trainer {
   void record_step(const StepResult& sr, double loss, double lr, double scale, std::int64_t done,
                    Clock::time_point t0);
   void evaluate(std::int64_t step);
+  // [train] sample_every: rank 0's tokenizer and prompt ids (the data's
+  // document-start token, then sample_prompt's ids).
+  void open_sampling();
+  // A text sample after step `step`, printed and written to metrics.jsonl
+  // by rank 0; every rank takes part in its forwards.
+  void sample(std::int64_t step);
   // The checkpoint due after step `done`, or the one a stop ends at.
   void checkpoint_after(std::int64_t done, bool written_everywhere);
   // The stop's message, or the final weights.
@@ -94,6 +102,9 @@ class Trainer {
   double train_time_s_ = 0, comm_wait_s_ = 0;
   std::int64_t timed_steps_ = 0;
   CommCounters mark_, train_comm_;
+  std::unique_ptr<text::Tokenizer> sample_tokenizer_;  // rank 0's, with sample_every
+  std::vector<std::int32_t> sample_prompt_;            // rank 0's
+  std::optional<std::int32_t> sample_stop_;            // the document-start token
   bool stopped_ = false;         // the ranks agreed to stop (a signal; train())
   std::int64_t stopped_at_ = 0;  // the step of the checkpoint a stop ends at
   CheckpointsInFlight checkpoints_;

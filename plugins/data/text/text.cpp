@@ -100,7 +100,8 @@ class Text final : public DataSource {
             256,
             {path_},
             train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
-            {}};  // bytes are their own ids: no tokenizer
+            {},  // bytes are their own ids: no tokenizer
+            std::nullopt};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,

@@ -119,10 +119,16 @@ TokenFile open_tokens(const std::string& path, const std::string& format) {
   return f;
 }
 
+// What a prepare manifest says of the tokens: the tokenizer file, when it
+// is still there (empty: none), and the separator between documents.
+struct ManifestFacts {
+  std::string tokenizer;
+  std::optional<std::int32_t> separator;
+};
+
 // A prepare manifest beside `file` whose tokenizer has more tokens than
-// the model's vocabulary: refused. Returns the manifest's tokenizer file
-// when it is still there (empty: none).
-std::string check_manifest(const std::string& file, int vocab) {
+// the model's vocabulary: refused.
+ManifestFacts check_manifest(const std::string& file, int vocab) {
   const auto path = std::filesystem::path(file).parent_path() / "manifest.json";
   std::ifstream in(path);
   if (!in) return {};
@@ -135,8 +141,12 @@ std::string check_manifest(const std::string& file, int vocab) {
                     " with " + std::to_string(size) + " tokens, more than the model's vocab_size " +
                     std::to_string(vocab) + "; set [model] vocab_size to at least " +
                     std::to_string(size));
-  const std::string tokenizer = tok.value("file", "");
-  return std::filesystem::exists(tokenizer) ? tokenizer : std::string();
+  ManifestFacts facts;
+  if (const std::string tokenizer = tok.value("file", ""); std::filesystem::exists(tokenizer))
+    facts.tokenizer = tokenizer;
+  if (const auto sep = j.find("separator_id"); sep != j.end() && sep->is_number_integer())
+    facts.separator = sep->get<std::int32_t>();
+  return facts;
 }
 
 // A run of one file's tokens that windows are cut from: a whole shard, or
@@ -213,7 +223,7 @@ class Tokens final : public DataSource {
     if (!val_path_.empty())
       for (std::string& f : expand_files(val_path_, val_where_)) names_.push_back(std::move(f));
     refuse_shared_files(n_train);
-    tokenizer_ = check_manifest(names_.front(), s.vocab_size);
+    manifest_ = check_manifest(names_.front(), s.vocab_size);
     if (names_.size() > n_train) check_manifest(names_[n_train], s.vocab_size);
     for (const std::string& name : names_) {
       files_.push_back(open_tokens(name, format_));
@@ -257,7 +267,8 @@ class Tokens final : public DataSource {
             static_cast<int>(max_id_) + 1,
             names_,
             train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
-            tokenizer_};
+            manifest_.tokenizer,
+            manifest_.separator};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
@@ -312,7 +323,7 @@ class Tokens final : public DataSource {
   bool shuffle_;
   int T_ = 0;
   std::vector<std::string> names_;  // the train files, then the val files
-  std::string tokenizer_;           // the prepare manifest's, when it is there
+  ManifestFacts manifest_;          // the prepare manifest's, when it is there
   std::vector<TokenFile> files_;
   std::vector<Piece> train_pieces_, val_pieces_;
   std::uint32_t max_id_ = 0;
