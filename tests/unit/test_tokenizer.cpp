@@ -51,6 +51,29 @@ TEST_CASE("tokenizers: every id of every case is Hugging Face's, and decodes to 
   CHECK(g.at("tokenizers_cases").contains("sp_bpe"));
 }
 
+// Added tokens that overlap (<|end|>, <|end_of_turn|>, <|end_of beside
+// <|end_of_text|>): the longest wins at each position, as in tokenizers.
+// golden_added.json holds the added_tokens entries tokenizers saved and its
+// ids; they go into the committed split_regex.json here.
+TEST_CASE("tokenizers: overlapping added tokens match as Hugging Face's, longest first") {
+  const auto dir = test::source_dir() / "tests/data/tokenizers";
+  const auto g = nlohmann::json::parse(std::ifstream(dir / "golden_added.json"));
+  auto j = nlohmann::json::parse(std::ifstream(dir / g.at("base").get<std::string>()));
+  for (const auto& added : g.at("added_tokens")) j.at("added_tokens").push_back(added);
+  test::TempDir tmp;
+  std::ofstream(tmp / "tokenizer.json") << j.dump();
+  const auto tok = text::load_tokenizer(tmp / "tokenizer.json");
+  const auto& cases = g.at("tokenizers_cases").at("added_overlap");
+  REQUIRE(cases.size() >= 5);
+  for (const auto& c : cases) {
+    const std::string input = c.at("text");
+    CAPTURE(input);
+    const auto want = c.at("ids").get<std::vector<std::int32_t>>();
+    CHECK(tok->encode(input) == want);
+    CHECK(tok->decode(want) == c.at("decoded").get<std::string>());
+  }
+}
+
 TEST_CASE("tokenizers: vocabulary size and the ids of named tokens") {
   const auto gpt = text::load_tokenizer(tokenizer_file("byte_level"));
   CHECK(gpt->vocab_size() == 2000);

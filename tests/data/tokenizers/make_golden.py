@@ -21,6 +21,12 @@ What it does
     golden ids and decoded texts are SentencePiece's own (ztrain runs it through
     libsentencepiece; the case checks the wiring and that Debian's library reads the model
     the same way).
+    And golden_added.json: the committed split_regex.json with added tokens that overlap
+    (<|end|>, <|end_of_turn|> and <|end_of, beside its <|end_of_text|>): the added_tokens
+    entries tokenizers saves for them (the test puts them into split_regex.json) and its ids
+    on overlap_inputs(). At each position the longest added token wins, as tokenizers'
+    leftmost-longest matcher chooses (`--added-only` writes just this file, without
+    retraining the others).
     Then encodes every case of golden_inputs() with each (add_special_tokens=False) and
     writes golden.json: for each tokenizer and case, the text, the ids and the decoded
     text. ztrain's test (tests/unit/test_tokenizer.cpp) must give the same ids for every
@@ -173,7 +179,43 @@ def sentencepiece_model(lines):
     return spm.SentencePieceProcessor(model_file=path)
 
 
+OVERLAP_TOKENS = ["<|end|>", "<|end_of_turn|>", "<|end_of"]
+
+
+def overlap_inputs():
+    return [
+        "<|end_of_text|>",
+        "<|end_of_turn|><|end|>",
+        "a<|end_of b<|end_of_tur c<|end_of_turn|>d",
+        "<|end|>_of_text|> and <|end_of_text|><|end_of_turn|>",
+        "<|end<|end|><|end_of<|end_of_text|>",
+        "no added token here",
+    ]
+
+
+def added_overlap():
+    tok = Tokenizer.from_file(os.path.join(HERE, "split_regex.json"))
+    before = len(json.loads(tok.to_str())["added_tokens"])
+    tok.add_special_tokens(OVERLAP_TOKENS)
+    added = json.loads(tok.to_str())["added_tokens"][before:]
+    cases = []
+    for text in overlap_inputs():
+        ids = tok.encode(text, add_special_tokens=False).ids
+        cases.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)})
+    golden = {"generator": "tests/data/tokenizers/make_golden.py --added-only",
+              "tokenizers": tokenizers.__version__, "base": "split_regex.json",
+              "added_tokens": added, "tokenizers_cases": {"added_overlap": cases}}
+    with open(os.path.join(HERE, "golden_added.json"), "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print("added_overlap", tok.get_vocab_size(), "tokens;", sum(len(c["ids"]) for c in cases), "ids")
+
+
 def main():
+    import sys
+    if "--added-only" in sys.argv:
+        added_overlap()
+        return
     lines = training_text()
     sp = sentencepiece(lines)
     made = {"byte_level": byte_level(lines), "split_regex": split_regex(lines),
@@ -200,6 +242,7 @@ def main():
     with open(os.path.join(HERE, "golden.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, indent=1)
         f.write("\n")
+    added_overlap()
 
 
 if __name__ == "__main__":
