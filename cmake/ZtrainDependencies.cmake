@@ -20,6 +20,9 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # SentencePiece (libsentencepiece-dev): Llama 2's tokenizer.model files, run
 # by SentencePiece itself.
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+# Protocol Buffers (libprotobuf-dev, protobuf-compiler): TensorBoard's event
+# records, encoded by the library from framework/proto/ (lite runtime).
+find_package(Protobuf 3.12 REQUIRED)
 
 # OpenBLAS ships a config file with variables only; wrap it in a target.
 find_package(OpenBLAS CONFIG REQUIRED)

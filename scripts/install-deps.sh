@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config
   libboost-dev libboost-program-options-dev libtbb-dev libtomlplusplus-dev doctest-dev
-  libopenblas-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libsentencepiece-dev liburing-dev libopenmpi-dev openmpi-bin libgloo-dev libjemalloc-dev
+  libopenblas-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libsentencepiece-dev libprotobuf-dev protobuf-compiler liburing-dev libopenmpi-dev openmpi-bin libgloo-dev libjemalloc-dev
   clang-format iproute2 e2fsprogs)
 missing=()
 for p in "${packages[@]}"; do

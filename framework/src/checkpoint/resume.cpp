@@ -25,6 +25,8 @@ bool may_change(const std::string& key) {
                                        "train.print_every",
                                        "train.eval_every",
                                        "train.eval_batches",
+                                       "train.tensorboard",
+                                       "train.tensorboard_dir",
                                        "train.sample_every",
                                        "train.sample_prompt",
                                        "train.sample_tokens",

@@ -78,6 +78,11 @@ OptionList train_options() {
                     "continue from a checkpoint: \"latest\" (out_dir's; also `resume = true`), a "
                     "step_<N> directory, or a run directory (its latest); --resume sets it");
   o.flag("save_final", true, "write the final weights into out_dir");
+  o.flag("tensorboard", false,
+         "write TensorBoard event files (scalars of every logged step) to tensorboard_dir");
+  o.optional_string("tensorboard_dir",
+                    "where TensorBoard's event files go (giving it turns them on); unset: "
+                    "out_dir/tensorboard");
   o.optional_string("export_to",
                     "also write the final weights here (.safetensors file or directory)");
   o.string("export_dtype", "fp32", "dtype of export_to").one_of({"fp32", "bf16", "fp16"});
@@ -212,6 +217,13 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.keep_last = t.get_int("keep_last");
   if (t.has_value("resume")) tr.resume = t.get_string("resume");
   if (t.has_value("export_to")) tr.export_to = t.get_string("export_to");
+  if (t.has_value("tensorboard_dir") && t.given("tensorboard") && !t.get_bool("tensorboard"))
+    throw ConfigError(t.where("tensorboard_dir") +
+                      ": [train] tensorboard_dir is given with tensorboard = false; drop one");
+  if (t.has_value("tensorboard_dir"))
+    tr.tensorboard_dir = t.get_string("tensorboard_dir");
+  else if (t.get_bool("tensorboard"))
+    tr.tensorboard_dir = tr.out_dir / "tensorboard";
   tr.export_dtype = parse_precision(t.get_string("export_dtype"), t.where("export_dtype"));
   // DeepSpeed scales only fp16 losses; bf16 and fp32 keep a static 1.
   if (tr.precision == DType::f16)

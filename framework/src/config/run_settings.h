@@ -63,6 +63,7 @@ struct TrainSettings {
   std::string checkpoint_write = "auto";  // "auto", "background", "in_step"
   std::string resume;                     // empty: start fresh; "latest", or a path
   std::filesystem::path export_to;        // empty: none
+  std::filesystem::path tensorboard_dir;  // empty: no TensorBoard files
   DType export_dtype = DType::f32;
   // The loss scaler: [train.fp16] when precision is fp16, else static 1.
   LossScalerSettings scaler;

@@ -103,9 +103,27 @@ struct StepLog {
   JobFigures job;
 };
 
-// Its metrics line (rank 0's file, when given) and, when `print` and off a
-// terminal, its console line.
-void log_step(const StepLog& s, MetricsFile* metrics, Progress& progress, bool print) {
+// The step's scalars in TensorBoard: what the metrics line says, by tag.
+void tensorboard_step(const StepLog& s, TensorBoardFile& tb) {
+  std::vector<std::pair<std::string, double>> v = {
+      {"train/loss", s.loss},
+      {"train/lr", s.lr},
+      {"train/grad_norm", s.result.grad_norm},
+      {"train/loss_scale", s.scale},
+      {"train/tokens_per_s", s.tokens_per_s},
+      {"train/step_time_s", s.step_time_s},
+      {"comm/bytes_sent", static_cast<double>(s.job.bytes_per_rank())},
+      {"comm/wait_s", s.comm_wait_s}};
+  for (Tier t : kTiers)
+    v.emplace_back("memory/" + std::string(tier_name(t)) + "_peak_bytes",
+                   static_cast<double>(s.job.memory.tier_peak[t]));
+  tb.scalars(s.done, v);
+}
+
+// Its metrics line and TensorBoard scalars (rank 0's files, when given)
+// and, when `print` and off a terminal, its console line.
+void log_step(const StepLog& s, MetricsFile* metrics, TensorBoardFile* tb, Progress& progress,
+              bool print) {
   JsonLine line;
   line.add("step", s.done)
       .add("split", "train")
@@ -123,6 +141,7 @@ void log_step(const StepLog& s, MetricsFile* metrics, Progress& progress, bool p
       .add("comm_wait_s", s.comm_wait_s)
       .add_memory("peak_bytes", s.job.memory, true);
   if (metrics) metrics->write(line);
+  if (tb) tensorboard_step(s, *tb);
   if (!print || progress.is_terminal()) return;
   char buf[192];
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s",
@@ -240,6 +259,7 @@ Trainer::Trainer(Run& run, const FaultPlan& faults, Clock::time_point t_start)
       mark_(run.counters()),
       checkpoints_(run, faults.checkpoint_kill, metrics_ ? &*metrics_ : nullptr, progress_) {
   result_.metrics_file = tr_.out_dir / "metrics.jsonl";
+  if (metrics_ && !tr_.tensorboard_dir.empty()) tensorboard_.emplace(tr_.tensorboard_dir);
   progress_.line(run_header(header_of(run_, info_, data_info_)));
   for (const auto& note : run_.config_notes) progress_.line(note);
   if (const std::string epochs = epochs_note(data_info_, tr_); !epochs.empty())
@@ -385,7 +405,8 @@ void Trainer::record_step(const StepResult& sr, double loss, double lr, double s
     log_step(
         {done, tr_.steps, loss, lr, sr, scale, at_.skipped, dt, tps, info_.train_flops_per_token,
          step_wait, gather_job_figures(*run_.comm, run_.device->stats(), step_comm)},
-        log && metrics_ ? &*metrics_ : nullptr, progress_, print);
+        log && metrics_ ? &*metrics_ : nullptr, log && tensorboard_ ? &*tensorboard_ : nullptr,
+        progress_, print);
 }
 
 // eval_batches global batches of the val split: the same sequences at any
@@ -402,6 +423,7 @@ void Trainer::evaluate(std::int64_t step) {
   const double loss = mean;
   result_.val_losses.emplace_back(step, loss);
   if (metrics_) metrics_->write(JsonLine().add("step", step).add("split", "val").add("loss", loss));
+  if (tensorboard_) tensorboard_->scalars(step, {{"val/loss", loss}});
   char buf[128];
   std::snprintf(buf, sizeof buf, "eval step %lld | val loss %.4f", static_cast<long long>(step),
                 loss);

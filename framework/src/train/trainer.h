@@ -27,6 +27,7 @@
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/run_assembly.h"
+#include "train/tensorboard.h"
 #include "ztrain/model.h"
 
 namespace ztrain {
@@ -88,7 +89,8 @@ class Trainer {
   const DataInfo data_info_;
   const ParamSpecs params_;
   Progress progress_;
-  std::optional<MetricsFile> metrics_;  // rank 0's
+  std::optional<MetricsFile> metrics_;          // rank 0's
+  std::optional<TensorBoardFile> tensorboard_;  // rank 0's, with [train] tensorboard
   Arena arena_;
   LossSum losses_;
   DataLoader data_;
