@@ -1,7 +1,8 @@
 // The comparison as one self-contained HTML page (html_report.h): what was
 // run, the verdict banner, the table of jobs, the difference of each
 // strategy from the reference (so equivalence is seen, not only said),
-// then the curves, memory and communication charts (run_charts.h).
+// then memory (what decides between strategies), the curves and
+// communication (run_charts.h).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -111,8 +112,8 @@ std::string comparison_html(const Comparison& c) {
   for (const ComparedJob& j : c.jobs) rows.push_back(job_row(j));
   s += html::table("jobs", columns(), rows);
   s += difference_figures(c.jobs, c.verdict.reference, c.tolerance);
-  s += curve_figures(c.jobs);
   s += memory_figures(c.jobs, c.device_limit);
+  s += curve_figures(c.jobs);
   s += comm_figures(c.jobs);
   return s + html::page_end();
 }

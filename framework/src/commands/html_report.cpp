@@ -30,9 +30,10 @@ dl.facts dd code{font-size:12px}
 .green{background:#e7f4e5;border-color:#2e7d32}.amber{background:#fff3d4;border-color:#d08700}
 .red{background:#fde5e5;border-color:#c62828}.neutral{background:#eef2f7;border-color:#5b7083}
 table.data{border-collapse:collapse;width:100%;font-size:13px;margin:6px 0}
-table.data th,table.data td{padding:4px 8px;border-bottom:1px solid #e2e2e2;text-align:left}
-table.data th{background:#f3f3f3;vertical-align:bottom;font-weight:600}
-table.data .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.data th,table.data td{padding:4px 6px;border-bottom:1px solid #e2e2e2;text-align:left}
+table.data th{background:#f3f3f3;vertical-align:bottom;font-weight:600;white-space:normal}
+table.data .num{text-align:right;font-variant-numeric:tabular-nums}
+table.data td.num{white-space:nowrap}
 table.data td.best{font-weight:700;background:#e3f0ff}
 table.data tr.error td{white-space:normal;overflow-wrap:anywhere;color:#8a1c1c;background:#fff6f6;font-size:12px}
 p.key{font-size:12px;color:#555;margin:2px 0}

@@ -44,27 +44,28 @@ std::pair<double, std::string> byte_unit(double most) {
   return {unit, names[k]};
 }
 
-std::string jobs_legend(const std::vector<ComparedJob>& jobs) {
+// The legend of the jobs that logged steps, but `skip`.
+std::string jobs_legend(const std::vector<ComparedJob>& jobs, const std::string& skip = {}) {
   std::vector<std::pair<std::string, std::string>> items;
   for (std::size_t i = 0; i < jobs.size(); ++i)
-    if (!jobs[i].steps.empty()) items.emplace_back(jobs[i].strategy, job_colour(i));
+    if (!jobs[i].steps.empty() && jobs[i].strategy != skip)
+      items.emplace_back(jobs[i].strategy, job_colour(i));
   return html::legend(items);
 }
 
 // One series per job that logged steps, of `value` over its steps. Lines
 // of equal values lie on top of each other, so the first is drawn widest
 // and each later one narrower: every one stays visible.
+double line_width(std::size_t i, std::size_t n) {
+  const double step = std::min(1.0, 6.0 / std::max<double>(1, static_cast<double>(n)));
+  return 1.5 + step * static_cast<double>(n - 1 - i);
+}
+
 std::vector<Series> job_series(const std::vector<ComparedJob>& jobs,
                                const std::function<double(const ComparedStep&)>& value) {
   std::vector<Series> out;
-  const double n = static_cast<double>(jobs.size());
-  const double step_width = std::min(1.0, 6.0 / std::max(1.0, n));
   for (std::size_t i = 0; i < jobs.size(); ++i) {
-    Series s{jobs[i].strategy,
-             job_colour(i),
-             {},
-             1.5 + step_width * (n - 1 - static_cast<double>(i)),
-             0};
+    Series s{jobs[i].strategy, job_colour(i), {}, line_width(i, jobs.size()), 0};
     for (const ComparedStep& st : jobs[i].steps)
       s.points.push_back({static_cast<double>(st.step), value(st)});
     if (!s.points.empty()) out.push_back(std::move(s));
@@ -113,7 +114,7 @@ std::string difference_chart(const std::vector<ComparedJob>& jobs, const Compare
   std::size_t exact = 0, total = 0;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     if (&jobs[i] == &ref || jobs[i].outcome != JobOutcome::completed) continue;
-    Series s{jobs[i].strategy, job_colour(i), {}, 2, 0};
+    Series s{jobs[i].strategy, job_colour(i), {}, line_width(i, jobs.size()), 0};
     for (const ComparedStep& st : jobs[i].steps) {
       const auto it = by_step.find(st.step);
       if (it == by_step.end()) continue;
@@ -177,10 +178,12 @@ std::string difference_figures(const std::vector<ComparedJob>& jobs, const std::
                               "| at each step, log scale; dashed red: the tolerance the verdict "
                               "applies.";
   return html::figure("Difference from " + reference + ": loss",
-                      difference_chart(jobs, *ref, true, tol.loss) + jobs_legend(jobs), caption) +
-         html::figure("Difference from " + reference + ": gradient norm",
-                      difference_chart(jobs, *ref, false, tol.grad_norm) + jobs_legend(jobs),
-                      caption);
+                      difference_chart(jobs, *ref, true, tol.loss) + jobs_legend(jobs, reference),
+                      caption) +
+         html::figure(
+             "Difference from " + reference + ": gradient norm",
+             difference_chart(jobs, *ref, false, tol.grad_norm) + jobs_legend(jobs, reference),
+             caption);
 }
 
 namespace {
@@ -195,8 +198,8 @@ BarRow memory_row(const ComparedJob& j, Tier t) {
               "in use when refused: " + format_bytes(j.oom->in_use)},
              {static_cast<double>(j.oom->requested), "#c62828",
               "asked for " + j.oom->category + ": " + format_bytes(j.oom->requested), true}},
-            "out of memory: " + format_bytes(j.oom->in_use) + " in use, asked " +
-                format_bytes(j.oom->requested) + " more for " + j.oom->category};
+            "out of memory: " + format_bytes(j.oom->in_use) + " + " +
+                format_bytes(j.oom->requested) + " asked"};
   BarRow r{j.strategy,
            {},
            j.tier_peak[t]    ? format_bytes(j.tier_peak[t])
@@ -247,12 +250,14 @@ std::optional<std::uint64_t> tier_limit(const std::vector<ComparedJob>& jobs, Ti
   return std::nullopt;
 }
 
-std::string category_legend() {
+std::string category_legend(const std::vector<ComparedJob>& jobs) {
   std::vector<std::pair<std::string, std::string>> items;
   for (Category k : kCategories)
     items.emplace_back(category_name(k), kCategoryColours[static_cast<std::size_t>(k)]);
-  items.emplace_back("in use when refused (out of memory)", "#8d8d8d");
-  items.emplace_back("asked for (hatched)", "#c62828");
+  if (std::any_of(jobs.begin(), jobs.end(), [](const ComparedJob& j) { return j.oom; })) {
+    items.emplace_back("in use when refused (out of memory)", "#8d8d8d");
+    items.emplace_back("asked for (hatched)", "#c62828");
+  }
   return html::legend(items);
 }
 
@@ -265,7 +270,7 @@ std::string memory_figures(const std::vector<ComparedJob>& jobs,
     if (tier_used(jobs, t))
       s += html::figure("Peak memory per rank: " + std::string(tier_name(t)) + " tier",
                         tier_chart(jobs, t, tier_limit(jobs, t, device_limit)) +
-                            (t == Tier::device ? category_legend() : std::string()));
+                            (t == Tier::device ? category_legend(jobs) : std::string()));
   return s;
 }
 

@@ -93,7 +93,14 @@ std::string y_axis(const LineChart& c, const Frame& f, Axis& y, double lo, doubl
 }
 
 std::string x_axis(const Frame& f, Axis& x, double lo, double hi) {
-  const Ticks t = nice_ticks(lo, hi, 8);
+  Ticks t = nice_ticks(lo, hi, 8);
+  // Steps are whole: no tick between two.
+  if (t.step < 1) {
+    t.step = 1;
+    t.values.clear();
+    for (double v = std::floor(lo) - (hi == lo); v <= std::ceil(hi) + (hi == lo); ++v)
+      t.values.push_back(v);
+  }
   x = {t.values.front(), t.values.back(), f.x0(), f.x1(), false, 0};
   std::string s;
   for (double v : t.values) {
