@@ -144,8 +144,7 @@ const char* job_colour(std::size_t i) {
 std::string curve_figures(const std::vector<ComparedJob>& jobs) {
   std::string s = curve(
       jobs, "loss", "Training loss", "training loss", [](const ComparedStep& x) { return x.loss; },
-      "Lines of equal values lie on top of each other (the first widest); the difference charts "
-      "show how far apart they are.");
+      "Lines of equal values lie on top of each other (the first widest).");
   s += val_curve(jobs);
   s += curve(jobs, "grad_norm", "Gradient norm", "gradient norm (before clipping)",
              [](const ComparedStep& x) { return x.grad_norm; });
