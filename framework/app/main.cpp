@@ -15,7 +15,9 @@
 #include "comm/world.h"
 #include "commands/compare.h"
 #include "commands/estimate_table.h"
+#include "commands/html_report.h"
 #include "commands/prepare.h"
+#include "commands/report.h"
 #include "commands/sample.h"
 #include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
@@ -88,6 +90,10 @@ constexpr const char* kUsage =
     "                                           each strategy as its own job on the same run; one\n"
     "                                           table (time, memory, communication, losses), CSV,\n"
     "                                           JSON, an HTML report, and the equivalence verdict\n"
+    "       ztrain report RUN_DIR [RUN_DIR...] [--out FILE.html]\n"
+    "                                           the same HTML report for runs already trained\n"
+    "                                           (their out_dir: metrics.jsonl, config.toml),\n"
+    "                                           overlaid; default RUN_DIR/report.html\n"
     "\n"
     "examples:\n"
     "  ztrain configs/run.toml\n"
@@ -181,6 +187,7 @@ struct Cli {
   std::uint64_t sample_seed = 0;
   int gpus_per_node = 1, nproc = 0, world = 1, num_nodes = -1, num_gpus = -1;
   std::string master_addr, master_port;
+  std::string command_line;  // as typed, for the reports' metadata
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
   ztrain::FaultPlan faults;  // a test's, from the environment
   po::variables_map given;
@@ -248,7 +255,8 @@ po::options_description declare_options(Cli& c) {
                                                    "compare: the strategies, comma-separated")(
       "steps", po::value(&c.steps), "compare: steps per job (default: the run's train.steps)")(
       "out", po::value(&c.compare_out),
-      "compare: where the jobs and reports go (runs/compare); prepare: the output directory")(
+      "compare: where the jobs and reports go (runs/compare); report: the page "
+      "(RUN_DIR/report.html); prepare: the output directory")(
       "tokenizer", po::value(&c.tokenizer), "prepare: a Hugging Face tokenizer.json")(
       "text-field", po::value(&c.text_field), "prepare: the documents' field in JSON lines (text)")(
       "shard-tokens", po::value(&c.shard_tokens), "prepare: tokens per shard (100000000)")(
@@ -369,8 +377,14 @@ std::optional<int> tool_command(const Cli& c) {
     return ztrain::compare({c.run_args(c.positional[1]), comma_list(c.strategies),
                             c.given.count("nproc") ? c.nproc : 1,
                             c.given.count("steps") ? std::optional(c.steps) : std::nullopt,
-                            c.compare_out, c.faults.compare_perturb},
+                            c.compare_out, c.faults.compare_perturb, c.command_line},
                            std::cout);
+  }
+  if (command == "report") {
+    if (c.positional.size() < 2)
+      throw ztrain::ConfigError("usage: ztrain report RUN_DIR [RUN_DIR...] [--out FILE.html]");
+    return ztrain::report(
+        {{c.positional.begin() + 1, c.positional.end()}, c.compare_out, c.command_line}, std::cout);
   }
   if (command == "checkpoint") {
     if (c.positional.size() != 3 || c.positional[1] != "info")
@@ -558,6 +572,7 @@ int main(int argc, char** argv) {
       std::cout << "ztrain " << ZTRAIN_VERSION << "\n";
       return 0;
     }
+    c.command_line = ztrain::html::command_line(argc, argv);
     hand_over(c.faults = ztrain::FaultPlan::from_environment());
     // --resume is train.resume, so every rank agrees on it with the rest.
     if (!c.resume.empty()) c.overrides.push_back("train.resume=\"" + c.resume + "\"");

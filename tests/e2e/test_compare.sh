@@ -14,6 +14,11 @@
 # - A strategy that does not exist is refused, naming it, before any job
 #   runs (exit 2); so is --steps 0. An earlier comparison is not
 #   overwritten without --overwrite; a strategy given twice is refused.
+# - The HTML page, parsed (tests/e2e/report_page.py): a table row of 14
+#   cells per job with a best-value mark, the banner green / red / amber,
+#   the difference charts' points equal to the relative differences
+#   computed from the jobs' metrics.jsonl, and, out of memory, the
+#   [device] memory_limit line and a bar of what the job held and asked.
 # - Where Chromium is installed, a headless screenshot of the page shows
 #   the charts drawn (pixels of the strategies' colours).
 #
@@ -78,11 +83,49 @@ assert jobs["ddp"]["peak_bytes"]["host"]["total"] == 0
 print("compare.json and compare.csv: 7 jobs, 6 steps each, equal losses, peaks per tier")
 PY
 html="$scratch/all/compare.html"
-[ "$(grep -c "<svg" "$html")" -eq 4 ] || fail "the report does not hold four charts"
-[ "$(grep -c "<polyline class=\"curve\"" "$html")" -eq 7 ] || fail "not one loss curve per strategy"
 grep -q '<rect class="bar"' "$html" || fail "no bars drawn"
-grep -Eq "<script|src=|href=|@import|url\(" "$html" && fail "the report loads something"
-grep -q 'id="verdict" class="ok"' "$html" || fail "the report's verdict is not shown as passed"
+# url(#...) is the hatch pattern defined on the page itself.
+grep -Eq "<script|src=|href=|@import|url\([^#]" "$html" && fail "the report loads something"
+# page_checks PAGE NAME CHECKS: runs the Python CHECKS against the parsed
+# page, with the comparison's directory as argv[0].
+page_checks() {
+  python3 "$SRC/tests/e2e/report_page.py" "$1" - "$(dirname "$1")" <<< "$3" > "$scratch/$2_page.out" 2>&1 ||
+    { cat "$scratch/$2_page.out" >&2; fail "$2: the page is wrong"; }
+  cat "$scratch/$2_page.out"
+}
+# The difference charts against the jobs' own metrics: each strategy's
+# relative loss and gradient-norm difference from ddp at every step.
+diff_checks='
+import json, os
+def steps(name):
+    lines = [json.loads(l) for l in open(os.path.join(argv[0], name, "metrics.jsonl"))]
+    return [l for l in lines if l["split"] == "train"]
+ref = steps("ddp")
+for chart, key in (("diff_loss", "loss"), ("diff_grad_norm", "grad_norm")):
+    c = page.charts[chart]
+    floor = 10 ** float(c["attrs"]["data-y-range"].split()[0])
+    assert set(c["curves"]) == set(names) - {"ddp"}, (chart, sorted(c["curves"]))
+    for name in c["curves"]:
+        drawn = page.values(chart, name)
+        want = [abs(a[key] - b[key]) / abs(b[key]) for a, b in zip(steps(name), ref)]
+        assert len(drawn) == len(want), (chart, name, drawn)
+        for (x, y), (i, w) in zip(drawn, enumerate(want)):
+            assert abs(x - (i + 1)) < 0.05, (chart, name, x, i)
+            assert w <= floor * 1.02 if w == 0 else abs(math.log10(y) - math.log10(max(w, floor))) < 0.01, (chart, name, i, y, w)
+print("difference charts: every point is the relative difference in metrics.jsonl")
+'
+page_checks "$html" all "names = $(printf '%s\n' "${names[@]}" | python3 -c 'import sys; print([l.strip() for l in sys.stdin])')
+assert page.verdict_class == \"verdict green\", page.verdict_class
+t = page.tables[\"jobs\"]
+assert len(t[\"header\"]) == 14 and t[\"header\"][2] == \"step, median (s)\", t[\"header\"]
+assert [r[0][0] for r in t[\"rows\"]] == names and all(len(r) == 14 for r in t[\"rows\"]), t[\"rows\"]
+assert any(\"best\" in cls for r in t[\"rows\"] for _, cls in r), \"no best value marked\"
+assert not t[\"errors\"], t[\"errors\"]
+assert len(page.charts[\"loss\"][\"curves\"]) == 7, \"not one loss curve per strategy\"
+for chart in (\"val_loss\", \"grad_norm\", \"lr\", \"step_time\", \"throughput\", \"memory_device\", \"comm_bytes\"):
+    assert chart in page.charts, chart
+print(\"table: 7 rows of 14 cells, a best mark; banner green\")
+$diff_checks"
 [ -z "$(ls -A "$swap")" ] || fail "swap files left in $swap"
 
 echo "== one strategy made to differ"
@@ -91,7 +134,9 @@ ZTRAIN_TEST_COMPARE_PERTURB=zero2:3 compare differ --strategies ddp,zero1,zero2 
 grep -q "^verdict: FAILED: zero2 differs from ddp first at step 4: loss " "$scratch/differ.out" ||
   { cat "$scratch/differ.out" >&2; fail "the failure does not name zero2 and step 4"; }
 grep "^verdict" "$scratch/differ.out" | grep -q zero1 && fail "zero1 is named as differing"
-grep -q 'id="verdict" class="bad"' "$scratch/differ/compare.html" || fail "the report shows no failure"
+page_checks "$scratch/differ/compare.html" differ "names = [\"ddp\", \"zero1\", \"zero2\"]
+assert page.verdict_class == \"verdict red\" and \"first at step 4\" in page.verdict_text, page.verdict_text
+$diff_checks"
 python3 -c "import json,sys; v=json.load(open(sys.argv[1]))['verdict']; assert not v['equivalent']" \
   "$scratch/differ/compare.json" || fail "compare.json says equivalent"
 echo "the differing strategy and its first step are named"
@@ -111,7 +156,17 @@ compare oom --strategies ddp,zero3_offload --steps 3 --set device.memory_limit="
 grep -Eq "^ddp +out of memory +out of memory on tier 'device'" "$scratch/oom.out" ||
   { cat "$scratch/oom.out" >&2; fail "ddp is not reported out of memory"; }
 grep -Eq "^zero3_offload +completed" "$scratch/oom.out" || fail "zero3_offload did not complete"
-grep -q "out of memory" "$scratch/oom/compare.html" || fail "the report does not show the out-of-memory job"
+page_checks "$scratch/oom/compare.html" oom "limit = $limit
+assert page.verdict_class == \"verdict amber\", page.verdict_class
+t = page.tables[\"jobs\"]
+assert len(t[\"rows\"]) == 2 and all(len(r) == 14 for r in t[\"rows\"]), t[\"rows\"]
+(error, span), = t[\"errors\"]
+assert error.startswith(\"ddp: out of memory on tier\") and span == \"14\", t[\"errors\"]
+m = page.charts[\"memory_device\"]
+assert any(\"budget\" in l.get(\"class\", \"\") for l in m[\"lines\"]), \"no memory_limit line\"
+assert any(t.startswith(\"[device] memory_limit\") for t in m[\"texts\"]), m[\"texts\"]
+assert any(\"asked\" in r.get(\"class\", \"\") for r in m[\"rects\"]), \"no bar of what ddp asked for\"
+print(\"out of memory: banner amber, the error in a full-width row, the limit line and the asked bar\")"
 echo "ddp out of memory under a $limit-byte limit; zero3_offload completed"
 
 echo "== failures and refusals"
@@ -138,7 +193,7 @@ if [ -z "$browser" ]; then
   exit 0
 fi
 echo "== the report in headless Chromium"
-"$browser" --headless --no-sandbox --disable-gpu --window-size=1100,2400 \
+"$browser" --headless --no-sandbox --disable-gpu --window-size=1100,4200 \
   --screenshot="$scratch/report.png" "file://$html" > "$scratch/chromium.out" 2>&1 ||
   { cat "$scratch/chromium.out" >&2; fail "chromium failed"; }
 python3 - "$scratch/report.png" << 'PY' || fail "the screenshot shows no charts"

@@ -14,11 +14,16 @@
 #include <thread>
 
 #include "commands/compare_report.h"
+#include "commands/html_report.h"
+#include "commands/report.h"
 #include "config/run_settings.h"
 #include "io/durable_file.h"
 #include "loader/plugin_loader.h"
+#include "train/progress.h"
+#include "train/run_parts.h"
 #include "train/trainer.h"
 #include "ztrain/error.h"
+#include "ztrain/units.h"
 
 extern char** environ;
 
@@ -103,6 +108,7 @@ void classify_failure(const fs::path& log, int status, ComparedJob& job) {
   const bool oom = last_error.find("out of memory") != std::string::npos ||
                    last_error.find("memory_limit") != std::string::npos;
   job.outcome = oom ? JobOutcome::out_of_memory : JobOutcome::failed;
+  job.oom = parse_oom(last_error);
   // "[rank 0] ztrain: error: out of memory ..." -> "out of memory ..."
   for (const char* prefix : {"config error: ", "error: "})
     if (const std::size_t at = last_error.find(prefix); at != std::string::npos) {
@@ -189,6 +195,37 @@ void check_strategies(const CompareArgs& a) {
         bad);
 }
 
+// What the page says was run: the model and its size, the data (the
+// first job's resolved [data] table), precision, ranks, device, where and
+// when, and the command.
+html::Facts run_facts(const CompareArgs& a, const RunConfig& config, const Comparison& c,
+                      const std::string& device, const fs::path& out) {
+  std::string model = config.plugin("model", "transformer");
+  try {
+    const RunParts parts =
+        make_run_parts(config, PluginLoader(default_plugin_dirs(a.run.plugin_paths), {}), a.nproc);
+    model += " " + parts.info.arch + ", " + format_rate(static_cast<double>(parts.info.n_params)) +
+             " parameters";
+  } catch (const Error& e) {
+    model += " (size unknown: " + std::string(e.what()) + ")";
+  }
+  std::string data = config.plugin("data", "synthetic");
+  for (const auto& j : c.jobs)
+    if (fs::exists(out / j.strategy / "config.toml")) {
+      data = config_section_summary(out / j.strategy / "config.toml", "data");
+      break;
+    }
+  html::Facts facts = html::machine_facts(a.command_line);
+  facts.insert(facts.begin() + 1,
+               {{"run", c.run_file + ", " + std::to_string(c.steps) + " steps per job"},
+                {"model", model},
+                {"data", data},
+                {"precision", c.precision},
+                {"ranks", std::to_string(c.ranks) + " per job"},
+                {"device", device}});
+  return facts;
+}
+
 }  // namespace
 
 int compare(const CompareArgs& a, std::ostream& os) {
@@ -213,6 +250,8 @@ int compare(const CompareArgs& a, std::ostream& os) {
   for (std::size_t i = 0; i < a.strategies.size(); ++i)
     c.jobs.push_back(run_job(a, a.strategies[i], i, c.steps, out, os));
   c.verdict = equivalence(c.jobs, c.tolerance);
+  c.device_limit = settings.device.memory_limit;
+  c.facts = run_facts(a, config, c, settings.device.kind, out);
   write_file_atomically(out / "compare.csv", comparison_csv(c));
   write_file_atomically(out / "compare.json", comparison_json(c));
   write_file_atomically(out / "compare.html", comparison_html(c));

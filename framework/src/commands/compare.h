@@ -39,6 +39,7 @@ struct CompareArgs {
   // strategy's job with ZTRAIN_TEST_SCALE_LR=STEP, so it differs from the
   // others from step STEP + 1 on. Empty: none.
   std::string perturb;
+  std::string command_line;  // for the report's metadata
 };
 
 // Returns the exit status: 0 when every job completed or ran out of memory

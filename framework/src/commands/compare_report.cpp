@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "train/progress.h"
 #include "ztrain/error.h"
@@ -145,7 +146,10 @@ void read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job) {
     try {
       const json j = json::parse(line);
       const std::string split = j.at("split").get<std::string>();
-      if (split == "val") job.val_loss = j.at("loss").get<double>();
+      if (split == "val") {
+        job.val_loss = j.at("loss").get<double>();
+        job.val_curve.emplace_back(j.at("step").get<std::int64_t>(), *job.val_loss);
+      }
       if (split != "train") continue;
       ComparedStep s;
       s.step = j.at("step").get<std::int64_t>();
@@ -156,6 +160,8 @@ void read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job) {
       s.flops_per_s = j.at("flops_per_s").get<double>();
       s.comm_wait_s = j.at("comm_wait_s").get<double>();
       s.bytes_sent = j.at("bytes_sent").get<std::uint64_t>();
+      s.lr = j.value("lr", 0.0);
+      s.device_peak = j.at("peak_bytes").at("device").at("total").get<std::uint64_t>();
       job.steps.push_back(s);
       job.skipped_steps = j.at("skipped_steps").get<std::int64_t>();
       const json& peak = j.at("peak_bytes");
@@ -170,6 +176,19 @@ void read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job) {
                       e.what());
     }
   }
+}
+
+std::optional<OomRecord> parse_oom(const std::string& error) {
+  // core/device.cpp's budget refusal: "out of memory on tier 'device' (...):
+  // allocating ... for activations with ... (...; in bytes: asked A, in use
+  // U, budget B)".
+  static const std::regex form(
+      "out of memory on tier '(\\w+)'.*? for (\\w+) with .*in bytes: asked (\\d+), in use "
+      "(\\d+), budget (\\d+)");
+  std::smatch m;
+  if (!std::regex_search(error, m, form)) return std::nullopt;
+  return OomRecord{m[1].str(), m[2].str(), std::stoull(m[3].str()), std::stoull(m[4].str()),
+                   std::stoull(m[5].str())};
 }
 
 std::string comparison_table(const Comparison& c) {
@@ -276,6 +295,12 @@ std::string comparison_json(const Comparison& c) {
       peak[std::string(tier_name(t))] = tier;
     }
     r["peak_bytes"] = peak;
+    if (j.oom)
+      r["out_of_memory"] = {{"tier", j.oom->tier},
+                            {"category", j.oom->category},
+                            {"requested_bytes", j.oom->requested},
+                            {"in_use_bytes", j.oom->in_use},
+                            {"budget_bytes", j.oom->budget}};
     json steps = json::array();
     for (const ComparedStep& x : j.steps)
       steps.push_back({{"step", x.step},

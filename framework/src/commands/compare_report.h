@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ztrain/device.h"
@@ -28,9 +29,18 @@ namespace ztrain {
 struct ComparedStep {
   std::int64_t step = 0;
   double loss = 0, grad_norm = 0, step_time_s = 0, tokens_per_s = 0, flops_per_s = 0;
-  double comm_wait_s = 0;
-  std::uint64_t bytes_sent = 0;  // per rank
+  double comm_wait_s = 0, lr = 0;
+  std::uint64_t bytes_sent = 0;   // per rank
+  std::uint64_t device_peak = 0;  // the device tier's peak so far, per rank
 };
+
+// What an out-of-memory job was refused, read from its error: the tier and
+// category, the bytes asked for, in use then, and the tier's budget.
+struct OomRecord {
+  std::string tier, category;
+  std::uint64_t requested = 0, in_use = 0, budget = 0;
+};
+std::optional<OomRecord> parse_oom(const std::string& error);
 
 enum class JobOutcome : std::uint8_t { completed, out_of_memory, failed };
 
@@ -39,7 +49,9 @@ struct ComparedJob {
   JobOutcome outcome = JobOutcome::completed;
   std::string error;  // what stopped it (its last error line)
   std::vector<ComparedStep> steps;
-  std::optional<double> val_loss;
+  std::optional<double> val_loss;                          // the last evaluation's
+  std::vector<std::pair<std::int64_t, double>> val_curve;  // (step, loss)
+  std::optional<OomRecord> oom;
   std::int64_t skipped_steps = 0;
   // Peak bytes per rank (the largest over ranks), per tier and category,
   // and per tier.
@@ -69,6 +81,10 @@ Verdict equivalence(const std::vector<ComparedJob>& jobs, const Tolerance& tol);
 
 struct Comparison {
   std::string run_file, precision;
+  // For the page: what was run and where (html_report.h's machine facts
+  // with the model and data), and the [device] memory_limit.
+  std::vector<std::pair<std::string, std::string>> facts;
+  std::optional<std::uint64_t> device_limit;
   int ranks = 1;
   std::int64_t steps = 0;
   Tolerance tolerance;

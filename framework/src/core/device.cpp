@@ -104,7 +104,9 @@ void Device::reserve(Tier tier, Category category, std::uint64_t bytes) {
         "out of memory on tier '" + std::string(tier_name(tier)) + "' (" + name() +
         "): allocating " + format_bytes(bytes) + " for " + std::string(category_name(category)) +
         " with " + format_bytes(in_use) + " in use of a " + format_bytes(*budget_[t]) +
-        " budget (peak " + format_bytes(stats_.tier_peak[t]) +
+        " budget (peak " + format_bytes(stats_.tier_peak[t]) + "; in bytes: asked " +
+        std::to_string(bytes) + ", in use " + std::to_string(in_use) + ", budget " +
+        std::to_string(*budget_[t]) +
         "); raise [device] memory_limit, shorten micro_batch_size or seq_len, enable "
         "activation_checkpointing, or pick a strategy that shards or offloads more");
   }
