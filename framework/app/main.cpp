@@ -1,4 +1,6 @@
 // ztrain: argument parsing and dispatch only.
+#include <unistd.h>
+
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -531,6 +533,10 @@ std::optional<int> launch(Cli& c) {
       for (auto& e : ztrain::read_env_file(file)) plan.env.push_back(std::move(e));
       break;
     }
+  // Rank 0's output reaches this terminal through mpirun's pipes: say so,
+  // so it draws its progress bar (train/progress.h).
+  plan.env.push_back(std::string("ZTRAIN_TERMINAL=") +
+                     (::isatty(STDOUT_FILENO) && ::isatty(STDERR_FILENO) ? "1" : "0"));
   const auto command = ztrain::mpirun_command(plan, rank_command(c));
   // A DeepSpeed or Accelerate file is checked at the job's world size before
   // any rank starts: a refused file never leaves ranks behind.

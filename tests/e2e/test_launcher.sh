@@ -30,10 +30,10 @@ printf 'gpu004 slots=4
 gpu005 slots=2
 ' > gpus
 "$ZTRAIN" --hostfile gpus --include gpu004:1,3@gpu005 --dry-run "$SRC/configs/run.toml" > slots.out
-grep -q -- "--host gpu004:2 -np 2 -x CUDA_VISIBLE_DEVICES=1,3 .* : --host gpu005:2 -np 2 -x CUDA_VISIBLE_DEVICES=0,1 " \
+grep -q -- "--host gpu004:2 -np 2 -x ZTRAIN_TERMINAL=0 -x CUDA_VISIBLE_DEVICES=1,3 .* : --host gpu005:2 -np 2 -x ZTRAIN_TERMINAL=0 -x CUDA_VISIBLE_DEVICES=0,1 " \
   slots.out || fail "--include gpu004:1,3: $(cat slots.out)"
 "$ZTRAIN" --hostfile gpus --exclude gpu004:0@gpu005 --dry-run "$SRC/configs/run.toml" > slots.out
-grep -q -- "--host gpu004:3 -np 3 -x CUDA_VISIBLE_DEVICES=1,2,3 " slots.out &&
+grep -q -- "--host gpu004:3 -np 3 -x ZTRAIN_TERMINAL=0 -x CUDA_VISIBLE_DEVICES=1,2,3 " slots.out &&
   ! grep -q gpu005 slots.out || fail "--exclude gpu004:0@gpu005: $(cat slots.out)"
 
 expect_error() {  # expect_error PATTERN ARGS...: ztrain fails (status 2) with PATTERN on stderr
@@ -54,7 +54,7 @@ expect_error "--exclude: host 'localhost' has no slot 7" --hostfile hosts --excl
 # DeepSpeed's --num_nodes/--num_gpus/--master_addr/--master_port.
 "$ZTRAIN" --hostfile gpus --num_nodes 1 --num_gpus 2 --master_addr 10.1.2.3 --master_port 29511 \
   --dry-run "$SRC/configs/run.toml" > slots.out
-grep -q -- "--host gpu004:2 -np 2 -x MASTER_ADDR=10.1.2.3 -x MASTER_PORT=29511 -x CUDA_VISIBLE_DEVICES=0,1 " \
+grep -q -- "--host gpu004:2 -np 2 -x MASTER_ADDR=10.1.2.3 -x MASTER_PORT=29511 -x ZTRAIN_TERMINAL=0 -x CUDA_VISIBLE_DEVICES=0,1 " \
   slots.out && ! grep -q gpu005 slots.out || fail "--num_nodes 1 --num_gpus 2: $(cat slots.out)"
 expect_error "DeepSpeed refuses them together" --hostfile gpus --num_gpus 1 --include gpu004 --dry-run
 expect_error "--num_gpus 3: host 'gpu005' has 2 slot(s)" --hostfile gpus --num_gpus 3 --dry-run

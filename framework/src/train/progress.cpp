@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 
 namespace ztrain {
 
@@ -34,14 +35,29 @@ std::string format_rate(double r) {
   return buf;
 }
 
+bool Progress::on_terminal() {
+  if (const char* launcher = std::getenv("ZTRAIN_TERMINAL")) return std::string(launcher) == "1";
+  return isatty(STDERR_FILENO) == 1;
+}
+
 Progress::Progress(std::int64_t total_steps, bool enabled)
-    : total_(total_steps), enabled_(enabled), tty_(enabled && isatty(STDERR_FILENO) == 1) {}
+    : total_(total_steps),
+      enabled_(enabled),
+      tty_(enabled && on_terminal()),
+      bar_out_(isatty(STDERR_FILENO) == 1 ? stderr : stdout) {}
 
 void Progress::clear() {
   if (drawn_) {
-    std::fputs("\r\033[2K", stderr);
+    std::fputs("\r\033[2K", bar_out_);
+    std::fflush(bar_out_);
     drawn_ = false;
   }
+}
+
+void Progress::draw() {
+  std::fputs(("\r\033[2K" + bar_).c_str(), bar_out_);
+  std::fflush(bar_out_);
+  drawn_ = true;
 }
 
 void Progress::update(std::int64_t step, double loss, double tokens_per_s, double elapsed_s) {
@@ -53,11 +69,12 @@ void Progress::update(std::int64_t step, double loss, double tokens_per_s, doubl
   bar.resize(kWidth, '.');
   const double eta =
       step > 0 ? elapsed_s / static_cast<double>(step) * static_cast<double>(total_ - step) : NAN;
-  std::fprintf(stderr, "\r\033[2K[%s] %lld/%lld  loss %.4f  %s tok/s  ETA %s", bar.c_str(),
-               static_cast<long long>(step), static_cast<long long>(total_), loss,
-               format_rate(tokens_per_s).c_str(), format_duration(eta).c_str());
-  std::fflush(stderr);
-  drawn_ = true;
+  char text[256];
+  std::snprintf(text, sizeof text, "[%s] %lld/%lld  loss %.4f  %s tok/s  ETA %s", bar.c_str(),
+                static_cast<long long>(step), static_cast<long long>(total_), loss,
+                format_rate(tokens_per_s).c_str(), format_duration(eta).c_str());
+  bar_ = text;
+  draw();
 }
 
 void Progress::line(const std::string& text) {
@@ -65,10 +82,12 @@ void Progress::line(const std::string& text) {
   clear();
   std::fprintf(stdout, "%s\n", text.c_str());
   std::fflush(stdout);
+  if (tty_ && !bar_.empty()) draw();
 }
 
 void Progress::finish() {
   clear();
+  bar_.clear();
 }
 
 }  // namespace ztrain

@@ -121,7 +121,7 @@ void tensorboard_step(const StepLog& s, TensorBoardFile& tb) {
 }
 
 // Its metrics line and TensorBoard scalars (rank 0's files, when given)
-// and, when `print` and off a terminal, its console line.
+// and, when `print`, its console line (on a terminal, above the bar).
 void log_step(const StepLog& s, MetricsFile* metrics, TensorBoardFile* tb, Progress& progress,
               bool print) {
   JsonLine line;
@@ -142,7 +142,7 @@ void log_step(const StepLog& s, MetricsFile* metrics, TensorBoardFile* tb, Progr
       .add_memory("peak_bytes", s.job.memory, true);
   if (metrics) metrics->write(line);
   if (tb) tensorboard_step(s, *tb);
-  if (!print || progress.is_terminal()) return;
+  if (!print) return;
   char buf[192];
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s",
                 static_cast<long long>(s.done), static_cast<long long>(s.steps), s.loss, s.lr,
