@@ -19,6 +19,9 @@
 #   the difference charts' points equal to the relative differences
 #   computed from the jobs' metrics.jsonl, and, out of memory, the
 #   [device] memory_limit line and a bar of what the job held and asked.
+# - A --set of a [strategy] key goes to the jobs whose strategy has it
+#   (nvme_path to zero3_nvme, not zero3), said in a note; one no strategy
+#   has is refused.
 # - Where Chromium is installed, a headless screenshot of the page shows
 #   the charts drawn (pixels of the strategies' colours).
 #
@@ -185,7 +188,21 @@ compare all --strategies ddp --steps 2
 compare twice --strategies ddp,zero1,ddp
 [ "$status" -eq 2 ] && grep -q "strategy 'ddp' is given twice" "$scratch/twice.out" ||
   fail "a strategy given twice was not refused"
-echo "an unknown strategy, --steps 0, an earlier comparison and a repeated strategy are refused"
+compare set_nowhere --strategies ddp,zero1 --steps 2 --set strategy.offload_optimizer.nvme_path=x
+[ "$status" -eq 2 ] && grep -q "no strategy of --strategies has the key offload_optimizer.nvme_path" \
+  "$scratch/set_nowhere.out" || fail "a [strategy] key no strategy has was not refused"
+echo "an unknown strategy, --steps 0, an earlier comparison, a repeated strategy and a [strategy] key no strategy has are refused"
+
+echo "== a [strategy] key goes to the strategies that have it"
+compare nvme_set --strategies zero3,zero3_nvme --steps 2 --set "strategy.offload_optimizer.nvme_path=$swap"
+[ "$status" -eq 0 ] || fail "compare with zero3_nvme's nvme_path exited $status"
+grep -q "^note: --set strategy.offload_optimizer.nvme_path=$swap goes to zero3_nvme alone" \
+  "$scratch/nvme_set.out" || fail "the note on the override is missing"
+grep -Eq "^zero3_nvme +completed" "$scratch/nvme_set.out" && grep -Eq "^zero3 +completed" \
+  "$scratch/nvme_set.out" || fail "zero3 and zero3_nvme did not both train"
+! grep -q "size unknown" "$scratch/nvme_set/compare.html" ||
+  fail "the page's model line lost the model's size to the job-only override"
+echo "nvme_path went to zero3_nvme alone; both trained"
 
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$browser" ]; then

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -37,14 +38,15 @@ std::string job_label(const std::string& strategy) {
   return p.has_extension() || p.has_parent_path() ? p.stem().string() : strategy;
 }
 
-// The ztrain command of one job.
+// The ztrain command of one job, with the --set overrides that are its.
 std::vector<std::string> job_command(const CompareArgs& a, const std::string& strategy,
-                                     std::int64_t steps, const fs::path& dir) {
+                                     const std::vector<std::string>& overrides, std::int64_t steps,
+                                     const fs::path& dir) {
   std::vector<std::string> cmd{boost::dll::program_location().string()};
   if (a.nproc > 1) cmd.insert(cmd.end(), {"--nproc", std::to_string(a.nproc)});
   cmd.insert(cmd.end(), {"--strategy", strategy});
   if (!a.run.model.empty()) cmd.insert(cmd.end(), {"--model", a.run.model});
-  for (const auto& o : a.run.overrides) cmd.insert(cmd.end(), {"--set", o});
+  for (const auto& o : overrides) cmd.insert(cmd.end(), {"--set", o});
   // Every step logged, one evaluation at the end, nothing else written.
   const std::string k = std::to_string(steps);
   for (const std::string& o : std::vector<std::string>{
@@ -123,7 +125,8 @@ void classify_failure(const fs::path& log, int status, ComparedJob& job) {
 }
 
 // Runs one job to its end, saying its step as it goes.
-ComparedJob run_job(const CompareArgs& a, const std::string& strategy, std::size_t index,
+ComparedJob run_job(const CompareArgs& a, const std::string& strategy,
+                    const std::vector<std::string>& overrides, std::size_t index,
                     std::int64_t steps, const fs::path& out, std::ostream& os) {
   ComparedJob job;
   job.strategy = job_label(strategy);
@@ -131,8 +134,8 @@ ComparedJob run_job(const CompareArgs& a, const std::string& strategy, std::size
   const bool terminal = ::isatty(STDERR_FILENO);
   const std::string head = "[" + std::to_string(index + 1) + "/" +
                            std::to_string(a.strategies.size()) + "] " + job.strategy + ": ";
-  const pid_t pid =
-      spawn(job_command(a, strategy, steps, dir), job_environment(job.strategy, a.perturb), log);
+  const pid_t pid = spawn(job_command(a, strategy, overrides, steps, dir),
+                          job_environment(job.strategy, a.perturb), log);
   int status = 0;
   for (;;) {
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
@@ -172,20 +175,40 @@ void check_args(const CompareArgs& a) {
                       ": give 1 or more (or leave it out for the run's train.steps)");
 }
 
+// The [strategy] key an override sets ("offload_optimizer.nvme_path" of
+// "strategy.offload_optimizer.nvme_path=DIR"); empty for any other section
+// and for strategy.plugin, which every job takes.
+std::string strategy_key(const std::string& override_text) {
+  const std::string key = override_text.substr(0, override_text.find('='));
+  if (key.rfind("strategy.", 0) != 0 || key == "strategy.plugin") return {};
+  return key.substr(std::string("strategy.").size());
+}
+
 // Every strategy of the comparison names a preset or a plugin that loads,
 // checked before any job runs: a misspelt last name used to be found after
-// the others had trained.
-void check_strategies(const CompareArgs& a) {
+// the others had trained. Returns each job's --set overrides: a [strategy]
+// key goes to the jobs whose strategy declares it (nvme_path to zero3_nvme,
+// not to zero3), said in a note; one that no strategy declares is refused.
+std::vector<std::vector<std::string>> check_strategies(const CompareArgs& a, std::ostream& os) {
   const PluginLoader loader(default_plugin_dirs(a.run.plugin_paths), {});
   std::string bad;
-  for (const auto& s : a.strategies) {
+  std::vector<std::vector<std::string>> overrides(a.strategies.size());
+  std::map<std::string, std::vector<std::string>> takers;  // override -> labels
+  for (std::size_t i = 0; i < a.strategies.size(); ++i) {
     TrainArgs run = a.run;
-    run.strategy = s;
+    run.strategy = a.strategies[i];
     try {
-      loader.load("strategy", load_run_config(run).plugin("strategy", "ddp"));
+      const auto lib = loader.load("strategy", load_run_config(run).plugin("strategy", "ddp"));
+      for (const auto& o : a.run.overrides) {
+        const std::string key = strategy_key(o);
+        if (!key.empty() && !lib.options().find(key)) continue;
+        overrides[i].push_back(o);
+        if (!key.empty()) takers[o].push_back(job_label(a.strategies[i]));
+      }
     } catch (const Error& e) {
       const std::string why = e.what();
-      bad += std::string(bad.empty() ? "" : "\n") + "  " + s + ": " + why.substr(0, why.find(';'));
+      bad += std::string(bad.empty() ? "" : "\n") + "  " + a.strategies[i] + ": " +
+             why.substr(0, why.find(';'));
     }
   }
   if (!bad.empty())
@@ -193,6 +216,20 @@ void check_strategies(const CompareArgs& a) {
         "compare: not every strategy can run, so none was started (`ztrain plugins` "
         "lists the strategies found):\n" +
         bad);
+  for (const auto& o : a.run.overrides) {
+    if (strategy_key(o).empty()) continue;
+    const auto& t = takers[o];
+    if (t.empty())
+      throw ConfigError("compare: --set " + o + ": no strategy of --strategies has the key " +
+                        strategy_key(o) + " (`ztrain plugins` lists each one's keys)");
+    if (t.size() < a.strategies.size()) {
+      std::string names;
+      for (const auto& n : t) names += (names.empty() ? "" : ", ") + n;
+      os << "note: --set " << o << " goes to " << names
+         << " alone (the other strategies have no such key)\n";
+    }
+  }
+  return overrides;
 }
 
 // What the page says was run: the model and its size, the data (the
@@ -202,8 +239,12 @@ html::Facts run_facts(const CompareArgs& a, const RunConfig& config, const Compa
                       const std::string& device, const fs::path& out) {
   std::string model = config.plugin("model", "transformer");
   try {
-    const RunParts parts =
-        make_run_parts(config, PluginLoader(default_plugin_dirs(a.run.plugin_paths), {}), a.nproc);
+    // The run's own [strategy] without the overrides that went to some
+    // jobs only (check_strategies), which it may not have.
+    TrainArgs run = a.run;
+    std::erase_if(run.overrides, [](const std::string& o) { return !strategy_key(o).empty(); });
+    const RunParts parts = make_run_parts(
+        load_run_config(run), PluginLoader(default_plugin_dirs(a.run.plugin_paths), {}), a.nproc);
     model += " " + parts.info.arch + ", " + format_rate(static_cast<double>(parts.info.n_params)) +
              " parameters";
   } catch (const Error& e) {
@@ -232,7 +273,7 @@ int compare(const CompareArgs& a, std::ostream& os) {
   check_args(a);
   // The run file loads here first, so a bad one fails once, not per job.
   const RunConfig config = load_run_config(a.run);
-  check_strategies(a);
+  const std::vector<std::vector<std::string>> overrides = check_strategies(a, os);
   const RunSettings settings = resolve_settings(config, a.nproc);
   Comparison c;
   c.run_file = a.run.config.string();
@@ -248,7 +289,7 @@ int compare(const CompareArgs& a, std::ostream& os) {
   fs::create_directories(out, ec);
   if (ec) throw ConfigError("cannot create '" + out.string() + "': " + ec.message());
   for (std::size_t i = 0; i < a.strategies.size(); ++i)
-    c.jobs.push_back(run_job(a, a.strategies[i], i, c.steps, out, os));
+    c.jobs.push_back(run_job(a, a.strategies[i], overrides[i], i, c.steps, out, os));
   c.verdict = equivalence(c.jobs, c.tolerance);
   c.device_limit = settings.device.memory_limit;
   c.facts = run_facts(a, config, c, settings.device.kind, out);

@@ -132,8 +132,9 @@ Verdict equivalence(const std::vector<ComparedJob>& jobs, const Tolerance& tol) 
                             : "equivalent: ";
   for (std::size_t i = 0; i < agree.size(); ++i) v.message += (i ? ", " : "") + agree[i];
   if (!agree.empty())
-    v.message += " reproduce " + ref->strategy + "'s losses within " + general(tol.loss) +
-                 " and gradient norms within " + general(tol.grad_norm) + " at every step";
+    v.message += std::string(agree.size() == 1 ? " reproduces " : " reproduce ") + ref->strategy +
+                 "'s losses within " + general(tol.loss) + " and gradient norms within " +
+                 general(tol.grad_norm) + " at every step";
   return v;
 }
 
