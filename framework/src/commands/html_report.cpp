@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <generated/git_commit.h>  // ZTRAIN_GIT_COMMIT, written at each build
 #include <algorithm>
 #include <ctime>
 #include <fstream>
@@ -9,10 +10,6 @@
 
 #include "commands/svg_chart.h"
 #include "ztrain/version.h"
-
-#ifndef ZTRAIN_GIT_COMMIT
-#define ZTRAIN_GIT_COMMIT "unknown"
-#endif
 
 namespace ztrain::html {
 namespace {
