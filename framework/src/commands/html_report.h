@@ -19,7 +19,7 @@ namespace ztrain::html {
 
 using Facts = std::vector<std::pair<std::string, std::string>>;
 
-// The ztrain version and git commit (configure time; "unknown" outside
+// The ztrain version and git commit (at build time; "unknown" outside
 // git), the host and CPU, the date, and `command_line`.
 Facts machine_facts(const std::string& command_line);
 
