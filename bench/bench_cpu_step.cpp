@@ -6,19 +6,28 @@
 // 16-bit parameters and gradients (matmuls, embeddings, norms, the
 // optimizer) take beyond their fp32 twins, as a share of the bf16 step.
 //
+// --model M (a configs/models preset, a TOML file's [model] or a Hugging
+// Face directory) with --batch B and --seq T measures that shape alone;
+// without it, gpt2-124m at 4x64 and gpt2-tiny at 8x256.
+//
 //   build/bin/bench_cpu_step [--threads N] [--steps N] [--precision [--rounds N]]
+//                            [--model M [--batch B] [--seq T]]
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "config/hf_model_import.h"
 #include "loader/plugin_loader.h"
 #include "stopwatch.h"
 #include "timed_kernels.h"
@@ -53,11 +62,42 @@ const char* const kGpt2_124m =
     "[model]\narch = \"gpt2\"\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab_size = 50257\n"
     "seq_len = 64\n";
 
+// A model to time: its [model] table (preset name, run file or Hugging
+// Face directory through --model, else TOML text), batch and sequence.
 struct BenchModel {
-  const char* name;
-  const char* toml;
-  int batch;
+  std::string name;
+  std::string toml;        // [model] keys; empty: `preset` names it
+  std::string preset;      // --model's argument
+  int batch = 4, seq = 0;  // seq 0: the model's seq_len
 };
+
+// The run of `m` at `precision` on `threads`: the model, the synthetic
+// source, the default strategy (ddp at one rank).
+Run assemble_bench(const BenchModel& m, int threads, const char* precision) {
+  std::vector<std::string> sets = {"train.micro_batch_size=" + std::to_string(m.batch),
+                                   "train.precision=\"" + std::string(precision) + "\"",
+                                   "device.threads=" + std::to_string(threads),
+                                   "data.plugin=\"synthetic\""};
+  if (m.seq > 0) sets.push_back("model.seq_len=" + std::to_string(m.seq));
+  const PluginLoader loader(default_plugin_dirs({}), nullptr);
+  if (m.preset.empty()) {
+    RunConfig c = RunConfig::parse(m.toml, m.name);
+    for (const auto& o : sets) c.override_with(o);
+    return assemble(c, loader);
+  }
+  // A run file of its own, so that --model finds presets as ztrain does.
+  const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                     ("bench_cpu_step_" + std::to_string(::getpid()) + ".toml");
+  { std::ofstream(file) << "[model]\nplugin = \"transformer\"\n"; }
+  TrainArgs args;
+  args.config = file;
+  args.model = m.preset;
+  args.overrides = sets;
+  RunConfig c = load_run_config(args);
+  std::filesystem::remove(file);
+  resolve_model_dir(c);
+  return assemble(c, loader);
+}
 
 // Seconds per step: the median step, and each op's mean.
 struct StepTimes {
@@ -67,11 +107,7 @@ struct StepTimes {
 };
 
 StepTimes measure(const BenchModel& m, int threads, int steps, const char* precision) {
-  const std::string toml =
-      std::string(m.toml) + "[train]\nmicro_batch_size = " + std::to_string(m.batch) +
-      "\nprecision = \"" + precision + "\"\n[device]\nthreads = " + std::to_string(threads) + "\n";
-  const PluginLoader loader(default_plugin_dirs({}), nullptr);
-  Run r = assemble(RunConfig::parse(toml, m.name), loader);
+  Run r = assemble_bench(m, threads, precision);
   const ModelInfo info = r.model->info();
   const int B = m.batch, T = info.seq_len;
   std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
@@ -110,7 +146,7 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
   const int B = m.batch, T = info.seq_len;
   const double step = t.step;
   const double flops = info.train_flops_per_token * B * T / step;
-  std::printf("\n%s: %.1fM params, B=%d T=%d, %d threads, %d steps\n", m.name,
+  std::printf("\n%s: %.1fM params, B=%d T=%d, %d threads, %d steps\n", m.name.c_str(),
               static_cast<double>(info.n_params) / 1e6, B, T, threads, steps);
   std::printf("  step time        %8.3f s (median)\n", step);
   std::printf("  tokens/s         %8.0f\n", B * T / step);
@@ -197,8 +233,8 @@ void compare_precision(const BenchModel& m, int threads, int steps, int rounds) 
   }
   const double tokens = static_cast<double>(m.batch) * T;
   const double t32 = median(s32), t16 = median(s16);
-  std::printf("\n%s, B=%d T=%d, %d threads, %d rounds of %d steps (medians)\n", m.name, m.batch, T,
-              threads, rounds, steps);
+  std::printf("\n%s, B=%d T=%d, %d threads, %d rounds of %d steps (medians)\n", m.name.c_str(),
+              m.batch, T, threads, rounds, steps);
   std::printf("  tokens/s fp32    %8.0f\n  tokens/s bf16    %8.0f\n  bf16 / fp32      %8.3f\n",
               tokens / t32, tokens / t16, t32 / t16);
   std::printf("  ops reading or writing 16-bit operands, bf16 minus fp32 (ms/step):\n");
@@ -224,9 +260,16 @@ void compare_precision(const BenchModel& m, int threads, int steps, int rounds) 
 int main(int argc, char** argv) {
   int threads = 2, steps = 7, rounds = 3;
   bool precision = false;
+  BenchModel chosen;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--precision"))
       precision = true;
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--model"))
+      chosen.name = chosen.preset = argv[++i];
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--batch"))
+      chosen.batch = std::atoi(argv[++i]);
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--seq"))
+      chosen.seq = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--threads"))
       threads = std::atoi(argv[++i]);
     else if (i + 1 < argc && !std::strcmp(argv[i], "--steps"))
@@ -237,18 +280,22 @@ int main(int argc, char** argv) {
   try {
     auto device = make_cpu_device(threads);  // sets the BLAS and TBB thread counts
     if (precision) {
-      compare_precision({"gpt2-124m", kGpt2_124m, 4}, threads, steps, rounds);
+      compare_precision({"gpt2-124m", kGpt2_124m, "", 4, 0}, threads, steps, rounds);
       return 0;
     }
     const double rate = sgemm_rate(2048, 2048, 2048, 7);
     std::printf("sgemm rate (2048^3, %d threads, median of 7): %.1f GFLOP/s\n", threads,
                 rate / 1e9);
+    if (!chosen.preset.empty()) {
+      run(chosen, threads, steps, rate);
+      return 0;
+    }
     const BenchModel models[] = {
-        {"gpt2-124m", kGpt2_124m, 4},
+        {"gpt2-124m", kGpt2_124m, "", 4, 0},
         {"gpt2-tiny",
          "[model]\narch = \"gpt2\"\nn_layer = 4\nn_head = 4\nn_embd = 256\nvocab_size = 4096\n"
          "seq_len = 256\n",
-         8},
+         "", 8, 0},
     };
     for (const auto& m : models) run(m, threads, steps, rate);
   } catch (const std::exception& e) {

@@ -3,7 +3,9 @@
 # TensorFlow's TFRecord framing and Event fields, the CRC-32C computed here)
 # against the run's metrics.jsonl: every logged step's loss, lr, grad norm
 # and tokens/s, every tier's peak memory, the val losses, zeros included.
-# A resumed run adds a second file beside the first, which stays whole.
+# A resumed run adds a second file beside the first, which stays whole;
+# another run into a directory holding event files is refused, and
+# --overwrite replaces them.
 # tensorboard_dir with tensorboard = false is refused naming the key.
 #
 # usage: test_tensorboard.sh ZTRAIN_BINARY SOURCE_DIR
@@ -109,6 +111,18 @@ run resumed --resume --set train.steps=18
 [ "$(ls "$scratch/run/tensorboard" | wc -l)" = 2 ] || fail "a resumed run did not add its own file"
 cmp "$scratch/first_events" "$scratch/run/tensorboard/$first" || fail "the resumed run changed the first file"
 echo "resume: a second event file, the first unchanged"
+# Another run into the same tensorboard_dir is refused; --overwrite replaces
+# the event files (and the run) instead of mixing them.
+if "$ZTRAIN" --model gpt2-tiny --set train.steps=2 --set train.out_dir="$scratch/other" \
+  --set "train.tensorboard_dir=\"$scratch/run/tensorboard\"" "$SRC/configs/run.toml" \
+  > "$scratch/mixed.out" 2>&1; then
+  fail "a second run into a tensorboard_dir holding event files was not refused"
+fi
+grep -qF "already holds 2 event file(s) of another run" "$scratch/mixed.out" ||
+  fail "not said: $(cat "$scratch/mixed.out")"
+run overwritten --overwrite
+[ "$(ls "$scratch/run/tensorboard" | wc -l)" = 1 ] || fail "--overwrite left the old event files"
+echo "another run's event files: refused, replaced with --overwrite"
 if "$ZTRAIN" --model gpt2-tiny --set train.tensorboard=false --set 'train.tensorboard_dir="x"' \
   "$SRC/configs/run.toml" > "$scratch/refused.out" 2>&1; then
   fail "tensorboard_dir with tensorboard = false: not refused"

@@ -95,6 +95,17 @@ std::vector<std::string> earlier_run(const fs::path& dir) {
   return trained ? found : std::vector<std::string>{};
 }
 
+// The TensorBoard event files already in `dir`: another run's, which
+// TensorBoard would draw as one run with this one's.
+std::vector<fs::path> event_files(const fs::path& dir) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
+      found.push_back(e.path());
+  return found;
+}
+
 // The reason rank 0 refuses these outputs (out_dir is made, writable and
 // locked by now); empty when it does not.
 std::string refusal(const RunOutputs& o) {
@@ -105,6 +116,12 @@ std::string refusal(const RunOutputs& o) {
     return "[train] out_dir '" + o.out_dir.string() + "' already holds a run (" + list +
            "); choose another out_dir, or pass --overwrite to replace that run";
   }
+  if (!o.tensorboard_dir.empty() && !o.overwrite && !o.resuming)
+    if (const auto files = event_files(o.tensorboard_dir); !files.empty())
+      return "[train] tensorboard_dir '" + o.tensorboard_dir.string() + "' already holds " +
+             std::to_string(files.size()) +
+             " event file(s) of another run (TensorBoard would draw the two as one); choose "
+             "another tensorboard_dir, or pass --overwrite to replace them";
   // Bytes each file system receives.
   struct Target {
     fs::path at;
@@ -195,6 +212,8 @@ void check_run_outputs(const RunOutputs& outputs, std::unique_ptr<OutDirLock>& l
     // run's in `latest` and keep_last.
     for (const auto& e : fs::directory_iterator(outputs.out_dir, ec))
       if (is_checkpoint_dir(e.path())) fs::remove_all(e.path(), ec);
+    if (!outputs.tensorboard_dir.empty())
+      for (const auto& f : event_files(outputs.tensorboard_dir)) fs::remove(f, ec);
   }
 }
 

@@ -38,8 +38,9 @@ struct RunOutputs {
   DType export_dtype = DType::f32;
   std::int64_t n_params = 0;
   bool overwrite = false;
-  std::uint64_t checkpoint_bytes = 0;  // the checkpoints out_dir will hold at once
-  bool resuming = false;               // continuing a checkpoint: its run directory is expected
+  std::uint64_t checkpoint_bytes = 0;     // the checkpoints out_dir will hold at once
+  bool resuming = false;                  // continuing a checkpoint: its run directory is expected
+  std::filesystem::path tensorboard_dir;  // empty: none
 };
 
 // Rank 0 takes the lock of out_dir (made if missing) and prints what the

@@ -88,7 +88,7 @@ void check_outputs(const Run& run, std::int64_t n_params, bool overwrite,
   if (__builtin_mul_overflow(12 * static_cast<std::uint64_t>(n_params), held, &checkpoint_bytes))
     checkpoint_bytes = UINT64_MAX;  // more than any disk: refused, naming the bytes
   check_run_outputs({tr.out_dir, tr.save_final, tr.export_to, tr.export_dtype, n_params, overwrite,
-                     checkpoint_bytes, run.resumed.has_value()},
+                     checkpoint_bytes, run.resumed.has_value(), tr.tensorboard_dir},
                     lock, *run.comm);
 }
 
