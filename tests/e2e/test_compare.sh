@@ -154,15 +154,21 @@ assert low < high, (low, high)
 print((low + high) // 2)
 PY
 )
-compare oom --strategies ddp,zero3_offload --steps 3 --set device.memory_limit="$limit"
+# Two strategies complete and agree, so only ddp's running out of memory
+# keeps the banner from green.
+compare oom --strategies "ddp,zero3_offload,$scratch/zero3_nvme.toml" --steps 3 \
+  --set device.memory_limit="$limit"
 [ "$status" -eq 0 ] || { cat "$scratch/oom.out" >&2; fail "an out-of-memory job made compare exit $status"; }
 grep -Eq "^ddp +out of memory +out of memory on tier 'device'" "$scratch/oom.out" ||
   { cat "$scratch/oom.out" >&2; fail "ddp is not reported out of memory"; }
-grep -Eq "^zero3_offload +completed" "$scratch/oom.out" || fail "zero3_offload did not complete"
+grep -Eq "^zero3_offload +completed" "$scratch/oom.out" && grep -Eq "^zero3_nvme +completed" \
+  "$scratch/oom.out" || fail "zero3_offload and zero3_nvme did not both complete"
+grep -q "^verdict: equivalent: zero3_nvme reproduces zero3_offload's" "$scratch/oom.out" ||
+  fail "the two completed strategies were not found equivalent"
 page_checks "$scratch/oom/compare.html" oom "limit = $limit
 assert page.verdict_class == \"verdict amber\", page.verdict_class
 t = page.tables[\"jobs\"]
-assert len(t[\"rows\"]) == 2 and all(len(r) == 14 for r in t[\"rows\"]), t[\"rows\"]
+assert len(t[\"rows\"]) == 3 and all(len(r) == 14 for r in t[\"rows\"]), t[\"rows\"]
 (error, span), = t[\"errors\"]
 assert error.startswith(\"ddp: out of memory on tier\") and span == \"14\", t[\"errors\"]
 m = page.charts[\"memory_device\"]
@@ -170,7 +176,7 @@ assert any(\"budget\" in l.get(\"class\", \"\") for l in m[\"lines\"]), \"no mem
 assert any(t.startswith(\"[device] memory_limit\") for t in m[\"texts\"]), m[\"texts\"]
 assert any(\"asked\" in r.get(\"class\", \"\") for r in m[\"rects\"]), \"no bar of what ddp asked for\"
 print(\"out of memory: banner amber, the error in a full-width row, the limit line and the asked bar\")"
-echo "ddp out of memory under a $limit-byte limit; zero3_offload completed"
+echo "ddp out of memory under a $limit-byte limit; zero3_offload and zero3_nvme completed, equivalent"
 
 echo "== failures and refusals"
 compare missing --strategies ddp,nosuch,zero1 --steps 2
