@@ -99,11 +99,13 @@ Run assemble_bench(const BenchModel& m, int threads, const char* precision) {
   return assemble(c, loader);
 }
 
-// Seconds per step: the median step, and each op's mean.
+// Seconds per step: the median step, and each op's mean; the matmuls by
+// shape (totals over the timed steps).
 struct StepTimes {
   double step = 0, total = 0, optimizer = 0;
   std::map<std::string, double> ops;
   ModelInfo info;
+  std::map<bench::GemmShape, bench::GemmTime> gemms;
 };
 
 StepTimes measure(const BenchModel& m, int threads, int steps, const char* precision) {
@@ -135,9 +137,36 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
       step_times.push_back(seconds(t0));
     }
   }
-  StepTimes t{median(step_times), total / steps, optimizer / steps, {}, info};
+  StepTimes t{median(step_times), total / steps, optimizer / steps, {}, info, timed.gemms};
   for (const auto& [op, sec] : timed.seconds) t.ops[op] = sec / steps;
   return t;
+}
+
+// The step's matmuls against sgemm at their own shapes (out (N, OC) = inp
+// (N, C) W^T, the forward's form, stands for the backward's two products
+// too): each shape's rate, sgemm's there, and the time the matmuls would
+// take at sgemm's rates against the time they took. The step's share of
+// one 2048^3 sgemm rate mixes shapes that BLAS runs at different speeds;
+// this is the roofline of its largest part.
+void gemm_roofline(const StepTimes& t, int steps) {
+  std::map<std::tuple<int, int, int>, double> rate_at;
+  double took = 0, at_sgemm = 0;
+  std::printf("  matmuls against sgemm at their shapes (out N x OC = N x C by (OC x C)^T):\n");
+  for (const auto& [shape, g] : t.gemms) {
+    const auto& [op, N, C, OC] = shape;
+    double& rate = rate_at[{N, C, OC}];
+    if (rate == 0) rate = sgemm_rate(N, OC, C, 5);
+    const double achieved = g.flops / g.seconds;
+    took += g.seconds / steps;
+    at_sgemm += g.flops / rate / steps;
+    std::printf(
+        "    %-16s N=%5d C=%5d OC=%5d  %6.2f ms/step  %6.1f GFLOP/s  sgemm %6.1f  %5.1f %%\n",
+        op.c_str(), N, C, OC, 1e3 * g.seconds / steps, achieved / 1e9, rate / 1e9,
+        100.0 * achieved / rate);
+  }
+  if (took > 0)
+    std::printf("    all matmuls: %.1f ms/step, %.1f ms at sgemm's rate for each shape: %.1f %%\n",
+                1e3 * took, 1e3 * at_sgemm, 100.0 * at_sgemm / took);
 }
 
 void run(const BenchModel& m, int threads, int steps, double sgemm) {
@@ -165,6 +194,7 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
   for (const auto& [sec, op] : split)
     std::printf("    %-36s %6.1f %%  %8.2f ms/step\n", op.c_str(), 100.0 * sec / t.total,
                 1e3 * sec);
+  gemm_roofline(t, steps);
 }
 
 // The matmuls of one gpt2-124m step (N = 256 rows) alone, fp32 and bf16
