@@ -5,26 +5,21 @@
 #include <cstring>
 #include <numeric>
 
+#include "job/rank_agreement.h"
 #include "ztrain/error.h"
 #include "ztrain/random.h"
 
 namespace ztrain {
 namespace {
 
-// Rank 0's ids on every rank. The communicators move floating-point types
-// only; a broadcast copies bits, so ids travel as 4-byte words (as
-// job/rank_agreement's texts do): the count, then the ids.
+// Rank 0's ids on every rank, as the bytes of a text (rank_0_text carries
+// them as fp32 bits, which collectives copy untouched).
 void share_ids(Communicator& comm, std::vector<std::int32_t>& ids) {
-  std::uint64_t count = ids.size();
-  float packed[2];
-  std::memcpy(packed, &count, sizeof count);
-  comm.broadcast(packed, 2, DType::f32, 0);
-  std::memcpy(&count, packed, sizeof count);
-  std::vector<float> words(count);
-  if (comm.rank() == 0 && count) std::memcpy(words.data(), ids.data(), count * sizeof(float));
-  comm.broadcast(words.data(), words.size(), DType::f32, 0);
-  ids.resize(count);
-  if (count) std::memcpy(ids.data(), words.data(), count * sizeof(float));
+  const std::string bytes(reinterpret_cast<const char*>(ids.data()),
+                          ids.size() * sizeof(std::int32_t));
+  const std::string got = rank_0_text(comm.rank() == 0 ? bytes : std::string(), comm);
+  ids.resize(got.size() / sizeof(std::int32_t));
+  if (!got.empty()) std::memcpy(ids.data(), got.data(), got.size());
 }
 
 }  // namespace
