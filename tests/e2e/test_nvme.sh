@@ -12,7 +12,8 @@
 #   `ztrain estimate` within 5 %, with parameters in host memory and in
 #   swap files (read through 5 buffers, and through 1); the nvme tier holds the master weights, m and v (12 bytes
 #   per shard element, page-aligned per sub-group) and, when asked, the
-#   working parameters (4 bytes per element, page-rounded).
+#   working parameters (4 bytes per element, page-rounded); the preset's
+#   sub_group_size "auto" is estimated as it runs and named in the header.
 # - Weights in and out through the parameter swap files: a run with
 #   parameters on NVMe saves zero3's bytes, and starting from saved weights
 #   (init_from) it trains as zero3 does from them.
@@ -118,6 +119,13 @@ mem=(--set train.steps=3 --set train.micro_batch_size=2 --set train.grad_accum=2
 measure mem "${mem[@]}" --set strategy.offload_param.device=cpu
 measure mem_params "${mem[@]}" "${params_nvme[@]}" "${zero3[@]}"
 measure mem_params_b1 "${mem[@]}" "${params_nvme[@]}" "${zero3[@]}" --set strategy.offload_param.buffer_count=1
+# The preset's "auto": at least 2^22 elements a sub-group, so this shard of
+# 59264 is one (its three arrays page-aligned), and the header says why.
+measure mem_auto "${mem[@]}" --set strategy.sub_group_size=auto
+[ "$(peak nvme optimizer mem_auto)" -eq $((3 * ((59264 * 4 + 4095) / 4096 * 4096))) ] ||
+  fail "sub_group_size auto did not make the shard one sub-group: $(peak nvme optimizer mem_auto) bytes"
+grep -q "sub-groups of [0-9]* elements through 4 host buffers.*(sub_group_size auto, for a .* share of this machine's RAM)" \
+  "$scratch/mem_auto.out" || fail "the run header does not say what sub_group_size auto chose"
 # 59264 shard elements in sub-groups of 7000, rounded to whole pages of
 # elements (8192): 7 of 32768 bytes and one of 1920 elements, 7680 bytes
 # page-aligned to 8192, three arrays each.

@@ -51,6 +51,26 @@ TEST_CASE("DeepSpeed's stage3_ spellings point to ztrain's option names") {
                  "mean 'max_live_parameters'? (ztrain drops DeepSpeed's stage3_ prefix)"));
 }
 
+TEST_CASE("an integer option with keywords takes the word or a whole number, nothing else") {
+  OptionList o;
+  o.integer("sub_group_size", 1000000000, "elements stepped at a time")
+      .at_least(1)
+      .one_of({"auto"});
+  const auto options = [&](const std::string& value) {
+    return RunConfig::parse("[strategy]\nsub_group_size = " + value + "\n", "run.toml")
+        .validate("strategy", o);
+  };
+  CHECK(options("\"auto\"").keyword("sub_group_size") == "auto");
+  const Options number = options("2e6");
+  CHECK(!number.keyword("sub_group_size"));
+  CHECK(number.get_int("sub_group_size") == 2000000);
+  for (const std::string bad : {"\"autox\"", "0", "2.5"}) {
+    const std::string msg = test::message_of<ConfigError>([&] { options(bad); });
+    CHECK(contains(msg, "run.toml:2:1: [strategy] sub_group_size: got "));
+    CHECK(contains(msg, "expected an integer >= 1, or \"auto\""));
+  }
+}
+
 TEST_CASE("an unset min_lr follows lr, so lr = 0 alone is a valid run") {
   auto min_lr = [](const std::string& toml) {
     const auto s = resolve_settings(RunConfig::parse(toml, "run.toml"), 1).train.schedule;

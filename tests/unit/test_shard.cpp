@@ -1,7 +1,8 @@
 // The shard toolkit's schedulers at world 1 (the local communicator): the
 // gather plan and the gatherer's trace, prefetch, live cap and order check;
 // the reduction plans of every policy, and the gradient reducer executing
-// one, its memory against the plan's peaks.
+// one, its memory against the plan's peaks; the swapped optimizer's
+// automatic sub-group size.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "ztrain/shard/param_gatherer.h"
 #include "ztrain/shard/param_store.h"
 #include "ztrain/shard/reduce_plan.h"
+#include "ztrain/shard/swapped_optimizer.h"
 
 using namespace ztrain;
 using namespace ztrain::id_literals;
@@ -348,4 +350,29 @@ TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory a
   CHECK(test::message_of<InternalError>([&] {
           r.module_done(3_module);
         }).find("test: backward ran module 3") == 0);
+}
+
+TEST_CASE("sub_group_size auto: a sixteenth of the shard, within its floor, ceiling and RAM") {
+  using shard::SwappedOptimizer;
+  const std::uint64_t gib = std::uint64_t{1} << 30, floor = std::uint64_t{1} << 22;
+  // gpt2-124m at one rank: 124439808 / 16 = 7777488, rounded up to whole
+  // pages of elements (2048).
+  CHECK(SwappedOptimizer::auto_sub_group(124439808, 4, DType::f32, 24 * gib) == 7778304);
+  // A small shard still streams at least 2^22 elements a transfer.
+  CHECK(SwappedOptimizer::auto_sub_group(1000000, 4, DType::f32, 24 * gib) == floor);
+  // A huge shard: at most DeepSpeed's 1e9 (rounded to pages) with the RAM
+  // unknown, and at most an eighth of the RAM across the buffers: 4
+  // buffers of 14 bytes per element (masters, m, v and a bf16 working copy).
+  CHECK(SwappedOptimizer::auto_sub_group(std::uint64_t{1} << 36, 4, DType::bf16, 0) ==
+        SwappedOptimizer::sub_group_elements(1000000000));
+  const std::uint64_t capped =
+      SwappedOptimizer::auto_sub_group(3820710912, 4, DType::bf16, 24 * gib);
+  CHECK(capped == SwappedOptimizer::sub_group_elements(24 * gib / 8 / 56));
+  CHECK(capped * 56 <= 24 * gib / 8 + 2048 * 56);
+  // Fewer buffers, larger sub-groups within the same share.
+  CHECK(SwappedOptimizer::auto_sub_group(3820710912, 2, DType::bf16, 24 * gib) ==
+        SwappedOptimizer::sub_group_elements(24 * gib / 8 / 28));
+  // The RAM wins over the floor: 1 GiB leaves 128 MiB for 4 buffers of 16
+  // bytes per element.
+  CHECK(SwappedOptimizer::auto_sub_group(1000000, 4, DType::f32, gib) == 2097152);
 }

@@ -9,8 +9,9 @@
 // plugin that finds a cross-option problem can point at the line.
 //
 // Names may be dotted ("offload_optimizer.device"): the part before the dot
-// is a sub-table in TOML. A number option given choices (one_of) also
-// accepts those words as strings ("auto"); keyword() then returns the word.
+// is a sub-table in TOML. A number or integer option given choices (one_of)
+// also accepts those words as strings ("auto"); keyword() then returns the
+// word.
 // A files option takes a string or a list of strings (file names or glob
 // patterns, expanded by expand_files in ztrain/file_list.h).
 //
@@ -133,7 +134,8 @@ class ZTRAIN_API Options {
   }
   double get_duration(const std::string& name) const { return get_number(name); }
 
-  // The word a number option was given instead of a number, if any.
+  // The word a number or integer option was given instead of a number, if
+  // any.
   std::optional<std::string> keyword(const std::string& name) const;
   bool has_value(const std::string& name) const;
   bool given(const std::string& name) const;

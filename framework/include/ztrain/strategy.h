@@ -80,6 +80,8 @@ struct StrategySetup {
   // budget ([device] memory_limit; none: unlimited).
   std::uint64_t activation_bytes = 0;
   std::optional<std::uint64_t> device_budget;
+  // This rank's share of its machine's RAM, as in EstimateArgs.
+  std::optional<std::uint64_t> host_budget;
 };
 
 struct StepArgs {
@@ -114,6 +116,10 @@ struct EstimateArgs {
   // GPU: no, so state stepped in host memory needs host buffers for what
   // it writes to the device).
   bool host_reaches_device = true;
+  // This rank's share of its machine's RAM (physical memory over the ranks
+  // on the machine), for a strategy that sizes its host buffers to it;
+  // none: unknown.
+  std::optional<std::uint64_t> host_budget;
 };
 
 // Bytes per tier and category, per rank, and what the strategy would choose

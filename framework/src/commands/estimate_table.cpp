@@ -60,7 +60,7 @@ void size_states(const SizingArgs& a, const fs::path& preset, const PluginLoader
     run.overrides.push_back(std::string("model.activation_checkpointing=") +
                             (checkpointing ? "true" : "false"));
     const RunConfig config = load_run_config(run);
-    RunParts parts = make_run_parts(config, loader, a.world);
+    RunParts parts = make_run_parts(config, loader, a.world, std::min(a.world, a.gpus_per_node));
     if (a.device_memory) parts.sizes.device_budget = a.device_memory;
     (checkpointing ? s.activations_on : s.activations_off) = parts.sizes.activation_bytes;
     if (checkpointing) continue;  // the model states do not depend on it

@@ -446,6 +446,12 @@ struct Validator {
         v = node.value_or(false);
         break;
       case OptionType::integer: {
+        if (node.is_string()) {  // a keyword the option accepts instead of a number
+          std::string word = node.value_or(std::string());
+          if (std::find(s.choices.begin(), s.choices.end(), word) == s.choices.end()) wrong();
+          v = std::move(word);
+          break;
+        }
         double d = 0;
         if (node.is_integer())
           d = static_cast<double>(node.value_or<std::int64_t>(0));

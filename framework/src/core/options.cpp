@@ -54,6 +54,7 @@ std::string option_value_text(const OptionValue& v) {
 }
 
 std::string OptionSpec::expectation() const {
+  const bool numeric = type == OptionType::number || type == OptionType::integer;
   std::ostringstream os;
   os.precision(10);
   switch (type) {
@@ -82,7 +83,7 @@ std::string OptionSpec::expectation() const {
       os << "a file name or glob pattern, or a list of them";
       break;
   }
-  if (!choices.empty() && type != OptionType::number) {
+  if (!choices.empty() && !numeric) {
     os << ": one of ";
     for (std::size_t i = 0; i < choices.size(); ++i)
       os << (i ? ", " : "") << '"' << choices[i] << '"';
@@ -93,7 +94,7 @@ std::string OptionSpec::expectation() const {
     os << " >= " << *min;
   else if (max)
     os << " <= " << *max;
-  if (!choices.empty() && type == OptionType::number) {
+  if (!choices.empty() && numeric) {
     os << ", or ";
     for (std::size_t i = 0; i < choices.size(); ++i)
       os << (i ? " or " : "") << '"' << choices[i] << '"';

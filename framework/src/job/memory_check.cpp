@@ -10,14 +10,14 @@
 #include "ztrain/units.h"
 
 namespace ztrain {
-namespace {
-
 std::uint64_t physical_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0
              ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page)
              : 0;
 }
+
+namespace {
 
 // a + b, saturating instead of wrapping.
 std::uint64_t add(std::uint64_t a, std::uint64_t b) {

@@ -37,4 +37,7 @@ void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate, 
 // or 0 where unknown.
 std::uint64_t available_memory();
 
+// This machine's RAM, or 0 where unknown.
+std::uint64_t physical_memory();
+
 }  // namespace ztrain

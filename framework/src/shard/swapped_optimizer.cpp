@@ -200,6 +200,26 @@ void SwappedOptimizer::load(StateSource& source, const FlatLayout& layout, Owned
   }
 }
 
+// sub_group_size "auto": a sixteenth of the shard, so reads, steps and
+// writes overlap for all but about a sixteenth of the stream (one
+// sub-group, DeepSpeed's 1e9 default at the sizes a CPU trains, overlaps
+// nothing); at least 2^22 elements (16 MiB per fp32 array: gpt2-124m's
+// step was the same within the machine's noise with sub-groups of 2e6
+// elements as of 1e9, bench/RESULTS.md); at most DeepSpeed's 1e9; and
+// the buffers at most an eighth of the rank's RAM, which wins over the
+// floor, since that budget is what the offload is for.
+std::uint64_t SwappedOptimizer::auto_sub_group(std::uint64_t elements, int buffer_count,
+                                               DType working, std::uint64_t host_budget) {
+  constexpr std::uint64_t kFloor = std::uint64_t{1} << 22, kCeiling = 1000000000;
+  std::uint64_t size = std::clamp<std::uint64_t>((elements + 15) / 16, kFloor, kCeiling);
+  if (host_budget > 0) {
+    const std::uint64_t per_element = static_cast<std::uint64_t>(std::max(1, buffer_count)) *
+                                      (3 * sizeof(float) + dtype_size(working));
+    size = std::min(size, host_budget / 8 / per_element);
+  }
+  return sub_group_elements(size);
+}
+
 MemoryEstimate SwappedOptimizer::estimate(std::uint64_t elements, const SwapOptions& swap,
                                           DType working, DType grad_dtype) {
   std::uint64_t file = 0, largest = 0, groups = 0;

@@ -80,7 +80,7 @@ void ZeroStrategy::setup(const StrategySetup& s) {
   host_kernels_ = s.host_kernels ? s.host_kernels : s.kernels;
   device_ = s.device;
   chosen_ = resolve({params_, comm_->size(), s.precision, s.grad_dtype, s.activation_bytes,
-                     s.device_budget, s.device->host_visible(Tier::device)});
+                     s.device_budget, s.device->host_visible(Tier::device), s.host_budget});
   const ZeroDesign& d = chosen_;
   // Hybrid: groups of consecutive ranks, and the ranks at the same place
   // in every group, each made a communicator.
@@ -208,6 +208,14 @@ std::uint64_t device_bytes(const ZeroDesign& d, const EstimateArgs& a) {
   std::uint64_t total = a.activation_bytes;
   for (auto b : e.bytes[Tier::device]) total += b;
   return total;
+}
+
+std::uint64_t auto_sub_group(const ZeroDesign& d, const EstimateArgs& a) {
+  const int world = shard_group(d, a.world);
+  const FlatLayout layout(a.params, world);
+  return SwappedOptimizer::auto_sub_group(layout.total() / static_cast<std::uint64_t>(world),
+                                          d.swap.buffer_count, a.precision,
+                                          a.host_budget.value_or(0));
 }
 
 MemoryEstimate ZeroStrategy::estimate(const EstimateArgs& a) const {

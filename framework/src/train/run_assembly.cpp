@@ -111,7 +111,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   run.comm = std::move(comm);
   run.resolved = resolve_config(config, loader);
   run.config_notes = config.notes();
-  RunParts parts = make_run_parts(config, loader, run.comm->size());
+  RunParts parts = make_run_parts(config, loader, run.comm->size(), local_rank_count());
   std::vector<InstalledPart> installed = parts.plugins;
   if (parts.settings.device.kind == "cuda")
     installed.push_back({"CUDA backend", cuda_backend_path(), ZTRAIN_VERSION});
@@ -167,6 +167,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   setup.draw_initial_values = tr.resume.empty() && !parts.model_options.has_value("init_from");
   setup.activation_bytes = sizes.activation_bytes;
   setup.device_budget = sizes.device_budget;
+  setup.host_budget = sizes.host_budget;
   run.strategy->setup(setup);
   if (!tr.resume.empty()) {
     run.resumed = resume_from(
@@ -182,7 +183,7 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const RunConfig config = load_run_config(args);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
-  const RunParts parts = make_run_parts(config, loader, world);
+  const RunParts parts = make_run_parts(config, loader, world, world);
   const RunSettings& settings = parts.settings;
   const ModelInfo& info = parts.info;
   const std::string& model_name = parts.model_plugin;
@@ -302,7 +303,7 @@ void check_run(const TrainArgs& args, int world) {
   const RunConfig config = load_run_config(args);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
   resolve_config(config, loader);
-  make_run_parts(config, loader, world);
+  make_run_parts(config, loader, world, world);
 }
 
 std::string resolved_config_of(const TrainArgs& args) {

@@ -3,10 +3,12 @@
 #include <tuple>
 
 #include "config/section_options.h"
+#include "job/memory_check.h"
 
 namespace ztrain {
 
-RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world) {
+RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world,
+                        int ranks_here) {
   config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
   RunParts p;
   p.settings = resolve_settings(config, world);
@@ -37,7 +39,10 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
              tr.grad_dtype,
              p.model->activation_bytes({static_cast<int>(tr.micro_batch), p.info.seq_len}),
              p.settings.device.memory_limit,
-             p.settings.device.kind != "cuda" && !p.settings.device.guard};
+             p.settings.device.kind != "cuda" && !p.settings.device.guard,
+             std::nullopt};
+  if (const std::uint64_t ram = physical_memory(); ram > 0 && ranks_here > 0)
+    p.sizes.host_budget = ram / static_cast<std::uint64_t>(ranks_here);
   return p;
 }
 

@@ -34,10 +34,13 @@ struct RunParts {
   ModelInfo info;
   std::vector<InstalledPart> plugins;  // the three plugins' files, for the ranks to compare
   // For `world` ranks: the model's parameters, the precisions, one
-  // micro-batch's activations and [device] memory_limit.
+  // micro-batch's activations, [device] memory_limit and each rank's share
+  // of this machine's RAM.
   EstimateArgs sizes;
 };
 
-RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world);
+// ranks_here: the ranks that share this machine's RAM.
+RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world,
+                        int ranks_here);
 
 }  // namespace ztrain

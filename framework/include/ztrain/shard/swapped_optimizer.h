@@ -66,6 +66,12 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
   // The elements a sub-group holds when `asked` (sub_group_size) are asked
   // for: rounded up to a whole number of pages of elements (2048).
   static std::uint64_t sub_group_elements(std::uint64_t asked);
+  // sub_group_size "auto" for a shard of `elements` streamed through
+  // `buffer_count` buffers with a working copy of type `working`, where this
+  // rank's share of the machine's RAM is `host_budget` (0: unknown). The
+  // rule and its measured reasons are in the .cpp.
+  static std::uint64_t auto_sub_group(std::uint64_t elements, int buffer_count, DType working,
+                                      std::uint64_t host_budget);
   // Bytes per tier and category of `elements` of a shard so placed, whose
   // working copy is of type `working`.
   static MemoryEstimate estimate(std::uint64_t elements, const SwapOptions& swap, DType working,

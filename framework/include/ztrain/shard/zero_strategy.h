@@ -77,6 +77,9 @@ ZTRAIN_API MemoryEstimate estimate_design(const ZeroDesign& d, const EstimateArg
 // The device tier's share of it plus the activations: what a budget must
 // hold (each category at its peak, an upper bound).
 ZTRAIN_API std::uint64_t device_bytes(const ZeroDesign& d, const EstimateArgs& a);
+// sub_group_size "auto" for d's rank shard at `a`'s sizes and host budget
+// (SwappedOptimizer::auto_sub_group).
+ZTRAIN_API std::uint64_t auto_sub_group(const ZeroDesign& d, const EstimateArgs& a);
 
 class ZTRAIN_API ZeroStrategy : public Strategy {
  public:
