@@ -126,6 +126,11 @@ measure mem_auto "${mem[@]}" --set strategy.sub_group_size=auto
   fail "sub_group_size auto did not make the shard one sub-group: $(peak nvme optimizer mem_auto) bytes"
 grep -q "sub-groups of [0-9]* elements through 4 host buffers.*(sub_group_size auto, for a .* share of this machine's RAM)" \
   "$scratch/mem_auto.out" || fail "the run header does not say what sub_group_size auto chose"
+# gpt2-124m at one rank: a sixteenth of its 124439808-element shard, whole
+# pages of elements (the RAM cap is lower only below about 4 GiB).
+est=$("$ZTRAIN" estimate --model gpt2-124m "${nvme[@]}" "$SRC/configs/run.toml")
+grep -q "sub-groups of 7778304 elements through 4 host buffers" <<< "$est" ||
+  fail "sub_group_size auto is not a sixteenth of gpt2-124m's shard: $est"
 # 59264 shard elements in sub-groups of 7000, rounded to whole pages of
 # elements (8192): 7 of 32768 bytes and one of 1920 elements, 7680 bytes
 # page-aligned to 8192, three arrays each.
