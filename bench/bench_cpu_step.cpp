@@ -1,6 +1,8 @@
 // bench_cpu_step: how close a full training step (forward, backward,
 // optimizer) gets to the machine's own sgemm rate, measured in the same
-// process. Prints one table per model and the time split by op.
+// process. Prints one table per model, the time split by op, the matmuls
+// against sgemm at their own shapes, and the memory-bound ops against a
+// stream's bandwidth (STREAM's triad, measured in the same process).
 // --precision: gpt2-124m in bf16 against fp32 instead, in alternating
 // rounds; the 16-bit conversions' cost is what the ops that read or write
 // 16-bit parameters and gradients (matmuls, embeddings, norms, the
@@ -25,6 +27,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include <oneapi/tbb/parallel_for.h>
 
 #include "config/config.h"
 #include "config/hf_model_import.h"
@@ -54,6 +58,25 @@ double sgemm_rate(int M, int N, int K, int reps) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
                 0.0f, c.data(), N);
     if (r > 0) rates.push_back(2.0 * M * N * K / seconds(t0));  // the first call warms up
+  }
+  return median(rates);
+}
+
+// STREAM's triad, a = b + s c over three arrays of 2^25 floats (far past
+// the caches), on the device's threads: bytes counted as STREAM counts
+// them (12 per element), median of `reps`.
+double stream_rate(int reps) {
+  const std::size_t n = std::size_t{1} << 25;
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = Clock::now();
+    oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<std::size_t>(0, n, 1 << 16),
+                              [&](const oneapi::tbb::blocked_range<std::size_t>& x) {
+                                for (std::size_t i = x.begin(); i < x.end(); ++i)
+                                  a[i] = b[i] + 3.0f * c[i];
+                              });
+    if (r > 0) rates.push_back(12.0 * static_cast<double>(n) / seconds(t0));
   }
   return median(rates);
 }
@@ -106,6 +129,7 @@ struct StepTimes {
   std::map<std::string, double> ops;
   ModelInfo info;
   std::map<bench::GemmShape, bench::GemmTime> gemms;
+  std::map<std::string, double> bytes;  // memory-bound ops' bytes per step
 };
 
 StepTimes measure(const BenchModel& m, int threads, int steps, const char* precision) {
@@ -123,7 +147,11 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
   double total = 0, optimizer = 0;
   std::vector<double> step_times;
   for (int s = -2; s < steps; ++s) {  // two warm-up steps
-    if (s == 0) timed.seconds.clear();
+    if (s == 0) {
+      timed.seconds.clear();
+      timed.gemms.clear();
+      timed.bytes.clear();
+    }
     const auto t0 = Clock::now();
     r.strategy->begin_micro_step(true);
     StepContext ctx(*r.strategy, params, timed, arena, losses, 1.0f);
@@ -137,8 +165,9 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
       step_times.push_back(seconds(t0));
     }
   }
-  StepTimes t{median(step_times), total / steps, optimizer / steps, {}, info, timed.gemms};
+  StepTimes t{median(step_times), total / steps, optimizer / steps, {}, info, timed.gemms, {}};
   for (const auto& [op, sec] : timed.seconds) t.ops[op] = sec / steps;
+  for (const auto& [op, b] : timed.bytes) t.bytes[op] = b / steps;
   return t;
 }
 
@@ -169,7 +198,27 @@ void gemm_roofline(const StepTimes& t, int steps) {
                 1e3 * took, 1e3 * at_sgemm, 100.0 * at_sgemm / took);
 }
 
-void run(const BenchModel& m, int threads, int steps, double sgemm) {
+// The memory-bound ops against the stream: each op's bandwidth (the bytes
+// it must move over its time) and the share of the stream's it reaches;
+// the sum, the time they would take at the stream's rate against the time
+// they took. Above 100 %: the operands were still in the caches (small
+// activations), so the stream is not their bound.
+void stream_roofline(const StepTimes& t, double stream) {
+  double took = 0, at_stream = 0;
+  std::printf("  memory-bound ops against the stream (%.1f GB/s):\n", stream / 1e9);
+  for (const auto& [op, b] : t.bytes) {
+    const double sec = t.ops.at(op);
+    took += sec;
+    at_stream += b / stream;
+    std::printf("    %-30s %7.2f ms/step  %8.1f MB  %6.1f GB/s  %6.1f %%\n", op.c_str(), 1e3 * sec,
+                b / 1e6, b / sec / 1e9, 100.0 * b / sec / stream);
+  }
+  if (took > 0)
+    std::printf("    all of them: %.1f ms/step, %.1f ms at the stream's rate: %.1f %%\n",
+                1e3 * took, 1e3 * at_stream, 100.0 * at_stream / took);
+}
+
+void run(const BenchModel& m, int threads, int steps, double sgemm, double stream) {
   const StepTimes t = measure(m, threads, steps, "fp32");
   const ModelInfo& info = t.info;
   const int B = m.batch, T = info.seq_len;
@@ -195,6 +244,7 @@ void run(const BenchModel& m, int threads, int steps, double sgemm) {
     std::printf("    %-36s %6.1f %%  %8.2f ms/step\n", op.c_str(), 100.0 * sec / t.total,
                 1e3 * sec);
   gemm_roofline(t, steps);
+  stream_roofline(t, stream);
 }
 
 // The matmuls of one gpt2-124m step (N = 256 rows) alone, fp32 and bf16
@@ -316,8 +366,11 @@ int main(int argc, char** argv) {
     const double rate = sgemm_rate(2048, 2048, 2048, 7);
     std::printf("sgemm rate (2048^3, %d threads, median of 7): %.1f GFLOP/s\n", threads,
                 rate / 1e9);
+    const double stream = stream_rate(7);
+    std::printf("stream triad (3 x 128 MiB, %d threads, median of 7): %.1f GB/s\n", threads,
+                stream / 1e9);
     if (!chosen.preset.empty()) {
-      run(chosen, threads, steps, rate);
+      run(chosen, threads, steps, rate, stream);
       return 0;
     }
     const BenchModel models[] = {
@@ -327,7 +380,7 @@ int main(int argc, char** argv) {
          "seq_len = 256\n",
          "", 8, 0},
     };
-    for (const auto& m : models) run(m, threads, steps, rate);
+    for (const auto& m : models) run(m, threads, steps, rate, stream);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cpu_step: %s\n", e.what());
     return 1;

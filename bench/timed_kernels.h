@@ -1,7 +1,10 @@
 // TimedKernels: a Kernels decorator that adds up wall time per op, for the
 // benchmarks' time split. Each op is timed around the wrapped call; the
 // matmuls are also kept by shape (N, C, OC) with their FLOPs, so a
-// benchmark can set each shape's rate beside sgemm's at that shape.
+// benchmark can set each shape's rate beside sgemm's at that shape, and
+// the memory-bound ops with the bytes they must move (each operand read
+// or written once, fp32 activations; the small per-row and per-channel
+// vectors left out), to set beside a stream's bandwidth.
 #pragma once
 
 #include <chrono>
@@ -28,20 +31,94 @@ class TimedKernels final : public Kernels {
   explicit TimedKernels(const Kernels& inner) : k_(inner) {}
   mutable std::map<std::string, double> seconds;
   mutable std::map<GemmShape, GemmTime> gemms;
+  mutable std::map<std::string, double> bytes;  // memory-bound ops only
 
-#define ZTRAIN_TIMED(name, params, args)                                              \
-  void name params const override {                                                   \
-    const auto t0 = std::chrono::steady_clock::now();                                 \
-    k_.name args;                                                                     \
-    const double dt =                                                                 \
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); \
-    seconds[#name] += dt;                                                             \
-    [&](const auto&... x) { note_gemm(#name, dt, x...); } args;                       \
+#define ZTRAIN_TIMED(name, params, args)                                                    \
+  void name params const override {                                                         \
+    const auto t0 = std::chrono::steady_clock::now();                                       \
+    k_.name args;                                                                           \
+    const double dt =                                                                       \
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();       \
+    seconds[#name] += dt;                                                                   \
+    [&](const auto&... x) { note_gemm(#name, dt, x...); } args;                             \
+    if (const double moved_ = moved(Op<&Kernels::name>{}, ZTRAIN_UNPAREN args); moved_ > 0) \
+      bytes[#name] += moved_;                                                               \
   }
+#define ZTRAIN_UNPAREN(...) __VA_ARGS__
   ZTRAIN_KERNEL_OPS(ZTRAIN_TIMED)
 #undef ZTRAIN_TIMED
+#undef ZTRAIN_UNPAREN
 
  private:
+  template <auto>
+  struct Op {};
+  using Count = std::size_t;
+  // Bytes an op must move; 0 for the ops that are not memory-bound
+  // (matmuls, attention) or not part of the step's kernels (the optimizer's).
+  template <auto M, class... A>
+  static double moved(Op<M>, const A&...) {
+    return 0;
+  }
+  static double f32(double elements) {
+    return 4 * elements;
+  }
+  static double moved(Op<&Kernels::embedding_forward>, float*, const std::int32_t*, ConstTypedPtr,
+                      ConstTypedPtr wpe, int B, int T, int C) {
+    return f32(double(B) * T * C * (wpe.data ? 3 : 2));  // rows read, out written
+  }
+  static double moved(Op<&Kernels::embedding_backward>, TypedPtr, TypedPtr, const float*,
+                      const std::int32_t*, int B, int T, int C) {
+    return f32(3.0 * B * T * C);  // dout read, gradient rows read and written
+  }
+  static double moved(Op<&Kernels::layernorm_forward>, float*, float*, float*, const float*,
+                      ConstTypedPtr, ConstTypedPtr, int N, int C, float) {
+    return f32(2.0 * N * C);
+  }
+  static double moved(Op<&Kernels::layernorm_backward>, float*, TypedPtr, TypedPtr, const float*,
+                      const float*, ConstTypedPtr, const float*, const float*, int N, int C) {
+    return f32(4.0 * N * C);  // dout, inp and dinp read, dinp written (it accumulates)
+  }
+  static double moved(Op<&Kernels::rmsnorm_forward>, float*, float*, const float*, ConstTypedPtr,
+                      int N, int C, float) {
+    return f32(2.0 * N * C);
+  }
+  static double moved(Op<&Kernels::rmsnorm_backward>, float*, TypedPtr, const float*, const float*,
+                      ConstTypedPtr, const float*, int N, int C) {
+    return f32(4.0 * N * C);
+  }
+  static double moved(Op<&Kernels::gelu_forward>, float*, const float*, Count n) {
+    return f32(2.0 * n);
+  }
+  static double moved(Op<&Kernels::gelu_backward>, float*, const float*, const float*, Count n) {
+    return f32(4.0 * n);  // inp, dout, dinp read; dinp written
+  }
+  static double moved(Op<&Kernels::swiglu_forward>, float*, const float*, const float*, Count n) {
+    return f32(3.0 * n);
+  }
+  static double moved(Op<&Kernels::swiglu_backward>, float*, float*, const float*, const float*,
+                      const float*, Count n) {
+    return f32(7.0 * n);  // dout, gate, up, dgate, dup read; dgate, dup written
+  }
+  static double moved(Op<&Kernels::rope_forward>, float*, const float*, const float*, int B, int T,
+                      int H, int hs, int) {
+    return f32(2.0 * B * T * H * hs);  // in place
+  }
+  static double moved(Op<&Kernels::rope_backward>, float*, const float*, const float*, int B, int T,
+                      int H, int hs, int) {
+    return f32(2.0 * B * T * H * hs);
+  }
+  static double moved(Op<&Kernels::add>, float*, const float*, const float*, Count n) {
+    return f32(3.0 * n);
+  }
+  static double moved(Op<&Kernels::softmax_crossentropy_forward>, float*, float*,
+                      const std::int32_t*, int N, int V) {
+    return f32(2.0 * N * V);  // logits read, probabilities written in place
+  }
+  static double moved(Op<&Kernels::softmax_crossentropy_backward>, float*, const std::int32_t*,
+                      float, int N, int V) {
+    return f32(2.0 * N * V);
+  }
+
   // matmul_forward (out, inp, w, bias, N, C, OC): 2 N C OC FLOPs;
   // matmul_backward (dinp, dw, dbias, dout, inp, w, N, C, OC): dW's 2 N C OC
   // and, when dinp is wanted, as many again. Other ops pass through.

@@ -131,6 +131,15 @@ grep -q "sub-groups of [0-9]* elements through 4 host buffers.*(sub_group_size a
 est=$("$ZTRAIN" estimate --model gpt2-124m "${nvme[@]}" "$SRC/configs/run.toml")
 grep -q "sub-groups of 7778304 elements through 4 host buffers" <<< "$est" ||
   fail "sub_group_size auto is not a sixteenth of gpt2-124m's shard: $est"
+# The README's headline example: a 4.6B Llama with its parameters and
+# optimizer state on disk, 14 bytes per parameter there and the gradient
+# shard (bf16) in host memory.
+est=$("$ZTRAIN" estimate "$SRC/configs/examples/llama_nvme.toml")
+grep -q "(llama, 4626066432 params)" <<< "$est" || fail "llama_nvme.toml is not the 4.6B model: $est"
+grep -q "parameter shards in swap files under /var/tmp" <<< "$est" || fail "llama_nvme.toml keeps its parameters off disk: $est"
+awk '$1 == "nvme" && $2 == "total" { nv = $3 } $1 == "host" && $2 == "grads" { g = $3 }
+  END { exit !(nv >= 14 * 4626066432 && g == 2 * 4626066432) }' <<< "$est" ||
+  fail "llama_nvme.toml's tiers are not 14 bytes per parameter on disk and bf16 gradients in memory: $est"
 # 59264 shard elements in sub-groups of 7000, rounded to whole pages of
 # elements (8192): 7 of 32768 bytes and one of 1920 elements, 7680 bytes
 # page-aligned to 8192, three arrays each.
