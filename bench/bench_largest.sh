@@ -8,8 +8,11 @@
 #  2. for zero3, zero3_offload (parameters in host memory) and zero3_nvme
 #     (parameters and optimizer state in swap files), the largest n_layer
 #     whose `ztrain estimate` fits this machine: the device and host tiers
-#     (on the cpu device both are RAM) within MemTotal less 1.5 GiB for the
-#     system, and the nvme tier within NVME_DIR's free space less 2 GiB;
+#     (on the cpu device both are RAM) within the memory available now
+#     (MemAvailable) less 1 GiB, and the nvme tier within NVME_DIR's free
+#     space less 2 GiB (measured: a zero3 run whose estimate left 1.5 GiB
+#     of MemTotal free was killed by the kernel, other processes holding
+#     2 GiB);
 #  3. each of those trained for STEPS steps at world 1 (2 threads): step
 #     time from metrics.jsonl, peak RSS (VmHWM), and the bytes the process
 #     read and wrote per step (/proc/PID/io, which counts O_DIRECT transfers,
@@ -40,11 +43,11 @@ dd_rate() {  # dd_rate DD-ARGS...: bytes per second dd reports
 write_bw=$(dd_rate if=/dev/zero of="$nvme/bench_largest.dd" bs=16M count=256 oflag=direct)
 read_bw=$(dd_rate if="$nvme/bench_largest.dd" of=/dev/null bs=16M iflag=direct)
 rm -f "$nvme/bench_largest.dd"
-ram=$(awk '/^MemTotal:/ { print $2 * 1024 }' /proc/meminfo)
+ram=$(awk '/^MemAvailable:/ { print $2 * 1024 }' /proc/meminfo)
 free_disk=$(df -B1 --output=avail "$nvme" | tail -n 1)
-ram_limit=$(awk -v r="$ram" 'BEGIN { printf "%.0f", r - 1.5 * 2^30 }')
+ram_limit=$(awk -v r="$ram" 'BEGIN { printf "%.0f", r - 2^30 }')
 disk_limit=$(awk -v f="$free_disk" 'BEGIN { printf "%.0f", f - 2 * 2^30 }')
-printf 'drive under %s: write %.2f GB/s, read %.2f GB/s; RAM %.2f GiB, free disk %.2f GiB\n' \
+printf 'drive under %s: write %.2f GB/s, read %.2f GB/s; available RAM %.2f GiB, free disk %.2f GiB\n' \
   "$nvme" "$(awk -v b="$write_bw" 'BEGIN { print b / 1e9 }')" \
   "$(awk -v b="$read_bw" 'BEGIN { print b / 1e9 }')" \
   "$(awk -v b="$ram" 'BEGIN { print b / 2^30 }')" "$(awk -v b="$free_disk" 'BEGIN { print b / 2^30 }')"
