@@ -12,12 +12,15 @@
 // activations, the model's shape for its states), instead of failing
 // part-way through setup or the first step, or being killed by the kernel.
 // Hosts differ in memory and in ranks, so the verdict is agreed: when any
-// rank refuses, every rank stops.
+// rank refuses, every rank stops. A run that fits the RAM but not what
+// other processes leave available now is not refused (they may end), but
+// warned of: the kernel would kill it part-way.
 //
 // Thread safety: collective; the training thread only.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "config/config.h"
 #include "ztrain/comm.h"
@@ -29,9 +32,16 @@ namespace ztrain {
 // one micro-batch of `batch` sequences of `seq_len`; ranks_here: ranks on
 // this machine; device_in_ram: the device tier (and the activations) are
 // RAM, as on the cpu device; on a GPU only the host tier is.
-void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate, bool device_in_ram,
-                       std::uint64_t activation_bytes, int batch, int seq_len,
-                       std::int64_t n_params, int ranks_here, Communicator& comm);
+// Returns the warning for this rank's machine, or empty.
+std::string check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate,
+                              bool device_in_ram, std::uint64_t activation_bytes, int batch,
+                              int seq_len, std::int64_t n_params, int ranks_here,
+                              Communicator& comm);
+
+// The warning for a run that needs `need` bytes of this machine where
+// `available` (MemAvailable; 0: unknown) are free; empty when they are
+// enough.
+std::string memory_warning(std::uint64_t need, std::uint64_t available, int ranks_here);
 
 // The memory this machine can still give without swapping (MemAvailable),
 // or 0 where unknown.

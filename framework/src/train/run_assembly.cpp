@@ -150,9 +150,12 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
   const auto& tr = run.settings.train;
   run.sizes = parts.sizes;
   const EstimateArgs& sizes = run.sizes;
-  check_memory_fits(config, run.strategy->estimate(sizes), run.device->host_visible(Tier::device),
-                    sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len,
-                    info.n_params, local_rank_count(), *run.comm);
+  if (std::string warning = check_memory_fits(
+          config, run.strategy->estimate(sizes), run.device->host_visible(Tier::device),
+          sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
+          local_rank_count(), *run.comm);
+      !warning.empty())
+    run.config_notes.push_back(std::move(warning));
   StrategySetup setup;
   setup.params = sizes.params;
   setup.modules = run.model->modules();
