@@ -1,10 +1,12 @@
 // Run-file validation: every bad value fails with file:line:col, the key
-// and what is expected; presets and --set overrides; the batch identity.
+// and what is expected; presets and --set overrides; the batch identity;
+// the memory check's warning past what other processes leave free.
 #include <doctest/doctest.h>
 
 #include <fstream>
 
 #include "config/run_settings.h"
+#include "job/memory_check.h"
 #include "loader/cuda_loader.h"
 #include "support.h"
 
@@ -69,6 +71,15 @@ TEST_CASE("an integer option with keywords takes the word or a whole number, not
     CHECK(contains(msg, "run.toml:2:1: [strategy] sub_group_size: got "));
     CHECK(contains(msg, "expected an integer >= 1, or \"auto\""));
   }
+}
+
+TEST_CASE("a run past what other processes leave free is warned of, with both figures") {
+  const std::uint64_t gib = std::uint64_t{1} << 30;
+  CHECK(memory_warning(20 * gib, 21 * gib, 1).empty());
+  CHECK(memory_warning(20 * gib, 0, 1).empty());  // unknown: nothing to say
+  const std::string w = memory_warning(21 * gib, 19 * gib, 2);
+  CHECK(contains(w, "warning: this run needs about 21.00 GiB of memory on this machine (2 ranks"));
+  CHECK(contains(w, "more than the 19.00 GiB other processes leave free now (MemAvailable)"));
 }
 
 TEST_CASE("an unset min_lr follows lr, so lr = 0 alone is a valid run") {
