@@ -6,7 +6,8 @@
 #     O_DIRECT (dd, 4 GiB in 16 MiB blocks), the yardstick for the disk
 #     bound;
 #  2. for zero3, zero3_offload (parameters in host memory) and zero3_nvme
-#     (parameters and optimizer state in swap files), the largest n_layer
+#     (the example's [strategy]: nvme_offload with parameters and optimizer
+#     state in swap files, sub_group_size "auto"), the largest n_layer
 #     whose `ztrain estimate` fits this machine: the device and host tiers
 #     (on the cpu device both are RAM) within the memory available now
 #     (MemAvailable) less 1 GiB, and the nvme tier within NVME_DIR's free
@@ -16,19 +17,22 @@
 #  3. each of those trained for STEPS steps at world 1 (2 threads): step
 #     time from metrics.jsonl, peak RSS (VmHWM), and the bytes the process
 #     read and wrote per step (/proc/PID/io, which counts O_DIRECT transfers,
-#     sampled as each step is logged); the disk bound is read bytes over the
-#     read bandwidth plus written bytes over the write bandwidth (one drive:
-#     its reads and writes share it), and the step's ratio to it is printed.
+#     sampled as each step is logged); two disk bounds: serial, read bytes
+#     over the read bandwidth plus written bytes over the write bandwidth
+#     (as if the drive did one at a time), and overlapped, the larger of
+#     the two (as if it did both at once at those rates); the step's ratio
+#     to each is printed. (Measured: a step below the serial bound, so this
+#     drive reads and writes at once.)
 # A step is timed only after the first (the first step's figures include
 # the parameter gathers' first reads, traced before any prefetch).
 #
 #   bench/bench_largest.sh [BUILD_DIR] [NVME_DIR] [STEPS] [STRATEGIES]
-#   (STRATEGIES: comma-separated, default zero3,zero3_offload,zero3_nvme)
+#   (STRATEGIES: comma-separated, default zero3_nvme,zero3,zero3_offload)
 set -euo pipefail
 build=${1:-build}
 nvme=${2:-/var/tmp/ztrain-largest}
 steps=${3:-3}
-strategies=${4:-zero3,zero3_offload,zero3_nvme}
+strategies=${4:-zero3_nvme,zero3,zero3_offload}
 src=$(cd "$(dirname "$0")/.." && pwd)
 ztrain=$(realpath "$build/bin/ztrain")
 config=$src/configs/examples/llama_nvme.toml
@@ -54,11 +58,14 @@ printf 'drive under %s: write %.2f GB/s, read %.2f GB/s; available RAM %.2f GiB,
 
 run_args=()
 set_args() {  # set_args STRATEGY N_LAYER: the run's options, into run_args
-  run_args=(--strategy "$1" --set model.n_layer="$2" --set device.threads=2)
+  run_args=(--set model.n_layer="$2" --set device.threads=2)
   case $1 in
-    zero3_offload) run_args+=(--set strategy.offload_param.device=cpu) ;;
+    zero3_offload) run_args+=(--strategy zero3_offload --set strategy.offload_param.device=cpu) ;;
+    # The example's own [strategy]: the zero3_nvme preset's plugin with the
+    # parameters on disk too and a read buffer that holds a block.
     zero3_nvme) run_args+=(--set strategy.offload_optimizer.nvme_path="$nvme"
-      --set strategy.offload_param.device=nvme --set strategy.offload_param.nvme_path="$nvme") ;;
+      --set strategy.offload_param.nvme_path="$nvme") ;;
+    *) run_args+=(--strategy "$1") ;;
   esac
 }
 
@@ -66,7 +73,7 @@ set_args() {  # set_args STRATEGY N_LAYER: the run's options, into run_args
 fits() {  # fits STRATEGY N_LAYER
   local e
   set_args "$1" "$2"
-  e=$("$ztrain" estimate "${run_args[@]}" "$config")
+  e=$("$ztrain" estimate "${run_args[@]}" "$config") || return 1
   sed -n 's/.*(llama, \([0-9]*\) params).*/\1/p' <<< "$e" > "$out/$1.$2.params"
   awk -v ram="$ram_limit" -v disk="$disk_limit" '
     $2 == "total" && ($1 == "device" || $1 == "host") { mem += $3 }
@@ -110,11 +117,16 @@ for s in "${names[@]}"; do
   layers[$s]=$(largest "$s")
   echo "$s: largest n_layer that fits: ${layers[$s]}"
 done
-for s in "${names[@]}"; do train "$s" "${layers[$s]}"; done
+failed=()
+for s in "${names[@]}"; do train "$s" "${layers[$s]}" || failed+=("$s"); done
 
-printf '\n| strategy | n_layer | parameters | step (s) | peak RSS (GiB) | read/step (GB) | written/step (GB) | disk bound (s) | step / bound |\n'
+printf '\n| strategy | n_layer | parameters | step (s) | peak RSS (GiB) | read/step (GB) | written/step (GB) | disk bound, serial / overlapped (s) | step / bound |\n'
 printf '|---|---|---|---|---|---|---|---|---|\n'
 for s in "${names[@]}"; do
+  if [[ " ${failed[*]} " == *" $s "* ]]; then
+    echo "| $s | ${layers[$s]} | failed (its log is above) |"
+    continue
+  fi
   params=$(cat "$out/$s.${layers[$s]}.params")
   step=$(grep '"split": "train"' "$out/$s/metrics.jsonl" | tail -n +2 |
     sed -n 's/.*"step_time_s": \([0-9.e+-]*\).*/\1/p' | awk '{ s += $1; n++ } END { print s / n }')
@@ -123,7 +135,9 @@ for s in "${names[@]}"; do
   read -r n2 r2 w2 < <(tail -n 1 "$out/$s.io")
   awk -v s="$s" -v l="${layers[$s]}" -v p="$params" -v t="$step" -v hwm="$(cat "$out/$s.hwm")" \
     -v n=$((n2 - n1)) -v r=$((r2 - r1)) -v w=$((w2 - w1)) -v rb="$read_bw" -v wb="$write_bw" 'BEGIN {
-      rs = n > 0 ? r / n : 0; ws = n > 0 ? w / n : 0; bound = rs / rb + ws / wb
-      printf "| %s | %d | %.2fB | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", s, l, p / 1e9, t,
-        hwm / 2^30, rs / 1e9, ws / 1e9, bound, bound > 0.5 ? sprintf("%.2f", t / bound) : "-" }'
+      rs = n > 0 ? r / n : 0; ws = n > 0 ? w / n : 0
+      serial = rs / rb + ws / wb; overlapped = (rs / rb > ws / wb ? rs / rb : ws / wb)
+      ratio = (serial > 0.5 ? sprintf("%.2f / %.2f", t / serial, t / overlapped) : "-")
+      printf "| %s | %d | %.2fB | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %s |\n", s, l, p / 1e9,
+        t, hwm / 2^30, rs / 1e9, ws / 1e9, serial, overlapped, ratio }'
 done

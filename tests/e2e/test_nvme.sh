@@ -196,7 +196,7 @@ bad "nvme_path '/no/such/params' is not a directory; create it" --strategy zero3
   --set strategy.offload_optimizer.nvme_path="$swap" --set strategy.offload_param.device=nvme \
   --set strategy.offload_param.nvme_path=/no/such/params
 no_swap_files "a run refused for its parameters' nvme_path"
-bad "offload_param.buffer_size = 100 elements is smaller than a rank's part of the parameters '.*' gathers together" \
+bad "offload_param.buffer_size = 100 elements is smaller than a rank's part of the parameters gathered with '.*' (.* elements); raise it to at least" \
   --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$swap" "${params_nvme[@]}" "${zero3[@]}" \
   --set strategy.offload_param.buffer_size=100
 no_swap_files "a run refused for its parameters' buffer_size"

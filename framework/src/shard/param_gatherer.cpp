@@ -318,7 +318,7 @@ ParamGatherer::ParamGatherer(Device& device, const ParamSpecs& params, const Mod
   for (const auto& m : modules) module_names_.push_back(m.name);
   needs_ = group_needs(groups_, modules.size());
   check_live_cap(needs_, group_sizes(groups_), options.max_live_parameters, module_names_);
-  if (!shard.resident() && options.read_buffer_size) check_read_buffers();
+  if (!shard.resident()) check_read_buffer_size(groups_, layout, params, options.read_buffer_size);
   build_persistent();
   refresh();
 }
@@ -333,22 +333,17 @@ ParamGatherer::~ParamGatherer() {
   }
 }
 
-// Every group's part must fit one read buffer, on every rank: judged from
-// all ranks' counts, so every rank refuses the same run.
-void ParamGatherer::check_read_buffers() const {
-  for (GroupId g : groups_.ids()) {
-    const auto& counts = live_groups_[g].counts;
+void check_read_buffer_size(const GatherGroups& groups, const FlatLayout& layout,
+                            const ParamSpecs& params, std::uint64_t buffer_size) {
+  if (buffer_size == 0) return;
+  for (const GatherGroup& g : groups) {
+    const auto counts = layout.owned_counts(g.begin, g.end);
     const std::uint64_t part = *std::max_element(counts.begin(), counts.end());
-    if (part <= options_.read_buffer_size) continue;
-    const auto& users = groups_[g].used_by;
-    throw ConfigError(
-        "[strategy] offload_param.buffer_size = " + std::to_string(options_.read_buffer_size) +
-        " elements is smaller than a rank's part of the parameters " +
-        (!users.empty() && module_names_.contains(users.front())
-             ? "'" + module_names_[users.front()] + "'"
-             : "of group " + to_string(g)) +
-        " gathers together (" + std::to_string(part) + " elements); raise it to at least " +
-        std::to_string(part));
+    if (part <= buffer_size) continue;
+    throw ConfigError("[strategy] offload_param.buffer_size = " + std::to_string(buffer_size) +
+                      " elements is smaller than a rank's part of the parameters gathered with '" +
+                      params[g.params.front()].name + "' (" + std::to_string(part) +
+                      " elements); raise it to at least " + std::to_string(part));
   }
 }
 

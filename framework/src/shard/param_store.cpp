@@ -53,6 +53,7 @@ std::uint64_t loans_peak(const GatherPlan& plan, const std::vector<std::vector<G
 std::uint64_t swap_staging_peak(const ParamSpecs& params, const FlatLayout& layout, DType precision,
                                 const GatherOptions& gather) {
   const StandardGathers g = standard_gathers(params, layout, gather);
+  check_read_buffer_size(g.groups, layout, params, gather.read_buffer_size);
   const std::uint64_t shard = layout.total() / static_cast<std::uint64_t>(layout.world());
   std::uint64_t peak =
       SwappedShard::loan_bytes(0, 0, std::min(shard, SwappedShard::kSlice), precision);

@@ -113,6 +113,13 @@ ZTRAIN_API GatherGroups gather_groups(const ParamSpecs& params, const FlatLayout
 // The groups each of `modules` modules uses.
 using GroupNeeds = IdVector<ModuleId, std::vector<GroupId>>;
 ZTRAIN_API GroupNeeds group_needs(const GatherGroups& groups, std::size_t modules);
+// offload_param.buffer_size (elements; 0: unlimited) must hold a rank's
+// part of every group, judged from every rank's part so that all refuse
+// alike: a ConfigError naming the first group past it (by its first
+// parameter) and the size to raise it to. The run's gatherer and the
+// estimate both ask, so an estimate refuses what the run would.
+ZTRAIN_API void check_read_buffer_size(const GatherGroups& groups, const FlatLayout& layout,
+                                       const ParamSpecs& params, std::uint64_t buffer_size);
 
 // The gathers of the standard trace over `layout`: the groups, each
 // module's groups (needs), each trace position's groups, and the plan over
@@ -213,7 +220,6 @@ class ZTRAIN_API ParamGatherer {
   void log(GatherEvent::Kind kind, GroupId g);
   std::string describe(const TraceEntry& e) const;
   void build_persistent();
-  void check_read_buffers() const;
 
   Device& device_;
   Communicator& comm_;
