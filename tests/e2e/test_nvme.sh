@@ -20,7 +20,8 @@
 # - Swap files, named by host and pid: a killed run's are removed by the
 #   next run in nvme_path, saying so; none is left after a run that ends, fails, or
 #   is stopped with SIGTERM.
-# - Errors that name the path and what to do: a missing nvme_path, one on
+# - Errors that name the path and what to do (a read buffer too small for a
+#   gather is refused by the estimate as by the run): a missing nvme_path, one on
 #   tmpfs, a disk without room for the swap file (a small loop-mounted
 #   file system, where this machine allows mounting one), and a disk that
 #   fills (ENOSPC) or fails (EIO) half-way through a step (injected).
@@ -200,6 +201,13 @@ bad "offload_param.buffer_size = 100 elements is smaller than a rank's part of t
   --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="$swap" "${params_nvme[@]}" "${zero3[@]}" \
   --set strategy.offload_param.buffer_size=100
 no_swap_files "a run refused for its parameters' buffer_size"
+# The estimate refuses it too, with the same words.
+if out=$("$ZTRAIN" estimate "${base[@]}" --strategy zero3_nvme "${params_nvme[@]}" "${zero3[@]}" \
+  --set strategy.offload_param.buffer_size=100 "$SRC/configs/run.toml" 2>&1); then
+  fail "estimate sized a run whose read buffers cannot hold a gather: $out"
+fi
+grep -q "offload_param.buffer_size = 100 elements is smaller than a rank's part of the parameters gathered with" <<< "$out" ||
+  fail "estimate's refusal does not name buffer_size: $out"
 if [ "$(stat -f -c %T /dev/shm 2> /dev/null)" = tmpfs ]; then
   bad "is on tmpfs, which is memory" --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path=/dev/shm
 else

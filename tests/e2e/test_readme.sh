@@ -72,6 +72,7 @@ skip '^/opt/ztrain/bin/ztrain --hostfile' "needs the hosts of a hostfile; tests/
 skip '^/tmp/zt/bin/ztrain ' "needs the SDK installed and the example built: tests/e2e/test_sdk_install.sh does both and runs it"
 skip '\[|RUN\.toml|RUN_DIR|OUT ' "a synopsis with placeholders"
 skip '^ztrain compare --strategies zero3,zero3_offload,zero3_nvme' "three 19M-parameter jobs, 90 s: tests/e2e/test_compare.sh runs the same out-of-memory, offload and nvme_path comparison on a small model"
+skip '^ztrain configs/examples/llama_nvme.toml' "a 4.6B-parameter model: 60 GiB of swap files and minutes a step (bench/bench_largest.sh trains it; tests/e2e/test_nvme.sh checks its estimate)"
 skip '^ztrain prepare --tokenizer Llama' "a model's tokenizer and the user's corpus: tests/e2e/test_prepare.sh runs prepare on tests/data's"
 
 skipped_by() {
