@@ -39,6 +39,10 @@ ap.add_argument("--seq", type=int, default=128)
 ap.add_argument("--steps", type=int, default=3)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--nvme-path", default="/var/tmp/ds_nvme")
+# DeepSpeed's default, 1e9, makes a model under a billion parameters one
+# sub-group whose fp32 masters, moments and gradients it holds in RAM at
+# once: the 1.0B model here was killed by the kernel at 24 GiB of RSS.
+ap.add_argument("--sub-group-size", type=float, default=1e8)
 args = ap.parse_args()
 
 import deepspeed  # noqa: E402
@@ -64,6 +68,7 @@ ds_config = {
         "stage3_prefetch_bucket_size": 0,
         "stage3_max_reuse_distance": 0,
         "stage3_param_persistence_threshold": 0,
+        "sub_group_size": int(args.sub_group_size),
         "offload_optimizer": {"device": "nvme", "nvme_path": args.nvme_path, "buffer_count": 4},
         "offload_param": {"device": "nvme", "nvme_path": args.nvme_path, "buffer_count": 5,
                           "buffer_size": 100000000, "max_in_cpu": 0},
