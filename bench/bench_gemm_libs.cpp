@@ -18,7 +18,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,7 +29,6 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using CblasSgemm = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, float,
                             const float*, int, const float*, int, float, float*, int);
 // dnnl_status_t dnnl_sgemm(char transa, char transb, dnnl_dim_t M, N, K, float alpha, const
@@ -108,11 +106,7 @@ double seconds_of(const Library& lib, int form, const Shape& s, std::vector<floa
   };
   run();
   std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    run();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
+  for (int r = 0; r < reps; ++r) t.push_back(ztrain::bench::timed(run));
   return ztrain::bench::median(t);
 }
 

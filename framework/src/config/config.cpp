@@ -439,6 +439,12 @@ struct Validator {
       fail(rel, "got " + node_text(node) + ", expected " + s.expectation() +
                     (s.help.empty() ? "" : " (" + s.help + ")"));
     };
+    // A word a number or integer option accepts instead of a number ("auto").
+    auto keyword = [&]() {
+      std::string word = node.value_or(std::string());
+      if (std::find(s.choices.begin(), s.choices.end(), word) == s.choices.end()) wrong();
+      return word;
+    };
     OptionValue v;
     switch (s.type) {
       case OptionType::boolean:
@@ -446,10 +452,8 @@ struct Validator {
         v = node.value_or(false);
         break;
       case OptionType::integer: {
-        if (node.is_string()) {  // a keyword the option accepts instead of a number
-          std::string word = node.value_or(std::string());
-          if (std::find(s.choices.begin(), s.choices.end(), word) == s.choices.end()) wrong();
-          v = std::move(word);
+        if (node.is_string()) {
+          v = keyword();
           break;
         }
         double d = 0;
@@ -470,10 +474,8 @@ struct Validator {
         break;
       }
       case OptionType::number: {
-        if (node.is_string()) {  // a keyword the option accepts instead of a number
-          std::string word = node.value_or(std::string());
-          if (std::find(s.choices.begin(), s.choices.end(), word) == s.choices.end()) wrong();
-          v = std::move(word);
+        if (node.is_string()) {
+          v = keyword();
           break;
         }
         if (!node.is_number()) wrong();
