@@ -57,9 +57,16 @@ losses w1
 run gloo_w2 2 4 1
 run gloo_w4 4 2 1
 run gloo_zero3_w2 2 2 2 --strategy zero3 --set strategy.param_persistence_threshold=0
+# On one host the collectives run through shared memory unless told not to;
+# gloo's own TCP transport must train the same.
+run gloo_tcp_w2 2 4 1 --set comm.shared_memory=false
 grep -q "batch: 4 x 1 accum x 2 ranks" "$scratch/gloo_w2.0.out" || fail "rank 0 of gloo_w2 did not report 2 ranks"
 [ ! -s "$scratch/gloo_w2.1.out" ] || fail "rank 1 printed: $(head -3 "$scratch/gloo_w2.1.out")"
-for name in gloo_w2 gloo_w4 gloo_zero3_w2; do same_training w1 "$name" 1e-6 2e-6; done
+grep -q "comm: every rank is on this host: collectives through shared memory" \
+  "$scratch/gloo_w4.0.out" || fail "gloo_w4 did not say it runs through shared memory"
+grep -q "comm: collectives through gloo (\[comm\] shared_memory = false)" \
+  "$scratch/gloo_tcp_w2.0.out" || fail "gloo_tcp_w2 did not say it runs through gloo's transport"
+for name in gloo_w2 gloo_w4 gloo_zero3_w2 gloo_tcp_w2; do same_training w1 "$name" 1e-6 2e-6; done
 check_bytes gloo_w2 all_reduce $((2 * 1 * 4 * (118528 + 3)))
 check_bytes gloo_w4 all_reduce $((2 * 3 * 4 * (118528 + 3)))
 # bf16 buffers through gloo (summed in fp32, rounded per partial

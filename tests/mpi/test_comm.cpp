@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/shm_communicator.h"
 #include "comm/world.h"
 #include "train/step_agreement.h"
 #include "world.h"
@@ -174,6 +175,59 @@ TEST_CASE("irregular reduce_scatter_v and all_gather_v: empty, uneven and in-pla
       CHECK(all[at] == static_cast<float>(k) + 0.25f);
       CHECK(in_place[at] == static_cast<float>(k) + 0.25f);
     }
+}
+
+// Through shared memory a collective runs in chunks of a 1 MiB slot per
+// rank (shm_communicator.cpp), so these cross several chunk boundaries at
+// odd places: every element must come out exact, on every rank alike.
+TEST_CASE("large and uneven buffers: every collective exact across many chunks") {
+  const int R = world().size(), r = world().rank();
+  CHECK(shares_memory(world()) == test::shm());
+  double rank_sum = 0;
+  for (int k = 0; k < R; ++k) rank_sum += k + 1;
+  for (DType t : {DType::f32, DType::bf16}) {
+    const std::size_t n = 1'000'003;
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = value(r, i);
+    std::vector<std::uint16_t> h = encode(v, t);
+    void* data = t == DType::f32 ? static_cast<void*>(v.data()) : h.data();
+    world().all_reduce(data, n, t, ReduceOp::sum);
+    const auto got = decode(data, t, n);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      wrong += got[i] != static_cast<float>(rank_sum * static_cast<double>(i % 7 + 1));
+    INFO("all_reduce, dtype " << dtype_name(t));
+    CHECK(wrong == 0);
+  }
+  // Rank k's block: 300001 + 70000 k elements (uneven, larger than a piece).
+  std::vector<std::size_t> counts;
+  std::size_t total = 0, mine_at = 0;
+  for (int k = 0; k < R; ++k) {
+    if (k == r) mine_at = total;
+    counts.push_back(300'001 + 70'000 * static_cast<std::size_t>(k));
+    total += counts.back();
+  }
+  const std::size_t own = counts[static_cast<std::size_t>(r)];
+  std::vector<float> send(total), recv(own, -1.0f);
+  for (std::size_t i = 0; i < total; ++i) send[i] = value(r, i);
+  world()
+      .reduce_scatter_v_async(send.data(), recv.data(), counts, DType::f32, ReduceOp::sum)
+      .wait();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < own; ++i)
+    wrong += recv[i] != static_cast<float>(rank_sum * static_cast<double>((mine_at + i) % 7 + 1));
+  CHECK(wrong == 0);
+  std::vector<float> all(total, -1.0f);
+  for (std::size_t i = 0; i < own; ++i) recv[i] = static_cast<float>(r * 1000003 + i % 4099);
+  world().all_gather_v_async(recv.data(), all.data(), counts, DType::f32).wait();
+  wrong = 0;
+  for (int k = 0, at = 0; k < R; ++k)
+    for (std::size_t i = 0; i < counts[static_cast<std::size_t>(k)]; ++i, ++at)
+      wrong += all[static_cast<std::size_t>(at)] != static_cast<float>(k * 1000003 + i % 4099);
+  CHECK(wrong == 0);
+  std::vector<float> big(700'001, r == R - 1 ? 7.5f : 0.0f);
+  world().broadcast(big.data(), big.size(), DType::f32, R - 1);
+  CHECK(std::count(big.begin(), big.end(), 7.5f) == static_cast<std::ptrdiff_t>(big.size()));
 }
 
 TEST_CASE("all_gather puts rank r's block at r, broadcast copies the root's data") {

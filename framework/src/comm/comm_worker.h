@@ -64,6 +64,8 @@ class ThreadedCommunicator : public Communicator {
  public:
   CommCounters counters() const override { return tally_->snapshot(); }
   void set_timeout(double timeout_s) override { timeout_s_ = timeout_s; }
+  // What hears the other ranks' heartbeats (gloo's); null for mpi.
+  std::shared_ptr<const Watchdog> watchdog() const { return watchdog_; }
 
  protected:
   // world_rank names this process in messages; watchdog may be null.

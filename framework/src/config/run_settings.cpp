@@ -122,6 +122,9 @@ OptionList comm_options() {
            "else local), local, mpi, gloo, nccl (tcp: gone, see gloo)")
       .one_of({"auto", "local", "mpi", "gloo", "tcp", "nccl"});
   o.duration("timeout", 300, "a collective waiting longer aborts the job");
+  o.flag("shared_memory", true,
+         "ranks that all share one host run their collectives through a shared-memory segment "
+         "(faster than gloo's TCP and Open MPI's own); false: through the backend's transport");
   return o;
 }
 
@@ -293,7 +296,7 @@ std::filesystem::path resolve_out_dir(const RunConfig& config) {
 
 CommSettings resolve_comm(const RunConfig& config) {
   const Options c = config.validate("comm", comm_options());
-  CommSettings s{c.get_string("backend"), c.get_duration("timeout")};
+  CommSettings s{c.get_string("backend"), c.get_duration("timeout"), c.get_bool("shared_memory")};
   if (s.backend == "tcp")
     throw ConfigError(c.where("backend") +
                       ": [comm] backend \"tcp\" (ztrain's own socket rings) was replaced by "

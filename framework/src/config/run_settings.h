@@ -82,6 +82,7 @@ struct DeviceSettings {
 struct CommSettings {
   std::string backend;
   double timeout_s = 0;
+  bool shared_memory = true;  // collectives through shm_communicator.h on one host
 };
 
 struct RunSettings {

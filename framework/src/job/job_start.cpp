@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "comm/shm_communicator.h"
 #include "comm/world.h"
 #include "core/host_name.h"
 #include "job/rank_agreement.h"
@@ -108,8 +109,17 @@ JobStart start_job(const std::function<RunConfig()>& read_run, bool overwrite) {
       std::move(comm),
       lead ? std::move(*mine->config) : RunConfig::from_wire(wire.at("run").get<std::string>()),
       wire.at("overwrite").get<bool>()};
-  job.comm->set_timeout(resolve_comm(job.config).timeout_s);
+  const CommSettings settings = resolve_comm(job.config);
+  job.comm->set_timeout(settings.timeout_s);
   check_backend(job.config, *job.comm);
+  if (settings.shared_memory) job.comm = share_memory(std::move(job.comm), settings.timeout_s);
+  if (lead && job.comm->size() > 1)
+    job.config.add_note(shares_memory(*job.comm)
+                            ? "comm: every rank is on this host: collectives through shared "
+                              "memory ([comm] shared_memory)"
+                            : "comm: collectives through " + job.comm->backend() +
+                                  (settings.shared_memory ? " (the ranks are not all on one host)"
+                                                          : " ([comm] shared_memory = false)"));
   if (lead && job.comm->size() > 1)
     job.config.add_note("run: read by rank 0 on host " + host_name() + ", sent to " +
                         std::to_string(job.comm->size() - 1) + " other rank" +

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Every multi-rank row against its peers at world 2 (2 ranks x 1 thread, fp32,
+# global batch 8 x 256 tokens for gpt2-tiny and 4 x 64 for gpt2-124m): ztrain
+# started by mpirun (`--nproc 2`) and torchrun-style (RANK/WORLD_SIZE, gloo),
+# against PyTorch DDP, ZeRO-1 (ZeroRedundancyOptimizer), FSDP and FSDP2 in
+# both sharding modes and DeepSpeed ZeRO 1-3 with and without CPU offload, as
+# the peer programs of PEERS_DIR run them (peer_gpt2.py, peer_ds.py: the same
+# GPT-2, tied head, AdamW lr 1e-3 betas (0.9, 0.95) wd 0.1, clip 1.0, torch's
+# fused AdamW; DeepSpeedCPUAdam under offload). Rounds alternate ztrain and
+# its peers row by row; each round's ratio is the peer's median step over
+# ztrain's in the same round (rank 0's medians after 3 warm-up steps on both
+# sides). Goal: every ratio >= 1.5. Needs PYTHON with torch and deepspeed.
+#
+#   bench/bench_peers.sh BUILD_DIR PYTHON PEERS_DIR [ROUNDS] [SHAPES] [ROWS]
+#   e.g. bench/bench_peers.sh build /tmp/peers-venv/venv/bin/python ../shared/peers 2 "tiny 124m"
+set -euo pipefail
+build=${1:?build dir}
+python=${2:?python with torch and deepspeed}
+peers=$(realpath "${3:?the directory of peer_gpt2.py and peer_ds.py}")
+rounds=${4:-2}
+shapes=${5:-tiny 124m}
+rows=${6:-ddp zero1 zero2 zero3 zero2_offload zero3_offload}
+src=$(cd "$(dirname "$0")/.." && pwd)
+ztrain=$(realpath "$build/bin/ztrain")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+source "$src/bench/metrics.sh"
+
+peers_of() {  # the peer runs of a ztrain strategy, one NAME:PROGRAM:ARGS a line
+  case $1 in
+    ddp) echo "torch_ddp:peer_gpt2.py:--mode ddp" ;;
+    zero1) printf "%s\n" "torch_zero1:peer_gpt2.py:--mode zero1" "ds_zero1:peer_ds.py:--stage 1" ;;
+    zero2) printf "%s\n" "fsdp_gradop:peer_gpt2.py:--mode fsdp_gradop" \
+      "fsdp2_gradop:peer_gpt2.py:--mode fsdp2_gradop" "ds_zero2:peer_ds.py:--stage 2" ;;
+    zero3) printf "%s\n" "fsdp_full:peer_gpt2.py:--mode fsdp_full" \
+      "fsdp2_full:peer_gpt2.py:--mode fsdp2_full" "ds_zero3:peer_ds.py:--stage 3" ;;
+    zero2_offload) echo "ds_zero2_offload:peer_ds.py:--stage 2 --offload" ;;
+    zero3_offload) echo "ds_zero3_offload:peer_ds.py:--stage 3 --offload" ;;
+  esac
+}
+ztrain_args() {  # the shape's model and batch
+  case $1 in
+    tiny) echo "--model gpt2-tiny --set train.micro_batch_size=4" ;;
+    124m) echo "--model gpt2-124m --set model.seq_len=64 --set train.micro_batch_size=2" ;;
+  esac
+}
+common=(--set train.steps=13 --set train.log_every=1 --set train.eval_every=0
+  --set train.save_final=false --set train.grad_accum=1 --set device.threads=1)
+
+run_mpi() {  # run_mpi NAME SHAPE STRATEGY
+  # shellcheck disable=SC2046
+  "$ztrain" --nproc 2 $(ztrain_args "$2") "${common[@]}" --strategy "$3" \
+    --set train.out_dir="$out/$1" "$src/configs/run.toml" > "$out/$1.log" 2>&1 ||
+    { cat "$out/$1.log"; exit 1; }
+}
+run_env() {  # run_env NAME SHAPE STRATEGY: two ranks started on their own
+  local port=$((20000 + RANDOM % 40000)) pids=() r
+  for r in 0 1; do
+    # shellcheck disable=SC2046
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$ztrain" $(ztrain_args "$2") "${common[@]}" --strategy "$3" --set train.out_dir="$out/$1" \
+      "$src/configs/run.toml" > "$out/$1.$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || { cat "$out/$1.$r.log"; exit 1; }; done
+}
+run_peer() {  # run_peer NAME SHAPE PROGRAM ARGS...: its median step in $out/NAME.s
+  local name=$1 shape=$2 program=$3 port=$((20000 + RANDOM % 40000))
+  shift 3
+  (cd "$out" && "$python" "$peers/$program" --shape "$shape" "$@" --adam fused --steps 10 \
+    --port "$port") < /dev/null > "$out/$name.log" 2>&1 || { tail -30 "$out/$name.log"; exit 1; }
+  sed -n 's/^RESULT //p' "$out/$name.log" |
+    "$python" -c 'import json, sys; print(json.load(sys.stdin)["median_step_s"])' > "$out/$name.s"
+}
+
+for round in $(seq "$rounds"); do
+  for shape in $shapes; do
+    for row in $rows; do
+      run_mpi "$shape.$row.mpi.$round" "$shape" "$row"
+      run_env "$shape.$row.env.$round" "$shape" "$row"
+      while IFS=: read -r name program args; do
+        # shellcheck disable=SC2086
+        run_peer "$shape.$row.$name.$round" "$shape" "$program" $args
+      done < <(peers_of "$row")
+    done
+  done
+done
+
+printf "world 2 (2 ranks x 1 thread, fp32), median step of rank 0; ratio = peer / ztrain (goal >= 1.5)\n"
+printf "%-5s %-14s %-17s %s\n" shape ztrain peer "per round: peer s, ztrain mpirun s (ratio), ztrain torchrun-style s (ratio)"
+for shape in $shapes; do
+  for row in $rows; do
+    peers_of "$row" | while IFS=: read -r name _; do
+      line=""
+      for round in $(seq "$rounds"); do
+        p=$(cat "$out/$shape.$row.$name.$round.s")
+        m=$(median "$shape.$row.mpi.$round" step_time_s)
+        e=$(median "$shape.$row.env.$round" step_time_s)
+        line+=$(awk -v p="$p" -v m="$m" -v e="$e" \
+          'BEGIN { printf "  %.3f, %.3f (%.2f), %.3f (%.2f)", p, m, p / m, e, p / e }')
+      done
+      printf "%-5s %-14s %-17s%s\n" "$shape" "$row" "$name" "$line"
+    done
+  done
+done
