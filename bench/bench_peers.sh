@@ -103,3 +103,17 @@ for shape in $shapes; do
     done
   done
 done
+
+printf "\nztrain's sharded stages over its ddp, same rounds (mpirun; goals: zero2 <= 1.05, zero3 <= 1.10)\n"
+for shape in $shapes; do
+  [[ " $rows " == *" ddp "* ]] || continue
+  for row in $rows; do
+    [ "$row" != ddp ] || continue
+    line=""
+    for round in $(seq "$rounds"); do
+      line+=$(awk -v z="$(median "$shape.$row.mpi.$round" step_time_s)" \
+        -v d="$(median "$shape.ddp.mpi.$round" step_time_s)" 'BEGIN { printf "  %.3f", z / d }')
+    done
+    printf "%-5s %-14s%s\n" "$shape" "$row" "$line"
+  done
+done
