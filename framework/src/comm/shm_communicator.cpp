@@ -33,6 +33,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/comm_worker.h"
@@ -57,7 +58,10 @@ constexpr std::chrono::seconds kGrace{10};  // gloo's, past the collective's tim
 // rob of its core (2 ranks on 2 cores): it barely spins. The later ones
 // wait for a peer copying the chunk before, a few microseconds, where a
 // futex's wake-up costs more: gpt2-124m's ddp step at 2 ranks took 1.50 s
-// spinning 20000 (about 0.5 ms) against 1.54-1.76 s spinning 2000.
+// spinning 20000 (about 0.5 ms) against 1.54-1.76 s spinning 2000. With
+// more ranks than cores the peer waited for may be the one a spin keeps
+// off the core: none spins (gpt2-tiny's zero3 at 4 ranks on 2 cores took
+// 0.63 s a step spinning, against 0.41 s through MPI's own transport).
 constexpr int kFirstSpins = 200;
 constexpr int kSpins = 20000;
 
@@ -150,18 +154,21 @@ std::unique_ptr<Mapping> open_segment(int ranks, const Invitation& inv) {
 // of_split: inner is a group split from a communicator of ours.
 std::unique_ptr<Communicator> join(std::unique_ptr<Communicator> inner, int world_rank,
                                    double timeout_s, std::shared_ptr<CommTally> tally,
-                                   std::shared_ptr<const Watchdog> watchdog, bool of_split);
+                                   std::shared_ptr<const Watchdog> watchdog, bool of_split,
+                                   bool spin);
 
 class ShmCommunicator final : public ThreadedCommunicator {
  public:
+  // spin: the job has no more ranks than this host has cores.
   ShmCommunicator(std::unique_ptr<Communicator> inner, std::unique_ptr<Mapping> map, int world_rank,
                   double timeout_s, std::shared_ptr<CommTally> tally,
-                  std::shared_ptr<const Watchdog> watchdog)
+                  std::shared_ptr<const Watchdog> watchdog, bool spin)
       : ThreadedCommunicator(world_rank, timeout_s, std::move(tally), std::move(watchdog)),
         inner_(std::move(inner)),
         map_(std::move(map)),
         rank_(inner_->rank()),
-        size_(inner_->size()) {
+        size_(inner_->size()),
+        spin_(spin) {
     start_guard();
   }
   ~ShmCommunicator() override { drain(); }
@@ -238,7 +245,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
     std::unique_ptr<Communicator> out;
     submit({std::nullopt, "split", 0, DType::f32}, [&] {
       out = join(inner_->split(colour, key), world_rank_, timeout_s_,
-                 std::make_shared<CommTally>(tally_), watchdog_, true);
+                 std::make_shared<CommTally>(tally_), watchdog_, true, spin_);
       return std::uint64_t{0};
     }).wait();
     return out;
@@ -269,7 +276,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
     const auto deadline =
         std::chrono::steady_clock::now() + kGrace +
         std::chrono::milliseconds(static_cast<long long>(timeout_s_.load() * 1000));
-    const int spins = first_meet_ ? kFirstSpins : kSpins;
+    const int spins = !spin_ ? 0 : first_meet_ ? kFirstSpins : kSpins;
     first_meet_ = false;
     for (int r = 0; r < size_; ++r)
       if (r != rank_) wait_for(r, mine, deadline, spins, op, count, type);
@@ -367,6 +374,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
   std::unique_ptr<Communicator> inner_;
   std::unique_ptr<Mapping> map_;
   const int rank_, size_;
+  const bool spin_;
   std::uint64_t barriers_ = 0;  // barriers this rank has reached (the worker's)
   std::uint64_t chunks_ = 0;    // chunks run, whose parity picks the slots' set
   bool first_meet_ = true;      // no barrier met yet in the running collective
@@ -376,7 +384,8 @@ class ShmCommunicator final : public ThreadedCommunicator {
 // every rank could.
 std::unique_ptr<Communicator> join(std::unique_ptr<Communicator> inner, int world_rank,
                                    double timeout_s, std::shared_ptr<CommTally> tally,
-                                   std::shared_ptr<const Watchdog> watchdog, bool of_split) {
+                                   std::shared_ptr<const Watchdog> watchdog, bool of_split,
+                                   bool spin) {
   const int ranks = inner->size();
   if (ranks < 2) {
     // A group of one (a split's) needs no file, but stays one of ours, so
@@ -385,7 +394,8 @@ std::unique_ptr<Communicator> join(std::unique_ptr<Communicator> inner, int worl
     auto own = std::make_unique<Mapping>(-1, segment_bytes(1));
     if (!own->base()) throw std::bad_alloc();
     return std::make_unique<ShmCommunicator>(std::move(inner), std::move(own), world_rank,
-                                             timeout_s, std::move(tally), std::move(watchdog));
+                                             timeout_s, std::move(tally), std::move(watchdog),
+                                             spin);
   }
   Invitation inv{};
   std::unique_ptr<TempFile> file;
@@ -398,7 +408,7 @@ std::unique_ptr<Communicator> join(std::unique_ptr<Communicator> inner, int worl
   file.reset();  // every rank has mapped it or given up: the name can go
   if (missing != 0.0f) return inner;
   return std::make_unique<ShmCommunicator>(std::move(inner), std::move(map), world_rank, timeout_s,
-                                           std::move(tally), std::move(watchdog));
+                                           std::move(tally), std::move(watchdog), spin);
 }
 
 }  // namespace
@@ -407,8 +417,10 @@ std::unique_ptr<Communicator> share_memory(std::unique_ptr<Communicator> inner, 
   const auto* threaded = dynamic_cast<const ThreadedCommunicator*>(inner.get());
   std::shared_ptr<const Watchdog> watchdog = threaded ? threaded->watchdog() : nullptr;
   const int rank = inner->rank();
+  // Every rank of the world is on this host when the segment works.
+  const bool spin = inner->size() <= static_cast<int>(std::thread::hardware_concurrency());
   return join(std::move(inner), rank, timeout_s, std::make_shared<CommTally>(), std::move(watchdog),
-              false);
+              false, spin);
 }
 
 bool shares_memory(const Communicator& comm) {
