@@ -1,6 +1,7 @@
 #include "comm/comm_worker.h"
 
 #include <cstdio>
+#include <numeric>
 
 #include "ztrain/error.h"
 
@@ -97,6 +98,49 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
     std::fflush(stderr);
     abort_job();
   });
+}
+
+CommWork ThreadedCommunicator::submit_all_reduce(void* data, std::size_t count, DType type,
+                                                 ReduceOp op, std::function<void()> run) {
+  const int ranks = size();
+  const std::uint64_t sent =
+      ring_bytes_sent(Collective::all_reduce, even_split(count, ranks), rank(), dtype_size(type));
+  return submit({Collective::all_reduce, "all_reduce", count, type}, [=, run = std::move(run)] {
+    run();
+    if (op == ReduceOp::average) divide_in_place(data, count, type, ranks);
+    return sent;
+  });
+}
+
+CommWork ThreadedCommunicator::submit_reduce_scatter_v(void* recv,
+                                                       const std::vector<std::size_t>& counts,
+                                                       DType type, ReduceOp op,
+                                                       std::function<void()> run) {
+  check_block_counts(counts);
+  const int ranks = size();
+  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  const std::size_t own = counts[static_cast<std::size_t>(rank())];
+  const std::uint64_t sent =
+      ring_bytes_sent(Collective::reduce_scatter, counts, rank(), dtype_size(type));
+  return submit({Collective::reduce_scatter, "reduce_scatter_v", total, type},
+                [=, run = std::move(run)] {
+                  run();
+                  if (op == ReduceOp::average) divide_in_place(recv, own, type, ranks);
+                  return sent;
+                });
+}
+
+CommWork ThreadedCommunicator::submit_all_gather_v(const std::vector<std::size_t>& counts,
+                                                   DType type, std::function<void()> run) {
+  check_block_counts(counts);
+  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  const std::uint64_t sent =
+      ring_bytes_sent(Collective::all_gather, counts, rank(), dtype_size(type));
+  return submit({Collective::all_gather, "all_gather_v", total, type},
+                [sent, run = std::move(run)] {
+                  run();
+                  return sent;
+                });
 }
 
 void ThreadedCommunicator::start_guard() {

@@ -77,6 +77,15 @@ class ThreadedCommunicator : public Communicator {
   // prints "ztrain: rank R: OP of N DTYPE elements did not finish within T
   // s; VERDICT; aborting the job" and calls abort_job().
   CommWork submit(const CollectiveCall& call, std::function<std::uint64_t()> f);
+  // submit() for a backend whose transport is `run`, with the bookkeeping
+  // every backend shares: the blocks checked, the bytes a ring sends, an
+  // average's division of the sum once run returns.
+  CommWork submit_all_reduce(void* data, std::size_t count, DType type, ReduceOp op,
+                             std::function<void()> run);
+  CommWork submit_reduce_scatter_v(void* recv, const std::vector<std::size_t>& counts, DType type,
+                                   ReduceOp op, std::function<void()> run);
+  CommWork submit_all_gather_v(const std::vector<std::size_t>& counts, DType type,
+                               std::function<void()> run);
   // Ends every rank of the job; must not return.
   virtual void abort_job() = 0;
   // Starts the guard (a subclass's constructor, once it can abort_job).

@@ -110,9 +110,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
   }
 
   CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
-    const std::uint64_t sent =
-        ring_bytes_sent(Collective::all_reduce, even_split(count, size_), rank_, dtype_size(type));
-    return submit({Collective::all_reduce, "all_reduce", count, type}, [=, this] {
+    return submit_all_reduce(data, count, type, op, [=, this] {
       if (size_ > 1 && count > 0)
         call("all_reduce", count, type, [&] {
           gloo::AllreduceOptions o(context_);
@@ -124,8 +122,6 @@ class GlooCommunicator final : public ThreadedCommunicator {
           o.setTimeout(gloo_timeout());
           gloo::allreduce(o);
         });
-      if (op == ReduceOp::average) divide_in_place(data, count, type, size_);
-      return sent;
     });
   }
   CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
@@ -138,25 +134,16 @@ class GlooCommunicator final : public ThreadedCommunicator {
   CommWork reduce_scatter_v_async(const void* send, void* recv,
                                   const std::vector<std::size_t>& counts, DType type,
                                   ReduceOp op) override {
-    check_block_counts(counts);
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    const std::uint64_t sent =
-        ring_bytes_sent(Collective::reduce_scatter, counts, rank_, dtype_size(type));
-    return submit({Collective::reduce_scatter, "reduce_scatter_v", total, type}, [=, this] {
+    return submit_reduce_scatter_v(recv, counts, type, op, [=, this] {
       call("reduce_scatter_v", total, type,
            [&] { ring_reduce_scatter(static_cast<const char*>(send), recv, counts, type); });
-      if (op == ReduceOp::average)
-        divide_in_place(recv, counts[static_cast<std::size_t>(rank_)], type, size_);
-      return sent;
     });
   }
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
                               DType type) override {
-    check_block_counts(counts);
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    const std::uint64_t sent =
-        ring_bytes_sent(Collective::all_gather, counts, rank_, dtype_size(type));
-    return submit({Collective::all_gather, "all_gather_v", total, type}, [=, this] {
+    return submit_all_gather_v(counts, type, [=, this] {
       const std::size_t es = dtype_size(type);
       char* own = static_cast<char*>(recv) + offset(counts, rank_) * es;
       const std::size_t own_bytes = counts[static_cast<std::size_t>(rank_)] * es;
@@ -164,7 +151,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
       // nothing to copy.
       if (size_ == 1 || total == 0) {
         if (send != own && own_bytes > 0) std::memmove(own, send, own_bytes);
-        return sent;
+        return;
       }
       call("all_gather_v", total, type, [&] {
         gloo::AllgathervOptions o(context_);
@@ -175,7 +162,6 @@ class GlooCommunicator final : public ThreadedCommunicator {
         o.setTimeout(gloo_timeout());
         gloo::allgatherv(o);
       });
-      return sent;
     });
   }
   CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {

@@ -182,14 +182,8 @@ class ShmCommunicator final : public ThreadedCommunicator {
   }
 
   CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
-    const std::uint64_t sent =
-        ring_bytes_sent(Collective::all_reduce, even_split(count, size_), rank_, dtype_size(type));
-    return submit({Collective::all_reduce, "all_reduce", count, type}, [=, this] {
-      first_meet_ = true;
-      all_reduce(static_cast<char*>(data), count, type);
-      if (op == ReduceOp::average) divide_in_place(data, count, type, size_);
-      return sent;
-    });
+    return submit_all_reduce(data, count, type, op,
+                             [=, this] { all_reduce(static_cast<char*>(data), count, type); });
   }
   CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
                                 ReduceOp op) override {
@@ -201,34 +195,19 @@ class ShmCommunicator final : public ThreadedCommunicator {
   CommWork reduce_scatter_v_async(const void* send, void* recv,
                                   const std::vector<std::size_t>& counts, DType type,
                                   ReduceOp op) override {
-    check_block_counts(counts);
-    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    const std::uint64_t sent =
-        ring_bytes_sent(Collective::reduce_scatter, counts, rank_, dtype_size(type));
-    return submit({Collective::reduce_scatter, "reduce_scatter_v", total, type}, [=, this] {
-      first_meet_ = true;
+    return submit_reduce_scatter_v(recv, counts, type, op, [=, this] {
       reduce_scatter(static_cast<const char*>(send), static_cast<char*>(recv), counts, type);
-      if (op == ReduceOp::average)
-        divide_in_place(recv, counts[static_cast<std::size_t>(rank_)], type, size_);
-      return sent;
     });
   }
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
                               DType type) override {
-    check_block_counts(counts);
-    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    const std::uint64_t sent =
-        ring_bytes_sent(Collective::all_gather, counts, rank_, dtype_size(type));
-    return submit({Collective::all_gather, "all_gather_v", total, type}, [=, this] {
-      first_meet_ = true;
+    return submit_all_gather_v(counts, type, [=, this] {
       all_gather(static_cast<const char*>(send), static_cast<char*>(recv), counts, type);
-      return sent;
     });
   }
   CommWork broadcast_async(void* data, std::size_t count, DType type, int root) override {
     const std::uint64_t sent = broadcast_sent(count, type, root);
     return submit({Collective::broadcast, "broadcast", count, type}, [=, this] {
-      first_meet_ = true;
       broadcast(static_cast<char*>(data), count * dtype_size(type), root, count, type);
       return sent;
     });
@@ -305,6 +284,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
   // its 1/size of the chunk in place in rank 0's slot, and all copy the sum
   // out.
   void all_reduce(char* data, std::size_t count, DType type) {
+    first_meet_ = true;
     const std::size_t es = dtype_size(type), per_chunk = kSlotBytes / es;
     for (std::size_t at = 0; at < count; at += per_chunk, ++chunks_) {
       const std::size_t n = std::min(per_chunk, count - at);
@@ -323,6 +303,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
   // the ranks), so each rank sums its own block's piece in every chunk.
   void reduce_scatter(const char* send, char* recv, const std::vector<std::size_t>& counts,
                       DType type) {
+    first_meet_ = true;
     const std::size_t es = dtype_size(type), piece = kSlotBytes / es / counts.size();
     const std::size_t largest = *std::max_element(counts.begin(), counts.end());
     const auto me = static_cast<std::size_t>(rank_);
@@ -341,6 +322,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
   }
   void all_gather(const char* send, char* recv, const std::vector<std::size_t>& counts,
                   DType type) {
+    first_meet_ = true;
     const std::size_t es = dtype_size(type), piece = kSlotBytes / es;
     const std::size_t largest = *std::max_element(counts.begin(), counts.end());
     const auto me = static_cast<std::size_t>(rank_);
@@ -356,6 +338,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
     }
   }
   void broadcast(char* data, std::size_t bytes, int root, std::size_t count, DType type) {
+    first_meet_ = true;
     for (std::size_t at = 0; at < bytes; at += kSlotBytes, ++chunks_) {
       const std::size_t n = std::min(kSlotBytes, bytes - at);
       if (rank_ == root) std::memcpy(slot(root), data + at, n);
