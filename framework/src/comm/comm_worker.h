@@ -64,6 +64,15 @@ class ThreadedCommunicator : public Communicator {
  public:
   CommCounters counters() const override { return tally_->snapshot(); }
   void set_timeout(double timeout_s) override { timeout_s_ = timeout_s; }
+  // The regular forms as the irregular ones with equal blocks (a backend
+  // with its own regular collectives, mpi, overrides them).
+  CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
+                                ReduceOp op) override {
+    return reduce_scatter_v_async(send, recv, blocks(count), type, op);
+  }
+  CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
+    return all_gather_v_async(send, recv, blocks(count), type);
+  }
   // What hears the other ranks' heartbeats (gloo's); null for mpi.
   std::shared_ptr<const Watchdog> watchdog() const { return watchdog_; }
 
@@ -93,6 +102,10 @@ class ThreadedCommunicator : public Communicator {
   // Checks a broadcast's root (CommError when outside the communicator);
   // the bytes this rank sends for it: the root one copy to each other rank.
   std::uint64_t broadcast_sent(std::size_t count, DType type, int root) const;
+  // Every rank's block of a regular collective: size() blocks of count.
+  std::vector<std::size_t> blocks(std::size_t count) const {
+    return std::vector<std::size_t>(static_cast<std::size_t>(size()), count);
+  }
   // Checks that an irregular collective has one block count per rank.
   void check_block_counts(const std::vector<std::size_t>& counts) const;
   // Raises "rank R: OP of N DTYPE elements failed<why>".

@@ -124,13 +124,6 @@ class GlooCommunicator final : public ThreadedCommunicator {
         });
     });
   }
-  CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
-                                ReduceOp op) override {
-    return reduce_scatter_v_async(send, recv, blocks(count), type, op);
-  }
-  CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
-    return all_gather_v_async(send, recv, blocks(count), type);
-  }
   CommWork reduce_scatter_v_async(const void* send, void* recv,
                                   const std::vector<std::size_t>& counts, DType type,
                                   ReduceOp op) override {
@@ -201,9 +194,6 @@ class GlooCommunicator final : public ThreadedCommunicator {
   }
 
  private:
-  std::vector<std::size_t> blocks(std::size_t count) const {
-    return std::vector<std::size_t>(static_cast<std::size_t>(size_), count);
-  }
   Millis gloo_timeout() const {
     return Millis(static_cast<long long>(timeout_s_ * 1000)) + kGlooGrace;
   }

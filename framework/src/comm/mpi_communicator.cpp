@@ -290,10 +290,6 @@ class MpiCommunicator final : public ThreadedCommunicator {
   }
 
  private:
-  // Every rank's block of a regular collective.
-  std::vector<std::size_t> blocks(std::size_t count) const {
-    return std::vector<std::size_t>(static_cast<std::size_t>(size_), count);
-  }
   MPI_Op sum_op(DType t) const {
     return t == DType::f32 ? MPI_SUM : t == DType::bf16 ? runtime_->bf16_sum : runtime_->f16_sum;
   }

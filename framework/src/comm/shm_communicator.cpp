@@ -185,13 +185,6 @@ class ShmCommunicator final : public ThreadedCommunicator {
     return submit_all_reduce(data, count, type, op,
                              [=, this] { all_reduce(static_cast<char*>(data), count, type); });
   }
-  CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
-                                ReduceOp op) override {
-    return reduce_scatter_v_async(send, recv, blocks(count), type, op);
-  }
-  CommWork all_gather_async(const void* send, void* recv, std::size_t count, DType type) override {
-    return all_gather_v_async(send, recv, blocks(count), type);
-  }
   CommWork reduce_scatter_v_async(const void* send, void* recv,
                                   const std::vector<std::size_t>& counts, DType type,
                                   ReduceOp op) override {
@@ -231,9 +224,6 @@ class ShmCommunicator final : public ThreadedCommunicator {
   }
 
  private:
-  std::vector<std::size_t> blocks(std::size_t count) const {
-    return std::vector<std::size_t>(static_cast<std::size_t>(size_), count);
-  }
   std::atomic<std::uint64_t>& arrived(int r) const {
     return *reinterpret_cast<std::atomic<std::uint64_t>*>(map_->base() + kLine +
                                                           static_cast<std::size_t>(r) * kLine);
