@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -55,6 +56,11 @@ class CommWorker {
   std::thread thread_;
 };
 
+// How much longer than [comm] timeout a backend's own waits run, so that the
+// CommWork's timeout fires first with the standard message and the
+// watchdog's verdict; the backend's own only frees its worker.
+constexpr std::chrono::milliseconds kTransportGrace{10000};
+
 // data[i] /= by, in the dtype (16-bit values through fp32).
 void divide_in_place(void* data, std::size_t count, DType type, int by);
 
@@ -102,6 +108,10 @@ class ThreadedCommunicator : public Communicator {
   // Checks a broadcast's root (CommError when outside the communicator);
   // the bytes this rank sends for it: the root one copy to each other rank.
   std::uint64_t broadcast_sent(std::size_t count, DType type, int root) const;
+  // The bound of the backend's own waits: the timeout plus kTransportGrace.
+  std::chrono::milliseconds transport_timeout() const {
+    return std::chrono::milliseconds(static_cast<long long>(timeout_s_ * 1000)) + kTransportGrace;
+  }
   // Every rank's block of a regular collective: size() blocks of count.
   std::vector<std::size_t> blocks(std::size_t count) const {
     return std::vector<std::size_t>(static_cast<std::size_t>(size()), count);

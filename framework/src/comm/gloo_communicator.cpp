@@ -52,7 +52,6 @@ namespace ztrain {
 namespace {
 
 using Millis = std::chrono::milliseconds;
-constexpr Millis kGlooGrace{10000};
 
 // c = a + b for 16-bit floats, each sum in fp32 and rounded once.
 template <DType T>
@@ -119,7 +118,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
           else
             o.setOutput(static_cast<std::uint16_t*>(data), count);
           o.setReduceFunction(sum_of(type));
-          o.setTimeout(gloo_timeout());
+          o.setTimeout(transport_timeout());
           gloo::allreduce(o);
         });
     });
@@ -152,7 +151,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
         for (std::size_t c : counts) bytes.push_back(c * es);
         if (send != own) o.setInput(const_cast<char*>(static_cast<const char*>(send)), own_bytes);
         o.setOutput(static_cast<char*>(recv), std::move(bytes));
-        o.setTimeout(gloo_timeout());
+        o.setTimeout(transport_timeout());
         gloo::allgatherv(o);
       });
     });
@@ -165,7 +164,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
           gloo::BroadcastOptions o(context_);
           o.setOutput(static_cast<char*>(data), count * dtype_size(type));
           o.setRoot(root);
-          o.setTimeout(gloo_timeout());
+          o.setTimeout(transport_timeout());
           gloo::broadcast(o);
         });
       return sent;
@@ -178,7 +177,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
       if (size_ > 1)
         call("barrier", 0, DType::f32, [&] {
           gloo::BarrierOptions o(context_);
-          o.setTimeout(gloo_timeout());
+          o.setTimeout(transport_timeout());
           gloo::barrier(o);
         });
       return sent;
@@ -194,9 +193,6 @@ class GlooCommunicator final : public ThreadedCommunicator {
   }
 
  private:
-  Millis gloo_timeout() const {
-    return Millis(static_cast<long long>(timeout_s_ * 1000)) + kGlooGrace;
-  }
   // Runs f, turning what gloo throws into a CommError naming the operation.
   template <class F>
   void call(const char* op, std::size_t count, DType type, F&& f) const {
@@ -236,8 +232,8 @@ class GlooCommunicator final : public ThreadedCommunicator {
       const std::size_t sb = block(rank_ - s - 1), rb = block(rank_ - s - 2);
       bound[acc]->send(next, slot, 0, counts[sb] * es);
       bound[1 - acc]->recv(prev, slot, 0, counts[rb] * es);
-      bound[1 - acc]->waitRecv(gloo_timeout());
-      bound[acc]->waitSend(gloo_timeout());
+      bound[1 - acc]->waitRecv(transport_timeout());
+      bound[acc]->waitSend(transport_timeout());
       add_into(buffers[1 - acc].data(), in + offset(counts, static_cast<int>(rb)) * es, counts[rb],
                type);
       acc = 1 - acc;
@@ -256,7 +252,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
       call("split", all.size(), DType::f32, [&] {
         gloo::AllgathervOptions o(context_);
         o.setOutput(all.data(), std::vector<std::size_t>(static_cast<std::size_t>(size_), 2));
-        o.setTimeout(gloo_timeout());
+        o.setTimeout(transport_timeout());
         gloo::allgatherv(o);
       });
     std::vector<int> members;
@@ -270,7 +266,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
     const std::string name =
         name_ + "/split" + std::to_string(splits_++) + "/colour" + std::to_string(colour);
     auto sub = std::make_shared<gloo::rendezvous::Context>(me, static_cast<int>(members.size()));
-    sub->setTimeout(gloo_timeout());
+    sub->setTimeout(transport_timeout());
     call("split", members.size(), DType::f32, [&] {
       gloo::rendezvous::PrefixStore store(name, *shared_.store);
       sub->connectFullMesh(store, shared_.device);
@@ -382,7 +378,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(double timeout_s) {
                                 : nullptr;
   Shared shared{met.server, met.store, nullptr};
   auto context = std::make_shared<gloo::rendezvous::Context>(met.rank, met.world);
-  context->setTimeout(Millis(static_cast<long long>(timeout_s * 1000)) + kGlooGrace);
+  context->setTimeout(Millis(static_cast<long long>(timeout_s * 1000)) + kTransportGrace);
   try {
     gloo::transport::tcp::attr attr(met.address.c_str());
     attr.ai_family = AF_INET;

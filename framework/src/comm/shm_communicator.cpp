@@ -13,7 +13,7 @@
 // rank's to reach it (acquire): a short spin, then a futex wait on the low
 // half of the peer's 64-bit count (the segment is shared, so the futex is
 // not private), woken by the peer's FUTEX_WAKE after its store. The wait
-// gives up at the collective's timeout plus gloo's grace; before that the
+// gives up at the collective's timeout plus kTransportGrace; before that the
 // CommWork timeout or the watchdog's guard ends the job naming the rank.
 #include "comm/shm_communicator.h"
 
@@ -52,7 +52,6 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 // segment is two slots per rank.
 constexpr std::size_t kSlotBytes = std::size_t{1} << 20;
 constexpr std::size_t kLine = 64;
-constexpr std::chrono::seconds kGrace{10};  // gloo's, past the collective's timeout
 // Pauses a barrier spins before it sleeps in the futex. The first barrier
 // of a collective may wait for a peer still computing, which a spin would
 // rob of its core (2 ranks on 2 cores): it barely spins. The later ones
@@ -242,9 +241,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
     own.store(mine, std::memory_order_release);
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&own), FUTEX_WAKE, INT32_MAX, nullptr,
               nullptr, 0);
-    const auto deadline =
-        std::chrono::steady_clock::now() + kGrace +
-        std::chrono::milliseconds(static_cast<long long>(timeout_s_.load() * 1000));
+    const auto deadline = std::chrono::steady_clock::now() + transport_timeout();
     const int spins = !spin_ ? 0 : first_meet_ ? kFirstSpins : kSpins;
     first_meet_ = false;
     for (int r = 0; r < size_; ++r)
