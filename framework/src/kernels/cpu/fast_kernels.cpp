@@ -95,13 +95,32 @@ std::size_t at_row(int r0, int C) {
   return static_cast<std::size_t>(r0) * static_cast<std::size_t>(C);
 }
 
-float exp_shifted_sum(float* x, int n, float shift) {
+// The scalar twins of vec::softmax_row_avx2 and
+// vec::softmax_backward_row_avx2, for processors without AVX2.
+float softmax_row(float* x, int n, int len) {
+  if (vec::have_avx2_fma())
+    return vec::softmax_row_avx2(x, static_cast<std::size_t>(n), static_cast<std::size_t>(len));
+  const float maxv = *std::max_element(x, x + n);
   float sum = 0;
   for (int i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - shift);
+    x[i] = std::exp(x[i] - maxv);
     sum += x[i];
   }
-  return sum;
+  for (int i = 0; i < n; ++i) x[i] /= sum;
+  std::fill(x + n, x + len, 0.0f);
+  return maxv + std::log(sum);
+}
+
+void softmax_backward_row(float* p, float* dp, int n, int len, float lse, float d, float scale) {
+  if (vec::have_avx2_fma())
+    return vec::softmax_backward_row_avx2(p, dp, static_cast<std::size_t>(n),
+                                          static_cast<std::size_t>(len), lse, d, scale);
+  for (int j = 0; j < n; ++j) {
+    p[j] = std::exp(p[j] - lse);
+    dp[j] = p[j] * (dp[j] - d) * scale;
+  }
+  std::fill(p + n, p + len, 0.0f);
+  std::fill(dp + n, dp + len, 0.0f);
 }
 
 class FastKernels final : public ReferenceKernels {
@@ -364,18 +383,8 @@ class FastKernels final : public ReferenceKernels {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, scale,
                     qh + static_cast<std::size_t>(t0) * q_stride, q_stride, kh, kv_stride, 0.0f, s,
                     t1);
-        for (int r = 0; r < rows; ++r) {
-          float* row = s + static_cast<std::size_t>(r) * t1;
-          const int t = t0 + r;
-          const float maxv = *std::max_element(row, row + t + 1);
-          const float sum = vec::have_avx2_fma() ? vec::exp_shifted_sum_avx2(
-                                                       row, static_cast<std::size_t>(t) + 1, maxv)
-                                                 : exp_shifted_sum(row, t + 1, maxv);
-          const float inv = 1.0f / sum;
-          for (int j = 0; j <= t; ++j) row[j] *= inv;
-          std::fill(row + t + 1, row + t1, 0.0f);
-          lh[t] = maxv + std::log(sum);
-        }
+        for (int r = 0; r < rows; ++r)
+          lh[t0 + r] = softmax_row(s + static_cast<std::size_t>(r) * t1, t0 + r + 1, t1);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, s, t1, vh,
                     kv_stride, 0.0f, oh + static_cast<std::size_t>(t0) * C, C);
       }
@@ -420,12 +429,7 @@ class FastKernels final : public ReferenceKernels {
             const float* orow = ob + static_cast<std::size_t>(r) * C;
             float d = 0;
             for (int i = 0; i < hs; ++i) d += dor[i] * orow[i];
-            for (int j = 0; j <= t; ++j) {
-              pr[j] = std::exp(pr[j] - l);
-              dr[j] = pr[j] * (dr[j] - d) * scale;
-            }
-            std::fill(pr + t + 1, pr + t1, 0.0f);
-            std::fill(dr + t + 1, dr + t1, 0.0f);
+            softmax_backward_row(pr, dr, t + 1, t1, l, d, scale);
           }
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, p, t1, dob, C,
                       1.0f, dv + kv_off, kv_stride);

@@ -3,6 +3,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -260,6 +261,42 @@ ZTRAIN_AVX2 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift) {
     sum += x[i];
   }
   return sum;
+}
+
+ZTRAIN_AVX2 float softmax_row_avx2(float* x, std::size_t n, std::size_t len) {
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mx);
+  float maxv = -INFINITY;
+  for (float l : lanes) maxv = std::max(maxv, l);
+  for (; i < n; ++i) maxv = std::max(maxv, x[i]);
+  const float sum = exp_shifted_sum_avx2(x, n, maxv);
+  const __m256 inv = _mm256_set1_ps(1.0f / sum);
+  for (i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  for (; i < n; ++i) x[i] *= 1.0f / sum;
+  std::fill(x + n, x + len, 0.0f);
+  return maxv + std::log(sum);
+}
+
+ZTRAIN_AVX2 void softmax_backward_row_avx2(float* p, float* dp, std::size_t n, std::size_t len,
+                                           float lse, float d, float scale) {
+  const __m256 l = _mm256_set1_ps(lse), dv = _mm256_set1_ps(d), s = _mm256_set1_ps(scale);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 pi = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + i), l));
+    _mm256_storeu_ps(p + i, pi);
+    const __m256 g = _mm256_sub_ps(_mm256_loadu_ps(dp + i), dv);
+    _mm256_storeu_ps(dp + i, _mm256_mul_ps(_mm256_mul_ps(pi, g), s));
+  }
+  for (; i < n; ++i) {
+    p[i] = std::exp(p[i] - lse);
+    dp[i] = p[i] * (dp[i] - d) * scale;
+  }
+  std::fill(p + n, p + len, 0.0f);
+  std::fill(dp + n, dp + len, 0.0f);
 }
 
 namespace {

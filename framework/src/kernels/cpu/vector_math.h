@@ -36,6 +36,14 @@ void swiglu_backward_avx2(float* dgate, float* dup, const float* dout, const flo
 // x[i] = exp(x[i] - shift); returns the sum of the results (in float, in a
 // fixed order).
 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift);
+// One causal row of attention's probabilities, in place: x[0, n) =
+// softmax(x[0, n)), x[n, len) = 0. Returns the row's log-sum-exp.
+float softmax_row_avx2(float* x, std::size_t n, std::size_t len);
+// One row of attention's backward, in place: for j < n, p[j] = exp(p[j] -
+// lse) (the probability recomputed from its score) and dp[j] = p[j] (dp[j]
+// - d) scale (the score's gradient); both 0 on [n, len).
+void softmax_backward_row_avx2(float* p, float* dp, std::size_t n, std::size_t len, float lse,
+                               float d, float scale);
 
 // The scalars of one adam loop: the step's hyper-parameters with the
 // run's weight decays (0 where it does not decay) and the gradient's
