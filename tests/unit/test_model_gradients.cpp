@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <random>
+#include <vector>
 
 #include "support.h"
 #include "ztrain/model.h"
@@ -165,6 +167,52 @@ TEST_CASE("llama with biases, a tied head and llama3 RoPE: gradients match finit
 }
 TEST_CASE("llama variants' gradients match finite differences with activation checkpointing") {
   check_model("llama", true, kLlamaVariants);
+}
+
+// The head in chunks of 3 tokens (14 in the batch: four whole chunks and a
+// partial one), the tied head's gradient summed over chunks and the
+// embedding's use.
+TEST_CASE("gpt2 and llama gradients match finite differences with the head in chunks") {
+  check_model("gpt2", false, "loss_chunk_tokens = 3\n");
+  check_model("llama", false, std::string(kLlamaVariants) + "loss_chunk_tokens = 3\n");
+}
+
+TEST_CASE("the head in chunks: one chunk's loss and gradients, a 16-bit one rounded once") {
+  for (const char* arch : {"gpt2", "llama"})
+    for (const char* precision : {"fp32", "bf16"}) {
+      INFO(arch << " " << precision);
+      const std::string train = std::string("precision = \"") + precision + "\"\n";
+      Fixture whole(tiny(arch, false) + train),
+          chunked(tiny(arch, false, "loss_chunk_tokens = 3\n") + train);
+      CHECK(chunked.forward_backward() == doctest::Approx(whole.forward_backward()).epsilon(1e-6));
+      for (ParamId p : whole.params.ids()) {
+        INFO(whole.params[p].name);
+        const TensorView a = whole.run.strategy->grad_view(p),
+                         b = chunked.run.strategy->grad_view(p);
+        REQUIRE(a.dtype == b.dtype);
+        if (a.dtype == DType::f32) {
+          for (std::size_t i = 0; i < static_cast<std::size_t>(a.numel()); ++i)
+            CHECK(b.f32()[i] == doctest::Approx(a.f32()[i]).epsilon(1e-5).scale(1e-3));
+        } else {
+          // The fp32 sums differ only in their order (about 1e-7): rounded
+          // once to bf16, they give the same bits. Rounded per chunk, a few
+          // hundred elements would be an ulp off.
+          const auto* x = static_cast<const std::uint16_t*>(a.data);
+          const auto* y = static_cast<const std::uint16_t*>(b.data);
+          CHECK(std::vector<std::uint16_t>(x, x + a.numel()) ==
+                std::vector<std::uint16_t>(y, y + a.numel()));
+        }
+      }
+      // One chunk of (3, V) logits instead of (14, V), and the (V, C) fp32
+      // gradient sum beside it (more than it saves at this size).
+      auto bytes = [](std::size_t floats) {
+        return static_cast<std::int64_t>(Arena::aligned(floats * sizeof(float)));
+      };
+      const std::size_t V = 29, C = 16, N = 14;
+      CHECK(static_cast<std::int64_t>(chunked.run.model->activation_bytes({2, 7})) -
+                static_cast<std::int64_t>(whole.run.model->activation_bytes({2, 7})) ==
+            bytes(3 * V) + bytes(V * C) - bytes(N * V));
+    }
 }
 
 TEST_CASE("activation checkpointing gives bit-identical gradients and less activation memory") {

@@ -1,6 +1,7 @@
 // The transformer's forward and backward, module by module, through the
 // strategy's views. Shapes: B batch, T time, C width, N = B*T, H MLP width,
 // KV key/value width, V vocabulary.
+#include <algorithm>
 #include <vector>
 
 #include "transformer.h"
@@ -12,6 +13,11 @@ namespace {
 // Activation gradients the backward ops add into start at zero.
 void zero(StepContext& ctx, float* p, std::size_t n) {
   ctx.activations().device().fill_zero(p, n * sizeof(float));
+}
+
+// Elements from row r on of a matrix with `cols` columns.
+std::size_t at(int r, int cols) {
+  return static_cast<std::size_t>(r) * static_cast<std::size_t>(cols);
 }
 
 }  // namespace
@@ -166,14 +172,12 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   }
 }
 
-void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out) const {
+void Transformer::trunk_forward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
-  const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
-            L = cfg_.n_layer, V = cfg_.vocab_size;
+  const int B = a.B, T = a.T, C = cfg_.n_embd, L = cfg_.n_layer;
   auto P = [&](std::optional<ParamId> id) {
     return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
   };
-
   ctx.enter_forward(kEmbed);
   k.embedding_forward(a.resid[0], a.inputs, P(wte_), P(wpe_), B, T, C);
   ctx.exit_forward(kEmbed);
@@ -183,20 +187,88 @@ void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* 
                   block_acts(a, l), B, T, ctx);
     ctx.exit_forward(block_module(l));
   }
-  ctx.enter_forward(head_module());
-  const float* xL = a.resid[static_cast<std::size_t>(L)];
+}
+
+// Inside the head module: a.lnf = the final norm of the last block's output.
+void Transformer::final_norm_forward(StepContext& ctx, Acts& a) const {
+  const Kernels& k = ctx.kernels();
+  const int N = a.B * a.T, C = cfg_.n_embd;
+  auto P = [&](std::optional<ParamId> id) {
+    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
+  };
+  const float* xL = a.resid[static_cast<std::size_t>(cfg_.n_layer)];
   if (!cfg_.llama)
     k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, xL, P(lnf_w_), P(lnf_b_), N, C,
                         cfg_.norm_eps);
   else
     k.rmsnorm_forward(a.lnf, a.lnf_rstd, xL, P(lnf_w_), N, C, cfg_.norm_eps);
-  k.matmul_forward(a.logits, a.lnf, P(head_w_), nullptr, N, C, V);  // logits: (N,V)
-  if (logits_out)
-    ctx.activations().device().copy(logits_out, a.logits,
-                                    static_cast<std::size_t>(N) * V * sizeof(float));
-  k.softmax_crossentropy_forward(a.losses, a.logits, a.targets, N, V);
+}
+
+void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out) const {
+  const Kernels& k = ctx.kernels();
+  const int N = batch.shape.batch * batch.shape.seq_len, C = cfg_.n_embd, V = cfg_.vocab_size;
+  trunk_forward(ctx, a);
+  ctx.enter_forward(head_module());
+  final_norm_forward(ctx, a);
+  const ConstTypedPtr head_w(ctx.param(*head_w_));
+  const int rows = head_rows(N);
+  for (int r0 = 0; r0 < N; r0 += rows) {
+    const int n = std::min(N, r0 + rows) - r0;
+    k.matmul_forward(a.logits, a.lnf + at(r0, C), head_w, nullptr, n, C, V);  // (n,V)
+    if (logits_out)
+      ctx.activations().device().copy(logits_out + at(r0, V), a.logits, at(n, V) * sizeof(float));
+    k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, n, V);
+  }
   ctx.exit_forward(head_module());
   ctx.add_loss(a.losses, static_cast<std::size_t>(N));
+}
+
+// The head's forward and backward in one pass over chunks of head_rows(N)
+// tokens, so that only one chunk's logits exist at a time: the gradient of
+// the loss reaches the logits as soon as they are computed (d(mean loss) /
+// d(loss_i) = 1/N times the host's scale is known before the forward), so
+// each chunk's logits become its dlogits in place, and its rows of d(lnf)
+// and its share of the head's weight gradient follow at once. With more
+// than one chunk, the weight gradient is summed in fp32 (a.head_dw: the
+// gradient widened, every chunk added, rounded once), so a 16-bit gradient
+// is rounded once per micro-batch, as with one chunk.
+void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
+  const Kernels& k = ctx.kernels();
+  Device& device = ctx.activations().device();
+  const int N = a.B * a.T, C = cfg_.n_embd, V = cfg_.vocab_size, rows = head_rows(N);
+  auto P = [&](std::optional<ParamId> id) {
+    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
+  };
+  auto G = [&](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
+  ctx.enter_forward(head_module());
+  final_norm_forward(ctx, a);
+  ctx.exit_forward(head_module());
+
+  ctx.enter_backward(head_module());
+  const TypedPtr head_dw = G(head_w_);
+  const std::size_t dw_n = at(V, C);
+  const TypedPtr dw = a.head_dw ? TypedPtr(a.head_dw) : head_dw;
+  if (a.head_dw) device.convert(dw, head_dw, dw_n);
+  zero(ctx, a.d_c, at(N, C));
+  const float dloss = ctx.grad_scale() / static_cast<float>(N);
+  for (int r0 = 0; r0 < N; r0 += rows) {
+    const int n = std::min(N, r0 + rows) - r0;
+    const float* lnf = a.lnf + at(r0, C);
+    k.matmul_forward(a.logits, lnf, P(head_w_), nullptr, n, C, V);  // (n,V)
+    k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, n, V);
+    k.softmax_crossentropy_backward(a.logits, a.targets + r0, dloss, n, V);
+    k.matmul_backward(a.d_c + at(r0, C), dw, nullptr, a.logits, lnf, P(head_w_), n, C, V);
+  }
+  if (a.head_dw) device.convert(head_dw, dw, dw_n);
+  ctx.add_loss(a.losses, static_cast<std::size_t>(N));
+  zero(ctx, a.d_res, at(N, C));
+  const float* xL = a.resid[static_cast<std::size_t>(cfg_.n_layer)];
+  if (!cfg_.llama)
+    k.layernorm_backward(a.d_res, G(lnf_w_), G(lnf_b_), a.d_c, xL, P(lnf_w_), a.lnf_mean,
+                         a.lnf_rstd, N, C);
+  else
+    k.rmsnorm_backward(a.d_res, G(lnf_w_), a.d_c, xL, P(lnf_w_), a.lnf_rstd, N, C);
+  ctx.exit_backward(head_module());
 }
 
 void Transformer::evaluate(const Batch& batch, StepContext& ctx) {
@@ -211,37 +283,17 @@ void Transformer::forward_logits(const Batch& batch, StepContext& ctx, float* lo
 
 void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   Acts a = planned(batch, ctx);
-  forward(batch, ctx, a);
+  trunk_forward(ctx, a);
+  head_forward_backward(ctx, a);
   const Kernels& k = ctx.kernels();
-  const int B = batch.shape.batch, T = batch.shape.seq_len, N = B * T, C = cfg_.n_embd,
-            L = cfg_.n_layer, V = cfg_.vocab_size;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
-  auto P = [&](std::optional<ParamId> id) {
-    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
-  };
   auto G = [&](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
-
-  ctx.enter_backward(head_module());
-  // d(mean loss)/d(loss_i) = 1/N, times the host's scale.
-  k.softmax_crossentropy_backward(a.logits, a.targets, ctx.grad_scale() / static_cast<float>(N), N,
-                                  V);
-  zero(ctx, a.d_c, NC);
-  k.matmul_backward(a.d_c, G(head_w_), nullptr, a.logits, a.lnf, P(head_w_), N, C, V);
-  zero(ctx, a.d_res, NC);
-  const float* xL = a.resid[static_cast<std::size_t>(L)];
-  if (!cfg_.llama)
-    k.layernorm_backward(a.d_res, G(lnf_w_), G(lnf_b_), a.d_c, xL, P(lnf_w_), a.lnf_mean,
-                         a.lnf_rstd, N, C);
-  else
-    k.rmsnorm_backward(a.d_res, G(lnf_w_), a.d_c, xL, P(lnf_w_), a.lnf_rstd, N, C);
-  ctx.exit_backward(head_module());
-  for (int l = L - 1; l >= 0; --l) {
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     ctx.enter_backward(block_module(l));
-    block_backward(l, a, B, T, ctx);
+    block_backward(l, a, a.B, a.T, ctx);
     ctx.exit_backward(block_module(l));
   }
   ctx.enter_backward(kEmbed);
-  k.embedding_backward(G(wte_), G(wpe_), a.d_res, a.inputs, B, T, C);
+  k.embedding_backward(G(wte_), G(wpe_), a.d_res, a.inputs, a.B, a.T, cfg_.n_embd);
   ctx.exit_backward(kEmbed);
 }
 

@@ -2,6 +2,7 @@
 // activation plan. The math is in forward_backward.cpp.
 #include "transformer.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -69,6 +70,12 @@ void Transformer::declare_options(OptionList& o) {
          "ties");
   o.flag("activation_checkpointing", false,
          "keep only each block's input and recompute the block in backward");
+  o.integer("loss_chunk_tokens", 0,
+            "tokens whose logits the output head computes at a time (the loss and its "
+            "gradient follow chunk by chunk, so the (tokens x vocabulary) logits never exist "
+            "whole); 0 = as many as 64 MiB of logits hold, at least 256")
+      .at_least(0)
+      .as_int();
   o.number("init_std", 0.02,
            "std of the normal initialisation (residual projections are "
            "scaled by 1/sqrt(2*n_layer))")
@@ -87,6 +94,7 @@ Transformer::Transformer(const Options& o) {
   cfg_.tied = !cfg_.llama;
   read_llama_options(o);
   cfg_.checkpointing = o.get_bool("activation_checkpointing");
+  cfg_.loss_chunk_tokens = static_cast<int>(o.get_int("loss_chunk_tokens"));
   cfg_.init_std = o.get_number("init_std");
   const int C = cfg_.n_embd;
   if (C % cfg_.n_head != 0)
@@ -372,13 +380,28 @@ ModelInfo Transformer::info() const {
   return i;
 }
 
+// The head's chunks: 64 MiB of fp32 logits (320 tokens at GPT-2's
+// vocabulary, 512 at Llama 2's) keeps a chunk's softmax and gradient passes
+// out of the way of the GEMMs that produce and consume it, and at least 256
+// rows keep those GEMMs at sgemm's rate: gpt2-124m's head, 256 x 768 by
+// 768 x 50257, ran at 104 % of the 2048^3 sgemm (bench/RESULTS.md).
+constexpr std::size_t kHeadChunkFloats = std::size_t{1} << 24;
+constexpr int kHeadMinRows = 256;
+
+int Transformer::head_rows(int N) const {
+  if (cfg_.loss_chunk_tokens > 0) return std::min(N, cfg_.loss_chunk_tokens);
+  const auto fit = kHeadChunkFloats / static_cast<std::size_t>(cfg_.vocab_size);
+  return static_cast<int>(
+      std::min<std::size_t>(static_cast<std::size_t>(N), std::max<std::size_t>(kHeadMinRows, fit)));
+}
+
 void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& alloc,
                        Acts& a) const {
   const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg_.n_embd,
                     H = static_cast<std::size_t>(cfg_.hidden),
                     KV = static_cast<std::size_t>(cfg_.kv_dim()),
                     V = static_cast<std::size_t>(cfg_.vocab_size);
-  const std::size_t rows = static_cast<std::size_t>(B) * cfg_.n_head * T;
+  const std::size_t lse_rows = static_cast<std::size_t>(B) * cfg_.n_head * T;
   a.B = B;
   a.T = T;
   a.resid.resize(static_cast<std::size_t>(cfg_.n_layer) + 1);
@@ -407,7 +430,7 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
       b.v = b.q ? b.q + 2 * C : nullptr;
       b.q_stride = b.kv_stride = static_cast<int>(3 * C);
     }
-    b.lse = alloc(rows);
+    b.lse = alloc(lse_rows);
     b.atty = alloc(N * C);
     b.res1 = alloc(N * C);
     b.ln2 = alloc(N * C);
@@ -420,7 +443,9 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
   a.lnf = alloc(N * C);
   a.lnf_mean = cfg_.llama ? nullptr : alloc(N);
   a.lnf_rstd = alloc(N);
-  a.logits = alloc(N * V);
+  const std::size_t rows = static_cast<std::size_t>(head_rows(static_cast<int>(N)));
+  a.logits = alloc(rows * V);
+  a.head_dw = rows < N ? alloc(V * C) : nullptr;
   a.losses = alloc(N);
   a.d_res = alloc(N * C);
   a.d_c = alloc(N * C);

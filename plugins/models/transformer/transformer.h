@@ -46,6 +46,7 @@ struct Config {
   float norm_eps = 1e-5f;
   double rope_theta = 10000.0;
   bool checkpointing = false;
+  int loss_chunk_tokens = 0;  // tokens whose logits exist at once; 0: head_rows chooses
   double init_std = 0.02;
   int head_size() const { return n_embd / n_head; }
   int kv_dim() const { return n_kv_head * head_size(); }
@@ -99,7 +100,9 @@ class Transformer final : public Model {
     int B = 0, T = 0;
     std::vector<float*> resid;      // L+1 residual streams (N,C): embedding out, block outs
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *lnf, *lnf_mean, *lnf_rstd, *losses;
+    float* logits;   // (head_rows(N), V): one chunk of the head's logits
+    float* head_dw;  // (V, C) fp32 sum of the head's weight gradient; null with one chunk
     float *d_res, *d_c, *d_att, *d_qkv, *d_h1, *d_h2, *d_h3;  // backward scratch
     float *rope_cos, *rope_sin;  // Llama: (T, hs/2) rotary angles' cos and sin
     // The batch's (B,T) token ids where the kernels read them (arena.on_device).
@@ -128,9 +131,19 @@ class Transformer final : public Model {
   void rope_tables(float* cos, float* sin, int T) const;
   void read_llama_options(const Options& o);
   std::string llama_config_json() const;
+  // Tokens whose logits the head computes at a time, for N in the batch:
+  // [model] loss_chunk_tokens, or as many as kHeadChunkFloats of logits
+  // hold, and never fewer than kHeadMinRows; at most N.
+  int head_rows(int N) const;
+  // Embedding and blocks, each in its module: a.resid filled.
+  void trunk_forward(StepContext& ctx, Acts& a) const;
+  void final_norm_forward(StepContext& ctx, Acts& a) const;
   // Reports the losses to ctx; logits_out (when given) receives the (N,V)
   // logits before the softmax.
   void forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
+  // The head's forward and backward, chunk by chunk: losses reported,
+  // a.d_res = dL/d(last block's output), the head's gradients added.
+  void head_forward_backward(StepContext& ctx, Acts& a) const;
   void block_forward(int l, const float* x, float* out, BlockActs& b, int B, int T,
                      StepContext& ctx) const;
   void block_backward(int l, Acts& a, int B, int T, StepContext& ctx) const;
