@@ -319,8 +319,9 @@ void compare_precision(const BenchModel& m, int threads, int steps, int rounds) 
               tokens / t32, tokens / t16, t32 / t16);
   std::printf("  ops reading or writing 16-bit operands, bf16 minus fp32 (ms/step):\n");
   double extra = 0;
-  for (const char* op : {"matmul_forward", "matmul_backward", "embedding_forward",
-                         "embedding_backward", "layernorm_forward", "layernorm_backward"}) {
+  for (const char* op :
+       {"matmul_forward", "matmul_backward", "embedding_forward", "embedding_backward",
+        "layernorm_forward", "add_layernorm_forward", "layernorm_backward"}) {
     const double d = ops16[op] - ops32[op];
     extra += d;
     std::printf("    %-22s %8.2f  (%.2f -> %.2f)\n", op, 1e3 * d, 1e3 * ops32[op], 1e3 * ops16[op]);

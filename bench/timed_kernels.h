@@ -78,6 +78,15 @@ class TimedKernels final : public Kernels {
                       const float*, ConstTypedPtr, const float*, const float*, int N, int C) {
     return f32(4.0 * N * C);  // dout, inp and dinp read, dinp written (it accumulates)
   }
+  static double moved(Op<&Kernels::add_layernorm_forward>, float*, float*, float*, float*,
+                      const float*, const float*, ConstTypedPtr, ConstTypedPtr, int N, int C,
+                      float) {
+    return f32(4.0 * N * C);  // a and b read, res and out written
+  }
+  static double moved(Op<&Kernels::add_rmsnorm_forward>, float*, float*, float*, const float*,
+                      const float*, ConstTypedPtr, int N, int C, float) {
+    return f32(4.0 * N * C);
+  }
   static double moved(Op<&Kernels::rmsnorm_forward>, float*, float*, const float*, ConstTypedPtr,
                       int N, int C, float) {
     return f32(2.0 * N * C);

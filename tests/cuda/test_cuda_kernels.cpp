@@ -128,7 +128,9 @@ TEST_CASE("embedding forward and backward equal the reference bit for bit, each 
   }
 }
 
-TEST_CASE("layernorm and rmsnorm match the reference; 16-bit gradients within one rounding") {
+TEST_CASE(
+    "layernorm and rmsnorm, fused residual forms included, match the reference; 16-bit gradients "
+    "within one rounding") {
   const int N = 523, C = 77;  // rows past a slice of 256, channels past a warp
   const Vec x = randn(static_cast<std::size_t>(N) * C, 11, 2.0f), dout = randn(x.size(), 12);
   for (DType t : {DType::f32, DType::bf16}) {
@@ -164,6 +166,26 @@ TEST_CASE("layernorm and rmsnorm match the reference; 16-bit gradients within on
     R().rmsnorm_backward(din2.data(), dw2.data(), dout.data(), x.data(), rw, rstd.data(), N, C);
     check_close(gdin2.get(), din2, 1e-4, 1e-5, "rmsnorm_backward dinp");
     check_close(gdw2.get(), gpu::rounded(dw2, t), grad_rtol, 1e-3, "rmsnorm_backward dw");
+
+    // The fused residual forms in place (res aliasing a), as the model
+    // calls them, against the reference's add, then norm.
+    const Vec addend = randn(x.size(), 17);
+    Array gres(x), gadd(addend), gy(x.size()), gm(N), gr(N);
+    Vec res(x.size()), y(x.size()), m(N), r(N);
+    G().add_layernorm_forward(gres.f(), gy.f(), gm.f(), gr.f(), gres.f(), gadd.f(), gw.typed(),
+                              gb.typed(), N, C, 1e-5f);
+    R().add_layernorm_forward(res.data(), y.data(), m.data(), r.data(), x.data(), addend.data(), rw,
+                              rb, N, C, 1e-5f);
+    CHECK(same_bits(gres.get(), res));
+    check_close(gy.get(), y, 1e-5, 1e-5, "add_layernorm_forward out");
+    check_close(gr.get(), r, 1e-5, 0, "add_layernorm_forward rstd");
+    Array gres2(x);
+    G().add_rmsnorm_forward(gres2.f(), gy.f(), gr.f(), gres2.f(), gadd.f(), gw.typed(), N, C,
+                            1e-6f);
+    R().add_rmsnorm_forward(res.data(), y.data(), r.data(), x.data(), addend.data(), rw, N, C,
+                            1e-6f);
+    CHECK(same_bits(gres2.get(), res));
+    check_close(gy.get(), y, 1e-5, 1e-5, "add_rmsnorm_forward out");
   }
 }
 

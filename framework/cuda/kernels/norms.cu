@@ -1,4 +1,5 @@
-// LayerNorm and RMSNorm, forward and backward. Rows: one warp per row of
+// LayerNorm and RMSNorm, forward (with or without the residual add before
+// it) and backward. Rows: one warp per row of
 // C channels (lanes stride the row, warp sums combine them), eight rows per
 // block. Parameter gradients: column sums (column_sums.cuh), so every
 // dw[c] is summed in a fixed order and a 16-bit one is rounded once.
@@ -15,13 +16,26 @@ __device__ __forceinline__ int row_of_warp() {
   return blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
 }
 
-// out: (N,C) = (inp - mean) * rstd * w + b; mean, rstd: (N)
+// With a residual (add not null): res = inp + add, each lane its own
+// channels, and the row is normalised from res (the lane reads back what it
+// wrote). Returns the row to normalise.
+__device__ __forceinline__ const float* residual_row(float* res, const float* inp,
+                                                     const float* add, int n, int C, int lane) {
+  const std::size_t row = static_cast<std::size_t>(n) * C;
+  if (!add) return inp + row;
+  for (int c = lane; c < C; c += 32) res[row + c] = inp[row + c] + add[row + c];
+  return res + row;
+}
+
+// out: (N,C) = (x - mean) * rstd * w + b with x = inp (+ add, kept in res);
+// mean, rstd: (N)
 template <class W>
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const W* w, const W* b, int N, int C, float eps) {
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* res,
+                                         const float* inp, const float* add, const W* w,
+                                         const W* b, int N, int C, float eps) {
   const int n = row_of_warp(), lane = threadIdx.x % 32;
   if (n >= N) return;
-  const float* x = inp + static_cast<std::size_t>(n) * C;
+  const float* x = residual_row(res, inp, add, n, C, lane);
   float s = 0.0f;
   for (int c = lane; c < C; c += 32) s += x[c];
   const float m = warp_sum(s) / static_cast<float>(C);
@@ -62,13 +76,13 @@ __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const 
   }
 }
 
-// out: (N,C) = inp * rstd * w; rstd: (N)
+// out: (N,C) = x * rstd * w with x = inp (+ add, kept in res); rstd: (N)
 template <class W>
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const W* w, int N,
-                                       int C, float eps) {
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, float* res, const float* inp,
+                                       const float* add, const W* w, int N, int C, float eps) {
   const int n = row_of_warp(), lane = threadIdx.x % 32;
   if (n >= N) return;
-  const float* x = inp + static_cast<std::size_t>(n) * C;
+  const float* x = residual_row(res, inp, add, n, C, lane);
   float ss = 0.0f;
   for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
   const float r = rsqrtf(warp_sum(ss) / static_cast<float>(C) + eps);
@@ -125,13 +139,20 @@ unsigned row_blocks(int N) {
 void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                     ConstTypedPtr w, ConstTypedPtr b, int N, int C,
                                     float eps) const {
+  add_layernorm_forward(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, eps);
+}
+
+void CudaKernels::add_layernorm_forward(float* res, float* out, float* mean, float* rstd,
+                                        const float* a, const float* b, ConstTypedPtr w,
+                                        ConstTypedPtr bias, int N, int C, float eps) const {
   if (N == 0) return;
-  if (b && b.dtype != w.dtype) throw InternalError("cuda layernorm: w and b of different types");
+  if (bias && bias.dtype != w.dtype)
+    throw InternalError("cuda layernorm: w and b of different types");
   with_type(w.dtype, [&](auto tag) {
     using W = decltype(tag);
     layernorm_forward_kernel<W><<<row_blocks(N), 32 * kRowsPerBlock, 0, stream_>>>(
-        out, mean, rstd, inp, static_cast<const W*>(w.data), static_cast<const W*>(b.data), N, C,
-        eps);
+        out, mean, rstd, res, a, b, static_cast<const W*>(w.data),
+        static_cast<const W*>(bias.data), N, C, eps);
   });
   ZTRAIN_CUDA_LAUNCHED();
 }
@@ -154,11 +175,17 @@ void CudaKernels::layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, cons
 
 void CudaKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N,
                                   int C, float eps) const {
+  add_rmsnorm_forward(nullptr, out, rstd, inp, nullptr, w, N, C, eps);
+}
+
+void CudaKernels::add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a,
+                                      const float* b, ConstTypedPtr w, int N, int C,
+                                      float eps) const {
   if (N == 0) return;
   with_type(w.dtype, [&](auto tag) {
     using W = decltype(tag);
     rmsnorm_forward_kernel<W><<<row_blocks(N), 32 * kRowsPerBlock, 0, stream_>>>(
-        out, rstd, inp, static_cast<const W*>(w.data), N, C, eps);
+        out, rstd, res, a, b, static_cast<const W*>(w.data), N, C, eps);
   });
   ZTRAIN_CUDA_LAUNCHED();
 }

@@ -82,11 +82,21 @@ class ZTRAIN_API Kernels {
                                   const float* inp, ConstTypedPtr w, const float* mean,
                                   const float* rstd, int N, int C) const = 0;
 
+  // res: (N,C) = a + b, the residual stream; then out, mean, rstd as
+  // layernorm_forward of res: the add and the norm that reads it in one pass
+  // over memory. res may alias a or b.
+  virtual void add_layernorm_forward(float* res, float* out, float* mean, float* rstd,
+                                     const float* a, const float* b, ConstTypedPtr w,
+                                     ConstTypedPtr bias, int N, int C, float eps) const = 0;
   // out: (N,C) = inp / rms(inp) * w; rstd: (N).
   virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N,
                                int C, float eps) const = 0;
   virtual void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
                                 ConstTypedPtr w, const float* rstd, int N, int C) const = 0;
+  // res = a + b, then out, rstd as rmsnorm_forward of res. res may alias a or b.
+  virtual void add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a,
+                                   const float* b, ConstTypedPtr w, int N, int C,
+                                   float eps) const = 0;
 
   // out: (N,OC) = inp (N,C) @ w^T + bias; w: (OC,C) (PyTorch Linear layout); bias: (OC) or null.
   virtual void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias,

@@ -10,8 +10,10 @@
   X(embedding_backward, (TypedPtr a, TypedPtr b, const float* c, const std::int32_t* d, int e, int f, int g), (a, b, c, d, e, f, g)) \
   X(layernorm_forward, (float* a, float* b, float* c, const float* d, ConstTypedPtr e, ConstTypedPtr f, int g, int h, float i), (a, b, c, d, e, f, g, h, i)) \
   X(layernorm_backward, (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f, const float* g, const float* h, int i, int j), (a, b, c, d, e, f, g, h, i, j)) \
+  X(add_layernorm_forward, (float* a, float* b, float* c, float* d, const float* e, const float* f, ConstTypedPtr g, ConstTypedPtr h, int i, int j, float k), (a, b, c, d, e, f, g, h, i, j, k)) \
   X(rmsnorm_forward, (float* a, float* b, const float* c, ConstTypedPtr d, int e, int f, float g), (a, b, c, d, e, f, g)) \
   X(rmsnorm_backward, (float* a, TypedPtr b, const float* c, const float* d, ConstTypedPtr e, const float* f, int g, int h), (a, b, c, d, e, f, g, h)) \
+  X(add_rmsnorm_forward, (float* a, float* b, float* c, const float* d, const float* e, ConstTypedPtr f, int g, int h, float i), (a, b, c, d, e, f, g, h, i)) \
   X(matmul_forward, (float* a, const float* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f, int g), (a, b, c, d, e, f, g)) \
   X(matmul_backward, (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f, int g, int h, int i), (a, b, c, d, e, f, g, h, i)) \
   X(gelu_forward, (float* a, const float* b, std::size_t c), (a, b, c)) \

@@ -88,15 +88,15 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     k.attention_forward(b.atty, b.lse, b.q, b.k, b.v, B, T, NH, NKV, hs, b.q_stride, b.kv_stride);
   }
   k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), N, C, C);
-  k.add(b.res1, b.res1, x, NC);
+  // res1 = x + attention's output, and its norm, in one pass.
   if (!cfg_.llama) {
-    k.layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, P(p.ln2_w), P(p.ln2_b), N, C,
-                        cfg_.norm_eps);
+    k.add_layernorm_forward(b.res1, b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, x, P(p.ln2_w),
+                            P(p.ln2_b), N, C, cfg_.norm_eps);
     k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), N, C, H);  // fc: (N,H)
     k.gelu_forward(b.h2, b.h1, static_cast<std::size_t>(N) * H);
     k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), N, H, C);
   } else {
-    k.rmsnorm_forward(b.ln2, b.ln2_rstd, b.res1, P(p.ln2_w), N, C, cfg_.norm_eps);
+    k.add_rmsnorm_forward(b.res1, b.ln2, b.ln2_rstd, b.res1, x, P(p.ln2_w), N, C, cfg_.norm_eps);
     k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), N, C, H);  // gate: (N,H)
     k.matmul_forward(b.h2, b.ln2, P(p.up_w), P(p.up_b), N, C, H);  // up: (N,H)
     k.swiglu_forward(b.h3, b.h1, b.h2, static_cast<std::size_t>(N) * H);

@@ -123,6 +123,106 @@ void softmax_backward_row(float* p, float* dp, int n, int len, float lse, float 
   std::fill(dp + n, dp + len, 0.0f);
 }
 
+// A norm's weight in fp32: a 16-bit one widened once per call, an fp32
+// one used where it is. Null stays null.
+class RowWeights {
+ public:
+  RowWeights(ConstTypedPtr p, int C) {
+    if (!p || p.dtype == DType::f32) {
+      ptr_ = static_cast<const float*>(p.data);
+      return;
+    }
+    buf_.resize(static_cast<std::size_t>(C));
+    vec::to_f32(p, buf_.data(), buf_.size());
+    ptr_ = buf_.data();
+  }
+  const float* get() const { return ptr_; }
+
+ private:
+  std::vector<float> buf_;
+  const float* ptr_;
+};
+
+// Rows per task of the norms' forward (a row of C = 768 is 3 KiB).
+constexpr int kNormRowGrain = 16;
+// Rows whose parameter gradients one task sums into its own fp32 partial
+// (N / 64 partials of C floats each, added in block order afterwards): the
+// backward reads each row once, and the sums do not depend on the thread
+// count.
+constexpr int kNormBlockRows = 64;
+
+// g (C) += the sum of `blocks` fp32 partials `stride` floats apart, in
+// block order, rounded once into g's type. Nothing for a null g.
+void add_partials(TypedPtr g, const float* partial, int blocks, std::size_t stride, int C) {
+  if (!g) return;
+  constexpr std::size_t kCols = 256;
+  const auto cols = static_cast<std::size_t>(C);
+  oneapi::tbb::parallel_for(std::size_t{0}, (cols + kCols - 1) / kCols, [&](std::size_t blk) {
+    const std::size_t c0 = blk * kCols, nc = std::min(cols, c0 + kCols) - c0;
+    float* acc = scratch(0, nc).data();
+    vec::to_f32(g.at(c0), acc, nc);
+    for (int b = 0; b < blocks; ++b)
+      vec::add_avx2(acc, acc, partial + static_cast<std::size_t>(b) * stride + c0, nc);
+    vec::from_f32(acc, g.at(c0), nc);
+  });
+}
+
+// Row blocks of kNormBlockRows in parallel, each calling row(n, partial)
+// on its rows with its own zeroed fp32 partial of `width` floats; returns
+// the partials, block after block.
+template <class Row>
+std::vector<float> blocked_rows(int N, std::size_t width, Row&& row) {
+  const int blocks = ceil_div(N, kNormBlockRows);
+  std::vector<float> partial(static_cast<std::size_t>(blocks) * width, 0.0f);
+  oneapi::tbb::parallel_for(0, blocks, [&](int blk) {
+    float* p = partial.data() + static_cast<std::size_t>(blk) * width;
+    for (int n = blk * kNormBlockRows; n < std::min(N, (blk + 1) * kNormBlockRows); ++n) row(n, p);
+  });
+  return partial;
+}
+
+// LayerNorm over rows, the residual add first when b_add is given: each
+// row's sum lands in res and is normalised while it is still in cache.
+void layernorm_rows(float* res, float* out, float* mean, float* rstd, const float* inp,
+                    const float* b_add, ConstTypedPtr w, ConstTypedPtr bias, int N, int C,
+                    float eps) {
+  const RowWeights wf(w, C), bf(bias, C);
+  const auto row = static_cast<std::size_t>(C);
+  oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<int>(0, N, kNormRowGrain),
+                            [&](const oneapi::tbb::blocked_range<int>& r) {
+                              for (int n = r.begin(); n < r.end(); ++n) {
+                                const float* x = inp + at_row(n, C);
+                                if (b_add) {
+                                  vec::add_avx2(res + at_row(n, C), x, b_add + at_row(n, C), row);
+                                  x = res + at_row(n, C);
+                                }
+                                const vec::RowStats s = vec::layernorm_row_avx2(
+                                    out + at_row(n, C), x, wf.get(), bf.get(), row, eps);
+                                mean[n] = s.mean;
+                                rstd[n] = s.rstd;
+                              }
+                            });
+}
+
+// RMSNorm over rows, the residual add first when b_add is given.
+void rmsnorm_rows(float* res, float* out, float* rstd, const float* inp, const float* b_add,
+                  ConstTypedPtr w, int N, int C, float eps) {
+  const RowWeights wf(w, C);
+  const auto row = static_cast<std::size_t>(C);
+  oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<int>(0, N, kNormRowGrain),
+                            [&](const oneapi::tbb::blocked_range<int>& r) {
+                              for (int n = r.begin(); n < r.end(); ++n) {
+                                const float* x = inp + at_row(n, C);
+                                if (b_add) {
+                                  vec::add_avx2(res + at_row(n, C), x, b_add + at_row(n, C), row);
+                                  x = res + at_row(n, C);
+                                }
+                                rstd[n] = vec::rmsnorm_row_avx2(out + at_row(n, C), x, wf.get(),
+                                                                row, eps);
+                              }
+                            });
+}
+
 class FastKernels final : public ReferenceKernels {
  public:
   // 16-bit tables are widened a row at a time, straight into out.
@@ -183,6 +283,63 @@ class FastKernels final : public ReferenceKernels {
         for (int b = 0; b < B; ++b) add(static_cast<std::size_t>(b) * T + t);
       });
     });
+  }
+
+  // The norms: rows in parallel, one vector pass per statistic
+  // (vector_math.h); backward sums the parameter gradients per block of
+  // rows (blocked_rows) and adds the partials once (add_partials).
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, ConstTypedPtr w,
+                         ConstTypedPtr b, int N, int C, float eps) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+    layernorm_rows(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, eps);
+  }
+  void add_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
+                             const float* b, ConstTypedPtr w, ConstTypedPtr bias, int N, int C,
+                             float eps) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::add_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, C,
+                                                     eps);
+    layernorm_rows(res, out, mean, rstd, a, b, w, bias, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
+                          const float* inp, ConstTypedPtr w, const float* mean, const float* rstd,
+                          int N, int C) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    const RowWeights wf(w, C);
+    const auto row = static_cast<std::size_t>(C);
+    const std::vector<float> partial = blocked_rows(N, 2 * row, [&](int n, float* p) {
+      vec::layernorm_backward_row_avx2(dinp + at_row(n, C), p, p + row, dout + at_row(n, C),
+                                       inp + at_row(n, C), wf.get(), {mean[n], rstd[n]}, row);
+    });
+    const int blocks = ceil_div(N, kNormBlockRows);
+    add_partials(dw, partial.data(), blocks, 2 * row, C);
+    add_partials(db, partial.data() + row, blocks, 2 * row, C);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N, int C,
+                       float eps) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+    rmsnorm_rows(nullptr, out, rstd, inp, nullptr, w, N, C, eps);
+  }
+  void add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a, const float* b,
+                           ConstTypedPtr w, int N, int C, float eps) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::add_rmsnorm_forward(res, out, rstd, a, b, w, N, C, eps);
+    rmsnorm_rows(res, out, rstd, a, b, w, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
+                        ConstTypedPtr w, const float* rstd, int N, int C) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+    const RowWeights wf(w, C);
+    const auto row = static_cast<std::size_t>(C);
+    const std::vector<float> partial = blocked_rows(N, row, [&](int n, float* p) {
+      vec::rmsnorm_backward_row_avx2(dinp + at_row(n, C), p, dout + at_row(n, C),
+                                     inp + at_row(n, C), wf.get(), rstd[n], row);
+    });
+    add_partials(dw, partial.data(), ceil_div(N, kNormBlockRows), row, C);
   }
 
   // 16-bit w: blocks of task_rows(OC, C) output channels, each widened into

@@ -224,6 +224,21 @@ void ReferenceKernels::layernorm_backward(float* dinp, TypedPtr dw_out, TypedPtr
   db_f.store();
 }
 
+void ReferenceKernels::add_layernorm_forward(float* res, float* out, float* mean, float* rstd,
+                                             const float* a, const float* b, ConstTypedPtr w,
+                                             ConstTypedPtr bias, int N, int C, float eps) const {
+  const std::size_t NC = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
+  add(res, a, b, NC);
+  layernorm_forward(out, mean, rstd, res, w, bias, N, C, eps);
+}
+
+void ReferenceKernels::add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a,
+                                           const float* b, ConstTypedPtr w, int N, int C,
+                                           float eps) const {
+  add(res, a, b, static_cast<std::size_t>(N) * static_cast<std::size_t>(C));
+  rmsnorm_forward(out, rstd, res, w, N, C, eps);
+}
+
 // inp, out: (N,C); rstd: (N); w: (C)
 void ReferenceKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
                                        ConstTypedPtr w_in, int N, int C, float eps) const {

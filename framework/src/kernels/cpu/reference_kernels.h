@@ -22,10 +22,16 @@ class ReferenceKernels : public Kernels {
   void layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
                           const float* inp, ConstTypedPtr w, const float* mean, const float* rstd,
                           int N, int C) const override;
+  // The reference's fused ops are add, then the norm.
+  void add_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
+                             const float* b, ConstTypedPtr w, ConstTypedPtr bias, int N, int C,
+                             float eps) const override;
   void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N, int C,
                        float eps) const override;
   void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
                         ConstTypedPtr w, const float* rstd, int N, int C) const override;
+  void add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a, const float* b,
+                           ConstTypedPtr w, int N, int C, float eps) const override;
   void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias, int N,
                       int C, int OC) const override;
   void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,

@@ -301,6 +301,136 @@ ZTRAIN_AVX2 void softmax_backward_row_avx2(float* p, float* dp, std::size_t n, s
 
 namespace {
 
+// The sum of 8 lanes, in a fixed order.
+ZTRAIN_AVX2 inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+}  // namespace
+
+ZTRAIN_AVX2 void add_avx2(float* out, const float* a, const float* b, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+ZTRAIN_AVX2 RowStats layernorm_row_avx2(float* out, const float* x, const float* w, const float* b,
+                                        std::size_t C, float eps) {
+  __m256 acc = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= C; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+  float sum = hsum8(acc);
+  for (; i < C; ++i) sum += x[i];
+  const float m = sum / static_cast<float>(C);
+  const __m256 mv = _mm256_set1_ps(m);
+  acc = _mm256_setzero_ps();
+  for (i = 0; i + 8 <= C; i += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), mv);
+    acc = _mm256_fmadd_ps(d, d, acc);
+  }
+  float var = hsum8(acc);
+  for (; i < C; ++i) var += (x[i] - m) * (x[i] - m);
+  const float r = 1.0f / std::sqrt(var / static_cast<float>(C) + eps);
+  const __m256 rv = _mm256_set1_ps(r);
+  for (i = 0; i + 8 <= C; i += 8) {
+    const __m256 norm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), rv);
+    const __m256 bias = b ? _mm256_loadu_ps(b + i) : _mm256_setzero_ps();
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(norm, _mm256_loadu_ps(w + i), bias));
+  }
+  for (; i < C; ++i) out[i] = (x[i] - m) * r * w[i] + (b ? b[i] : 0.0f);
+  return {m, r};
+}
+
+ZTRAIN_AVX2 void layernorm_backward_row_avx2(float* dinp, float* dw, float* db, const float* dout,
+                                             const float* x, const float* w, RowStats s,
+                                             std::size_t C) {
+  const __m256 mv = _mm256_set1_ps(s.mean), rv = _mm256_set1_ps(s.rstd);
+  __m256 a = _mm256_setzero_ps(), an = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= C; i += 8) {
+    const __m256 d = _mm256_loadu_ps(dout + i);
+    const __m256 norm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), rv);
+    const __m256 dnorm = _mm256_mul_ps(_mm256_loadu_ps(w + i), d);
+    a = _mm256_add_ps(a, dnorm);
+    an = _mm256_fmadd_ps(dnorm, norm, an);
+    _mm256_storeu_ps(dw + i, _mm256_fmadd_ps(norm, d, _mm256_loadu_ps(dw + i)));
+    if (db) _mm256_storeu_ps(db + i, _mm256_add_ps(_mm256_loadu_ps(db + i), d));
+  }
+  float dnorm_mean = hsum8(a), dnorm_norm_mean = hsum8(an);
+  for (; i < C; ++i) {
+    const float norm = (x[i] - s.mean) * s.rstd, dnorm = w[i] * dout[i];
+    dnorm_mean += dnorm;
+    dnorm_norm_mean += dnorm * norm;
+    dw[i] += norm * dout[i];
+    if (db) db[i] += dout[i];
+  }
+  dnorm_mean /= static_cast<float>(C);
+  dnorm_norm_mean /= static_cast<float>(C);
+  const __m256 dm = _mm256_set1_ps(dnorm_mean), dnm = _mm256_set1_ps(dnorm_norm_mean);
+  for (i = 0; i + 8 <= C; i += 8) {
+    const __m256 norm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), rv);
+    const __m256 dnorm = _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(dout + i));
+    const __m256 g = _mm256_fnmadd_ps(norm, dnm, _mm256_sub_ps(dnorm, dm));
+    _mm256_storeu_ps(dinp + i, _mm256_fmadd_ps(g, rv, _mm256_loadu_ps(dinp + i)));
+  }
+  for (; i < C; ++i) {
+    const float norm = (x[i] - s.mean) * s.rstd;
+    dinp[i] += (w[i] * dout[i] - dnorm_mean - norm * dnorm_norm_mean) * s.rstd;
+  }
+}
+
+ZTRAIN_AVX2 float rmsnorm_row_avx2(float* out, const float* x, const float* w, std::size_t C,
+                                   float eps) {
+  __m256 acc = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= C; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  float ss = hsum8(acc);
+  for (; i < C; ++i) ss += x[i] * x[i];
+  const float r = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
+  const __m256 rv = _mm256_set1_ps(r);
+  for (i = 0; i + 8 <= C; i += 8)
+    _mm256_storeu_ps(
+        out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), rv), _mm256_loadu_ps(w + i)));
+  for (; i < C; ++i) out[i] = x[i] * r * w[i];
+  return r;
+}
+
+ZTRAIN_AVX2 void rmsnorm_backward_row_avx2(float* dinp, float* dw, const float* dout,
+                                           const float* x, const float* w, float rstd,
+                                           std::size_t C) {
+  const __m256 rv = _mm256_set1_ps(rstd);
+  __m256 acc = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= C; i += 8) {
+    const __m256 d = _mm256_loadu_ps(dout + i);
+    const __m256 xr = _mm256_mul_ps(_mm256_loadu_ps(x + i), rv);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(w + i), d), xr, acc);
+    _mm256_storeu_ps(dw + i, _mm256_fmadd_ps(xr, d, _mm256_loadu_ps(dw + i)));
+  }
+  float dot = hsum8(acc);
+  for (; i < C; ++i) {
+    dot += w[i] * dout[i] * x[i] * rstd;
+    dw[i] += x[i] * rstd * dout[i];
+  }
+  dot /= static_cast<float>(C);
+  const __m256 dv = _mm256_set1_ps(dot);
+  for (i = 0; i + 8 <= C; i += 8) {
+    const __m256 xr = _mm256_mul_ps(_mm256_loadu_ps(x + i), rv);
+    const __m256 g =
+        _mm256_fnmadd_ps(xr, dv, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(dout + i)));
+    _mm256_storeu_ps(dinp + i, _mm256_fmadd_ps(rv, g, _mm256_loadu_ps(dinp + i)));
+  }
+  for (; i < C; ++i) dinp[i] += rstd * (w[i] * dout[i] - x[i] * rstd * dot);
+}
+
+namespace {
+
 // The update, typed by the gradient G and the working copy W (kWork false:
 // none wanted). The f32 gradient without a working copy is the plain fp32
 // update; the others differ only in how g and working are loaded and stored.

@@ -45,6 +45,30 @@ float softmax_row_avx2(float* x, std::size_t n, std::size_t len);
 void softmax_backward_row_avx2(float* p, float* dp, std::size_t n, std::size_t len, float lse,
                                float d, float scale);
 
+// out = a + b; all (n). out may alias a or b.
+void add_avx2(float* out, const float* a, const float* b, std::size_t n);
+
+// One row's LayerNorm statistics.
+struct RowStats {
+  float mean, rstd;
+};
+// One row of LayerNorm: mean, then the variance about it (two passes, as
+// the reference), out = (x - mean) rstd w + b (b may be null); all (C).
+RowStats layernorm_row_avx2(float* out, const float* x, const float* w, const float* b,
+                            std::size_t C, float eps);
+// One row of LayerNorm's backward, dnorm = w dout, norm = (x - mean) rstd:
+// dinp += (dnorm - mean(dnorm) - norm mean(dnorm norm)) rstd; and the
+// caller's fp32 partial sums of the parameter gradients: dw += norm dout,
+// db += dout (db may be null).
+void layernorm_backward_row_avx2(float* dinp, float* dw, float* db, const float* dout,
+                                 const float* x, const float* w, RowStats s, std::size_t C);
+// One row of RMSNorm: out = x rstd w; returns rstd = 1 / sqrt(mean(x^2) + eps).
+float rmsnorm_row_avx2(float* out, const float* x, const float* w, std::size_t C, float eps);
+// One row of RMSNorm's backward: dinp += rstd (w dout - x rstd mean(w dout x
+// rstd)); dw += x rstd dout (a partial sum).
+void rmsnorm_backward_row_avx2(float* dinp, float* dw, const float* dout, const float* x,
+                               const float* w, float rstd, std::size_t C);
+
 // The scalars of one adam loop: the step's hyper-parameters with the
 // run's weight decays (0 where it does not decay) and the gradient's
 // multiplier.
