@@ -130,6 +130,7 @@ struct StepTimes {
   ModelInfo info;
   std::map<bench::GemmShape, bench::GemmTime> gemms;
   std::map<std::string, double> bytes;  // memory-bound ops' bytes per step
+  std::map<std::string, double> flops;  // attention's executed FLOPs per step
 };
 
 StepTimes measure(const BenchModel& m, int threads, int steps, const char* precision) {
@@ -165,9 +166,10 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
       step_times.push_back(seconds(t0));
     }
   }
-  StepTimes t{median(step_times), total / steps, optimizer / steps, {}, info, timed.gemms, {}};
+  StepTimes t{median(step_times), total / steps, optimizer / steps, {}, info, timed.gemms, {}, {}};
   for (const auto& [op, sec] : timed.seconds) t.ops[op] = sec / steps;
   for (const auto& [op, b] : timed.bytes) t.bytes[op] = b / steps;
+  for (const auto& [op, f] : timed.flops) t.flops[op] = f / steps;
   return t;
 }
 
@@ -176,8 +178,9 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
 // too): each shape's rate, sgemm's there, and the time the matmuls would
 // take at sgemm's rates against the time they took. The step's share of
 // one 2048^3 sgemm rate mixes shapes that BLAS runs at different speeds;
-// this is the roofline of its largest part.
-void gemm_roofline(const StepTimes& t, int steps) {
+// this is the roofline of its largest part. Returns the seconds a step's
+// matmuls would take at those rates.
+double gemm_roofline(const StepTimes& t, int steps) {
   std::map<std::tuple<int, int, int>, double> rate_at;
   double took = 0, at_sgemm = 0;
   std::printf("  matmuls against sgemm at their shapes (out N x OC = N x C by (OC x C)^T):\n");
@@ -196,14 +199,16 @@ void gemm_roofline(const StepTimes& t, int steps) {
   if (took > 0)
     std::printf("    all matmuls: %.1f ms/step, %.1f ms at sgemm's rate for each shape: %.1f %%\n",
                 1e3 * took, 1e3 * at_sgemm, 100.0 * at_sgemm / took);
+  return at_sgemm;
 }
 
 // The memory-bound ops against the stream: each op's bandwidth (the bytes
 // it must move over its time) and the share of the stream's it reaches;
 // the sum, the time they would take at the stream's rate against the time
 // they took. Above 100 %: the operands were still in the caches (small
-// activations), so the stream is not their bound.
-void stream_roofline(const StepTimes& t, double stream) {
+// activations), so the stream is not their bound. Returns the seconds
+// they would take at the stream's rate.
+double stream_roofline(const StepTimes& t, double stream) {
   double took = 0, at_stream = 0;
   std::printf("  memory-bound ops against the stream (%.1f GB/s):\n", stream / 1e9);
   for (const auto& [op, b] : t.bytes) {
@@ -216,6 +221,30 @@ void stream_roofline(const StepTimes& t, double stream) {
   if (took > 0)
     std::printf("    all of them: %.1f ms/step, %.1f ms at the stream's rate: %.1f %%\n",
                 1e3 * took, 1e3 * at_stream, 100.0 * at_stream / took);
+  return at_stream;
+}
+
+// AdamW over fp32 state moves 36 bytes a parameter: p, g, m and v read
+// and written, and g read once more for the gradient norm.
+constexpr double kAdamBytesPerParam = 36;
+
+// The step against its roofline: the time it would take with every matmul
+// at sgemm's rate for its shape, attention's executed GEMMs at the 2048^3
+// rate, and the memory-bound ops and AdamW at the stream's. The glue
+// (zeroing, hooks) counts as nothing, so this is a bound the step can only
+// approach: the share is the goal's yardstick, where the 2048^3 rate
+// alone mixes shapes BLAS runs at different speeds and counts attention's
+// masked half.
+void step_roofline(const StepTimes& t, double gemms, double memory, double sgemm, double stream) {
+  double attention = 0;
+  for (const auto& [op, f] : t.flops) attention += f / sgemm;
+  const double adam = kAdamBytesPerParam * static_cast<double>(t.info.n_params) / stream;
+  const double bound = gemms + attention + memory + adam;
+  std::printf(
+      "  step against its roofline: %.1f ms (matmuls %.1f at sgemm's rate for their shapes, "
+      "attention's executed GEMMs %.1f at the 2048^3 rate, memory-bound ops %.1f and AdamW %.1f "
+      "at the stream's) = %.1f %% of the step\n",
+      1e3 * bound, 1e3 * gemms, 1e3 * attention, 1e3 * memory, 1e3 * adam, 100.0 * bound / t.step);
 }
 
 void run(const BenchModel& m, int threads, int steps, double sgemm, double stream) {
@@ -243,8 +272,9 @@ void run(const BenchModel& m, int threads, int steps, double sgemm, double strea
   for (const auto& [sec, op] : split)
     std::printf("    %-36s %6.1f %%  %8.2f ms/step\n", op.c_str(), 100.0 * sec / t.total,
                 1e3 * sec);
-  gemm_roofline(t, steps);
-  stream_roofline(t, stream);
+  const double gemms = gemm_roofline(t, steps);
+  const double memory = stream_roofline(t, stream);
+  step_roofline(t, gemms, memory, sgemm, stream);
 }
 
 // The matmuls of one gpt2-124m step (N = 256 rows) alone, fp32 and bf16

@@ -7,6 +7,7 @@
 // vectors left out), to set beside a stream's bandwidth.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
@@ -32,6 +33,7 @@ class TimedKernels final : public Kernels {
   mutable std::map<std::string, double> seconds;
   mutable std::map<GemmShape, GemmTime> gemms;
   mutable std::map<std::string, double> bytes;  // memory-bound ops only
+  mutable std::map<std::string, double> flops;  // attention: what its GEMMs execute
 
 #define ZTRAIN_TIMED(name, params, args)                                                    \
   void name params const override {                                                         \
@@ -43,6 +45,8 @@ class TimedKernels final : public Kernels {
     [&](const auto&... x) { note_gemm(#name, dt, x...); } args;                             \
     if (const double moved_ = moved(Op<&Kernels::name>{}, ZTRAIN_UNPAREN args); moved_ > 0) \
       bytes[#name] += moved_;                                                               \
+    if (const double f_ = executed(Op<&Kernels::name>{}, ZTRAIN_UNPAREN args); f_ > 0)      \
+      flops[#name] += f_;                                                                   \
   }
 #define ZTRAIN_UNPAREN(...) __VA_ARGS__
   ZTRAIN_KERNEL_OPS(ZTRAIN_TIMED)
@@ -126,6 +130,32 @@ class TimedKernels final : public Kernels {
   static double moved(Op<&Kernels::softmax_crossentropy_backward>, float*, const std::int32_t*,
                       float, int N, int V) {
     return f32(2.0 * N * V);
+  }
+
+  // Attention's GEMMs as the cpu kernels run them: per (batch, query
+  // head), each block of 64 queries against the keys up to the block's end,
+  // hs deep; two products forward (scores, output), five backward (scores
+  // again, dP, dV, dQ, dK). The masked half is not counted: it is not run.
+  template <auto M, class... A>
+  static double executed(Op<M>, const A&...) {
+    return 0;
+  }
+  static double causal_blocks(int T) {
+    double sum = 0;
+    for (int t0 = 0; t0 < T; t0 += 64) {
+      const int rows = std::min(64, T - t0);
+      sum += static_cast<double>(rows) * (t0 + rows);
+    }
+    return sum;
+  }
+  static double executed(Op<&Kernels::attention_forward>, float*, float*, const float*,
+                         const float*, const float*, int B, int T, int NH, int, int hs, int, int) {
+    return 2 * 2.0 * B * NH * hs * causal_blocks(T);
+  }
+  static double executed(Op<&Kernels::attention_backward>, float*, float*, float*, const float*,
+                         const float*, const float*, const float*, const float*, const float*,
+                         int B, int T, int NH, int, int hs, int, int) {
+    return 5 * 2.0 * B * NH * hs * causal_blocks(T);
   }
 
   // matmul_forward (out, inp, w, bias, N, C, OC): 2 N C OC FLOPs;

@@ -46,7 +46,7 @@ struct Config {
   float norm_eps = 1e-5f;
   double rope_theta = 10000.0;
   bool checkpointing = false;
-  int loss_chunk_tokens = 0;  // tokens whose logits exist at once; 0: head_rows chooses
+  int loss_chunk_tokens = 1024;  // tokens whose logits exist at once
   double init_std = 0.02;
   int head_size() const { return n_embd / n_head; }
   int kv_dim() const { return n_kv_head * head_size(); }
@@ -132,8 +132,7 @@ class Transformer final : public Model {
   void read_llama_options(const Options& o);
   std::string llama_config_json() const;
   // Tokens whose logits the head computes at a time, for N in the batch:
-  // [model] loss_chunk_tokens, or as many as kHeadChunkFloats of logits
-  // hold, and never fewer than kHeadMinRows; at most N.
+  // [model] loss_chunk_tokens, at most N.
   int head_rows(int N) const;
   // Embedding and blocks, each in its module: a.resid filled.
   void trunk_forward(StepContext& ctx, Acts& a) const;
