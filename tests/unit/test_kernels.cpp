@@ -627,9 +627,10 @@ TEST_CASE("fast elementwise kernels and softmax match their reference, tails inc
 }
 
 // The norms over rows that span several blocks of 64 (the backward's
-// partial sums) and widths with vector tails; the fused residual forms in
-// place (res aliasing a, as the model calls them) against the reference's
-// add-then-norm, which is that composition exactly.
+// partial sums) and widths with vector tails; the fused residual forms,
+// into their own res and in place (res aliasing a, as the model calls
+// them), against the reference's add-then-norm, which is that composition
+// exactly.
 TEST_CASE(
     "fast norms and their fused residual add match the reference, whatever the thread count") {
   const auto ref = ztrain::make_reference_cpu_kernels();
@@ -643,11 +644,16 @@ TEST_CASE(
       for (std::size_t i = 0; i < x.size(); ++i)
         CHECK(x[i] == doctest::Approx(y[i]).epsilon(1e-5).scale(1));
     };
-    // LayerNorm: the fused form in place against add, then norm.
-    Vec res_f = a, out_f(nc), mean_f(N), rstd_f(N);
+    // LayerNorm: the fused form against add, then norm; in place, the same.
+    Vec res_f(nc), out_f(nc), mean_f(N), rstd_f(N);
     Vec res_r(nc), out_r(nc), mean_r(N), rstd_r(N);
-    K().add_layernorm_forward(res_f.data(), out_f.data(), mean_f.data(), rstd_f.data(),
-                              res_f.data(), b.data(), w.data(), bias.data(), N, C, 1e-5f);
+    K().add_layernorm_forward(res_f.data(), out_f.data(), mean_f.data(), rstd_f.data(), a.data(),
+                              b.data(), w.data(), bias.data(), N, C, 1e-5f);
+    Vec in_place = a, out_in_place(nc);
+    K().add_layernorm_forward(in_place.data(), out_in_place.data(), mean_r.data(), rstd_r.data(),
+                              in_place.data(), b.data(), w.data(), bias.data(), N, C, 1e-5f);
+    CHECK(in_place == res_f);
+    CHECK(out_in_place == out_f);
     ref->add(res_r.data(), a.data(), b.data(), nc);
     ref->layernorm_forward(out_r.data(), mean_r.data(), rstd_r.data(), res_r.data(), w.data(),
                            bias.data(), N, C, 1e-5f);
@@ -672,10 +678,14 @@ TEST_CASE(
     close(db_f, db_r);
 
     // RMSNorm, the same way.
-    res_f = a;
     Vec rms_f(nc), rms_r(nc), rrstd_f(N), rrstd_r(N);
-    K().add_rmsnorm_forward(res_f.data(), rms_f.data(), rrstd_f.data(), res_f.data(), b.data(),
+    K().add_rmsnorm_forward(res_f.data(), rms_f.data(), rrstd_f.data(), a.data(), b.data(),
                             w.data(), N, C, 1e-6f);
+    in_place = a;
+    K().add_rmsnorm_forward(in_place.data(), out_in_place.data(), rrstd_r.data(), in_place.data(),
+                            b.data(), w.data(), N, C, 1e-6f);
+    CHECK(in_place == res_f);
+    CHECK(out_in_place == rms_f);
     ref->rmsnorm_forward(rms_r.data(), rrstd_r.data(), res_r.data(), w.data(), N, C, 1e-6f);
     CHECK(res_f == res_r);
     close(rms_f, rms_r);

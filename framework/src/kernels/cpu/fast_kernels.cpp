@@ -95,8 +95,9 @@ std::size_t at_row(int r0, int C) {
   return static_cast<std::size_t>(r0) * static_cast<std::size_t>(C);
 }
 
-// The scalar twins of vec::softmax_row_avx2 and
-// vec::softmax_backward_row_avx2, for processors without AVX2.
+// Attention's softmax rows (vector_math.h says what each computes): the
+// AVX2 loops where the processor has them, the same in scalar code where
+// it does not.
 float softmax_row(float* x, int n, int len) {
   if (vec::have_avx2_fma())
     return vec::softmax_row_avx2(x, static_cast<std::size_t>(n), static_cast<std::size_t>(len));
@@ -143,7 +144,9 @@ class RowWeights {
   const float* ptr_;
 };
 
-// Rows per task of the norms' forward (a row of C = 768 is 3 KiB).
+// Rows per task of the norms' forward: 16 rows of C = 768 are 48 KiB read
+// and written, the work of kElementGrain's 8192-element chunks several
+// times over, so a task's scheduling stays small beside it.
 constexpr int kNormRowGrain = 16;
 // Rows whose parameter gradients one task sums into its own fp32 partial
 // (N / 64 partials of C floats each, added in block order afterwards): the
