@@ -502,20 +502,18 @@ class FastKernels final : public ReferenceKernels {
     s->sum_squares += total;
   }
 
-  // logits: (N,V) -> probs in place; losses: (N). One pass for the maximum,
-  // one vectorised pass for exp and the sum, one to normalise.
+  // logits: (N,V) -> probs in place; losses: (N). Each row is attention's
+  // softmax row (vector passes for the maximum, exp and sum, and the
+  // scale); the loss is its log-sum-exp less the target's logit.
   void softmax_crossentropy_forward(float* losses, float* logits, const std::int32_t* targets,
                                     int N, int V) const override {
     if (!vec::have_avx2_fma())
       return ReferenceKernels::softmax_crossentropy_forward(losses, logits, targets, N, V);
+    const auto row = static_cast<std::size_t>(V);
     oneapi::tbb::parallel_for(0, N, [&](int n) {
-      float* x = logits + static_cast<std::size_t>(n) * V;
-      const float maxv = *std::max_element(x, x + V);
+      float* x = logits + static_cast<std::size_t>(n) * row;
       const float target_logit = x[targets[n]];
-      const float sum = vec::exp_shifted_sum_avx2(x, static_cast<std::size_t>(V), maxv);
-      const float inv = 1.0f / sum;
-      for (int i = 0; i < V; ++i) x[i] *= inv;
-      losses[n] = std::log(sum) + maxv - target_logit;
+      losses[n] = vec::softmax_row_avx2(x, row, row) - target_logit;
     });
   }
 
