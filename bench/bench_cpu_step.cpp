@@ -62,43 +62,48 @@ double sgemm_rate(int M, int N, int K, int reps) {
   return median(rates);
 }
 
-// STREAM's triad, a = b + s c over three arrays of 2^25 floats (far past
-// the caches), on the device's threads: bytes counted as STREAM counts
-// them (12 per element), median of `reps`.
-double stream_rate(int reps) {
-  const std::size_t n = std::size_t{1} << 25;
-  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+// Bytes a second of `pass`, which moves `bytes` over arrays far past the
+// caches: the median of `reps` passes after a warm-up.
+template <class Pass>
+double pass_rate(double bytes, int reps, Pass&& pass) {
   std::vector<double> rates;
   for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = Clock::now();
-    oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<std::size_t>(0, n, 1 << 16),
-                              [&](const oneapi::tbb::blocked_range<std::size_t>& x) {
-                                for (std::size_t i = x.begin(); i < x.end(); ++i)
-                                  a[i] = b[i] + 3.0f * c[i];
-                              });
-    if (r > 0) rates.push_back(12.0 * static_cast<double>(n) / seconds(t0));
+    pass();
+    if (r > 0) rates.push_back(bytes / seconds(t0));
   }
   return median(rates);
 }
 
-// The in-place stream a[i] += 3 b[i] over 2 x 128 MiB: 12 bytes an element
+// f(i) for i in [0, n) on the device's threads.
+template <class F>
+void each_element(std::size_t n, F&& f) {
+  oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<std::size_t>(0, n, 1 << 16),
+                            [&](const oneapi::tbb::blocked_range<std::size_t>& x) {
+                              for (std::size_t i = x.begin(); i < x.end(); ++i) f(i);
+                            });
+}
+
+constexpr std::size_t kStreamFloats = std::size_t{1} << 25;  // 128 MiB an array
+
+// STREAM's triad, a = b + s c over three arrays of 2^25 floats, on the
+// device's threads: bytes counted as STREAM counts them (12 per element).
+double stream_rate(int reps) {
+  const std::size_t n = kStreamFloats;
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  return pass_rate(12.0 * static_cast<double>(n), reps,
+                   [&] { each_element(n, [&](std::size_t i) { a[i] = b[i] + 3.0f * c[i]; }); });
+}
+
+// The in-place stream a += 3 b over two such arrays: 12 bytes an element
 // (a read and written, b read), the pattern of AdamW's p, m, v and g,
 // whose written lines were read first (the triad's writes cost a read the
-// triad does not count). Median of `reps`, after a warm-up.
+// triad does not count).
 double update_rate(int reps) {
-  const std::size_t n = std::size_t{1} << 25;
+  const std::size_t n = kStreamFloats;
   std::vector<float> a(n, 0.0f), b(n, 1.0f);
-  std::vector<double> rates;
-  for (int r = 0; r < reps + 1; ++r) {
-    const auto t0 = Clock::now();
-    oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<std::size_t>(0, n, 1 << 16),
-                              [&](const oneapi::tbb::blocked_range<std::size_t>& x) {
-                                for (std::size_t i = x.begin(); i < x.end(); ++i)
-                                  a[i] += 3.0f * b[i];
-                              });
-    if (r > 0) rates.push_back(12.0 * static_cast<double>(n) / seconds(t0));
-  }
-  return median(rates);
+  return pass_rate(12.0 * static_cast<double>(n), reps,
+                   [&] { each_element(n, [&](std::size_t i) { a[i] += 3.0f * b[i]; }); });
 }
 
 const char* const kGpt2_124m =

@@ -184,12 +184,11 @@ std::vector<float> blocked_rows(int N, std::size_t width, Row&& row) {
   return partial;
 }
 
-// LayerNorm over rows, the residual add first when b_add is given: each
-// row's sum lands in res and is normalised while it is still in cache.
-void layernorm_rows(float* res, float* out, float* mean, float* rstd, const float* inp,
-                    const float* b_add, ConstTypedPtr w, ConstTypedPtr bias, int N, int C,
-                    float eps) {
-  const RowWeights wf(w, C), bf(bias, C);
+// Rows in parallel, each handed to f(n, x) with x its input: inp's row,
+// or, when b_add is given, the residual sum inp + b_add written into res's
+// row first, so the norm reads it while it is still in cache.
+template <class F>
+void residual_rows(float* res, const float* inp, const float* b_add, int N, int C, F&& f) {
   const auto row = static_cast<std::size_t>(C);
   oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<int>(0, N, kNormRowGrain),
                             [&](const oneapi::tbb::blocked_range<int>& r) {
@@ -199,31 +198,32 @@ void layernorm_rows(float* res, float* out, float* mean, float* rstd, const floa
                                   vec::add_avx2(res + at_row(n, C), x, b_add + at_row(n, C), row);
                                   x = res + at_row(n, C);
                                 }
-                                const vec::RowStats s = vec::layernorm_row_avx2(
-                                    out + at_row(n, C), x, wf.get(), bf.get(), row, eps);
-                                mean[n] = s.mean;
-                                rstd[n] = s.rstd;
+                                f(n, x);
                               }
                             });
+}
+
+// LayerNorm over rows, the residual add first when b_add is given.
+void layernorm_rows(float* res, float* out, float* mean, float* rstd, const float* inp,
+                    const float* b_add, ConstTypedPtr w, ConstTypedPtr bias, int N, int C,
+                    float eps) {
+  const RowWeights wf(w, C), bf(bias, C);
+  residual_rows(res, inp, b_add, N, C, [&](int n, const float* x) {
+    const vec::RowStats s = vec::layernorm_row_avx2(out + at_row(n, C), x, wf.get(), bf.get(),
+                                                    static_cast<std::size_t>(C), eps);
+    mean[n] = s.mean;
+    rstd[n] = s.rstd;
+  });
 }
 
 // RMSNorm over rows, the residual add first when b_add is given.
 void rmsnorm_rows(float* res, float* out, float* rstd, const float* inp, const float* b_add,
                   ConstTypedPtr w, int N, int C, float eps) {
   const RowWeights wf(w, C);
-  const auto row = static_cast<std::size_t>(C);
-  oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<int>(0, N, kNormRowGrain),
-                            [&](const oneapi::tbb::blocked_range<int>& r) {
-                              for (int n = r.begin(); n < r.end(); ++n) {
-                                const float* x = inp + at_row(n, C);
-                                if (b_add) {
-                                  vec::add_avx2(res + at_row(n, C), x, b_add + at_row(n, C), row);
-                                  x = res + at_row(n, C);
-                                }
-                                rstd[n] = vec::rmsnorm_row_avx2(out + at_row(n, C), x, wf.get(),
-                                                                row, eps);
-                              }
-                            });
+  residual_rows(res, inp, b_add, N, C, [&](int n, const float* x) {
+    rstd[n] =
+        vec::rmsnorm_row_avx2(out + at_row(n, C), x, wf.get(), static_cast<std::size_t>(C), eps);
+  });
 }
 
 class FastKernels final : public ReferenceKernels {
