@@ -70,7 +70,7 @@ void Transformer::declare_options(OptionList& o) {
          "ties");
   o.flag("activation_checkpointing", false,
          "keep only each block's input and recompute the block in backward");
-  // The default, 1024: see kHeadChunkRows's measurement.
+  // The default, 1024: see head_rows for its measurement.
   o.integer("loss_chunk_tokens", 1024,
             "tokens whose logits the output head computes at a time (the loss and its "
             "gradient follow chunk by chunk, so the (tokens x vocabulary) logits never exist "
