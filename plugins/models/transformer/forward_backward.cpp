@@ -15,6 +15,18 @@ void zero(StepContext& ctx, float* p, std::size_t n) {
   ctx.activations().device().fill_zero(p, n * sizeof(float));
 }
 
+// The views a module's ops take, as callables of an optional id: a
+// parameter (or its gradient) in the run's precision, null for one the
+// architecture does not have.
+auto param_views(StepContext& ctx) {
+  return [&ctx](std::optional<ParamId> id) {
+    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
+  };
+}
+auto grad_views(StepContext& ctx) {
+  return [&ctx](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
+}
+
 // Elements from row r on of a matrix with `cols` columns.
 std::size_t at(int r, int cols) {
   return static_cast<std::size_t>(r) * static_cast<std::size_t>(cols);
@@ -67,9 +79,7 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
                                 StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
-  auto P = [&](std::optional<ParamId> id) {
-    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
-  };
+  const auto P = param_views(ctx);
   const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   if (!cfg_.llama) {
@@ -113,10 +123,8 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   const float* x = a.resid[static_cast<std::size_t>(l)];
   if (cfg_.checkpointing)
     block_forward(l, x, a.resid[static_cast<std::size_t>(l) + 1], b, B, T, ctx);
-  auto P = [&](std::optional<ParamId> id) {
-    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
-  };
-  auto G = [&](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
+  const auto P = param_views(ctx);
+  const auto G = grad_views(ctx);
   const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
   const std::size_t NC = static_cast<std::size_t>(N) * C, NH_ = static_cast<std::size_t>(N) * H;
 
@@ -175,9 +183,7 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
 void Transformer::trunk_forward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
   const int B = a.B, T = a.T, C = cfg_.n_embd, L = cfg_.n_layer;
-  auto P = [&](std::optional<ParamId> id) {
-    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
-  };
+  const auto P = param_views(ctx);
   ctx.enter_forward(kEmbed);
   k.embedding_forward(a.resid[0], a.inputs, P(wte_), P(wpe_), B, T, C);
   ctx.exit_forward(kEmbed);
@@ -193,9 +199,7 @@ void Transformer::trunk_forward(StepContext& ctx, Acts& a) const {
 void Transformer::final_norm_forward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
   const int N = a.B * a.T, C = cfg_.n_embd;
-  auto P = [&](std::optional<ParamId> id) {
-    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
-  };
+  const auto P = param_views(ctx);
   const float* xL = a.resid[static_cast<std::size_t>(cfg_.n_layer)];
   if (!cfg_.llama)
     k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, xL, P(lnf_w_), P(lnf_b_), N, C,
@@ -210,7 +214,7 @@ void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* 
   trunk_forward(ctx, a);
   ctx.enter_forward(head_module());
   final_norm_forward(ctx, a);
-  const ConstTypedPtr head_w(ctx.param(*head_w_));
+  const ConstTypedPtr head_w = param_views(ctx)(head_w_);
   const int rows = head_rows(N);
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int n = std::min(N, r0 + rows) - r0;
@@ -236,10 +240,8 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
   Device& device = ctx.activations().device();
   const int N = a.B * a.T, C = cfg_.n_embd, V = cfg_.vocab_size, rows = head_rows(N);
-  auto P = [&](std::optional<ParamId> id) {
-    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
-  };
-  auto G = [&](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
+  const auto P = param_views(ctx);
+  const auto G = grad_views(ctx);
   ctx.enter_forward(head_module());
   final_norm_forward(ctx, a);
   ctx.exit_forward(head_module());
@@ -251,13 +253,14 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
   if (a.head_dw) device.convert(dw, head_dw, dw_n);
   zero(ctx, a.d_c, at(N, C));
   const float dloss = ctx.grad_scale() / static_cast<float>(N);
+  const ConstTypedPtr head_w = P(head_w_);
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int n = std::min(N, r0 + rows) - r0;
     const float* lnf = a.lnf + at(r0, C);
-    k.matmul_forward(a.logits, lnf, P(head_w_), nullptr, n, C, V);  // (n,V)
+    k.matmul_forward(a.logits, lnf, head_w, nullptr, n, C, V);  // (n,V)
     k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, n, V);
     k.softmax_crossentropy_backward(a.logits, a.targets + r0, dloss, n, V);
-    k.matmul_backward(a.d_c + at(r0, C), dw, nullptr, a.logits, lnf, P(head_w_), n, C, V);
+    k.matmul_backward(a.d_c + at(r0, C), dw, nullptr, a.logits, lnf, head_w, n, C, V);
   }
   if (a.head_dw) device.convert(head_dw, dw, dw_n);
   ctx.add_loss(a.losses, static_cast<std::size_t>(N));
@@ -286,7 +289,7 @@ void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   trunk_forward(ctx, a);
   head_forward_backward(ctx, a);
   const Kernels& k = ctx.kernels();
-  auto G = [&](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
+  const auto G = grad_views(ctx);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     ctx.enter_backward(block_module(l));
     block_backward(l, a, a.B, a.T, ctx);

@@ -154,9 +154,11 @@ constexpr int kNormRowGrain = 16;
 // count.
 constexpr int kNormBlockRows = 64;
 
-// g (C) += the sum of `blocks` fp32 partials `stride` floats apart, in
-// block order, rounded once into g's type. Nothing for a null g.
-void add_partials(TypedPtr g, const float* partial, int blocks, std::size_t stride, int C) {
+// g (C) += the sum of blocked_rows' partials of `stride` floats each (g's
+// part of each at `offset` within it), in block order, rounded once into
+// g's type. Nothing for a null g.
+void add_partials(TypedPtr g, const std::vector<float>& partials, std::size_t offset,
+                  std::size_t stride, int C) {
   if (!g) return;
   constexpr std::size_t kCols = 256;
   const auto cols = static_cast<std::size_t>(C);
@@ -164,8 +166,8 @@ void add_partials(TypedPtr g, const float* partial, int blocks, std::size_t stri
     const std::size_t c0 = blk * kCols, nc = std::min(cols, c0 + kCols) - c0;
     float* acc = scratch(0, nc).data();
     vec::to_f32(g.at(c0), acc, nc);
-    for (int b = 0; b < blocks; ++b)
-      vec::add_avx2(acc, acc, partial + static_cast<std::size_t>(b) * stride + c0, nc);
+    for (std::size_t b = offset; b < partials.size(); b += stride)
+      vec::add_avx2(acc, acc, partials.data() + b + c0, nc);
     vec::from_f32(acc, g.at(c0), nc);
   });
 }
@@ -316,9 +318,8 @@ class FastKernels final : public ReferenceKernels {
       vec::layernorm_backward_row_avx2(dinp + at_row(n, C), p, p + row, dout + at_row(n, C),
                                        inp + at_row(n, C), wf.get(), {mean[n], rstd[n]}, row);
     });
-    const int blocks = ceil_div(N, kNormBlockRows);
-    add_partials(dw, partial.data(), blocks, 2 * row, C);
-    add_partials(db, partial.data() + row, blocks, 2 * row, C);
+    add_partials(dw, partial, 0, 2 * row, C);
+    add_partials(db, partial, row, 2 * row, C);
   }
   void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N, int C,
                        float eps) const override {
@@ -342,7 +343,7 @@ class FastKernels final : public ReferenceKernels {
       vec::rmsnorm_backward_row_avx2(dinp + at_row(n, C), p, dout + at_row(n, C),
                                      inp + at_row(n, C), wf.get(), rstd[n], row);
     });
-    add_partials(dw, partial.data(), ceil_div(N, kNormBlockRows), row, C);
+    add_partials(dw, partial, 0, row, C);
   }
 
   // 16-bit w: blocks of task_rows(OC, C) output channels, each widened into

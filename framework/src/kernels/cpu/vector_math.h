@@ -36,8 +36,9 @@ void swiglu_backward_avx2(float* dgate, float* dup, const float* dout, const flo
 // x[i] = exp(x[i] - shift); returns the sum of the results (in float, in a
 // fixed order).
 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift);
-// One causal row of attention's probabilities, in place: x[0, n) =
-// softmax(x[0, n)), x[n, len) = 0. Returns the row's log-sum-exp.
+// One row of probabilities in place (attention's causal rows, the
+// cross-entropy's logits): x[0, n) = softmax(x[0, n)), x[n, len) = 0.
+// Returns the row's log-sum-exp.
 float softmax_row_avx2(float* x, std::size_t n, std::size_t len);
 // One row of attention's backward, in place: for j < n, p[j] = exp(p[j] -
 // lse) (the probability recomputed from its score) and dp[j] = p[j] (dp[j]
