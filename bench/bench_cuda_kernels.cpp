@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
                          w.as<float>(), w.as<float>(), N, C, 1e-5f);
   });
   bytes_row("gelu fwd", 8.0 * N * 4 * C,
-            [&] { k->gelu_forward(y.as<float>(), x.as<float>(), std::size_t{4} * N * C); });
+            [&] { k->gelu_forward(y.as<float>(), x.as<float>(), w.as<float>(), N, 4 * C); });
   bytes_row("softmax xent fwd", 8.0 * N * V, [&] {
     k->softmax_crossentropy_forward(loss.as<float>(), logits.as<float>(), tokens.as<std::int32_t>(),
                                     N, V);

@@ -99,11 +99,13 @@ class TimedKernels final : public Kernels {
                       ConstTypedPtr, const float*, int N, int C) {
     return f32(4.0 * N * C);
   }
-  static double moved(Op<&Kernels::gelu_forward>, float*, const float*, Count n) {
-    return f32(2.0 * n);
+  static double moved(Op<&Kernels::gelu_forward>, float*, const float*, ConstTypedPtr, int N,
+                      int H) {
+    return f32(2.0 * N * H);  // pre read, out written (the bias row stays in cache)
   }
-  static double moved(Op<&Kernels::gelu_backward>, float*, const float*, const float*, Count n) {
-    return f32(4.0 * n);  // inp, dout, dinp read; dinp written
+  static double moved(Op<&Kernels::gelu_backward>, float*, TypedPtr, const float*, ConstTypedPtr,
+                      const float*, int N, int H) {
+    return f32(3.0 * N * H);  // pre, dout read; dpre written
   }
   static double moved(Op<&Kernels::swiglu_forward>, float*, const float*, const float*, Count n) {
     return f32(3.0 * n);

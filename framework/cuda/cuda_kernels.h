@@ -81,9 +81,9 @@ class CudaKernels final : public Kernels {
                       int C, int OC) const override;
   void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
                        const float* inp, ConstTypedPtr w, int N, int C, int OC) const override;
-  void gelu_forward(float* out, const float* inp, std::size_t n) const override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout,
-                     std::size_t n) const override;
+  void gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N, int H) const override;
+  void gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
+                     const float* dout, int N, int H) const override;
   void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const override;
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                        const float* up, std::size_t n) const override;
@@ -115,6 +115,8 @@ class CudaKernels final : public Kernels {
  private:
   // Scratch device memory for one op.
   Buffer scratch(std::size_t bytes) const;
+  // A bias (H) as fp32 in scratch; an empty Buffer for a null one.
+  Buffer bias_f32(ConstTypedPtr bias, int H) const;
   // x (n floats) rounded to `type` into scratch.
   Buffer rounded(const float* x, std::size_t n, DType type) const;
   // n elements reduced on the GPU: launch_partials(partial, chunks) writes

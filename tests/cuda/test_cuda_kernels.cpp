@@ -47,15 +47,24 @@ TEST_CASE("elementwise ops match the reference, tails included") {
   Array gx(x), gy(y), gd(d), out(n), din(x.size()), din2(n);
   Vec want(n), want2(n);
 
-  G().gelu_forward(out.f(), gx.f(), n);
-  R().gelu_forward(want.data(), x.data(), n);
-  check_close(out.get(), want, 1e-6, 1e-7, "gelu_forward");
-
-  Array dstart(y);  // backward adds into what is there
-  G().gelu_backward(dstart.f(), gx.f(), gd.f(), n);
-  want = y;
-  R().gelu_backward(want.data(), x.data(), d.data(), n);
-  check_close(dstart.get(), want, 1e-5, 1e-6, "gelu_backward");
+  // GELU over (N,H) rows with a bias (fp32, then bf16) and its column sums.
+  const int H = 1003, N = static_cast<int>(n / H);
+  const auto nh = static_cast<std::ptrdiff_t>(N) * H;
+  const auto head = [nh](const Vec& v) { return Vec(v.begin(), v.begin() + nh); };
+  const Vec bias = randn(H, 4), db0 = randn(H, 5);
+  for (DType t : {DType::f32, DType::bf16}) {
+    INFO(ztrain::dtype_name(t));
+    Array gb(bias, t), gdb(db0, t);
+    const Vec b_vals = gb.get();
+    G().gelu_forward(out.f(), gx.f(), gb.typed(), N, H);
+    R().gelu_forward(want.data(), x.data(), b_vals.data(), N, H);
+    check_close(head(out.get()), head(want), 1e-6, 1e-7, "gelu_forward");
+    Vec db_want = gdb.get();
+    G().gelu_backward(din.f(), gdb.typed(), gx.f(), gb.typed(), gd.f(), N, H);
+    R().gelu_backward(want.data(), db_want.data(), x.data(), b_vals.data(), d.data(), N, H);
+    check_close(head(din.get()), head(want), 1e-5, 1e-6, "gelu_backward");
+    check_close(gdb.get(), gpu::rounded(db_want, t), 1e-2, 1e-3, "gelu_backward dbias");
+  }
 
   G().swiglu_forward(out.f(), gx.f(), gy.f(), n);
   R().swiglu_forward(want.data(), x.data(), y.data(), n);

@@ -189,23 +189,35 @@ TEST_CASE("rmsnorm backward matches finite differences") {
   check_gradients(loss, {{&x, &dx, "inp"}, {&w, &dw, "w"}});
 }
 
-TEST_CASE("gelu (tanh approximation) forward and backward") {
-  const std::size_t n = 37;
-  Vec x = randn(n, 51, 2.0f), out(n);
+TEST_CASE("gelu (tanh approximation) of pre-activation plus bias: forward, backward, dbias") {
+  const int N = 3, H = 37;
+  const std::size_t n = static_cast<std::size_t>(N) * H;
+  Vec x = randn(n, 51, 2.0f), bias = randn(H, 54), out(n);
   const Vec dout = randn(n, 52);
-  K().gelu_forward(out.data(), x.data(), n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double v = x[i];
-    const double ref = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-    CHECK(out[i] == doctest::Approx(ref).epsilon(1e-5));
-  }
-  Vec dx(n);
-  K().gelu_backward(dx.data(), x.data(), dout.data(), n);
+  K().gelu_forward(out.data(), x.data(), bias.data(), N, H);
+  auto gelu = [](double v) {
+    return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  };
+  for (std::size_t i = 0; i < n; ++i)
+    CHECK(out[i] == doctest::Approx(gelu(static_cast<double>(x[i]) + bias[i % H])).epsilon(1e-5));
+  Vec plain(n);
+  K().gelu_forward(plain.data(), x.data(), nullptr, N, H);  // no bias
+  for (std::size_t i = 0; i < n; ++i) CHECK(plain[i] == doctest::Approx(gelu(x[i])).epsilon(1e-5));
+  // dpre is written over whatever it held; dbias is added into.
+  Vec dx(n, NAN), db(H, 0.0f);
+  K().gelu_backward(dx.data(), db.data(), x.data(), bias.data(), dout.data(), N, H);
   auto loss = [&] {
-    K().gelu_forward(out.data(), x.data(), n);
+    K().gelu_forward(out.data(), x.data(), bias.data(), N, H);
     return dot(out, dout);
   };
-  check_gradients(loss, {{&x, &dx, "inp"}}, n);
+  check_gradients(loss, {{&x, &dx, "pre"}, {&bias, &db, "bias"}}, n);
+  Vec dx2(n, 7.0f), db2(H, 0.25f);
+  K().gelu_backward(dx2.data(), db2.data(), x.data(), bias.data(), dout.data(), N, H);
+  CHECK(dx2 == dx);
+  for (int h = 0; h < H; ++h) CHECK(db2[h] == doctest::Approx(db[h] + 0.25f));
+  Vec dx3(n);
+  K().gelu_backward(dx3.data(), nullptr, x.data(), bias.data(), dout.data(), N, H);
+  CHECK(dx3 == dx);  // no dbias wanted
 }
 
 TEST_CASE("swiglu forward and backward") {
@@ -590,15 +602,13 @@ TEST_CASE("fast elementwise kernels and softmax match their reference, tails inc
     x[0] = -30.0f;  // saturated tails of tanh and sigmoid
     if (n > 1) x[1] = 30.0f;
     Vec a(n), b(n);
-    K().gelu_forward(a.data(), x.data(), n);
-    ref->gelu_forward(b.data(), x.data(), n);
+    K().gelu_forward(a.data(), x.data(), nullptr, 1, static_cast<int>(n));
+    ref->gelu_forward(b.data(), x.data(), nullptr, 1, static_cast<int>(n));
     for (std::size_t i = 0; i < n; ++i)
       CHECK(a[i] == doctest::Approx(b[i]).epsilon(2e-6).scale(1e-6));
-    a.assign(n, 0.5f);
-    b.assign(n, 0.5f);
-    K().gelu_backward(a.data(), x.data(), d.data(), n);
-    ref->gelu_backward(b.data(), x.data(), d.data(), n);
-    // Backward adds into 0.5: compare on the scale of the terms.
+    K().gelu_backward(a.data(), nullptr, x.data(), nullptr, d.data(), 1, static_cast<int>(n));
+    ref->gelu_backward(b.data(), nullptr, x.data(), nullptr, d.data(), 1, static_cast<int>(n));
+    // Gradients within 2e-6 of the terms' scale (the exp's 2 ulp, times dout).
     for (std::size_t i = 0; i < n; ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(2e-6).scale(1));
     K().swiglu_forward(a.data(), x.data(), y.data(), n);
     ref->swiglu_forward(b.data(), x.data(), y.data(), n);
@@ -704,6 +714,34 @@ TEST_CASE(
     oneapi::tbb::global_control one(oneapi::tbb::global_control::max_allowed_parallelism, 1);
     CHECK(ln_backward(K()) == std::tuple{dx_f, dw_f, db_f});  // bit-identical
     CHECK(rms_backward(K()) == std::tuple{rdx_f, rdw_f});
+  }
+}
+
+TEST_CASE("fast gelu with its bias matches the reference, blocks of rows, any thread count") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  for (const int H : {83, 64, 5}) {
+    const int N = 150;  // two whole blocks of 64 rows and a tail
+    INFO("H " << H);
+    const std::size_t nh = static_cast<std::size_t>(N) * H;
+    const Vec x = randn(nh, 241, 2.0f), dout = randn(nh, 242), bias = randn(H, 243);
+    Vec out_f(nh), out_r(nh);
+    K().gelu_forward(out_f.data(), x.data(), bias.data(), N, H);
+    ref->gelu_forward(out_r.data(), x.data(), bias.data(), N, H);
+    for (std::size_t i = 0; i < nh; ++i)
+      CHECK(out_f[i] == doctest::Approx(out_r[i]).epsilon(2e-6).scale(1e-6));
+    auto backward = [&](const ztrain::Kernels& k) {
+      Vec dx(nh), db(H, 0.5f);
+      k.gelu_backward(dx.data(), db.data(), x.data(), bias.data(), dout.data(), N, H);
+      return std::tuple{dx, db};
+    };
+    const auto [dx_f, db_f] = backward(K());
+    const auto [dx_r, db_r] = backward(*ref);
+    for (std::size_t i = 0; i < nh; ++i)
+      CHECK(dx_f[i] == doctest::Approx(dx_r[i]).epsilon(2e-6).scale(1));
+    // dbias: the same rows of dpre, summed in another order (blocks of 64).
+    for (int h = 0; h < H; ++h) CHECK(db_f[h] == doctest::Approx(db_r[h]).epsilon(1e-5).scale(1));
+    oneapi::tbb::global_control one(oneapi::tbb::global_control::max_allowed_parallelism, 1);
+    CHECK(backward(K()) == std::tuple{dx_f, db_f});  // bit-identical
   }
 }
 
@@ -1112,6 +1150,33 @@ TEST_CASE(
         CHECK(w_r.half == Operand(p_r, wt).half);
       }
     }
+  }
+}
+
+TEST_CASE("16-bit gelu bias: fp32 math on the widened bias, dbias rounded once") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const int N = 37, H = 83;
+  const std::size_t nh = static_cast<std::size_t>(N) * H;
+  const Vec x = randn(nh, 251, 2.0f), dout = randn(nh, 252);
+  for (DType t : {DType::bf16, DType::f16}) {
+    INFO(ztrain::dtype_name(t));
+    Operand b(randn(H, 253), t);
+    const Vec b32 = b.values();
+    Vec out(nh), out32(nh);
+    K().gelu_forward(out.data(), x.data(), b.ptr(), N, H);
+    K().gelu_forward(out32.data(), x.data(), b32.data(), N, H);
+    CHECK(out == out32);
+    Operand db_f(randn(H, 254), t);
+    Operand db_r = db_f;
+    Vec db32 = db_f.values();
+    Vec dx_f(nh), dx_r(nh), dx32(nh);
+    K().gelu_backward(dx_f.data(), db_f.ptr(), x.data(), b.ptr(), dout.data(), N, H);
+    ref->gelu_backward(dx_r.data(), db_r.ptr(), x.data(), b.ptr(), dout.data(), N, H);
+    check_close(dx_f, dx_r);
+    check_close(db_f, db_r);
+    K().gelu_backward(dx32.data(), db32.data(), x.data(), b32.data(), dout.data(), N, H);
+    CHECK(dx32 == dx_f);
+    CHECK(Operand(db32, t).half == db_f.half);  // the fp32 sum, rounded once
   }
 }
 

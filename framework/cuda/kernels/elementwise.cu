@@ -4,6 +4,7 @@
 // element per thread per pass; the math is the cpu reference's, line for
 // line (x * sigmoid(2u) for GELU, avoiding 1 + tanh's cancellation).
 #include "cuda/cuda_kernels.h"
+#include "cuda/kernels/bias.h"
 #include "cuda/kernels/cast.h"
 #include "cuda/kernels/common.cuh"
 
@@ -17,24 +18,25 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
-// out, inp: (n)
-__global__ void gelu_forward_kernel(float* out, const float* inp, std::size_t n) {
+// out, pre: (n) = (N,H); bias: (H) in fp32 or null. x = pre + bias.
+__global__ void gelu_forward_kernel(float* out, const float* pre, const float* bias, int H,
+                                    std::size_t n) {
   ZTRAIN_GRID_STRIDE(i, n) {
-    const float x = inp[i];
+    const float x = pre[i] + (bias ? bias[i % static_cast<std::size_t>(H)] : 0.0f);
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     out[i] = x / (1.0f + expf(-2.0f * u));
   }
 }
 
-// dinp += gelu'(inp) * dout; all (n)
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
-                                     std::size_t n) {
+// dpre = gelu'(pre + bias) * dout, written; all (n) = (N,H)
+__global__ void gelu_backward_kernel(float* dpre, const float* pre, const float* bias, int H,
+                                     const float* dout, std::size_t n) {
   ZTRAIN_GRID_STRIDE(i, n) {
-    const float x = inp[i];
+    const float x = pre[i] + (bias ? bias[i % static_cast<std::size_t>(H)] : 0.0f);
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     const float s = 1.0f / (1.0f + expf(-2.0f * u));
     const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+    dpre[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
   }
 }
 
@@ -101,17 +103,37 @@ __global__ void accumulate_kernel(T* dst, const T* src, std::size_t n) {
 
 }  // namespace
 
-void CudaKernels::gelu_forward(float* out, const float* inp, std::size_t n) const {
+// The bias in fp32 scratch (a 16-bit one cast once), null for none.
+Buffer CudaKernels::bias_f32(ConstTypedPtr bias, int H) const {
+  if (!bias) return {};
+  Buffer b = scratch(sizeof(float) * static_cast<std::size_t>(H));
+  launch_cast({b.data(), DType::f32}, bias, static_cast<std::size_t>(H), stream_);
+  return b;
+}
+
+void CudaKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N,
+                               int H) const {
+  const std::size_t n = static_cast<std::size_t>(N) * H;
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, inp, n);
+  const Buffer b = bias_f32(bias, H);
+  gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+      out, pre, b ? b.as<float>() : nullptr, H, n);
   ZTRAIN_CUDA_LAUNCHED();
 }
 
-void CudaKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
-                                std::size_t n) const {
+// dbias from dpre's column sums after the elementwise pass (bias.h), the
+// sums matmul_backward computes for any other bias.
+void CudaKernels::gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
+                                const float* dout, int N, int H) const {
+  const std::size_t n = static_cast<std::size_t>(N) * H;
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  const Buffer b = bias_f32(bias, H);
+  gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
+      dpre, pre, b ? b.as<float>() : nullptr, H, dout, n);
   ZTRAIN_CUDA_LAUNCHED();
+  if (!dbias) return;
+  Buffer partial = scratch(sizeof(float) * bias_gradient_scratch(N, H));
+  add_bias_gradient(dbias, dpre, N, H, partial.as<float>(), stream_);
 }
 
 void CudaKernels::swiglu_forward(float* out, const float* gate, const float* up,

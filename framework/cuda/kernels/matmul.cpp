@@ -15,7 +15,6 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels/bias.h"
-#include "cuda/kernels/cast.h"
 
 namespace ztrain::cuda {
 namespace {
@@ -146,11 +145,7 @@ void CudaKernels::gemm(const GemmCall& g) const {
 void CudaKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias,
                                  int N, int C, int OC) const {
   if (N == 0 || OC == 0) return;
-  Buffer bias32;
-  if (bias) {
-    bias32 = scratch(sizeof(float) * static_cast<std::size_t>(OC));
-    launch_cast({bias32.data(), DType::f32}, bias, static_cast<std::size_t>(OC), stream_);
-  }
+  const Buffer bias32 = bias_f32(bias, OC);
   Buffer inp16;
   const void* x = inp;
   if (w.dtype != DType::f32) {

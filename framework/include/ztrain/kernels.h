@@ -105,10 +105,19 @@ class ZTRAIN_API Kernels {
   virtual void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
                                const float* inp, ConstTypedPtr w, int N, int C, int OC) const = 0;
 
-  // GELU, tanh approximation (GPT-2's "gelu_new"). out, inp: (n)
-  virtual void gelu_forward(float* out, const float* inp, std::size_t n) const = 0;
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout,
-                             std::size_t n) const = 0;
+  // GELU, tanh approximation (GPT-2's "gelu_new"), of an MLP's pre-activation
+  // with its bias added on the way in: out (N,H) = gelu(pre + bias), where
+  // pre (N,H) is the fc matmul's output without its bias (matmul_forward with
+  // a null bias) and bias (H) may be null. pre is left as it is and backward
+  // adds the bias again, so the bias's (N,H) broadcast never goes through
+  // memory.
+  virtual void gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N,
+                            int H) const = 0;
+  // dpre (N,H) = gelu'(pre + bias) * dout, WRITTEN, not added (its one
+  // reader is the fc matmul's backward, so nobody zeroes it first); dbias
+  // (H) += the column sums of dpre, in the same pass. dbias may be null.
+  virtual void gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
+                             const float* dout, int N, int H) const = 0;
 
   // out = silu(gate) * up; all (n)
   virtual void swiglu_forward(float* out, const float* gate, const float* up,

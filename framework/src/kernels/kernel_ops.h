@@ -16,8 +16,8 @@
   X(add_rmsnorm_forward, (float* a, float* b, float* c, const float* d, const float* e, ConstTypedPtr f, int g, int h, float i), (a, b, c, d, e, f, g, h, i)) \
   X(matmul_forward, (float* a, const float* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f, int g), (a, b, c, d, e, f, g)) \
   X(matmul_backward, (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f, int g, int h, int i), (a, b, c, d, e, f, g, h, i)) \
-  X(gelu_forward, (float* a, const float* b, std::size_t c), (a, b, c)) \
-  X(gelu_backward, (float* a, const float* b, const float* c, std::size_t d), (a, b, c, d)) \
+  X(gelu_forward, (float* a, const float* b, ConstTypedPtr c, int d, int e), (a, b, c, d, e)) \
+  X(gelu_backward, (float* a, TypedPtr b, const float* c, ConstTypedPtr d, const float* e, int f, int g), (a, b, c, d, e, f, g)) \
   X(swiglu_forward, (float* a, const float* b, const float* c, std::size_t d), (a, b, c, d)) \
   X(swiglu_backward, (float* a, float* b, const float* c, const float* d, const float* e, std::size_t f), (a, b, c, d, e, f)) \
   X(rope_forward, (float* a, const float* b, const float* c, int d, int e, int f, int g, int h), (a, b, c, d, e, f, g, h)) \

@@ -102,8 +102,9 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   if (!cfg_.llama) {
     k.add_layernorm_forward(b.res1, b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, x, P(p.ln2_w),
                             P(p.ln2_b), N, C, cfg_.norm_eps);
-    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), N, C, H);  // fc: (N,H)
-    k.gelu_forward(b.h2, b.h1, static_cast<std::size_t>(N) * H);
+    // fc: (N,H) without its bias, which GELU adds as it reads h1.
+    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), nullptr, N, C, H);
+    k.gelu_forward(b.h2, b.h1, P(p.fc_b), N, H);
     k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), N, H, C);
   } else {
     k.add_rmsnorm_forward(b.res1, b.ln2, b.ln2_rstd, b.res1, x, P(p.ln2_w), N, C, cfg_.norm_eps);
@@ -132,10 +133,9 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   if (!cfg_.llama) {
     zero(ctx, a.d_h2, NH_);
     k.matmul_backward(a.d_h2, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h2, P(p.fcproj_w), N, H, C);
-    zero(ctx, a.d_h1, NH_);
-    k.gelu_backward(a.d_h1, b.h1, a.d_h2, NH_);
+    k.gelu_backward(a.d_h1, G(p.fc_b), b.h1, P(p.fc_b), a.d_h2, N, H);  // writes d_h1
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, b.ln2, P(p.fc_w), N, C, H);
+    k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), N, C, H);
     k.layernorm_backward(a.d_res, G(p.ln2_w), G(p.ln2_b), a.d_c, b.res1, P(p.ln2_w), b.ln2_mean,
                          b.ln2_rstd, N, C);
   } else {

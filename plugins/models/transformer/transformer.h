@@ -73,7 +73,7 @@ struct BlockActs {
   int q_stride, kv_stride;
   float *lse, *atty, *res1;  // lse: (B,NH,T) attention row log-sum-exp
   float *ln2, *ln2_mean, *ln2_rstd;
-  float *h1, *h2, *h3;  // GPT-2: fc, gelu; Llama: gate, up, act
+  float *h1, *h2, *h3;  // GPT-2: fc (without its bias), gelu; Llama: gate, up, act
   float* out;
   const float *rope_cos, *rope_sin;  // Llama: (T, hs/2), the same for every block
 };

@@ -148,11 +148,11 @@ class RowWeights {
 // and written, the work of kElementGrain's 8192-element chunks several
 // times over, so a task's scheduling stays small beside it.
 constexpr int kNormRowGrain = 16;
-// Rows whose parameter gradients one task sums into its own fp32 partial
-// (N / 64 partials of C floats each, added in block order afterwards): the
-// backward reads each row once, and the sums do not depend on the thread
-// count.
-constexpr int kNormBlockRows = 64;
+// Rows whose parameter gradients (a norm's weight and bias, the MLP's fc
+// bias under GELU) one task sums into its own fp32 partial (N / 64 partials
+// of C floats each, added in block order afterwards): the backward reads
+// each row once, and the sums do not depend on the thread count.
+constexpr int kGradBlockRows = 64;
 
 // g (C) += the sum of blocked_rows' partials of `stride` floats each (g's
 // part of each at `offset` within it), in block order, rounded once into
@@ -172,16 +172,16 @@ void add_partials(TypedPtr g, const std::vector<float>& partials, std::size_t of
   });
 }
 
-// Row blocks of kNormBlockRows in parallel, each calling row(n, partial)
+// Row blocks of kGradBlockRows in parallel, each calling row(n, partial)
 // on its rows with its own zeroed fp32 partial of `width` floats; returns
 // the partials, block after block.
 template <class Row>
 std::vector<float> blocked_rows(int N, std::size_t width, Row&& row) {
-  const int blocks = ceil_div(N, kNormBlockRows);
+  const int blocks = ceil_div(N, kGradBlockRows);
   std::vector<float> partial(static_cast<std::size_t>(blocks) * width, 0.0f);
   oneapi::tbb::parallel_for(0, blocks, [&](int blk) {
     float* p = partial.data() + static_cast<std::size_t>(blk) * width;
-    for (int n = blk * kNormBlockRows; n < std::min(N, (blk + 1) * kNormBlockRows); ++n) row(n, p);
+    for (int n = blk * kGradBlockRows; n < std::min(N, (blk + 1) * kGradBlockRows); ++n) row(n, p);
   });
   return partial;
 }
@@ -437,18 +437,31 @@ class FastKernels final : public ReferenceKernels {
     }
   }
 
-  void gelu_forward(float* out, const float* inp, std::size_t n) const override {
-    if (!vec::have_avx2_fma()) return ReferenceKernels::gelu_forward(out, inp, n);
-    parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
-      vec::gelu_forward_avx2(out + a, inp + a, b - a);
-    });
+  // GELU with the fc bias added in registers: rows in parallel forward;
+  // backward writes dpre and sums dbias per block of rows (blocked_rows, as
+  // the norms' parameter gradients), so dpre is not read a second time.
+  void gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N, int H) const override {
+    if (!vec::have_avx2_fma()) return ReferenceKernels::gelu_forward(out, pre, bias, N, H);
+    const RowWeights bf(bias, H);
+    const int grain = std::max(1, static_cast<int>(kElementGrain) / std::max(H, 1));
+    oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<int>(0, N, grain),
+                              [&](const oneapi::tbb::blocked_range<int>& r) {
+                                for (int n = r.begin(); n < r.end(); ++n)
+                                  vec::gelu_forward_avx2(out + at_row(n, H), pre + at_row(n, H),
+                                                         bf.get(), static_cast<std::size_t>(H));
+                              });
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout,
-                     std::size_t n) const override {
-    if (!vec::have_avx2_fma()) return ReferenceKernels::gelu_backward(dinp, inp, dout, n);
-    parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
-      vec::gelu_backward_avx2(dinp + a, inp + a, dout + a, b - a);
+  void gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
+                     const float* dout, int N, int H) const override {
+    if (!vec::have_avx2_fma())
+      return ReferenceKernels::gelu_backward(dpre, dbias, pre, bias, dout, N, H);
+    const RowWeights bf(bias, H);
+    const auto row = static_cast<std::size_t>(H);
+    const std::vector<float> partial = blocked_rows(N, dbias ? row : 0, [&](int n, float* p) {
+      vec::gelu_backward_avx2(dpre + at_row(n, H), dbias ? p : nullptr, pre + at_row(n, H),
+                              bf.get(), dout + at_row(n, H), row);
     });
+    add_partials(dbias, partial, 0, row, H);
   }
   void swiglu_forward(float* out, const float* gate, const float* up,
                       std::size_t n) const override {

@@ -329,27 +329,47 @@ void ReferenceKernels::matmul_backward(float* dinp, TypedPtr dw_out, TypedPtr db
 
 // GELU, tanh form, written as x * sigmoid(2u): 0.5 (1 + tanh(u)) equals
 // sigmoid(2u) exactly and avoids the cancellation of 1 + tanh for x < 0.
-void ReferenceKernels::gelu_forward(float* out, const float* inp, std::size_t n) const {
-  parallel_chunks(n, 4096, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
-      const float x = inp[i];
+// x is the pre-activation plus its bias, added in fp32 as the fc GEMM's
+// epilogue would.
+void ReferenceKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias_in, int N,
+                                    int H) const {
+  const Widened bias_f(bias_in, static_cast<std::size_t>(H));
+  const float* bias = bias_f.get();
+  parallel_rows(static_cast<std::size_t>(N), 16, [&](std::size_t n) {
+    for (std::size_t h = 0; h < static_cast<std::size_t>(H); ++h) {
+      const std::size_t i = n * static_cast<std::size_t>(H) + h;
+      const float x = pre[i] + (bias ? bias[h] : 0.0f);
       const float u = kGeluScale * (x + 0.044715f * x * x * x);
       out[i] = x / (1.0f + std::exp(-2.0f * u));
     }
   });
 }
 
-void ReferenceKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
-                                     std::size_t n) const {
-  parallel_chunks(n, 4096, [&](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
-      const float x = inp[i];
+void ReferenceKernels::gelu_backward(float* dpre, TypedPtr dbias_out, const float* pre,
+                                     ConstTypedPtr bias_in, const float* dout, int N, int H) const {
+  const Widened bias_f(bias_in, static_cast<std::size_t>(H));
+  const float* bias = bias_f.get();
+  parallel_rows(static_cast<std::size_t>(N), 16, [&](std::size_t n) {
+    for (std::size_t h = 0; h < static_cast<std::size_t>(H); ++h) {
+      const std::size_t i = n * static_cast<std::size_t>(H) + h;
+      const float x = pre[i] + (bias ? bias[h] : 0.0f);
       const float u = kGeluScale * (x + 0.044715f * x * x * x);
       const float s = 1.0f / (1.0f + std::exp(-2.0f * u));
       const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-      dinp[i] += (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+      dpre[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
     }
   });
+  // dbias (H) += column sums of dpre, as matmul_backward sums a bias.
+  const WidenedGrad dbias_f(dbias_out, static_cast<std::size_t>(H));
+  float* dbias = dbias_f.get();
+  if (!dbias) return;
+  parallel_chunks(static_cast<std::size_t>(H), 64, [&](std::size_t h0, std::size_t h1) {
+    for (int n = 0; n < N; ++n) {
+      const float* d = dpre + static_cast<std::size_t>(n) * H;
+      for (std::size_t h = h0; h < h1; ++h) dbias[h] += d[h];
+    }
+  });
+  dbias_f.store();
 }
 
 void ReferenceKernels::swiglu_forward(float* out, const float* gate, const float* up,

@@ -36,9 +36,9 @@ class ReferenceKernels : public Kernels {
                       int C, int OC) const override;
   void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
                        const float* inp, ConstTypedPtr w, int N, int C, int OC) const override;
-  void gelu_forward(float* out, const float* inp, std::size_t n) const override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout,
-                     std::size_t n) const override;
+  void gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N, int H) const override;
+  void gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
+                     const float* dout, int N, int H) const override;
   void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const override;
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                        const float* up, std::size_t n) const override;

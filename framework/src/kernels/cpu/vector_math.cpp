@@ -172,42 +172,47 @@ void from_f32(const float* src, TypedPtr dst, std::size_t n) {
 }
 
 // 0.5 (1 + tanh(u)) = sigmoid(2u), which avoids the cancellation in 1 + tanh
-// for negative inputs.
-ZTRAIN_AVX2 void gelu_forward_avx2(float* out, const float* inp, std::size_t n) {
+// for negative inputs. x = inp + bias, the bias loaded beside each vector
+// (a zero vector when there is none).
+ZTRAIN_AVX2 void gelu_forward_avx2(float* out, const float* inp, const float* bias, std::size_t n) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(inp + i);
+    __m256 x = _mm256_loadu_ps(inp + i);
+    if (bias) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + i));
     const __m256 u = gelu_u(x);
     _mm256_storeu_ps(out + i, _mm256_mul_ps(x, sigmoid8(_mm256_add_ps(u, u))));
   }
   for (; i < n; ++i) {
-    const float x = inp[i];
+    const float x = inp[i] + (bias ? bias[i] : 0.0f);
     out[i] = x * sigmoid_scalar(2.0f * kGeluScale * (x + kGeluCubic * x * x * x));
   }
 }
 
 // d/dx [x s(2u)] = s + 2 x s (1 - s) u', u' = k (1 + 3 c x^2)
-ZTRAIN_AVX2 void gelu_backward_avx2(float* dinp, const float* inp, const float* dout,
-                                    std::size_t n) {
+ZTRAIN_AVX2 void gelu_backward_avx2(float* dinp, float* dbias, const float* inp, const float* bias,
+                                    const float* dout, std::size_t n) {
   const __m256 one = _mm256_set1_ps(1.0f), two_k = _mm256_set1_ps(2.0f * kGeluScale);
   const __m256 c3 = _mm256_set1_ps(3.0f * kGeluCubic);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(inp + i);
+    __m256 x = _mm256_loadu_ps(inp + i);
+    if (bias) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + i));
     const __m256 u = gelu_u(x);
     const __m256 s = sigmoid8(_mm256_add_ps(u, u));
     const __m256 du = _mm256_mul_ps(two_k, _mm256_fmadd_ps(c3, _mm256_mul_ps(x, x), one));
     const __m256 grad =
         _mm256_fmadd_ps(_mm256_mul_ps(x, _mm256_mul_ps(s, _mm256_sub_ps(one, s))), du, s);
-    _mm256_storeu_ps(dinp + i,
-                     _mm256_fmadd_ps(grad, _mm256_loadu_ps(dout + i), _mm256_loadu_ps(dinp + i)));
+    const __m256 d = _mm256_mul_ps(grad, _mm256_loadu_ps(dout + i));
+    _mm256_storeu_ps(dinp + i, d);
+    if (dbias) _mm256_storeu_ps(dbias + i, _mm256_add_ps(_mm256_loadu_ps(dbias + i), d));
   }
   for (; i < n; ++i) {
-    const float x = inp[i];
+    const float x = inp[i] + (bias ? bias[i] : 0.0f);
     const float s = sigmoid_scalar(2.0f * kGeluScale * (x + kGeluCubic * x * x * x));
     const float grad =
         s + x * s * (1.0f - s) * 2.0f * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] += grad * dout[i];
+    dinp[i] = grad * dout[i];
+    if (dbias) dbias[i] += dinp[i];
   }
 }
 

@@ -24,10 +24,13 @@ void to_f32(ConstTypedPtr src, float* dst, std::size_t n);
 void from_f32(const float* src, TypedPtr dst, std::size_t n);
 // Both use the vector loops when have_avx2_fma() and scalar ones otherwise.
 
-// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); all (n)
-void gelu_forward_avx2(float* out, const float* inp, std::size_t n);
-// dinp += gelu'(inp) * dout
-void gelu_backward_avx2(float* dinp, const float* inp, const float* dout, std::size_t n);
+// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp + bias;
+// all (n), bias null for none (one row of an MLP's pre-activation)
+void gelu_forward_avx2(float* out, const float* inp, const float* bias, std::size_t n);
+// dinp = gelu'(x) * dout (written), x = inp + bias; dbias += dinp when not
+// null; all (n)
+void gelu_backward_avx2(float* dinp, float* dbias, const float* inp, const float* bias,
+                        const float* dout, std::size_t n);
 // out = g sigmoid(g) u
 void swiglu_forward_avx2(float* out, const float* gate, const float* up, std::size_t n);
 // dgate += dout u sigmoid(g) (1 + g (1 - sigmoid(g))); dup += dout g sigmoid(g)
