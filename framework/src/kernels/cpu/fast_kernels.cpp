@@ -124,8 +124,9 @@ void softmax_backward_row(float* p, float* dp, int n, int len, float lse, float 
   std::fill(dp + n, dp + len, 0.0f);
 }
 
-// A norm's weight in fp32: a 16-bit one widened once per call, an fp32
-// one used where it is. Null stays null.
+// A row's worth of parameters in fp32 (a norm's weight or bias, GELU's fc
+// bias): a 16-bit one widened once per call, an fp32 one used where it is.
+// Null stays null.
 class RowWeights {
  public:
   RowWeights(ConstTypedPtr p, int C) {
