@@ -282,6 +282,22 @@ void ReferenceKernels::rmsnorm_backward(float* dinp, TypedPtr dw_out, const floa
 }
 
 // out: (N,OC) = inp (N,C) @ w^T, w: (OC,C)
+namespace {
+
+// dbias (OC) += the column sums of d (N,OC), row after row; nothing for a
+// null dbias. A bias's gradient (matmul's, GELU's fc bias).
+void add_column_sums(float* dbias, const float* d, int N, int OC) {
+  if (!dbias) return;
+  parallel_chunks(static_cast<std::size_t>(OC), 64, [&](std::size_t o0, std::size_t o1) {
+    for (int n = 0; n < N; ++n) {
+      const float* row = d + static_cast<std::size_t>(n) * OC;
+      for (std::size_t o = o0; o < o1; ++o) dbias[o] += row[o];
+    }
+  });
+}
+
+}  // namespace
+
 void ReferenceKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w_in,
                                       ConstTypedPtr bias_in, int N, int C, int OC) const {
   const Widened w_f(w_in, static_cast<std::size_t>(OC) * C);
@@ -315,60 +331,49 @@ void ReferenceKernels::matmul_backward(float* dinp, TypedPtr dw_out, TypedPtr db
   if (dw)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
                 C);
-  if (dbias) {
-    parallel_chunks(static_cast<std::size_t>(OC), 64, [&](std::size_t o0, std::size_t o1) {
-      for (int n = 0; n < N; ++n) {
-        const float* d = dout + static_cast<std::size_t>(n) * OC;
-        for (std::size_t o = o0; o < o1; ++o) dbias[o] += d[o];
-      }
-    });
-  }
+  add_column_sums(dbias, dout, N, OC);
   dw_f.store();
   dbias_f.store();
 }
 
-// GELU, tanh form, written as x * sigmoid(2u): 0.5 (1 + tanh(u)) equals
-// sigmoid(2u) exactly and avoids the cancellation of 1 + tanh for x < 0.
-// x is the pre-activation plus its bias, added in fp32 as the fc GEMM's
-// epilogue would.
-void ReferenceKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias_in, int N,
-                                    int H) const {
+namespace {
+
+// f(i, x) for every element i of (N,H) rows, x = pre[i] plus its column's
+// bias (none when null), added in fp32 as the fc GEMM's epilogue would.
+template <class F>
+void each_biased(const float* pre, ConstTypedPtr bias_in, int N, int H, F&& f) {
   const Widened bias_f(bias_in, static_cast<std::size_t>(H));
   const float* bias = bias_f.get();
   parallel_rows(static_cast<std::size_t>(N), 16, [&](std::size_t n) {
     for (std::size_t h = 0; h < static_cast<std::size_t>(H); ++h) {
       const std::size_t i = n * static_cast<std::size_t>(H) + h;
-      const float x = pre[i] + (bias ? bias[h] : 0.0f);
-      const float u = kGeluScale * (x + 0.044715f * x * x * x);
-      out[i] = x / (1.0f + std::exp(-2.0f * u));
+      f(i, pre[i] + (bias ? bias[h] : 0.0f));
     }
   });
 }
 
+}  // namespace
+
+// GELU, tanh form, written as x * sigmoid(2u): 0.5 (1 + tanh(u)) equals
+// sigmoid(2u) exactly and avoids the cancellation of 1 + tanh for x < 0.
+void ReferenceKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N,
+                                    int H) const {
+  each_biased(pre, bias, N, H, [&](std::size_t i, float x) {
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    out[i] = x / (1.0f + std::exp(-2.0f * u));
+  });
+}
+
 void ReferenceKernels::gelu_backward(float* dpre, TypedPtr dbias_out, const float* pre,
-                                     ConstTypedPtr bias_in, const float* dout, int N, int H) const {
-  const Widened bias_f(bias_in, static_cast<std::size_t>(H));
-  const float* bias = bias_f.get();
-  parallel_rows(static_cast<std::size_t>(N), 16, [&](std::size_t n) {
-    for (std::size_t h = 0; h < static_cast<std::size_t>(H); ++h) {
-      const std::size_t i = n * static_cast<std::size_t>(H) + h;
-      const float x = pre[i] + (bias ? bias[h] : 0.0f);
-      const float u = kGeluScale * (x + 0.044715f * x * x * x);
-      const float s = 1.0f / (1.0f + std::exp(-2.0f * u));
-      const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-      dpre[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
-    }
+                                     ConstTypedPtr bias, const float* dout, int N, int H) const {
+  each_biased(pre, bias, N, H, [&](std::size_t i, float x) {
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float s = 1.0f / (1.0f + std::exp(-2.0f * u));
+    const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dpre[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
   });
-  // dbias (H) += column sums of dpre, as matmul_backward sums a bias.
   const WidenedGrad dbias_f(dbias_out, static_cast<std::size_t>(H));
-  float* dbias = dbias_f.get();
-  if (!dbias) return;
-  parallel_chunks(static_cast<std::size_t>(H), 64, [&](std::size_t h0, std::size_t h1) {
-    for (int n = 0; n < N; ++n) {
-      const float* d = dpre + static_cast<std::size_t>(n) * H;
-      for (std::size_t h = h0; h < h1; ++h) dbias[h] += d[h];
-    }
-  });
+  add_column_sums(dbias_f.get(), dpre, N, H);
   dbias_f.store();
 }
 
