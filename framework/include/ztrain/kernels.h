@@ -115,7 +115,8 @@ class ZTRAIN_API Kernels {
                             int H) const = 0;
   // dpre (N,H) = gelu'(pre + bias) * dout, WRITTEN, not added (its one
   // reader is the fc matmul's backward, so nobody zeroes it first); dbias
-  // (H) += the column sums of dpre, in the same pass. dbias may be null.
+  // (H) += the column sums of dpre (the cpu kernels sum them in the pass
+  // that writes dpre). dbias may be null.
   virtual void gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
                              const float* dout, int N, int H) const = 0;
 
