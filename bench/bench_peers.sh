@@ -11,6 +11,14 @@
 # ztrain's in the same round (rank 0's medians after 3 warm-up steps on both
 # sides). Goal: every ratio >= 1.5. Needs PYTHON with torch and deepspeed.
 #
+# Each round also measures what one rank's step could be at best: two
+# bench_cpu_step runs at once (one rank's batch, 1 thread each, as the two
+# ranks share the machine) print the step's roofline, every matmul at
+# sgemm's rate for its shape and the other ops at the stream's; the larger
+# of the two is the floor. A peer's step over that floor is the highest
+# ratio any implementation on these GEMMs could reach against it (the
+# ceiling column; communication would only lower it).
+#
 #   bench/bench_peers.sh BUILD_DIR PYTHON PEERS_DIR [ROUNDS] [SHAPES] [ROWS]
 #   e.g. bench/bench_peers.sh build /tmp/peers-venv/venv/bin/python ../shared/peers 2 "tiny 124m"
 set -euo pipefail
@@ -44,6 +52,12 @@ ztrain_args() {  # the shape's model and batch
     124m) echo "--model gpt2-124m --set model.seq_len=64 --set train.micro_batch_size=2" ;;
   esac
 }
+step_args() {  # one rank's step for bench_cpu_step
+  case $1 in
+    tiny) echo "--model gpt2-tiny --batch 4 --seq 256" ;;
+    124m) echo "--model gpt2-124m --batch 2 --seq 64" ;;
+  esac
+}
 common=(--set train.steps=13 --set train.log_every=1 --set train.eval_every=0
   --set train.save_final=false --set train.grad_accum=1 --set device.threads=1)
 
@@ -65,16 +79,37 @@ run_env() {  # run_env NAME SHAPE STRATEGY: two ranks started on their own
   for r in 0 1; do wait "${pids[$r]}" || { cat "$out/$1.$r.log"; exit 1; }; done
 }
 run_peer() {  # run_peer NAME SHAPE PROGRAM ARGS...: its median step in $out/NAME.s
-  local name=$1 shape=$2 program=$3 port=$((20000 + RANDOM % 40000))
+  # A peer that printed its RESULT and then failed (torch's process-group
+  # teardown aborts now and then, after the timed steps) still counts: its
+  # steps are complete. Without a RESULT the run fails.
+  local name=$1 shape=$2 program=$3 port=$((20000 + RANDOM % 40000)) rc=0
   shift 3
   (cd "$out" && "$python" "$peers/$program" --shape "$shape" "$@" --adam fused --steps 10 \
-    --port "$port") < /dev/null > "$out/$name.log" 2>&1 || { tail -30 "$out/$name.log"; exit 1; }
+    --port "$port") < /dev/null > "$out/$name.log" 2>&1 || rc=$?
+  if [ "$rc" != 0 ]; then
+    grep -q '^RESULT ' "$out/$name.log" || { tail -30 "$out/$name.log"; exit 1; }
+    echo "note: $name exited $rc after printing its result (kept)" >&2
+  fi
   sed -n 's/^RESULT //p' "$out/$name.log" |
     "$python" -c 'import json, sys; print(json.load(sys.stdin)["median_step_s"])' > "$out/$name.s"
 }
 
+run_floor() {  # run_floor NAME SHAPE: the larger roofline (s) of two at once in $out/NAME.s
+  local r pids=()
+  for r in 0 1; do
+    # shellcheck disable=SC2046
+    "$build/bin/bench_cpu_step" $(step_args "$2") --threads 1 --steps 5 > "$out/$1.$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || { cat "$out/$1.$r.log"; exit 1; }; done
+  sed -n 's/.*step against its roofline: \([0-9.]*\) ms.*/\1/p' "$out/$1.0.log" "$out/$1.1.log" |
+    sort -g | tail -1 | awk '{ print $1 / 1000 }' > "$out/$1.s"
+  [ -s "$out/$1.s" ] || { cat "$out/$1.0.log"; exit 1; }
+}
+
 for round in $(seq "$rounds"); do
   for shape in $shapes; do
+    run_floor "$shape.floor.$round" "$shape"
     for row in $rows; do
       run_mpi "$shape.$row.mpi.$round" "$shape" "$row"
       run_env "$shape.$row.env.$round" "$shape" "$row"
@@ -87,8 +122,14 @@ for round in $(seq "$rounds"); do
 done
 
 printf "world 2 (2 ranks x 1 thread, fp32), median step of rank 0; ratio = peer / ztrain (goal >= 1.5)\n"
-printf "%-5s %-14s %-17s %s\n" shape ztrain peer "per round: peer s, ztrain mpirun s (ratio), ztrain torchrun-style s (ratio)"
+printf "%-5s %-14s %-17s %s\n" shape ztrain peer \
+  "per round: peer s, ztrain mpirun s (ratio), ztrain torchrun-style s (ratio), ceiling"
 for shape in $shapes; do
+  line=""
+  for round in $(seq "$rounds"); do
+    line+=$(awk -v f="$(cat "$out/$shape.floor.$round.s")" 'BEGIN { printf "  %.3f", f }')
+  done
+  printf "%-5s %-14s %-17s%s\n" "$shape" "(one rank's" "roofline, s)" "$line"
   for row in $rows; do
     peers_of "$row" | while IFS=: read -r name _; do
       line=""
@@ -96,8 +137,9 @@ for shape in $shapes; do
         p=$(cat "$out/$shape.$row.$name.$round.s")
         m=$(median "$shape.$row.mpi.$round" step_time_s)
         e=$(median "$shape.$row.env.$round" step_time_s)
-        line+=$(awk -v p="$p" -v m="$m" -v e="$e" \
-          'BEGIN { printf "  %.3f, %.3f (%.2f), %.3f (%.2f)", p, m, p / m, e, p / e }')
+        f=$(cat "$out/$shape.floor.$round.s")
+        line+=$(awk -v p="$p" -v m="$m" -v e="$e" -v f="$f" \
+          'BEGIN { printf "  %.3f, %.3f (%.2f), %.3f (%.2f), %.2f", p, m, p / m, e, p / e, p / f }')
       done
       printf "%-5s %-14s %-17s%s\n" "$shape" "$row" "$name" "$line"
     done
