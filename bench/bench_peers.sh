@@ -15,9 +15,11 @@
 # bench_cpu_step runs at once (one rank's batch, 1 thread each, as the two
 # ranks share the machine) print the step's roofline, every matmul at
 # sgemm's rate for its shape and the other ops at the stream's; the larger
-# of the two is the floor. A peer's step over that floor is the highest
-# ratio any implementation on these GEMMs could reach against it (the
-# ceiling column; communication would only lower it).
+# of the two is the floor. A peer's step over that floor, the ceiling
+# column, is the ratio a step running at its roofline would reach with
+# communication free: passing it takes GEMMs faster than OpenBLAS's at the
+# step's shapes, or fewer FLOPs than the roofline counts (attention's
+# blocks of 64 queries run about a fifth more than the causal triangle).
 #
 #   bench/bench_peers.sh BUILD_DIR PYTHON PEERS_DIR [ROUNDS] [SHAPES] [ROWS]
 #   e.g. bench/bench_peers.sh build /tmp/peers-venv/venv/bin/python ../shared/peers 2 "tiny 124m"
