@@ -281,7 +281,6 @@ void ReferenceKernels::rmsnorm_backward(float* dinp, TypedPtr dw_out, const floa
   dw_f.store();
 }
 
-// out: (N,OC) = inp (N,C) @ w^T, w: (OC,C)
 namespace {
 
 // dbias (OC) += the column sums of d (N,OC), row after row; nothing for a
@@ -298,6 +297,7 @@ void add_column_sums(float* dbias, const float* d, int N, int OC) {
 
 }  // namespace
 
+// out: (N,OC) = inp (N,C) @ w^T, w: (OC,C)
 void ReferenceKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w_in,
                                       ConstTypedPtr bias_in, int N, int C, int OC) const {
   const Widened w_f(w_in, static_cast<std::size_t>(OC) * C);
