@@ -2,7 +2,10 @@
 // optimizer) gets to the machine's own sgemm rate, measured in the same
 // process. Prints one table per model, the time split by op, the matmuls
 // against sgemm at their own shapes, and the memory-bound ops against a
-// stream's bandwidth (STREAM's triad, measured in the same process).
+// stream's bandwidth (STREAM's triad, measured in the same process); then
+// the step against its roofline (those rates), and against the bound no
+// implementation can pass: its least FLOPs at the processor's measured
+// multiply-add peak (fma_peak.h).
 // --precision: gpt2-124m in bf16 against fp32 instead, in alternating
 // rounds; the 16-bit conversions' cost is what the ops that read or write
 // 16-bit parameters and gradients (matmuls, embeddings, norms, the
@@ -32,6 +35,7 @@
 
 #include "config/config.h"
 #include "config/hf_model_import.h"
+#include "fma_peak.h"
 #include "loader/plugin_loader.h"
 #include "stopwatch.h"
 #include "timed_kernels.h"
@@ -156,6 +160,7 @@ struct StepTimes {
   std::map<bench::GemmShape, bench::GemmTime> gemms;
   std::map<std::string, double> bytes;  // memory-bound ops' bytes per step
   std::map<std::string, double> flops;  // attention's executed FLOPs per step
+  std::map<std::string, double> least;  // attention's least FLOPs per step
 };
 
 StepTimes measure(const BenchModel& m, int threads, int steps, const char* precision) {
@@ -177,6 +182,8 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
       timed.seconds.clear();
       timed.gemms.clear();
       timed.bytes.clear();
+      timed.flops.clear();
+      timed.least.clear();
     }
     const auto t0 = Clock::now();
     r.strategy->begin_micro_step(true);
@@ -191,10 +198,12 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
       step_times.push_back(seconds(t0));
     }
   }
-  StepTimes t{median(step_times), total / steps, optimizer / steps, {}, info, timed.gemms, {}, {}};
+  StepTimes t{
+      median(step_times), total / steps, optimizer / steps, {}, info, timed.gemms, {}, {}, {}};
   for (const auto& [op, sec] : timed.seconds) t.ops[op] = sec / steps;
   for (const auto& [op, b] : timed.bytes) t.bytes[op] = b / steps;
   for (const auto& [op, f] : timed.flops) t.flops[op] = f / steps;
+  for (const auto& [op, f] : timed.least) t.least[op] = f / steps;
   return t;
 }
 
@@ -273,7 +282,26 @@ void step_roofline(const StepTimes& t, double gemms, double memory, double sgemm
       1e3 * bound, 1e3 * gemms, 1e3 * attention, 1e3 * memory, 1e3 * adam, 100.0 * bound / t.step);
 }
 
-void run(const BenchModel& m, int threads, int steps, double sgemm, double stream, double update) {
+// The step at the processor's multiply-add peak: its least FLOPs (the
+// matmuls as run, attention's exact causal triangle with no recomputation)
+// at the FMA loop's rate, everything else free. No implementation on this
+// machine steps faster, whatever its GEMM library; a peer's step over this
+// is the most any ratio against it can be.
+void step_bound(const StepTimes& t, int steps, const bench::FmaPeak& peak) {
+  if (peak.lanes == 0) return;
+  double matmuls = 0, attention = 0;
+  for (const auto& [shape, g] : t.gemms) matmuls += g.flops / steps;
+  for (const auto& [op, f] : t.least) attention += f;
+  const double bound = (matmuls + attention) / peak.flops_per_s;
+  std::printf(
+      "  step at the FMA peak: %.1f ms (its least FLOPs, %.2f G: matmuls %.2f G and attention's "
+      "causal triangle %.2f G, at %.1f GFLOP/s; all else free) = %.1f %% of the step\n",
+      1e3 * bound, (matmuls + attention) / 1e9, matmuls / 1e9, attention / 1e9,
+      peak.flops_per_s / 1e9, 100.0 * bound / t.step);
+}
+
+void run(const BenchModel& m, int threads, int steps, double sgemm, double stream, double update,
+         const bench::FmaPeak& peak) {
   const StepTimes t = measure(m, threads, steps, "fp32");
   const ModelInfo& info = t.info;
   const int B = m.batch, T = info.seq_len;
@@ -301,6 +329,7 @@ void run(const BenchModel& m, int threads, int steps, double sgemm, double strea
   const double gemms = gemm_roofline(t, steps);
   const double memory = stream_roofline(t, stream);
   step_roofline(t, gemms, memory, sgemm, update);
+  step_bound(t, steps, peak);
 }
 
 // The matmuls of one gpt2-124m step (N = 256 rows) alone, fp32 and bf16
@@ -423,6 +452,11 @@ int main(int argc, char** argv) {
     const double rate = sgemm_rate(2048, 2048, 2048, 7);
     std::printf("sgemm rate (2048^3, %d threads, median of 7): %.1f GFLOP/s\n", threads,
                 rate / 1e9);
+    const bench::FmaPeak peak = bench::fma_peak(threads, 5);
+    if (peak.lanes > 0)
+      std::printf(
+          "FMA peak (%d lanes, %d threads, median of 5): %.1f GFLOP/s; sgemm is %.1f %% of it\n",
+          peak.lanes, threads, peak.flops_per_s / 1e9, 100.0 * rate / peak.flops_per_s);
     const double stream = stream_rate(7);
     std::printf("stream triad (3 x 128 MiB, %d threads, median of 7): %.1f GB/s\n", threads,
                 stream / 1e9);
@@ -430,7 +464,7 @@ int main(int argc, char** argv) {
     std::printf("in-place stream (2 x 128 MiB, %d threads, median of 7): %.1f GB/s\n", threads,
                 update / 1e9);
     if (!chosen.preset.empty()) {
-      run(chosen, threads, steps, rate, stream, update);
+      run(chosen, threads, steps, rate, stream, update, peak);
       return 0;
     }
     const BenchModel models[] = {
@@ -440,7 +474,7 @@ int main(int argc, char** argv) {
          "seq_len = 256\n",
          "", 8, 0},
     };
-    for (const auto& m : models) run(m, threads, steps, rate, stream, update);
+    for (const auto& m : models) run(m, threads, steps, rate, stream, update, peak);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cpu_step: %s\n", e.what());
     return 1;

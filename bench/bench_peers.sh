@@ -20,6 +20,10 @@
 # communication free: passing it takes GEMMs faster than OpenBLAS's at the
 # step's shapes, or fewer FLOPs than the roofline counts (attention's
 # blocks of 64 queries run about a fifth more than the causal triangle).
+# The bound column is the peer's step over the least a step could take on
+# this processor by any implementation: its least FLOPs (attention's exact
+# triangle) at the measured multiply-add peak, all else free. A cell whose
+# bound is under 1.5 cannot reach the goal here.
 #
 #   bench/bench_peers.sh BUILD_DIR PYTHON PEERS_DIR [ROUNDS] [SHAPES] [ROWS]
 #   e.g. bench/bench_peers.sh build /tmp/peers-venv/venv/bin/python ../shared/peers 2 "tiny 124m"
@@ -96,7 +100,8 @@ run_peer() {  # run_peer NAME SHAPE PROGRAM ARGS...: its median step in $out/NAM
     "$python" -c 'import json, sys; print(json.load(sys.stdin)["median_step_s"])' > "$out/$name.s"
 }
 
-run_floor() {  # run_floor NAME SHAPE: the larger roofline (s) of two at once in $out/NAME.s
+run_floor() {  # run_floor NAME SHAPE: the larger roofline (s) of two at once in $out/NAME.s,
+  # the larger FMA-peak bound (s) in $out/NAME.bound.s
   local r pids=()
   for r in 0 1; do
     # shellcheck disable=SC2046
@@ -106,7 +111,12 @@ run_floor() {  # run_floor NAME SHAPE: the larger roofline (s) of two at once in
   for r in 0 1; do wait "${pids[$r]}" || { cat "$out/$1.$r.log"; exit 1; }; done
   sed -n 's/.*step against its roofline: \([0-9.]*\) ms.*/\1/p' "$out/$1.0.log" "$out/$1.1.log" |
     sort -g | tail -1 | awk '{ print $1 / 1000 }' > "$out/$1.s"
-  [ -s "$out/$1.s" ] || { cat "$out/$1.0.log"; exit 1; }
+  sed -n 's/.*step at the FMA peak: \([0-9.]*\) ms.*/\1/p' "$out/$1.0.log" "$out/$1.1.log" |
+    sort -g | tail -1 | awk '{ print $1 / 1000 }' > "$out/$1.bound.s"
+  if ! [ -s "$out/$1.s" ] || ! [ -s "$out/$1.bound.s" ]; then
+    cat "$out/$1.0.log"
+    exit 1
+  fi
 }
 
 for round in $(seq "$rounds"); do
@@ -125,13 +135,14 @@ done
 
 printf "world 2 (2 ranks x 1 thread, fp32), median step of rank 0; ratio = peer / ztrain (goal >= 1.5)\n"
 printf "%-5s %-14s %-17s %s\n" shape ztrain peer \
-  "per round: peer s, ztrain mpirun s (ratio), ztrain torchrun-style s (ratio), ceiling"
+  "per round: peer s, ztrain mpirun s (ratio), ztrain torchrun-style s (ratio), ceiling, bound"
 for shape in $shapes; do
   line=""
   for round in $(seq "$rounds"); do
-    line+=$(awk -v f="$(cat "$out/$shape.floor.$round.s")" 'BEGIN { printf "  %.3f", f }')
+    line+=$(awk -v f="$(cat "$out/$shape.floor.$round.s")" \
+      -v b="$(cat "$out/$shape.floor.$round.bound.s")" 'BEGIN { printf "  %.3f, %.3f", f, b }')
   done
-  printf "%-5s %-14s %-17s%s\n" "$shape" "(one rank's" "roofline, s)" "$line"
+  printf "%-5s %-14s %-17s%s\n" "$shape" "(one rank's" "roofline, peak s)" "$line"
   for row in $rows; do
     peers_of "$row" | while IFS=: read -r name _; do
       line=""
@@ -140,8 +151,9 @@ for shape in $shapes; do
         m=$(median "$shape.$row.mpi.$round" step_time_s)
         e=$(median "$shape.$row.env.$round" step_time_s)
         f=$(cat "$out/$shape.floor.$round.s")
-        line+=$(awk -v p="$p" -v m="$m" -v e="$e" -v f="$f" \
-          'BEGIN { printf "  %.3f, %.3f (%.2f), %.3f (%.2f), %.2f", p, m, p / m, e, p / e, p / f }')
+        b=$(cat "$out/$shape.floor.$round.bound.s")
+        line+=$(awk -v p="$p" -v m="$m" -v e="$e" -v f="$f" -v b="$b" 'BEGIN {
+          printf "  %.3f, %.3f (%.2f), %.3f (%.2f), %.2f, %.2f", p, m, p / m, e, p / e, p / f, p / b }')
       done
       printf "%-5s %-14s %-17s%s\n" "$shape" "$row" "$name" "$line"
     done

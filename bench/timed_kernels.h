@@ -4,7 +4,8 @@
 // benchmark can set each shape's rate beside sgemm's at that shape, and
 // the memory-bound ops with the bytes they must move (each operand read
 // or written once, fp32 activations; the small per-row and per-channel
-// vectors left out), to set beside a stream's bandwidth.
+// vectors left out), to set beside a stream's bandwidth; attention with the
+// FLOPs its GEMMs execute and the fewest any implementation must.
 #pragma once
 
 #include <algorithm>
@@ -34,6 +35,7 @@ class TimedKernels final : public Kernels {
   mutable std::map<GemmShape, GemmTime> gemms;
   mutable std::map<std::string, double> bytes;  // memory-bound ops only
   mutable std::map<std::string, double> flops;  // attention: what its GEMMs execute
+  mutable std::map<std::string, double> least;  // attention: what any implementation must
 
 #define ZTRAIN_TIMED(name, params, args)                                                    \
   void name params const override {                                                         \
@@ -47,6 +49,8 @@ class TimedKernels final : public Kernels {
       bytes[#name] += moved_;                                                               \
     if (const double f_ = executed(Op<&Kernels::name>{}, ZTRAIN_UNPAREN args); f_ > 0)      \
       flops[#name] += f_;                                                                   \
+    if (const double l_ = needed(Op<&Kernels::name>{}, ZTRAIN_UNPAREN args); l_ > 0)        \
+      least[#name] += l_;                                                                   \
   }
 #define ZTRAIN_UNPAREN(...) __VA_ARGS__
   ZTRAIN_KERNEL_OPS(ZTRAIN_TIMED)
@@ -158,6 +162,26 @@ class TimedKernels final : public Kernels {
                          const float*, const float*, const float*, const float*, const float*,
                          int B, int T, int NH, int, int hs, int, int) {
     return 5 * 2.0 * B * NH * hs * causal_blocks(T);
+  }
+
+  // Attention's FLOPs at the least: the causal triangle exactly (T (T+1) / 2
+  // scores per (batch, query head)), two products forward and four backward
+  // (an implementation that keeps the scores need not recompute them).
+  template <auto M, class... A>
+  static double needed(Op<M>, const A&...) {
+    return 0;
+  }
+  static double triangle(int T) {
+    return 0.5 * T * (T + 1.0);
+  }
+  static double needed(Op<&Kernels::attention_forward>, float*, float*, const float*, const float*,
+                       const float*, int B, int T, int NH, int, int hs, int, int) {
+    return 2 * 2.0 * B * NH * hs * triangle(T);
+  }
+  static double needed(Op<&Kernels::attention_backward>, float*, float*, float*, const float*,
+                       const float*, const float*, const float*, const float*, const float*, int B,
+                       int T, int NH, int, int hs, int, int) {
+    return 4 * 2.0 * B * NH * hs * triangle(T);
   }
 
   // matmul_forward (out, inp, w, bias, N, C, OC): 2 N C OC FLOPs;
