@@ -178,13 +178,7 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
   double total = 0, optimizer = 0;
   std::vector<double> step_times;
   for (int s = -2; s < steps; ++s) {  // two warm-up steps
-    if (s == 0) {
-      timed.seconds.clear();
-      timed.gemms.clear();
-      timed.bytes.clear();
-      timed.flops.clear();
-      timed.least.clear();
-    }
+    if (s == 0) timed.reset();
     const auto t0 = Clock::now();
     r.strategy->begin_micro_step(true);
     StepContext ctx(*r.strategy, params, timed, arena, losses, 1.0f);

@@ -100,6 +100,10 @@ run_peer() {  # run_peer NAME SHAPE PROGRAM ARGS...: its median step in $out/NAM
     "$python" -c 'import json, sys; print(json.load(sys.stdin)["median_step_s"])' > "$out/$name.s"
 }
 
+larger_s() {  # larger_s LABEL LOG...: the larger of the logs' "LABEL: X ms", in seconds
+  sed -n "s/.*$1: \([0-9.]*\) ms.*/\1/p" "${@:2}" | sort -g | tail -1 | awk '{ print $1 / 1000 }'
+}
+
 run_floor() {  # run_floor NAME SHAPE: the larger roofline (s) of two at once in $out/NAME.s,
   # the larger FMA-peak bound (s) in $out/NAME.bound.s
   local r pids=()
@@ -109,10 +113,8 @@ run_floor() {  # run_floor NAME SHAPE: the larger roofline (s) of two at once in
     pids+=($!)
   done
   for r in 0 1; do wait "${pids[$r]}" || { cat "$out/$1.$r.log"; exit 1; }; done
-  sed -n 's/.*step against its roofline: \([0-9.]*\) ms.*/\1/p' "$out/$1.0.log" "$out/$1.1.log" |
-    sort -g | tail -1 | awk '{ print $1 / 1000 }' > "$out/$1.s"
-  sed -n 's/.*step at the FMA peak: \([0-9.]*\) ms.*/\1/p' "$out/$1.0.log" "$out/$1.1.log" |
-    sort -g | tail -1 | awk '{ print $1 / 1000 }' > "$out/$1.bound.s"
+  larger_s "step against its roofline" "$out/$1".[01].log > "$out/$1.s"
+  larger_s "step at the FMA peak" "$out/$1".[01].log > "$out/$1.bound.s"
   if ! [ -s "$out/$1.s" ] || ! [ -s "$out/$1.bound.s" ]; then
     cat "$out/$1.0.log"
     exit 1

@@ -10,8 +10,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <chrono>
 #include <thread>
 #include <vector>
 

@@ -37,6 +37,15 @@ class TimedKernels final : public Kernels {
   mutable std::map<std::string, double> flops;  // attention: what its GEMMs execute
   mutable std::map<std::string, double> least;  // attention: what any implementation must
 
+  // Forgets everything counted so far (the warm-up steps').
+  void reset() const {
+    seconds.clear();
+    gemms.clear();
+    bytes.clear();
+    flops.clear();
+    least.clear();
+  }
+
 #define ZTRAIN_TIMED(name, params, args)                                                    \
   void name params const override {                                                         \
     const auto t0 = std::chrono::steady_clock::now();                                       \
