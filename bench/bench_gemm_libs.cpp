@@ -87,6 +87,7 @@ std::vector<Model> models() {
   };
   return {{"gpt2-124m 4x64", gpt2(256, 768, 50257, 12)},
           {"gpt2-tiny 8x256", gpt2(2048, 256, 4096, 4)},
+          {"gpt2-tiny 4x256 (a world-2 rank)", gpt2(1024, 256, 4096, 4)},
           {"gpt2-124m 8x1024", gpt2(8192, 768, 50257, 12)}};
 }
 

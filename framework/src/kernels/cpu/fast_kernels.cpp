@@ -95,9 +95,9 @@ std::size_t at_row(int r0, int C) {
   return static_cast<std::size_t>(r0) * static_cast<std::size_t>(C);
 }
 
-// Attention's softmax rows (vector_math.h says what each computes): the
-// AVX2 loops where the processor has them, the same in scalar code where
-// it does not.
+// Attention's softmax rows and rowsum(dO * O) (vector_math.h says what each
+// computes): the AVX2 loops where the processor has them, the same in scalar
+// code where it does not.
 float softmax_row(float* x, int n, int len) {
   if (vec::have_avx2_fma())
     return vec::softmax_row_avx2(x, static_cast<std::size_t>(n), static_cast<std::size_t>(len));
@@ -110,6 +110,13 @@ float softmax_row(float* x, int n, int len) {
   for (int i = 0; i < n; ++i) x[i] /= sum;
   std::fill(x + n, x + len, 0.0f);
   return maxv + std::log(sum);
+}
+
+float row_dot(const float* a, const float* b, int n) {
+  if (vec::have_avx2_fma()) return vec::dot_avx2(a, b, static_cast<std::size_t>(n));
+  float sum = 0;
+  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
 }
 
 void softmax_backward_row(float* p, float* dp, int n, int len, float lse, float d, float scale) {
@@ -598,10 +605,8 @@ class FastKernels final : public ReferenceKernels {
             float* pr = p + static_cast<std::size_t>(r) * t1;
             float* dr = ds + static_cast<std::size_t>(r) * t1;
             const float l = lse[bh * T + t];
-            const float* dor = dob + static_cast<std::size_t>(r) * C;
-            const float* orow = ob + static_cast<std::size_t>(r) * C;
-            float d = 0;
-            for (int i = 0; i < hs; ++i) d += dor[i] * orow[i];
+            const float d = row_dot(dob + static_cast<std::size_t>(r) * C,
+                                    ob + static_cast<std::size_t>(r) * C, hs);
             softmax_backward_row(pr, dr, t + 1, t1, l, d, scale);
           }
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, p, t1, dob, C,

@@ -315,6 +315,16 @@ ZTRAIN_AVX2 inline float hsum8(__m256 v) {
 
 }  // namespace
 
+ZTRAIN_AVX2 float dot_avx2(const float* a, const float* b, std::size_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float sum = hsum8(acc);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 ZTRAIN_AVX2 void add_avx2(float* out, const float* a, const float* b, std::size_t n) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8)

@@ -49,6 +49,10 @@ float softmax_row_avx2(float* x, std::size_t n, std::size_t len);
 void softmax_backward_row_avx2(float* p, float* dp, std::size_t n, std::size_t len, float lse,
                                float d, float scale);
 
+// The dot product of a and b, both (n): 8 partial sums in lanes, added in
+// a fixed order (attention's rowsum(dO * O) per query row).
+float dot_avx2(const float* a, const float* b, std::size_t n);
+
 // out = a + b; all (n). out may alias a or b.
 void add_avx2(float* out, const float* a, const float* b, std::size_t n);
 
