@@ -399,17 +399,11 @@ ZTRAIN_AVX2 void layernorm_backward_row_avx2(float* dinp, float* dw, float* db, 
 
 ZTRAIN_AVX2 float rmsnorm_row_avx2(float* out, const float* x, const float* w, std::size_t C,
                                    float eps) {
-  __m256 acc = _mm256_setzero_ps();
-  std::size_t i = 0;
-  for (; i + 8 <= C; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    acc = _mm256_fmadd_ps(v, v, acc);
-  }
-  float ss = hsum8(acc);
-  for (; i < C; ++i) ss += x[i] * x[i];
+  const float ss = dot_avx2(x, x, C);
   const float r = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
   const __m256 rv = _mm256_set1_ps(r);
-  for (i = 0; i + 8 <= C; i += 8)
+  std::size_t i = 0;
+  for (; i + 8 <= C; i += 8)
     _mm256_storeu_ps(
         out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), rv), _mm256_loadu_ps(w + i)));
   for (; i < C; ++i) out[i] = x[i] * r * w[i];

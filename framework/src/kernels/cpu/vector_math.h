@@ -50,7 +50,8 @@ void softmax_backward_row_avx2(float* p, float* dp, std::size_t n, std::size_t l
                                float d, float scale);
 
 // The dot product of a and b, both (n): 8 partial sums in lanes, added in
-// a fixed order (attention's rowsum(dO * O) per query row).
+// a fixed order (attention's rowsum(dO * O) per query row, RMSNorm's sum
+// of squares).
 float dot_avx2(const float* a, const float* b, std::size_t n);
 
 // out = a + b; all (n). out may alias a or b.
