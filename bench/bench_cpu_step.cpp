@@ -17,7 +17,6 @@
 //
 //   build/bin/bench_cpu_step [--threads N] [--steps N] [--precision [--rounds N]]
 //                            [--model M [--batch B] [--seq T]]
-#include <cblas.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +35,7 @@
 #include "config/config.h"
 #include "config/hf_model_import.h"
 #include "fma_peak.h"
+#include "kernels/cpu/blas.h"
 #include "loader/plugin_loader.h"
 #include "stopwatch.h"
 #include "timed_kernels.h"
@@ -59,8 +59,10 @@ double sgemm_rate(int M, int N, int K, int reps) {
   std::vector<double> rates;
   for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
-                0.0f, c.data(), N);
+    blas::sgemm(blas::Op::none, blas::Op::transpose, static_cast<std::size_t>(M),
+                static_cast<std::size_t>(N), static_cast<std::size_t>(K), 1.0f, a.data(),
+                static_cast<std::size_t>(K), b.data(), static_cast<std::size_t>(K), 0.0f, c.data(),
+                static_cast<std::size_t>(N));
     if (r > 0) rates.push_back(2.0 * M * N * K / seconds(t0));  // the first call warms up
   }
   return median(rates);
@@ -439,6 +441,8 @@ int main(int argc, char** argv) {
   }
   try {
     auto device = make_cpu_device(threads);  // sets the BLAS and TBB thread counts
+    std::printf("GEMMs: %s\n", blas::report().line().c_str());
+    if (const std::string w = blas::report().warning(); !w.empty()) std::printf("%s\n", w.c_str());
     if (precision) {
       compare_precision({"gpt2-124m", kGpt2_124m, "", 4, 0}, threads, steps, rounds);
       return 0;

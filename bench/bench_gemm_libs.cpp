@@ -1,6 +1,7 @@
 // bench_gemm_libs: the GEMM libraries packaged for this machine at the
 // shapes a training step runs, to choose by measurement (issue 34):
-// OpenBLAS (what the kernels call), oneDNN's dnnl_sgemm (Debian's
+// OpenBLAS (what the kernels call, through kernels/cpu/blas.h: the kernel
+// family libztrain chose, printed first), oneDNN's dnnl_sgemm (Debian's
 // libdnnl2, the CPU library PyTorch uses) and BLIS (Debian's libblis4, its
 // CBLAS layer). oneDNN and BLIS are opened at run time (dlopen, their own
 // symbols first), so this builds without them and says which are missing.
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "stopwatch.h"
 
 namespace {
@@ -37,7 +39,8 @@ using CblasSgemm = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, 
 using DnnlSgemm = int (*)(char, char, std::int64_t, std::int64_t, std::int64_t, float, const float*,
                           std::int64_t, const float*, std::int64_t, float, float*, std::int64_t);
 
-// C (M, N) = alpha op(A) op(B) + beta C, row-major, through one library.
+// C (M, N) = alpha op(A) op(B) + beta C, row-major, through one library
+// (neither function: ztrain's OpenBLAS).
 struct Library {
   std::string name;
   CblasSgemm cblas = nullptr;
@@ -48,8 +51,15 @@ struct Library {
       dnnl(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
       return;
     }
-    cblas(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
-          1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (cblas) {
+      cblas(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+            1.0f, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+    using ztrain::blas::Op;
+    auto z = [](int n) { return static_cast<std::size_t>(n); };
+    ztrain::blas::sgemm(ta ? Op::transpose : Op::none, tb ? Op::transpose : Op::none, z(M), z(N),
+                        z(K), 1.0f, A, z(lda), B, z(ldb), beta, C, z(ldc));
   }
 };
 
@@ -60,7 +70,7 @@ void* open_library(const char* file) {
 }
 
 std::vector<Library> libraries() {
-  std::vector<Library> out = {{"OpenBLAS", &cblas_sgemm, nullptr}};
+  std::vector<Library> out = {{"OpenBLAS", nullptr, nullptr}};
   if (void* h = open_library("libdnnl.so.2"))
     if (auto f = reinterpret_cast<DnnlSgemm>(::dlsym(h, "dnnl_sgemm")))
       out.push_back({"oneDNN", nullptr, f});
@@ -125,7 +135,9 @@ int main(int argc, char** argv) {
   ::setenv("OMP_NUM_THREADS", t.c_str(), 1);
   ::setenv("BLIS_NUM_THREADS", t.c_str(), 1);
   ::setenv("OMP_WAIT_POLICY", "passive", 1);
-  openblas_set_num_threads(threads);
+  ztrain::blas::require();
+  ztrain::blas::set_threads(threads);
+  std::printf("OpenBLAS: %s\n", ztrain::blas::report().line().c_str());
   const std::vector<Library> libs = libraries();
   const char* forms[] = {"forward", "dinp", "dW"};
   std::printf("GFLOP/s, %d threads, median of %d\n", threads, reps);

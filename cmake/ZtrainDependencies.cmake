@@ -25,11 +25,13 @@ pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 find_package(Protobuf 3.12 REQUIRED)
 
 # OpenBLAS ships a config file with variables only; wrap it in a target.
+# libztrain takes only its headers: it opens the library itself at load
+# time, after choosing its kernels (framework/src/kernels/cpu/blas.h says
+# why).
 find_package(OpenBLAS CONFIG REQUIRED)
-if(NOT TARGET ztrain_openblas)
-  add_library(ztrain_openblas INTERFACE IMPORTED)
-  target_include_directories(ztrain_openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
-  target_link_libraries(ztrain_openblas INTERFACE ${OpenBLAS_LIBRARIES})
+if(NOT TARGET ztrain_openblas_headers)
+  add_library(ztrain_openblas_headers INTERFACE IMPORTED)
+  target_include_directories(ztrain_openblas_headers INTERFACE ${OpenBLAS_INCLUDE_DIRS})
 endif()
 
 # CUDA and NCCL are optional: with the toolkit (nvcc and the libraries)

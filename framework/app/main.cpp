@@ -27,6 +27,7 @@
 #include "io/fault_plan.h"
 #include "job/launcher.h"
 #include "job/local_ranks.h"
+#include "kernels/cpu/blas.h"
 #include "loader/plugin_loader.h"
 #include "shard/aio_fault.h"
 #include "train/trainer.h"
@@ -137,8 +138,14 @@ std::vector<std::string> comma_list(const std::string& text) {
 
 // The plugins found, then the files of the search directories that were
 // not taken and why: a plugin built for another ztrain must not just be
-// missing from the list.
-int list_plugins(const ztrain::PluginLoader& loader) {
+// missing from the list. With -v, first the GEMM library and kernels the
+// cpu device would run.
+int list_plugins(const ztrain::PluginLoader& loader, bool verbose) {
+  if (verbose) {
+    const ztrain::blas::Report& gemms = ztrain::blas::report();
+    std::cout << "GEMMs: " << gemms.line() << "\n";
+    if (const std::string w = gemms.warning(); !w.empty()) std::cout << w << "\n";
+  }
   const auto scan = loader.load_all();
   if (scan.plugins.empty()) {
     std::cout << "no plugins found; searched:\n";
@@ -351,7 +358,7 @@ std::optional<int> tool_command(const Cli& c) {
     if (c.positional.size() > 1)
       throw ztrain::ConfigError("'ztrain plugins' takes no arguments (got '" + c.positional[1] +
                                 "')");
-    return list_plugins(c.loader());
+    return list_plugins(c.loader(), c.verbose);
   }
   if (command == "convert-deepspeed") {
     expect_words(c, 3,

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "core/host_threads.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/kernel_ops.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -23,7 +24,8 @@ class GuardedDevice final : public Device {
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override {
-    return "cpu (" + std::to_string(threads_.count()) + " threads), device tier guarded";
+    return "cpu (" + std::to_string(threads_.count()) + " threads, " + blas::report().brief() +
+           "), device tier guarded";
   }
   int threads() const override { return threads_.count(); }
   bool host_visible(Tier tier) const override { return tier != Tier::device; }

@@ -4,7 +4,8 @@
 // CUDA backend's entry table (kit/cuda_backend_abi.h), the process-wide
 // temporary files and signal handling (core/temp_files.h, core/signals.h),
 // the host's thread limit and name (core/host_threads.h, core/host_name.h),
-// the reference kernels (kernels/cpu/reference_kernels.h) and a test's
+// the reference kernels (kernels/cpu/reference_kernels.h), the GEMM library
+// and its kernel family's choice (kernels/cpu/blas.h, blas_core.h) and a test's
 // fault of the NVMe tier (shard/aio_fault.h).
 //
 // These headers are not installed and carry no compatibility promise: a

@@ -18,6 +18,7 @@
 #include "job/memory_check.h"
 #include "job/placement.h"
 #include "job/rank_agreement.h"
+#include "kernels/cpu/blas.h"
 #include "loader/cuda_loader.h"
 #include "train/run_parts.h"
 #include "ztrain/error.h"
@@ -103,6 +104,9 @@ void open_device(Run& run) {
     run.host_kernels = make_cpu_kernels();
   }
   run.device->set_budget(Tier::device, dev.memory_limit);
+  // The model's GEMMs run on the cpu kernels only on a cpu device.
+  if (run.device->kind() == DeviceKind::cpu)
+    if (std::string w = blas::report().warning(); !w.empty()) run.config_notes.push_back(w);
 }
 
 Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,

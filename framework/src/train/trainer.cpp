@@ -14,6 +14,7 @@
 #include "job/job_figures.h"
 #include "job/job_start.h"
 #include "job/run_outputs.h"
+#include "kernels/cpu/blas.h"
 #include "train/generation.h"
 #include "train/run_report.h"
 #include "train/step_agreement.h"
@@ -513,6 +514,7 @@ TrainResult train_run(const TrainArgs& args) {
   // Held until the run and everything it writes are done.
   std::unique_ptr<OutDirLock> out_dir_lock = lock_out_dir(resolve_out_dir(job.config), *job.comm);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
+  if (args.verbose) std::fprintf(stderr, "[ztrain] GEMMs: %s\n", blas::report().line().c_str());
   const std::string strategy = job.config.plugin("strategy", "ddp");
   Run run =
       with_memory_hint(strategy, [&] { return assemble(std::move(job.comm), job.config, loader); });

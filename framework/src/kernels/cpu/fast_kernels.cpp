@@ -1,8 +1,6 @@
 // The fast cpu kernels: where the reference loops leave the machine idle,
 // these restructure the op around BLAS or vector-friendly loops. Each
 // overrides its ReferenceKernels twin and is tested against it.
-#include <cblas.h>
-
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/adamw_runs.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/reference_kernels.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -20,8 +19,8 @@ namespace {
 // cores); the previous thread count comes back when the scope ends.
 class SingleThreadedBlas {
  public:
-  SingleThreadedBlas() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-  ~SingleThreadedBlas() { openblas_set_num_threads(saved_); }
+  SingleThreadedBlas() : saved_(blas::threads()) { blas::set_threads(1); }
+  ~SingleThreadedBlas() { blas::set_threads(saved_); }
   SingleThreadedBlas(const SingleThreadedBlas&) = delete;
   SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
 
@@ -375,7 +374,7 @@ class FastKernels final : public ReferenceKernels {
           std::copy(bb, bb + nr, out + static_cast<std::size_t>(n) * OC + o0);
         beta = 1.0f;
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, nr, C, 1.0f, inp, C, wb, C, beta,
+      blas::sgemm(blas::Op::none, blas::Op::transpose, N, nr, C, 1.0f, inp, C, wb, C, beta,
                   out + o0, OC);
     });
   }
@@ -413,9 +412,8 @@ class FastKernels final : public ReferenceKernels {
         oneapi::tbb::parallel_for(0, ceil_div(N, kDinpRows) * col_blocks, [&](int blk) {
           const int n0 = blk / col_blocks * kDinpRows, nn = std::min(N, n0 + kDinpRows) - n0;
           const int c0 = blk % col_blocks * kDinpCols, nc = std::min(C, c0 + kDinpCols) - c0;
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nn, nc, no, 1.0f,
-                      dout + at_row(n0, OC) + o0, OC, tile + c0, C, 1.0f, dinp + at_row(n0, C) + c0,
-                      C);
+          blas::sgemm(blas::Op::none, blas::Op::none, nn, nc, no, 1.0f, dout + at_row(n0, OC) + o0,
+                      OC, tile + c0, C, 1.0f, dinp + at_row(n0, C) + c0, C);
         });
       }
     }
@@ -425,7 +423,7 @@ class FastKernels final : public ReferenceKernels {
         const int o0 = blk * rows, nr = std::min(OC, o0 + rows) - o0;
         float* tile = scratch(0, at_row(nr, C)).data();
         vec::to_f32(dw.at(at_row(o0, C)), tile, at_row(nr, C));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, C, N, 1.0f, dout + o0, OC, inp, C,
+        blas::sgemm(blas::Op::transpose, blas::Op::none, nr, C, N, 1.0f, dout + o0, OC, inp, C,
                     1.0f, tile, C);
         vec::from_f32(tile, dw.at(at_row(o0, C)), at_row(nr, C));
       });
@@ -560,13 +558,13 @@ class FastKernels final : public ReferenceKernels {
       float* s = scratch(0, static_cast<std::size_t>(kQueryBlock) * T).data();
       for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
         const int t1 = std::min(T, t0 + kQueryBlock), rows = t1 - t0;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, scale,
+        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, t1, hs, scale,
                     qh + static_cast<std::size_t>(t0) * q_stride, q_stride, kh, kv_stride, 0.0f, s,
                     t1);
         for (int r = 0; r < rows; ++r)
           lh[t0 + r] = softmax_row(s + static_cast<std::size_t>(r) * t1, t0 + r + 1, t1);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, s, t1, vh,
-                    kv_stride, 0.0f, oh + static_cast<std::size_t>(t0) * C, C);
+        blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, t1, 1.0f, s, t1, vh, kv_stride, 0.0f,
+                    oh + static_cast<std::size_t>(t0) * C, C);
       }
     });
   }
@@ -596,10 +594,10 @@ class FastKernels final : public ReferenceKernels {
           const float* qb = q + q_off + static_cast<std::size_t>(t0) * q_stride;
           const float* dob = dout + o_off + static_cast<std::size_t>(t0) * C;
           const float* ob = out + o_off + static_cast<std::size_t>(t0) * C;
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, scale, qb, q_stride,
+          blas::sgemm(blas::Op::none, blas::Op::transpose, rows, t1, hs, scale, qb, q_stride,
                       k + kv_off, kv_stride, 0.0f, p, t1);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, 1.0f, dob, C,
-                      v + kv_off, kv_stride, 0.0f, ds, t1);
+          blas::sgemm(blas::Op::none, blas::Op::transpose, rows, t1, hs, 1.0f, dob, C, v + kv_off,
+                      kv_stride, 0.0f, ds, t1);
           for (int r = 0; r < rows; ++r) {
             const int t = t0 + r;
             float* pr = p + static_cast<std::size_t>(r) * t1;
@@ -609,13 +607,13 @@ class FastKernels final : public ReferenceKernels {
                                     ob + static_cast<std::size_t>(r) * C, hs);
             softmax_backward_row(pr, dr, t + 1, t1, l, d, scale);
           }
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, p, t1, dob, C,
-                      1.0f, dv + kv_off, kv_stride);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, ds, t1,
-                      k + kv_off, kv_stride, 1.0f,
-                      dq + q_off + static_cast<std::size_t>(t0) * q_stride, q_stride);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, ds, t1, qb,
-                      q_stride, 1.0f, dk + kv_off, kv_stride);
+          blas::sgemm(blas::Op::transpose, blas::Op::none, t1, hs, rows, 1.0f, p, t1, dob, C, 1.0f,
+                      dv + kv_off, kv_stride);
+          blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, t1, 1.0f, ds, t1, k + kv_off,
+                      kv_stride, 1.0f, dq + q_off + static_cast<std::size_t>(t0) * q_stride,
+                      q_stride);
+          blas::sgemm(blas::Op::transpose, blas::Op::none, t1, hs, rows, 1.0f, ds, t1, qb, q_stride,
+                      1.0f, dk + kv_off, kv_stride);
         }
       }
     });

@@ -6,8 +6,6 @@
 // them.
 #include "kernels/cpu/reference_kernels.h"
 
-#include <cblas.h>
-
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/adamw_runs.h"
+#include "kernels/cpu/blas.h"
 
 namespace ztrain {
 namespace {
@@ -310,7 +309,7 @@ void ReferenceKernels::matmul_forward(float* out, const float* inp, ConstTypedPt
                   [&](std::size_t n) { std::copy(bias, bias + OC, out + n * OC); });
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+  blas::sgemm(blas::Op::none, blas::Op::transpose, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
 void ReferenceKernels::matmul_backward(float* dinp, TypedPtr dw_out, TypedPtr dbias_out,
@@ -324,13 +323,11 @@ void ReferenceKernels::matmul_backward(float* dinp, TypedPtr dw_out, TypedPtr db
   float* dbias = dbias_f.get();
   // dinp (N,C) += dout (N,OC) @ w (OC,C)
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
-                dinp, C);
+    blas::sgemm(blas::Op::none, blas::Op::none, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
   // dw (OC,C) += dout^T (OC,N) @ inp (N,C); null when the fast kernels
   // compute it themselves.
   if (dw)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
-                C);
+    blas::sgemm(blas::Op::transpose, blas::Op::none, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
   add_column_sums(dbias, dout, N, OC);
   dw_f.store();
   dbias_f.store();
