@@ -53,17 +53,16 @@ double seconds(Clock::time_point t0) {
 
 // Median of several runs of C (M,N) = A (M,K) B^T with the device's threads
 // (the median on both sides of the ratio: a noisy neighbour moves neither).
-double sgemm_rate(int M, int N, int K, int reps) {
-  std::vector<float> a(static_cast<std::size_t>(M) * K, 0.5f),
-      b(static_cast<std::size_t>(N) * K, 0.25f), c(static_cast<std::size_t>(M) * N);
+double sgemm_rate(std::size_t M, std::size_t N, std::size_t K, int reps) {
+  std::vector<float> a(M * K, 0.5f), b(N * K, 0.25f), c(M * N);
   std::vector<double> rates;
   for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = Clock::now();
-    blas::sgemm(blas::Op::none, blas::Op::transpose, static_cast<std::size_t>(M),
-                static_cast<std::size_t>(N), static_cast<std::size_t>(K), 1.0f, a.data(),
-                static_cast<std::size_t>(K), b.data(), static_cast<std::size_t>(K), 0.0f, c.data(),
-                static_cast<std::size_t>(N));
-    if (r > 0) rates.push_back(2.0 * M * N * K / seconds(t0));  // the first call warms up
+    blas::sgemm(blas::Op::none, blas::Op::transpose, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f,
+                c.data(), N);
+    if (r > 0)
+      rates.push_back(2.0 * double(M) * double(N) * double(K) /
+                      seconds(t0));  // the first call warms up
   }
   return median(rates);
 }
@@ -211,7 +210,7 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
 // this is the roofline of its largest part. Returns the seconds a step's
 // matmuls would take at those rates.
 double gemm_roofline(const StepTimes& t, int steps) {
-  std::map<std::tuple<int, int, int>, double> rate_at;
+  std::map<std::tuple<std::size_t, std::size_t, std::size_t>, double> rate_at;
   double took = 0, at_sgemm = 0;
   std::printf("  matmuls against sgemm at their shapes (out N x OC = N x C by (OC x C)^T):\n");
   for (const auto& [shape, g] : t.gemms) {
@@ -222,7 +221,7 @@ double gemm_roofline(const StepTimes& t, int steps) {
     took += g.seconds / steps;
     at_sgemm += g.flops / rate / steps;
     std::printf(
-        "    %-16s N=%5d C=%5d OC=%5d  %6.2f ms/step  %6.1f GFLOP/s  sgemm %6.1f  %5.1f %%\n",
+        "    %-16s N=%5zu C=%5zu OC=%5zu  %6.2f ms/step  %6.1f GFLOP/s  sgemm %6.1f  %5.1f %%\n",
         op.c_str(), N, C, OC, 1e3 * g.seconds / steps, achieved / 1e9, rate / 1e9,
         100.0 * achieved / rate);
   }
@@ -334,39 +333,40 @@ void run(const BenchModel& m, int threads, int steps, double sgemm, double strea
 double matmul_precision(const Kernels& k, int reps) {
   struct Shape {
     const char* what;
-    int C, OC, per_step;
+    std::size_t C, OC;
+    int per_step;
   };
   const Shape shapes[] = {{"qkv", 768, 2304, 12},
                           {"attention proj", 768, 768, 12},
                           {"mlp fc", 768, 3072, 12},
                           {"mlp proj", 3072, 768, 12},
                           {"lm head", 768, 50257, 1}};
-  const int N = 256;
+  const std::size_t N = 256;
   double f32_total = 0, bf16_total = 0;
-  std::printf("  matmuls alone (N=%d, forward + backward, best of %d):\n", N, reps);
+  std::printf("  matmuls alone (N=%zu, forward + backward, best of %d):\n", N, reps);
   for (const auto& sh : shapes) {
-    const std::size_t wn = static_cast<std::size_t>(sh.OC) * sh.C;
-    std::vector<float> inp(static_cast<std::size_t>(N) * sh.C, 0.5f), w(wn, 0.01f), dw(wn, 0.0f),
-        out(static_cast<std::size_t>(N) * sh.OC), dout(out.size(), 0.001f), dinp(inp.size());
+    const std::size_t wn = sh.OC * sh.C;
+    const MatmulShape shape{N, sh.C, sh.OC};
+    std::vector<float> inp(N * sh.C, 0.5f), w(wn, 0.01f), dw(wn, 0.0f), out(N * sh.OC),
+        dout(out.size(), 0.001f), dinp(inp.size());
     std::vector<std::uint16_t> w16(wn), dw16(wn, 0);
     convert(w.data(), DType::f32, w16.data(), DType::bf16, wn);
     double t32 = 1e30, t16 = 1e30;
     for (int r = 0; r < reps; ++r) {
       auto t0 = Clock::now();
-      k.matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, sh.C, sh.OC);
-      k.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, sh.C,
-                        sh.OC);
+      k.matmul_forward(out.data(), inp.data(), w.data(), nullptr, shape);
+      k.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), shape);
       t32 = std::min(t32, seconds(t0));
       t0 = Clock::now();
       const ConstTypedPtr wb(w16.data(), DType::bf16);
-      k.matmul_forward(out.data(), inp.data(), wb, nullptr, N, sh.C, sh.OC);
+      k.matmul_forward(out.data(), inp.data(), wb, nullptr, shape);
       k.matmul_backward(dinp.data(), TypedPtr(dw16.data(), DType::bf16), nullptr, dout.data(),
-                        inp.data(), wb, N, sh.C, sh.OC);
+                        inp.data(), wb, shape);
       t16 = std::min(t16, seconds(t0));
     }
     f32_total += sh.per_step * t32;
     bf16_total += sh.per_step * t16;
-    std::printf("    %-16s C=%4d OC=%5d  fp32 %7.2f ms  bf16 %7.2f ms  (x%.3f)\n", sh.what, sh.C,
+    std::printf("    %-16s C=%4zu OC=%5zu  fp32 %7.2f ms  bf16 %7.2f ms  (x%.3f)\n", sh.what, sh.C,
                 sh.OC, 1e3 * t32, 1e3 * t16, t16 / t32);
   }
   std::printf("    per step: fp32 %.0f ms, bf16 %.0f ms\n", 1e3 * f32_total, 1e3 * bf16_total);

@@ -59,31 +59,32 @@ int main(int argc, char** argv) {
   auto& dev = static_cast<ztrain::cuda::CudaDevice&>(*dev_owner);
   const auto k = ztrain::cuda::make_cuda_kernels(dev, {true, DType::bf16});
   const auto k32 = ztrain::cuda::make_cuda_kernels(dev, {});
-  const int B = 8, T = 1024, C = 768, NH = 12, hs = 64, V = 50257, N = B * T;
+  const std::size_t B = 8, T = 1024, C = 768, NH = 12, hs = 64, V = 50257, N = B * T;
   auto buf = [&](std::size_t bytes) {
     return dev.allocate(Tier::device, Category::activations, bytes, Fill::zeros);
   };
-  auto x = buf(4ull * N * 4 * C), y = buf(4ull * N * 4 * C), dy = buf(4ull * N * 4 * C);
-  auto w = buf(4ull * V * C), dw = buf(4ull * V * C);  // up to the lm head (V, C)
-  auto logits = buf(4ull * N * V);
-  auto lse = buf(4ull * B * NH * T), loss = buf(4ull * N);
-  auto tokens = buf(4ull * N);
+  auto x = buf(4 * N * 4 * C), y = buf(4 * N * 4 * C), dy = buf(4 * N * 4 * C);
+  auto w = buf(4 * V * C), dw = buf(4 * V * C);  // up to the lm head (V, C)
+  auto logits = buf(4 * N * V);
+  auto lse = buf(4 * B * NH * T), loss = buf(4 * N);
+  auto tokens = buf(4 * N);
   dev.synchronize();
   std::printf("%s\n", dev.name().c_str());
   std::printf("| op | shape | ms | rate |\n|---|---|---|---|\n");
-  auto gemm_row = [&](const char* name, const ztrain::Kernels& kk, DType t, int OC, bool backward) {
+  auto gemm_row = [&](const char* name, const ztrain::Kernels& kk, DType t, std::size_t OC,
+                      bool backward) {
     const ztrain::ConstTypedPtr wp{w.data(), t};
     const double flops = 2.0 * N * C * OC * (backward ? 2 : 1);
     float* out = OC > 4 * C ? logits.as<float>() : y.as<float>();  // (N, OC)
     const double ms = median_ms(dev, [&] {
       if (backward)
-        kk.matmul_backward(x.as<float>(), {dw.data(), t}, nullptr, out, x.as<float>(), wp, N, C,
-                           OC);
+        kk.matmul_backward(x.as<float>(), {dw.data(), t}, nullptr, out, x.as<float>(), wp,
+                           {N, C, OC});
       else
-        kk.matmul_forward(out, x.as<float>(), wp, nullptr, N, C, OC);
+        kk.matmul_forward(out, x.as<float>(), wp, nullptr, {N, C, OC});
     });
-    std::printf("| %s | %d x %d x %d | %.3f | %.0f TFLOP/s (%.0f %% of %.0f) |\n", name, N, C, OC,
-                ms, flops / ms / 1e9, 100.0 * flops / ms / 1e9 / peak, peak);
+    std::printf("| %s | %zu x %zu x %zu | %.3f | %.0f TFLOP/s (%.0f %% of %.0f) |\n", name, N, C,
+                OC, ms, flops / ms / 1e9, 100.0 * flops / ms / 1e9 / peak, peak);
   };
   gemm_row("matmul fwd bf16", *k, DType::bf16, 4 * C, false);
   gemm_row("matmul bwd bf16", *k, DType::bf16, 4 * C, true);
@@ -94,23 +95,22 @@ int main(int argc, char** argv) {
   // tensor-core GEMMs on bf16 operands (a bf16 run's).
   for (const auto& [name, ak] : {std::pair{"fp32 flash", k32.get()}, {"bf16 GEMMs", k.get()}}) {
     const float* q = x.as<float>();
-    const int stride = 3 * C;
+    const ztrain::AttentionShape shape{B, T, NH, NH, hs, 3 * C, 3 * C};
     // Causal: half the T x T scores; forward 2 GEMMs, backward 5 (FLOPs as
     // FlashAttention counts them).
     const double fwd_flops = 4.0 * B * NH * T * T * hs / 2;
     const double ms_f = median_ms(dev, [&] {
-      ak->attention_forward(y.as<float>(), lse.as<float>(), q, q + C, q + 2 * C, B, T, NH, NH, hs,
-                            stride, stride);
+      ak->attention_forward(y.as<float>(), lse.as<float>(), {q, q + C, q + 2 * C}, shape);
     });
-    std::printf("| attention fwd, %s | B %d T %d NH %d hs %d | %.3f | %.1f TFLOP/s |\n", name, B, T,
-                NH, hs, ms_f, fwd_flops / ms_f / 1e9);
+    std::printf("| attention fwd, %s | B %zu T %zu NH %zu hs %zu | %.3f | %.1f TFLOP/s |\n", name,
+                B, T, NH, hs, ms_f, fwd_flops / ms_f / 1e9);
     float* d = dy.as<float>();
     const double ms_b = median_ms(dev, [&] {
-      ak->attention_backward(d, d + C, d + 2 * C, y.as<float>(), y.as<float>(), q, q + C, q + 2 * C,
-                             lse.as<float>(), B, T, NH, NH, hs, stride, stride);
+      ak->attention_backward({d, d + C, d + 2 * C}, y.as<float>(), y.as<float>(),
+                             {q, q + C, q + 2 * C}, lse.as<float>(), shape);
     });
-    std::printf("| attention bwd, %s | B %d T %d NH %d hs %d | %.3f | %.1f TFLOP/s |\n", name, B, T,
-                NH, hs, ms_b, 2.5 * fwd_flops / ms_b / 1e9);
+    std::printf("| attention bwd, %s | B %zu T %zu NH %zu hs %zu | %.3f | %.1f TFLOP/s |\n", name,
+                B, T, NH, hs, ms_b, 2.5 * fwd_flops / ms_b / 1e9);
   }
   auto bytes_row = [&](const char* name, double bytes, const std::function<void()>& f) {
     const double ms = median_ms(dev, f);
@@ -118,15 +118,16 @@ int main(int argc, char** argv) {
   };
   bytes_row("layernorm fwd", 8.0 * N * C, [&] {
     k->layernorm_forward(y.as<float>(), lse.as<float>(), loss.as<float>(), x.as<float>(),
-                         w.as<float>(), w.as<float>(), N, C, 1e-5f);
+                         w.as<float>(), w.as<float>(), {N, C}, 1e-5f);
   });
-  bytes_row("gelu fwd", 8.0 * N * 4 * C,
-            [&] { k->gelu_forward(y.as<float>(), x.as<float>(), w.as<float>(), N, 4 * C); });
+  bytes_row("gelu fwd", 8.0 * N * 4 * C, [&] {
+    k->gelu_forward(y.as<float>(), x.as<float>(), w.as<float>(), {N, 4 * C});
+  });
   bytes_row("softmax xent fwd", 8.0 * N * V, [&] {
     k->softmax_crossentropy_forward(loss.as<float>(), logits.as<float>(), tokens.as<std::int32_t>(),
-                                    N, V);
+                                    {N, V});
   });
-  const std::size_t n = std::size_t{4} * C * C;
+  const std::size_t n = 4 * C * C;
   ztrain::Buffer scalars = dev.allocate(Tier::device, Category::grads, sizeof(ztrain::StepScalars));
   const ztrain::StepScalars unit;  // multiplier 1, not skipped
   dev.copy(scalars.data(), &unit, sizeof unit);

@@ -34,13 +34,16 @@ void run_head(const Kernels& k, Head& h, int rows) {
   const float dloss = 1.0f / static_cast<float>(h.N);
   for (int r0 = 0; r0 < h.N; r0 += rows) {
     const int n = std::min(h.N, r0 + rows) - r0;
-    const float* x = h.lnf.data() + static_cast<std::size_t>(r0) * h.C;
-    k.matmul_forward(h.logits.data(), x, h.w.data(), nullptr, n, h.C, h.V);
-    k.softmax_crossentropy_forward(h.losses.data() + r0, h.logits.data(), h.targets.data() + r0, n,
-                                   h.V);
-    k.softmax_crossentropy_backward(h.logits.data(), h.targets.data() + r0, dloss, n, h.V);
-    k.matmul_backward(h.dlnf.data() + static_cast<std::size_t>(r0) * h.C, h.dw.data(), nullptr,
-                      h.logits.data(), x, h.w.data(), n, h.C, h.V);
+    const std::size_t at = static_cast<std::size_t>(r0) * h.C;
+    const std::size_t nr = static_cast<std::size_t>(n), C = static_cast<std::size_t>(h.C),
+                      V = static_cast<std::size_t>(h.V);
+    const float* x = h.lnf.data() + at;
+    k.matmul_forward(h.logits.data(), x, h.w.data(), nullptr, {nr, C, V});
+    k.softmax_crossentropy_forward(h.losses.data() + r0, h.logits.data(), h.targets.data() + r0,
+                                   {nr, V});
+    k.softmax_crossentropy_backward(h.logits.data(), h.targets.data() + r0, dloss, {nr, V});
+    k.matmul_backward(h.dlnf.data() + at, h.dw.data(), nullptr, h.logits.data(), x, h.w.data(),
+                      {nr, C, V});
   }
 }
 

@@ -13,7 +13,6 @@
 #include <map>
 #include <string>
 #include <tuple>
-#include <type_traits>
 
 #include "kernels/kernel_ops.h"
 #include "ztrain/kernels.h"
@@ -26,7 +25,7 @@ struct GemmTime {
   long calls = 0;
 };
 // (op, N, C, OC): out (N, OC) = inp (N, C) W (OC, C)^T.
-using GemmShape = std::tuple<std::string, int, int, int>;
+using GemmShape = std::tuple<std::string, std::size_t, std::size_t, std::size_t>;
 
 class TimedKernels final : public Kernels {
  public:
@@ -46,14 +45,14 @@ class TimedKernels final : public Kernels {
     least.clear();
   }
 
-#define ZTRAIN_TIMED(name, params, args)                                                    \
-  void name params const override {                                                         \
+#define ZTRAIN_TIMED(name, args)                                                            \
+  void name ZTRAIN_KERNEL_PARAMS_##name const override {                                    \
     const auto t0 = std::chrono::steady_clock::now();                                       \
     k_.name args;                                                                           \
     const double dt =                                                                       \
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();       \
     seconds[#name] += dt;                                                                   \
-    [&](const auto&... x) { note_gemm(#name, dt, x...); } args;                             \
+    note_gemm(Op<&Kernels::name>{}, dt, ZTRAIN_UNPAREN args);                               \
     if (const double moved_ = moved(Op<&Kernels::name>{}, ZTRAIN_UNPAREN args); moved_ > 0) \
       bytes[#name] += moved_;                                                               \
     if (const double f_ = executed(Op<&Kernels::name>{}, ZTRAIN_UNPAREN args); f_ > 0)      \
@@ -79,72 +78,79 @@ class TimedKernels final : public Kernels {
   static double f32(double elements) {
     return 4 * elements;
   }
+  static double elements(RowShape s) {
+    return static_cast<double>(s.N) * static_cast<double>(s.C);
+  }
+  static double elements(TokenShape s) {
+    return static_cast<double>(s.B * s.T) * static_cast<double>(s.C);
+  }
+  static double elements(HeadShape s) {
+    return static_cast<double>(s.B * s.T) * static_cast<double>(s.H * s.hs);
+  }
   static double moved(Op<&Kernels::embedding_forward>, float*, const std::int32_t*, ConstTypedPtr,
-                      ConstTypedPtr wpe, int B, int T, int C) {
-    return f32(double(B) * T * C * (wpe.data ? 3 : 2));  // rows read, out written
+                      ConstTypedPtr wpe, TokenShape s) {
+    return f32(elements(s) * (wpe.data ? 3 : 2));  // rows read, out written
   }
   static double moved(Op<&Kernels::embedding_backward>, TypedPtr, TypedPtr, const float*,
-                      const std::int32_t*, int B, int T, int C) {
-    return f32(3.0 * B * T * C);  // dout read, gradient rows read and written
+                      const std::int32_t*, TokenShape s) {
+    return f32(3 * elements(s));  // dout read, gradient rows read and written
   }
   static double moved(Op<&Kernels::layernorm_forward>, float*, float*, float*, const float*,
-                      ConstTypedPtr, ConstTypedPtr, int N, int C, float) {
-    return f32(2.0 * N * C);
+                      ConstTypedPtr, ConstTypedPtr, RowShape s, float) {
+    return f32(2 * elements(s));
   }
   static double moved(Op<&Kernels::layernorm_backward>, float*, TypedPtr, TypedPtr, const float*,
-                      const float*, ConstTypedPtr, const float*, const float*, int N, int C) {
-    return f32(4.0 * N * C);  // dout, inp and dinp read, dinp written (it accumulates)
+                      const float*, ConstTypedPtr, const float*, const float*, RowShape s) {
+    return f32(4 * elements(s));  // dout, inp and dinp read, dinp written (it accumulates)
   }
   static double moved(Op<&Kernels::add_layernorm_forward>, float*, float*, float*, float*,
-                      const float*, const float*, ConstTypedPtr, ConstTypedPtr, int N, int C,
-                      float) {
-    return f32(4.0 * N * C);  // a and b read, res and out written
+                      const float*, const float*, ConstTypedPtr, ConstTypedPtr, RowShape s, float) {
+    return f32(4 * elements(s));  // a and b read, res and out written
   }
   static double moved(Op<&Kernels::add_rmsnorm_forward>, float*, float*, float*, const float*,
-                      const float*, ConstTypedPtr, int N, int C, float) {
-    return f32(4.0 * N * C);
+                      const float*, ConstTypedPtr, RowShape s, float) {
+    return f32(4 * elements(s));
   }
   static double moved(Op<&Kernels::rmsnorm_forward>, float*, float*, const float*, ConstTypedPtr,
-                      int N, int C, float) {
-    return f32(2.0 * N * C);
+                      RowShape s, float) {
+    return f32(2 * elements(s));
   }
   static double moved(Op<&Kernels::rmsnorm_backward>, float*, TypedPtr, const float*, const float*,
-                      ConstTypedPtr, const float*, int N, int C) {
-    return f32(4.0 * N * C);
+                      ConstTypedPtr, const float*, RowShape s) {
+    return f32(4 * elements(s));
   }
-  static double moved(Op<&Kernels::gelu_forward>, float*, const float*, ConstTypedPtr, int N,
-                      int H) {
-    return f32(2.0 * N * H);  // pre read, out written (the bias row stays in cache)
+  static double moved(Op<&Kernels::gelu_forward>, float*, const float*, ConstTypedPtr, RowShape s) {
+    return f32(2 * elements(s));  // pre read, out written (the bias row stays in cache)
   }
   static double moved(Op<&Kernels::gelu_backward>, float*, TypedPtr, const float*, ConstTypedPtr,
-                      const float*, int N, int H) {
-    return f32(3.0 * N * H);  // pre, dout read; dpre written
+                      const float*, RowShape s) {
+    return f32(3 * elements(s));  // pre, dout read; dpre written
   }
   static double moved(Op<&Kernels::swiglu_forward>, float*, const float*, const float*, Count n) {
-    return f32(3.0 * n);
+    return f32(3.0 * static_cast<double>(n));
   }
   static double moved(Op<&Kernels::swiglu_backward>, float*, float*, const float*, const float*,
                       const float*, Count n) {
-    return f32(7.0 * n);  // dout, gate, up, dgate, dup read; dgate, dup written
+    return f32(7.0 *
+               static_cast<double>(n));  // dout, gate, up, dgate, dup read; dgate, dup written
   }
-  static double moved(Op<&Kernels::rope_forward>, float*, const float*, const float*, int B, int T,
-                      int H, int hs, int) {
-    return f32(2.0 * B * T * H * hs);  // in place
+  static double moved(Op<&Kernels::rope_forward>, float*, const float*, const float*, HeadShape s) {
+    return f32(2 * elements(s));  // in place
   }
-  static double moved(Op<&Kernels::rope_backward>, float*, const float*, const float*, int B, int T,
-                      int H, int hs, int) {
-    return f32(2.0 * B * T * H * hs);
+  static double moved(Op<&Kernels::rope_backward>, float*, const float*, const float*,
+                      HeadShape s) {
+    return f32(2 * elements(s));
   }
   static double moved(Op<&Kernels::add>, float*, const float*, const float*, Count n) {
-    return f32(3.0 * n);
+    return f32(3.0 * static_cast<double>(n));
   }
   static double moved(Op<&Kernels::softmax_crossentropy_forward>, float*, float*,
-                      const std::int32_t*, int N, int V) {
-    return f32(2.0 * N * V);  // logits read, probabilities written in place
+                      const std::int32_t*, RowShape s) {
+    return f32(2 * elements(s));  // logits read, probabilities written in place
   }
   static double moved(Op<&Kernels::softmax_crossentropy_backward>, float*, const std::int32_t*,
-                      float, int N, int V) {
-    return f32(2.0 * N * V);
+                      float, RowShape s) {
+    return f32(2 * elements(s));
   }
 
   // Attention's GEMMs as the cpu kernels run them: per (batch, query
@@ -155,22 +161,24 @@ class TimedKernels final : public Kernels {
   static double executed(Op<M>, const A&...) {
     return 0;
   }
-  static double causal_blocks(int T) {
+  static double causal_blocks(std::size_t T) {
     double sum = 0;
-    for (int t0 = 0; t0 < T; t0 += 64) {
-      const int rows = std::min(64, T - t0);
-      sum += static_cast<double>(rows) * (t0 + rows);
+    for (std::size_t t0 = 0; t0 < T; t0 += 64) {
+      const std::size_t rows = std::min<std::size_t>(64, T - t0);
+      sum += static_cast<double>(rows) * static_cast<double>(t0 + rows);
     }
     return sum;
   }
-  static double executed(Op<&Kernels::attention_forward>, float*, float*, const float*,
-                         const float*, const float*, int B, int T, int NH, int, int hs, int, int) {
-    return 2 * 2.0 * B * NH * hs * causal_blocks(T);
+  static double heads(AttentionShape s) {
+    return 2.0 * static_cast<double>(s.B * s.NH * s.hs);
   }
-  static double executed(Op<&Kernels::attention_backward>, float*, float*, float*, const float*,
-                         const float*, const float*, const float*, const float*, const float*,
-                         int B, int T, int NH, int, int hs, int, int) {
-    return 5 * 2.0 * B * NH * hs * causal_blocks(T);
+  static double executed(Op<&Kernels::attention_forward>, float*, float*, AttentionInputs,
+                         AttentionShape s) {
+    return 2 * heads(s) * causal_blocks(s.T);
+  }
+  static double executed(Op<&Kernels::attention_backward>, AttentionGrads, const float*,
+                         const float*, AttentionInputs, const float*, AttentionShape s) {
+    return 5 * heads(s) * causal_blocks(s.T);
   }
 
   // Attention's FLOPs at the least: the causal triangle exactly (T (T+1) / 2
@@ -180,43 +188,35 @@ class TimedKernels final : public Kernels {
   static double needed(Op<M>, const A&...) {
     return 0;
   }
-  static double triangle(int T) {
-    return 0.5 * T * (T + 1.0);
+  static double triangle(std::size_t T) {
+    return 0.5 * static_cast<double>(T) * (static_cast<double>(T) + 1.0);
   }
-  static double needed(Op<&Kernels::attention_forward>, float*, float*, const float*, const float*,
-                       const float*, int B, int T, int NH, int, int hs, int, int) {
-    return 2 * 2.0 * B * NH * hs * triangle(T);
+  static double needed(Op<&Kernels::attention_forward>, float*, float*, AttentionInputs,
+                       AttentionShape s) {
+    return 2 * heads(s) * triangle(s.T);
   }
-  static double needed(Op<&Kernels::attention_backward>, float*, float*, float*, const float*,
-                       const float*, const float*, const float*, const float*, const float*, int B,
-                       int T, int NH, int, int hs, int, int) {
-    return 4 * 2.0 * B * NH * hs * triangle(T);
+  static double needed(Op<&Kernels::attention_backward>, AttentionGrads, const float*, const float*,
+                       AttentionInputs, const float*, AttentionShape s) {
+    return 4 * heads(s) * triangle(s.T);
   }
 
-  // matmul_forward (out, inp, w, bias, N, C, OC): 2 N C OC FLOPs;
-  // matmul_backward (dinp, dw, dbias, dout, inp, w, N, C, OC): dW's 2 N C OC
-  // and, when dinp is wanted, as many again. Other ops pass through.
-  template <class... A>
-  void note_gemm(const char* op, double dt, const A&... x) const {
-    constexpr std::size_t n = sizeof...(A);
-    if constexpr (n >= 7) {
-      const auto t = std::tie(x...);
-      using First = std::decay_t<std::tuple_element_t<0, std::tuple<A...>>>;
-      using N = std::decay_t<std::tuple_element_t<n - 3, std::tuple<A...>>>;
-      using C = std::decay_t<std::tuple_element_t<n - 2, std::tuple<A...>>>;
-      using OC = std::decay_t<std::tuple_element_t<n - 1, std::tuple<A...>>>;
-      if constexpr (std::is_same_v<N, int> && std::is_same_v<C, int> && std::is_same_v<OC, int> &&
-                    std::is_pointer_v<First>) {
-        const std::string name = op;
-        const bool forward = name == "matmul_forward";
-        if (!forward && name != "matmul_backward") return;
-        const double nc_oc = 2.0 * std::get<n - 3>(t) * std::get<n - 2>(t) * std::get<n - 1>(t);
-        GemmTime& g = gemms[{name, std::get<n - 3>(t), std::get<n - 2>(t), std::get<n - 1>(t)}];
-        g.seconds += dt;
-        g.flops += forward || std::get<0>(t) == nullptr ? nc_oc : 2 * nc_oc;
-        ++g.calls;
-      }
-    }
+  // matmul_forward: 2 N C OC FLOPs; matmul_backward: dW's 2 N C OC and,
+  // when dinp is wanted, as many again. Other ops pass through.
+  template <auto M, class... A>
+  void note_gemm(Op<M>, double, const A&...) const {}
+  void note_gemm(Op<&Kernels::matmul_forward>, double dt, float*, const float*, ConstTypedPtr,
+                 ConstTypedPtr, MatmulShape s) const {
+    add_gemm("matmul_forward", dt, s, 1);
+  }
+  void note_gemm(Op<&Kernels::matmul_backward>, double dt, float* dinp, TypedPtr, TypedPtr,
+                 const float*, const float*, ConstTypedPtr, MatmulShape s) const {
+    add_gemm("matmul_backward", dt, s, dinp ? 2 : 1);
+  }
+  void add_gemm(const char* op, double dt, MatmulShape s, int products) const {
+    GemmTime& g = gemms[{op, s.N, s.C, s.OC}];
+    g.seconds += dt;
+    g.flops += products * 2.0 * static_cast<double>(s.N) * static_cast<double>(s.C * s.OC);
+    ++g.calls;
   }
 
   const Kernels& k_;

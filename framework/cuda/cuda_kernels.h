@@ -26,6 +26,7 @@
 #include <tuple>
 
 #include "cuda/cuda_device.h"
+#include "kernels/kernel_ops.h"
 #include "ztrain/kernels.h"
 
 namespace ztrain::cuda {
@@ -59,64 +60,15 @@ class CudaKernels final : public Kernels {
   CudaKernels(CudaDevice& device, const KernelOptions& options);
   ~CudaKernels() override;
 
-  void embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
-                         ConstTypedPtr wpe, int B, int T, int C) const override;
-  void embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
-                          const std::int32_t* tokens, int B, int T, int C) const override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, ConstTypedPtr w,
-                         ConstTypedPtr b, int N, int C, float eps) const override;
-  void layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
-                          const float* inp, ConstTypedPtr w, const float* mean, const float* rstd,
-                          int N, int C) const override;
-  void add_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
-                             const float* b, ConstTypedPtr w, ConstTypedPtr bias, int N, int C,
-                             float eps) const override;
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N, int C,
-                       float eps) const override;
-  void add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a, const float* b,
-                           ConstTypedPtr w, int N, int C, float eps) const override;
-  void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
-                        ConstTypedPtr w, const float* rstd, int N, int C) const override;
-  void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias, int N,
-                      int C, int OC) const override;
-  void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
-                       const float* inp, ConstTypedPtr w, int N, int C, int OC) const override;
-  void gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N, int H) const override;
-  void gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
-                     const float* dout, int N, int H) const override;
-  void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const override;
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                       const float* up, std::size_t n) const override;
-  void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int H, int hs,
-                    int stride) const override;
-  void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H, int hs,
-                     int stride) const override;
-  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                         int B, int T, int NH, int NKV, int hs, int q_stride,
-                         int kv_stride) const override;
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                          const float* q, const float* k, const float* v, const float* lse, int B,
-                          int T, int NH, int NKV, int hs, int q_stride,
-                          int kv_stride) const override;
-  void add(float* out, const float* a, const float* b, std::size_t n) const override;
-  void softmax_crossentropy_forward(float* losses, float* logits, const std::int32_t* targets,
-                                    int N, int V) const override;
-  void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss, int N,
-                                     int V) const override;
-  void sum_squares_add(StepScalars* s, ConstTypedPtr x, std::size_t n) const override;
-  void grad_norm_unscale(StepScalars* s, double loss_scale) const override;
-  void grad_norm_finish(StepScalars* s, bool across_ranks, double loss_scale,
-                        double grad_clip) const override;
-  void adamw(float* p, TypedPtr g, float* m, float* v, TypedPtr working, const AdamWRun* runs,
-             std::size_t run_count, const AdamWHyper& h, const StepScalars* s,
-             GradAfter grad_after) const override;
-  void mean_add(double* acc, const float* x, std::size_t n) const override;
+  // Every op of ztrain/kernels.h, declared from its one parameter list
+  // (kernel_ops.h).
+  ZTRAIN_KERNEL_DECLARE_ALL
 
  private:
   // Scratch device memory for one op.
   Buffer scratch(std::size_t bytes) const;
   // A bias (H) as fp32 in scratch; an empty Buffer for a null one.
-  Buffer bias_f32(ConstTypedPtr bias, int H) const;
+  Buffer bias_f32(ConstTypedPtr bias, std::size_t H) const;
   // x (n floats) rounded to `type` into scratch.
   Buffer rounded(const float* x, std::size_t n, DType type) const;
   // n elements reduced on the GPU: launch_partials(partial, chunks) writes
@@ -136,14 +88,11 @@ class CudaKernels final : public Kernels {
   // attention_gemm.cu), with attention_forward/backward's arguments, where
   // attention_fits_gemms: a 16-bit run whose sequence is short enough for
   // one head's scores to fit the scratch it allows.
-  bool attention_fits_gemms(int B, int T, int NH) const;
-  void attention_forward_gemm(float* out, float* lse, const float* q, const float* k,
-                              const float* v, int B, int T, int NH, int NKV, int hs, int q_stride,
-                              int kv_stride) const;
-  void attention_backward_gemm(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                               const float* q, const float* k, const float* v, const float* lse,
-                               int B, int T, int NH, int NKV, int hs, int q_stride,
-                               int kv_stride) const;
+  bool attention_fits_gemms(AttentionShape s) const;
+  void attention_forward_gemm(float* out, float* lse, AttentionInputs in,
+                              AttentionShape shape) const;
+  void attention_backward_gemm(AttentionGrads d, const float* dout, const float* out,
+                               AttentionInputs in, const float* lse, AttentionShape shape) const;
 
   CudaDevice& device_;
   cudaStream_t stream_;

@@ -48,20 +48,20 @@ TEST_CASE("elementwise ops match the reference, tails included") {
   Vec want(n), want2(n);
 
   // GELU over (N,H) rows with a bias (fp32, then bf16) and its column sums.
-  const int H = 1003, N = static_cast<int>(n / H);
-  const auto nh = static_cast<std::ptrdiff_t>(N) * H;
+  const std::size_t H = 1003, N = n / H;
+  const auto nh = static_cast<std::ptrdiff_t>(N * H);
   const auto head = [nh](const Vec& v) { return Vec(v.begin(), v.begin() + nh); };
   const Vec bias = randn(H, 4), db0 = randn(H, 5);
   for (DType t : {DType::f32, DType::bf16}) {
     INFO(ztrain::dtype_name(t));
     Array gb(bias, t), gdb(db0, t);
     const Vec b_vals = gb.get();
-    G().gelu_forward(out.f(), gx.f(), gb.typed(), N, H);
-    R().gelu_forward(want.data(), x.data(), b_vals.data(), N, H);
+    G().gelu_forward(out.f(), gx.f(), gb.typed(), {N, H});
+    R().gelu_forward(want.data(), x.data(), b_vals.data(), {N, H});
     check_close(head(out.get()), head(want), 1e-6, 1e-7, "gelu_forward");
     Vec db_want = gdb.get();
-    G().gelu_backward(din.f(), gdb.typed(), gx.f(), gb.typed(), gd.f(), N, H);
-    R().gelu_backward(want.data(), db_want.data(), x.data(), b_vals.data(), d.data(), N, H);
+    G().gelu_backward(din.f(), gdb.typed(), gx.f(), gb.typed(), gd.f(), {N, H});
+    R().gelu_backward(want.data(), db_want.data(), x.data(), b_vals.data(), d.data(), {N, H});
     check_close(head(din.get()), head(want), 1e-5, 1e-6, "gelu_backward");
     check_close(gdb.get(), gpu::rounded(db_want, t), 1e-2, 1e-3, "gelu_backward dbias");
   }
@@ -84,8 +84,8 @@ TEST_CASE("elementwise ops match the reference, tails included") {
 }
 
 TEST_CASE("rope forward and backward match the reference on strided rows") {
-  const int B = 3, T = 19, H = 5, hs = 12, stride = H * hs + 7;
-  const Vec x = randn(static_cast<std::size_t>(B) * T * stride, 4);
+  const std::size_t B = 3, T = 19, H = 5, hs = 12, stride = H * hs + 7;
+  const Vec x = randn(B * T * stride, 4);
   Vec cos(T * hs / 2), sin(T * hs / 2);
   for (std::size_t i = 0; i < cos.size(); ++i) {
     cos[i] = std::cos(0.1f * static_cast<float>(i));
@@ -93,41 +93,43 @@ TEST_CASE("rope forward and backward match the reference on strided rows") {
   }
   Array gx(x), gc(cos), gs(sin);
   Vec want = x;
-  G().rope_forward(gx.f(), gc.f(), gs.f(), B, T, H, hs, stride);
-  R().rope_forward(want.data(), cos.data(), sin.data(), B, T, H, hs, stride);
+  G().rope_forward(gx.f(), gc.f(), gs.f(), {B, T, H, hs, stride});
+  R().rope_forward(want.data(), cos.data(), sin.data(), {B, T, H, hs, stride});
   check_close(gx.get(), want, 1e-6, 1e-6, "rope_forward");
-  G().rope_backward(gx.f(), gc.f(), gs.f(), B, T, H, hs, stride);
-  R().rope_backward(want.data(), cos.data(), sin.data(), B, T, H, hs, stride);
+  G().rope_backward(gx.f(), gc.f(), gs.f(), {B, T, H, hs, stride});
+  R().rope_backward(want.data(), cos.data(), sin.data(), {B, T, H, hs, stride});
   check_close(gx.get(), want, 1e-6, 1e-6, "rope_backward");
   check_close(gx.get(), x, 1e-5, 1e-5, "rope backward undoes forward");
 }
 
 TEST_CASE("embedding forward and backward equal the reference bit for bit, each type") {
-  const int B = 4, T = 37, C = 45, V = 50;
-  const auto toks = tokens_of(static_cast<std::size_t>(B) * T, V, 5);
+  const std::size_t B = 4, T = 37, C = 45;
+  const int V = 50;
+  const auto toks = tokens_of(B * T, V, 5);
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     CAPTURE(ztrain::dtype_name(t));
     const Vec wte = gpu::rounded(randn(V * C, 6), t), wpe = gpu::rounded(randn(T * C, 7), t);
-    const Vec dout = randn(static_cast<std::size_t>(B) * T * C, 8);
+    const Vec dout = randn(B * T * C, 8);
     const Vec dwte0 = gpu::rounded(randn(V * C, 9), t), dwpe0 = gpu::rounded(randn(T * C, 10), t);
     Array gt(toks), gwte(wte, t), gwpe(wpe, t), gout(dout.size()), gdout(dout);
     Array gdwte(dwte0, t), gdwpe(dwpe0, t);
-    G().embedding_forward(gout.f(), gt.i32(), gwte.typed(), gwpe.typed(), B, T, C);
+    G().embedding_forward(gout.f(), gt.i32(), gwte.typed(), gwpe.typed(), {B, T, C});
     std::vector<std::uint8_t> wte_t(wte.size() * ztrain::dtype_size(t)),
         wpe_t(wpe.size() * ztrain::dtype_size(t));
     ztrain::convert(wte.data(), DType::f32, wte_t.data(), t, wte.size());
     ztrain::convert(wpe.data(), DType::f32, wpe_t.data(), t, wpe.size());
     Vec want(dout.size());
-    R().embedding_forward(want.data(), toks.data(), {wte_t.data(), t}, {wpe_t.data(), t}, B, T, C);
+    R().embedding_forward(want.data(), toks.data(), {wte_t.data(), t}, {wpe_t.data(), t},
+                          {B, T, C});
     CHECK(same_bits(gout.get(), want));
 
     std::vector<std::uint8_t> dwte_t(dwte0.size() * ztrain::dtype_size(t)),
         dwpe_t(dwpe0.size() * ztrain::dtype_size(t));
     ztrain::convert(dwte0.data(), DType::f32, dwte_t.data(), t, dwte0.size());
     ztrain::convert(dwpe0.data(), DType::f32, dwpe_t.data(), t, dwpe0.size());
-    G().embedding_backward(gdwte.typed(), gdwpe.typed(), gdout.f(), gt.i32(), B, T, C);
-    R().embedding_backward({dwte_t.data(), t}, {dwpe_t.data(), t}, dout.data(), toks.data(), B, T,
-                           C);
+    G().embedding_backward(gdwte.typed(), gdwpe.typed(), gdout.f(), gt.i32(), {B, T, C});
+    R().embedding_backward({dwte_t.data(), t}, {dwpe_t.data(), t}, dout.data(), toks.data(),
+                           {B, T, C});
     Vec want_dwte(dwte0.size()), want_dwpe(dwpe0.size());
     ztrain::convert(dwte_t.data(), t, want_dwte.data(), DType::f32, dwte0.size());
     ztrain::convert(dwpe_t.data(), t, want_dwpe.data(), DType::f32, dwpe0.size());
@@ -140,8 +142,8 @@ TEST_CASE("embedding forward and backward equal the reference bit for bit, each 
 TEST_CASE(
     "layernorm and rmsnorm, fused residual forms included, match the reference; 16-bit gradients "
     "within one rounding") {
-  const int N = 523, C = 77;  // rows past a slice of 256, channels past a warp
-  const Vec x = randn(static_cast<std::size_t>(N) * C, 11, 2.0f), dout = randn(x.size(), 12);
+  const std::size_t N = 523, C = 77;  // rows past a slice of 256, channels past a warp
+  const Vec x = randn(N * C, 11, 2.0f), dout = randn(x.size(), 12);
   for (DType t : {DType::f32, DType::bf16}) {
     CAPTURE(ztrain::dtype_name(t));
     const double grad_rtol = t == DType::f32 ? 1e-4 : 1.0 / 128;
@@ -151,28 +153,28 @@ TEST_CASE(
     Array gdin(x.size()), gdw(dw0, t), gdb(db0, t);
     Vec wr = w, br = b;
     ztrain::ConstTypedPtr rw = wr.data(), rb = br.data();
-    G().layernorm_forward(gout.f(), gmean.f(), grstd.f(), gx.f(), gw.typed(), gb.typed(), N, C,
+    G().layernorm_forward(gout.f(), gmean.f(), grstd.f(), gx.f(), gw.typed(), gb.typed(), {N, C},
                           1e-5f);
     Vec out(x.size()), mean(N), rstd(N);
-    R().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), rw, rb, N, C, 1e-5f);
+    R().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), rw, rb, {N, C}, 1e-5f);
     check_close(gout.get(), out, 1e-5, 1e-5, "layernorm_forward out");
     check_close(grstd.get(), rstd, 1e-5, 0, "layernorm_forward rstd");
     G().layernorm_backward(gdin.f(), gdw.typed(), gdb.typed(), gdout.f(), gx.f(), gw.typed(),
-                           gmean.f(), grstd.f(), N, C);
+                           gmean.f(), grstd.f(), {N, C});
     Vec din(x.size()), dw = dw0, db = db0;
     R().layernorm_backward(din.data(), dw.data(), db.data(), dout.data(), x.data(), rw, mean.data(),
-                           rstd.data(), N, C);
+                           rstd.data(), {N, C});
     check_close(gdin.get(), din, 1e-4, 1e-5, "layernorm_backward dinp");
     check_close(gdw.get(), gpu::rounded(dw, t), grad_rtol, 1e-3, "layernorm_backward dw");
     check_close(gdb.get(), gpu::rounded(db, t), grad_rtol, 1e-3, "layernorm_backward db");
 
     Array gdin2(x.size()), gdw2(dw0, t);
-    G().rmsnorm_forward(gout.f(), grstd.f(), gx.f(), gw.typed(), N, C, 1e-6f);
-    R().rmsnorm_forward(out.data(), rstd.data(), x.data(), rw, N, C, 1e-6f);
+    G().rmsnorm_forward(gout.f(), grstd.f(), gx.f(), gw.typed(), {N, C}, 1e-6f);
+    R().rmsnorm_forward(out.data(), rstd.data(), x.data(), rw, {N, C}, 1e-6f);
     check_close(gout.get(), out, 1e-5, 1e-5, "rmsnorm_forward");
-    G().rmsnorm_backward(gdin2.f(), gdw2.typed(), gdout.f(), gx.f(), gw.typed(), grstd.f(), N, C);
+    G().rmsnorm_backward(gdin2.f(), gdw2.typed(), gdout.f(), gx.f(), gw.typed(), grstd.f(), {N, C});
     Vec din2(x.size()), dw2 = dw0;
-    R().rmsnorm_backward(din2.data(), dw2.data(), dout.data(), x.data(), rw, rstd.data(), N, C);
+    R().rmsnorm_backward(din2.data(), dw2.data(), dout.data(), x.data(), rw, rstd.data(), {N, C});
     check_close(gdin2.get(), din2, 1e-4, 1e-5, "rmsnorm_backward dinp");
     check_close(gdw2.get(), gpu::rounded(dw2, t), grad_rtol, 1e-3, "rmsnorm_backward dw");
 
@@ -182,16 +184,16 @@ TEST_CASE(
     Array gres(x), gadd(addend), gy(x.size()), gm(N), gr(N);
     Vec res(x.size()), y(x.size()), m(N), r(N);
     G().add_layernorm_forward(gres.f(), gy.f(), gm.f(), gr.f(), gres.f(), gadd.f(), gw.typed(),
-                              gb.typed(), N, C, 1e-5f);
+                              gb.typed(), {N, C}, 1e-5f);
     R().add_layernorm_forward(res.data(), y.data(), m.data(), r.data(), x.data(), addend.data(), rw,
-                              rb, N, C, 1e-5f);
+                              rb, {N, C}, 1e-5f);
     CHECK(same_bits(gres.get(), res));
     check_close(gy.get(), y, 1e-5, 1e-5, "add_layernorm_forward out");
     check_close(gr.get(), r, 1e-5, 0, "add_layernorm_forward rstd");
     Array gres2(x);
-    G().add_rmsnorm_forward(gres2.f(), gy.f(), gr.f(), gres2.f(), gadd.f(), gw.typed(), N, C,
+    G().add_rmsnorm_forward(gres2.f(), gy.f(), gr.f(), gres2.f(), gadd.f(), gw.typed(), {N, C},
                             1e-6f);
-    R().add_rmsnorm_forward(res.data(), y.data(), r.data(), x.data(), addend.data(), rw, N, C,
+    R().add_rmsnorm_forward(res.data(), y.data(), r.data(), x.data(), addend.data(), rw, {N, C},
                             1e-6f);
     CHECK(same_bits(gres2.get(), res));
     check_close(gy.get(), y, 1e-5, 1e-5, "add_rmsnorm_forward out");
@@ -199,22 +201,22 @@ TEST_CASE(
 }
 
 TEST_CASE("fp32 matmul forward and backward match the reference, with and without bias") {
-  const int N = 301, C = 67, OC = 129;
-  const Vec x = randn(static_cast<std::size_t>(N) * C, 21), w = randn(OC * C, 22, 0.3f),
-            b = randn(OC, 23), dout = randn(static_cast<std::size_t>(N) * OC, 24);
+  const std::size_t N = 301, C = 67, OC = 129;
+  const Vec x = randn(N * C, 21), w = randn(OC * C, 22, 0.3f), b = randn(OC, 23),
+            dout = randn(N * OC, 24);
   for (bool with_bias : {true, false}) {
     CAPTURE(with_bias);
-    Array gx(x), gw(w), gb(b), gout(static_cast<std::size_t>(N) * OC), gdout(dout);
+    Array gx(x), gw(w), gb(b), gout(N * OC), gdout(dout);
     Array gdin(x), gdw(w), gdb(b);  // backward adds into non-zero values
-    G().matmul_forward(gout.f(), gx.f(), gw.f(), with_bias ? gb.f() : nullptr, N, C, OC);
+    G().matmul_forward(gout.f(), gx.f(), gw.f(), with_bias ? gb.f() : nullptr, {N, C, OC});
     Vec out(gout.get().size());
-    R().matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C, OC);
+    R().matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, {N, C, OC});
     check_close(gout.get(), out, 1e-5, 1e-5, "matmul_forward");
     G().matmul_backward(gdin.f(), gdw.f(), with_bias ? gdb.f() : nullptr, gdout.f(), gx.f(), gw.f(),
-                        N, C, OC);
+                        {N, C, OC});
     Vec din = x, dw = w, db = b;
     R().matmul_backward(din.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(),
-                        x.data(), w.data(), N, C, OC);
+                        x.data(), w.data(), {N, C, OC});
     check_close(gdin.get(), din, 1e-5, 1e-4, "matmul_backward dinp");
     check_close(gdw.get(), dw, 1e-5, 1e-4, "matmul_backward dw");
     check_close(gdb.get(), db, 1e-5, 1e-4, "matmul_backward dbias");
@@ -222,25 +224,25 @@ TEST_CASE("fp32 matmul forward and backward match the reference, with and withou
 }
 
 TEST_CASE("16-bit matmul: the reference on activations rounded to the weight's type") {
-  const int N = 130, C = 72, OC = 40;  // even sizes: 16-bit rows stay 4-byte aligned
+  const std::size_t N = 130, C = 72, OC = 40;  // even sizes: 16-bit rows stay 4-byte aligned
   for (DType t : {DType::bf16, DType::f16}) {
     CAPTURE(ztrain::dtype_name(t));
-    const Vec x = randn(static_cast<std::size_t>(N) * C, 31), dout = randn(N * OC, 32);
+    const Vec x = randn(N * C, 31), dout = randn(N * OC, 32);
     const Vec w = gpu::rounded(randn(OC * C, 33, 0.3f), t), b = gpu::rounded(randn(OC, 34), t);
     const Vec dw0 = gpu::rounded(randn(OC * C, 35), t), db0 = gpu::rounded(randn(OC, 36), t);
     Array gx(x), gw(w, t), gb(b, t), gout(N * OC), gdout(dout), gdin(N * C), gdw(dw0, t),
         gdb(db0, t);
-    G().matmul_forward(gout.f(), gx.f(), gw.typed(), gb.typed(), N, C, OC);
+    G().matmul_forward(gout.f(), gx.f(), gw.typed(), gb.typed(), {N, C, OC});
     const Vec xr = gpu::rounded(x, t), doutr = gpu::rounded(dout, t);
     Vec out(N * OC);
-    R().matmul_forward(out.data(), xr.data(), w.data(), b.data(), N, C, OC);
+    R().matmul_forward(out.data(), xr.data(), w.data(), b.data(), {N, C, OC});
     check_close(gout.get(), out, 1e-5, 1e-4, "16-bit matmul_forward");
-    G().matmul_backward(gdin.f(), gdw.typed(), gdb.typed(), gdout.f(), gx.f(), gw.typed(), N, C,
-                        OC);
+    G().matmul_backward(gdin.f(), gdw.typed(), gdb.typed(), gdout.f(), gx.f(), gw.typed(),
+                        {N, C, OC});
     Vec din(N * C), dw = dw0, db = db0;
-    R().matmul_backward(din.data(), dw.data(), nullptr, doutr.data(), xr.data(), w.data(), N, C,
-                        OC);
-    R().matmul_backward(nullptr, nullptr, db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+    R().matmul_backward(din.data(), dw.data(), nullptr, doutr.data(), xr.data(), w.data(),
+                        {N, C, OC});
+    R().matmul_backward(nullptr, nullptr, db.data(), dout.data(), x.data(), w.data(), {N, C, OC});
     check_close(gdin.get(), din, 1e-5, 1e-4, "16-bit matmul_backward dinp");
     // One rounding of the sum: at most half a unit in the last place.
     const double ulp = t == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
@@ -252,7 +254,7 @@ TEST_CASE("16-bit matmul: the reference on activations rounded to the weight's t
 namespace {
 
 struct AttentionCase {
-  int B, T, NH, NKV, hs;
+  std::size_t B, T, NH, NKV, hs;
 };
 struct AttentionTolerance {
   double out_rtol, out_atol, lse, grad_rtol, grad_atol;
@@ -267,30 +269,27 @@ void check_attention(const ztrain::Kernels& kern, const AttentionCase& c, DType 
   CAPTURE(c.T);
   CAPTURE(c.hs);
   CAPTURE(c.NKV);
-  const int q_stride = (c.NH + 2 * c.NKV) * c.hs, kv_stride = q_stride;
-  const int k_at = c.NH * c.hs, v_at = (c.NH + c.NKV) * c.hs;
-  const std::size_t rows = static_cast<std::size_t>(c.B) * c.T;
+  const std::size_t q_stride = (c.NH + 2 * c.NKV) * c.hs, kv_stride = q_stride;
+  const std::size_t k_at = c.NH * c.hs, v_at = (c.NH + c.NKV) * c.hs;
+  const std::size_t rows = c.B * c.T;
+  const ztrain::AttentionShape shape{c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride};
   const Vec qkv = randn(rows * q_stride, 41 + c.hs);
   const Vec dout = randn(rows * c.NH * c.hs, 42 + c.hs);
-  Array gqkv(qkv), gout(rows * c.NH * c.hs), glse(static_cast<std::size_t>(c.B) * c.NH * c.T),
-      gdout(dout), gd(qkv);
+  Array gqkv(qkv), gout(rows * c.NH * c.hs), glse(c.B * c.NH * c.T), gdout(dout), gd(qkv);
   const float* q = gqkv.f();
-  kern.attention_forward(gout.f(), glse.f(), q, q + k_at, q + v_at, c.B, c.T, c.NH, c.NKV, c.hs,
-                         q_stride, kv_stride);
+  kern.attention_forward(gout.f(), glse.f(), {q, q + k_at, q + v_at}, shape);
   const Vec rqkv = gpu::rounded(qkv, operands), rdout = gpu::rounded(dout, operands);
   const float* rq = rqkv.data();
   Vec out(rows * c.NH * c.hs), lse(glse.get().size());
-  R().attention_forward(out.data(), lse.data(), rq, rq + k_at, rq + v_at, c.B, c.T, c.NH, c.NKV,
-                        c.hs, q_stride, kv_stride);
+  R().attention_forward(out.data(), lse.data(), {rq, rq + k_at, rq + v_at}, shape);
   check_close(gout.get(), out, tol.out_rtol, tol.out_atol, "attention_forward out");
   check_close(glse.get(), lse, tol.lse, tol.lse, "attention_forward lse");
   float* dq = gd.f();
-  kern.attention_backward(dq, dq + k_at, dq + v_at, gdout.f(), gout.f(), q, q + k_at, q + v_at,
-                          glse.f(), c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride);
+  kern.attention_backward({dq, dq + k_at, dq + v_at}, gdout.f(), gout.f(), {q, q + k_at, q + v_at},
+                          glse.f(), shape);
   Vec d = qkv;
-  R().attention_backward(d.data(), d.data() + k_at, d.data() + v_at, rdout.data(), out.data(), rq,
-                         rq + k_at, rq + v_at, lse.data(), c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
-                         kv_stride);
+  R().attention_backward({d.data(), d.data() + k_at, d.data() + v_at}, rdout.data(), out.data(),
+                         {rq, rq + k_at, rq + v_at}, lse.data(), shape);
   check_close(gd.get(), d, tol.grad_rtol, tol.grad_atol, "attention_backward dq, dk, dv");
 }
 
@@ -313,18 +312,18 @@ TEST_CASE("16-bit runs' attention (tensor-core GEMMs): the reference on bf16 ope
 }
 
 TEST_CASE("softmax cross-entropy matches the reference") {
-  const int N = 13, V = 50257;
-  const Vec logits = randn(static_cast<std::size_t>(N) * V, 51, 3.0f);
+  const std::size_t N = 13, V = 50257;
+  const Vec logits = randn(N * V, 51, 3.0f);
   std::vector<std::int32_t> targets(N);
-  for (int n = 0; n < N; ++n) targets[n] = (n * 7919) % V;
+  for (std::size_t n = 0; n < N; ++n) targets[n] = static_cast<std::int32_t>(n * 7919 % V);
   Array gl(logits), gt(targets), glosses(N);
-  G().softmax_crossentropy_forward(glosses.f(), gl.f(), gt.i32(), N, V);
+  G().softmax_crossentropy_forward(glosses.f(), gl.f(), gt.i32(), {N, V});
   Vec probs = logits, losses(N);
-  R().softmax_crossentropy_forward(losses.data(), probs.data(), targets.data(), N, V);
+  R().softmax_crossentropy_forward(losses.data(), probs.data(), targets.data(), {N, V});
   check_close(glosses.get(), losses, 1e-5, 1e-5, "losses");
   check_close(gl.get(), probs, 1e-4, 1e-9, "probabilities");
-  G().softmax_crossentropy_backward(gl.f(), gt.i32(), 0.125f, N, V);
-  R().softmax_crossentropy_backward(probs.data(), targets.data(), 0.125f, N, V);
+  G().softmax_crossentropy_backward(gl.f(), gt.i32(), 0.125f, {N, V});
+  R().softmax_crossentropy_backward(probs.data(), targets.data(), 0.125f, {N, V});
   check_close(gl.get(), probs, 1e-4, 1e-9, "dlogits");
 }
 
@@ -420,20 +419,20 @@ TEST_CASE("the norm ops: the sum of squares of the widened values, the reference
 }
 
 TEST_CASE("backward kernels give the same bits on every run") {
-  const int B = 2, T = 67, NH = 4, NKV = 2, hs = 32, C = NH * hs;
-  const int stride = (NH + 2 * NKV) * hs;
-  const std::size_t rows = static_cast<std::size_t>(B) * T;
+  const std::size_t B = 2, T = 67, NH = 4, NKV = 2, hs = 32, C = NH * hs;
+  const std::size_t stride = (NH + 2 * NKV) * hs;
+  const std::size_t rows = B * T;
+  const ztrain::AttentionShape shape{B, T, NH, NKV, hs, stride, stride};
   const Vec qkv = randn(rows * stride, 81), dout = randn(rows * C, 82);
-  Array gqkv(qkv), gdout(dout), gout(rows * C), glse(static_cast<std::size_t>(B) * NH * T);
+  Array gqkv(qkv), gdout(dout), gout(rows * C), glse(B * NH * T);
   const float* q = gqkv.f();
-  G().attention_forward(gout.f(), glse.f(), q, q + C, q + C + NKV * hs, B, T, NH, NKV, hs, stride,
-                        stride);
+  G().attention_forward(gout.f(), glse.f(), {q, q + C, q + C + NKV * hs}, shape);
   Vec first;
   for (int run = 0; run < 2; ++run) {
     Array d(rows * stride);
     float* dq = d.f();
-    G().attention_backward(dq, dq + C, dq + C + NKV * hs, gdout.f(), gout.f(), q, q + C,
-                           q + C + NKV * hs, glse.f(), B, T, NH, NKV, hs, stride, stride);
+    G().attention_backward({dq, dq + C, dq + C + NKV * hs}, gdout.f(), gout.f(),
+                           {q, q + C, q + C + NKV * hs}, glse.f(), shape);
     if (run == 0)
       first = d.get();
     else
@@ -443,8 +442,8 @@ TEST_CASE("backward kernels give the same bits on every run") {
   Array gt(toks), gdo(rows * C);
   Vec dwte_first;
   for (int run = 0; run < 2; ++run) {
-    Array dwte(static_cast<std::size_t>(97) * C, DType::bf16);
-    G().embedding_backward(dwte.typed(), nullptr, gdout.f(), gt.i32(), B, T, C);
+    Array dwte(97 * C, DType::bf16);
+    G().embedding_backward(dwte.typed(), nullptr, gdout.f(), gt.i32(), {B, T, C});
     if (run == 0)
       dwte_first = dwte.get();
     else

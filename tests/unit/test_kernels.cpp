@@ -97,6 +97,18 @@ void adamw_all(const ztrain::Kernels& k, float* p, ztrain::TypedPtr g, float* m,
   k.adamw(p, g, m, v, w, &run, 1, h, &s, after);
 }
 
+// A test's int dimension as the kernels take it.
+std::size_t z(int n) {
+  return static_cast<std::size_t>(n);
+}
+
+// An attention case's shape as the kernels take it (the cases keep int
+// dimensions for their index arithmetic).
+template <class Case>
+ztrain::AttentionShape attention_shape(const Case& c, int q_stride, int kv_stride) {
+  return {z(c.B), z(c.T), z(c.NH), z(c.NKV), z(c.hs), z(q_stride), z(kv_stride)};
+}
+
 }  // namespace
 
 TEST_CASE("matmul backward matches finite differences, with and without bias") {
@@ -106,9 +118,10 @@ TEST_CASE("matmul backward matches finite differences, with and without bias") {
     const Vec dout = randn(N * OC, 4);
     Vec dx(N * C), dw(OC * C), db(OC);
     K().matmul_backward(dx.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(),
-                        x.data(), w.data(), N, C, OC);
+                        x.data(), w.data(), {N, C, OC});
     auto loss = [&] {
-      K().matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C, OC);
+      K().matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr,
+                         {N, C, OC});
       return dot(out, dout);
     };
     std::vector<Checked> in{{&x, &dx, "inp"}, {&w, &dw, "w"}};
@@ -121,7 +134,7 @@ TEST_CASE("matmul forward equals the plain triple loop") {
   const int N = 5, C = 17, OC = 9;
   const Vec x = randn(N * C, 11), w = randn(OC * C, 12), b = randn(OC, 13);
   Vec out(N * OC);
-  K().matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+  K().matmul_forward(out.data(), x.data(), w.data(), b.data(), {N, C, OC});
   for (int n = 0; n < N; ++n)
     for (int o = 0; o < OC; ++o) {
       double s = b[o];
@@ -134,10 +147,10 @@ TEST_CASE("backward ops add into their outputs") {
   const int N = 3, C = 5, OC = 4;
   const Vec x = randn(N * C, 21), w = randn(OC * C, 22), dout = randn(N * OC, 23);
   Vec dx0(N * C), dw0(OC * C), db0(OC);
-  K().matmul_backward(dx0.data(), dw0.data(), db0.data(), dout.data(), x.data(), w.data(), N, C,
-                      OC);
+  K().matmul_backward(dx0.data(), dw0.data(), db0.data(), dout.data(), x.data(), w.data(),
+                      {N, C, OC});
   Vec dx(N * C, 1.5f), dw(OC * C, -2.0f), db(OC, 0.25f);
-  K().matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+  K().matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), {N, C, OC});
   for (std::size_t i = 0; i < dx.size(); ++i) CHECK(dx[i] == doctest::Approx(dx0[i] + 1.5f));
   for (std::size_t i = 0; i < dw.size(); ++i) CHECK(dw[i] == doctest::Approx(dw0[i] - 2.0f));
   for (std::size_t i = 0; i < db.size(); ++i) CHECK(db[i] == doctest::Approx(db0[i] + 0.25f));
@@ -147,14 +160,14 @@ TEST_CASE("layernorm backward matches finite differences") {
   const int N = 5, C = 19;
   Vec x = randn(N * C, 31, 2.0f), w = randn(C, 32), b = randn(C, 33), out(N * C), mean(N), rstd(N);
   const Vec dout = randn(N * C, 34);
-  K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+  K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), {N, C},
                         1e-5f);
   Vec dx(N * C), dw(C), db(C);
   K().layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
-                         mean.data(), rstd.data(), N, C);
+                         mean.data(), rstd.data(), {N, C});
   auto loss = [&] {
-    K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
-                          1e-5f);
+    K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                          {N, C}, 1e-5f);
     return dot(out, dout);
   };
   check_gradients(loss, {{&x, &dx, "inp"}, {&w, &dw, "w"}, {&b, &db, "b"}});
@@ -164,7 +177,7 @@ TEST_CASE("layernorm forward normalises each row") {
   const int N = 3, C = 10;
   const Vec x = randn(N * C, 35, 3.0f), w(C, 1.0f), b(C, 0.0f);
   Vec out(N * C), mean(N), rstd(N);
-  K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+  K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), {N, C},
                         1e-5f);
   for (int n = 0; n < N; ++n) {
     double m = 0, v = 0;
@@ -179,11 +192,11 @@ TEST_CASE("rmsnorm backward matches finite differences") {
   const int N = 6, C = 21;
   Vec x = randn(N * C, 41, 1.5f), w = randn(C, 42), out(N * C), rstd(N);
   const Vec dout = randn(N * C, 43);
-  K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+  K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), {N, C}, 1e-6f);
   Vec dx(N * C), dw(C);
-  K().rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  K().rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), {N, C});
   auto loss = [&] {
-    K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), {N, C}, 1e-6f);
     return dot(out, dout);
   };
   check_gradients(loss, {{&x, &dx, "inp"}, {&w, &dw, "w"}});
@@ -194,29 +207,29 @@ TEST_CASE("gelu (tanh approximation) of pre-activation plus bias: forward, backw
   const std::size_t n = static_cast<std::size_t>(N) * H;
   Vec x = randn(n, 51, 2.0f), bias = randn(H, 54), out(n);
   const Vec dout = randn(n, 52);
-  K().gelu_forward(out.data(), x.data(), bias.data(), N, H);
+  K().gelu_forward(out.data(), x.data(), bias.data(), {N, H});
   auto gelu = [](double v) {
     return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
   };
   for (std::size_t i = 0; i < n; ++i)
     CHECK(out[i] == doctest::Approx(gelu(static_cast<double>(x[i]) + bias[i % H])).epsilon(1e-5));
   Vec plain(n);
-  K().gelu_forward(plain.data(), x.data(), nullptr, N, H);  // no bias
+  K().gelu_forward(plain.data(), x.data(), nullptr, {N, H});  // no bias
   for (std::size_t i = 0; i < n; ++i) CHECK(plain[i] == doctest::Approx(gelu(x[i])).epsilon(1e-5));
   // dpre is written over whatever it held; dbias is added into.
   Vec dx(n, NAN), db(H, 0.0f);
-  K().gelu_backward(dx.data(), db.data(), x.data(), bias.data(), dout.data(), N, H);
+  K().gelu_backward(dx.data(), db.data(), x.data(), bias.data(), dout.data(), {N, H});
   auto loss = [&] {
-    K().gelu_forward(out.data(), x.data(), bias.data(), N, H);
+    K().gelu_forward(out.data(), x.data(), bias.data(), {N, H});
     return dot(out, dout);
   };
   check_gradients(loss, {{&x, &dx, "pre"}, {&bias, &db, "bias"}}, n);
   Vec dx2(n, 7.0f), db2(H, 0.25f);
-  K().gelu_backward(dx2.data(), db2.data(), x.data(), bias.data(), dout.data(), N, H);
+  K().gelu_backward(dx2.data(), db2.data(), x.data(), bias.data(), dout.data(), {N, H});
   CHECK(dx2 == dx);
   for (int h = 0; h < H; ++h) CHECK(db2[h] == doctest::Approx(db[h] + 0.25f));
   Vec dx3(n);
-  K().gelu_backward(dx3.data(), nullptr, x.data(), bias.data(), dout.data(), N, H);
+  K().gelu_backward(dx3.data(), nullptr, x.data(), bias.data(), dout.data(), {N, H});
   CHECK(dx3 == dx);  // no dbias wanted
 }
 
@@ -248,7 +261,7 @@ TEST_CASE("rope rotates pairs (i, i + hs/2) and its backward is the transpose") 
     }
   Vec x = randn(B * T * stride, 71);
   const Vec x0 = x;
-  K().rope_forward(x.data(), cos.data(), sin.data(), B, T, H, hs, stride);
+  K().rope_forward(x.data(), cos.data(), sin.data(), {B, T, H, hs, stride});
   for (int bt = 0; bt < B * T; ++bt) {
     const int t = bt % T;
     for (int h = 0; h < H; ++h)
@@ -263,7 +276,7 @@ TEST_CASE("rope rotates pairs (i, i + hs/2) and its backward is the transpose") 
   // Backward: dx = R^T dy, so <R x, y> == <x, R^T y>.
   const Vec y = randn(B * T * stride, 72);
   Vec rty = y;
-  K().rope_backward(rty.data(), cos.data(), sin.data(), B, T, H, hs, stride);
+  K().rope_backward(rty.data(), cos.data(), sin.data(), {B, T, H, hs, stride});
   double lhs = 0, rhs = 0;
   for (int bt = 0; bt < B * T; ++bt)
     for (int c = 0; c < H * hs; ++c) {
@@ -300,8 +313,8 @@ TEST_CASE("attention backward matches finite differences (packed MHA and grouped
     Vec out(static_cast<std::size_t>(N) * C), lse(static_cast<std::size_t>(c.B) * c.NH * c.T);
     const Vec dout = randn(out.size(), 84);
     auto [qp, kp, vp] = ptrs(q, k, v);
-    K().attention_forward(out.data(), lse.data(), qp, kp, vp, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
-                          kv_stride);
+    K().attention_forward(out.data(), lse.data(), {qp, kp, vp},
+                          attention_shape(c, q_stride, kv_stride));
     // Against causal attention written out in double.
     const int group = c.NH / c.NKV;
     for (int b = 0; b < c.B; ++b)
@@ -330,13 +343,13 @@ TEST_CASE("attention backward matches finite differences (packed MHA and grouped
         }
     Vec dq(q.size()), dk(k.size()), dv(v.size());
     auto [dqp, dkp, dvp] = ptrs(dq, dk, dv);
-    K().attention_backward(dqp, dkp, dvp, dout.data(), out.data(), qp, kp, vp, lse.data(), c.B, c.T,
-                           c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    K().attention_backward({dqp, dkp, dvp}, dout.data(), out.data(), {qp, kp, vp}, lse.data(),
+                           attention_shape(c, q_stride, kv_stride));
     Vec lse2(lse.size());
     auto loss = [&] {
       auto [a, b2, d] = ptrs(q, k, v);
-      K().attention_forward(out.data(), lse2.data(), a, b2, d, c.B, c.T, c.NH, c.NKV, c.hs,
-                            q_stride, kv_stride);
+      K().attention_forward(out.data(), lse2.data(), {a, b2, d},
+                            attention_shape(c, q_stride, kv_stride));
       return dot(out, dout);
     };
     if (c.packed)
@@ -351,14 +364,14 @@ TEST_CASE("embedding forward and backward with repeated tokens") {
   const std::vector<std::int32_t> tokens{1, 4, 1, 6, 0, 4};
   Vec wte = randn(V * C, 91), wpe = randn(T * C, 92), out(B * T * C);
   const Vec dout = randn(out.size(), 93);
-  K().embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  K().embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), {B, T, C});
   for (int bt = 0; bt < B * T; ++bt)
     for (int c = 0; c < C; ++c)
       CHECK(out[bt * C + c] == wte[tokens[bt] * C + c] + wpe[(bt % T) * C + c]);
   Vec dwte(wte.size()), dwpe(wpe.size());
-  K().embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  K().embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), {B, T, C});
   auto loss = [&] {
-    K().embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    K().embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), {B, T, C});
     return dot(out, dout);
   };
   check_gradients(loss, {{&wte, &dwte, "wte"}, {&wpe, &dwpe, "wpe"}}, 64);
@@ -370,7 +383,7 @@ TEST_CASE("softmax cross-entropy: forward is -log softmax, backward matches fini
   const std::vector<std::int32_t> targets{0, 22, 7, 7};
   Vec losses(N);
   Vec probs = logits;
-  K().softmax_crossentropy_forward(losses.data(), probs.data(), targets.data(), N, V);
+  K().softmax_crossentropy_forward(losses.data(), probs.data(), targets.data(), {N, V});
   for (int n = 0; n < N; ++n) {
     double mx = -1e30, s = 0;
     for (int i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(logits[n * V + i]));
@@ -380,10 +393,10 @@ TEST_CASE("softmax cross-entropy: forward is -log softmax, backward matches fini
   }
   const float dloss = 0.37f;
   Vec grad = probs;
-  K().softmax_crossentropy_backward(grad.data(), targets.data(), dloss, N, V);
+  K().softmax_crossentropy_backward(grad.data(), targets.data(), dloss, {N, V});
   auto loss = [&] {
     Vec p = logits;
-    K().softmax_crossentropy_forward(losses.data(), p.data(), targets.data(), N, V);
+    K().softmax_crossentropy_forward(losses.data(), p.data(), targets.data(), {N, V});
     double s = 0;
     for (float l : losses) s += static_cast<double>(l) * dloss;
     return s;
@@ -548,10 +561,10 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
     const float* v = c.packed ? q + 2 * C : k + static_cast<std::size_t>(N) * KV;
     const std::size_t rows = static_cast<std::size_t>(c.B) * c.NH * c.T;
     Vec out_f(static_cast<std::size_t>(N) * C), out_r(out_f.size()), l_f(rows), l_r(rows);
-    K().attention_forward(out_f.data(), l_f.data(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
-                          kv_stride);
-    ref->attention_forward(out_r.data(), l_r.data(), q, k, v, c.B, c.T, c.NH, c.NKV, c.hs, q_stride,
-                           kv_stride);
+    K().attention_forward(out_f.data(), l_f.data(), {q, k, v},
+                          attention_shape(c, q_stride, kv_stride));
+    ref->attention_forward(out_r.data(), l_r.data(), {q, k, v},
+                           attention_shape(c, q_stride, kv_stride));
     for (std::size_t i = 0; i < out_f.size(); ++i)
       CHECK(out_f[i] == doctest::Approx(out_r[i]).epsilon(1e-5).scale(1));
     for (std::size_t i = 0; i < rows; ++i) CHECK(l_f[i] == doctest::Approx(l_r[i]).epsilon(1e-5));
@@ -566,10 +579,10 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
     };
     auto [fq, fk, fv] = grads(d_f);
     auto [rq, rk, rv] = grads(d_r);
-    K().attention_backward(fq, fk, fv, dout.data(), out_r.data(), q, k, v, l_r.data(), c.B, c.T,
-                           c.NH, c.NKV, c.hs, q_stride, kv_stride);
-    ref->attention_backward(rq, rk, rv, dout.data(), out_r.data(), q, k, v, l_r.data(), c.B, c.T,
-                            c.NH, c.NKV, c.hs, q_stride, kv_stride);
+    K().attention_backward({fq, fk, fv}, dout.data(), out_r.data(), {q, k, v}, l_r.data(),
+                           attention_shape(c, q_stride, kv_stride));
+    ref->attention_backward({rq, rk, rv}, dout.data(), out_r.data(), {q, k, v}, l_r.data(),
+                            attention_shape(c, q_stride, kv_stride));
     for (std::size_t i = 0; i < d_f.size(); ++i)
       CHECK(d_f[i] == doctest::Approx(d_r[i]).epsilon(1e-4).scale(1));
   }
@@ -602,12 +615,12 @@ TEST_CASE("fast elementwise kernels and softmax match their reference, tails inc
     x[0] = -30.0f;  // saturated tails of tanh and sigmoid
     if (n > 1) x[1] = 30.0f;
     Vec a(n), b(n);
-    K().gelu_forward(a.data(), x.data(), nullptr, 1, static_cast<int>(n));
-    ref->gelu_forward(b.data(), x.data(), nullptr, 1, static_cast<int>(n));
+    K().gelu_forward(a.data(), x.data(), nullptr, {1, n});
+    ref->gelu_forward(b.data(), x.data(), nullptr, {1, n});
     for (std::size_t i = 0; i < n; ++i)
       CHECK(a[i] == doctest::Approx(b[i]).epsilon(2e-6).scale(1e-6));
-    K().gelu_backward(a.data(), nullptr, x.data(), nullptr, d.data(), 1, static_cast<int>(n));
-    ref->gelu_backward(b.data(), nullptr, x.data(), nullptr, d.data(), 1, static_cast<int>(n));
+    K().gelu_backward(a.data(), nullptr, x.data(), nullptr, d.data(), {1, n});
+    ref->gelu_backward(b.data(), nullptr, x.data(), nullptr, d.data(), {1, n});
     // Gradients within 2e-6 of the terms' scale (the exp's 2 ulp, times dout).
     for (std::size_t i = 0; i < n; ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(2e-6).scale(1));
     K().swiglu_forward(a.data(), x.data(), y.data(), n);
@@ -629,8 +642,8 @@ TEST_CASE("fast elementwise kernels and softmax match their reference, tails inc
   logits[7] = 80.0f;  // one dominant logit
   const std::vector<std::int32_t> targets{0, 7, 1030, 512, 3};
   Vec pa = logits, pb = logits, la(N), lb(N);
-  K().softmax_crossentropy_forward(la.data(), pa.data(), targets.data(), N, V);
-  ref->softmax_crossentropy_forward(lb.data(), pb.data(), targets.data(), N, V);
+  K().softmax_crossentropy_forward(la.data(), pa.data(), targets.data(), {N, V});
+  ref->softmax_crossentropy_forward(lb.data(), pb.data(), targets.data(), {N, V});
   for (int n = 0; n < N; ++n) CHECK(la[n] == doctest::Approx(lb[n]).epsilon(1e-5).scale(1e-5));
   for (std::size_t i = 0; i < pa.size(); ++i)
     CHECK(pa[i] == doctest::Approx(pb[i]).epsilon(1e-5).scale(1e-7));
@@ -658,27 +671,27 @@ TEST_CASE(
     Vec res_f(nc), out_f(nc), mean_f(N), rstd_f(N);
     Vec res_r(nc), out_r(nc), mean_r(N), rstd_r(N);
     K().add_layernorm_forward(res_f.data(), out_f.data(), mean_f.data(), rstd_f.data(), a.data(),
-                              b.data(), w.data(), bias.data(), N, C, 1e-5f);
+                              b.data(), w.data(), bias.data(), {N, z(C)}, 1e-5f);
     Vec in_place = a, out_in_place(nc);
     K().add_layernorm_forward(in_place.data(), out_in_place.data(), mean_r.data(), rstd_r.data(),
-                              in_place.data(), b.data(), w.data(), bias.data(), N, C, 1e-5f);
+                              in_place.data(), b.data(), w.data(), bias.data(), {N, z(C)}, 1e-5f);
     CHECK(in_place == res_f);
     CHECK(out_in_place == out_f);
     ref->add(res_r.data(), a.data(), b.data(), nc);
     ref->layernorm_forward(out_r.data(), mean_r.data(), rstd_r.data(), res_r.data(), w.data(),
-                           bias.data(), N, C, 1e-5f);
+                           bias.data(), {N, z(C)}, 1e-5f);
     CHECK(res_f == res_r);  // the add is exact
     close(out_f, out_r);
     close(mean_f, mean_r);
     close(rstd_f, rstd_r);
     Vec plain(nc), pm(N), pr(N);
     K().layernorm_forward(plain.data(), pm.data(), pr.data(), res_r.data(), w.data(), bias.data(),
-                          N, C, 1e-5f);
+                          {N, z(C)}, 1e-5f);
     CHECK(plain == out_f);
     auto ln_backward = [&](const ztrain::Kernels& k) {
       Vec dx(nc, 0.5f), dw(w.size(), 0.25f), db(w.size(), -0.25f);
       k.layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), res_r.data(), w.data(),
-                           mean_r.data(), rstd_r.data(), N, C);
+                           mean_r.data(), rstd_r.data(), {N, z(C)});
       return std::tuple{dx, dw, db};
     };
     const auto [dx_f, dw_f, db_f] = ln_backward(K());
@@ -690,20 +703,20 @@ TEST_CASE(
     // RMSNorm, the same way.
     Vec rms_f(nc), rms_r(nc), rrstd_f(N), rrstd_r(N);
     K().add_rmsnorm_forward(res_f.data(), rms_f.data(), rrstd_f.data(), a.data(), b.data(),
-                            w.data(), N, C, 1e-6f);
+                            w.data(), {N, z(C)}, 1e-6f);
     in_place = a;
     K().add_rmsnorm_forward(in_place.data(), out_in_place.data(), rrstd_r.data(), in_place.data(),
-                            b.data(), w.data(), N, C, 1e-6f);
+                            b.data(), w.data(), {N, z(C)}, 1e-6f);
     CHECK(in_place == res_f);
     CHECK(out_in_place == rms_f);
-    ref->rmsnorm_forward(rms_r.data(), rrstd_r.data(), res_r.data(), w.data(), N, C, 1e-6f);
+    ref->rmsnorm_forward(rms_r.data(), rrstd_r.data(), res_r.data(), w.data(), {N, z(C)}, 1e-6f);
     CHECK(res_f == res_r);
     close(rms_f, rms_r);
     close(rrstd_f, rrstd_r);
     auto rms_backward = [&](const ztrain::Kernels& k) {
       Vec dx(nc, 0.5f), dw(w.size(), 0.25f);
       k.rmsnorm_backward(dx.data(), dw.data(), dout.data(), res_r.data(), w.data(), rrstd_r.data(),
-                         N, C);
+                         {N, z(C)});
       return std::tuple{dx, dw};
     };
     const auto [rdx_f, rdw_f] = rms_backward(K());
@@ -725,13 +738,13 @@ TEST_CASE("fast gelu with its bias matches the reference, blocks of rows, any th
     const std::size_t nh = static_cast<std::size_t>(N) * H;
     const Vec x = randn(nh, 241, 2.0f), dout = randn(nh, 242), bias = randn(H, 243);
     Vec out_f(nh), out_r(nh);
-    K().gelu_forward(out_f.data(), x.data(), bias.data(), N, H);
-    ref->gelu_forward(out_r.data(), x.data(), bias.data(), N, H);
+    K().gelu_forward(out_f.data(), x.data(), bias.data(), {N, z(H)});
+    ref->gelu_forward(out_r.data(), x.data(), bias.data(), {N, z(H)});
     for (std::size_t i = 0; i < nh; ++i)
       CHECK(out_f[i] == doctest::Approx(out_r[i]).epsilon(2e-6).scale(1e-6));
     auto backward = [&](const ztrain::Kernels& k) {
       Vec dx(nh), db(H, 0.5f);
-      k.gelu_backward(dx.data(), db.data(), x.data(), bias.data(), dout.data(), N, H);
+      k.gelu_backward(dx.data(), db.data(), x.data(), bias.data(), dout.data(), {N, z(H)});
       return std::tuple{dx, db};
     };
     const auto [dx_f, db_f] = backward(K());
@@ -951,10 +964,10 @@ TEST_CASE("16-bit matmul: fast matches reference on awkward sizes, each operand 
         const Vec x = randn(nc, 161), dout = randn(no, 162);
         Operand w(randn(wn, 163, 0.5f), ty.w), b(randn(c.OC, 164), ty.w);
         Vec out_f(no), out_r(no);
-        K().matmul_forward(out_f.data(), x.data(), w.ptr(), with_bias ? b.ptr() : nullptr, c.N, c.C,
-                           c.OC);
-        ref->matmul_forward(out_r.data(), x.data(), w.ptr(), with_bias ? b.ptr() : nullptr, c.N,
-                            c.C, c.OC);
+        K().matmul_forward(out_f.data(), x.data(), w.ptr(), with_bias ? b.ptr() : nullptr,
+                           {z(c.N), z(c.C), z(c.OC)});
+        ref->matmul_forward(out_r.data(), x.data(), w.ptr(), with_bias ? b.ptr() : nullptr,
+                            {z(c.N), z(c.C), z(c.OC)});
         const std::size_t C = static_cast<std::size_t>(c.C), OC = static_cast<std::size_t>(c.OC);
         Vec bias_rows;
         if (with_bias)
@@ -971,9 +984,9 @@ TEST_CASE("16-bit matmul: fast matches reference on awkward sizes, each operand 
         Operand dw_r = dw_f, db_r = db_f;
         Vec dx_f = dx0, dx_r = dx0;
         K().matmul_backward(dx_f.data(), dw_f.ptr(), with_bias ? db_f.ptr() : nullptr, dout.data(),
-                            x.data(), w.ptr(), c.N, c.C, c.OC);
+                            x.data(), w.ptr(), {z(c.N), z(c.C), z(c.OC)});
         ref->matmul_backward(dx_r.data(), dw_r.ptr(), with_bias ? db_r.ptr() : nullptr, dout.data(),
-                             x.data(), w.ptr(), c.N, c.C, c.OC);
+                             x.data(), w.ptr(), {z(c.N), z(c.C), z(c.OC)});
         check_close(Operand(dx_f, DType::f32), Operand(dx_r, DType::f32),
                     sum_scale(dout, c.N, OC, 1, w32, c.C, 1, C, c.OC, dx0));
         const auto dw_scale = sum_scale(dout, c.OC, 1, OC, x, c.C, 1, C, c.N, dw_r.values());
@@ -981,10 +994,10 @@ TEST_CASE("16-bit matmul: fast matches reference on awkward sizes, each operand 
         check_same(db_f, db_r);  // both add the rows in order
         // No input gradient wanted (from equal starting points again).
         dw_r = dw_f;
-        K().matmul_backward(nullptr, dw_f.ptr(), nullptr, dout.data(), x.data(), w.ptr(), c.N, c.C,
-                            c.OC);
-        ref->matmul_backward(nullptr, dw_r.ptr(), nullptr, dout.data(), x.data(), w.ptr(), c.N, c.C,
-                             c.OC);
+        K().matmul_backward(nullptr, dw_f.ptr(), nullptr, dout.data(), x.data(), w.ptr(),
+                            {z(c.N), z(c.C), z(c.OC)});
+        ref->matmul_backward(nullptr, dw_r.ptr(), nullptr, dout.data(), x.data(), w.ptr(),
+                             {z(c.N), z(c.C), z(c.OC)});
         check_close(dw_f, dw_r, dw_scale);
       }
     }
@@ -999,8 +1012,8 @@ TEST_CASE("16-bit matmul_forward computes the fp32 one on the rounded weights") 
     Operand w(randn(static_cast<std::size_t>(OC) * C, 172, 0.5f), t), b(randn(OC, 173), t);
     const Vec w32 = w.values(), b32 = b.values();
     Vec out16(static_cast<std::size_t>(N) * OC), out32(out16.size());
-    K().matmul_forward(out16.data(), x.data(), w.ptr(), b.ptr(), N, C, OC);
-    K().matmul_forward(out32.data(), x.data(), w32.data(), b32.data(), N, C, OC);
+    K().matmul_forward(out16.data(), x.data(), w.ptr(), b.ptr(), {N, C, OC});
+    K().matmul_forward(out32.data(), x.data(), w32.data(), b32.data(), {N, C, OC});
     // Only the GEMMs' blocking differs (per weight tile or whole).
     Vec bias_rows;
     for (int n = 0; n < N; ++n) bias_rows.insert(bias_rows.end(), b32.begin(), b32.end());
@@ -1024,16 +1037,16 @@ TEST_CASE("16-bit embedding: fast matches reference bit for bit, repeated tokens
         Operand wpe(randn(static_cast<std::size_t>(T) * C, 183), tp);
         const auto pos = with_pos ? ztrain::ConstTypedPtr(wpe.ptr()) : nullptr;
         Vec out_f(dout.size()), out_r(dout.size());
-        K().embedding_forward(out_f.data(), tokens.data(), wte.ptr(), pos, B, T, C);
-        ref->embedding_forward(out_r.data(), tokens.data(), wte.ptr(), pos, B, T, C);
+        K().embedding_forward(out_f.data(), tokens.data(), wte.ptr(), pos, {B, T, C});
+        ref->embedding_forward(out_r.data(), tokens.data(), wte.ptr(), pos, {B, T, C});
         CHECK(out_f == out_r);
         Operand dwte_f(randn(wte.values().size(), 184), t),
             dwpe_f(randn(wpe.values().size(), 185), tp);
         Operand dwte_r = dwte_f, dwpe_r = dwpe_f;
         K().embedding_backward(dwte_f.ptr(), with_pos ? dwpe_f.ptr() : nullptr, dout.data(),
-                               tokens.data(), B, T, C);
+                               tokens.data(), {B, T, C});
         ref->embedding_backward(dwte_r.ptr(), with_pos ? dwpe_r.ptr() : nullptr, dout.data(),
-                                tokens.data(), B, T, C);
+                                tokens.data(), {B, T, C});
         check_same(dwte_f, dwte_r);
         check_same(dwpe_f, dwpe_r);
       }
@@ -1064,19 +1077,19 @@ TEST_CASE("16-bit layernorm and rmsnorm: fp32 math on the widened values, gradie
     Operand w(randn(C, 193), t), b(randn(C, 194), t);
     const Vec w32 = w.values(), b32 = b.values();
     Vec out(nc), out32(nc), mean(N), rstd(N), mean32(N), rstd32(N);
-    K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.ptr(), b.ptr(), N, C,
+    K().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.ptr(), b.ptr(), {N, C},
                           1e-5f);
     K().layernorm_forward(out32.data(), mean32.data(), rstd32.data(), x.data(), w32.data(),
-                          b32.data(), N, C, 1e-5f);
+                          b32.data(), {N, C}, 1e-5f);
     CHECK(out == out32);
     const Vec dx0 = randn(nc, 195);
     Operand dw_f(randn(C, 196), t), db_f(randn(C, 197), t);
     Operand dw_r = dw_f, db_r = db_f;
     Vec dx_f = dx0, dx_r = dx0;
     K().layernorm_backward(dx_f.data(), dw_f.ptr(), db_f.ptr(), dout.data(), x.data(), w.ptr(),
-                           mean.data(), rstd.data(), N, C);
+                           mean.data(), rstd.data(), {N, C});
     ref->layernorm_backward(dx_r.data(), dw_r.ptr(), db_r.ptr(), dout.data(), x.data(), w.ptr(),
-                            mean.data(), rstd.data(), N, C);
+                            mean.data(), rstd.data(), {N, C});
     check_close(dx_f, dx_r);
     check_close(dw_f, dw_r);
     check_close(db_f, db_r);
@@ -1084,26 +1097,26 @@ TEST_CASE("16-bit layernorm and rmsnorm: fp32 math on the widened values, gradie
     Vec dw32 = Operand(randn(C, 196), t).values(), db32 = Operand(randn(C, 197), t).values();
     Vec dx32 = dx0;
     K().layernorm_backward(dx32.data(), dw32.data(), db32.data(), dout.data(), x.data(), w32.data(),
-                           mean.data(), rstd.data(), N, C);
+                           mean.data(), rstd.data(), {N, C});
     CHECK(dx32 == dx_f);
     CHECK(Operand(dw32, t).half == dw_f.half);
     CHECK(Operand(db32, t).half == db_f.half);
 
-    K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.ptr(), N, C, 1e-6f);
-    K().rmsnorm_forward(out32.data(), rstd32.data(), x.data(), w32.data(), N, C, 1e-6f);
+    K().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.ptr(), {N, C}, 1e-6f);
+    K().rmsnorm_forward(out32.data(), rstd32.data(), x.data(), w32.data(), {N, C}, 1e-6f);
     CHECK(out == out32);
     dx_f = dx_r = dx0;
     dw_r = dw_f;
     dw32 = dw_f.values();
-    K().rmsnorm_backward(dx_f.data(), dw_f.ptr(), dout.data(), x.data(), w.ptr(), rstd.data(), N,
-                         C);
-    ref->rmsnorm_backward(dx_r.data(), dw_r.ptr(), dout.data(), x.data(), w.ptr(), rstd.data(), N,
-                          C);
+    K().rmsnorm_backward(dx_f.data(), dw_f.ptr(), dout.data(), x.data(), w.ptr(), rstd.data(),
+                         {N, C});
+    ref->rmsnorm_backward(dx_r.data(), dw_r.ptr(), dout.data(), x.data(), w.ptr(), rstd.data(),
+                          {N, C});
     check_close(dx_f, dx_r);
     check_close(dw_f, dw_r);
     dx32 = dx0;
     K().rmsnorm_backward(dx32.data(), dw32.data(), dout.data(), x.data(), w32.data(), rstd.data(),
-                         N, C);
+                         {N, C});
     CHECK(dx32 == dx_f);
     CHECK(Operand(dw32, t).half == dw_f.half);
   }
@@ -1163,18 +1176,18 @@ TEST_CASE("16-bit gelu bias: fp32 math on the widened bias, dbias rounded once")
     Operand b(randn(H, 253), t);
     const Vec b32 = b.values();
     Vec out(nh), out32(nh);
-    K().gelu_forward(out.data(), x.data(), b.ptr(), N, H);
-    K().gelu_forward(out32.data(), x.data(), b32.data(), N, H);
+    K().gelu_forward(out.data(), x.data(), b.ptr(), {N, H});
+    K().gelu_forward(out32.data(), x.data(), b32.data(), {N, H});
     CHECK(out == out32);
     Operand db_f(randn(H, 254), t);
     Operand db_r = db_f;
     Vec db32 = db_f.values();
     Vec dx_f(nh), dx_r(nh), dx32(nh);
-    K().gelu_backward(dx_f.data(), db_f.ptr(), x.data(), b.ptr(), dout.data(), N, H);
-    ref->gelu_backward(dx_r.data(), db_r.ptr(), x.data(), b.ptr(), dout.data(), N, H);
+    K().gelu_backward(dx_f.data(), db_f.ptr(), x.data(), b.ptr(), dout.data(), {N, H});
+    ref->gelu_backward(dx_r.data(), db_r.ptr(), x.data(), b.ptr(), dout.data(), {N, H});
     check_close(dx_f, dx_r);
     check_close(db_f, db_r);
-    K().gelu_backward(dx32.data(), db32.data(), x.data(), b32.data(), dout.data(), N, H);
+    K().gelu_backward(dx32.data(), db32.data(), x.data(), b32.data(), dout.data(), {N, H});
     CHECK(dx32 == dx_f);
     CHECK(Operand(db32, t).half == db_f.half);  // the fp32 sum, rounded once
   }
@@ -1259,9 +1272,9 @@ TEST_CASE("16-bit matmul and embedding backward do not depend on the thread coun
     Vec out(dout.size()), dx(x.size());
     Operand dw(Vec(w.half.size()), DType::bf16), db(Vec(OC), DType::f16),
         dwte(Vec(static_cast<std::size_t>(V) * OC), DType::bf16);
-    K().matmul_forward(out.data(), x.data(), w.ptr(), b.ptr(), N, C, OC);
-    K().matmul_backward(dx.data(), dw.ptr(), db.ptr(), dout.data(), x.data(), w.ptr(), N, C, OC);
-    K().embedding_backward(dwte.ptr(), nullptr, dout.data(), tokens.data(), B, T, OC);
+    K().matmul_forward(out.data(), x.data(), w.ptr(), b.ptr(), {N, C, OC});
+    K().matmul_backward(dx.data(), dw.ptr(), db.ptr(), dout.data(), x.data(), w.ptr(), {N, C, OC});
+    K().embedding_backward(dwte.ptr(), nullptr, dout.data(), tokens.data(), {B, T, OC});
     return std::tuple{out, dx, dw.half, db.half, dwte.half};
   };
   const auto many = run();

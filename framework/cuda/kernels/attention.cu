@@ -27,6 +27,7 @@ constexpr int kRows = 8;       // warps per block, one row each
 constexpr int kTile = 32;      // rows per shared-memory tile: one per lane
 constexpr int kMaxHead = 256;  // 8 dimensions per lane
 
+// An AttentionShape as the kernels index it, in ints, with the scale.
 struct Shape {
   int B, T, NH, NKV, hs, q_stride, kv_stride;
   float scale;
@@ -265,54 +266,60 @@ void launch(K kernel, dim3 grid, std::size_t smem, cudaStream_t stream, Args... 
   ZTRAIN_CUDA_LAUNCHED();
 }
 
-Shape shape_of(int B, int T, int NH, int NKV, int hs, int q_stride, int kv_stride) {
-  if (hs > kMaxHead || hs <= 0 || NKV <= 0 || NH % NKV != 0)
-    throw InternalError("cuda attention: head size " + std::to_string(hs) + " with " +
-                        std::to_string(NH) + " query and " + std::to_string(NKV) +
+// s narrowed for op `op`, checked against what the kernels support.
+Shape shape_of(AttentionShape s, const char* op) {
+  const Shape shape{to_int(s.B, op, "B"),
+                    to_int(s.T, op, "T"),
+                    to_int(s.NH, op, "NH"),
+                    to_int(s.NKV, op, "NKV"),
+                    to_int(s.hs, op, "hs"),
+                    to_int(s.q_stride, op, "q_stride"),
+                    to_int(s.kv_stride, op, "kv_stride"),
+                    1.0f / sqrtf(static_cast<float>(s.hs))};
+  if (shape.hs > kMaxHead || shape.hs <= 0 || shape.NKV <= 0 || shape.NH % shape.NKV != 0)
+    throw InternalError("cuda attention: head size " + std::to_string(shape.hs) + " with " +
+                        std::to_string(shape.NH) + " query and " + std::to_string(shape.NKV) +
                         " key/value heads is not supported (head size at most " +
                         std::to_string(kMaxHead) + ", query heads a multiple of key/value heads)");
-  return {B, T, NH, NKV, hs, q_stride, kv_stride, 1.0f / sqrtf(static_cast<float>(hs))};
+  return shape;
 }
 
 }  // namespace
 
-void CudaKernels::attention_forward(float* out, float* lse, const float* q, const float* k,
-                                    const float* v, int B, int T, int NH, int NKV, int hs,
-                                    int q_stride, int kv_stride) const {
-  if (B == 0 || T == 0) return;
-  const Shape s = shape_of(B, T, NH, NKV, hs, q_stride, kv_stride);
-  if (attention_fits_gemms(B, T, NH))
-    return attention_forward_gemm(out, lse, q, k, v, B, T, NH, NKV, hs, q_stride, kv_stride);
-  const dim3 grid(B * NH, (T + kRows - 1) / kRows);
-  const std::size_t smem = sizeof(float) * (2 * kTile * (hs + 1) + kRows * hs);
-  with_lane_dims(hs, [&](auto dims) {
-    launch(attention_forward_kernel<decltype(dims)::value>, grid, smem, stream_, out, lse, q, k, v,
-           s);
+void CudaKernels::attention_forward(float* out, float* lse, AttentionInputs in,
+                                    AttentionShape s) const {
+  if (s.B == 0 || s.T == 0) return;
+  const Shape shape = shape_of(s, "attention_forward");
+  if (attention_fits_gemms(s)) return attention_forward_gemm(out, lse, in, s);
+  const dim3 grid(shape.B * shape.NH, (shape.T + kRows - 1) / kRows);
+  const std::size_t smem = sizeof(float) * (2 * kTile * (shape.hs + 1) + kRows * shape.hs);
+  with_lane_dims(shape.hs, [&](auto dims) {
+    launch(attention_forward_kernel<decltype(dims)::value>, grid, smem, stream_, out, lse, in.q,
+           in.k, in.v, shape);
   });
 }
 
-void CudaKernels::attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                     const float* out, const float* q, const float* k,
-                                     const float* v, const float* lse, int B, int T, int NH,
-                                     int NKV, int hs, int q_stride, int kv_stride) const {
-  if (B == 0 || T == 0) return;
-  const Shape s = shape_of(B, T, NH, NKV, hs, q_stride, kv_stride);
-  if (attention_fits_gemms(B, T, NH))
-    return attention_backward_gemm(dq, dk, dv, dout, out, q, k, v, lse, B, T, NH, NKV, hs, q_stride,
-                                   kv_stride);
-  const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
+void CudaKernels::attention_backward(AttentionGrads d, const float* dout, const float* out,
+                                     AttentionInputs in, const float* lse, AttentionShape s) const {
+  if (s.B == 0 || s.T == 0) return;
+  const Shape shape = shape_of(s, "attention_backward");
+  if (attention_fits_gemms(s)) return attention_backward_gemm(d, dout, out, in, lse, s);
+  const std::size_t rows = s.B * s.NH * s.T;
   Buffer delta = scratch(sizeof(float) * rows);
   attention_delta_kernel<<<static_cast<unsigned>((rows + kRows - 1) / kRows), kRows * 32, 0,
-                           stream_>>>(delta.as<float>(), dout, out, s);
+                           stream_>>>(delta.as<float>(), dout, out, shape);
   ZTRAIN_CUDA_LAUNCHED();
-  const std::size_t smem_q = sizeof(float) * (2 * kTile * (hs + 1) + kRows * 2 * hs);
-  const std::size_t smem_kv = sizeof(float) * (2 * kTile * (hs + 1) + 2 * kTile + kRows * 2 * hs);
-  with_lane_dims(hs, [&](auto dims) {
+  const std::size_t smem_q = sizeof(float) * (2 * kTile * (shape.hs + 1) + kRows * 2 * shape.hs);
+  const std::size_t smem_kv =
+      sizeof(float) * (2 * kTile * (shape.hs + 1) + 2 * kTile + kRows * 2 * shape.hs);
+  with_lane_dims(shape.hs, [&](auto dims) {
     constexpr int D = decltype(dims)::value;
-    launch(attention_dq_kernel<D>, dim3(B * NH, (T + kRows - 1) / kRows), smem_q, stream_, dq, dout,
-           q, k, v, lse, static_cast<const float*>(delta.as<float>()), s);
-    launch(attention_dkv_kernel<D>, dim3(B * NKV, (T + kRows - 1) / kRows), smem_kv, stream_, dk,
-           dv, dout, q, k, v, lse, static_cast<const float*>(delta.as<float>()), s);
+    launch(attention_dq_kernel<D>, dim3(shape.B * shape.NH, (shape.T + kRows - 1) / kRows), smem_q,
+           stream_, d.dq, dout, in.q, in.k, in.v, lse, static_cast<const float*>(delta.as<float>()),
+           shape);
+    launch(attention_dkv_kernel<D>, dim3(shape.B * shape.NKV, (shape.T + kRows - 1) / kRows),
+           smem_kv, stream_, d.dk, d.dv, dout, in.q, in.k, in.v, lse,
+           static_cast<const float*>(delta.as<float>()), shape);
   });
 }
 

@@ -40,10 +40,13 @@ constexpr unsigned kThreads = 256;
 // T = 4096 one or two, while the GEMMs of a chunk still fill the GPU.
 constexpr std::size_t kScoreBytes = std::size_t{256} << 20;
 
+// An AttentionShape as the kernels and GemmCall index it, in ints, with
+// the operand type and the scale.
 struct Sizes {
   int B, T, NH, NKV, hs, q_stride, kv_stride;
   DType type;  // of the GEMM operands
   float scale;
+  int group() const { return NH / NKV; }
   int ld() const { return (T + 7) / 8 * 8; }                             // of a score row
   std::size_t head() const { return static_cast<std::size_t>(T) * hs; }  // elements of one head
   std::size_t all_heads() const { return static_cast<std::size_t>(B) * NH; }
@@ -201,49 +204,56 @@ __global__ void delta_kernel(float* delta, const float* dout, const float* out, 
   if (lane == 0) delta[row] = d;
 }
 
-Sizes sizes_of(int B, int T, int NH, int NKV, int hs, int q_stride, int kv_stride, DType type) {
-  return {B, T, NH, NKV, hs, q_stride, kv_stride, type, 1.0f / sqrtf(static_cast<float>(hs))};
+// s narrowed for op `op` (attention.cu's shape_of has checked the heads).
+Sizes sizes_of(AttentionShape s, DType type, const char* op) {
+  return {to_int(s.B, op, "B"),
+          to_int(s.T, op, "T"),
+          to_int(s.NH, op, "NH"),
+          to_int(s.NKV, op, "NKV"),
+          to_int(s.hs, op, "hs"),
+          to_int(s.q_stride, op, "q_stride"),
+          to_int(s.kv_stride, op, "kv_stride"),
+          type,
+          1.0f / sqrtf(static_cast<float>(s.hs))};
 }
 
 }  // namespace
 
-bool CudaKernels::attention_fits_gemms(int B, int T, int NH) const {
-  const Sizes a = sizes_of(B, T, NH, 1, 1, 1, 1, attention_type_);
+bool CudaKernels::attention_fits_gemms(AttentionShape s) const {
+  const Sizes a = sizes_of(s, attention_type_, "attention");
   return attention_type_ != DType::f32 && a.all_heads() > 0 && a.scores() * 10 <= kScoreBytes;
 }
 
-void CudaKernels::attention_forward_gemm(float* out, float* lse, const float* q, const float* k,
-                                         const float* v, int B, int T, int NH, int NKV, int hs,
-                                         int q_stride, int kv_stride) const {
-  const Sizes a = sizes_of(B, T, NH, NKV, hs, q_stride, kv_stride, attention_type_);
+void CudaKernels::attention_forward_gemm(float* out, float* lse, AttentionInputs in,
+                                         AttentionShape shape) const {
+  const Sizes a = sizes_of(shape, attention_type_, "attention_forward");
   const std::size_t n = a.heads(), esize = dtype_size(a.type), chunk = a.chunk();
   Buffer qh = scratch(n * esize), kh = scratch(n * esize), vh = scratch(n * esize),
          oh = scratch(n * sizeof(float));
   Buffer s = scratch(sizeof(float) * chunk * a.scores()), p = scratch(esize * chunk * a.scores());
-  to_head_major(qh, q, a, 1, q_stride, stream_);
-  to_head_major(kh, k, a, NH / NKV, kv_stride, stream_);
-  to_head_major(vh, v, a, NH / NKV, kv_stride, stream_);
+  to_head_major(qh, in.q, a, 1, a.q_stride, stream_);
+  to_head_major(kh, in.k, a, a.group(), a.kv_stride, stream_);
+  to_head_major(vh, in.v, a, a.group(), a.kv_stride, stream_);
   for (std::size_t h0 = 0; h0 < a.all_heads(); h0 += chunk) {
     const Products x{a, h0, static_cast<int>(std::min(chunk, a.all_heads() - h0))};
     gemm(x.scores(qh, kh, s.as<float>(), a.scale));  // S = scale q k^T
     with_type(a.type, [&](auto tag) {
       using O = decltype(tag);
-      softmax_rows_kernel<O><<<static_cast<unsigned>(x.heads) * T, kThreads, 0, stream_>>>(
-          p.as<O>(), lse, s.as<float>(), T, a.ld(), h0 * T);
+      softmax_rows_kernel<O><<<static_cast<unsigned>(x.heads) * a.T, kThreads, 0, stream_>>>(
+          p.as<O>(), lse, s.as<float>(), a.T, a.ld(), h0 * a.T);
     });
     ZTRAIN_CUDA_LAUNCHED();
     gemm(x.weighted(p.data(), vh, x.at32(oh), 1.0f));  // out = P v
   }
-  from_head_major<false>(out, oh, a, 1, NH * hs, stream_);
+  from_head_major<false>(out, oh, a, 1, a.NH * a.hs, stream_);
 }
 
-void CudaKernels::attention_backward_gemm(float* dq, float* dk, float* dv, const float* dout,
-                                          const float* out, const float* q, const float* k,
-                                          const float* v, const float* lse, int B, int T, int NH,
-                                          int NKV, int hs, int q_stride, int kv_stride) const {
-  const Sizes a = sizes_of(B, T, NH, NKV, hs, q_stride, kv_stride, attention_type_);
+void CudaKernels::attention_backward_gemm(AttentionGrads d, const float* dout, const float* out,
+                                          AttentionInputs in, const float* lse,
+                                          AttentionShape shape) const {
+  const Sizes a = sizes_of(shape, attention_type_, "attention_backward");
   const std::size_t n = a.heads(), esize = dtype_size(a.type), chunk = a.chunk();
-  const std::size_t rows = a.all_heads() * T;
+  const std::size_t rows = a.all_heads() * a.T;
   Buffer qh = scratch(n * esize), kh = scratch(n * esize), vh = scratch(n * esize),
          doh = scratch(n * esize);
   Buffer dqh = scratch(n * sizeof(float)), dkh = scratch(n * sizeof(float)),
@@ -251,22 +261,22 @@ void CudaKernels::attention_backward_gemm(float* dq, float* dk, float* dv, const
   Buffer s = scratch(sizeof(float) * chunk * a.scores()),
          dp = scratch(sizeof(float) * chunk * a.scores()), p = scratch(esize * chunk * a.scores());
   delta_kernel<<<static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0,
-                 stream_>>>(delta.as<float>(), dout, out, B, T, NH, hs);
+                 stream_>>>(delta.as<float>(), dout, out, a.B, a.T, a.NH, a.hs);
   ZTRAIN_CUDA_LAUNCHED();
-  to_head_major(qh, q, a, 1, q_stride, stream_);
-  to_head_major(kh, k, a, NH / NKV, kv_stride, stream_);
-  to_head_major(vh, v, a, NH / NKV, kv_stride, stream_);
-  to_head_major(doh, dout, a, 1, NH * hs, stream_);
+  to_head_major(qh, in.q, a, 1, a.q_stride, stream_);
+  to_head_major(kh, in.k, a, a.group(), a.kv_stride, stream_);
+  to_head_major(vh, in.v, a, a.group(), a.kv_stride, stream_);
+  to_head_major(doh, dout, a, 1, a.NH * a.hs, stream_);
   for (std::size_t h0 = 0; h0 < a.all_heads(); h0 += chunk) {
     const Products x{a, h0, static_cast<int>(std::min(chunk, a.all_heads() - h0))};
-    const std::size_t chunk_rows = static_cast<std::size_t>(x.heads) * T;
+    const std::size_t chunk_rows = static_cast<std::size_t>(x.heads) * a.T;
     // P = exp(S - lse) (S = scale q k^T again), or with dp, dS = P (dP - delta).
     const auto probs = [&](const float* with_dp) {
       with_type(a.type, [&](auto tag) {
         using O = decltype(tag);
-        probs_kernel<O><<<blocks_for(chunk_rows * T, kThreads), kThreads, 0, stream_>>>(
-            p.as<O>(), s.as<float>(), lse + h0 * T, with_dp, delta.as<float>() + h0 * T, T, a.ld(),
-            chunk_rows);
+        probs_kernel<O><<<blocks_for(chunk_rows * a.T, kThreads), kThreads, 0, stream_>>>(
+            p.as<O>(), s.as<float>(), lse + h0 * a.T, with_dp, delta.as<float>() + h0 * a.T, a.T,
+            a.ld(), chunk_rows);
       });
       ZTRAIN_CUDA_LAUNCHED();
     };
@@ -278,9 +288,9 @@ void CudaKernels::attention_backward_gemm(float* dq, float* dk, float* dv, const
     gemm(x.weighted(p.data(), kh, x.at32(dqh), a.scale));    // dq = scale dS k
     gemm(x.transposed(p.data(), qh, x.at32(dkh), a.scale));  // dk = scale dS^T q
   }
-  from_head_major<true>(dq, dqh, a, 1, q_stride, stream_);
-  from_head_major<true>(dk, dkh, a, NH / NKV, kv_stride, stream_);
-  from_head_major<true>(dv, dvh, a, NH / NKV, kv_stride, stream_);
+  from_head_major<true>(d.dq, dqh, a, 1, a.q_stride, stream_);
+  from_head_major<true>(d.dk, dkh, a, a.group(), a.kv_stride, stream_);
+  from_head_major<true>(d.dv, dvh, a, a.group(), a.kv_stride, stream_);
 }
 
 }  // namespace ztrain::cuda

@@ -110,11 +110,4 @@ inline unsigned blocks_for(std::size_t n, unsigned threads) {
   return static_cast<unsigned>(b < 65535u * 16u ? (b == 0 ? 1 : b) : 65535u * 16u);
 }
 
-// A row length that must fit an int index in a kernel.
-inline void check_fits(std::size_t n, const char* what) {
-  if (n > static_cast<std::size_t>(INT32_MAX))
-    throw InternalError(std::string("cuda kernels: ") + what + " of " + std::to_string(n) +
-                        " elements does not fit the kernels' int indices");
-}
-
 }  // namespace ztrain::cuda

@@ -43,15 +43,20 @@ __global__ void softmax_crossentropy_backward_kernel(float* probs, const std::in
 
 }  // namespace
 
+// s is (N, V): one block per row.
 void CudaKernels::softmax_crossentropy_forward(float* losses, float* logits,
-                                               const std::int32_t* targets, int N, int V) const {
+                                               const std::int32_t* targets, RowShape s) const {
+  const int N = to_int(s.N, "softmax_crossentropy_forward", "N"),
+            V = to_int(s.C, "softmax_crossentropy_forward", "V");
   if (N == 0) return;
   softmax_crossentropy_forward_kernel<<<N, kThreads, 0, stream_>>>(losses, logits, targets, V);
   ZTRAIN_CUDA_LAUNCHED();
 }
 
 void CudaKernels::softmax_crossentropy_backward(float* probs, const std::int32_t* targets,
-                                                float dloss, int N, int V) const {
+                                                float dloss, RowShape s) const {
+  const int N = to_int(s.N, "softmax_crossentropy_backward", "N"),
+            V = to_int(s.C, "softmax_crossentropy_backward", "V");
   if (N == 0) return;
   softmax_crossentropy_backward_kernel<<<N, kThreads, 0, stream_>>>(probs, targets, dloss, V);
   ZTRAIN_CUDA_LAUNCHED();

@@ -19,20 +19,20 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
 // out, pre: (n) = (N,H); bias: (H) in fp32 or null. x = pre + bias.
-__global__ void gelu_forward_kernel(float* out, const float* pre, const float* bias, int H,
+__global__ void gelu_forward_kernel(float* out, const float* pre, const float* bias, std::size_t H,
                                     std::size_t n) {
   ZTRAIN_GRID_STRIDE(i, n) {
-    const float x = pre[i] + (bias ? bias[i % static_cast<std::size_t>(H)] : 0.0f);
+    const float x = pre[i] + (bias ? bias[i % H] : 0.0f);
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     out[i] = x / (1.0f + expf(-2.0f * u));
   }
 }
 
 // dpre = gelu'(pre + bias) * dout, written; all (n) = (N,H)
-__global__ void gelu_backward_kernel(float* dpre, const float* pre, const float* bias, int H,
-                                     const float* dout, std::size_t n) {
+__global__ void gelu_backward_kernel(float* dpre, const float* pre, const float* bias,
+                                     std::size_t H, const float* dout, std::size_t n) {
   ZTRAIN_GRID_STRIDE(i, n) {
-    const float x = pre[i] + (bias ? bias[i % static_cast<std::size_t>(H)] : 0.0f);
+    const float x = pre[i] + (bias ? bias[i % H] : 0.0f);
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     const float s = 1.0f / (1.0f + expf(-2.0f * u));
     const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
@@ -86,6 +86,20 @@ __global__ void rope_kernel(float* x, const float* cos, const float* sin, int B,
   }
 }
 
+// rope_kernel over x as s lays it out: rope_forward's rotation (direction
+// 1) or rope_backward's inverse (-1); `op` names the caller in a narrowing
+// error.
+void launch_rope(float* x, const float* cos, const float* sin, HeadShape s, float direction,
+                 const char* op, cudaStream_t stream) {
+  const int B = to_int(s.B, op, "B"), T = to_int(s.T, op, "T"), H = to_int(s.H, op, "H"),
+            hs = to_int(s.hs, op, "hs"), stride = to_int(s.stride, op, "stride");
+  const std::size_t pairs = s.B * s.T * s.H * (s.hs / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream>>>(x, cos, sin, B, T, H, hs,
+                                                                    stride, direction);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
 template <class D, class S>
 __global__ void cast_kernel(D* out, const S* in, std::size_t n) {
   ZTRAIN_GRID_STRIDE(i, n) {
@@ -104,32 +118,33 @@ __global__ void accumulate_kernel(T* dst, const T* src, std::size_t n) {
 }  // namespace
 
 // The bias in fp32 scratch (a 16-bit one cast once), null for none.
-Buffer CudaKernels::bias_f32(ConstTypedPtr bias, int H) const {
+Buffer CudaKernels::bias_f32(ConstTypedPtr bias, std::size_t H) const {
   if (!bias) return {};
-  Buffer b = scratch(sizeof(float) * static_cast<std::size_t>(H));
-  launch_cast({b.data(), DType::f32}, bias, static_cast<std::size_t>(H), stream_);
+  Buffer b = scratch(sizeof(float) * H);
+  launch_cast({b.data(), DType::f32}, bias, H, stream_);
   return b;
 }
 
-void CudaKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N,
-                               int H) const {
-  const std::size_t n = static_cast<std::size_t>(N) * H;
+// s is (N, H).
+void CudaKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias, RowShape s) const {
+  const std::size_t n = s.N * s.C;
   if (n == 0) return;
-  const Buffer b = bias_f32(bias, H);
+  const Buffer b = bias_f32(bias, s.C);
   gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
-      out, pre, b ? b.as<float>() : nullptr, H, n);
+      out, pre, b ? b.as<float>() : nullptr, s.C, n);
   ZTRAIN_CUDA_LAUNCHED();
 }
 
 // dbias from dpre's column sums after the elementwise pass (bias.h), the
-// sums matmul_backward computes for any other bias.
+// sums matmul_backward computes for any other bias. s is (N, H).
 void CudaKernels::gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
-                                const float* dout, int N, int H) const {
-  const std::size_t n = static_cast<std::size_t>(N) * H;
+                                const float* dout, RowShape s) const {
+  const int N = to_int(s.N, "gelu_backward", "N"), H = to_int(s.C, "gelu_backward", "H");
+  const std::size_t n = s.N * s.C;
   if (n == 0) return;
-  const Buffer b = bias_f32(bias, H);
+  const Buffer b = bias_f32(bias, s.C);
   gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
-      dpre, pre, b ? b.as<float>() : nullptr, H, dout, n);
+      dpre, pre, b ? b.as<float>() : nullptr, s.C, dout, n);
   ZTRAIN_CUDA_LAUNCHED();
   if (!dbias) return;
   Buffer partial = scratch(sizeof(float) * bias_gradient_scratch(N, H));
@@ -157,22 +172,12 @@ void CudaKernels::add(float* out, const float* a, const float* b, std::size_t n)
   ZTRAIN_CUDA_LAUNCHED();
 }
 
-void CudaKernels::rope_forward(float* x, const float* cos, const float* sin, int B, int T, int H,
-                               int hs, int stride) const {
-  const std::size_t pairs = static_cast<std::size_t>(B) * T * H * (hs / 2);
-  if (pairs == 0) return;
-  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream_>>>(x, cos, sin, B, T, H, hs,
-                                                                     stride, 1.0f);
-  ZTRAIN_CUDA_LAUNCHED();
+void CudaKernels::rope_forward(float* x, const float* cos, const float* sin, HeadShape s) const {
+  launch_rope(x, cos, sin, s, 1.0f, "rope_forward", stream_);
 }
 
-void CudaKernels::rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H,
-                                int hs, int stride) const {
-  const std::size_t pairs = static_cast<std::size_t>(B) * T * H * (hs / 2);
-  if (pairs == 0) return;
-  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream_>>>(dx, cos, sin, B, T, H, hs,
-                                                                     stride, -1.0f);
-  ZTRAIN_CUDA_LAUNCHED();
+void CudaKernels::rope_backward(float* dx, const float* cos, const float* sin, HeadShape s) const {
+  launch_rope(dx, cos, sin, s, -1.0f, "rope_backward", stream_);
 }
 
 Buffer CudaKernels::rounded(const float* x, std::size_t n, DType type) const {

@@ -71,22 +71,26 @@ __global__ void embedding_backward_wpe_kernel(G* dwpe, const float* dout, int B,
 }  // namespace
 
 void CudaKernels::embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
-                                    ConstTypedPtr wpe, int B, int T, int C) const {
-  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+                                    ConstTypedPtr wpe, TokenShape s) const {
+  const int BT = to_int(s.B * s.T, "embedding_forward", "B*T"),
+            T = to_int(s.T, "embedding_forward", "T"), C = to_int(s.C, "embedding_forward", "C");
+  const std::size_t n = s.B * s.T * s.C;
   if (n == 0) return;
   if (wpe && wpe.dtype != wte.dtype)
     throw InternalError("cuda embedding_forward: wte and wpe of different types");
   with_type(wte.dtype, [&](auto tag) {
     using W = decltype(tag);
     embedding_forward_kernel<W><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
-        out, tokens, static_cast<const W*>(wte.data), static_cast<const W*>(wpe.data), B * T, T, C);
+        out, tokens, static_cast<const W*>(wte.data), static_cast<const W*>(wpe.data), BT, T, C);
   });
   ZTRAIN_CUDA_LAUNCHED();
 }
 
 void CudaKernels::embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
-                                     const std::int32_t* tokens, int B, int T, int C) const {
-  const int BT = B * T;
+                                     const std::int32_t* tokens, TokenShape s) const {
+  const int B = to_int(s.B, "embedding_backward", "B"), T = to_int(s.T, "embedding_backward", "T"),
+            C = to_int(s.C, "embedding_backward", "C"),
+            BT = to_int(s.B * s.T, "embedding_backward", "B*T");
   if (BT == 0 || C == 0) return;
   if (dwte) {
     // Sort (token, position) pairs by token; the sort's scratch comes
@@ -114,7 +118,7 @@ void CudaKernels::embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* 
     ZTRAIN_CUDA_LAUNCHED();
   }
   if (dwpe) {
-    const std::size_t n = static_cast<std::size_t>(T) * C;
+    const std::size_t n = s.T * s.C;
     with_type(dwpe.dtype, [&](auto tag) {
       using G = decltype(tag);
       embedding_backward_wpe_kernel<G><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(

@@ -143,13 +143,15 @@ void CudaKernels::gemm(const GemmCall& g) const {
 
 // out: (N,OC) = inp (N,C) @ w^T + bias
 void CudaKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias,
-                                 int N, int C, int OC) const {
+                                 MatmulShape s) const {
+  const int N = to_int(s.N, "matmul_forward", "N"), C = to_int(s.C, "matmul_forward", "C"),
+            OC = to_int(s.OC, "matmul_forward", "OC");
   if (N == 0 || OC == 0) return;
-  const Buffer bias32 = bias_f32(bias, OC);
+  const Buffer bias32 = bias_f32(bias, s.OC);
   Buffer inp16;
   const void* x = inp;
   if (w.dtype != DType::f32) {
-    inp16 = rounded(inp, static_cast<std::size_t>(N) * C, w.dtype);
+    inp16 = rounded(inp, s.N * s.C, w.dtype);
     x = inp16.data();
   }
   gemm({w.data, w.dtype, true, C, x, w.dtype, false, C, out, DType::f32, OC, OC, N, C, 0.0f,
@@ -158,7 +160,9 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w, 
 
 // dinp (N,C) += dout @ w; dw (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout
 void CudaKernels::matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
-                                  const float* inp, ConstTypedPtr w, int N, int C, int OC) const {
+                                  const float* inp, ConstTypedPtr w, MatmulShape s) const {
+  const int N = to_int(s.N, "matmul_backward", "N"), C = to_int(s.C, "matmul_backward", "C"),
+            OC = to_int(s.OC, "matmul_backward", "OC");
   if (N == 0) return;
   // dout rounded once to each 16-bit type the two GEMMs need (one, when
   // the weight and its gradient share a type, as they do in a run).
@@ -166,7 +170,7 @@ void CudaKernels::matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, cons
   const auto dout_as = [&](DType t, Buffer& keep) -> const void* {
     if (t == DType::f32) return dout;
     if (dout_w && t == w.dtype) return dout_w.data();
-    keep = rounded(dout, static_cast<std::size_t>(N) * OC, t);
+    keep = rounded(dout, s.N * s.OC, t);
     return keep.data();
   };
   if (dinp) {
@@ -178,7 +182,7 @@ void CudaKernels::matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, cons
     Buffer inp16;
     const void* x = inp;
     if (dw.dtype != DType::f32) {
-      inp16 = rounded(inp, static_cast<std::size_t>(N) * C, dw.dtype);
+      inp16 = rounded(inp, s.N * s.C, dw.dtype);
       x = inp16.data();
     }
     gemm({x, dw.dtype, false, C, d, dw.dtype, true, OC, dw.data, dw.dtype, C, C, OC, N, 1.0f});

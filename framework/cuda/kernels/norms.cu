@@ -19,8 +19,8 @@ __device__ __forceinline__ int row_of_warp() {
 // With a residual (add not null): res = inp + add, each lane its own
 // channels, and the row is normalised from res (the lane reads back what it
 // wrote). Returns the row to normalise.
-__device__ __forceinline__ const float* residual_row(float* res, const float* inp,
-                                                     const float* add, int n, int C, int lane) {
+__device__ __forceinline__ const float* residual_row(float* res, const float* inp, const float* add,
+                                                     int n, int C, int lane) {
   const std::size_t row = static_cast<std::size_t>(n) * C;
   if (!add) return inp + row;
   for (int c = lane; c < C; c += 32) res[row + c] = inp[row + c] + add[row + c];
@@ -31,8 +31,8 @@ __device__ __forceinline__ const float* residual_row(float* res, const float* in
 // mean, rstd: (N)
 template <class W>
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* res,
-                                         const float* inp, const float* add, const W* w,
-                                         const W* b, int N, int C, float eps) {
+                                         const float* inp, const float* add, const W* w, const W* b,
+                                         int N, int C, float eps) {
   const int n = row_of_warp(), lane = threadIdx.x % 32;
   if (n >= N) return;
   const float* x = residual_row(res, inp, add, n, C, lane);
@@ -137,29 +137,31 @@ unsigned row_blocks(int N) {
 }  // namespace
 
 void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                    ConstTypedPtr w, ConstTypedPtr b, int N, int C,
-                                    float eps) const {
-  add_layernorm_forward(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, eps);
+                                    ConstTypedPtr w, ConstTypedPtr b, RowShape s, float eps) const {
+  add_layernorm_forward(nullptr, out, mean, rstd, inp, nullptr, w, b, s, eps);
 }
 
 void CudaKernels::add_layernorm_forward(float* res, float* out, float* mean, float* rstd,
                                         const float* a, const float* b, ConstTypedPtr w,
-                                        ConstTypedPtr bias, int N, int C, float eps) const {
+                                        ConstTypedPtr bias, RowShape s, float eps) const {
+  const int N = to_int(s.N, "add_layernorm_forward", "N"),
+            C = to_int(s.C, "add_layernorm_forward", "C");
   if (N == 0) return;
   if (bias && bias.dtype != w.dtype)
     throw InternalError("cuda layernorm: w and b of different types");
   with_type(w.dtype, [&](auto tag) {
     using W = decltype(tag);
     layernorm_forward_kernel<W><<<row_blocks(N), 32 * kRowsPerBlock, 0, stream_>>>(
-        out, mean, rstd, res, a, b, static_cast<const W*>(w.data),
-        static_cast<const W*>(bias.data), N, C, eps);
+        out, mean, rstd, res, a, b, static_cast<const W*>(w.data), static_cast<const W*>(bias.data),
+        N, C, eps);
   });
   ZTRAIN_CUDA_LAUNCHED();
 }
 
 void CudaKernels::layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
                                      const float* inp, ConstTypedPtr w, const float* mean,
-                                     const float* rstd, int N, int C) const {
+                                     const float* rstd, RowShape s) const {
+  const int N = to_int(s.N, "layernorm_backward", "N"), C = to_int(s.C, "layernorm_backward", "C");
   if (N == 0) return;
   with_type(w.dtype, [&](auto tag) {
     using W = decltype(tag);
@@ -167,20 +169,22 @@ void CudaKernels::layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, cons
         dinp, dout, inp, static_cast<const W*>(w.data), mean, rstd, N, C);
   });
   ZTRAIN_CUDA_LAUNCHED();
-  Buffer partial = scratch(sizeof(float) * column_slices(N) * static_cast<std::size_t>(C));
+  Buffer partial = scratch(sizeof(float) * column_slices(N) * s.C);
   add_column_sums(dw, partial.as<float>(), NormalisedTimesDout{inp, dout, mean, rstd, C}, N, C,
                   stream_);
   add_column_sums(db, partial.as<float>(), Dout{dout, C}, N, C, stream_);
 }
 
-void CudaKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N,
-                                  int C, float eps) const {
-  add_rmsnorm_forward(nullptr, out, rstd, inp, nullptr, w, N, C, eps);
+void CudaKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w,
+                                  RowShape s, float eps) const {
+  add_rmsnorm_forward(nullptr, out, rstd, inp, nullptr, w, s, eps);
 }
 
 void CudaKernels::add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a,
-                                      const float* b, ConstTypedPtr w, int N, int C,
+                                      const float* b, ConstTypedPtr w, RowShape s,
                                       float eps) const {
+  const int N = to_int(s.N, "add_rmsnorm_forward", "N"),
+            C = to_int(s.C, "add_rmsnorm_forward", "C");
   if (N == 0) return;
   with_type(w.dtype, [&](auto tag) {
     using W = decltype(tag);
@@ -191,7 +195,8 @@ void CudaKernels::add_rmsnorm_forward(float* res, float* out, float* rstd, const
 }
 
 void CudaKernels::rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
-                                   ConstTypedPtr w, const float* rstd, int N, int C) const {
+                                   ConstTypedPtr w, const float* rstd, RowShape s) const {
+  const int N = to_int(s.N, "rmsnorm_backward", "N"), C = to_int(s.C, "rmsnorm_backward", "C");
   if (N == 0) return;
   with_type(w.dtype, [&](auto tag) {
     using W = decltype(tag);
@@ -199,7 +204,7 @@ void CudaKernels::rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, 
         dinp, dout, inp, static_cast<const W*>(w.data), rstd, N, C);
   });
   ZTRAIN_CUDA_LAUNCHED();
-  Buffer partial = scratch(sizeof(float) * column_slices(N) * static_cast<std::size_t>(C));
+  Buffer partial = scratch(sizeof(float) * column_slices(N) * s.C);
   add_column_sums(dw, partial.as<float>(), ScaledTimesDout{inp, dout, rstd, C}, N, C, stream_);
 }
 

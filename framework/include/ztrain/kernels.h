@@ -8,7 +8,10 @@
 // in registers or cache-sized tiles, never as a whole-tensor copy), computes in fp32, and rounds a
 // 16-bit gradient once per op when it adds its contribution. Tensors are row-major, contiguous
 // unless a stride is given. Shapes are in the comments: B batch, T time, C channels, OC output
-// channels, N = B*T rows, V vocabulary, NH query heads, NKV key/value heads, hs head size.
+// channels, N = B*T rows, V vocabulary, NH query heads, NKV key/value heads, hs head size; an op
+// takes its dimensions as one small shape struct of std::size_t (RowShape, MatmulShape,
+// TokenShape, HeadShape, AttentionShape below), so that a dimension is never a narrower
+// integer on its way in and the next one (attention's segments, a rank's shard) is a field.
 //
 // Backward convention (as llm.c): every backward op ADDS into its d-outputs,
 // both parameter gradients (so micro-steps accumulate) and activation
@@ -63,62 +66,103 @@ struct AdamWRun {
   bool decay;
 };
 
+// Shapes: every dimension a std::size_t, named as in the comments above.
+//
+// N rows of C elements: activations (N = B*T tokens of C channels), an
+// MLP's hidden units (C = H) or a row of logits (C = V).
+struct RowShape {
+  std::size_t N, C;
+};
+// A linear layer over N rows: C input features to OC output features.
+struct MatmulShape {
+  std::size_t N, C, OC;
+};
+// B sequences of T tokens, C channels each.
+struct TokenShape {
+  std::size_t B, T, C;
+};
+// H heads of hs elements at the start of each (b,t) row, rows `stride`
+// floats apart: q, k or v inside the fused qkv activation.
+struct HeadShape {
+  std::size_t B, T, H, hs, stride;
+};
+// Causal attention of NH query heads over NKV key/value heads (NH a
+// multiple of NKV; group() query heads share one), each hs wide; q's
+// (b,t) rows are q_stride floats apart, k's and v's kv_stride; out is
+// (B,T,NH*hs) contiguous.
+struct AttentionShape {
+  std::size_t B, T, NH, NKV, hs;
+  std::size_t q_stride, kv_stride;
+  std::size_t C() const { return NH * hs; }
+  std::size_t group() const { return NH / NKV; }
+};
+// What attention reads: q (B,T,NH,hs), k and v (B,T,NKV,hs).
+struct AttentionInputs {
+  const float* q;
+  const float* k;
+  const float* v;
+};
+// Their gradients, added to: dq laid out as q, dk and dv as k and v.
+struct AttentionGrads {
+  float* dq;
+  float* dk;
+  float* dv;
+};
+
 class ZTRAIN_API Kernels {
  public:
   virtual ~Kernels();
 
   // out: (B,T,C) = wte[tokens] + wpe[t]; wpe may be null (no learned positions).
   virtual void embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
-                                 ConstTypedPtr wpe, int B, int T, int C) const = 0;
+                                 ConstTypedPtr wpe, TokenShape s) const = 0;
   // dwte: (V,C), dwpe: (T,C) or null, dout: (B,T,C)
   virtual void embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
-                                  const std::int32_t* tokens, int B, int T, int C) const = 0;
+                                  const std::int32_t* tokens, TokenShape s) const = 0;
 
   // out: (N,C) normalised; mean, rstd: (N) saved for backward; w, b: (C).
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 ConstTypedPtr w, ConstTypedPtr b, int N, int C,
-                                 float eps) const = 0;
+                                 ConstTypedPtr w, ConstTypedPtr b, RowShape s, float eps) const = 0;
   virtual void layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
                                   const float* inp, ConstTypedPtr w, const float* mean,
-                                  const float* rstd, int N, int C) const = 0;
+                                  const float* rstd, RowShape s) const = 0;
 
   // res: (N,C) = a + b, the residual stream; then out, mean, rstd as
   // layernorm_forward of res: the add and the norm that reads it in one pass
   // over memory. res may alias a or b.
   virtual void add_layernorm_forward(float* res, float* out, float* mean, float* rstd,
                                      const float* a, const float* b, ConstTypedPtr w,
-                                     ConstTypedPtr bias, int N, int C, float eps) const = 0;
+                                     ConstTypedPtr bias, RowShape s, float eps) const = 0;
   // out: (N,C) = inp / rms(inp) * w; rstd: (N).
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w, int N,
-                               int C, float eps) const = 0;
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w,
+                               RowShape s, float eps) const = 0;
   virtual void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
-                                ConstTypedPtr w, const float* rstd, int N, int C) const = 0;
+                                ConstTypedPtr w, const float* rstd, RowShape s) const = 0;
   // res = a + b, then out, rstd as rmsnorm_forward of res. res may alias a or b.
   virtual void add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a,
-                                   const float* b, ConstTypedPtr w, int N, int C,
+                                   const float* b, ConstTypedPtr w, RowShape s,
                                    float eps) const = 0;
 
   // out: (N,OC) = inp (N,C) @ w^T + bias; w: (OC,C) (PyTorch Linear layout); bias: (OC) or null.
   virtual void matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias,
-                              int N, int C, int OC) const = 0;
+                              MatmulShape s) const = 0;
   // dinp may be null (no gradient wanted); dbias may be null.
   virtual void matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
-                               const float* inp, ConstTypedPtr w, int N, int C, int OC) const = 0;
+                               const float* inp, ConstTypedPtr w, MatmulShape s) const = 0;
 
   // GELU, tanh approximation (GPT-2's "gelu_new"), of an MLP's pre-activation
   // with its bias added on the way in: out (N,H) = gelu(pre + bias), where
   // pre (N,H) is the fc matmul's output without its bias (matmul_forward with
-  // a null bias) and bias (H) may be null. pre is left as it is and backward
-  // adds the bias again, so the bias's (N,H) broadcast never goes through
-  // memory.
-  virtual void gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N,
-                            int H) const = 0;
+  // a null bias) and bias (H) may be null; s is (N, H). pre is left as it
+  // is and backward adds the bias again, so the bias's (N,H) broadcast never
+  // goes through memory.
+  virtual void gelu_forward(float* out, const float* pre, ConstTypedPtr bias, RowShape s) const = 0;
   // dpre (N,H) = gelu'(pre + bias) * dout, WRITTEN, not added (its one
   // reader is the fc matmul's backward, so nobody zeroes it first); dbias
   // (H) += the column sums of dpre (the cpu kernels sum them in the pass
   // that writes dpre). dbias may be null.
   virtual void gelu_backward(float* dpre, TypedPtr dbias, const float* pre, ConstTypedPtr bias,
-                             const float* dout, int N, int H) const = 0;
+                             const float* dout, RowShape s) const = 0;
 
   // out = silu(gate) * up; all (n)
   virtual void swiglu_forward(float* out, const float* gate, const float* up,
@@ -127,37 +171,32 @@ class ZTRAIN_API Kernels {
                                const float* up, std::size_t n) const = 0;
 
   // Rotary embedding in place, Hugging Face's rotate_half layout: within each
-  // head, element i pairs with i + hs/2. x: (B,T,H,hs) with rows of `stride`
-  // floats between consecutive (b,t); cos, sin: (T, hs/2).
-  virtual void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int H,
-                            int hs, int stride) const = 0;
+  // head, element i pairs with i + hs/2. x: (B,T,H,hs) as s lays it out;
+  // cos, sin: (T, hs/2).
+  virtual void rope_forward(float* x, const float* cos, const float* sin, HeadShape s) const = 0;
   // The inverse rotation applied in place to a gradient (it OVERWRITES dx).
-  virtual void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int H,
-                             int hs, int stride) const = 0;
+  virtual void rope_backward(float* dx, const float* cos, const float* sin, HeadShape s) const = 0;
 
   // Causal scaled dot-product attention with grouped key/value heads,
   // keeping O(T) per head for backward instead of the T x T probabilities.
-  // q: (B,T,NH,hs) rows of q_stride floats; k, v: (B,T,NKV,hs) rows of
-  // kv_stride; out: (B,T,NH*hs) contiguous; lse: (B,NH,T) the log-sum-exp of
-  // each row of scaled scores, saved for backward.
-  virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
-                                 const float* v, int B, int T, int NH, int NKV, int hs,
-                                 int q_stride, int kv_stride) const = 0;
+  // out: (B,T,NH*hs); lse: (B,NH,T) the log-sum-exp of each row of scaled
+  // scores, saved for backward.
+  virtual void attention_forward(float* out, float* lse, AttentionInputs in,
+                                 AttentionShape s) const = 0;
   // Recomputes the probabilities from q, k and lse. out: the forward's output.
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                  const float* out, const float* q, const float* k, const float* v,
-                                  const float* lse, int B, int T, int NH, int NKV, int hs,
-                                  int q_stride, int kv_stride) const = 0;
+  virtual void attention_backward(AttentionGrads d, const float* dout, const float* out,
+                                  AttentionInputs in, const float* lse, AttentionShape s) const = 0;
 
   // out = a + b; all (n). out may alias a or b.
   virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;
 
-  // logits: (N,V) turned into probabilities in place; losses: (N) = -log p[target].
+  // logits: (N,V) turned into probabilities in place; losses: (N) = -log
+  // p[target]; s is (N, V).
   virtual void softmax_crossentropy_forward(float* losses, float* logits,
-                                            const std::int32_t* targets, int N, int V) const = 0;
+                                            const std::int32_t* targets, RowShape s) const = 0;
   // probs: (N,V) from forward, OVERWRITTEN with dlogits = (probs - onehot) * dloss.
   virtual void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss,
-                                             int N, int V) const = 0;
+                                             RowShape s) const = 0;
 
   // The global gradient norm, in three ops on a StepScalars in memory these
   // kernels reach, so that a GPU never waits for the host between the last

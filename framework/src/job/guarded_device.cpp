@@ -110,10 +110,10 @@ class GuardedKernels final : public Kernels {
   GuardedKernels(std::unique_ptr<Kernels> inner, Device& device)
       : k_(std::move(inner)), device_(device) {}
 
-#define ZTRAIN_GUARDED(name, params, args) \
-  void name params const override {        \
-    const Open open(device_);              \
-    k_->name args;                         \
+#define ZTRAIN_GUARDED(name, args)                       \
+  void name ZTRAIN_KERNEL_PARAMS_##name const override { \
+    const Open open(device_);                            \
+    k_->name args;                                       \
   }
   ZTRAIN_KERNEL_OPS(ZTRAIN_GUARDED)
 #undef ZTRAIN_GUARDED

@@ -1,35 +1,76 @@
-// Every op of Kernels (all return void) as X(name, (parameters),
-// (arguments)), for the decorators that wrap each op the same way (bench's
-// TimedKernels, the guarded device's kernels): one list, so a new op
-// reaches every one.
+// Every op of Kernels, in one list: each op's parameters, named as
+// kernels.h names them (ZTRAIN_KERNEL_PARAMS_<op>), and the list of ops
+// with their argument names (ZTRAIN_KERNEL_OPS, X(op, (arguments))), so
+// that a backend's class declares its overrides from here instead of
+// copying the signatures (ZTRAIN_KERNEL_DECLARE_ALL for a backend with
+// every op, ZTRAIN_KERNEL_OVERRIDE(op) for one op), and each decorator
+// that wraps every op the same way (bench's TimedKernels, the guarded
+// device's kernels) expands the list: a new op, or a changed one, reaches
+// every backend and decorator from this file and kernels.h. The compiler
+// holds the two to each other (every declaration here overrides).
 #pragma once
 
+#include "ztrain/kernels.h"
+
 // clang-format off
+#define ZTRAIN_KERNEL_PARAMS_embedding_forward (float* out, const std::int32_t* tokens, ::ztrain::ConstTypedPtr wte, ::ztrain::ConstTypedPtr wpe, ::ztrain::TokenShape s)
+#define ZTRAIN_KERNEL_PARAMS_embedding_backward (::ztrain::TypedPtr dwte, ::ztrain::TypedPtr dwpe, const float* dout, const std::int32_t* tokens, ::ztrain::TokenShape s)
+#define ZTRAIN_KERNEL_PARAMS_layernorm_forward (float* out, float* mean, float* rstd, const float* inp, ::ztrain::ConstTypedPtr w, ::ztrain::ConstTypedPtr b, ::ztrain::RowShape s, float eps)
+#define ZTRAIN_KERNEL_PARAMS_layernorm_backward (float* dinp, ::ztrain::TypedPtr dw, ::ztrain::TypedPtr db, const float* dout, const float* inp, ::ztrain::ConstTypedPtr w, const float* mean, const float* rstd, ::ztrain::RowShape s)
+#define ZTRAIN_KERNEL_PARAMS_add_layernorm_forward (float* res, float* out, float* mean, float* rstd, const float* a, const float* b, ::ztrain::ConstTypedPtr w, ::ztrain::ConstTypedPtr bias, ::ztrain::RowShape s, float eps)
+#define ZTRAIN_KERNEL_PARAMS_rmsnorm_forward (float* out, float* rstd, const float* inp, ::ztrain::ConstTypedPtr w, ::ztrain::RowShape s, float eps)
+#define ZTRAIN_KERNEL_PARAMS_rmsnorm_backward (float* dinp, ::ztrain::TypedPtr dw, const float* dout, const float* inp, ::ztrain::ConstTypedPtr w, const float* rstd, ::ztrain::RowShape s)
+#define ZTRAIN_KERNEL_PARAMS_add_rmsnorm_forward (float* res, float* out, float* rstd, const float* a, const float* b, ::ztrain::ConstTypedPtr w, ::ztrain::RowShape s, float eps)
+#define ZTRAIN_KERNEL_PARAMS_matmul_forward (float* out, const float* inp, ::ztrain::ConstTypedPtr w, ::ztrain::ConstTypedPtr bias, ::ztrain::MatmulShape s)
+#define ZTRAIN_KERNEL_PARAMS_matmul_backward (float* dinp, ::ztrain::TypedPtr dw, ::ztrain::TypedPtr dbias, const float* dout, const float* inp, ::ztrain::ConstTypedPtr w, ::ztrain::MatmulShape s)
+#define ZTRAIN_KERNEL_PARAMS_gelu_forward (float* out, const float* pre, ::ztrain::ConstTypedPtr bias, ::ztrain::RowShape s)
+#define ZTRAIN_KERNEL_PARAMS_gelu_backward (float* dpre, ::ztrain::TypedPtr dbias, const float* pre, ::ztrain::ConstTypedPtr bias, const float* dout, ::ztrain::RowShape s)
+#define ZTRAIN_KERNEL_PARAMS_swiglu_forward (float* out, const float* gate, const float* up, std::size_t n)
+#define ZTRAIN_KERNEL_PARAMS_swiglu_backward (float* dgate, float* dup, const float* dout, const float* gate, const float* up, std::size_t n)
+#define ZTRAIN_KERNEL_PARAMS_rope_forward (float* x, const float* cos, const float* sin, ::ztrain::HeadShape s)
+#define ZTRAIN_KERNEL_PARAMS_rope_backward (float* dx, const float* cos, const float* sin, ::ztrain::HeadShape s)
+#define ZTRAIN_KERNEL_PARAMS_attention_forward (float* out, float* lse, ::ztrain::AttentionInputs in, ::ztrain::AttentionShape s)
+#define ZTRAIN_KERNEL_PARAMS_attention_backward (::ztrain::AttentionGrads d, const float* dout, const float* out, ::ztrain::AttentionInputs in, const float* lse, ::ztrain::AttentionShape s)
+#define ZTRAIN_KERNEL_PARAMS_add (float* out, const float* a, const float* b, std::size_t n)
+#define ZTRAIN_KERNEL_PARAMS_softmax_crossentropy_forward (float* losses, float* logits, const std::int32_t* targets, ::ztrain::RowShape s)
+#define ZTRAIN_KERNEL_PARAMS_softmax_crossentropy_backward (float* probs, const std::int32_t* targets, float dloss, ::ztrain::RowShape s)
+#define ZTRAIN_KERNEL_PARAMS_sum_squares_add (::ztrain::StepScalars* s, ::ztrain::ConstTypedPtr x, std::size_t n)
+#define ZTRAIN_KERNEL_PARAMS_grad_norm_unscale (::ztrain::StepScalars* s, double loss_scale)
+#define ZTRAIN_KERNEL_PARAMS_grad_norm_finish (::ztrain::StepScalars* s, bool across_ranks, double loss_scale, double grad_clip)
+#define ZTRAIN_KERNEL_PARAMS_adamw (float* p, ::ztrain::TypedPtr g, float* m, float* v, ::ztrain::TypedPtr working, const ::ztrain::AdamWRun* runs, std::size_t run_count, const ::ztrain::AdamWHyper& h, const ::ztrain::StepScalars* s, ::ztrain::GradAfter grad_after)
+#define ZTRAIN_KERNEL_PARAMS_mean_add (double* acc, const float* x, std::size_t n)
+
 #define ZTRAIN_KERNEL_OPS(X) \
-  X(embedding_forward, (float* a, const std::int32_t* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f, int g), (a, b, c, d, e, f, g)) \
-  X(embedding_backward, (TypedPtr a, TypedPtr b, const float* c, const std::int32_t* d, int e, int f, int g), (a, b, c, d, e, f, g)) \
-  X(layernorm_forward, (float* a, float* b, float* c, const float* d, ConstTypedPtr e, ConstTypedPtr f, int g, int h, float i), (a, b, c, d, e, f, g, h, i)) \
-  X(layernorm_backward, (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f, const float* g, const float* h, int i, int j), (a, b, c, d, e, f, g, h, i, j)) \
-  X(add_layernorm_forward, (float* a, float* b, float* c, float* d, const float* e, const float* f, ConstTypedPtr g, ConstTypedPtr h, int i, int j, float k), (a, b, c, d, e, f, g, h, i, j, k)) \
-  X(rmsnorm_forward, (float* a, float* b, const float* c, ConstTypedPtr d, int e, int f, float g), (a, b, c, d, e, f, g)) \
-  X(rmsnorm_backward, (float* a, TypedPtr b, const float* c, const float* d, ConstTypedPtr e, const float* f, int g, int h), (a, b, c, d, e, f, g, h)) \
-  X(add_rmsnorm_forward, (float* a, float* b, float* c, const float* d, const float* e, ConstTypedPtr f, int g, int h, float i), (a, b, c, d, e, f, g, h, i)) \
-  X(matmul_forward, (float* a, const float* b, ConstTypedPtr c, ConstTypedPtr d, int e, int f, int g), (a, b, c, d, e, f, g)) \
-  X(matmul_backward, (float* a, TypedPtr b, TypedPtr c, const float* d, const float* e, ConstTypedPtr f, int g, int h, int i), (a, b, c, d, e, f, g, h, i)) \
-  X(gelu_forward, (float* a, const float* b, ConstTypedPtr c, int d, int e), (a, b, c, d, e)) \
-  X(gelu_backward, (float* a, TypedPtr b, const float* c, ConstTypedPtr d, const float* e, int f, int g), (a, b, c, d, e, f, g)) \
-  X(swiglu_forward, (float* a, const float* b, const float* c, std::size_t d), (a, b, c, d)) \
-  X(swiglu_backward, (float* a, float* b, const float* c, const float* d, const float* e, std::size_t f), (a, b, c, d, e, f)) \
-  X(rope_forward, (float* a, const float* b, const float* c, int d, int e, int f, int g, int h), (a, b, c, d, e, f, g, h)) \
-  X(rope_backward, (float* a, const float* b, const float* c, int d, int e, int f, int g, int h), (a, b, c, d, e, f, g, h)) \
-  X(attention_forward, (float* a, float* b, const float* c, const float* d, const float* e, int f, int g, int h, int i, int j, int k, int l), (a, b, c, d, e, f, g, h, i, j, k, l)) \
-  X(attention_backward, (float* a, float* b, float* c, const float* d, const float* e, const float* f, const float* g, const float* h, const float* i, int j, int k, int l, int m, int n, int o, int p), (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p)) \
-  X(add, (float* a, const float* b, const float* c, std::size_t d), (a, b, c, d)) \
-  X(softmax_crossentropy_forward, (float* a, float* b, const std::int32_t* c, int d, int e), (a, b, c, d, e)) \
-  X(softmax_crossentropy_backward, (float* a, const std::int32_t* b, float c, int d, int e), (a, b, c, d, e)) \
-  X(sum_squares_add, (StepScalars* a, ConstTypedPtr b, std::size_t c), (a, b, c)) \
-  X(grad_norm_unscale, (StepScalars* a, double b), (a, b)) \
-  X(grad_norm_finish, (StepScalars* a, bool b, double c, double d), (a, b, c, d)) \
-  X(adamw, (float* a, TypedPtr b, float* c, float* d, TypedPtr e, const AdamWRun* f, std::size_t g, const AdamWHyper& h, const StepScalars* i, GradAfter j), (a, b, c, d, e, f, g, h, i, j)) \
-  X(mean_add, (double* a, const float* b, std::size_t c), (a, b, c))
+  X(embedding_forward, (out, tokens, wte, wpe, s)) \
+  X(embedding_backward, (dwte, dwpe, dout, tokens, s)) \
+  X(layernorm_forward, (out, mean, rstd, inp, w, b, s, eps)) \
+  X(layernorm_backward, (dinp, dw, db, dout, inp, w, mean, rstd, s)) \
+  X(add_layernorm_forward, (res, out, mean, rstd, a, b, w, bias, s, eps)) \
+  X(rmsnorm_forward, (out, rstd, inp, w, s, eps)) \
+  X(rmsnorm_backward, (dinp, dw, dout, inp, w, rstd, s)) \
+  X(add_rmsnorm_forward, (res, out, rstd, a, b, w, s, eps)) \
+  X(matmul_forward, (out, inp, w, bias, s)) \
+  X(matmul_backward, (dinp, dw, dbias, dout, inp, w, s)) \
+  X(gelu_forward, (out, pre, bias, s)) \
+  X(gelu_backward, (dpre, dbias, pre, bias, dout, s)) \
+  X(swiglu_forward, (out, gate, up, n)) \
+  X(swiglu_backward, (dgate, dup, dout, gate, up, n)) \
+  X(rope_forward, (x, cos, sin, s)) \
+  X(rope_backward, (dx, cos, sin, s)) \
+  X(attention_forward, (out, lse, in, s)) \
+  X(attention_backward, (d, dout, out, in, lse, s)) \
+  X(add, (out, a, b, n)) \
+  X(softmax_crossentropy_forward, (losses, logits, targets, s)) \
+  X(softmax_crossentropy_backward, (probs, targets, dloss, s)) \
+  X(sum_squares_add, (s, x, n)) \
+  X(grad_norm_unscale, (s, loss_scale)) \
+  X(grad_norm_finish, (s, across_ranks, loss_scale, grad_clip)) \
+  X(adamw, (p, g, m, v, working, runs, run_count, h, s, grad_after)) \
+  X(mean_add, (acc, x, n))
 // clang-format on
+
+// Inside a backend's class: op `name` declared as an override.
+#define ZTRAIN_KERNEL_OVERRIDE(name) void name ZTRAIN_KERNEL_PARAMS_##name const override
+#define ZTRAIN_KERNEL_DECLARE_ONE(name, args) ZTRAIN_KERNEL_OVERRIDE(name);
+// Inside a backend's class: every op declared as an override.
+#define ZTRAIN_KERNEL_DECLARE_ALL ZTRAIN_KERNEL_OPS(ZTRAIN_KERNEL_DECLARE_ONE)

@@ -27,11 +27,6 @@ auto grad_views(StepContext& ctx) {
   return [&ctx](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
 }
 
-// Elements from row r on of a matrix with `cols` columns.
-std::size_t at(int r, int cols) {
-  return static_cast<std::size_t>(r) * static_cast<std::size_t>(cols);
-}
-
 }  // namespace
 
 void Transformer::check_tokens(const Batch& batch) const {
@@ -80,40 +75,39 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   const Kernels& k = ctx.kernels();
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
   const auto P = param_views(ctx);
-  const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const Dims d = dims(B, T);
+  const std::size_t C = d.C, H = d.H, KV = d.KV;
+  const RowShape rows = d.rows(C);
   if (!cfg_.llama) {
-    k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), N, C,
+    k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), rows,
                         cfg_.norm_eps);
-    k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), N, C, 3 * C);  // qkv: (N,3C)
-    k.attention_forward(b.atty, b.lse, b.q, b.k, b.v, B, T, NH, NH, hs, b.q_stride, b.kv_stride);
+    k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), d.linear(C, 3 * C));  // qkv: (N,3C)
   } else {
-    const int KV = cfg_.kv_dim(), NKV = cfg_.n_kv_head;
-    k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), N, C, cfg_.norm_eps);
-    k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), N, C, C);   // q: (N,C)
-    k.matmul_forward(b.k, b.ln1, P(p.k_w), P(p.k_b), N, C, KV);  // k: (N,KV)
-    k.matmul_forward(b.v, b.ln1, P(p.v_w), P(p.v_b), N, C, KV);  // v: (N,KV)
-    k.rope_forward(b.q, b.rope_cos, b.rope_sin, B, T, NH, hs, C);
-    k.rope_forward(b.k, b.rope_cos, b.rope_sin, B, T, NKV, hs, KV);
-    k.attention_forward(b.atty, b.lse, b.q, b.k, b.v, B, T, NH, NKV, hs, b.q_stride, b.kv_stride);
+    k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), rows, cfg_.norm_eps);
+    k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), d.linear(C, C));   // q: (N,C)
+    k.matmul_forward(b.k, b.ln1, P(p.k_w), P(p.k_b), d.linear(C, KV));  // k: (N,KV)
+    k.matmul_forward(b.v, b.ln1, P(p.v_w), P(p.v_b), d.linear(C, KV));  // v: (N,KV)
+    k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C});
+    k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV});
   }
-  k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), N, C, C);
+  k.attention_forward(b.atty, b.lse, {b.q, b.k, b.v}, d.attention(b));
+  k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), d.linear(C, C));
   // res1 = x + attention's output, and its norm, in one pass.
   if (!cfg_.llama) {
     k.add_layernorm_forward(b.res1, b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, x, P(p.ln2_w),
-                            P(p.ln2_b), N, C, cfg_.norm_eps);
+                            P(p.ln2_b), rows, cfg_.norm_eps);
     // fc: (N,H) without its bias, which GELU adds as it reads h1.
-    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), nullptr, N, C, H);
-    k.gelu_forward(b.h2, b.h1, P(p.fc_b), N, H);
-    k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), N, H, C);
+    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), nullptr, d.linear(C, H));
+    k.gelu_forward(b.h2, b.h1, P(p.fc_b), d.rows(H));
+    k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), d.linear(H, C));
   } else {
-    k.add_rmsnorm_forward(b.res1, b.ln2, b.ln2_rstd, b.res1, x, P(p.ln2_w), N, C, cfg_.norm_eps);
-    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), N, C, H);  // gate: (N,H)
-    k.matmul_forward(b.h2, b.ln2, P(p.up_w), P(p.up_b), N, C, H);  // up: (N,H)
-    k.swiglu_forward(b.h3, b.h1, b.h2, static_cast<std::size_t>(N) * H);
-    k.matmul_forward(out, b.h3, P(p.fcproj_w), P(p.fcproj_b), N, H, C);
+    k.add_rmsnorm_forward(b.res1, b.ln2, b.ln2_rstd, b.res1, x, P(p.ln2_w), rows, cfg_.norm_eps);
+    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), d.linear(C, H));  // gate: (N,H)
+    k.matmul_forward(b.h2, b.ln2, P(p.up_w), P(p.up_b), d.linear(C, H));  // up: (N,H)
+    k.swiglu_forward(b.h3, b.h1, b.h2, d.N * H);
+    k.matmul_forward(out, b.h3, P(p.fcproj_w), P(p.fcproj_b), d.linear(H, C));
   }
-  k.add(out, out, b.res1, NC);
+  k.add(out, out, b.res1, d.N * C);
 }
 
 // On entry a.d_res holds dL/d(block output); on exit dL/d(block input).
@@ -126,66 +120,70 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
     block_forward(l, x, a.resid[static_cast<std::size_t>(l) + 1], b, B, T, ctx);
   const auto P = param_views(ctx);
   const auto G = grad_views(ctx);
-  const int N = B * T, C = cfg_.n_embd, H = cfg_.hidden, NH = cfg_.n_head, hs = cfg_.head_size();
-  const std::size_t NC = static_cast<std::size_t>(N) * C, NH_ = static_cast<std::size_t>(N) * H;
+  const Dims d = dims(B, T);
+  const std::size_t C = d.C, H = d.H, KV = d.KV, NC = d.N * C, NH_ = d.N * H;
+  const RowShape rows = d.rows(C);
 
   // MLP
   if (!cfg_.llama) {
     zero(ctx, a.d_h2, NH_);
-    k.matmul_backward(a.d_h2, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h2, P(p.fcproj_w), N, H, C);
-    k.gelu_backward(a.d_h1, G(p.fc_b), b.h1, P(p.fc_b), a.d_h2, N, H);  // writes d_h1
+    k.matmul_backward(a.d_h2, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h2, P(p.fcproj_w),
+                      d.linear(H, C));
+    k.gelu_backward(a.d_h1, G(p.fc_b), b.h1, P(p.fc_b), a.d_h2, d.rows(H));  // writes d_h1
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), N, C, H);
+    k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), d.linear(C, H));
     k.layernorm_backward(a.d_res, G(p.ln2_w), G(p.ln2_b), a.d_c, b.res1, P(p.ln2_w), b.ln2_mean,
-                         b.ln2_rstd, N, C);
+                         b.ln2_rstd, rows);
   } else {
     zero(ctx, a.d_h3, NH_);
-    k.matmul_backward(a.d_h3, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h3, P(p.fcproj_w), N, H, C);
+    k.matmul_backward(a.d_h3, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h3, P(p.fcproj_w),
+                      d.linear(H, C));
     zero(ctx, a.d_h1, NH_);
     zero(ctx, a.d_h2, NH_);
     k.swiglu_backward(a.d_h1, a.d_h2, a.d_h3, b.h1, b.h2, NH_);
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, b.ln2, P(p.fc_w), N, C, H);
-    k.matmul_backward(a.d_c, G(p.up_w), G(p.up_b), a.d_h2, b.ln2, P(p.up_w), N, C, H);
-    k.rmsnorm_backward(a.d_res, G(p.ln2_w), a.d_c, b.res1, P(p.ln2_w), b.ln2_rstd, N, C);
+    k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, b.ln2, P(p.fc_w), d.linear(C, H));
+    k.matmul_backward(a.d_c, G(p.up_w), G(p.up_b), a.d_h2, b.ln2, P(p.up_w), d.linear(C, H));
+    k.rmsnorm_backward(a.d_res, G(p.ln2_w), a.d_c, b.res1, P(p.ln2_w), b.ln2_rstd, rows);
   }
   // a.d_res is now dL/d(res1). Attention:
   zero(ctx, a.d_att, NC);
-  k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), a.d_res, b.atty, P(p.proj_w), N, C, C);
+  k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), a.d_res, b.atty, P(p.proj_w),
+                    d.linear(C, C));
+  const AttentionInputs qkv{b.q, b.k, b.v};
   if (!cfg_.llama) {
     zero(ctx, a.d_qkv, NC * 3);
     float* dq = a.d_qkv;
-    k.attention_backward(dq, dq + C, dq + 2 * C, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T, NH,
-                         NH, hs, b.q_stride, b.kv_stride);
+    k.attention_backward({dq, dq + C, dq + 2 * C}, a.d_att, b.atty, qkv, b.lse, d.attention(b));
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w), N, C, 3 * C);
+    k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w),
+                      d.linear(C, 3 * C));
     k.layernorm_backward(a.d_res, G(p.ln1_w), G(p.ln1_b), a.d_c, x, P(p.ln1_w), b.ln1_mean,
-                         b.ln1_rstd, N, C);
+                         b.ln1_rstd, rows);
   } else {
-    const int KV = cfg_.kv_dim(), NKV = cfg_.n_kv_head;
-    const std::size_t NKVs = static_cast<std::size_t>(N) * KV;
+    const std::size_t NKVs = d.N * KV;
     float* dq = a.d_qkv;
     float* dk = dq + NC;
     float* dv = dk + NKVs;
     zero(ctx, a.d_qkv, NC + 2 * NKVs);
-    k.attention_backward(dq, dk, dv, a.d_att, b.atty, b.q, b.k, b.v, b.lse, B, T, NH, NKV, hs,
-                         b.q_stride, b.kv_stride);
-    k.rope_backward(dq, b.rope_cos, b.rope_sin, B, T, NH, hs, C);
-    k.rope_backward(dk, b.rope_cos, b.rope_sin, B, T, NKV, hs, KV);
+    k.attention_backward({dq, dk, dv}, a.d_att, b.atty, qkv, b.lse, d.attention(b));
+    k.rope_backward(dq, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C});
+    k.rope_backward(dk, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV});
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), N, C, C);
-    k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), N, C, KV);
-    k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), N, C, KV);
-    k.rmsnorm_backward(a.d_res, G(p.ln1_w), a.d_c, x, P(p.ln1_w), b.ln1_rstd, N, C);
+    k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), d.linear(C, C));
+    k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(C, KV));
+    k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), d.linear(C, KV));
+    k.rmsnorm_backward(a.d_res, G(p.ln1_w), a.d_c, x, P(p.ln1_w), b.ln1_rstd, rows);
   }
 }
 
 void Transformer::trunk_forward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
-  const int B = a.B, T = a.T, C = cfg_.n_embd, L = cfg_.n_layer;
+  const int B = a.B, T = a.T, L = cfg_.n_layer;
+  const Dims d = dims(B, T);
   const auto P = param_views(ctx);
   ctx.enter_forward(kEmbed);
-  k.embedding_forward(a.resid[0], a.inputs, P(wte_), P(wpe_), B, T, C);
+  k.embedding_forward(a.resid[0], a.inputs, P(wte_), P(wpe_), {d.B, d.T, d.C});
   ctx.exit_forward(kEmbed);
   for (int l = 0; l < L; ++l) {
     ctx.enter_forward(block_module(l));
@@ -198,33 +196,34 @@ void Transformer::trunk_forward(StepContext& ctx, Acts& a) const {
 // Inside the head module: a.lnf = the final norm of the last block's output.
 void Transformer::final_norm_forward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
-  const int N = a.B * a.T, C = cfg_.n_embd;
+  const RowShape rows = dims(a.B, a.T).rows(static_cast<std::size_t>(cfg_.n_embd));
   const auto P = param_views(ctx);
   const float* xL = a.resid[static_cast<std::size_t>(cfg_.n_layer)];
   if (!cfg_.llama)
-    k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, xL, P(lnf_w_), P(lnf_b_), N, C,
+    k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, xL, P(lnf_w_), P(lnf_b_), rows,
                         cfg_.norm_eps);
   else
-    k.rmsnorm_forward(a.lnf, a.lnf_rstd, xL, P(lnf_w_), N, C, cfg_.norm_eps);
+    k.rmsnorm_forward(a.lnf, a.lnf_rstd, xL, P(lnf_w_), rows, cfg_.norm_eps);
 }
 
 void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out) const {
   const Kernels& k = ctx.kernels();
-  const int N = batch.shape.batch * batch.shape.seq_len, C = cfg_.n_embd, V = cfg_.vocab_size;
+  const Dims d = dims(batch.shape.batch, batch.shape.seq_len);
+  const std::size_t N = d.N, C = d.C, V = d.V;
   trunk_forward(ctx, a);
   ctx.enter_forward(head_module());
   final_norm_forward(ctx, a);
   const ConstTypedPtr head_w = param_views(ctx)(head_w_);
-  const int rows = head_rows(N);
-  for (int r0 = 0; r0 < N; r0 += rows) {
-    const int n = std::min(N, r0 + rows) - r0;
-    k.matmul_forward(a.logits, a.lnf + at(r0, C), head_w, nullptr, n, C, V);  // (n,V)
+  const std::size_t rows = head_rows(N);
+  for (std::size_t r0 = 0; r0 < N; r0 += rows) {
+    const std::size_t n = std::min(N, r0 + rows) - r0;
+    k.matmul_forward(a.logits, a.lnf + r0 * C, head_w, nullptr, {n, C, V});  // (n,V)
     if (logits_out)
-      ctx.activations().device().copy(logits_out + at(r0, V), a.logits, at(n, V) * sizeof(float));
-    k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, n, V);
+      ctx.activations().device().copy(logits_out + r0 * V, a.logits, n * V * sizeof(float));
+    k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, {n, V});
   }
   ctx.exit_forward(head_module());
-  ctx.add_loss(a.losses, static_cast<std::size_t>(N));
+  ctx.add_loss(a.losses, N);
 }
 
 // The head's forward and backward in one pass over chunks of head_rows(N)
@@ -239,7 +238,8 @@ void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* 
 void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
   Device& device = ctx.activations().device();
-  const int N = a.B * a.T, C = cfg_.n_embd, V = cfg_.vocab_size, rows = head_rows(N);
+  const Dims d = dims(a.B, a.T);
+  const std::size_t N = d.N, C = d.C, V = d.V, rows = head_rows(N);
   const auto P = param_views(ctx);
   const auto G = grad_views(ctx);
   ctx.enter_forward(head_module());
@@ -248,29 +248,29 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
 
   ctx.enter_backward(head_module());
   const TypedPtr head_dw = G(head_w_);
-  const std::size_t dw_n = at(V, C);
+  const std::size_t dw_n = V * C;
   const TypedPtr dw = a.head_dw ? TypedPtr(a.head_dw) : head_dw;
   if (a.head_dw) device.convert(dw, head_dw, dw_n);
-  zero(ctx, a.d_c, at(N, C));
+  zero(ctx, a.d_c, N * C);
   const float dloss = ctx.grad_scale() / static_cast<float>(N);
   const ConstTypedPtr head_w = P(head_w_);
-  for (int r0 = 0; r0 < N; r0 += rows) {
-    const int n = std::min(N, r0 + rows) - r0;
-    const float* lnf = a.lnf + at(r0, C);
-    k.matmul_forward(a.logits, lnf, head_w, nullptr, n, C, V);  // (n,V)
-    k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, n, V);
-    k.softmax_crossentropy_backward(a.logits, a.targets + r0, dloss, n, V);
-    k.matmul_backward(a.d_c + at(r0, C), dw, nullptr, a.logits, lnf, head_w, n, C, V);
+  for (std::size_t r0 = 0; r0 < N; r0 += rows) {
+    const std::size_t n = std::min(N, r0 + rows) - r0;
+    const float* lnf = a.lnf + r0 * C;
+    k.matmul_forward(a.logits, lnf, head_w, nullptr, {n, C, V});  // (n,V)
+    k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, {n, V});
+    k.softmax_crossentropy_backward(a.logits, a.targets + r0, dloss, {n, V});
+    k.matmul_backward(a.d_c + r0 * C, dw, nullptr, a.logits, lnf, head_w, {n, C, V});
   }
   if (a.head_dw) device.convert(head_dw, dw, dw_n);
-  ctx.add_loss(a.losses, static_cast<std::size_t>(N));
-  zero(ctx, a.d_res, at(N, C));
+  ctx.add_loss(a.losses, N);
+  zero(ctx, a.d_res, N * C);
   const float* xL = a.resid[static_cast<std::size_t>(cfg_.n_layer)];
   if (!cfg_.llama)
     k.layernorm_backward(a.d_res, G(lnf_w_), G(lnf_b_), a.d_c, xL, P(lnf_w_), a.lnf_mean,
-                         a.lnf_rstd, N, C);
+                         a.lnf_rstd, d.rows(C));
   else
-    k.rmsnorm_backward(a.d_res, G(lnf_w_), a.d_c, xL, P(lnf_w_), a.lnf_rstd, N, C);
+    k.rmsnorm_backward(a.d_res, G(lnf_w_), a.d_c, xL, P(lnf_w_), a.lnf_rstd, d.rows(C));
   ctx.exit_backward(head_module());
 }
 
@@ -296,7 +296,8 @@ void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
     ctx.exit_backward(block_module(l));
   }
   ctx.enter_backward(kEmbed);
-  k.embedding_backward(G(wte_), G(wpe_), a.d_res, a.inputs, a.B, a.T, cfg_.n_embd);
+  const Dims d = dims(a.B, a.T);
+  k.embedding_backward(G(wte_), G(wpe_), a.d_res, a.inputs, {d.B, d.T, d.C});
   ctx.exit_backward(kEmbed);
 }
 

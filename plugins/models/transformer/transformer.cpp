@@ -390,8 +390,15 @@ ModelInfo Transformer::info() const {
 // 320-row chunks 9 % slower than one chunk, 640 to 2560 rows -2 to +2 %,
 // 1024 rows 5.8 % in a run of its own: about 1.5 % of that step, for
 // 1.2 GiB less memory.
-int Transformer::head_rows(int N) const {
-  return std::min(N, cfg_.loss_chunk_tokens);
+std::size_t Transformer::head_rows(std::size_t N) const {
+  return std::min(N, static_cast<std::size_t>(cfg_.loss_chunk_tokens));
+}
+
+Transformer::Dims Transformer::dims(int B, int T) const {
+  auto z = [](int n) { return static_cast<std::size_t>(n); };
+  const std::size_t NKV = z(cfg_.n_kv_head), hs = z(cfg_.head_size());
+  return {z(B),           z(T), z(B) * z(T), z(cfg_.n_embd), z(cfg_.hidden),
+          z(cfg_.n_head), NKV,  hs,          NKV * hs,       z(cfg_.vocab_size)};
 }
 
 void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& alloc,
@@ -421,13 +428,13 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
       b.q = alloc(N * C);
       b.k = alloc(N * KV);
       b.v = alloc(N * KV);
-      b.q_stride = static_cast<int>(C);
-      b.kv_stride = static_cast<int>(KV);
+      b.q_stride = C;
+      b.kv_stride = KV;
     } else {
       b.q = alloc(N * 3 * C);
       b.k = b.q ? b.q + C : nullptr;
       b.v = b.q ? b.q + 2 * C : nullptr;
-      b.q_stride = b.kv_stride = static_cast<int>(3 * C);
+      b.q_stride = b.kv_stride = 3 * C;
     }
     b.lse = alloc(lse_rows);
     b.atty = alloc(N * C);
@@ -442,7 +449,7 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
   a.lnf = alloc(N * C);
   a.lnf_mean = cfg_.llama ? nullptr : alloc(N);
   a.lnf_rstd = alloc(N);
-  const std::size_t rows = static_cast<std::size_t>(head_rows(static_cast<int>(N)));
+  const std::size_t rows = head_rows(N);
   a.logits = alloc(rows * V);
   a.head_dw = rows < N ? alloc(V * C) : nullptr;
   a.losses = alloc(N);

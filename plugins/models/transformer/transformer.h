@@ -69,9 +69,9 @@ struct BlockParams {
 // Activation pointers of one block for one micro-batch.
 struct BlockActs {
   float *ln1, *ln1_mean, *ln1_rstd;
-  float *q, *k, *v;  // GPT-2: views into one (N,3C) qkv buffer
-  int q_stride, kv_stride;
-  float *lse, *atty, *res1;  // lse: (B,NH,T) attention row log-sum-exp
+  float *q, *k, *v;                 // GPT-2: views into one (N,3C) qkv buffer
+  std::size_t q_stride, kv_stride;  // floats between (b,t) rows of q, of k and v
+  float *lse, *atty, *res1;         // lse: (B,NH,T) attention row log-sum-exp
   float *ln2, *ln2_mean, *ln2_rstd;
   float *h1, *h2, *h3;  // GPT-2: fc (without its bias), gelu; Llama: gate, up, act
   float* out;
@@ -109,6 +109,17 @@ class Transformer final : public Model {
     const std::int32_t *inputs = nullptr, *targets = nullptr;
   };
   void plan(int B, int T, const std::function<float*(std::size_t)>& alloc, Acts& acts) const;
+  // A micro-batch's dimensions as the kernels take them: B, T, N = B*T, the
+  // width C, the MLP's H, heads NH and NKV of hs, KV = NKV*hs, V.
+  struct Dims {
+    std::size_t B, T, N, C, H, NH, NKV, hs, KV, V;
+    RowShape rows(std::size_t width) const { return {N, width}; }
+    MatmulShape linear(std::size_t in, std::size_t out) const { return {N, in, out}; }
+    AttentionShape attention(const BlockActs& b) const {
+      return {B, T, NH, NKV, hs, b.q_stride, b.kv_stride};
+    }
+  };
+  Dims dims(int B, int T) const;
   BlockActs& block_acts(Acts& a, int l) const {
     return a.blocks[cfg_.checkpointing ? 0 : static_cast<std::size_t>(l)];
   }
@@ -133,7 +144,7 @@ class Transformer final : public Model {
   std::string llama_config_json() const;
   // Tokens whose logits the head computes at a time, for N in the batch:
   // [model] loss_chunk_tokens, at most N.
-  int head_rows(int N) const;
+  std::size_t head_rows(std::size_t N) const;
   // Embedding and blocks, each in its module: a.resid filled.
   void trunk_forward(StepContext& ctx, Acts& a) const;
   void final_norm_forward(StepContext& ctx, Acts& a) const;

@@ -91,16 +91,15 @@ std::size_t rows_used(const std::int32_t* tokens, std::size_t n) {
   return static_cast<std::size_t>(last + 1);
 }
 
-void rotate(float* x, const float* cos, const float* sin, int B, int T, int H, int hs, int stride,
-            float direction) {
-  const int half = hs / 2;
-  parallel_rows(static_cast<std::size_t>(B) * T, 16, [&](std::size_t bt) {
-    const std::size_t t = bt % static_cast<std::size_t>(T);
+void rotate(float* x, const float* cos, const float* sin, HeadShape sh, float direction) {
+  const std::size_t half = sh.hs / 2;
+  parallel_rows(sh.B * sh.T, 16, [&](std::size_t bt) {
+    const std::size_t t = bt % sh.T;
     const float* c = cos + t * half;
     const float* s = sin + t * half;
-    for (int h = 0; h < H; ++h) {
-      float* r = x + bt * stride + h * hs;
-      for (int i = 0; i < half; ++i) {
+    for (std::size_t h = 0; h < sh.H; ++h) {
+      float* r = x + bt * sh.stride + h * sh.hs;
+      for (std::size_t i = 0; i < half; ++i) {
         const float x0 = r[i], x1 = r[i + half];
         const float si = direction * s[i];
         r[i] = x0 * c[i] - x1 * si;
@@ -114,20 +113,20 @@ void rotate(float* x, const float* cos, const float* sin, int B, int T, int H, i
 
 // out: (B,T,C), tokens: (B,T), wte: (V,C), wpe: (T,C) or null
 void ReferenceKernels::embedding_forward(float* out, const std::int32_t* tokens,
-                                         ConstTypedPtr wte_in, ConstTypedPtr wpe_in, int B, int T,
-                                         int C) const {
-  const std::size_t BT = static_cast<std::size_t>(B) * T;
+                                         ConstTypedPtr wte_in, ConstTypedPtr wpe_in,
+                                         TokenShape s) const {
+  const std::size_t BT = s.B * s.T, C = s.C;
   const Widened wte_f(wte_in, rows_used(tokens, BT) * C);
-  const Widened wpe_f(wpe_in, static_cast<std::size_t>(T) * C);
+  const Widened wpe_f(wpe_in, s.T * C);
   const float* wte = wte_f.get();
   const float* wpe = wpe_f.get();
-  parallel_rows(static_cast<std::size_t>(B) * T, 16, [&](std::size_t bt) {
-    const std::size_t t = bt % static_cast<std::size_t>(T);
+  parallel_rows(BT, 16, [&](std::size_t bt) {
+    const std::size_t t = bt % s.T;
     const float* e = wte + static_cast<std::size_t>(tokens[bt]) * C;
     float* o = out + bt * C;
     if (wpe) {
       const float* p = wpe + t * C;
-      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      for (std::size_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
     } else {
       std::copy(e, e + C, o);
     }
@@ -136,19 +135,19 @@ void ReferenceKernels::embedding_forward(float* out, const std::int32_t* tokens,
 
 // Parallel over channel blocks so that two rows with the same token never race.
 void ReferenceKernels::embedding_backward(TypedPtr dwte_out, TypedPtr dwpe_out, const float* dout,
-                                          const std::int32_t* tokens, int B, int T, int C) const {
-  const std::size_t BT = static_cast<std::size_t>(B) * T;
+                                          const std::int32_t* tokens, TokenShape s) const {
+  const std::size_t BT = s.B * s.T, C = s.C;
   const WidenedGrad dwte_f(dwte_out, rows_used(tokens, BT) * C);
-  const WidenedGrad dwpe_f(dwpe_out, static_cast<std::size_t>(T) * C);
+  const WidenedGrad dwpe_f(dwpe_out, s.T * C);
   float* dwte = dwte_f.get();
   float* dwpe = dwpe_f.get();
-  parallel_chunks(static_cast<std::size_t>(C), 16, [&](std::size_t c0, std::size_t c1) {
+  parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
     for (std::size_t bt = 0; bt < BT; ++bt) {
       const float* d = dout + bt * C;
       float* e = dwte + static_cast<std::size_t>(tokens[bt]) * C;
       for (std::size_t c = c0; c < c1; ++c) e[c] += d[c];
       if (dwpe) {
-        float* p = dwpe + (bt % static_cast<std::size_t>(T)) * C;
+        float* p = dwpe + (bt % s.T) * C;
         for (std::size_t c = c0; c < c1; ++c) p[c] += d[c];
       }
     }
@@ -159,42 +158,42 @@ void ReferenceKernels::embedding_backward(TypedPtr dwte_out, TypedPtr dwpe_out, 
 
 // inp, out: (N,C); mean, rstd: (N); w, b: (C)
 void ReferenceKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                         ConstTypedPtr w_in, ConstTypedPtr b_in, int N, int C,
+                                         ConstTypedPtr w_in, ConstTypedPtr b_in, RowShape s,
                                          float eps) const {
-  const Widened w_f(w_in, static_cast<std::size_t>(C)), b_f(b_in, static_cast<std::size_t>(C));
+  const std::size_t C = s.C;
+  const Widened w_f(w_in, C), b_f(b_in, C);
   const float* w = w_f.get();
   const float* b = b_f.get();
-  parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
+  parallel_rows(s.N, 8, [&](std::size_t n) {
     const float* x = inp + n * C;
     float m = 0;
-    for (int c = 0; c < C; ++c) m += x[c];
+    for (std::size_t c = 0; c < C; ++c) m += x[c];
     m /= static_cast<float>(C);
     float v = 0;
-    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    for (std::size_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
     v /= static_cast<float>(C);
-    const float s = 1.0f / std::sqrt(v + eps);
+    const float r = 1.0f / std::sqrt(v + eps);
     float* o = out + n * C;
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+    for (std::size_t c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b[c];
     mean[n] = m;
-    rstd[n] = s;
+    rstd[n] = r;
   });
 }
 
 void ReferenceKernels::layernorm_backward(float* dinp, TypedPtr dw_out, TypedPtr db_out,
                                           const float* dout, const float* inp, ConstTypedPtr w_in,
-                                          const float* mean, const float* rstd, int N,
-                                          int C) const {
-  const Widened w_f(w_in, static_cast<std::size_t>(C));
-  const WidenedGrad dw_f(dw_out, static_cast<std::size_t>(C)),
-      db_f(db_out, static_cast<std::size_t>(C));
+                                          const float* mean, const float* rstd, RowShape s) const {
+  const std::size_t C = s.C;
+  const Widened w_f(w_in, C);
+  const WidenedGrad dw_f(dw_out, C), db_f(db_out, C);
   const float* w = w_f.get();
   float* dw = dw_f.get();
   float* db = db_f.get();
-  parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
+  parallel_rows(s.N, 8, [&](std::size_t n) {
     const float* x = inp + n * C;
     const float* d = dout + n * C;
     float dnorm_mean = 0, dnorm_norm_mean = 0;
-    for (int c = 0; c < C; ++c) {
+    for (std::size_t c = 0; c < C; ++c) {
       const float norm = (x[c] - mean[n]) * rstd[n];
       const float dnorm = w[c] * d[c];
       dnorm_mean += dnorm;
@@ -203,16 +202,16 @@ void ReferenceKernels::layernorm_backward(float* dinp, TypedPtr dw_out, TypedPtr
     dnorm_mean /= static_cast<float>(C);
     dnorm_norm_mean /= static_cast<float>(C);
     float* di = dinp + n * C;
-    for (int c = 0; c < C; ++c) {
+    for (std::size_t c = 0; c < C; ++c) {
       const float norm = (x[c] - mean[n]) * rstd[n];
       const float dnorm = w[c] * d[c];
       di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
     }
   });
-  parallel_chunks(static_cast<std::size_t>(C), 16, [&](std::size_t c0, std::size_t c1) {
-    for (int n = 0; n < N; ++n) {
-      const float* x = inp + static_cast<std::size_t>(n) * C;
-      const float* d = dout + static_cast<std::size_t>(n) * C;
+  parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
+    for (std::size_t n = 0; n < s.N; ++n) {
+      const float* x = inp + n * C;
+      const float* d = dout + n * C;
       for (std::size_t c = c0; c < c1; ++c) {
         dw[c] += (x[c] - mean[n]) * rstd[n] * d[c];
         db[c] += d[c];
@@ -225,55 +224,56 @@ void ReferenceKernels::layernorm_backward(float* dinp, TypedPtr dw_out, TypedPtr
 
 void ReferenceKernels::add_layernorm_forward(float* res, float* out, float* mean, float* rstd,
                                              const float* a, const float* b, ConstTypedPtr w,
-                                             ConstTypedPtr bias, int N, int C, float eps) const {
-  const std::size_t NC = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
-  add(res, a, b, NC);
-  layernorm_forward(out, mean, rstd, res, w, bias, N, C, eps);
+                                             ConstTypedPtr bias, RowShape s, float eps) const {
+  add(res, a, b, s.N * s.C);
+  layernorm_forward(out, mean, rstd, res, w, bias, s, eps);
 }
 
 void ReferenceKernels::add_rmsnorm_forward(float* res, float* out, float* rstd, const float* a,
-                                           const float* b, ConstTypedPtr w, int N, int C,
+                                           const float* b, ConstTypedPtr w, RowShape s,
                                            float eps) const {
-  add(res, a, b, static_cast<std::size_t>(N) * static_cast<std::size_t>(C));
-  rmsnorm_forward(out, rstd, res, w, N, C, eps);
+  add(res, a, b, s.N * s.C);
+  rmsnorm_forward(out, rstd, res, w, s, eps);
 }
 
 // inp, out: (N,C); rstd: (N); w: (C)
 void ReferenceKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
-                                       ConstTypedPtr w_in, int N, int C, float eps) const {
-  const Widened w_f(w_in, static_cast<std::size_t>(C));
+                                       ConstTypedPtr w_in, RowShape s, float eps) const {
+  const std::size_t C = s.C;
+  const Widened w_f(w_in, C);
   const float* w = w_f.get();
-  parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
+  parallel_rows(s.N, 8, [&](std::size_t n) {
     const float* x = inp + n * C;
     float ss = 0;
-    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
-    const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
+    for (std::size_t c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
     float* o = out + n * C;
-    for (int c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
-    rstd[n] = s;
+    for (std::size_t c = 0; c < C; ++c) o[c] = x[c] * r * w[c];
+    rstd[n] = r;
   });
 }
 
 void ReferenceKernels::rmsnorm_backward(float* dinp, TypedPtr dw_out, const float* dout,
                                         const float* inp, ConstTypedPtr w_in, const float* rstd,
-                                        int N, int C) const {
-  const Widened w_f(w_in, static_cast<std::size_t>(C));
-  const WidenedGrad dw_f(dw_out, static_cast<std::size_t>(C));
+                                        RowShape s) const {
+  const std::size_t C = s.C;
+  const Widened w_f(w_in, C);
+  const WidenedGrad dw_f(dw_out, C);
   const float* w = w_f.get();
   float* dw = dw_f.get();
-  parallel_rows(static_cast<std::size_t>(N), 8, [&](std::size_t n) {
+  parallel_rows(s.N, 8, [&](std::size_t n) {
     const float* x = inp + n * C;
     const float* d = dout + n * C;
     float dot = 0;
-    for (int c = 0; c < C; ++c) dot += w[c] * d[c] * x[c] * rstd[n];
+    for (std::size_t c = 0; c < C; ++c) dot += w[c] * d[c] * x[c] * rstd[n];
     dot /= static_cast<float>(C);
     float* di = dinp + n * C;
-    for (int c = 0; c < C; ++c) di[c] += rstd[n] * (w[c] * d[c] - x[c] * rstd[n] * dot);
+    for (std::size_t c = 0; c < C; ++c) di[c] += rstd[n] * (w[c] * d[c] - x[c] * rstd[n] * dot);
   });
-  parallel_chunks(static_cast<std::size_t>(C), 16, [&](std::size_t c0, std::size_t c1) {
-    for (int n = 0; n < N; ++n) {
-      const float* x = inp + static_cast<std::size_t>(n) * C;
-      const float* d = dout + static_cast<std::size_t>(n) * C;
+  parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
+    for (std::size_t n = 0; n < s.N; ++n) {
+      const float* x = inp + n * C;
+      const float* d = dout + n * C;
       for (std::size_t c = c0; c < c1; ++c) dw[c] += x[c] * rstd[n] * d[c];
     }
   });
@@ -284,11 +284,11 @@ namespace {
 
 // dbias (OC) += the column sums of d (N,OC), row after row; nothing for a
 // null dbias. A bias's gradient (matmul's, GELU's fc bias).
-void add_column_sums(float* dbias, const float* d, int N, int OC) {
+void add_column_sums(float* dbias, const float* d, std::size_t N, std::size_t OC) {
   if (!dbias) return;
-  parallel_chunks(static_cast<std::size_t>(OC), 64, [&](std::size_t o0, std::size_t o1) {
-    for (int n = 0; n < N; ++n) {
-      const float* row = d + static_cast<std::size_t>(n) * OC;
+  parallel_chunks(OC, 64, [&](std::size_t o0, std::size_t o1) {
+    for (std::size_t n = 0; n < N; ++n) {
+      const float* row = d + n * OC;
       for (std::size_t o = o0; o < o1; ++o) dbias[o] += row[o];
     }
   });
@@ -298,15 +298,15 @@ void add_column_sums(float* dbias, const float* d, int N, int OC) {
 
 // out: (N,OC) = inp (N,C) @ w^T, w: (OC,C)
 void ReferenceKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w_in,
-                                      ConstTypedPtr bias_in, int N, int C, int OC) const {
-  const Widened w_f(w_in, static_cast<std::size_t>(OC) * C);
-  const Widened bias_f(bias_in, static_cast<std::size_t>(OC));
+                                      ConstTypedPtr bias_in, MatmulShape s) const {
+  const auto [N, C, OC] = s;
+  const Widened w_f(w_in, OC * C);
+  const Widened bias_f(bias_in, OC);
   const float* w = w_f.get();
   const float* bias = bias_f.get();
   float beta = 0.0f;
   if (bias) {
-    parallel_rows(static_cast<std::size_t>(N), 64,
-                  [&](std::size_t n) { std::copy(bias, bias + OC, out + n * OC); });
+    parallel_rows(N, 64, [&](std::size_t n) { std::copy(bias, bias + OC, out + n * OC); });
     beta = 1.0f;
   }
   blas::sgemm(blas::Op::none, blas::Op::transpose, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
@@ -314,10 +314,11 @@ void ReferenceKernels::matmul_forward(float* out, const float* inp, ConstTypedPt
 
 void ReferenceKernels::matmul_backward(float* dinp, TypedPtr dw_out, TypedPtr dbias_out,
                                        const float* dout, const float* inp, ConstTypedPtr w_in,
-                                       int N, int C, int OC) const {
-  const Widened w_f(dinp ? w_in : nullptr, static_cast<std::size_t>(OC) * C);
-  const WidenedGrad dw_f(dw_out, static_cast<std::size_t>(OC) * C);
-  const WidenedGrad dbias_f(dbias_out, static_cast<std::size_t>(OC));
+                                       MatmulShape s) const {
+  const auto [N, C, OC] = s;
+  const Widened w_f(dinp ? w_in : nullptr, OC * C);
+  const WidenedGrad dw_f(dw_out, OC * C);
+  const WidenedGrad dbias_f(dbias_out, OC);
   const float* w = w_f.get();
   float* dw = dw_f.get();
   float* dbias = dbias_f.get();
@@ -335,15 +336,15 @@ void ReferenceKernels::matmul_backward(float* dinp, TypedPtr dw_out, TypedPtr db
 
 namespace {
 
-// f(i, x) for every element i of (N,H) rows, x = pre[i] plus its column's
+// f(i, x) for every element i of s's (N,H) rows, x = pre[i] plus its column's
 // bias (none when null), added in fp32 as the fc GEMM's epilogue would.
 template <class F>
-void each_biased(const float* pre, ConstTypedPtr bias_in, int N, int H, F&& f) {
-  const Widened bias_f(bias_in, static_cast<std::size_t>(H));
+void each_biased(const float* pre, ConstTypedPtr bias_in, RowShape s, F&& f) {
+  const Widened bias_f(bias_in, s.C);
   const float* bias = bias_f.get();
-  parallel_rows(static_cast<std::size_t>(N), 16, [&](std::size_t n) {
-    for (std::size_t h = 0; h < static_cast<std::size_t>(H); ++h) {
-      const std::size_t i = n * static_cast<std::size_t>(H) + h;
+  parallel_rows(s.N, 16, [&](std::size_t n) {
+    for (std::size_t h = 0; h < s.C; ++h) {
+      const std::size_t i = n * s.C + h;
       f(i, pre[i] + (bias ? bias[h] : 0.0f));
     }
   });
@@ -353,24 +354,24 @@ void each_biased(const float* pre, ConstTypedPtr bias_in, int N, int H, F&& f) {
 
 // GELU, tanh form, written as x * sigmoid(2u): 0.5 (1 + tanh(u)) equals
 // sigmoid(2u) exactly and avoids the cancellation of 1 + tanh for x < 0.
-void ReferenceKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias, int N,
-                                    int H) const {
-  each_biased(pre, bias, N, H, [&](std::size_t i, float x) {
+void ReferenceKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias,
+                                    RowShape s) const {
+  each_biased(pre, bias, s, [&](std::size_t i, float x) {
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     out[i] = x / (1.0f + std::exp(-2.0f * u));
   });
 }
 
 void ReferenceKernels::gelu_backward(float* dpre, TypedPtr dbias_out, const float* pre,
-                                     ConstTypedPtr bias, const float* dout, int N, int H) const {
-  each_biased(pre, bias, N, H, [&](std::size_t i, float x) {
+                                     ConstTypedPtr bias, const float* dout, RowShape shape) const {
+  each_biased(pre, bias, shape, [&](std::size_t i, float x) {
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     const float s = 1.0f / (1.0f + std::exp(-2.0f * u));
     const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
     dpre[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
   });
-  const WidenedGrad dbias_f(dbias_out, static_cast<std::size_t>(H));
-  add_column_sums(dbias_f.get(), dpre, N, H);
+  const WidenedGrad dbias_f(dbias_out, shape.C);
+  add_column_sums(dbias_f.get(), dpre, shape.N, shape.C);
   dbias_f.store();
 }
 
@@ -398,48 +399,45 @@ void ReferenceKernels::swiglu_backward(float* dgate, float* dup, const float* do
 }
 
 // x: (B,T,H,hs) rows of `stride`; cos, sin: (T, hs/2)
-void ReferenceKernels::rope_forward(float* x, const float* cos, const float* sin, int B, int T,
-                                    int H, int hs, int stride) const {
-  rotate(x, cos, sin, B, T, H, hs, stride, 1.0f);
+void ReferenceKernels::rope_forward(float* x, const float* cos, const float* sin,
+                                    HeadShape s) const {
+  rotate(x, cos, sin, s, 1.0f);
 }
-void ReferenceKernels::rope_backward(float* dx, const float* cos, const float* sin, int B, int T,
-                                     int H, int hs, int stride) const {
-  rotate(dx, cos, sin, B, T, H, hs, stride, -1.0f);
+void ReferenceKernels::rope_backward(float* dx, const float* cos, const float* sin,
+                                     HeadShape s) const {
+  rotate(dx, cos, sin, s, -1.0f);
 }
 
 // Row by row: scores, softmax and the weighted sum of values; lse keeps
 // what backward needs to rebuild a row of probabilities.
-void ReferenceKernels::attention_forward(float* out, float* lse, const float* q, const float* k,
-                                         const float* v, int B, int T, int NH, int NKV, int hs,
-                                         int q_stride, int kv_stride) const {
+void ReferenceKernels::attention_forward(float* out, float* lse, AttentionInputs in,
+                                         AttentionShape sh) const {
+  const std::size_t T = sh.T, NH = sh.NH, hs = sh.hs, C = sh.C();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int group = NH / NKV;
-  const int C = NH * hs;
-  parallel_rows(static_cast<std::size_t>(B) * NH, 1, [&](std::size_t bh) {
-    const int b = static_cast<int>(bh) / NH, h = static_cast<int>(bh) % NH;
-    const int kvh = h / group;
-    std::vector<float> p(static_cast<std::size_t>(T));
-    for (int t = 0; t < T; ++t) {
-      const float* qt = q + (static_cast<std::size_t>(b) * T + t) * q_stride + h * hs;
+  parallel_rows(sh.B * NH, 1, [&](std::size_t bh) {
+    const std::size_t b = bh / NH, h = bh % NH, kvh = h / sh.group();
+    std::vector<float> p(T);
+    for (std::size_t t = 0; t < T; ++t) {
+      const float* qt = in.q + (b * T + t) * sh.q_stride + h * hs;
       float maxv = -INFINITY;
-      for (int s = 0; s <= t; ++s) {
-        const float* ks = k + (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
+      for (std::size_t s = 0; s <= t; ++s) {
+        const float* ks = in.k + (b * T + s) * sh.kv_stride + kvh * hs;
         float dot = 0;
-        for (int i = 0; i < hs; ++i) dot += qt[i] * ks[i];
+        for (std::size_t i = 0; i < hs; ++i) dot += qt[i] * ks[i];
         p[s] = dot * scale;
         maxv = std::max(maxv, p[s]);
       }
       float sum = 0;
-      for (int s = 0; s <= t; ++s) {
+      for (std::size_t s = 0; s <= t; ++s) {
         p[s] = std::exp(p[s] - maxv);
         sum += p[s];
       }
       lse[bh * T + t] = maxv + std::log(sum);
-      float* o = out + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
+      float* o = out + (b * T + t) * C + h * hs;
       std::fill(o, o + hs, 0.0f);
-      for (int s = 0; s <= t; ++s) {
-        const float* vs = v + (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
-        for (int i = 0; i < hs; ++i) o[i] += p[s] / sum * vs[i];
+      for (std::size_t s = 0; s <= t; ++s) {
+        const float* vs = in.v + (b * T + s) * sh.kv_stride + kvh * hs;
+        for (std::size_t i = 0; i < hs; ++i) o[i] += p[s] / sum * vs[i];
       }
     }
   });
@@ -448,45 +446,44 @@ void ReferenceKernels::attention_forward(float* out, float* lse, const float* q,
 // Parallel over (batch, key/value head): the query heads of one group all
 // write the same dk, dv rows, so they run in one task, in order. Per row:
 // p = exp(s - lse); dp = dout . v; ds = p (dp - dout . out) * scale.
-void ReferenceKernels::attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                          const float* out, const float* q, const float* k,
-                                          const float* v, const float* lse, int B, int T, int NH,
-                                          int NKV, int hs, int q_stride, int kv_stride) const {
+void ReferenceKernels::attention_backward(AttentionGrads g, const float* dout, const float* out,
+                                          AttentionInputs in, const float* lse,
+                                          AttentionShape sh) const {
+  const std::size_t T = sh.T, NH = sh.NH, NKV = sh.NKV, hs = sh.hs, C = sh.C();
+  const std::size_t group = sh.group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int group = NH / NKV;
-  const int C = NH * hs;
-  parallel_rows(static_cast<std::size_t>(B) * NKV, 1, [&](std::size_t bk) {
-    const int b = static_cast<int>(bk) / NKV, kvh = static_cast<int>(bk) % NKV;
-    std::vector<float> p(static_cast<std::size_t>(T));
-    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-      const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
-      for (int t = 0; t < T; ++t) {
-        const std::size_t row = (static_cast<std::size_t>(b) * T + t);
-        const float* qt = q + row * q_stride + h * hs;
-        float* dqt = dq + row * q_stride + h * hs;
+  parallel_rows(sh.B * NKV, 1, [&](std::size_t bk) {
+    const std::size_t b = bk / NKV, kvh = bk % NKV;
+    std::vector<float> p(T);
+    for (std::size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+      const std::size_t bh = b * NH + h;
+      for (std::size_t t = 0; t < T; ++t) {
+        const std::size_t row = b * T + t;
+        const float* qt = in.q + row * sh.q_stride + h * hs;
+        float* dqt = g.dq + row * sh.q_stride + h * hs;
         const float* dot = dout + row * C + h * hs;
         const float* ot = out + row * C + h * hs;
         float d = 0;
-        for (int i = 0; i < hs; ++i) d += dot[i] * ot[i];
-        for (int s = 0; s <= t; ++s) {
-          const float* ks = k + (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
+        for (std::size_t i = 0; i < hs; ++i) d += dot[i] * ot[i];
+        for (std::size_t s = 0; s <= t; ++s) {
+          const float* ks = in.k + (b * T + s) * sh.kv_stride + kvh * hs;
           float sc = 0;
-          for (int i = 0; i < hs; ++i) sc += qt[i] * ks[i];
+          for (std::size_t i = 0; i < hs; ++i) sc += qt[i] * ks[i];
           p[s] = std::exp(sc * scale - lse[bh * T + t]);
         }
-        for (int s = 0; s <= t; ++s) {
-          const std::size_t kv_row = (static_cast<std::size_t>(b) * T + s) * kv_stride + kvh * hs;
-          const float* vs = v + kv_row;
-          float* dvs = dv + kv_row;
+        for (std::size_t s = 0; s <= t; ++s) {
+          const std::size_t kv_row = (b * T + s) * sh.kv_stride + kvh * hs;
+          const float* vs = in.v + kv_row;
+          float* dvs = g.dv + kv_row;
           float dp = 0;
-          for (int i = 0; i < hs; ++i) {
+          for (std::size_t i = 0; i < hs; ++i) {
             dp += dot[i] * vs[i];
             dvs[i] += p[s] * dot[i];
           }
           const float ds = p[s] * (dp - d) * scale;
-          const float* ks = k + kv_row;
-          float* dks = dk + kv_row;
-          for (int i = 0; i < hs; ++i) {
+          const float* ks = in.k + kv_row;
+          float* dks = g.dk + kv_row;
+          for (std::size_t i = 0; i < hs; ++i) {
             dqt[i] += ds * ks[i];
             dks[i] += ds * qt[i];
           }
@@ -504,30 +501,30 @@ void ReferenceKernels::add(float* out, const float* a, const float* b, std::size
 
 // logits: (N,V) -> probs in place; losses: (N)
 void ReferenceKernels::softmax_crossentropy_forward(float* losses, float* logits,
-                                                    const std::int32_t* targets, int N,
-                                                    int V) const {
-  parallel_rows(static_cast<std::size_t>(N), 4, [&](std::size_t n) {
+                                                    const std::int32_t* targets, RowShape s) const {
+  const std::size_t V = s.C;
+  parallel_rows(s.N, 4, [&](std::size_t n) {
     float* x = logits + n * V;
     float maxv = -INFINITY;
-    for (int i = 0; i < V; ++i) maxv = std::max(maxv, x[i]);
+    for (std::size_t i = 0; i < V; ++i) maxv = std::max(maxv, x[i]);
     const float target_logit = x[targets[n]];
     float sum = 0;
-    for (int i = 0; i < V; ++i) {
+    for (std::size_t i = 0; i < V; ++i) {
       x[i] = std::exp(x[i] - maxv);
       sum += x[i];
     }
     const float inv = 1.0f / sum;
-    for (int i = 0; i < V; ++i) x[i] *= inv;
+    for (std::size_t i = 0; i < V; ++i) x[i] *= inv;
     losses[n] = std::log(sum) + maxv - target_logit;
   });
 }
 
 void ReferenceKernels::softmax_crossentropy_backward(float* probs, const std::int32_t* targets,
-                                                     float dloss, int N, int V) const {
-  parallel_rows(static_cast<std::size_t>(N), 4, [&](std::size_t n) {
-    float* p = probs + n * V;
+                                                     float dloss, RowShape s) const {
+  parallel_rows(s.N, 4, [&](std::size_t n) {
+    float* p = probs + n * s.C;
     p[targets[n]] -= 1.0f;
-    for (int i = 0; i < V; ++i) p[i] *= dloss;
+    for (std::size_t i = 0; i < s.C; ++i) p[i] *= dloss;
   });
 }
 
