@@ -27,12 +27,7 @@ constexpr int kRows = 8;       // warps per block, one row each
 constexpr int kTile = 32;      // rows per shared-memory tile: one per lane
 constexpr int kMaxHead = 256;  // 8 dimensions per lane
 
-// An AttentionShape as the kernels index it, in ints, with the scale.
-struct Shape {
-  int B, T, NH, NKV, hs, q_stride, kv_stride;
-  float scale;
-  __host__ __device__ int group() const { return NH / NKV; }
-};
+using Shape = AttentionInts;
 
 // Rows [row0, row0 + kTile) of a (B,T,heads,hs) tensor's head `head` into
 // tile (kTile rows of hs + 1); rows past T read as zeros.
@@ -268,14 +263,7 @@ void launch(K kernel, dim3 grid, std::size_t smem, cudaStream_t stream, Args... 
 
 // s narrowed for op `op`, checked against what the kernels support.
 Shape shape_of(AttentionShape s, const char* op) {
-  const Shape shape{to_int(s.B, op, "B"),
-                    to_int(s.T, op, "T"),
-                    to_int(s.NH, op, "NH"),
-                    to_int(s.NKV, op, "NKV"),
-                    to_int(s.hs, op, "hs"),
-                    to_int(s.q_stride, op, "q_stride"),
-                    to_int(s.kv_stride, op, "kv_stride"),
-                    1.0f / sqrtf(static_cast<float>(s.hs))};
+  const Shape shape = attention_ints(s, op);
   if (shape.hs > kMaxHead || shape.hs <= 0 || shape.NKV <= 0 || shape.NH % shape.NKV != 0)
     throw InternalError("cuda attention: head size " + std::to_string(shape.hs) + " with " +
                         std::to_string(shape.NH) + " query and " + std::to_string(shape.NKV) +

@@ -40,13 +40,10 @@ constexpr unsigned kThreads = 256;
 // T = 4096 one or two, while the GEMMs of a chunk still fill the GPU.
 constexpr std::size_t kScoreBytes = std::size_t{256} << 20;
 
-// An AttentionShape as the kernels and GemmCall index it, in ints, with
-// the operand type and the scale.
-struct Sizes {
-  int B, T, NH, NKV, hs, q_stride, kv_stride;
-  DType type;  // of the GEMM operands
-  float scale;
-  int group() const { return NH / NKV; }
+// attention_ints' shape as the kernels and GemmCall index it, with the
+// operand type.
+struct Sizes : AttentionInts {
+  DType type;                                                            // of the GEMM operands
   int ld() const { return (T + 7) / 8 * 8; }                             // of a score row
   std::size_t head() const { return static_cast<std::size_t>(T) * hs; }  // elements of one head
   std::size_t all_heads() const { return static_cast<std::size_t>(B) * NH; }
@@ -206,15 +203,7 @@ __global__ void delta_kernel(float* delta, const float* dout, const float* out, 
 
 // s narrowed for op `op` (attention.cu's shape_of has checked the heads).
 Sizes sizes_of(AttentionShape s, DType type, const char* op) {
-  return {to_int(s.B, op, "B"),
-          to_int(s.T, op, "T"),
-          to_int(s.NH, op, "NH"),
-          to_int(s.NKV, op, "NKV"),
-          to_int(s.hs, op, "hs"),
-          to_int(s.q_stride, op, "q_stride"),
-          to_int(s.kv_stride, op, "kv_stride"),
-          type,
-          1.0f / sqrtf(static_cast<float>(s.hs))};
+  return {attention_ints(s, op), type};
 }
 
 }  // namespace

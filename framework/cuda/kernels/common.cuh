@@ -1,6 +1,6 @@
 // What every kernel file shares: reading and writing typed operands in
 // fp32, dispatching on a DType to a template, warp and block sums in a
-// fixed order, and launch sizes.
+// fixed order, launch sizes, and attention's shape in ints.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,8 +13,29 @@
 #include "cuda/cuda_check.h"
 #include "ztrain/dtype.h"
 #include "ztrain/error.h"
+#include "ztrain/kernels.h"
 
 namespace ztrain::cuda {
+
+// An AttentionShape as attention's kernels index it, in ints, with the
+// softmax scale 1/sqrt(hs): both attention paths (attention.cu's flash
+// kernels, attention_gemm.cu's tensor-core GEMMs) narrow it once per op.
+struct AttentionInts {
+  int B, T, NH, NKV, hs, q_stride, kv_stride;
+  float scale;
+  __host__ __device__ int group() const { return NH / NKV; }
+};
+
+inline AttentionInts attention_ints(AttentionShape s, const char* op) {
+  return {to_int(s.B, op, "B"),
+          to_int(s.T, op, "T"),
+          to_int(s.NH, op, "NH"),
+          to_int(s.NKV, op, "NKV"),
+          to_int(s.hs, op, "hs"),
+          to_int(s.q_stride, op, "q_stride"),
+          to_int(s.kv_stride, op, "kv_stride"),
+          1.0f / sqrtf(static_cast<float>(s.hs))};
+}
 
 template <class T>
 __device__ __forceinline__ float to_f32(T x);
