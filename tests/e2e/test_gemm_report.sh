@@ -50,7 +50,7 @@ small=(--model gpt2-tiny --set model.n_layer=1 --set model.n_embd=32 --set model
   --set model.vocab_size=256 --set train.steps=1 --set device.threads=1 --set train.eval_every=0)
 OPENBLAS_CORETYPE=Prescott "$ZTRAIN" "${small[@]}" --set train.out_dir="$scratch/slow" \
   "$SRC/configs/run.toml" > "$scratch/slow.out" 2>&1 || fail "the run under Prescott failed"
-grep -q "| cpu (1 threads, OpenBLAS Prescott)$" "$scratch/slow.out" ||
+grep -q "| cpu (1 threads), OpenBLAS Prescott$" "$scratch/slow.out" ||
   fail "the run's header does not name the kernels"
 grep -q "^warning: the GEMMs run OpenBLAS's Prescott kernels" "$scratch/slow.out" ||
   fail "the run does not warn of kernels below the CPU"

@@ -14,7 +14,6 @@
 #include <sys/mman.h>
 
 #include "core/host_threads.h"
-#include "kernels/cpu/blas.h"
 #include "ztrain/device.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -59,7 +58,7 @@ class CpuDevice final : public Device {
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override {
-    return "cpu (" + std::to_string(threads_.count()) + " threads, " + blas::report().brief() + ")";
+    return "cpu (" + std::to_string(threads_.count()) + " threads)";
   }
   int threads() const override { return threads_.count(); }
 

@@ -10,7 +10,6 @@
 #include <mutex>
 
 #include "core/host_threads.h"
-#include "kernels/cpu/blas.h"
 #include "kernels/kernel_ops.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -24,8 +23,7 @@ class GuardedDevice final : public Device {
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override {
-    return "cpu (" + std::to_string(threads_.count()) + " threads, " + blas::report().brief() +
-           "), device tier guarded";
+    return "cpu (" + std::to_string(threads_.count()) + " threads), device tier guarded";
   }
   int threads() const override { return threads_.count(); }
   bool host_visible(Tier tier) const override { return tier != Tier::device; }

@@ -176,7 +176,9 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.n_params = info.n_params;
   h.data_description = dinfo.description;
   h.strategy_plugin = run.strategy_plugin;
+  // A cpu device's GEMMs: which kernels ran is part of what a timing means.
   h.device_name = run.device->name();
+  if (run.device->kind() == DeviceKind::cpu) h.device_name += ", " + blas::report().brief();
   h.micro_batch = tr.micro_batch;
   h.grad_accum = tr.grad_accum;
   h.global_batch = tr.global_batch;
