@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Which GEMM kernels run, as a user sees it:
-# - `ztrain plugins -v` names the OpenBLAS kernel family this CPU calls for
-#   (derived here from /proc/cpuinfo's flags, by a table of this script's
-#   own), chosen by ztrain;
+# Which GEMM kernels run, as a user sees it (test_blas checks that the
+# family is the one this CPU's flags call for):
+# - `ztrain plugins -v` names the OpenBLAS kernel family, chosen by ztrain;
 # - OPENBLAS_CORETYPE set by the user is respected, named, and warned about
 #   when it is below the CPU, in `plugins -v` and at a run's start (whose
-#   header names the family in the device);
+#   header names the family after the device);
 # - the ranks of a job started with --nproc choose for themselves: the
 #   variable ztrain sets for OpenBLAS's initialiser does not leak into them
 #   as if the user had set it.
@@ -14,27 +13,15 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2)
-vendor=$(grep -m1 '^vendor_id' /proc/cpuinfo | awk '{print $3}')
-has() { [[ " $flags " == *" $1 "* ]]; }
-expected=
-if has avx2 && has fma; then
-  if has avx512f && has avx512dq && has avx512cd && has avx512bw && has avx512vl; then
-    if has avx512_bf16; then expected=Cooperlake; else expected=SkylakeX; fi
-  elif [ "$vendor" = AuthenticAMD ] || [ "$vendor" = HygonGenuine ]; then
-    expected=Zen
-  else
-    expected=Haswell
-  fi
-elif has avx; then
-  expected=Sandybridge
-fi
-[ -n "$expected" ] || { echo "a CPU without AVX: OpenBLAS chooses, nothing to check"; exit 0; }
-
 env -u OPENBLAS_CORETYPE "$ZTRAIN" plugins -v > "$scratch/plugins.out" 2>&1 ||
   fail "ztrain plugins -v failed"
-grep -q "^GEMMs: OpenBLAS [0-9.]*, $expected kernels (.*), chosen by ztrain from this CPU's features" \
-  "$scratch/plugins.out" || fail "plugins -v does not report $expected kernels chosen by ztrain"
+if grep -q "^GEMMs: .*, chosen by OpenBLAS" "$scratch/plugins.out"; then
+  echo "a CPU without AVX: OpenBLAS chooses, nothing to check"
+  exit 0
+fi
+expected=$(sed -n "s/^GEMMs: OpenBLAS [0-9.]*, \([A-Za-z]*\) kernels (.*), chosen by ztrain from this CPU's features.*/\1/p" \
+  "$scratch/plugins.out")
+[ -n "$expected" ] || fail "plugins -v does not report kernels chosen by ztrain"
 if grep -q "^warning: the GEMMs" "$scratch/plugins.out"; then fail "a warning at the CPU's own kernels"; fi
 echo "chosen: $(grep -m1 '^GEMMs:' "$scratch/plugins.out")"
 

@@ -1,7 +1,6 @@
 #include "kernels/cpu/blas_core.h"
 
 #include <array>
-#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -13,33 +12,14 @@ namespace ztrain::blas {
 namespace {
 
 #if defined(__x86_64__)
-struct Regs {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-};
-
-Regs cpuid(unsigned leaf, unsigned subleaf) {
-  Regs r;
-  if (!__get_cpuid_count(leaf, subleaf, &r.a, &r.b, &r.c, &r.d)) return {};
-  return r;
-}
-
-bool bit(unsigned word, int n) {
-  return (word >> n) & 1u;
-}
-
-// The register state the OS saves on a context switch (XCR0): without it,
-// AVX or AVX-512 instructions fault even where cpuid lists them.
-std::uint64_t os_saved_state() {
-  unsigned lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (static_cast<std::uint64_t>(hi) << 32) | lo;
-}
-
-CpuFeatures::Vendor vendor_of(const Regs& leaf0) {
+// The vendor from cpuid leaf 0 (libgcc's model does not name Hygon).
+CpuFeatures::Vendor vendor() {
+  unsigned max_leaf = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &max_leaf, &b, &c, &d)) return CpuFeatures::Vendor::other;
   char name[13] = {};
-  std::memcpy(name, &leaf0.b, 4);
-  std::memcpy(name + 4, &leaf0.d, 4);
-  std::memcpy(name + 8, &leaf0.c, 4);
+  std::memcpy(name, &b, 4);
+  std::memcpy(name + 4, &d, 4);
+  std::memcpy(name + 8, &c, 4);
   if (!std::strcmp(name, "GenuineIntel")) return CpuFeatures::Vendor::intel;
   if (!std::strcmp(name, "AuthenticAMD")) return CpuFeatures::Vendor::amd;
   if (!std::strcmp(name, "HygonGenuine")) return CpuFeatures::Vendor::hygon;
@@ -99,23 +79,21 @@ const char* level_name(SimdLevel level) {
 CpuFeatures this_cpu() {
   CpuFeatures f;
 #if defined(__x86_64__)
-  const Regs leaf0 = cpuid(0, 0);
-  f.vendor = vendor_of(leaf0);
-  const Regs leaf1 = cpuid(1, 0);
-  if (!bit(leaf1.c, 27)) return f;  // no OSXSAVE: the OS saves no vector state beyond SSE
-  const std::uint64_t xcr0 = os_saved_state();
-  const bool ymm = (xcr0 & 0x6) == 0x6, zmm = ymm && (xcr0 & 0xe0) == 0xe0;
-  f.avx = ymm && bit(leaf1.c, 28);
-  f.fma = f.avx && bit(leaf1.c, 12);
-  if (leaf0.a < 7) return f;
-  const Regs leaf7 = cpuid(7, 0);
-  f.avx2 = f.avx && bit(leaf7.b, 5);
-  f.avx512f = zmm && bit(leaf7.b, 16);
-  f.avx512dq = f.avx512f && bit(leaf7.b, 17);
-  f.avx512cd = f.avx512f && bit(leaf7.b, 28);
-  f.avx512bw = f.avx512f && bit(leaf7.b, 30);
-  f.avx512vl = f.avx512f && bit(leaf7.b, 31);
-  f.avx512_bf16 = f.avx512f && leaf7.a >= 1 && bit(cpuid(7, 1).a, 5);
+  // libgcc's CPU model, as the vector kernels' dispatch reads it
+  // (vec::have_avx2_fma): a feature counts only where the OS saves its
+  // registers (YMM for AVX, the opmask and ZMM state for AVX-512).
+  // libztrain asks while it loads, perhaps before libgcc's own initialiser.
+  __builtin_cpu_init();
+  f.vendor = vendor();
+  f.avx = __builtin_cpu_supports("avx");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+  f.avx512cd = __builtin_cpu_supports("avx512cd");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
 #endif
   return f;
 }

@@ -9,7 +9,8 @@
 // features say what the CPU can run whatever its model; blas.cpp hands this
 // choice to OpenBLAS (OPENBLAS_CORETYPE) before the library initialises.
 //
-// Errors: none. Thread safety: pure functions, and this_cpu() reads cpuid.
+// Errors: none. Thread safety: pure functions, and this_cpu() reads the
+// CPU's model (cpuid).
 #pragma once
 
 #include <optional>
@@ -37,7 +38,8 @@ enum class SimdLevel { sse, avx, avx2, avx512, avx512_bf16 };
 
 ZTRAIN_KIT const char* level_name(SimdLevel level);
 
-// This CPU (cpuid and xgetbv); all false off x86-64.
+// This CPU, as libgcc's CPU model reads it (cpuid, with the OS's saved
+// register state); all false off x86-64.
 ZTRAIN_KIT CpuFeatures this_cpu();
 
 // The best level the CPU runs. AVX-512 counts only with F, DQ, CD, BW and VL
