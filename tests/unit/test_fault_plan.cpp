@@ -22,6 +22,8 @@ TEST_CASE("fault plan: none without the variables") {
   CHECK(plan.write_error == 0);
   CHECK(plan.nvme_error == 0);
   CHECK(plan.compare_perturb.empty());
+  CHECK(plan.failure.where.empty());
+  CHECK_FALSE(plan.failure.applies(1, 0));
 }
 
 TEST_CASE("fault plan: each variable read into the fault it plans") {
@@ -32,6 +34,7 @@ TEST_CASE("fault plan: each variable read into the fault it plans") {
   const test::ScopedEnv write("ZTRAIN_TEST_INJECT_WRITE_ERROR", "EIO");
   const test::ScopedEnv nvme("ZTRAIN_TEST_INJECT_IO_ERROR", "ENOSPC:4");
   const test::ScopedEnv perturb("ZTRAIN_TEST_COMPARE_PERTURB", "zero3:7");
+  const test::ScopedEnv fail("ZTRAIN_TEST_FAIL", "reduce:oom:2:1");
   const FaultPlan plan = FaultPlan::from_environment();
   CHECK(plan.overflows(3, 1));
   CHECK_FALSE(plan.overflows(3, 0));
@@ -47,6 +50,20 @@ TEST_CASE("fault plan: each variable read into the fault it plans") {
   CHECK(plan.nvme_error == ENOSPC);
   CHECK(plan.nvme_error_after == 4);
   CHECK(plan.compare_perturb == "zero3:7");
+  CHECK(plan.failure.where == "reduce");
+  CHECK(plan.failure.out_of_memory);
+  CHECK(plan.failure.applies(2, 1));
+  CHECK_FALSE(plan.failure.applies(2, 0));
+  CHECK_FALSE(plan.failure.applies(3, 1));
+}
+
+TEST_CASE("fault plan: an injected failure without a rank applies on every rank") {
+  const test::ScopedEnv fail("ZTRAIN_TEST_FAIL", "checkpoint:error:4");
+  const FaultPlan plan = FaultPlan::from_environment();
+  CHECK_FALSE(plan.failure.out_of_memory);
+  CHECK(plan.failure.applies(4, 0));
+  CHECK(plan.failure.applies(4, 3));
+  CHECK_FALSE(plan.failure.applies(5, 0));
 }
 
 TEST_CASE("fault plan: a kill in a checkpoint without a rank applies on every rank") {
@@ -71,6 +88,11 @@ TEST_CASE("fault plan: a malformed variable is refused, naming it and its form")
       {"ZTRAIN_TEST_KILL_AT_START", "met:-1", "PHASE or PHASE:RANK"},
       {"ZTRAIN_TEST_INJECT_WRITE_ERROR", "EPERM", "ENOSPC or EIO"},
       {"ZTRAIN_TEST_INJECT_IO_ERROR", "EIO:0", "ENOSPC:N or EIO:N"},
+      {"ZTRAIN_TEST_FAIL", "lunch:oom:2", "WHERE:KIND:STEP"},
+      {"ZTRAIN_TEST_FAIL", "reduce:panic:2", "WHERE:KIND:STEP"},
+      {"ZTRAIN_TEST_FAIL", "reduce:oom:0", "WHERE:KIND:STEP"},
+      {"ZTRAIN_TEST_FAIL", "reduce:oom:2:-1", "WHERE:KIND:STEP"},
+      {"ZTRAIN_TEST_FAIL", "reduce:oom:2:1x", "WHERE:KIND:STEP"},
   };
   for (const auto& b : bad) {
     const test::ScopedEnv env(b.name, b.value);

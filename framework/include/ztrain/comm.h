@@ -15,7 +15,11 @@
 // each rank knows which ranks went silent. A rank that dies ends the job
 // through the launcher (mpirun's SIGTERM, on which the survivors say which
 // rank went silent) or, on gloo, at once through its closed connections.
-// A collective the backend rejects raises CommError.
+// A collective the backend rejects raises CommError. A rank that fails
+// (an error it printed) announces it: the other ranks end the job within
+// about a second, naming that rank and its message, and the failed rank's
+// own teardown waits no longer than that for collectives its peers will
+// not finish.
 //
 // Counting: every communicator counts, per kind of collective, the calls
 // that completed and the bytes this rank sent for them. MPI and gloo hide
@@ -126,6 +130,10 @@ class ZTRAIN_API Communicator {
   // now on). The ranks meet before they know the run's
   // [comm] timeout, which rank 0 sends them; they set it then.
   virtual void set_timeout(double timeout_s) = 0;
+  // This rank failed with `message`, which it has printed: every other
+  // rank is told and ends the job naming it. By default (world 1) there is
+  // no one to tell.
+  virtual void announce_failure(const std::string& message);
 
   // In place over count elements.
   virtual CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) = 0;

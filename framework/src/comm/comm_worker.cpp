@@ -1,5 +1,6 @@
 #include "comm/comm_worker.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 
@@ -67,7 +68,7 @@ void divide_in_place(void* data, std::size_t count, DType type, int by) {
 
 ThreadedCommunicator::ThreadedCommunicator(int world_rank, double timeout_s,
                                            std::shared_ptr<CommTally> tally,
-                                           std::shared_ptr<const Watchdog> watchdog)
+                                           std::shared_ptr<Watchdog> watchdog)
     : world_rank_(world_rank),
       timeout_s_(timeout_s),
       tally_(std::move(tally)),
@@ -93,10 +94,11 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
     const std::string why = watchdog_
                                 ? watchdog_->verdict()
                                 : "another rank died, hangs, or issued a different collective";
-    std::fprintf(stderr, "ztrain: rank %d: %s did not finish within %g s; %s; aborting the job\n",
-                 world_rank_, what.c_str(), timeout_s, why.c_str());
-    std::fflush(stderr);
-    abort_job();
+    char within[32];
+    std::snprintf(within, sizeof within, "%g", timeout_s);
+    end_job("ztrain: rank " + std::to_string(world_rank_) + ": " + what +
+                " did not finish within " + within + " s; " + why + "; aborting the job",
+            3);
   });
 }
 
@@ -160,22 +162,55 @@ void ThreadedCommunicator::drain() {
 }
 
 void ThreadedCommunicator::guard() {
-  using Clock = CommWorker::Clock;
-  constexpr std::chrono::seconds kCannotFinish{1};
-  std::optional<Clock::time_point> heard;  // when a closed link was first seen
+  FirstSeen seen;
   std::unique_lock lock(guard_mu_);
   while (!guard_cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return guard_stop_; })) {
-    const std::string lost = watchdog_->closed_peers();
-    if (lost.empty()) continue;
-    const auto now = Clock::now();
-    if (!heard) heard = now;
-    const auto running = worker_->running();
-    if (now - *heard < kCannotFinish || !running || now - running->second < kCannotFinish) continue;
-    std::fprintf(stderr, "ztrain: rank %d: %s cannot finish: %s; aborting the job\n", world_rank_,
-                 running->first.c_str(), lost.c_str());
-    std::fflush(stderr);
-    abort_job();
+    if (const Ending e = reason_to_end(seen); !e.line.empty()) end_job(e.line, e.code);
   }
+}
+
+ThreadedCommunicator::Ending ThreadedCommunicator::reason_to_end(FirstSeen& seen) const {
+  using Clock = CommWorker::Clock;
+  // A second's grace: a collective may still complete, and a rank that
+  // fails the way its peer did (the same refused setting) ends with its
+  // own error rather than its peer's.
+  constexpr std::chrono::seconds kCannotFinish{1};
+  // The failed rank waits longer than its peers' grace, so that they end
+  // the job first, each saying which rank failed and why.
+  constexpr std::chrono::seconds kAbandon{2};
+  const std::string me = "rank " + std::to_string(world_rank_);
+  const auto now = Clock::now();
+  const auto failed_at = watchdog_->failed_at();
+  if (const auto f = watchdog_->peer_failure(); f && !failed_at) {
+    if (!seen.peer_failure) seen.peer_failure = now;
+    if (now - *seen.peer_failure >= kCannotFinish)
+      return {"[" + me + "] ztrain: stopping: rank " + std::to_string(f->rank) +
+                  " failed: " + f->message,
+              1};
+  }
+  const auto running = worker_->running();
+  const auto stuck_since = [&](Clock::time_point t, Clock::duration d) {
+    return running && now - std::max(t, running->second) >= d;
+  };
+  if (failed_at && stuck_since(*failed_at, kAbandon))
+    return {"ztrain: " + me + ": " + running->first +
+                " abandoned: this rank failed (above) and the others will not finish it; "
+                "ending the job",
+            1};
+  const std::string lost = watchdog_->closed_peers();
+  if (lost.empty()) return {};
+  if (!seen.closed_link) seen.closed_link = now;
+  if (!stuck_since(*seen.closed_link, kCannotFinish)) return {};
+  return {
+      "ztrain: " + me + ": " + running->first + " cannot finish: " + lost + "; aborting the job",
+      3};
+}
+
+void ThreadedCommunicator::end_job(const std::string& line, int code) {
+  if (watchdog_ && !watchdog_->claim_ending()) return;
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+  abort_job(code);
 }
 
 std::uint64_t ThreadedCommunicator::broadcast_sent(std::size_t count, DType type, int root) const {

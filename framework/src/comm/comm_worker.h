@@ -70,6 +70,9 @@ class ThreadedCommunicator : public Communicator {
  public:
   CommCounters counters() const override { return tally_->snapshot(); }
   void set_timeout(double timeout_s) override { timeout_s_ = timeout_s; }
+  void announce_failure(const std::string& message) override {
+    if (watchdog_) watchdog_->announce_failure(message);
+  }
   // The regular forms as the irregular ones with equal blocks (a backend
   // with its own regular collectives, mpi, overrides them).
   CommWork reduce_scatter_async(const void* send, void* recv, std::size_t count, DType type,
@@ -80,17 +83,17 @@ class ThreadedCommunicator : public Communicator {
     return all_gather_v_async(send, recv, blocks(count), type);
   }
   // What hears the other ranks' heartbeats (gloo's); null for mpi.
-  std::shared_ptr<const Watchdog> watchdog() const { return watchdog_; }
+  std::shared_ptr<Watchdog> watchdog() const { return watchdog_; }
 
  protected:
   // world_rank names this process in messages; watchdog may be null.
   ThreadedCommunicator(int world_rank, double timeout_s, std::shared_ptr<CommTally> tally,
-                       std::shared_ptr<const Watchdog> watchdog);
+                       std::shared_ptr<Watchdog> watchdog);
   // Runs f on the worker; f returns the bytes it sent, recorded under the
   // call's kind when f succeeds; a CommError it raises gets the watchdog's
   // verdict appended. Past the timeout, waiting on the work
   // prints "ztrain: rank R: OP of N DTYPE elements did not finish within T
-  // s; VERDICT; aborting the job" and calls abort_job().
+  // s; VERDICT; aborting the job" and calls abort_job(3).
   CommWork submit(const CollectiveCall& call, std::function<std::uint64_t()> f);
   // submit() for a backend whose transport is `run`, with the bookkeeping
   // every backend shares: the blocks checked, the bytes a ring sends, an
@@ -101,8 +104,9 @@ class ThreadedCommunicator : public Communicator {
                                    ReduceOp op, std::function<void()> run);
   CommWork submit_all_gather_v(const std::vector<std::size_t>& counts, DType type,
                                std::function<void()> run);
-  // Ends every rank of the job; must not return.
-  virtual void abort_job() = 0;
+  // Ends every rank of the job, this one with exit status `code`; must not
+  // return.
+  virtual void abort_job(int code) = 0;
   // Starts the guard (a subclass's constructor, once it can abort_job).
   void start_guard();
   // Checks a broadcast's root (CommError when outside the communicator);
@@ -126,14 +130,33 @@ class ThreadedCommunicator : public Communicator {
   int world_rank_;
   std::atomic<double> timeout_s_;  // read by the worker thread (gloo's deadlines)
   std::shared_ptr<CommTally> tally_;
-  std::shared_ptr<const Watchdog> watchdog_;
+  std::shared_ptr<Watchdog> watchdog_;
 
  private:
-  // The guard's thread: a collective still running a second after the
-  // watchdog heard a peer's link close cannot finish (gloo may wait for a
-  // dead peer up to its own timeout): the job ends then, naming both,
-  // instead of at [comm] timeout.
+  // The guard's thread, every 100 ms. Another rank announced a failure
+  // (and this one has not, a second later): the job ends with that rank's
+  // message.
+  // This rank announced one: a collective still running two seconds after
+  // that will not finish (its peers are ending), so the job ends then. A
+  // collective still running a second after the watchdog heard a peer's
+  // link close cannot finish either (gloo may wait for a dead peer up to
+  // its own timeout): the job ends then, naming both. Each instead of at
+  // [comm] timeout.
   void guard();
+  // The guard's reason to end the job now: the line to print (empty while
+  // there is none) and the exit status. `seen`: when the guard first saw a
+  // closed link and a peer's failure.
+  struct Ending {
+    std::string line;
+    int code = 0;
+  };
+  struct FirstSeen {
+    std::optional<CommWorker::Clock::time_point> closed_link, peer_failure;
+  };
+  Ending reason_to_end(FirstSeen& seen) const;
+  // Prints `line` and calls abort_job(code), unless another of the job's
+  // communicators is ending it already (then waits for that).
+  void end_job(const std::string& line, int code);
 
   std::unique_ptr<CommWorker> worker_ = std::make_unique<CommWorker>();
   std::mutex guard_mu_;

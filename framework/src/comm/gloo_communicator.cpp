@@ -89,7 +89,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, Shared shared, std::string name,
                    int world_rank, double timeout_s, std::shared_ptr<CommTally> tally,
-                   std::shared_ptr<const Watchdog> watchdog)
+                   std::shared_ptr<Watchdog> watchdog)
       : ThreadedCommunicator(world_rank, timeout_s, std::move(tally), std::move(watchdog)),
         context_(std::move(context)),
         shared_(std::move(shared)),
@@ -276,9 +276,9 @@ class GlooCommunicator final : public ThreadedCommunicator {
   }
 
   // Exiting closes every connection, which ends the other ranks' waits.
-  void abort_job() override {
+  void abort_job(int code) override {
     remove_temp_files();
-    std::_Exit(3);
+    std::_Exit(code);
   }
 
   std::shared_ptr<gloo::Context> context_;
@@ -373,8 +373,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(double timeout_s) {
   EnvRendezvous met = meet_from_env(timeout_s);
   // The watchdog hears the heartbeat links from the end of the meeting, so
   // a rank lost while gloo connects is known at once (connect_world).
-  auto watchdog = met.world > 1 ? std::make_shared<const Watchdog>(
-                                      met.rank, met.world, make_tcp_beats(std::move(met.beats)))
+  auto watchdog = met.world > 1 ? std::make_shared<Watchdog>(met.rank, met.world,
+                                                             make_tcp_beats(std::move(met.beats)))
                                 : nullptr;
   Shared shared{met.server, met.store, nullptr};
   auto context = std::make_shared<gloo::rendezvous::Context>(met.rank, met.world);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/beat_frame.h"
 #include "comm/comm_worker.h"
 #include "comm/start_faults.h"
 #include "comm/world.h"
@@ -96,20 +97,14 @@ class MpiBeats final : public Watchdog::Transport {
       if (s.request != MPI_REQUEST_NULL) MPI_Request_free(&s.request);
     MPI_Comm_free(&comm_);
   }
-  void beat(int peer, const std::vector<SilentRank>& silent) override {
+  void beat(int peer, const Heartbeat& beat) override {
     const std::size_t i = index(peer);
     Slot& s = send_[i];
     int done = 1;
     if (s.request != MPI_REQUEST_NULL) MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
     if (!done) return;
-    const std::size_t n = std::min(silent.size(), Watchdog::kMaxSilent);
-    for (std::size_t k = 0; k < n; ++k) {
-      s.buffer[3 * k] = silent[k].rank;
-      s.buffer[3 * k + 1] = silent[k].silent_ms;
-      s.buffer[3 * k + 2] = silent[k].closed;
-    }
-    if (MPI_Isend(s.buffer.data(), static_cast<int>(3 * n), MPI_INT32_T, peer, kTag, comm_,
-                  &s.request) != MPI_SUCCESS)
+    s.frame = encode_beat(beat);
+    if (MPI_Isend(&s.frame, kFrameBytes, MPI_BYTE, peer, kTag, comm_, &s.request) != MPI_SUCCESS)
       s.request = MPI_REQUEST_NULL;
   }
   std::vector<Received> receive(std::chrono::milliseconds wait) override {
@@ -118,19 +113,14 @@ class MpiBeats final : public Watchdog::Transport {
     for (std::size_t i = 0; i < recv_.size(); ++i) {
       if (recv_[i].request == MPI_REQUEST_NULL) continue;  // gone
       int done = 0;
-      MPI_Status status;
-      if (MPI_Test(&recv_[i].request, &done, &status) != MPI_SUCCESS) {
+      if (MPI_Test(&recv_[i].request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
         recv_[i].request = MPI_REQUEST_NULL;
         out.push_back({peers_[i], true, {}});
         continue;
       }
       if (!done) continue;
-      int count = 0;
-      MPI_Get_count(&status, MPI_INT32_T, &count);
-      Received r{peers_[i], false, {}};
-      for (std::size_t k = 0; k + 2 < static_cast<std::size_t>(count); k += 3)
-        r.silent.push_back({recv_[i].buffer[k], recv_[i].buffer[k + 1], recv_[i].buffer[k + 2]});
-      out.push_back(std::move(r));
+      if (auto beat = decode_beat(recv_[i].frame))
+        out.push_back({peers_[i], false, std::move(*beat)});
       post(i);
     }
     return out;
@@ -138,29 +128,30 @@ class MpiBeats final : public Watchdog::Transport {
 
  private:
   static constexpr int kTag = 7;
+  static constexpr int kFrameBytes = static_cast<int>(sizeof(BeatFrame));
   struct Slot {
-    std::array<std::int32_t, 3 * Watchdog::kMaxSilent> buffer{};
+    BeatFrame frame;
     MPI_Request request = MPI_REQUEST_NULL;
   };
   std::size_t index(int peer) const {
     return static_cast<std::size_t>(std::find(peers_.begin(), peers_.end(), peer) - peers_.begin());
   }
   void post(std::size_t i) {
-    if (MPI_Irecv(recv_[i].buffer.data(), static_cast<int>(recv_[i].buffer.size()), MPI_INT32_T,
-                  peers_[i], kTag, comm_, &recv_[i].request) != MPI_SUCCESS)
+    if (MPI_Irecv(&recv_[i].frame, kFrameBytes, MPI_BYTE, peers_[i], kTag, comm_,
+                  &recv_[i].request) != MPI_SUCCESS)
       recv_[i].request = MPI_REQUEST_NULL;
   }
   std::shared_ptr<MpiRuntime> runtime_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   std::vector<int> peers_;
-  std::vector<Slot> send_, recv_;  // per peer; sized once (MPI holds the buffers' addresses)
+  std::vector<Slot> send_, recv_;  // per peer; sized once (MPI holds the frames' addresses)
 };
 
 class MpiCommunicator final : public ThreadedCommunicator {
  public:
   MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, double timeout_s,
-                  std::shared_ptr<CommTally> tally, std::shared_ptr<const Watchdog> watchdog)
+                  std::shared_ptr<CommTally> tally, std::shared_ptr<Watchdog> watchdog)
       : ThreadedCommunicator(world_rank(), timeout_s, std::move(tally), std::move(watchdog)),
         runtime_(std::move(runtime)),
         comm_(comm) {
@@ -180,7 +171,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     start_fault_point("mpi_init", rank);
-    auto watchdog = size > 1 ? std::make_shared<const Watchdog>(
+    auto watchdog = size > 1 ? std::make_shared<Watchdog>(
                                    rank, size, std::make_unique<MpiBeats>(runtime, MPI_COMM_WORLD))
                              : nullptr;
     auto world =
@@ -322,10 +313,10 @@ class MpiCommunicator final : public ThreadedCommunicator {
     MPI_Error_string(rc, text, &len);
     fail(op, count, type, ": " + std::string(text, static_cast<std::size_t>(len)));
   }
-  void abort_job() override {
+  void abort_job(int code) override {
     remove_temp_files();
-    MPI_Abort(MPI_COMM_WORLD, 3);
-    std::_Exit(3);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
   }
 
   std::shared_ptr<MpiRuntime> runtime_;

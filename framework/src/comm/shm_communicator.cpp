@@ -153,15 +153,14 @@ std::unique_ptr<Mapping> open_segment(int ranks, const Invitation& inv) {
 // of_split: inner is a group split from a communicator of ours.
 std::unique_ptr<Communicator> join(std::unique_ptr<Communicator> inner, int world_rank,
                                    double timeout_s, std::shared_ptr<CommTally> tally,
-                                   std::shared_ptr<const Watchdog> watchdog, bool of_split,
-                                   bool spin);
+                                   std::shared_ptr<Watchdog> watchdog, bool of_split, bool spin);
 
 class ShmCommunicator final : public ThreadedCommunicator {
  public:
   // spin: the job has no more ranks than this host has cores.
   ShmCommunicator(std::unique_ptr<Communicator> inner, std::unique_ptr<Mapping> map, int world_rank,
                   double timeout_s, std::shared_ptr<CommTally> tally,
-                  std::shared_ptr<const Watchdog> watchdog, bool spin)
+                  std::shared_ptr<Watchdog> watchdog, bool spin)
       : ThreadedCommunicator(world_rank, timeout_s, std::move(tally), std::move(watchdog)),
         inner_(std::move(inner)),
         map_(std::move(map)),
@@ -336,9 +335,9 @@ class ShmCommunicator final : public ThreadedCommunicator {
 
   // Exiting closes inner's connections, which ends the other ranks' waits
   // through their watchdogs.
-  void abort_job() override {
+  void abort_job(int code) override {
     remove_temp_files();
-    std::_Exit(3);
+    std::_Exit(code);
   }
 
   std::unique_ptr<Communicator> inner_;
@@ -354,8 +353,7 @@ class ShmCommunicator final : public ThreadedCommunicator {
 // every rank could.
 std::unique_ptr<Communicator> join(std::unique_ptr<Communicator> inner, int world_rank,
                                    double timeout_s, std::shared_ptr<CommTally> tally,
-                                   std::shared_ptr<const Watchdog> watchdog, bool of_split,
-                                   bool spin) {
+                                   std::shared_ptr<Watchdog> watchdog, bool of_split, bool spin) {
   const int ranks = inner->size();
   if (ranks < 2) {
     // A group of one (a split's) needs no file, but stays one of ours, so
@@ -385,7 +383,7 @@ std::unique_ptr<Communicator> join(std::unique_ptr<Communicator> inner, int worl
 
 std::unique_ptr<Communicator> share_memory(std::unique_ptr<Communicator> inner, double timeout_s) {
   const auto* threaded = dynamic_cast<const ThreadedCommunicator*>(inner.get());
-  std::shared_ptr<const Watchdog> watchdog = threaded ? threaded->watchdog() : nullptr;
+  std::shared_ptr<Watchdog> watchdog = threaded ? threaded->watchdog() : nullptr;
   const int rank = inner->rank();
   // Every rank of the world is on this host when the segment works.
   const bool spin = inner->size() <= static_cast<int>(std::thread::hardware_concurrency());

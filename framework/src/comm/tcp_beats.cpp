@@ -1,5 +1,7 @@
 #include "comm/tcp_beats.h"
 
+#include "comm/beat_frame.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -10,33 +12,17 @@
 namespace ztrain {
 namespace {
 
-constexpr std::uint32_t kBeatMagic = 0x7a746863;  // "zthc"
-
-// magic, count, then (rank, silent ms, closed) triples: always the same
-// size, so a frame is never mistaken for two.
-struct Frame {
-  std::uint32_t magic = kBeatMagic;
-  std::uint32_t count = 0;
-  std::int32_t silent[3 * Watchdog::kMaxSilent] = {};
-};
-
 class TcpBeats final : public Watchdog::Transport {
  public:
   explicit TcpBeats(std::vector<net::Fd> control) : links_(control.size()) {
     for (std::size_t r = 0; r < control.size(); ++r) links_[r].fd = std::move(control[r]);
   }
 
-  void beat(int peer, const std::vector<SilentRank>& silent) override {
+  void beat(int peer, const Heartbeat& beat) override {
     Link& l = links_[static_cast<std::size_t>(peer)];
     if (l.closed || l.fd.get() < 0) return;
     if (!flush(l) || !l.out.empty()) return;  // the previous one has not left yet
-    Frame f;
-    f.count = static_cast<std::uint32_t>(std::min(silent.size(), Watchdog::kMaxSilent));
-    for (std::size_t k = 0; k < f.count; ++k) {
-      f.silent[3 * k] = silent[k].rank;
-      f.silent[3 * k + 1] = silent[k].silent_ms;
-      f.silent[3 * k + 2] = silent[k].closed;
-    }
+    const BeatFrame f = encode_beat(beat);
     const auto* bytes = reinterpret_cast<const char*>(&f);
     l.out.assign(bytes, bytes + sizeof f);
     flush(l);
@@ -94,15 +80,11 @@ class TcpBeats final : public Watchdog::Transport {
       out.push_back({rank, true, {}});
       return;
     }
-    while (l.in.size() >= sizeof(Frame)) {
-      Frame f;
+    while (l.in.size() >= sizeof(BeatFrame)) {
+      BeatFrame f;
       std::memcpy(&f, l.in.data(), sizeof f);
       l.in.erase(l.in.begin(), l.in.begin() + sizeof f);
-      if (f.magic != kBeatMagic) continue;
-      Received r{rank, false, {}};
-      for (std::uint32_t k = 0; k < f.count && k < Watchdog::kMaxSilent; ++k)
-        r.silent.push_back({f.silent[3 * k], f.silent[3 * k + 1], f.silent[3 * k + 2]});
-      out.push_back(std::move(r));
+      if (auto beat = decode_beat(f)) out.push_back({rank, false, std::move(*beat)});
     }
   }
 

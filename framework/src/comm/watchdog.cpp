@@ -53,34 +53,45 @@ Watchdog::~Watchdog() {
 void Watchdog::loop() {
   auto next_beat = Clock::now();
   while (!stop_) {
-    bool lost = false;
-    for (const auto& r : transport_->receive(period_)) {
-      heard(r, Clock::now());
-      lost = lost || r.closed;
-    }
+    bool tell = false;
+    for (const auto& r : transport_->receive(period_)) tell = heard(r, Clock::now()) || tell;
     const auto now = Clock::now();
-    // Rank 0 tells the others of a closed link at once, not a period later:
-    // it may be gone by then (ending because of that rank).
-    if (now >= next_beat || (lost && rank_ == 0)) {
+    {
+      std::lock_guard lock(mu_);
+      tell = tell || tell_now_;
+    }
+    // A closed link or a failure goes out at once, not a period later: the
+    // rank that sent it may be gone by then.
+    if (now >= next_beat || tell) {
       next_beat = now + period_;
       beat(now);
+      std::lock_guard lock(mu_);
+      tell_now_ = false;
+      told_.notify_all();
     }
     if (take_pending_signal() == SIGTERM) on_sigterm();
   }
 }
 
 void Watchdog::beat(Clock::time_point now) {
+  Heartbeat hb;
+  {
+    std::lock_guard lock(mu_);
+    hb.failure = own_failure_ ? own_failure_ : peer_failure_;
+  }
   if (rank_ != 0) {
-    if (!closed_[0]) transport_->beat(0, {});
+    if (!closed_[0]) transport_->beat(0, hb);
     return;
   }
-  std::vector<SilentRank> silent = silent_now(now);
-  if (silent.size() > kMaxSilent) silent.resize(kMaxSilent);
+  hb.silent = silent_now(now);
+  if (hb.silent.size() > kMaxSilent) hb.silent.resize(kMaxSilent);
   for (int r = 1; r < world_; ++r)
-    if (!closed_[static_cast<std::size_t>(r)]) transport_->beat(r, silent);
+    if (!closed_[static_cast<std::size_t>(r)]) transport_->beat(r, hb);
 }
 
 void Watchdog::on_sigterm() {
+  // This rank failed and printed why; the launcher ending it says nothing new.
+  if (failed_at()) die_by_signal(SIGTERM);
   // mpirun's SIGTERM can come sooner after a death than `silence`: give the
   // dead rank the time to show as silent before judging.
   const auto until = Clock::now() + silence_;
@@ -105,18 +116,22 @@ void Watchdog::on_sigterm() {
   die_by_signal(SIGTERM);
 }
 
-void Watchdog::heard(const Transport::Received& r, Clock::time_point now) {
+bool Watchdog::heard(const Transport::Received& r, Clock::time_point now) {
   std::lock_guard lock(mu_);
   const auto i = static_cast<std::size_t>(r.from);
   if (r.closed) {
     closed_[i] = true;
-    return;
+    return rank_ == 0;
   }
   last_[i] = now;
   if (r.from == 0 && rank_ != 0) {
-    reported_ = r.silent;
+    reported_ = r.beat.silent;
     reported_at_ = now;
   }
+  const auto& f = r.beat.failure;
+  if (!f || f->rank == rank_ || peer_failure_) return false;
+  peer_failure_ = f;
+  return rank_ == 0;  // rank 0 passes it on
 }
 
 std::vector<SilentRank> Watchdog::silent_now(Clock::time_point now) const {
@@ -150,6 +165,9 @@ std::string Watchdog::verdict() const {
   const std::vector<SilentRank> silent = silent_now(now);
   std::lock_guard lock(mu_);
   std::vector<std::string> parts;
+  if (peer_failure_)
+    parts.push_back("rank " + std::to_string(peer_failure_->rank) +
+                    " failed: " + peer_failure_->message);
   if (const auto closed = closed_links(); !closed.empty()) parts.push_back(describe(closed));
   std::vector<SilentRank> open_silent;
   for (const auto& q : silent)
@@ -194,11 +212,34 @@ std::string Watchdog::verdict_after_failure() const {
   while (Clock::now() < until && silent_now(Clock::now()).empty()) {
     {
       std::lock_guard lock(mu_);
-      if (!reported_.empty()) break;
+      if (!reported_.empty() || peer_failure_) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return verdict();
+}
+
+void Watchdog::announce_failure(const std::string& message) {
+  std::unique_lock lock(mu_);
+  if (own_failure_) return;
+  own_failure_ = RankFailure{rank_, message};
+  failed_at_ = Clock::now();
+  tell_now_ = true;
+  told_.wait_for(lock, 4 * period_, [&] { return !tell_now_; });
+}
+
+std::optional<RankFailure> Watchdog::peer_failure() const {
+  std::lock_guard lock(mu_);
+  return peer_failure_;
+}
+
+std::optional<Watchdog::Clock::time_point> Watchdog::failed_at() const {
+  std::lock_guard lock(mu_);
+  return failed_at_;
+}
+
+bool Watchdog::claim_ending() const {
+  return !ending_.exchange(true);
 }
 
 }  // namespace ztrain

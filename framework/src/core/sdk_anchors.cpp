@@ -17,6 +17,7 @@ Strategy::~Strategy() = default;
 DataSource::~DataSource() = default;
 Kernels::~Kernels() = default;
 Communicator::~Communicator() = default;
+void Communicator::announce_failure(const std::string&) {}
 StateSink::~StateSink() = default;
 StateSource::~StateSource() = default;
 

@@ -25,6 +25,26 @@ bool known_start_phase(const std::string& phase) {
   return false;
 }
 
+InjectedFailure injected_failure(const char* text) {
+  const char* expected =
+      "WHERE:KIND:STEP or WHERE:KIND:STEP:RANK, WHERE one of forward, backward, reduce, gather, "
+      "optimizer, checkpoint and KIND oom or error, e.g. reduce:oom:2:1";
+  char where[16] = {}, kind[8] = {};
+  long long step = 0;
+  int rank = -1, used = 0;
+  const int n =
+      std::sscanf(text, "%15[a-z]:%7[a-z]:%lld%n:%d%n", where, kind, &step, &used, &rank, &used);
+  const std::string k = kind;
+  InjectedFailure f{where, k == "oom", step, n == 4 ? rank : -1};
+  bool known = false;
+  for (const char* w : {"forward", "backward", "reduce", "gather", "optimizer", "checkpoint"})
+    known = known || f.where == w;
+  if (n < 3 || text[used] != '\0' || !known || (k != "oom" && k != "error") || step < 1 ||
+      (n == 4 && rank < 0))
+    refuse("ZTRAIN_TEST_FAIL", text, expected);
+  return f;
+}
+
 }  // namespace
 
 FaultPlan FaultPlan::from_environment() {
@@ -83,6 +103,7 @@ FaultPlan FaultPlan::from_environment() {
     plan.nvme_error_after = n;
   }
   if (const char* text = variable("ZTRAIN_TEST_COMPARE_PERTURB")) plan.compare_perturb = text;
+  if (const char* text = variable("ZTRAIN_TEST_FAIL")) plan.failure = injected_failure(text);
   return plan;
 }
 

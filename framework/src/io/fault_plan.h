@@ -21,6 +21,14 @@
 //   ZTRAIN_TEST_INJECT_IO_ERROR=ENOSPC:N|EIO:N
 //                                          the N-th write of the NVMe tier
 //                                          fails (shard/aio_fault.h)
+//   ZTRAIN_TEST_FAIL=WHERE:KIND:STEP[:RANK]
+//                                          step STEP throws on every rank
+//                                          or RANK when it reaches WHERE
+//                                          (forward, backward, reduce,
+//                                          gather, optimizer, checkpoint):
+//                                          KIND oom an out-of-memory error,
+//                                          error any other
+//                                          (train/failure_points.h)
 //   ZTRAIN_TEST_COMPARE_PERTURB=STRATEGY:STEP
 //                                          `ztrain compare` runs STRATEGY's
 //                                          job with ZTRAIN_TEST_SCALE_LR=STEP
@@ -53,6 +61,17 @@ struct StartKill {
   int rank = -1;  // -1: every rank
 };
 
+// The failure to throw (train/failure_points.h): where, what, when.
+struct InjectedFailure {
+  std::string where;  // empty: none
+  bool out_of_memory = false;
+  std::int64_t step = 0;  // 1-based
+  int rank = -1;          // -1: every rank
+  bool applies(std::int64_t at_step, int at_rank) const {
+    return !where.empty() && step == at_step && (rank < 0 || rank == at_rank);
+  }
+};
+
 struct FaultPlan {
   std::int64_t overflow_step = 0;  // 0: none
   int overflow_rank = -1;
@@ -63,6 +82,7 @@ struct FaultPlan {
   int nvme_error = 0;   // errno the NVMe tier's write number nvme_error_after fails with
   long nvme_error_after = 0;
   std::string compare_perturb;  // STRATEGY:STEP, empty: none
+  InjectedFailure failure;
 
   static FaultPlan from_environment();
   // Whether rank `rank`'s gradients are made NaN in step `step` (1-based).

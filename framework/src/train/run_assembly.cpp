@@ -109,10 +109,8 @@ void open_device(Run& run) {
     if (std::string w = blas::report().warning(); !w.empty()) run.config_notes.push_back(w);
 }
 
-Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
-                 const PluginLoader& loader) {
-  Run run;
-  run.comm = std::move(comm);
+// Builds every part of `run` but its communicator, which it holds already.
+void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader) {
   run.resolved = resolve_config(config, loader);
   run.config_notes = config.notes();
   RunParts parts = make_run_parts(config, loader, run.comm->size(), local_rank_count());
@@ -184,7 +182,6 @@ Run assemble_run(std::unique_ptr<Communicator> comm, const RunConfig& config,
     run.init_from = parts.model_options.get_string("init_from");
     run.weights_import = import_weights(*run.model, *run.strategy, run.init_from, *run.comm);
   }
-  return run;
 }
 
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
@@ -295,8 +292,16 @@ RunConfig load_run_config(const TrainArgs& args) {
 
 Run assemble(std::unique_ptr<Communicator> comm, const RunConfig& config,
              const PluginLoader& loader) {
+  Run run;
+  run.comm = std::move(comm);
   try {
-    return assemble_run(std::move(comm), config, loader);
+    assemble_run(run, config, loader);
+    return run;
+  } catch (const std::exception& e) {
+    // Before the parts unwind: the other ranks may wait in a collective of
+    // the assembly this rank will not reach.
+    run.comm->announce_failure(e.what());
+    rethrow_detached();
   } catch (...) {
     rethrow_detached();
   }

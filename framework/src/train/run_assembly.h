@@ -33,6 +33,8 @@
 
 namespace ztrain {
 
+class FailurePoints;  // train/failure_points.h
+
 struct TrainArgs {
   std::filesystem::path config;
   std::string model;                   // --model preset; empty: keep [model]
@@ -89,6 +91,9 @@ struct Run {
   std::string placement;  // each rank's host and GPU (job/placement.h); empty: one cpu rank
 
   std::optional<Resumed> resumed;  // continuing a checkpoint
+  // A test's injected failure, around strategy and comm
+  // (train/failure_points.h); null for none.
+  std::shared_ptr<FailurePoints> failure_points;
   // What the strategy's estimate reads (make_run_parts): the run's report
   // sets the measured peaks beside the same estimate the memory check used.
   EstimateArgs sizes;

@@ -15,6 +15,7 @@
 #include "job/job_start.h"
 #include "job/run_outputs.h"
 #include "kernels/cpu/blas.h"
+#include "train/failure_points.h"
 #include "train/generation.h"
 #include "train/run_report.h"
 #include "train/step_agreement.h"
@@ -331,6 +332,7 @@ void Trainer::train_step(std::int64_t step) {
   const auto t0 = Clock::now();
   // A skipped step consumes its batch but neither the optimizer's step
   // count nor the learning-rate schedule (DeepSpeed's engine does the same).
+  if (run_.failure_points) run_.failure_points->set_step(step + 1);
   const double lr = lr_at(tr_.schedule, at_.applied) * faults_.lr_factor(step + 1);
   const double scale = scaler_.scale();
   micro_steps(step, scale);
@@ -510,9 +512,20 @@ auto with_memory_hint(const std::string& strategy, F&& f) {
   }
 }
 
+// A test's injected failure: its points around the job's communicator
+// (before the run is assembled over it); null without one.
+std::shared_ptr<FailurePoints> arm_failure(const InjectedFailure& failure,
+                                           std::unique_ptr<Communicator>& comm) {
+  if (failure.where.empty()) return nullptr;
+  auto points = std::make_shared<FailurePoints>(failure, comm->rank());
+  comm = with_failure_points(std::move(comm), points);
+  return points;
+}
+
 TrainResult train_run(const TrainArgs& args) {
   const auto t_start = Trainer::Clock::now();
   JobStart job = start_job([&] { return load_run_config(args); }, args.overwrite);
+  const auto failure_points = arm_failure(args.faults.failure, job.comm);
   // Held until the run and everything it writes are done.
   std::unique_ptr<OutDirLock> out_dir_lock = lock_out_dir(resolve_out_dir(job.config), *job.comm);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
@@ -520,20 +533,26 @@ TrainResult train_run(const TrainArgs& args) {
   const std::string strategy = job.config.plugin("strategy", "ddp");
   Run run =
       with_memory_hint(strategy, [&] { return assemble(std::move(job.comm), job.config, loader); });
+  if (failure_points) {
+    run.strategy = with_failure_points(run.strategy, failure_points);
+    run.failure_points = failure_points;
+  }
   try {
     return with_memory_hint(strategy, [&] {
       check_outputs(run, run.model->info().n_params, job.overwrite, out_dir_lock);
       return Trainer(run, args.faults, t_start).train();
     });
   } catch (const std::exception& e) {
-    // With other ranks, unwinding the run waits for collectives they may
-    // never finish (until [comm] timeout aborts the job): say what went
-    // wrong first.
+    // With other ranks, unwinding the run may wait for collectives they
+    // will never finish: say what went wrong first, then tell them (they
+    // end the job naming this rank, and this rank's own waits end a second
+    // later, comm.h).
     if (run.comm->size() == 1) throw;
     const bool config_error = dynamic_cast<const ConfigError*>(&e) != nullptr;
     std::fprintf(stderr, "[rank %d] ztrain: %s: %s\n", run.comm->rank(),
                  config_error ? "config error" : "error", e.what());
     std::fflush(stderr);
+    run.comm->announce_failure(e.what());
     throw ReportedError(e.what(), config_error ? 2 : 1);
   }
 }
