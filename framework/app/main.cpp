@@ -78,7 +78,8 @@ constexpr const char* kUsage =
     "                                           or an export (greedy unless --temperature)\n"
     "       ztrain prepare --tokenizer tokenizer.json --out DIR [--text-field F] [--shard-tokens "
     "N]\n"
-    "                      [--val-tokens N | --val-fraction F] [--separator TOKEN|none] INPUT...\n"
+    "                      [--val-tokens N | --val-fraction F] [--separator TOKEN|none]\n"
+    "                      [--replace-invalid-utf8] INPUT...\n"
     "                                           text files, globs and JSON lines into llm.c\n"
     "                                           token shards (DIR/train_*.bin, val_*.bin) and\n"
     "                                           DIR/manifest.json, on every core\n"
@@ -198,6 +199,7 @@ struct Cli {
   std::string master_addr, master_port;
   std::string command_line;  // as typed, for the reports' metadata
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
+  bool replace_invalid_utf8 = false;
   ztrain::FaultPlan faults;  // a test's, from the environment
   po::variables_map given;
 
@@ -273,7 +275,9 @@ po::options_description declare_options(Cli& c) {
       "prepare: the first documents, up to this many tokens, are held out (val_*.bin)")(
       "val-fraction", po::value(&c.val_fraction),
       "prepare: each document is held out with this probability (by its index)")(
-      "prompt", po::value(&c.prompt), "sample: the text to continue")(
+      "replace-invalid-utf8", po::bool_switch(&c.replace_invalid_utf8),
+      "prepare: read bytes that are not UTF-8 as U+FFFD (Python's errors=\"replace\") instead "
+      "of refusing the file")("prompt", po::value(&c.prompt), "sample: the text to continue")(
       "max-tokens", po::value(&c.max_tokens), "sample: tokens to add (64)")(
       "temperature", po::value(&c.temperature), "sample: 0 takes the likeliest token (greedy)")(
       "top-k", po::value(&c.top_k), "sample: draw among the K likeliest (0: all)")(
@@ -348,6 +352,7 @@ int prepare_command(const Cli& c) {
   a.val_fraction = c.val_fraction;
   if (c.given.count("separator")) a.separator = c.separator;
   a.overwrite = c.overwrite;
+  a.replace_invalid_utf8 = c.replace_invalid_utf8;
   return ztrain::prepare(a, std::cerr);
 }
 

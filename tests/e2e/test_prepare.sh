@@ -14,7 +14,11 @@
 #   the run's last validation loss.
 # - Refused: a vocab_size below the tokenizer's (the manifest says so), an
 #   output directory holding shards (unless --overwrite), a JSON line
-#   without the field (file:line), a separator the tokenizer lacks.
+#   without the field (file:line), a separator the tokenizer lacks, an
+#   empty input (no shard left behind), a binary input (file and byte),
+#   a glob into a directory that does not exist (named), a tokenizer.json
+#   whose BPE model has no merges, and a run whose model directory ships
+#   another tokenizer than the one the shards were made with (both named).
 #
 # usage: test_prepare.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -126,4 +130,24 @@ must_refuse "a line without the field" "bad.jsonl:1: no \"text\" field" \
   "$ZTRAIN" prepare --tokenizer "$tok" --out "$scratch/bad" --separator none "$scratch/bad.jsonl"
 must_refuse "a separator the tokenizer lacks" "--separator '<s>' is not a token of" \
   "$ZTRAIN" prepare --tokenizer "$tok" --out "$scratch/bad" --separator '<s>' "$scratch/docs.jsonl"
+: > "$scratch/empty.txt"
+must_refuse "an empty input" "prepare's inputs hold no text to train on: $scratch/empty.txt" \
+  "$ZTRAIN" prepare --tokenizer "$tok" --out "$scratch/empty" --separator none "$scratch/empty.txt"
+[ -z "$(ls -A "$scratch/empty")" ] || fail "an empty input left $(ls "$scratch/empty")"
+must_refuse "a binary input" "$ZTRAIN: byte " \
+  "$ZTRAIN" prepare --tokenizer "$tok" --out "$scratch/binary" --separator none "$ZTRAIN"
+must_refuse "a glob into a missing directory" "cannot read the directory '$scratch/nowhere'" \
+  "$ZTRAIN" prepare --tokenizer "$tok" --out "$scratch/nowhere_out" --separator none "$scratch/nowhere/*.txt"
+python3 -c "import json, sys; j = json.load(open(sys.argv[1])); del j['model']['merges']; json.dump(j, open(sys.argv[2], 'w'))" \
+  "$tok" "$scratch/no_merges.json"
+must_refuse "a BPE tokenizer without merges" "model.merges is missing" \
+  "$ZTRAIN" prepare --tokenizer "$scratch/no_merges.json" --out "$scratch/no_merges" --separator none "$scratch/docs.jsonl"
+cp -r "$scratch/final" "$scratch/other_tokenizer"
+cp "$SRC/tests/data/tokenizers/byte_level.json" "$scratch/other_tokenizer/tokenizer.json"
+must_refuse "a model directory with another tokenizer" \
+  "the model directory's tokenizer $scratch/other_tokenizer/tokenizer.json (identity" \
+  "$ZTRAIN" --model "$scratch/other_tokenizer" --set train.steps=1 --set device.threads=1 \
+  --set train.save_final=false --set data.plugin=tokens --set "data.path=\"$scratch/data/train_*.bin\"" \
+  --set train.out_dir="$scratch/mismatch" "$SRC/configs/run.toml"
+grep -qF "made with, $tok (identity" "$scratch/refused.out" || fail "the shards' tokenizer is not named"
 echo "PASS"

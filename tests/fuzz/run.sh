@@ -18,7 +18,7 @@ src=$(cd "$here/../.." && pwd)
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_deepspeed fuzz_elf fuzz_hostfile fuzz_manifest fuzz_safetensors fuzz_tokens)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_deepspeed fuzz_documents fuzz_elf fuzz_hostfile fuzz_manifest fuzz_safetensors fuzz_tokenizer fuzz_tokens)
 build=$src/build-fuzz
 flags="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer -g -O1"
 mkdir -p "$build"

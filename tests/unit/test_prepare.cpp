@@ -1,6 +1,8 @@
 // `ztrain prepare` (commands/prepare.h): the shards hold each document's
 // separator and ids, in input order, whatever the thread count; the held-
-// out split by token count and by fraction; the manifest's counts.
+// out split by token count and by fraction; the manifest's counts and the
+// tokenizer's identity; empty inputs, bytes that are not UTF-8 and a
+// validation split that takes everything refused, leaving nothing behind.
 #include <doctest/doctest.h>
 
 #include <oneapi/tbb/global_control.h>
@@ -177,4 +179,90 @@ TEST_CASE("a tokenizer_config.json beside the tokenizer names its BOS and EOS") 
   const auto small = nlohmann::json::parse(
       export_config_json(R"({"vocab_size": 0})", DType::f32, dir / "tokenizer.json"));
   CHECK(small["bos_token_id"].is_null());  // outside the vocabulary: null
+}
+
+namespace {
+
+PrepareArgs byte_level_args(const std::filesystem::path& dir, std::vector<std::string> inputs) {
+  PrepareArgs a;
+  a.tokenizer = test::source_dir() / "tests/data/tokenizers/byte_level.json";
+  a.inputs = std::move(inputs);
+  a.separator = "<|endoftext|>";
+  a.out = dir / "out";
+  return a;
+}
+
+bool has_shards(const std::filesystem::path& dir) {
+  if (!std::filesystem::exists(dir)) return false;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".bin" || e.path().filename() == "manifest.json") return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "prepare: an empty input is no text, named, and empty documents are skipped and counted") {
+  test::TempDir dir;
+  std::ofstream(dir / "empty.txt").close();
+  std::ofstream(dir / "blank.jsonl") << "{\"text\": \"\"}\n\n";
+  std::ostringstream log;
+  PrepareArgs a =
+      byte_level_args(dir.path(), {(dir / "empty.txt").string(), (dir / "blank.jsonl").string()});
+  const std::string msg = test::message_of<DataError>([&] { prepare(a, log); });
+  CHECK(msg.find("prepare's inputs hold no text to train on: " + (dir / "empty.txt").string()) ==
+        0);
+  CHECK(msg.find("(2 empty documents, 0 bytes read)") == std::string::npos);  // 16 bytes of JSON
+  CHECK(msg.find("2 empty documents") != std::string::npos);
+  CHECK(log.str().find("MB/s") != std::string::npos);
+  CHECK(log.str().find("18446744073709") == std::string::npos);  // no negative count wrapped
+  CHECK_FALSE(has_shards(dir / "out"));
+
+  std::ofstream(dir / "some.jsonl") << "{\"text\": \"\"}\n{\"text\": \"hello\"}\n";
+  a.inputs = {(dir / "empty.txt").string(), (dir / "some.jsonl").string()};
+  REQUIRE(prepare(a, log) == 0);
+  const auto m = nlohmann::json::parse(read_whole_file(dir / "out" / "manifest.json"));
+  CHECK(m["train"]["documents"] == 1);
+  CHECK(log.str().find("prepare: skipped 2 empty documents") != std::string::npos);
+}
+
+TEST_CASE("prepare: bytes that are not UTF-8 are refused naming file and offset, or replaced") {
+  test::TempDir dir;
+  std::ofstream(dir / "latin1.txt", std::ios::binary) << "caf\xE9 au lait";
+  std::ofstream(dir / "lines.jsonl", std::ios::binary)
+      << "{\"text\": \"fine\"}\n{\"text\": \"bad \xFF\"}\n";
+  std::ostringstream log;
+  PrepareArgs a = byte_level_args(dir.path(), {(dir / "latin1.txt").string()});
+  std::string msg = test::message_of<DataError>([&] { prepare(a, log); });
+  CHECK(msg.find((dir / "latin1.txt").string() + ": byte 3 of the file (0xE9) is not UTF-8") == 0);
+  CHECK(msg.find("--replace-invalid-utf8") != std::string::npos);
+  a.inputs = {(dir / "lines.jsonl").string()};
+  msg = test::message_of<DataError>([&] { prepare(a, log); });
+  CHECK(msg.find((dir / "lines.jsonl").string() + ":2: byte 31 of the file (0xFF)") == 0);
+  CHECK_FALSE(has_shards(dir / "out"));
+
+  a.inputs = {(dir / "latin1.txt").string()};
+  a.replace_invalid_utf8 = true;
+  REQUIRE(prepare(a, log) == 0);
+  CHECK(log.str().find("replaced 1 invalid UTF-8 sequence(s) with U+FFFD") != std::string::npos);
+  const auto tok = text::load_tokenizer(a.tokenizer);
+  auto want = tok->encode("caf\xEF\xBF\xBD au lait");
+  want.insert(want.begin(), 0);
+  CHECK(shard_ids(dir / "out" / "train_000000.bin") == want);
+}
+
+TEST_CASE(
+    "prepare: a validation split that takes every document is refused and the rerun starts clean") {
+  test::TempDir dir;
+  std::ofstream(dir / "one.txt") << "one document of a few words";
+  std::ostringstream log;
+  PrepareArgs a = byte_level_args(dir.path(), {(dir / "one.txt").string()});
+  a.val_tokens = 2000;
+  const std::string msg = test::message_of<DataError>([&] { prepare(a, log); });
+  CHECK(msg.find("--val-tokens 2000 took every document (1, ") == 0);
+  CHECK_FALSE(has_shards(dir / "out"));  // val_000000.bin was written, then removed
+  a.val_tokens = 0;
+  REQUIRE(prepare(a, log) == 0);  // not "an earlier prepare"
+  const auto m = nlohmann::json::parse(read_whole_file(dir / "out" / "manifest.json"));
+  CHECK(m["tokenizer"]["identity"] == text::tokenizer_identity(a.tokenizer));
 }

@@ -121,12 +121,69 @@ TEST_CASE("tokenizers: what is not built is refused naming its JSON key") {
         }).find("model.merges[0] is \"a b c\"") != std::string::npos);
 }
 
+TEST_CASE("tokenizers: what the tokenizers package refuses is refused, naming the key") {
+  // Each as tokenizers 0.23.3 refuses it: "Missing vocab/merges" (merges
+  // absent; an empty list it takes), "missing field `content`", "missing
+  // field `id`", "Token `zzzq` out of vocabulary".
+  test::TempDir dir;
+  const auto base = nlohmann::json::parse(std::ifstream(tokenizer_file("sentencepiece")));
+  const auto load = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = base;
+    edit(j);
+    std::ofstream(dir / "t.json") << j.dump();
+    text::load_tokenizer(dir / "t.json");
+  };
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return test::message_of<ConfigError>([&] { load(edit); });
+  };
+  CHECK(refused([](auto& j) {
+          j["model"].erase("merges");
+        }).find("t.json: model.merges is missing") != std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["model"]["merges"] = nullptr;
+        }).find("t.json: model.merges is missing") != std::string::npos);
+  CHECK(refused([](auto& j) { j["model"].erase("vocab"); }).find("model.vocab is missing") !=
+        std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["added_tokens"][0].erase("content");
+        }).find("added_tokens[0].content is missing") != std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["added_tokens"][0].erase("id");
+        }).find("added_tokens[0].id is missing") != std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["model"]["merges"].insert(j["model"]["merges"].begin(),
+                                      nlohmann::json::array({"zzzq", "qqqz"}));
+        }).find("names a token the vocabulary lacks") != std::string::npos);
+  // What it takes, ztrain takes: no merges at all (characters only), no
+  // model type (BPE).
+  load([](auto& j) { j["model"]["merges"] = nlohmann::json::array(); });
+  load([](auto& j) { j["model"].erase("type"); });
+}
+
+TEST_CASE("tokenizers: the identity is the tokenizer's, however its file is formatted") {
+  test::TempDir dir;
+  const auto base = nlohmann::json::parse(std::ifstream(tokenizer_file("sentencepiece")));
+  std::ofstream(dir / "compact.json") << base.dump();
+  std::ofstream(dir / "pretty.json") << base.dump(2);
+  auto other = base;
+  other["model"]["merges"].erase(other["model"]["merges"].begin());
+  std::ofstream(dir / "other.json") << other.dump();
+  const std::string id = text::tokenizer_identity(dir / "compact.json");
+  CHECK(id.size() == 16);
+  CHECK(text::tokenizer_identity(dir / "pretty.json") == id);
+  CHECK(text::tokenizer_identity(dir / "other.json") != id);
+}
+
 TEST_CASE("utf-8: invalid bytes decode as Rust's from_utf8_lossy does") {
   CHECK(text::lossy_utf8("a\xC3(b") == "a\xEF\xBF\xBD(b");
   CHECK(text::lossy_utf8("\xE2\x82") == "\xEF\xBF\xBD");  // a truncated 3-byte sequence: one
   CHECK(text::lossy_utf8("\xED\xA0\x80") ==
         "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate: three
   CHECK(text::lossy_utf8("\xF0\x9F\x9A\x80") == "\xF0\x9F\x9A\x80");
+  CHECK_FALSE(text::first_invalid_utf8("plain \xF0\x9F\x9A\x80 text"));
+  CHECK(text::first_invalid_utf8("ab\xC3(") == 2u);
+  CHECK(text::first_invalid_utf8("ok\xED\xA0\x80") == 2u);  // a surrogate
+  CHECK(text::first_invalid_utf8("\xE2\x82") == 0u);        // cut short
   for (int b = 0; b < 256; ++b)
     CHECK(text::char_byte(text::byte_char(static_cast<std::uint8_t>(b))) == b);
 }

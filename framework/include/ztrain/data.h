@@ -50,6 +50,11 @@ struct DataInfo {
   // (`ztrain prepare`'s manifest names it): exports ship it beside the
   // weights. Empty: none known.
   std::string tokenizer;
+  // That tokenizer's identity as the tokens' maker recorded it (16 hex
+  // digits of its canonical JSON's hash, `ztrain prepare`'s manifest): a
+  // run refuses a model directory whose own tokenizer differs. Empty: not
+  // recorded.
+  std::string tokenizer_identity;
   // The token id each document starts with (the separator `ztrain prepare`
   // put between documents), where the source knows it: text sampled during
   // training starts from it, as every document the model saw did.

@@ -76,8 +76,9 @@ class PrepareProgress {
     const double s = std::chrono::duration<double>(now - start_).count();
     char line[200];
     std::snprintf(line, sizeof line,
-                  "prepare: %llu documents, %.1f MB read, %s tokens | %.1f MB/s, %s tokens/s",
-                  static_cast<unsigned long long>(docs), static_cast<double>(bytes) / 1e6,
+                  "prepare: %llu document%s, %.1f MB read, %s tokens | %.1f MB/s, %s tokens/s",
+                  static_cast<unsigned long long>(docs), docs == 1 ? "" : "s",
+                  static_cast<double>(bytes) / 1e6,
                   format_rate(static_cast<double>(tokens)).c_str(),
                   s > 0 ? static_cast<double>(bytes) / 1e6 / s : 0.0,
                   format_rate(s > 0 ? static_cast<double>(tokens) / s : 0.0).c_str());
@@ -86,7 +87,6 @@ class PrepareProgress {
     else
       log_ << line << "\n" << std::flush;
   }
-  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
  private:
   std::ostream& log_;
@@ -99,6 +99,77 @@ struct SplitOutput {
   TokenShardWriter writer;
   std::uint64_t documents = 0;
 };
+
+// The inputs' documents, tokenized in batches (at most 1024 documents or
+// 16 MB, in parallel) and routed to the splits in input order.
+void tokenize_all(const PrepareArgs& a, const text::Tokenizer& tok, std::optional<std::int32_t> sep,
+                  text::DocumentReader& reader, SplitOutput& train, SplitOutput& val,
+                  std::ostream& log) {
+  PrepareProgress progress(log);
+  std::uint64_t index = 0;
+  for (bool more = true; more;) {
+    std::vector<std::string> batch;
+    std::size_t bytes = 0;
+    while (batch.size() < 1024 && bytes < (16u << 20)) {
+      auto doc = reader.next();
+      if (!doc) {
+        more = false;
+        break;
+      }
+      bytes += doc->size();
+      batch.push_back(std::move(*doc));
+    }
+    std::vector<std::vector<std::int32_t>> ids(batch.size());
+    oneapi::tbb::parallel_for(std::size_t{0}, batch.size(), [&](std::size_t i) {
+      if (sep) ids[i].push_back(*sep);
+      const auto body = tok.encode(batch[i]);
+      ids[i].insert(ids[i].end(), body.begin(), body.end());
+    });
+    for (auto& doc : ids) {
+      const bool to_val =
+          a.val_tokens > 0
+              ? val.writer.tokens() < a.val_tokens
+              : a.val_fraction > 0 &&
+                    static_cast<double>(hash_combine(0x5eed, index) >> 11) * 0x1.0p-53 <
+                        a.val_fraction;
+      SplitOutput& split = to_val ? val : train;
+      split.writer.append(doc);
+      ++split.documents;
+      ++index;
+    }
+    progress.update(reader.bytes_read(), train.writer.tokens() + val.writer.tokens(), index, !more);
+  }
+  train.writer.finish();
+  val.writer.finish();
+}
+
+// Why the train split is empty, and what to do.
+[[noreturn]] void no_train_text(const PrepareArgs& a, const std::vector<std::string>& files,
+                                const SplitOutput& val, const text::DocumentReader& reader) {
+  if (val.documents > 0)
+    throw DataError("--val-tokens " + std::to_string(a.val_tokens) + " took every document (" +
+                    std::to_string(val.documents) + ", " + std::to_string(val.writer.tokens()) +
+                    " tokens) into the validation split, leaving none to train on; documents are "
+                    "not cut: give more of them (one per line of a .jsonl, or several files), a "
+                    "smaller --val-tokens, or --val-fraction");
+  std::string names;
+  for (std::size_t i = 0; i < files.size() && i < 3; ++i) names += (i ? ", " : "") + files[i];
+  if (files.size() > 3) names += " and " + std::to_string(files.size() - 3) + " more";
+  throw DataError("prepare's inputs hold no text to train on: " + names + " (" +
+                  std::to_string(reader.empty_documents()) + " empty document" +
+                  (reader.empty_documents() == 1 ? "" : "s") + ", " +
+                  std::to_string(reader.bytes_read()) + " bytes read)");
+}
+
+// A failed prepare leaves nothing behind that blocks the next one: the
+// shards it wrote go (the manifest is written last, after every check).
+void remove_outputs(const PrepareArgs& a, const SplitOutput& train, const SplitOutput& val) {
+  for (const SplitOutput* split : {&train, &val})
+    for (const auto& sh : split->writer.shards()) {
+      std::error_code ec;
+      std::filesystem::remove(a.out / sh.file, ec);
+    }
+}
 
 json split_json(const SplitOutput& s) {
   json shards = json::array();
@@ -123,52 +194,20 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
   const int width = tok->vocab_size() <= 65536 ? 2 : 4;
   SplitOutput train{TokenShardWriter(a.out, "train", a.shard_tokens, width)};
   SplitOutput val{TokenShardWriter(a.out, "val", a.shard_tokens, width)};
-  text::DocumentReader reader(files, a.text_field);
-  PrepareProgress progress(log);
-  // Batches of documents (at most 1024 or 16 MB) tokenized in parallel,
-  // then routed and written in input order.
-  std::uint64_t index = 0;
-  for (bool more = true; more;) {
-    std::vector<std::string> batch;
-    std::size_t bytes = 0;
-    while (batch.size() < 1024 && bytes < (16u << 20)) {
-      auto doc = reader.next();
-      if (!doc) {
-        more = false;
-        break;
-      }
-      bytes += doc->size();
-      batch.push_back(std::move(*doc));
-    }
-    std::vector<std::vector<std::int32_t>> ids(batch.size());
-    oneapi::tbb::parallel_for(std::size_t{0}, batch.size(), [&](std::size_t i) {
-      if (sep) ids[i].push_back(*sep);
-      const auto body = tok->encode(batch[i]);
-      ids[i].insert(ids[i].end(), body.begin(), body.end());
-    });
-    for (auto& doc : ids) {
-      const bool to_val =
-          a.val_tokens > 0
-              ? val.writer.tokens() < a.val_tokens
-              : a.val_fraction > 0 &&
-                    static_cast<double>(hash_combine(0x5eed, index) >> 11) * 0x1.0p-53 <
-                        a.val_fraction;
-      SplitOutput& s = to_val ? val : train;
-      s.writer.append(doc);
-      ++s.documents;
-      ++index;
-    }
-    progress.update(reader.bytes_read(), train.writer.tokens() + val.writer.tokens(), index, !more);
+  text::DocumentReader reader(files, {a.text_field, a.replace_invalid_utf8});
+  const auto start = Clock::now();
+  try {
+    tokenize_all(a, *tok, sep, reader, train, val, log);
+    if (train.writer.tokens() == 0) no_train_text(a, files, val, reader);
+  } catch (...) {
+    remove_outputs(a, train, val);
+    throw;
   }
-  train.writer.finish();
-  val.writer.finish();
-  if (train.writer.tokens() == 0)
-    throw DataError("prepare's inputs hold no text to train on (" + std::to_string(index) +
-                    " documents)");
   const json manifest = {{"format", "ztrain-prepare 1"},
                          {"tokenizer",
                           {{"file", std::filesystem::absolute(a.tokenizer).string()},
                            {"crc32c", file_crc(a.tokenizer)},
+                           {"identity", text::tokenizer_identity(a.tokenizer)},
                            {"vocab_size", tok->vocab_size()}}},
                          {"separator", separator},
                          {"separator_id", sep ? nlohmann::json(*sep) : nlohmann::json(nullptr)},
@@ -178,18 +217,26 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
                          {"train", split_json(train)},
                          {"val", split_json(val)}};
   write_file_atomically(a.out / "manifest.json", manifest.dump(1) + "\n");
-  char line[256];
+  const std::uint64_t documents = train.documents + val.documents;
+  char line[320];
   std::snprintf(
       line, sizeof line,
-      "prepare: %llu documents, %llu tokens (train %llu in %zu shard(s), val %llu in %zu) "
+      "prepare: %llu document%s, %llu tokens (train %llu in %zu shard%s, val %llu in %zu) "
       "in %.1f s; uint%d, vocabulary %zu",
-      static_cast<unsigned long long>(index),
+      static_cast<unsigned long long>(documents), documents == 1 ? "" : "s",
       static_cast<unsigned long long>(train.writer.tokens() + val.writer.tokens()),
       static_cast<unsigned long long>(train.writer.tokens()), train.writer.shards().size(),
+      train.writer.shards().size() == 1 ? "" : "s",
       static_cast<unsigned long long>(val.writer.tokens()), val.writer.shards().size(),
-      progress.seconds(), width * 8, tok->vocab_size());
-  log << line << "\n"
-      << "train on them with:\n  [data]\n  plugin = \"tokens\"\n  path = \""
+      std::chrono::duration<double>(Clock::now() - start).count(), width * 8, tok->vocab_size());
+  log << line << "\n";
+  if (reader.empty_documents() > 0)
+    log << "prepare: skipped " << reader.empty_documents() << " empty document"
+        << (reader.empty_documents() == 1 ? "" : "s") << "\n";
+  if (reader.replaced_sequences() > 0)
+    log << "prepare: replaced " << reader.replaced_sequences()
+        << " invalid UTF-8 sequence(s) with U+FFFD (--replace-invalid-utf8)\n";
+  log << "train on them with:\n  [data]\n  plugin = \"tokens\"\n  path = \""
       << (a.out / "train_*.bin").string() << "\"\n"
       << (val.writer.tokens() ? "  val_path = \"" + (a.out / "val_*.bin").string() + "\"\n" : "")
       << "  [model]\n  vocab_size = " << tok->vocab_size() << "\n";

@@ -37,6 +37,8 @@ struct PrepareArgs {
   double val_fraction = 0;
   std::optional<std::string> separator;  // a token, or "none"; unset: the tokenizer's
   bool overwrite = false;
+  // Bytes that are not UTF-8 read as U+FFFD instead of refused.
+  bool replace_invalid_utf8 = false;
 };
 
 // Prints progress and a summary to `log`; returns the process's status.

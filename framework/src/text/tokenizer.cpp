@@ -1,16 +1,37 @@
 #include "text/tokenizer.h"
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "text/hf_tokenizer.h"
 #include "text/sentencepiece_tokenizer.h"
+#include "ztrain/error.h"
 
 namespace ztrain::text {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& file) {
   if (file.extension() == ".model") return load_sentencepiece(file);
   return load_hf_tokenizer(file);
+}
+
+std::string tokenizer_identity(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw DataError("cannot read tokenizer '" + file.string() + "'");
+  std::ostringstream all;
+  all << in.rdbuf();
+  std::string bytes = all.str();
+  if (file.extension() != ".model") {
+    const auto j = nlohmann::json::parse(bytes, nullptr, false);
+    if (!j.is_discarded()) bytes = j.dump();  // nlohmann's objects keep their keys sorted
+  }
+  // FNV-1a, 64 bits: an identity to compare, not a defence against forgery.
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 std::optional<std::string> config_token(const std::filesystem::path& file, const char* key) {

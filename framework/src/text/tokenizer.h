@@ -39,6 +39,13 @@ class Tokenizer {
 // A tokenizer.json, or a SentencePiece model (a .model file).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& file);
 
+// The identity of the tokenizer in `file`, as 16 hex digits: a hash of a
+// tokenizer.json's canonical JSON (keys sorted, no whitespace: the same
+// tokenizer however it is formatted) or of a SentencePiece model's bytes.
+// `ztrain prepare` records it beside the shards; a run compares it with the
+// model directory's tokenizer. DataError for a file that cannot be read.
+std::string tokenizer_identity(const std::filesystem::path& file);
+
 // The token the tokenizer_config.json beside `file` names under `key`
 // ("bos_token", "eos_token"; a string or {"content": ...}); nullopt when
 // there is no such file or key.

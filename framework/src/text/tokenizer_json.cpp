@@ -178,7 +178,13 @@ Decode decoder_of(const Node& n) {
 std::vector<std::pair<std::string, std::string>> merges_of(const Node& m) {
   std::vector<std::pair<std::string, std::string>> merges;
   const json* list = m.get("merges");
-  if (!list) return merges;
+  if (!list)
+    throw ConfigError(m.where("merges") +
+                      " is missing: a BPE model without merges would encode every word "
+                      "character by character, and the tokenizers package refuses it (\"Missing "
+                      "vocab/merges\"); use the tokenizer.json the model was trained with");
+  if (!list->is_array())
+    throw ConfigError(m.where("merges") + " is " + list->dump() + "; expected a list of merges");
   for (std::size_t i = 0; i < list->size(); ++i) {
     const json& e = (*list)[i];
     if (e.is_string()) {
@@ -240,8 +246,11 @@ std::vector<AddedToken> added_of(const Node& top) {
     const json* id = a.get("id");
     if (!id || !id->is_number_unsigned())
       throw ConfigError(a.where("id") + " is missing or not an id");
-    added.push_back({a.text("content", ""), id->get<std::int32_t>(), a.flag("normalized", false),
-                     a.flag("special", false)});
+    const json* content = a.get("content");
+    if (!content || !content->is_string())
+      throw ConfigError(a.where("content") + " is missing or not a string");
+    added.push_back({content->get<std::string>(), id->get<std::int32_t>(),
+                     a.flag("normalized", false), a.flag("special", false)});
   }
   return added;
 }

@@ -48,6 +48,15 @@ std::size_t utf8_length(std::string_view s, std::size_t at) {
   return valid(s, at, n) ? n : 1;
 }
 
+std::optional<std::size_t> first_invalid_utf8(std::string_view s) {
+  for (std::size_t at = 0; at < s.size();) {
+    const std::size_t n = announced(static_cast<unsigned char>(s[at]));
+    if (!valid(s, at, n)) return at;
+    at += n;
+  }
+  return std::nullopt;
+}
+
 char32_t code_point(std::string_view s, std::size_t at) {
   const std::size_t n = announced(static_cast<unsigned char>(s[at]));
   if (!valid(s, at, n)) return 0xFFFD;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,9 @@ std::size_t utf8_length(std::string_view s, std::size_t at);
 // The code point at `at` (U+FFFD for an invalid sequence).
 char32_t code_point(std::string_view s, std::size_t at);
 void append_utf8(std::string& out, char32_t c);
+// The offset of the first byte of `s` that is not part of valid UTF-8;
+// nullopt when all of it is.
+std::optional<std::size_t> first_invalid_utf8(std::string_view s);
 // `bytes` as valid UTF-8: each invalid sequence becomes U+FFFD, as Rust's
 // String::from_utf8_lossy (and so Hugging Face's decoders) does.
 std::string lossy_utf8(std::string_view bytes);

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "checkpoint/hf_export.h"
 #include "comm/world.h"
 #include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
@@ -20,6 +21,7 @@
 #include "job/rank_agreement.h"
 #include "kernels/cpu/blas.h"
 #include "loader/cuda_loader.h"
+#include "text/tokenizer.h"
 #include "train/run_parts.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -45,6 +47,28 @@ namespace {
 // The data source, made and set up on every rank, its files compared
 // across ranks. A rank that cannot open its files (missing on its host)
 // stops every rank, saying so with its host's name.
+// A model directory's own tokenizer must be the one the training tokens
+// were made with: ids mean tokens only under their tokenizer, and the
+// export would ship the directory's.
+void check_tokenizers_agree(const RunConfig& config, const RunParts& parts, const DataInfo& d) {
+  if (!parts.model_options.has_value("init_from")) return;
+  const std::filesystem::path mine = tokenizer_in(parts.model_options.get_string("init_from"));
+  if (mine.empty()) return;
+  std::string theirs = d.tokenizer_identity;
+  if (theirs.empty() && !d.tokenizer.empty()) theirs = text::tokenizer_identity(d.tokenizer);
+  if (theirs.empty()) return;
+  const std::string ours = text::tokenizer_identity(mine);
+  if (ours == theirs) return;
+  throw ConfigError(
+      config.where("model.init_from") + ": the model directory's tokenizer " + mine.string() +
+      " (identity " + ours + ") is not the one the training tokens were made with, " +
+      (d.tokenizer.empty() ? std::string("identity ") + theirs
+                           : d.tokenizer + " (identity " + theirs + ")") +
+      " as their prepare manifest records: the ids would mean other tokens; run `ztrain prepare "
+      "--tokenizer " +
+      mine.string() + "` on the text again, or train the model those tokens were made for");
+}
+
 DataInfo open_data(Run& run, const RunParts& parts) {
   std::string why;
   DataInfo info;
@@ -136,6 +160,7 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
 
   const ModelInfo& info = parts.info;
   const DataInfo dinfo = open_data(run, parts);
+  check_tokenizers_agree(config, parts, dinfo);
   if (dinfo.vocab_used > info.vocab_size)
     throw ConfigError(config.where("model.vocab_size") + ": [model] vocab_size " +
                       std::to_string(info.vocab_size) + " is smaller than the " +

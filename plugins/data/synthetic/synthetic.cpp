@@ -70,6 +70,7 @@ class Synthetic final : public DataSource {
             {},            // no files: every rank computes the same tokens
             std::nullopt,  // endless
             {},            // no tokenizer made these ids
+            {},
             std::nullopt};
   }
 

@@ -101,6 +101,7 @@ class Text final : public DataSource {
             {path_},
             train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
             {},  // bytes are their own ids: no tokenizer
+            {},
             std::nullopt};
   }
 

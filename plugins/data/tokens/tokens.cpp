@@ -120,9 +120,10 @@ TokenFile open_tokens(const std::string& path, const std::string& format) {
 }
 
 // What a prepare manifest says of the tokens: the tokenizer file, when it
-// is still there (empty: none), and the separator between documents.
+// is still there (empty: none), its identity as recorded (empty: an older
+// manifest), and the separator between documents.
 struct ManifestFacts {
-  std::string tokenizer;
+  std::string tokenizer, identity;
   std::optional<std::int32_t> separator;
 };
 
@@ -144,6 +145,8 @@ ManifestFacts check_manifest(const std::string& file, int vocab) {
   ManifestFacts facts;
   if (const std::string tokenizer = tok.value("file", ""); std::filesystem::exists(tokenizer))
     facts.tokenizer = tokenizer;
+  if (const auto id = tok.find("identity"); id != tok.end() && id->is_string())
+    facts.identity = id->get<std::string>();
   if (const auto sep = j.find("separator_id"); sep != j.end() && sep->is_number_integer())
     facts.separator = sep->get<std::int32_t>();
   return facts;
@@ -268,6 +271,7 @@ class Tokens final : public DataSource {
             names_,
             train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
             manifest_.tokenizer,
+            manifest_.identity,
             manifest_.separator};
   }
 
