@@ -46,6 +46,16 @@ std::string rank_prefix() {
   return "[rank " + std::to_string(ztrain::launcher_rank()) + "] ";
 }
 
+// An error's message as printed: a message that echoes a huge value (a
+// 10 MB string) is cut in the middle, keeping where and what to do.
+std::string shown(const char* what) {
+  const std::string_view m(what);
+  constexpr std::size_t kHead = 3000, kTail = 1000;
+  if (m.size() <= kHead + kTail + 100) return std::string(m);
+  return std::string(m.substr(0, kHead)) + " [... " + std::to_string(m.size() - kHead - kTail) +
+         " bytes cut ...] " + std::string(m.substr(m.size() - kTail));
+}
+
 constexpr const char* kUsage =
     "usage: ztrain [options] CONFIG            train the run described by CONFIG (TOML)\n"
     "       ztrain --nproc N [options] CONFIG  N ranks on this machine (mpirun)\n"
@@ -611,13 +621,13 @@ int main(int argc, char** argv) {
   } catch (const ztrain::ReportedError& e) {
     return e.exit_code();
   } catch (const ztrain::ConfigError& e) {
-    std::cerr << rank_prefix() << "ztrain: config error: " << e.what() << "\n";
+    std::cerr << rank_prefix() << "ztrain: config error: " << shown(e.what()) << "\n";
     return 2;
   } catch (const ztrain::Error& e) {
-    std::cerr << rank_prefix() << "ztrain: error: " << e.what() << "\n";
+    std::cerr << rank_prefix() << "ztrain: error: " << shown(e.what()) << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << rank_prefix() << "ztrain: unexpected error: " << e.what() << "\n";
+    std::cerr << rank_prefix() << "ztrain: unexpected error: " << shown(e.what()) << "\n";
     return 1;
   }
 }

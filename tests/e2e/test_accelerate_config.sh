@@ -11,8 +11,10 @@
 #   machine_rank, meeting at main_process_ip:main_process_port; DEEPSPEED's
 #   pdsh launch from machine 0 over deepspeed_hostfile with --num_gpus or
 #   the inclusion filter. (test_multihost trains across machines.)
+# - MULTI_CPU's ipex_config as `accelerate config` writes it ({ipex:
+#   false}) is taken: ztrain's CPU kernels are its own.
 # - Refused, naming the key with file:line:col, before any rank starts:
-#   fp8, a GPU list, XLA, a misspelled key, a machine_rank out of range,
+#   fp8, a GPU list, XLA, an Intel XPU, a misspelled key, a machine_rank out of range,
 #   ranks that do not divide among the machines, no main_process_ip, pdsh
 #   without a hostfile or from another machine than 0.
 # GPU types train on the cpu here (--set device.kind=cpu wins over them).
@@ -135,5 +137,7 @@ refused "$scratch/pdsh_rank1.yaml" "machine_rank is 1: with deepspeed_multinode_
 refused fp8.yaml "fp8.yaml:3:18: mixed_precision is \"fp8\""
 refused gpu_ids.yaml "gpu_ids.yaml:3:10: gpu_ids is \"0,2\""
 refused xla.yaml "xla.yaml:2:19: distributed_type is \"XLA\""
+sed 's/  ipex: false/  ipex: false\n  use_xpu: true/' "$acc/multi_cpu.yaml" > "$scratch/xpu.yaml"
+refused "$scratch/xpu.yaml" "xpu.yaml:8:12: ipex_config.use_xpu is true; ztrain runs on CPUs and NVIDIA GPUs"
 refused typo.yaml "typo.yaml:10:20: main_process_prot is not an Accelerate config key"
 echo "PASS"

@@ -243,6 +243,13 @@ must_fail "weights with an inf" "$ZTRAIN" "${tiny_w[@]}" --set model.init_from="
 says "weights with an inf" "init_from: tensor 'transformer.wte.weight'" "holds inf at element 5"
 ! grep -q "^step 1" "$scratch/out" || fail "the run trained on weights that are not finite"
 
+# A 10 MB value is named and cut, not echoed whole.
+python3 -c "import sys; open(sys.argv[1], 'w').write('[train]\\nschedule = \"' + 'A' * 10_000_000 + '\"\\n')" \
+  "$scratch/huge_value.toml"
+must_fail "a 10 MB value" "$ZTRAIN" "$scratch/huge_value.toml"
+says "a 10 MB value" "huge_value.toml:2:1: [train] schedule: got \"AAAA" "... (10000000 bytes), expected"
+[[ $(wc -c <"$scratch/err") -lt 10000 ]] || fail "a 10 MB value: $(wc -c <"$scratch/err") bytes of message"
+
 # Refused plugins are listed with the reason, not dropped from the list
 # (the test plugins, built beside this script's working directory).
 [[ -d "$PWD/plugins" ]] || fail "no test plugin directory at $PWD/plugins"

@@ -152,3 +152,18 @@ TEST_CASE("a run file names DeepSpeed's schedulers with their own parameters") {
                 "cycle_min_lr = 1e-4\n")
             .find("OneCycle needs [train.scheduler] cycle_max_lr") != std::string::npos);
 }
+
+TEST_CASE("a run that ends inside its warmup is warned about, counted in words") {
+  const auto warnings = [](const std::string& toml) {
+    const auto s = resolve_settings(RunConfig::parse(toml, "run.toml"), 1).train;
+    return schedule_warnings(s.schedule, s.steps);
+  };
+  auto w = warnings("[train]\nsteps = 1\nwarmup_steps = 4\n");
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].find("the run's 1 step ends inside") == 0);
+  CHECK(w[0].find("warmup of 4 steps") != std::string::npos);
+  w = warnings("[train]\nsteps = 3\nwarmup_steps = 4\n");
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].find("the run's 3 steps end inside") == 0);
+  CHECK(warnings("[train]\nsteps = 5\nwarmup_steps = 4\n").empty());
+}

@@ -259,7 +259,7 @@ html::Facts run_facts(const CompareArgs& a, const RunConfig& config, const Compa
     }
   html::Facts facts = html::machine_facts(a.command_line);
   facts.insert(facts.begin() + 1,
-               {{"run", c.run_file + ", " + std::to_string(c.steps) + " steps per job"},
+               {{"run", c.run_file + ", " + counted(c.steps, "step") + " per job"},
                 {"model", model},
                 {"data", data},
                 {"precision", c.precision},

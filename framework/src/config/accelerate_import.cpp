@@ -440,6 +440,17 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
   const std::string kind = cpu || type == "MULTI_CPU" ? "cpu" : type == "NO" ? "auto" : "cuda";
   out.device.insert_or_assign("kind", kind);
   out.origins["device.kind"] = top.where(cpu ? "use_cpu" : "distributed_type");
+  // IPEX speeds up PyTorch's CPU kernels; ztrain runs its own, so
+  // `accelerate config`'s `ipex: false` (and a true one) change nothing. An
+  // Intel XPU is not a device ztrain runs on.
+  Mapping ipex = top.sub("ipex_config");
+  ipex.no_effect({{"ipex", "ztrain's CPU kernels are its own (IPEX speeds up PyTorch's)"}},
+                 out.warnings);
+  if (ipex.flag("use_xpu", false))
+    throw ConfigError(ipex.where("use_xpu") +
+                      " is true; ztrain runs on CPUs and NVIDIA GPUs, not Intel XPUs: set it to "
+                      "false");
+  ipex.finish();
   for (const char* key :
        {"fp8_config", "megatron_lm_config", "parallelism_config", "mpirun_config"})
     if (const YAML::Node v = top.get(key); v && v.size() > 0)

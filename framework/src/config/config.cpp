@@ -68,7 +68,13 @@ std::string node_text(const toml::node& n) {
     for (std::size_t i = 0; i < arr->size(); ++i) os << (i ? ", " : "") << node_text(*arr->get(i));
     os << "]";
   } else if (n.is_string()) {
-    os << '"' << n.value_or(std::string()) << '"';
+    // A long value is cut: a message names it, it does not echo megabytes.
+    const std::string v = n.value_or(std::string());
+    constexpr std::size_t kShown = 120;
+    std::size_t cut = std::min(v.size(), kShown);
+    while (cut < v.size() && cut > 0 && (static_cast<unsigned char>(v[cut]) & 0xC0) == 0x80) --cut;
+    os << '"' << v.substr(0, cut) << '"';
+    if (cut < v.size()) os << "... (" << v.size() << " bytes)";
   } else if (n.is_floating_point()) {
     os << n.value_or(0.0);
   } else {

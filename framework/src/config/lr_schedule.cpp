@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ztrain/error.h"
+#include "ztrain/units.h"
 
 namespace ztrain {
 namespace {
@@ -365,9 +366,10 @@ std::vector<std::string> schedule_warnings(const LrSchedule& schedule, std::int6
                   "; DeepSpeed warns the same): the lr falls from the warmup's last value to its "
                   "end value at once");
   if (s.warmup > steps)
-    out.push_back("the run's " + std::to_string(steps) + " steps end inside " + name +
-                  "'s warmup of " + std::to_string(s.warmup) + " steps: the last lr is " +
-                  std::to_string(lr_at(schedule, steps - 1)) + ", short of the peak");
+    out.push_back("the run's " + counted(steps, "step") + (steps == 1 ? " ends" : " end") +
+                  " inside " + name + "'s warmup of " + counted(s.warmup, "step") +
+                  ": the last lr is " + std::to_string(lr_at(schedule, steps - 1)) +
+                  ", short of the peak");
   return out;
 }
 
