@@ -97,7 +97,8 @@ constexpr const char* kUsage =
     "                                           train with a DeepSpeed config's ZeRO, offload,\n"
     "                                           batch, precision, optimizer and scheduler keys\n"
     "       ztrain convert-deepspeed DS.json [--nproc N] CONFIG\n"
-    "                                           the equivalent TOML; refuses (exit 2) what a run\n"
+    "                                           the whole run as TOML; refuses (exit 2) what a "
+    "run\n"
     "                                           at N ranks (default 1) would refuse\n"
     "       ztrain compare --strategies A,B,... [--nproc N] [--steps K] [--out DIR] [options] "
     "CONFIG\n"
@@ -384,10 +385,16 @@ std::optional<int> tool_command(const Cli& c) {
     // before any TOML is printed.
     args.deepspeed = c.positional[1];
     ztrain::check_run(args, c.given.count("nproc") ? c.nproc : 1);
+    // The whole run, not the DeepSpeed keys alone: a file of those would
+    // train the default model.
+    const std::string whole = ztrain::resolved_config_of(args);
     args.deepspeed.clear();
     const ztrain::RunConfig run = ztrain::load_run_config(args);
-    std::cout << ztrain::imported_toml(ztrain::import_deepspeed(c.positional[1], run),
-                                       c.positional[1]);
+    std::cout << ztrain::imported_notes(ztrain::import_deepspeed(c.positional[1], run),
+                                        c.positional[1])
+              << "# The whole run: " << c.positional[2] << " (and --set) with the DeepSpeed values "
+              << "merged; train it with `ztrain THIS_FILE`.\n"
+              << whole;
     return 0;
   }
   if (command == "estimate") return estimate_command(c);

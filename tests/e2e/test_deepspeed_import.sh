@@ -4,7 +4,9 @@
 #   bucket key "auto") load: convert-deepspeed prints the [strategy] they
 #   make, with "auto" resolved as the Hugging Face Trainer does (hidden =
 #   n_embd 64: reduce_bucket_size 4096, prefetch 3686, persistence 640)
-#   and each resolution said; the offload one at world 2 trains with the
+#   and each resolution said, above the whole run they make (the run
+#   file's model and keys with DeepSpeed's merged, which trains as
+#   --deepspeed does); the offload one at world 2 trains with the
 #   losses of --strategy zero3_offload, and the plain one those of zero3.
 # - A config with every supported key maps each onto its ztrain key
 #   (checked in the resolved config.toml of a run, with the DeepSpeed key
@@ -43,8 +45,13 @@ assert s["overlap_comm"] is True and s["contiguous_gradients"] is True, s
 fp16 = t["train"]["fp16"]
 assert fp16 == {"loss_scale": 0.0, "min_loss_scale": 1.0, "initial_scale_power": 16,
                 "loss_scale_window": 1000, "hysteresis": 2}, fp16
-assert "precision" not in t["train"], t["train"]
+# The whole run, not the DeepSpeed keys alone: the run file's model and
+# --set values, the precision the run keeps ("auto").
+assert t["train"]["precision"] == "fp32" and t["train"]["steps"] == 8, t["train"]
+assert t["model"]["n_layer"] == 2 and t["model"]["n_embd"] == 64, t["model"]
 PY
+grep -q '^precision = "fp32"  # .*run.toml' "$scratch/offload.toml" ||
+  fail "convert-deepspeed: the precision is not the run file's"
 for said in "train_batch_size: auto -> the run's train.global_batch_size" \
   "zero_optimization.reduce_bucket_size: auto -> 4096 (hidden², hidden = n_embd 64)" \
   "stage3_param_persistence_threshold: auto -> 640 (10·hidden" \
@@ -66,6 +73,23 @@ same_training preset_offload ds_offload 1e-6 2e-6
 grep -qF "ds_z3_offload_config.json: zero_optimization.reduce_bucket_size: auto -> 4096" \
   "$scratch/ds_offload.out" || fail "the run header does not say what auto became"
 grep -q "strategy cpu_offload" "$scratch/ds_offload.out" || fail "the run is not under cpu_offload"
+# An optimizer's "auto" values are the run's, and the notes say which.
+printf '{"optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}}' \
+  > "$scratch/auto_adamw.json"
+"$ZTRAIN" convert-deepspeed "$scratch/auto_adamw.json" "${base[@]}" --set train.lr=0.002 "$SRC/configs/run.toml" \
+  > "$scratch/auto_adamw.toml" 2>&1 || { cat "$scratch/auto_adamw.toml" >&2; fail "convert-deepspeed of auto AdamW failed"; }
+for said in "optimizer.params.lr: auto -> the run's train.lr (0.002)" \
+  "optimizer.params.betas: auto -> the run's train.betas ([0.9, 0.95])" \
+  "optimizer.params.eps: auto -> the run's train.eps (1e-08)" \
+  "optimizer.params.weight_decay: auto -> the run's train.weight_decay (0.1)"; do
+  grep -qF -- "$said" "$scratch/auto_adamw.toml" || fail "convert-deepspeed does not say '$said'"
+done
+
+# The converted file is a whole run: it trains what --deepspeed trains.
+"$ZTRAIN" --nproc 2 --set train.out_dir="$scratch/converted" "$scratch/offload.toml" \
+  > "$scratch/converted.out" 2>&1 || { cat "$scratch/converted.out" >&2; fail "the converted run failed"; }
+curve converted "$steps"
+same_training ds_offload converted 0 0
 train_run ds_z3 --deepspeed "$ds/ds_z3_config.json"
 train_run preset_z3 --strategy zero3
 same_training preset_z3 ds_z3 1e-6 2e-6

@@ -7,6 +7,7 @@
 #include "config/deepspeed_import.h"
 
 #include "config/lr_schedule.h"
+#include "config/run_settings.h"
 
 #include <cmath>
 #include <fstream>
@@ -140,6 +141,16 @@ std::string run_text(const RunConfig& run, const std::string& path, const std::s
   return table_text(run.table(), path, fallback);
 }
 
+// A [train] key's value as the run has it, else its default as [train]'s
+// options declare it: what an "auto" became, said in the note.
+std::string run_or_default(const RunConfig& run, const std::string& key) {
+  if (const toml::node* n = run_value(run, "train." + key)) return note_text(*n);
+  if (key == "global_batch_size") return "its default: micro_batch_size x grad_accum x ranks";
+  static const OptionList train = train_options();
+  const OptionSpec* spec = train.find(key);
+  return spec ? "its default, " + option_value_text(spec->default_value) : "its default";
+}
+
 // The batch keys and gradient clipping: numbers set the run's keys, "auto"
 // keeps them.
 void map_batch(Section& top, const RunConfig& run, Builder& b) {
@@ -156,7 +167,7 @@ void map_batch(Section& top, const RunConfig& run, Builder& b) {
     if (top.is_auto(v)) {
       autos = true;
       b.out.notes.push_back(top.where(k.ds) + ": auto -> the run's train." + k.key + " (" +
-                            run_text(run, std::string("train.") + k.key, "its default") + ")");
+                            run_or_default(run, k.key) + ")");
       continue;
     }
     const std::int64_t n = top.integer(*v, k.ds);
@@ -182,7 +193,7 @@ void map_batch(Section& top, const RunConfig& run, Builder& b) {
     if (top.is_auto(v))
       b.out.notes.push_back(top.where("gradient_clipping") +
                             ": auto -> the run's train.grad_clip (" +
-                            run_text(run, "train.grad_clip", "its default") + ")");
+                            run_or_default(run, "grad_clip") + ")");
     else
       b.train("grad_clip", toml::value<double>(top.number(*v, "gradient_clipping")),
               top.where("gradient_clipping"));
@@ -311,7 +322,8 @@ bool decoupled(Section& opt, Section& params, Builder& b) {
 // AdamW's parameters ("auto": the run's; absent: DeepSpeed's defaults).
 // Without an optimizer section the run's AdamW applies, as the Hugging Face
 // Trainer applies its own.
-void map_optimizer(Section& top, Builder& b, const std::optional<std::string>& lr_set_by) {
+void map_optimizer(Section& top, const RunConfig& run, Builder& b,
+                   const std::optional<std::string>& lr_set_by) {
   if (!top.get("optimizer")) {
     b.out.notes.push_back(top.where("optimizer") +
                           ": none -> the run's AdamW ([train] lr, betas, eps, weight_decay)");
@@ -327,6 +339,15 @@ void map_optimizer(Section& top, Builder& b, const std::optional<std::string>& l
     throw ConfigError(opt.where("type") + " is missing; DeepSpeed needs the optimizer's type");
   }
   Section params = opt.sub("params");
+  // "auto" keeps the run's value, as the Hugging Face Trainer fills it from
+  // its own arguments; the note says which.
+  for (const char* key : {"lr", "betas", "eps", "weight_decay"})
+    if (const json* v = params.get(key); params.is_auto(v))
+      b.out.notes.push_back(
+          params.where(key) + ": auto -> " +
+          (std::string(key) == "lr" && lr_set_by
+               ? "set at every step by DeepSpeed's " + *lr_set_by
+               : "the run's train." + std::string(key) + " (" + run_or_default(run, key) + ")"));
   if (const json* v = params.get("lr"); v && !params.is_auto(v)) {
     const double lr = params.number(*v, "lr");
     if (lr_set_by)
@@ -417,7 +438,7 @@ bool fill_auto(const std::string& key, const RunConfig& run, Section& params, Bu
   const toml::node* v = run_value(run, "train." + run_key);
   b.out.consumed.push_back("train." + run_key);
   b.out.notes.push_back(params.where(key) + ": auto -> " + words + " (" +
-                        run_text(run, "train." + run_key, "its default") + ")");
+                        run_or_default(run, run_key) + ")");
   if (key == "warmup_max_lr")
     b.train("scheduler.warmup_max_lr", toml::value<double>(v ? v->value_or(3e-3) : 3e-3),
             params.where(key));
@@ -895,7 +916,7 @@ ImportedConfig import_deepspeed_json(const json& j, const std::string& name, con
   Section top(&j, "", name);
   map_batch(top, run, b);
   map_precision(top, run, b);
-  map_optimizer(top, b, lr_set_by_scheduler(j));
+  map_optimizer(top, run, b, lr_set_by_scheduler(j));
   map_scheduler(top, run, b);
   map_zero(top, run, b);
   map_aio(top, out.strategy["plugin"].value_or(std::string("ddp")), b);
@@ -915,11 +936,17 @@ void write_table(std::ostringstream& s, const std::string& name, const toml::tab
 
 }  // namespace
 
-std::string imported_toml(const ImportedConfig& c, const std::filesystem::path& json_file) {
+std::string imported_notes(const ImportedConfig& c, const std::filesystem::path& json_file) {
   std::ostringstream s;
   s << "# converted from " << json_file.string() << " by ztrain convert-deepspeed\n";
   for (const auto& n : c.notes) s << "# " << n << "\n";
   for (const auto& w : c.warnings) s << "# warning: " << w << "\n";
+  return s.str();
+}
+
+std::string imported_toml(const ImportedConfig& c, const std::filesystem::path& json_file) {
+  std::ostringstream s;
+  s << imported_notes(c, json_file);
   write_table(s, "train", c.train);
   write_table(s, "strategy", c.strategy);
   return s.str();

@@ -57,8 +57,10 @@ ImportedConfig import_deepspeed(const std::filesystem::path& json_file, const Ru
 ImportedConfig import_deepspeed_text(const std::string& text, const std::string& name,
                                      const RunConfig& run);
 
-// The import as TOML ([train] and [strategy]), notes and warnings as
-// comments: what `ztrain convert-deepspeed` prints.
+// The import's notes and warnings as TOML comments: what `ztrain
+// convert-deepspeed` prints above the whole run it makes.
+std::string imported_notes(const ImportedConfig& c, const std::filesystem::path& json_file);
+// Those comments and the import alone as TOML ([train] and [strategy]).
 std::string imported_toml(const ImportedConfig& c, const std::filesystem::path& json_file);
 
 }  // namespace ztrain
