@@ -5,7 +5,8 @@
 # Also: `ztrain plugins` lists the built-in plugins with their options, and
 # the files it did not load with why. Bounds say the real limit, a size's
 # error names its key once, a text file may hold nothing out when the run
-# does not evaluate (and the run says how many epochs it reads), and
+# does not evaluate (and the run says how many epochs it reads), an
+# evaluation that reads its val split more than once says so, and
 # weights that are not finite are refused at load, naming the tensor.
 #
 # usage: test_bad_inputs.sh ZTRAIN_BINARY SOURCE_DIR
@@ -223,6 +224,12 @@ grep -Eq "^data: [0-9]+ training sequences; 100 steps of 8 read them [0-9.]+ tim
 must_fail "val_fraction 0 with evaluation" "$ZTRAIN" "${text[@]}" --set train.out_dir="$scratch/val0" \
   "$SRC/configs/run.toml"
 says "val_fraction 0 with evaluation" "0 held-out tokens" "[train] eval_every = 0 to hold nothing out"
+# A val split smaller than an evaluation reads is said, with the
+# eval_batches that reads each sequence once.
+"$ZTRAIN" "${text[@]}" --set data.val_fraction=0.05 --set train.steps=1 --set train.out_dir="$scratch/small_val" \
+  "$SRC/configs/run.toml" >"$scratch/small_val.out" 2>&1 || fail "a small val split was refused: $(tail -2 "$scratch/small_val.out")"
+grep -Eq "^warning: data: the val split holds [0-9]+ sequences and an evaluation reads eval_batches 8 x 8 = 64, so it reads some more than once; set \[train\] eval_batches = [0-9]+ to read each once" \
+  "$scratch/small_val.out" || fail "a small val split is not said: $(grep -i val "$scratch/small_val.out")"
 
 # init_from weights holding a NaN are refused at load, naming the tensor.
 tiny_w=(--model gpt2-tiny --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=16

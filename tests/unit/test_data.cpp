@@ -965,7 +965,7 @@ class FailingSource final : public DataSource {
   FailingSource(int T, std::uint64_t bad) : T_(T), bad_(bad) {}
   void setup(const DataSetup&) override {}
   DataInfo info() const override {
-    return {"failing", std::nullopt, 16, {}, std::nullopt, {}, {}, std::nullopt};
+    return {"failing", std::nullopt, 16, {}, std::nullopt, std::nullopt, {}, {}, std::nullopt};
   }
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
             std::int32_t* targets) const override {

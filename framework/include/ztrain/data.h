@@ -46,6 +46,9 @@ struct DataInfo {
   // number of them (a file); the host says when a run reads them more than
   // once. Unset: endless (a generator).
   std::optional<std::uint64_t> train_sequences;
+  // The same of the validation split, where it is held out (unset: none,
+  // or endless); an evaluation that reads more says it repeats them.
+  std::optional<std::uint64_t> val_sequences;
   // The tokenizer.json the tokens were made with, where the source knows it
   // (`ztrain prepare`'s manifest names it): exports ship it beside the
   // weights. Empty: none known.

@@ -168,6 +168,23 @@ std::string epochs_note(const DataInfo& d, const TrainSettings& tr) {
   return line;
 }
 
+// A warning when an evaluation reads more sequences than the val split
+// holds (it wraps and reads some twice); empty otherwise.
+std::string val_wrap_note(const DataInfo& d, const TrainSettings& tr) {
+  if (tr.eval_every <= 0 || !d.val_sequences || *d.val_sequences == 0) return {};
+  const auto held = *d.val_sequences;
+  const auto reads = static_cast<std::uint64_t>(tr.eval_batches * tr.global_batch);
+  if (reads <= held) return {};
+  const std::uint64_t fit = held / static_cast<std::uint64_t>(tr.global_batch);
+  return "warning: data: the val split holds " +
+         counted(static_cast<std::int64_t>(held), "sequence") +
+         " and an evaluation reads eval_batches " + std::to_string(tr.eval_batches) + " x " +
+         std::to_string(tr.global_batch) + " = " + std::to_string(reads) +
+         ", so it reads some more than once; " +
+         (fit > 0 ? "set [train] eval_batches = " + std::to_string(fit) + " to read each once"
+                  : "hold out more (or a shorter seq_len) to read each once");
+}
+
 // The run's opening lines, from its parts.
 RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo) {
   const auto& tr = run.settings.train;
@@ -268,6 +285,7 @@ Trainer::Trainer(Run& run, const FaultPlan& faults, Clock::time_point t_start)
   for (const auto& note : run_.config_notes) progress_.line(note);
   if (const std::string epochs = epochs_note(data_info_, tr_); !epochs.empty())
     progress_.line(epochs);
+  if (const std::string wrap = val_wrap_note(data_info_, tr_); !wrap.empty()) progress_.line(wrap);
   if (run_.resumed) resume();
   if (tr_.sample.every > 0 && run_.comm->rank() == 0) open_sampling();
   first_step_ = at_.step;

@@ -69,7 +69,8 @@ class Synthetic final : public DataSource {
             V_,
             {},            // no files: every rank computes the same tokens
             std::nullopt,  // endless
-            {},            // no tokenizer made these ids
+            std::nullopt,
+            {},  // no tokenizer made these ids
             {},
             std::nullopt};
   }

@@ -100,6 +100,7 @@ class Text final : public DataSource {
             256,
             {path_},
             train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
+            val_windows_ ? std::optional(val_windows_->count()) : std::nullopt,
             {},  // bytes are their own ids: no tokenizer
             {},
             std::nullopt};

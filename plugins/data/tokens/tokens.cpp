@@ -270,6 +270,7 @@ class Tokens final : public DataSource {
             static_cast<int>(max_id_) + 1,
             names_,
             train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
+            val_windows_ ? std::optional(val_windows_->count()) : std::nullopt,
             manifest_.tokenizer,
             manifest_.identity,
             manifest_.separator};
