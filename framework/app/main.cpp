@@ -579,8 +579,7 @@ std::optional<int> launch(Cli& c) {
     std::cout << ztrain::shell_line(command) << "\n";
     return 0;
   }
-  ztrain::exec_command(command);
-  return std::nullopt;
+  return ztrain::run_mpirun(command);
 }
 
 }  // namespace

@@ -24,8 +24,8 @@
 #   checkpoint is written in the background ends the job naming rank 1,
 #   with the last checkpoint whole.
 # - Stopping: SIGTERM to both ranks of a 2-rank run (or to one of them: the
-#   other learns of it through the step agreement) writes a checkpoint and
-#   exits 0, and resuming it (`resume = true`, out_dir's latest) logs the
+#   other learns of it through the step agreement, or to the `ztrain
+#   --nproc` launcher, which passes it on) writes a checkpoint and exits 0, and resuming it (`resume = true`, out_dir's latest) logs the
 #   uninterrupted run's losses; SIGTERM during a checkpoint's write stops at
 #   that checkpoint (no second one), the summary names no weights, and the
 #   resumed run's metrics hold each step once; a resume with --resume alone
@@ -298,6 +298,24 @@ curve sigterm_ref "$more"
 train_curve "$out/metrics.jsonl" | awk -v s="$stop" '$1 > s' | tail -n 4 > "$scratch/sigterm_tail.curve"
 awk -v s="$stop" '$1 > s' "$scratch/sigterm_ref.curve" > "$scratch/sigterm_ref_tail.curve"
 same_training sigterm_ref_tail sigterm_tail 0 0
+
+echo "== stopping: SIGTERM to the launcher (ztrain --nproc 2): every rank stops, exit 0"
+out="$scratch/sigterm_launcher"
+"$ZTRAIN" --nproc 2 "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
+  "$SRC/configs/run.toml" > "$scratch/sigterm_launcher.out" 2>&1 &
+spawned+=($!)
+launcher=$!
+for ((i = 0; i < 600; i++)); do
+  [ -f "$out/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+kill -TERM "$launcher"
+exit_within "$launcher" 60
+[ "$status" -eq 0 ] || { cat "$scratch/sigterm_launcher.out" >&2; fail "SIGTERM to the launcher: exit $status, not 0"; }
+stop=$(sed -n 's/.*stopped at step \([0-9]*\) by the launcher.*/\1/p' "$scratch/sigterm_launcher.out" | head -n 1)
+[ -n "$stop" ] || { cat "$scratch/sigterm_launcher.out" >&2; fail "SIGTERM to the launcher: no stop line"; }
+[ "$(cat "$out/latest")" = "step_$stop" ] || fail "SIGTERM to the launcher: latest is not step_$stop"
+echo "SIGTERM to the launcher: stopped at step $stop, exit 0, its checkpoint latest"
 
 echo "== stopping: SIGTERM to one rank of two stops both, at the same step"
 out="$scratch/sigterm_one"

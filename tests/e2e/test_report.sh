@@ -8,6 +8,9 @@
 # - One run alone: the page lands in RUN_DIR/report.html.
 # - A directory without metrics.jsonl is refused, naming the file and what
 #   to give instead (exit 1); no run directory at all is a usage error.
+# - A metrics file whose last line was cut short (a full disk, a kill) is
+#   read without that line, with a note; a damaged line elsewhere is an
+#   error naming file:line.
 #
 # usage: test_report.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -65,3 +68,18 @@ status=0
 [ "$status" -eq 2 ] && grep -q "usage: ztrain report RUN_DIR" "$scratch/none.out" ||
   fail "no run directory was not refused (exit $status)"
 echo "a directory without metrics.jsonl and no directory at all are refused"
+
+# A metrics file whose last line a full disk or a kill cut short: the line
+# is left out, with a note; a damaged line elsewhere names file and line.
+cp -r "$scratch/a" "$scratch/torn"
+printf '{"step": 99, "split": "tra' >> "$scratch/torn/metrics.jsonl"
+"$ZTRAIN" report "$scratch/torn" > "$scratch/torn.out" 2>&1 || fail "report of a cut-short metrics file failed: $(cat "$scratch/torn.out")"
+grep -qF "report: $scratch/torn/metrics.jsonl: its last line is cut short" "$scratch/torn.out" ||
+  fail "the cut-short line is not said: $(cat "$scratch/torn.out")"
+cp -r "$scratch/a" "$scratch/damaged"
+sed -i '2s/.*/{"step": 2, "split"/' "$scratch/damaged/metrics.jsonl"
+status=0
+"$ZTRAIN" report "$scratch/damaged" > "$scratch/damaged.out" 2>&1 || status=$?
+[ "$status" -eq 1 ] && grep -qF "$scratch/damaged/metrics.jsonl:2: not a metrics record" "$scratch/damaged.out" ||
+  fail "a damaged line is not named (exit $status): $(cat "$scratch/damaged.out")"
+echo "a cut-short last line is left out with a note; a damaged line is named"

@@ -86,7 +86,7 @@ TEST_CASE("the mpirun command carries hosts, rank count, environment and the chi
   // One application context per host, its GPUs the slot ids named (1 and
   // 3 of a, both of b), as DeepSpeed's launcher sets them.
   CHECK(contains(line,
-                 "--bind-to none --host a:2 -np 2 -x NCCL_DEBUG=INFO "
+                 "--bind-to none --stdin none --host a:2 -np 2 -x NCCL_DEBUG=INFO "
                  "-x CUDA_VISIBLE_DEVICES=1,3 /bin/ztrain --set train.steps=3 run.toml : "
                  "--host b:2 -np 2 -x NCCL_DEBUG=INFO -x CUDA_VISIBLE_DEVICES=0,1 "
                  "/bin/ztrain --set train.steps=3 run.toml "));

@@ -2,12 +2,20 @@
 // and in which units; and a metrics line as JSON.
 #include <doctest/doctest.h>
 
-#include <cmath>
-#include <cstdint>
-#include <string>
+#include <sys/resource.h>
 
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support.h"
 #include "train/metrics.h"
 #include "train/run_report.h"
+#include "ztrain/error.h"
 
 using namespace ztrain;
 
@@ -72,6 +80,9 @@ TEST_CASE("the summary: losses, communication only with ranks, peaks beside the 
   CHECK(!contains(text, "communication per rank"));
   CHECK(!contains(text, "skipped"));
   CHECK(contains(text, "  device: 3.00 MiB (params 1.00 MiB, activations 2.00 MiB)"));
+  CHECK(contains(text,
+                 "peak memory per tier (in brackets each category's own peak; they come at "
+                 "different moments, so they can add up to more):"));
   r.device_budget = 400 << 20;  // an offload run's [device] memory_limit
   CHECK(contains(
       summary_text(r),
@@ -103,4 +114,62 @@ TEST_CASE("a metrics line: keys in order, strings escaped as JSON, non-finite nu
   CHECK(line ==
         "{\"step\": 3, \"k\\\"ey\": \"a\\nb\\u0001\\\\\", \"loss\": 1.5, \"nan\": null, "
         "\"bytes\": \"\xEF\xBF\xBD\", \"ok\": true}");
+}
+
+namespace {
+
+// Each line of `file`.
+std::vector<std::string> lines_of(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Writes past the current size of the process's files fail after `room`
+// more bytes (EFBIG), as a disk that fills up part-way through a write;
+// the old limit comes back on destruction.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(std::uintmax_t limit) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old_;
+    r.rlim_cur = static_cast<rlim_t>(limit);
+    ::setrlimit(RLIMIT_FSIZE, &r);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, SIG_DFL);
+  }
+
+ private:
+  rlimit old_{};
+};
+
+}  // namespace
+
+TEST_CASE("a metrics line that a full disk cuts short is not left in the file") {
+  test::TempDir dir;
+  const auto path = dir / "metrics.jsonl";
+  MetricsFile m(path);
+  m.write(JsonLine().add("step", std::int64_t{1}).add("split", "train"));
+  const auto size = std::filesystem::file_size(path);
+  {
+    const FileSizeLimit limit(size + 20);  // room for part of the next line
+    CHECK_THROWS_AS(m.write(JsonLine().add("step", std::int64_t{2}).add("split", "train")), Error);
+  }
+  CHECK(std::filesystem::file_size(path) == size);
+  REQUIRE(lines_of(path).size() == 1);
+
+  // A file cut short by other means (a kill between the bytes of one
+  // line): a resumed run drops that line with the ones after its step.
+  std::ofstream(path, std::ios::app) << "{\"step\": 2, \"split\": \"tr";
+  std::size_t dropped = 0;
+  MetricsFile resumed(path, 1, dropped);
+  CHECK(dropped == 1);
+  resumed.write(JsonLine().add("step", std::int64_t{2}).add("split", "train"));
+  const auto lines = lines_of(path);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[1].find("{\"step\": 2, \"split\": \"train\"") == 0);
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "train/progress.h"
 #include "ztrain/error.h"
@@ -138,11 +139,23 @@ Verdict equivalence(const std::vector<ComparedJob>& jobs, const Tolerance& tol) 
   return v;
 }
 
-void read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job) {
-  std::ifstream in(metrics);
+bool read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job) {
+  std::ifstream in(metrics, std::ios::binary);
   if (!in) throw DataError("cannot read '" + metrics.string() + "'");
+  std::ostringstream all;
+  all << in.rdbuf();
+  std::string text = all.str();
+  bool torn = false;
+  if (!text.empty() && text.back() != '\n') {
+    const std::size_t start = text.rfind('\n') + 1;  // npos + 1 = 0: the only line
+    if (json::parse(text.substr(start), nullptr, false).is_discarded()) {
+      text.resize(start);
+      torn = true;
+    }
+  }
+  std::istringstream lines(text);
   std::size_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line; std::getline(lines, line);) {
     ++line_no;
     try {
       const json j = json::parse(line);
@@ -173,10 +186,12 @@ void read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job) {
         job.tier_peak[t] = tier.at("total").get<std::uint64_t>();
       }
     } catch (const json::exception& e) {
-      throw DataError("'" + metrics.string() + "' line " + std::to_string(line_no) + ": " +
-                      e.what());
+      throw DataError(metrics.string() + ":" + std::to_string(line_no) +
+                      ": not a metrics record of ztrain's (" + e.what() +
+                      "); the file was changed or damaged after the run wrote it");
     }
   }
+  return torn;
 }
 
 std::optional<OomRecord> parse_oom(const std::string& error) {

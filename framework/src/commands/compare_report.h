@@ -93,7 +93,11 @@ struct Comparison {
 };
 
 // A job's metrics.jsonl read back (steps, val loss, peaks, skipped steps).
-void read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job);
+// A last line cut short (no newline, not JSON: the run stopped while
+// writing it, on a full disk or a kill) is left out, and the return says
+// so; any other line that is not a metrics record is a DataError naming
+// the file and line.
+bool read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job);
 
 std::string outcome_name(JobOutcome o);
 std::string comparison_table(const Comparison& c);

@@ -73,7 +73,11 @@ Run load_run(const fs::path& dir, const std::string& label) {
   Run r;
   r.dir = dir;
   r.job.strategy = label;
-  read_job_metrics(metrics, r.job);
+  if (read_job_metrics(metrics, r.job))
+    std::fprintf(stderr,
+                 "report: %s: its last line is cut short (the run stopped while writing it: a "
+                 "full disk or a kill) and is left out\n",
+                 metrics.string().c_str());
   if (r.job.steps.empty())
     throw DataError("report: '" + metrics.string() +
                     "' holds no training step; wait for the run's first logged step "

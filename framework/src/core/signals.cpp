@@ -13,7 +13,9 @@
 namespace ztrain {
 namespace {
 
-constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGHUP};
+// SIGUSR1 is how `ztrain --nproc` asks its ranks to stop: mpirun passes it
+// on to every rank without ending the job itself (job/launcher.h).
+constexpr std::array<int, 4> kSignals{SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 std::array<std::atomic<int>, kSignals.size()> g_watchers{};
 std::atomic<int> g_pending{0};
 std::atomic<int> g_stop_enabled{0};

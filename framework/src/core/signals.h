@@ -1,8 +1,9 @@
-// One process-wide handler for SIGINT, SIGTERM and SIGHUP.
+// One process-wide handler for SIGINT, SIGTERM, SIGHUP and SIGUSR1.
 //
-// While training asks for it (StopRequests), the first SIGINT or SIGTERM
-// is a request to stop: recorded, nothing removed, so the run can finish
-// its step and write a checkpoint; a second one ends the process at once.
+// While training asks for it (StopRequests), the first SIGINT, SIGTERM or
+// SIGUSR1 (the launcher's stop, job/launcher.h) is a request to stop:
+// recorded, nothing removed, so the run can finish its step and write a
+// checkpoint; a second one ends the process at once.
 // Where a part watches SIGTERM (the watchdog: mpirun sends SIGTERM when a
 // rank died), that part judges first and calls request_stop when no rank
 // is silent.

@@ -1,11 +1,16 @@
 #include "job/launcher.h"
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -14,7 +19,10 @@
 #include <sstream>
 #include <thread>
 
+#include "job/forwarded_signals.h"
 #include "ztrain/error.h"
+
+extern char** environ;
 
 namespace ztrain {
 namespace {
@@ -250,6 +258,10 @@ std::vector<std::string> mpirun_command(const LaunchPlan& plan,
   // ztrain gives each rank its share of the cores itself (threads = cores /
   // local ranks); mpirun's default binding would pin them all to one core.
   cmd.insert(cmd.end(), {"--bind-to", "none"});
+  // mpirun runs in a process group of its own (run_mpirun), in the
+  // background of a terminal: reading it for rank 0 would stop mpirun, and
+  // no rank reads its input.
+  cmd.insert(cmd.end(), {"--stdin", "none"});
   const auto context = [&](int np, const std::vector<std::string>& extra_env) {
     cmd.insert(cmd.end(), {"-np", std::to_string(np)});
     for (const auto& e : plan.env) cmd.insert(cmd.end(), {"-x", e});
@@ -275,13 +287,40 @@ std::vector<std::string> mpirun_command(const LaunchPlan& plan,
   return cmd;
 }
 
-void exec_command(const std::vector<std::string>& command) {
+int run_mpirun(const std::vector<std::string>& command) {
+  const ForwardedSignals forwarded;
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  ::execvp(argv[0], argv.data());
-  throw Error("cannot start '" + command[0] + "': " + std::strerror(errno) +
-              "; install Open MPI (openmpi-bin) to run several ranks");
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // a terminal's Ctrl-C reaches us alone
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0)
+    throw Error("cannot start '" + command[0] + "': " + std::strerror(rc) +
+                "; install Open MPI (openmpi-bin) to run several ranks");
+  bool asked = false;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return exit_code_of(status);
+    if (r < 0 && errno != EINTR) throw Error(std::string("waitpid: ") + std::strerror(errno));
+    if (const int sig = ForwardedSignals::take()) {
+      std::fprintf(stderr,
+                   asked ? "ztrain: %s again: ending the job now\n"
+                         : "ztrain: %s: every rank stops after its step, with a checkpoint (the "
+                           "same signal again ends the job now)\n",
+                   sig == SIGINT   ? "SIGINT"
+                   : sig == SIGHUP ? "SIGHUP"
+                                   : "SIGTERM");
+      ::kill(pid, asked ? SIGTERM : SIGUSR1);
+      asked = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 }  // namespace ztrain

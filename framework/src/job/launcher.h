@@ -56,7 +56,14 @@ std::string shell_line(const std::vector<std::string>& command);
 // VAR=VALUE lines of a .ztrain_env file (missing file: none).
 std::vector<std::string> read_env_file(const std::string& path);
 
-// Replaces this process with mpirun; returns only by throwing.
-[[noreturn]] void exec_command(const std::vector<std::string>& command);
+// Runs mpirun (`command`) in a process group of its own and waits for it.
+// The first SIGINT, SIGTERM or SIGHUP to this process goes on to mpirun as
+// SIGUSR1, which mpirun passes to every rank on every host without ending
+// the job: each rank finishes its step, writes a checkpoint and exits 0,
+// as one a scheduler signals does, so the job's status is the same on
+// every rank and from here. A second signal goes on as SIGTERM, which
+// ends the job at once. Returns mpirun's exit code (128 + the signal that
+// ended it); Error when mpirun cannot start.
+int run_mpirun(const std::vector<std::string>& command);
 
 }  // namespace ztrain

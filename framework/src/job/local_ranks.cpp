@@ -10,44 +10,13 @@
 #include <optional>
 #include <thread>
 
+#include "job/forwarded_signals.h"
 #include "ztrain/error.h"
 
 extern char** environ;
 
 namespace ztrain {
 namespace {
-
-volatile sig_atomic_t g_signal = 0;
-void remember(int sig) {
-  g_signal = sig;
-}
-
-// This process's handlers for the signals passed on, restored at scope end.
-class ForwardedSignals {
- public:
-  ForwardedSignals() {
-    struct sigaction sa {};
-    sa.sa_handler = remember;
-    sigemptyset(&sa.sa_mask);
-    for (std::size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
-  }
-  ~ForwardedSignals() {
-    for (std::size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
-  }
-  ForwardedSignals(const ForwardedSignals&) = delete;
-  ForwardedSignals& operator=(const ForwardedSignals&) = delete;
-
- private:
-  static constexpr std::size_t kCount = 3;
-  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[kCount];
-};
-
-int status_code(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
 
 // The ranks started so far: one process group, led by the first.
 class RankGroup {
@@ -132,20 +101,16 @@ std::vector<std::vector<std::string>> local_rank_env(const MachineShare& s) {
 int run_local_ranks(const std::vector<std::string>& command,
                     const std::vector<std::vector<std::string>>& env, std::chrono::seconds grace) {
   const ForwardedSignals forwarded;
-  g_signal = 0;
   RankGroup group;
   for (const auto& extra : env) group.spawn(command, extra);
   int result = 0;
   using Clock = std::chrono::steady_clock;
   Clock::time_point kill_at = Clock::time_point::max();  // max: no kill planned
   while (!group.empty()) {
-    if (const int sig = g_signal) {
-      g_signal = 0;
-      group.signal(sig);
-    }
+    if (const int sig = ForwardedSignals::take()) group.signal(sig);
     if (const auto status = group.reap()) {
-      if (status_code(*status) != 0 && result == 0) {
-        result = status_code(*status);
+      if (exit_code_of(*status) != 0 && result == 0) {
+        result = exit_code_of(*status);
         group.signal(SIGTERM);
         kill_at = Clock::now() + grace;
       }

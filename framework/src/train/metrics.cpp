@@ -117,7 +117,8 @@ MetricsFile::MetricsFile(const std::filesystem::path& path, std::int64_t step, s
   std::string kept, line;
   while (std::getline(in, line)) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    const bool later = j.is_object() && j.value("step", std::int64_t{0}) > step;
+    // A line cut short (the attempt stopped while writing it) goes too.
+    const bool later = !j.is_object() || j.value("step", std::int64_t{0}) > step;
     if (later)
       ++dropped;
     else
@@ -135,9 +136,15 @@ void MetricsFile::write(const JsonLine& line) {
   stamped.add("time", rfc3339_now())
       .add("elapsed_s",
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  // A line is written whole or not at all: a write that fails part-way (a
+  // full disk) is cut back off, so the file never ends in half a line.
+  const std::streampos before = out_.tellp();
   out_ << stamped.str() << '\n';
   out_.flush();
-  if (!out_) throw Error("writing metrics file '" + path_.string() + "' failed (disk full?)");
+  if (out_) return;
+  std::error_code ec;
+  if (before >= 0) std::filesystem::resize_file(path_, static_cast<std::uintmax_t>(before), ec);
+  throw Error("writing metrics file '" + path_.string() + "' failed (disk full?)");
 }
 
 }  // namespace ztrain

@@ -49,9 +49,11 @@ class MetricsFile {
   // A run resumed at `step` appends after the lines of the steps up to it:
   // the file's later lines (the attempt that went on past its checkpoint
   // before it was stopped or killed) are dropped, since the resumed run
-  // logs those steps again. `dropped` receives how many lines went.
+  // logs those steps again, and so is a line cut short. `dropped` receives
+  // how many lines went.
   MetricsFile(const std::filesystem::path& path, std::int64_t step, std::size_t& dropped);
-  // `line` with its time stamps.
+  // `line` with its time stamps, whole: a write that fails (a full disk)
+  // leaves the file as it was and raises Error.
   void write(const JsonLine& line);
   const std::filesystem::path& path() const { return path_; }
 

@@ -82,7 +82,11 @@ std::string summary_text(const RunReport& r) {
                   r.comm_wait_s / static_cast<double>(r.steps));
     os << buf;
   }
-  os << "\npeak memory per tier:";
+  // A category's peak and the tier's come at different moments (gathered
+  // parameters in forward, gradients in backward): the brackets can add
+  // up to more than the tier's peak, which the heading says.
+  os << "\npeak memory per tier (in brackets each category's own peak; they come at different "
+        "moments, so they can add up to more):";
   for (Tier t : kTiers) {
     if (!r.memory.tier_peak[t]) continue;
     os << "\n  " << tier_name(t) << ": " << format_bytes(r.memory.tier_peak[t]);

@@ -474,7 +474,10 @@ void Trainer::finish() {
       export_weights(*run_.model, *run_.strategy, tr_.export_to, tr_.export_dtype, lead, tokenizer);
     return;
   }
-  const std::string signal = StopRequests::requested() == SIGINT ? "SIGINT" : "SIGTERM";
+  const int sig = StopRequests::requested();
+  const std::string signal = sig == SIGINT    ? "SIGINT"
+                             : sig == SIGUSR1 ? "the launcher (its SIGTERM or Ctrl-C, passed on)"
+                                              : "SIGTERM";
   const std::int64_t s = at_.step;
   const std::string where =
       stopped_at_ == s ? std::string("checkpoint above")
