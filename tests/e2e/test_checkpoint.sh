@@ -25,7 +25,8 @@
 #   with the last checkpoint whole.
 # - Stopping: SIGTERM to both ranks of a 2-rank run (or to one of them: the
 #   other learns of it through the step agreement, or to the `ztrain
-#   --nproc` launcher, which passes it on) writes a checkpoint and exits 0, and resuming it (`resume = true`, out_dir's latest) logs the
+#   --nproc` launcher, which passes it on; a launcher killed outright takes
+#   its ranks with it) writes a checkpoint and exits 0, and resuming it (`resume = true`, out_dir's latest) logs the
 #   uninterrupted run's losses; SIGTERM during a checkpoint's write stops at
 #   that checkpoint (no second one), the summary names no weights, and the
 #   resumed run's metrics hold each step once; a resume with --resume alone
@@ -316,6 +317,26 @@ stop=$(sed -n 's/.*stopped at step \([0-9]*\) by the launcher.*/\1/p' "$scratch/
 [ -n "$stop" ] || { cat "$scratch/sigterm_launcher.out" >&2; fail "SIGTERM to the launcher: no stop line"; }
 [ "$(cat "$out/latest")" = "step_$stop" ] || fail "SIGTERM to the launcher: latest is not step_$stop"
 echo "SIGTERM to the launcher: stopped at step $stop, exit 0, its checkpoint latest"
+# The launcher killed outright (SIGKILL): the job does not outlive it.
+out="$scratch/killed_launcher"
+"$ZTRAIN" --nproc 2 "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
+  "$SRC/configs/run.toml" > "$scratch/killed_launcher.out" 2>&1 &
+spawned+=($!)
+launcher=$!
+for ((i = 0; i < 600; i++)); do
+  [ -f "$out/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+kill -KILL "$launcher"
+for ((i = 0; i < 300; i++)); do
+  pgrep -f -- "train.out_dir=$out" > /dev/null || break
+  sleep 0.1
+done
+if pgrep -f -- "train.out_dir=$out" > /dev/null; then
+  pkill -9 -f -- "train.out_dir=$out" || true
+  fail "the ranks outlived their killed launcher by 30 s"
+fi
+echo "the launcher killed: its ranks ended within $((i / 10)) s"
 
 echo "== stopping: SIGTERM to one rank of two stops both, at the same step"
 out="$scratch/sigterm_one"

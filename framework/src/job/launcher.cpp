@@ -1,7 +1,7 @@
 #include "job/launcher.h"
 
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +11,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -21,8 +22,6 @@
 
 #include "job/forwarded_signals.h"
 #include "ztrain/error.h"
-
-extern char** environ;
 
 namespace ztrain {
 namespace {
@@ -287,21 +286,51 @@ std::vector<std::string> mpirun_command(const LaunchPlan& plan,
   return cmd;
 }
 
-int run_mpirun(const std::vector<std::string>& command) {
-  const ForwardedSignals forwarded;
+namespace {
+
+// `name` as execvp would find it on PATH; empty when it is nowhere.
+std::string on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string file = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(file.c_str(), X_OK) == 0) return file;
+  }
+  return {};
+}
+
+// mpirun in a process group of its own (a terminal's Ctrl-C reaches the
+// launcher alone), told to end (SIGTERM) if the launcher dies first, even
+// by SIGKILL: the job never outlives the command that started it. The
+// child calls only async-signal-safe functions (the launcher may have
+// threads: OpenBLAS's).
+pid_t start_mpirun(const std::vector<std::string>& command) {
+  const std::string file = on_path(command[0]);
+  if (file.empty())
+    throw Error("cannot start '" + command[0] +
+                "': not found on PATH; install Open MPI (openmpi-bin) to run several ranks");
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // a terminal's Ctrl-C reaches us alone
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = 0;
-  const int rc = ::posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0)
-    throw Error("cannot start '" + command[0] + "': " + std::strerror(rc) +
-                "; install Open MPI (openmpi-bin) to run several ranks");
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(std::string("cannot start mpirun: fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(128 + SIGTERM);  // the launcher is gone already
+    ::execv(file.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+int run_mpirun(const std::vector<std::string>& command) {
+  const ForwardedSignals forwarded;
+  const pid_t pid = start_mpirun(command);
   bool asked = false;
   for (;;) {
     int status = 0;

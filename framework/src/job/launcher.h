@@ -56,7 +56,8 @@ std::string shell_line(const std::vector<std::string>& command);
 // VAR=VALUE lines of a .ztrain_env file (missing file: none).
 std::vector<std::string> read_env_file(const std::string& path);
 
-// Runs mpirun (`command`) in a process group of its own and waits for it.
+// Runs mpirun (`command`) in a process group of its own and waits for it;
+// mpirun is ended (SIGTERM) if this process dies first, however it dies.
 // The first SIGINT, SIGTERM or SIGHUP to this process goes on to mpirun as
 // SIGUSR1, which mpirun passes to every rank on every host without ending
 // the job: each rank finishes its step, writes a checkpoint and exits 0,
