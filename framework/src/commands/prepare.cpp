@@ -43,6 +43,8 @@ std::optional<std::int32_t> separator_id(const PrepareArgs& a, const text::Token
 }
 
 void check_out_dir(const PrepareArgs& a) {
+  if (std::filesystem::exists(a.out) && !std::filesystem::is_directory(a.out))
+    throw DataError("--out " + a.out.string() + " is a file, not a directory; name a directory");
   std::filesystem::create_directories(a.out);
   std::vector<std::filesystem::path> old;
   for (const auto& e : std::filesystem::directory_iterator(a.out)) {
@@ -143,15 +145,24 @@ void tokenize_all(const PrepareArgs& a, const text::Tokenizer& tok, std::optiona
   val.writer.finish();
 }
 
+// A fraction as typed ("0.999", not "0.999000").
+std::string shortest(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 // Why the train split is empty, and what to do.
 [[noreturn]] void no_train_text(const PrepareArgs& a, const std::vector<std::string>& files,
                                 const SplitOutput& val, const text::DocumentReader& reader) {
   if (val.documents > 0)
-    throw DataError("--val-tokens " + std::to_string(a.val_tokens) + " took every document (" +
-                    std::to_string(val.documents) + ", " + std::to_string(val.writer.tokens()) +
+    throw DataError((a.val_tokens > 0 ? "--val-tokens " + std::to_string(a.val_tokens)
+                                      : "--val-fraction " + shortest(a.val_fraction)) +
+                    " took every document (" + std::to_string(val.documents) + ", " +
+                    std::to_string(val.writer.tokens()) +
                     " tokens) into the validation split, leaving none to train on; documents are "
-                    "not cut: give more of them (one per line of a .jsonl, or several files), a "
-                    "smaller --val-tokens, or --val-fraction");
+                    "not cut: give more of them (one per line of a .jsonl, or several files), or "
+                    "hold out less");
   std::string names;
   for (std::size_t i = 0; i < files.size() && i < 3; ++i) names += (i ? ", " : "") + files[i];
   if (files.size() > 3) names += " and " + std::to_string(files.size() - 3) + " more";

@@ -37,6 +37,9 @@ class FailurePoints {
   // Throws the injected failure when `where` is its point, in its step, on
   // its rank, the first time.
   void reached(std::string_view where);
+  // Whether it was thrown (a run that ends without: a point the strategy
+  // never reaches, as ddp's gather, or a step past the run's).
+  bool fired() const { return fired_; }
 
  private:
   const InjectedFailure failure_;

@@ -561,7 +561,13 @@ TrainResult train_run(const TrainArgs& args) {
   try {
     return with_memory_hint(strategy, [&] {
       check_outputs(run, run.model->info().n_params, job.overwrite, out_dir_lock);
-      return Trainer(run, args.faults, t_start).train();
+      TrainResult result = Trainer(run, args.faults, t_start).train();
+      if (failure_points && !failure_points->fired() &&
+          args.faults.failure.applies(args.faults.failure.step, run.comm->rank()))
+        std::fprintf(
+            stderr, "warning: ZTRAIN_TEST_FAIL: this run never reached the %s of step %lld\n",
+            args.faults.failure.where.c_str(), static_cast<long long>(args.faults.failure.step));
+      return result;
     });
   } catch (const std::exception& e) {
     // With other ranks, unwinding the run may wait for collectives they
