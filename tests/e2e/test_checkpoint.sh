@@ -267,6 +267,16 @@ grep -q "rank 1" "$scratch/killed_rank.out" || { cat "$scratch/killed_rank.out" 
   grep -q "checksums   all verified" "$scratch/info.out" || fail "step_5 does not verify after the kill"
 echo "rank 1 killed in the step-10 write: exit $status in $took ms (whole run), rank 1 named, step_5 intact"
 
+# until_trained OUT: waits (up to 60 s) until the run writing OUT has
+# logged three training steps, so that a signal comes during training.
+until_trained() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    [ -f "$1/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$1/metrics.jsonl")" -ge 3 ] && return
+    sleep 0.1
+  done
+}
+
 echo "== stopping: SIGTERM to a 2-rank run"
 slow=(--strategy zero2 --set train.schedule=constant --set train.warmup_steps=0
   --set train.steps=100000 --set model.n_embd=128 --set train.keep_last=0)
@@ -275,10 +285,7 @@ on_ranks 2 "$ZTRAIN" "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
   "$SRC/configs/run.toml" > "$scratch/sigterm.out" 2>&1 &
 spawned+=($!)
 launcher=$!
-for ((i = 0; i < 600; i++)); do
-  [ -f "$out/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.1
-done
+until_trained "$out"
 # The ranks, as a scheduler signals every task (not mpirun, which would end the job).
 pkill -TERM -f -- "^$ZTRAIN .*train.out_dir=$out" || fail "no rank to signal"
 exit_within "$launcher" 60
@@ -300,16 +307,19 @@ train_curve "$out/metrics.jsonl" | awk -v s="$stop" '$1 > s' | tail -n 4 > "$scr
 awk -v s="$stop" '$1 > s' "$scratch/sigterm_ref.curve" > "$scratch/sigterm_ref_tail.curve"
 same_training sigterm_ref_tail sigterm_tail 0 0
 
+# launched NAME: `ztrain --nproc 2` of the slow run into $scratch/NAME, in
+# the background ($launcher), once it trains; sets $out.
+launched() {
+  out="$scratch/$1"
+  "$ZTRAIN" --nproc 2 "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
+    "$SRC/configs/run.toml" > "$scratch/$1.out" 2>&1 &
+  spawned+=($!)
+  launcher=$!
+  until_trained "$out"
+}
+
 echo "== stopping: SIGTERM to the launcher (ztrain --nproc 2): every rank stops, exit 0"
-out="$scratch/sigterm_launcher"
-"$ZTRAIN" --nproc 2 "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
-  "$SRC/configs/run.toml" > "$scratch/sigterm_launcher.out" 2>&1 &
-spawned+=($!)
-launcher=$!
-for ((i = 0; i < 600; i++)); do
-  [ -f "$out/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.1
-done
+launched sigterm_launcher
 kill -TERM "$launcher"
 exit_within "$launcher" 60
 [ "$status" -eq 0 ] || { cat "$scratch/sigterm_launcher.out" >&2; fail "SIGTERM to the launcher: exit $status, not 0"; }
@@ -318,15 +328,7 @@ stop=$(sed -n 's/.*stopped at step \([0-9]*\) by the launcher.*/\1/p' "$scratch/
 [ "$(cat "$out/latest")" = "step_$stop" ] || fail "SIGTERM to the launcher: latest is not step_$stop"
 echo "SIGTERM to the launcher: stopped at step $stop, exit 0, its checkpoint latest"
 # The launcher killed outright (SIGKILL): the job does not outlive it.
-out="$scratch/killed_launcher"
-"$ZTRAIN" --nproc 2 "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
-  "$SRC/configs/run.toml" > "$scratch/killed_launcher.out" 2>&1 &
-spawned+=($!)
-launcher=$!
-for ((i = 0; i < 600; i++)); do
-  [ -f "$out/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.1
-done
+launched killed_launcher
 kill -KILL "$launcher"
 for ((i = 0; i < 300; i++)); do
   pgrep -f -- "train.out_dir=$out" > /dev/null || break
@@ -344,10 +346,7 @@ on_ranks 2 "$ZTRAIN" "${base[@]}" "${slow[@]}" --set train.out_dir="$out" \
   "$SRC/configs/run.toml" > "$scratch/sigterm_one.out" 2>&1 &
 spawned+=($!)
 launcher=$!
-for ((i = 0; i < 600; i++)); do
-  [ -f "$out/metrics.jsonl" ] && [ "$(grep -c '"split": "train"' "$out/metrics.jsonl")" -ge 3 ] && break
-  sleep 0.1
-done
+until_trained "$out"
 # One of the two ranks (the last pgrep lists): the other learns of the stop
 # through the step agreement.
 one=$(pgrep -f -- "^$ZTRAIN .*train.out_dir=$out" | tail -n 1)

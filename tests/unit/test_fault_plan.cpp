@@ -57,21 +57,17 @@ TEST_CASE("fault plan: each variable read into the fault it plans") {
   CHECK_FALSE(plan.failure.applies(3, 1));
 }
 
-TEST_CASE("fault plan: an injected failure without a rank applies on every rank") {
+TEST_CASE("fault plan: a kill in a checkpoint or a failure without a rank applies on every rank") {
+  const test::ScopedEnv kill("ZTRAIN_TEST_KILL_IN_CHECKPOINT", "4:2");
   const test::ScopedEnv fail("ZTRAIN_TEST_FAIL", "checkpoint:error:4");
   const FaultPlan plan = FaultPlan::from_environment();
   CHECK_FALSE(plan.failure.out_of_memory);
-  CHECK(plan.failure.applies(4, 0));
-  CHECK(plan.failure.applies(4, 3));
-  CHECK_FALSE(plan.failure.applies(5, 0));
-}
-
-TEST_CASE("fault plan: a kill in a checkpoint without a rank applies on every rank") {
-  const test::ScopedEnv kill("ZTRAIN_TEST_KILL_IN_CHECKPOINT", "4:2");
-  const FaultPlan plan = FaultPlan::from_environment();
-  CHECK(plan.checkpoint_kill.applies(4, 0));
-  CHECK(plan.checkpoint_kill.applies(4, 3));
+  for (const int rank : {0, 3}) {
+    CHECK(plan.checkpoint_kill.applies(4, rank));
+    CHECK(plan.failure.applies(4, rank));
+  }
   CHECK_FALSE(plan.checkpoint_kill.applies(5, 0));
+  CHECK_FALSE(plan.failure.applies(5, 0));
 }
 
 TEST_CASE("fault plan: a malformed variable is refused, naming it and its form") {
