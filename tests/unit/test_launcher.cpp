@@ -1,6 +1,9 @@
 // DeepSpeed hostfiles, --include/--exclude, .ztrain_env, and the mpirun
 // command the launcher builds.
 #include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
@@ -238,4 +241,34 @@ TEST_CASE("local ranks: a command that cannot start is an error naming it") {
   CHECK(ztrain::test::message_of<ztrain::Error>([] {
           ztrain::run_local_ranks({"/nonexistent/ztrain"}, {{"RANK=0"}});
         }).find("cannot start rank 0 ('/nonexistent/ztrain')") != std::string::npos);
+}
+
+TEST_CASE("--include and --exclude keep the slots DeepSpeed's runner keeps, golden from DeepSpeed") {
+  // tests/data/launcher/filters.json: tools/make_launcher_golden.py ran each
+  // filter through deepspeed.launcher.runner.parse_inclusion_exclusion.
+  // Where DeepSpeed raises, or keeps nothing (every slot excluded, which it
+  // would start as an empty job), ztrain refuses.
+  std::ifstream in(test::source_dir() / "tests/data/launcher/filters.json");
+  const auto golden = nlohmann::json::parse(in);
+  REQUIRE(golden["cases"].size() >= 50);
+  for (const auto& c : golden["cases"]) {
+    std::string hostfile;
+    for (const auto& h : c["hosts"])
+      hostfile += h[0].get<std::string>() + " slots=" + std::to_string(h[1].get<int>()) + "\n";
+    const auto all = parse_hostfile_text(hostfile, "hosts");
+    const std::string include = c["include"], exclude = c["exclude"];
+    INFO("hosts " << c["hosts"].dump() << ", include '" << include << "', exclude '" << exclude
+                  << "', DeepSpeed " << c["deepspeed"].dump());
+    const auto& want = c["deepspeed"];
+    if (want == "error" || want.empty()) {
+      CHECK_THROWS_AS(filter_hosts(all, include, exclude), ConfigError);
+      continue;
+    }
+    const auto kept = filter_hosts(all, include, exclude);
+    REQUIRE(kept.size() == want.size());
+    for (std::size_t i = 0; i < kept.size(); ++i) {
+      CHECK(kept[i].host == want[i][0].get<std::string>());
+      CHECK(kept[i].slots == want[i][1].get<std::vector<int>>());
+    }
+  }
 }

@@ -68,7 +68,17 @@ std::vector<std::pair<std::string, std::vector<int>>> parse_selection(const std:
         slots.push_back(*index);
       }
     }
-    out.emplace_back(part.substr(0, colon), slots);
+    // A host named twice is one entry: its slots together, sorted, once
+    // each (DeepSpeed's parse_node_config_list; a bare name adds none).
+    const std::string name = part.substr(0, colon);
+    auto same =
+        std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == name; });
+    if (same == out.end()) same = out.insert(out.end(), {name, {}});
+    same->second.insert(same->second.end(), slots.begin(), slots.end());
+  }
+  for (auto& [name, slots] : out) {
+    std::sort(slots.begin(), slots.end());
+    slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
   }
   return out;
 }
@@ -133,12 +143,14 @@ std::vector<HostSlots> filter_hosts(std::vector<HostSlots> hosts, const std::str
                           std::to_string(s) + " (it has " + std::to_string(h.slots.size()) + ")");
   };
   if (!include.empty()) {
+    const auto chosen = parse_selection(include, "--include");
+    for (const auto& [name, slots] : chosen)
+      check_slots(find_host(hosts, name, "--include"), slots, "--include");
+    // In the hostfile's order, as DeepSpeed maps ranks to hosts.
     std::vector<HostSlots> kept;
-    for (const auto& [name, slots] : parse_selection(include, "--include")) {
-      const HostSlots& h = find_host(hosts, name, "--include");
-      check_slots(h, slots, "--include");
-      kept.push_back({name, slots.empty() ? h.slots : slots});
-    }
+    for (const auto& h : hosts)
+      for (const auto& [name, slots] : chosen)
+        if (name == h.host) kept.push_back({name, slots.empty() ? h.slots : slots});
     return kept;
   }
   if (!exclude.empty()) {
