@@ -494,6 +494,24 @@ TEST_CASE("tokens: a pattern that matches nothing, a file named twice, val among
                          "\nval_path = " + lit(dir / "a_val.bin") + "\n");
                  }),
                  "a_val.bin' is also a training file"));
+  // The same file named another way is still a training file: relative
+  // with a ./, through a parent directory, through a symlink, a hard link.
+  std::filesystem::create_symlink(dir / "a_train.bin", dir / "link.bin");
+  std::filesystem::create_hard_link(dir / "a_train.bin", dir / "hard.bin");
+  std::filesystem::create_directories(dir / "sub");
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  for (const std::string& other :
+       {std::string("./a_train.bin"), lit(dir / "sub" / ".." / "a_train.bin"), lit(dir / "link.bin"),
+        lit(dir / "hard.bin")}) {
+    const std::string val = other.front() == '\'' ? other : "'" + other + "'";
+    INFO("val_path = " << val);
+    CHECK(contains(message_of<ConfigError>([&] {
+                     setup("path = " + lit(dir / "a_train.bin") + "\nval_path = " + val + "\n");
+                   }),
+                   "is also a training file"));
+  }
+  std::filesystem::current_path(cwd);
   CHECK(contains(message_of<DataError>([&] { setup("path = " + lit(dir.path()) + "\n"); }),
                  "is a directory"));
   CHECK(contains(message_of<ConfigError>([&] { setup("path = []\n"); }),
