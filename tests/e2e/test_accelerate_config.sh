@@ -99,6 +99,14 @@ for r in 0 7; do
   expect_line two_machines_rank1.yaml "^RANK=$((8 + r)) WORLD_SIZE=16 LOCAL_RANK=$r LOCAL_WORLD_SIZE=8 GROUP_RANK=1 "
 done
 echo "two machines: ranks 0-7 on machine 0, 8-15 on machine 1, meeting at 10.0.0.1:29500"
+# The batch is checked at the job's 16 ranks, not one machine's 8: a global
+# batch of 8 divides among one machine's ranks but not the job's.
+status=0
+"$ZTRAIN" --accelerate-config "$acc/two_machines.yaml" --dry-run "${base[@]}" --set train.out_dir="$scratch/dry" \
+  --set train.global_batch_size=8 "$SRC/configs/run.toml" > "$scratch/dry.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -qF "global_batch_size 8 is not divisible by the world size (16)" "$scratch/dry.out" ||
+  fail "two_machines.yaml: a batch for one machine's ranks was not refused at the job's 16 (exit $status): $(cat "$scratch/dry.out")"
+echo "two machines: a global batch of 8 is refused at the job's 16 ranks"
 # DEEPSPEED's pdsh launch from machine 0: the hostfile's hosts, 2 GPUs each
 # (--num_gpus), or the inclusion filter's slots.
 for f in deepspeed_pdsh deepspeed_pdsh_include; do
