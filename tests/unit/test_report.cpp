@@ -4,11 +4,13 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -172,4 +174,45 @@ TEST_CASE("a metrics line that a full disk cuts short is not left in the file") 
   const auto lines = lines_of(path);
   REQUIRE(lines.size() == 2);
   CHECK(lines[1].find("{\"step\": 2, \"split\": \"train\"") == 0);
+}
+
+TEST_CASE("a resumed run's metrics hold every logged step exactly once, wherever it resumes") {
+  // For every resume point of a 12-step run logging every `every` steps
+  // (and evaluating every 4), the attempt went on past its checkpoint to
+  // step `reached` before it stopped; the resumed run logs on from its
+  // checkpoint. The file then holds each logged step once, in order.
+  test::TempDir dir;
+  const auto path = dir / "metrics.jsonl";
+  const auto log_steps = [](MetricsFile& m, std::int64_t from, std::int64_t to, std::int64_t every) {
+    for (std::int64_t s = from; s <= to; ++s) {
+      if (s % every == 0 || s == 1)
+        m.write(JsonLine().add("step", s).add("split", "train"));
+      if (s % 4 == 0) m.write(JsonLine().add("step", s).add("split", "val"));
+    }
+  };
+  for (const std::int64_t every : {1, 3})
+    for (std::int64_t resume = 0; resume <= 12; ++resume)
+      for (const std::int64_t reached : {resume, std::min<std::int64_t>(resume + 2, 12)}) {
+        INFO("log every " << every << ", resumed at step " << resume << " after reaching "
+                          << reached);
+        {
+          MetricsFile first(path);
+          log_steps(first, 1, reached, every);
+        }
+        std::size_t dropped = 0;
+        {
+          MetricsFile resumed(path, resume, dropped);
+          log_steps(resumed, resume + 1, 12, every);
+        }
+        std::vector<std::pair<std::int64_t, std::string>> seen, want;
+        for (const auto& l : lines_of(path)) {
+          const auto j = nlohmann::json::parse(l);
+          seen.emplace_back(j["step"].get<std::int64_t>(), j["split"].get<std::string>());
+        }
+        for (std::int64_t s = 1; s <= 12; ++s) {
+          if (s % every == 0 || s == 1) want.emplace_back(s, "train");
+          if (s % 4 == 0) want.emplace_back(s, "val");
+        }
+        CHECK(seen == want);
+      }
 }
