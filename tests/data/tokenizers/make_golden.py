@@ -16,6 +16,10 @@ What it does
       metaspace.json    the same model under the later conversion of those files (Mistral's):
                         a Metaspace pre-tokenizer (prepend_scheme "first", no split) and a
                         ByteFallback/Fuse/Metaspace decoder instead of the normalizers.
+      metaspace_split.json the same with Metaspace's split: true (tokenizers' default, what
+                        its SentencePieceBPETokenizer writes): the text is split at each U+2581
+                        before the model sees it, so the three merges across words it adds
+                        ("\u2581of" "\u2581the", ...) never apply.
     And one SentencePiece model, trained with the `sentencepiece` package as Llama 2's
     tokenizer.model was (BPE, byte_fallback, digits split, 1000 pieces): sp_bpe.model, whose
     golden ids and decoded texts are SentencePiece's own (ztrain runs it through
@@ -26,7 +30,9 @@ What it does
     entries tokenizers saves for them (the test puts them into split_regex.json) and its ids
     on overlap_inputs(). At each position the longest added token wins, as tokenizers'
     leftmost-longest matcher chooses (`--added-only` writes just this file, without
-    retraining the others).
+    retraining the others). `--metaspace-split-only` writes metaspace_split.json from the
+    committed metaspace.json and adds its cases to golden.json, retraining nothing
+    (SentencePiece-style training here does not give the same vocabulary order twice).
     Then encodes every case of golden_inputs() with each (add_special_tokens=False) and
     writes golden.json: for each tokenizer and case, the text, the ids and the decoded
     text. ztrain's test (tests/unit/test_tokenizer.cpp) must give the same ids for every
@@ -166,6 +172,17 @@ def metaspace(sp):
     return out
 
 
+def metaspace_split(sp):
+    out = Tokenizer.from_str(sp.to_str())
+    out.normalizer = None
+    out.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first",
+                                                 split=True)
+    out.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Metaspace(replacement="\u2581",
+                                                        prepend_scheme="first", split=True)])
+    return out
+
+
 def sentencepiece_model(lines):
     import io
     import sentencepiece as spm
@@ -211,15 +228,46 @@ def added_overlap():
     print("added_overlap", tok.get_vocab_size(), "tokens;", sum(len(c["ids"]) for c in cases), "ids")
 
 
+def metaspace_split_only():
+    """metaspace_split.json from the committed metaspace.json (the same model,
+    without retraining, whose vocabulary order is not reproducible) and its
+    cases added to the committed golden.json."""
+    # Merges across a word boundary ("▁of" "▁the"), which split: true keeps
+    # from applying and split: false would apply: the ids tell the two apart.
+    model = json.load(open(os.path.join(HERE, "metaspace.json"), encoding="utf-8"))
+    vocab, merges = model["model"]["vocab"], model["model"]["merges"]
+    for a, b in (("\u2581of", "\u2581the"), ("\u2581in", "\u2581the"), ("\u2581and", "\u2581a")):
+        vocab[a + b] = max(vocab.values()) + 1
+        merges.append([a, b])
+    tok = metaspace_split(Tokenizer.from_str(json.dumps(model)))
+    tok.save(os.path.join(HERE, "metaspace_split.json"))
+    path = os.path.join(HERE, "golden.json")
+    golden = json.load(open(path, encoding="utf-8"))
+    cases = []
+    across = ["one of the words in the text, and a word of the end", "of the in the and a"]
+    for text in golden_inputs() + across:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        cases.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)})
+    golden["tokenizers_cases"]["metaspace_split"] = cases
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print("metaspace_split", tok.get_vocab_size(), "tokens;", sum(len(c["ids"]) for c in cases), "ids")
+
+
 def main():
     import sys
     if "--added-only" in sys.argv:
         added_overlap()
         return
+    if "--metaspace-split-only" in sys.argv:
+        metaspace_split_only()
+        return
     lines = training_text()
     sp = sentencepiece(lines)
     made = {"byte_level": byte_level(lines), "split_regex": split_regex(lines),
-            "sentencepiece": sp, "metaspace": metaspace(sp)}
+            "sentencepiece": sp, "metaspace": metaspace(sp),
+            "metaspace_split": metaspace_split(sp)}
     golden = {"generator": "tests/data/tokenizers/make_golden.py",
               "tokenizers": tokenizers.__version__, "tokenizers_cases": {}}
     for name, tok in made.items():
