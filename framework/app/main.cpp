@@ -27,6 +27,7 @@
 #include "io/fault_plan.h"
 #include "job/launcher.h"
 #include "job/local_ranks.h"
+#include "job/out_dir_lock.h"
 #include "kernels/cpu/blas.h"
 #include "loader/plugin_loader.h"
 #include "shard/aio_fault.h"
@@ -192,6 +193,7 @@ void hand_over(const ztrain::FaultPlan& faults) {
   ztrain::plan_start_fault(faults.start_kill);
   ztrain::plan_write_error(faults.write_error);
   ztrain::shard::plan_aio_error(faults.nvme_error, faults.nvme_error_after);
+  ztrain::plan_lock_release_hold(faults.hold_lock_release_s);
 }
 
 struct Cli {

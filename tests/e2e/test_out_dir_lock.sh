@@ -7,6 +7,9 @@
 # - once the holder is killed (its lock file stays behind), the next run
 #   takes the lock over, saying whose it was and that it no longer runs;
 # - a finished run leaves no lock file;
+# - the hand-off: a run started while the last one releases its lock holds
+#   the directory (a third job is refused), with the release held at its
+#   dangerous moment by a test fault point;
 # - a start that failed before its first step (out of memory) leaves no
 #   run: the next command into that directory needs no --overwrite.
 #
@@ -58,6 +61,42 @@ wait "$live" 2> /dev/null || true
 grep -q "took over the lock of an earlier run that ended without releasing it (host $(hostname), pid $live, since .*, no longer running)" \
   "$scratch/after.out" || fail "no note on the lock taken over: $(head -3 "$scratch/after.out")"
 [ ! -e "$out/.ztrain.lock" ] || fail "a finished run left its lock file"
+
+# The hand-off, made deterministic: run A, ending, holds between removing
+# its lock file and releasing the lock (ZTRAIN_TEST_HOLD_LOCK_RELEASE); run
+# B starts into the directory then (--overwrite: A's run is done) and
+# trains; C, once A is gone, is refused by B's lock. Released the other way
+# round, B would lock A's old file, which A then removes, and C would take
+# a new lock file and overwrite B's live run.
+handoff="$scratch/handoff"
+ZTRAIN_TEST_HOLD_LOCK_RELEASE=4 "$ZTRAIN" "${base[@]}" --set train.steps=2 --set train.out_dir="$handoff" \
+  "$SRC/configs/run.toml" > "$scratch/handoff_a.out" 2>&1 &
+a=$!
+spawned+=("$a")
+for _ in $(seq 600); do
+  grep -q "test: holding the out_dir lock's release" "$scratch/handoff_a.out" && break
+  sleep 0.1
+done
+grep -q "test: holding the out_dir lock's release" "$scratch/handoff_a.out" || fail "run A did not reach its release"
+"$ZTRAIN" "${base[@]}" --set train.steps=100000 --set train.out_dir="$handoff" --overwrite \
+  "$SRC/configs/run.toml" > "$scratch/handoff_b.out" 2>&1 &
+b=$!
+spawned+=("$b")
+exit_within "$a" 60
+[ "$status" -eq 0 ] || fail "run A failed: $(tail -2 "$scratch/handoff_a.out")"
+for _ in $(seq 600); do
+  [ -f "$handoff/metrics.jsonl" ] && grep -q '"split": "train"' "$handoff/metrics.jsonl" && break
+  sleep 0.1
+done
+kill -0 "$b" 2> /dev/null || fail "run B did not start beside A's release: $(tail -3 "$scratch/handoff_b.out")"
+status=0
+"$ZTRAIN" "${base[@]}" --set train.steps=3 --set train.out_dir="$handoff" --overwrite \
+  "$SRC/configs/run.toml" > "$scratch/handoff_c.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q "is in use by a running job (host $(hostname), pid $b," "$scratch/handoff_c.out" ||
+  fail "run C was not refused beside B, which took over A's directory (exit $status): $(tail -3 "$scratch/handoff_c.out")"
+kill -9 "$b"
+wait "$b" 2> /dev/null || true
+echo "hand-off: B took the directory while A released it; C was refused, naming B"
 
 # A start that fails before its first step leaves no run behind.
 failed="$scratch/failed"

@@ -104,6 +104,13 @@ FaultPlan FaultPlan::from_environment() {
   }
   if (const char* text = variable("ZTRAIN_TEST_COMPARE_PERTURB")) plan.compare_perturb = text;
   if (const char* text = variable("ZTRAIN_TEST_FAIL")) plan.failure = injected_failure(text);
+  if (const char* text = variable("ZTRAIN_TEST_HOLD_LOCK_RELEASE")) {
+    double s = 0;
+    int used = 0;
+    if (std::sscanf(text, "%lf%n", &s, &used) != 1 || text[used] != '\0' || !(s > 0) || s > 600)
+      refuse("ZTRAIN_TEST_HOLD_LOCK_RELEASE", text, "seconds, 0 to 600, e.g. 3");
+    plan.hold_lock_release_s = s;
+  }
   return plan;
 }
 

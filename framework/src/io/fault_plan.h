@@ -29,6 +29,10 @@
 //                                          KIND oom an out-of-memory error,
 //                                          error any other
 //                                          (train/failure_points.h)
+//   ZTRAIN_TEST_HOLD_LOCK_RELEASE=SECONDS  an ending run holds between removing
+//                                          its out_dir lock file and releasing
+//                                          the lock (job/out_dir_lock.h), so a
+//                                          test can start the next job there
 //   ZTRAIN_TEST_COMPARE_PERTURB=STRATEGY:STEP
 //                                          `ztrain compare` runs STRATEGY's
 //                                          job with ZTRAIN_TEST_SCALE_LR=STEP
@@ -83,6 +87,7 @@ struct FaultPlan {
   long nvme_error_after = 0;
   std::string compare_perturb;  // STRATEGY:STEP, empty: none
   InjectedFailure failure;
+  double hold_lock_release_s = 0;  // 0: none
 
   static FaultPlan from_environment();
   // Whether rank `rank`'s gradients are made NaN in step `step` (1-based).
