@@ -23,6 +23,7 @@ TEST_CASE("fault plan: none without the variables") {
   CHECK(plan.nvme_error == 0);
   CHECK(plan.compare_perturb.empty());
   CHECK(plan.failure.where.empty());
+  CHECK(plan.hold_lock_release_s == 0);
   CHECK_FALSE(plan.failure.applies(1, 0));
 }
 
@@ -35,6 +36,7 @@ TEST_CASE("fault plan: each variable read into the fault it plans") {
   const test::ScopedEnv nvme("ZTRAIN_TEST_INJECT_IO_ERROR", "ENOSPC:4");
   const test::ScopedEnv perturb("ZTRAIN_TEST_COMPARE_PERTURB", "zero3:7");
   const test::ScopedEnv fail("ZTRAIN_TEST_FAIL", "reduce:oom:2:1");
+  const test::ScopedEnv hold("ZTRAIN_TEST_HOLD_LOCK_RELEASE", "2.5");
   const FaultPlan plan = FaultPlan::from_environment();
   CHECK(plan.overflows(3, 1));
   CHECK_FALSE(plan.overflows(3, 0));
@@ -55,6 +57,7 @@ TEST_CASE("fault plan: each variable read into the fault it plans") {
   CHECK(plan.failure.applies(2, 1));
   CHECK_FALSE(plan.failure.applies(2, 0));
   CHECK_FALSE(plan.failure.applies(3, 1));
+  CHECK(plan.hold_lock_release_s == 2.5);
 }
 
 TEST_CASE("fault plan: a kill in a checkpoint or a failure without a rank applies on every rank") {
@@ -89,6 +92,8 @@ TEST_CASE("fault plan: a malformed variable is refused, naming it and its form")
       {"ZTRAIN_TEST_FAIL", "reduce:oom:0", "WHERE:KIND:STEP"},
       {"ZTRAIN_TEST_FAIL", "reduce:oom:2:-1", "WHERE:KIND:STEP"},
       {"ZTRAIN_TEST_FAIL", "reduce:oom:2:1x", "WHERE:KIND:STEP"},
+      {"ZTRAIN_TEST_HOLD_LOCK_RELEASE", "-1", "seconds, 0 to 600"},
+      {"ZTRAIN_TEST_HOLD_LOCK_RELEASE", "3s", "seconds, 0 to 600"},
   };
   for (const auto& b : bad) {
     const test::ScopedEnv env(b.name, b.value);
