@@ -1,5 +1,6 @@
 #include "train/failure_points.h"
 
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,12 @@ void FailurePoints::reached(std::string_view where) {
   if (failure_.out_of_memory)
     throw OutOfMemoryError("out of memory" + at + "; pick a strategy that shards or offloads more");
   throw Error("failure" + at);
+}
+
+void FailurePoints::warn_if_unreached() const {
+  if (fired_ || !failure_.applies(failure_.step, rank_)) return;
+  std::fprintf(stderr, "warning: ZTRAIN_TEST_FAIL: this run never reached the %s of step %lld\n",
+               failure_.where.c_str(), static_cast<long long>(failure_.step));
 }
 
 namespace {

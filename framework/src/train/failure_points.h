@@ -37,9 +37,10 @@ class FailurePoints {
   // Throws the injected failure when `where` is its point, in its step, on
   // its rank, the first time.
   void reached(std::string_view where);
-  // Whether it was thrown (a run that ends without: a point the strategy
-  // never reaches, as ddp's gather, or a step past the run's).
-  bool fired() const { return fired_; }
+  // Says on stderr when the run ended without throwing it on a rank it was
+  // planned for: a point the strategy never reaches (ddp's gather) or a
+  // step past the run's, which a test would otherwise take for a pass.
+  void warn_if_unreached() const;
 
  private:
   const InjectedFailure failure_;

@@ -562,18 +562,14 @@ TrainResult train_run(const TrainArgs& args) {
     return with_memory_hint(strategy, [&] {
       check_outputs(run, run.model->info().n_params, job.overwrite, out_dir_lock);
       TrainResult result = Trainer(run, args.faults, t_start).train();
-      if (failure_points && !failure_points->fired() &&
-          args.faults.failure.applies(args.faults.failure.step, run.comm->rank()))
-        std::fprintf(
-            stderr, "warning: ZTRAIN_TEST_FAIL: this run never reached the %s of step %lld\n",
-            args.faults.failure.where.c_str(), static_cast<long long>(args.faults.failure.step));
+      if (failure_points) failure_points->warn_if_unreached();
       return result;
     });
   } catch (const std::exception& e) {
     // With other ranks, unwinding the run may wait for collectives they
     // will never finish: say what went wrong first, then tell them (they
-    // end the job naming this rank, and this rank's own waits end a second
-    // later, comm.h).
+    // end the job naming this rank, and this rank's own waits end two
+    // seconds later, comm.h).
     if (run.comm->size() == 1) throw;
     const bool config_error = dynamic_cast<const ConfigError*>(&e) != nullptr;
     std::fprintf(stderr, "[rank %d] ztrain: %s: %s\n", run.comm->rank(),
