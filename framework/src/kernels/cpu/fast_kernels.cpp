@@ -377,7 +377,9 @@ void FastKernels::rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, 
 void FastKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w, ConstTypedPtr bias,
                                  MatmulShape s) const {
   if (w.dtype == DType::f32) return ReferenceKernels::matmul_forward(out, inp, w, bias, s);
-  const auto [N, C, OC] = s;
+  // Named copies, not a structured binding: lambdas below capture them,
+  // which clang before 16 refuses for bindings.
+  const std::size_t N = s.N, C = s.C, OC = s.OC;
   const std::size_t rows = task_rows(OC, C);
   SingleThreadedBlas single;
   oneapi::tbb::parallel_for(std::size_t{0}, ceil_div(OC, rows), [&](std::size_t blk) {
@@ -407,7 +409,7 @@ void FastKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w, 
 // 16-bit dbias: column sums in fp32 from the widened value, rounded once.
 void FastKernels::matmul_backward(float* dinp, TypedPtr dw, TypedPtr dbias, const float* dout,
                                   const float* inp, ConstTypedPtr w, MatmulShape s) const {
-  const auto [N, C, OC] = s;
+  const std::size_t N = s.N, C = s.C, OC = s.OC;
   const bool w16 = dinp && w.dtype != DType::f32;
   const bool dw16 = dw.dtype != DType::f32;
   const bool db16 = dbias && dbias.dtype != DType::f32;

@@ -299,7 +299,9 @@ void add_column_sums(float* dbias, const float* d, std::size_t N, std::size_t OC
 // out: (N,OC) = inp (N,C) @ w^T, w: (OC,C)
 void ReferenceKernels::matmul_forward(float* out, const float* inp, ConstTypedPtr w_in,
                                       ConstTypedPtr bias_in, MatmulShape s) const {
-  const auto [N, C, OC] = s;
+  // Named copies, not a structured binding: lambdas below capture them,
+  // which clang before 16 refuses for bindings.
+  const std::size_t N = s.N, C = s.C, OC = s.OC;
   const Widened w_f(w_in, OC * C);
   const Widened bias_f(bias_in, OC);
   const float* w = w_f.get();
@@ -315,7 +317,7 @@ void ReferenceKernels::matmul_forward(float* out, const float* inp, ConstTypedPt
 void ReferenceKernels::matmul_backward(float* dinp, TypedPtr dw_out, TypedPtr dbias_out,
                                        const float* dout, const float* inp, ConstTypedPtr w_in,
                                        MatmulShape s) const {
-  const auto [N, C, OC] = s;
+  const std::size_t N = s.N, C = s.C, OC = s.OC;
   const Widened w_f(dinp ? w_in : nullptr, OC * C);
   const WidenedGrad dw_f(dw_out, OC * C);
   const WidenedGrad dbias_f(dbias_out, OC);
