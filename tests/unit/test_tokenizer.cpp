@@ -119,6 +119,14 @@ TEST_CASE("tokenizers: what is not built is refused naming its JSON key") {
   CHECK(refused([](auto& j) {
           j["model"]["merges"][0] = "a b c";
         }).find("model.merges[0] is \"a b c\"") != std::string::npos);
+  // Found by fuzz_tokenizer: a step without a type.
+  CHECK(refused([](auto& j) {
+          j["normalizer"]["normalizers"][1].erase("type");
+        }).find("normalizer.normalizers[1].type is missing: ztrain reads the normalizers") !=
+        std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["pre_tokenizer"] = {{"replacement", "x"}};
+        }).find("pre_tokenizer.type is missing") != std::string::npos);
 }
 
 TEST_CASE("tokenizers: what the tokenizers package refuses is refused, naming the key") {

@@ -60,7 +60,10 @@ struct Node {
     return v->size();
   }
   [[noreturn]] void unsupported(const std::string& key, const std::string& what) const {
-    throw ConfigError(where(key) + " is " + j.at(key).dump() + ": " + what);
+    // Found by fuzz_tokenizer: a step without its "type" was an escaping
+    // json out_of_range.
+    const json* v = j.is_object() ? get(key) : nullptr;
+    throw ConfigError(where(key) + " is " + (v ? v->dump() : std::string("missing")) + ": " + what);
   }
 };
 
