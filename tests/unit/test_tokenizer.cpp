@@ -127,6 +127,9 @@ TEST_CASE("tokenizers: what is not built is refused naming its JSON key") {
   CHECK(refused([](auto& j) {
           j["pre_tokenizer"] = {{"replacement", "x"}};
         }).find("pre_tokenizer.type is missing") != std::string::npos);
+  CHECK(refused([](auto& j) {
+          j["normalizer"]["normalizers"][1].erase("pattern");
+        }).find("normalizer.normalizers[1].pattern is missing") != std::string::npos);
 }
 
 TEST_CASE("tokenizers: what the tokenizers package refuses is refused, naming the key") {
