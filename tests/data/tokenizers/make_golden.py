@@ -161,25 +161,14 @@ def sentencepiece(lines):
     return out
 
 
-def metaspace(sp):
+def metaspace(sp, split=False):
     out = Tokenizer.from_str(sp.to_str())
     out.normalizer = None
     out.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first",
-                                                 split=False)
+                                                 split=split)
     out.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
                                      decoders.Metaspace(replacement="\u2581",
-                                                        prepend_scheme="first", split=False)])
-    return out
-
-
-def metaspace_split(sp):
-    out = Tokenizer.from_str(sp.to_str())
-    out.normalizer = None
-    out.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first",
-                                                 split=True)
-    out.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Metaspace(replacement="\u2581",
-                                                        prepend_scheme="first", split=True)])
+                                                        prepend_scheme="first", split=split)])
     return out
 
 
@@ -239,7 +228,7 @@ def metaspace_split_only():
     for a, b in (("\u2581of", "\u2581the"), ("\u2581in", "\u2581the"), ("\u2581and", "\u2581a")):
         vocab[a + b] = max(vocab.values()) + 1
         merges.append([a, b])
-    tok = metaspace_split(Tokenizer.from_str(json.dumps(model)))
+    tok = metaspace(Tokenizer.from_str(json.dumps(model)), split=True)
     tok.save(os.path.join(HERE, "metaspace_split.json"))
     path = os.path.join(HERE, "golden.json")
     golden = json.load(open(path, encoding="utf-8"))
@@ -267,7 +256,7 @@ def main():
     sp = sentencepiece(lines)
     made = {"byte_level": byte_level(lines), "split_regex": split_regex(lines),
             "sentencepiece": sp, "metaspace": metaspace(sp),
-            "metaspace_split": metaspace_split(sp)}
+            "metaspace_split": metaspace(sp, split=True)}
     golden = {"generator": "tests/data/tokenizers/make_golden.py",
               "tokenizers": tokenizers.__version__, "tokenizers_cases": {}}
     for name, tok in made.items():
