@@ -14,11 +14,44 @@
 # before resolving an issue that touches the math, the strategies or the
 # communicators, and keep a mutation here for every new mechanism.
 #
+# After the table, one line per room (the source folder of the file a
+# mutation changes: framework/src/comm, plugins/data/tokens, ...): caught of
+# run. --rooms lists, without running anything, how many mutations each
+# room holds, every room of framework/src, plugins/ and strategies/
+# included, so a room with none shows.
+#
 # usage: tests/mutations/run.sh [NAME...]   (default: every patch)
+#        tests/mutations/run.sh --rooms
 #   ZTRAIN_MUTATION_DIR=DIR reuses DIR (and its build) between runs.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
+
+# room_of FILE: framework/src/ROOM, plugins/KIND/NAME, or FILE's folder.
+room_of() {
+  case $1 in
+    framework/src/*) echo "$1" | cut -d/ -f1-3 ;;
+    plugins/*/*/*) echo "$1" | cut -d/ -f1-3 ;;
+    *) dirname "$1" ;;
+  esac
+}
+# The room of mutation NAME: that of the first file its patch changes.
+room_of_patch() { room_of "$(sed -n 's|^+++ b/||p' "$here/$1.patch" | head -n 1)"; }
+
+if [ "${1:-}" = --rooms ]; then
+  declare -A held
+  for d in "$src"/framework/src/*/ "$src"/plugins/*/*/ "$src"/strategies/*/; do
+    held[$(realpath --relative-to="$src" "$d")]=0
+  done
+  for p in "$here"/*.patch; do
+    r=$(room_of_patch "$(basename "$p" .patch)")
+    held[$r]=$((${held[$r]:-0} + 1))
+  done
+  echo "| room | mutations |"
+  echo "|---|---|"
+  for r in $(printf '%s\n' "${!held[@]}" | sort); do echo "| $r | ${held[$r]} |"; done
+  exit 0
+fi
 work=${ZTRAIN_MUTATION_DIR:-$(mktemp -d /tmp/ztrain-mutations.XXXXXX)}
 tree=$work/src build=$work/build log=$work/logs
 mkdir -p "$tree" "$log"
@@ -101,4 +134,15 @@ echo "|---|---|---|"
 for n in "${names[@]}"; do
   echo "| $n | $(sed -n 's/^Mutation: //p' "$here/$n.patch") | ${verdict[$n]} |"
 done
+
+declare -A run_in caught_in
+for n in "${names[@]}"; do
+  r=$(room_of_patch "$n")
+  run_in[$r]=$((${run_in[$r]:-0} + 1))
+  [[ ${verdict[$n]} == caught* ]] && caught_in[$r]=$((${caught_in[$r]:-0} + 1))
+done
+echo
+echo "| room | caught / run |"
+echo "|---|---|"
+for r in $(printf '%s\n' "${!run_in[@]}" | sort); do echo "| $r | ${caught_in[$r]:-0} / ${run_in[$r]} |"; done
 exit $status

@@ -648,10 +648,12 @@ TEST_CASE("tokens: missing path key is a ConfigError from validation") {
 
 namespace {
 std::string utf8_corpus(std::size_t min_bytes) {
-  // Two-, three- and four-byte characters among ASCII.
-  const std::string line = "héllo wörld, naïve café — 日本語のテキスト 🚀✨ ok\n";
+  // Two-, three- and four-byte characters among ASCII; each line numbered,
+  // so no stretch of the file repeats another (a periodic corpus let a val
+  // split read from the wrong offset pass).
+  const std::string line = " héllo wörld, naïve café — 日本語のテキスト 🚀✨ ok\n";
   std::string s;
-  while (s.size() < min_bytes) s += line;
+  for (int i = 0; s.size() < min_bytes; ++i) s += std::to_string(i) + line;
   return s;
 }
 }  // namespace
