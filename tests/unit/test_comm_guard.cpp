@@ -89,7 +89,7 @@ class Stuck final : public ThreadedCommunicator {
     start_guard();
   }
   ~Stuck() override {
-    release.set_value();
+    if (release_on_destroy) release.set_value();
     drain();
   }
   int rank() const override { return 0; }
@@ -117,6 +117,7 @@ class Stuck final : public ThreadedCommunicator {
   std::unique_ptr<Communicator> split(int, int) override { return nullptr; }
 
   std::atomic<int> aborts{0}, code{0};
+  bool release_on_destroy = true;  // false: the collective stays stuck through drain()
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
 
@@ -264,4 +265,32 @@ TEST_CASE("a heartbeat's frame carries the silent ranks and a failure, its messa
   BeatFrame wrong = encode_beat(hb);
   wrong.magic = 0;
   CHECK_FALSE(decode_beat(wrong));
+}
+
+TEST_CASE("a failed rank's communicator destroyed mid-collective ends the job, not waits") {
+  // The strategy unwound without waiting on its collective: the
+  // communicator's own teardown must not wait for it forever either.
+  auto comm = std::make_unique<Stuck>(scripted(0, 2, {}));
+  comm->release_on_destroy = false;
+  float x = 1;
+  CommWork work = comm->all_reduce_async(&x, 1, DType::f32, ReduceOp::sum);
+  comm->announce_failure("out of memory");
+  Stuck* raw = comm.get();
+  std::atomic<int> aborted{0};
+  // abort_job returns here (it ends the process for real): once it has been
+  // called, let the collective go so the destructor can finish.
+  std::thread releaser([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (raw->aborts == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(milliseconds(10));
+    aborted = raw->aborts.load();
+    raw->release.set_value();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  comm.reset();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  releaser.join();
+  CHECK(aborted == 1);
+  CHECK(took < 5.0);
 }

@@ -35,6 +35,11 @@ std::optional<std::pair<std::string, CommWorker::Clock::time_point>> CommWorker:
   return running_;
 }
 
+bool CommWorker::idle() const {
+  std::lock_guard lock(mu_);
+  return queue_.empty() && !running_;
+}
+
 void CommWorker::loop() {
   for (;;) {
     Task task;
@@ -150,6 +155,11 @@ void ThreadedCommunicator::start_guard() {
 }
 
 void ThreadedCommunicator::drain() {
+  // What is queued finishes with the guard still watching: a collective a
+  // failed or dead peer keeps from finishing ends the job, instead of the
+  // worker's join waiting for it forever.
+  while (guard_.joinable() && !worker_->idle())
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (guard_.joinable()) {
     {
       std::lock_guard lock(guard_mu_);

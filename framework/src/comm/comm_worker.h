@@ -41,6 +41,8 @@ class CommWorker {
   std::shared_future<void> submit(std::function<void()> f, std::string what);
   // The task running, and since when; nullopt while idle.
   std::optional<std::pair<std::string, Clock::time_point>> running() const;
+  // Nothing queued and nothing running.
+  bool idle() const;
 
  private:
   struct Task {
@@ -125,6 +127,8 @@ class ThreadedCommunicator : public Communicator {
   // Raises "rank R: OP of N DTYPE elements failed<why>".
   [[noreturn]] void fail(const char* op, std::size_t count, DType type,
                          const std::string& why) const;
+  // Waits for what is queued (the guard still ending the job when a
+  // collective cannot finish), then stops the guard and the worker.
   void drain();
 
   int world_rank_;
