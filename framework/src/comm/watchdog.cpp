@@ -90,8 +90,11 @@ void Watchdog::beat(Clock::time_point now) {
 }
 
 void Watchdog::on_sigterm() {
-  // This rank failed and printed why; the launcher ending it says nothing new.
-  if (failed_at()) die_by_signal(SIGTERM);
+  // The job is ending on a failure (this rank's, a peer's, or this rank's
+  // communicators are ending it): the launcher's SIGTERM is that end, not a
+  // request to stop after the step, which would wait in a collective the
+  // failed rank never joins. What happened is printed already.
+  if (failed_at() || peer_failure() || ending_.load()) die_by_signal(SIGTERM);
   // mpirun's SIGTERM can come sooner after a death than `silence`: give the
   // dead rank the time to show as silent before judging.
   const auto until = Clock::now() + silence_;
