@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <regex>
@@ -338,17 +339,54 @@ pid_t start_mpirun(const std::vector<std::string>& command) {
   return pid;
 }
 
+// Whether every process mpirun started has ended and waits to be reaped
+// (a zombie), from /proc: false while one runs, or while it started none.
+bool children_all_ended(pid_t mpirun) {
+  std::vector<std::string> children;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(mpirun) + "/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    for (std::string child; in >> child;) children.push_back(child);
+  }
+  for (const auto& child : children) {
+    std::ifstream stat("/proc/" + child + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z')
+      return false;
+  }
+  return !children.empty();
+}
+
 }  // namespace
 
+// mpirun can hang after its ranks have all ended on MPI_Abort (Open MPI
+// 4.1: both ranks zombies, mpirun asleep, seen once in CI): when every
+// child of it has ended for 3 s and it has not, it is ended here.
 int run_mpirun(const std::vector<std::string>& command) {
+  using Clock = std::chrono::steady_clock;
   const ForwardedSignals forwarded;
   const pid_t pid = start_mpirun(command);
   bool asked = false;
+  std::optional<Clock::time_point> ended_since;
   for (;;) {
     int status = 0;
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
     if (r == pid) return exit_code_of(status);
     if (r < 0 && errno != EINTR) throw Error(std::string("waitpid: ") + std::strerror(errno));
+    if (!children_all_ended(pid)) {
+      ended_since.reset();
+    } else if (!ended_since) {
+      ended_since = Clock::now();
+    } else if (Clock::now() - *ended_since > std::chrono::seconds(3)) {
+      std::fprintf(stderr,
+                   "ztrain: every rank has ended but mpirun has not after 3 s; ending it\n");
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return 1;
+    }
     if (const int sig = ForwardedSignals::take()) {
       std::fprintf(stderr,
                    asked ? "ztrain: %s again: ending the job now\n"
