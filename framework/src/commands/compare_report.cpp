@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
+#include "io/durable_file.h"
 #include "train/progress.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -140,11 +140,7 @@ Verdict equivalence(const std::vector<ComparedJob>& jobs, const Tolerance& tol) 
 }
 
 bool read_job_metrics(const std::filesystem::path& metrics, ComparedJob& job) {
-  std::ifstream in(metrics, std::ios::binary);
-  if (!in) throw DataError("cannot read '" + metrics.string() + "'");
-  std::ostringstream all;
-  all << in.rdbuf();
-  std::string text = all.str();
+  std::string text = read_whole_file(metrics);
   bool torn = false;
   if (!text.empty() && text.back() != '\n') {
     const std::size_t start = text.rfind('\n') + 1;  // npos + 1 = 0: the only line
