@@ -16,6 +16,7 @@
 #include "ztrain/error.h"
 #include "ztrain/file_list.h"
 #include "ztrain/random.h"
+#include "ztrain/units.h"
 
 namespace ztrain {
 namespace {
@@ -167,9 +168,8 @@ std::string shortest(double v) {
   for (std::size_t i = 0; i < files.size() && i < 3; ++i) names += (i ? ", " : "") + files[i];
   if (files.size() > 3) names += " and " + std::to_string(files.size() - 3) + " more";
   throw DataError("prepare's inputs hold no text to train on: " + names + " (" +
-                  std::to_string(reader.empty_documents()) + " empty document" +
-                  (reader.empty_documents() == 1 ? "" : "s") + ", " +
-                  std::to_string(reader.bytes_read()) + " bytes read)");
+                  counted(static_cast<std::int64_t>(reader.empty_documents()), "empty document") +
+                  ", " + std::to_string(reader.bytes_read()) + " bytes read)");
 }
 
 // A failed prepare leaves nothing behind that blocks the next one: the
@@ -242,8 +242,8 @@ int prepare(const PrepareArgs& a, std::ostream& log) {
       std::chrono::duration<double>(Clock::now() - start).count(), width * 8, tok->vocab_size());
   log << line << "\n";
   if (reader.empty_documents() > 0)
-    log << "prepare: skipped " << reader.empty_documents() << " empty document"
-        << (reader.empty_documents() == 1 ? "" : "s") << "\n";
+    log << "prepare: skipped "
+        << counted(static_cast<std::int64_t>(reader.empty_documents()), "empty document") << "\n";
   if (reader.replaced_sequences() > 0)
     log << "prepare: replaced " << reader.replaced_sequences()
         << " invalid UTF-8 sequence(s) with U+FFFD (--replace-invalid-utf8)\n";
