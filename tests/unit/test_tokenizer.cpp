@@ -7,8 +7,10 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "support.h"
+#include "text/hf_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
 
@@ -74,6 +76,104 @@ TEST_CASE("tokenizers: overlapping added tokens match as Hugging Face's, longest
   }
 }
 
+namespace {
+
+// A golden_parts.json variant's tokenizer.json: its base with the edit
+// make_golden.py made (top-level parts replaced, model flags set, or the
+// merges written as "a b" strings).
+nlohmann::json edited(const nlohmann::json& variant) {
+  auto j = nlohmann::json::parse(std::ifstream(test::source_dir() / "tests/data/tokenizers" /
+                                               variant.at("base").get<std::string>()));
+  for (const auto& [key, value] : variant.at("edit").items()) {
+    if (key == "model") {
+      j["model"].update(value);
+    } else if (key == "merges") {
+      for (auto& m : j["model"]["merges"])
+        m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+    } else {
+      j[key] = value;
+    }
+  }
+  return j;
+}
+
+std::string from_hex(const std::string& hex) {
+  std::string bytes;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return bytes;
+}
+
+nlohmann::json golden_parts() {
+  return nlohmann::json::parse(
+      std::ifstream(test::source_dir() / "tests/data/tokenizers/golden_parts.json"));
+}
+
+}  // namespace
+
+// Each part of tokenizer.json the five tokenizers above leave out, set on
+// one of them (golden_parts.json, make_golden.py --parts-only): the ids, the
+// decoded text, and the ids with the post-processor's special tokens, which
+// must be the start token ztrain puts before each document and nothing
+// else. The invalid UTF-8 cases are bytes: ztrain's lossy decoding
+// (prepare --replace-invalid-utf8) must give the text tokenizers encoded.
+TEST_CASE("tokenizers: every part variant gives Hugging Face's ids, start token and text") {
+  test::TempDir dir;
+  const auto parts = golden_parts();
+  std::size_t compared = 0, raw = 0, started = 0;
+  for (const auto& variant : parts.at("variants")) {
+    const std::string name = variant.at("name");
+    CAPTURE(name);
+    std::ofstream(dir / (name + ".json")) << edited(variant).dump();
+    const auto tok = text::load_tokenizer(dir / (name + ".json"));
+    std::vector<std::int32_t> start;
+    if (const auto bos = tok->bos_token()) start = {*tok->token_id(*bos)};
+    for (const auto& c : variant.at("cases")) {
+      std::string input = c.at("text");
+      if (c.contains("bytes")) {
+        CHECK(text::lossy_utf8(from_hex(c.at("bytes"))) == input);
+        ++raw;
+      }
+      CAPTURE(input);
+      const auto want = c.at("ids").get<std::vector<std::int32_t>>();
+      CHECK(tok->encode(input) == want);
+      if (c.contains("decoded")) CHECK(tok->decode(want) == c.at("decoded").get<std::string>());
+      auto with_start = start;
+      with_start.insert(with_start.end(), want.begin(), want.end());
+      CHECK(with_start == c.at("with_special").get<std::vector<std::int32_t>>());
+      started += !start.empty();
+      compared += want.size();
+    }
+  }
+  CHECK(compared > 15000);
+  CHECK(raw >= 8 * 20);
+  CHECK(started >= 2 * 49);
+}
+
+// The parts the golden tokenizers use, together, are every part the reader
+// takes: a part added to the reader without a golden case fails here.
+TEST_CASE("tokenizers: every part ztrain reads in tokenizer.json has a golden case") {
+  test::TempDir dir;
+  std::set<std::string> covered;
+  const auto cover = [&](const std::filesystem::path& file) {
+    for (const auto& part : text::tokenizer_json_parts_used(file)) covered.insert(part);
+  };
+  const auto g = golden(), parts = golden_parts();
+  for (const auto& [name, cases] : g.at("tokenizers_cases").items())
+    if (tokenizer_file(name).extension() == ".json") cover(tokenizer_file(name));
+  for (const auto& variant : parts.at("variants")) {
+    const std::string name = variant.at("name");
+    std::ofstream(dir / (name + ".json")) << edited(variant).dump();
+    cover(dir / (name + ".json"));
+  }
+  const auto all = text::tokenizer_json_parts();
+  for (const auto& part : all) {
+    CAPTURE(part);
+    CHECK(covered.count(part) == 1);
+  }
+  CHECK(covered.size() == all.size());
+}
+
 TEST_CASE("tokenizers: vocabulary size and the ids of named tokens") {
   const auto gpt = text::load_tokenizer(tokenizer_file("byte_level"));
   CHECK(gpt->vocab_size() == 2000);
@@ -130,6 +230,69 @@ TEST_CASE("tokenizers: what is not built is refused naming its JSON key") {
   CHECK(refused([](auto& j) {
           j["normalizer"]["normalizers"][1].erase("pattern");
         }).find("normalizer.normalizers[1].pattern is missing") != std::string::npos);
+}
+
+// What the reader would read but no golden case checks, and post-processors
+// whose documents ztrain would not build as the file describes.
+TEST_CASE(
+    "tokenizers: parts without a golden case and templates ztrain cannot follow are refused") {
+  test::TempDir dir;
+  const auto refused = [&](const char* base, const std::function<void(nlohmann::json&)>& edit) {
+    auto j = nlohmann::json::parse(std::ifstream(tokenizer_file(base)));
+    edit(j);
+    std::ofstream(dir / "t.json") << j.dump();
+    return test::message_of<ConfigError>([&] { text::load_tokenizer(dir / "t.json"); });
+  };
+  const auto template_of = [](const nlohmann::json& single) {
+    return nlohmann::json{{"type", "TemplateProcessing"},
+                          {"single", single},
+                          {"special_tokens",
+                           {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}},
+                            {"</s>", {{"id", "</s>"}, {"ids", {2}}, {"tokens", {"</s>"}}}}}}};
+  };
+  const nlohmann::json s = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}};
+  const nlohmann::json e = {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}};
+  const nlohmann::json a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  CHECK(refused("sentencepiece", [&](auto& j) {
+          j["post_processor"] = template_of({s, a, e});
+        }).find("t.json: post_processor.single is [") != std::string::npos);
+  CHECK(refused("sentencepiece", [&](auto& j) {
+          j["post_processor"] = template_of({a, e});
+        }).find("the template must be \"$A\" or \"<s> $A\"") != std::string::npos);
+  CHECK(refused("sentencepiece",
+                [&](auto& j) {
+                  j["post_processor"] = {{"type", "RobertaProcessing"}};
+                })
+            .find("post_processor.type is \"RobertaProcessing\": ztrain reads the "
+                  "post-processors") != std::string::npos);
+  CHECK(refused("sentencepiece", [&](auto& j) {
+          j["post_processor"] = template_of({s, a});
+          j["post_processor"]["special_tokens"]["<s>"]["ids"] = {2};
+        }).find("inserts [2], not its vocabulary id [1]") != std::string::npos);
+  CHECK(refused("sentencepiece", [&](auto& j) {
+          j["post_processor"] = {{"type", "Sequence"},
+                                 {"processors", {template_of({s, a}), template_of({s, a})}}};
+        }).find("two templates each start the text") != std::string::npos);
+  // tokenizers 0.23.3: "add_prefix_space does not match declared prepend_scheme".
+  CHECK(refused("metaspace",
+                [](auto& j) {
+                  j["pre_tokenizer"].erase("prepend_scheme");
+                  j["pre_tokenizer"]["add_prefix_space"] = false;
+                })
+            .find("pre_tokenizer.add_prefix_space is false: it contradicts prepend_scheme "
+                  "\"always\"") != std::string::npos);
+  CHECK(refused("metaspace", [](auto& j) {
+          j["pre_tokenizer"].erase("replacement");
+        }).find("pre_tokenizer.replacement is missing") != std::string::npos);
+  // Read the same way as the pre-tokenizer's, but held to no golden case.
+  CHECK(refused("metaspace",
+                [](auto& j) {
+                  auto& m = j["decoder"]["decoders"][2];
+                  m["prepend_scheme"] = "never";
+                  m["add_prefix_space"] = false;
+                })
+            .find("t.json: decoder.decoders[2]: Metaspace add_prefix_space=false has no case "
+                  "checked against the tokenizers package") != std::string::npos);
 }
 
 TEST_CASE("tokenizers: what the tokenizers package refuses is refused, naming the key") {

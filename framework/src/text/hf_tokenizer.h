@@ -8,11 +8,14 @@
 // the pre-tokenizers ByteLevel, Split, Metaspace and Sequence; the decoders
 // ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace and Sequence;
 // added tokens, matched in the text (leftmost, longest) before the rest
-// runs. Anything else the file asks for (another model, NFC, lowercasing,
-// BPE dropout, an added token's lstrip) is a ConfigError naming its JSON
-// key: never a near miss. The post-processor (BOS/EOS templates) is not
-// applied; callers add those ids themselves (bos_token names the token its
-// single-sequence template begins with).
+// runs; the post-processors TemplateProcessing ("$A" or "<s> $A"),
+// ByteLevel and Sequence. Anything else the file asks for (another model,
+// NFC, lowercasing, BPE dropout, an added token's lstrip, a template adding
+// tokens after the text) is a ConfigError naming its JSON key: never a near
+// miss. Each type and option value read is a part of tokenizer_json_parts(),
+// and each of those is held to ids the tokenizers package gave (the unit
+// test). The post-processor is not applied; callers add the start token
+// themselves (bos_token names the token the template begins with).
 //
 // Thread safety: immutable once loaded; encode and decode from any thread.
 #pragma once
@@ -22,6 +25,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -86,5 +90,13 @@ class HfTokenizer final : public Tokenizer {
 // Reads a tokenizer.json (ConfigError naming file and key for what is not
 // read above, DataError when it cannot be read).
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& file);
+
+// Every part of a tokenizer.json load_hf_tokenizer reads, one name per type
+// and option value ("pre_tokenizer Split behavior=Removed"); it refuses
+// files using any other.
+std::vector<std::string> tokenizer_json_parts();
+// The parts FILE uses (it is read as load_hf_tokenizer reads it, errors
+// included).
+std::set<std::string> tokenizer_json_parts_used(const std::filesystem::path& file);
 
 }  // namespace ztrain::text

@@ -33,6 +33,13 @@ What it does
     retraining the others). `--metaspace-split-only` writes metaspace_split.json from the
     committed metaspace.json and adds its cases to golden.json, retraining nothing
     (SentencePiece-style training here does not give the same vocabulary order twice).
+    And golden_parts.json (`--parts-only`, from the committed files, retraining nothing):
+    each part of tokenizer.json the five leave out (part_variants(): every Split behavior,
+    Metaspace scheme, legacy add_prefix_space, Strip at either end, BPE flags, merges as
+    strings, post-processor templates), set on one of them, with the ids of golden_inputs()
+    and of INVALID_UTF8 as --replace-invalid-utf8 reads it, and the ids with the
+    post-processor's special tokens; test_tokenizer.cpp checks that together they use every
+    part ztrain reads.
     Then encodes every case of golden_inputs() with each (add_special_tokens=False) and
     writes golden.json: for each tokenizer and case, the text, the ids and the decoded
     text. ztrain's test (tests/unit/test_tokenizer.cpp) must give the same ids for every
@@ -244,8 +251,162 @@ def metaspace_split_only():
     print("metaspace_split", tok.get_vocab_size(), "tokens;", sum(len(c["ids"]) for c in cases), "ids")
 
 
+# The parts of tokenizer.json ztrain reads that the five tokenizers above do not
+# all show, each set on one of them: (name, base file, edit). An edit replaces
+# top-level parts ("normalizer", "pre_tokenizer", "decoder", "post_processor",
+# "added_tokens") with what tokenizers itself serializes, sets model flags
+# ("model": {...}), or writes the model's merges in the older "a b" form
+# ("merges": "strings"); test_tokenizer.cpp applies the same edit to the same
+# base. Every variant is loaded by tokenizers (Tokenizer.from_str) from the
+# edited JSON, so a legacy field (Metaspace's add_prefix_space) is read as
+# tokenizers reads it (and what it refuses, test_tokenizer.cpp refuses).
+def serialized(part):
+    holder = Tokenizer(models.BPE())
+    kind = {pre_tokenizers.PreTokenizer: "pre_tokenizer", decoders.Decoder: "decoder",
+            normalizers.Normalizer: "normalizer"}
+    for cls, key in kind.items():
+        if isinstance(part, cls):
+            setattr(holder, key, part)
+            return json.loads(holder.to_str())[key]
+    holder.post_processor = part
+    return json.loads(holder.to_str())["post_processor"]
+
+
+def part_variants():
+    from tokenizers import processors
+    P, D, N = pre_tokenizers, decoders, normalizers
+    bl = D.ByteLevel()
+    sp_decoder = [D.Replace("\u2581", " "), D.ByteFallback(), D.Fuse()]
+    legacy_metaspace = dict(serialized(P.Metaspace(prepend_scheme="always", split=False)))
+    del legacy_metaspace["prepend_scheme"]
+    legacy_metaspace["add_prefix_space"] = True
+    # tokenizers refuses add_prefix_space false unless prepend_scheme says never.
+    legacy_no_prefix = dict(legacy_metaspace, add_prefix_space=False, prepend_scheme="never")
+    template = lambda start, ids: processors.TemplateProcessing(
+        single=f"{start} $A", special_tokens=[(start, ids)])
+    return [
+        ("byte_level_prefix", "byte_level.json",
+         {"pre_tokenizer": serialized(P.ByteLevel(add_prefix_space=True)),
+          "decoder": serialized(bl), "post_processor": serialized(processors.ByteLevel())}),
+        ("split_string_removed", "split_regex.json",
+         {"pre_tokenizer": serialized(P.Sequence([P.Split(" ", behavior="removed"),
+                                                  P.ByteLevel(False, use_regex=False)]))}),
+        ("split_merged_previous", "split_regex.json",
+         {"pre_tokenizer": serialized(P.Sequence([
+             P.Split(Regex(r"\s+"), behavior="merged_with_previous"),
+             P.ByteLevel(False, use_regex=False)]))}),
+        ("split_merged_next", "split_regex.json",
+         {"pre_tokenizer": serialized(P.Sequence([
+             P.Split(Regex(r"[,.;:!?]"), behavior="merged_with_next"),
+             P.ByteLevel(False, use_regex=False)]))}),
+        ("split_string_isolated", "split_regex.json",
+         {"pre_tokenizer": serialized(P.Sequence([P.Split("the", behavior="isolated"),
+                                                  P.ByteLevel(False, use_regex=False)]))}),
+        ("byte_level_merges_as_strings", "byte_level.json", {"merges": "strings"}),
+        ("metaspace_always", "metaspace.json",
+         {"pre_tokenizer": serialized(P.Metaspace(prepend_scheme="always", split=False)),
+          "decoder": serialized(D.Sequence([D.ByteFallback(), D.Fuse(),
+                                            D.Metaspace(prepend_scheme="always")]))}),
+        ("metaspace_never", "metaspace.json",
+         {"pre_tokenizer": serialized(P.Metaspace(prepend_scheme="never", split=True)),
+          "decoder": serialized(D.Sequence([D.ByteFallback(), D.Fuse(),
+                                            D.Metaspace(prepend_scheme="never")]))}),
+        ("metaspace_legacy_prefix", "metaspace.json",
+         {"pre_tokenizer": legacy_metaspace,
+          "decoder": {"type": "Sequence", "decoders": [
+              serialized(D.ByteFallback()), serialized(D.Fuse()),
+              {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}]}}),
+        ("metaspace_legacy_no_prefix", "metaspace.json", {"pre_tokenizer": legacy_no_prefix}),
+        ("metaspace_other_replacement", "metaspace.json",
+         {"pre_tokenizer": serialized(P.Metaspace(replacement="_", prepend_scheme="first")),
+          "decoder": serialized(D.Sequence([D.ByteFallback(), D.Fuse(),
+                                            D.Metaspace(replacement="_",
+                                                        prepend_scheme="first")]))}),
+        ("sentencepiece_strip_both", "sentencepiece.json",
+         {"decoder": serialized(D.Sequence(sp_decoder + [D.Strip(" ", 1, 1)]))}),
+        ("sentencepiece_strip_end", "sentencepiece.json",
+         {"decoder": serialized(D.Sequence(sp_decoder + [D.Strip(" ", 0, 2)]))}),
+        ("sentencepiece_no_byte_fallback", "sentencepiece.json",
+         {"model": {"byte_fallback": False}}),
+        ("sentencepiece_unk_unfused", "sentencepiece.json",
+         {"model": {"byte_fallback": False, "fuse_unk": False}}),
+        ("sentencepiece_one_normalizer", "sentencepiece.json",
+         {"normalizer": serialized(N.Replace(" ", "\u2581")),
+          "pre_tokenizer": None}),
+        ("sentencepiece_prepend_only", "sentencepiece.json",
+         {"normalizer": serialized(N.Prepend("\u2581"))}),
+        ("llama2_template", "sentencepiece.json",
+         {"post_processor": serialized(template("<s>", 1))}),
+        ("llama3_template", "split_regex.json",
+         {"post_processor": serialized(processors.Sequence([
+             processors.ByteLevel(trim_offsets=False), template("<|begin_of_text|>", 0)]))}),
+        ("template_without_start", "split_regex.json",
+         {"post_processor": serialized(processors.TemplateProcessing(single="$A"))}),
+        ("added_raw_and_normal", "split_regex.json",
+         {"added_tokens": json.loads(Tokenizer.from_file(os.path.join(HERE, "split_regex.json"))
+                                     .to_str())["added_tokens"] + [
+             {"id": 3000, "content": " plain", "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": False},
+             {"id": 3001, "content": "<tool>", "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": True, "special": True}]}),
+    ]
+
+
+def edited(base, edit):
+    j = json.load(open(os.path.join(HERE, base), encoding="utf-8"))
+    for key, value in edit.items():
+        if key == "model":
+            j["model"].update(value)
+        elif key == "merges":
+            j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]
+        else:
+            j[key] = value
+    return j
+
+
+# Bytes that are not UTF-8, as ztrain prepare --replace-invalid-utf8 takes them:
+# each bad sequence becomes U+FFFD as Rust's from_utf8_lossy (and Python's
+# "replace") decide, then the text is encoded.
+INVALID_UTF8 = [b"a\xc3(b", b"cut \xe2\x82", b"surrogate \xed\xa0\x80 end", b"\xf0\x9f\x9a",
+                b"over \xf4\x90\x80\x80", b"overlong \xc0\xaf", b"\xff\xfe words \x80",
+                b"mixed \xe4\xb8\xad\xe6 text \xf0\x9f\x9a\x80"]
+
+
+def parts_only():
+    """golden_parts.json: each part variant's edit and the ids tokenizers gives
+    on golden_inputs() and on INVALID_UTF8 (with and without the
+    post-processor's special tokens), from the committed base files."""
+    variants = []
+    for name, base, edit in part_variants():
+        tok = Tokenizer.from_str(json.dumps(edited(base, edit)))
+        cases = []
+        texts = [(t, None) for t in golden_inputs()]
+        texts += [(b.decode("utf-8", "replace"), b.hex()) for b in INVALID_UTF8]
+        for text, raw in texts:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            case = {"text": text, "ids": ids,
+                    "with_special": tok.encode(text, add_special_tokens=True).ids}
+            try:
+                case["decoded"] = tok.decode(ids, skip_special_tokens=False)
+            except BaseException:  # Strip with stop > 0 panics on no tokens at all
+                pass
+            if raw is not None:
+                case["bytes"] = raw
+            cases.append(case)
+        variants.append({"name": name, "base": base, "edit": edit, "cases": cases})
+        print(name, sum(len(c["ids"]) for c in cases), "ids")
+    golden = {"generator": "tests/data/tokenizers/make_golden.py --parts-only",
+              "tokenizers": tokenizers.__version__, "variants": variants}
+    with open(os.path.join(HERE, "golden_parts.json"), "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+
+
 def main():
     import sys
+    if "--parts-only" in sys.argv:
+        parts_only()
+        return
     if "--added-only" in sys.argv:
         added_overlap()
         return
