@@ -1,16 +1,19 @@
-// DeepSpeed hostfiles, --include/--exclude, .ztrain_env, and the mpirun
-// command the launcher builds.
+// DeepSpeed hostfiles, --include/--exclude, .ztrain_env, the mpirun
+// command the launcher builds, and Accelerate's launch arithmetic (both
+// held to golden files their originals made).
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <fstream>
 #include <thread>
 
+#include "config/accelerate_import.h"
 #include "job/launcher.h"
 #include "job/local_ranks.h"
 #include "job/placement.h"
@@ -243,7 +246,8 @@ TEST_CASE("local ranks: a command that cannot start is an error naming it") {
         }).find("cannot start rank 0 ('/nonexistent/ztrain')") != std::string::npos);
 }
 
-TEST_CASE("--include and --exclude keep the slots DeepSpeed's runner keeps, golden from DeepSpeed") {
+TEST_CASE(
+    "--include and --exclude keep the slots DeepSpeed's runner keeps, golden from DeepSpeed") {
   // tests/data/launcher/filters.json: tools/make_launcher_golden.py ran each
   // filter through deepspeed.launcher.runner.parse_inclusion_exclusion.
   // Where DeepSpeed raises, or keeps nothing (every slot excluded, which it
@@ -271,4 +275,89 @@ TEST_CASE("--include and --exclude keep the slots DeepSpeed's runner keeps, gold
       CHECK(kept[i].slots == want[i][1].get<std::vector<int>>());
     }
   }
+}
+
+namespace {
+
+// A launch_golden.json case's expectations, checked against ztrain's
+// reading of the same file: torchrun's numbers, or the deepspeed
+// launcher's command line.
+void check_torchrun(const AccelerateLaunch& l, const nlohmann::json& want) {
+  CHECK(l.machines == want["nnodes"].get<int>());
+  CHECK(l.per_machine() == want["nproc_per_node"].get<int>());
+  CHECK(l.processes == l.machines * l.per_machine());
+  CHECK(l.machine_rank == want["node_rank"].get<int>());
+  if (l.machines == 1) return;  // ztrain starts them here: no rendezvous
+  CHECK(l.main_ip + ":" + std::to_string(l.main_port) == want["rdzv_endpoint"].get<std::string>());
+  const auto env =
+      local_rank_env({l.machine_rank, l.per_machine(), l.machines, l.main_ip, l.main_port});
+  REQUIRE(env.size() == want["ranks"].size());
+  for (std::size_t local = 0; local < env.size(); ++local)
+    for (const auto& [name, value] : want["ranks"][local].items()) {
+      CAPTURE(name);
+      CHECK(std::count(env[local].begin(), env[local].end(),
+                       name + "=" + std::to_string(value.get<int>())) == 1);
+    }
+}
+
+// deepspeed --hostfile H --no_local_rank --launcher L (--exclude E |
+// --include I | --num_gpus N) [--master_addr A] --master_port P: ztrain
+// starts the hostfile's ranks through mpirun, which needs no address.
+void check_deepspeed(const AccelerateLaunch& l, const nlohmann::json& want) {
+  const auto cmd = want["command"].get<std::vector<std::string>>();
+  const auto after = [&](const std::string& flag) {
+    const auto it = std::find(cmd.begin(), cmd.end(), flag);
+    return it == cmd.end() ? std::string() : *(it + 1);
+  };
+  CHECK(l.hostfile.string() == after("--hostfile"));
+  CHECK(l.exclude == after("--exclude"));
+  CHECK(l.include == after("--include"));
+  if (l.include.empty() && l.exclude.empty())
+    CHECK(std::to_string(l.per_machine()) == after("--num_gpus"));
+  CHECK(std::to_string(l.main_port) == after("--master_port"));
+}
+
+}  // namespace
+
+TEST_CASE("accelerate launch: ranks, machines and filters are Accelerate's own") {
+  // tests/data/accelerate/launch_golden.json: tools/make_accelerate_golden.py
+  // ran each file through accelerate launch's parser, validation and
+  // launcher preparation (accelerate 1.16.0).
+  std::ifstream in(test::source_dir() / "tests/data/accelerate/launch_golden.json");
+  const auto golden = nlohmann::json::parse(in);
+  REQUIRE(golden["cases"].size() >= 15);
+  test::TempDir dir;
+  std::size_t refused = 0, simple = 0;
+  for (const auto& c : golden["cases"]) {
+    const std::string name = c["name"];
+    CAPTURE(name);
+    // JSON is YAML: the file as accelerate read it.
+    const auto file = dir / (name + ".yaml");
+    std::ofstream(file) << c["config"].dump();
+    const auto& want = c["launch"];
+    if (name == "six_on_four_machines") {
+      // Accelerate starts 4 ranks (6 // 4 per machine) for a file asking 6:
+      // ztrain refuses it rather than train at another world size.
+      CHECK(want["ranks"][0]["WORLD_SIZE"] == 4);
+      CHECK(contains(test::message_of<ConfigError>([&] { accelerate_launch(file); }),
+                     "num_processes is 6 on 4 machines"));
+      ++refused;
+      continue;
+    }
+    const AccelerateLaunch l = accelerate_launch(file);
+    if (want["launcher"] == "simple") {
+      // accelerate launch starts one process for MULTI_CPU (no mpirun in
+      // its command): the ranks are an mpirun's around it. ztrain starts
+      // the num_processes the file names, the job it describes.
+      CHECK(want["command"].empty());
+      CHECK(l.processes == c["config"]["num_processes"].get<int>());
+      ++simple;
+    } else if (want["launcher"] == "torchrun") {
+      check_torchrun(l, want);
+    } else {
+      check_deepspeed(l, want);
+    }
+  }
+  CHECK(refused == 1);
+  CHECK(simple == 1);
 }

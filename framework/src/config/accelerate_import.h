@@ -10,7 +10,8 @@
 // precision.
 //
 // The launch is accelerate launch's: num_processes ranks in all. On one
-// machine they start here. On num_machines > 1, each machine runs ztrain
+// machine they start here (for MULTI_CPU too, where accelerate launch
+// itself starts one process and leaves the rest to an mpirun around it). On num_machines > 1, each machine runs ztrain
 // with its own machine_rank and starts num_processes / num_machines ranks,
 // numbered from machine_rank times that, meeting at main_process_ip:
 // main_process_port (torchrun's static rendezvous, as accelerate launch
