@@ -25,6 +25,7 @@
 #include "config/deepspeed_import.h"
 #include "io/durable_file.h"
 #include "io/fault_plan.h"
+#include "io/hold_points.h"
 #include "job/launcher.h"
 #include "job/local_ranks.h"
 #include "job/out_dir_lock.h"
@@ -193,7 +194,7 @@ void hand_over(const ztrain::FaultPlan& faults) {
   ztrain::plan_start_fault(faults.start_kill);
   ztrain::plan_write_error(faults.write_error);
   ztrain::shard::plan_aio_error(faults.nvme_error, faults.nvme_error_after);
-  ztrain::plan_lock_release_hold(faults.hold_lock_release_s);
+  ztrain::plan_holds(faults.holds);
 }
 
 struct Cli {

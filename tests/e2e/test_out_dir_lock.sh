@@ -63,21 +63,21 @@ grep -q "took over the lock of an earlier run that ended without releasing it (h
 [ ! -e "$out/.ztrain.lock" ] || fail "a finished run left its lock file"
 
 # The hand-off, made deterministic: run A, ending, holds between removing
-# its lock file and releasing the lock (ZTRAIN_TEST_HOLD_LOCK_RELEASE); run
+# its lock file and releasing the lock (ZTRAIN_TEST_HOLD=lock_release:4); run
 # B starts into the directory then (--overwrite: A's run is done) and
 # trains; C, once A is gone, is refused by B's lock. Released the other way
 # round, B would lock A's old file, which A then removes, and C would take
 # a new lock file and overwrite B's live run.
 handoff="$scratch/handoff"
-ZTRAIN_TEST_HOLD_LOCK_RELEASE=4 "$ZTRAIN" "${base[@]}" --set train.steps=2 --set train.out_dir="$handoff" \
+ZTRAIN_TEST_HOLD=lock_release:4 "$ZTRAIN" "${base[@]}" --set train.steps=2 --set train.out_dir="$handoff" \
   "$SRC/configs/run.toml" > "$scratch/handoff_a.out" 2>&1 &
 a=$!
 spawned+=("$a")
 for _ in $(seq 600); do
-  grep -q "test: holding the out_dir lock's release" "$scratch/handoff_a.out" && break
+  grep -q "test: holding at lock_release" "$scratch/handoff_a.out" && break
   sleep 0.1
 done
-grep -q "test: holding the out_dir lock's release" "$scratch/handoff_a.out" || fail "run A did not reach its release"
+grep -q "test: holding at lock_release" "$scratch/handoff_a.out" || fail "run A did not reach its release"
 "$ZTRAIN" "${base[@]}" --set train.steps=100000 --set train.out_dir="$handoff" --overwrite \
   "$SRC/configs/run.toml" > "$scratch/handoff_b.out" 2>&1 &
 b=$!

@@ -23,7 +23,7 @@ TEST_CASE("fault plan: none without the variables") {
   CHECK(plan.nvme_error == 0);
   CHECK(plan.compare_perturb.empty());
   CHECK(plan.failure.where.empty());
-  CHECK(plan.hold_lock_release_s == 0);
+  CHECK(plan.holds.empty());
   CHECK_FALSE(plan.failure.applies(1, 0));
 }
 
@@ -36,7 +36,7 @@ TEST_CASE("fault plan: each variable read into the fault it plans") {
   const test::ScopedEnv nvme("ZTRAIN_TEST_INJECT_IO_ERROR", "ENOSPC:4");
   const test::ScopedEnv perturb("ZTRAIN_TEST_COMPARE_PERTURB", "zero3:7");
   const test::ScopedEnv fail("ZTRAIN_TEST_FAIL", "reduce:oom:2:1");
-  const test::ScopedEnv hold("ZTRAIN_TEST_HOLD_LOCK_RELEASE", "2.5");
+  const test::ScopedEnv hold("ZTRAIN_TEST_HOLD", "lock_release:2.5,checkpoint_located:0.25");
   const FaultPlan plan = FaultPlan::from_environment();
   CHECK(plan.overflows(3, 1));
   CHECK_FALSE(plan.overflows(3, 0));
@@ -57,7 +57,8 @@ TEST_CASE("fault plan: each variable read into the fault it plans") {
   CHECK(plan.failure.applies(2, 1));
   CHECK_FALSE(plan.failure.applies(2, 0));
   CHECK_FALSE(plan.failure.applies(3, 1));
-  CHECK(plan.hold_lock_release_s == 2.5);
+  CHECK(plan.holds ==
+        std::map<std::string, double>{{"lock_release", 2.5}, {"checkpoint_located", 0.25}});
 }
 
 TEST_CASE("fault plan: a kill in a checkpoint or a failure without a rank applies on every rank") {
@@ -92,8 +93,13 @@ TEST_CASE("fault plan: a malformed variable is refused, naming it and its form")
       {"ZTRAIN_TEST_FAIL", "reduce:oom:0", "WHERE:KIND:STEP"},
       {"ZTRAIN_TEST_FAIL", "reduce:oom:2:-1", "WHERE:KIND:STEP"},
       {"ZTRAIN_TEST_FAIL", "reduce:oom:2:1x", "WHERE:KIND:STEP"},
-      {"ZTRAIN_TEST_HOLD_LOCK_RELEASE", "-1", "seconds, 0 to 600"},
-      {"ZTRAIN_TEST_HOLD_LOCK_RELEASE", "3s", "seconds, 0 to 600"},
+      {"ZTRAIN_TEST_HOLD", "lock_release:-1", "POINT:SECONDS"},
+      {"ZTRAIN_TEST_HOLD", "lock_release:3s", "POINT:SECONDS"},
+      {"ZTRAIN_TEST_HOLD", "lunch:3", "POINT:SECONDS"},
+      {"ZTRAIN_TEST_HOLD", "swap_created", "POINT:SECONDS"},
+      {"ZTRAIN_TEST_HOLD", "swap_created:1,swap_created:2", "POINT:SECONDS"},
+      {"ZTRAIN_TEST_HOLD", "swap_created:1,", "POINT:SECONDS"},
+      {"ZTRAIN_TEST_HOLD", "meeting_met:601", "POINT:SECONDS"},
   };
   for (const auto& b : bad) {
     const test::ScopedEnv env(b.name, b.value);

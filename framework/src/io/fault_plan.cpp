@@ -1,10 +1,12 @@
 #include "io/fault_plan.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "io/hold_points.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
@@ -43,6 +45,31 @@ InjectedFailure injected_failure(const char* text) {
       (n == 4 && rank < 0))
     refuse("ZTRAIN_TEST_FAIL", text, expected);
   return f;
+}
+
+// POINT:SECONDS[,POINT:SECONDS...], each point once.
+std::map<std::string, double> holds_of(const char* text) {
+  const char* expected =
+      "POINT:SECONDS[,POINT:SECONDS...], POINT one of lock_release, checkpoint_located, "
+      "checkpoint_opened, swap_created, meeting_met and SECONDS above 0 and at most 600, e.g. "
+      "checkpoint_located:3";
+  std::map<std::string, double> holds;
+  const std::string all = text;
+  for (std::size_t at = 0; at <= all.size();) {
+    const std::size_t end = std::min(all.find(',', at), all.size());
+    const std::string item = all.substr(at, end - at);
+    const std::size_t colon = item.find(':');
+    double s = 0;
+    int used = 0;
+    const std::string point = item.substr(0, colon);
+    if (colon == std::string::npos || !is_hold_point(point) || holds.count(point) ||
+        std::sscanf(item.c_str() + colon + 1, "%lf%n", &s, &used) != 1 ||
+        colon + 1 + static_cast<std::size_t>(used) != item.size() || !(s > 0) || s > 600)
+      refuse("ZTRAIN_TEST_HOLD", text, expected);
+    holds[point] = s;
+    at = end + 1;
+  }
+  return holds;
 }
 
 }  // namespace
@@ -104,13 +131,7 @@ FaultPlan FaultPlan::from_environment() {
   }
   if (const char* text = variable("ZTRAIN_TEST_COMPARE_PERTURB")) plan.compare_perturb = text;
   if (const char* text = variable("ZTRAIN_TEST_FAIL")) plan.failure = injected_failure(text);
-  if (const char* text = variable("ZTRAIN_TEST_HOLD_LOCK_RELEASE")) {
-    double s = 0;
-    int used = 0;
-    if (std::sscanf(text, "%lf%n", &s, &used) != 1 || text[used] != '\0' || !(s > 0) || s > 600)
-      refuse("ZTRAIN_TEST_HOLD_LOCK_RELEASE", text, "seconds, 0 to 600, e.g. 3");
-    plan.hold_lock_release_s = s;
-  }
+  if (const char* text = variable("ZTRAIN_TEST_HOLD")) plan.holds = holds_of(text);
   return plan;
 }
 

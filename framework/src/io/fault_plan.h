@@ -29,10 +29,12 @@
 //                                          KIND oom an out-of-memory error,
 //                                          error any other
 //                                          (train/failure_points.h)
-//   ZTRAIN_TEST_HOLD_LOCK_RELEASE=SECONDS  an ending run holds between removing
-//                                          its out_dir lock file and releasing
-//                                          the lock (job/out_dir_lock.h), so a
-//                                          test can start the next job there
+//   ZTRAIN_TEST_HOLD=POINT:SECONDS[,POINT:SECONDS...]
+//                                          the process holds SECONDS at each
+//                                          POINT of a hand-off (lock_release,
+//                                          checkpoint_located, ...: see
+//                                          io/hold_points.h), so a test can
+//                                          start the competing process there
 //   ZTRAIN_TEST_COMPARE_PERTURB=STRATEGY:STEP
 //                                          `ztrain compare` runs STRATEGY's
 //                                          job with ZTRAIN_TEST_SCALE_LR=STEP
@@ -45,6 +47,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace ztrain {
@@ -87,7 +90,7 @@ struct FaultPlan {
   long nvme_error_after = 0;
   std::string compare_perturb;  // STRATEGY:STEP, empty: none
   InjectedFailure failure;
-  double hold_lock_release_s = 0;  // 0: none
+  std::map<std::string, double> holds;  // seconds per hold point
 
   static FaultPlan from_environment();
   // Whether rank `rank`'s gradients are made NaN in step `step` (1-based).

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "io/fd_io.h"
+#include "io/hold_points.h"
 
 #include "ztrain/error.h"
 
@@ -137,27 +138,13 @@ OutDirLock::OutDirLock(const fs::path& out_dir, std::string& note) : file_(out_d
                       std::strerror(errno) + ")");
 }
 
-namespace {
-
-double g_release_hold_s = 0;
-
-}  // namespace
-
-void plan_lock_release_hold(double seconds) {
-  g_release_hold_s = seconds;
-}
-
 // The file goes before the lock: a job that opens the path after the
 // unlink makes a new file and waits on nothing; one that opened it before
 // finds it removed once it gets the lock (same_file), and tries again.
 OutDirLock::~OutDirLock() {
   if (fd_ >= 0) {
     ::unlink(file_.c_str());
-    if (g_release_hold_s > 0) {
-      std::fprintf(stderr, "test: holding the out_dir lock's release for %g s\n", g_release_hold_s);
-      std::fflush(stderr);
-      std::this_thread::sleep_for(std::chrono::duration<double>(g_release_hold_s));
-    }
+    hold_point("lock_release");
     ::close(fd_);
   }
   if (made_.empty()) return;

@@ -23,11 +23,6 @@
 
 namespace ztrain {
 
-// A test's fault (io/fault_plan.h): every lock released from now on holds
-// `seconds` between removing its file and releasing the lock, saying so on
-// stderr. Called once by main(), before any lock is taken.
-void plan_lock_release_hold(double seconds);
-
 class OutDirLock {
  public:
   // Takes the lock of `out_dir`, making the directory first if needed.

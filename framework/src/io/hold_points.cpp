@@ -1,0 +1,36 @@
+#include "io/hold_points.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+namespace ztrain {
+namespace {
+
+std::map<std::string, double>& planned() {
+  static std::map<std::string, double> holds;
+  return holds;
+}
+
+}  // namespace
+
+bool is_hold_point(const std::string& point) {
+  for (const char* p :
+       {"lock_release", "checkpoint_located", "checkpoint_opened", "swap_created", "meeting_met"})
+    if (point == p) return true;
+  return false;
+}
+
+void plan_holds(const std::map<std::string, double>& holds) {
+  planned() = holds;
+}
+
+void hold_point(const char* point) {
+  const auto it = planned().find(point);
+  if (it == planned().end()) return;
+  std::fprintf(stderr, "test: holding at %s for %g s\n", point, it->second);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::duration<double>(it->second));
+}
+
+}  // namespace ztrain
