@@ -14,12 +14,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "io/fd_io.h"
 #include "io/hold_points.h"
