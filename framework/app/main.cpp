@@ -344,10 +344,12 @@ int export_command(const Cli& c) {
   const std::string &from = c.positional[1], &to = c.positional[2];
   // A run directory with checkpoints and final weights exports the final weights.
   if (ztrain::is_checkpoint(from) &&
-      !std::filesystem::exists(std::filesystem::path(from) / "model.safetensors"))
-    ztrain::export_checkpoint(from, to, type, c.overwrite, c.loader());
-  else
-    ztrain::convert_weights(from, to, type, c.overwrite);
+      !std::filesystem::exists(std::filesystem::path(from) / "model.safetensors")) {
+    const auto read = ztrain::export_checkpoint(from, to, type, c.overwrite, c.loader());
+    std::cout << "wrote " << to << " from " << read.string() << "\n";
+    return 0;
+  }
+  ztrain::convert_weights(from, to, type, c.overwrite);
   std::cout << "wrote " << to << "\n";
   return 0;
 }

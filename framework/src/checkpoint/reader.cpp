@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "io/crc32c.h"
 #include "io/durable_file.h"
 #include "io/fd_io.h"
+#include "io/hold_points.h"
 #include "io/read_ahead.h"
 #include "ztrain/error.h"
 
@@ -38,8 +40,27 @@ fs::path Checkpoint::locate(const fs::path& path) {
                   "is checkpoint_every set in the run that wrote it?");
 }
 
+// Up to four times: a run writing a checkpoint every few milliseconds
+// could prune each one `latest` names before this locks it, but not for
+// long (its steps take longer than a lock).
+Checkpoint Checkpoint::open(const fs::path& path) {
+  for (int attempt = 1;; ++attempt) {
+    const fs::path dir = locate(path);
+    hold_point("checkpoint_located");
+    try {
+      Checkpoint c(dir);
+      hold_point("checkpoint_opened");
+      return c;
+    } catch (const CheckpointGone& e) {
+      if (dir == path || attempt == 4) throw;
+      std::fprintf(stderr, "note: %s; reading the one `latest` names now\n", e.what());
+    }
+  }
+}
+
 Checkpoint::Checkpoint(const fs::path& dir)
-    : dir_(dir),
+    : lock_(dir),
+      dir_(dir),
       manifest_(parse_manifest(read_whole_file(dir / "manifest.json"), dir / "manifest.json")) {
   for (const RankFile& f : manifest_.files) {
     const fs::path p = dir / f.name;

@@ -3,8 +3,12 @@
 //
 // locate() finds the checkpoint a path names: a checkpoint directory
 // (holding manifest.json), or a run directory whose `latest` names one.
-// Opening reads the manifest and checks every rank file exists with the
-// size the manifest gives (a missing or truncated file is named). A
+// Opening takes the checkpoint's read lock (checkpoint/read_lock.h: no
+// pruner removes it while the Checkpoint lives), reads the manifest and
+// checks every rank file exists with the size the manifest gives (a
+// missing or truncated file is named). open() does both, and when the
+// checkpoint `latest` named was pruned before it could be locked (a run
+// still training there), reads `latest` again. A
 // CheckpointSource answers a strategy's load_state: for each range asked it
 // reads the blocks of the pieces that hold it, checks their checksums and
 // copies the elements out, so a rank reads the state it now owns, rounded
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "checkpoint/manifest.h"
+#include "checkpoint/read_lock.h"
 #include "ztrain/mapped_file.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer_state.h"
@@ -35,6 +40,7 @@ class ReadAhead;
 class Checkpoint {
  public:
   static std::filesystem::path locate(const std::filesystem::path& path);
+  static Checkpoint open(const std::filesystem::path& path);
   explicit Checkpoint(const std::filesystem::path& dir);
 
   const Manifest& manifest() const { return manifest_; }
@@ -45,6 +51,7 @@ class Checkpoint {
   std::uint64_t verify() const;
 
  private:
+  CheckpointReadLock lock_;  // first: the manifest is read under it
   std::filesystem::path dir_;
   Manifest manifest_;
 };

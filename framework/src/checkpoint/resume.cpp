@@ -287,6 +287,10 @@ Resumed resume_from(const ResumeRequest& r, Strategy& strategy, Communicator& co
     resume_through_rank_0(r, strategy, comm, seen, out);
   } else {
     stop_together(not_found, "another rank refused to resume (its message says why)", comm);
+    // `latest` read on each rank may have moved on between their reads
+    // (a run still writing there): rank 0's choice holds for all.
+    if (comm.size() > 1)
+      out.dir = out.dir.parent_path() / rank_0_text(out.dir.filename().string(), comm);
     resume_everywhere(r, strategy, comm, out);
   }
   if (out.world != comm.size())

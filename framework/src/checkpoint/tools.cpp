@@ -32,7 +32,7 @@ bool is_checkpoint(const fs::path& path) {
 }
 
 bool checkpoint_info(const fs::path& path, const PluginLoader& loader, std::ostream& os) {
-  const Checkpoint c(Checkpoint::locate(path));
+  const Checkpoint c = Checkpoint::open(path);
   const Manifest& m = c.manifest();
   std::uint64_t elements = 0, bytes = 0;
   std::size_t pieces = 0;
@@ -69,9 +69,9 @@ bool checkpoint_info(const fs::path& path, const PluginLoader& loader, std::ostr
   }
 }
 
-void export_checkpoint(const fs::path& path, const fs::path& out, DType dtype, bool overwrite,
-                       const PluginLoader& loader) {
-  const Checkpoint c(Checkpoint::locate(path));
+fs::path export_checkpoint(const fs::path& path, const fs::path& out, DType dtype, bool overwrite,
+                           const PluginLoader& loader) {
+  const Checkpoint c = Checkpoint::open(path);
   check_export_target(out, overwrite);
   const auto model = model_of(c, loader);
   CheckpointSource source(c);
@@ -80,6 +80,7 @@ void export_checkpoint(const fs::path& path, const fs::path& out, DType dtype, b
     source.get(p, 0, static_cast<std::uint64_t>(params[p].shape.numel()), StateArray::master,
                values);
   });
+  return c.dir();
 }
 
 }  // namespace ztrain

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "checkpoint/read_lock.h"
 #include "io/durable_file.h"
 #include "job/rank_agreement.h"
 #include "ztrain/error.h"
@@ -71,6 +72,9 @@ void CheckpointPruner::prune(const fs::path& out_dir, std::int64_t keep_last) {
   }
   std::sort(kept.rbegin(), kept.rend());
   for (std::size_t i = static_cast<std::size_t>(keep_last); keep_last > 0 && i < kept.size(); ++i) {
+    // One another process is reading stays for a later prune.
+    const CheckpointRemoval removal(kept[i].second);
+    if (!removal.free()) continue;
     const fs::path gone = kept[i].second.string() + ".removing";
     fs::remove_all(gone);  // a killed run's, of the same step
     fs::rename(kept[i].second, gone);

@@ -66,7 +66,9 @@ struct CheckpointTarget {
 // at once, so no listing or later crash takes them for checkpoints, and a
 // thread deletes them: unlinking a 1.5 GB rank file takes 0.3 s on ext4,
 // which training need not wait for. One removal at a time: the next
-// prune() and the destructor wait for the last. Rank 0's; DataError from
+// prune() and the destructor wait for the last. A checkpoint another process
+// is reading (its read lock, checkpoint/read_lock.h) is left for a later
+// prune. Rank 0's; DataError from
 // prune() when the last removal failed, naming the path.
 class CheckpointPruner {
  public:

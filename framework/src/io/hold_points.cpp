@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 namespace ztrain {
@@ -26,11 +27,18 @@ void plan_holds(const std::map<std::string, double>& holds) {
 }
 
 void hold_point(const char* point) {
-  const auto it = planned().find(point);
-  if (it == planned().end()) return;
-  std::fprintf(stderr, "test: holding at %s for %g s\n", point, it->second);
+  static std::mutex mu;
+  double seconds = 0;
+  {
+    const std::lock_guard lock(mu);
+    const auto it = planned().find(point);
+    if (it == planned().end()) return;
+    seconds = it->second;
+    planned().erase(it);
+  }
+  std::fprintf(stderr, "test: holding at %s for %g s\n", point, seconds);
   std::fflush(stderr);
-  std::this_thread::sleep_for(std::chrono::duration<double>(it->second));
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 }  // namespace ztrain

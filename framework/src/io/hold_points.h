@@ -31,7 +31,8 @@ bool is_hold_point(const std::string& point);
 // The holds this process makes: seconds per point.
 void plan_holds(const std::map<std::string, double>& holds);
 
-// Holds (sleeps) when the plan names `point`.
+// Holds (sleeps) when the plan names `point`, the first time this process
+// reaches it: a reader that retries after the hold does not hold again.
 void hold_point(const char* point);
 
 }  // namespace ztrain
