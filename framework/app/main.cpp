@@ -25,7 +25,7 @@
 #include "config/deepspeed_import.h"
 #include "io/durable_file.h"
 #include "io/fault_plan.h"
-#include "io/hold_points.h"
+#include "core/hold_points.h"
 #include "job/launcher.h"
 #include "job/local_ranks.h"
 #include "job/out_dir_lock.h"

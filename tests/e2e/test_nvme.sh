@@ -18,8 +18,9 @@
 #   parameters on NVMe saves zero3's bytes, and starting from saved weights
 #   (init_from) it trains as zero3 does from them.
 # - Swap files, named by host and pid: a killed run's are removed by the
-#   next run in nvme_path, saying so; none is left after a run that ends, fails, or
-#   is stopped with SIGTERM.
+#   next run in nvme_path, saying so; a running one's are not, even when
+#   the next run starts the moment they are made (a hold point); none is
+#   left after a run that ends, fails, or is stopped with SIGTERM.
 # - Errors that name the path and what to do (a read buffer too small for a
 #   gather is refused by the estimate as by the run): a missing nvme_path, one on
 #   tmpfs, a disk without room for the swap file (a small loop-mounted
@@ -179,6 +180,37 @@ train_run after_kill 1 2 2 "${nvme[@]}" --set strategy.sub_group_size=5000
 grep -q "nvme_path '$swap': removed the swap files of runs that ended without removing them (killed, or crashed): $left (.*, pid $job)" \
   "$scratch/after_kill.out" || fail "the next run did not say it removed the killed run's swap file"
 no_swap_files "the run after a killed one"
+
+# The hand-off held at its moment: run A holds right after making its swap
+# file (ZTRAIN_TEST_HOLD=swap_created); run B starts in the same nvme_path
+# then and sweeps it. A runs, so its file stays (B does not name it as
+# removed), and A trains on to the losses of the run above, bit for bit.
+ZTRAIN_TEST_HOLD=swap_created:8 "$ZTRAIN" "${base[@]}" "${nvme[@]}" --set strategy.sub_group_size=5000 \
+  --set train.micro_batch_size=2 --set train.grad_accum=2 --set train.out_dir="$scratch/held" \
+  "$SRC/configs/run.toml" > "$scratch/held.out" 2>&1 &
+held=$!
+spawned+=("$held")
+for _ in $(seq 1200); do
+  grep -q "test: holding at swap_created" "$scratch/held.out" && break
+  sleep 0.1
+done
+grep -q "test: holding at swap_created" "$scratch/held.out" || fail "run A did not reach its hold"
+held_file="ztrain-swap@$(hostname)@$held@rank0.optimizer"
+[ -e "$swap/$held_file" ] || fail "run A holds without its swap file: $(ls -A "$swap")"
+"$ZTRAIN" "${base[@]}" "${nvme[@]}" --set train.steps=100000 --set train.micro_batch_size=2 \
+  --set train.out_dir="$scratch/beside" "$SRC/configs/run.toml" > "$scratch/beside.out" 2>&1 &
+beside=$!
+spawned+=("$beside")
+until_step "$scratch/beside.out" 1
+[ -e "$swap/$held_file" ] || fail "run B removed the swap file of run A, which was running"
+! grep -q "$held_file" "$scratch/beside.out" || fail "run B named A's live swap file as removed"
+kill -TERM "$beside"
+exit_within "$beside" 60
+exit_within "$held" 120
+[ "$status" -eq 0 ] || fail "run A failed after B swept beside it (exit $status)"
+curve held "$steps"
+same_training after_kill held 0 0
+no_swap_files "runs A and B"
 
 # Errors.
 bad() {

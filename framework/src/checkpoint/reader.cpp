@@ -15,7 +15,7 @@
 #include "io/crc32c.h"
 #include "io/durable_file.h"
 #include "io/fd_io.h"
-#include "io/hold_points.h"
+#include "core/hold_points.h"
 #include "io/read_ahead.h"
 #include "ztrain/error.h"
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "io/hold_points.h"
+#include "core/hold_points.h"
 #include "ztrain/error.h"
 
 namespace ztrain {

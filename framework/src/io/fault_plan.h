@@ -33,7 +33,7 @@
 //                                          the process holds SECONDS at each
 //                                          POINT of a hand-off (lock_release,
 //                                          checkpoint_located, ...: see
-//                                          io/hold_points.h), so a test can
+//                                          core/hold_points.h), so a test can
 //                                          start the competing process there
 //   ZTRAIN_TEST_COMPARE_PERTURB=STRATEGY:STEP
 //                                          `ztrain compare` runs STRATEGY's

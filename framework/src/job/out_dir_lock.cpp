@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/fd_io.h"
-#include "io/hold_points.h"
+#include "core/hold_points.h"
 
 #include "ztrain/error.h"
 

@@ -5,8 +5,9 @@
 // temporary files and signal handling (core/temp_files.h, core/signals.h),
 // the host's thread limit and name (core/host_threads.h, core/host_name.h),
 // the reference kernels (kernels/cpu/reference_kernels.h), the GEMM library
-// and its kernel family's choice (kernels/cpu/blas.h, blas_core.h) and a test's
-// fault of the NVMe tier (shard/aio_fault.h).
+// and its kernel family's choice (kernels/cpu/blas.h, blas_core.h), a test's
+// fault of the NVMe tier (shard/aio_fault.h) and a test's hold points
+// (core/hold_points.h).
 //
 // These headers are not installed and carry no compatibility promise: a
 // plugin includes only include/ztrain, whose symbols are ZTRAIN_API. Every

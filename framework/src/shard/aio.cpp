@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/hold_points.h"
 #include "core/temp_files.h"
 #include "shard/swap_files.h"
 #include "ztrain/error.h"
@@ -317,6 +318,7 @@ int AioEngine::create(const std::filesystem::path& dir, const std::string& name,
                   std::strerror(rc));
   }
   impl_->files.push_back({path, fd, std::move(temp)});
+  hold_point("swap_created");
   return static_cast<int>(impl_->files.size()) - 1;
 }
 

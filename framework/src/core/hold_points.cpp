@@ -1,4 +1,4 @@
-#include "io/hold_points.h"
+#include "core/hold_points.h"
 
 #include <chrono>
 #include <cstdio>

@@ -11,28 +11,31 @@
 //                       read, the checkpoint it names not yet opened
 //   checkpoint_opened   checkpoint/reader: the checkpoint's files are open,
 //                       none of its state read yet
-//   swap_created        shard (the NVMe tier): this rank's swap files exist
-//                       and hold its state
+//   swap_created        shard/aio (the NVMe tier): this process's first
+//                       swap file exists, its space reserved
 //   meeting_met         comm/env_rendezvous: rank 0 has seen every rank
 //                       arrive and told them; gloo has not connected yet
 //
 // Thread safety: plan_holds once, from main() before anything holds;
-// hold_point from any thread after. Part of the host.
+// hold_point from any thread after. In libztrain (the NVMe tier holds
+// there), exported to the host as kit.
 #pragma once
 
 #include <map>
 #include <string>
 
+#include "kit/kit_export.h"
+
 namespace ztrain {
 
 // Whether `point` is one of the hold points above.
-bool is_hold_point(const std::string& point);
+ZTRAIN_KIT bool is_hold_point(const std::string& point);
 
 // The holds this process makes: seconds per point.
-void plan_holds(const std::map<std::string, double>& holds);
+ZTRAIN_KIT void plan_holds(const std::map<std::string, double>& holds);
 
 // Holds (sleeps) when the plan names `point`, the first time this process
 // reaches it: a reader that retries after the hold does not hold again.
-void hold_point(const char* point);
+ZTRAIN_KIT void hold_point(const char* point);
 
 }  // namespace ztrain
