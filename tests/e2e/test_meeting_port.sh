@@ -7,6 +7,9 @@
 # - with ZTRAIN_JOB_TOKEN set, a process without the token cannot take a
 #   rank's place: it is refused, saying why, and the job goes on with the
 #   real rank;
+# - a second job started on the port of a job whose ranks have just met
+#   (held there by a test hold point) is refused on both its ranks, saying
+#   why, and the first job trains on;
 # - a loopback address as MASTER_ADDR for a job that spans hosts
 #   (WORLD_SIZE above LOCAL_WORLD_SIZE) is refused, saying what to set.
 #
@@ -90,6 +93,34 @@ rank token 1 ZTRAIN_JOB_TOKEN=s3cret-job
 finish token "$zero" "$last"
 grep -q "without this job's ZTRAIN_JOB_TOKEN" "$scratch/token.0.out" ||
   fail "rank 0 did not log the refused process"
+
+# A second job on the port of one whose ranks have just met, held there
+# (ZTRAIN_TEST_HOLD=meeting_met: gloo not yet connected): its rank 0
+# cannot listen and its rank 1 is refused by the first job's rank 0, each
+# saying why, and the first job trains on.
+reserve_port
+rank first 0 ZTRAIN_TEST_HOLD=meeting_met:4
+zero=$last
+rank first 1 ZTRAIN_TEST_HOLD=meeting_met:4
+one=$last
+for _ in $(seq 600); do
+  grep -q "test: holding at meeting_met" "$scratch/first.0.out" && break
+  sleep 0.1
+done
+grep -q "test: holding at meeting_met" "$scratch/first.0.out" || fail "the first job never met"
+rank second 0
+second_zero=$last
+rank second 1
+second_one=$last
+exit_within "$second_zero" 60
+[ "$status" -ne 0 ] || fail "a second job's rank 0 started on a port in use"
+grep -q "cannot listen at 127.0.0.1, port $port: Address already in use" "$scratch/second.0.out" ||
+  fail "the second job's rank 0 did not say its port is in use"
+exit_within "$second_one" 60
+[ "$status" -ne 0 ] || fail "the second job's rank 1 joined the first job"
+grep -q "rank 0 refused this rank: two processes claim RANK=1" "$scratch/second.1.out" ||
+  fail "the second job's rank 1 was not told why it was refused"
+finish first "$zero" "$one"
 
 # Loopback MASTER_ADDR across hosts.
 reserve_port

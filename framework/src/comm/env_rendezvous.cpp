@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "comm/start_faults.h"
+#include "core/hold_points.h"
 #include "comm/world.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
@@ -223,6 +224,7 @@ EnvRendezvous meet_from_env(double timeout_s) {
       m.rank == 0 ? hold_meeting(m, *out.server, *out.store) : await_meeting(m, *out.store);
   if (m.rank == 0) out.beats = out.server->take_beats();
   start_fault_point("met", m.rank);
+  hold_point("meeting_met");
   // A rank on rank 0's host may have reached it over loopback (MASTER_ADDR
   // 127.0.0.1, or a host name this host resolves to 127.0.1.1): ranks on
   // other hosts reach this host at the address they reached rank 0 at.
