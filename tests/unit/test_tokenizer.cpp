@@ -2,7 +2,8 @@
 // `tokenizers` itself gives (tests/data/tokenizers: four small tokenizers
 // trained with it, one per shape ztrain reads, and golden.json, written by
 // make_golden.py there): every id of every case, and the decoded text. And
-// a SentencePiece model (sp_bpe.model) against the Python package's ids.
+// SentencePiece models (sp_bpe.model, sp_unigram.model) against the
+// Python package's ids.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -51,6 +52,7 @@ TEST_CASE("tokenizers: every id of every case is Hugging Face's, and decodes to 
   }
   CHECK(compared > 5000);
   CHECK(g.at("tokenizers_cases").contains("sp_bpe"));
+  CHECK(g.at("tokenizers_cases").contains("sp_unigram"));
 }
 
 // Added tokens that overlap (<|end|>, <|end_of_turn|>, <|end_of beside
@@ -293,6 +295,15 @@ TEST_CASE(
                 })
             .find("t.json: decoder.decoders[2]: Metaspace add_prefix_space=false has no case "
                   "checked against the tokenizers package") != std::string::npos);
+}
+
+// BPE and Unigram SentencePiece models have golden cases (sp_bpe,
+// sp_unigram); a char or word model has none and is refused.
+TEST_CASE("sentencepiece: a model kind without golden cases is refused, naming it") {
+  const std::string msg =
+      test::message_of<ConfigError>([] { text::load_tokenizer(tokenizer_file("sp_char")); });
+  CHECK(msg.find("sp_char.model' is of model_type CHAR: ztrain reads BPE and Unigram models") !=
+        std::string::npos);
 }
 
 TEST_CASE("tokenizers: what the tokenizers package refuses is refused, naming the key") {

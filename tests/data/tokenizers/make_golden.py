@@ -33,6 +33,10 @@ What it does
     retraining the others). `--metaspace-split-only` writes metaspace_split.json from the
     committed metaspace.json and adds its cases to golden.json, retraining nothing
     (SentencePiece-style training here does not give the same vocabulary order twice).
+    And sp_unigram.model (`--sp-unigram-only`): a Unigram SentencePiece model on the same
+    text, its cases added to golden.json; ztrain reads the BPE and Unigram kinds, each held
+    to its golden cases, and refuses the others (char, word: sp_char.model, a small char
+    model written beside it, is the refusal test's input).
     And golden_parts.json (`--parts-only`, from the committed files, retraining nothing):
     each part of tokenizer.json the five leave out (part_variants(): every Split behavior,
     Metaspace scheme, legacy add_prefix_space, Strip at either end, BPE flags, merges as
@@ -179,15 +183,15 @@ def metaspace(sp, split=False):
     return out
 
 
-def sentencepiece_model(lines):
+def sentencepiece_model(lines, model_type="bpe", name="sp_bpe"):
     import io
     import sentencepiece as spm
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model,
-                                   model_type="bpe", vocab_size=1000, byte_fallback=True,
+                                   model_type=model_type, vocab_size=1000, byte_fallback=True,
                                    split_digits=True, character_coverage=0.9995,
                                    num_threads=1, minloglevel=2)
-    path = os.path.join(HERE, "sp_bpe.model")
+    path = os.path.join(HERE, name + ".model")
     open(path, "wb").write(model.getvalue())
     return spm.SentencePieceProcessor(model_file=path)
 
@@ -402,8 +406,39 @@ def parts_only():
         f.write("\n")
 
 
+def sp_unigram_only():
+    """sp_unigram.model, a Unigram SentencePiece model (T5's and the first Llama
+    conversions' kind), trained on the same text, and its cases added to the
+    committed golden.json."""
+    import sentencepiece as spm
+    sp_model = sentencepiece_model(training_text(), "unigram", "sp_unigram")
+    path = os.path.join(HERE, "golden.json")
+    golden = json.load(open(path, encoding="utf-8"))
+    cases = []
+    for text in golden_inputs():
+        ids = sp_model.encode(text)
+        cases.append({"text": text, "ids": ids, "decoded": sp_model.decode(ids)})
+    golden["tokenizers_cases"]["sp_unigram"] = cases
+    golden["sentencepiece"] = spm.__version__
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print("sp_unigram", sp_model.get_piece_size(), "pieces;", sum(len(c["ids"]) for c in cases), "ids")
+    # A char model, which ztrain refuses (no golden case): the test's input.
+    import io
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(training_text()[:200]),
+                                   model_writer=model, model_type="char", vocab_size=120,
+                                   normalization_rule_name="identity",
+                                   num_threads=1, minloglevel=2)
+    open(os.path.join(HERE, "sp_char.model"), "wb").write(model.getvalue())
+
+
 def main():
     import sys
+    if "--sp-unigram-only" in sys.argv:
+        sp_unigram_only()
+        return
     if "--parts-only" in sys.argv:
         parts_only()
         return
