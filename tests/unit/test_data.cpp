@@ -502,8 +502,8 @@ TEST_CASE("tokens: a pattern that matches nothing, a file named twice, val among
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir.path());
   for (const std::string& other :
-       {std::string("./a_train.bin"), lit(dir / "sub" / ".." / "a_train.bin"), lit(dir / "link.bin"),
-        lit(dir / "hard.bin")}) {
+       {std::string("./a_train.bin"), lit(dir / "sub" / ".." / "a_train.bin"),
+        lit(dir / "link.bin"), lit(dir / "hard.bin")}) {
     const std::string val = other.front() == '\'' ? other : "'" + other + "'";
     INFO("val_path = " << val);
     CHECK(contains(message_of<ConfigError>([&] {
@@ -836,6 +836,37 @@ TEST_CASE("TokenWindows over pieces: windows stay in their piece, an epoch mixes
   // One piece is the single stream it always was.
   const TokenWindows one({1001}, T, 42, true);
   CHECK(one.place(37).piece == 0);
+}
+
+// Every piece length around the window size's multiples, the boundary a
+// shard's edge is: n tokens give floor((n - 1) / T) windows at offsets 0,
+// T, 2T..., each inside its piece, the last one ending on the piece's last
+// token exactly when n - 1 is a multiple of T; the next window starts the
+// next piece.
+TEST_CASE("TokenWindows at a piece's edge: every length from 0 to 4T + 2") {
+  const int T = 8;
+  for (std::uint64_t n = 0; n <= 4 * T + 2; ++n) {
+    CAPTURE(n);
+    const std::vector<std::uint64_t> pieces{n, 2 * T + 1};
+    const TokenWindows w(pieces, T, 3, false);
+    const std::uint64_t mine = n > 0 ? (n - 1) / T : 0;
+    REQUIRE(w.count() == mine + 2);
+    for (std::uint64_t i = 0; i < mine; ++i) {
+      CHECK(w.place(i).piece == 0);
+      CHECK(w.place(i).offset == i * T);
+      CHECK(w.place(i).offset + T + 1 <= n);
+    }
+    if (mine > 0 && (n - 1) % T == 0) CHECK(w.place(mine - 1).offset + T + 1 == n);
+    CHECK(w.place(mine).piece == 1);
+    CHECK(w.place(mine).offset == 0);
+    CHECK(w.place(mine + 1).offset == static_cast<std::uint64_t>(T));
+    // Shuffled, an epoch is still every window once.
+    const TokenWindows s(pieces, T, 3, true);
+    std::set<std::pair<std::size_t, std::uint64_t>> seen;
+    for (std::uint64_t i = 0; i < s.count(); ++i)
+      seen.insert({s.place(i).piece, s.place(i).offset});
+    CHECK(seen.size() == s.count());
+  }
 }
 
 // ---------------------------------------------------------------- DataLoader
