@@ -60,13 +60,27 @@ exit_within() {
 
 # until_step FILE N: waits (up to 120 s) until FILE, a run's console
 # output, has logged step N; fails the test otherwise.
-until_step() {
+until_step() { until_printed "$1" "^step $2/"; }
+
+# until_printed FILE TEXT: waits until FILE holds TEXT (a grep pattern), up
+# to 120 s, or fails the test naming what did not come.
+until_printed() {
   local i
   for ((i = 0; i < 1200; i++)); do
-    grep -q "^step $2/" "$1" 2> /dev/null && return
+    grep -q "$2" "$1" 2> /dev/null && return
     sleep 0.1
   done
-  fail "$(basename "$1"): no step $2 logged within 120 s"
+  fail "$(basename "$1"): \"$2\" not printed within 120 s"
+}
+
+# until_exists PATH: waits until PATH exists, up to 120 s, or fails the test.
+until_exists() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    [ -e "$1" ] && return
+    sleep 0.1
+  done
+  fail "$1 did not appear within 120 s"
 }
 
 # on_ranks N CMD...: CMD itself for N = 1, else N ranks of it under mpirun

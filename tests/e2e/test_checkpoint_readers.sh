@@ -23,11 +23,7 @@ out="$scratch/run"
   --set train.keep_last=1 --set train.out_dir="$out" "$SRC/configs/run.toml" > "$scratch/live.out" 2>&1 &
 live=$!
 spawned+=("$live")
-for _ in $(seq 1200); do
-  [ -e "$out/latest" ] && break
-  sleep 0.1
-done
-[ -e "$out/latest" ] || fail "the training run wrote no checkpoint"
+until_exists "$out/latest"
 
 # steps: the step_N directories there now.
 steps() { (cd "$out" && ls -d step_* 2> /dev/null | grep -v '\.' || true); }
@@ -43,11 +39,7 @@ echo "located, then pruned: info read the next one, $(grep -o 'checkpoint .*step
 ZTRAIN_TEST_HOLD=checkpoint_opened:3 "$ZTRAIN" export "$out" "$scratch/hf" > "$scratch/export.out" 2>&1 &
 reader=$!
 spawned+=("$reader")
-for _ in $(seq 600); do
-  grep -q "test: holding at checkpoint_opened" "$scratch/export.out" && break
-  sleep 0.1
-done
-grep -q "test: holding at checkpoint_opened" "$scratch/export.out" || fail "export did not reach its hold"
+until_printed "$scratch/export.out" "test: holding at checkpoint_opened"
 sleep 1.5
 during=$(steps)
 exit_within "$reader" 60

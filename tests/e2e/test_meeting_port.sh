@@ -103,11 +103,7 @@ rank first 0 ZTRAIN_TEST_HOLD=meeting_met:4
 zero=$last
 rank first 1 ZTRAIN_TEST_HOLD=meeting_met:4
 one=$last
-for _ in $(seq 600); do
-  grep -q "test: holding at meeting_met" "$scratch/first.0.out" && break
-  sleep 0.1
-done
-grep -q "test: holding at meeting_met" "$scratch/first.0.out" || fail "the first job never met"
+until_printed "$scratch/first.0.out" "test: holding at meeting_met"
 rank second 0
 second_zero=$last
 rank second 1

@@ -190,11 +190,7 @@ ZTRAIN_TEST_HOLD=swap_created:8 "$ZTRAIN" "${base[@]}" "${nvme[@]}" --set strate
   "$SRC/configs/run.toml" > "$scratch/held.out" 2>&1 &
 held=$!
 spawned+=("$held")
-for _ in $(seq 1200); do
-  grep -q "test: holding at swap_created" "$scratch/held.out" && break
-  sleep 0.1
-done
-grep -q "test: holding at swap_created" "$scratch/held.out" || fail "run A did not reach its hold"
+until_printed "$scratch/held.out" "test: holding at swap_created"
 held_file="ztrain-swap@$(hostname)@$held@rank0.optimizer"
 [ -e "$swap/$held_file" ] || fail "run A holds without its swap file: $(ls -A "$swap")"
 "$ZTRAIN" "${base[@]}" "${nvme[@]}" --set train.steps=100000 --set train.micro_batch_size=2 \

@@ -25,11 +25,7 @@ out="$scratch/run"
   --set train.out_dir="$out" "$SRC/configs/run.toml" > "$scratch/live.out" 2>&1 &
 live=$!
 spawned+=("$live")
-for _ in $(seq 1200); do
-  [ -e "$out/latest" ] && break
-  sleep 0.1
-done
-[ -e "$out/latest" ] || fail "the live run wrote no checkpoint within 120 s"
+until_exists "$out/latest"
 
 # expect_held NAME ARGS...: refused (exit 2) naming this host and the live pid.
 expect_held() {
@@ -73,11 +69,7 @@ ZTRAIN_TEST_HOLD=lock_release:4 "$ZTRAIN" "${base[@]}" --set train.steps=2 --set
   "$SRC/configs/run.toml" > "$scratch/handoff_a.out" 2>&1 &
 a=$!
 spawned+=("$a")
-for _ in $(seq 600); do
-  grep -q "test: holding at lock_release" "$scratch/handoff_a.out" && break
-  sleep 0.1
-done
-grep -q "test: holding at lock_release" "$scratch/handoff_a.out" || fail "run A did not reach its release"
+until_printed "$scratch/handoff_a.out" "test: holding at lock_release"
 "$ZTRAIN" "${base[@]}" --set train.steps=100000 --set train.out_dir="$handoff" --overwrite \
   "$SRC/configs/run.toml" > "$scratch/handoff_b.out" 2>&1 &
 b=$!
