@@ -729,6 +729,23 @@ TEST_CASE("text: invalid UTF-8 is a DataError naming the byte offset") {
     const std::string b = good.substr(0, 5) + "\xc0\xaf" + good;  // "héll" is 5 bytes
     expect_offset(b, 5);
   }
+  // The edges of what UTF-8 may encode: a UTF-16 surrogate, a code point
+  // past U+10FFFF, a five-byte lead; U+10FFFF itself is text.
+  SUBCASE("a surrogate") {
+    expect_offset(good.substr(0, 5) + "\xed\xa0\x80" + good, 5);
+  }
+  SUBCASE("past U+10FFFF") {
+    expect_offset(good.substr(0, 5) + "\xf4\x90\x80\x80" + good, 5);
+  }
+  SUBCASE("a five-byte lead") {
+    expect_offset(good.substr(0, 5) + "\xf8\x88\x80\x80\x80" + good, 5);
+  }
+  SUBCASE("U+10FFFF and U+FFFD are text") {
+    const std::string b = good + "\xf4\x8f\xbf\xbf\xef\xbf\xbd" + good;
+    write_bytes(path, std::vector<std::uint8_t>(b.begin(), b.end()));
+    auto s = create_source("text", "path = " + lit(path) + "\n");
+    CHECK_NOTHROW(s->setup({T, 256, 1}));
+  }
 }
 
 TEST_CASE("text: vocab_size below 256 is a ConfigError and a too short file a DataError") {
