@@ -17,6 +17,7 @@
 
 #include "comm/shm_communicator.h"
 #include "comm/world.h"
+#include "job/mesh_groups.h"
 #include "train/step_agreement.h"
 #include "world.h"
 #include "ztrain/comm.h"
@@ -361,6 +362,42 @@ TEST_CASE("successive splits each connect their own group") {
     g->all_reduce(&y, 1, DType::f32, ReduceOp::sum);  // every group still works
     CHECK(y == static_cast<float>(R));
   }
+}
+
+// The mesh's communicators (job/mesh_groups.h) for meshes of this world:
+// each dimension's communicator holds exactly its plan's group, this rank
+// at its coordinate, and a reduction over it sums its members alone.
+TEST_CASE("mesh groups: each dimension's communicator is its plan's group") {
+  const int R = world().size(), r = world().rank();
+  const MeshDegrees meshes[] = {{},           {R, 1, 1, 1}, {1, R, 1, 1},
+                                {1, 1, R, 1}, {1, 1, 1, R}, {2, 1, 1, 2},
+                                {1, 2, 2, 1}, {2, 2, 1, 1}, {1, 1, 2, 1}};
+  int made = 0;
+  for (const MeshDegrees& d : meshes) {
+    if (R % (d.tensor * d.sequence * d.context * d.pipeline) != 0) continue;
+    const MeshPlan plan = plan_mesh(d, {{R}});
+    CAPTURE(plan.describe());
+    const MeshGroups groups = make_mesh_groups(plan, world());
+    for (const MeshDim dim :
+         {MeshDim::tensor, MeshDim::sequence, MeshDim::context, MeshDim::data, MeshDim::pipeline}) {
+      Communicator& g = groups[dim];
+      const std::vector<int> members = plan.group(r, dim);
+      REQUIRE(g.size() == static_cast<int>(members.size()));
+      CHECK(g.rank() == plan.coordinate(r, dim));
+      std::vector<float> seen(members.size());
+      const float mine = static_cast<float>(r);
+      g.all_gather(&mine, seen.data(), 1, DType::f32);
+      for (std::size_t k = 0; k < members.size(); ++k)
+        CHECK(seen[k] == static_cast<float>(members[k]));
+      float sum = mine;
+      g.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
+      float want = 0;
+      for (const int m : members) want += static_cast<float>(m);
+      CHECK(sum == want);
+    }
+    ++made;
+  }
+  CHECK(made >= 5);
 }
 
 TEST_CASE("ddp's reduction launches buckets as modules finish backward, none while accumulating") {
