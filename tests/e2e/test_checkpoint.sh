@@ -9,6 +9,10 @@
 #   steps 11 and on run (its copy shows in the memory summary); written
 #   within the step (checkpoint_write = "in_step"), it resumes the same;
 #   "auto" writes in the background when the run leaves a core free.
+# - The edges of a resume: from the checkpoint of step 1 it logs the
+#   uninterrupted run's steps 2-20 bit for bit; from the last step's, at
+#   the same train.steps it is refused naming train.steps, and with one
+#   step more it trains exactly that step.
 # - Resharding: saved at world 4 under zero3 and resumed at world 2 under
 #   zero1, at world 1 under ddp and at world 2 under zero3_offload, it
 #   logs the world-4 run's losses within the cross-world tolerances.
@@ -107,6 +111,35 @@ grep -q "checkpoint [0-9.]* KiB" "$scratch/inline.out" && fail "inline: a host c
 resumed inline_resumed inline 2 2 2 "${inline[@]}"
 tail_curve inline 10
 same_training inline.tail inline_resumed 0 0
+
+echo "== resume at the edges: after the first step, and at the last"
+# A checkpoint of step 1 resumes to the uninterrupted run's steps 2-20 (the
+# first step is inside warmup, so its lr does not depend on train.steps).
+edge=(--strategy ddp --set train.checkpoint_every=1)
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${edge[@]}" --set train.steps=1 --set train.micro_batch_size=2 \
+  --set train.grad_accum=2 --set train.out_dir="$scratch/first" "$SRC/configs/run.toml" \
+  > "$scratch/first.out" 2>&1 || fail "the one-step run failed"
+on_ranks 2 "$ZTRAIN" "${base[@]}" "${edge[@]}" --set train.micro_batch_size=2 --set train.grad_accum=2 \
+  --set train.out_dir="$scratch/first" --resume "$SRC/configs/run.toml" > "$scratch/from_first.out" 2>&1 ||
+  fail "the resume from step 1 failed"
+grep -q "resuming $scratch/first/step_1 at step 1 of 20" "$scratch/from_first.out" ||
+  fail "the resume does not say it resumes step 1"
+train_curve "$scratch/first/metrics.jsonl" | awk '$1 > 1' > "$scratch/from_first.curve"
+tail_curve ddp_w2_fp32 1
+same_training ddp_w2_fp32.tail from_first 0 0
+# The last step's checkpoint: nothing is left to train at the same
+# train.steps (refused, saying what to raise); one more step trains one.
+status=0
+on_ranks 2 "$ZTRAIN" "${base[@]}" --strategy ddp --set train.micro_batch_size=2 --set train.grad_accum=2 \
+  --set train.out_dir="$scratch/at_end" --resume "$scratch/ddp_w2_fp32/step_20" "$SRC/configs/run.toml" \
+  > "$scratch/at_end.out" 2>&1 || status=$?
+[ "$status" -eq 2 ] && grep -q "step_20 is at step 20, which train.steps = 20 does not pass; raise train.steps" \
+  "$scratch/at_end.out" || fail "a resume at the last step was not refused as such (exit $status)"
+on_ranks 2 "$ZTRAIN" "${base[@]}" --strategy ddp --set train.steps=21 --set train.micro_batch_size=2 \
+  --set train.grad_accum=2 --set train.out_dir="$scratch/past_end" --resume "$scratch/ddp_w2_fp32/step_20" \
+  "$SRC/configs/run.toml" > "$scratch/past_end.out" 2>&1 || fail "the resume for one more step failed"
+[ "$(grep -c '^step ' "$scratch/past_end.out")" -eq 1 ] && grep -q '^step 21/21 ' "$scratch/past_end.out" ||
+  fail "one more step did not train exactly step 21: $(grep '^step ' "$scratch/past_end.out" | head -3)"
 
 echo "== fp16: the loss scaler continues"
 fp16=(--strategy zero2 --set train.precision=fp16 --set train.fp16.initial_scale_power=12
