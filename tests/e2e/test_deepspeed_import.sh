@@ -190,3 +190,11 @@ refused "a key that is not DeepSpeed's" "bad.json: zero_optimization.stage3_pref
 refused "a wrong type" 'bad.json: zero_optimization.reduce_bucket_size is 1.5; expected an integer' \
   '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1.5}}'
 refused "--deepspeed with --strategy" "drop --strategy zero2" '{}' --strategy zero2
+# The mesh's degrees land on [parallel], which does not build them yet.
+refused "Ulysses' degree" \
+  "bad.json: sequence_parallel_size: [parallel] sequence = 2: sequence parallelism (Ulysses) is not built" \
+  '{"zero_optimization": {"stage": 2}, "sequence_parallel_size": 2}'
+refused "AutoTP's degree" "bad.json: tensor_parallel.autotp_size: [parallel] tensor = 2: tensor parallelism" \
+  '{"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}'
+refused "a tensor_parallel key ztrain does not know" "bad.json: tensor_parallel.tp_grain_size is not a DeepSpeed key" \
+  '{"tensor_parallel": {"autotp_size": 1, "tp_grain_size": 64}}'

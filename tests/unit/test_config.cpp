@@ -17,7 +17,7 @@ namespace {
 std::string config_error(const std::string& toml) {
   return test::message_of<ConfigError>([&] {
     const RunConfig cfg = RunConfig::parse(toml, "run.toml");
-    cfg.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+    cfg.check_sections({"model", "data", "train", "device", "comm", "parallel", "strategy"});
     resolve_settings(cfg, 1);
   });
 }
@@ -193,6 +193,28 @@ TEST_CASE("batch identity: any two of micro, accumulation and global, and contra
       "contradicts micro_batch_size 4 x grad_accum 2 x world 1 = 8"));
   CHECK(contains(config_error("[train]\nglobal_batch_size = 30\nmicro_batch_size = 4\n"),
                  "not divisible by micro_batch_size x world (4)"));
+}
+
+// The mesh's dimensions are being built (issue 51): a degree above 1 is
+// refused naming its key and place, never run as data parallelism.
+TEST_CASE("[parallel]: degrees of 1 are the data-parallel run; a higher one is refused by name") {
+  const auto parallel = [](const std::string& toml) {
+    return resolve_settings(RunConfig::parse(toml, "run.toml"), 1).parallel;
+  };
+  const ParallelSettings ones = parallel("[parallel]\ntensor = 1\nsequence = 1\n");
+  CHECK(ones.tensor == 1);
+  CHECK(ones.sequence == 1);
+  CHECK(parallel("").pipeline == 1);
+  CHECK(contains(config_error("[parallel]\nsequence = 2\n"),
+                 "run.toml:2:1: [parallel] sequence = 2: sequence parallelism (Ulysses) is not "
+                 "built in this version of ztrain; remove it"));
+  CHECK(
+      contains(config_error("[parallel]\ncontext = 4\n"), "context parallelism (ring attention)"));
+  CHECK(contains(config_error("[parallel]\ntensor = 2\n"), "[parallel] tensor = 2: tensor"));
+  CHECK(contains(config_error("[parallel]\npipeline = 2\n"), "pipeline parallelism"));
+  CHECK(contains(config_error("[parallel]\nexpert = 8\n"), "expert parallelism"));
+  CHECK(contains(config_error("[parallel]\ntensor = 0\n"), "tensor"));
+  CHECK(contains(config_error("[parallel]\ndata = 2\n"), "data"));
 }
 
 TEST_CASE("the shipped configs are valid") {

@@ -46,7 +46,7 @@ bool may_change(const std::string& key) {
                                        "train.checkpoint_write"};
   for (const char* k : kTrain)
     if (key == k) return true;
-  for (const char* section : {"strategy.", "device.", "comm."})
+  for (const char* section : {"strategy.", "device.", "comm.", "parallel."})
     if (key.rfind(section, 0) == 0) return true;
   return false;
 }

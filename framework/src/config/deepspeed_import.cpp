@@ -101,6 +101,10 @@ struct Builder {
   void strategy(const std::string& key, V&& value, const std::string& origin) {
     put(out.strategy, "strategy." + key, key, std::forward<V>(value), origin);
   }
+  template <class V>
+  void parallel(const std::string& key, V&& value, const std::string& origin) {
+    put(out.parallel, "parallel." + key, key, std::forward<V>(value), origin);
+  }
 
  private:
   // `key` may be one level dotted ("fp16.hysteresis", "aio.block_size").
@@ -794,6 +798,20 @@ void map_zero(Section& top, const RunConfig& run, Builder& b) {
   zo.finish();
 }
 
+// The mesh's degrees DeepSpeed names: Ulysses' sequence_parallel_size and
+// AutoTP's tensor_parallel.autotp_size, onto [parallel] sequence and
+// tensor (where the run checks them, today refusing any above 1 by the
+// DeepSpeed key they came from).
+void map_parallel(Section& top, Builder& b) {
+  if (const json* v = top.get("sequence_parallel_size"))
+    b.parallel("sequence", top.integer(*v, "sequence_parallel_size"),
+               top.where("sequence_parallel_size"));
+  Section tp = top.sub("tensor_parallel");
+  if (const json* v = tp.get("autotp_size"))
+    b.parallel("tensor", tp.integer(*v, "autotp_size"), tp.where("autotp_size"));
+  tp.finish();
+}
+
 // The top level's remaining keys: monitoring and features ztrain does
 // not have.
 void map_rest(Section& top, Builder& b) {
@@ -920,6 +938,7 @@ ImportedConfig import_deepspeed_json(const json& j, const std::string& name, con
   map_scheduler(top, run, b);
   map_zero(top, run, b);
   map_aio(top, out.strategy["plugin"].value_or(std::string("ddp")), b);
+  map_parallel(top, b);
   map_rest(top, b);
   note_run_changes(out, run);
   return out;
@@ -948,6 +967,7 @@ std::string imported_toml(const ImportedConfig& c, const std::filesystem::path& 
   std::ostringstream s;
   s << imported_notes(c, json_file);
   write_table(s, "train", c.train);
+  if (!c.parallel.empty()) write_table(s, "parallel", c.parallel);
   write_table(s, "strategy", c.strategy);
   return s.str();
 }

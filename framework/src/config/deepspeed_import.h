@@ -36,6 +36,7 @@ struct ImportedConfig {
   toml::table strategy;  // the whole [strategy] table
   toml::table device;    // [device] keys (Accelerate: kind)
   toml::table model;     // [model] keys (Accelerate's FSDP: checkpointing)
+  toml::table parallel;  // [parallel] keys (sequence_parallel_size, autotp_size)
   // "train.grad_clip" -> "ds.json: gradient_clipping", for every key set.
   std::map<std::string, std::string> origins;
   std::vector<std::string> notes;     // what each "auto" became, what replaced the run's

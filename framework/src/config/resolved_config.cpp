@@ -63,7 +63,7 @@ void section(ResolvedConfig& out, std::ostringstream& os, const std::string& nam
 }  // namespace
 
 ResolvedConfig resolve_config(const RunConfig& config, const PluginLoader& loader) {
-  config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+  config.check_sections({"model", "data", "train", "device", "comm", "parallel", "strategy"});
   ResolvedConfig out;
   std::ostringstream os;
   os << "# ztrain " << ZTRAIN_VERSION
@@ -78,6 +78,7 @@ ResolvedConfig resolve_config(const RunConfig& config, const PluginLoader& loade
   section(out, os, "train", "", config.validate("train", train_options()));
   section(out, os, "device", "", config.validate("device", device_options()));
   section(out, os, "comm", "", config.validate("comm", comm_options()));
+  section(out, os, "parallel", "", config.validate("parallel", parallel_options()));
   section(out, os, "strategy", strategy,
           plugin_options(config, "strategy", loader.load("strategy", strategy), OptionList{}));
   out.toml = os.str();

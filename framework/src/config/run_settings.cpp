@@ -128,6 +128,31 @@ OptionList comm_options() {
   return o;
 }
 
+OptionList parallel_options() {
+  OptionList o;
+  o.integer("tensor", 1,
+            "tensor-parallel degree (Megatron's): each layer's matmuls split over this many ranks")
+      .at_least(1)
+      .as_int();
+  o.integer("sequence", 1,
+            "sequence-parallel degree (DeepSpeed-Ulysses): each sequence split over this many "
+            "ranks, attention split by heads")
+      .at_least(1)
+      .as_int();
+  o.integer("context", 1,
+            "context-parallel degree (ring attention, Megatron's name): each sequence split over "
+            "this many ranks, keys and values passed around them")
+      .at_least(1)
+      .as_int();
+  o.integer("pipeline", 1, "pipeline stages: the layers split over this many ranks")
+      .at_least(1)
+      .as_int();
+  o.integer("expert", 1, "expert-parallel degree: a mixture of experts split over this many ranks")
+      .at_least(1)
+      .as_int();
+  return o;
+}
+
 DType parse_precision(const std::string& name, const std::string& where) {
   if (name == "fp32") return DType::f32;
   if (name == "bf16") return DType::bf16;
@@ -282,12 +307,35 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   const Options d = config.validate("device", device_options());
   s.device = resolve_device(d);
   s.comm = resolve_comm(config);
+  s.parallel = resolve_parallel(config);
   if (s.comm.backend == "nccl" && s.device.kind != "cuda")
     throw ConfigError(config.where("comm.backend") +
                       ": [comm] backend \"nccl\" moves GPU memory, but the run is on [device] "
                       "kind \"" +
                       s.device.kind + "\"; set kind = \"cuda\" or backend = \"auto\"");
   return s;
+}
+
+// Every dimension but data is still being built: a degree above 1 would
+// train something else than it says, so it is refused by name.
+ParallelSettings resolve_parallel(const RunConfig& config) {
+  const Options p = config.validate("parallel", parallel_options());
+  const std::pair<const char*, const char*> dims[] = {
+      {"tensor", "tensor parallelism"},
+      {"sequence", "sequence parallelism (Ulysses)"},
+      {"context", "context parallelism (ring attention)"},
+      {"pipeline", "pipeline parallelism"},
+      {"expert", "expert parallelism"}};
+  for (const auto& [key, what] : dims)
+    if (const std::int64_t degree = p.get_int(key); degree > 1)
+      throw ConfigError(p.where(key) + ": [parallel] " + key + " = " + std::to_string(degree) +
+                        ": " + what +
+                        " is not built in this version of ztrain; remove it to train "
+                        "data-parallel over every rank ([strategy] still shards the model's "
+                        "state, and activation checkpointing saves activation memory)");
+  const auto degree = [&](const char* key) { return static_cast<int>(p.get_int(key)); };
+  return {degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
+          degree("expert")};
 }
 
 std::filesystem::path resolve_out_dir(const RunConfig& config) {

@@ -1,5 +1,5 @@
 // RunSettings: the host's own sections of the run file ([train],
-// [train.fp16], [device], [comm], and [data] seed), validated and with the
+// [train.fp16], [device], [comm], [parallel], and [data] seed), validated and with the
 // batch identity resolved for a world size.
 //
 // Batch identity: global_batch_size = micro_batch_size * grad_accum * world.
@@ -85,10 +85,22 @@ struct CommSettings {
   bool shared_memory = true;  // collectives through shm_communicator.h on one host
 };
 
+// [parallel]: the device mesh's degrees (job/mesh_plan.h); the data
+// degree is what they leave of the world. Today every degree above 1 is
+// refused naming its key: the mesh's dimensions are being built.
+struct ParallelSettings {
+  int tensor = 1;
+  int sequence = 1;
+  int context = 1;
+  int pipeline = 1;
+  int expert = 1;
+};
+
 struct RunSettings {
   TrainSettings train;
   DeviceSettings device;
   CommSettings comm;
+  ParallelSettings parallel;
 };
 
 OptionList train_options();
@@ -98,6 +110,7 @@ DType parse_precision(const std::string& name, const std::string& where);
 const char* precision_label(DType t);
 OptionList device_options();
 OptionList comm_options();
+OptionList parallel_options();
 
 // [comm] alone: the communicator is needed before the world size is known.
 CommSettings resolve_comm(const RunConfig& config);
@@ -105,5 +118,6 @@ CommSettings resolve_comm(const RunConfig& config);
 // assembled.
 std::filesystem::path resolve_out_dir(const RunConfig& config);
 RunSettings resolve_settings(const RunConfig& config, int world);
+ParallelSettings resolve_parallel(const RunConfig& config);
 
 }  // namespace ztrain

@@ -299,6 +299,8 @@ RunConfig load_run_config(const TrainArgs& args) {
     config.set_imported("device", imported.device, false, imported.origins);
   if (!imported.model.empty())
     config.set_imported("model", imported.model, false, imported.origins);
+  if (!imported.parallel.empty())
+    config.set_imported("parallel", imported.parallel, false, imported.origins);
   // --set wins again, except over a key the import dropped after an "auto"
   // read it: its value is already in the import.
   for (const auto& o : args.overrides) {
