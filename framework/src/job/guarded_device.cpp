@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "comm/forwarding_communicator.h"
 #include "core/host_threads.h"
 #include "kernels/kernel_ops.h"
 #include "ztrain/error.h"
@@ -123,54 +124,25 @@ class GuardedKernels final : public Kernels {
 
 // A world-1 communicator with the device opened around every collective
 // (its copies run inside the call).
-class GuardedCommunicator final : public Communicator {
+class GuardedCommunicator final : public ForwardingCommunicator {
  public:
   GuardedCommunicator(std::unique_ptr<Communicator> inner, Device& device)
-      : c_(std::move(inner)), device_(device) {
-    if (c_->size() != 1)
+      : ForwardingCommunicator(std::move(inner)), device_(device) {
+    if (size() != 1)
       throw ConfigError(
           "[device] guard = true runs one rank (its checks cannot follow a "
           "collective onto other threads); run it at world 1");
   }
-  int rank() const override { return c_->rank(); }
-  int size() const override { return c_->size(); }
-  std::string backend() const override { return c_->backend(); }
-  void set_timeout(double s) override { c_->set_timeout(s); }
-  CommWork all_reduce_async(void* d, std::size_t n, DType t, ReduceOp op) override {
-    const Open open(device_);
-    return c_->all_reduce_async(d, n, t, op);
-  }
-  CommWork reduce_scatter_async(const void* s, void* r, std::size_t n, DType t,
-                                ReduceOp op) override {
-    const Open open(device_);
-    return c_->reduce_scatter_async(s, r, n, t, op);
-  }
-  CommWork all_gather_async(const void* s, void* r, std::size_t n, DType t) override {
-    const Open open(device_);
-    return c_->all_gather_async(s, r, n, t);
-  }
-  CommWork reduce_scatter_v_async(const void* s, void* r, const std::vector<std::size_t>& counts,
-                                  DType t, ReduceOp op) override {
-    const Open open(device_);
-    return c_->reduce_scatter_v_async(s, r, counts, t, op);
-  }
-  CommWork all_gather_v_async(const void* s, void* r, const std::vector<std::size_t>& counts,
-                              DType t) override {
-    const Open open(device_);
-    return c_->all_gather_v_async(s, r, counts, t);
-  }
-  CommWork broadcast_async(void* d, std::size_t n, DType t, int root) override {
-    const Open open(device_);
-    return c_->broadcast_async(d, n, t, root);
-  }
-  CommWork barrier_async() override { return c_->barrier_async(); }
-  std::unique_ptr<Communicator> split(int colour, int key) override {
-    return std::make_unique<GuardedCommunicator>(c_->split(colour, key), device_);
-  }
-  CommCounters counters() const override { return c_->counters(); }
 
  private:
-  std::unique_ptr<Communicator> c_;
+  CommWork around(Kind, const std::function<CommWork()>& submit) override {
+    const Open open(device_);
+    return submit();
+  }
+  std::unique_ptr<Communicator> wrap(std::unique_ptr<Communicator> split) override {
+    return std::make_unique<GuardedCommunicator>(std::move(split), device_);
+  }
+
   Device& device_;
 };
 

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/forwarding_communicator.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
@@ -28,49 +29,21 @@ void FailurePoints::warn_if_unreached() const {
 
 namespace {
 
-class FailingCommunicator final : public Communicator {
+class FailingCommunicator final : public ForwardingCommunicator {
  public:
   FailingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<FailurePoints> points)
-      : c_(std::move(inner)), points_(std::move(points)) {}
-  int rank() const override { return c_->rank(); }
-  int size() const override { return c_->size(); }
-  std::string backend() const override { return c_->backend(); }
-  void set_timeout(double s) override { c_->set_timeout(s); }
-  void announce_failure(const std::string& message) override { c_->announce_failure(message); }
-  CommWork all_reduce_async(void* d, std::size_t n, DType t, ReduceOp op) override {
-    points_->reached("reduce");
-    return c_->all_reduce_async(d, n, t, op);
-  }
-  CommWork reduce_scatter_async(const void* s, void* r, std::size_t n, DType t,
-                                ReduceOp op) override {
-    points_->reached("reduce");
-    return c_->reduce_scatter_async(s, r, n, t, op);
-  }
-  CommWork all_gather_async(const void* s, void* r, std::size_t n, DType t) override {
-    points_->reached("gather");
-    return c_->all_gather_async(s, r, n, t);
-  }
-  CommWork reduce_scatter_v_async(const void* s, void* r, const std::vector<std::size_t>& counts,
-                                  DType t, ReduceOp op) override {
-    points_->reached("reduce");
-    return c_->reduce_scatter_v_async(s, r, counts, t, op);
-  }
-  CommWork all_gather_v_async(const void* s, void* r, const std::vector<std::size_t>& counts,
-                              DType t) override {
-    points_->reached("gather");
-    return c_->all_gather_v_async(s, r, counts, t);
-  }
-  CommWork broadcast_async(void* d, std::size_t n, DType t, int root) override {
-    return c_->broadcast_async(d, n, t, root);
-  }
-  CommWork barrier_async() override { return c_->barrier_async(); }
-  std::unique_ptr<Communicator> split(int colour, int key) override {
-    return std::make_unique<FailingCommunicator>(c_->split(colour, key), points_);
-  }
-  CommCounters counters() const override { return c_->counters(); }
+      : ForwardingCommunicator(std::move(inner)), points_(std::move(points)) {}
 
  private:
-  std::unique_ptr<Communicator> c_;
+  CommWork around(Kind kind, const std::function<CommWork()>& submit) override {
+    if (kind == Kind::reduce) points_->reached("reduce");
+    if (kind == Kind::gather) points_->reached("gather");
+    return submit();
+  }
+  std::unique_ptr<Communicator> wrap(std::unique_ptr<Communicator> split) override {
+    return std::make_unique<FailingCommunicator>(std::move(split), points_);
+  }
+
   std::shared_ptr<FailurePoints> points_;
 };
 
