@@ -27,7 +27,7 @@ trap 'rm -rf "$work"' EXIT
 import importlib.util, json, random, sys
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 src, work = sys.argv[1], sys.argv[2]
-spec = importlib.util.spec_from_file_location("mg", f"{src}/tests/data/tokenizers/make_golden.py")
+spec = importlib.util.spec_from_file_location("mg", f"{src}/tools/make_tokenizer_golden.py")
 mg = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mg)
 lines = mg.training_text()

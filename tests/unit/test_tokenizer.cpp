@@ -1,7 +1,7 @@
 // Tokenizers from Hugging Face tokenizer.json files against the ids
 // `tokenizers` itself gives (tests/data/tokenizers: four small tokenizers
 // trained with it, one per shape ztrain reads, and golden.json, written by
-// make_golden.py there): every id of every case, and the decoded text. And
+// tools/make_tokenizer_golden.py): every id of every case, and the decoded text. And
 // SentencePiece models (sp_bpe.model, sp_unigram.model) against the
 // Python package's ids.
 #include <doctest/doctest.h>
@@ -81,7 +81,7 @@ TEST_CASE("tokenizers: overlapping added tokens match as Hugging Face's, longest
 namespace {
 
 // A golden_parts.json variant's tokenizer.json: its base with the edit
-// make_golden.py made (top-level parts replaced, model flags set, or the
+// tools/make_tokenizer_golden.py made (top-level parts replaced, model flags set, or the
 // merges written as "a b" strings).
 nlohmann::json edited(const nlohmann::json& variant) {
   auto j = nlohmann::json::parse(std::ifstream(test::source_dir() / "tests/data/tokenizers" /
@@ -114,7 +114,7 @@ nlohmann::json golden_parts() {
 }  // namespace
 
 // Each part of tokenizer.json the five tokenizers above leave out, set on
-// one of them (golden_parts.json, make_golden.py --parts-only): the ids, the
+// one of them (golden_parts.json, make_tokenizer_golden.py --parts-only): the ids, the
 // decoded text, and the ids with the post-processor's special tokens, which
 // must be the start token ztrain puts before each document and nothing
 // else. The invalid UTF-8 cases are bytes: ztrain's lossy decoding

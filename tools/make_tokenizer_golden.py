@@ -51,7 +51,7 @@ What it does
 
 How to rerun
     python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers sentencepiece
-    /tmp/tokvenv/bin/python tests/data/tokenizers/make_golden.py   # from the repo root
+    /tmp/tokvenv/bin/python tools/make_tokenizer_golden.py   # from the repo root
 
 Versions used for the committed files: tokenizers 0.23.3, sentencepiece 0.2.3 (stored in
 golden.json).
@@ -64,7 +64,9 @@ import random
 import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The tokenizers and golden files live beside the tests that read them.
+HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data",
+                    "tokenizers")
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -219,7 +221,7 @@ def added_overlap():
     for text in overlap_inputs():
         ids = tok.encode(text, add_special_tokens=False).ids
         cases.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)})
-    golden = {"generator": "tests/data/tokenizers/make_golden.py --added-only",
+    golden = {"generator": "tools/make_tokenizer_golden.py --added-only",
               "tokenizers": tokenizers.__version__, "base": "split_regex.json",
               "added_tokens": added, "tokenizers_cases": {"added_overlap": cases}}
     with open(os.path.join(HERE, "golden_added.json"), "w", encoding="utf-8") as f:
@@ -399,7 +401,7 @@ def parts_only():
             cases.append(case)
         variants.append({"name": name, "base": base, "edit": edit, "cases": cases})
         print(name, sum(len(c["ids"]) for c in cases), "ids")
-    golden = {"generator": "tests/data/tokenizers/make_golden.py --parts-only",
+    golden = {"generator": "tools/make_tokenizer_golden.py --parts-only",
               "tokenizers": tokenizers.__version__, "variants": variants}
     with open(os.path.join(HERE, "golden_parts.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
@@ -453,7 +455,7 @@ def main():
     made = {"byte_level": byte_level(lines), "split_regex": split_regex(lines),
             "sentencepiece": sp, "metaspace": metaspace(sp),
             "metaspace_split": metaspace(sp, split=True)}
-    golden = {"generator": "tests/data/tokenizers/make_golden.py",
+    golden = {"generator": "tools/make_tokenizer_golden.py",
               "tokenizers": tokenizers.__version__, "tokenizers_cases": {}}
     for name, tok in made.items():
         tok.save(os.path.join(HERE, name + ".json"))
