@@ -197,7 +197,8 @@ TEST_CASE("batch identity: any two of micro, accumulation and global, and contra
 
 // The mesh's dimensions are being built (issue 51): a degree above 1 is
 // refused naming its key and place, never run as data parallelism.
-TEST_CASE("[parallel]: degrees of 1 are the data-parallel run; a higher one is refused by name") {
+TEST_CASE(
+    "parallel section: degrees of 1 are the data-parallel run, a higher one is refused by name") {
   const auto parallel = [](const std::string& toml) {
     return resolve_settings(RunConfig::parse(toml, "run.toml"), 1).parallel;
   };

@@ -63,7 +63,7 @@ TEST_CASE("mesh: every factorisation of worlds up to 16 gives groups that partit
   CHECK(plans > 300);
 }
 
-TEST_CASE("mesh: tensor varies fastest, pipeline slowest; the description names each split") {
+TEST_CASE("mesh: tensor varies fastest and pipeline slowest, the description names each split") {
   // 16 ranks: tensor 2, sequence 2, data 2, pipeline 2.
   const MeshPlan p = plan_mesh({2, 2, 1, 2}, {{8, 8}});
   CHECK(p.size(MeshDim::data) == 2);
@@ -80,7 +80,7 @@ TEST_CASE("mesh: tensor varies fastest, pipeline slowest; the description names 
   CHECK(plan_mesh({}, {{3, 3}}).group(4, MeshDim::data) == std::vector<int>{0, 1, 2, 3, 4, 5});
 }
 
-TEST_CASE("mesh: tensor and sequence groups stay inside a host; a context ring may span hosts") {
+TEST_CASE("mesh: tensor and sequence groups stay inside a host, a context ring may span hosts") {
   // Hosts of 4: tensor x sequence groups of 4 fit; each is one host.
   const MeshPlan p = plan_mesh({2, 2, 1, 1}, {{4, 4}});
   for (int r = 0; r < 8; ++r)
