@@ -12,7 +12,6 @@
 // read.
 #include <algorithm>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "text/hf_tokenizer.h"
@@ -158,14 +157,8 @@ struct Pattern {
 };
 Pattern pattern_of(const Node& n) {
   const Node p = n.sub("pattern");
-  if (const json* s = p.get("String"); s && s->is_string()) {
-    if (n.text("type", "") == "Split") n.use("Split pattern=String");
-    return {s->get<std::string>(), false};
-  }
-  if (const json* r = p.get("Regex"); r && r->is_string()) {
-    if (n.text("type", "") == "Split") n.use("Split pattern=Regex");
-    return {r->get<std::string>(), true};
-  }
+  if (const json* s = p.get("String"); s && s->is_string()) return {s->get<std::string>(), false};
+  if (const json* r = p.get("Regex"); r && r->is_string()) return {r->get<std::string>(), true};
   throw ConfigError(n.where("pattern") + " is " + p.j.dump() +
                     "; expected {\"String\": ...} or {\"Regex\": ...}");
 }
@@ -268,6 +261,7 @@ PreTokenize pre_tokenizer_of(const Node& n) {
     if (n.flag("invert", false))
       n.unsupported("invert", "ztrain splits on the pattern's matches only");
     const Pattern p = pattern_of(n);
+    n.use(p.regex ? "Split pattern=Regex" : "Split pattern=String");
     return split_pre_tokenizer(
         std::make_shared<const Regex>(p.regex ? p.text : escaped(p.text), n.where("pattern")),
         behavior_of(n));
@@ -408,13 +402,18 @@ std::vector<AddedToken> added_of(const Node& top) {
 }
 
 // The special token a TemplateProcessing's single-sequence template starts
-// with (Llama's BOS), in a Sequence of processors too; none for a template
-// of the text alone and for ByteLevel, which adds no ids. ztrain starts each
-// document with that token (document_start in tokenizer.h) and adds nothing
-// after it, so a template that puts tokens after the text ("$A </s>"), or
-// a processor that does (Bert's, Roberta's), is refused: its documents
-// would not be the ones the file describes.
-std::optional<std::string> template_start_of(const Node& p) {
+// with (Llama's BOS), in a Sequence of processors too, and the ids its
+// special_tokens entry says the template inserts for it; none for a
+// template of the text alone and for ByteLevel, which adds no ids. ztrain
+// starts each document with that token (document_start in tokenizer.h) and
+// adds nothing after it, so a template that puts tokens after the text
+// ("$A </s>"), or a processor that does (Bert's, Roberta's), is refused:
+// its documents would not be the ones the file describes.
+struct TemplateStart {
+  std::string name;
+  json ids;  // null when special_tokens has no entry for it
+};
+std::optional<TemplateStart> template_start_of(const Node& p) {
   const std::string type = p.text("type", "");
   if (type == "ByteLevel") {
     p.use(type);
@@ -422,7 +421,7 @@ std::optional<std::string> template_start_of(const Node& p) {
   }
   if (type == "Sequence") {
     p.use(type);
-    std::optional<std::string> start;
+    std::optional<TemplateStart> start;
     for (std::size_t i = 0; i < p.size_of("processors"); ++i)
       if (auto s = template_start_of(p.at("processors", i))) {
         if (start) p.unsupported("processors", "two templates each start the text");
@@ -449,35 +448,18 @@ std::optional<std::string> template_start_of(const Node& p) {
                   "after the text: the template must be \"$A\" or \"<s> $A\"");
   p.use(starts ? "TemplateProcessing start=token" : "TemplateProcessing start=none");
   if (!starts) return std::nullopt;
-  const json& name = (*single)[0]["SpecialToken"]["id"];
-  if (!name.is_string()) p.unsupported("single", "its special token has no name");
-  return name.get<std::string>();
+  const json& special = (*single)[0]["SpecialToken"];
+  const auto name = special.find("id");
+  if (name == special.end() || !name->is_string())
+    p.unsupported("single", "its special token has no name");
+  TemplateStart start{name->get<std::string>(), nullptr};
+  const json* entries = p.get("special_tokens");
+  if (entries && entries->is_object() && entries->contains(start.name)) {
+    const json& entry = (*entries)[start.name];
+    if (entry.is_object() && entry.contains("ids")) start.ids = entry["ids"];
+  }
+  return start;
 }
-
-// The ids the template inserts for its start token must be that token's
-// own: ztrain inserts the vocabulary's id for the name.
-void check_template_ids(const Node& top, const std::string& start, std::int32_t id) {
-  const std::function<const json*(const json&)> entry = [&](const json& p) -> const json* {
-    if (!p.is_object()) return nullptr;
-    if (p.value("type", "") == "Sequence" && p.contains("processors"))
-      for (const json& q : p["processors"])
-        if (const json* e = entry(q)) return e;
-    const auto t = p.find("special_tokens");
-    if (t == p.end() || !t->is_object() || !t->contains(start)) return nullptr;
-    return &(*t)[start];
-  };
-  const json* e = entry(top.j["post_processor"]);
-  const json* ids = e && e->is_object() && e->contains("ids") ? &(*e)["ids"] : nullptr;
-  if (!ids || *ids != json::array({id}))
-    throw ConfigError(top.where("post_processor") + ": the template's special token \"" + start +
-                      "\" inserts " + (ids ? ids->dump() : std::string("no ids")) +
-                      ", not its vocabulary id [" + std::to_string(id) +
-                      "]; fix special_tokens to match the vocabulary");
-}
-
-}  // namespace
-
-namespace {
 
 std::unique_ptr<HfTokenizer> read_tokenizer_json(const std::filesystem::path& file,
                                                  std::set<std::string>* used) {
@@ -501,15 +483,23 @@ std::unique_ptr<HfTokenizer> read_tokenizer_json(const std::filesystem::path& fi
   if (top.get("pre_tokenizer")) parts.pre = pre_tokenizer_of(top.sub("pre_tokenizer"));
   if (top.get("decoder")) parts.decoder = decoder_of(top.sub("decoder"));
   parts.added = added_of(top);
-  if (top.get("post_processor"))
-    parts.template_start = template_start_of(top.sub("post_processor"));
+  const std::optional<TemplateStart> start =
+      top.get("post_processor") ? template_start_of(top.sub("post_processor")) : std::nullopt;
+  if (start) parts.template_start = start->name;
   auto tok = std::make_unique<HfTokenizer>(std::move(parts));
-  if (const auto& start = tok->bos_token()) {
-    const auto id = tok->token_id(*start);
+  // The ids the template inserts for its start token must be that token's
+  // own: ztrain inserts the vocabulary's id for the name.
+  if (start) {
+    const auto id = tok->token_id(start->name);
     if (!id)
-      throw ConfigError(top.where("post_processor") + ": the template starts with \"" + *start +
-                        "\", which is not a token of this tokenizer");
-    check_template_ids(top, *start, *id);
+      throw ConfigError(top.where("post_processor") + ": the template starts with \"" +
+                        start->name + "\", which is not a token of this tokenizer");
+    if (start->ids != json::array({*id}))
+      throw ConfigError(top.where("post_processor") + ": the template's special token \"" +
+                        start->name + "\" inserts " +
+                        (start->ids.is_null() ? std::string("no ids") : start->ids.dump()) +
+                        ", not its vocabulary id [" + std::to_string(*id) +
+                        "]; fix special_tokens to match the vocabulary");
   }
   return tok;
 }
