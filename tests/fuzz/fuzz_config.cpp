@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ztrain::fuzz::expect_clean([&] {
     ztrain::RunConfig config = ztrain::RunConfig::parse(rest, "fuzz.toml");
     if (first.rfind("set ", 0) == 0) config.override_with(first.substr(4));
-    config.check_sections({"model", "data", "train", "device", "comm", "strategy"});
+    config.check_sections(ztrain::run_file_sections());
     for (int world : {1, 3}) ztrain::resolve_settings(config, world);
   });
   return 0;

@@ -17,7 +17,7 @@ namespace {
 std::string config_error(const std::string& toml) {
   return test::message_of<ConfigError>([&] {
     const RunConfig cfg = RunConfig::parse(toml, "run.toml");
-    cfg.check_sections({"model", "data", "train", "device", "comm", "parallel", "strategy"});
+    cfg.check_sections(run_file_sections());
     resolve_settings(cfg, 1);
   });
 }

@@ -362,6 +362,12 @@ std::string RunConfig::where(const std::string& path) const {
   return it == origin_.end() ? "default" : it->second;
 }
 
+const std::vector<std::string>& run_file_sections() {
+  static const std::vector<std::string> sections = {"model", "data",     "train",   "device",
+                                                    "comm",  "parallel", "strategy"};
+  return sections;
+}
+
 void RunConfig::check_sections(const std::vector<std::string>& sections) const {
   for (const auto& [key, node] : root_) {
     const std::string k(key.str());

@@ -25,6 +25,9 @@ namespace ztrain {
 std::string toml_value_text(const toml::node& n);
 std::string toml_number_text(double d);
 
+// The sections a run file may hold: the host's and the plugins'.
+const std::vector<std::string>& run_file_sections();
+
 class RunConfig {
  public:
   // Parses run_file; a non-empty model replaces [model] with the preset
@@ -70,7 +73,8 @@ class RunConfig {
   void add_note(std::string note) { notes_.push_back(std::move(note)); }
   const std::vector<std::string>& notes() const { return notes_; }
 
-  // Fails on top-level keys that are not one of `sections`.
+  // Fails on top-level keys that are not one of `sections`
+  // (run_file_sections(), for a run).
   void check_sections(const std::vector<std::string>& sections) const;
   // Validates [section] (dotted for nested) against spec; keys in `skip` are
   // left to another validator (e.g. "plugin").

@@ -63,7 +63,7 @@ void section(ResolvedConfig& out, std::ostringstream& os, const std::string& nam
 }  // namespace
 
 ResolvedConfig resolve_config(const RunConfig& config, const PluginLoader& loader) {
-  config.check_sections({"model", "data", "train", "device", "comm", "parallel", "strategy"});
+  config.check_sections(run_file_sections());
   ResolvedConfig out;
   std::ostringstream os;
   os << "# ztrain " << ZTRAIN_VERSION

@@ -9,7 +9,7 @@ namespace ztrain {
 
 RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world,
                         int ranks_here) {
-  config.check_sections({"model", "data", "train", "device", "comm", "parallel", "strategy"});
+  config.check_sections(run_file_sections());
   RunParts p;
   p.settings = resolve_settings(config, world);
   p.model_plugin = config.plugin("model", "transformer");
