@@ -15,11 +15,10 @@ std::map<std::string, double>& planned() {
 
 }  // namespace
 
-bool is_hold_point(const std::string& point) {
-  for (const char* p :
-       {"lock_release", "checkpoint_located", "checkpoint_opened", "swap_created", "meeting_met"})
-    if (point == p) return true;
-  return false;
+const std::vector<std::string>& hold_point_names() {
+  static const std::vector<std::string> names = {
+      "lock_release", "checkpoint_located", "checkpoint_opened", "swap_created", "meeting_met"};
+  return names;
 }
 
 void plan_holds(const std::map<std::string, double>& holds) {

@@ -23,13 +23,14 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kit/kit_export.h"
 
 namespace ztrain {
 
-// Whether `point` is one of the hold points above.
-ZTRAIN_KIT bool is_hold_point(const std::string& point);
+// The hold points above, in that order.
+ZTRAIN_KIT const std::vector<std::string>& hold_point_names();
 
 // The holds this process makes: seconds per point.
 ZTRAIN_KIT void plan_holds(const std::map<std::string, double>& holds);

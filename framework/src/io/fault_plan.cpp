@@ -49,10 +49,11 @@ InjectedFailure injected_failure(const char* text) {
 
 // POINT:SECONDS[,POINT:SECONDS...], each point once.
 std::map<std::string, double> holds_of(const char* text) {
-  const char* expected =
-      "POINT:SECONDS[,POINT:SECONDS...], POINT one of lock_release, checkpoint_located, "
-      "checkpoint_opened, swap_created, meeting_met and SECONDS above 0 and at most 600, e.g. "
-      "checkpoint_located:3";
+  const auto& names = hold_point_names();
+  std::string points;
+  for (const auto& name : names) points += (points.empty() ? "" : ", ") + name;
+  const std::string expected = "POINT:SECONDS[,POINT:SECONDS...], POINT one of " + points +
+                               " and SECONDS above 0 and at most 600, e.g. checkpoint_located:3";
   std::map<std::string, double> holds;
   const std::string all = text;
   for (std::size_t at = 0; at <= all.size();) {
@@ -62,10 +63,10 @@ std::map<std::string, double> holds_of(const char* text) {
     double s = 0;
     int used = 0;
     const std::string point = item.substr(0, colon);
-    if (colon == std::string::npos || !is_hold_point(point) || holds.count(point) ||
-        std::sscanf(item.c_str() + colon + 1, "%lf%n", &s, &used) != 1 ||
+    if (colon == std::string::npos || std::find(names.begin(), names.end(), point) == names.end() ||
+        holds.count(point) || std::sscanf(item.c_str() + colon + 1, "%lf%n", &s, &used) != 1 ||
         colon + 1 + static_cast<std::size_t>(used) != item.size() || !(s > 0) || s > 600)
-      refuse("ZTRAIN_TEST_HOLD", text, expected);
+      refuse("ZTRAIN_TEST_HOLD", text, expected.c_str());
     holds[point] = s;
     at = end + 1;
   }
