@@ -12,10 +12,10 @@
 #include <exception>
 #include <thread>
 
+#include "core/hold_points.h"
 #include "io/crc32c.h"
 #include "io/durable_file.h"
 #include "io/fd_io.h"
-#include "core/hold_points.h"
 #include "io/read_ahead.h"
 #include "ztrain/error.h"
 

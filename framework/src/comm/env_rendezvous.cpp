@@ -10,8 +10,8 @@
 #include <cstdlib>
 
 #include "comm/start_faults.h"
-#include "core/hold_points.h"
 #include "comm/world.h"
+#include "core/hold_points.h"
 #include "ztrain/comm.h"
 #include "ztrain/error.h"
 

@@ -19,8 +19,8 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
-#include "io/fd_io.h"
 #include "core/hold_points.h"
+#include "io/fd_io.h"
 
 #include "ztrain/error.h"
 
