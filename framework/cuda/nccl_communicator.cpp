@@ -323,6 +323,45 @@ class NcclCommunicator final : public Communicator {
     return {};
   }
 
+  // One send and one receive per rank, its own block included, in one
+  // group.
+  CommWork all_to_all_async(const void* send, void* recv, std::size_t count, DType type) override {
+    const std::size_t block = count * dtype_size(type), ranks = static_cast<std::size_t>(size_);
+    OnGpu in(device_, send, block * ranks, true), out(device_, recv, block * ranks, false);
+    if (in.staged() || out.staged())
+      return staged({&out}, all_to_all_async(in.get(), out.get(), count, type));
+    return issue(
+        {Collective::all_to_all, "all_to_all", count * ranks, type},
+        all_to_all_bytes_sent(count, size_, dtype_size(type)), [&](cudaStream_t s) {
+          ncclResult_t r = ncclGroupStart();
+          for (int q = 0; q < size_ && r == ncclSuccess && count > 0; ++q) {
+            const auto at = static_cast<std::size_t>(q) * block;
+            r = ncclSend(static_cast<const char*>(send) + at, count, nccl_type(type), q, comm_, s);
+            if (r == ncclSuccess)
+              r = ncclRecv(static_cast<char*>(recv) + at, count, nccl_type(type), q, comm_, s);
+          }
+          const ncclResult_t end = ncclGroupEnd();
+          return r != ncclSuccess ? r : end;
+        });
+  }
+
+  CommWork permute_async(const void* send, void* recv, std::size_t count, DType type,
+                         Peers peers) override {
+    const std::uint64_t sent = permute_bytes_sent(count, dtype_size(type), peers, rank_, size_);
+    const std::size_t bytes = count * dtype_size(type);
+    OnGpu in(device_, send, bytes, true), out(device_, recv, bytes, false);
+    if (in.staged() || out.staged())
+      return staged({&out}, permute_async(in.get(), out.get(), count, type, peers));
+    return issue({Collective::permute, "permute", count, type}, sent, [&](cudaStream_t s) {
+      if (count == 0) return ncclSuccess;
+      ncclResult_t r = ncclGroupStart();
+      if (r == ncclSuccess) r = ncclSend(send, count, nccl_type(type), peers.to, comm_, s);
+      if (r == ncclSuccess) r = ncclRecv(recv, count, nccl_type(type), peers.from, comm_, s);
+      const ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    });
+  }
+
   std::unique_ptr<Communicator> split(int colour, int key) override {
     ncclComm_t part = nullptr;
     const ncclResult_t r = ncclCommSplit(comm_, colour, key, &part, nullptr);

@@ -131,6 +131,39 @@ TEST_CASE("irregular blocks: empty, uneven and in place") {
   gpu::check_close(all.get(), want_all, 0, 0, "all_gather_v in place");
 }
 
+TEST_CASE("all_to_all trades blocks and permute passes a ring's block, on GPU and host memory") {
+  const int N = nccl().size(), r = nccl().rank();
+  const std::size_t block = 1001;
+  // Rank q's block for rank p: values(q * N + p, block).
+  Vec mine;
+  for (int p = 0; p < N; ++p) {
+    const Vec v = values(r * N + p, block);
+    mine.insert(mine.end(), v.begin(), v.end());
+  }
+  Vec want;
+  for (int q = 0; q < N; ++q) {
+    const Vec v = values(q * N + r, block);
+    want.insert(want.end(), v.begin(), v.end());
+  }
+  Array send(mine), recv(block * N);
+  nccl().all_to_all(send.data(), recv.data(), block, DType::f32);
+  gpu::check_close(recv.get(), want, 0, 0, "all_to_all");
+  Vec host(block * N, -1.0f);  // staged through GPU copies
+  nccl().all_to_all(mine.data(), host.data(), block, DType::f32);
+  gpu::check_close(host, want, 0, 0, "all_to_all from host memory");
+
+  const ztrain::Peers ring{(r + 1) % N, (r + N - 1) % N};
+  Array out(values(r, 777)), in(777);
+  nccl().permute(out.data(), in.data(), 777, DType::f32, ring);
+  gpu::check_close(in.get(), values(ring.from, 777), 0, 0, "permute");
+  const auto before = nccl().counters();
+  nccl().permute(out.data(), in.data(), 777, DType::f32, ztrain::Peers{r, r});
+  gpu::check_close(in.get(), values(r, 777), 0, 0, "permute to itself");
+  const auto d = nccl().counters().since(before);
+  CHECK(d.calls[static_cast<std::size_t>(ztrain::Collective::permute)] == 1);
+  CHECK(d.bytes_sent[static_cast<std::size_t>(ztrain::Collective::permute)] == 0);
+}
+
 TEST_CASE("completed collectives are counted with the bytes a ring sends") {
   const int N = nccl().size();
   const auto before = nccl().counters();

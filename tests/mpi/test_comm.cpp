@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -289,6 +290,19 @@ TEST_CASE("every collective is counted where it runs: calls, and bytes a ring se
   before = world().counters();
   world().broadcast(v.data(), 10, DType::f16, R - 1);
   check(Collective::broadcast, before, 1, ring * 10 * 2);
+
+  before = world().counters();
+  std::vector<float> blocks(5 * static_cast<std::size_t>(R), 1.0f),
+      arrived(5 * static_cast<std::size_t>(R));
+  world().all_to_all(blocks.data(), arrived.data(), 5, DType::f32);
+  world().all_to_all_async(v.data(), arrived.data(), 2, DType::bf16).wait();
+  // Every block but the rank's own leaves it.
+  check(Collective::all_to_all, before, 2, static_cast<std::uint64_t>(R) * ring * (5 * 4 + 2 * 2));
+
+  before = world().counters();
+  world().permute(v.data(), arrived.data(), 7, DType::bf16, Peers{(r + 1) % R, (r + R - 1) % R});
+  world().permute(v.data(), arrived.data(), 9, DType::f32, Peers{r, r});  // sends nothing
+  check(Collective::permute, before, 2, static_cast<std::uint64_t>(R) * 7 * 2);
 
   before = world().counters();
   auto sub = world().split(r % 2, r);

@@ -114,6 +114,8 @@ class Stuck final : public ThreadedCommunicator {
   }
   CommWork broadcast_async(void*, std::size_t, DType, int) override { return {}; }
   CommWork barrier_async() override { return {}; }
+  CommWork all_to_all_async(const void*, void*, std::size_t, DType) override { return {}; }
+  CommWork permute_async(const void*, void*, std::size_t, DType, Peers) override { return {}; }
   std::unique_ptr<Communicator> split(int, int) override { return nullptr; }
 
   std::atomic<int> aborts{0}, code{0};

@@ -1,5 +1,5 @@
-// Device memory accounting and budgets, units, the activation arena and the
-// step context's checks.
+// Device memory accounting and budgets, units, the activation arena, the
+// step context's checks and the world-1 communicator.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "support.h"
+#include "ztrain/comm.h"
 #include "ztrain/device.h"
+#include "ztrain/error.h"
 #include "ztrain/model.h"
 #include "ztrain/units.h"
 
@@ -177,4 +179,23 @@ TEST_CASE("typed ids: a vector indexed by its own id, ranges, bounds and message
   live[1_group] = true;
   CHECK(live[1_group]);
   CHECK_FALSE(live[2_group]);
+}
+
+TEST_CASE("the world-1 communicator: exchanges copy, send nothing, and refuse another rank") {
+  auto comm = make_local_communicator();
+  const std::vector<float> send{1.5f, -2.0f, 3.25f};
+  std::vector<float> recv(3, 0.0f);
+  comm->all_to_all(send.data(), recv.data(), 3, DType::f32);
+  CHECK(recv == send);
+  std::vector<std::uint16_t> half{7, 9}, got(2, 0);
+  comm->permute(half.data(), got.data(), 2, DType::bf16, Peers{0, 0});
+  CHECK(got == half);
+  const CommCounters c = comm->counters();
+  CHECK(c.calls[static_cast<std::size_t>(Collective::all_to_all)] == 1);
+  CHECK(c.calls[static_cast<std::size_t>(Collective::permute)] == 1);
+  CHECK(c.total_bytes() == 0);
+  CHECK_THROWS_WITH_AS(comm->permute(half.data(), got.data(), 2, DType::bf16, Peers{1, 0}),
+                       doctest::Contains("both must be ranks of the group (0 to 0)"), CommError);
+  CHECK(collective_name(Collective::all_to_all) == "all_to_all");
+  CHECK(collective_name(Collective::permute) == "permute");
 }

@@ -26,7 +26,9 @@
 // their wire, so after each successful call a backend counts what a ring
 // algorithm sends for it (for an all-reduce of n bytes over N ranks about
 // 2n(N-1)/N, for a reduce-scatter or all-gather about n(N-1)/N; summed
-// over the ranks exactly 2n(N-1) and n(N-1)); `local` sends nothing. A
+// over the ranks exactly 2n(N-1) and n(N-1)); an all-to-all of N blocks of
+// b bytes sends b(N-1) (every block but the rank's own), a permute its b
+// bytes unless it passes them to itself; `local` sends nothing. A
 // collective that was never issued, or issued twice, shows in the counts.
 //
 // Backends: `local` (world 1, no MPI: collectives are copies or nothing),
@@ -57,10 +59,24 @@ namespace ztrain {
 
 enum class ReduceOp : std::uint8_t { sum, average };
 
+// Where a permute sends this rank's block and whence it receives one.
+struct Peers {
+  int to = 0;
+  int from = 0;
+};
+
 // The kinds of collective, as they are counted (the irregular forms count
 // with their regular kind).
-enum class Collective : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
-inline constexpr std::size_t kCollectiveCount = 5;
+enum class Collective : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  barrier,
+  all_to_all,
+  permute
+};
+inline constexpr std::size_t kCollectiveCount = 7;
 ZTRAIN_API std::string_view collective_name(Collective c);
 
 // What a rank's collectives moved, per kind: calls completed and bytes this
@@ -157,6 +173,20 @@ class ZTRAIN_API Communicator {
   // root's count elements copied to every rank.
   virtual CommWork broadcast_async(void* data, std::size_t count, DType type, int root) = 0;
   virtual CommWork barrier_async() = 0;
+  // send: size() blocks of count elements, block q for rank q; recv: size()
+  // blocks of count, block q from rank q (Ulysses trades sequence shards
+  // for head shards with it). send and recv do not overlap.
+  virtual CommWork all_to_all_async(const void* send, void* recv, std::size_t count,
+                                    DType type) = 0;
+  // Every rank sends count elements to rank peers.to and receives count
+  // from rank peers.from, all at once: the ranks' `to`s are a permutation
+  // of the group and each rank's `from` is the rank whose `to` it is (ring
+  // attention's pass: to = rank + 1, from = rank - 1, modulo the size).
+  // A rank may pass to itself (a copy). send and recv do not overlap. A
+  // peer outside the group raises CommError; `to`s that are no permutation
+  // are the caller's fault, which a backend may find only by its timeout.
+  virtual CommWork permute_async(const void* send, void* recv, std::size_t count, DType type,
+                                 Peers peers) = 0;
   // Ranks passing the same colour form a new communicator, ordered by key
   // (then by rank). Collective over this communicator. The new one counts
   // into this one's counters as well as its own.
@@ -179,6 +209,12 @@ class ZTRAIN_API Communicator {
     broadcast_async(data, count, type, root).wait();
   }
   void barrier() { barrier_async().wait(); }
+  void all_to_all(const void* send, void* recv, std::size_t count, DType type) {
+    all_to_all_async(send, recv, count, type).wait();
+  }
+  void permute(const void* send, void* recv, std::size_t count, DType type, Peers peers) {
+    permute_async(send, recv, count, type, peers).wait();
+  }
 };
 
 ZTRAIN_API std::unique_ptr<Communicator> make_local_communicator();

@@ -150,6 +150,26 @@ CommWork ThreadedCommunicator::submit_all_gather_v(const std::vector<std::size_t
                 });
 }
 
+CommWork ThreadedCommunicator::submit_all_to_all(std::size_t count, DType type,
+                                                 std::function<void()> run) {
+  const std::uint64_t sent = all_to_all_bytes_sent(count, size(), dtype_size(type));
+  return submit(
+      {Collective::all_to_all, "all_to_all", count * static_cast<std::size_t>(size()), type},
+      [sent, run = std::move(run)] {
+        run();
+        return sent;
+      });
+}
+
+CommWork ThreadedCommunicator::submit_permute(std::size_t count, DType type, Peers peers,
+                                              std::function<void()> run) {
+  const std::uint64_t sent = permute_bytes_sent(count, dtype_size(type), peers, rank(), size());
+  return submit({Collective::permute, "permute", count, type}, [sent, run = std::move(run)] {
+    run();
+    return sent;
+  });
+}
+
 void ThreadedCommunicator::start_guard() {
   if (watchdog_) guard_ = std::thread([this] { guard(); });
 }

@@ -106,6 +106,10 @@ class ThreadedCommunicator : public Communicator {
                                    ReduceOp op, std::function<void()> run);
   CommWork submit_all_gather_v(const std::vector<std::size_t>& counts, DType type,
                                std::function<void()> run);
+  // The same for the exchanges: the bytes each sends, and a permute's
+  // peers checked (CommError) before anything is queued.
+  CommWork submit_all_to_all(std::size_t count, DType type, std::function<void()> run);
+  CommWork submit_permute(std::size_t count, DType type, Peers peers, std::function<void()> run);
   // Ends every rank of the job, this one with exit status `code`; must not
   // return.
   virtual void abort_job(int code) = 0;

@@ -51,6 +51,12 @@ class ForwardingCommunicator : public Communicator {
   CommWork barrier_async() override {
     return around(Kind::barrier, [&] { return c_->barrier_async(); });
   }
+  CommWork all_to_all_async(const void* s, void* r, std::size_t n, DType t) override {
+    return around(Kind::exchange, [&] { return c_->all_to_all_async(s, r, n, t); });
+  }
+  CommWork permute_async(const void* s, void* r, std::size_t n, DType t, Peers p) override {
+    return around(Kind::exchange, [&] { return c_->permute_async(s, r, n, t, p); });
+  }
   std::unique_ptr<Communicator> split(int colour, int key) override {
     return wrap(c_->split(colour, key));
   }
@@ -58,8 +64,8 @@ class ForwardingCommunicator : public Communicator {
 
  protected:
   // What a collective does: reduces (all_reduce, reduce_scatter), gathers
-  // (all_gather), or neither.
-  enum class Kind { reduce, gather, broadcast, barrier };
+  // (all_gather), exchanges blocks (all_to_all, permute), or neither.
+  enum class Kind { reduce, gather, exchange, broadcast, barrier };
   // Submits one collective (`submit`); by default just that.
   virtual CommWork around(Kind, const std::function<CommWork()>& submit) { return submit(); }
   // The decorator around a communicator split from the wrapped one.

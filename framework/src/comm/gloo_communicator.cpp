@@ -20,6 +20,7 @@
 // nobody waits.
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -181,6 +182,46 @@ class GlooCommunicator final : public ThreadedCommunicator {
           gloo::barrier(o);
         });
       return sent;
+    });
+  }
+  CommWork all_to_all_async(const void* send, void* recv, std::size_t count, DType type) override {
+    return submit_all_to_all(count, type, [=, this] {
+      const std::size_t bytes = count * dtype_size(type) * static_cast<std::size_t>(size_);
+      if (bytes == 0) return;
+      if (size_ == 1) {
+        std::memcpy(recv, send, bytes);
+        return;
+      }
+      call("all_to_all", count * static_cast<std::size_t>(size_), type, [&] {
+        gloo::AlltoallOptions o(context_);
+        o.setInput(const_cast<char*>(static_cast<const char*>(send)), bytes);
+        o.setOutput(static_cast<char*>(recv), bytes);
+        o.setTimeout(transport_timeout());
+        gloo::alltoall(o);
+      });
+    });
+  }
+  // A pass through gloo's unbound buffers, in a slot of its own: every
+  // rank draws the next slot, a rank passing to itself too, so that the
+  // ranks' slots stay in step.
+  CommWork permute_async(const void* send, void* recv, std::size_t count, DType type,
+                         Peers peers) override {
+    return submit_permute(count, type, peers, [=, this] {
+      const auto slot = static_cast<std::uint64_t>(context_->nextSlot());
+      const std::size_t bytes = count * dtype_size(type);
+      if (bytes == 0) return;
+      if (peers.to == rank_) {
+        std::memcpy(recv, send, bytes);
+        return;
+      }
+      call("permute", count, type, [&] {
+        auto out = context_->createUnboundBuffer(const_cast<void*>(send), bytes);
+        auto in = context_->createUnboundBuffer(recv, bytes);
+        in->recv(peers.from, slot);
+        out->send(peers.to, slot);
+        in->waitRecv(transport_timeout());
+        out->waitSend(transport_timeout());
+      });
     });
   }
   std::unique_ptr<Communicator> split(int colour, int key) override {

@@ -270,6 +270,25 @@ class MpiCommunicator final : public ThreadedCommunicator {
       return sent;
     });
   }
+  CommWork all_to_all_async(const void* send, void* recv, std::size_t count, DType type) override {
+    return submit_all_to_all(count, type, [=, this] {
+      check(MPI_Alltoall(send, checked(count), mpi_type(type), recv, checked(count), mpi_type(type),
+                         comm_),
+            "all_to_all", count * static_cast<std::size_t>(size_), type);
+    });
+  }
+  // Point-to-point messages match apart from the collectives, and a pass
+  // follows the one before it between the same pair of ranks (MPI keeps
+  // their order), so one tag serves every permute.
+  CommWork permute_async(const void* send, void* recv, std::size_t count, DType type,
+                         Peers peers) override {
+    return submit_permute(count, type, peers, [=, this] {
+      check(MPI_Sendrecv(send, checked(count), mpi_type(type), peers.to, kPermuteTag, recv,
+                         checked(count), mpi_type(type), peers.from, kPermuteTag, comm_,
+                         MPI_STATUS_IGNORE),
+            "permute", count, type);
+    });
+  }
   std::unique_ptr<Communicator> split(int colour, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
     submit({std::nullopt, "split", 0, DType::f32}, [&] {
@@ -319,6 +338,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
     std::_Exit(code);
   }
 
+  static constexpr int kPermuteTag = 11;
   std::shared_ptr<MpiRuntime> runtime_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;

@@ -211,6 +211,17 @@ class ShmCommunicator final : public ThreadedCommunicator {
       return sent;
     });
   }
+  CommWork all_to_all_async(const void* send, void* recv, std::size_t count, DType type) override {
+    return submit_all_to_all(count, type, [=, this] {
+      all_to_all(static_cast<const char*>(send), static_cast<char*>(recv), count, type);
+    });
+  }
+  CommWork permute_async(const void* send, void* recv, std::size_t count, DType type,
+                         Peers peers) override {
+    return submit_permute(count, type, peers, [=, this] {
+      permute(static_cast<const char*>(send), static_cast<char*>(recv), count, type, peers.from);
+    });
+  }
   std::unique_ptr<Communicator> split(int colour, int key) override {
     std::unique_ptr<Communicator> out;
     submit({std::nullopt, "split", 0, DType::f32}, [&] {
@@ -330,6 +341,36 @@ class ShmCommunicator final : public ThreadedCommunicator {
       if (rank_ == root) std::memcpy(slot(root), data + at, n);
       meet("broadcast", count, type);
       if (rank_ != root) std::memcpy(data + at, slot(root), n);
+    }
+  }
+
+  // Chunk k holds elements [k s, (k+1) s) of every block (s = a slot over
+  // the ranks): rank r writes its block q's piece at place q of its slot,
+  // and reads place r of rank q's slot into its block q.
+  void all_to_all(const char* send, char* recv, std::size_t count, DType type) {
+    first_meet_ = true;
+    const auto ranks = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
+    const std::size_t es = dtype_size(type), piece = kSlotBytes / es / ranks;
+    for (std::size_t at = 0; at < count; at += piece, ++chunks_) {
+      const std::size_t n = std::min(piece, count - at);
+      for (std::size_t q = 0; q < ranks; ++q)
+        std::memcpy(slot(rank_) + q * piece * es, send + (q * count + at) * es, n * es);
+      meet("all_to_all", count * ranks, type);
+      for (std::size_t q = 0; q < ranks; ++q)
+        std::memcpy(recv + (q * count + at) * es, slot(static_cast<int>(q)) + me * piece * es,
+                    n * es);
+    }
+  }
+  // Each chunk: every rank writes its piece to its slot and reads the one
+  // in the slot of the rank it receives from.
+  void permute(const char* send, char* recv, std::size_t count, DType type, int from) {
+    first_meet_ = true;
+    const std::size_t es = dtype_size(type), piece = kSlotBytes / es;
+    for (std::size_t at = 0; at < count; at += piece, ++chunks_) {
+      const std::size_t n = std::min(piece, count - at);
+      std::memcpy(slot(rank_), send + at * es, n * es);
+      meet("permute", count, type);
+      std::memcpy(recv + at * es, slot(from), n * es);
     }
   }
 

@@ -18,6 +18,10 @@ std::string_view collective_name(Collective c) {
       return "broadcast";
     case Collective::barrier:
       return "barrier";
+    case Collective::all_to_all:
+      return "all_to_all";
+    case Collective::permute:
+      return "permute";
   }
   return "?";
 }
@@ -59,9 +63,31 @@ std::uint64_t ring_bytes_sent(Collective kind, const std::vector<std::size_t>& c
       return gather * element_size;
     case Collective::broadcast:
     case Collective::barrier:
+    case Collective::all_to_all:
+    case Collective::permute:
       break;
   }
   throw InternalError("ring_bytes_sent: " + std::string(collective_name(kind)) + " is no ring");
+}
+
+std::uint64_t all_to_all_bytes_sent(std::size_t count, int ranks, std::size_t element_size) {
+  return std::uint64_t{count} * element_size * static_cast<std::uint64_t>(ranks - 1);
+}
+
+std::uint64_t permute_bytes_sent(std::size_t count, std::size_t element_size, Peers peers, int rank,
+                                 int ranks) {
+  for (int peer : {peers.to, peers.from})
+    if (peer < 0 || peer >= ranks)
+      throw CommError("rank " + std::to_string(rank) + ": permute between rank " +
+                      std::to_string(peers.from) + " (from) and rank " + std::to_string(peers.to) +
+                      " (to) in a group of " + std::to_string(ranks) +
+                      " ranks; both must be ranks of the group (0 to " + std::to_string(ranks - 1) +
+                      ")");
+  if ((peers.to == rank) != (peers.from == rank))
+    throw CommError("rank " + std::to_string(rank) + ": permute to rank " +
+                    std::to_string(peers.to) + " from rank " + std::to_string(peers.from) +
+                    "; a rank that passes to itself receives from itself, and only then");
+  return peers.to == rank ? 0 : std::uint64_t{count} * element_size;
 }
 
 std::string collective_text(const char* op, std::size_t count, DType type) {

@@ -43,6 +43,15 @@ class ZTRAIN_KIT CommTally {
 // all-reduce does both.
 ZTRAIN_KIT std::uint64_t ring_bytes_sent(Collective kind, const std::vector<std::size_t>& counts,
                                          int rank, std::size_t element_size);
+// Bytes an all-to-all of `count` elements per block sends from a rank of a
+// group of `ranks`: every block but the rank's own.
+ZTRAIN_KIT std::uint64_t all_to_all_bytes_sent(std::size_t count, int ranks,
+                                               std::size_t element_size);
+// Bytes a permute of `count` elements sends from `rank` (none when it
+// passes to itself); CommError naming both peers when either lies outside
+// a group of `ranks`.
+ZTRAIN_KIT std::uint64_t permute_bytes_sent(std::size_t count, std::size_t element_size,
+                                            Peers peers, int rank, int ranks);
 // The ring's blocks of an n-element all-reduce over `ranks`: n / ranks each,
 // the first n % ranks one more.
 ZTRAIN_KIT std::vector<std::size_t> even_split(std::size_t n, int ranks);
