@@ -99,6 +99,14 @@ void CudaDevice::copy(void* dst, const void* src, std::size_t bytes) {
   if (!on_gpu(dst) || !on_gpu(src)) ZTRAIN_CUDA(cudaStreamSynchronize(compute_));
 }
 
+void CudaDevice::copy_rows(const RowCopy& c) {
+  if (c.rows == 0 || c.width == 0) return;
+  bind();
+  ZTRAIN_CUDA(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch, c.width, c.rows,
+                                cudaMemcpyDefault, compute_));
+  if (!on_gpu(c.dst) || !on_gpu(c.src)) ZTRAIN_CUDA(cudaStreamSynchronize(compute_));
+}
+
 // A conversion runs where its source is: on the GPU into a scratch block of
 // the destination's type (then copied), or on the host into a vector of it
 // (then copied); host to host waits for the GPU's copies first.

@@ -42,6 +42,7 @@ class ZTRAIN_API CudaDevice final : public Device, private DeviceMemory {
   // Device interface: copies on the compute stream (waited for when host
   // memory is at either end), zero fills there too.
   void copy(void* dst, const void* src, std::size_t bytes) override;
+  void copy_rows(const RowCopy& c) override;
   void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) override;
   void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n) override;
   void fill_zero(void* p, std::size_t bytes) override;

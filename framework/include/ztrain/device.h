@@ -73,6 +73,17 @@ enum class Fill : std::uint8_t { zeros, undefined };
 // What a device has allocated: by tier and category now and at its peak,
 // and by tier (what was in use at once, not the sum of the categories'
 // peaks).
+// A 2-D copy: `rows` runs of `width` bytes, each run `src_pitch` bytes
+// after the one before at the source and `dst_pitch` at the destination
+// (heads taken out of interleaved token rows, or put back).
+struct RowCopy {
+  void* dst;
+  std::size_t dst_pitch;
+  const void* src;
+  std::size_t src_pitch;
+  std::size_t width, rows;
+};
+
 struct MemoryStats {
   TierTable current, peak;
   PerTier<std::uint64_t> tier_current, tier_peak;
@@ -176,6 +187,9 @@ class ZTRAIN_API Device {
   // same reach and ordering as copy(). InternalError for two types.
   virtual void accumulate(TypedPtr dst, ConstTypedPtr src, std::size_t n);
   virtual void fill_zero(void* p, std::size_t bytes);
+  // copy() of every run of a RowCopy (the runs do not overlap), with the
+  // same reach and ordering.
+  virtual void copy_rows(const RowCopy& c);
   // A copy with the reach of copy() that may still be running when it
   // returns, ordered after the kernels queued so far: a GPU runs it on its
   // copy stream beside the kernels (gradients going down to host memory,

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/ids.h"
@@ -65,7 +66,10 @@ using ModuleSpecs = IdVector<ModuleId, ModuleSpec>;
 
 struct BatchShape {
   int batch = 0;
-  int seq_len = 0;
+  int seq_len = 0;  // tokens of each row this rank holds
+  // Ranks each sequence is split across (sequence parallelism): a row holds
+  // 1/sequence_shards of its sequence, seq_len * sequence_shards tokens.
+  int sequence_shards = 1;
 };
 
 // One micro-batch: inputs and targets (B,T) token ids.
@@ -157,6 +161,13 @@ class ZTRAIN_API StepContext {
   TensorView param(ParamId p);
   TensorView grad(ParamId p);
 
+  // The ranks sharing this micro-batch's sequences (sequence parallelism):
+  // rank r of the group holds the r-th slice of every row, its first
+  // token at position r * seq_len of the sequence. Null when the rows are
+  // whole sequences.
+  Communicator* sequence_group() const { return sequence_group_; }
+  void set_sequence_group(Communicator* group) { sequence_group_ = group; }
+
   Arena& activations() { return arena_; }
   const Kernels& kernels() const { return kernels_; }
   // Multiplier on d(mean micro-batch loss): loss scale / gradient accumulation.
@@ -173,6 +184,7 @@ class ZTRAIN_API StepContext {
   Arena& arena_;
   LossSum& losses_;
   float grad_scale_;
+  Communicator* sequence_group_ = nullptr;
   IdVector<ModuleId, int> active_;  // per module: entered and not yet exited
 };
 
@@ -190,6 +202,10 @@ class ZTRAIN_API Model : public Plugin {
   virtual void forward_backward(const Batch& batch, StepContext& ctx) = 0;
   // Forward only; reports its losses through ctx.add_loss.
   virtual void evaluate(const Batch& batch, StepContext& ctx) = 0;
+  // Why this model cannot split its sequences across `shards` ranks (the
+  // reason, for a message that says where the degree was set); empty when
+  // it can. A model that runs only whole sequences says so, the default.
+  virtual std::string sequence_shards_refusal(int shards) const;
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

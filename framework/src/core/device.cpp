@@ -128,6 +128,13 @@ void Device::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0) std::memmove(dst, src, bytes);
 }
 
+void Device::copy_rows(const RowCopy& c) {
+  auto* dst = static_cast<char*>(c.dst);
+  const auto* src = static_cast<const char*>(c.src);
+  for (std::size_t r = 0; r < c.rows; ++r)
+    std::memcpy(dst + r * c.dst_pitch, src + r * c.src_pitch, c.width);
+}
+
 void Device::convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) {
   ztrain::convert(src.data, src.dtype, dst.data, dst.dtype, n);
 }

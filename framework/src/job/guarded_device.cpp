@@ -58,6 +58,10 @@ class GuardedDevice final : public Device {
     const Open open(*this);
     Device::fill_zero(p, bytes);
   }
+  void copy_rows(const RowCopy& c) override {
+    const Open open(*this);
+    Device::copy_rows(c);
+  }
 
  protected:
   void* raw_allocate(Tier tier, Category, std::size_t bytes, Fill fill) override {

@@ -2,10 +2,10 @@
 // on the CPU: `[device] guard = true` gives the run a cpu device whose
 // device tier the host cannot touch. Each device-tier block is its own
 // page-protected mapping, opened (PROT_READ | PROT_WRITE) only while the
-// kernels, the device's movers (copy, convert, accumulate, fill_zero) or
-// the strategy's communicator work on it, and closed again after; any
-// other host access faults (SIGSEGV), at the line that would read garbage
-// or crash on a GPU. host_visible(Tier::device) is false, so the staged
+// kernels, the device's movers (copy, copy_rows, convert, accumulate,
+// fill_zero) or the strategy's communicator work on it, and closed again
+// after; any other host access faults (SIGSEGV), at the line that would
+// read garbage or crash on a GPU. host_visible(Tier::device) is false, so the staged
 // paths a GPU takes run too. Internal to the host.
 //
 // World 1 only (the local communicator's copies happen inside the call

@@ -30,10 +30,11 @@ auto grad_views(StepContext& ctx) {
 }  // namespace
 
 void Transformer::check_tokens(const Batch& batch) const {
-  const auto [B, T] = batch.shape;
-  if (B < 1 || T < 1 || T > cfg_.seq_len)
-    throw DataError("batch of shape (" + std::to_string(B) + ", " + std::to_string(T) +
-                    ") does not fit the model's seq_len " + std::to_string(cfg_.seq_len));
+  const auto [B, T, shards] = batch.shape;
+  if (B < 1 || T < 1 || shards < 1 || T > cfg_.seq_len / shards)
+    throw DataError("batch of shape (" + std::to_string(B) + ", " + std::to_string(T) + ") in " +
+                    std::to_string(shards) + " shard(s) does not fit the model's seq_len " +
+                    std::to_string(cfg_.seq_len));
   const std::size_t n = static_cast<std::size_t>(B) * T;
   for (std::size_t i = 0; i < n; ++i) {
     for (const std::int32_t* ids : {batch.inputs, batch.targets}) {
@@ -54,7 +55,14 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
   arena.reset();
   Acts a;
   plan(
-      batch.shape.batch, batch.shape.seq_len, [&](std::size_t n) { return arena.alloc_f32(n); }, a);
+      batch.shape, [&](std::size_t n) { return arena.alloc_f32(n); }, a);
+  if (a.shards > 1) {
+    a.group = ctx.sequence_group();
+    if (!a.group || a.group->size() != a.shards)
+      throw InternalError("a batch of " + std::to_string(a.shards) +
+                          " sequence shards without a sequence group of that size");
+    a.first = static_cast<std::size_t>(a.group->rank()) * static_cast<std::size_t>(a.T);
+  }
   const std::size_t n = static_cast<std::size_t>(batch.shape.batch) * batch.shape.seq_len;
   a.inputs = arena.on_device(batch.inputs, n);
   a.targets = arena.on_device(batch.targets, n);
@@ -62,20 +70,40 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
     const std::size_t entries =
         static_cast<std::size_t>(batch.shape.seq_len) * (cfg_.head_size() / 2);
     std::vector<float> cos(entries), sin(entries);
-    rope_tables(cos.data(), sin.data(), batch.shape.seq_len);
+    rope_tables(cos.data(), sin.data(), batch.shape.seq_len, a.first);
     arena.device().copy(a.rope_cos, cos.data(), entries * sizeof(float));
     arena.device().copy(a.rope_sin, sin.data(), entries * sizeof(float));
   }
   return a;
 }
 
+void Transformer::attention_forward(const BlockActs& b, const Acts& a, StepContext& ctx) const {
+  if (!b.ulysses)
+    return ctx.kernels().attention_forward(b.atty, b.lse, {b.q, b.k, b.v},
+                                           dims(a.B, a.T).attention(b));
+  const sequence::UlyssesAttention ulysses(*a.group, ctx.kernels(), ctx.activations().device(),
+                                           ulysses_shape(b, a), a.ulysses_scratch);
+  ulysses.forward(b.atty, {b.q, b.k, b.v}, {b.ulysses, b.lse});
+}
+
+// d's buffers are zero on entry: the kernel adds into them, Ulysses writes.
+void Transformer::attention_backward(AttentionGrads d, const BlockActs& b, const Acts& a,
+                                     StepContext& ctx) const {
+  if (!b.ulysses)
+    return ctx.kernels().attention_backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse,
+                                            dims(a.B, a.T).attention(b));
+  const sequence::UlyssesAttention ulysses(*a.group, ctx.kernels(), ctx.activations().device(),
+                                           ulysses_shape(b, a), a.ulysses_scratch);
+  ulysses.backward(d, a.d_att, {b.ulysses, b.lse});
+}
+
 // x: (N,C) block input; out: (N,C) block output
-void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b, int B, int T,
+void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b, const Acts& a,
                                 StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
   const auto P = param_views(ctx);
-  const Dims d = dims(B, T);
+  const Dims d = dims(a.B, a.T);
   const std::size_t C = d.C, H = d.H, KV = d.KV;
   const RowShape rows = d.rows(C);
   if (!cfg_.llama) {
@@ -90,7 +118,7 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C});
     k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV});
   }
-  k.attention_forward(b.atty, b.lse, {b.q, b.k, b.v}, d.attention(b));
+  attention_forward(b, a, ctx);
   k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), d.linear(C, C));
   // res1 = x + attention's output, and its norm, in one pass.
   if (!cfg_.llama) {
@@ -111,16 +139,15 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
 }
 
 // On entry a.d_res holds dL/d(block output); on exit dL/d(block input).
-void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx) const {
+void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
   BlockActs& b = block_acts(a, l);
   const float* x = a.resid[static_cast<std::size_t>(l)];
-  if (cfg_.checkpointing)
-    block_forward(l, x, a.resid[static_cast<std::size_t>(l) + 1], b, B, T, ctx);
+  if (cfg_.checkpointing) block_forward(l, x, a.resid[static_cast<std::size_t>(l) + 1], b, a, ctx);
   const auto P = param_views(ctx);
   const auto G = grad_views(ctx);
-  const Dims d = dims(B, T);
+  const Dims d = dims(a.B, a.T);
   const std::size_t C = d.C, H = d.H, KV = d.KV, NC = d.N * C, NH_ = d.N * H;
   const RowShape rows = d.rows(C);
 
@@ -150,11 +177,10 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
   zero(ctx, a.d_att, NC);
   k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), a.d_res, b.atty, P(p.proj_w),
                     d.linear(C, C));
-  const AttentionInputs qkv{b.q, b.k, b.v};
   if (!cfg_.llama) {
     zero(ctx, a.d_qkv, NC * 3);
     float* dq = a.d_qkv;
-    k.attention_backward({dq, dq + C, dq + 2 * C}, a.d_att, b.atty, qkv, b.lse, d.attention(b));
+    attention_backward({dq, dq + C, dq + 2 * C}, b, a, ctx);
     zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w),
                       d.linear(C, 3 * C));
@@ -166,7 +192,7 @@ void Transformer::block_backward(int l, Acts& a, int B, int T, StepContext& ctx)
     float* dk = dq + NC;
     float* dv = dk + NKVs;
     zero(ctx, a.d_qkv, NC + 2 * NKVs);
-    k.attention_backward({dq, dk, dv}, a.d_att, b.atty, qkv, b.lse, d.attention(b));
+    attention_backward({dq, dk, dv}, b, a, ctx);
     k.rope_backward(dq, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C});
     k.rope_backward(dk, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV});
     zero(ctx, a.d_c, NC);
@@ -183,12 +209,14 @@ void Transformer::trunk_forward(StepContext& ctx, Acts& a) const {
   const Dims d = dims(B, T);
   const auto P = param_views(ctx);
   ctx.enter_forward(kEmbed);
-  k.embedding_forward(a.resid[0], a.inputs, P(wte_), P(wpe_), {d.B, d.T, d.C});
+  // A shard's positions start at its first token's.
+  const ConstTypedPtr wpe = wpe_ ? P(wpe_).at(a.first * d.C) : ConstTypedPtr{};
+  k.embedding_forward(a.resid[0], a.inputs, P(wte_), wpe, {d.B, d.T, d.C});
   ctx.exit_forward(kEmbed);
   for (int l = 0; l < L; ++l) {
     ctx.enter_forward(block_module(l));
     block_forward(l, a.resid[static_cast<std::size_t>(l)], a.resid[static_cast<std::size_t>(l) + 1],
-                  block_acts(a, l), B, T, ctx);
+                  block_acts(a, l), a, ctx);
     ctx.exit_forward(block_module(l));
   }
 }
@@ -292,12 +320,13 @@ void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   const auto G = grad_views(ctx);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     ctx.enter_backward(block_module(l));
-    block_backward(l, a, a.B, a.T, ctx);
+    block_backward(l, a, ctx);
     ctx.exit_backward(block_module(l));
   }
   ctx.enter_backward(kEmbed);
   const Dims d = dims(a.B, a.T);
-  k.embedding_backward(G(wte_), G(wpe_), a.d_res, a.inputs, {d.B, d.T, d.C});
+  const TypedPtr dwpe = wpe_ ? G(wpe_).at(a.first * d.C) : TypedPtr{};
+  k.embedding_backward(G(wte_), dwpe, a.d_res, a.inputs, {d.B, d.T, d.C});
   ctx.exit_backward(kEmbed);
 }
 

@@ -206,12 +206,12 @@ float Transformer::rope_inv_freq(int i) const {
   return (1 - smooth) * inv / factor + smooth * inv;
 }
 
-void Transformer::rope_tables(float* cos, float* sin, int T) const {
+void Transformer::rope_tables(float* cos, float* sin, int T, std::size_t first) const {
   const int half = cfg_.head_size() / 2;
   for (int i = 0; i < half; ++i) {
     const float inv_freq = rope_inv_freq(i);
     for (int t = 0; t < T; ++t) {
-      const float angle = static_cast<float>(t) * inv_freq;
+      const float angle = static_cast<float>(first + static_cast<std::size_t>(t)) * inv_freq;
       cos[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
       sin[static_cast<std::size_t>(t) * half + i] = std::sin(angle);
     }
@@ -401,8 +401,9 @@ Transformer::Dims Transformer::dims(int B, int T) const {
           z(cfg_.n_head), NKV,  hs,          NKV * hs,       z(cfg_.vocab_size)};
 }
 
-void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& alloc,
+void Transformer::plan(const BatchShape& shape, const std::function<float*(std::size_t)>& alloc,
                        Acts& a) const {
+  const int B = shape.batch, T = shape.seq_len;
   const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg_.n_embd,
                     H = static_cast<std::size_t>(cfg_.hidden),
                     KV = static_cast<std::size_t>(cfg_.kv_dim()),
@@ -410,6 +411,7 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
   const std::size_t lse_rows = static_cast<std::size_t>(B) * cfg_.n_head * T;
   a.B = B;
   a.T = T;
+  a.shards = shape.sequence_shards;
   a.resid.resize(static_cast<std::size_t>(cfg_.n_layer) + 1);
   for (auto& r : a.resid) r = alloc(N * C);
   // The rotary tables live with the activations: the device accounts them,
@@ -445,7 +447,10 @@ void Transformer::plan(int B, int T, const std::function<float*(std::size_t)>& a
     b.h1 = alloc(N * H);
     b.h2 = alloc(N * H);
     b.h3 = cfg_.llama ? alloc(N * H) : nullptr;
+    b.ulysses = a.shards > 1 ? alloc(ulysses_shape(b, a).saved_floats()) : nullptr;
   }
+  a.ulysses_scratch =
+      a.shards > 1 ? alloc(ulysses_shape(a.blocks[0], a).scratch_floats()) : nullptr;
   a.lnf = alloc(N * C);
   a.lnf_mean = cfg_.llama ? nullptr : alloc(N);
   a.lnf_rstd = alloc(N);
@@ -477,13 +482,19 @@ std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
   std::uint64_t bytes = 0;
   Acts a;
   plan(
-      shape.batch, shape.seq_len,
+      shape,
       [&](std::size_t n) -> float* {
         bytes += Arena::aligned(n * sizeof(float));
         return nullptr;
       },
       a);
   return bytes;
+}
+
+std::string Transformer::sequence_shards_refusal(int shards) const {
+  if (shards <= 1) return {};
+  const auto z = [](int n) { return static_cast<std::size_t>(n); };
+  return sequence::ulysses_refusal(z(cfg_.n_head), z(cfg_.n_kv_head), z(cfg_.seq_len), z(shards));
 }
 
 }  // namespace ztrain::transformer

@@ -21,6 +21,7 @@
 
 #include "ztrain/model.h"
 #include "ztrain/options.h"
+#include "ztrain/sequence/ulysses.h"
 
 namespace ztrain::transformer {
 
@@ -76,6 +77,7 @@ struct BlockActs {
   float *h1, *h2, *h3;  // GPT-2: fc (without its bias), gelu; Llama: gate, up, act
   float* out;
   const float *rope_cos, *rope_sin;  // Llama: (T, hs/2), the same for every block
+  float* ulysses;  // sequence shards: what Ulysses keeps for backward; null for whole sequences
 };
 
 class Transformer final : public Model {
@@ -90,6 +92,7 @@ class Transformer final : public Model {
   void forward_backward(const Batch& batch, StepContext& ctx) override;
   void evaluate(const Batch& batch, StepContext& ctx) override;
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
+  std::string sequence_shards_refusal(int shards) const override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
 
@@ -97,7 +100,13 @@ class Transformer final : public Model {
   // Every buffer of one micro-batch. plan() lays them out in one fixed order,
   // either counting bytes (activation_bytes) or taking them from the arena.
   struct Acts {
-    int B = 0, T = 0;
+    int B = 0, T = 0;  // T: the tokens of each row this rank holds
+    // Sequence shards: `shards` ranks of `group` hold a row each, this
+    // one from position `first`; Ulysses' scratch, shared by the blocks.
+    int shards = 1;
+    Communicator* group = nullptr;
+    std::size_t first = 0;
+    float* ulysses_scratch = nullptr;
     std::vector<float*> resid;      // L+1 residual streams (N,C): embedding out, block outs
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
     float *lnf, *lnf_mean, *lnf_rstd, *losses;
@@ -108,7 +117,8 @@ class Transformer final : public Model {
     // The batch's (B,T) token ids where the kernels read them (arena.on_device).
     const std::int32_t *inputs = nullptr, *targets = nullptr;
   };
-  void plan(int B, int T, const std::function<float*(std::size_t)>& alloc, Acts& acts) const;
+  void plan(const BatchShape& shape, const std::function<float*(std::size_t)>& alloc,
+            Acts& acts) const;
   // A micro-batch's dimensions as the kernels take them: B, T, N = B*T, the
   // width C, the MLP's H, heads NH and NKV of hs, KV = NKV*hs, V.
   struct Dims {
@@ -119,6 +129,15 @@ class Transformer final : public Model {
       return {B, T, NH, NKV, hs, b.q_stride, b.kv_stride};
     }
   };
+  // One block's attention as Ulysses runs it on this rank's shard.
+  sequence::UlyssesShape ulysses_shape(const BlockActs& b, const Acts& a) const {
+    return {dims(a.B, a.T).attention(b), static_cast<std::size_t>(a.shards)};
+  }
+  // The attention of one block: the kernel's on whole sequences, Ulysses'
+  // over the sequence group on shards.
+  void attention_forward(const BlockActs& b, const Acts& a, StepContext& ctx) const;
+  void attention_backward(AttentionGrads d, const BlockActs& b, const Acts& a,
+                          StepContext& ctx) const;
   Dims dims(int B, int T) const;
   BlockActs& block_acts(Acts& a, int l) const {
     return a.blocks[cfg_.checkpointing ? 0 : static_cast<std::size_t>(l)];
@@ -137,9 +156,10 @@ class Transformer final : public Model {
   // The rotary inverse frequency of pair i (of hs/2), scaled, in fp32 as
   // transformers computes it.
   float rope_inv_freq(int i) const;
-  // cos, sin: (T, hs/2) of the rotary angles, as Hugging Face computes them
-  // (fp32 inverse frequencies and angles), into host memory.
-  void rope_tables(float* cos, float* sin, int T) const;
+  // cos, sin: (T, hs/2) of the rotary angles of positions [first, first +
+  // T), as Hugging Face computes them (fp32 inverse frequencies and
+  // angles), into host memory.
+  void rope_tables(float* cos, float* sin, int T, std::size_t first) const;
   void read_llama_options(const Options& o);
   std::string llama_config_json() const;
   // Tokens whose logits the head computes at a time, for N in the batch:
@@ -154,9 +174,9 @@ class Transformer final : public Model {
   // The head's forward and backward, chunk by chunk: losses reported,
   // a.d_res = dL/d(last block's output), the head's gradients added.
   void head_forward_backward(StepContext& ctx, Acts& a) const;
-  void block_forward(int l, const float* x, float* out, BlockActs& b, int B, int T,
+  void block_forward(int l, const float* x, float* out, BlockActs& b, const Acts& a,
                      StepContext& ctx) const;
-  void block_backward(int l, Acts& a, int B, int T, StepContext& ctx) const;
+  void block_backward(int l, Acts& a, StepContext& ctx) const;
   void check_tokens(const Batch& batch) const;
 
   Config cfg_;

@@ -1,0 +1,171 @@
+// Ulysses attention across ranks (ztrain/sequence/ulysses.h), run by CTest
+// under mpirun and gloo at 2 and 4 ranks: every rank holds a shard of the
+// same random sequences, and the shard's attention output and q, k, v
+// gradients are compared element by element with the unsharded kernel's
+// rows for those tokens (so every shard boundary of the causal mask is
+// checked), for as many key/value heads as query heads, fewer, and fewer
+// than the ranks; the all-to-alls are counted. Only CHECK (never
+// REQUIRE): a rank leaving early would desynchronise the next test.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "world.h"
+#include "ztrain/comm.h"
+#include "ztrain/device.h"
+#include "ztrain/kernels.h"
+#include "ztrain/sequence/ulysses.h"
+
+using namespace ztrain;
+using test::world;
+
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec random(std::size_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Vec v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// Heads as a model lays them out: q, k and v side by side in each token's
+// row of `pitch` floats (a fused qkv projection, with 3 floats of padding
+// so that no stride is the packed one).
+struct Fused {
+  std::size_t B, T, NH, NKV, hs;
+  std::size_t q_width() const { return NH * hs; }
+  std::size_t kv_width() const { return NKV * hs; }
+  std::size_t pitch() const { return q_width() + 2 * kv_width() + 3; }
+  AttentionShape shape() const { return {B, T, NH, NKV, hs, pitch(), pitch()}; }
+  AttentionInputs inputs(const float* rows) const {
+    return {rows, rows + q_width(), rows + q_width() + kv_width()};
+  }
+  AttentionGrads grads(float* rows) const {
+    return {rows, rows + q_width(), rows + q_width() + kv_width()};
+  }
+};
+
+// Rows [first, first + n) of each of B sequences of T rows of `width`.
+Vec shard_rows(const Vec& all, std::size_t B, std::size_t T, std::size_t width, std::size_t first,
+               std::size_t n) {
+  Vec out;
+  for (std::size_t b = 0; b < B; ++b) {
+    const auto from = all.begin() + static_cast<std::ptrdiff_t>((b * T + first) * width);
+    out.insert(out.end(), from, from + static_cast<std::ptrdiff_t>(n * width));
+  }
+  return out;
+}
+
+// The largest |got - want| relative to the largest |want|.
+double worst(const Vec& got, const Vec& want) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+// Runs one layer's Ulysses attention on `group` and checks it against the
+// whole-sequence kernel. Every rank draws the same whole tensors.
+void check_ulysses(Communicator& group, std::size_t NH, std::size_t NKV) {
+  const std::size_t S = static_cast<std::size_t>(group.size()),
+                    r = static_cast<std::size_t>(group.rank());
+  const std::size_t B = 2, hs = 8, T = 12 * S, Tl = T / S;
+  auto device = make_cpu_device(1);
+  auto kernels = make_cpu_kernels();
+  const Fused whole{B, T, NH, NKV, hs}, local{B, Tl, NH, NKV, hs};
+  const Vec qkv = random(B * T * whole.pitch(), 7), dout = random(B * T * NH * hs, 8);
+  // The unsharded kernel.
+  Vec out(B * T * NH * hs), lse(B * NH * T), d(qkv.size(), 0.0f);
+  kernels->attention_forward(out.data(), lse.data(), whole.inputs(qkv.data()), whole.shape());
+  kernels->attention_backward(whole.grads(d.data()), dout.data(), out.data(),
+                              whole.inputs(qkv.data()), lse.data(), whole.shape());
+  // This rank's shard through Ulysses.
+  const sequence::UlyssesShape shape{local.shape(), S};
+  Vec saved(shape.saved_floats()), scratch(shape.scratch_floats()), my_lse(B * NH * Tl);
+  const sequence::UlyssesAttention ulysses(group, *kernels, *device, shape, scratch.data());
+  const Vec my_qkv = shard_rows(qkv, B, T, whole.pitch(), r * Tl, Tl);
+  const Vec my_dout = shard_rows(dout, B, T, NH * hs, r * Tl, Tl);
+  Vec my_out(B * Tl * NH * hs, -1.0f), my_d(my_qkv.size(), -7.0f);
+  const CommCounters before = group.counters();
+  ulysses.forward(my_out.data(), local.inputs(my_qkv.data()), {saved.data(), my_lse.data()});
+  ulysses.backward(local.grads(my_d.data()), my_dout.data(), {saved.data(), my_lse.data()});
+  const CommCounters moved = group.counters().since(before);
+
+  INFO("group of " << S << ", rank " << r << ", " << NH << " heads, " << NKV << " kv heads");
+  // The output: the same kernel on the same rows of each head, so the
+  // same bits.
+  CHECK(my_out == shard_rows(out, B, T, NH * hs, r * Tl, Tl));
+  // Gradients, a row's q/k/v block at a time (the padding is not written).
+  const Vec want_d = shard_rows(d, B, T, whole.pitch(), r * Tl, Tl);
+  Vec got_q, want_q, got_kv, want_kv;
+  for (std::size_t row = 0; row < B * Tl; ++row) {
+    const auto at = [&](const Vec& v, std::size_t off) {
+      return v.begin() + static_cast<std::ptrdiff_t>(row * whole.pitch() + off);
+    };
+    const auto qw = static_cast<std::ptrdiff_t>(whole.q_width()),
+               kvw = static_cast<std::ptrdiff_t>(2 * whole.kv_width());
+    got_q.insert(got_q.end(), at(my_d, 0), at(my_d, 0) + qw);
+    want_q.insert(want_q.end(), at(want_d, 0), at(want_d, 0) + qw);
+    got_kv.insert(got_kv.end(), at(my_d, whole.q_width()), at(my_d, whole.q_width()) + kvw);
+    want_kv.insert(want_kv.end(), at(want_d, whole.q_width()), at(want_d, whole.q_width()) + kvw);
+    CHECK(*(at(my_d, whole.pitch() - 1)) == -7.0f);  // padding untouched
+  }
+  CHECK(got_q == want_q);
+  // A key/value head shared by query heads on several ranks sums their
+  // parts in another order than the kernel: equal within fp32 rounding of
+  // a sum of at most NH/NKV terms.
+  if (NKV >= S)
+    CHECK(got_kv == want_kv);
+  else
+    CHECK(worst(got_kv, want_kv) < 1e-6 * static_cast<double>(NH / NKV));
+  // Four all-to-alls; each rank sends all but its own block of each.
+  const std::size_t kv = shape.kv_heads(), h = shape.heads();
+  const std::size_t qkv_block = B * Tl * (h + 2 * kv) * hs, out_block = B * Tl * h * hs;
+  const auto a2a = static_cast<std::size_t>(Collective::all_to_all);
+  CHECK(moved.calls[a2a] == 4);
+  CHECK(moved.bytes_sent[a2a] == (S - 1) * 4 * 2 * (qkv_block + out_block));
+  CHECK(moved.total_bytes() == moved.bytes_sent[a2a]);
+}
+
+}  // namespace
+
+TEST_CASE("Ulysses over the world: each shard's attention and gradients are the kernel's rows") {
+  const std::size_t S = static_cast<std::size_t>(world().size());
+  check_ulysses(world(), 2 * S, 2 * S);      // two key/value heads per rank
+  check_ulysses(world(), 2 * S, S);          // grouped: one per rank
+  check_ulysses(world(), S, 1);              // one head shared by every rank
+  if (S == 4) check_ulysses(world(), 4, 2);  // shared by two ranks each
+}
+
+TEST_CASE("Ulysses over groups of two ranks beside each other") {
+  const int r = world().rank();
+  auto pair = world().split(r / 2, r);
+  if (pair->size() == 2) {
+    check_ulysses(*pair, 4, 2);
+    check_ulysses(*pair, 6, 1);
+  }
+}
+
+TEST_CASE("Ulysses refuses degrees that do not split the heads or the sequence") {
+  CHECK(sequence::ulysses_refusal(8, 2, 64, 4).empty());
+  CHECK(sequence::ulysses_refusal(8, 8, 64, 4).empty());
+  CHECK(sequence::ulysses_refusal(6, 3, 64, 4).find("attention heads, which 4 does not divide") !=
+        std::string::npos);
+  CHECK(sequence::ulysses_refusal(12, 6, 64, 4).find("do not split evenly over 4") !=
+        std::string::npos);
+  CHECK(sequence::ulysses_refusal(12, 3, 66, 6).empty());
+  CHECK(sequence::ulysses_refusal(8, 3, 64, 4).find("multiple of 3") != std::string::npos);
+  CHECK(sequence::ulysses_refusal(8, 8, 66, 4).find("66-token sequences, which 4") !=
+        std::string::npos);
+}
