@@ -190,10 +190,19 @@ refused "a key that is not DeepSpeed's" "bad.json: zero_optimization.stage3_pref
 refused "a wrong type" 'bad.json: zero_optimization.reduce_bucket_size is 1.5; expected an integer' \
   '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1.5}}'
 refused "--deepspeed with --strategy" "drop --strategy zero2" '{}' --strategy zero2
-# The mesh's degrees land on [parallel], which does not build them yet.
-refused "Ulysses' degree" \
-  "bad.json: sequence_parallel_size: [parallel] sequence = 2: sequence parallelism (Ulysses) is not built" \
-  '{"zero_optimization": {"stage": 2}, "sequence_parallel_size": 2}'
+# The mesh's degrees land on [parallel]: Ulysses' on sequence, trained
+# over both ranks (the same training as the preset with [parallel]
+# sequence), refused where it does not divide them; AutoTP's on tensor
+# (not built yet).
+echo '{"zero_optimization": {"stage": 2}, "sequence_parallel_size": 2}' > "$scratch/ulysses.json"
+train_run ds_ulysses --deepspeed "$scratch/ulysses.json"
+train_run preset_ulysses --strategy zero2 --set parallel.sequence=2
+same_training preset_ulysses ds_ulysses 0 0
+grep -qF "mesh: sequence 2: each sequence split over 2 ranks" "$scratch/ds_ulysses.out" ||
+  fail "sequence_parallel_size did not split the sequences"
+refused "Ulysses' degree beyond the ranks" \
+  "bad.json: sequence_parallel_size: [parallel] tensor x sequence x context x pipeline = 4 ranks per copy of the model do not divide the world of 2 ranks" \
+  '{"zero_optimization": {"stage": 2}, "sequence_parallel_size": 4}'
 refused "AutoTP's degree" "bad.json: tensor_parallel.autotp_size: [parallel] tensor = 2: tensor parallelism" \
   '{"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}'
 refused "a tensor_parallel key ztrain does not know" "bad.json: tensor_parallel.tp_grain_size is not a DeepSpeed key" \

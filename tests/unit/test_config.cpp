@@ -195,20 +195,35 @@ TEST_CASE("batch identity: any two of micro, accumulation and global, and contra
                  "not divisible by micro_batch_size x world (4)"));
 }
 
-// The mesh's dimensions are being built (issue 51): a degree above 1 is
-// refused naming its key and place, never run as data parallelism.
+// The mesh's dimensions but data and sequence are being built (issue 51):
+// a degree above 1 is refused naming its key and place, never run as data
+// parallelism. The batch counts the data ranks, what the others leave.
 TEST_CASE(
-    "parallel section: degrees of 1 are the data-parallel run, a higher one is refused by name") {
-  const auto parallel = [](const std::string& toml) {
-    return resolve_settings(RunConfig::parse(toml, "run.toml"), 1).parallel;
+    "parallel section: degrees of 1 are the data-parallel run, sequence splits the world, the "
+    "unbuilt are refused by name") {
+  const auto settings = [](const std::string& toml, int world) {
+    return resolve_settings(RunConfig::parse(toml, "run.toml"), world);
   };
-  const ParallelSettings ones = parallel("[parallel]\ntensor = 1\nsequence = 1\n");
+  const ParallelSettings ones = settings("[parallel]\ntensor = 1\nsequence = 1\n", 1).parallel;
   CHECK(ones.tensor == 1);
   CHECK(ones.sequence == 1);
-  CHECK(parallel("").pipeline == 1);
+  CHECK(settings("", 1).parallel.pipeline == 1);
+  // 4 ranks in sequence groups of 2: 2 data ranks carry the batch.
+  const RunSettings s2 = settings(
+      "[parallel]\nsequence = 2\n[train]\nmicro_batch_size = 3\nglobal_batch_size = 12\n", 4);
+  CHECK(s2.parallel.sequence == 2);
+  CHECK(s2.parallel.model_ranks() == 2);
+  CHECK(s2.train.grad_accum == 2);
+  CHECK(contains(test::message_of<ConfigError>([&] {
+                   settings(
+                       "[parallel]\nsequence = 2\n[train]\nmicro_batch_size = 4\n"
+                       "grad_accum = 1\nglobal_batch_size = 16\n",
+                       4);
+                 }),
+                 "contradicts micro_batch_size 4 x grad_accum 1 x data ranks 2 = 8"));
   CHECK(contains(config_error("[parallel]\nsequence = 2\n"),
-                 "run.toml:2:1: [parallel] sequence = 2: sequence parallelism (Ulysses) is not "
-                 "built in this version of ztrain; remove it"));
+                 "run.toml:2:1: [parallel] tensor x sequence x context x pipeline = 2 ranks per "
+                 "copy of the model do not divide the world of 1 rank; start a multiple of 2"));
   CHECK(
       contains(config_error("[parallel]\ncontext = 4\n"), "context parallelism (ring attention)"));
   CHECK(contains(config_error("[parallel]\ntensor = 2\n"), "[parallel] tensor = 2: tensor"));

@@ -894,7 +894,8 @@ namespace {
 // DataLoader per rank.
 struct LoaderSet {
   LoaderSet(const DataSource& src, int B, int T, int A, int W) : B_(B), T_(T), A_(A), W_(W) {
-    for (int r = 0; r < W; ++r) ranks_.push_back(std::make_unique<DataLoader>(src, B, T, A, r, W));
+    for (int r = 0; r < W; ++r)
+      ranks_.push_back(std::make_unique<DataLoader>(src, B, T, A, DataShare{r, W}));
   }
   std::vector<Pair> step() {
     std::vector<Pair> rows(static_cast<std::size_t>(B_ * A_ * W_));
@@ -966,7 +967,7 @@ TEST_CASE("DataLoader: a step reads the same global sequences at world sizes 1, 
 TEST_CASE("DataLoader: seek(position()) reproduces the following batches") {
   const int T = 12, B = 2, A = 3, W = 2;
   auto src = make_source("synthetic", "", {T, 512, 5});
-  DataLoader first(*src, B, T, A, 1, W);
+  DataLoader first(*src, B, T, A, {1, W});
   CHECK(first.position() == 0);
   for (int k = 0; k < 7; ++k) first.next();
   const std::uint64_t pos = first.position();
@@ -976,7 +977,7 @@ TEST_CASE("DataLoader: seek(position()) reproduces the following batches") {
   CHECK(first.position() == 12);
 
   // A fresh loader resumed at the saved position.
-  DataLoader resumed(*src, B, T, A, 1, W);
+  DataLoader resumed(*src, B, T, A, {1, W});
   resumed.next();  // some unrelated progress first, with a prefetch in flight
   resumed.seek(pos);
   CHECK(resumed.position() == pos);
@@ -994,14 +995,14 @@ TEST_CASE("DataLoader: seek(position()) reproduces the following batches") {
   CHECK(expected[0][1] == fetch(*src, Split::train, 2 * G + 9, T));
   // seek(0) starts over.
   resumed.seek(0);
-  DataLoader fresh(*src, B, T, A, 1, W);
+  DataLoader fresh(*src, B, T, A, {1, W});
   CHECK(copy_batch(resumed.next()) == copy_batch(fresh.next()));
 }
 
 TEST_CASE("DataLoader: val(j) is the same on every call and partitions the val split over ranks") {
   const int T = 12, B = 3, W = 2;
   auto src = make_source("synthetic", "", {T, 512, 9});
-  DataLoader r0(*src, B, T, 1, 0, W), r1(*src, B, T, 1, 1, W);
+  DataLoader r0(*src, B, T, 1, {0, W}), r1(*src, B, T, 1, {1, W});
   const auto v0 = copy_batch(r0.val(0));
   const auto v1 = copy_batch(r0.val(1));
   CHECK(v0 != v1);
@@ -1023,6 +1024,38 @@ TEST_CASE("DataLoader: val(j) is the same on every call and partitions the val s
   }
   // Val data is not training data.
   CHECK(copy_batch(r1.next()) != copy_batch(r1.val(0)));
+}
+
+TEST_CASE("DataLoader: a sequence group's ranks read their data rank's rows, each its slice") {
+  const int T = 24, B = 2, A = 2, W = 2;
+  auto src = make_source("synthetic", "", {T, 512, 13});
+  for (const int S : {2, 3, 4}) {
+    const int slice = T / S;
+    for (int r = 0; r < W; ++r)
+      for (int k = 0; k < S; ++k) {
+        DataLoader dl(*src, B, T, A, {r, W, k, S});
+        for (int m = 0; m < 5; ++m) {  // micro-steps across two optimizer steps
+          const Batch batch = m < 4 ? dl.next() : dl.val(1);
+          CHECK(batch.shape.seq_len == slice);
+          CHECK(batch.shape.sequence_shards == S);
+          for (int b = 0; b < B; ++b) {
+            const std::uint64_t row =
+                m < 4 ? static_cast<std::uint64_t>((m / A) * B * A * W + (r * A + m % A) * B + b)
+                      : static_cast<std::uint64_t>((1 * W + r) * B + b);
+            const Pair whole = fetch(*src, m < 4 ? Split::train : Split::val, row, T);
+            const auto at = static_cast<std::ptrdiff_t>(k * slice);
+            const std::size_t off = static_cast<std::size_t>(b * slice);
+            CAPTURE(S);
+            CAPTURE(k);
+            CAPTURE(m);
+            CHECK(Seq(batch.inputs + off, batch.inputs + off + static_cast<std::size_t>(slice)) ==
+                  Seq(whole.inputs.begin() + at, whole.inputs.begin() + at + slice));
+            CHECK(Seq(batch.targets + off, batch.targets + off + static_cast<std::size_t>(slice)) ==
+                  Seq(whole.targets.begin() + at, whole.targets.begin() + at + slice));
+          }
+        }
+      }
+  }
 }
 
 namespace {
@@ -1055,7 +1088,7 @@ class FailingSource final : public DataSource {
 TEST_CASE("DataLoader: a DataError raised while prefetching comes out of next()") {
   const int T = 4, B = 2;
   const FailingSource src(T, 6);
-  DataLoader dl(src, B, T, 1, 0, 1);
+  DataLoader dl(src, B, T, 1, {});
   for (int k = 0; k < 3; ++k) CHECK(copy_batch(dl.next())[0].inputs[0] == 2 * k);  // sequences 0..5
   const std::string msg = message_of<DataError>([&] { dl.next(); });
   CHECK(contains(msg, "failing.bin"));

@@ -198,6 +198,22 @@ DeviceSettings resolve_device(const Options& d) {
 
 }  // namespace
 
+namespace {
+
+// The data-parallel degree: what the other dimensions leave of the world.
+std::int64_t data_ranks(const RunConfig& config, const ParallelSettings& p, int world) {
+  const int per_replica = p.model_ranks();
+  if (world % per_replica == 0) return world / per_replica;
+  const char* key = p.sequence > 1 ? "parallel.sequence" : "parallel.tensor";
+  throw ConfigError(config.where(key) + ": [parallel] tensor x sequence x context x pipeline = " +
+                    std::to_string(per_replica) + " ranks per copy of the model do not divide " +
+                    "the world of " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
+                    "; start a multiple of " + std::to_string(per_replica) +
+                    " ranks or lower the degrees");
+}
+
+}  // namespace
+
 RunSettings resolve_settings(const RunConfig& config, int world) {
   RunSettings s;
   const Options t = config.validate("train", train_options());
@@ -269,7 +285,10 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
       t.given("global_batch_size") && !(has_m && has_a && !from_cli("global_batch_size") &&
                                         from_cli("micro_batch_size") && from_cli("grad_accum"));
   std::int64_t m = t.get_int("micro_batch_size"), a = t.get_int("grad_accum");
-  const std::int64_t w = world;
+  s.parallel = resolve_parallel(config);
+  const std::int64_t w = data_ranks(config, s.parallel, world);
+  // A sequence split across ranks is one sequence of the batch.
+  const std::string ranks_word = w == world ? "world" : "data ranks";
   if (has_g) {
     const std::int64_t g = t.get_int("global_batch_size");
     const std::string where = t.where("global_batch_size");
@@ -281,16 +300,16 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
       if (wraps || product != g)
         throw ConfigError(where + ": [train] global_batch_size " + std::to_string(g) +
                           " contradicts micro_batch_size " + std::to_string(m) + " x grad_accum " +
-                          std::to_string(a) + " x world " + std::to_string(w) +
+                          std::to_string(a) + " x " + ranks_word + " " + std::to_string(w) +
                           (wraps ? std::string() : " = " + std::to_string(product)) +
                           "; give any two of the three");
     } else if (has_m) {
-      a = derive(g, m * w, "micro_batch_size x world", where);
+      a = derive(g, m * w, "micro_batch_size x " + ranks_word, where);
     } else if (has_a) {
-      m = derive(g, a * w, "grad_accum x world", where);
+      m = derive(g, a * w, "grad_accum x " + ranks_word, where);
     } else {
       a = 1;
-      m = derive(g, w, "the world size", where);
+      m = derive(g, w, w == world ? "the world size" : "the data ranks", where);
     }
   }
   tr.micro_batch = m;
@@ -307,7 +326,6 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   const Options d = config.validate("device", device_options());
   s.device = resolve_device(d);
   s.comm = resolve_comm(config);
-  s.parallel = resolve_parallel(config);
   if (s.comm.backend == "nccl" && s.device.kind != "cuda")
     throw ConfigError(config.where("comm.backend") +
                       ": [comm] backend \"nccl\" moves GPU memory, but the run is on [device] "
@@ -316,13 +334,13 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   return s;
 }
 
-// Every dimension but data is still being built: a degree above 1 would
-// train something else than it says, so it is refused by name.
+// Data and sequence (Ulysses) are built; the other dimensions are still
+// being built: a degree above 1 would train something else than it says,
+// so it is refused by name.
 ParallelSettings resolve_parallel(const RunConfig& config) {
   const Options p = config.validate("parallel", parallel_options());
   const std::pair<const char*, const char*> dims[] = {
       {"tensor", "tensor parallelism"},
-      {"sequence", "sequence parallelism (Ulysses)"},
       {"context", "context parallelism (ring attention)"},
       {"pipeline", "pipeline parallelism"},
       {"expert", "expert parallelism"}};
@@ -332,7 +350,8 @@ ParallelSettings resolve_parallel(const RunConfig& config) {
                         ": " + what +
                         " is not built in this version of ztrain; remove it to train "
                         "data-parallel over every rank ([strategy] still shards the model's "
-                        "state, and activation checkpointing saves activation memory)");
+                        "state, activation checkpointing and [parallel] sequence save "
+                        "activation memory)");
   const auto degree = [&](const char* key) { return static_cast<int>(p.get_int(key)); };
   return {degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
           degree("expert")};

@@ -86,14 +86,17 @@ struct CommSettings {
 };
 
 // [parallel]: the device mesh's degrees (job/mesh_plan.h); the data
-// degree is what they leave of the world. Today every degree above 1 is
-// refused naming its key: the mesh's dimensions are being built.
+// degree is what they leave of the world. Sequence (Ulysses) runs; every
+// other degree above 1 is refused naming its key: those dimensions are
+// being built.
 struct ParallelSettings {
   int tensor = 1;
   int sequence = 1;
   int context = 1;
   int pipeline = 1;
   int expert = 1;
+  // The ranks one copy of the data-parallel model spans.
+  int model_ranks() const { return tensor * sequence * context * pipeline; }
 };
 
 struct RunSettings {

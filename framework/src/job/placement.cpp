@@ -60,14 +60,24 @@ std::string placement_text(const std::vector<RankPlace>& ranks, bool cuda) {
   return joined(groups, " | ");
 }
 
-std::string gather_placement(bool cuda, Communicator& comm) {
+std::vector<RankPlace> gather_places(bool cuda, Communicator& comm) {
   const RankPlace mine = this_rank_place(cuda);
   std::vector<RankPlace> ranks;
   for (const std::string& text : every_rank_text(mine.host + '\n' + mine.gpu, comm)) {
     const std::size_t cut = text.find('\n');
     ranks.push_back({text.substr(0, cut), text.substr(cut + 1)});
   }
-  return placement_text(ranks, cuda);
+  return ranks;
+}
+
+MeshHosts mesh_hosts(const std::vector<RankPlace>& ranks) {
+  MeshHosts hosts;
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    if (r == 0 || ranks[r].host != ranks[r - 1].host)
+      hosts.ranks.push_back(1);
+    else
+      ++hosts.ranks.back();
+  return hosts;
 }
 
 }  // namespace ztrain

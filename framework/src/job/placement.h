@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "job/mesh_plan.h"
 #include "ztrain/comm.h"
 
 namespace ztrain {
@@ -29,7 +30,11 @@ RankPlace this_rank_place(bool cuda);
 // "ranks 0-1 on host a: GPU 1, 3 | rank 2 on host b: GPU 0": consecutive
 // ranks on one host grouped; a cpu run's slots are said to be unused.
 std::string placement_text(const std::vector<RankPlace>& ranks, bool cuda);
-// Every rank's place, gathered (collective), as placement_text.
-std::string gather_placement(bool cuda, Communicator& comm);
+// Every rank's place, gathered (collective).
+std::vector<RankPlace> gather_places(bool cuda, Communicator& comm);
+// The hosts of the device mesh: each run of consecutive ranks on one host
+// (ranks of a host that are not consecutive count as several hosts, so no
+// group the mesh keeps inside a host ever leaves one).
+MeshHosts mesh_hosts(const std::vector<RankPlace>& ranks);
 
 }  // namespace ztrain

@@ -1,14 +1,18 @@
 #include "train/data_loader.h"
 
+#include <algorithm>
+
 namespace ztrain {
 
 DataLoader::DataLoader(const DataSource& source, int micro_batch, int seq_len, int grad_accum,
-                       int rank, int world)
-    : source_(source), B_(micro_batch), T_(seq_len), A_(grad_accum), rank_(rank), world_(world) {
-  const std::size_t n = static_cast<std::size_t>(B_) * T_;
+                       DataShare share)
+    : source_(source), B_(micro_batch), T_(seq_len), A_(grad_accum), share_(share) {
+  const std::size_t n = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_ / share_.shards);
   for (auto* s : {&slots_[0], &slots_[1], &val_slot_}) {
     s->inputs.resize(n);
     s->targets.resize(n);
+    s->row_inputs.resize(static_cast<std::size_t>(T_));
+    s->row_targets.resize(static_cast<std::size_t>(T_));
   }
   start_prefetch();
 }
@@ -17,15 +21,23 @@ DataLoader::~DataLoader() {
   if (pending_.valid()) pending_.wait();
 }
 
+void DataLoader::fill_rows(Split split, std::uint64_t first, Slot& slot) const {
+  const auto width = static_cast<std::ptrdiff_t>(T_ / share_.shards);
+  const std::ptrdiff_t from = width * share_.shard;
+  for (int b = 0; b < B_; ++b) {
+    source_.fill(split, first + static_cast<std::uint64_t>(b), slot.row_inputs.data(),
+                 slot.row_targets.data());
+    const std::ptrdiff_t to = width * b;
+    std::copy_n(slot.row_inputs.begin() + from, width, slot.inputs.begin() + to);
+    std::copy_n(slot.row_targets.begin() + from, width, slot.targets.begin() + to);
+  }
+}
+
 void DataLoader::fill_train(std::uint64_t micro_step, Slot& slot) const {
   const std::uint64_t step = micro_step / static_cast<std::uint64_t>(A_);
   const std::uint64_t a = micro_step % static_cast<std::uint64_t>(A_);
-  const std::uint64_t G = static_cast<std::uint64_t>(B_) * A_ * world_;
-  const std::uint64_t first = step * G + (static_cast<std::uint64_t>(rank_) * A_ + a) * B_;
-  for (int b = 0; b < B_; ++b)
-    source_.fill(Split::train, first + static_cast<std::uint64_t>(b),
-                 slot.inputs.data() + static_cast<std::size_t>(b) * T_,
-                 slot.targets.data() + static_cast<std::size_t>(b) * T_);
+  const std::uint64_t G = static_cast<std::uint64_t>(B_) * A_ * share_.ranks;
+  fill_rows(Split::train, step * G + (static_cast<std::uint64_t>(share_.rank) * A_ + a) * B_, slot);
 }
 
 void DataLoader::start_prefetch() {
@@ -35,6 +47,10 @@ void DataLoader::start_prefetch() {
       std::async(std::launch::async, [this, &slot, micro_step] { fill_train(micro_step, slot); });
 }
 
+Batch DataLoader::batch_of(const Slot& slot) const {
+  return {{B_, T_ / share_.shards, share_.shards}, slot.inputs.data(), slot.targets.data()};
+}
+
 Batch DataLoader::next() {
   if (!pending_.valid()) start_prefetch();  // the last prefetch failed and was reported
   pending_.get();                           // rethrows a DataError from the worker
@@ -42,17 +58,15 @@ Batch DataLoader::next() {
   current_ ^= 1;
   ++position_;
   start_prefetch();
-  return {{B_, T_}, slots_[ready].inputs.data(), slots_[ready].targets.data()};
+  return batch_of(slots_[ready]);
 }
 
 Batch DataLoader::val(std::int64_t j) {
-  const std::uint64_t first =
-      (static_cast<std::uint64_t>(j) * world_ + static_cast<std::uint64_t>(rank_)) * B_;
-  for (int b = 0; b < B_; ++b)
-    source_.fill(Split::val, first + static_cast<std::uint64_t>(b),
-                 val_slot_.inputs.data() + static_cast<std::size_t>(b) * T_,
-                 val_slot_.targets.data() + static_cast<std::size_t>(b) * T_);
-  return {{B_, T_}, val_slot_.inputs.data(), val_slot_.targets.data()};
+  fill_rows(
+      Split::val,
+      (static_cast<std::uint64_t>(j) * share_.ranks + static_cast<std::uint64_t>(share_.rank)) * B_,
+      val_slot_);
+  return batch_of(val_slot_);
 }
 
 void DataLoader::seek(std::uint64_t micro_steps) {

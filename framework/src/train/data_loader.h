@@ -1,10 +1,13 @@
 // DataLoader: which global sequences each rank reads, prepared one
 // micro-batch ahead on a worker thread while the current one computes.
 //
-// Step s of a run with micro-batch B, accumulation A and world W reads global
-// sequences [s*G, (s+1)*G), G = B*A*W; rank r's micro-step a takes rows
-// [(r*A + a)*B, (r*A + a + 1)*B) of that range. The union over ranks is the
-// same for every W dividing G, which is what makes world sizes comparable.
+// Step s of a run with micro-batch B, accumulation A and W data-parallel
+// ranks reads global sequences [s*G, (s+1)*G), G = B*A*W; data rank r's
+// micro-step a takes rows [(r*A + a)*B, (r*A + a + 1)*B) of that range.
+// The union over ranks is the same for every W dividing G, which is what
+// makes world sizes comparable. Under sequence parallelism the ranks of a
+// sequence group share a data rank and each takes its slice of every row:
+// shard k of S holds tokens [k T/S, (k+1) T/S).
 // Evaluation reads the first eval_batches*B*W sequences of the val split,
 // the same ones at every evaluation.
 //
@@ -23,10 +26,18 @@
 
 namespace ztrain {
 
+// Which share of the data a rank reads: data-parallel rank `rank` of
+// `ranks`, and of each row slice `shard` of `shards`.
+struct DataShare {
+  int rank = 0, ranks = 1;
+  int shard = 0, shards = 1;
+};
+
 class DataLoader {
  public:
-  DataLoader(const DataSource& source, int micro_batch, int seq_len, int grad_accum, int rank,
-             int world);
+  // seq_len: the whole sequence's tokens.
+  DataLoader(const DataSource& source, int micro_batch, int seq_len, int grad_accum,
+             DataShare share);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -40,14 +51,19 @@ class DataLoader {
   void seek(std::uint64_t micro_steps);
 
  private:
+  // A micro-batch's slices, and one whole row read before it is sliced.
   struct Slot {
-    std::vector<std::int32_t> inputs, targets;
+    std::vector<std::int32_t> inputs, targets, row_inputs, row_targets;
   };
   void fill_train(std::uint64_t micro_step, Slot& slot) const;
+  // Rows [first, first + B) of a split into the slot's slices.
+  void fill_rows(Split split, std::uint64_t first, Slot& slot) const;
+  Batch batch_of(const Slot& slot) const;
   void start_prefetch();
 
   const DataSource& source_;
-  int B_, T_, A_, rank_, world_;
+  int B_, T_, A_;
+  DataShare share_;
   std::uint64_t position_ = 0;
   Slot slots_[2], val_slot_;
   int current_ = 0;

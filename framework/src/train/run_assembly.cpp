@@ -133,6 +133,15 @@ void open_device(Run& run) {
     if (std::string w = blas::report().warning(); !w.empty()) run.config_notes.push_back(w);
 }
 
+// The mesh of [parallel] over the job's hosts; its groups (collective
+// splits of the strategy's communicator) only when a dimension other than
+// data needs one.
+void open_mesh(Run& run, const std::vector<RankPlace>& places) {
+  const ParallelSettings& p = run.settings.parallel;
+  run.mesh = plan_mesh({p.tensor, p.sequence, p.context, p.pipeline}, mesh_hosts(places));
+  if (p.model_ranks() > 1) run.mesh_groups = make_mesh_groups(run.mesh, run.strategy_comm());
+}
+
 // Builds every part of `run` but its communicator, which it holds already.
 void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader) {
   run.resolved = resolve_config(config, loader);
@@ -154,9 +163,14 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
 
   open_device(run);
   const bool cuda = run.settings.device.kind == "cuda";
-  const std::string placement = gather_placement(cuda, *run.comm);
+  const std::vector<RankPlace> places = gather_places(cuda, *run.comm);
   if (run.comm->size() > 1 || cuda || std::getenv("CUDA_VISIBLE_DEVICES"))
-    run.placement = placement;
+    run.placement = placement_text(places, cuda);
+  try {
+    open_mesh(run, places);
+  } catch (const ConfigError& e) {
+    throw ConfigError(config.where("parallel.sequence") + ": " + e.what());
+  }
 
   const ModelInfo& info = parts.info;
   const DataInfo dinfo = open_data(run, parts);

@@ -23,6 +23,8 @@
 #include "config/run_settings.h"
 #include "core/host_threads.h"
 #include "io/fault_plan.h"
+#include "job/mesh_groups.h"
+#include "job/mesh_plan.h"
 #include "loader/plugin_loader.h"
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
@@ -79,6 +81,10 @@ struct Run {
   // On a GPU: the nccl communicator of the strategy's collectives (comm
   // meets the ranks and carries the trainer's host-side scalars).
   std::unique_ptr<Communicator> gpu_comm;
+  // The device mesh ([parallel]) and, when a dimension other than data is
+  // above 1, this rank's group along each, split from strategy_comm().
+  MeshPlan mesh;
+  std::optional<MeshGroups> mesh_groups;
   std::shared_ptr<Model> model;
   std::shared_ptr<DataSource> data;
   std::shared_ptr<Strategy> strategy;
@@ -101,6 +107,11 @@ struct Run {
   // What the strategy's communicator moves (every collective of the job
   // when there is no gpu_comm).
   Communicator& strategy_comm() const { return gpu_comm ? *gpu_comm : *comm; }
+  // The ranks sharing this rank's sequences (Ulysses); null when each
+  // rank holds whole sequences.
+  Communicator* sequence_group() const {
+    return mesh.size(MeshDim::sequence) > 1 ? &(*mesh_groups)[MeshDim::sequence] : nullptr;
+  }
   // The counters of both communicators.
   CommCounters counters() const {
     CommCounters c = comm->counters();

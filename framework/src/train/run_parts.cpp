@@ -4,6 +4,7 @@
 
 #include "config/section_options.h"
 #include "job/memory_check.h"
+#include "ztrain/error.h"
 
 namespace ztrain {
 
@@ -32,12 +33,18 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
   p.model = model_lib.create<Model>(p.model_options);
   p.strategy = strategy_lib.create<Strategy>(strategy_options);
   p.info = p.model->info();
+  const int shards = p.settings.parallel.sequence;
+  if (const std::string why = p.model->sequence_shards_refusal(shards); !why.empty())
+    throw ConfigError(config.where("parallel.sequence") +
+                      ": [parallel] sequence = " + std::to_string(shards) + ": " + why +
+                      "; choose a degree that divides them, or 1");
   const auto& tr = p.settings.train;
   p.sizes = {p.model->params(),
              world,
              tr.precision,
              tr.grad_dtype,
-             p.model->activation_bytes({static_cast<int>(tr.micro_batch), p.info.seq_len}),
+             p.model->activation_bytes(
+                 {static_cast<int>(tr.micro_batch), p.info.seq_len / shards, shards}),
              p.settings.device.memory_limit,
              p.settings.device.kind != "cuda" && !p.settings.device.guard,
              std::nullopt};

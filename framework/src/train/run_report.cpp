@@ -30,11 +30,15 @@ std::string run_header(const RunHeader& h) {
   os << "ztrain " << ZTRAIN_VERSION << " | model " << h.model_plugin << " (" << h.arch << ", "
      << format_rate(static_cast<double>(h.n_params)) << " params) | data " << h.data_description
      << " | strategy " << h.strategy_plugin << " | " << h.device_name << "\n"
-     << "batch: " << h.micro_batch << " x " << h.grad_accum << " accum x " << h.ranks
-     << (h.ranks == 1 ? " rank = " : " ranks = ") << h.global_batch << " sequences of " << h.seq_len
-     << " tokens per step";
+     << "batch: " << h.micro_batch << " x " << h.grad_accum << " accum x ";
+  if (h.mesh.empty())
+    os << h.ranks << (h.ranks == 1 ? " rank = " : " ranks = ");
+  else
+    os << h.data_ranks << (h.data_ranks == 1 ? " data rank = " : " data ranks = ");
+  os << h.global_batch << " sequences of " << h.seq_len << " tokens per step";
   if (h.ranks > 1) os << " | collectives on " << h.comm_backend;
   if (h.entropy_rate) os << " | source entropy " << *h.entropy_rate << " nats/token";
+  if (!h.mesh.empty()) os << "\nmesh: " << h.mesh;
   if (!h.placement.empty()) os << "\nplacement: " << h.placement;
   os << "\nprecision: " << precision_label(h.precision) << " working weights";
   if (h.precision != DType::f32) os << ", fp32 master weights";

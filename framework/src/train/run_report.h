@@ -28,6 +28,8 @@ struct RunHeader {
   std::int64_t n_params = 0;
   std::int64_t micro_batch = 0, grad_accum = 0, global_batch = 0;
   int ranks = 1, seq_len = 0;
+  int data_ranks = 1;        // what [parallel] leaves of the ranks for data parallelism
+  std::string mesh;          // the mesh's dimensions above 1 and how they split; empty: data only
   std::string comm_backend;  // how the ranks talk (mpi, gloo), said when ranks > 1
   std::string placement;     // where the ranks run (job/placement.h); empty: not said
   std::optional<double> entropy_rate;

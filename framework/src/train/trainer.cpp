@@ -201,6 +201,12 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.grad_accum = tr.grad_accum;
   h.global_batch = tr.global_batch;
   h.ranks = run.comm->size();
+  h.data_ranks = run.mesh.size(MeshDim::data);
+  if (run.mesh.size(MeshDim::sequence) > 1)
+    h.mesh = run.mesh.describe() + ": each sequence split over " +
+             std::to_string(run.mesh.size(MeshDim::sequence)) +
+             " ranks (Ulysses: attention heads traded across them); [strategy] across all " +
+             std::to_string(run.comm->size()) + " ranks";
   h.comm_backend = run.strategy_comm().backend();
   h.placement = run.placement;
   h.seq_len = info.seq_len;
@@ -226,6 +232,14 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   }
   h.strategy_summary = run.strategy->summary();
   return h;
+}
+
+// This rank's share of the data: its data-parallel rank's rows, and its
+// slice of each under sequence parallelism.
+DataShare data_share(const Run& run) {
+  const int r = run.comm->rank();
+  return {run.mesh.coordinate(r, MeshDim::data), run.mesh.size(MeshDim::data),
+          run.mesh.coordinate(r, MeshDim::sequence), run.mesh.size(MeshDim::sequence)};
 }
 
 // The summary's figures, from the loop's.
@@ -275,7 +289,7 @@ Trainer::Trainer(Run& run, const FaultPlan& faults, Clock::time_point t_start)
       arena_(*run.device),
       losses_(*run.device, *run.kernels),
       data_(*run.data, static_cast<int>(tr_.micro_batch), info_.seq_len,
-            static_cast<int>(tr_.grad_accum), run.comm->rank(), run.comm->size()),
+            static_cast<int>(tr_.grad_accum), data_share(run)),
       scaler_(tr_.scaler),
       mark_(run.counters()),
       checkpoints_(run, faults.checkpoint_kill, metrics_ ? &*metrics_ : nullptr, progress_) {
@@ -383,6 +397,7 @@ void Trainer::micro_steps(std::int64_t step, double scale) {
     if (last && faults_.overflows(step + 1, run_.comm->rank()))
       grad_scale = std::numeric_limits<float>::quiet_NaN();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, grad_scale);
+    ctx.set_sequence_group(run_.sequence_group());
     run_.model->forward_backward(data_.next(), ctx);
   }
 }
@@ -439,6 +454,7 @@ void Trainer::evaluate(std::int64_t step) {
   for (std::int64_t j = 0; j < micro_batches; ++j) {
     arena_.reset();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, 1.0f);
+    ctx.set_sequence_group(run_.sequence_group());
     run_.model->evaluate(data_.val(j), ctx);
   }
   float mean = static_cast<float>(losses_.take() / static_cast<double>(micro_batches));
