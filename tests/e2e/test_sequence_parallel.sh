@@ -45,11 +45,25 @@ grep -q "mesh: sequence 2 x data 2: each sequence split over 2 ranks (Ulysses" \
 # Llama, 4 query heads over 2 key/value heads.
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
 train_run l_w1 1 4 2
-train_run l_s2 2 4 2 --set parallel.sequence=2
+train_run l_s2 2 4 2 --set parallel.sequence=2 --set train.checkpoint_every=5
 train_run l_s4 4 4 2 --set parallel.sequence=4
 train_run l_s2_ckpt 2 4 2 --set parallel.sequence=2 --set model.activation_checkpointing=true
 train_run l_s2d2_zero3 4 2 2 --set parallel.sequence=2 --strategy zero3
 for name in l_s2 l_s4 l_s2_ckpt l_s2d2_zero3; do same_training l_w1 "$name" 1e-6 2e-6; done
+# Checkpoints resume on another mesh: sequence 2's step 5, continued at
+# world 1 and at sequence 4 under zero3, trains its steps 6 to 10.
+resumed() {  # resumed NAME RANKS ARGS...: l_s2's step 5 continued into $scratch/NAME
+  local name=$1 np=$2
+  shift 2
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size=4 --set train.grad_accum=2 \
+    --set train.out_dir="$scratch/$name" --resume="$scratch/l_s2/step_5" "$@" \
+    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 || fail "resuming l_s2 as $name failed"
+  curve "$name" 5
+  same_training l_s2_last5 "$name" 1e-6 2e-6
+}
+tail -n 5 "$scratch/l_s2.curve" > "$scratch/l_s2_last5.curve"
+resumed l_s2_to_w1 1 --set parallel.sequence=1
+resumed l_s2_to_s4_zero3 4 --set parallel.sequence=4 --strategy zero3
 train_run l_w1_bf16 1 4 2 --set train.precision=bf16
 train_run l_s2_bf16 2 4 2 --set train.precision=bf16 --set parallel.sequence=2
 same_training l_w1_bf16 l_s2_bf16 2e-4 4e-3

@@ -209,7 +209,8 @@ std::int64_t data_ranks(const RunConfig& config, const ParallelSettings& p, int 
                     std::to_string(per_replica) + " ranks per copy of the model do not divide " +
                     "the world of " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
                     "; start a multiple of " + std::to_string(per_replica) +
-                    " ranks or lower the degrees");
+                    " ranks or lower the degrees (--set " + key +
+                    "=1 runs whole sequences on every rank; a checkpoint resumes on any mesh)");
 }
 
 }  // namespace
