@@ -99,7 +99,8 @@ void check_ulysses(Communicator& group, std::size_t NH, std::size_t NKV) {
   Vec my_out(B * Tl * NH * hs, -1.0f), my_d(my_qkv.size(), -7.0f);
   const CommCounters before = group.counters();
   ulysses.forward(my_out.data(), local.inputs(my_qkv.data()), {saved.data(), my_lse.data()});
-  ulysses.backward(local.grads(my_d.data()), my_dout.data(), {saved.data(), my_lse.data()});
+  ulysses.backward(local.grads(my_d.data()), my_dout.data(), my_out.data(),
+                   {saved.data(), my_lse.data()});
   const CommCounters moved = group.counters().since(before);
 
   INFO("group of " << S << ", rank " << r << ", " << NH << " heads, " << NKV << " kv heads");
@@ -129,12 +130,14 @@ void check_ulysses(Communicator& group, std::size_t NH, std::size_t NKV) {
     CHECK(got_kv == want_kv);
   else
     CHECK(worst(got_kv, want_kv) < 1e-6 * static_cast<double>(NH / NKV));
-  // Four all-to-alls; each rank sends all but its own block of each.
+  // Four all-to-alls; each rank sends all but its own block of each: q,
+  // k and v and the output forward, the output's gradient with the output
+  // and q's, k's and v's gradients backward.
   const std::size_t kv = shape.kv_heads(), h = shape.heads();
   const std::size_t qkv_block = B * Tl * (h + 2 * kv) * hs, out_block = B * Tl * h * hs;
   const auto a2a = static_cast<std::size_t>(Collective::all_to_all);
   CHECK(moved.calls[a2a] == 4);
-  CHECK(moved.bytes_sent[a2a] == (S - 1) * 4 * 2 * (qkv_block + out_block));
+  CHECK(moved.bytes_sent[a2a] == (S - 1) * 4 * (2 * qkv_block + 3 * out_block));
   CHECK(moved.total_bytes() == moved.bytes_sent[a2a]);
 }
 

@@ -5,13 +5,24 @@
 // - a qkv exchange block (one per destination rank, Bq + 2 Bk floats):
 //   [q (B,Tl,h,hs) | k (B,Tl,kv,hs) | v (B,Tl,kv,hs)], the sender's tokens
 //   of the receiver's heads;
-// - an output exchange block (Bq floats): (B,Tl,h,hs);
-// - saved: [q (B,T,h,hs) | k (B,T,kv,hs) | v (B,T,kv,hs) | out (B,T,h*hs)];
-// - scratch: [send | recv | dout (B,T,h*hs) | dq dk dv as saved's q k v |
-//   per key/value head sums (NKV, B*Tl*hs), only when heads are shared].
+// - an output exchange block (Bq floats): (B,Tl,h,hs); backward's first
+//   exchange sends the output's gradient and the output itself, 2 Bq;
+// - saved: [q (B,T,h,hs) | k (B,T,kv,hs) | v (B,T,kv,hs)];
+// - scratch: [send | recv | per key/value head sums (NKV, B*Tl*hs), only
+//   when heads are shared], send and recv each the larger exchange. While
+//   they are free, forward computes the whole output in recv, and
+//   backward puts the whole output and its gradient in send and q's, k's
+//   and v's whole gradients in recv.
+// The whole output is not kept from forward to backward: the layer keeps
+// its token shard (the output projection's input), and backward fetches
+// the heads' rows with the output's gradient, one exchange for both; a
+// layer then holds 1/S of the unsharded activations, where keeping it
+// would hold the output twice.
 // Every move is a Device::copy_rows, so the same code runs where the
 // device's memory is not the host's.
 #include "ztrain/sequence/ulysses.h"
+
+#include <algorithm>
 
 #include "ztrain/error.h"
 
@@ -23,14 +34,16 @@ constexpr std::size_t kF = sizeof(float);
 }  // namespace
 
 std::size_t UlyssesShape::saved_floats() const {
-  return local.B * T() * (2 * heads() + 2 * kv_heads()) * local.hs;
+  return local.B * T() * (heads() + 2 * kv_heads()) * local.hs;
+}
+
+std::size_t UlyssesShape::exchange_floats() const {
+  return std::max(saved_floats(), 2 * local.B * T() * heads() * local.hs);
 }
 
 std::size_t UlyssesShape::scratch_floats() const {
-  const std::size_t qkv = local.B * T() * (heads() + 2 * kv_heads()) * local.hs;
-  const std::size_t dout = local.B * T() * heads() * local.hs;
   const std::size_t shared_kv = local.NKV < shards ? local.NKV * local.B * local.T * local.hs : 0;
-  return 3 * qkv + dout + shared_kv;
+  return 2 * exchange_floats() + shared_kv;
 }
 
 std::string ulysses_refusal(std::size_t NH, std::size_t NKV, std::size_t T, std::size_t shards) {
@@ -66,8 +79,7 @@ UlyssesAttention::Whole UlyssesAttention::whole(const UlyssesSaved& saved) const
   const std::size_t BT = shape_.local.B * shape_.T(), hs = shape_.local.hs;
   float* q = saved.base;
   float* k = q + BT * shape_.heads() * hs;
-  float* v = k + BT * shape_.kv_heads() * hs;
-  return {q, k, v, v + BT * shape_.kv_heads() * hs};
+  return {q, k, k + BT * shape_.kv_heads() * hs};
 }
 
 std::size_t UlyssesAttention::first_kv_head(std::size_t rank) const {
@@ -77,10 +89,9 @@ std::size_t UlyssesAttention::first_kv_head(std::size_t rank) const {
 }
 
 float* UlyssesAttention::exchange(std::size_t block) const {
-  const std::size_t all =
-      shape_.local.B * shape_.T() * (shape_.heads() + 2 * shape_.kv_heads()) * shape_.local.hs;
-  group_.all_to_all(scratch_, scratch_ + all, block, DType::f32);
-  return scratch_ + all;
+  float* recv = scratch_ + shape_.exchange_floats();
+  group_.all_to_all(scratch_, recv, block, DType::f32);
+  return recv;
 }
 
 void UlyssesAttention::tokens_to_whole(float* whole_rows, const float* shard, std::size_t width,
@@ -121,7 +132,7 @@ void UlyssesAttention::forward(float* out, AttentionInputs local, const UlyssesS
     columns_out(to + Bq, local.k, a.kv_stride, first_kv_head(d) * hs, kv);
     columns_out(to + Bq + Bk, local.v, a.kv_stride, first_kv_head(d) * hs, kv);
   }
-  const float* recv = exchange(block);
+  float* recv = exchange(block);
   const Whole w = whole(saved);
   for (std::size_t s = 0; s < S; ++s) {
     const float* from = recv + s * block;
@@ -129,30 +140,37 @@ void UlyssesAttention::forward(float* out, AttentionInputs local, const UlyssesS
     tokens_to_whole(w.k, from + Bq, kv, s);
     tokens_to_whole(w.v, from + Bq + Bk, kv, s);
   }
-  kernels_.attention_forward(w.out, saved.lse, {w.q, w.k, w.v}, shape_.whole());
-  for (std::size_t s = 0; s < S; ++s) whole_to_tokens(send + s * Bq, w.out, h, s);
+  float* whole_out = recv;  // its blocks are unpacked
+  kernels_.attention_forward(whole_out, saved.lse, {w.q, w.k, w.v}, shape_.whole());
+  for (std::size_t s = 0; s < S; ++s) whole_to_tokens(send + s * Bq, whole_out, h, s);
   recv = exchange(Bq);
   for (std::size_t r = 0; r < S; ++r) columns_in(out, a.C(), r * h, recv + r * Bq, h);
 }
 
-void UlyssesAttention::backward(AttentionGrads d, const float* dout,
+void UlyssesAttention::backward(AttentionGrads d, const float* dout, const float* out,
                                 const UlyssesSaved& saved) const {
   const AttentionShape& a = shape_.local;
   const std::size_t S = shape_.shards, hs = a.hs, h = shape_.heads() * hs,
                     kv = shape_.kv_heads() * hs;
   const std::size_t Bq = a.B * a.T * h, Bk = a.B * a.T * kv, block = Bq + 2 * Bk;
-  const std::size_t all = S * block;
   float* send = scratch_;
-  for (std::size_t r = 0; r < S; ++r) columns_out(send + r * Bq, dout, a.C(), r * h, h);
-  const float* recv = exchange(Bq);
-  float* whole_dout = scratch_ + 2 * all;
-  for (std::size_t s = 0; s < S; ++s) tokens_to_whole(whole_dout, recv + s * Bq, h, s);
-  float* dq = whole_dout + S * Bq;
+  for (std::size_t r = 0; r < S; ++r) {
+    columns_out(send + 2 * r * Bq, dout, a.C(), r * h, h);
+    columns_out(send + (2 * r + 1) * Bq, out, a.C(), r * h, h);
+  }
+  float* recv = exchange(2 * Bq);
+  float* whole_dout = send;  // the sent blocks are consumed
+  float* whole_out = send + S * Bq;
+  for (std::size_t s = 0; s < S; ++s) {
+    tokens_to_whole(whole_dout, recv + 2 * s * Bq, h, s);
+    tokens_to_whole(whole_out, recv + (2 * s + 1) * Bq, h, s);
+  }
+  float* dq = recv;  // its blocks are unpacked
   float* dk = dq + S * Bq;
   float* dv = dk + S * Bk;
-  device_.fill_zero(dq, all * kF);
+  device_.fill_zero(dq, S * block * kF);
   const Whole w = whole(saved);
-  kernels_.attention_backward({dq, dk, dv}, whole_dout, w.out, {w.q, w.k, w.v}, saved.lse,
+  kernels_.attention_backward({dq, dk, dv}, whole_dout, whole_out, {w.q, w.k, w.v}, saved.lse,
                               shape_.whole());
   for (std::size_t s = 0; s < S; ++s) {
     float* to = send + s * block;
@@ -180,7 +198,7 @@ void UlyssesAttention::kv_gradients_in(float* rows, const float* recv, std::size
     return;
   }
   const std::size_t n = a.B * a.T * hs;
-  float* sums = scratch_ + 3 * S * block + a.B * shape_.T() * shape_.heads() * hs;
+  float* sums = scratch_ + 2 * shape_.exchange_floats();
   for (std::size_t r = 0; r < S; ++r) {
     float* sum = sums + first_kv_head(r) * n;
     const float* piece = recv + r * block + part;

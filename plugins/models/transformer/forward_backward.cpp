@@ -94,7 +94,7 @@ void Transformer::attention_backward(AttentionGrads d, const BlockActs& b, const
                                             dims(a.B, a.T).attention(b));
   const sequence::UlyssesAttention ulysses(*a.group, ctx.kernels(), ctx.activations().device(),
                                            ulysses_shape(b, a), a.ulysses_scratch);
-  ulysses.backward(d, a.d_att, {b.ulysses, b.lse});
+  ulysses.backward(d, a.d_att, b.atty, {b.ulysses, b.lse});
 }
 
 // x: (N,C) block input; out: (N,C) block output

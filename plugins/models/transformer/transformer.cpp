@@ -420,22 +420,26 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
   a.rope_cos = rope ? alloc(rope) : nullptr;
   a.rope_sin = rope ? alloc(rope) : nullptr;
   a.blocks.resize(cfg_.checkpointing ? 1 : static_cast<std::size_t>(cfg_.n_layer));
+  // Under Ulysses a block's backward reads the head shards it saved, not
+  // its own q, k and v: one buffer serves every block.
+  const std::size_t qkv_floats = cfg_.llama ? N * (C + 2 * KV) : N * 3 * C;
+  float* const shared_qkv = a.shards > 1 ? alloc(qkv_floats) : nullptr;
+  const auto at = [](float* p, std::size_t offset) { return p ? p + offset : nullptr; };
   for (auto& b : a.blocks) {
     b.rope_cos = a.rope_cos;
     b.rope_sin = a.rope_sin;
     b.ln1 = alloc(N * C);
     b.ln1_mean = cfg_.llama ? nullptr : alloc(N);
     b.ln1_rstd = alloc(N);
-    if (cfg_.llama) {
-      b.q = alloc(N * C);
-      b.k = alloc(N * KV);
-      b.v = alloc(N * KV);
+    b.q = a.shards > 1 ? shared_qkv : alloc(qkv_floats);
+    if (cfg_.llama) {  // q (N,C), k (N,KV), v (N,KV)
+      b.k = at(b.q, N * C);
+      b.v = at(b.k, N * KV);
       b.q_stride = C;
       b.kv_stride = KV;
-    } else {
-      b.q = alloc(N * 3 * C);
-      b.k = b.q ? b.q + C : nullptr;
-      b.v = b.q ? b.q + 2 * C : nullptr;
+    } else {  // (N,3C): each row's q, k, v
+      b.k = at(b.q, C);
+      b.v = at(b.q, 2 * C);
       b.q_stride = b.kv_stride = 3 * C;
     }
     b.lse = alloc(lse_rows);

@@ -9,9 +9,10 @@
 // attention kernel runs on them over the whole sequence (so the causal
 // mask is the unsharded one by construction); a second all-to-all returns
 // the output to the token shards. Backward mirrors it: the output's
-// gradient goes to the head shards, the attention's backward runs there,
-// and one all-to-all returns q's, k's and v's gradients. Four all-to-alls
-// per layer, each moving (S-1)/S of its buffer from every rank.
+// gradient goes to the head shards (with the output, which forward does
+// not keep in the heads' layout), the attention's backward runs there, and
+// one all-to-all returns q's, k's and v's gradients. Four all-to-alls per
+// layer, each moving (S-1)/S of its buffer from every rank.
 //
 // Grouped key/value heads: with NKV >= S each rank takes NKV/S of them
 // (NKV a multiple of S); with fewer (S a multiple of NKV) a rank's NH/S
@@ -20,8 +21,9 @@
 // rank order. Other degrees are refused (ulysses_refusal).
 //
 // Memory: the caller gives each layer's saved buffers (the head-sharded
-// q, k, v and output over the whole sequence: what its backward reads)
-// and one scratch buffer all layers share, sized by UlyssesShape.
+// q, k and v over the whole sequence: what its backward reads besides the
+// layer's own output) and one scratch buffer all layers share, sized by
+// UlyssesShape. A layer then holds 1/S of what the unsharded one holds.
 //
 // Ownership: borrows the group, kernels and device; the caller's buffers
 // stay the caller's. Thread safety: one thread, the one that issues the
@@ -54,17 +56,19 @@ struct ZTRAIN_API UlyssesShape {
   AttentionShape whole() const {
     return {local.B, T(), heads(), kv_heads(), local.hs, heads() * local.hs, kv_heads() * local.hs};
   }
-  // Floats of one layer's saved q, k, v and output (see UlyssesSaved).
+  // Floats of one layer's saved q, k and v (see UlyssesSaved).
   std::size_t saved_floats() const;
+  // Floats of the larger exchange's buffers: q, k and v, or backward's
+  // output and its gradient.
+  std::size_t exchange_floats() const;
   // Floats of the scratch every layer shares.
   std::size_t scratch_floats() const;
 };
 
 // What a layer's forward leaves for its backward, over the whole
-// sequence for this rank's heads: q (B,T,NH/S,hs), k and v (B,T,kv,hs),
-// out (B,T,NH/S*hs), lse (B,NH/S,T). saved_floats() floats from `base`
-// hold all but lse, which is the caller's (B*NH*T/S floats, the size of
-// the unsharded kernel's).
+// sequence for this rank's heads: q (B,T,NH/S,hs), k and v (B,T,kv,hs)
+// in saved_floats() floats from `base`, and lse (B,NH/S,T), the caller's
+// (B*NH*T/S floats, the size of the unsharded kernel's).
 struct UlyssesSaved {
   float* base;
   float* lse;
@@ -85,14 +89,16 @@ class ZTRAIN_API UlyssesAttention {
   // out (B,T/S,NH*hs) contiguous: the attention of this rank's tokens, as
   // Kernels::attention_forward of the whole sequence gives them.
   void forward(float* out, AttentionInputs local, const UlyssesSaved& saved) const;
-  // dout (B,T/S,NH*hs): the output's gradient. WRITES d's q, k and v rows
-  // as `local` lays them out (every element of this rank's tokens).
-  void backward(AttentionGrads d, const float* dout, const UlyssesSaved& saved) const;
+  // dout (B,T/S,NH*hs): the output's gradient; out: what forward wrote.
+  // WRITES d's q, k and v rows as `local` lays them out (every element of
+  // this rank's tokens).
+  void backward(AttentionGrads d, const float* dout, const float* out,
+                const UlyssesSaved& saved) const;
 
  private:
   // A layer's saved tensors inside its block of floats.
   struct Whole {
-    float *q, *k, *v, *out;
+    float *q, *k, *v;
   };
   Whole whole(const UlyssesSaved& saved) const;
   // The key/value head a destination rank gets first.
