@@ -41,32 +41,80 @@ std::vector<fs::path> strategy_presets(const fs::path& run_file) {
   return found;
 }
 
+// A rank's activations with each sequence (Ulysses) degree, activation
+// checkpointing off and on.
+struct Activations {
+  int sequence = 1;
+  std::uint64_t off = 0, on = 0;
+};
+
 struct Sized {
   std::string strategy;
   std::string refused;    // why the preset cannot run this model as set; empty: it can
   MemoryEstimate states;  // per rank, activations not included
-  std::uint64_t activations_off = 0, activations_on = 0;
+  std::uint64_t activations_off = 0, activations_on = 0;  // at the run's own sequence degree
+  std::vector<Activations> by_sequence;  // every degree a node's sequence group can take
   std::int64_t n_params = 0;
   std::string model;
 };
+
+// The run of `preset` with `overrides` on top of the user's.
+RunParts parts_of(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader,
+                  const std::vector<std::string>& overrides) {
+  TrainArgs run = a.run;
+  run.strategy = preset.string();
+  run.overrides.insert(run.overrides.end(), overrides.begin(), overrides.end());
+  RunParts parts =
+      make_run_parts(load_run_config(run), loader, a.world, std::min(a.world, a.gpus_per_node));
+  if (a.device_memory) parts.sizes.device_budget = a.device_memory;
+  return parts;
+}
+
+std::string checkpointing(bool on) {
+  return std::string("model.activation_checkpointing=") + (on ? "true" : "false");
+}
+
+// The activations at every sequence degree that divides a node's devices
+// (the mesh keeps a sequence group on one host) and that the world and the
+// model take, at the run's micro-batch: fewer data ranks carry the same
+// global batch in more accumulation steps. The strategy shards over every
+// rank whatever the degree, so the model states do not change with it.
+std::vector<Activations> activations_by_sequence(const SizingArgs& a, const fs::path& preset,
+                                                 const PluginLoader& loader,
+                                                 std::int64_t micro_batch) {
+  std::vector<Activations> out;
+  for (int degree = 1; degree <= a.gpus_per_node; ++degree) {
+    if (a.gpus_per_node % degree != 0 || a.world % degree != 0) continue;
+    Activations act{degree, 0, 0};
+    try {
+      const std::vector<std::string> set = {
+          "parallel.sequence=" + std::to_string(degree),
+          "train.micro_batch_size=" + std::to_string(micro_batch)};
+      std::vector<std::string> off = set, on = set;
+      off.push_back(checkpointing(false));
+      on.push_back(checkpointing(true));
+      act.off = parts_of(a, preset, loader, off).sizes.activation_bytes;
+      act.on = parts_of(a, preset, loader, on).sizes.activation_bytes;
+    } catch (const ConfigError&) {
+      continue;  // the model cannot split its sequences this way
+    }
+    out.push_back(act);
+  }
+  return out;
+}
 
 // The model states and activations of `preset`, with activation
 // checkpointing off and on, into s.
 void size_states(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader,
                  Sized& s) {
-  for (const bool checkpointing : {false, true}) {
-    TrainArgs run = a.run;
-    run.strategy = preset.string();
-    run.overrides.push_back(std::string("model.activation_checkpointing=") +
-                            (checkpointing ? "true" : "false"));
-    const RunConfig config = load_run_config(run);
-    RunParts parts = make_run_parts(config, loader, a.world, std::min(a.world, a.gpus_per_node));
-    if (a.device_memory) parts.sizes.device_budget = a.device_memory;
-    (checkpointing ? s.activations_on : s.activations_off) = parts.sizes.activation_bytes;
-    if (checkpointing) continue;  // the model states do not depend on it
+  for (const bool on : {false, true}) {
+    RunParts parts = parts_of(a, preset, loader, {checkpointing(on)});
+    (on ? s.activations_on : s.activations_off) = parts.sizes.activation_bytes;
+    if (on) continue;  // the model states do not depend on it
     s.n_params = parts.info.n_params;
     s.model = parts.info.arch;
     s.states = parts.strategy->estimate(parts.sizes);
+    s.by_sequence = activations_by_sequence(a, preset, loader, parts.settings.train.micro_batch);
   }
 }
 
@@ -103,6 +151,16 @@ std::string verdict(std::uint64_t without, std::uint64_t with, std::uint64_t mem
   return "does not fit (" + format_bytes(with - memory) + " short with activation checkpointing)";
 }
 
+// The smallest sequence degree at which the preset fits `memory`: "1",
+// "4 ckpt" (with activation checkpointing), or "-" for none.
+std::string sequence_to_fit(const Sized& s, std::uint64_t states, std::uint64_t memory) {
+  for (const Activations& act : s.by_sequence) {
+    if (states + act.off <= memory) return std::to_string(act.sequence);
+    if (states + act.on <= memory) return std::to_string(act.sequence) + " ckpt";
+  }
+  return "-";
+}
+
 }  // namespace
 
 void estimate_all(const SizingArgs& a, std::ostream& os) {
@@ -131,14 +189,16 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
   if (a.device_memory) os << "; devices of " << format_bytes(*a.device_memory);
   os << "\n";
   char line[400];
-  std::snprintf(line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s  %s\n",
-                "strategy", "params", "grads", "optimizer", "buffers", "act", "act ckpt", "device",
-                "dev ckpt", "host/node", "nvme/node", "fits");
+  std::snprintf(line, sizeof line,
+                "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %8s  %s\n", "strategy",
+                "params", "grads", "optimizer", "buffers", "act", "act ckpt", "device", "dev ckpt",
+                "host/node", "nvme/node", "seq fits", "fits");
   os << line;
   for (const Sized& s : rows) {
     if (!s.refused.empty()) {
-      std::snprintf(line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s  ",
-                    s.strategy.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-");
+      std::snprintf(line, sizeof line,
+                    "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %8s  ",
+                    s.strategy.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-");
       os << line << "cannot run as set: " << s.refused << "\n";
       continue;
     }
@@ -149,8 +209,10 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
     const std::uint64_t per_node = static_cast<std::uint64_t>(a.gpus_per_node);
     const std::uint64_t total_off = states + s.activations_off,
                         total_on = states + s.activations_on;
+    const std::string seq =
+        a.device_memory ? sequence_to_fit(s, states, *a.device_memory) : std::string("-");
     std::snprintf(
-        line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s  %s\n",
+        line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %8s  %s\n",
         s.strategy.c_str(), format_bytes(device_bytes(s.states, Category::params)).c_str(),
         format_bytes(device_bytes(s.states, Category::grads)).c_str(),
         format_bytes(device_bytes(s.states, Category::optimizer)).c_str(),
@@ -158,14 +220,15 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
         format_bytes(s.activations_on).c_str(), format_bytes(total_off).c_str(),
         format_bytes(total_on).c_str(),
         format_bytes(tier_total(s.states, Tier::host) * per_node).c_str(),
-        format_bytes(tier_total(s.states, Tier::nvme) * per_node).c_str(),
+        format_bytes(tier_total(s.states, Tier::nvme) * per_node).c_str(), seq.c_str(),
         a.device_memory ? verdict(total_off, total_on, *a.device_memory).c_str()
                         : "- (give --device-memory)");
     os << line;
   }
   os << "(per device: the strategy's estimate, each category at its peak; buffers: "
         "communication and offload staging; act: activations, ckpt: with activation "
-        "checkpointing; device: their sum)\n";
+        "checkpointing; device: their sum; seq fits: the smallest [parallel] sequence degree "
+        "at which the device fits, each sequence split over that many devices of a node)\n";
 }
 
 }  // namespace ztrain

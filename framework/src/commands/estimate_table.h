@@ -6,7 +6,10 @@
 // model, with activation checkpointing off and on: bytes per device (model
 // states by category, activations both ways), per host (host tier times
 // the devices on a node) and on NVMe, and whether it fits a device of
-// `device_memory` bytes, with the margin (or the shortfall).
+// `device_memory` bytes, with the margin (or the shortfall); and the
+// smallest sequence-parallel degree (one dividing a node's devices, the
+// world, the heads and the sequence) at which it would, at the run's
+// micro-batch.
 //
 // Errors: ConfigError for a run file or preset that does not load, and for
 // a run that names its strategy (--strategy, --deepspeed).
