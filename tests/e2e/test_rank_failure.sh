@@ -6,7 +6,9 @@
 # (b) rank 1 frozen with SIGSTOP: rank 0's next collective hits [comm]
 # timeout and aborts the job naming itself, the operation and the silent
 # rank; (c) at world 3 with rank 2 frozen, the rank whose timeout ends the
-# job names rank 2, whichever it is (rank 1 learns it from rank 0).
+# job names rank 2, whichever it is (rank 1 learns it from rank 0); (d) a
+# rank frozen in a sequence-parallel job (Ulysses' all-to-alls in its
+# sequence group) ends it the same way.
 #
 # usage: test_rank_failure.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -15,15 +17,16 @@ source "$(dirname "$0")/lib.sh"
 mpirun=$(command -v mpirun) || fail "mpirun not found (install openmpi-bin)"
 
 # start NAME [RANKS [VICTIM]]: a long run in the background (2 ranks unless
-# given); sets $job and $victim (the pid of rank VICTIM, default 1) once
-# that rank is training.
+# given, with the settings in ${extra[@]}); sets $job and $victim (the pid
+# of rank VICTIM, default 1) once that rank is training.
+extra=()
 start() {
   local name=$1 np=${2:-2} target=${3:-1}
   "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$ZTRAIN" \
     --set train.steps=100000 --set train.log_every=1 --set device.threads=1 \
     --set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=16 --set train.micro_batch_size=2 --set train.grad_accum=1 \
     --set comm.timeout=3s --set train.save_final=false --set train.out_dir="$scratch/$name" \
-    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 &
+    "${extra[@]}" "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 &
   job=$!
   victim=""
   for _ in $(seq 1 300); do
@@ -75,4 +78,7 @@ frozen() {
 }
 frozen frozen 2 1 "rank 0: .* did not finish within 3 s; rank 1 has sent no heartbeat for"
 frozen frozen3 3 2 "rank [01]: .* did not finish within 3 s; .*rank 2 has sent no heartbeat for"
+extra=(--set parallel.sequence=2)
+frozen frozen_ulysses 2 1 "rank 0: .* did not finish within 3 s; rank 1 has sent no heartbeat for"
+grep -q "mesh: sequence 2" "$scratch/frozen_ulysses.out" || fail "frozen_ulysses did not split its sequences"
 echo "PASS"
