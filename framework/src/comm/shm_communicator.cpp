@@ -277,14 +277,22 @@ class ShmCommunicator final : public ThreadedCommunicator {
     }
   }
 
+  // Runs chunk(at, n) over [0, count) in runs of at most `piece`, each run
+  // on the next set of slots. A collective's first barrier is the one that
+  // may wait for a peer still computing (meet's spin).
+  template <class F>
+  void in_chunks(std::size_t count, std::size_t piece, F&& chunk) {
+    first_meet_ = true;
+    for (std::size_t at = 0; at < count; at += piece, ++chunks_)
+      chunk(at, std::min(piece, count - at));
+  }
+
   // Each chunk: every rank copies up to a slot of its buffer in, rank r sums
   // its 1/size of the chunk in place in rank 0's slot, and all copy the sum
   // out.
   void all_reduce(char* data, std::size_t count, DType type) {
-    first_meet_ = true;
-    const std::size_t es = dtype_size(type), per_chunk = kSlotBytes / es;
-    for (std::size_t at = 0; at < count; at += per_chunk, ++chunks_) {
-      const std::size_t n = std::min(per_chunk, count - at);
+    const std::size_t es = dtype_size(type);
+    in_chunks(count, kSlotBytes / es, [&](std::size_t at, std::size_t n) {
       std::memcpy(slot(rank_), data + at * es, n * es);
       meet("all_reduce", count, type);
       const std::vector<std::size_t> parts = even_split(n, size_);
@@ -294,36 +302,34 @@ class ShmCommunicator final : public ThreadedCommunicator {
         add_into(slot(0) + from, slot(r) + from, parts[static_cast<std::size_t>(rank_)], type);
       meet("all_reduce", count, type);
       std::memcpy(data + at * es, slot(0), n * es);
-    }
+    });
   }
   // Chunk k holds elements [k s, (k+1) s) of every block (s = a slot over
   // the ranks), so each rank sums its own block's piece in every chunk.
   void reduce_scatter(const char* send, char* recv, const std::vector<std::size_t>& counts,
                       DType type) {
-    first_meet_ = true;
     const std::size_t es = dtype_size(type), piece = kSlotBytes / es / counts.size();
     const std::size_t largest = *std::max_element(counts.begin(), counts.end());
     const auto me = static_cast<std::size_t>(rank_);
-    for (std::size_t at = 0; at < largest; at += piece, ++chunks_) {
+    in_chunks(largest, piece, [&](std::size_t at, std::size_t) {
       std::size_t from = 0;
       for (std::size_t b = 0; b < counts.size(); from += counts[b], ++b)
         if (counts[b] > at)
           std::memcpy(slot(rank_) + b * piece * es, send + (from + at) * es,
                       std::min(piece, counts[b] - at) * es);
       meet("reduce_scatter_v", largest, type);
-      if (counts[me] <= at) continue;
+      if (counts[me] <= at) return;
       const std::size_t n = std::min(piece, counts[me] - at);
       std::memcpy(recv + at * es, slot(0) + me * piece * es, n * es);
       for (int r = 1; r < size_; ++r) add_into(recv + at * es, slot(r) + me * piece * es, n, type);
-    }
+    });
   }
   void all_gather(const char* send, char* recv, const std::vector<std::size_t>& counts,
                   DType type) {
-    first_meet_ = true;
     const std::size_t es = dtype_size(type), piece = kSlotBytes / es;
     const std::size_t largest = *std::max_element(counts.begin(), counts.end());
     const auto me = static_cast<std::size_t>(rank_);
-    for (std::size_t at = 0; at < largest; at += piece, ++chunks_) {
+    in_chunks(largest, piece, [&](std::size_t at, std::size_t) {
       if (counts[me] > at)
         std::memcpy(slot(rank_), send + at * es, std::min(piece, counts[me] - at) * es);
       meet("all_gather_v", largest, type);
@@ -332,46 +338,39 @@ class ShmCommunicator final : public ThreadedCommunicator {
         if (counts[b] > at && (b != me || send != recv + from * es))
           std::memcpy(recv + (from + at) * es, slot(static_cast<int>(b)),
                       std::min(piece, counts[b] - at) * es);
-    }
+    });
   }
   void broadcast(char* data, std::size_t bytes, int root, std::size_t count, DType type) {
-    first_meet_ = true;
-    for (std::size_t at = 0; at < bytes; at += kSlotBytes, ++chunks_) {
-      const std::size_t n = std::min(kSlotBytes, bytes - at);
+    in_chunks(bytes, kSlotBytes, [&](std::size_t at, std::size_t n) {
       if (rank_ == root) std::memcpy(slot(root), data + at, n);
       meet("broadcast", count, type);
       if (rank_ != root) std::memcpy(data + at, slot(root), n);
-    }
+    });
   }
-
   // Chunk k holds elements [k s, (k+1) s) of every block (s = a slot over
   // the ranks): rank r writes its block q's piece at place q of its slot,
   // and reads place r of rank q's slot into its block q.
   void all_to_all(const char* send, char* recv, std::size_t count, DType type) {
-    first_meet_ = true;
     const auto ranks = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
     const std::size_t es = dtype_size(type), piece = kSlotBytes / es / ranks;
-    for (std::size_t at = 0; at < count; at += piece, ++chunks_) {
-      const std::size_t n = std::min(piece, count - at);
+    in_chunks(count, piece, [&](std::size_t at, std::size_t n) {
       for (std::size_t q = 0; q < ranks; ++q)
         std::memcpy(slot(rank_) + q * piece * es, send + (q * count + at) * es, n * es);
       meet("all_to_all", count * ranks, type);
       for (std::size_t q = 0; q < ranks; ++q)
         std::memcpy(recv + (q * count + at) * es, slot(static_cast<int>(q)) + me * piece * es,
                     n * es);
-    }
+    });
   }
   // Each chunk: every rank writes its piece to its slot and reads the one
   // in the slot of the rank it receives from.
   void permute(const char* send, char* recv, std::size_t count, DType type, int from) {
-    first_meet_ = true;
-    const std::size_t es = dtype_size(type), piece = kSlotBytes / es;
-    for (std::size_t at = 0; at < count; at += piece, ++chunks_) {
-      const std::size_t n = std::min(piece, count - at);
+    const std::size_t es = dtype_size(type);
+    in_chunks(count, kSlotBytes / es, [&](std::size_t at, std::size_t n) {
       std::memcpy(slot(rank_), send + at * es, n * es);
       meet("permute", count, type);
       std::memcpy(recv + at * es, slot(from), n * es);
-    }
+    });
   }
 
   // Exiting closes inner's connections, which ends the other ranks' waits

@@ -82,6 +82,13 @@ UlyssesAttention::Whole UlyssesAttention::whole(const UlyssesSaved& saved) const
   return {q, k, k + BT * shape_.kv_heads() * hs};
 }
 
+UlyssesAttention::Widths UlyssesAttention::widths() const {
+  const AttentionShape& a = shape_.local;
+  const std::size_t hs = a.hs, h = shape_.heads() * hs, kv = shape_.kv_heads() * hs;
+  const std::size_t Bq = a.B * a.T * h, Bk = a.B * a.T * kv;
+  return {shape_.shards, hs, h, kv, Bq, Bk, Bq + 2 * Bk};
+}
+
 std::size_t UlyssesAttention::first_kv_head(std::size_t rank) const {
   const AttentionShape& a = shape_.local;
   if (a.NKV >= shape_.shards) return rank * shape_.kv_heads();
@@ -122,9 +129,7 @@ void UlyssesAttention::columns_in(float* rows, std::size_t pitch, std::size_t fi
 
 void UlyssesAttention::forward(float* out, AttentionInputs local, const UlyssesSaved& saved) const {
   const AttentionShape& a = shape_.local;
-  const std::size_t S = shape_.shards, hs = a.hs, h = shape_.heads() * hs,
-                    kv = shape_.kv_heads() * hs;
-  const std::size_t Bq = a.B * a.T * h, Bk = a.B * a.T * kv, block = Bq + 2 * Bk;
+  const auto [S, hs, h, kv, Bq, Bk, block] = widths();
   float* send = scratch_;
   for (std::size_t d = 0; d < S; ++d) {
     float* to = send + d * block;
@@ -150,9 +155,7 @@ void UlyssesAttention::forward(float* out, AttentionInputs local, const UlyssesS
 void UlyssesAttention::backward(AttentionGrads d, const float* dout, const float* out,
                                 const UlyssesSaved& saved) const {
   const AttentionShape& a = shape_.local;
-  const std::size_t S = shape_.shards, hs = a.hs, h = shape_.heads() * hs,
-                    kv = shape_.kv_heads() * hs;
-  const std::size_t Bq = a.B * a.T * h, Bk = a.B * a.T * kv, block = Bq + 2 * Bk;
+  const auto [S, hs, h, kv, Bq, Bk, block] = widths();
   float* send = scratch_;
   for (std::size_t r = 0; r < S; ++r) {
     columns_out(send + 2 * r * Bq, dout, a.C(), r * h, h);
@@ -190,8 +193,7 @@ void UlyssesAttention::backward(AttentionGrads d, const float* dout, const float
 // in place.
 void UlyssesAttention::kv_gradients_in(float* rows, const float* recv, std::size_t part) const {
   const AttentionShape& a = shape_.local;
-  const std::size_t S = shape_.shards, hs = a.hs, kv = shape_.kv_heads() * hs;
-  const std::size_t block = a.B * a.T * (shape_.heads() * hs + 2 * kv);
+  const auto [S, hs, h, kv, Bq, Bk, block] = widths();
   if (a.NKV >= S) {
     for (std::size_t r = 0; r < S; ++r)
       columns_in(rows, a.kv_stride, first_kv_head(r) * hs, recv + r * block + part, kv);

@@ -96,6 +96,13 @@ class ZTRAIN_API UlyssesAttention {
                 const UlyssesSaved& saved) const;
 
  private:
+  // The exchanges' widths in floats: S shards; a head's hs; h and kv, a
+  // rank's query and key/value heads' row widths; Bq and Bk, their blocks
+  // of this rank's tokens; block, a q, k and v exchange block (Bq + 2 Bk).
+  struct Widths {
+    std::size_t S, hs, h, kv, Bq, Bk, block;
+  };
+  Widths widths() const;
   // A layer's saved tensors inside its block of floats.
   struct Whole {
     float *q, *k, *v;
