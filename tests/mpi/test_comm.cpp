@@ -1,6 +1,8 @@
 // The mpi communicator, run by CTest under mpirun -np 2 and -np 4, and the
 // gloo communicator, 2 and 4 ranks started with RANK/WORLD_SIZE: every
-// collective in every dtype, sync and async, odd sizes, sub-communicators.
+// collective in every dtype, sync and async, odd sizes, sub-communicators;
+// the exchanges (all-to-all, permute) with every sender, receiver and
+// element its own bits.
 // Only CHECK (never REQUIRE): a rank leaving a test early would desynchronise
 // the collectives of the next one.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -246,6 +248,143 @@ TEST_CASE("all_gather puts rank r's block at r, broadcast copies the root's data
     world().broadcast(data.data(), data.size(), DType::bf16, root);
     for (auto x : data) CHECK(x == 1000 + root);
   }
+  world().barrier();
+}
+
+namespace {
+
+// The bits rank `from` sends rank `to` at element i of an exchange: every
+// (from, to, i) its own value, for 16-bit and 32-bit elements alike, and
+// never 0xffff (what a receive buffer starts as).
+std::uint32_t bits(int from, int to, std::size_t i, DType t) {
+  const auto R = static_cast<std::uint32_t>(world().size());
+  const std::uint32_t pair = static_cast<std::uint32_t>(from) * R + static_cast<std::uint32_t>(to);
+  if (t == DType::f32) return pair << 24 | static_cast<std::uint32_t>(i & 0xffffff);
+  const std::uint32_t span = 65536 / (R * R + 1);
+  return pair * span + static_cast<std::uint32_t>(i % span);
+}
+
+// An exchange's buffer of n elements of type t.
+struct Bits {
+  DType t;
+  std::vector<std::uint32_t> wide;
+  std::vector<std::uint16_t> narrow;
+  Bits(DType type, std::size_t n) : t(type) {
+    if (t == DType::f32)
+      wide.resize(n);
+    else
+      narrow.resize(n);
+  }
+  void* data() { return t == DType::f32 ? static_cast<void*>(wide.data()) : narrow.data(); }
+  std::uint32_t at(std::size_t i) const { return t == DType::f32 ? wide[i] : narrow[i]; }
+  void set(std::size_t i, std::uint32_t v) {
+    if (t == DType::f32)
+      wide[i] = v;
+    else
+      narrow[i] = static_cast<std::uint16_t>(v);
+  }
+};
+
+// An all-to-all over `comm`, whose rank k is world rank world_rank_of[k].
+void check_all_to_all(Communicator& comm, const std::vector<int>& world_rank_of) {
+  const int R = comm.size(), r = comm.rank();
+  const auto ranks = static_cast<std::size_t>(R);
+  const int me = world_rank_of[static_cast<std::size_t>(r)];
+  // 300001 elements: several chunks of the shared-memory path at any size.
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{300'001}})
+    for (DType t : {DType::f32, DType::bf16, DType::f16})
+      for (bool async : {false, true}) {
+        Bits send(t, n * ranks), recv(t, n * ranks);
+        for (std::size_t q = 0; q < ranks; ++q)
+          for (std::size_t i = 0; i < n; ++i) {
+            send.set(q * n + i, bits(me, world_rank_of[q], i, t));
+            recv.set(q * n + i, 0xffff);
+          }
+        if (async) {
+          CommWork w = comm.all_to_all_async(send.data(), recv.data(), n, t);
+          w.wait();
+          CHECK(w.test());
+        } else {
+          comm.all_to_all(send.data(), recv.data(), n, t);
+        }
+        std::size_t wrong = 0;
+        for (std::size_t q = 0; q < ranks; ++q)
+          for (std::size_t i = 0; i < n; ++i)
+            wrong += recv.at(q * n + i) != bits(world_rank_of[q], me, i, t);
+        INFO("group of " << R << ", n " << n << ", dtype " << dtype_name(t) << ", async " << async);
+        CHECK(wrong == 0);
+      }
+}
+
+// Every rank passes n elements by `peers_of` (a permutation); each checks
+// it holds what its `from` sent.
+void check_permute(const std::function<Peers(int)>& peers_of, std::size_t n, DType t) {
+  const int r = world().rank();
+  const Peers p = peers_of(r);
+  Bits send(t, n), recv(t, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    send.set(i, bits(r, p.to, i, t));
+    recv.set(i, 0xffff);
+  }
+  world().permute(send.data(), recv.data(), n, t, p);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += recv.at(i) != bits(p.from, r, i, t);
+  INFO("rank " << r << " to " << p.to << " from " << p.from << ", n " << n << ", dtype "
+               << dtype_name(t));
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("all_to_all: rank r's block q arrives as rank q's block r, in the world and a group") {
+  std::vector<int> everyone;
+  for (int k = 0; k < world().size(); ++k) everyone.push_back(k);
+  check_all_to_all(world(), everyone);
+  const int r = world().rank();
+  auto sub = world().split(r % 2, r);
+  std::vector<int> members;
+  for (int k = r % 2; k < world().size(); k += 2) members.push_back(k);
+  check_all_to_all(*sub, members);
+}
+
+TEST_CASE("permute: a ring's pass either way, pairs swapping, ranks keeping their own") {
+  const int R = world().size();
+  const auto next = [R](int r) { return Peers{(r + 1) % R, (r + R - 1) % R}; };
+  const auto back = [R](int r) { return Peers{(r + R - 1) % R, (r + 1) % R}; };
+  const auto self = [](int r) { return Peers{r, r}; };
+  // Ranks 0 and 1 swap; the others keep their own.
+  const auto swap01 = [](int r) { return r < 2 ? Peers{1 - r, 1 - r} : Peers{r, r}; };
+  const std::vector<std::function<Peers(int)>> moves = {next, back, self, swap01};
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1001}, std::size_t{700'001}})
+    for (DType t : {DType::f32, DType::bf16})
+      for (const auto& peers_of : moves) check_permute(peers_of, n, t);
+  // Passes in flight together arrive in order, beside other collectives.
+  const int r = world().rank();
+  std::vector<float> a(4096, static_cast<float>(r)), b(4096, static_cast<float>(10 + r)), ra(4096),
+      rb(4096), sum(4096, 1.0f);
+  CommWork wa = world().permute_async(a.data(), ra.data(), a.size(), DType::f32, next(r));
+  CommWork ws = world().all_reduce_async(sum.data(), sum.size(), DType::f32, ReduceOp::sum);
+  CommWork wb = world().permute_async(b.data(), rb.data(), b.size(), DType::f32, back(r));
+  wa.wait();
+  ws.wait();
+  wb.wait();
+  CHECK(ra[4095] == static_cast<float>(next(r).from));
+  CHECK(rb[0] == static_cast<float>(10 + back(r).from));
+  CHECK(sum[7] == static_cast<float>(R));
+}
+
+TEST_CASE("permute refuses a peer outside the group before anything is sent") {
+  const int R = world().size(), r = world().rank();
+  float x = 0, y = 0;
+  const std::string outside =
+      "both must be ranks of the group (0 to " + std::to_string(R - 1) + ")";
+  CHECK_THROWS_WITH_AS(world().permute(&x, &y, 1, DType::f32, Peers{R, r}),
+                       doctest::Contains(outside.c_str()), CommError);
+  CHECK_THROWS_WITH_AS(world().permute(&x, &y, 1, DType::f32, Peers{r, -1}),
+                       doctest::Contains("permute between rank -1 (from)"), CommError);
+  CHECK_THROWS_WITH_AS(world().permute(&x, &y, 1, DType::f32, Peers{r, (r + 1) % R}),
+                       doctest::Contains("passes to itself receives from itself"), CommError);
+  // Nothing was queued: the world still works.
   world().barrier();
 }
 
