@@ -6,7 +6,7 @@
 # key/value head is shared by two ranks), with gradient accumulation,
 # activation checkpointing (the forward runs again in backward, its
 # all-to-alls too), sequence 2 x data 2 under zero1 and zero3, and bf16
-# against bf16 ddp at world 1.
+# against bf16 ddp at world 1; evaluation too (the same val loss).
 # Tolerances, relative per step: fp32 losses 1e-6 and gradient norms 2e-6,
 # as for ddp across world sizes (the shards' parameter gradients are summed
 # in another order than one process sums its batch; measured at most 1e-7
@@ -51,6 +51,16 @@ train_run l_s4 4 4 2 --set parallel.sequence=4
 train_run l_s2_ckpt 2 4 2 --set parallel.sequence=2 --set model.activation_checkpointing=true
 train_run l_s2d2_zero3 4 2 2 --set parallel.sequence=2 --strategy zero3
 for name in l_s2 l_s4 l_s2_ckpt l_s2d2_zero3; do same_training l_w1 "$name" 1e-6 2e-6; done
+# Evaluation splits its sequences the same way: the same val loss.
+for pair in "g_w1 g_s2" "g_w1 g_s4" "l_w1 l_s4" "l_w1 l_s2d2_zero3"; do
+  read -r ref other <<< "$pair"
+  a=$(metrics_fields "$scratch/$ref/metrics.jsonl" val loss)
+  b=$(metrics_fields "$scratch/$other/metrics.jsonl" val loss)
+  [ -n "$a" ] && [ -n "$b" ] || fail "$ref or $other logged no val loss"
+  awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d <= 1e-6) }' ||
+    fail "$other's val loss $b is not $ref's $a"
+done
+
 # Checkpoints resume on another mesh: sequence 2's step 5, continued at
 # world 1 and at sequence 4 under zero3, trains its steps 6 to 10.
 resumed() {  # resumed NAME RANKS ARGS...: l_s2's step 5 continued into $scratch/NAME
