@@ -164,7 +164,13 @@ class ZTRAIN_API StepContext {
   // The ranks sharing this micro-batch's sequences (sequence parallelism):
   // rank r of the group holds the r-th slice of every row, its first
   // token at position r * seq_len of the sequence. Null when the rows are
-  // whole sequences.
+  // whole sequences. The host owns it (a split of the strategy's
+  // communicator, on the same memory: host for cpu, device for nccl); it
+  // lives as long as the run. Every rank of the group runs the same
+  // micro-batch through the same modules, so any collective is legal on
+  // it as long as each rank issues the same ones in the same order; the
+  // strategy's own collectives (its communicator spans the group) are
+  // issued from the hooks, between modules, never inside one.
   Communicator* sequence_group() const { return sequence_group_; }
   void set_sequence_group(Communicator* group) { sequence_group_ = group; }
 
