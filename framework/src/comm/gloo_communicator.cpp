@@ -395,7 +395,12 @@ void connect_world(const std::shared_ptr<gloo::rendezvous::Context>& context, co
     // From the store, which names a lost rank itself.
     throw CommError(who + ": gloo cannot connect the ranks from " + address + ": " + e.what());
   } catch (const std::exception& e) {
-    const std::string lost = watchdog ? watchdog->closed_peers() : "";
+    // A peer that died breaks gloo's pair and closes its heartbeat link at
+    // about the same moment; under load gloo's error can come first, so the
+    // watchdog gets up to a second to hear which rank it was.
+    std::string lost;
+    for (int i = 0; i < 20 && watchdog && (lost = watchdog->closed_peers()).empty(); ++i)
+      std::this_thread::sleep_for(Millis(50));
     throw CommError(who + ": gloo cannot connect the ranks from " + address + ": " + e.what() +
                     (lost.empty() ? "" : "; " + lost));
   }
