@@ -40,8 +40,8 @@ train_run g_s2d2_zero1 4 4 1 --set parallel.sequence=2 --strategy zero1
 for name in g_s2 g_s4 g_s2d2_zero1; do same_training g_w1 "$name" 1e-6 2e-6; done
 grep -q "batch: 4 x 1 accum x 2 data ranks = 8 sequences of 32 tokens" "$scratch/g_s2d2_zero1.out" ||
   fail "sequence 2 x data 2 did not report its batch over the data ranks"
-grep -q "mesh: sequence 2 x data 2: each sequence split over 2 ranks (Ulysses" \
-  "$scratch/g_s2d2_zero1.out" || fail "the run header does not name the mesh"
+grep -q "mesh: sequence 2 x data 2: each sequence split over 2 ranks (Ulysses.*sequence groups 0-1 | 2-3; \[strategy\] across all 4 ranks" \
+  "$scratch/g_s2d2_zero1.out" || fail "the run header does not name the mesh and its groups"
 
 # Llama, 4 query heads over 2 key/value heads.
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")

@@ -76,6 +76,13 @@ TEST_CASE("mesh: tensor varies fastest and pipeline slowest, the description nam
   CHECK(p.describe() == "tensor 2 x sequence 2 x data 2 x pipeline 2");
   CHECK(plan_mesh({}, {{4}}).describe() == "data 4");
   CHECK(plan_mesh({}, {{1}}).describe() == "data 1");
+  // Groups as their ranks: consecutive runs, strided sets, long lists cut.
+  CHECK(p.describe_groups(MeshDim::tensor) == "0-1 | 2-3 | 4-5 | 6-7 | ... (8 groups)");
+  CHECK(p.describe_groups(MeshDim::sequence) == "0,2 | 1,3 | 4,6 | 5,7 | ... (8 groups)");
+  const MeshPlan s2 = plan_mesh({1, 2, 1, 1}, {{4}});
+  CHECK(s2.describe_groups(MeshDim::sequence) == "0-1 | 2-3");
+  CHECK(s2.describe_groups(MeshDim::data) == "0,2 | 1,3");
+  CHECK(plan_mesh({}, {{4}}).describe_groups(MeshDim::data) == "0-3");
   // With every degree 1 the data group is the world, as today.
   CHECK(plan_mesh({}, {{3, 3}}).group(4, MeshDim::data) == std::vector<int>{0, 1, 2, 3, 4, 5});
 }

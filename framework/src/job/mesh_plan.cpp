@@ -55,6 +55,38 @@ std::string MeshPlan::describe() const {
   return out.empty() ? "data 1" : out;
 }
 
+namespace {
+
+// "0-3" for consecutive ranks, "0,2,4" otherwise.
+std::string ranks_text(const std::vector<int>& ranks) {
+  bool consecutive = true;
+  for (std::size_t i = 1; i < ranks.size(); ++i) consecutive &= ranks[i] == ranks[i - 1] + 1;
+  if (consecutive && ranks.size() > 1)
+    return std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+  std::string out;
+  for (const int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+std::string MeshPlan::describe_groups(MeshDim d) const {
+  constexpr int kShown = 4;
+  const int groups = world_ / size(d);
+  std::string out;
+  std::vector<bool> listed(static_cast<std::size_t>(world_), false);
+  int shown = 0;
+  for (int r = 0; r < world_ && shown < kShown; ++r) {
+    if (listed[static_cast<std::size_t>(r)]) continue;
+    const std::vector<int> members = group(r, d);
+    for (const int m : members) listed[static_cast<std::size_t>(m)] = true;
+    out += (out.empty() ? "" : " | ") + ranks_text(members);
+    ++shown;
+  }
+  if (groups > kShown) out += " | ... (" + std::to_string(groups) + " groups)";
+  return out;
+}
+
 MeshPlan plan_mesh(const MeshDegrees& degrees, const MeshHosts& hosts) {
   check_degree("tensor", degrees.tensor);
   check_degree("sequence", degrees.sequence);

@@ -56,6 +56,9 @@ class MeshPlan {
   std::vector<int> group(int rank, MeshDim d) const;
   // "data 2 x tensor 2 x pipeline 2", the dimensions above 1 (or "data 1").
   std::string describe() const;
+  // The groups along d, each as its ranks ("0-1 | 2-3", "0,2 | 1,3"): the
+  // first four, then "| ... (N groups)".
+  std::string describe_groups(MeshDim d) const;
 
  private:
   friend MeshPlan plan_mesh(const MeshDegrees& degrees, const MeshHosts& hosts);

@@ -205,7 +205,8 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   if (run.mesh.size(MeshDim::sequence) > 1)
     h.mesh = run.mesh.describe() + ": each sequence split over " +
              std::to_string(run.mesh.size(MeshDim::sequence)) +
-             " ranks (Ulysses: attention heads traded across them); [strategy] across all " +
+             " ranks (Ulysses: attention heads traded across them), sequence groups " +
+             run.mesh.describe_groups(MeshDim::sequence) + "; [strategy] across all " +
              std::to_string(run.comm->size()) + " ranks";
   h.comm_backend = run.strategy_comm().backend();
   h.placement = run.placement;
