@@ -41,7 +41,12 @@ reader=$!
 spawned+=("$reader")
 until_printed "$scratch/export.out" "test: holding at checkpoint_opened"
 sleep 1.5
-during=$(steps)
+# Five listings a tenth of a second apart: the run renames a directory
+# every few milliseconds, and one readdir across a rename may miss it.
+during=$(for _ in 1 2 3 4 5; do
+  steps
+  sleep 0.1
+done | sort -u)
 exit_within "$reader" 60
 [ "$status" -eq 0 ] || fail "export failed while the run trained on (exit $status)"
 read_dir=$(sed -n 's/^wrote .* from \(.*\)$/\1/p' "$scratch/export.out")
