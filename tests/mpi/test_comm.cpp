@@ -522,11 +522,11 @@ TEST_CASE("successive splits each connect their own group") {
 // at its coordinate, and a reduction over it sums its members alone.
 TEST_CASE("mesh groups: each dimension's communicator is its plan's group") {
   const int R = world().size(), r = world().rank();
-  const MeshDegrees meshes[] = {{},           {R, 1, 1, 1}, {1, R, 1, 1},
-                                {1, 1, R, 1}, {1, 1, 1, R}, {2, 1, 1, 2},
-                                {1, 2, 2, 1}, {2, 2, 1, 1}, {1, 1, 2, 1}};
+  const ParallelSettings meshes[] = {{},           {R, 1, 1, 1}, {1, R, 1, 1},
+                                     {1, 1, R, 1}, {1, 1, 1, R}, {2, 1, 1, 2},
+                                     {1, 2, 2, 1}, {2, 2, 1, 1}, {1, 1, 2, 1}};
   int made = 0;
-  for (const MeshDegrees& d : meshes) {
+  for (const ParallelSettings& d : meshes) {
     if (R % (d.tensor * d.sequence * d.context * d.pipeline) != 0) continue;
     const MeshPlan plan = plan_mesh(d, {{R}});
     CAPTURE(plan.describe());

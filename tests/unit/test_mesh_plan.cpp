@@ -101,7 +101,7 @@ TEST_CASE("mesh: tensor and sequence groups stay inside a host, a context ring m
 }
 
 TEST_CASE("mesh: what does not fit is refused, naming [parallel] and the numbers") {
-  const auto refused = [](MeshDegrees d, MeshHosts h) {
+  const auto refused = [](ParallelSettings d, MeshHosts h) {
     return test::message_of<ConfigError>([&] { plan_mesh(d, h); });
   };
   CHECK(contains(refused({3, 1, 1, 1}, {{8}}),

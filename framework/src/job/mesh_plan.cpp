@@ -22,7 +22,7 @@ void check_degree(const char* key, int degree) {
 // Tensor and sequence groups are runs of tensor x sequence consecutive
 // ranks from rank 0: each host's count of ranks must be a multiple, so
 // that no run straddles two hosts.
-void check_hosts(const MeshDegrees& d, const MeshHosts& hosts) {
+void check_hosts(const ParallelSettings& d, const MeshHosts& hosts) {
   const int inner = d.tensor * d.sequence;
   for (std::size_t h = 0; h < hosts.ranks.size(); ++h)
     if (hosts.ranks[h] % inner != 0)
@@ -87,7 +87,7 @@ std::string MeshPlan::describe_groups(MeshDim d) const {
   return out;
 }
 
-MeshPlan plan_mesh(const MeshDegrees& degrees, const MeshHosts& hosts) {
+MeshPlan plan_mesh(const ParallelSettings& degrees, const MeshHosts& hosts) {
   check_degree("tensor", degrees.tensor);
   check_degree("sequence", degrees.sequence);
   check_degree("context", degrees.context);

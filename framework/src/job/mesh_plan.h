@@ -26,15 +26,9 @@
 #include <string>
 #include <vector>
 
-namespace ztrain {
+#include "config/run_settings.h"
 
-// [parallel]'s degrees; the data degree follows from the world.
-struct MeshDegrees {
-  int tensor = 1;
-  int sequence = 1;
-  int context = 1;
-  int pipeline = 1;
-};
+namespace ztrain {
 
 enum class MeshDim { tensor, sequence, context, data, pipeline };
 inline constexpr int kMeshDims = 5;
@@ -61,13 +55,15 @@ class MeshPlan {
   std::string describe_groups(MeshDim d) const;
 
  private:
-  friend MeshPlan plan_mesh(const MeshDegrees& degrees, const MeshHosts& hosts);
+  friend MeshPlan plan_mesh(const ParallelSettings& degrees, const MeshHosts& hosts);
   int world_ = 1;
   std::array<int, kMeshDims> size_{1, 1, 1, 1, 1};
   std::array<int, kMeshDims> stride_{1, 1, 1, 1, 1};
 };
 
-// The mesh of `degrees` over `hosts`; refuses what does not fit.
-MeshPlan plan_mesh(const MeshDegrees& degrees, const MeshHosts& hosts);
+// The mesh of [parallel]'s degrees over `hosts` (the data degree is what
+// they leave of the world; expert is not a dimension of it yet); refuses
+// what does not fit.
+MeshPlan plan_mesh(const ParallelSettings& degrees, const MeshHosts& hosts);
 
 }  // namespace ztrain

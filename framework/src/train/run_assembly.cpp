@@ -138,7 +138,7 @@ void open_device(Run& run) {
 // data needs one.
 void open_mesh(Run& run, const std::vector<RankPlace>& places) {
   const ParallelSettings& p = run.settings.parallel;
-  run.mesh = plan_mesh({p.tensor, p.sequence, p.context, p.pipeline}, mesh_hosts(places));
+  run.mesh = plan_mesh(p, mesh_hosts(places));
   if (p.model_ranks() > 1) run.mesh_groups = make_mesh_groups(run.mesh, run.strategy_comm());
 }
 
