@@ -143,28 +143,27 @@ CommWork ThreadedCommunicator::submit_all_gather_v(const std::vector<std::size_t
   const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
   const std::uint64_t sent =
       ring_bytes_sent(Collective::all_gather, counts, rank(), dtype_size(type));
-  return submit({Collective::all_gather, "all_gather_v", total, type},
-                [sent, run = std::move(run)] {
-                  run();
-                  return sent;
-                });
+  return submit_sending({Collective::all_gather, "all_gather_v", total, type}, sent,
+                        std::move(run));
 }
 
 CommWork ThreadedCommunicator::submit_all_to_all(std::size_t count, DType type,
                                                  std::function<void()> run) {
   const std::uint64_t sent = all_to_all_bytes_sent(count, size(), dtype_size(type));
-  return submit(
-      {Collective::all_to_all, "all_to_all", count * static_cast<std::size_t>(size()), type},
-      [sent, run = std::move(run)] {
-        run();
-        return sent;
-      });
+  return submit_sending(
+      {Collective::all_to_all, "all_to_all", count * static_cast<std::size_t>(size()), type}, sent,
+      std::move(run));
 }
 
 CommWork ThreadedCommunicator::submit_permute(std::size_t count, DType type, Peers peers,
                                               std::function<void()> run) {
   const std::uint64_t sent = permute_bytes_sent(count, dtype_size(type), peers, rank(), size());
-  return submit({Collective::permute, "permute", count, type}, [sent, run = std::move(run)] {
+  return submit_sending({Collective::permute, "permute", count, type}, sent, std::move(run));
+}
+
+CommWork ThreadedCommunicator::submit_sending(const CollectiveCall& call, std::uint64_t sent,
+                                              std::function<void()> run) {
+  return submit(call, [sent, run = std::move(run)] {
     run();
     return sent;
   });

@@ -110,6 +110,10 @@ class ThreadedCommunicator : public Communicator {
   // peers checked (CommError) before anything is queued.
   CommWork submit_all_to_all(std::size_t count, DType type, std::function<void()> run);
   CommWork submit_permute(std::size_t count, DType type, Peers peers, std::function<void()> run);
+  // submit() of a transport `run` that sends `sent` bytes, known before it
+  // runs.
+  CommWork submit_sending(const CollectiveCall& call, std::uint64_t sent,
+                          std::function<void()> run);
   // Ends every rank of the job, this one with exit status `code`; must not
   // return.
   virtual void abort_job(int code) = 0;

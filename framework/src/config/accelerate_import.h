@@ -15,8 +15,9 @@
 // On num_machines > 1, each machine runs ztrain with its own machine_rank
 // and starts num_processes / num_machines ranks, numbered from
 // machine_rank times that, meeting at main_process_ip:main_process_port
-// (torchrun's static rendezvous, as accelerate launch runs torchrun); DEEPSPEED with a deepspeed_multinode_launcher other than
-// "standard" instead starts every machine's ranks from machine 0 through
+// (torchrun's static rendezvous, as accelerate launch runs torchrun);
+// DEEPSPEED with a deepspeed_multinode_launcher other than "standard"
+// instead starts every machine's ranks from machine 0 through
 // deepspeed_hostfile and its inclusion or exclusion filter, as the
 // deepspeed launcher would. What ztrain does not do (fp8, XLA, Megatron-LM,
 // a GPU list) is refused naming the key with file:line:col; keys that

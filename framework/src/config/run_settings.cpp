@@ -196,21 +196,18 @@ DeviceSettings resolve_device(const Options& d) {
   return s;
 }
 
-}  // namespace
-
-namespace {
-
 // The data-parallel degree: what the other dimensions leave of the world.
+// Sequence is the only one resolve_parallel lets above 1.
 std::int64_t data_ranks(const RunConfig& config, const ParallelSettings& p, int world) {
   const int per_replica = p.model_ranks();
   if (world % per_replica == 0) return world / per_replica;
-  const char* key = p.sequence > 1 ? "parallel.sequence" : "parallel.tensor";
-  throw ConfigError(config.where(key) + ": [parallel] tensor x sequence x context x pipeline = " +
-                    std::to_string(per_replica) + " ranks per copy of the model do not divide " +
-                    "the world of " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
-                    "; start a multiple of " + std::to_string(per_replica) +
-                    " ranks or lower the degrees (--set " + key +
-                    "=1 runs whole sequences on every rank; a checkpoint resumes on any mesh)");
+  throw ConfigError(
+      config.where("parallel.sequence") +
+      ": [parallel] tensor x sequence x context x pipeline = " + std::to_string(per_replica) +
+      " ranks per copy of the model do not divide " + "the world of " + std::to_string(world) +
+      " rank" + (world == 1 ? "" : "s") + "; start a multiple of " + std::to_string(per_replica) +
+      " ranks or lower the degrees (--set parallel.sequence=1 runs whole sequences "
+      "on every rank; a checkpoint resumes on any mesh)");
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 // kernels, the device's movers (copy, copy_rows, convert, accumulate,
 // fill_zero) or the strategy's communicator work on it, and closed again
 // after; any other host access faults (SIGSEGV), at the line that would
-// read garbage or crash on a GPU. host_visible(Tier::device) is false, so the staged
-// paths a GPU takes run too. Internal to the host.
+// read garbage or crash on a GPU. host_visible(Tier::device) is false, so
+// the staged paths a GPU takes run too. Internal to the host.
 //
 // World 1 only (the local communicator's copies happen inside the call
 // that is opened around them; a real one works on other threads). Slow:

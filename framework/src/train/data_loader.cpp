@@ -11,8 +11,10 @@ DataLoader::DataLoader(const DataSource& source, int micro_batch, int seq_len, i
   for (auto* s : {&slots_[0], &slots_[1], &val_slot_}) {
     s->inputs.resize(n);
     s->targets.resize(n);
-    s->row_inputs.resize(static_cast<std::size_t>(T_));
-    s->row_targets.resize(static_cast<std::size_t>(T_));
+    if (share_.shards > 1) {
+      s->row_inputs.resize(static_cast<std::size_t>(T_));
+      s->row_targets.resize(static_cast<std::size_t>(T_));
+    }
   }
   start_prefetch();
 }
@@ -21,13 +23,18 @@ DataLoader::~DataLoader() {
   if (pending_.valid()) pending_.wait();
 }
 
+// Whole rows go straight into the slot; a slice is cut from the row read
+// beside it.
 void DataLoader::fill_rows(Split split, std::uint64_t first, Slot& slot) const {
+  const bool sliced = share_.shards > 1;
   const auto width = static_cast<std::ptrdiff_t>(T_ / share_.shards);
   const std::ptrdiff_t from = width * share_.shard;
   for (int b = 0; b < B_; ++b) {
-    source_.fill(split, first + static_cast<std::uint64_t>(b), slot.row_inputs.data(),
-                 slot.row_targets.data());
     const std::ptrdiff_t to = width * b;
+    std::int32_t* inputs = sliced ? slot.row_inputs.data() : slot.inputs.data() + to;
+    std::int32_t* targets = sliced ? slot.row_targets.data() : slot.targets.data() + to;
+    source_.fill(split, first + static_cast<std::uint64_t>(b), inputs, targets);
+    if (!sliced) continue;
     std::copy_n(slot.row_inputs.begin() + from, width, slot.inputs.begin() + to);
     std::copy_n(slot.row_targets.begin() + from, width, slot.targets.begin() + to);
   }

@@ -51,7 +51,8 @@ class DataLoader {
   void seek(std::uint64_t micro_steps);
 
  private:
-  // A micro-batch's slices, and one whole row read before it is sliced.
+  // A micro-batch's rows or slices, and (sliced only) one whole row read
+  // before it is sliced.
   struct Slot {
     std::vector<std::int32_t> inputs, targets, row_inputs, row_targets;
   };

@@ -77,13 +77,17 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
   return a;
 }
 
+sequence::UlyssesAttention Transformer::ulysses_of(const BlockActs& b, const Acts& a,
+                                                   StepContext& ctx) const {
+  return {*a.group, ctx.kernels(), ctx.activations().device(), ulysses_shape(b, a),
+          a.ulysses_scratch};
+}
+
 void Transformer::attention_forward(const BlockActs& b, const Acts& a, StepContext& ctx) const {
   if (!b.ulysses)
     return ctx.kernels().attention_forward(b.atty, b.lse, {b.q, b.k, b.v},
                                            dims(a.B, a.T).attention(b));
-  const sequence::UlyssesAttention ulysses(*a.group, ctx.kernels(), ctx.activations().device(),
-                                           ulysses_shape(b, a), a.ulysses_scratch);
-  ulysses.forward(b.atty, {b.q, b.k, b.v}, {b.ulysses, b.lse});
+  ulysses_of(b, a, ctx).forward(b.atty, {b.q, b.k, b.v}, {b.ulysses, b.lse});
 }
 
 // d's buffers are zero on entry: the kernel adds into them, Ulysses writes.
@@ -92,9 +96,7 @@ void Transformer::attention_backward(AttentionGrads d, const BlockActs& b, const
   if (!b.ulysses)
     return ctx.kernels().attention_backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse,
                                             dims(a.B, a.T).attention(b));
-  const sequence::UlyssesAttention ulysses(*a.group, ctx.kernels(), ctx.activations().device(),
-                                           ulysses_shape(b, a), a.ulysses_scratch);
-  ulysses.backward(d, a.d_att, b.atty, {b.ulysses, b.lse});
+  ulysses_of(b, a, ctx).backward(d, a.d_att, b.atty, {b.ulysses, b.lse});
 }
 
 // x: (N,C) block input; out: (N,C) block output

@@ -133,6 +133,8 @@ class Transformer final : public Model {
   sequence::UlyssesShape ulysses_shape(const BlockActs& b, const Acts& a) const {
     return {dims(a.B, a.T).attention(b), static_cast<std::size_t>(a.shards)};
   }
+  // Ulysses over the sequence group for block b.
+  sequence::UlyssesAttention ulysses_of(const BlockActs& b, const Acts& a, StepContext& ctx) const;
   // The attention of one block: the kernel's on whole sequences, Ulysses'
   // over the sequence group on shards.
   void attention_forward(const BlockActs& b, const Acts& a, StepContext& ctx) const;
