@@ -311,6 +311,48 @@ TEST_CASE("16-bit runs' attention (tensor-core GEMMs): the reference on bf16 ope
     check_attention(*bf16, c, DType::bf16, {2e-2, 5e-3, 1e-4, 3e-2, 3e-2});
 }
 
+// Ring attention's block ops on the three kinds of block (a diagonal, a
+// block wholly past with fewer keys than the rows hold, and queries from a
+// middle row on), then the merge, against the reference on the same inputs.
+TEST_CASE("attention blocks and their merge match the reference") {
+  const std::size_t B = 2, T = 45, NH = 4, NKV = 2, hs = 40, split = 19;
+  const std::size_t q_stride = (NH + 2 * NKV) * hs, k_at = NH * hs, v_at = (NH + NKV) * hs;
+  const std::size_t C = NH * hs, rows = B * NH * T;
+  const Vec qkv = randn(B * T * q_stride, 61), dout = randn(B * T * C, 62);
+  const Vec lse_all = randn(rows, 63), out_all = randn(B * T * C, 64);
+  ztrain::AttentionBlock early{B, NH, NKV, hs, q_stride, q_stride, T, 0, split, T, split, true};
+  ztrain::AttentionBlock past = early, own = early;
+  past.first = own.first = split;
+  past.rows = own.rows = own.keys = T - split;
+  past.causal = false;
+  for (const ztrain::AttentionBlock& blk : {early, past, own}) {
+    CAPTURE(blk.first);
+    CAPTURE(blk.causal);
+    Array gqkv(qkv), gout(out_all), glse(lse_all), gdout(dout), gd(qkv);
+    const float* q = gqkv.f();
+    G().attention_block_forward(gout.f(), glse.f(), {q, q + k_at, q + v_at}, blk);
+    Vec out = out_all, lse = lse_all;
+    const float* rq = qkv.data();
+    R().attention_block_forward(out.data(), lse.data(), {rq, rq + k_at, rq + v_at}, blk);
+    check_close(gout.get(), out, 1e-4, 1e-5, "attention_block_forward out");
+    check_close(glse.get(), lse, 1e-5, 1e-5, "attention_block_forward lse");
+    float* dq = gd.f();
+    G().attention_block_backward({dq, dq + k_at, dq + v_at}, gdout.f(), gout.f(),
+                                 {q, q + k_at, q + v_at}, glse.f(), blk);
+    Vec d = qkv;
+    R().attention_block_backward({d.data(), d.data() + k_at, d.data() + v_at}, dout.data(),
+                                 out.data(), {rq, rq + k_at, rq + v_at}, lse.data(), blk);
+    check_close(gd.get(), d, 1e-4, 1e-4, "attention_block_backward dq, dk, dv");
+  }
+  const Vec block_out = randn(B * T * C, 65), block_lse = randn(rows, 66);
+  Array gout(out_all), glse(lse_all), gbo(block_out), gbl(block_lse);
+  G().attention_merge(gout.f(), glse.f(), gbo.f(), gbl.f(), own);
+  Vec out = out_all, lse = lse_all;
+  R().attention_merge(out.data(), lse.data(), block_out.data(), block_lse.data(), own);
+  check_close(gout.get(), out, 1e-5, 1e-6, "attention_merge out");
+  check_close(glse.get(), lse, 1e-6, 1e-6, "attention_merge lse");
+}
+
 TEST_CASE("softmax cross-entropy matches the reference") {
   const std::size_t N = 13, V = 50257;
   const Vec logits = randn(N * V, 51, 3.0f);

@@ -1,10 +1,11 @@
-// Ulysses attention across ranks (ztrain/sequence/ulysses.h), run by CTest
-// under mpirun and gloo at 2 and 4 ranks: every rank holds a shard of the
-// same random sequences, and the shard's attention output and q, k, v
-// gradients are compared element by element with the unsharded kernel's
-// rows for those tokens (so every shard boundary of the causal mask is
-// checked), for as many key/value heads as query heads, fewer, and fewer
-// than the ranks; the all-to-alls are counted. Only CHECK (never
+// Ulysses attention and ring attention across ranks
+// (ztrain/sequence/ulysses.h, ring.h), run by CTest under mpirun and gloo
+// at 2 and 4 ranks: every rank holds a shard of the same random
+// sequences, and the shard's attention output and q, k, v gradients are
+// compared element by element with the unsharded kernel's rows for those
+// tokens (so every shard boundary of the causal mask is checked), for as
+// many key/value heads as query heads, fewer, and fewer than the ranks;
+// the all-to-alls and the ring's passes are counted. Only CHECK (never
 // REQUIRE): a rank leaving early would desynchronise the next test.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -19,6 +20,8 @@
 #include "ztrain/comm.h"
 #include "ztrain/device.h"
 #include "ztrain/kernels.h"
+#include "ztrain/sequence/ring.h"
+#include "ztrain/sequence/split.h"
 #include "ztrain/sequence/ulysses.h"
 
 using namespace ztrain;
@@ -141,7 +144,100 @@ void check_ulysses(Communicator& group, std::size_t NH, std::size_t NKV) {
   CHECK(moved.total_bytes() == moved.bytes_sent[a2a]);
 }
 
+// The rows of each of B sequences of T rows of `width` that `spans` name,
+// in span order.
+Vec span_rows(const Vec& all, std::size_t B, std::size_t T, std::size_t width,
+              const std::vector<TokenSpan>& spans) {
+  Vec out;
+  for (std::size_t b = 0; b < B; ++b)
+    for (const TokenSpan& s : spans) {
+      const auto from = all.begin() + static_cast<std::ptrdiff_t>((b * T + s.position) * width);
+      out.insert(out.end(), from, from + static_cast<std::ptrdiff_t>(s.length * width));
+    }
+  return out;
+}
+
+// Columns [first, first + n) of every row of `width`.
+Vec columns(const Vec& rows, std::size_t width, std::size_t first, std::size_t n) {
+  Vec out;
+  for (std::size_t at = 0; at < rows.size(); at += width)
+    out.insert(out.end(), rows.begin() + static_cast<std::ptrdiff_t>(at + first),
+               rows.begin() + static_cast<std::ptrdiff_t>(at + first + n));
+  return out;
+}
+
+// Runs one layer's ring attention on `group`, each rank holding the
+// mirrored chunks of sequences of 2 x ranks x c tokens, and checks it
+// against the whole-sequence kernel. The ring sums each row's softmax
+// over blocks and each key's gradient over ranks in other orders than the
+// kernel: equal within fp32 rounding of sums of at most T terms.
+void check_ring(Communicator& group, std::size_t NH, std::size_t NKV, std::size_t c) {
+  const std::size_t R = static_cast<std::size_t>(group.size()),
+                    r = static_cast<std::size_t>(group.rank());
+  const std::size_t B = 2, hs = 8, T = 2 * R * c, Tl = 2 * c;
+  auto device = make_cpu_device(1);
+  auto kernels = make_cpu_kernels();
+  const Fused whole{B, T, NH, NKV, hs}, local{B, Tl, NH, NKV, hs};
+  const Vec qkv = random(B * T * whole.pitch(), 17), dout = random(B * T * NH * hs, 18);
+  Vec out(B * T * NH * hs), lse(B * NH * T), d(qkv.size(), 0.0f);
+  kernels->attention_forward(out.data(), lse.data(), whole.inputs(qkv.data()), whole.shape());
+  kernels->attention_backward(whole.grads(d.data()), dout.data(), out.data(),
+                              whole.inputs(qkv.data()), lse.data(), whole.shape());
+  const std::vector<TokenSpan> spans = shard_spans(SequenceSplit::mirrored, Tl, R, r);
+  const sequence::RingShape shape{local.shape(), R};
+  Vec scratch(shape.scratch_floats());
+  const sequence::RingAttention ring(group, *kernels, *device, shape, scratch.data());
+  const Vec my_qkv = span_rows(qkv, B, T, whole.pitch(), spans);
+  const Vec my_dout = span_rows(dout, B, T, NH * hs, spans);
+  Vec my_out(B * Tl * NH * hs, -1.0f), my_lse(B * NH * Tl, -1.0f), my_d(my_qkv.size(), 0.0f);
+  for (std::size_t at = whole.pitch() - 1; at < my_d.size(); at += whole.pitch()) my_d[at] = -7.0f;
+  const CommCounters before = group.counters();
+  ring.forward(my_out.data(), my_lse.data(), local.inputs(my_qkv.data()));
+  ring.backward(local.grads(my_d.data()), my_dout.data(), my_out.data(),
+                local.inputs(my_qkv.data()), my_lse.data());
+  const CommCounters moved = group.counters().since(before);
+
+  INFO("ring of " << R << ", rank " << r << ", " << NH << " heads, " << NKV
+                  << " kv heads, chunks of " << c);
+  const double tol = static_cast<double>(T) * 0x1p-23;
+  CHECK(worst(my_out, span_rows(out, B, T, NH * hs, spans)) < tol);
+  // lse (B,NH,T): each (b, h) a row of T positions.
+  CHECK(worst(my_lse, span_rows(lse, B * NH, T, 1, spans)) < tol);
+  const Vec want_d = span_rows(d, B, T, whole.pitch(), spans);
+  const std::size_t qw = whole.q_width(), kvw = 2 * whole.kv_width(), pitch = whole.pitch();
+  CHECK(worst(columns(my_d, pitch, 0, qw), columns(want_d, pitch, 0, qw)) < tol);
+  CHECK(worst(columns(my_d, pitch, qw, kvw), columns(want_d, pitch, qw, kvw)) < tol);
+  CHECK(columns(my_d, pitch, pitch - 1, 1) == Vec(B * Tl, -7.0f));  // padding untouched
+  // R - 1 key/value passes forward; R - 1 again and R gradient passes
+  // backward, each a (B, 2c, 2 NKV hs) block to another rank.
+  const auto permute = static_cast<std::size_t>(Collective::permute);
+  CHECK(moved.calls[permute] == 3 * R - 2);
+  CHECK(moved.bytes_sent[permute] == (3 * R - 2) * shape.kv_floats() * sizeof(float));
+  CHECK(moved.total_bytes() == moved.bytes_sent[permute]);
+}
+
 }  // namespace
+
+TEST_CASE("ring attention over the world: each rank's mirrored chunks are the kernel's rows") {
+  const std::size_t R = static_cast<std::size_t>(world().size());
+  check_ring(world(), 4, 4, 5);           // MHA, chunks of 5 tokens
+  check_ring(world(), 4, 2, 3);           // grouped
+  check_ring(world(), 2, 1, 1);           // one token per chunk
+  check_ring(world(), 2 * R + 1, 1, 70);  // more heads than ranks need not divide; chunks past 64
+}
+
+TEST_CASE("ring attention over groups of two ranks beside each other") {
+  const int r = world().rank();
+  auto pair = world().split(r / 2, r);
+  if (pair->size() == 2) check_ring(*pair, 3, 3, 4);
+}
+
+TEST_CASE("ring attention refuses sequences that do not cut into a pair of chunks per rank") {
+  CHECK(sequence::ring_refusal(64, 4).empty());
+  CHECK(sequence::ring_refusal(24, 3).empty());
+  CHECK(sequence::ring_refusal(60, 4).find("2 x 4 = 8 chunks") != std::string::npos);
+  CHECK(sequence::ring_refusal(60, 4).find("60-token sequences") != std::string::npos);
+}
 
 TEST_CASE("Ulysses over the world: each shard's attention and gradients are the kernel's rows") {
   const std::size_t S = static_cast<std::size_t>(world().size());

@@ -1058,6 +1058,40 @@ TEST_CASE("DataLoader: a sequence group's ranks read their data rank's rows, eac
   }
 }
 
+// Ring attention's layout, written out here rather than through
+// shard_spans: rank k of S holds chunks k and 2S-1-k of 2S, in that order,
+// and the ranks of a group together hold every token once.
+TEST_CASE("DataLoader: a context group's ranks each read the mirrored pair of chunks of a row") {
+  const int T = 24, B = 2, A = 1, W = 2;
+  auto src = make_source("synthetic", "", {T, 512, 13});
+  for (const int S : {2, 3}) {
+    const int chunk = T / (2 * S);
+    for (int r = 0; r < W; ++r) {
+      std::vector<int> seen(static_cast<std::size_t>(B * T), 0);
+      for (int k = 0; k < S; ++k) {
+        DataLoader dl(*src, B, T, A, {r, W, k, S, SequenceSplit::mirrored});
+        const Batch batch = dl.next();
+        CHECK(batch.shape.seq_len == 2 * chunk);
+        CHECK(batch.shape.split == SequenceSplit::mirrored);
+        for (int b = 0; b < B; ++b) {
+          const Pair whole = fetch(*src, Split::train, static_cast<std::uint64_t>(r * B + b), T);
+          for (int i = 0; i < 2 * chunk; ++i) {
+            const int position = i < chunk ? k * chunk + i : (2 * S - 1 - k) * chunk + i - chunk;
+            CAPTURE(S);
+            CAPTURE(k);
+            CAPTURE(i);
+            const std::size_t at = static_cast<std::size_t>(b * 2 * chunk + i);
+            CHECK(batch.inputs[at] == whole.inputs[static_cast<std::size_t>(position)]);
+            CHECK(batch.targets[at] == whole.targets[static_cast<std::size_t>(position)]);
+            ++seen[static_cast<std::size_t>(b * T + position)];
+          }
+        }
+      }
+      CHECK(seen == std::vector<int>(static_cast<std::size_t>(B * T), 1));
+    }
+  }
+}
+
 namespace {
 
 // A source that fails on train sequences from `bad` on, as a corrupt file would.

@@ -588,6 +588,74 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
   }
 }
 
+// Ring attention's pieces: a sequence split at c is three blocks (queries
+// [0, c) on their diagonal; queries [c, T) on keys [0, c), wholly past,
+// merged with their own diagonal), whose forward merged and whose
+// backwards summed are the whole causal attention's, on both kernels.
+TEST_CASE(
+    "attention in blocks: a sequence split anywhere is its blocks merged, and their "
+    "gradients summed") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  struct Case {
+    int B, T, NH, NKV, hs, c;
+    bool packed;
+  };
+  for (const ztrain::Kernels* k : std::initializer_list<const ztrain::Kernels*>{&K(), ref.get()})
+    for (const Case c : {Case{2, 7, 3, 3, 5, 3, true}, Case{1, 13, 4, 2, 9, 1, false},
+                         Case{1, 150, 2, 1, 8, 70, false}, Case{2, 129, 4, 2, 4, 128, true}}) {
+      INFO("B " << c.B << " T " << c.T << " NH " << c.NH << " NKV " << c.NKV << " split at " << c.c
+                << (k == ref.get() ? " (reference)" : " (fast)"));
+      const int C = c.NH * c.hs, KV = c.NKV * c.hs, N = c.B * c.T;
+      const int q_stride = c.packed ? 3 * C : C, kv_stride = c.packed ? 3 * C : KV;
+      const Vec qkv = randn(static_cast<std::size_t>(N) * (c.packed ? 3 * C : C + 2 * KV), 141);
+      auto parts = [&](auto* base) {
+        auto* q = base;
+        auto* kk = c.packed ? q + C : q + static_cast<std::size_t>(N) * C;
+        auto* v = c.packed ? q + 2 * C : kk + static_cast<std::size_t>(N) * KV;
+        return std::tuple{q, kk, v};
+      };
+      const auto [q, kp, vp] = parts(qkv.data());
+      const std::size_t rows = static_cast<std::size_t>(c.B) * c.NH * c.T;
+      Vec out(static_cast<std::size_t>(N) * C), lse(rows);
+      k->attention_forward(out.data(), lse.data(), {q, kp, vp},
+                           attention_shape(c, q_stride, kv_stride));
+      // The blocks, as AttentionBlock lays them out.
+      const std::size_t T = z(c.T), split = z(c.c), later = T - split;
+      const std::size_t kv_off = split * z(kv_stride);
+      const ztrain::AttentionBlock early{z(c.B),       z(c.NH), z(c.NKV), z(c.hs), z(q_stride),
+                                         z(kv_stride), T,       0,        split,   T,
+                                         split,        true};
+      ztrain::AttentionBlock past = early, own = early;
+      past.first = own.first = split;
+      past.rows = own.rows = own.keys = later;
+      past.causal = false;
+      const ztrain::AttentionInputs shifted{q, kp + kv_off, vp + kv_off};
+      Vec out_b(out.size()), lse_b(rows), out_own(out.size()), lse_own(rows);
+      k->attention_block_forward(out_b.data(), lse_b.data(), {q, kp, vp}, early);
+      k->attention_block_forward(out_b.data(), lse_b.data(), {q, kp, vp}, past);
+      k->attention_block_forward(out_own.data(), lse_own.data(), shifted, own);
+      k->attention_merge(out_b.data(), lse_b.data(), out_own.data(), lse_own.data(), own);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        CHECK(out_b[i] == doctest::Approx(out[i]).epsilon(1e-5).scale(1));
+      for (std::size_t i = 0; i < rows; ++i)
+        CHECK(lse_b[i] == doctest::Approx(lse[i]).epsilon(1e-5));
+
+      const Vec dout = randn(out.size(), 142);
+      Vec d_whole(qkv.size()), d_blocks(qkv.size());
+      const auto [wq, wk, wv] = parts(d_whole.data());
+      k->attention_backward({wq, wk, wv}, dout.data(), out.data(), {q, kp, vp}, lse.data(),
+                            attention_shape(c, q_stride, kv_stride));
+      const auto [bq, bk, bv] = parts(d_blocks.data());
+      for (const ztrain::AttentionBlock& blk : {early, past})
+        k->attention_block_backward({bq, bk, bv}, dout.data(), out.data(), {q, kp, vp}, lse.data(),
+                                    blk);
+      k->attention_block_backward({bq, bk + kv_off, bv + kv_off}, dout.data(), out.data(), shifted,
+                                  lse.data(), own);
+      for (std::size_t i = 0; i < d_whole.size(); ++i)
+        CHECK(d_blocks[i] == doctest::Approx(d_whole[i]).epsilon(1e-4).scale(1));
+    }
+}
+
 TEST_CASE("adamw zeroes the gradients it consumed, or keeps them, and steps the same either way") {
   const auto ref = ztrain::make_reference_cpu_kernels();
   for (const ztrain::Kernels* k : std::initializer_list<const ztrain::Kernels*>{&K(), ref.get()}) {

@@ -108,6 +108,27 @@ struct AttentionGrads {
   float* dk;
   float* dv;
 };
+// One block of a sequence's attention, as ring attention (context
+// parallelism) computes it, a rank's queries meeting one rank's keys at a
+// time: query rows [first, first + rows) of each of B rows of T (q, dq
+// rows of q_stride; out, dout (B,T,NH*hs); lse (B,NH,T)) against
+// key/value rows [0, keys) of each of B rows of Tkv (k, v, dk, dv rows of
+// kv_stride). causal: a block on the diagonal, its query i and key i at
+// one position (rows == keys), query i seeing keys j <= i; otherwise a
+// block wholly in the queries' past, every key seen. keys >= 1.
+struct AttentionBlock {
+  std::size_t B, NH, NKV, hs;
+  std::size_t q_stride, kv_stride;
+  std::size_t T, first, rows;
+  std::size_t Tkv, keys;
+  bool causal;
+  std::size_t C() const { return NH * hs; }
+  std::size_t group() const { return NH / NKV; }
+};
+// The whole causal attention of s as one block.
+inline AttentionBlock whole_block(AttentionShape s) {
+  return {s.B, s.NH, s.NKV, s.hs, s.q_stride, s.kv_stride, s.T, 0, s.T, s.T, s.T, true};
+}
 
 class ZTRAIN_API Kernels {
  public:
@@ -186,6 +207,25 @@ class ZTRAIN_API Kernels {
   // Recomputes the probabilities from q, k and lse. out: the forward's output.
   virtual void attention_backward(AttentionGrads d, const float* dout, const float* out,
                                   AttentionInputs in, const float* lse, AttentionShape s) const = 0;
+
+  // Attention over one block of keys (AttentionBlock): the block's rows of
+  // out and lse, written as attention_forward writes them for those keys
+  // alone.
+  virtual void attention_block_forward(float* out, float* lse, AttentionInputs in,
+                                       AttentionBlock s) const = 0;
+  // The block's share of the gradients, added to dq's rows of the block and
+  // dk's and dv's rows [0, keys). out and lse: the rows' attention over
+  // every key they see (the blocks merged), so that the probabilities
+  // recomputed for the block are the rows' own.
+  virtual void attention_block_backward(AttentionGrads d, const float* dout, const float* out,
+                                        AttentionInputs in, const float* lse,
+                                        AttentionBlock s) const = 0;
+  // A block's attention merged into the rows' so far, for the block's rows:
+  // lse' = log(e^lse + e^block_lse), out' = e^(lse - lse') out +
+  // e^(block_lse - lse') block_out; block_out and block_lse laid out as
+  // out and lse.
+  virtual void attention_merge(float* out, float* lse, const float* block_out,
+                               const float* block_lse, AttentionBlock s) const = 0;
 
   // out = a + b; all (n). out may alias a or b.
   virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;

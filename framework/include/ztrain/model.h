@@ -33,6 +33,7 @@
 #include "ztrain/ids.h"
 #include "ztrain/kernels.h"
 #include "ztrain/plugin.h"
+#include "ztrain/sequence/split.h"
 #include "ztrain/tensor.h"
 
 namespace ztrain {
@@ -67,9 +68,12 @@ using ModuleSpecs = IdVector<ModuleId, ModuleSpec>;
 struct BatchShape {
   int batch = 0;
   int seq_len = 0;  // tokens of each row this rank holds
-  // Ranks each sequence is split across (sequence parallelism): a row holds
-  // 1/sequence_shards of its sequence, seq_len * sequence_shards tokens.
+  // Ranks each sequence is split across (sequence or context
+  // parallelism): a row holds 1/sequence_shards of its sequence, of
+  // seq_len * sequence_shards tokens, the tokens `split` gives its rank
+  // (ztrain/sequence/split.h).
   int sequence_shards = 1;
+  SequenceSplit split = SequenceSplit::slices;
 };
 
 // One micro-batch: inputs and targets (B,T) token ids.
@@ -161,9 +165,9 @@ class ZTRAIN_API StepContext {
   TensorView param(ParamId p);
   TensorView grad(ParamId p);
 
-  // The ranks sharing this micro-batch's sequences (sequence parallelism):
-  // rank r of the group holds the r-th slice of every row, its first
-  // token at position r * seq_len of the sequence. Null when the rows are
+  // The ranks sharing this micro-batch's sequences (sequence or context
+  // parallelism): rank r of the group holds the tokens of every row that
+  // the batch's split gives shard r (shard_spans). Null when the rows are
   // whole sequences. The host owns it (a split of the strategy's
   // communicator, on the same memory: host for cpu, device for nccl); it
   // lives as long as the run. Every rank of the group runs the same
@@ -208,10 +212,11 @@ class ZTRAIN_API Model : public Plugin {
   virtual void forward_backward(const Batch& batch, StepContext& ctx) = 0;
   // Forward only; reports its losses through ctx.add_loss.
   virtual void evaluate(const Batch& batch, StepContext& ctx) = 0;
-  // Why this model cannot split its sequences across `shards` ranks (the
-  // reason, for a message that says where the degree was set); empty when
-  // it can. A model that runs only whole sequences says so, the default.
-  virtual std::string sequence_shards_refusal(int shards) const;
+  // Why this model cannot split its sequences across `shards` ranks this
+  // way (the reason, for a message that says where the degree was set);
+  // empty when it can. A model that runs only whole sequences says so, the
+  // default.
+  virtual std::string sequence_shards_refusal(SequenceSplit split, int shards) const;
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

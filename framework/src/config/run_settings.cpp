@@ -201,13 +201,13 @@ DeviceSettings resolve_device(const Options& d) {
 std::int64_t data_ranks(const RunConfig& config, const ParallelSettings& p, int world) {
   const int per_replica = p.model_ranks();
   if (world % per_replica == 0) return world / per_replica;
-  throw ConfigError(
-      config.where("parallel.sequence") +
-      ": [parallel] tensor x sequence x context x pipeline = " + std::to_string(per_replica) +
-      " ranks per copy of the model do not divide " + "the world of " + std::to_string(world) +
-      " rank" + (world == 1 ? "" : "s") + "; start a multiple of " + std::to_string(per_replica) +
-      " ranks or lower the degrees (--set parallel.sequence=1 runs whole sequences "
-      "on every rank; a checkpoint resumes on any mesh)");
+  const std::string key = "parallel." + p.split_key();
+  throw ConfigError(config.where(key) + ": [parallel] tensor x sequence x context x pipeline = " +
+                    std::to_string(per_replica) + " ranks per copy of the model do not divide " +
+                    "the world of " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
+                    "; start a multiple of " + std::to_string(per_replica) +
+                    " ranks or lower the degrees (--set " + key +
+                    "=1 runs whole sequences on every rank; a checkpoint resumes on any mesh)");
 }
 
 }  // namespace
@@ -332,24 +332,30 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   return s;
 }
 
-// Data and sequence (Ulysses) are built; the other dimensions are still
-// being built: a degree above 1 would train something else than it says,
-// so it is refused by name.
+// Data, sequence (Ulysses) and context (ring attention) are built, one of
+// the last two at a time; the other dimensions are still being built: a
+// degree above 1 would train something else than it says, so it is
+// refused by name.
 ParallelSettings resolve_parallel(const RunConfig& config) {
   const Options p = config.validate("parallel", parallel_options());
-  const std::pair<const char*, const char*> dims[] = {
-      {"tensor", "tensor parallelism"},
-      {"context", "context parallelism (ring attention)"},
-      {"pipeline", "pipeline parallelism"},
-      {"expert", "expert parallelism"}};
+  const std::pair<const char*, const char*> dims[] = {{"tensor", "tensor parallelism"},
+                                                      {"pipeline", "pipeline parallelism"},
+                                                      {"expert", "expert parallelism"}};
   for (const auto& [key, what] : dims)
     if (const std::int64_t degree = p.get_int(key); degree > 1)
       throw ConfigError(p.where(key) + ": [parallel] " + key + " = " + std::to_string(degree) +
                         ": " + what +
                         " is not built in this version of ztrain; remove it to train "
                         "data-parallel over every rank ([strategy] still shards the model's "
-                        "state, activation checkpointing and [parallel] sequence save "
+                        "state, activation checkpointing and [parallel] sequence and context save "
                         "activation memory)");
+  if (p.get_int("sequence") > 1 && p.get_int("context") > 1)
+    throw ConfigError(p.where("context") +
+                      ": [parallel] context = " + std::to_string(p.get_int("context")) +
+                      " with sequence = " + std::to_string(p.get_int("sequence")) +
+                      ": Ulysses and ring attention on one sequence group (a 2-D group) are "
+                      "not built in this version of ztrain; set one of them to 1 (sequence "
+                      "while it divides the heads, context beyond them)");
   const auto degree = [&](const char* key) { return static_cast<int>(p.get_int(key)); };
   return {degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
           degree("expert")};

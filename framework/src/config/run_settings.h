@@ -17,6 +17,7 @@
 #include "config/lr_schedule.h"
 #include "ztrain/dtype.h"
 #include "ztrain/options.h"
+#include "ztrain/sequence/split.h"
 #include "ztrain/strategy.h"
 
 namespace ztrain {
@@ -97,6 +98,15 @@ struct ParallelSettings {
   int expert = 1;
   // The ranks one copy of the data-parallel model spans.
   int model_ranks() const { return tensor * sequence * context * pipeline; }
+  // How each sequence is split across ranks, over how many, and the key
+  // that set it: sequence (Ulysses) or context (ring attention), one of
+  // them at most above 1 (resolve_parallel refuses both).
+  int sequence_shards() const { return sequence * context; }
+  SequenceSplit split() const {
+    return context > 1 ? SequenceSplit::mirrored : SequenceSplit::slices;
+  }
+  // "sequence" or "context", of [parallel].
+  std::string split_key() const { return context > 1 ? "context" : "sequence"; }
 };
 
 struct RunSettings {

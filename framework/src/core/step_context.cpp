@@ -115,7 +115,7 @@ void Model::forward_logits(const Batch&, StepContext&, float*) {
               "' does not offer its logits (Model::forward_logits); compare it on losses instead");
 }
 
-std::string Model::sequence_shards_refusal(int shards) const {
+std::string Model::sequence_shards_refusal(SequenceSplit, int shards) const {
   if (shards <= 1) return {};
   return "model '" + info().arch + "' runs whole sequences only (its plugin does not split them)";
 }

@@ -31,6 +31,9 @@
 #define ZTRAIN_KERNEL_PARAMS_rope_backward (float* dx, const float* cos, const float* sin, ::ztrain::HeadShape s)
 #define ZTRAIN_KERNEL_PARAMS_attention_forward (float* out, float* lse, ::ztrain::AttentionInputs in, ::ztrain::AttentionShape s)
 #define ZTRAIN_KERNEL_PARAMS_attention_backward (::ztrain::AttentionGrads d, const float* dout, const float* out, ::ztrain::AttentionInputs in, const float* lse, ::ztrain::AttentionShape s)
+#define ZTRAIN_KERNEL_PARAMS_attention_block_forward (float* out, float* lse, ::ztrain::AttentionInputs in, ::ztrain::AttentionBlock s)
+#define ZTRAIN_KERNEL_PARAMS_attention_block_backward (::ztrain::AttentionGrads d, const float* dout, const float* out, ::ztrain::AttentionInputs in, const float* lse, ::ztrain::AttentionBlock s)
+#define ZTRAIN_KERNEL_PARAMS_attention_merge (float* out, float* lse, const float* block_out, const float* block_lse, ::ztrain::AttentionBlock s)
 #define ZTRAIN_KERNEL_PARAMS_add (float* out, const float* a, const float* b, std::size_t n)
 #define ZTRAIN_KERNEL_PARAMS_softmax_crossentropy_forward (float* losses, float* logits, const std::int32_t* targets, ::ztrain::RowShape s)
 #define ZTRAIN_KERNEL_PARAMS_softmax_crossentropy_backward (float* probs, const std::int32_t* targets, float dloss, ::ztrain::RowShape s)
@@ -59,6 +62,9 @@
   X(rope_backward, (dx, cos, sin, s)) \
   X(attention_forward, (out, lse, in, s)) \
   X(attention_backward, (d, dout, out, in, lse, s)) \
+  X(attention_block_forward, (out, lse, in, s)) \
+  X(attention_block_backward, (d, dout, out, in, lse, s)) \
+  X(attention_merge, (out, lse, block_out, block_lse, s)) \
   X(add, (out, a, b, n)) \
   X(softmax_crossentropy_forward, (losses, logits, targets, s)) \
   X(softmax_crossentropy_backward, (probs, targets, dloss, s)) \

@@ -23,20 +23,24 @@ DataLoader::~DataLoader() {
   if (pending_.valid()) pending_.wait();
 }
 
-// Whole rows go straight into the slot; a slice is cut from the row read
-// beside it.
+// Whole rows go straight into the slot; a shard's tokens are cut from the
+// row read beside it.
 void DataLoader::fill_rows(Split split, std::uint64_t first, Slot& slot) const {
   const bool sliced = share_.shards > 1;
-  const auto width = static_cast<std::ptrdiff_t>(T_ / share_.shards);
-  const std::ptrdiff_t from = width * share_.shard;
+  const std::size_t width = static_cast<std::size_t>(T_ / share_.shards);
+  const std::vector<TokenSpan> spans =
+      shard_spans(share_.split, width, static_cast<std::size_t>(share_.shards),
+                  static_cast<std::size_t>(share_.shard));
   for (int b = 0; b < B_; ++b) {
-    const std::ptrdiff_t to = width * b;
+    const std::size_t to = width * static_cast<std::size_t>(b);
     std::int32_t* inputs = sliced ? slot.row_inputs.data() : slot.inputs.data() + to;
     std::int32_t* targets = sliced ? slot.row_targets.data() : slot.targets.data() + to;
     source_.fill(split, first + static_cast<std::uint64_t>(b), inputs, targets);
     if (!sliced) continue;
-    std::copy_n(slot.row_inputs.begin() + from, width, slot.inputs.begin() + to);
-    std::copy_n(slot.row_targets.begin() + from, width, slot.targets.begin() + to);
+    for (const TokenSpan& s : spans) {
+      std::copy_n(slot.row_inputs.data() + s.position, s.length, slot.inputs.data() + to + s.row);
+      std::copy_n(slot.row_targets.data() + s.position, s.length, slot.targets.data() + to + s.row);
+    }
   }
 }
 
@@ -55,7 +59,9 @@ void DataLoader::start_prefetch() {
 }
 
 Batch DataLoader::batch_of(const Slot& slot) const {
-  return {{B_, T_ / share_.shards, share_.shards}, slot.inputs.data(), slot.targets.data()};
+  return {{B_, T_ / share_.shards, share_.shards, share_.split},
+          slot.inputs.data(),
+          slot.targets.data()};
 }
 
 Batch DataLoader::next() {

@@ -5,9 +5,11 @@
 // ranks reads global sequences [s*G, (s+1)*G), G = B*A*W; data rank r's
 // micro-step a takes rows [(r*A + a)*B, (r*A + a + 1)*B) of that range.
 // The union over ranks is the same for every W dividing G, which is what
-// makes world sizes comparable. Under sequence parallelism the ranks of a
-// sequence group share a data rank and each takes its slice of every row:
-// shard k of S holds tokens [k T/S, (k+1) T/S).
+// makes world sizes comparable. Under sequence or context parallelism the
+// ranks of a group share a data rank and each takes its tokens of every
+// row, as the split gives them (ztrain/sequence/split.h): shard k of S
+// holds tokens [k T/S, (k+1) T/S) of slices, chunks k and 2S-1-k of 2S
+// mirrored ones.
 // Evaluation reads the first eval_batches*B*W sequences of the val split,
 // the same ones at every evaluation.
 //
@@ -27,10 +29,11 @@
 namespace ztrain {
 
 // Which share of the data a rank reads: data-parallel rank `rank` of
-// `ranks`, and of each row slice `shard` of `shards`.
+// `ranks`, and of each row the tokens of shard `shard` of `shards`.
 struct DataShare {
   int rank = 0, ranks = 1;
   int shard = 0, shards = 1;
+  SequenceSplit split = SequenceSplit::slices;
 };
 
 class DataLoader {
@@ -57,7 +60,7 @@ class DataLoader {
     std::vector<std::int32_t> inputs, targets, row_inputs, row_targets;
   };
   void fill_train(std::uint64_t micro_step, Slot& slot) const;
-  // Rows [first, first + B) of a split into the slot's slices.
+  // Rows [first, first + B) of a split into the slot's shares of them.
   void fill_rows(Split split, std::uint64_t first, Slot& slot) const;
   Batch batch_of(const Slot& slot) const;
   void start_prefetch();

@@ -169,7 +169,8 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   try {
     open_mesh(run, places);
   } catch (const ConfigError& e) {
-    throw ConfigError(config.where("parallel.sequence") + ": " + e.what());
+    throw ConfigError(config.where("parallel." + run.settings.parallel.split_key()) + ": " +
+                      e.what());
   }
 
   const ModelInfo& info = parts.info;

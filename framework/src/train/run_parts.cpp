@@ -33,10 +33,11 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
   p.model = model_lib.create<Model>(p.model_options);
   p.strategy = strategy_lib.create<Strategy>(strategy_options);
   p.info = p.model->info();
-  const int shards = p.settings.parallel.sequence;
-  if (const std::string why = p.model->sequence_shards_refusal(shards); !why.empty())
-    throw ConfigError(config.where("parallel.sequence") +
-                      ": [parallel] sequence = " + std::to_string(shards) + ": " + why +
+  const ParallelSettings& par = p.settings.parallel;
+  const int shards = par.sequence_shards();
+  if (const std::string why = p.model->sequence_shards_refusal(par.split(), shards); !why.empty())
+    throw ConfigError(config.where("parallel." + par.split_key()) + ": [parallel] " +
+                      par.split_key() + " = " + std::to_string(shards) + ": " + why +
                       "; choose a degree that divides them, or 1");
   const auto& tr = p.settings.train;
   p.sizes = {p.model->params(),
@@ -44,7 +45,7 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
              tr.precision,
              tr.grad_dtype,
              p.model->activation_bytes(
-                 {static_cast<int>(tr.micro_batch), p.info.seq_len / shards, shards}),
+                 {static_cast<int>(tr.micro_batch), p.info.seq_len / shards, shards, par.split()}),
              p.settings.device.memory_limit,
              p.settings.device.kind != "cuda" && !p.settings.device.guard,
              std::nullopt};

@@ -202,12 +202,16 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.global_batch = tr.global_batch;
   h.ranks = run.comm->size();
   h.data_ranks = run.mesh.size(MeshDim::data);
-  if (run.mesh.size(MeshDim::sequence) > 1)
+  if (const MeshDim dim = run.sequence_dim(); run.mesh.size(dim) > 1) {
+    const bool ring = dim == MeshDim::context;
     h.mesh = run.mesh.describe() + ": each sequence split over " +
-             std::to_string(run.mesh.size(MeshDim::sequence)) +
-             " ranks (Ulysses: attention heads traded across them), sequence groups " +
-             run.mesh.describe_groups(MeshDim::sequence) + "; [strategy] across all " +
+             std::to_string(run.mesh.size(dim)) +
+             (ring ? " ranks (ring attention: keys and values passed around them, each rank "
+                     "holding a chunk from each end), context groups "
+                   : " ranks (Ulysses: attention heads traded across them), sequence groups ") +
+             run.mesh.describe_groups(dim) + "; [strategy] across all " +
              std::to_string(run.comm->size()) + " ranks";
+  }
   h.comm_backend = run.strategy_comm().backend();
   h.placement = run.placement;
   h.seq_len = info.seq_len;
@@ -236,11 +240,12 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
 }
 
 // This rank's share of the data: its data-parallel rank's rows, and its
-// slice of each under sequence parallelism.
+// tokens of each under sequence or context parallelism.
 DataShare data_share(const Run& run) {
   const int r = run.comm->rank();
+  const MeshDim dim = run.sequence_dim();
   return {run.mesh.coordinate(r, MeshDim::data), run.mesh.size(MeshDim::data),
-          run.mesh.coordinate(r, MeshDim::sequence), run.mesh.size(MeshDim::sequence)};
+          run.mesh.coordinate(r, dim), run.mesh.size(dim), run.settings.parallel.split()};
 }
 
 // The summary's figures, from the loop's.

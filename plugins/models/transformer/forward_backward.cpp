@@ -30,7 +30,7 @@ auto grad_views(StepContext& ctx) {
 }  // namespace
 
 void Transformer::check_tokens(const Batch& batch) const {
-  const auto [B, T, shards] = batch.shape;
+  const int B = batch.shape.batch, T = batch.shape.seq_len, shards = batch.shape.sequence_shards;
   if (B < 1 || T < 1 || shards < 1 || T > cfg_.seq_len / shards)
     throw DataError("batch of shape (" + std::to_string(B) + ", " + std::to_string(T) + ") in " +
                     std::to_string(shards) + " shard(s) does not fit the model's seq_len " +
@@ -56,21 +56,26 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
   Acts a;
   plan(
       batch.shape, [&](std::size_t n) { return arena.alloc_f32(n); }, a);
+  std::size_t shard = 0;
   if (a.shards > 1) {
     a.group = ctx.sequence_group();
     if (!a.group || a.group->size() != a.shards)
       throw InternalError("a batch of " + std::to_string(a.shards) +
                           " sequence shards without a sequence group of that size");
-    a.first = static_cast<std::size_t>(a.group->rank()) * static_cast<std::size_t>(a.T);
+    shard = static_cast<std::size_t>(a.group->rank());
   }
+  a.spans = shard_spans(a.split, static_cast<std::size_t>(a.T), static_cast<std::size_t>(a.shards),
+                        shard);
   const std::size_t n = static_cast<std::size_t>(batch.shape.batch) * batch.shape.seq_len;
   a.inputs = arena.on_device(batch.inputs, n);
   a.targets = arena.on_device(batch.targets, n);
   if (a.rope_cos) {
     const std::size_t entries =
         static_cast<std::size_t>(batch.shape.seq_len) * (cfg_.head_size() / 2);
+    const std::size_t half = cfg_.head_size() / 2;
     std::vector<float> cos(entries), sin(entries);
-    rope_tables(cos.data(), sin.data(), batch.shape.seq_len, a.first);
+    for (const TokenSpan& s : a.spans)
+      rope_tables(cos.data() + s.row * half, sin.data() + s.row * half, s.length, s.position);
     arena.device().copy(a.rope_cos, cos.data(), entries * sizeof(float));
     arena.device().copy(a.rope_sin, sin.data(), entries * sizeof(float));
   }
@@ -80,23 +85,65 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
 sequence::UlyssesAttention Transformer::ulysses_of(const BlockActs& b, const Acts& a,
                                                    StepContext& ctx) const {
   return {*a.group, ctx.kernels(), ctx.activations().device(), ulysses_shape(b, a),
-          a.ulysses_scratch};
+          a.sequence_scratch};
+}
+
+sequence::RingAttention Transformer::ring_of(const BlockActs& b, const Acts& a,
+                                             StepContext& ctx) const {
+  return {*a.group, ctx.kernels(), ctx.activations().device(), ring_shape(b, a),
+          a.sequence_scratch};
 }
 
 void Transformer::attention_forward(const BlockActs& b, const Acts& a, StepContext& ctx) const {
-  if (!b.ulysses)
-    return ctx.kernels().attention_forward(b.atty, b.lse, {b.q, b.k, b.v},
-                                           dims(a.B, a.T).attention(b));
-  ulysses_of(b, a, ctx).forward(b.atty, {b.q, b.k, b.v}, {b.ulysses, b.lse});
+  if (a.ulysses())
+    return ulysses_of(b, a, ctx).forward(b.atty, {b.q, b.k, b.v}, {b.ulysses, b.lse});
+  if (a.ring()) return ring_of(b, a, ctx).forward(b.atty, b.lse, {b.q, b.k, b.v});
+  ctx.kernels().attention_forward(b.atty, b.lse, {b.q, b.k, b.v}, dims(a.B, a.T).attention(b));
 }
 
-// d's buffers are zero on entry: the kernel adds into them, Ulysses writes.
+// d's buffers are zero on entry: the kernel and the ring add into them,
+// Ulysses writes.
 void Transformer::attention_backward(AttentionGrads d, const BlockActs& b, const Acts& a,
                                      StepContext& ctx) const {
-  if (!b.ulysses)
-    return ctx.kernels().attention_backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse,
-                                            dims(a.B, a.T).attention(b));
-  ulysses_of(b, a, ctx).backward(d, a.d_att, b.atty, {b.ulysses, b.lse});
+  if (a.ulysses()) return ulysses_of(b, a, ctx).backward(d, a.d_att, b.atty, {b.ulysses, b.lse});
+  if (a.ring()) return ring_of(b, a, ctx).backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse);
+  ctx.kernels().attention_backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse,
+                                   dims(a.B, a.T).attention(b));
+}
+
+// One call for rows whose positions run on (whole sequences, Ulysses'
+// slices); a call per row and span where they jump (the ring's chunks)
+// and the model has a table of positions.
+void Transformer::embed_forward(StepContext& ctx, const Acts& a) const {
+  const Dims d = dims(a.B, a.T);
+  const auto P = param_views(ctx);
+  const ConstTypedPtr wte = P(wte_);
+  if (a.spans.size() == 1 || !wpe_) {
+    const ConstTypedPtr wpe = wpe_ ? P(wpe_).at(a.spans[0].position * d.C) : ConstTypedPtr{};
+    return ctx.kernels().embedding_forward(a.resid[0], a.inputs, wte, wpe, {d.B, d.T, d.C});
+  }
+  for (std::size_t b = 0; b < d.B; ++b)
+    for (const TokenSpan& s : a.spans) {
+      const std::size_t row = b * d.T + s.row;
+      ctx.kernels().embedding_forward(a.resid[0] + row * d.C, a.inputs + row, wte,
+                                      P(wpe_).at(s.position * d.C), {1, s.length, d.C});
+    }
+}
+
+void Transformer::embed_backward(StepContext& ctx, const Acts& a) const {
+  const Dims d = dims(a.B, a.T);
+  const auto G = grad_views(ctx);
+  const TypedPtr dwte = G(wte_);
+  if (a.spans.size() == 1 || !wpe_) {
+    const TypedPtr dwpe = wpe_ ? G(wpe_).at(a.spans[0].position * d.C) : TypedPtr{};
+    return ctx.kernels().embedding_backward(dwte, dwpe, a.d_res, a.inputs, {d.B, d.T, d.C});
+  }
+  for (std::size_t b = 0; b < d.B; ++b)
+    for (const TokenSpan& s : a.spans) {
+      const std::size_t row = b * d.T + s.row;
+      ctx.kernels().embedding_backward(dwte, G(wpe_).at(s.position * d.C), a.d_res + row * d.C,
+                                       a.inputs + row, {1, s.length, d.C});
+    }
 }
 
 // x: (N,C) block input; out: (N,C) block output
@@ -206,14 +253,9 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
 }
 
 void Transformer::trunk_forward(StepContext& ctx, Acts& a) const {
-  const Kernels& k = ctx.kernels();
-  const int B = a.B, T = a.T, L = cfg_.n_layer;
-  const Dims d = dims(B, T);
-  const auto P = param_views(ctx);
+  const int L = cfg_.n_layer;
   ctx.enter_forward(kEmbed);
-  // A shard's positions start at its first token's.
-  const ConstTypedPtr wpe = wpe_ ? P(wpe_).at(a.first * d.C) : ConstTypedPtr{};
-  k.embedding_forward(a.resid[0], a.inputs, P(wte_), wpe, {d.B, d.T, d.C});
+  embed_forward(ctx, a);
   ctx.exit_forward(kEmbed);
   for (int l = 0; l < L; ++l) {
     ctx.enter_forward(block_module(l));
@@ -318,17 +360,13 @@ void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   Acts a = planned(batch, ctx);
   trunk_forward(ctx, a);
   head_forward_backward(ctx, a);
-  const Kernels& k = ctx.kernels();
-  const auto G = grad_views(ctx);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     ctx.enter_backward(block_module(l));
     block_backward(l, a, ctx);
     ctx.exit_backward(block_module(l));
   }
   ctx.enter_backward(kEmbed);
-  const Dims d = dims(a.B, a.T);
-  const TypedPtr dwpe = wpe_ ? G(wpe_).at(a.first * d.C) : TypedPtr{};
-  k.embedding_backward(G(wte_), dwpe, a.d_res, a.inputs, {d.B, d.T, d.C});
+  embed_backward(ctx, a);
   ctx.exit_backward(kEmbed);
 }
 

@@ -206,14 +206,15 @@ float Transformer::rope_inv_freq(int i) const {
   return (1 - smooth) * inv / factor + smooth * inv;
 }
 
-void Transformer::rope_tables(float* cos, float* sin, int T, std::size_t first) const {
+void Transformer::rope_tables(float* cos, float* sin, std::size_t T, std::size_t first) const {
   const int half = cfg_.head_size() / 2;
+  const auto h = static_cast<std::size_t>(half);
   for (int i = 0; i < half; ++i) {
     const float inv_freq = rope_inv_freq(i);
-    for (int t = 0; t < T; ++t) {
-      const float angle = static_cast<float>(first + static_cast<std::size_t>(t)) * inv_freq;
-      cos[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
-      sin[static_cast<std::size_t>(t) * half + i] = std::sin(angle);
+    for (std::size_t t = 0; t < T; ++t) {
+      const float angle = static_cast<float>(first + t) * inv_freq;
+      cos[t * h + static_cast<std::size_t>(i)] = std::cos(angle);
+      sin[t * h + static_cast<std::size_t>(i)] = std::sin(angle);
     }
   }
 }
@@ -412,6 +413,7 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
   a.B = B;
   a.T = T;
   a.shards = shape.sequence_shards;
+  a.split = shape.split;
   a.resid.resize(static_cast<std::size_t>(cfg_.n_layer) + 1);
   for (auto& r : a.resid) r = alloc(N * C);
   // The rotary tables live with the activations: the device accounts them,
@@ -421,9 +423,10 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
   a.rope_sin = rope ? alloc(rope) : nullptr;
   a.blocks.resize(cfg_.checkpointing ? 1 : static_cast<std::size_t>(cfg_.n_layer));
   // Under Ulysses a block's backward reads the head shards it saved, not
-  // its own q, k and v: one buffer serves every block.
+  // its own q, k and v: one buffer serves every block. The ring's reads
+  // the block's own.
   const std::size_t qkv_floats = cfg_.llama ? N * (C + 2 * KV) : N * 3 * C;
-  float* const shared_qkv = a.shards > 1 ? alloc(qkv_floats) : nullptr;
+  float* const shared_qkv = a.ulysses() ? alloc(qkv_floats) : nullptr;
   const auto at = [](float* p, std::size_t offset) { return p ? p + offset : nullptr; };
   for (auto& b : a.blocks) {
     b.rope_cos = a.rope_cos;
@@ -431,7 +434,7 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
     b.ln1 = alloc(N * C);
     b.ln1_mean = cfg_.llama ? nullptr : alloc(N);
     b.ln1_rstd = alloc(N);
-    b.q = a.shards > 1 ? shared_qkv : alloc(qkv_floats);
+    b.q = a.ulysses() ? shared_qkv : alloc(qkv_floats);
     if (cfg_.llama) {  // q (N,C), k (N,KV), v (N,KV)
       b.k = at(b.q, N * C);
       b.v = at(b.k, N * KV);
@@ -451,10 +454,10 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
     b.h1 = alloc(N * H);
     b.h2 = alloc(N * H);
     b.h3 = cfg_.llama ? alloc(N * H) : nullptr;
-    b.ulysses = a.shards > 1 ? alloc(ulysses_shape(b, a).saved_floats()) : nullptr;
+    b.ulysses = a.ulysses() ? alloc(ulysses_shape(b, a).saved_floats()) : nullptr;
   }
-  a.ulysses_scratch =
-      a.shards > 1 ? alloc(ulysses_shape(a.blocks[0], a).scratch_floats()) : nullptr;
+  if (a.ulysses()) a.sequence_scratch = alloc(ulysses_shape(a.blocks[0], a).scratch_floats());
+  if (a.ring()) a.sequence_scratch = alloc(ring_shape(a.blocks[0], a).scratch_floats());
   a.lnf = alloc(N * C);
   a.lnf_mean = cfg_.llama ? nullptr : alloc(N);
   a.lnf_rstd = alloc(N);
@@ -495,9 +498,10 @@ std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
   return bytes;
 }
 
-std::string Transformer::sequence_shards_refusal(int shards) const {
+std::string Transformer::sequence_shards_refusal(SequenceSplit split, int shards) const {
   if (shards <= 1) return {};
   const auto z = [](int n) { return static_cast<std::size_t>(n); };
+  if (split == SequenceSplit::mirrored) return sequence::ring_refusal(z(cfg_.seq_len), z(shards));
   return sequence::ulysses_refusal(z(cfg_.n_head), z(cfg_.n_kv_head), z(cfg_.seq_len), z(shards));
 }
 

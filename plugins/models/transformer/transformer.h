@@ -21,6 +21,7 @@
 
 #include "ztrain/model.h"
 #include "ztrain/options.h"
+#include "ztrain/sequence/ring.h"
 #include "ztrain/sequence/ulysses.h"
 
 namespace ztrain::transformer {
@@ -92,7 +93,7 @@ class Transformer final : public Model {
   void forward_backward(const Batch& batch, StepContext& ctx) override;
   void evaluate(const Batch& batch, StepContext& ctx) override;
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
-  std::string sequence_shards_refusal(int shards) const override;
+  std::string sequence_shards_refusal(SequenceSplit split, int shards) const override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
 
@@ -101,12 +102,16 @@ class Transformer final : public Model {
   // either counting bytes (activation_bytes) or taking them from the arena.
   struct Acts {
     int B = 0, T = 0;  // T: the tokens of each row this rank holds
-    // Sequence shards: `shards` ranks of `group` hold a row each, this
-    // one from position `first`; Ulysses' scratch, shared by the blocks.
+    // Sequence shards: `shards` ranks of `group` hold a row each, split
+    // as `split` says, this rank's rows at the positions of `spans`;
+    // Ulysses' or the ring's scratch, shared by the blocks.
     int shards = 1;
+    SequenceSplit split = SequenceSplit::slices;
     Communicator* group = nullptr;
-    std::size_t first = 0;
-    float* ulysses_scratch = nullptr;
+    std::vector<TokenSpan> spans;
+    float* sequence_scratch = nullptr;
+    bool ulysses() const { return shards > 1 && split == SequenceSplit::slices; }
+    bool ring() const { return shards > 1 && split == SequenceSplit::mirrored; }
     std::vector<float*> resid;      // L+1 residual streams (N,C): embedding out, block outs
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
     float *lnf, *lnf_mean, *lnf_rstd, *losses;
@@ -135,8 +140,13 @@ class Transformer final : public Model {
   }
   // Ulysses over the sequence group for block b.
   sequence::UlyssesAttention ulysses_of(const BlockActs& b, const Acts& a, StepContext& ctx) const;
+  // One block's attention as the ring runs it on this rank's chunks.
+  sequence::RingShape ring_shape(const BlockActs& b, const Acts& a) const {
+    return {dims(a.B, a.T).attention(b), static_cast<std::size_t>(a.shards)};
+  }
+  sequence::RingAttention ring_of(const BlockActs& b, const Acts& a, StepContext& ctx) const;
   // The attention of one block: the kernel's on whole sequences, Ulysses'
-  // over the sequence group on shards.
+  // or the ring's over the sequence group on shards.
   void attention_forward(const BlockActs& b, const Acts& a, StepContext& ctx) const;
   void attention_backward(AttentionGrads d, const BlockActs& b, const Acts& a,
                           StepContext& ctx) const;
@@ -161,7 +171,10 @@ class Transformer final : public Model {
   // cos, sin: (T, hs/2) of the rotary angles of positions [first, first +
   // T), as Hugging Face computes them (fp32 inverse frequencies and
   // angles), into host memory.
-  void rope_tables(float* cos, float* sin, int T, std::size_t first) const;
+  void rope_tables(float* cos, float* sin, std::size_t T, std::size_t first) const;
+  // The embedding of this rank's tokens, each at its position (a.spans).
+  void embed_forward(StepContext& ctx, const Acts& a) const;
+  void embed_backward(StepContext& ctx, const Acts& a) const;
   void read_llama_options(const Options& o);
   std::string llama_config_json() const;
   // Tokens whose logits the head computes at a time, for N in the batch:

@@ -249,6 +249,8 @@ class FastKernels final : public ReferenceKernels {
   ZTRAIN_KERNEL_OVERRIDE(softmax_crossentropy_forward);
   ZTRAIN_KERNEL_OVERRIDE(attention_forward);
   ZTRAIN_KERNEL_OVERRIDE(attention_backward);
+  ZTRAIN_KERNEL_OVERRIDE(attention_block_forward);
+  ZTRAIN_KERNEL_OVERRIDE(attention_block_backward);
 };
 
 // 16-bit tables are widened a row at a time, straight into out.
@@ -561,73 +563,97 @@ void FastKernels::softmax_crossentropy_forward(float* losses, float* logits,
   });
 }
 
-// Per (batch, head, block of queries [t0, t1)): S = scale * Q K[0:t1]^T as
-// a GEMM, causal softmax row by row (keeping each row's log-sum-exp), then
-// O = P V[0:t1]. Heads run in parallel with single-threaded BLAS.
-// q: (B,T,NH,hs) rows of q_stride; k, v: (B,T,NKV,hs) rows of kv_stride;
-// out: (B,T,NH*hs); lse: (B,NH,T)
 void FastKernels::attention_forward(float* out, float* lse, AttentionInputs in,
                                     AttentionShape s) const {
-  const std::size_t T = s.T, NH = s.NH, hs = s.hs, C = s.C();
+  attention_block_forward(out, lse, in, whole_block(s));
+}
+
+void FastKernels::attention_backward(AttentionGrads d, const float* dout, const float* out,
+                                     AttentionInputs in, const float* lse, AttentionShape s) const {
+  attention_block_backward(d, dout, out, in, lse, whole_block(s));
+}
+
+// The keys a block of queries [i0, i1) of an attention block meets: on the
+// diagonal keys [0, i1) (the causal half of the score matrix is never
+// computed), else all of them; and row i's own.
+std::size_t keys_met(const AttentionBlock& s, std::size_t i1) {
+  return s.causal ? i1 : s.keys;
+}
+std::size_t keys_seen(const AttentionBlock& s, std::size_t i) {
+  return s.causal ? i + 1 : s.keys;
+}
+
+// Per (batch, head, block of the block's queries [i0, i1)): S = scale *
+// Q K[0:n]^T as a GEMM over the n keys the queries meet, softmax row by
+// row over the keys each sees (keeping its log-sum-exp), then O = P
+// V[0:n]. Heads run in parallel with single-threaded BLAS.
+void FastKernels::attention_block_forward(float* out, float* lse, AttentionInputs in,
+                                          AttentionBlock s) const {
+  const std::size_t NH = s.NH, hs = s.hs, C = s.C();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   SingleThreadedBlas single;
   oneapi::tbb::parallel_for(std::size_t{0}, s.B * NH, [&](std::size_t bh) {
     const std::size_t b = bh / NH, h = bh % NH, kvh = h / s.group();
-    const float* qh = in.q + b * T * s.q_stride + h * hs;
-    const float* kh = in.k + b * T * s.kv_stride + kvh * hs;
-    const float* vh = in.v + b * T * s.kv_stride + kvh * hs;
-    float* oh = out + b * T * C + h * hs;
-    float* lh = lse + bh * T;
-    float* sc = scratch(0, kQueryBlock * T).data();
-    for (std::size_t t0 = 0; t0 < T; t0 += kQueryBlock) {
-      const std::size_t t1 = std::min(T, t0 + kQueryBlock), rows = t1 - t0;
-      blas::sgemm(blas::Op::none, blas::Op::transpose, rows, t1, hs, scale, qh + t0 * s.q_stride,
-                  s.q_stride, kh, s.kv_stride, 0.0f, sc, t1);
-      for (std::size_t r = 0; r < rows; ++r) lh[t0 + r] = softmax_row(sc + r * t1, t0 + r + 1, t1);
-      blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, t1, 1.0f, sc, t1, vh, s.kv_stride, 0.0f,
-                  oh + t0 * C, C);
+    const float* qh = in.q + (b * s.T + s.first) * s.q_stride + h * hs;
+    const float* kh = in.k + b * s.Tkv * s.kv_stride + kvh * hs;
+    const float* vh = in.v + b * s.Tkv * s.kv_stride + kvh * hs;
+    float* oh = out + (b * s.T + s.first) * C + h * hs;
+    float* lh = lse + bh * s.T + s.first;
+    float* sc = scratch(0, kQueryBlock * s.keys).data();
+    for (std::size_t i0 = 0; i0 < s.rows; i0 += kQueryBlock) {
+      const std::size_t i1 = std::min(s.rows, i0 + kQueryBlock), rows = i1 - i0;
+      const std::size_t n = keys_met(s, i1);
+      blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, scale, qh + i0 * s.q_stride,
+                  s.q_stride, kh, s.kv_stride, 0.0f, sc, n);
+      for (std::size_t r = 0; r < rows; ++r)
+        lh[i0 + r] = softmax_row(sc + r * n, keys_seen(s, i0 + r), n);
+      blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, n, 1.0f, sc, n, vh, s.kv_stride, 0.0f,
+                  oh + i0 * C, C);
     }
   });
 }
 
 // Per (batch, key/value head), its query heads in order (they share dk,
-// dv), per block of queries [t0, t1) against keys [0, t1):
-// P = exp(scale Q K^T - lse); dV += P^T dO; dP = dO V^T;
+// dv), per block of the block's queries [i0, i1) against the n keys they
+// meet: P = exp(scale Q K^T - lse); dV += P^T dO; dP = dO V^T;
 // dS = P (dP - rowsum(dO * O)) * scale; dQ += dS K; dK += dS^T Q.
-void FastKernels::attention_backward(AttentionGrads d, const float* dout, const float* out,
-                                     AttentionInputs in, const float* lse, AttentionShape s) const {
-  const std::size_t T = s.T, NH = s.NH, NKV = s.NKV, hs = s.hs, C = s.C();
+void FastKernels::attention_block_backward(AttentionGrads d, const float* dout, const float* out,
+                                           AttentionInputs in, const float* lse,
+                                           AttentionBlock s) const {
+  const std::size_t NH = s.NH, NKV = s.NKV, hs = s.hs, C = s.C();
   const std::size_t group = s.group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   SingleThreadedBlas single;
   oneapi::tbb::parallel_for(std::size_t{0}, s.B * NKV, [&](std::size_t bk) {
     const std::size_t b = bk / NKV, kvh = bk % NKV;
-    const std::size_t kv_off = b * T * s.kv_stride + kvh * hs;
-    float* p = scratch(0, kQueryBlock * T).data();
-    float* ds = scratch(1, kQueryBlock * T).data();
+    const std::size_t kv_off = b * s.Tkv * s.kv_stride + kvh * hs;
+    float* p = scratch(0, kQueryBlock * s.keys).data();
+    float* ds = scratch(1, kQueryBlock * s.keys).data();
     for (std::size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
       const std::size_t bh = b * NH + h;
-      const std::size_t q_off = b * T * s.q_stride + h * hs;
-      const std::size_t o_off = b * T * C + h * hs;
-      for (std::size_t t0 = 0; t0 < T; t0 += kQueryBlock) {
-        const std::size_t t1 = std::min(T, t0 + kQueryBlock), rows = t1 - t0;
-        const float* qb = in.q + q_off + t0 * s.q_stride;
-        const float* dob = dout + o_off + t0 * C;
-        const float* ob = out + o_off + t0 * C;
-        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, t1, hs, scale, qb, s.q_stride,
-                    in.k + kv_off, s.kv_stride, 0.0f, p, t1);
-        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, t1, hs, 1.0f, dob, C, in.v + kv_off,
-                    s.kv_stride, 0.0f, ds, t1);
+      const std::size_t q_off = (b * s.T + s.first) * s.q_stride + h * hs;
+      const std::size_t o_off = (b * s.T + s.first) * C + h * hs;
+      const float* lh = lse + bh * s.T + s.first;
+      for (std::size_t i0 = 0; i0 < s.rows; i0 += kQueryBlock) {
+        const std::size_t i1 = std::min(s.rows, i0 + kQueryBlock), rows = i1 - i0;
+        const std::size_t n = keys_met(s, i1);
+        const float* qb = in.q + q_off + i0 * s.q_stride;
+        const float* dob = dout + o_off + i0 * C;
+        const float* ob = out + o_off + i0 * C;
+        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, scale, qb, s.q_stride,
+                    in.k + kv_off, s.kv_stride, 0.0f, p, n);
+        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, 1.0f, dob, C, in.v + kv_off,
+                    s.kv_stride, 0.0f, ds, n);
         for (std::size_t r = 0; r < rows; ++r) {
-          const std::size_t t = t0 + r;
           const float rowsum = row_dot(dob + r * C, ob + r * C, hs);
-          softmax_backward_row(p + r * t1, ds + r * t1, t + 1, t1, lse[bh * T + t], rowsum, scale);
+          softmax_backward_row(p + r * n, ds + r * n, keys_seen(s, i0 + r), n, lh[i0 + r], rowsum,
+                               scale);
         }
-        blas::sgemm(blas::Op::transpose, blas::Op::none, t1, hs, rows, 1.0f, p, t1, dob, C, 1.0f,
+        blas::sgemm(blas::Op::transpose, blas::Op::none, n, hs, rows, 1.0f, p, n, dob, C, 1.0f,
                     d.dv + kv_off, s.kv_stride);
-        blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, t1, 1.0f, ds, t1, in.k + kv_off,
-                    s.kv_stride, 1.0f, d.dq + q_off + t0 * s.q_stride, s.q_stride);
-        blas::sgemm(blas::Op::transpose, blas::Op::none, t1, hs, rows, 1.0f, ds, t1, qb, s.q_stride,
+        blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, n, 1.0f, ds, n, in.k + kv_off,
+                    s.kv_stride, 1.0f, d.dq + q_off + i0 * s.q_stride, s.q_stride);
+        blas::sgemm(blas::Op::transpose, blas::Op::none, n, hs, rows, 1.0f, ds, n, qb, s.q_stride,
                     1.0f, d.dk + kv_off, s.kv_stride);
       }
     }

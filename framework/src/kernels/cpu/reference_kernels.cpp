@@ -410,36 +410,49 @@ void ReferenceKernels::rope_backward(float* dx, const float* cos, const float* s
   rotate(dx, cos, sin, s, -1.0f);
 }
 
-// Row by row: scores, softmax and the weighted sum of values; lse keeps
-// what backward needs to rebuild a row of probabilities.
 void ReferenceKernels::attention_forward(float* out, float* lse, AttentionInputs in,
-                                         AttentionShape sh) const {
-  const std::size_t T = sh.T, NH = sh.NH, hs = sh.hs, C = sh.C();
+                                         AttentionShape s) const {
+  attention_block_forward(out, lse, in, whole_block(s));
+}
+
+void ReferenceKernels::attention_backward(AttentionGrads d, const float* dout, const float* out,
+                                          AttentionInputs in, const float* lse,
+                                          AttentionShape s) const {
+  attention_block_backward(d, dout, out, in, lse, whole_block(s));
+}
+
+// Row by row: scores, softmax and the weighted sum of values; lse keeps
+// what backward needs to rebuild a row of probabilities. Query first + i
+// sees keys [0, i] on the diagonal, all of them otherwise.
+void ReferenceKernels::attention_block_forward(float* out, float* lse, AttentionInputs in,
+                                               AttentionBlock sh) const {
+  const std::size_t NH = sh.NH, hs = sh.hs, C = sh.C();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   parallel_rows(sh.B * NH, 1, [&](std::size_t bh) {
     const std::size_t b = bh / NH, h = bh % NH, kvh = h / sh.group();
-    std::vector<float> p(T);
-    for (std::size_t t = 0; t < T; ++t) {
-      const float* qt = in.q + (b * T + t) * sh.q_stride + h * hs;
+    std::vector<float> p(sh.keys);
+    for (std::size_t i = 0; i < sh.rows; ++i) {
+      const std::size_t t = sh.first + i, seen = sh.causal ? i + 1 : sh.keys;
+      const float* qt = in.q + (b * sh.T + t) * sh.q_stride + h * hs;
       float maxv = -INFINITY;
-      for (std::size_t s = 0; s <= t; ++s) {
-        const float* ks = in.k + (b * T + s) * sh.kv_stride + kvh * hs;
+      for (std::size_t s = 0; s < seen; ++s) {
+        const float* ks = in.k + (b * sh.Tkv + s) * sh.kv_stride + kvh * hs;
         float dot = 0;
-        for (std::size_t i = 0; i < hs; ++i) dot += qt[i] * ks[i];
+        for (std::size_t e = 0; e < hs; ++e) dot += qt[e] * ks[e];
         p[s] = dot * scale;
         maxv = std::max(maxv, p[s]);
       }
       float sum = 0;
-      for (std::size_t s = 0; s <= t; ++s) {
+      for (std::size_t s = 0; s < seen; ++s) {
         p[s] = std::exp(p[s] - maxv);
         sum += p[s];
       }
-      lse[bh * T + t] = maxv + std::log(sum);
-      float* o = out + (b * T + t) * C + h * hs;
+      lse[bh * sh.T + t] = maxv + std::log(sum);
+      float* o = out + (b * sh.T + t) * C + h * hs;
       std::fill(o, o + hs, 0.0f);
-      for (std::size_t s = 0; s <= t; ++s) {
-        const float* vs = in.v + (b * T + s) * sh.kv_stride + kvh * hs;
-        for (std::size_t i = 0; i < hs; ++i) o[i] += p[s] / sum * vs[i];
+      for (std::size_t s = 0; s < seen; ++s) {
+        const float* vs = in.v + (b * sh.Tkv + s) * sh.kv_stride + kvh * hs;
+        for (std::size_t e = 0; e < hs; ++e) o[e] += p[s] / sum * vs[e];
       }
     }
   });
@@ -448,49 +461,71 @@ void ReferenceKernels::attention_forward(float* out, float* lse, AttentionInputs
 // Parallel over (batch, key/value head): the query heads of one group all
 // write the same dk, dv rows, so they run in one task, in order. Per row:
 // p = exp(s - lse); dp = dout . v; ds = p (dp - dout . out) * scale.
-void ReferenceKernels::attention_backward(AttentionGrads g, const float* dout, const float* out,
-                                          AttentionInputs in, const float* lse,
-                                          AttentionShape sh) const {
-  const std::size_t T = sh.T, NH = sh.NH, NKV = sh.NKV, hs = sh.hs, C = sh.C();
+void ReferenceKernels::attention_block_backward(AttentionGrads g, const float* dout,
+                                                const float* out, AttentionInputs in,
+                                                const float* lse, AttentionBlock sh) const {
+  const std::size_t NH = sh.NH, NKV = sh.NKV, hs = sh.hs, C = sh.C();
   const std::size_t group = sh.group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   parallel_rows(sh.B * NKV, 1, [&](std::size_t bk) {
     const std::size_t b = bk / NKV, kvh = bk % NKV;
-    std::vector<float> p(T);
+    std::vector<float> p(sh.keys);
     for (std::size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
       const std::size_t bh = b * NH + h;
-      for (std::size_t t = 0; t < T; ++t) {
-        const std::size_t row = b * T + t;
+      for (std::size_t i = 0; i < sh.rows; ++i) {
+        const std::size_t t = sh.first + i, seen = sh.causal ? i + 1 : sh.keys;
+        const std::size_t row = b * sh.T + t;
         const float* qt = in.q + row * sh.q_stride + h * hs;
         float* dqt = g.dq + row * sh.q_stride + h * hs;
         const float* dot = dout + row * C + h * hs;
         const float* ot = out + row * C + h * hs;
         float d = 0;
-        for (std::size_t i = 0; i < hs; ++i) d += dot[i] * ot[i];
-        for (std::size_t s = 0; s <= t; ++s) {
-          const float* ks = in.k + (b * T + s) * sh.kv_stride + kvh * hs;
+        for (std::size_t e = 0; e < hs; ++e) d += dot[e] * ot[e];
+        for (std::size_t s = 0; s < seen; ++s) {
+          const float* ks = in.k + (b * sh.Tkv + s) * sh.kv_stride + kvh * hs;
           float sc = 0;
-          for (std::size_t i = 0; i < hs; ++i) sc += qt[i] * ks[i];
-          p[s] = std::exp(sc * scale - lse[bh * T + t]);
+          for (std::size_t e = 0; e < hs; ++e) sc += qt[e] * ks[e];
+          p[s] = std::exp(sc * scale - lse[bh * sh.T + t]);
         }
-        for (std::size_t s = 0; s <= t; ++s) {
-          const std::size_t kv_row = (b * T + s) * sh.kv_stride + kvh * hs;
+        for (std::size_t s = 0; s < seen; ++s) {
+          const std::size_t kv_row = (b * sh.Tkv + s) * sh.kv_stride + kvh * hs;
           const float* vs = in.v + kv_row;
           float* dvs = g.dv + kv_row;
           float dp = 0;
-          for (std::size_t i = 0; i < hs; ++i) {
-            dp += dot[i] * vs[i];
-            dvs[i] += p[s] * dot[i];
+          for (std::size_t e = 0; e < hs; ++e) {
+            dp += dot[e] * vs[e];
+            dvs[e] += p[s] * dot[e];
           }
           const float ds = p[s] * (dp - d) * scale;
           const float* ks = in.k + kv_row;
           float* dks = g.dk + kv_row;
-          for (std::size_t i = 0; i < hs; ++i) {
-            dqt[i] += ds * ks[i];
-            dks[i] += ds * qt[i];
+          for (std::size_t e = 0; e < hs; ++e) {
+            dqt[e] += ds * ks[e];
+            dks[e] += ds * qt[e];
           }
         }
       }
+    }
+  });
+}
+
+// Per (batch, head) row: the two log-sum-exps combined around their
+// maximum (neither is -inf: every row of a block sees a key), then the
+// outputs weighted by their shares of the combined sum.
+void ReferenceKernels::attention_merge(float* out, float* lse, const float* block_out,
+                                       const float* block_lse, AttentionBlock s) const {
+  const std::size_t NH = s.NH, hs = s.hs, C = s.C();
+  parallel_rows(s.B * NH, 1, [&](std::size_t bh) {
+    const std::size_t b = bh / NH, h = bh % NH;
+    for (std::size_t t = s.first; t < s.first + s.rows; ++t) {
+      const std::size_t at = bh * s.T + t;
+      const float a = lse[at], c = block_lse[at], m = std::max(a, c);
+      const float merged = m + std::log(std::exp(a - m) + std::exp(c - m));
+      const float wa = std::exp(a - merged), wc = std::exp(c - merged);
+      float* o = out + (b * s.T + t) * C + h * hs;
+      const float* x = block_out + (b * s.T + t) * C + h * hs;
+      for (std::size_t e = 0; e < hs; ++e) o[e] = wa * o[e] + wc * x[e];
+      lse[at] = merged;
     }
   });
 }
