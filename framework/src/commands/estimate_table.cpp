@@ -41,11 +41,15 @@ std::vector<fs::path> strategy_presets(const fs::path& run_file) {
   return found;
 }
 
-// A rank's activations with each sequence (Ulysses) degree, activation
-// checkpointing off and on.
+// A rank's activations with each way of splitting its sequences: the
+// degree, by Ulysses ([parallel] sequence) or the ring (context), with
+// activation checkpointing off and on.
 struct Activations {
-  int sequence = 1;
+  int degree = 1;
+  bool ring = false;
   std::uint64_t off = 0, on = 0;
+  // "4", or "ctx 8" for the ring.
+  std::string label() const { return (ring ? "ctx " : "") + std::to_string(degree); }
 };
 
 struct Sized {
@@ -53,7 +57,7 @@ struct Sized {
   std::string refused;    // why the preset cannot run this model as set; empty: it can
   MemoryEstimate states;  // per rank, activations not included
   std::uint64_t activations_off = 0, activations_on = 0;  // at the run's own sequence degree
-  std::vector<Activations> by_sequence;  // every degree a node's sequence group can take
+  std::vector<Activations> by_sequence;  // every split the world and the model take
   std::int64_t n_params = 0;
   std::string model;
 };
@@ -74,31 +78,38 @@ std::string checkpointing(bool on) {
   return std::string("model.activation_checkpointing=") + (on ? "true" : "false");
 }
 
-// The activations at every sequence degree that divides a node's devices
-// (the mesh keeps a sequence group on one host) and that the world and the
-// model take, at the run's micro-batch: fewer data ranks carry the same
-// global batch in more accumulation steps. The strategy shards over every
-// rank whatever the degree, so the model states do not change with it.
+// The activations at every degree of each split the world and the model
+// take, at the run's micro-batch: fewer data ranks carry the same global
+// batch in more accumulation steps. Ulysses' groups stay on one host (its
+// degree divides a node's devices); the ring may span hosts. At one
+// degree Ulysses comes first (it also needs the heads to divide). The
+// strategy shards over every rank whatever the split, so the model states
+// do not change with it.
 std::vector<Activations> activations_by_sequence(const SizingArgs& a, const fs::path& preset,
                                                  const PluginLoader& loader,
                                                  std::int64_t micro_batch) {
   std::vector<Activations> out;
-  for (int degree = 1; degree <= a.gpus_per_node; ++degree) {
-    if (a.gpus_per_node % degree != 0 || a.world % degree != 0) continue;
-    Activations act{degree, 0, 0};
-    try {
-      const std::vector<std::string> set = {
-          "parallel.sequence=" + std::to_string(degree),
-          "train.micro_batch_size=" + std::to_string(micro_batch)};
-      std::vector<std::string> off = set, on = set;
-      off.push_back(checkpointing(false));
-      on.push_back(checkpointing(true));
-      act.off = parts_of(a, preset, loader, off).sizes.activation_bytes;
-      act.on = parts_of(a, preset, loader, on).sizes.activation_bytes;
-    } catch (const ConfigError&) {
-      continue;  // the model cannot split its sequences this way
+  for (int degree = 1; degree <= a.world; ++degree) {
+    if (a.world % degree != 0) continue;
+    for (const bool ring : {false, true}) {
+      if (degree == 1 && ring) continue;
+      if (!ring && a.gpus_per_node % degree != 0) continue;
+      Activations act{degree, ring, 0, 0};
+      try {
+        const std::vector<std::string> set = {
+            std::string(ring ? "parallel.context=" : "parallel.sequence=") + std::to_string(degree),
+            std::string(ring ? "parallel.sequence=1" : "parallel.context=1"),
+            "train.micro_batch_size=" + std::to_string(micro_batch)};
+        std::vector<std::string> off = set, on = set;
+        off.push_back(checkpointing(false));
+        on.push_back(checkpointing(true));
+        act.off = parts_of(a, preset, loader, off).sizes.activation_bytes;
+        act.on = parts_of(a, preset, loader, on).sizes.activation_bytes;
+      } catch (const ConfigError&) {
+        continue;  // the model cannot split its sequences this way
+      }
+      out.push_back(act);
     }
-    out.push_back(act);
   }
   return out;
 }
@@ -151,12 +162,13 @@ std::string verdict(std::uint64_t without, std::uint64_t with, std::uint64_t mem
   return "does not fit (" + format_bytes(with - memory) + " short with activation checkpointing)";
 }
 
-// The smallest sequence degree at which the preset fits `memory`: "1",
-// "4 ckpt" (with activation checkpointing), or "-" for none.
+// The smallest split at which the preset fits `memory`: "1", "4 ckpt"
+// (Ulysses at 4 with activation checkpointing), "ctx 8" (the ring at 8),
+// or "-" for none.
 std::string sequence_to_fit(const Sized& s, std::uint64_t states, std::uint64_t memory) {
   for (const Activations& act : s.by_sequence) {
-    if (states + act.off <= memory) return std::to_string(act.sequence);
-    if (states + act.on <= memory) return std::to_string(act.sequence) + " ckpt";
+    if (states + act.off <= memory) return act.label();
+    if (states + act.on <= memory) return act.label() + " ckpt";
   }
   return "-";
 }
@@ -190,14 +202,14 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
   os << "\n";
   char line[400];
   std::snprintf(line, sizeof line,
-                "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %8s  %s\n", "strategy",
+                "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %11s  %s\n", "strategy",
                 "params", "grads", "optimizer", "buffers", "act", "act ckpt", "device", "dev ckpt",
                 "host/node", "nvme/node", "seq fits", "fits");
   os << line;
   for (const Sized& s : rows) {
     if (!s.refused.empty()) {
       std::snprintf(line, sizeof line,
-                    "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %8s  ",
+                    "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %11s  ",
                     s.strategy.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-");
       os << line << "cannot run as set: " << s.refused << "\n";
       continue;
@@ -212,7 +224,7 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
     const std::string seq =
         a.device_memory ? sequence_to_fit(s, states, *a.device_memory) : std::string("-");
     std::snprintf(
-        line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %8s  %s\n",
+        line, sizeof line, "%-15s %10s %10s %10s %10s %10s %10s %11s %11s %11s %11s %11s  %s\n",
         s.strategy.c_str(), format_bytes(device_bytes(s.states, Category::params)).c_str(),
         format_bytes(device_bytes(s.states, Category::grads)).c_str(),
         format_bytes(device_bytes(s.states, Category::optimizer)).c_str(),
@@ -228,7 +240,8 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
   os << "(per device: the strategy's estimate, each category at its peak; buffers: "
         "communication and offload staging; act: activations, ckpt: with activation "
         "checkpointing; device: their sum; seq fits: the smallest [parallel] sequence degree "
-        "at which the device fits, each sequence split over that many devices of a node)\n";
+        "(Ulysses, within a node) or context degree (ctx: ring attention, across nodes) at "
+        "which the device fits, each sequence split over that many devices)\n";
 }
 
 }  // namespace ztrain

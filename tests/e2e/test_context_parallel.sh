@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Context parallelism (ring attention, [parallel] context): each sequence
+# split over a ring of ranks, each holding the mirrored pair of chunks
+# r and 2R-1-r, must train exactly what ddp trains at world 1 on the same
+# global batch: GPT-2 (learned positions, which jump between a rank's two
+# chunks) and Llama with 2 key/value heads (rotary positions), at context
+# 2 and 4, with gradient accumulation, activation checkpointing (the ring
+# runs again in backward), context 2 x data 2 under zero1 and zero3, a
+# degree beyond the head count (where Ulysses is refused), and bf16 against
+# bf16 ddp at world 1; evaluation too (the same val loss).
+# Tolerances, relative per step, as test_sequence_parallel's: fp32 losses
+# 1e-6 and gradient norms 2e-6 (the blocks' softmax sums and the ring's
+# key/value gradients add in other orders than one process's kernel);
+# bf16 2e-4 and 4e-3. A chunk at the wrong position, a block with the
+# wrong mask or a key/value gradient that does not come home is orders of
+# magnitude larger.
+# Then the bytes: every step's passes, counted by the communicator, equal
+# the formula (per layer and micro-step R-1 key/value passes forward, R-1
+# and R gradient passes backward, each B*2c*2*NKV*hs floats); the memory:
+# a rank of a ring of 4 holds about a quarter of the unsharded
+# activations, as `ztrain estimate` says; and the refusals by key.
+#
+# usage: test_context_parallel.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+steps=10
+common=(--set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
+  --set model.vocab_size=256 --set train.steps="$steps" --set train.log_every=1
+  --set train.eval_every=10 --set train.warmup_steps=5 --set device.threads=1
+  --set train.save_final=false)
+
+# GPT-2: 4 heads of 16.
+base=(--model gpt2-tiny "${common[@]}")
+train_run g_w1 1 8 1
+train_run g_c2 2 8 1 --set parallel.context=2
+train_run g_c4 4 8 1 --set parallel.context=4
+train_run g_c2d2_zero1 4 4 1 --set parallel.context=2 --strategy zero1
+for name in g_c2 g_c4 g_c2d2_zero1; do same_training g_w1 "$name" 1e-6 2e-6; done
+grep -q "batch: 4 x 1 accum x 2 data ranks = 8 sequences of 32 tokens" "$scratch/g_c2d2_zero1.out" ||
+  fail "context 2 x data 2 did not report its batch over the data ranks"
+grep -q "mesh: context 2 x data 2: each sequence split over 2 ranks (ring attention.*context groups 0-1 | 2-3; \[strategy\] across all 4 ranks" \
+  "$scratch/g_c2d2_zero1.out" || fail "the run header does not name the ring and its groups"
+
+# Llama, 4 query heads over 2 key/value heads.
+base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
+train_run l_w1 1 4 2
+train_run l_c2 2 4 2 --set parallel.context=2 --set train.checkpoint_every=5
+train_run l_c4 4 4 2 --set parallel.context=4
+train_run l_c2_ckpt 2 4 2 --set parallel.context=2 --set model.activation_checkpointing=true
+train_run l_c2d2_zero3 4 2 2 --set parallel.context=2 --strategy zero3
+for name in l_c2 l_c4 l_c2_ckpt l_c2d2_zero3; do same_training l_w1 "$name" 1e-6 2e-6; done
+for pair in "g_w1 g_c4" "l_w1 l_c4" "l_w1 l_c2d2_zero3"; do
+  read -r ref other <<< "$pair"
+  a=$(metrics_fields "$scratch/$ref/metrics.jsonl" val loss)
+  b=$(metrics_fields "$scratch/$other/metrics.jsonl" val loss)
+  [ -n "$a" ] && [ -n "$b" ] || fail "$ref or $other logged no val loss"
+  awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d <= 1e-6) }' ||
+    fail "$other's val loss $b is not $ref's $a"
+done
+
+# Beyond the heads: 2 heads over 1 key/value head split over 4 ranks, which
+# Ulysses cannot do.
+base=(--model llama-tiny --set model.n_head=2 --set model.n_kv_head=1 "${common[@]}")
+train_run n_w1 1 4 1
+train_run n_c4 4 4 1 --set parallel.context=4
+same_training n_w1 n_c4 1e-6 2e-6
+
+# A checkpoint of the ring resumes on another mesh: context 2's step 5,
+# continued at world 1 and under Ulysses at sequence 2, trains its steps 6
+# to 10.
+base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
+resumed() {  # resumed NAME RANKS ARGS...: l_c2's step 5 continued into $scratch/NAME
+  local name=$1 np=$2
+  shift 2
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.micro_batch_size=4 --set train.grad_accum=2 \
+    --set train.out_dir="$scratch/$name" --resume="$scratch/l_c2/step_5" "$@" \
+    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 || fail "resuming l_c2 as $name failed"
+  curve "$name" 5
+  same_training l_c2_last5 "$name" 1e-6 2e-6
+}
+tail -n 5 "$scratch/l_c2.curve" > "$scratch/l_c2_last5.curve"
+resumed l_c2_to_w1 1 --set parallel.context=1
+resumed l_c2_to_s2 2 --set parallel.context=1 --set parallel.sequence=2
+train_run l_w1_bf16 1 4 2 --set train.precision=bf16
+train_run l_c2_bf16 2 4 2 --set train.precision=bf16 --set parallel.context=2
+same_training l_w1_bf16 l_c2_bf16 2e-4 4e-3
+
+# permute bytes per step over all ranks: per layer and micro-step each
+# rank passes FORWARDS x (R-1) key/value blocks (2 with checkpointing,
+# which runs each forward again in backward), then R-1 key/value blocks
+# and R gradient blocks in backward, each micro*2c*2*kv*hs floats (2c =
+# tokens/R). ring_bytes RANKS R MICRO ACCUM KV_HEADS FORWARDS
+ring_bytes() {
+  local ranks=$1 r=$2 micro=$3 accum=$4 kv=$5 forwards=$6 hs=16 layers=2 tokens=32
+  local block=$((micro * tokens / r * 2 * kv * hs * 4))
+  echo $((ranks * layers * accum * block * (forwards * (r - 1) + (r - 1) + r)))
+}
+check_bytes g_c2 permute "$(ring_bytes 2 2 8 1 4 1)"
+check_bytes g_c4 permute "$(ring_bytes 4 4 8 1 4 1)"
+check_bytes g_c2d2_zero1 permute "$(ring_bytes 4 2 4 1 4 1)"
+check_bytes l_c2 permute "$(ring_bytes 2 2 4 2 2 1)"
+check_bytes l_c4 permute "$(ring_bytes 4 4 4 2 2 1)"
+check_bytes l_c2_ckpt permute "$(ring_bytes 2 2 4 2 2 2)"
+check_bytes l_c4 all_to_all 0
+check_bytes l_w1 permute 0
+
+# Memory, measured: a rank of a ring of 4 holds about a quarter of the
+# unsharded run's activations (what is not divided is the ring's shared
+# scratch and the head's chunk of logits), and `ztrain estimate` says
+# what it measures.
+mem=(--model llama-tiny --set model.n_kv_head=4 --set model.n_layer=8 --set model.seq_len=4096
+  --set model.loss_chunk_tokens=256 --set train.steps=1 --set train.global_batch_size=1
+  --set train.eval_every=0 --set device.threads=1 --set train.save_final=false)
+activations() {  # activations NAME: the worst rank's peak bytes of activations
+  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
+    sed -n 's/.*"device": {[^}]*"activations": \([0-9]*\).*/\1/p'
+}
+for c in 1 4; do
+  on_ranks "$c" "$ZTRAIN" "${mem[@]}" --set parallel.context=$c --set train.out_dir="$scratch/mem_c$c" \
+    "$SRC/configs/run.toml" > "$scratch/mem_c$c.out" 2>&1 || fail "the 4096-token run at context $c failed"
+  estimated=$("$ZTRAIN" estimate --world "$c" "${mem[@]}" --set parallel.context=$c "$SRC/configs/run.toml" |
+    awk '$1 == "device" && $2 == "activations" { print $3 }')
+  [ "$estimated" = "$(activations mem_c$c)" ] ||
+    fail "context $c: the estimate's activations ($estimated) are not the measured $(activations mem_c$c)"
+done
+whole=$(activations mem_c1) quarter=$(activations mem_c4)
+echo "activations of 4096 tokens: $whole bytes whole, $quarter per rank at context 4"
+awk -v w="$whole" -v q="$quarter" 'BEGIN { exit !(q >= 0.25 * w && q <= 0.3 * w) }' ||
+  fail "context 4 holds $quarter bytes of activations per rank, not about a quarter of $whole"
+
+# Refused by key, before anything trains.
+refused() {
+  local what=$1 text=$2
+  shift 2
+  on_ranks "$@" > "$scratch/refused.out" 2>&1 && fail "$what: the run was not refused"
+  grep -qF -- "$text" "$scratch/refused.out" || fail "$what: the refusal does not say \"$text\""
+}
+refused "a degree whose chunk pairs do not divide the sequence" \
+  "--set parallel.context=4: [parallel] context = 4: ring attention cuts each sequence into 2 x 4 = 8 chunks of equal length" \
+  4 "$ZTRAIN" "${base[@]}" --set model.seq_len=36 --set parallel.context=4 "$SRC/configs/run.toml"
+refused "Ulysses and the ring on one group" \
+  "[parallel] context = 2 with sequence = 2: Ulysses and ring attention on one sequence group (a 2-D group) are not built" \
+  4 "$ZTRAIN" "${base[@]}" --set parallel.sequence=2 --set parallel.context=2 "$SRC/configs/run.toml"
+refused "a degree that does not divide the world" \
+  "--set parallel.context=2: [parallel] tensor x sequence x context x pipeline = 2 ranks per copy of the model do not divide the world of 3 ranks" \
+  3 "$ZTRAIN" "${base[@]}" --set parallel.context=2 "$SRC/configs/run.toml"
+echo "PASS"
