@@ -5,9 +5,10 @@
 # global batch: GPT-2 (learned positions, which jump between a rank's two
 # chunks) and Llama with 2 key/value heads (rotary positions), at context
 # 2 and 4, with gradient accumulation, activation checkpointing (the ring
-# runs again in backward), context 2 x data 2 under zero1 and zero3, a
-# degree beyond the head count (where Ulysses is refused), and bf16 against
-# bf16 ddp at world 1; evaluation too (the same val loss).
+# runs again in backward), context 2 x data 2 under zero1 and zero3,
+# Ulysses inside the ring (sequence 2 x context 2), a degree beyond the
+# head count (where Ulysses is refused), and bf16 against bf16 ddp at
+# world 1; evaluation too (the same val loss).
 # Tolerances, relative per step, as test_sequence_parallel's: fp32 losses
 # 1e-6 and gradient norms 2e-6 (the blocks' softmax sums and the ring's
 # key/value gradients add in other orders than one process's kernel);
@@ -59,6 +60,13 @@ for pair in "g_w1 g_c4" "l_w1 l_c4" "l_w1 l_c2d2_zero3"; do
     fail "$other's val loss $b is not $ref's $a"
 done
 
+# Ulysses inside the ring (a 2-D group of 4): Ulysses pairs trade heads,
+# each pair one rank of a ring of two.
+train_run l_s2c2 4 4 2 --set parallel.sequence=2 --set parallel.context=2
+same_training l_w1 l_s2c2 1e-6 2e-6
+grep -q "mesh: sequence 2 x context 2: each sequence split over 4 ranks (Ulysses inside ring attention: heads traded across sequence groups 0-1 | 2-3, keys and values passed around context groups 0,2 | 1,3); \[strategy\] across all 4 ranks" \
+  "$scratch/l_s2c2.out" || fail "the run header does not name the 2-D group"
+
 # Beyond the heads: 2 heads over 1 key/value head split over 4 ranks, which
 # Ulysses cannot do.
 base=(--model llama-tiny --set model.n_head=2 --set model.n_kv_head=1 "${common[@]}")
@@ -104,6 +112,14 @@ check_bytes l_c4 permute "$(ring_bytes 4 4 4 2 2 1)"
 check_bytes l_c2_ckpt permute "$(ring_bytes 2 2 4 2 2 2)"
 check_bytes l_c4 all_to_all 0
 check_bytes l_w1 permute 0
+# Inside Ulysses the ring carries the Ulysses group's 16 tokens of the one
+# key/value head each rank received; Ulysses' four all-to-alls per layer
+# move each rank's 8 tokens of q, k, v and output: per exchange all but
+# the rank's own block of (4 micro x 8 tokens) rows of h = 2 query heads
+# and 1 key/value head of 16.
+check_bytes l_s2c2 permute "$(ring_bytes 4 2 4 2 1 1)"
+u_qkv=$((4 * 8 * (2 + 2 * 1) * 16)) u_out=$((4 * 8 * 2 * 16))
+check_bytes l_s2c2 all_to_all $((4 * 2 * 2 * 1 * 4 * (2 * u_qkv + 3 * u_out)))
 
 # Memory, measured: a rank of a ring of 4 holds about a quarter of the
 # unsharded run's activations (what is not divided is the ring's shared
@@ -139,9 +155,11 @@ refused() {
 refused "a degree whose chunk pairs do not divide the sequence" \
   "--set parallel.context=4: [parallel] context = 4: ring attention cuts each sequence into 2 x 4 = 8 chunks of equal length" \
   4 "$ZTRAIN" "${base[@]}" --set model.seq_len=36 --set parallel.context=4 "$SRC/configs/run.toml"
-refused "Ulysses and the ring on one group" \
-  "[parallel] context = 2 with sequence = 2: Ulysses and ring attention on one sequence group (a 2-D group) are not built" \
-  4 "$ZTRAIN" "${base[@]}" --set parallel.sequence=2 --set parallel.context=2 "$SRC/configs/run.toml"
+"$ZTRAIN" estimate --world 8 "${base[@]}" --set model.seq_len=36 --set parallel.sequence=4 \
+  --set parallel.context=2 "$SRC/configs/run.toml" > "$scratch/refused.out" 2>&1 &&
+  fail "Ulysses 4 inside a ring of 2 over 36 tokens was not refused"
+grep -qF -- "[parallel] sequence = 4 x context = 2: within each ring rank's 18 tokens: each rank holds an equal share of the 18-token sequences, which 4 does not divide" \
+  "$scratch/refused.out" || fail "the 2-D refusal does not name both degrees and why"
 refused "a degree that does not divide the world" \
   "--set parallel.context=2: [parallel] tensor x sequence x context x pipeline = 2 ranks per copy of the model do not divide the world of 3 ranks" \
   3 "$ZTRAIN" "${base[@]}" --set parallel.context=2 "$SRC/configs/run.toml"

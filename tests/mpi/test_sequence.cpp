@@ -183,7 +183,8 @@ void check_ring(Communicator& group, std::size_t NH, std::size_t NKV, std::size_
   kernels->attention_forward(out.data(), lse.data(), whole.inputs(qkv.data()), whole.shape());
   kernels->attention_backward(whole.grads(d.data()), dout.data(), out.data(),
                               whole.inputs(qkv.data()), lse.data(), whole.shape());
-  const std::vector<TokenSpan> spans = shard_spans(SequenceSplit::mirrored, Tl, R, r);
+  const std::vector<TokenSpan> spans =
+      shard_spans({1, static_cast<int>(R)}, Tl, {0, static_cast<int>(r)});
   const sequence::RingShape shape{local.shape(), R};
   Vec scratch(shape.scratch_floats());
   const sequence::RingAttention ring(group, *kernels, *device, shape, scratch.data());
@@ -216,7 +217,59 @@ void check_ring(Communicator& group, std::size_t NH, std::size_t NKV, std::size_
   CHECK(moved.total_bytes() == moved.bytes_sent[permute]);
 }
 
+// Ulysses inside the ring on 4 ranks: Ulysses pairs (0,1 and 2,3) each a
+// rank of a ring of two (0,2 and 1,3); each rank holds its slice of its
+// ring rank's pair of chunks, and its output and gradients are the
+// whole kernel's rows within the ring's rounding.
+void check_ulysses_in_ring(std::size_t NH, std::size_t NKV) {
+  const int w = world().rank();
+  auto ulysses_group = world().split(w / 2, w);
+  auto ring_group = world().split(w % 2, w);
+  const std::size_t S = 2, R = 2, B = 2, hs = 8, c = 6, T = 2 * R * c, L = T / (S * R);
+  auto device = make_cpu_device(1);
+  auto kernels = make_cpu_kernels();
+  const Fused whole{B, T, NH, NKV, hs}, local{B, L, NH, NKV, hs};
+  const Vec qkv = random(B * T * whole.pitch(), 27), dout = random(B * T * NH * hs, 28);
+  Vec out(B * T * NH * hs), lse(B * NH * T), d(qkv.size(), 0.0f);
+  kernels->attention_forward(out.data(), lse.data(), whole.inputs(qkv.data()), whole.shape());
+  kernels->attention_backward(whole.grads(d.data()), dout.data(), out.data(),
+                              whole.inputs(qkv.data()), lse.data(), whole.shape());
+  const std::vector<TokenSpan> spans =
+      shard_spans({2, 2}, L, {ulysses_group->rank(), ring_group->rank()});
+  const sequence::UlyssesShape u_shape{local.shape(), S};
+  const sequence::RingShape r_shape{u_shape.whole(), R};
+  Vec saved(u_shape.saved_floats()), u_scratch(u_shape.scratch_floats()),
+      r_scratch(r_shape.scratch_floats()), whole_lse(B * u_shape.heads() * u_shape.T());
+  const sequence::RingAttention ring(*ring_group, *kernels, *device, r_shape, r_scratch.data());
+  const sequence::UlyssesAttention ulysses(*ulysses_group, *kernels, *device, u_shape,
+                                           u_scratch.data(), &ring);
+  const Vec my_qkv = span_rows(qkv, B, T, whole.pitch(), spans);
+  const Vec my_dout = span_rows(dout, B, T, NH * hs, spans);
+  Vec my_out(B * L * NH * hs, -1.0f), my_d(my_qkv.size(), -7.0f);
+  ulysses.forward(my_out.data(), local.inputs(my_qkv.data()), {saved.data(), whole_lse.data()});
+  ulysses.backward(local.grads(my_d.data()), my_dout.data(), my_out.data(),
+                   {saved.data(), whole_lse.data()});
+
+  INFO("rank " << w << ", " << NH << " heads, " << NKV << " kv heads");
+  const double tol = static_cast<double>(T) * 0x1p-23;
+  CHECK(worst(my_out, span_rows(out, B, T, NH * hs, spans)) < tol);
+  const Vec want_d = span_rows(d, B, T, whole.pitch(), spans);
+  const std::size_t qw = whole.q_width(), kvw = 2 * whole.kv_width(), pitch = whole.pitch();
+  CHECK(worst(columns(my_d, pitch, 0, qw), columns(want_d, pitch, 0, qw)) < tol);
+  CHECK(worst(columns(my_d, pitch, qw, kvw), columns(want_d, pitch, qw, kvw)) < tol);
+  CHECK(columns(my_d, pitch, pitch - 1, 1) == Vec(B * L, -7.0f));  // padding untouched
+}
+
 }  // namespace
+
+TEST_CASE(
+    "Ulysses inside ring attention (a 2-D group of 4): each rank's slice is the kernel's "
+    "rows") {
+  if (world().size() != 4) return;
+  check_ulysses_in_ring(4, 4);
+  check_ulysses_in_ring(4, 2);
+  check_ulysses_in_ring(2, 1);  // a key/value head shared by the Ulysses pair
+}
 
 TEST_CASE("ring attention over the world: each rank's mirrored chunks are the kernel's rows") {
   const std::size_t R = static_cast<std::size_t>(world().size());

@@ -199,8 +199,8 @@ TEST_CASE("batch identity: any two of micro, accumulation and global, and contra
 // a degree above 1 is refused naming its key and place, never run as data
 // parallelism. The batch counts the data ranks, what the others leave.
 TEST_CASE(
-    "parallel section: degrees of 1 are the data-parallel run, sequence or context splits the "
-    "world, both at once and the unbuilt are refused by name") {
+    "parallel section: degrees of 1 are the data-parallel run, sequence and context split the "
+    "world, the unbuilt are refused by name") {
   const auto settings = [](const std::string& toml, int world) {
     return resolve_settings(RunConfig::parse(toml, "run.toml"), world);
   };
@@ -228,17 +228,23 @@ TEST_CASE(
   // itself when the world does not divide.
   const RunSettings c2 = settings("[parallel]\ncontext = 2\n[train]\nglobal_batch_size = 8\n", 4);
   CHECK(c2.parallel.context == 2);
-  CHECK(c2.parallel.sequence_shards() == 2);
-  CHECK(c2.parallel.split() == SequenceSplit::mirrored);
+  CHECK(c2.parallel.split() == SequenceSplit{1, 2});
   CHECK(c2.parallel.split_key() == "context");
-  CHECK(s2.parallel.split() == SequenceSplit::slices);
+  CHECK(s2.parallel.split() == SequenceSplit{2, 1});
+  CHECK(s2.parallel.split_key() == "sequence");
+  // Both: a 2-D group of 4 ranks per copy of the model.
+  const RunSettings sc =
+      settings("[parallel]\nsequence = 2\ncontext = 2\n[train]\nglobal_batch_size = 4\n", 8);
+  CHECK(sc.parallel.split().shards() == 4);
+  CHECK(sc.parallel.model_ranks() == 4);
+  CHECK(sc.train.grad_accum * sc.train.micro_batch * 2 == 4);
   CHECK(contains(config_error("[parallel]\ncontext = 4\n"),
                  "run.toml:2:1: [parallel] tensor x sequence x context x pipeline = 4 ranks per "
                  "copy of the model do not divide the world of 1 rank; start a multiple of 4 ranks "
                  "or lower the degrees (--set parallel.context=1"));
   CHECK(contains(config_error("[parallel]\nsequence = 2\ncontext = 2\n"),
-                 "run.toml:3:1: [parallel] context = 2 with sequence = 2: Ulysses and ring "
-                 "attention on one sequence group (a 2-D group) are not built"));
+                 "run.toml:3:1: [parallel] tensor x sequence x context x pipeline = 4 ranks per "
+                 "copy of the model do not divide the world of 1 rank"));
   CHECK(contains(config_error("[parallel]\ntensor = 2\n"), "[parallel] tensor = 2: tensor"));
   CHECK(contains(config_error("[parallel]\npipeline = 2\n"), "pipeline parallelism"));
   CHECK(contains(config_error("[parallel]\nexpert = 8\n"), "expert parallelism"));

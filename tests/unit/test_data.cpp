@@ -1033,11 +1033,11 @@ TEST_CASE("DataLoader: a sequence group's ranks read their data rank's rows, eac
     const int slice = T / S;
     for (int r = 0; r < W; ++r)
       for (int k = 0; k < S; ++k) {
-        DataLoader dl(*src, B, T, A, {r, W, k, S});
+        DataLoader dl(*src, B, T, A, {r, W, {S, 1}, {k, 0}});
         for (int m = 0; m < 5; ++m) {  // micro-steps across two optimizer steps
           const Batch batch = m < 4 ? dl.next() : dl.val(1);
           CHECK(batch.shape.seq_len == slice);
-          CHECK(batch.shape.sequence_shards == S);
+          CHECK(batch.shape.split.shards() == S);
           for (int b = 0; b < B; ++b) {
             const std::uint64_t row =
                 m < 4 ? static_cast<std::uint64_t>((m / A) * B * A * W + (r * A + m % A) * B + b)
@@ -1058,35 +1058,45 @@ TEST_CASE("DataLoader: a sequence group's ranks read their data rank's rows, eac
   }
 }
 
-// Ring attention's layout, written out here rather than through
-// shard_spans: rank k of S holds chunks k and 2S-1-k of 2S, in that order,
-// and the ranks of a group together hold every token once.
-TEST_CASE("DataLoader: a context group's ranks each read the mirrored pair of chunks of a row") {
+// Ring attention's layout, and Ulysses inside it, written out here rather
+// than through shard_spans: ring rank r of R holds chunks r and 2R-1-r of
+// 2R, in that order, and Ulysses rank k of S the k-th of S slices of that
+// pair (a slice may straddle the two chunks); the ranks of a group
+// together hold every token once.
+TEST_CASE(
+    "DataLoader: a ring's ranks each read the mirrored pair of chunks of a row, or their "
+    "Ulysses slice of it") {
   const int T = 24, B = 2, A = 1, W = 2;
   auto src = make_source("synthetic", "", {T, 512, 13});
-  for (const int S : {2, 3}) {
-    const int chunk = T / (2 * S);
+  for (const SequenceSplit split :
+       {SequenceSplit{1, 2}, SequenceSplit{1, 3}, SequenceSplit{2, 2}, SequenceSplit{3, 2}}) {
+    const int S = split.sequence, R = split.context, c = T / (2 * R), L = T / (S * R);
     for (int r = 0; r < W; ++r) {
       std::vector<int> seen(static_cast<std::size_t>(B * T), 0);
-      for (int k = 0; k < S; ++k) {
-        DataLoader dl(*src, B, T, A, {r, W, k, S, SequenceSplit::mirrored});
-        const Batch batch = dl.next();
-        CHECK(batch.shape.seq_len == 2 * chunk);
-        CHECK(batch.shape.split == SequenceSplit::mirrored);
-        for (int b = 0; b < B; ++b) {
-          const Pair whole = fetch(*src, Split::train, static_cast<std::uint64_t>(r * B + b), T);
-          for (int i = 0; i < 2 * chunk; ++i) {
-            const int position = i < chunk ? k * chunk + i : (2 * S - 1 - k) * chunk + i - chunk;
-            CAPTURE(S);
-            CAPTURE(k);
-            CAPTURE(i);
-            const std::size_t at = static_cast<std::size_t>(b * 2 * chunk + i);
-            CHECK(batch.inputs[at] == whole.inputs[static_cast<std::size_t>(position)]);
-            CHECK(batch.targets[at] == whole.targets[static_cast<std::size_t>(position)]);
-            ++seen[static_cast<std::size_t>(b * T + position)];
+      for (int ring = 0; ring < R; ++ring)
+        for (int k = 0; k < S; ++k) {
+          DataLoader dl(*src, B, T, A, {r, W, split, {k, ring}});
+          const Batch batch = dl.next();
+          CHECK(batch.shape.seq_len == L);
+          CHECK(batch.shape.split == split);
+          for (int b = 0; b < B; ++b) {
+            const Pair whole = fetch(*src, Split::train, static_cast<std::uint64_t>(r * B + b), T);
+            for (int i = 0; i < L; ++i) {
+              const int in_pair = k * L + i;
+              const int position =
+                  in_pair < c ? ring * c + in_pair : (2 * R - 1 - ring) * c + in_pair - c;
+              CAPTURE(S);
+              CAPTURE(R);
+              CAPTURE(k);
+              CAPTURE(ring);
+              CAPTURE(i);
+              const std::size_t at = static_cast<std::size_t>(b * L + i);
+              CHECK(batch.inputs[at] == whole.inputs[static_cast<std::size_t>(position)]);
+              CHECK(batch.targets[at] == whole.targets[static_cast<std::size_t>(position)]);
+              ++seen[static_cast<std::size_t>(b * T + position)];
+            }
           }
         }
-      }
       CHECK(seen == std::vector<int>(static_cast<std::size_t>(B * T), 1));
     }
   }

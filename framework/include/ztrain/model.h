@@ -68,12 +68,11 @@ using ModuleSpecs = IdVector<ModuleId, ModuleSpec>;
 struct BatchShape {
   int batch = 0;
   int seq_len = 0;  // tokens of each row this rank holds
-  // Ranks each sequence is split across (sequence or context
-  // parallelism): a row holds 1/sequence_shards of its sequence, of
-  // seq_len * sequence_shards tokens, the tokens `split` gives its rank
-  // (ztrain/sequence/split.h).
-  int sequence_shards = 1;
-  SequenceSplit split = SequenceSplit::slices;
+  // How each sequence is split across ranks (sequence and context
+  // parallelism): a row holds 1/split.shards() of its sequence, of
+  // seq_len * split.shards() tokens, the tokens shard_spans gives its
+  // rank (ztrain/sequence/split.h).
+  SequenceSplit split = {};
 };
 
 // One micro-batch: inputs and targets (B,T) token ids.
@@ -165,10 +164,11 @@ class ZTRAIN_API StepContext {
   TensorView param(ParamId p);
   TensorView grad(ParamId p);
 
-  // The ranks sharing this micro-batch's sequences (sequence or context
-  // parallelism): rank r of the group holds the tokens of every row that
-  // the batch's split gives shard r (shard_spans). Null when the rows are
-  // whole sequences. The host owns it (a split of the strategy's
+  // The ranks sharing this micro-batch's sequences: the Ulysses group
+  // (sequence parallelism, the batch's split.sequence ranks) and the ring
+  // (context parallelism, split.context ranks); this rank holds the tokens
+  // of every row that shard_spans gives its ranks in them. Null where the
+  // degree is 1. The host owns it (a split of the strategy's
   // communicator, on the same memory: host for cpu, device for nccl); it
   // lives as long as the run. Every rank of the group runs the same
   // micro-batch through the same modules, so any collective is legal on
@@ -176,7 +176,11 @@ class ZTRAIN_API StepContext {
   // strategy's own collectives (its communicator spans the group) are
   // issued from the hooks, between modules, never inside one.
   Communicator* sequence_group() const { return sequence_group_; }
-  void set_sequence_group(Communicator* group) { sequence_group_ = group; }
+  Communicator* context_group() const { return context_group_; }
+  void set_sequence_groups(Communicator* sequence, Communicator* context) {
+    sequence_group_ = sequence;
+    context_group_ = context;
+  }
 
   Arena& activations() { return arena_; }
   const Kernels& kernels() const { return kernels_; }
@@ -195,6 +199,7 @@ class ZTRAIN_API StepContext {
   LossSum& losses_;
   float grad_scale_;
   Communicator* sequence_group_ = nullptr;
+  Communicator* context_group_ = nullptr;
   IdVector<ModuleId, int> active_;  // per module: entered and not yet exited
 };
 
@@ -212,11 +217,10 @@ class ZTRAIN_API Model : public Plugin {
   virtual void forward_backward(const Batch& batch, StepContext& ctx) = 0;
   // Forward only; reports its losses through ctx.add_loss.
   virtual void evaluate(const Batch& batch, StepContext& ctx) = 0;
-  // Why this model cannot split its sequences across `shards` ranks this
-  // way (the reason, for a message that says where the degree was set);
-  // empty when it can. A model that runs only whole sequences says so, the
-  // default.
-  virtual std::string sequence_shards_refusal(SequenceSplit split, int shards) const;
+  // Why this model cannot split its sequences this way (the reason, for a
+  // message that says where the degrees were set); empty when it can. A
+  // model that runs only whole sequences says so, the default.
+  virtual std::string sequence_shards_refusal(SequenceSplit split) const;
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

@@ -332,10 +332,9 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   return s;
 }
 
-// Data, sequence (Ulysses) and context (ring attention) are built, one of
-// the last two at a time; the other dimensions are still being built: a
-// degree above 1 would train something else than it says, so it is
-// refused by name.
+// Data, sequence (Ulysses) and context (ring attention) are built, alone
+// or together; the other dimensions are still being built: a degree above
+// 1 would train something else than it says, so it is refused by name.
 ParallelSettings resolve_parallel(const RunConfig& config) {
   const Options p = config.validate("parallel", parallel_options());
   const std::pair<const char*, const char*> dims[] = {{"tensor", "tensor parallelism"},
@@ -349,13 +348,6 @@ ParallelSettings resolve_parallel(const RunConfig& config) {
                         "data-parallel over every rank ([strategy] still shards the model's "
                         "state, activation checkpointing and [parallel] sequence and context save "
                         "activation memory)");
-  if (p.get_int("sequence") > 1 && p.get_int("context") > 1)
-    throw ConfigError(p.where("context") +
-                      ": [parallel] context = " + std::to_string(p.get_int("context")) +
-                      " with sequence = " + std::to_string(p.get_int("sequence")) +
-                      ": Ulysses and ring attention on one sequence group (a 2-D group) are "
-                      "not built in this version of ztrain; set one of them to 1 (sequence "
-                      "while it divides the heads, context beyond them)");
   const auto degree = [&](const char* key) { return static_cast<int>(p.get_int(key)); };
   return {degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
           degree("expert")};

@@ -98,14 +98,11 @@ struct ParallelSettings {
   int expert = 1;
   // The ranks one copy of the data-parallel model spans.
   int model_ranks() const { return tensor * sequence * context * pipeline; }
-  // How each sequence is split across ranks, over how many, and the key
-  // that set it: sequence (Ulysses) or context (ring attention), one of
-  // them at most above 1 (resolve_parallel refuses both).
-  int sequence_shards() const { return sequence * context; }
-  SequenceSplit split() const {
-    return context > 1 ? SequenceSplit::mirrored : SequenceSplit::slices;
-  }
-  // "sequence" or "context", of [parallel].
+  // How each sequence is split across ranks: sequence (Ulysses) and
+  // context (ring attention).
+  SequenceSplit split() const { return {sequence, context}; }
+  // The [parallel] key a message about the split names: context when the
+  // ring splits, else sequence.
   std::string split_key() const { return context > 1 ? "context" : "sequence"; }
 };
 

@@ -115,8 +115,8 @@ void Model::forward_logits(const Batch&, StepContext&, float*) {
               "' does not offer its logits (Model::forward_logits); compare it on losses instead");
 }
 
-std::string Model::sequence_shards_refusal(SequenceSplit, int shards) const {
-  if (shards <= 1) return {};
+std::string Model::sequence_shards_refusal(SequenceSplit split) const {
+  if (split.shards() <= 1) return {};
   return "model '" + info().arch + "' runs whole sequences only (its plugin does not split them)";
 }
 

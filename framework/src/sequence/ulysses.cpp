@@ -65,8 +65,14 @@ std::string ulysses_refusal(std::size_t NH, std::size_t NKV, std::size_t T, std:
 }
 
 UlyssesAttention::UlyssesAttention(Communicator& group, const Kernels& kernels, Device& device,
-                                   const UlyssesShape& shape, float* scratch)
-    : group_(group), kernels_(kernels), device_(device), shape_(shape), scratch_(scratch) {
+                                   const UlyssesShape& shape, float* scratch,
+                                   const RingAttention* ring)
+    : group_(group),
+      kernels_(kernels),
+      device_(device),
+      shape_(shape),
+      scratch_(scratch),
+      ring_(ring) {
   if (static_cast<std::size_t>(group.size()) != shape.shards)
     throw InternalError("Ulysses attention over " + std::to_string(shape.shards) +
                         " shards given a group of " + std::to_string(group.size()) + " ranks");
@@ -146,7 +152,10 @@ void UlyssesAttention::forward(float* out, AttentionInputs local, const UlyssesS
     tokens_to_whole(w.v, from + Bq + Bk, kv, s);
   }
   float* whole_out = recv;  // its blocks are unpacked
-  kernels_.attention_forward(whole_out, saved.lse, {w.q, w.k, w.v}, shape_.whole());
+  if (ring_)
+    ring_->forward(whole_out, saved.lse, {w.q, w.k, w.v});
+  else
+    kernels_.attention_forward(whole_out, saved.lse, {w.q, w.k, w.v}, shape_.whole());
   for (std::size_t s = 0; s < S; ++s) whole_to_tokens(send + s * Bq, whole_out, h, s);
   recv = exchange(Bq);
   for (std::size_t r = 0; r < S; ++r) columns_in(out, a.C(), r * h, recv + r * Bq, h);
@@ -173,8 +182,11 @@ void UlyssesAttention::backward(AttentionGrads d, const float* dout, const float
   float* dv = dk + S * Bk;
   device_.fill_zero(dq, S * block * kF);
   const Whole w = whole(saved);
-  kernels_.attention_backward({dq, dk, dv}, whole_dout, whole_out, {w.q, w.k, w.v}, saved.lse,
-                              shape_.whole());
+  if (ring_)
+    ring_->backward({dq, dk, dv}, whole_dout, whole_out, {w.q, w.k, w.v}, saved.lse);
+  else
+    kernels_.attention_backward({dq, dk, dv}, whole_dout, whole_out, {w.q, w.k, w.v}, saved.lse,
+                                shape_.whole());
   for (std::size_t s = 0; s < S; ++s) {
     float* to = send + s * block;
     whole_to_tokens(to, dq, h, s);

@@ -7,11 +7,12 @@ namespace ztrain {
 DataLoader::DataLoader(const DataSource& source, int micro_batch, int seq_len, int grad_accum,
                        DataShare share)
     : source_(source), B_(micro_batch), T_(seq_len), A_(grad_accum), share_(share) {
-  const std::size_t n = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_ / share_.shards);
+  const std::size_t n =
+      static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_ / share_.split.shards());
   for (auto* s : {&slots_[0], &slots_[1], &val_slot_}) {
     s->inputs.resize(n);
     s->targets.resize(n);
-    if (share_.shards > 1) {
+    if (share_.split.shards() > 1) {
       s->row_inputs.resize(static_cast<std::size_t>(T_));
       s->row_targets.resize(static_cast<std::size_t>(T_));
     }
@@ -26,11 +27,9 @@ DataLoader::~DataLoader() {
 // Whole rows go straight into the slot; a shard's tokens are cut from the
 // row read beside it.
 void DataLoader::fill_rows(Split split, std::uint64_t first, Slot& slot) const {
-  const bool sliced = share_.shards > 1;
-  const std::size_t width = static_cast<std::size_t>(T_ / share_.shards);
-  const std::vector<TokenSpan> spans =
-      shard_spans(share_.split, width, static_cast<std::size_t>(share_.shards),
-                  static_cast<std::size_t>(share_.shard));
+  const bool sliced = share_.split.shards() > 1;
+  const std::size_t width = static_cast<std::size_t>(T_ / share_.split.shards());
+  const std::vector<TokenSpan> spans = shard_spans(share_.split, width, share_.shard);
   for (int b = 0; b < B_; ++b) {
     const std::size_t to = width * static_cast<std::size_t>(b);
     std::int32_t* inputs = sliced ? slot.row_inputs.data() : slot.inputs.data() + to;
@@ -59,9 +58,7 @@ void DataLoader::start_prefetch() {
 }
 
 Batch DataLoader::batch_of(const Slot& slot) const {
-  return {{B_, T_ / share_.shards, share_.shards, share_.split},
-          slot.inputs.data(),
-          slot.targets.data()};
+  return {{B_, T_ / share_.split.shards(), share_.split}, slot.inputs.data(), slot.targets.data()};
 }
 
 Batch DataLoader::next() {

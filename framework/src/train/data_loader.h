@@ -5,11 +5,11 @@
 // ranks reads global sequences [s*G, (s+1)*G), G = B*A*W; data rank r's
 // micro-step a takes rows [(r*A + a)*B, (r*A + a + 1)*B) of that range.
 // The union over ranks is the same for every W dividing G, which is what
-// makes world sizes comparable. Under sequence or context parallelism the
-// ranks of a group share a data rank and each takes its tokens of every
-// row, as the split gives them (ztrain/sequence/split.h): shard k of S
-// holds tokens [k T/S, (k+1) T/S) of slices, chunks k and 2S-1-k of 2S
-// mirrored ones.
+// makes world sizes comparable. Under sequence and context parallelism
+// the ranks of a group share a data rank and each takes its tokens of
+// every row, as the split gives them (ztrain/sequence/split.h: Ulysses
+// rank k of S holds tokens [k T/S, (k+1) T/S); ring rank r of R chunks r
+// and 2R-1-r of 2R).
 // Evaluation reads the first eval_batches*B*W sequences of the val split,
 // the same ones at every evaluation.
 //
@@ -29,11 +29,11 @@
 namespace ztrain {
 
 // Which share of the data a rank reads: data-parallel rank `rank` of
-// `ranks`, and of each row the tokens of shard `shard` of `shards`.
+// `ranks`, and of each row the tokens `split` gives `shard`.
 struct DataShare {
   int rank = 0, ranks = 1;
-  int shard = 0, shards = 1;
-  SequenceSplit split = SequenceSplit::slices;
+  SequenceSplit split = {};
+  SequenceShard shard = {};
 };
 
 class DataLoader {

@@ -107,15 +107,9 @@ struct Run {
   // What the strategy's communicator moves (every collective of the job
   // when there is no gpu_comm).
   Communicator& strategy_comm() const { return gpu_comm ? *gpu_comm : *comm; }
-  // The mesh dimension that splits sequences: context under ring
-  // attention, else sequence (Ulysses, or whole sequences at size 1).
-  MeshDim sequence_dim() const {
-    return mesh.size(MeshDim::context) > 1 ? MeshDim::context : MeshDim::sequence;
-  }
-  // The ranks sharing this rank's sequences; null when each rank holds
-  // whole sequences.
-  Communicator* sequence_group() const {
-    return mesh.size(sequence_dim()) > 1 ? &(*mesh_groups)[sequence_dim()] : nullptr;
+  // This rank's group along mesh dimension d; null where d's size is 1.
+  Communicator* group_of(MeshDim d) const {
+    return mesh.size(d) > 1 ? &(*mesh_groups)[d] : nullptr;
   }
   // The counters of both communicators.
   CommCounters counters() const {

@@ -7,6 +7,23 @@
 #include "ztrain/error.h"
 
 namespace ztrain {
+namespace {
+
+// Each degree alone, naming its key, then the two together, naming both:
+// the model's reason for the first split it cannot run.
+void check_split(const RunConfig& config, const Model& model, SequenceSplit both) {
+  const std::string S = std::to_string(both.sequence), R = std::to_string(both.context);
+  const std::tuple<SequenceSplit, const char*, std::string> tries[] = {
+      {{both.sequence, 1}, "sequence", "sequence = " + S},
+      {{1, both.context}, "context", "context = " + R},
+      {both, "context", "sequence = " + S + " x context = " + R}};
+  for (const auto& [split, key, set] : tries)
+    if (const std::string why = model.sequence_shards_refusal(split); !why.empty())
+      throw ConfigError(config.where(std::string("parallel.") + key) + ": [parallel] " + set +
+                        ": " + why + "; choose a degree that divides them, or 1");
+}
+
+}  // namespace
 
 RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world,
                         int ranks_here) {
@@ -34,18 +51,15 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
   p.strategy = strategy_lib.create<Strategy>(strategy_options);
   p.info = p.model->info();
   const ParallelSettings& par = p.settings.parallel;
-  const int shards = par.sequence_shards();
-  if (const std::string why = p.model->sequence_shards_refusal(par.split(), shards); !why.empty())
-    throw ConfigError(config.where("parallel." + par.split_key()) + ": [parallel] " +
-                      par.split_key() + " = " + std::to_string(shards) + ": " + why +
-                      "; choose a degree that divides them, or 1");
+  check_split(config, *p.model, par.split());
+  const int shards = par.split().shards();
   const auto& tr = p.settings.train;
   p.sizes = {p.model->params(),
              world,
              tr.precision,
              tr.grad_dtype,
              p.model->activation_bytes(
-                 {static_cast<int>(tr.micro_batch), p.info.seq_len / shards, shards, par.split()}),
+                 {static_cast<int>(tr.micro_batch), p.info.seq_len / shards, par.split()}),
              p.settings.device.memory_limit,
              p.settings.device.kind != "cuda" && !p.settings.device.guard,
              std::nullopt};

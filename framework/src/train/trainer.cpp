@@ -186,6 +186,24 @@ std::string val_wrap_note(const DataInfo& d, const TrainSettings& tr) {
 }
 
 // The run's opening lines, from its parts.
+// How the mesh splits sequences, in words, with its groups: Ulysses',
+// the ring's, or Ulysses' inside the ring's.
+std::string split_groups(const Run& run) {
+  const MeshPlan& m = run.mesh;
+  const bool ulysses = m.size(MeshDim::sequence) > 1, ring = m.size(MeshDim::context) > 1;
+  if (ulysses && ring)
+    return " (Ulysses inside ring attention: heads traded across sequence groups " +
+           m.describe_groups(MeshDim::sequence) +
+           ", keys and values passed around context groups " + m.describe_groups(MeshDim::context) +
+           ")";
+  if (ring)
+    return " (ring attention: keys and values passed around them, each rank holding a chunk "
+           "from each end), context groups " +
+           m.describe_groups(MeshDim::context);
+  return " (Ulysses: attention heads traded across them), sequence groups " +
+         m.describe_groups(MeshDim::sequence);
+}
+
 RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo) {
   const auto& tr = run.settings.train;
   RunHeader h;
@@ -202,16 +220,10 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.global_batch = tr.global_batch;
   h.ranks = run.comm->size();
   h.data_ranks = run.mesh.size(MeshDim::data);
-  if (const MeshDim dim = run.sequence_dim(); run.mesh.size(dim) > 1) {
-    const bool ring = dim == MeshDim::context;
-    h.mesh = run.mesh.describe() + ": each sequence split over " +
-             std::to_string(run.mesh.size(dim)) +
-             (ring ? " ranks (ring attention: keys and values passed around them, each rank "
-                     "holding a chunk from each end), context groups "
-                   : " ranks (Ulysses: attention heads traded across them), sequence groups ") +
-             run.mesh.describe_groups(dim) + "; [strategy] across all " +
+  if (const SequenceSplit split = run.settings.parallel.split(); split.shards() > 1)
+    h.mesh = run.mesh.describe() + ": each sequence split over " + std::to_string(split.shards()) +
+             " ranks" + split_groups(run) + "; [strategy] across all " +
              std::to_string(run.comm->size()) + " ranks";
-  }
   h.comm_backend = run.strategy_comm().backend();
   h.placement = run.placement;
   h.seq_len = info.seq_len;
@@ -240,12 +252,13 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
 }
 
 // This rank's share of the data: its data-parallel rank's rows, and its
-// tokens of each under sequence or context parallelism.
+// tokens of each under sequence and context parallelism.
 DataShare data_share(const Run& run) {
   const int r = run.comm->rank();
-  const MeshDim dim = run.sequence_dim();
-  return {run.mesh.coordinate(r, MeshDim::data), run.mesh.size(MeshDim::data),
-          run.mesh.coordinate(r, dim), run.mesh.size(dim), run.settings.parallel.split()};
+  return {run.mesh.coordinate(r, MeshDim::data),
+          run.mesh.size(MeshDim::data),
+          run.settings.parallel.split(),
+          {run.mesh.coordinate(r, MeshDim::sequence), run.mesh.coordinate(r, MeshDim::context)}};
 }
 
 // The summary's figures, from the loop's.
@@ -403,7 +416,7 @@ void Trainer::micro_steps(std::int64_t step, double scale) {
     if (last && faults_.overflows(step + 1, run_.comm->rank()))
       grad_scale = std::numeric_limits<float>::quiet_NaN();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, grad_scale);
-    ctx.set_sequence_group(run_.sequence_group());
+    ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
     run_.model->forward_backward(data_.next(), ctx);
   }
 }
@@ -460,7 +473,7 @@ void Trainer::evaluate(std::int64_t step) {
   for (std::int64_t j = 0; j < micro_batches; ++j) {
     arena_.reset();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, 1.0f);
-    ctx.set_sequence_group(run_.sequence_group());
+    ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
     run_.model->evaluate(data_.val(j), ctx);
   }
   float mean = static_cast<float>(losses_.take() / static_cast<double>(micro_batches));

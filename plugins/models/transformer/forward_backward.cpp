@@ -27,10 +27,20 @@ auto grad_views(StepContext& ctx) {
   return [&ctx](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
 }
 
+// The group of `degree` ranks the step context carries for one split of
+// the sequence, or null at degree 1.
+Communicator* group_of(Communicator* group, int degree, const char* what) {
+  if (degree <= 1) return nullptr;
+  if (!group || group->size() != degree)
+    throw InternalError("a batch split over " + std::to_string(degree) + " " + what +
+                        " ranks without a group of that size");
+  return group;
+}
+
 }  // namespace
 
 void Transformer::check_tokens(const Batch& batch) const {
-  const int B = batch.shape.batch, T = batch.shape.seq_len, shards = batch.shape.sequence_shards;
+  const int B = batch.shape.batch, T = batch.shape.seq_len, shards = batch.shape.split.shards();
   if (B < 1 || T < 1 || shards < 1 || T > cfg_.seq_len / shards)
     throw DataError("batch of shape (" + std::to_string(B) + ", " + std::to_string(T) + ") in " +
                     std::to_string(shards) + " shard(s) does not fit the model's seq_len " +
@@ -56,16 +66,11 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
   Acts a;
   plan(
       batch.shape, [&](std::size_t n) { return arena.alloc_f32(n); }, a);
-  std::size_t shard = 0;
-  if (a.shards > 1) {
-    a.group = ctx.sequence_group();
-    if (!a.group || a.group->size() != a.shards)
-      throw InternalError("a batch of " + std::to_string(a.shards) +
-                          " sequence shards without a sequence group of that size");
-    shard = static_cast<std::size_t>(a.group->rank());
-  }
-  a.spans = shard_spans(a.split, static_cast<std::size_t>(a.T), static_cast<std::size_t>(a.shards),
-                        shard);
+  a.ulysses_group = group_of(ctx.sequence_group(), a.split.sequence, "sequence (Ulysses)");
+  a.ring_group = group_of(ctx.context_group(), a.split.context, "context (ring)");
+  const SequenceShard shard{a.ulysses_group ? a.ulysses_group->rank() : 0,
+                            a.ring_group ? a.ring_group->rank() : 0};
+  a.spans = shard_spans(a.split, static_cast<std::size_t>(a.T), shard);
   const std::size_t n = static_cast<std::size_t>(batch.shape.batch) * batch.shape.seq_len;
   a.inputs = arena.on_device(batch.inputs, n);
   a.targets = arena.on_device(batch.targets, n);
@@ -82,21 +87,30 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
   return a;
 }
 
-sequence::UlyssesAttention Transformer::ulysses_of(const BlockActs& b, const Acts& a,
-                                                   StepContext& ctx) const {
-  return {*a.group, ctx.kernels(), ctx.activations().device(), ulysses_shape(b, a),
-          a.sequence_scratch};
-}
-
 sequence::RingAttention Transformer::ring_of(const BlockActs& b, const Acts& a,
                                              StepContext& ctx) const {
-  return {*a.group, ctx.kernels(), ctx.activations().device(), ring_shape(b, a),
-          a.sequence_scratch};
+  return {*a.ring_group, ctx.kernels(), ctx.activations().device(), ring_shape(b, a),
+          a.ring_scratch};
+}
+
+std::optional<sequence::RingAttention> Transformer::inner_ring(const BlockActs& b, const Acts& a,
+                                                               StepContext& ctx) const {
+  if (!a.ring()) return std::nullopt;
+  return ring_of(b, a, ctx);
+}
+
+sequence::UlyssesAttention Transformer::ulysses_of(
+    const BlockActs& b, const Acts& a, StepContext& ctx,
+    const std::optional<sequence::RingAttention>& ring) const {
+  return {*a.ulysses_group,    ctx.kernels(),     ctx.activations().device(),
+          ulysses_shape(b, a), a.ulysses_scratch, ring ? &*ring : nullptr};
 }
 
 void Transformer::attention_forward(const BlockActs& b, const Acts& a, StepContext& ctx) const {
-  if (a.ulysses())
-    return ulysses_of(b, a, ctx).forward(b.atty, {b.q, b.k, b.v}, {b.ulysses, b.lse});
+  if (a.ulysses()) {
+    const std::optional<sequence::RingAttention> ring = inner_ring(b, a, ctx);
+    return ulysses_of(b, a, ctx, ring).forward(b.atty, {b.q, b.k, b.v}, {b.ulysses, b.lse});
+  }
   if (a.ring()) return ring_of(b, a, ctx).forward(b.atty, b.lse, {b.q, b.k, b.v});
   ctx.kernels().attention_forward(b.atty, b.lse, {b.q, b.k, b.v}, dims(a.B, a.T).attention(b));
 }
@@ -105,7 +119,10 @@ void Transformer::attention_forward(const BlockActs& b, const Acts& a, StepConte
 // Ulysses writes.
 void Transformer::attention_backward(AttentionGrads d, const BlockActs& b, const Acts& a,
                                      StepContext& ctx) const {
-  if (a.ulysses()) return ulysses_of(b, a, ctx).backward(d, a.d_att, b.atty, {b.ulysses, b.lse});
+  if (a.ulysses()) {
+    const std::optional<sequence::RingAttention> ring = inner_ring(b, a, ctx);
+    return ulysses_of(b, a, ctx, ring).backward(d, a.d_att, b.atty, {b.ulysses, b.lse});
+  }
   if (a.ring()) return ring_of(b, a, ctx).backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse);
   ctx.kernels().attention_backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse,
                                    dims(a.B, a.T).attention(b));

@@ -412,7 +412,6 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
   const std::size_t lse_rows = static_cast<std::size_t>(B) * cfg_.n_head * T;
   a.B = B;
   a.T = T;
-  a.shards = shape.sequence_shards;
   a.split = shape.split;
   a.resid.resize(static_cast<std::size_t>(cfg_.n_layer) + 1);
   for (auto& r : a.resid) r = alloc(N * C);
@@ -456,8 +455,8 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
     b.h3 = cfg_.llama ? alloc(N * H) : nullptr;
     b.ulysses = a.ulysses() ? alloc(ulysses_shape(b, a).saved_floats()) : nullptr;
   }
-  if (a.ulysses()) a.sequence_scratch = alloc(ulysses_shape(a.blocks[0], a).scratch_floats());
-  if (a.ring()) a.sequence_scratch = alloc(ring_shape(a.blocks[0], a).scratch_floats());
+  if (a.ulysses()) a.ulysses_scratch = alloc(ulysses_shape(a.blocks[0], a).scratch_floats());
+  if (a.ring()) a.ring_scratch = alloc(ring_shape(a.blocks[0], a).scratch_floats());
   a.lnf = alloc(N * C);
   a.lnf_mean = cfg_.llama ? nullptr : alloc(N);
   a.lnf_rstd = alloc(N);
@@ -498,11 +497,19 @@ std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
   return bytes;
 }
 
-std::string Transformer::sequence_shards_refusal(SequenceSplit split, int shards) const {
-  if (shards <= 1) return {};
+// The ring cuts the sequence into pairs of chunks; Ulysses splits the
+// heads and what the ring leaves each rank (the whole sequence alone).
+std::string Transformer::sequence_shards_refusal(SequenceSplit split) const {
   const auto z = [](int n) { return static_cast<std::size_t>(n); };
-  if (split == SequenceSplit::mirrored) return sequence::ring_refusal(z(cfg_.seq_len), z(shards));
-  return sequence::ulysses_refusal(z(cfg_.n_head), z(cfg_.n_kv_head), z(cfg_.seq_len), z(shards));
+  const std::size_t T = z(cfg_.seq_len), R = z(split.context);
+  if (R > 1)
+    if (std::string why = sequence::ring_refusal(T, R); !why.empty()) return why;
+  if (split.sequence <= 1) return {};
+  std::string why =
+      sequence::ulysses_refusal(z(cfg_.n_head), z(cfg_.n_kv_head), T / R, z(split.sequence));
+  if (!why.empty() && R > 1)
+    why = "within each ring rank's " + std::to_string(T / R) + " tokens: " + why;
+  return why;
 }
 
 }  // namespace ztrain::transformer

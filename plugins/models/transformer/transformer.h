@@ -93,7 +93,7 @@ class Transformer final : public Model {
   void forward_backward(const Batch& batch, StepContext& ctx) override;
   void evaluate(const Batch& batch, StepContext& ctx) override;
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
-  std::string sequence_shards_refusal(SequenceSplit split, int shards) const override;
+  std::string sequence_shards_refusal(SequenceSplit split) const override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
 
@@ -102,16 +102,17 @@ class Transformer final : public Model {
   // either counting bytes (activation_bytes) or taking them from the arena.
   struct Acts {
     int B = 0, T = 0;  // T: the tokens of each row this rank holds
-    // Sequence shards: `shards` ranks of `group` hold a row each, split
-    // as `split` says, this rank's rows at the positions of `spans`;
-    // Ulysses' or the ring's scratch, shared by the blocks.
-    int shards = 1;
-    SequenceSplit split = SequenceSplit::slices;
-    Communicator* group = nullptr;
+    // Sequence shards: the ranks of the Ulysses group and the ring hold a
+    // row each, split as `split` says, this rank's rows at the positions
+    // of `spans`; Ulysses' and the ring's scratch, shared by the blocks.
+    SequenceSplit split;
+    Communicator* ulysses_group = nullptr;
+    Communicator* ring_group = nullptr;
     std::vector<TokenSpan> spans;
-    float* sequence_scratch = nullptr;
-    bool ulysses() const { return shards > 1 && split == SequenceSplit::slices; }
-    bool ring() const { return shards > 1 && split == SequenceSplit::mirrored; }
+    float* ulysses_scratch = nullptr;
+    float* ring_scratch = nullptr;
+    bool ulysses() const { return split.sequence > 1; }
+    bool ring() const { return split.context > 1; }
     std::vector<float*> resid;      // L+1 residual streams (N,C): embedding out, block outs
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
     float *lnf, *lnf_mean, *lnf_rstd, *losses;
@@ -136,17 +137,26 @@ class Transformer final : public Model {
   };
   // One block's attention as Ulysses runs it on this rank's shard.
   sequence::UlyssesShape ulysses_shape(const BlockActs& b, const Acts& a) const {
-    return {dims(a.B, a.T).attention(b), static_cast<std::size_t>(a.shards)};
+    return {dims(a.B, a.T).attention(b), static_cast<std::size_t>(a.split.sequence)};
   }
-  // Ulysses over the sequence group for block b.
-  sequence::UlyssesAttention ulysses_of(const BlockActs& b, const Acts& a, StepContext& ctx) const;
-  // One block's attention as the ring runs it on this rank's chunks.
+  // One block's attention as the ring runs it: on this rank's chunks, or
+  // under Ulysses on the whole of the Ulysses group's chunks for the heads
+  // Ulysses gave this rank.
   sequence::RingShape ring_shape(const BlockActs& b, const Acts& a) const {
-    return {dims(a.B, a.T).attention(b), static_cast<std::size_t>(a.shards)};
+    const AttentionShape local =
+        a.ulysses() ? ulysses_shape(b, a).whole() : dims(a.B, a.T).attention(b);
+    return {local, static_cast<std::size_t>(a.split.context)};
   }
   sequence::RingAttention ring_of(const BlockActs& b, const Acts& a, StepContext& ctx) const;
+  // The ring inside Ulysses where both split the sequence; none otherwise.
+  std::optional<sequence::RingAttention> inner_ring(const BlockActs& b, const Acts& a,
+                                                    StepContext& ctx) const;
+  // Ulysses over the sequence group for block b, around the kernel or
+  // `ring`, which must outlive it.
+  sequence::UlyssesAttention ulysses_of(const BlockActs& b, const Acts& a, StepContext& ctx,
+                                        const std::optional<sequence::RingAttention>& ring) const;
   // The attention of one block: the kernel's on whole sequences, Ulysses'
-  // or the ring's over the sequence group on shards.
+  // (around the kernel or the ring) or the ring's on shards.
   void attention_forward(const BlockActs& b, const Acts& a, StepContext& ctx) const;
   void attention_backward(AttentionGrads d, const BlockActs& b, const Acts& a,
                           StepContext& ctx) const;

@@ -14,6 +14,12 @@
 // one all-to-all returns q's, k's and v's gradients. Four all-to-alls per
 // layer, each moving (S-1)/S of its buffer from every rank.
 //
+// Ulysses x ring (a 2-D sequence group): when the whole sequence of the
+// group is itself one rank's share of a ring (ztrain/sequence/split.h),
+// the attention over it is the ring's (RingAttention over the context
+// group, on the heads this rank received) instead of the kernel's; the
+// exchanges around it are the same.
+//
 // Grouped key/value heads: with NKV >= S each rank takes NKV/S of them
 // (NKV a multiple of S); with fewer (S a multiple of NKV) a rank's NH/S
 // query heads share one key/value head, which is sent to every rank that
@@ -39,6 +45,7 @@
 #include "ztrain/device.h"
 #include "ztrain/export.h"
 #include "ztrain/kernels.h"
+#include "ztrain/sequence/ring.h"
 
 namespace ztrain::sequence {
 
@@ -82,9 +89,11 @@ ZTRAIN_API std::string ulysses_refusal(std::size_t NH, std::size_t NKV, std::siz
 class ZTRAIN_API UlyssesAttention {
  public:
   // group: the sequence group, of shape.shards ranks; scratch:
-  // shape.scratch_floats() floats on `device`.
+  // shape.scratch_floats() floats on `device`; ring: the attention over
+  // the whole sequence when a ring splits it further (its RingShape's
+  // local is shape.whole()), null for the kernel's.
   UlyssesAttention(Communicator& group, const Kernels& kernels, Device& device,
-                   const UlyssesShape& shape, float* scratch);
+                   const UlyssesShape& shape, float* scratch, const RingAttention* ring = nullptr);
 
   // out (B,T/S,NH*hs) contiguous: the attention of this rank's tokens, as
   // Kernels::attention_forward of the whole sequence gives them.
@@ -133,6 +142,7 @@ class ZTRAIN_API UlyssesAttention {
   Device& device_;
   UlyssesShape shape_;
   float* scratch_;
+  const RingAttention* ring_;
 };
 
 }  // namespace ztrain::sequence
