@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Sequence parallelism (Ulysses) on this machine:
-# 1. The longest sequence each degree trains within a device budget per
+# Sequence parallelism (Ulysses, [parallel] sequence) and context
+# parallelism (ring attention, [parallel] context) on this machine:
+# 1. The longest sequence each split trains within a device budget per
 #    rank: the longest multiple of 1024 tokens whose `ztrain estimate`
 #    fits BUDGET, then one real step there under [device] memory_limit =
 #    BUDGET (which fails the run if the device's measured peak passes it),
 #    with the measured peak printed beside the estimate.
-# 2. Speed: tokens per second at sequence 2 (2 ranks of 1 thread) against
-#    the unsharded run (1 rank of 2 threads) at one length, alternated
-#    three times so a slow minute moves both sides.
+# 2. Speed: tokens per second at sequence 2 and at context 2 (2 ranks of 1
+#    thread each) against the unsharded run (1 rank of 2 threads) at one
+#    length, alternated three times so a slow minute moves every side.
 #
 # usage: bench/bench_sequence.sh [BUILD_DIR] [BUDGET] [SPEED_TOKENS]
 #   defaults: build, 256MiB, 4096
@@ -26,15 +27,16 @@ model=(--model llama-tiny --set model.n_layer=2 --set model.activation_checkpoin
   --set train.global_batch_size=1 --set train.save_final=false --set train.eval_every=0
   --set train.log_every=1)
 
-# fits S T: whether the estimate of sequence S at T tokens fits the budget
+# fits KEY S T: whether the estimate of [parallel] KEY = S at T tokens fits
+# the budget
 budget_bytes=$(python3 -c "
 u = {'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}
 b = '$budget'
 print(int(float(b[:-3]) * u[b[-3:]]))")
 fits() {
   local total
-  total=$("$ztrain" estimate --world "$1" "${model[@]}" --set model.seq_len="$2" \
-    --set parallel.sequence="$1" "$config" 2> /dev/null |
+  total=$("$ztrain" estimate --world "$2" "${model[@]}" --set model.seq_len="$3" \
+    --set parallel."$1"="$2" "$config" 2> /dev/null |
     awk '$1 == "device" && $2 == "total" { print $3 }')
   [ -n "$total" ] && [ "$total" -le "$budget_bytes" ]
 }
@@ -45,30 +47,32 @@ peak() {
 }
 
 echo "1. the longest sequence within $budget of device memory per rank (llama-tiny, 2 layers, checkpointing)"
-printf "%-9s %9s %16s %16s %10s\n" sequence tokens "estimate total" "measured total" "step s"
-for s in 1 2 4; do
+printf "%-12s %9s %16s %16s %10s\n" split tokens "estimate total" "measured total" "step s"
+for split in "sequence 1" "sequence 2" "sequence 4" "context 2" "context 4"; do
+  read -r key s <<< "$split"
+  name="longest_${key}_$s"
   t=1024
-  while fits "$s" $((2 * t)); do t=$((2 * t)); done
+  while fits "$key" "$s" $((2 * t)); do t=$((2 * t)); done
   step=$((t / 2))
   while [ "$step" -ge 1024 ]; do
-    if fits "$s" $((t + step)); then t=$((t + step)); fi
+    if fits "$key" "$s" $((t + step)); then t=$((t + step)); fi
     step=$((step / 2))
   done
   estimate=$("$ztrain" estimate --world "$s" "${model[@]}" --set model.seq_len="$t" \
-    --set parallel.sequence="$s" "$config" | awk '$1 == "device" && $2 == "total" { print $3 }')
-  run=("$ztrain" "${model[@]}" --set model.seq_len="$t" --set parallel.sequence="$s"
+    --set parallel."$key"="$s" "$config" | awk '$1 == "device" && $2 == "total" { print $3 }')
+  run=("$ztrain" "${model[@]}" --set model.seq_len="$t" --set parallel."$key"="$s"
     --set train.steps=1 --set device.memory_limit="$budget" --set device.threads=$((2 / (s > 2 ? 2 : s)))
-    --set train.out_dir="$out/longest_s$s" "$config")
+    --set train.out_dir="$out/$name" "$config")
   start=$(date +%s.%N)
-  if [ "$s" -eq 1 ]; then "${run[@]}" > "$out/longest_s$s.out" 2>&1; else
-    "${mpirun[@]}" -np "$s" "${run[@]}" > "$out/longest_s$s.out" 2>&1
-  fi || { tail -n 5 "$out/longest_s$s.out"; echo "the run at $t tokens failed"; exit 1; }
+  if [ "$s" -eq 1 ]; then "${run[@]}" > "$out/$name.out" 2>&1; else
+    "${mpirun[@]}" -np "$s" "${run[@]}" > "$out/$name.out" 2>&1
+  fi || { tail -n 5 "$out/$name.out"; echo "the run at $t tokens failed"; exit 1; }
   seconds=$(echo "$(date +%s.%N) - $start" | bc)
-  printf "%-9s %9s %16s %16s %10.1f\n" "$s" "$t" "$estimate" "$(peak "longest_s$s" total)" "$seconds"
+  printf "%-12s %9s %16s %16s %10.1f\n" "$split" "$t" "$estimate" "$(peak "$name" total)" "$seconds"
 done
 
 echo
-echo "2. tokens/s at $speed_tokens tokens: sequence 2 (2 ranks x 1 thread) against one rank (2 threads)"
+echo "2. tokens/s at $speed_tokens tokens: sequence 2 and context 2 (2 ranks x 1 thread) against one rank (2 threads)"
 speed=(--set model.seq_len="$speed_tokens" --set train.steps=6)
 tps() {  # tps NAME: the run's tokens per second, from its summary line
   python3 -c "
@@ -79,9 +83,12 @@ print(float(m.group(1)) * {'': 1, 'k': 1e3, 'M': 1e6, 'G': 1e9}[m.group(2)])" "$
 for round in 1 2 3; do
   "$ztrain" "${model[@]}" "${speed[@]}" --set device.threads=2 --set train.out_dir="$out/one_$round" \
     "$config" > "$out/one_$round.out" 2>&1
-  "${mpirun[@]}" -np 2 "$ztrain" "${model[@]}" "${speed[@]}" --set parallel.sequence=2 \
-    --set device.threads=1 --set train.out_dir="$out/s2_$round" "$config" > "$out/s2_$round.out" 2>&1
-  one=$(tps "one_$round") two=$(tps "s2_$round")
-  printf "round %d: one rank %.0f tok/s, sequence 2 %.0f tok/s, ratio %.3f\n" "$round" "$one" "$two" \
-    "$(echo "$two / $one" | bc -l)"
+  for key in sequence context; do
+    "${mpirun[@]}" -np 2 "$ztrain" "${model[@]}" "${speed[@]}" --set parallel.$key=2 \
+      --set device.threads=1 --set train.out_dir="$out/${key}_$round" "$config" \
+      > "$out/${key}_$round.out" 2>&1
+  done
+  one=$(tps "one_$round") ulysses=$(tps "sequence_$round") ring=$(tps "context_$round")
+  printf "round %d: one rank %.0f tok/s; sequence 2 %.0f tok/s, ratio %.3f; context 2 %.0f tok/s, ratio %.3f\n" \
+    "$round" "$one" "$ulysses" "$(echo "$ulysses / $one" | bc -l)" "$ring" "$(echo "$ring / $one" | bc -l)"
 done

@@ -197,10 +197,25 @@ void hand_over(const ztrain::FaultPlan& faults) {
   ztrain::plan_holds(faults.holds);
 }
 
+// --parallel KEY=N,... as the --set parallel.KEY=N overrides it stands
+// for; a word that is not KEY=N is refused (the key itself is checked
+// with the [parallel] section).
+std::vector<std::string> parallel_overrides(const std::string& text) {
+  std::vector<std::string> out;
+  for (const std::string& item : comma_list(text)) {
+    const auto eq = item.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == item.size())
+      throw ztrain::ConfigError("--parallel " + text + ": \"" + item +
+                                "\" is not KEY=N (e.g. --parallel context=2,sequence=2)");
+    out.push_back("parallel." + item);
+  }
+  return out;
+}
+
 struct Cli {
   std::vector<std::string> overrides, plugin_paths, positional, env_vars;
   std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
-                               compare_out, deepspeed, accelerate, device_memory;
+                               compare_out, deepspeed, accelerate, device_memory, parallel;
   std::int64_t steps = 0;
   std::string tokenizer, text_field = "text", separator;
   std::uint64_t shard_tokens = 100'000'000, val_tokens = 0;
@@ -243,6 +258,10 @@ po::options_description declare_options(Cli& c) {
       "model,m", po::value(&c.model), "model preset (configs/models/NAME.toml) replacing [model]")(
       "set", po::value(&c.overrides)->composing(),
       "override a config key: --set section.key=value (repeatable)")(
+      "parallel", po::value(&c.parallel),
+      "the mesh's degrees, comma-separated: --parallel context=2,sequence=2 is --set "
+      "parallel.context=2 --set parallel.sequence=2 (for a run, estimate or every job of "
+      "compare); --set wins")(
       "plugin-path", po::value(&c.plugin_paths)->composing(),
       "extra plugin directory, searched first (repeatable; colon-separated lists too)")(
       "verbose,v", po::bool_switch(&c.verbose), "log plugin discovery and set-up")(
@@ -615,6 +634,8 @@ int main(int argc, char** argv) {
     hand_over(c.faults = ztrain::FaultPlan::from_environment());
     // --resume is train.resume, so every rank agrees on it with the rest.
     if (!c.resume.empty()) c.overrides.push_back("train.resume=\"" + c.resume + "\"");
+    const std::vector<std::string> mesh = parallel_overrides(c.parallel);
+    c.overrides.insert(c.overrides.begin(), mesh.begin(), mesh.end());
     if (const auto code = tool_command(c)) return *code;
     if (c.positional.size() != 1) {
       std::cerr << "ztrain: "

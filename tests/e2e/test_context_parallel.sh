@@ -6,6 +6,7 @@
 # chunks) and Llama with 2 key/value heads (rotary positions), at context
 # 2 and 4, with gradient accumulation, activation checkpointing (the ring
 # runs again in backward), context 2 x data 2 under zero1 and zero3,
+# context 2 under zero3_offload (and through `ztrain compare --parallel`),
 # Ulysses inside the ring (sequence 2 x context 2), a degree beyond the
 # head count (where Ulysses is refused), and bf16 against bf16 ddp at
 # world 1; evaluation too (the same val loss).
@@ -59,6 +60,21 @@ for pair in "g_w1 g_c4" "l_w1 l_c4" "l_w1 l_c2d2_zero3"; do
   awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d <= 1e-6) }' ||
     fail "$other's val loss $b is not $ref's $a"
 done
+
+# Under zero3_offload too (the optimizer on the host, the ring on the
+# device's activations).
+train_run l_c2_offload 2 4 2 --set parallel.context=2 --strategy zero3_offload
+same_training l_w1 l_c2_offload 1e-6 2e-6
+
+# compare --parallel runs every job on the mesh it names, and says so.
+"$ZTRAIN" compare --strategies ddp,zero3 --nproc 2 --steps 3 --parallel context=2 \
+  --out "$scratch/compare" "${base[@]}" "$SRC/configs/run.toml" > "$scratch/compare.out" 2>&1 ||
+  fail "compare --parallel context=2 failed"
+for job in ddp zero3; do
+  grep -q "mesh: context 2" "$scratch/compare/$job.log" || fail "compare's $job job did not run on context 2"
+done
+grep -q '"mesh": "context 2"' "$scratch/compare/compare.json" || fail "compare.json does not name the mesh"
+grep -q "^verdict: equivalent" "$scratch/compare.out" || fail "compare on context 2: no equivalence verdict"
 
 # Ulysses inside the ring (a 2-D group of 4): Ulysses pairs trade heads,
 # each pair one rank of a ring of two.

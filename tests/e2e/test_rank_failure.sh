@@ -81,4 +81,8 @@ frozen frozen3 3 2 "rank [01]: .* did not finish within 3 s; .*rank 2 has sent n
 extra=(--set parallel.sequence=2)
 frozen frozen_ulysses 2 1 "rank 0: .* did not finish within 3 s; rank 1 has sent no heartbeat for"
 grep -q "mesh: sequence 2" "$scratch/frozen_ulysses.out" || fail "frozen_ulysses did not split its sequences"
+# A rank frozen mid-ring: its neighbours wait on a pass that never comes.
+extra=(--set parallel.context=2)
+frozen frozen_ring 2 1 "rank 0: .* did not finish within 3 s; rank 1 has sent no heartbeat for"
+grep -q "mesh: context 2" "$scratch/frozen_ring.out" || fail "frozen_ring did not split its sequences"
 echo "PASS"

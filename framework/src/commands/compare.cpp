@@ -263,9 +263,20 @@ html::Facts run_facts(const CompareArgs& a, const RunConfig& config, const Compa
                 {"model", model},
                 {"data", data},
                 {"precision", c.precision},
-                {"ranks", std::to_string(c.ranks) + " per job"},
+                {"ranks", std::to_string(c.ranks) + " per job" +
+                              (c.mesh.empty() ? "" : ", each sequence split by " + c.mesh)},
                 {"device", device}});
   return facts;
+}
+
+// The degrees that split the model's work, in words: "sequence 2 x
+// context 2"; empty when every rank holds whole sequences.
+std::string mesh_words(const ParallelSettings& p) {
+  std::string out;
+  for (const auto& [name, degree] : {std::pair{"sequence", p.sequence}, {"context", p.context}})
+    if (degree > 1)
+      out += (out.empty() ? "" : " x ") + std::string(name) + " " + std::to_string(degree);
+  return out;
 }
 
 }  // namespace
@@ -281,6 +292,7 @@ int compare(const CompareArgs& a, std::ostream& os) {
   c.precision = precision_label(settings.train.precision);
   c.ranks = a.nproc;
   c.steps = a.steps.value_or(settings.train.steps);
+  c.mesh = mesh_words(settings.parallel);
   c.tolerance = tolerance_for(c.precision);
   const fs::path out = a.out_dir.empty() ? fs::path("runs/compare") : a.out_dir;
   if (fs::exists(out / "compare.json") && !a.run.overwrite)

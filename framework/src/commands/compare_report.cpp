@@ -278,6 +278,7 @@ std::string comparison_json(const Comparison& c) {
   out["run_file"] = c.run_file;
   out["precision"] = c.precision;
   out["ranks"] = c.ranks;
+  if (!c.mesh.empty()) out["mesh"] = c.mesh;
   out["steps"] = c.steps;
   out["tolerance"] = {{"loss", c.tolerance.loss}, {"grad_norm", c.tolerance.grad_norm}};
   out["verdict"] = {{"equivalent", c.verdict.equivalent},

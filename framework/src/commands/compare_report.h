@@ -86,6 +86,7 @@ struct Comparison {
   std::vector<std::pair<std::string, std::string>> facts;
   std::optional<std::uint64_t> device_limit;
   int ranks = 1;
+  std::string mesh;  // the [parallel] degrees above 1 ("context 2 x sequence 2"); empty: data only
   std::int64_t steps = 0;
   Tolerance tolerance;
   std::vector<ComparedJob> jobs;
