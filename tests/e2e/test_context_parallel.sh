@@ -161,13 +161,46 @@ echo "activations of 4096 tokens: $whole bytes whole, $quarter per rank at conte
 awk -v w="$whole" -v q="$quarter" 'BEGIN { exit !(q >= 0.25 * w && q <= 0.3 * w) }' ||
   fail "context 4 holds $quarter bytes of activations per rank, not about a quarter of $whole"
 
-# Refused by key, before anything trains.
-refused() {
+refused() {  # refused WHAT TEXT RANKS COMMAND...: the command fails saying TEXT
   local what=$1 text=$2
   shift 2
   on_ranks "$@" > "$scratch/refused.out" 2>&1 && fail "$what: the run was not refused"
   grep -qF -- "$text" "$scratch/refused.out" || fail "$what: the refusal does not say \"$text\""
 }
+
+# Activation checkpoints offloaded to host memory (ALST's checkpoint
+# offload) on a ring: five layers, so the three device streams the blocks'
+# inputs rotate through wrap around. The same computation as keeping them
+# on the device, to the bit; the device holds four residual streams
+# instead of L + 1 and the host the L block inputs, measured as estimated.
+base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}" --set model.n_layer=5
+  --set model.activation_checkpointing=true)
+train_run o_kept 2 4 2 --set parallel.context=2
+train_run o_offloaded 2 4 2 --set parallel.context=2 --set model.offload_checkpoints=true
+same_training o_kept o_offloaded 0 0
+host_activations() {  # host_activations NAME: the worst rank's peak host bytes of activations
+  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
+    sed -n 's/.*"host": {[^}]*"activations": \([0-9]*\).*/\1/p'
+}
+stream=$((4 * 32 / 2 * 64 * 4))  # micro x tokens per rank x n_embd x 4 bytes
+kept=$(activations o_kept) offloaded=$(activations o_offloaded)
+[ $((kept - offloaded)) -eq $(((5 + 1 - 4) * stream)) ] ||
+  fail "offloading the checkpoints saved $((kept - offloaded)) device bytes, not two streams of $stream"
+[ "$(host_activations o_offloaded)" -eq $((5 * stream)) ] ||
+  fail "the host holds $(host_activations o_offloaded) bytes of checkpoints, not five streams of $stream"
+"$ZTRAIN" estimate --world 2 "${base[@]}" --set parallel.context=2 --set model.offload_checkpoints=true \
+  --set train.micro_batch_size=4 "$SRC/configs/run.toml" > "$scratch/o_estimate.out" 2>&1 ||
+  fail "estimate with offloaded checkpoints failed"
+[ "$(awk '$1 == "host" && $2 == "activations" { print $3 }' "$scratch/o_estimate.out")" -eq $((5 * stream)) ] ||
+  fail "the estimate's host activations are not the five streams measured"
+[ "$(awk '$1 == "device" && $2 == "activations" { print $3 }' "$scratch/o_estimate.out")" -eq "$offloaded" ] ||
+  fail "the estimate's device activations are not the $offloaded bytes measured"
+refused "offloading checkpoints that are not taken" \
+  "[model] offload_checkpoints moves the checkpoints of activation checkpointing to host memory, which is off" \
+  1 "$ZTRAIN" "${base[@]}" --set model.activation_checkpointing=false --set model.offload_checkpoints=true \
+  "$SRC/configs/run.toml"
+
+# Refused by key, before anything trains.
 refused "a degree whose chunk pairs do not divide the sequence" \
   "--set parallel.context=4: [parallel] context = 4: ring attention cuts each sequence into 2 x 4 = 8 chunks of equal length" \
   4 "$ZTRAIN" "${base[@]}" --set model.seq_len=36 --set parallel.context=4 "$SRC/configs/run.toml"

@@ -34,7 +34,7 @@ bytes_of() {  # bytes_of VALUE UNIT
   awk -v v="$1" -v u="$2" 'BEGIN { m["B"] = 1; m["KiB"] = 2^10; m["MiB"] = 2^20; m["GiB"] = 2^30;
     m["TiB"] = 2^40; printf "%.0f", v * m[u] }'
 }
-host_of() { grep -E "^$1 " "$scratch/7b.out" | awk '{ print $18, $19 }'; }
+host_of() { grep -E "^$1 " "${2:-$scratch/7b.out}" | awk '{ print $18, $19 }'; }  # host_of ROW [TABLE]
 nvme_of() { grep -E "^$1 " "$scratch/7b.out" | awk '{ print $20, $21 }'; }
 [ "$(host_of ddp)" = "0 B" ] || fail "ddp puts '$(host_of ddp)' on the host"
 [ "$(host_of zero3_offload)" != "0 B" ] || fail "zero3_offload puts nothing on the host"
@@ -83,6 +83,23 @@ awk -v t="$total" 'BEGIN { exit !(t <= 80 * 2^30 && t > 60 * 2^30) }' ||
 total=$(awk '$1 == "device" && $2 == "total" { print $3 }' "$scratch/200k_c8.out")
 awk -v t="$total" 'BEGIN { exit !(t <= 80 * 2^30 && t > 60 * 2^30) }' ||
   fail "zero1 at context 8 needs $total bytes a device, which the table says fit 80 GiB"
+
+# With the checkpoints offloaded to the host (ALST), each device keeps
+# four residual streams instead of 41: zero3_offload fits at sequence 2,
+# and its host memory per node grows by the 40 offloaded block inputs of
+# its 8 ranks (40 x 200000 x 4608 x 4 bytes each, at the run's degree 1;
+# within the table's rounding to 3 digits).
+"$ZTRAIN" estimate --all --gpus-per-node 8 --device-memory 80GiB "${seed[@]}" \
+  --set model.activation_checkpointing=true --set model.offload_checkpoints=true "$SRC/configs/run.toml" \
+  > "$scratch/200k_offload.out" 2>&1 ||
+  { cat "$scratch/200k_offload.out" >&2; fail "estimate --all with offloaded checkpoints failed"; }
+grep -E "^zero3_offload " "$scratch/200k_offload.out" | grep -q " 2 ckpt  does not fit (" ||
+  fail "zero3_offload with offloaded checkpoints: the table does not say it fits at sequence 2"
+kept_host=$(bytes_of $(host_of zero3_offload "$scratch/200k.out"))
+off_host=$(bytes_of $(host_of zero3_offload "$scratch/200k_offload.out"))
+awk -v k="$kept_host" -v o="$off_host" 'BEGIN { d = (o - k) / (8 * 40 * 200000 * 4608 * 4);
+    exit !(d > 0.99 && d < 1.01) }' ||
+  fail "offloading adds $((off_host - kept_host)) host bytes per node, not 8 ranks' 40 block inputs"
 
 small=(--model gpt2-tiny --world 2)
 "$ZTRAIN" estimate --all "${small[@]}" "$SRC/configs/run.toml" > "$scratch/tiny.out" 2>&1 ||

@@ -150,6 +150,9 @@ TEST_CASE("llama (grouped KV) gradients match finite differences") {
 TEST_CASE("llama gradients match finite differences with activation checkpointing") {
   check_model("llama", true);
 }
+TEST_CASE("llama gradients match finite differences with checkpoints offloaded to host memory") {
+  check_model("llama", true, "offload_checkpoints = true\n");
+}
 
 // Every bias a Llama variant may carry, the head tied to the embedding (its
 // gradient the sum of both uses) and llama3 RoPE scaling with an original

@@ -93,9 +93,11 @@ struct ModelInfo {
 
 // Activations of a micro-step. Each request is its own device allocation
 // (device tier, category `activations`, 64-byte multiples, contents
-// undefined: the model writes before it reads), and reset() returns them
-// all, so the device's peak of the category is what the model really held
-// at once, measured, where activation_bytes() only predicts it. The device
+// undefined: the model writes before it reads; alloc_host_f32's in the
+// host tier, for what a model keeps there until backward), and reset()
+// returns them all, so the device's peak of the category is what the model
+// really held at once, measured, where activation_bytes() and
+// host_activation_bytes() only predict it. The device
 // keeps freed blocks for reuse, so a step asking for the same sizes again
 // costs no fresh pages.
 // Errors: OutOfMemoryError past the device budget.
@@ -103,6 +105,9 @@ class ZTRAIN_API Arena {
  public:
   explicit Arena(Device& device) : device_(device) {}
   float* alloc_f32(std::size_t n);
+  // n floats of host memory the device copies to and from (pinned on a
+  // GPU), for Device::copy_async.
+  float* alloc_host_f32(std::size_t n);
   std::int32_t* alloc_i32(std::size_t n);
   // n token ids from host memory where the kernels can read them: the
   // same pointer when the host can touch the device tier, else a copy in
@@ -112,12 +117,12 @@ class ZTRAIN_API Arena {
   Device& device() { return device_; }
   // Returns every allocation; earlier pointers are invalid.
   void reset();
-  // Bytes handed out since the last reset.
+  // Device bytes handed out since the last reset.
   std::size_t used() const { return used_; }
   static std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
  private:
-  void* take(std::size_t bytes);
+  void* take(Tier tier, std::size_t bytes);
   Device& device_;
   std::vector<Buffer> buffers_;
   std::size_t used_ = 0;
@@ -212,6 +217,9 @@ class ZTRAIN_API Model : public Plugin {
   // Bytes of activations one micro-step of this batch shape allocates from
   // the arena at its peak (the estimate; the device measures the run).
   virtual std::uint64_t activation_bytes(const BatchShape& shape) const = 0;
+  // Bytes of host memory it allocates at its peak (Arena::alloc_host_f32:
+  // offloaded activations); none by default.
+  virtual std::uint64_t host_activation_bytes(const BatchShape& shape) const;
   // One micro-batch forward and backward; reports its losses through
   // ctx.add_loss.
   virtual void forward_backward(const Batch& batch, StepContext& ctx) = 0;

@@ -111,6 +111,10 @@ struct EstimateArgs {
   // As in StrategySetup: a strategy that sizes itself estimates what it
   // would choose.
   std::uint64_t activation_bytes = 0;
+  // What the model keeps in host memory (offloaded activation
+  // checkpoints): the host adds it to the host tier beside the strategy's
+  // estimate, as it adds activation_bytes to the device tier.
+  std::uint64_t host_activation_bytes = 0;
   std::optional<std::uint64_t> device_budget;
   // Whether host code can touch the device tier (the cpu device: yes; a
   // GPU: no, so state stepped in host memory needs host buffers for what

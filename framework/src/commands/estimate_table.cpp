@@ -57,6 +57,7 @@ struct Sized {
   std::string refused;    // why the preset cannot run this model as set; empty: it can
   MemoryEstimate states;  // per rank, activations not included
   std::uint64_t activations_off = 0, activations_on = 0;  // at the run's own sequence degree
+  std::uint64_t host_activations = 0;  // offloaded checkpoints, with checkpointing on
   std::vector<Activations> by_sequence;  // every split the world and the model take
   std::int64_t n_params = 0;
   std::string model;
@@ -74,8 +75,13 @@ RunParts parts_of(const SizingArgs& a, const fs::path& preset, const PluginLoade
   return parts;
 }
 
-std::string checkpointing(bool on) {
-  return std::string("model.activation_checkpointing=") + (on ? "true" : "false");
+// The overrides that turn activation checkpointing on or off; off turns
+// its offload off too where the run offloads (whose model has the key).
+std::vector<std::string> checkpointing(bool on, bool offloading) {
+  std::vector<std::string> set{std::string("model.activation_checkpointing=") +
+                               (on ? "true" : "false")};
+  if (!on && offloading) set.push_back("model.offload_checkpoints=false");
+  return set;
 }
 
 // The activations at every degree of each split the world and the model
@@ -87,7 +93,7 @@ std::string checkpointing(bool on) {
 // do not change with it.
 std::vector<Activations> activations_by_sequence(const SizingArgs& a, const fs::path& preset,
                                                  const PluginLoader& loader,
-                                                 std::int64_t micro_batch) {
+                                                 std::int64_t micro_batch, bool offloading) {
   std::vector<Activations> out;
   for (int degree = 1; degree <= a.world; ++degree) {
     if (a.world % degree != 0) continue;
@@ -101,8 +107,8 @@ std::vector<Activations> activations_by_sequence(const SizingArgs& a, const fs::
             std::string(ring ? "parallel.sequence=1" : "parallel.context=1"),
             "train.micro_batch_size=" + std::to_string(micro_batch)};
         std::vector<std::string> off = set, on = set;
-        off.push_back(checkpointing(false));
-        on.push_back(checkpointing(true));
+        for (const std::string& o : checkpointing(false, offloading)) off.push_back(o);
+        for (const std::string& o : checkpointing(true, offloading)) on.push_back(o);
         act.off = parts_of(a, preset, loader, off).sizes.activation_bytes;
         act.on = parts_of(a, preset, loader, on).sizes.activation_bytes;
       } catch (const ConfigError&) {
@@ -115,17 +121,22 @@ std::vector<Activations> activations_by_sequence(const SizingArgs& a, const fs::
 }
 
 // The model states and activations of `preset`, with activation
-// checkpointing off and on, into s.
+// checkpointing off and on (offloaded to the host as the run says), into s.
 void size_states(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader,
                  Sized& s) {
+  const bool offloading = parts_of(a, preset, loader, {}).sizes.host_activation_bytes > 0;
   for (const bool on : {false, true}) {
-    RunParts parts = parts_of(a, preset, loader, {checkpointing(on)});
+    RunParts parts = parts_of(a, preset, loader, checkpointing(on, offloading));
     (on ? s.activations_on : s.activations_off) = parts.sizes.activation_bytes;
-    if (on) continue;  // the model states do not depend on it
+    if (on) {
+      s.host_activations = parts.sizes.host_activation_bytes;
+      continue;  // the model states do not depend on it
+    }
     s.n_params = parts.info.n_params;
     s.model = parts.info.arch;
     s.states = parts.strategy->estimate(parts.sizes);
-    s.by_sequence = activations_by_sequence(a, preset, loader, parts.settings.train.micro_batch);
+    s.by_sequence = activations_by_sequence(a, preset, loader, parts.settings.train.micro_batch,
+                                            offloading);
   }
 }
 
@@ -231,7 +242,7 @@ void estimate_all(const SizingArgs& a, std::ostream& os) {
         format_bytes(buffers).c_str(), format_bytes(s.activations_off).c_str(),
         format_bytes(s.activations_on).c_str(), format_bytes(total_off).c_str(),
         format_bytes(total_on).c_str(),
-        format_bytes(tier_total(s.states, Tier::host) * per_node).c_str(),
+        format_bytes((tier_total(s.states, Tier::host) + s.host_activations) * per_node).c_str(),
         format_bytes(tier_total(s.states, Tier::nvme) * per_node).c_str(), seq.c_str(),
         a.device_memory ? verdict(total_off, total_on, *a.device_memory).c_str()
                         : "- (give --device-memory)");

@@ -827,7 +827,8 @@ void map_rest(Section& top, Builder& b) {
        {"flops_profiler", "the summary reports model FLOP/s"},
        {"dump_state", "nothing to dump"},
        {"checkpoint", "set [train] checkpoint_every and keep_last"},
-       {"activation_checkpointing", "set [model] activation_checkpointing"},
+       {"activation_checkpointing",
+        "set [model] activation_checkpointing (and offload_checkpoints for its cpu_checkpointing)"},
        {"prescale_gradients", "gradients are averaged once, after the reduction"},
        {"sparse_gradients", "gradients are dense"}},
       b.out.warnings);

@@ -6,10 +6,10 @@
 
 namespace ztrain {
 
-void* Arena::take(std::size_t bytes) {
+void* Arena::take(Tier tier, std::size_t bytes) {
   const std::size_t need = aligned(bytes);
-  buffers_.push_back(device_.allocate(Tier::device, Category::activations, need, Fill::undefined));
-  used_ += need;
+  buffers_.push_back(device_.allocate(tier, Category::activations, need, Fill::undefined));
+  if (tier == Tier::device) used_ += need;
   return buffers_.back().data();
 }
 
@@ -19,7 +19,11 @@ void Arena::reset() {
 }
 
 float* Arena::alloc_f32(std::size_t n) {
-  return static_cast<float*>(take(n * sizeof(float)));
+  return static_cast<float*>(take(Tier::device, n * sizeof(float)));
+}
+
+float* Arena::alloc_host_f32(std::size_t n) {
+  return static_cast<float*>(take(Tier::host, n * sizeof(float)));
 }
 const std::int32_t* Arena::on_device(const std::int32_t* host, std::size_t n) {
   if (device_.host_visible(Tier::device)) return host;
@@ -29,7 +33,7 @@ const std::int32_t* Arena::on_device(const std::int32_t* host, std::size_t n) {
 }
 
 std::int32_t* Arena::alloc_i32(std::size_t n) {
-  return static_cast<std::int32_t*>(take(n * sizeof(std::int32_t)));
+  return static_cast<std::int32_t*>(take(Tier::device, n * sizeof(std::int32_t)));
 }
 
 LossSum::LossSum(Device& device, const Kernels& kernels)
@@ -113,6 +117,10 @@ TensorView StepContext::grad(ParamId p) {
 void Model::forward_logits(const Batch&, StepContext&, float*) {
   throw Error("model '" + info().arch +
               "' does not offer its logits (Model::forward_logits); compare it on losses instead");
+}
+
+std::uint64_t Model::host_activation_bytes(const BatchShape&) const {
+  return 0;
 }
 
 std::string Model::sequence_shards_refusal(SequenceSplit split) const {

@@ -79,7 +79,7 @@ void ZeroStrategy::setup(const StrategySetup& s) {
   kernels_ = s.kernels;
   host_kernels_ = s.host_kernels ? s.host_kernels : s.kernels;
   device_ = s.device;
-  chosen_ = resolve({params_, comm_->size(), s.precision, s.grad_dtype, s.activation_bytes,
+  chosen_ = resolve({params_, comm_->size(), s.precision, s.grad_dtype, s.activation_bytes, 0,
                      s.device_budget, s.device->host_visible(Tier::device), s.host_budget});
   const ZeroDesign& d = chosen_;
   // Hybrid: groups of consecutive ranks, and the ranks at the same place

@@ -192,8 +192,10 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   const auto& tr = run.settings.train;
   run.sizes = parts.sizes;
   const EstimateArgs& sizes = run.sizes;
+  MemoryEstimate states = run.strategy->estimate(sizes);
+  states.bytes[Tier::host][Category::activations] += sizes.host_activation_bytes;
   if (std::string warning = check_memory_fits(
-          config, run.strategy->estimate(sizes), run.device->host_visible(Tier::device),
+          config, states, run.device->host_visible(Tier::device),
           sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
           local_rank_count(), *run.comm);
       !warning.empty())
@@ -234,6 +236,7 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const std::string& strategy_name = parts.strategy_plugin;
   MemoryEstimate e = parts.strategy->estimate(parts.sizes);
   e.bytes[Tier::device][Category::activations] += parts.sizes.activation_bytes;
+  e.bytes[Tier::host][Category::activations] += parts.sizes.host_activation_bytes;
   os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
      << ", model " << model_name << " (" << info.arch << ", " << info.n_params
      << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len

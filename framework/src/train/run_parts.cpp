@@ -54,12 +54,13 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
   check_split(config, *p.model, par.split());
   const int shards = par.split().shards();
   const auto& tr = p.settings.train;
+  const BatchShape micro{static_cast<int>(tr.micro_batch), p.info.seq_len / shards, par.split()};
   p.sizes = {p.model->params(),
              world,
              tr.precision,
              tr.grad_dtype,
-             p.model->activation_bytes(
-                 {static_cast<int>(tr.micro_batch), p.info.seq_len / shards, par.split()}),
+             p.model->activation_bytes(micro),
+             p.model->host_activation_bytes(micro),
              p.settings.device.memory_limit,
              p.settings.device.kind != "cuda" && !p.settings.device.guard,
              std::nullopt};

@@ -65,7 +65,9 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) con
   arena.reset();
   Acts a;
   plan(
-      batch.shape, [&](std::size_t n) { return arena.alloc_f32(n); }, a);
+      batch.shape,
+      [&](std::size_t n, bool host) { return host ? arena.alloc_host_f32(n) : arena.alloc_f32(n); },
+      a);
   a.ulysses_group = group_of(ctx.sequence_group(), a.split.sequence, "sequence (Ulysses)");
   a.ring_group = group_of(ctx.context_group(), a.split.context, "context (ring)");
   const SequenceShard shard{a.ulysses_group ? a.ulysses_group->rank() : 0,
@@ -209,8 +211,8 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
   BlockActs& b = block_acts(a, l);
-  const float* x = a.resid[static_cast<std::size_t>(l)];
-  if (cfg_.checkpointing) block_forward(l, x, a.resid[static_cast<std::size_t>(l) + 1], b, a, ctx);
+  const float* x = stream(a, l);
+  if (cfg_.checkpointing) block_forward(l, x, stream(a, l + 1), b, a, ctx);
   const auto P = param_views(ctx);
   const auto G = grad_views(ctx);
   const Dims d = dims(a.B, a.T);
@@ -269,16 +271,39 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
   }
 }
 
-void Transformer::trunk_forward(StepContext& ctx, Acts& a) const {
+float* Transformer::stream(const Acts& a, int l) const {
+  if (a.host_resid.empty()) return a.resid[static_cast<std::size_t>(l)];
+  return l == cfg_.n_layer ? a.resid[3] : a.resid[static_cast<std::size_t>(l % 3)];
+}
+
+CopyWork Transformer::save_checkpoint(Acts& a, int l, StepContext& ctx) const {
+  const std::size_t bytes = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd * sizeof(float);
+  return ctx.activations().device().copy_async(a.host_resid[static_cast<std::size_t>(l)],
+                                               stream(a, l), bytes);
+}
+
+CopyWork Transformer::fetch_checkpoint(Acts& a, int l, StepContext& ctx) const {
+  const std::size_t bytes = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd * sizeof(float);
+  return ctx.activations().device().copy_async(stream(a, l),
+                                               a.host_resid[static_cast<std::size_t>(l)], bytes);
+}
+
+// Offloading, block l's output overwrites the stream of block l - 2's
+// input (three rotate), whose copy to the host must be done by then: each
+// copy has one block's compute to run beside.
+void Transformer::trunk_forward(StepContext& ctx, Acts& a, bool training) const {
   const int L = cfg_.n_layer;
+  const bool offload = training && !a.host_resid.empty();
   ctx.enter_forward(kEmbed);
   embed_forward(ctx, a);
   ctx.exit_forward(kEmbed);
+  std::vector<CopyWork> saving(static_cast<std::size_t>(L));
   for (int l = 0; l < L; ++l) {
+    if (offload && l >= 2) saving[static_cast<std::size_t>(l - 2)].wait();
     ctx.enter_forward(block_module(l));
-    block_forward(l, a.resid[static_cast<std::size_t>(l)], a.resid[static_cast<std::size_t>(l) + 1],
-                  block_acts(a, l), a, ctx);
+    block_forward(l, stream(a, l), stream(a, l + 1), block_acts(a, l), a, ctx);
     ctx.exit_forward(block_module(l));
+    if (offload) saving[static_cast<std::size_t>(l)] = save_checkpoint(a, l, ctx);
   }
 }
 
@@ -287,7 +312,7 @@ void Transformer::final_norm_forward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
   const RowShape rows = dims(a.B, a.T).rows(static_cast<std::size_t>(cfg_.n_embd));
   const auto P = param_views(ctx);
-  const float* xL = a.resid[static_cast<std::size_t>(cfg_.n_layer)];
+  const float* xL = stream(a, cfg_.n_layer);
   if (!cfg_.llama)
     k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, xL, P(lnf_w_), P(lnf_b_), rows,
                         cfg_.norm_eps);
@@ -299,7 +324,7 @@ void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* 
   const Kernels& k = ctx.kernels();
   const Dims d = dims(batch.shape.batch, batch.shape.seq_len);
   const std::size_t N = d.N, C = d.C, V = d.V;
-  trunk_forward(ctx, a);
+  trunk_forward(ctx, a, false);
   ctx.enter_forward(head_module());
   final_norm_forward(ctx, a);
   const ConstTypedPtr head_w = param_views(ctx)(head_w_);
@@ -354,7 +379,7 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
   if (a.head_dw) device.convert(head_dw, dw, dw_n);
   ctx.add_loss(a.losses, N);
   zero(ctx, a.d_res, N * C);
-  const float* xL = a.resid[static_cast<std::size_t>(cfg_.n_layer)];
+  const float* xL = stream(a, cfg_.n_layer);
   if (!cfg_.llama)
     k.layernorm_backward(a.d_res, G(lnf_w_), G(lnf_b_), a.d_c, xL, P(lnf_w_), a.lnf_mean,
                          a.lnf_rstd, d.rows(C));
@@ -375,12 +400,20 @@ void Transformer::forward_logits(const Batch& batch, StepContext& ctx, float* lo
 
 void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   Acts a = planned(batch, ctx);
-  trunk_forward(ctx, a);
+  trunk_forward(ctx, a, true);
   head_forward_backward(ctx, a);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+  // Offloading, block l - 1's input comes back while block l computes
+  // (into the stream block l neither reads nor writes).
+  const bool offload = !a.host_resid.empty();
+  const int L = cfg_.n_layer;
+  CopyWork fetched = offload ? fetch_checkpoint(a, L - 1, ctx) : CopyWork{};
+  for (int l = L - 1; l >= 0; --l) {
+    fetched.wait();
+    CopyWork next = offload && l > 0 ? fetch_checkpoint(a, l - 1, ctx) : CopyWork{};
     ctx.enter_backward(block_module(l));
     block_backward(l, a, ctx);
     ctx.exit_backward(block_module(l));
+    fetched = std::move(next);
   }
   ctx.enter_backward(kEmbed);
   embed_backward(ctx, a);

@@ -70,6 +70,10 @@ void Transformer::declare_options(OptionList& o) {
          "ties");
   o.flag("activation_checkpointing", false,
          "keep only each block's input and recompute the block in backward");
+  o.flag("offload_checkpoints", false,
+         "with activation_checkpointing: keep the blocks' inputs in host memory, copied there "
+         "after each block's forward and back before its backward, beside the compute "
+         "(DeepSpeed's cpu_checkpointing, ALST's checkpoint offload)");
   // The default, 1024: see head_rows for its measurement.
   o.integer("loss_chunk_tokens", 1024,
             "tokens whose logits the output head computes at a time (the loss and its "
@@ -95,6 +99,12 @@ Transformer::Transformer(const Options& o) {
   cfg_.tied = !cfg_.llama;
   read_llama_options(o);
   cfg_.checkpointing = o.get_bool("activation_checkpointing");
+  cfg_.offload_checkpoints = o.get_bool("offload_checkpoints");
+  if (cfg_.offload_checkpoints && !cfg_.checkpointing)
+    throw ConfigError(o.where("offload_checkpoints") +
+                      ": [model] offload_checkpoints moves the checkpoints of activation "
+                      "checkpointing to host memory, which is off; set "
+                      "activation_checkpointing = true as well, or remove offload_checkpoints");
   cfg_.loss_chunk_tokens = static_cast<int>(o.get_int("loss_chunk_tokens"));
   cfg_.init_std = o.get_number("init_std");
   const int C = cfg_.n_embd;
@@ -402,8 +412,9 @@ Transformer::Dims Transformer::dims(int B, int T) const {
           z(cfg_.n_head), NKV,  hs,          NKV * hs,       z(cfg_.vocab_size)};
 }
 
-void Transformer::plan(const BatchShape& shape, const std::function<float*(std::size_t)>& alloc,
-                       Acts& a) const {
+void Transformer::plan(const BatchShape& shape,
+                       const std::function<float*(std::size_t, bool)>& alloc_where, Acts& a) const {
+  const auto alloc = [&](std::size_t n) { return alloc_where(n, false); };
   const int B = shape.batch, T = shape.seq_len;
   const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg_.n_embd,
                     H = static_cast<std::size_t>(cfg_.hidden),
@@ -413,8 +424,11 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
   a.B = B;
   a.T = T;
   a.split = shape.split;
-  a.resid.resize(static_cast<std::size_t>(cfg_.n_layer) + 1);
+  const auto L = static_cast<std::size_t>(cfg_.n_layer);
+  a.resid.resize(cfg_.offload_checkpoints ? 4 : L + 1);
   for (auto& r : a.resid) r = alloc(N * C);
+  a.host_resid.resize(cfg_.offload_checkpoints ? L : 0);
+  for (auto& r : a.host_resid) r = alloc_where(N * C, true);
   // The rotary tables live with the activations: the device accounts them,
   // and a model that is only declared (estimate) builds none.
   const std::size_t rope = cfg_.llama ? static_cast<std::size_t>(T) * (cfg_.head_size() / 2) : 0;
@@ -474,6 +488,14 @@ void Transformer::plan(const BatchShape& shape, const std::function<float*(std::
 }
 
 std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
+  return planned_bytes(shape, false);
+}
+
+std::uint64_t Transformer::host_activation_bytes(const BatchShape& shape) const {
+  return planned_bytes(shape, true);
+}
+
+std::uint64_t Transformer::planned_bytes(const BatchShape& shape, bool host) const {
   // A bound on the plan's largest sums, in floating point, before it
   // multiplies in 64 bits: each block holds a few (N, C), (N, H) and (N, 3C)
   // arrays, the head (N, V).
@@ -489,8 +511,8 @@ std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
   Acts a;
   plan(
       shape,
-      [&](std::size_t n) -> float* {
-        bytes += Arena::aligned(n * sizeof(float));
+      [&](std::size_t n, bool on_host) -> float* {
+        if (on_host == host) bytes += Arena::aligned(n * sizeof(float));
         return nullptr;
       },
       a);

@@ -48,6 +48,7 @@ struct Config {
   float norm_eps = 1e-5f;
   double rope_theta = 10000.0;
   bool checkpointing = false;
+  bool offload_checkpoints = false;  // the blocks' inputs kept in host memory (with checkpointing)
   int loss_chunk_tokens = 1024;  // tokens whose logits exist at once
   double init_std = 0.02;
   int head_size() const { return n_embd / n_head; }
@@ -90,6 +91,7 @@ class Transformer final : public Model {
   ParamSpecs params() const override { return params_; }
   ModuleSpecs modules() const override;
   std::uint64_t activation_bytes(const BatchShape& shape) const override;
+  std::uint64_t host_activation_bytes(const BatchShape& shape) const override;
   void forward_backward(const Batch& batch, StepContext& ctx) override;
   void evaluate(const Batch& batch, StepContext& ctx) override;
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
@@ -113,7 +115,11 @@ class Transformer final : public Model {
     float* ring_scratch = nullptr;
     bool ulysses() const { return split.sequence > 1; }
     bool ring() const { return split.context > 1; }
-    std::vector<float*> resid;      // L+1 residual streams (N,C): embedding out, block outs
+    // L+1 residual streams (N,C): embedding out, block outs. Offloading
+    // checkpoints, four on the device instead (streams l < L rotate over
+    // three, stream L the fourth) and the L block inputs in host memory.
+    std::vector<float*> resid;
+    std::vector<float*> host_resid;
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
     float *lnf, *lnf_mean, *lnf_rstd, *losses;
     float* logits;   // (head_rows(N), V): one chunk of the head's logits
@@ -123,8 +129,17 @@ class Transformer final : public Model {
     // The batch's (B,T) token ids where the kernels read them (arena.on_device).
     const std::int32_t *inputs = nullptr, *targets = nullptr;
   };
-  void plan(const BatchShape& shape, const std::function<float*(std::size_t)>& alloc,
+  // alloc(n, host): n floats of the device's memory, or of the host's.
+  void plan(const BatchShape& shape, const std::function<float*(std::size_t, bool)>& alloc,
             Acts& acts) const;
+  // Device bytes (host: false) or host bytes of plan()'s buffers.
+  std::uint64_t planned_bytes(const BatchShape& shape, bool host) const;
+  // Where residual stream l (0..L) lies on the device now.
+  float* stream(const Acts& a, int l) const;
+  // Offloading checkpoints: block l's input to host memory after its
+  // forward; back to the device before its backward.
+  CopyWork save_checkpoint(Acts& a, int l, StepContext& ctx) const;
+  CopyWork fetch_checkpoint(Acts& a, int l, StepContext& ctx) const;
   // A micro-batch's dimensions as the kernels take them: B, T, N = B*T, the
   // width C, the MLP's H, heads NH and NKV of hs, KV = NKV*hs, V.
   struct Dims {
@@ -190,8 +205,9 @@ class Transformer final : public Model {
   // Tokens whose logits the head computes at a time, for N in the batch:
   // [model] loss_chunk_tokens, at most N.
   std::size_t head_rows(std::size_t N) const;
-  // Embedding and blocks, each in its module: a.resid filled.
-  void trunk_forward(StepContext& ctx, Acts& a) const;
+  // Embedding and blocks, each in its module: a.resid filled (and, for
+  // a backward to come, the checkpoints offloaded when they are).
+  void trunk_forward(StepContext& ctx, Acts& a, bool training) const;
   void final_norm_forward(StepContext& ctx, Acts& a) const;
   // Reports the losses to ctx; logits_out (when given) receives the (N,V)
   // logits before the softmax.
