@@ -24,12 +24,7 @@
 # usage: test_sequence_parallel.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-
-steps=10
-common=(--set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
-  --set model.vocab_size=256 --set train.steps="$steps" --set train.log_every=1
-  --set train.eval_every=10 --set train.warmup_steps=5 --set device.threads=1
-  --set train.save_final=false)
+source "$(dirname "$0")/sequence_lib.sh"
 
 # GPT-2: 4 heads of 16.
 base=(--model gpt2-tiny "${common[@]}")
@@ -52,14 +47,8 @@ train_run l_s2_ckpt 2 4 2 --set parallel.sequence=2 --set model.activation_check
 train_run l_s2d2_zero3 4 2 2 --set parallel.sequence=2 --strategy zero3
 for name in l_s2 l_s4 l_s2_ckpt l_s2d2_zero3; do same_training l_w1 "$name" 1e-6 2e-6; done
 # Evaluation splits its sequences the same way: the same val loss.
-for pair in "g_w1 g_s2" "g_w1 g_s4" "l_w1 l_s4" "l_w1 l_s2d2_zero3"; do
-  read -r ref other <<< "$pair"
-  a=$(metrics_fields "$scratch/$ref/metrics.jsonl" val loss)
-  b=$(metrics_fields "$scratch/$other/metrics.jsonl" val loss)
-  [ -n "$a" ] && [ -n "$b" ] || fail "$ref or $other logged no val loss"
-  awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d <= 1e-6) }' ||
-    fail "$other's val loss $b is not $ref's $a"
-done
+same_val_loss g_w1 g_s2 g_s4
+same_val_loss l_w1 l_s4 l_s2d2_zero3
 
 # Checkpoints resume on another mesh: sequence 2's step 5, continued at
 # world 1 and at sequence 4 under zero3, trains its steps 6 to 10.
@@ -107,33 +96,9 @@ check_bytes l_s2 permute 0
 # unsharded run's activations within 10% (measured 26.4%: what is not
 # divided is the exchanges' buffers, which the layers share, and the
 # head's chunk of logits), and `ztrain estimate` says what it measures.
-mem=(--model llama-tiny --set model.n_kv_head=4 --set model.n_layer=8 --set model.seq_len=4096
-  --set model.loss_chunk_tokens=256 --set train.steps=1 --set train.global_batch_size=1
-  --set train.eval_every=0 --set device.threads=1 --set train.save_final=false)
-activations() {  # activations NAME: the worst rank's peak bytes of activations
-  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
-    sed -n 's/.*"device": {[^}]*"activations": \([0-9]*\).*/\1/p'
-}
-for s in 1 4; do
-  on_ranks "$s" "$ZTRAIN" "${mem[@]}" --set parallel.sequence=$s --set train.out_dir="$scratch/mem_s$s" \
-    "$SRC/configs/run.toml" > "$scratch/mem_s$s.out" 2>&1 || fail "the 4096-token run at sequence $s failed"
-  estimated=$("$ZTRAIN" estimate --world "$s" "${mem[@]}" --set parallel.sequence=$s "$SRC/configs/run.toml" |
-    awk '$1 == "device" && $2 == "activations" { print $3 }')
-  [ "$estimated" = "$(activations mem_s$s)" ] ||
-    fail "sequence $s: the estimate's activations ($estimated) are not the measured $(activations mem_s$s)"
-done
-whole=$(activations mem_s1) quarter=$(activations mem_s4)
-echo "activations of 4096 tokens: $whole bytes whole, $quarter per rank at sequence 4"
-awk -v w="$whole" -v q="$quarter" 'BEGIN { exit !(q >= 0.25 * w && q <= 0.275 * w) }' ||
-  fail "sequence 4 holds $quarter bytes of activations per rank, not a quarter of $whole within 10%"
+split_activations sequence 0.275
 
 # Refused by key, before anything trains.
-refused() {
-  local what=$1 text=$2
-  shift 2
-  on_ranks "$@" > "$scratch/refused.out" 2>&1 && fail "$what: the run was not refused"
-  grep -qF -- "$text" "$scratch/refused.out" || fail "$what: the refusal does not say \"$text\""
-}
 refused "a degree that does not divide the heads" \
   "[parallel] sequence = 3: Ulysses gives each of the 3 ranks of a sequence group an equal share of the 4 attention heads, which 3 does not divide" \
   3 "$ZTRAIN" "${base[@]}" --set parallel.sequence=3 "$SRC/configs/run.toml"

@@ -78,6 +78,23 @@ double worst(const Vec& got, const Vec& want) {
   return diff / std::max(scale, 1e-30);
 }
 
+// One layer's attention over whole sequences as the unsharded kernel
+// computes it: the inputs every rank draws alike (from `seed`), and the
+// output, log-sum-exp and gradients the shards are checked against.
+struct Unsharded {
+  Vec qkv, dout, out, lse, d;
+};
+Unsharded unsharded(const Kernels& kernels, const Fused& whole, std::uint32_t seed) {
+  const std::size_t rows = whole.B * whole.T;
+  Unsharded u{random(rows * whole.pitch(), seed), random(rows * whole.q_width(), seed + 1),
+              Vec(rows * whole.q_width()), Vec(whole.B * whole.NH * whole.T),
+              Vec(rows * whole.pitch(), 0.0f)};
+  kernels.attention_forward(u.out.data(), u.lse.data(), whole.inputs(u.qkv.data()), whole.shape());
+  kernels.attention_backward(whole.grads(u.d.data()), u.dout.data(), u.out.data(),
+                             whole.inputs(u.qkv.data()), u.lse.data(), whole.shape());
+  return u;
+}
+
 // Runs one layer's Ulysses attention on `group` and checks it against the
 // whole-sequence kernel. Every rank draws the same whole tensors.
 void check_ulysses(Communicator& group, std::size_t NH, std::size_t NKV) {
@@ -87,12 +104,7 @@ void check_ulysses(Communicator& group, std::size_t NH, std::size_t NKV) {
   auto device = make_cpu_device(1);
   auto kernels = make_cpu_kernels();
   const Fused whole{B, T, NH, NKV, hs}, local{B, Tl, NH, NKV, hs};
-  const Vec qkv = random(B * T * whole.pitch(), 7), dout = random(B * T * NH * hs, 8);
-  // The unsharded kernel.
-  Vec out(B * T * NH * hs), lse(B * NH * T), d(qkv.size(), 0.0f);
-  kernels->attention_forward(out.data(), lse.data(), whole.inputs(qkv.data()), whole.shape());
-  kernels->attention_backward(whole.grads(d.data()), dout.data(), out.data(),
-                              whole.inputs(qkv.data()), lse.data(), whole.shape());
+  const auto [qkv, dout, out, lse, d] = unsharded(*kernels, whole, 7);
   // This rank's shard through Ulysses.
   const sequence::UlyssesShape shape{local.shape(), S};
   Vec saved(shape.saved_floats()), scratch(shape.scratch_floats()), my_lse(B * NH * Tl);
@@ -157,6 +169,12 @@ Vec span_rows(const Vec& all, std::size_t B, std::size_t T, std::size_t width,
   return out;
 }
 
+// A shard's output and q, k, v gradients (`got_d`, rows of whole.pitch()
+// whose padding was -7 before) against the unsharded rows `spans` name,
+// within rel relative.
+void check_shard(const Vec& got_out, const Vec& got_d, const Unsharded& u, const Fused& whole,
+                 const std::vector<TokenSpan>& spans, double rel);
+
 // Columns [first, first + n) of every row of `width`.
 Vec columns(const Vec& rows, std::size_t width, std::size_t first, std::size_t n) {
   Vec out;
@@ -178,18 +196,14 @@ void check_ring(Communicator& group, std::size_t NH, std::size_t NKV, std::size_
   auto device = make_cpu_device(1);
   auto kernels = make_cpu_kernels();
   const Fused whole{B, T, NH, NKV, hs}, local{B, Tl, NH, NKV, hs};
-  const Vec qkv = random(B * T * whole.pitch(), 17), dout = random(B * T * NH * hs, 18);
-  Vec out(B * T * NH * hs), lse(B * NH * T), d(qkv.size(), 0.0f);
-  kernels->attention_forward(out.data(), lse.data(), whole.inputs(qkv.data()), whole.shape());
-  kernels->attention_backward(whole.grads(d.data()), dout.data(), out.data(),
-                              whole.inputs(qkv.data()), lse.data(), whole.shape());
+  const Unsharded u = unsharded(*kernels, whole, 17);
   const std::vector<TokenSpan> spans =
       shard_spans({1, static_cast<int>(R)}, Tl, {0, static_cast<int>(r)});
   const sequence::RingShape shape{local.shape(), R};
   Vec scratch(shape.scratch_floats());
   const sequence::RingAttention ring(group, *kernels, *device, shape, scratch.data());
-  const Vec my_qkv = span_rows(qkv, B, T, whole.pitch(), spans);
-  const Vec my_dout = span_rows(dout, B, T, NH * hs, spans);
+  const Vec my_qkv = span_rows(u.qkv, B, T, whole.pitch(), spans);
+  const Vec my_dout = span_rows(u.dout, B, T, NH * hs, spans);
   Vec my_out(B * Tl * NH * hs, -1.0f), my_lse(B * NH * Tl, -1.0f), my_d(my_qkv.size(), 0.0f);
   for (std::size_t at = whole.pitch() - 1; at < my_d.size(); at += whole.pitch()) my_d[at] = -7.0f;
   const CommCounters before = group.counters();
@@ -201,14 +215,9 @@ void check_ring(Communicator& group, std::size_t NH, std::size_t NKV, std::size_
   INFO("ring of " << R << ", rank " << r << ", " << NH << " heads, " << NKV
                   << " kv heads, chunks of " << c);
   const double tol = static_cast<double>(T) * 0x1p-23;
-  CHECK(worst(my_out, span_rows(out, B, T, NH * hs, spans)) < tol);
+  check_shard(my_out, my_d, u, whole, spans, tol);
   // lse (B,NH,T): each (b, h) a row of T positions.
-  CHECK(worst(my_lse, span_rows(lse, B * NH, T, 1, spans)) < tol);
-  const Vec want_d = span_rows(d, B, T, whole.pitch(), spans);
-  const std::size_t qw = whole.q_width(), kvw = 2 * whole.kv_width(), pitch = whole.pitch();
-  CHECK(worst(columns(my_d, pitch, 0, qw), columns(want_d, pitch, 0, qw)) < tol);
-  CHECK(worst(columns(my_d, pitch, qw, kvw), columns(want_d, pitch, qw, kvw)) < tol);
-  CHECK(columns(my_d, pitch, pitch - 1, 1) == Vec(B * Tl, -7.0f));  // padding untouched
+  CHECK(worst(my_lse, span_rows(u.lse, B * NH, T, 1, spans)) < tol);
   // R - 1 key/value passes forward; R - 1 again and R gradient passes
   // backward, each a (B, 2c, 2 NKV hs) block to another rank.
   const auto permute = static_cast<std::size_t>(Collective::permute);
@@ -229,11 +238,7 @@ void check_ulysses_in_ring(std::size_t NH, std::size_t NKV) {
   auto device = make_cpu_device(1);
   auto kernels = make_cpu_kernels();
   const Fused whole{B, T, NH, NKV, hs}, local{B, L, NH, NKV, hs};
-  const Vec qkv = random(B * T * whole.pitch(), 27), dout = random(B * T * NH * hs, 28);
-  Vec out(B * T * NH * hs), lse(B * NH * T), d(qkv.size(), 0.0f);
-  kernels->attention_forward(out.data(), lse.data(), whole.inputs(qkv.data()), whole.shape());
-  kernels->attention_backward(whole.grads(d.data()), dout.data(), out.data(),
-                              whole.inputs(qkv.data()), lse.data(), whole.shape());
+  const Unsharded u = unsharded(*kernels, whole, 27);
   const std::vector<TokenSpan> spans =
       shard_spans({2, 2}, L, {ulysses_group->rank(), ring_group->rank()});
   const sequence::UlyssesShape u_shape{local.shape(), S};
@@ -243,21 +248,26 @@ void check_ulysses_in_ring(std::size_t NH, std::size_t NKV) {
   const sequence::RingAttention ring(*ring_group, *kernels, *device, r_shape, r_scratch.data());
   const sequence::UlyssesAttention ulysses(*ulysses_group, *kernels, *device, u_shape,
                                            u_scratch.data(), &ring);
-  const Vec my_qkv = span_rows(qkv, B, T, whole.pitch(), spans);
-  const Vec my_dout = span_rows(dout, B, T, NH * hs, spans);
+  const Vec my_qkv = span_rows(u.qkv, B, T, whole.pitch(), spans);
+  const Vec my_dout = span_rows(u.dout, B, T, NH * hs, spans);
   Vec my_out(B * L * NH * hs, -1.0f), my_d(my_qkv.size(), -7.0f);
   ulysses.forward(my_out.data(), local.inputs(my_qkv.data()), {saved.data(), whole_lse.data()});
   ulysses.backward(local.grads(my_d.data()), my_dout.data(), my_out.data(),
                    {saved.data(), whole_lse.data()});
 
   INFO("rank " << w << ", " << NH << " heads, " << NKV << " kv heads");
-  const double tol = static_cast<double>(T) * 0x1p-23;
-  CHECK(worst(my_out, span_rows(out, B, T, NH * hs, spans)) < tol);
-  const Vec want_d = span_rows(d, B, T, whole.pitch(), spans);
-  const std::size_t qw = whole.q_width(), kvw = 2 * whole.kv_width(), pitch = whole.pitch();
-  CHECK(worst(columns(my_d, pitch, 0, qw), columns(want_d, pitch, 0, qw)) < tol);
-  CHECK(worst(columns(my_d, pitch, qw, kvw), columns(want_d, pitch, qw, kvw)) < tol);
-  CHECK(columns(my_d, pitch, pitch - 1, 1) == Vec(B * L, -7.0f));  // padding untouched
+  check_shard(my_out, my_d, u, whole, spans, static_cast<double>(T) * 0x1p-23);
+}
+
+void check_shard(const Vec& got_out, const Vec& got_d, const Unsharded& u, const Fused& whole,
+                 const std::vector<TokenSpan>& spans, double rel) {
+  const std::size_t B = whole.B, T = whole.T, pitch = whole.pitch();
+  const std::size_t qw = whole.q_width(), kvw = 2 * whole.kv_width();
+  CHECK(worst(got_out, span_rows(u.out, B, T, qw, spans)) < rel);
+  const Vec want_d = span_rows(u.d, B, T, pitch, spans);
+  CHECK(worst(columns(got_d, pitch, 0, qw), columns(want_d, pitch, 0, qw)) < rel);
+  CHECK(worst(columns(got_d, pitch, qw, kvw), columns(want_d, pitch, qw, kvw)) < rel);
+  CHECK(columns(got_d, pitch, pitch - 1, 1) == Vec(got_d.size() / pitch, -7.0f));  // padding
 }
 
 }  // namespace

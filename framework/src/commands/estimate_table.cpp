@@ -57,7 +57,7 @@ struct Sized {
   std::string refused;    // why the preset cannot run this model as set; empty: it can
   MemoryEstimate states;  // per rank, activations not included
   std::uint64_t activations_off = 0, activations_on = 0;  // at the run's own sequence degree
-  std::uint64_t host_activations = 0;  // offloaded checkpoints, with checkpointing on
+  std::uint64_t host_activations = 0;    // offloaded checkpoints, with checkpointing on
   std::vector<Activations> by_sequence;  // every split the world and the model take
   std::int64_t n_params = 0;
   std::string model;
@@ -135,8 +135,8 @@ void size_states(const SizingArgs& a, const fs::path& preset, const PluginLoader
     s.n_params = parts.info.n_params;
     s.model = parts.info.arch;
     s.states = parts.strategy->estimate(parts.sizes);
-    s.by_sequence = activations_by_sequence(a, preset, loader, parts.settings.train.micro_batch,
-                                            offloading);
+    s.by_sequence =
+        activations_by_sequence(a, preset, loader, parts.settings.train.micro_batch, offloading);
   }
 }
 
