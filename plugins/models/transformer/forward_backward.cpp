@@ -59,14 +59,17 @@ void Transformer::check_tokens(const Batch& batch) const {
   }
 }
 
-Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx) const {
+Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx, bool training) const {
   check_tokens(batch);
   Arena& arena = ctx.activations();
   arena.reset();
   Acts a;
   plan(
       batch.shape,
-      [&](std::size_t n, bool host) { return host ? arena.alloc_host_f32(n) : arena.alloc_f32(n); },
+      [&](std::size_t n, bool host) {
+        if (!host) return arena.alloc_f32(n);
+        return training ? arena.alloc_host_f32(n) : nullptr;
+      },
       a);
   a.ulysses_group = group_of(ctx.sequence_group(), a.split.sequence, "sequence (Ulysses)");
   a.ring_group = group_of(ctx.context_group(), a.split.context, "context (ring)");
@@ -389,17 +392,17 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
 }
 
 void Transformer::evaluate(const Batch& batch, StepContext& ctx) {
-  Acts a = planned(batch, ctx);
+  Acts a = planned(batch, ctx, false);
   forward(batch, ctx, a);
 }
 
 void Transformer::forward_logits(const Batch& batch, StepContext& ctx, float* logits) {
-  Acts a = planned(batch, ctx);
+  Acts a = planned(batch, ctx, false);
   forward(batch, ctx, a, logits);
 }
 
 void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
-  Acts a = planned(batch, ctx);
+  Acts a = planned(batch, ctx, true);
   trunk_forward(ctx, a, true);
   head_forward_backward(ctx, a);
   // Offloading, block l - 1's input comes back while block l computes

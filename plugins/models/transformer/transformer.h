@@ -49,7 +49,7 @@ struct Config {
   double rope_theta = 10000.0;
   bool checkpointing = false;
   bool offload_checkpoints = false;  // the blocks' inputs kept in host memory (with checkpointing)
-  int loss_chunk_tokens = 1024;  // tokens whose logits exist at once
+  int loss_chunk_tokens = 1024;      // tokens whose logits exist at once
   double init_std = 0.02;
   int head_size() const { return n_embd / n_head; }
   int kv_dim() const { return n_kv_head * head_size(); }
@@ -189,7 +189,10 @@ class Transformer final : public Model {
   // ConfigError when the parameter count does not fit 64 bits.
   void check_sizes(const Options& o) const;
   ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by);
-  Acts planned(const Batch& batch, StepContext& ctx) const;
+  // The batch's buffers from the arena; without a backward to come the
+  // offloaded checkpoints get no host memory (their pointers null: the
+  // forward does not save them).
+  Acts planned(const Batch& batch, StepContext& ctx, bool training) const;
   // The rotary inverse frequency of pair i (of hs/2), scaled, in fp32 as
   // transformers computes it.
   float rope_inv_freq(int i) const;
