@@ -47,7 +47,8 @@ reference_run() {  # reference_run NAME NPROC ARGS...: the same run given on the
 header() {  # header NAME STRATEGY PRECISION RANKS
   grep -q "strategy $2 " "$scratch/$1.out" || fail "$1: not strategy $2: $(head -2 "$scratch/$1.out")"
   grep -q "precision: $3 working weights" "$scratch/$1.out" || fail "$1: not $3"
-  grep -q "x $4 rank" "$scratch/$1.out" || fail "$1: not $4 ranks: $(sed -n 2p "$scratch/$1.out")"
+  grep -q "x $4 rank\|\[strategy\] across all $4 ranks" "$scratch/$1.out" ||
+    fail "$1: not $4 ranks: $(sed -n 2p "$scratch/$1.out")"
 }
 
 # file, strategy, precision, ranks, then the reference's command line.
@@ -75,7 +76,12 @@ fsdp_no_shard.yaml ddp bf16 2 --strategy ddp --set train.precision=bf16
 fsdp_hybrid_shard.yaml zero3 bf16 2 --strategy zero3 --set train.precision=bf16
 fsdp_offload.yaml cpu_offload fp32 2 --strategy zero3_offload
 fsdp2.yaml zero2 fp32 2 --strategy zero2 --set model.activation_checkpointing=true
+fsdp2_context_parallel.yaml zero3 fp32 4 --strategy zero3 --set parallel.context=2
 TABLE
+grep -q "mesh: context 2 x data 2" "$scratch/fsdp2_context_parallel.out" ||
+  fail "parallelism_config_cp_size did not split the sequences: $(grep mesh "$scratch/fsdp2_context_parallel.out")"
+grep -q "^context = 2  # fsdp2_context_parallel.yaml:.*parallelism_config_cp_size" \
+  "$scratch/fsdp2_context_parallel/config.toml" || fail "[parallel] context does not name its Accelerate key"
 
 grep -q "^activation_checkpointing = true  # fsdp2.yaml:" "$scratch/fsdp2/config.toml" ||
   fail "fsdp_activation_checkpointing did not reach [model]: $(grep checkpointing "$scratch/fsdp2/config.toml")"
@@ -148,4 +154,10 @@ refused xla.yaml "xla.yaml:2:19: distributed_type is \"XLA\""
 sed 's/  ipex: false/  ipex: false\n  use_xpu: true/' "$acc/multi_cpu.yaml" > "$scratch/xpu.yaml"
 refused "$scratch/xpu.yaml" "xpu.yaml:8:12: ipex_config.use_xpu is true; ztrain runs on CPUs and NVIDIA GPUs"
 refused typo.yaml "typo.yaml:10:20: main_process_prot is not an Accelerate config key"
+variant cp_mismatch 's/parallelism_config_dp_shard_size: 2/parallelism_config_dp_shard_size: 4/' \
+  "$acc/fsdp2_context_parallel.yaml"
+refused "$scratch/cp_mismatch.yaml" "dp_replicate 1 x dp_shard 4 x tp 1 x cp 2 x sp 1 = 8 ranks, but num_processes is 4"
+variant cp_tensor 's/parallelism_config_tp_size: 1/parallelism_config_tp_size: 2/; s/parallelism_config_dp_shard_size: 2/parallelism_config_dp_shard_size: 1/' \
+  "$acc/fsdp2_context_parallel.yaml"
+refused "$scratch/cp_tensor.yaml" "parallelism_config.parallelism_config_tp_size: [parallel] tensor = 2: tensor parallelism is not built"
 echo "PASS"

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ztrain/error.h"
@@ -236,6 +237,66 @@ int bounded(Mapping& m, const std::string& key, int fallback, int lo, int hi,
   return static_cast<int>(v);
 }
 
+// Accelerate's ParallelismConfig (`parallelism_config`): the context
+// degree onto [parallel] context (torch's context parallelism: ring
+// attention over load-balanced chunks; allgather or alltoall is how torch
+// moves the keys, not what is computed), DeepSpeed's sequence degree onto
+// sequence, the tensor degree onto tensor (which the run refuses naming
+// this key while tensor parallelism is not built). The data degrees
+// (replicated and sharded) are what ztrain derives, the world over the
+// others: the strategy shards over every data rank, replicas or not, which
+// trains the same; their product with the others must be num_processes,
+// as Accelerate checks.
+void map_parallelism(Mapping& p, int processes, ImportedConfig& out) {
+  const auto degree = [&](const char* key) {
+    return bounded(p, key, 1, 1, 65536, "give a degree of 1 or more");
+  };
+  const int replicate = degree("parallelism_config_dp_replicate_size"),
+            shard = degree("parallelism_config_dp_shard_size"),
+            tp = degree("parallelism_config_tp_size"), cp = degree("parallelism_config_cp_size"),
+            sp = degree("parallelism_config_sp_size");
+  const long long ranks = 1LL * replicate * shard * tp * cp * sp;
+  if (ranks != processes)
+    throw ConfigError(p.where("parallelism_config_dp_shard_size") + ": dp_replicate " +
+                      std::to_string(replicate) + " x dp_shard " + std::to_string(shard) +
+                      " x tp " + std::to_string(tp) + " x cp " + std::to_string(cp) + " x sp " +
+                      std::to_string(sp) + " = " + std::to_string(ranks) +
+                      " ranks, but num_processes is " + std::to_string(processes) +
+                      "; Accelerate refuses this too: make the product the number of processes");
+  for (const auto& [key, degree_of, onto] :
+       {std::tuple{"parallelism_config_cp_size", cp, "context"},
+        {"parallelism_config_sp_size", sp, "sequence"},
+        {"parallelism_config_tp_size", tp, "tensor"}})
+    if (degree_of > 1) {
+      out.parallel.insert_or_assign(onto, degree_of);
+      out.origins[std::string("parallel.") + onto] = p.where(key);
+    }
+  if (replicate > 1 && shard > 1)
+    out.warnings.push_back(p.where("parallelism_config_dp_replicate_size") +
+                           ": ztrain's strategy shards over all " +
+                           std::to_string(replicate * shard) +
+                           " data ranks rather than keeping replicas of shards (HSDP): the same "
+                           "training, each rank holding less");
+  if (const std::string backend = p.text("parallelism_config_sp_backend", "deepspeed");
+      backend != "deepspeed")
+    throw ConfigError(p.where("parallelism_config_sp_backend") + " is \"" + backend +
+                      "\"; ztrain's sequence parallelism is DeepSpeed's (Ulysses): write "
+                      "\"deepspeed\" or remove it");
+  if (const std::string backend = p.text("parallelism_config_cp_backend", "torch");
+      backend != "torch")
+    throw ConfigError(p.where("parallelism_config_cp_backend") + " is \"" + backend +
+                      "\"; ztrain's context parallelism is ring attention as torch's: write "
+                      "\"torch\" or remove it");
+  p.no_effect(
+      {{"parallelism_config_cp_comm_strategy",
+        "ztrain's ring passes each rank's keys and values to the next (the same attention)"},
+       {"parallelism_config_sp_seq_length", "the sequence length is [model] seq_len"},
+       {"parallelism_config_sp_seq_length_is_variable", "every sequence is seq_len tokens"},
+       {"parallelism_config_sp_attn_implementation", "ztrain runs its own attention kernels"}},
+      out.warnings);
+  p.finish();
+}
+
 // DEEPSPEED's multi-machine launch from machine 0 (pdsh and the MPI
 // launchers): the hostfile, one filter (the exclusion wins, as accelerate
 // launch passes only it), every machine's ranks started from here.
@@ -384,7 +445,7 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
   Mapping ds = top.sub("deepspeed_config"), f = top.sub("fsdp_config");
   std::vector<std::string> machine_warnings;
   machines_of(top, type == "DEEPSPEED" ? &ds : nullptr, machine_warnings);
-  top.integer("num_processes", 1);  // the launch's (accelerate_launch)
+  const int processes = bounded(top, "num_processes", 1, 1, 65536, "give the number of ranks");
   if (type == "DEEPSPEED") {
     std::vector<std::string> quiet;
     ds.no_effect({{"zero3_init_flag", "parameters are created sharded anyway"},
@@ -451,8 +512,11 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
                       " is true; ztrain runs on CPUs and NVIDIA GPUs, not Intel XPUs: set it to "
                       "false");
   ipex.finish();
-  for (const char* key :
-       {"fp8_config", "megatron_lm_config", "parallelism_config", "mpirun_config"})
+  if (const YAML::Node v = top.get("parallelism_config"); v && v.size() > 0) {
+    Mapping parallelism = top.sub("parallelism_config");
+    map_parallelism(parallelism, processes, out);
+  }
+  for (const char* key : {"fp8_config", "megatron_lm_config", "mpirun_config"})
     if (const YAML::Node v = top.get(key); v && v.size() > 0)
       throw ConfigError(top.where(key) + " is set; ztrain has no " + key);
   top.finish();
