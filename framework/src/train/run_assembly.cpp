@@ -194,10 +194,10 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   const EstimateArgs& sizes = run.sizes;
   MemoryEstimate states = run.strategy->estimate(sizes);
   states.bytes[Tier::host][Category::activations] += sizes.host_activation_bytes;
-  if (std::string warning = check_memory_fits(
-          config, states, run.device->host_visible(Tier::device),
-          sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len, info.n_params,
-          local_rank_count(), *run.comm);
+  if (std::string warning =
+          check_memory_fits(config, states, run.device->host_visible(Tier::device),
+                            sizes.activation_bytes, static_cast<int>(tr.micro_batch), info.seq_len,
+                            info.n_params, local_rank_count(), *run.comm);
       !warning.empty())
     run.config_notes.push_back(std::move(warning));
   StrategySetup setup;
