@@ -173,12 +173,12 @@ class ZTRAIN_API StepContext {
   // (sequence parallelism, the batch's split.sequence ranks) and the ring
   // (context parallelism, split.context ranks); this rank holds the tokens
   // of every row that shard_spans gives its ranks in them. Null where the
-  // degree is 1. The host owns it (a split of the strategy's
-  // communicator, on the same memory: host for cpu, device for nccl); it
-  // lives as long as the run. Every rank of the group runs the same
+  // degree is 1. The host owns them (splits of the strategy's
+  // communicator, on the same memory: host for cpu, device for nccl); they
+  // live as long as the run. Every rank of a group runs the same
   // micro-batch through the same modules, so any collective is legal on
   // it as long as each rank issues the same ones in the same order; the
-  // strategy's own collectives (its communicator spans the group) are
+  // strategy's own collectives (its communicator spans the groups) are
   // issued from the hooks, between modules, never inside one.
   Communicator* sequence_group() const { return sequence_group_; }
   Communicator* context_group() const { return context_group_; }
