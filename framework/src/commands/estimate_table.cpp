@@ -121,23 +121,22 @@ std::vector<Activations> activations_by_sequence(const SizingArgs& a, const fs::
 }
 
 // The model states and activations of `preset`, with activation
-// checkpointing off and on (offloaded to the host as the run says), into s.
+// checkpointing off and on (offloaded to the host as the run says: the run
+// with checkpointing on offloads, or not, as it is set), into s.
 void size_states(const SizingArgs& a, const fs::path& preset, const PluginLoader& loader,
                  Sized& s) {
-  const bool offloading = parts_of(a, preset, loader, {}).sizes.host_activation_bytes > 0;
-  for (const bool on : {false, true}) {
-    RunParts parts = parts_of(a, preset, loader, checkpointing(on, offloading));
-    (on ? s.activations_on : s.activations_off) = parts.sizes.activation_bytes;
-    if (on) {
-      s.host_activations = parts.sizes.host_activation_bytes;
-      continue;  // the model states do not depend on it
-    }
-    s.n_params = parts.info.n_params;
-    s.model = parts.info.arch;
-    s.states = parts.strategy->estimate(parts.sizes);
-    s.by_sequence =
-        activations_by_sequence(a, preset, loader, parts.settings.train.micro_batch, offloading);
-  }
+  const RunParts with = parts_of(a, preset, loader, checkpointing(true, false));
+  const bool offloading = with.sizes.host_activation_bytes > 0;
+  const RunParts without = parts_of(a, preset, loader, checkpointing(false, offloading));
+  s.activations_on = with.sizes.activation_bytes;
+  s.host_activations = with.sizes.host_activation_bytes;
+  s.activations_off = without.sizes.activation_bytes;
+  // The model states do not depend on checkpointing.
+  s.n_params = without.info.n_params;
+  s.model = without.info.arch;
+  s.states = without.strategy->estimate(without.sizes);
+  s.by_sequence =
+      activations_by_sequence(a, preset, loader, without.settings.train.micro_batch, offloading);
 }
 
 // One preset's row. A preset whose settings cannot hold this model (a

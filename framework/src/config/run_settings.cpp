@@ -197,7 +197,7 @@ DeviceSettings resolve_device(const Options& d) {
 }
 
 // The data-parallel degree: what the other dimensions leave of the world.
-// Sequence is the only one resolve_parallel lets above 1.
+// Sequence and context are the only ones resolve_parallel lets above 1.
 std::int64_t data_ranks(const RunConfig& config, const ParallelSettings& p, int world) {
   const int per_replica = p.model_ranks();
   if (world % per_replica == 0) return world / per_replica;

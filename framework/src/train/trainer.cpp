@@ -185,7 +185,6 @@ std::string val_wrap_note(const DataInfo& d, const TrainSettings& tr) {
                   : "hold out more (or a shorter seq_len) to read each once");
 }
 
-// The run's opening lines, from its parts.
 // How the mesh splits sequences, in words, with its groups: Ulysses',
 // the ring's, or Ulysses' inside the ring's.
 std::string split_groups(const Run& run) {
@@ -204,6 +203,7 @@ std::string split_groups(const Run& run) {
          m.describe_groups(MeshDim::sequence);
 }
 
+// The run's opening lines, from its parts.
 RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo) {
   const auto& tr = run.settings.train;
   RunHeader h;
