@@ -7,9 +7,11 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <vector>
 
+#include "ztrain/device.h"
 #include "ztrain/dtype.h"
 
 using namespace ztrain;
@@ -127,6 +129,35 @@ TEST_CASE("convert between all dtypes") {
   CHECK(b[0] == float_to_bf16(1.0f));
   CHECK(dtype_size(DType::f32) == 4);
   CHECK(dtype_name(DType::bf16) == "bf16");
+}
+
+// The cpu device converts in parallel blocks with the vector loops; every
+// element must be what the scalar conversion gives, across the blocks'
+// seams, for ties, subnormals, overflow, infinities and NaN, and the same
+// at 1 and 2 threads.
+TEST_CASE("the cpu device converts as dtype.h does, element by element, at any thread count") {
+  const std::size_t n = (std::size_t{1} << 17) + 77;
+  std::vector<float> src(n);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (float& f : src) f = std::bit_cast<float>(bits(rng));
+  const float specials[] = {0.0f,   -0.0f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 65520.0f,
+                            1e-45f, 1e30f, INFINITY,       -INFINITY,       NAN};
+  for (std::size_t i = 0; i < std::size(specials); ++i) src[65535 + i] = specials[i];
+  for (int threads : {1, 2}) {
+    auto device = make_cpu_device(threads);
+    for (DType t : {DType::bf16, DType::f16}) {
+      CAPTURE(dtype_name(t));
+      std::vector<std::uint16_t> want(n), got(n);
+      convert(src.data(), DType::f32, want.data(), t, n);
+      device->convert({got.data(), t}, src.data(), n);
+      CHECK(got == want);
+      std::vector<float> back_want(n), back_got(n);
+      convert(want.data(), t, back_want.data(), DType::f32, n);
+      device->convert(back_got.data(), {want.data(), t}, n);
+      CHECK(std::memcmp(back_got.data(), back_want.data(), n * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("add_into sums in fp32 and rounds once, f16 overflowing to infinity") {

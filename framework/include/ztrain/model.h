@@ -73,6 +73,13 @@ struct BatchShape {
   // seq_len * split.shards() tokens, the tokens shard_spans gives its
   // rank (ztrain/sequence/split.h).
   SequenceSplit split = {};
+  // The type the activations a backward reads are kept in: the run's
+  // precision, or fp32 ([train] activation_dtype). A 16-bit type means
+  // each such tensor is rounded to it where it is produced, before
+  // anything reads it, and held in it until its backward; the arithmetic,
+  // the norms' statistics, the loss and the activations' gradients stay
+  // fp32.
+  DType activations = DType::f32;
 };
 
 // One micro-batch: inputs and targets (B,T) token ids.

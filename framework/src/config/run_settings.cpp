@@ -40,6 +40,10 @@ OptionList train_options() {
   o.optional_string("grad_accum_dtype",
                     "type gradients are held, accumulated across micro-steps and reduced in: "
                     "fp32 or the precision (unset: the precision, as DeepSpeed)");
+  o.optional_string("activation_dtype",
+                    "type the activations a backward reads are kept in between forward and "
+                    "backward: fp32 or the precision (unset: the precision, as torch's bf16 "
+                    "and DeepSpeed's runs hold them); the arithmetic stays fp32");
   o.integer("seed", 0, "parameter initialisation seed").at_least(0);
   o.integer("log_every", 10, "steps between logged metrics lines").at_least(1);
   o.integer("print_every", 0,
@@ -240,6 +244,18 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
                         "\" with precision \"" + t.get_string("precision") +
                         "\": gradients are accumulated in fp32 or in the working precision; "
                         "use " +
+                        (tr.precision == DType::f32
+                             ? std::string("\"fp32\"")
+                             : "\"fp32\" or \"" + t.get_string("precision") + "\""));
+  }
+  tr.activation_dtype = tr.precision;
+  if (t.has_value("activation_dtype")) {
+    const std::string where = t.where("activation_dtype");
+    tr.activation_dtype = parse_precision(t.get_string("activation_dtype"), where);
+    if (tr.activation_dtype != DType::f32 && tr.activation_dtype != tr.precision)
+      throw ConfigError(where + ": [train] activation_dtype \"" + t.get_string("activation_dtype") +
+                        "\" with precision \"" + t.get_string("precision") +
+                        "\": activations are kept in fp32 or in the working precision; use " +
                         (tr.precision == DType::f32
                              ? std::string("\"fp32\"")
                              : "\"fp32\" or \"" + t.get_string("precision") + "\""));

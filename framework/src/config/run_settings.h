@@ -53,7 +53,8 @@ struct TrainSettings {
   OptimizerSettings optimizer;
   double grad_clip = 0;
   DType precision = DType::f32;
-  DType grad_dtype = DType::f32;  // grad_accum_dtype, resolved
+  DType grad_dtype = DType::f32;        // grad_accum_dtype, resolved
+  DType activation_dtype = DType::f32;  // activation_dtype, resolved
   std::uint64_t seed = 0;
   std::int64_t log_every = 0, print_every = 0, eval_every = 0, eval_batches = 0;
   SampleSettings sample;

@@ -5,6 +5,7 @@
 // process allocator, which in the ztrain executable is jemalloc keeping
 // what is freed for reuse (framework/app/malloc_conf.cpp): the accounting
 // is logical, as a GPU caching allocator's.
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +14,10 @@
 
 #include <sys/mman.h>
 
+#include <oneapi/tbb/parallel_for.h>
+
 #include "core/host_threads.h"
+#include "kernels/cpu/vector_math.h"
 #include "ztrain/device.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
@@ -61,6 +65,7 @@ class CpuDevice final : public Device {
     return "cpu (" + std::to_string(threads_.count()) + " threads)";
   }
   int threads() const override { return threads_.count(); }
+  void convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) override;
 
  protected:
   void* raw_allocate(Tier tier, Category, std::size_t bytes, Fill fill) override {
@@ -101,6 +106,24 @@ class CpuDevice final : public Device {
   HostThreads threads_;
   std::atomic<std::size_t> colour_{0};
 };
+
+// Activations kept in a 16-bit type go through here twice a tensor (kept,
+// then restored for backward): in blocks over the workers, with the
+// vector conversions, which round as dtype.h does, so the bits do not
+// depend on the thread count.
+void CpuDevice::convert(TypedPtr dst, ConstTypedPtr src, std::size_t n) {
+  const bool widen = dst.dtype == DType::f32 && src.dtype != DType::f32;
+  const bool narrow = src.dtype == DType::f32 && dst.dtype != DType::f32;
+  if (!widen && !narrow) return Device::convert(dst, src, n);
+  constexpr std::size_t kBlock = std::size_t{1} << 16;
+  oneapi::tbb::parallel_for(std::size_t{0}, (n + kBlock - 1) / kBlock, [&](std::size_t blk) {
+    const std::size_t i = blk * kBlock, m = std::min(n, i + kBlock) - i;
+    if (widen)
+      vec::to_f32(src.at(i), static_cast<float*>(dst.data) + i, m);
+    else
+      vec::from_f32(static_cast<const float*>(src.data) + i, dst.at(i), m);
+  });
+}
 
 }  // namespace
 

@@ -54,7 +54,8 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
   check_split(config, *p.model, par.split());
   const int shards = par.split().shards();
   const auto& tr = p.settings.train;
-  const BatchShape micro{static_cast<int>(tr.micro_batch), p.info.seq_len / shards, par.split()};
+  const BatchShape micro{static_cast<int>(tr.micro_batch), p.info.seq_len / shards, par.split(),
+                         tr.activation_dtype};
   p.sizes = {p.model->params(),
              world,
              tr.precision,

@@ -407,6 +407,11 @@ void Trainer::train_step(std::int64_t step) {
   mark_ = run_.counters();
 }
 
+Batch Trainer::with_activations(Batch batch) const {
+  batch.shape.activations = tr_.activation_dtype;
+  return batch;
+}
+
 void Trainer::micro_steps(std::int64_t step, double scale) {
   for (std::int64_t a = 0; a < tr_.grad_accum; ++a) {
     const bool last = a + 1 == tr_.grad_accum;
@@ -417,7 +422,7 @@ void Trainer::micro_steps(std::int64_t step, double scale) {
       grad_scale = std::numeric_limits<float>::quiet_NaN();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, grad_scale);
     ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
-    run_.model->forward_backward(data_.next(), ctx);
+    run_.model->forward_backward(with_activations(data_.next()), ctx);
   }
 }
 
@@ -474,7 +479,7 @@ void Trainer::evaluate(std::int64_t step) {
     arena_.reset();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, 1.0f);
     ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
-    run_.model->evaluate(data_.val(j), ctx);
+    run_.model->evaluate(with_activations(data_.val(j)), ctx);
   }
   float mean = static_cast<float>(losses_.take() / static_cast<double>(micro_batches));
   run_.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);

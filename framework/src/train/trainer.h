@@ -69,6 +69,8 @@ class Trainer {
   void record_step(const StepResult& sr, double loss, double lr, double scale, std::int64_t done,
                    Clock::time_point t0);
   void evaluate(std::int64_t step);
+  // A batch from the loader with the type its activations are kept in.
+  Batch with_activations(Batch batch) const;
   // [train] sample_every: rank 0's tokenizer and prompt ids (the data's
   // document-start token, then sample_prompt's ids).
   void open_sampling();

@@ -177,36 +177,72 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   const Dims d = dims(a.B, a.T);
   const std::size_t C = d.C, H = d.H, KV = d.KV;
   const RowShape rows = d.rows(C);
+  const std::size_t NC = d.N * C, NH_ = d.N * H, qkv = cfg_.llama ? NC + 2 * d.N * KV : 3 * NC;
   if (!cfg_.llama) {
     k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), rows,
                         cfg_.norm_eps);
+    keep(ctx, a, b.ln1, NC, b.kept.ln1);
     k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), d.linear(C, 3 * C));  // qkv: (N,3C)
   } else {
     k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), rows, cfg_.norm_eps);
+    keep(ctx, a, b.ln1, NC, b.kept.ln1);
     k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), d.linear(C, C));   // q: (N,C)
     k.matmul_forward(b.k, b.ln1, P(p.k_w), P(p.k_b), d.linear(C, KV));  // k: (N,KV)
     k.matmul_forward(b.v, b.ln1, P(p.v_w), P(p.v_b), d.linear(C, KV));  // v: (N,KV)
     k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C});
     k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV});
   }
+  keep(ctx, a, b.q, qkv, b.kept.qkv);
   attention_forward(b, a, ctx);
+  keep(ctx, a, b.atty, NC, b.kept.atty);
+  if (a.ulysses()) keep(ctx, a, b.ulysses, ulysses_shape(b, a).saved_floats(), b.kept.ulysses);
   k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), d.linear(C, C));
-  // res1 = x + attention's output, and its norm, in one pass.
+  norm2_forward(l, x, b, a, ctx);
   if (!cfg_.llama) {
-    k.add_layernorm_forward(b.res1, b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, x, P(p.ln2_w),
-                            P(p.ln2_b), rows, cfg_.norm_eps);
     // fc: (N,H) without its bias, which GELU adds as it reads h1.
     k.matmul_forward(b.h1, b.ln2, P(p.fc_w), nullptr, d.linear(C, H));
+    keep(ctx, a, b.h1, NH_, b.kept.h1);
     k.gelu_forward(b.h2, b.h1, P(p.fc_b), d.rows(H));
+    keep(ctx, a, b.h2, NH_, b.kept.h2);
     k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), d.linear(H, C));
   } else {
-    k.add_rmsnorm_forward(b.res1, b.ln2, b.ln2_rstd, b.res1, x, P(p.ln2_w), rows, cfg_.norm_eps);
     k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), d.linear(C, H));  // gate: (N,H)
+    keep(ctx, a, b.h1, NH_, b.kept.h1);
     k.matmul_forward(b.h2, b.ln2, P(p.up_w), P(p.up_b), d.linear(C, H));  // up: (N,H)
-    k.swiglu_forward(b.h3, b.h1, b.h2, d.N * H);
+    keep(ctx, a, b.h2, NH_, b.kept.h2);
+    k.swiglu_forward(b.h3, b.h1, b.h2, NH_);
+    keep(ctx, a, b.h3, NH_, b.kept.h3);
     k.matmul_forward(out, b.h3, P(p.fcproj_w), P(p.fcproj_b), d.linear(H, C));
   }
-  k.add(out, out, b.res1, d.N * C);
+  k.add(out, out, b.res1, NC);
+}
+
+// res1 = x + attention's output (in b.res1 on entry), and its norm: in one
+// pass in fp32; keeping 16-bit activations, res1 rounded before the norm
+// reads it, as everything the backward reads.
+void Transformer::norm2_forward(int l, const float* x, BlockActs& b, const Acts& a,
+                                StepContext& ctx) const {
+  const Kernels& k = ctx.kernels();
+  const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
+  const auto P = param_views(ctx);
+  const Dims d = dims(a.B, a.T);
+  const RowShape rows = d.rows(d.C);
+  const std::size_t NC = d.N * d.C;
+  if (!a.rounds() && !cfg_.llama)
+    k.add_layernorm_forward(b.res1, b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, x, P(p.ln2_w),
+                            P(p.ln2_b), rows, cfg_.norm_eps);
+  if (!a.rounds() && cfg_.llama)
+    k.add_rmsnorm_forward(b.res1, b.ln2, b.ln2_rstd, b.res1, x, P(p.ln2_w), rows, cfg_.norm_eps);
+  if (a.rounds()) {
+    k.add(b.res1, b.res1, x, NC);
+    keep(ctx, a, b.res1, NC, b.kept.res1);
+    if (!cfg_.llama)
+      k.layernorm_forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, P(p.ln2_w), P(p.ln2_b), rows,
+                          cfg_.norm_eps);
+    else
+      k.rmsnorm_forward(b.ln2, b.ln2_rstd, b.res1, P(p.ln2_w), rows, cfg_.norm_eps);
+  }
+  keep(ctx, a, b.ln2, NC, b.kept.ln2);
 }
 
 // On entry a.d_res holds dL/d(block output); on exit dL/d(block input).
@@ -216,6 +252,7 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
   BlockActs& b = block_acts(a, l);
   const float* x = stream(a, l);
   if (cfg_.checkpointing) block_forward(l, x, stream(a, l + 1), b, a, ctx);
+  restore_block(l, a, ctx);
   const auto P = param_views(ctx);
   const auto G = grad_views(ctx);
   const Dims d = dims(a.B, a.T);
@@ -274,21 +311,63 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
   }
 }
 
-float* Transformer::stream(const Acts& a, int l) const {
-  if (a.host_resid.empty()) return a.resid[static_cast<std::size_t>(l)];
-  return l == cfg_.n_layer ? a.resid[3] : a.resid[static_cast<std::size_t>(l % 3)];
+// Two slots alternate; of four, three rotate and stream L has the last;
+// L + 1 hold a stream each.
+std::size_t Transformer::slot(const Acts& a, int l) const {
+  if (a.resid.size() == 2) return static_cast<std::size_t>(l % 2);
+  if (l == cfg_.n_layer) return a.resid.size() - 1;
+  return static_cast<std::size_t>(a.resid.size() == 4 ? l % 3 : l);
 }
 
+void* Transformer::stream_kept(const Acts& a, int l) const {
+  if (!a.rounds()) return nullptr;
+  if (!cfg_.offload_checkpoints) return a.kept_resid[static_cast<std::size_t>(l)];
+  return l == cfg_.n_layer ? a.kept_scratch : a.kept_resid[static_cast<std::size_t>(l % 3)];
+}
+
+// The copies move the kept type: 16-bit activations halve the bytes.
 CopyWork Transformer::save_checkpoint(Acts& a, int l, StepContext& ctx) const {
-  const std::size_t bytes = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd * sizeof(float);
-  return ctx.activations().device().copy_async(a.host_resid[static_cast<std::size_t>(l)],
-                                               stream(a, l), bytes);
+  const std::size_t n = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd;
+  const void* from = a.rounds() ? stream_kept(a, l) : stream(a, l);
+  return ctx.activations().device().copy_async(a.host_resid[static_cast<std::size_t>(l)], from,
+                                               n * dtype_size(a.kept));
 }
 
 CopyWork Transformer::fetch_checkpoint(Acts& a, int l, StepContext& ctx) const {
-  const std::size_t bytes = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd * sizeof(float);
-  return ctx.activations().device().copy_async(stream(a, l),
-                                               a.host_resid[static_cast<std::size_t>(l)], bytes);
+  const std::size_t n = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd;
+  void* to = a.rounds() ? stream_kept(a, l) : stream(a, l);
+  return ctx.activations().device().copy_async(to, a.host_resid[static_cast<std::size_t>(l)],
+                                               n * dtype_size(a.kept));
+}
+
+void Transformer::keep(StepContext& ctx, const Acts& a, float* x, std::size_t n, void* kept) const {
+  if (!a.rounds()) return;
+  Device& device = ctx.activations().device();
+  device.convert({kept, a.kept}, x, n);
+  device.convert(x, {kept, a.kept}, n);
+}
+
+void Transformer::restore(StepContext& ctx, const Acts& a, float* x, std::size_t n,
+                          const void* kept) const {
+  if (a.rounds()) ctx.activations().device().convert(x, {kept, a.kept}, n);
+}
+
+// With checkpointing the recompute has just rounded them again instead.
+void Transformer::restore_block(int l, Acts& a, StepContext& ctx) const {
+  if (!a.rounds() || cfg_.checkpointing) return;
+  const Dims d = dims(a.B, a.T);
+  const std::size_t NC = d.N * d.C, NH_ = d.N * d.H;
+  BlockActs& b = block_acts(a, l);
+  restore(ctx, a, b.ln1, NC, b.kept.ln1);
+  if (a.ulysses())
+    restore(ctx, a, b.ulysses, ulysses_shape(b, a).saved_floats(), b.kept.ulysses);
+  else
+    restore(ctx, a, b.q, cfg_.llama ? NC + 2 * d.N * d.KV : 3 * NC, b.kept.qkv);
+  for (const auto& [x, kept] :
+       {std::pair{b.atty, b.kept.atty}, {b.res1, b.kept.res1}, {b.ln2, b.kept.ln2}})
+    restore(ctx, a, x, NC, kept);
+  for (const auto& [x, kept] : {std::pair{b.h1, b.kept.h1}, {b.h2, b.kept.h2}, {b.h3, b.kept.h3}})
+    if (x) restore(ctx, a, x, NH_, kept);
 }
 
 // Offloading, block l's output overwrites the stream of block l - 2's
@@ -297,14 +376,17 @@ CopyWork Transformer::fetch_checkpoint(Acts& a, int l, StepContext& ctx) const {
 void Transformer::trunk_forward(StepContext& ctx, Acts& a, bool training) const {
   const int L = cfg_.n_layer;
   const bool offload = training && !a.host_resid.empty();
+  const std::size_t NC = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd;
   ctx.enter_forward(kEmbed);
   embed_forward(ctx, a);
+  keep(ctx, a, stream(a, 0), NC, stream_kept(a, 0));
   ctx.exit_forward(kEmbed);
   std::vector<CopyWork> saving(static_cast<std::size_t>(L));
   for (int l = 0; l < L; ++l) {
     if (offload && l >= 2) saving[static_cast<std::size_t>(l - 2)].wait();
     ctx.enter_forward(block_module(l));
     block_forward(l, stream(a, l), stream(a, l + 1), block_acts(a, l), a, ctx);
+    keep(ctx, a, stream(a, l + 1), NC, stream_kept(a, l + 1));
     ctx.exit_forward(block_module(l));
     if (offload) saving[static_cast<std::size_t>(l)] = save_checkpoint(a, l, ctx);
   }
@@ -321,6 +403,7 @@ void Transformer::final_norm_forward(StepContext& ctx, Acts& a) const {
                         cfg_.norm_eps);
   else
     k.rmsnorm_forward(a.lnf, a.lnf_rstd, xL, P(lnf_w_), rows, cfg_.norm_eps);
+  keep(ctx, a, a.lnf, rows.N * rows.C, a.kept_scratch);
 }
 
 void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out) const {
@@ -410,8 +493,10 @@ void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   const bool offload = !a.host_resid.empty();
   const int L = cfg_.n_layer;
   CopyWork fetched = offload ? fetch_checkpoint(a, L - 1, ctx) : CopyWork{};
+  const std::size_t NC = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd;
   for (int l = L - 1; l >= 0; --l) {
     fetched.wait();
+    restore(ctx, a, stream(a, l), NC, stream_kept(a, l));
     CopyWork next = offload && l > 0 ? fetch_checkpoint(a, l - 1, ctx) : CopyWork{};
     ctx.enter_backward(block_module(l));
     block_backward(l, a, ctx);

@@ -412,6 +412,14 @@ Transformer::Dims Transformer::dims(int B, int T) const {
           z(cfg_.n_head), NKV,  hs,          NKV * hs,       z(cfg_.vocab_size)};
 }
 
+// 16-bit activations: each block's fp32 tensors are one working set, shared,
+// beside its own kept copies (and its own statistics: small, fp32); with
+// checkpointing the one block's copies are a scratch, for the rounding:
+// the backward's d_h1, which no forward (nor a backward's recompute, nor
+// the head) uses while it rounds, where it is large enough. The streams
+// are rounded and restored at once, so two fp32 slots serve them; the
+// host copies of offloading go through three 16-bit ones (stream L, which
+// stays, is rounded in the scratch).
 void Transformer::plan(const BatchShape& shape,
                        const std::function<float*(std::size_t, bool)>& alloc_where, Acts& a) const {
   const auto alloc = [&](std::size_t n) { return alloc_where(n, false); };
@@ -424,29 +432,76 @@ void Transformer::plan(const BatchShape& shape,
   a.B = B;
   a.T = T;
   a.split = shape.split;
+  a.kept = shape.activations;
+  // n elements of the kept type, from alloc_where's floats.
+  const auto kept_alloc = [&](std::size_t n, bool host) -> void* {
+    return alloc_where((n * dtype_size(a.kept) + sizeof(float) - 1) / sizeof(float), host);
+  };
   const auto L = static_cast<std::size_t>(cfg_.n_layer);
-  a.resid.resize(cfg_.offload_checkpoints ? 4 : L + 1);
+  a.resid.resize(a.rounds() ? 2 : cfg_.offload_checkpoints ? 4 : L + 1);
   for (auto& r : a.resid) r = alloc(N * C);
   a.host_resid.resize(cfg_.offload_checkpoints ? L : 0);
-  for (auto& r : a.host_resid) r = alloc_where(N * C, true);
+  for (auto& r : a.host_resid) r = kept_alloc(N * C, true);
+  a.kept_resid.resize(a.rounds() ? (cfg_.offload_checkpoints ? 3 : L + 1) : 0);
+  for (auto& r : a.kept_resid) r = kept_alloc(N * C, false);
   // The rotary tables live with the activations: the device accounts them,
   // and a model that is only declared (estimate) builds none.
   const std::size_t rope = cfg_.llama ? static_cast<std::size_t>(T) * (cfg_.head_size() / 2) : 0;
   a.rope_cos = rope ? alloc(rope) : nullptr;
   a.rope_sin = rope ? alloc(rope) : nullptr;
-  a.blocks.resize(cfg_.checkpointing ? 1 : static_cast<std::size_t>(cfg_.n_layer));
+  a.blocks.resize(cfg_.checkpointing ? 1 : L);
   // Under Ulysses a block's backward reads the head shards it saved, not
   // its own q, k and v: one buffer serves every block. The ring's reads
   // the block's own.
   const std::size_t qkv_floats = cfg_.llama ? N * (C + 2 * KV) : N * 3 * C;
   float* const shared_qkv = a.ulysses() ? alloc(qkv_floats) : nullptr;
   const auto at = [](float* p, std::size_t offset) { return p ? p + offset : nullptr; };
-  for (auto& b : a.blocks) {
+  const std::size_t saved = a.ulysses() ? ulysses_shape(a.blocks[0], a).saved_floats() : 0;
+  a.d_res = alloc(N * C);
+  a.d_c = alloc(N * C);
+  a.d_att = alloc(N * C);
+  a.d_qkv = alloc(N * (C + 2 * KV));
+  a.d_h1 = alloc(N * H);
+  a.d_h2 = alloc(N * H);
+  a.d_h3 = cfg_.llama ? alloc(N * H) : nullptr;
+  const std::size_t rounded = std::max({qkv_floats, N * H, N * C, saved});
+  void* scratch = nullptr;
+  if (a.rounds())
+    scratch =
+        rounded * dtype_size(a.kept) <= N * H * sizeof(float) ? a.d_h1 : kept_alloc(rounded, false);
+  a.kept_scratch = scratch;
+  for (std::size_t i = 0; i < a.blocks.size(); ++i) {
+    BlockActs& b = a.blocks[i];
     b.rope_cos = a.rope_cos;
     b.rope_sin = a.rope_sin;
-    b.ln1 = alloc(N * C);
     b.ln1_mean = cfg_.llama ? nullptr : alloc(N);
     b.ln1_rstd = alloc(N);
+    b.lse = alloc(lse_rows);
+    b.ln2_mean = cfg_.llama ? nullptr : alloc(N);
+    b.ln2_rstd = alloc(N);
+    const bool own_copies = a.rounds() && !cfg_.checkpointing;
+    const auto copy = [&](std::size_t n) { return own_copies ? kept_alloc(n, false) : scratch; };
+    b.kept = {copy(N * C),
+              a.ulysses() ? scratch : copy(qkv_floats),
+              copy(N * C),
+              copy(N * C),
+              copy(N * C),
+              copy(N * H),
+              copy(N * H),
+              cfg_.llama ? copy(N * H) : nullptr,
+              a.ulysses() ? copy(saved) : nullptr};
+    if (a.rounds() && i > 0) {  // the working set of block 0
+      const BlockActs& w = a.blocks[0];
+      for (float* BlockActs::*m :
+           {&BlockActs::ln1, &BlockActs::q, &BlockActs::k, &BlockActs::v, &BlockActs::atty,
+            &BlockActs::res1, &BlockActs::ln2, &BlockActs::h1, &BlockActs::h2, &BlockActs::h3,
+            &BlockActs::ulysses})
+        b.*m = w.*m;
+      b.q_stride = w.q_stride;
+      b.kv_stride = w.kv_stride;
+      continue;
+    }
+    b.ln1 = alloc(N * C);
     b.q = a.ulysses() ? shared_qkv : alloc(qkv_floats);
     if (cfg_.llama) {  // q (N,C), k (N,KV), v (N,KV)
       b.k = at(b.q, N * C);
@@ -458,16 +513,13 @@ void Transformer::plan(const BatchShape& shape,
       b.v = at(b.q, 2 * C);
       b.q_stride = b.kv_stride = 3 * C;
     }
-    b.lse = alloc(lse_rows);
     b.atty = alloc(N * C);
     b.res1 = alloc(N * C);
     b.ln2 = alloc(N * C);
-    b.ln2_mean = cfg_.llama ? nullptr : alloc(N);
-    b.ln2_rstd = alloc(N);
     b.h1 = alloc(N * H);
     b.h2 = alloc(N * H);
     b.h3 = cfg_.llama ? alloc(N * H) : nullptr;
-    b.ulysses = a.ulysses() ? alloc(ulysses_shape(b, a).saved_floats()) : nullptr;
+    b.ulysses = a.ulysses() ? alloc(saved) : nullptr;
   }
   if (a.ulysses()) a.ulysses_scratch = alloc(ulysses_shape(a.blocks[0], a).scratch_floats());
   if (a.ring()) a.ring_scratch = alloc(ring_shape(a.blocks[0], a).scratch_floats());
@@ -478,13 +530,6 @@ void Transformer::plan(const BatchShape& shape,
   a.logits = alloc(rows * V);
   a.head_dw = rows < N ? alloc(V * C) : nullptr;
   a.losses = alloc(N);
-  a.d_res = alloc(N * C);
-  a.d_c = alloc(N * C);
-  a.d_att = alloc(N * C);
-  a.d_qkv = alloc(N * (C + 2 * KV));
-  a.d_h1 = alloc(N * H);
-  a.d_h2 = alloc(N * H);
-  a.d_h3 = cfg_.llama ? alloc(N * H) : nullptr;
 }
 
 std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {

@@ -80,6 +80,12 @@ struct BlockActs {
   float* out;
   const float *rope_cos, *rope_sin;  // Llama: (T, hs/2), the same for every block
   float* ulysses;  // sequence shards: what Ulysses keeps for backward; null for whole sequences
+  // Activations kept in a 16-bit type: where each tensor above that the
+  // backward reads is held in it (this block's own copies; with
+  // checkpointing, all one scratch, for the rounding alone); null in fp32.
+  struct Kept {
+    void *ln1, *qkv, *atty, *res1, *ln2, *h1, *h2, *h3, *ulysses;
+  } kept;
 };
 
 class Transformer final : public Model {
@@ -104,6 +110,13 @@ class Transformer final : public Model {
   // either counting bytes (activation_bytes) or taking them from the arena.
   struct Acts {
     int B = 0, T = 0;  // T: the tokens of each row this rank holds
+    // The type the activations backward reads are kept in (BatchShape::
+    // activations). In a 16-bit type the blocks share one fp32 working
+    // set and keep their own 16-bit copies (BlockActs::kept), and the
+    // residual streams alternate over two fp32 slots, each kept in
+    // kept_resid.
+    DType kept = DType::f32;
+    bool rounds() const { return kept != DType::f32; }
     // Sequence shards: the ranks of the Ulysses group and the ring hold a
     // row each, split as `split` says, this rank's rows at the positions
     // of `spans`; Ulysses' and the ring's scratch, shared by the blocks.
@@ -117,9 +130,17 @@ class Transformer final : public Model {
     bool ring() const { return split.context > 1; }
     // L+1 residual streams (N,C): embedding out, block outs. Offloading
     // checkpoints, four on the device instead (streams l < L rotate over
-    // three, stream L the fourth) and the L block inputs in host memory.
+    // three, stream L the fourth), the L block inputs in host memory, in
+    // the kept type. Keeping 16-bit activations, two slots alternate and
+    // the streams are kept on the device in 16 bits (kept_resid): the L+1
+    // of them, or (offloading) the three the host copies of the block
+    // inputs rotate through.
     std::vector<float*> resid;
-    std::vector<float*> host_resid;
+    std::vector<void*> host_resid;
+    std::vector<void*> kept_resid;
+    // Where tensors that keep no copy are rounded: the final norm's
+    // output, stream L when offloading, a block's with checkpointing.
+    void* kept_scratch = nullptr;
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
     float *lnf, *lnf_mean, *lnf_rstd, *losses;
     float* logits;   // (head_rows(N), V): one chunk of the head's logits
@@ -134,12 +155,23 @@ class Transformer final : public Model {
             Acts& acts) const;
   // Device bytes (host: false) or host bytes of plan()'s buffers.
   std::uint64_t planned_bytes(const BatchShape& shape, bool host) const;
-  // Where residual stream l (0..L) lies on the device now.
-  float* stream(const Acts& a, int l) const;
+  // Which of a.resid holds residual stream l (0..L) now.
+  std::size_t slot(const Acts& a, int l) const;
+  float* stream(const Acts& a, int l) const { return a.resid[slot(a, l)]; }
+  // Stream l in the kept type: where it is rounded, and what the host
+  // copies of offloading move; null in fp32.
+  void* stream_kept(const Acts& a, int l) const;
   // Offloading checkpoints: block l's input to host memory after its
   // forward; back to the device before its backward.
   CopyWork save_checkpoint(Acts& a, int l, StepContext& ctx) const;
   CopyWork fetch_checkpoint(Acts& a, int l, StepContext& ctx) const;
+  // 16-bit activations (no-ops in fp32): x (n) rounded to the kept type
+  // in place, through `kept`, which then holds it; x back from `kept`.
+  void keep(StepContext& ctx, const Acts& a, float* x, std::size_t n, void* kept) const;
+  void restore(StepContext& ctx, const Acts& a, float* x, std::size_t n, const void* kept) const;
+  // Without checkpointing, block l's kept tensors back in the fp32
+  // working set before its backward.
+  void restore_block(int l, Acts& a, StepContext& ctx) const;
   // A micro-batch's dimensions as the kernels take them: B, T, N = B*T, the
   // width C, the MLP's H, heads NH and NKV of hs, KV = NKV*hs, V.
   struct Dims {
@@ -220,6 +252,8 @@ class Transformer final : public Model {
   void head_forward_backward(StepContext& ctx, Acts& a) const;
   void block_forward(int l, const float* x, float* out, BlockActs& b, const Acts& a,
                      StepContext& ctx) const;
+  // Inside block_forward: the attention's residual sum and the norm of it.
+  void norm2_forward(int l, const float* x, BlockActs& b, const Acts& a, StepContext& ctx) const;
   void block_backward(int l, Acts& a, StepContext& ctx) const;
   void check_tokens(const Batch& batch) const;
 
