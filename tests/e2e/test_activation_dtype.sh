@@ -39,6 +39,10 @@ for precision in bf16 fp16; do
   cmp -s <(cut -d' ' -f2 "$scratch/l_$precision.curve") <(cut -d' ' -f2 "$scratch/l_${precision}_fp32.curve") &&
     fail "$precision: keeping the activations in $precision trains exactly what fp32 activations train"
   same_val_loss "l_$precision" "l_${precision}_ckpt"
+  grep -q "reduced in $precision, activations kept in $precision, loss scale" "$scratch/l_$precision.out" ||
+    fail "the $precision run's header does not say its activations are kept in $precision"
+  grep -q "activations kept in fp32, loss scale" "$scratch/l_${precision}_fp32.out" ||
+    fail "the run keeping fp32 activations does not say so"
 done
 
 base=(--model gpt2-tiny "${common[@]}" --set train.precision=bf16)

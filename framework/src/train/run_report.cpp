@@ -42,8 +42,10 @@ std::string run_header(const RunHeader& h) {
   if (!h.placement.empty()) os << "\nplacement: " << h.placement;
   os << "\nprecision: " << precision_label(h.precision) << " working weights";
   if (h.precision != DType::f32) os << ", fp32 master weights";
-  os << ", gradients accumulated and reduced in " << precision_label(h.grad_dtype)
-     << ", loss scale ";
+  os << ", gradients accumulated and reduced in " << precision_label(h.grad_dtype);
+  if (h.precision != DType::f32)
+    os << ", activations kept in " << precision_label(h.activation_dtype);
+  os << ", loss scale ";
   if (h.precision != DType::f16)
     os << "1";
   else if (h.loss_scale > 0)

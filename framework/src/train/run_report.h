@@ -33,7 +33,7 @@ struct RunHeader {
   std::string comm_backend;  // how the ranks talk (mpi, gloo), said when ranks > 1
   std::string placement;     // where the ranks run (job/placement.h); empty: not said
   std::optional<double> entropy_rate;
-  DType precision = DType::f32, grad_dtype = DType::f32;
+  DType precision = DType::f32, grad_dtype = DType::f32, activation_dtype = DType::f32;
   double loss_scale = 1;            // static scale (fp16), 0: dynamic
   int initial_scale_power = 0;      // dynamic fp16
   std::filesystem::path init_from;  // empty: from the seed

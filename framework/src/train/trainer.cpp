@@ -230,6 +230,7 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.entropy_rate = dinfo.entropy_rate;
   h.precision = tr.precision;
   h.grad_dtype = tr.grad_dtype;
+  h.activation_dtype = tr.activation_dtype;
   h.loss_scale = tr.scaler.loss_scale;
   h.initial_scale_power = static_cast<int>(tr.scaler.initial_scale_power);
   h.init_from = run.init_from;
