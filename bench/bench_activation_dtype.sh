@@ -4,9 +4,11 @@
 # 1. Memory: the measured device peak of activations of one step of a
 #    llama-tiny at TOKENS tokens, 8 and 16 layers, checkpointing off and
 #    on, each kind's bytes per further layer, and the ratios.
-# 2. Speed: tokens per second of the same model (8 layers, checkpointing
-#    off) kept in fp32 and in bf16, alternated three times so a slow minute
-#    moves both sides; the ratio bf16 / fp32 per round.
+# 2. Speed: the median step time of the same model (8 layers,
+#    checkpointing off; 128 wide, and 512) kept in fp32 and in bf16,
+#    alternated three times so a slow minute moves both sides; the ratio
+#    bf16 / fp32 per round. The conversions grow with the width, the
+#    matmuls with its square.
 #
 # usage: bench/bench_activation_dtype.sh [BUILD_DIR] [TOKENS]
 #   defaults: build, 2048
@@ -53,18 +55,22 @@ for ckpt in false true; do
 done
 
 echo
-echo "2. tokens/s at $tokens tokens, 8 layers, 2 threads: kept in bf16 against kept in fp32"
-tps() {  # tps NAME: the run's tokens per second, from its summary line
+echo "2. seconds a step at $tokens tokens, 8 layers 128 and 512 wide, 2 threads (median of steps 3-12): kept in bf16 against kept in fp32"
+step_s() {  # step_s NAME: the median step time of steps 3 on
   python3 -c "
-import re, sys
-m = re.search(r'^done: .*? \| ([0-9.]+)([kMG]?) tok/s', open(sys.argv[1]).read(), re.M)
-print(float(m.group(1)) * {'': 1, 'k': 1e3, 'M': 1e6, 'G': 1e9}[m.group(2)])" "$out/$1.out"
+import json, statistics, sys
+t = [r['step_time_s'] for r in map(json.loads, open(sys.argv[1]))
+     if r.get('split') == 'train' and r['step'] >= 3]
+print(statistics.median(t))" "$out/$1/metrics.jsonl"
 }
-for round in 1 2 3; do
-  for kept in fp32 bf16; do
-    run "s_${kept}_$round" --set model.n_layer=8 --set train.steps=8 --set train.activation_dtype="$kept"
+for width in 128 512; do
+  for round in 1 2 3; do
+    for kept in fp32 bf16; do
+      run "s_${width}_${kept}_$round" --set model.n_layer=8 --set model.n_embd="$width" \
+        --set train.steps=12 --set train.activation_dtype="$kept"
+    done
+    f=$(step_s "s_${width}_fp32_$round") b=$(step_s "s_${width}_bf16_$round")
+    printf "width %d, round %d: fp32 kept %.4f s, bf16 kept %.4f s, ratio %.3f\n" "$width" "$round" \
+      "$f" "$b" "$(echo "$b / $f" | bc -l)"
   done
-  f=$(tps "s_fp32_$round") b=$(tps "s_bf16_$round")
-  printf "round %d: fp32 kept %.0f tok/s, bf16 kept %.0f tok/s, ratio %.3f\n" "$round" "$f" "$b" \
-    "$(echo "$b / $f" | bc -l)"
 done
