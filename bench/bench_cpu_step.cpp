@@ -182,7 +182,8 @@ StepTimes measure(const BenchModel& m, int threads, int steps, const char* preci
     if (s == 0) timed.reset();
     const auto t0 = Clock::now();
     r.strategy->begin_micro_step(true);
-    StepContext ctx(*r.strategy, params, timed, arena, losses, 1.0f);
+    StepContext ctx(*r.strategy, params, timed, arena, losses,
+                    1.0f / static_cast<float>(in.size()));  // the mean loss's gradient
     r.model->forward_backward(batch, ctx);
     losses.take();
     const auto t1 = Clock::now();

@@ -1172,3 +1172,59 @@ TEST_CASE("data sources: fill from several threads at once gives the serial resu
     for (const auto& p : parallel) CHECK(p == serial);
   }
 }
+
+namespace {
+
+// Gives every row's first target as kIgnoreTarget without declaring masks.
+class UndeclaredMasks final : public DataSource {
+ public:
+  void setup(const DataSetup&) override {}
+  DataInfo info() const override {
+    return {"undeclared", std::nullopt, 16, {}, std::nullopt, std::nullopt, {}, {}, std::nullopt};
+  }
+  void fill(Split, std::uint64_t, std::int32_t* inputs, std::int32_t* targets) const override {
+    for (int t = 0; t < 4; ++t) inputs[t] = targets[t] = t;
+    targets[0] = kIgnoreTarget;
+  }
+};
+
+}  // namespace
+
+// step_targets() is this rank's count of trained targets in the next
+// grad_accum micro-batches: what next() then hands out, counted; every
+// token where the source declares no masks. An ignored target from a
+// source that declares none is refused as it is read.
+TEST_CASE("DataLoader: a step's trained targets are counted ahead, undeclared masks refused") {
+  const int T = 8, B = 2, A = 2, W = 2;
+  auto masked = make_source("synthetic", "masked_prefix = 5\n", {T, 512, 3});
+  REQUIRE(masked->info().masks);
+  std::uint64_t all_ranks = 0, seen = 0;
+  for (int r = 0; r < W; ++r) {
+    DataLoader dl(*masked, B, T, A, {r, W});
+    dl.next();  // step 0 ...
+    dl.next();
+    const std::uint64_t counted = dl.step_targets();  // ... and step 1, ahead
+    std::uint64_t trained = 0;
+    for (int a = 0; a < A; ++a) trained += DataLoader::trained(dl.next());
+    CHECK(counted == trained);
+    all_ranks += counted;
+  }
+  for (std::uint64_t g = 0; g < static_cast<std::uint64_t>(B * A * W); ++g) {
+    const Pair p = fetch(*masked, Split::train, B * A * W + g, T);
+    seen += static_cast<std::uint64_t>(std::count_if(p.targets.begin(), p.targets.end(),
+                                                     [](int t) { return t != kIgnoreTarget; }));
+  }
+  CHECK(all_ranks == seen);
+  CHECK(seen < static_cast<std::uint64_t>(B * A * W * T));  // some are masked
+
+  auto plain = make_source("synthetic", "", {T, 512, 3});
+  CHECK_FALSE(plain->info().masks);
+  CHECK(DataLoader(*plain, B, T, A, {0, W}).step_targets() ==
+        static_cast<std::uint64_t>(A * B * T));
+
+  const UndeclaredMasks undeclared;
+  DataLoader dl(undeclared, 1, 4, 1, {});
+  const std::string msg = message_of<DataError>([&] { dl.next(); });
+  CHECK(contains(msg, "ignored target (-100) at position 0"));
+  CHECK(contains(msg, "without declaring masks"));
+}

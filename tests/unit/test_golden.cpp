@@ -113,7 +113,9 @@ void check_case(const std::string& name, bool from_dir) {
   for (float x : want_logits)
     logit_scale = std::max(logit_scale, static_cast<double>(std::fabs(x)));
   const Worst lw = compare(logits, want_logits, 2e-6 * logit_scale, 0, name + " logits");
-  StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
+  // The gradients of the mean loss over the batch's tokens (Hugging Face's).
+  StepContext ctx(*run.strategy, params, *run.kernels, arena, losses,
+                  1.0f / static_cast<float>(inputs.size()));
   run.model->forward_backward(batch, ctx);
   const double loss = losses.take();
   const double want_loss = std::strtod(ref.metadata().at("loss_fp64").c_str(), nullptr);

@@ -404,6 +404,34 @@ TEST_CASE("softmax cross-entropy: forward is -log softmax, backward matches fini
   check_gradients(loss, {{&logits, &grad, "logits"}}, 92);
 }
 
+// A row whose target is kIgnoreTarget has a loss of 0 and zero dlogits,
+// whatever its logits hold (NaN too: a masked row may be garbage); the
+// other rows are what they are without the masked ones, on the fast
+// kernels and the reference.
+TEST_CASE("softmax cross-entropy skips ignored targets") {
+  const int N = 4, V = 37;
+  const Vec logits = randn(N * V, 202, 3.0f);
+  const std::vector<std::int32_t> all{3, 9, 5, 36},
+      masked{3, ztrain::kIgnoreTarget, 5, ztrain::kIgnoreTarget};
+  const auto reference = ztrain::make_reference_cpu_kernels();
+  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(reference.get())}) {
+    Vec pa = logits, pm = logits, la(N), lm(N, 7.0f);
+    std::fill(pm.begin() + V, pm.begin() + 2 * V, NAN);
+    k->softmax_crossentropy_forward(la.data(), pa.data(), all.data(), {N, V});
+    k->softmax_crossentropy_forward(lm.data(), pm.data(), masked.data(), {N, V});
+    k->softmax_crossentropy_backward(pa.data(), all.data(), 0.5f, {N, V});
+    k->softmax_crossentropy_backward(pm.data(), masked.data(), 0.5f, {N, V});
+    for (int n = 0; n < N; ++n) {
+      const bool skipped = masked[static_cast<std::size_t>(n)] == ztrain::kIgnoreTarget;
+      CHECK(lm[static_cast<std::size_t>(n)] == (skipped ? 0.0f : la[static_cast<std::size_t>(n)]));
+      for (int i = 0; i < V; ++i) {
+        const std::size_t at = static_cast<std::size_t>(n * V + i);
+        CHECK(pm[at] == (skipped ? 0.0f : pa[at]));
+      }
+    }
+  }
+}
+
 TEST_CASE("sum_squares is exact to double rounding and independent of the thread count") {
   const Vec x = randn(300001, 111);
   double ref = 0;

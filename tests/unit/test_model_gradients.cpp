@@ -1,9 +1,13 @@
 // The whole transformer's gradients against finite differences of its
 // loss, element by element on a sample spanning every head and row block,
 // for both architectures, with and without activation checkpointing; and
-// the declared parameter sets against known model sizes.
+// the declared parameter sets against known model sizes. With targets
+// masked (kIgnoreTarget), the loss is the mean over the trained ones,
+// against per-token cross-entropies computed here from the logits, and
+// its gradients against finite differences of it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -34,8 +38,11 @@ struct Fixture {
   Batch batch;
   Arena arena;
   LossSum losses;
+  double trained = 0;  // targets other than kIgnoreTarget
 
-  explicit Fixture(const std::string& toml)
+  // masked: some targets kIgnoreTarget (a prompt of 3 in row 0, every
+  // third in row 1).
+  explicit Fixture(const std::string& toml, bool masked = false)
       : run(test::make_run(toml)),
         params(run.model->params()),
         arena(*run.device),
@@ -46,18 +53,27 @@ struct Fixture {
     for (int b = 0; b < B; ++b)
       run.data->fill(Split::train, static_cast<std::uint64_t>(b), inputs.data() + b * T,
                      targets.data() + b * T);
+    if (masked) {
+      std::fill_n(targets.begin(), 3, kIgnoreTarget);
+      for (int t = 0; t < T; t += 3) targets[static_cast<std::size_t>(T + t)] = kIgnoreTarget;
+    }
     batch = {{B, T}, inputs.data(), targets.data()};
+    trained = static_cast<double>(
+        std::count_if(targets.begin(), targets.end(), [](auto t) { return t != kIgnoreTarget; }));
   }
+  // The mean loss over the trained targets (the reported mean is over all
+  // N, the ignored ones at 0).
   double loss() {
-    StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
+    StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, token_scale());
     run.model->evaluate(batch, ctx);
-    return losses.take();
+    return losses.take() * static_cast<double>(inputs.size()) / trained;
   }
   double forward_backward() {
-    StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
+    StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, token_scale());
     run.model->forward_backward(batch, ctx);
-    return losses.take();
+    return losses.take() * static_cast<double>(inputs.size()) / trained;
   }
+  float token_scale() const { return static_cast<float>(1.0 / trained); }
   float* param(ParamId p) { return run.strategy->param_view(p).f32(); }
   std::vector<float> grad(ParamId p) {
     const TensorView g = run.strategy->grad_view(p);
@@ -102,8 +118,9 @@ std::vector<Sample> samples(const ParamSpecs& params, int block, std::mt19937& r
   return out;
 }
 
-void check_model(const std::string& arch, bool checkpointing, const std::string& extra = "") {
-  Fixture f(tiny(arch, checkpointing, extra));
+void check_model(const std::string& arch, bool checkpointing, const std::string& extra = "",
+                 bool masked = false) {
+  Fixture f(tiny(arch, checkpointing, extra), masked);
   const double l0 = f.forward_backward();
   CHECK(l0 == doctest::Approx(f.loss()));
   std::mt19937 rng(3);
@@ -364,6 +381,36 @@ TEST_CASE("bad model shapes are config errors naming the key") {
   CHECK(test::message_of<ConfigError>([&] {
           make("[model]\nrope_scaling = \"llama3\"\nrope_high_freq_factor = 1.0\n");
         }).find("rope_high_freq_factor > rope_low_freq_factor") != std::string::npos);
+}
+
+// The masked loss is the mean of the trained tokens' cross-entropies,
+// computed here in double from the model's logits; its gradients match
+// finite differences of it (a masked token's logits get no gradient).
+TEST_CASE("masked targets: the loss is the trained tokens' mean, its gradients match") {
+  for (const char* arch : {"gpt2", "llama"}) {
+    CAPTURE(arch);
+    Fixture f(tiny(arch, false), true);
+    const int V = 29;
+    std::vector<float> logits(f.inputs.size() * V);
+    {
+      StepContext ctx(*f.run.strategy, f.params, *f.run.kernels, f.arena, f.losses, 1.0f);
+      f.run.model->forward_logits(f.batch, ctx, logits.data());
+      f.losses.take();
+    }
+    double sum = 0;
+    for (std::size_t i = 0; i < f.inputs.size(); ++i) {
+      if (f.targets[i] == kIgnoreTarget) continue;
+      const float* x = logits.data() + i * V;
+      double m = x[0], z = 0;
+      for (int v = 1; v < V; ++v) m = std::max(m, static_cast<double>(x[v]));
+      for (int v = 0; v < V; ++v) z += std::exp(x[v] - m);
+      sum += std::log(z) + m - x[f.targets[i]];
+    }
+    CHECK(f.trained == 14 - 3 - 3);
+    CHECK(f.loss() == doctest::Approx(sum / f.trained).epsilon(1e-6));
+    check_model(arch, false, "", true);
+    check_model(arch, true, "", true);
+  }
 }
 
 TEST_CASE("a token outside the vocabulary is a data error, not a crash") {

@@ -1,7 +1,8 @@
 // Softmax cross-entropy over the vocabulary. Forward turns the fp32 logits
 // into probabilities in place (the only fp32 copy of them) and writes each
 // row's loss; backward turns the probabilities into dlogits in place.
-// One block per row: a block max, a block sum of exp(x - max), a scale.
+// One block per row: a block max, a block sum of exp(x - max), a scale. A
+// row whose target is kIgnoreTarget has a loss of 0 and zero dlogits.
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels/common.cuh"
 
@@ -16,6 +17,10 @@ __global__ void softmax_crossentropy_forward_kernel(float* losses, float* logits
   __shared__ float shared[32];
   __shared__ float target_logit;
   float* x = logits + static_cast<std::size_t>(blockIdx.x) * V;
+  if (targets[blockIdx.x] == kIgnoreTarget) {  // the whole block returns together
+    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+    return;
+  }
   if (threadIdx.x == 0) target_logit = x[targets[blockIdx.x]];
   float m = -INFINITY;
   for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, x[i]);
@@ -38,7 +43,7 @@ __global__ void softmax_crossentropy_backward_kernel(float* probs, const std::in
   float* p = probs + static_cast<std::size_t>(blockIdx.x) * V;
   const int target = targets[blockIdx.x];
   for (int i = threadIdx.x; i < V; i += blockDim.x)
-    p[i] = (i == target ? p[i] - 1.0f : p[i]) * dloss;
+    p[i] = target == kIgnoreTarget ? 0.0f : (i == target ? p[i] - 1.0f : p[i]) * dloss;
 }
 
 }  // namespace

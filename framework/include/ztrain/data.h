@@ -1,7 +1,9 @@
 // The data plugin interface.
 //
 // A DataSource maps a sequence index to T input tokens and their T targets
-// (the inputs shifted by one), deterministically from the seed: sequence g
+// (the inputs shifted by one; kIgnoreTarget, -100, where the loss skips a
+// position: a prompt, padding, in a source that declares masks),
+// deterministically from the seed: sequence g
 // of a split is the same whatever the rank, world size or thread asking.
 // The host decides which global sequence indices each rank reads for each
 // micro-step (see DataLoader), so the global batch does not depend on the
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "ztrain/export.h"
+#include "ztrain/kernels.h"
 #include "ztrain/plugin.h"
 
 namespace ztrain {
@@ -62,6 +65,10 @@ struct DataInfo {
   // put between documents), where the source knows it: text sampled during
   // training starts from it, as every document the model saw did.
   std::optional<std::int32_t> document_start;
+  // Whether targets may be kIgnoreTarget. The host then counts each step's
+  // trained targets before it runs (the loss is their mean over the global
+  // batch); a source that does not declare masks must not produce one.
+  bool masks = false;
 };
 
 class ZTRAIN_API DataSource : public Plugin {

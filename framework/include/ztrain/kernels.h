@@ -34,6 +34,11 @@
 
 namespace ztrain {
 
+// A target the loss skips (Hugging Face's ignore_index): a prompt token
+// of a fine-tuning example, padding. Its row's loss is 0 and its logits
+// get no gradient.
+inline constexpr std::int32_t kIgnoreTarget = -100;
+
 // What adamw leaves in the gradient it consumed: zeros, for a buffer that
 // accumulates the next step's gradients (ddp, zero1), or the values, for a
 // shard the next step's reduction overwrites (zero2, zero3, offload).
@@ -231,10 +236,12 @@ class ZTRAIN_API Kernels {
   virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;
 
   // logits: (N,V) turned into probabilities in place; losses: (N) = -log
-  // p[target]; s is (N, V).
+  // p[target]; s is (N, V). A row whose target is kIgnoreTarget gets a
+  // loss of 0 (its logits are left undefined).
   virtual void softmax_crossentropy_forward(float* losses, float* logits,
                                             const std::int32_t* targets, RowShape s) const = 0;
-  // probs: (N,V) from forward, OVERWRITTEN with dlogits = (probs - onehot) * dloss.
+  // probs: (N,V) from forward, OVERWRITTEN with dlogits = (probs - onehot) * dloss;
+  // zeros in a row whose target is kIgnoreTarget.
   virtual void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss,
                                              RowShape s) const = 0;
 

@@ -11,8 +11,10 @@
 // forward_backward runs one micro-batch: forward module by module, the
 // loss, then backward in reverse module order, calling the four hooks at
 // every boundary. After exit_backward(m) the gradients of m's parameters are
-// complete for this micro-batch. Loss gradients are multiplied by
-// StepContext::grad_scale(). evaluate runs the forward only; forward_logits
+// complete for this micro-batch. The step's loss is the mean over the
+// trained tokens (targets other than kIgnoreTarget) of the whole global
+// batch: each trained token's loss gradient is StepContext::token_scale().
+// evaluate runs the forward only; forward_logits
 // (optional) also hands out the logits. Activations come from the
 // StepContext's Arena, one device allocation each, so the device measures
 // what a micro-step holds; activation_bytes() is the model's estimate of it.
@@ -163,7 +165,7 @@ class Strategy;
 class ZTRAIN_API StepContext {
  public:
   StepContext(Strategy& strategy, const ParamSpecs& params, const Kernels& kernels, Arena& arena,
-              LossSum& losses, float grad_scale);
+              LossSum& losses, float token_scale);
 
   void enter_forward(ModuleId m);
   void exit_forward(ModuleId m);
@@ -196,10 +198,14 @@ class ZTRAIN_API StepContext {
 
   Arena& activations() { return arena_; }
   const Kernels& kernels() const { return kernels_; }
-  // Multiplier on d(mean micro-batch loss): loss scale / gradient accumulation.
-  float grad_scale() const { return grad_scale_; }
-  // The micro-batch's per-token losses (n, in the arena): their mean is the
-  // micro-batch's loss. Reported once per forward.
+  // d(step loss) / d(loss of one trained token), times the loss scale and
+  // the ranks the strategy averages gradients over: loss scale x ranks /
+  // trained tokens of the global batch (every rank's micro-batches of the
+  // step). The model's gradient of each trained token's loss; a token whose
+  // target is kIgnoreTarget gets none.
+  float token_scale() const { return token_scale_; }
+  // The micro-batch's per-token losses (n, in the arena; 0 where the target
+  // is kIgnoreTarget). Reported once per forward; the host weighs them.
   void add_loss(const float* losses, std::size_t n) { losses_.add(losses, n); }
 
  private:
@@ -209,7 +215,7 @@ class ZTRAIN_API StepContext {
   const Kernels& kernels_;
   Arena& arena_;
   LossSum& losses_;
-  float grad_scale_;
+  float token_scale_;
   Communicator* sequence_group_ = nullptr;
   Communicator* context_group_ = nullptr;
   IdVector<ModuleId, int> active_;  // per module: entered and not yet exited

@@ -55,13 +55,13 @@ double LossSum::take() {
 }
 
 StepContext::StepContext(Strategy& strategy, const ParamSpecs& params, const Kernels& kernels,
-                         Arena& arena, LossSum& losses, float grad_scale)
+                         Arena& arena, LossSum& losses, float token_scale)
     : strategy_(strategy),
       params_(params),
       kernels_(kernels),
       arena_(arena),
       losses_(losses),
-      grad_scale_(grad_scale) {
+      token_scale_(token_scale) {
   std::size_t modules = 0;
   for (const auto& p : params_)
     for (ModuleId m : p.used_by) modules = std::max(modules, index_of(m) + 1);

@@ -1,23 +1,35 @@
 #include "train/data_loader.h"
 
 #include <algorithm>
+#include <string>
+
+#include "ztrain/error.h"
 
 namespace ztrain {
 
 DataLoader::DataLoader(const DataSource& source, int micro_batch, int seq_len, int grad_accum,
                        DataShare share)
-    : source_(source), B_(micro_batch), T_(seq_len), A_(grad_accum), share_(share) {
+    : source_(source),
+      B_(micro_batch),
+      T_(seq_len),
+      A_(grad_accum),
+      share_(share),
+      masks_(source.info().masks) {
+  for (auto* s : {&slots_[0], &slots_[1], &val_slot_}) *s = make_slot();
+  start_prefetch();
+}
+
+DataLoader::Slot DataLoader::make_slot() const {
   const std::size_t n =
       static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_ / share_.split.shards());
-  for (auto* s : {&slots_[0], &slots_[1], &val_slot_}) {
-    s->inputs.resize(n);
-    s->targets.resize(n);
-    if (share_.split.shards() > 1) {
-      s->row_inputs.resize(static_cast<std::size_t>(T_));
-      s->row_targets.resize(static_cast<std::size_t>(T_));
-    }
+  Slot s;
+  s.inputs.resize(n);
+  s.targets.resize(n);
+  if (share_.split.shards() > 1) {
+    s.row_inputs.resize(static_cast<std::size_t>(T_));
+    s.row_targets.resize(static_cast<std::size_t>(T_));
   }
-  start_prefetch();
+  return s;
 }
 
 DataLoader::~DataLoader() {
@@ -35,6 +47,16 @@ void DataLoader::fill_rows(Split split, std::uint64_t first, Slot& slot) const {
     std::int32_t* inputs = sliced ? slot.row_inputs.data() : slot.inputs.data() + to;
     std::int32_t* targets = sliced ? slot.row_targets.data() : slot.targets.data() + to;
     source_.fill(split, first + static_cast<std::uint64_t>(b), inputs, targets);
+    if (!masks_) {
+      const std::size_t width_read = sliced ? static_cast<std::size_t>(T_) : width;
+      const std::int32_t* ignored = std::find(targets, targets + width_read, kIgnoreTarget);
+      if (ignored != targets + width_read)
+        throw DataError("the data source gave sequence " + std::to_string(first + b) +
+                        " an ignored target (-100) at position " +
+                        std::to_string(ignored - targets) +
+                        " without declaring masks (DataInfo::masks): its loss would be "
+                        "normalised over tokens it skips; fix the data plugin");
+    }
     if (!sliced) continue;
     for (const TokenSpan& s : spans) {
       std::copy_n(slot.row_inputs.data() + s.position, s.length, slot.inputs.data() + to + s.row);
@@ -55,6 +77,26 @@ void DataLoader::start_prefetch() {
   const std::uint64_t micro_step = position_;
   pending_ =
       std::async(std::launch::async, [this, &slot, micro_step] { fill_train(micro_step, slot); });
+}
+
+std::uint64_t DataLoader::step_targets() const {
+  const std::uint64_t per_micro =
+      static_cast<std::uint64_t>(B_) * static_cast<std::uint64_t>(T_ / share_.split.shards());
+  if (!masks_) return per_micro * static_cast<std::uint64_t>(A_);
+  Slot slot = make_slot();
+  std::uint64_t n = 0;
+  for (int a = 0; a < A_; ++a) {
+    fill_train(position_ + static_cast<std::uint64_t>(a), slot);
+    n += trained(batch_of(slot));
+  }
+  return n;
+}
+
+std::uint64_t DataLoader::trained(const Batch& batch) {
+  const std::size_t n =
+      static_cast<std::size_t>(batch.shape.batch) * static_cast<std::size_t>(batch.shape.seq_len);
+  return static_cast<std::uint64_t>(
+      n - static_cast<std::size_t>(std::count(batch.targets, batch.targets + n, kIgnoreTarget)));
 }
 
 Batch DataLoader::batch_of(const Slot& slot) const {

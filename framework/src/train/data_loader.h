@@ -13,6 +13,13 @@
 // Evaluation reads the first eval_batches*B*W sequences of the val split,
 // the same ones at every evaluation.
 //
+// Trained targets: a source that declares masks (DataInfo::masks) may give
+// kIgnoreTarget; step_targets() counts this rank's trained targets in the
+// step about to run (reading its rows once more, beside the prefetch), so
+// the loss can be normalised over the global batch before the step's
+// first backward. One that does not declare them is checked as it is
+// read: an ignored target from it is a DataError.
+//
 // Position: the number of micro-steps handed out; save it and seek() to it
 // to resume exactly.
 // Thread safety: one consumer thread; fill() of the source runs on the
@@ -50,6 +57,15 @@ class DataLoader {
   // Validation micro-batch j (0-based) of this rank.
   Batch val(std::int64_t j);
 
+  // This rank's trained targets in the next grad_accum micro-batches (the
+  // step about to run), of its shares of their rows: every token unless the
+  // source declares masks.
+  std::uint64_t step_targets() const;
+  // The trained targets of a micro-batch next() or val() handed out.
+  static std::uint64_t trained(const Batch& batch);
+  // Whether the source declares masks (else every target is trained).
+  bool masks() const { return masks_; }
+
   std::uint64_t position() const { return position_; }
   void seek(std::uint64_t micro_steps);
 
@@ -65,9 +81,11 @@ class DataLoader {
   Batch batch_of(const Slot& slot) const;
   void start_prefetch();
 
+  Slot make_slot() const;
   const DataSource& source_;
   int B_, T_, A_;
   DataShare share_;
+  bool masks_;
   std::uint64_t position_ = 0;
   Slot slots_[2], val_slot_;
   int current_ = 0;

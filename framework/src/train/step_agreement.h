@@ -11,8 +11,15 @@
 // the same rounding as the communicators' average, so a world-1 run's loss
 // is its rank's loss bit for bit.
 //
-// Errors: CommError from the all-reduce. Thread safety: the training thread.
+// total_over_ranks: the sum of one count per rank (a step's trained tokens),
+// exact at any size: each rank's 8 bytes are gathered as two f32 elements,
+// copied, not added, and summed as integers.
+//
+// Errors: CommError from the collectives; InternalError for a sum past
+// 2^64. Thread safety: the training thread.
 #pragma once
+
+#include <cstdint>
 
 #include "ztrain/comm.h"
 
@@ -33,5 +40,7 @@ struct StepAgreement {
   // Collective: every rank calls it after each optimizer step.
   static StepAgreement reach(Communicator& comm, const RankStep& mine);
 };
+
+std::uint64_t total_over_ranks(Communicator& comm, std::uint64_t mine);
 
 }  // namespace ztrain

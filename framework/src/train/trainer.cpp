@@ -387,13 +387,15 @@ void Trainer::train_step(std::int64_t step) {
   if (run_.failure_points) run_.failure_points->set_step(step + 1);
   const double lr = lr_at(tr_.schedule, at_.applied) * faults_.lr_factor(step + 1);
   const double scale = scaler_.scale();
-  micro_steps(step, scale);
+  const std::uint64_t trained = step_tokens(step);
+  micro_steps(step, scale, trained);
   // The losses are read once the step is queued: on a GPU nothing between
   // the first forward and the update waits for the host. A non-finite loss
   // has non-finite gradients, which step() skips.
   const StepResult sr = run_.strategy->step({lr, at_.applied + 1, tr_.grad_clip, scale});
   const StepAgreement agreed = StepAgreement::reach(
-      *run_.comm, {static_cast<float>(losses_.take() / static_cast<double>(tr_.grad_accum)),
+      *run_.comm, {static_cast<float>(losses_.take() / static_cast<double>(tr_.grad_accum) *
+                                      trained_factor(tr_.grad_accum, trained)),
                    StopRequests::requested() != 0, checkpoints_.rank_done()});
   stopped_ = agreed.stop;
   if (stopped_) stop_agreed();
@@ -413,15 +415,36 @@ Batch Trainer::with_activations(Batch batch) const {
   return batch;
 }
 
-void Trainer::micro_steps(std::int64_t step, double scale) {
+std::uint64_t Trainer::step_tokens(std::int64_t step) {
+  const std::uint64_t mine = data_.step_targets();
+  const std::uint64_t trained = data_.masks()
+                                    ? total_over_ranks(*run_.comm, mine)
+                                    : mine * static_cast<std::uint64_t>(run_.comm->size());
+  if (trained == 0)
+    throw DataError("step " + std::to_string(step + 1) +
+                    ": every target of the global batch is masked (-100), so there is nothing to "
+                    "train on; check the data's masks (prompts as long as the sequence?)");
+  return trained;
+}
+
+double Trainer::trained_factor(std::int64_t micro, std::uint64_t trained) const {
+  const double tokens =
+      static_cast<double>(tr_.micro_batch) *
+      static_cast<double>(info_.seq_len / run_.settings.parallel.split().shards());
+  return static_cast<double>(micro) * tokens * static_cast<double>(run_.comm->size()) /
+         static_cast<double>(trained);
+}
+
+void Trainer::micro_steps(std::int64_t step, double scale, std::uint64_t trained) {
   for (std::int64_t a = 0; a < tr_.grad_accum; ++a) {
     const bool last = a + 1 == tr_.grad_accum;
     run_.strategy->begin_micro_step(last);
     arena_.reset();
-    float grad_scale = static_cast<float>(scale / static_cast<double>(tr_.grad_accum));
+    float token_scale = static_cast<float>(scale * static_cast<double>(run_.comm->size()) /
+                                           static_cast<double>(trained));
     if (last && faults_.overflows(step + 1, run_.comm->rank()))
-      grad_scale = std::numeric_limits<float>::quiet_NaN();
-    StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, grad_scale);
+      token_scale = std::numeric_limits<float>::quiet_NaN();
+    StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, token_scale);
     ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
     run_.model->forward_backward(with_activations(data_.next()), ctx);
   }
@@ -476,13 +499,23 @@ void Trainer::record_step(const StepResult& sr, double loss, double lr, double s
 // world size and split of the global batch; each rank takes its share.
 void Trainer::evaluate(std::int64_t step) {
   const std::int64_t micro_batches = tr_.eval_batches * tr_.grad_accum;
+  std::uint64_t mine = 0;
   for (std::int64_t j = 0; j < micro_batches; ++j) {
     arena_.reset();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, 1.0f);
     ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
-    run_.model->evaluate(with_activations(data_.val(j)), ctx);
+    const Batch batch = with_activations(data_.val(j));
+    mine += DataLoader::trained(batch);
+    run_.model->evaluate(batch, ctx);
   }
-  float mean = static_cast<float>(losses_.take() / static_cast<double>(micro_batches));
+  const std::uint64_t trained = data_.masks()
+                                    ? total_over_ranks(*run_.comm, mine)
+                                    : mine * static_cast<std::uint64_t>(run_.comm->size());
+  if (trained == 0)
+    throw DataError("evaluation at step " + std::to_string(step) +
+                    ": every target of the val batches is masked (-100); nothing to evaluate");
+  float mean = static_cast<float>(losses_.take() / static_cast<double>(micro_batches) *
+                                  trained_factor(micro_batches, trained));
   run_.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
   const double loss = mean;
   result_.val_losses.emplace_back(step, loss);

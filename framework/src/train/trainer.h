@@ -61,7 +61,16 @@ class Trainer {
   // One optimizer step (0-based `step`): its micro-steps, the strategy's
   // step, the agreement, the bookkeeping after it.
   void train_step(std::int64_t step);
-  void micro_steps(std::int64_t step, double scale);
+  // The step's micro-batches, each trained token's loss gradient scaled by
+  // scale x ranks / trained (the step's trained tokens on every rank).
+  void micro_steps(std::int64_t step, double scale, std::uint64_t trained);
+  // The trained tokens of the step about to run, on every rank; DataError
+  // when there are none.
+  std::uint64_t step_tokens(std::int64_t step);
+  // What a rank's mean per-token loss over `micro` micro-batches is
+  // multiplied by so that its average over the ranks is the mean over the
+  // `trained` tokens of every rank: 1 when every token is trained.
+  double trained_factor(std::int64_t micro, std::uint64_t trained) const;
   // The scaler and the step counts after a step; a fixed scale's
   // non-finite loss is an error.
   void count_step(const StepResult& sr, double loss, double lr, double scale, std::int64_t step);

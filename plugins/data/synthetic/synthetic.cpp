@@ -8,6 +8,14 @@
 // every position is uniform and the entropy of each next token given the
 // previous one is exactly H(p). A model that learns the chain reaches a loss
 // of H(p) nats per token and cannot go lower.
+//
+// With masked_prefix = M, each sequence's first k targets are
+// kIgnoreTarget, k drawn per sequence from 0..M (as a fine-tuning
+// example's prompt, which the loss skips): the trained tokens differ from
+// row to row, so a loss normalised per micro-batch or per rank instead of
+// over the global batch's trained tokens shows. The tokens themselves, and
+// the entropy rate of the trained ones, are unchanged.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -26,6 +34,7 @@ class Synthetic final : public DataSource {
       : vocab_option_(static_cast<int>(o.get_int("vocab_size"))),
         branching_(static_cast<int>(o.get_int("branching"))),
         skew_(o.get_number("skew")),
+        masked_prefix_(static_cast<int>(o.get_int("masked_prefix"))),
         where_(o.where("branching")) {}
 
   static void declare_options(OptionList& o) {
@@ -34,6 +43,11 @@ class Synthetic final : public DataSource {
         .as_int();
     o.integer("branching", 4, "successors per token (K)").at_least(1).at_most(1024);
     o.number("skew", 1.0, "successor k has probability proportional to 1/(k+1)^skew").at_least(0);
+    o.integer("masked_prefix", 0,
+              "mask the first k targets of each sequence (a prompt the loss skips), k drawn per "
+              "sequence from 0 to this; 0: every target is trained")
+        .at_least(0)
+        .as_int();
   }
 
   void setup(const DataSetup& s) override {
@@ -72,7 +86,8 @@ class Synthetic final : public DataSource {
             std::nullopt,
             {},  // no tokenizer made these ids
             {},
-            std::nullopt};
+            std::nullopt,
+            masked_prefix_ > 0};
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
@@ -90,11 +105,16 @@ class Synthetic final : public DataSource {
                            static_cast<std::uint64_t>(V_));
       targets[t] = x;
     }
+    if (masked_prefix_ == 0) return;
+    const auto k = static_cast<int>(hash_combine(stream, 0x6d61736b) %
+                                    static_cast<std::uint64_t>(masked_prefix_ + 1));
+    std::fill(targets, targets + std::min(k, T_), kIgnoreTarget);
   }
 
  private:
   int vocab_option_, branching_;
   double skew_;
+  int masked_prefix_;
   std::string where_;
   int V_ = 0, T_ = 0, stride_ = 1;
   std::uint64_t seed_ = 0;

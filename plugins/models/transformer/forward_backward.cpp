@@ -46,8 +46,10 @@ void Transformer::check_tokens(const Batch& batch) const {
                     std::to_string(shards) + " shard(s) does not fit the model's seq_len " +
                     std::to_string(cfg_.seq_len));
   const std::size_t n = static_cast<std::size_t>(B) * T;
+  // A target may be kIgnoreTarget: the loss skips it.
   for (std::size_t i = 0; i < n; ++i) {
     for (const std::int32_t* ids : {batch.inputs, batch.targets}) {
+      if (ids == batch.targets && ids[i] == kIgnoreTarget) continue;
       if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
         throw DataError("token id " + std::to_string(ids[i]) + " at batch row " +
                         std::to_string(i / static_cast<std::size_t>(T)) + ", position " +
@@ -452,7 +454,7 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
   const TypedPtr dw = a.head_dw ? TypedPtr(a.head_dw) : head_dw;
   if (a.head_dw) device.convert(dw, head_dw, dw_n);
   zero(ctx, a.d_c, N * C);
-  const float dloss = ctx.grad_scale() / static_cast<float>(N);
+  const float dloss = ctx.token_scale();
   const ConstTypedPtr head_w = P(head_w_);
   for (std::size_t r0 = 0; r0 < N; r0 += rows) {
     const std::size_t n = std::min(N, r0 + rows) - r0;

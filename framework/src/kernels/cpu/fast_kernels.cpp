@@ -558,6 +558,10 @@ void FastKernels::softmax_crossentropy_forward(float* losses, float* logits,
   const std::size_t V = s.C;
   oneapi::tbb::parallel_for(std::size_t{0}, s.N, [&](std::size_t n) {
     float* x = logits + n * V;
+    if (targets[n] == kIgnoreTarget) {
+      losses[n] = 0.0f;
+      return;
+    }
     const float target_logit = x[targets[n]];
     losses[n] = vec::softmax_row_avx2(x, V, V) - target_logit;
   });

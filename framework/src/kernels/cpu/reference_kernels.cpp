@@ -542,6 +542,10 @@ void ReferenceKernels::softmax_crossentropy_forward(float* losses, float* logits
   const std::size_t V = s.C;
   parallel_rows(s.N, 4, [&](std::size_t n) {
     float* x = logits + n * V;
+    if (targets[n] == kIgnoreTarget) {
+      losses[n] = 0.0f;
+      return;
+    }
     float maxv = -INFINITY;
     for (std::size_t i = 0; i < V; ++i) maxv = std::max(maxv, x[i]);
     const float target_logit = x[targets[n]];
@@ -560,6 +564,7 @@ void ReferenceKernels::softmax_crossentropy_backward(float* probs, const std::in
                                                      float dloss, RowShape s) const {
   parallel_rows(s.N, 4, [&](std::size_t n) {
     float* p = probs + n * s.C;
+    if (targets[n] == kIgnoreTarget) return std::fill(p, p + s.C, 0.0f);
     p[targets[n]] -= 1.0f;
     for (std::size_t i = 0; i < s.C; ++i) p[i] *= dloss;
   });
