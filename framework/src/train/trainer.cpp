@@ -417,14 +417,18 @@ Batch Trainer::with_activations(Batch batch) const {
 
 std::uint64_t Trainer::step_tokens(std::int64_t step) {
   const std::uint64_t mine = data_.step_targets();
-  const std::uint64_t trained = data_.masks()
-                                    ? total_over_ranks(*run_.comm, mine)
-                                    : mine * static_cast<std::uint64_t>(run_.comm->size());
+  const std::uint64_t trained = on_every_rank(mine);
   if (trained == 0)
     throw DataError("step " + std::to_string(step + 1) +
                     ": every target of the global batch is masked (-100), so there is nothing to "
                     "train on; check the data's masks (prompts as long as the sequence?)");
   return trained;
+}
+
+// Without masks every rank holds as many tokens: no collective.
+std::uint64_t Trainer::on_every_rank(std::uint64_t mine) {
+  if (!data_.masks()) return mine * static_cast<std::uint64_t>(run_.comm->size());
+  return total_over_ranks(*run_.comm, mine);
 }
 
 double Trainer::trained_factor(std::int64_t micro, std::uint64_t trained) const {
@@ -508,9 +512,7 @@ void Trainer::evaluate(std::int64_t step) {
     mine += DataLoader::trained(batch);
     run_.model->evaluate(batch, ctx);
   }
-  const std::uint64_t trained = data_.masks()
-                                    ? total_over_ranks(*run_.comm, mine)
-                                    : mine * static_cast<std::uint64_t>(run_.comm->size());
+  const std::uint64_t trained = on_every_rank(mine);
   if (trained == 0)
     throw DataError("evaluation at step " + std::to_string(step) +
                     ": every target of the val batches is masked (-100); nothing to evaluate");

@@ -67,6 +67,8 @@ class Trainer {
   // The trained tokens of the step about to run, on every rank; DataError
   // when there are none.
   std::uint64_t step_tokens(std::int64_t step);
+  // Trained tokens summed over the ranks, from this rank's count.
+  std::uint64_t on_every_rank(std::uint64_t mine);
   // What a rank's mean per-token loss over `micro` micro-batches is
   // multiplied by so that its average over the ranks is the mean over the
   // `trained` tokens of every rank: 1 when every token is trained.
