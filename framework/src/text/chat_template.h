@@ -1,0 +1,84 @@
+// ChatTemplate: a model's chat template (Jinja), rendered as transformers'
+// apply_chat_template renders it, and the spans of a conversation's text
+// that are the assistant's answers, for a loss on those alone.
+//
+// The template is the model directory's own: chat_template.jinja, or
+// tokenizer_config.json's "chat_template" (a string, or a list of named
+// templates, of which "default" is taken), with the special tokens the
+// tokenizer passes to it (bos_token, eos_token, ...). It runs on minja
+// (third_party/minja, Google's Jinja engine for chat templates), set as
+// transformers sets jinja2: blocks trimmed and left-stripped, no trailing
+// newline kept, raise_exception, tojson and strftime_now available.
+//
+// Answers come from the template itself: its {% generation %} blocks
+// where it has them (transformers' return_assistant_tokens_mask), else by
+// rendering prefixes of the
+// conversation: the text before assistant turn i is the conversation up
+// to it rendered with the generation prompt, and the answer runs from
+// there through the turn's content and the closing the template gives a
+// turn it renders last (as far as the whole agrees: a closing only the
+// last turn gets stays out of earlier answers). A template whose prompt
+// does not begin the whole, or that drops or rewrites an earlier answer
+// once later turns follow, is refused, naming the turn; an empty answer
+// is a DataError.
+//
+// Ownership: owns its parsed template. Errors: ConfigError naming the file
+// for a template that cannot be parsed or raises, a missing template, or
+// answers it does not delimit. Thread safety: immutable once made; render
+// from any thread.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ztrain::text {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant", ...
+  std::string content;
+};
+
+// Where the template came from (for messages) and what it is given beside
+// the messages: the special tokens ("bos_token" -> "<s>") and any other
+// variables a run sets (date_string, enable_thinking as "true"/"false").
+struct ChatTemplateSource {
+  std::string text;
+  std::string where;
+  std::map<std::string, std::string> special_tokens;
+  std::map<std::string, std::string> variables;
+};
+
+// A rendered conversation and its answers: [begin, end) byte offsets into
+// text, one per assistant turn, in order.
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<std::size_t, std::size_t>> answers;
+};
+
+class ChatTemplate {
+ public:
+  explicit ChatTemplate(ChatTemplateSource source);
+  ~ChatTemplate();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+
+  // The model directory's template and special tokens.
+  static ChatTemplate from_model_dir(const std::filesystem::path& dir);
+
+  // The conversation as text; with the generation prompt, ready for the
+  // assistant's next answer.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // The whole conversation, and where each assistant answer lies in it.
+  RenderedChat render_with_answers(const std::vector<ChatMessage>& messages) const;
+  const std::string& where() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ztrain::text
