@@ -88,6 +88,9 @@ constexpr const char* kUsage =
     "S]\n"
     "                                           continue TEXT with the model of a run directory\n"
     "                                           or an export (greedy unless --temperature)\n"
+    "       ztrain sample DIR --chat TEXT [--system TEXT] [--max-tokens N] ...\n"
+    "                                           the model's answer to TEXT, asked through DIR's\n"
+    "                                           chat template\n"
     "       ztrain prepare --tokenizer tokenizer.json --out DIR [--text-field F] [--shard-tokens "
     "N]\n"
     "                      [--val-tokens N | --val-fraction F] [--separator TOKEN|none]\n"
@@ -220,7 +223,7 @@ struct Cli {
   std::string tokenizer, text_field = "text", separator;
   std::uint64_t shard_tokens = 100'000'000, val_tokens = 0;
   double val_fraction = 0;
-  std::string prompt;
+  std::string prompt, chat, system;
   int max_tokens = 64, top_k = 0;
   double temperature = 0;
   std::uint64_t sample_seed = 0;
@@ -311,6 +314,9 @@ po::options_description declare_options(Cli& c) {
       "replace-invalid-utf8", po::bool_switch(&c.replace_invalid_utf8),
       "prepare: read bytes that are not UTF-8 as U+FFFD (Python's errors=\"replace\") instead "
       "of refusing the file")("prompt", po::value(&c.prompt), "sample: the text to continue")(
+      "chat", po::value(&c.chat),
+      "sample: a user's message, rendered with the model directory's chat template")(
+      "system", po::value(&c.system), "sample: with --chat, a system message before it")(
       "max-tokens", po::value(&c.max_tokens), "sample: tokens to add (64)")(
       "temperature", po::value(&c.temperature), "sample: 0 takes the likeliest token (greedy)")(
       "top-k", po::value(&c.top_k), "sample: draw among the K likeliest (0: all)")(
@@ -450,9 +456,10 @@ std::optional<int> tool_command(const Cli& c) {
   if (command == "prepare") return prepare_command(c);
   if (command == "sample") {
     expect_words(c, 2,
-                 "ztrain sample DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]");
-    ztrain::SampleArgs a{c.positional[1], c.tokenizer, c.prompt,     c.max_tokens,
-                         c.temperature,   c.top_k,     c.sample_seed};
+                 "ztrain sample DIR --prompt TEXT | --chat TEXT [--max-tokens N] [--temperature T] "
+                 "[--top-k K]");
+    ztrain::SampleArgs a{c.positional[1], c.tokenizer,   c.prompt, c.chat,       c.system,
+                         c.max_tokens,    c.temperature, c.top_k,  c.sample_seed};
     ztrain::sample(a, c.loader(), std::cout);
     return 0;
   }

@@ -3,6 +3,7 @@
 # (prepared with a tokenizer of tests/data) continues a prompt with them.
 # - Greedy: "the cat sat on" continues " the mat. the dog ate the bone".
 # - Drawn (--temperature, --top-k): the same seed gives the same text.
+# - --chat: the question rendered by the directory's chat template.
 # - Refused: no tokenizer, --max-tokens 0, a negative temperature.
 # - During training ([train] sample_every): greedy samples at steps 75 and
 #   150 in the log and in metrics.jsonl, the last one the sentences; at two
@@ -49,6 +50,24 @@ case "$greedy" in
   "the cat sat on the mat. the dog ate the bone"*) ;;
   *) fail "greedy sampling did not continue the sentences: '$greedy'" ;;
 esac
+# --chat renders the run directory's chat template with the generation
+# prompt: this one starts a document and ends the user's words with " the
+# mat.", which the model continues with the second sentence; only the
+# answer is printed.
+printf '%s' '<|endoftext|>{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %} the mat.{% endif %}' \
+  > "$scratch/run/chat_template.jinja"
+answer=$("$ZTRAIN" sample "$scratch/run" --chat "the cat sat on" --max-tokens 10) || fail "sample --chat failed: $answer"
+echo "chat: $answer"
+case "$answer" in
+  " the dog ate the bone"*) ;;
+  *) fail "--chat did not answer through the template: '$answer'" ;;
+esac
+both=$("$ZTRAIN" sample "$scratch/run" --chat "a" --prompt "b" 2>&1) && fail "--chat with --prompt: not refused"
+grep -qF "give --prompt TEXT or --chat TEXT, not both" <<< "$both" || fail "--chat with --prompt: $both"
+rm "$scratch/run/chat_template.jinja"
+none=$("$ZTRAIN" sample "$scratch/run" --chat "a" 2>&1) && fail "--chat without a template: not refused"
+grep -qF "has no chat_template, and there is no chat_template.jinja beside it" <<< "$none" ||
+  fail "--chat without a template: $none"
 drawn() { "$ZTRAIN" sample "$scratch/run" --prompt "the dog" --max-tokens 12 --temperature 0.8 --top-k 5 --seed "$1"; }
 a=$(drawn 7) && b=$(drawn 7) || fail "drawn sampling failed"
 [ "$a" = "$b" ] || fail "the same seed drew '$a' and '$b'"

@@ -6,6 +6,7 @@
 
 #include "checkpoint/hf_export.h"
 #include "config/hf_model_import.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "train/generation.h"
 #include "train/run_assembly.h"
@@ -30,6 +31,11 @@ std::vector<std::int32_t> sample(const SampleArgs& a, const PluginLoader& loader
     throw ConfigError("--max-tokens " + std::to_string(a.max_tokens) + ": give 1 or more");
   if (a.temperature < 0 || !std::isfinite(a.temperature))
     throw ConfigError("--temperature must be 0 (greedy) or more");
+  if (a.chat.empty() == a.prompt.empty())
+    throw ConfigError(a.chat.empty() ? "--prompt is empty; give the text to continue, or --chat"
+                                     : "give --prompt TEXT or --chat TEXT, not both");
+  if (!a.system.empty() && a.chat.empty())
+    throw ConfigError("--system goes with --chat: the system message of a conversation");
   const fs::path tok_file = a.tokenizer.empty() ? tokenizer_in(a.dir) : a.tokenizer;
   if (tok_file.empty() || !fs::exists(tok_file))
     throw ConfigError(
@@ -47,10 +53,22 @@ std::vector<std::int32_t> sample(const SampleArgs& a, const PluginLoader& loader
   Run run = assemble(run_config, loader);
 
   std::vector<std::int32_t> ids;
-  if (const auto bos = token_id_of(config, "bos_token_id")) ids.push_back(*bos);
-  for (const std::int32_t id : tok->encode(a.prompt)) ids.push_back(id);
-  if (ids.empty()) throw ConfigError("--prompt is empty; give the text to continue");
-  out << a.prompt << std::flush;
+  std::optional<std::int32_t> stop = token_id_of(config, "eos_token_id");
+  if (!a.chat.empty()) {
+    std::vector<text::ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.chat});
+    ids = tok->encode(text::ChatTemplate::from_model_dir(a.dir).render(messages, true));
+    if (const auto eos = text::config_token(tok_file, "eos_token"))
+      if (const auto id = tok->token_id(*eos)) stop = id;
+  } else {
+    if (const auto bos = token_id_of(config, "bos_token_id")) ids.push_back(*bos);
+    for (const std::int32_t id : tok->encode(a.prompt)) ids.push_back(id);
+    out << a.prompt << std::flush;
+  }
+  if (ids.empty())
+    throw ConfigError(a.chat.empty() ? "--prompt is empty; give the text to continue"
+                                     : "the chat template rendered nothing to answer");
   Arena arena(*run.device);
   LossSum losses(*run.device, *run.kernels);
   std::string shown;
@@ -62,8 +80,7 @@ std::vector<std::int32_t> sample(const SampleArgs& a, const PluginLoader& loader
       shown = text;
     }
   };
-  const GenerationSettings settings{a.max_tokens, a.temperature, a.top_k, a.seed,
-                                    token_id_of(config, "eos_token_id")};
+  const GenerationSettings settings{a.max_tokens, a.temperature, a.top_k, a.seed, stop};
   const std::vector<std::int32_t> made = generate(run, arena, losses, ids, settings, show);
   const std::string text = tok->decode(made);
   if (text.rfind(shown, 0) == 0) out << text.substr(shown.size());

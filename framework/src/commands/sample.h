@@ -8,6 +8,12 @@
 // temperature 0, else drawn over the top_k largest, seeded). Generation
 // stops after max_tokens or at config.json's eos_token_id. The text is
 // printed as it grows, whole characters at a time.
+// With --chat the prompt is a conversation instead: an optional system
+// message and the user's, rendered by DIR's chat template with the
+// generation prompt (text/chat_template.h) and tokenized as it is (the
+// template writes its own special tokens); only the answer is printed,
+// and it stops at tokenizer_config.json's eos_token, the token chat
+// templates end a turn with, where DIR names one.
 //
 // Errors: ConfigError / DataError from loading; Error when DIR's model has
 // no logits to sample from. Thread safety: call from the main thread.
@@ -27,6 +33,8 @@ struct SampleArgs {
   std::filesystem::path dir;
   std::filesystem::path tokenizer;  // empty: DIR/tokenizer.json, else DIR/tokenizer.model
   std::string prompt;
+  std::string chat;    // instead of prompt: the user's message
+  std::string system;  // with chat: a system message before it
   int max_tokens = 64;
   double temperature = 0;  // 0: greedy
   int top_k = 0;           // 0: every token
