@@ -11,7 +11,8 @@
 #   cpu_offload, world 4 under zero3 with accumulation 2, Ulysses and the
 #   ring on Llama (the masks cut across the shards): losses and gradient
 #   norms within 1e-6 and 2e-6 per step (fp32; test_sequence_parallel's),
-#   val losses within 1e-6; bf16 at world 2 against bf16 at world 1 within
+#   val losses within 1e-6 (and within 5 % of the last train loss: a mean
+#   over the trained tokens too); bf16 at world 2 against bf16 at world 1 within
 #   2e-4 and 4e-3.
 # - A checkpoint of world 2 resumes at world 1 with the same steps 6 to 10.
 # - Every target masked is a DataError naming the step, before it trains;
@@ -35,6 +36,13 @@ for name in g_accum g_w2 g_w2_zero1 g_w2_zero2 g_w2_zero3 g_w2_cpu_offload g_w4_
   same_training g_w1 "$name" 1e-6 2e-6
 done
 same_val_loss g_w1 g_accum g_w2 g_w4_zero3
+# The val loss is the mean over the trained tokens too: near the train
+# loss of the same step (a mean over every position, the masked ones at 0,
+# would be about 60 % of it here).
+val=$(metrics_fields "$scratch/g_w1/metrics.jsonl" val loss)
+train=$(tail -n 1 "$scratch/g_w1.curve" | cut -d' ' -f2)
+awk -v v="$val" -v t="$train" 'BEGIN { d = (v - t) / t; if (d < 0) d = -d; exit !(d <= 0.05) }' ||
+  fail "the val loss $val is not within 5 % of the last train loss $train"
 
 # Unmasked, the same source trains something else: the masks reach the loss.
 train_run g_unmasked 1 8 1 --set data.masked_prefix=0
