@@ -21,6 +21,7 @@
 #include "commands/prepare.h"
 #include "commands/report.h"
 #include "commands/sample.h"
+#include "commands/sft_check.h"
 #include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
 #include "core/hold_points.h"
@@ -98,6 +99,11 @@ constexpr const char* kUsage =
     "                                           text files, globs and JSON lines into llm.c\n"
     "                                           token shards (DIR/train_*.bin, val_*.bin) and\n"
     "                                           DIR/manifest.json, on every core\n"
+    "       ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] [--train-on-prompt]\n"
+    "                        [--mask-history] MODEL_DIR\n"
+    "                                           what fine-tuning on LLaMA-Factory datasets would\n"
+    "                                           train on: rows read and bad, tokens trained, the\n"
+    "                                           first example with its trained text marked\n"
     "       ztrain --deepspeed DS.json [options] CONFIG\n"
     "                                           train with a DeepSpeed config's ZeRO, offload,\n"
     "                                           batch, precision, optimizer and scheduler keys\n"
@@ -232,6 +238,9 @@ struct Cli {
   std::string command_line;  // as typed, for the reports' metadata
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
   bool replace_invalid_utf8 = false;
+  std::string dataset_dir, datasets;  // sft-check
+  std::size_t cutoff_len = 2048;
+  bool train_on_prompt = false, mask_history = false;
   ztrain::FaultPlan faults;  // a test's, from the environment
   po::variables_map given;
 
@@ -314,6 +323,14 @@ po::options_description declare_options(Cli& c) {
       "replace-invalid-utf8", po::bool_switch(&c.replace_invalid_utf8),
       "prepare: read bytes that are not UTF-8 as U+FFFD (Python's errors=\"replace\") instead "
       "of refusing the file")("prompt", po::value(&c.prompt), "sample: the text to continue")(
+      "dataset-dir", po::value(&c.dataset_dir),
+      "sft-check: the directory of LLaMA-Factory's dataset_info.json")(
+      "dataset", po::value(&c.datasets), "sft-check: dataset names, comma-separated")(
+      "cutoff-len", po::value(&c.cutoff_len), "sft-check: tokens an example is cut to (2048)")(
+      "train-on-prompt", po::bool_switch(&c.train_on_prompt),
+      "sft-check: train on the prompts' tokens too")(
+      "mask-history", po::bool_switch(&c.mask_history),
+      "sft-check: train on each example's last answer only")(
       "chat", po::value(&c.chat),
       "sample: a user's message, rendered with the model directory's chat template")(
       "system", po::value(&c.system), "sample: with --chat, a system message before it")(
@@ -454,6 +471,19 @@ std::optional<int> tool_command(const Cli& c) {
   }
   if (command == "export") return export_command(c);
   if (command == "prepare") return prepare_command(c);
+  if (command == "sft-check") {
+    expect_words(c, 2,
+                 "ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] MODEL_DIR");
+    ztrain::SftCheckArgs a{c.positional[1], c.dataset_dir,     {},
+                           c.cutoff_len,    c.train_on_prompt, c.mask_history};
+    for (std::size_t at = 0; at <= c.datasets.size();) {
+      const std::size_t comma = std::min(c.datasets.find(',', at), c.datasets.size());
+      if (comma > at) a.datasets.push_back(c.datasets.substr(at, comma - at));
+      at = comma + 1;
+    }
+    ztrain::sft_check(a, std::cout);
+    return 0;
+  }
   if (command == "sample") {
     expect_words(c, 2,
                  "ztrain sample DIR --prompt TEXT | --chat TEXT [--max-tokens N] [--temperature T] "
