@@ -26,6 +26,15 @@ import types
 HERE = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "llamafactory"
 
 
+def load_module(name, file):
+    """One file of the checkout as module `name`, without its package's __init__."""
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_llamafactory(root):
     src = pathlib.Path(root) / "src" / "llamafactory"
 
@@ -68,15 +77,8 @@ def load_llamafactory(root):
     hub.hf_hub_download = None
     sys.modules.setdefault("huggingface_hub", hub)
 
-    def load(name, file):
-        spec = importlib.util.spec_from_file_location(name, file)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-
-    parser = load("llamafactory.data.parser", src / "data" / "parser.py")
-    converter = load("llamafactory.data.converter", src / "data" / "converter.py")
+    parser = load_module("llamafactory.data.parser", src / "data" / "parser.py")
+    converter = load_module("llamafactory.data.converter", src / "data" / "converter.py")
     return parser, converter
 
 

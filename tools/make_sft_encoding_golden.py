@@ -17,7 +17,6 @@ Development only (transformers, tokenizers, a LLaMA-Factory checkout).
 
 usage: tools/make_sft_encoding_golden.py LLAMAFACTORY_CHECKOUT [OUT_JSON]
 """
-import importlib.util
 import json
 import pathlib
 import sys
@@ -29,7 +28,7 @@ from transformers.utils.chat_template_utils import render_jinja_template
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 sys.path.insert(0, str(ROOT / "tools"))
-from make_llamafactory_golden import load_llamafactory  # noqa: E402
+from make_llamafactory_golden import load_llamafactory, load_module  # noqa: E402
 
 TEMPLATES = {
     "qwen2_5_training.jinja": {"eos_token": "<|im_end|>"},
@@ -54,15 +53,8 @@ def supervised_encoder(root):
     pkg.__path__ = [str(src / "data" / "processor")]
     sys.modules["llamafactory.data.processor"] = pkg
 
-    def load(name, file):
-        spec = importlib.util.spec_from_file_location(name, file)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-
-    load("llamafactory.data.processor.processor_utils", src / "data" / "processor" / "processor_utils.py")
-    return load("llamafactory.data.processor.supervised", src / "data" / "processor" / "supervised.py")
+    load_module("llamafactory.data.processor.processor_utils", src / "data" / "processor" / "processor_utils.py")
+    return load_module("llamafactory.data.processor.supervised", src / "data" / "processor" / "supervised.py")
 
 
 def chat_messages(example):

@@ -170,6 +170,20 @@ const char* precision_label(DType t) {
 
 namespace {
 
+// A type key of [train] that may be fp32 or the precision (unset: the
+// precision); `rule` says so in the refusal.
+DType fp32_or_precision(const Options& t, const char* key, DType precision, const char* rule) {
+  if (!t.has_value(key)) return precision;
+  const std::string where = t.where(key);
+  const DType type = parse_precision(t.get_string(key), where);
+  if (type == DType::f32 || type == precision) return type;
+  throw ConfigError(where + ": [train] " + key + " \"" + t.get_string(key) +
+                    "\" with precision \"" + t.get_string("precision") + "\": " + rule + "; use " +
+                    (precision == DType::f32
+                         ? std::string("\"fp32\"")
+                         : "\"fp32\" or \"" + t.get_string("precision") + "\""));
+}
+
 std::int64_t derive(std::int64_t total, std::int64_t part, const std::string& what,
                     const std::string& where) {
   if (total % part != 0)
@@ -235,31 +249,12 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.optimizer.eps = t.get_number("eps");
   tr.grad_clip = t.get_number("grad_clip");
   tr.precision = parse_precision(t.get_string("precision"), t.where("precision"));
-  tr.grad_dtype = tr.precision;
-  if (t.has_value("grad_accum_dtype")) {
-    const std::string where = t.where("grad_accum_dtype");
-    tr.grad_dtype = parse_precision(t.get_string("grad_accum_dtype"), where);
-    if (tr.grad_dtype != DType::f32 && tr.grad_dtype != tr.precision)
-      throw ConfigError(where + ": [train] grad_accum_dtype \"" + t.get_string("grad_accum_dtype") +
-                        "\" with precision \"" + t.get_string("precision") +
-                        "\": gradients are accumulated in fp32 or in the working precision; "
-                        "use " +
-                        (tr.precision == DType::f32
-                             ? std::string("\"fp32\"")
-                             : "\"fp32\" or \"" + t.get_string("precision") + "\""));
-  }
-  tr.activation_dtype = tr.precision;
-  if (t.has_value("activation_dtype")) {
-    const std::string where = t.where("activation_dtype");
-    tr.activation_dtype = parse_precision(t.get_string("activation_dtype"), where);
-    if (tr.activation_dtype != DType::f32 && tr.activation_dtype != tr.precision)
-      throw ConfigError(where + ": [train] activation_dtype \"" + t.get_string("activation_dtype") +
-                        "\" with precision \"" + t.get_string("precision") +
-                        "\": activations are kept in fp32 or in the working precision; use " +
-                        (tr.precision == DType::f32
-                             ? std::string("\"fp32\"")
-                             : "\"fp32\" or \"" + t.get_string("precision") + "\""));
-  }
+  tr.grad_dtype =
+      fp32_or_precision(t, "grad_accum_dtype", tr.precision,
+                        "gradients are accumulated in fp32 or in the working precision");
+  tr.activation_dtype =
+      fp32_or_precision(t, "activation_dtype", tr.precision,
+                        "activations are kept in fp32 or in the working precision");
   tr.seed = static_cast<std::uint64_t>(t.get_int("seed"));
   tr.log_every = t.get_int("log_every");
   tr.print_every = t.get_int("print_every") > 0 ? t.get_int("print_every") : tr.log_every;

@@ -185,15 +185,19 @@ void check_parts_agree(const std::vector<AgreedPart>& mine, const std::string& d
 
 }  // namespace
 
+std::vector<std::uint64_t> every_rank_count(std::uint64_t mine, Communicator& comm) {
+  float packed[2];
+  std::memcpy(packed, &mine, sizeof mine);
+  std::vector<float> all(2 * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(packed, all.data(), 2, DType::f32);
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(comm.size()));
+  std::memcpy(counts.data(), all.data(), all.size() * sizeof(float));
+  return counts;
+}
+
 std::vector<std::string> every_rank_text(const std::string& mine, Communicator& comm) {
   const auto world = static_cast<std::size_t>(comm.size());
-  std::uint64_t length = mine.size();
-  float packed[2];
-  std::memcpy(packed, &length, sizeof length);
-  std::vector<float> lengths(2 * world);
-  comm.all_gather(packed, lengths.data(), 2, DType::f32);
-  std::vector<std::uint64_t> bytes(world);
-  std::memcpy(bytes.data(), lengths.data(), lengths.size() * sizeof(float));
+  const std::vector<std::uint64_t> bytes = every_rank_count(mine.size(), comm);
   std::vector<std::size_t> counts(world);
   std::size_t total = 0;
   for (std::size_t r = 0; r < world; ++r) total += counts[r] = (bytes[r] + 3) / 4;

@@ -23,6 +23,7 @@
 // Thread safety: collective; the training thread only.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -52,6 +53,10 @@ void check_files_agree(const std::string& what, const std::vector<std::string>& 
 // every_rank_text: every rank's, in rank order, on every rank.
 std::string rank_0_text(const std::string& text, Communicator& comm);
 std::vector<std::string> every_rank_text(const std::string& mine, Communicator& comm);
+// every_rank_count: every rank's count, in rank order, on every rank,
+// exact at any size (8 bytes each, gathered as two f32 elements: copied,
+// not added).
+std::vector<std::uint64_t> every_rank_count(std::uint64_t mine, Communicator& comm);
 // Whether any rank passes true (every rank learns the same answer).
 bool any_rank(bool mine, Communicator& comm);
 // E: the error every rank raises (a refused configuration by default; a

@@ -1,9 +1,8 @@
 #include "train/step_agreement.h"
 
 #include <cstdint>
-#include <cstring>
-#include <vector>
 
+#include "job/rank_agreement.h"
 #include "ztrain/dtype.h"
 #include "ztrain/error.h"
 
@@ -21,15 +20,8 @@ StepAgreement StepAgreement::reach(Communicator& comm, const RankStep& mine) {
 }
 
 std::uint64_t total_over_ranks(Communicator& comm, std::uint64_t mine) {
-  const auto world = static_cast<std::size_t>(comm.size());
-  float packed[2];
-  std::memcpy(packed, &mine, sizeof mine);
-  std::vector<float> all(2 * world);
-  comm.all_gather(packed, all.data(), 2, DType::f32);
-  std::vector<std::uint64_t> counts(world);
-  std::memcpy(counts.data(), all.data(), all.size() * sizeof(float));
   std::uint64_t total = 0;
-  for (std::uint64_t c : counts) {
+  for (std::uint64_t c : every_rank_count(mine, comm)) {
     if (c > UINT64_MAX - total) throw InternalError("a count summed over the ranks passes 2^64");
     total += c;
   }

@@ -12,8 +12,8 @@
 // is its rank's loss bit for bit.
 //
 // total_over_ranks: the sum of one count per rank (a step's trained tokens),
-// exact at any size: each rank's 8 bytes are gathered as two f32 elements,
-// copied, not added, and summed as integers.
+// exact at any size (job/rank_agreement.h's every_rank_count, summed as
+// integers).
 //
 // Errors: CommError from the collectives; InternalError for a sum past
 // 2^64. Thread safety: the training thread.
