@@ -77,7 +77,7 @@ TEST_CASE("examples encode as transformers, tokenizers and LLaMA-Factory encode 
     truncated += e.input_ids.size() == o.cutoff_len;
     ++checked;
   }
-  CHECK(checked == 144);
+  CHECK(checked == 168);
   CHECK(truncated > 20);  // the cutoffs bite
 }
 
