@@ -190,8 +190,7 @@ std::string ChatTemplate::Impl::marked(const std::vector<ChatMessage>& messages,
   json list = json::array();
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    if (m.content.find("\xEE\x80\x80") != std::string::npos ||
-        m.content.find("\xEE\x80\x81") != std::string::npos)
+    if (m.content.find(kOpen) != std::string::npos || m.content.find(kClose) != std::string::npos)
       throw DataError("message " + std::to_string(i + 1) +
                       " holds U+E000 or U+E001, private-use characters ztrain marks answers "
                       "with; remove them from the data");

@@ -20,8 +20,7 @@ DataLoader::DataLoader(const DataSource& source, int micro_batch, int seq_len, i
 }
 
 DataLoader::Slot DataLoader::make_slot() const {
-  const std::size_t n =
-      static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_ / share_.split.shards());
+  const auto n = static_cast<std::size_t>(micro_tokens());
   Slot s;
   s.inputs.resize(n);
   s.targets.resize(n);
@@ -80,9 +79,7 @@ void DataLoader::start_prefetch() {
 }
 
 std::uint64_t DataLoader::step_targets() const {
-  const std::uint64_t per_micro =
-      static_cast<std::uint64_t>(B_) * static_cast<std::uint64_t>(T_ / share_.split.shards());
-  if (!masks_) return per_micro * static_cast<std::uint64_t>(A_);
+  if (!masks_) return micro_tokens() * static_cast<std::uint64_t>(A_);
   Slot slot = make_slot();
   std::uint64_t n = 0;
   for (int a = 0; a < A_; ++a) {

@@ -65,6 +65,10 @@ class DataLoader {
   static std::uint64_t trained(const Batch& batch);
   // Whether the source declares masks (else every target is trained).
   bool masks() const { return masks_; }
+  // The tokens of one micro-batch on this rank: B rows of its share.
+  std::uint64_t micro_tokens() const {
+    return static_cast<std::uint64_t>(B_) * static_cast<std::uint64_t>(T_ / share_.split.shards());
+  }
 
   std::uint64_t position() const { return position_; }
   void seek(std::uint64_t micro_steps);

@@ -432,20 +432,18 @@ std::uint64_t Trainer::on_every_rank(std::uint64_t mine) {
 }
 
 double Trainer::trained_factor(std::int64_t micro, std::uint64_t trained) const {
-  const double tokens =
-      static_cast<double>(tr_.micro_batch) *
-      static_cast<double>(info_.seq_len / run_.settings.parallel.split().shards());
-  return static_cast<double>(micro) * tokens * static_cast<double>(run_.comm->size()) /
-         static_cast<double>(trained);
+  return static_cast<double>(micro) * static_cast<double>(data_.micro_tokens()) *
+         static_cast<double>(run_.comm->size()) / static_cast<double>(trained);
 }
 
 void Trainer::micro_steps(std::int64_t step, double scale, std::uint64_t trained) {
+  const auto step_scale = static_cast<float>(scale * static_cast<double>(run_.comm->size()) /
+                                             static_cast<double>(trained));
   for (std::int64_t a = 0; a < tr_.grad_accum; ++a) {
     const bool last = a + 1 == tr_.grad_accum;
     run_.strategy->begin_micro_step(last);
     arena_.reset();
-    float token_scale = static_cast<float>(scale * static_cast<double>(run_.comm->size()) /
-                                           static_cast<double>(trained));
+    float token_scale = step_scale;
     if (last && faults_.overflows(step + 1, run_.comm->rank()))
       token_scale = std::numeric_limits<float>::quiet_NaN();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, token_scale);

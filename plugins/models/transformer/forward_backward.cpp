@@ -179,7 +179,7 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   const Dims d = dims(a.B, a.T);
   const std::size_t C = d.C, H = d.H, KV = d.KV;
   const RowShape rows = d.rows(C);
-  const std::size_t NC = d.N * C, NH_ = d.N * H, qkv = cfg_.llama ? NC + 2 * d.N * KV : 3 * NC;
+  const std::size_t NC = d.N * C, NH_ = d.N * H;
   if (!cfg_.llama) {
     k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), rows,
                         cfg_.norm_eps);
@@ -194,7 +194,7 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C});
     k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV});
   }
-  keep(ctx, a, b.q, qkv, b.kept.qkv);
+  keep(ctx, a, b.q, d.qkv(), b.kept.qkv);
   attention_forward(b, a, ctx);
   keep(ctx, a, b.atty, NC, b.kept.atty);
   if (a.ulysses()) keep(ctx, a, b.ulysses, ulysses_shape(b, a).saved_floats(), b.kept.ulysses);
@@ -364,7 +364,7 @@ void Transformer::restore_block(int l, Acts& a, StepContext& ctx) const {
   if (a.ulysses())
     restore(ctx, a, b.ulysses, ulysses_shape(b, a).saved_floats(), b.kept.ulysses);
   else
-    restore(ctx, a, b.q, cfg_.llama ? NC + 2 * d.N * d.KV : 3 * NC, b.kept.qkv);
+    restore(ctx, a, b.q, d.qkv(), b.kept.qkv);
   for (const auto& [x, kept] :
        {std::pair{b.atty, b.kept.atty}, {b.res1, b.kept.res1}, {b.ln2, b.kept.ln2}})
     restore(ctx, a, x, NC, kept);

@@ -178,6 +178,8 @@ class Transformer final : public Model {
     std::size_t B, T, N, C, H, NH, NKV, hs, KV, V;
     RowShape rows(std::size_t width) const { return {N, width}; }
     MatmulShape linear(std::size_t in, std::size_t out) const { return {N, in, out}; }
+    // Floats of a block's q, k and v together (GPT-2's KV is C: its (N,3C)).
+    std::size_t qkv() const { return N * (C + 2 * KV); }
     AttentionShape attention(const BlockActs& b) const {
       return {B, T, NH, NKV, hs, b.q_stride, b.kv_stride};
     }
