@@ -100,7 +100,7 @@ constexpr const char* kUsage =
     "                                           token shards (DIR/train_*.bin, val_*.bin) and\n"
     "                                           DIR/manifest.json, on every core\n"
     "       ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] [--train-on-prompt]\n"
-    "                        [--mask-history] MODEL_DIR\n"
+    "                        [--mask-history] [--template FILE.jinja] MODEL_DIR\n"
     "                                           what fine-tuning on LLaMA-Factory datasets would\n"
     "                                           train on: rows read and bad, tokens trained, the\n"
     "                                           first example with its trained text marked\n"
@@ -238,7 +238,7 @@ struct Cli {
   std::string command_line;  // as typed, for the reports' metadata
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
   bool replace_invalid_utf8 = false;
-  std::string dataset_dir, datasets;  // sft-check
+  std::string dataset_dir, datasets, chat_template = "auto";  // sft-check
   std::size_t cutoff_len = 2048;
   bool train_on_prompt = false, mask_history = false;
   ztrain::FaultPlan faults;  // a test's, from the environment
@@ -331,6 +331,8 @@ po::options_description declare_options(Cli& c) {
       "sft-check: train on the prompts' tokens too")(
       "mask-history", po::bool_switch(&c.mask_history),
       "sft-check: train on each example's last answer only")(
+      "template", po::value(&c.chat_template),
+      "sft-check: a chat template (.jinja) instead of the model directory's own")(
       "chat", po::value(&c.chat),
       "sample: a user's message, rendered with the model directory's chat template")(
       "system", po::value(&c.system), "sample: with --chat, a system message before it")(
@@ -474,8 +476,9 @@ std::optional<int> tool_command(const Cli& c) {
   if (command == "sft-check") {
     expect_words(c, 2,
                  "ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] MODEL_DIR");
-    ztrain::SftCheckArgs a{c.positional[1], c.dataset_dir,     {},
-                           c.cutoff_len,    c.train_on_prompt, c.mask_history};
+    ztrain::SftRequest a{c.dataset_dir,   {},           c.positional[1],
+                         c.chat_template, c.cutoff_len, c.train_on_prompt,
+                         c.mask_history};
     for (std::size_t at = 0; at <= c.datasets.size();) {
       const std::size_t comma = std::min(c.datasets.find(',', at), c.datasets.size());
       if (comma > at) a.datasets.push_back(c.datasets.substr(at, comma - at));

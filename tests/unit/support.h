@@ -6,12 +6,14 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "config/config.h"
 #include "loader/plugin_loader.h"
 #include "train/trainer.h"
+#include "ztrain/data.h"
 
 namespace ztrain::test {
 
@@ -52,6 +54,15 @@ inline std::filesystem::path source_dir() {
 
 inline PluginLoader loader() {
   return PluginLoader({build_plugin_dir()}, nullptr);
+}
+
+// A data plugin created from the body of a [data] table, not yet set up.
+inline std::shared_ptr<DataSource> create_data_source(const std::string& plugin,
+                                                      const std::string& body) {
+  const LoadedPlugin lib = loader().load("data", plugin);
+  const Options opts =
+      RunConfig::parse("[data]\n" + body, "t.toml").validate("data", lib.options(), {"plugin"});
+  return lib.create<DataSource>(opts);
 }
 
 inline Run make_run(const std::string& toml) {

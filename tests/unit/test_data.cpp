@@ -22,23 +22,15 @@
 namespace {
 
 using namespace ztrain;
-using ztrain::test::loader;
+using ztrain::test::create_data_source;
 using ztrain::test::message_of;
 using ztrain::test::TempDir;
 
 using Seq = std::vector<std::int32_t>;
 
-// A data plugin created from the body of a [data] table, not yet set up.
-std::shared_ptr<DataSource> create_source(const std::string& plugin, const std::string& body) {
-  const LoadedPlugin lib = loader().load("data", plugin);
-  const Options opts =
-      RunConfig::parse("[data]\n" + body, "t.toml").validate("data", lib.options(), {"plugin"});
-  return lib.create<DataSource>(opts);
-}
-
 std::shared_ptr<DataSource> make_source(const std::string& plugin, const std::string& body,
                                         const DataSetup& setup) {
-  auto src = create_source(plugin, body);
+  auto src = create_data_source(plugin, body);
   src->setup(setup);
   return src;
 }
@@ -298,7 +290,7 @@ TEST_CASE(
   CHECK(make_source("synthetic", "vocab_size = 0\n", {T, 300, 3})->info().vocab_used == 300);
 
   {
-    auto bad = create_source("synthetic", "vocab_size = 3\nbranching = 4\n");
+    auto bad = create_data_source("synthetic", "vocab_size = 3\nbranching = 4\n");
     const std::string msg = message_of<ConfigError>([&] { bad->setup({T, 512, 3}); });
     CHECK(contains(msg, "branching"));
     CHECK(contains(msg, "(4)"));
@@ -307,16 +299,18 @@ TEST_CASE(
   }
   {
     // Against the model's vocabulary when vocab_size is not given.
-    auto bad = create_source("synthetic", "branching = 10\n");
+    auto bad = create_data_source("synthetic", "branching = 10\n");
     const std::string msg = message_of<ConfigError>([&] { bad->setup({T, 8, 3}); });
     CHECK(contains(msg, "branching"));
     CHECK(contains(msg, "(8)"));
   }
   // Out-of-range option values are rejected by validation.
-  CHECK(contains(message_of<ConfigError>([] { create_source("synthetic", "branching = 0\n"); }),
-                 "branching"));
-  CHECK(contains(message_of<ConfigError>([] { create_source("synthetic", "vocab_size = -1\n"); }),
-                 "vocab_size"));
+  CHECK(
+      contains(message_of<ConfigError>([] { create_data_source("synthetic", "branching = 0\n"); }),
+               "branching"));
+  CHECK(contains(
+      message_of<ConfigError>([] { create_data_source("synthetic", "vocab_size = -1\n"); }),
+      "vocab_size"));
 }
 
 // ---------------------------------------------------------------- tokens
@@ -480,7 +474,7 @@ TEST_CASE("tokens: a pattern that matches nothing, a file named twice, val among
   write_llmc_v1(dir / "a_train.bin", token_stream(100, 300, 1));
   write_llmc_v1(dir / "a_val.bin", token_stream(100, 300, 2));
   const auto setup = [&](const std::string& body) {
-    auto s = create_source("tokens", body);
+    auto s = create_data_source("tokens", body);
     s->setup({8, 300, 1});
   };
   CHECK(contains(message_of<DataError>([&] { setup("path = " + lit(dir / "b_*.bin") + "\n"); }),
@@ -526,7 +520,7 @@ TEST_CASE("tokens: corrupt files are DataErrors naming the file and the problem"
   const auto tokens = token_stream(400, 256);
   auto setup_error = [&](const std::filesystem::path& path, const std::string& extra = "",
                          int vocab = 512) {
-    auto s = create_source("tokens", "path = " + lit(path) + "\n" + extra);
+    auto s = create_data_source("tokens", "path = " + lit(path) + "\n" + extra);
     return message_of<DataError>([&] { s->setup({T, vocab, 1}); });
   };
 
@@ -633,13 +627,13 @@ TEST_CASE("tokens: corrupt files are DataErrors naming the file and the problem"
 
 TEST_CASE("tokens: missing path key is a ConfigError from validation") {
   const std::string msg =
-      message_of<ConfigError>([] { create_source("tokens", "shuffle = false\n"); });
+      message_of<ConfigError>([] { create_data_source("tokens", "shuffle = false\n"); });
   CHECK(contains(msg, "path"));
   CHECK(contains(msg, "required"));
   CHECK(contains(msg, "t.toml"));
   // And a bad format choice names the key and the choices.
   const std::string fmt = message_of<ConfigError>(
-      [] { create_source("tokens", "path = 'x.bin'\nformat = \"llm\"\n"); });
+      [] { create_data_source("tokens", "path = 'x.bin'\nformat = \"llm\"\n"); });
   CHECK(contains(fmt, "format"));
   CHECK(contains(fmt, "llmc"));
 }
@@ -699,7 +693,7 @@ TEST_CASE("text: invalid UTF-8 is a DataError naming the byte offset") {
   const std::string good = utf8_corpus(600);
   auto expect_offset = [&](const std::string& bytes, std::size_t offset) {
     write_bytes(path, std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
-    auto s = create_source("text", "path = " + lit(path) + "\n");
+    auto s = create_data_source("text", "path = " + lit(path) + "\n");
     const std::string msg = message_of<DataError>([&] { s->setup({T, 256, 1}); });
     CAPTURE(msg);
     CHECK(contains(msg, path.string()));
@@ -743,7 +737,7 @@ TEST_CASE("text: invalid UTF-8 is a DataError naming the byte offset") {
   SUBCASE("U+10FFFF and U+FFFD are text") {
     const std::string b = good + "\xf4\x8f\xbf\xbf\xef\xbf\xbd" + good;
     write_bytes(path, std::vector<std::uint8_t>(b.begin(), b.end()));
-    auto s = create_source("text", "path = " + lit(path) + "\n");
+    auto s = create_data_source("text", "path = " + lit(path) + "\n");
     CHECK_NOTHROW(s->setup({T, 256, 1}));
   }
 }
@@ -754,7 +748,7 @@ TEST_CASE("text: vocab_size below 256 is a ConfigError and a too short file a Da
   const std::string text = utf8_corpus(1000);
   write_bytes(path, std::vector<std::uint8_t>(text.begin(), text.end()));
   {
-    auto s = create_source("text", "path = " + lit(path) + "\n");
+    auto s = create_data_source("text", "path = " + lit(path) + "\n");
     const std::string msg = message_of<ConfigError>([&] { s->setup({8, 200, 1}); });
     CHECK(contains(msg, "vocab_size"));
     CHECK(contains(msg, "200"));
@@ -764,17 +758,17 @@ TEST_CASE("text: vocab_size below 256 is a ConfigError and a too short file a Da
     const auto short_path = dir / "short.txt";
     const std::string tiny = "just a few bytes\n";
     write_bytes(short_path, std::vector<std::uint8_t>(tiny.begin(), tiny.end()));
-    auto s = create_source("text", "path = " + lit(short_path) + "\n");
+    auto s = create_data_source("text", "path = " + lit(short_path) + "\n");
     const std::string msg = message_of<DataError>([&] { s->setup({8, 256, 1}); });
     CHECK(contains(msg, short_path.string()));
     CHECK(contains(msg, "seq_len + 1"));
   }
   {
-    auto s = create_source("text", "path = " + lit(dir / "missing.txt") + "\n");
+    auto s = create_data_source("text", "path = " + lit(dir / "missing.txt") + "\n");
     const std::string msg = message_of<DataError>([&] { s->setup({8, 256, 1}); });
     CHECK(contains(msg, (dir / "missing.txt").string()));
   }
-  CHECK(contains(message_of<ConfigError>([] { create_source("text", ""); }), "path"));
+  CHECK(contains(message_of<ConfigError>([] { create_data_source("text", ""); }), "path"));
 }
 
 // ---------------------------------------------------------------- TokenWindows

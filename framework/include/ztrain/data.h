@@ -24,6 +24,7 @@
 #include "ztrain/export.h"
 #include "ztrain/kernels.h"
 #include "ztrain/plugin.h"
+#include "ztrain/sft_examples.h"
 
 namespace ztrain {
 
@@ -36,6 +37,13 @@ struct DataSetup {
   // Whether the run evaluates on the val split: when it does not, a source
   // may hold nothing out (val_fraction = 0), and fill(val) is never called.
   bool evaluates = true;
+  // The model directory the run starts from ([model] init_from), where it
+  // has one: its tokenizer and chat template are the ones its text means.
+  // Empty: none.
+  std::string model_dir{};
+  // The host's reader of fine-tuning datasets (ztrain/sft_examples.h), for
+  // a source that trains on chat examples; null outside a run.
+  const SftReader* sft = nullptr;
 };
 
 struct DataInfo {
@@ -69,6 +77,13 @@ struct DataInfo {
   // trained targets before it runs (the loss is their mean over the global
   // batch); a source that does not declare masks must not produce one.
   bool masks = false;
+  // The chat template (a .jinja file) the examples were rendered with:
+  // exports ship it as chat_template.jinja, so the model chats as it was
+  // trained. Empty: none, or tokenizer_config.json's (shipped with it).
+  std::string chat_template{};
+  // Lines the host prints at start-up under the description: what a user
+  // should know about the data (rows skipped, and where).
+  std::vector<std::string> notes{};
 };
 
 class ZTRAIN_API DataSource : public Plugin {

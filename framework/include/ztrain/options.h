@@ -13,7 +13,8 @@
 // also accepts those words as strings ("auto"); keyword() then returns the
 // word.
 // A files option takes a string or a list of strings (file names or glob
-// patterns, expanded by expand_files in ztrain/file_list.h).
+// patterns, expanded by expand_files in ztrain/file_list.h); a names
+// option the same, of names the plugin looks up (datasets, modules).
 //
 // Thread safety: an OptionList is built once; Options is read-only after the
 // host made it and may be read from any thread.
@@ -40,7 +41,8 @@ enum class OptionType : std::uint8_t {
   size,
   duration,
   numbers,
-  files
+  files,
+  names
 };
 
 ZTRAIN_API const char* option_type_name(OptionType t);
@@ -104,6 +106,8 @@ class ZTRAIN_API OptionList {
   OptionSpec& numbers(std::string name, std::vector<double> def, std::string help);
   // File names or glob patterns, one string or a list; absent unless given.
   OptionSpec& files(std::string name, std::string help);
+  // One name or a list of names, none empty; absent unless given.
+  OptionSpec& names(std::string name, std::string help);
 
   // Adds a spec built elsewhere; InternalError if the name is taken.
   OptionSpec& add(OptionSpec spec);
@@ -129,6 +133,7 @@ class ZTRAIN_API Options {
   const std::string& get_string(const std::string& name) const;
   const std::vector<double>& get_numbers(const std::string& name) const;
   const std::vector<std::string>& get_files(const std::string& name) const;
+  const std::vector<std::string>& get_names(const std::string& name) const;
   std::uint64_t get_size(const std::string& name) const {
     return static_cast<std::uint64_t>(get_int(name));
   }

@@ -51,12 +51,18 @@ std::string export_config_json(const std::string& config_json, DType dtype,
   return config.dump(2) + "\n";
 }
 
-void copy_tokenizer(const fs::path& tokenizer, const fs::path& dir) {
+void copy_text_files(const TextFiles& files, const fs::path& dir) {
+  const fs::path& tokenizer = files.tokenizer;
+  if (tokenizer.empty()) return;
   const char* name = tokenizer.extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
   write_file_atomically(dir / name, read_whole_file(tokenizer));
   for (const char* beside : {"tokenizer_config.json", "special_tokens_map.json"})
     if (fs::exists(tokenizer.parent_path() / beside))
       write_file_atomically(dir / beside, read_whole_file(tokenizer.parent_path() / beside));
+  const fs::path chat = files.chat_template.empty()
+                            ? tokenizer.parent_path() / "chat_template.jinja"
+                            : files.chat_template;
+  if (fs::exists(chat)) write_file_atomically(dir / "chat_template.jinja", read_whole_file(chat));
 }
 
 fs::path tokenizer_in(const fs::path& dir) {

@@ -2,9 +2,10 @@
 // transformers' AutoModelForCausalLM and AutoTokenizer load it as it is:
 // config.json with the weights' true torch_dtype and token ids that are in
 // the vocabulary or null (transformers' defaults, GPT-2's 50256 and Llama's
-// 1 and 2, would point outside a small vocabulary), and the tokenizer the
+// 1 and 2, would point outside a small vocabulary), the tokenizer the
 // run's tokens came from (tokenizer.json, with tokenizer_config.json and
-// special_tokens_map.json when they are beside it).
+// special_tokens_map.json when they are beside it) and the chat template
+// its examples were rendered with (chat_template.jinja).
 //
 // Errors: DataError for files that cannot be read or written; ConfigError
 // for a tokenizer that does not load. Thread safety: one thread.
@@ -24,9 +25,18 @@ namespace ztrain {
 std::string export_config_json(const std::string& config_json, DType dtype,
                                const std::filesystem::path& tokenizer);
 
-// Copies `tokenizer` (as tokenizer.json, or tokenizer.model for a
-// SentencePiece model) and the tokenizer files beside it into `dir`.
-void copy_tokenizer(const std::filesystem::path& tokenizer, const std::filesystem::path& dir);
+// The text files an export ships beside the weights.
+struct TextFiles {
+  std::filesystem::path tokenizer;  // tokenizer.json or a SentencePiece .model; empty: none
+  // A .jinja file, shipped as chat_template.jinja; empty: the one beside
+  // the tokenizer, where there is one.
+  std::filesystem::path chat_template{};
+};
+
+// Copies the tokenizer (as tokenizer.json, or tokenizer.model for a
+// SentencePiece model), the tokenizer files beside it and the chat
+// template into `dir`.
+void copy_text_files(const TextFiles& files, const std::filesystem::path& dir);
 // The tokenizer a model directory holds: tokenizer.json, else
 // tokenizer.model; empty when it has neither.
 std::filesystem::path tokenizer_in(const std::filesystem::path& dir);

@@ -32,27 +32,28 @@ void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols
 // Where the tensors of an export to `out` go: `out` itself when it names a
 // .safetensors file, else out/model.safetensors, with `config_json` (when
 // non-empty; its torch_dtype and token ids set, checkpoint/hf_export.h) and
-// the tokenizer (when known) beside it.
+// the tokenizer and chat template (when known) beside it.
 fs::path prepare_target(const fs::path& out, const std::string& config_json, DType dtype,
-                        const fs::path& tokenizer) {
+                        const TextFiles& text) {
   if (out.extension() == ".safetensors") return out;
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) throw DataError("cannot create export directory '" + out.string() + "': " + ec.message());
   if (!config_json.empty())
-    write_file_atomically(out / "config.json", export_config_json(config_json, dtype, tokenizer));
-  if (!tokenizer.empty()) copy_tokenizer(tokenizer, out);
+    write_file_atomically(out / "config.json",
+                          export_config_json(config_json, dtype, text.tokenizer));
+  copy_text_files(text, out);
   return out / "model.safetensors";
 }
 
 }  // namespace
 
 void write_weights(const Model& model, const fs::path& out, DType dtype, const ReadParam& read,
-                   const fs::path& tokenizer) {
+                   const TextFiles& text) {
   const auto params = model.params();
   std::vector<SafetensorsTensor> tensors;
   for (const ParamSpec& p : params) tensors.push_back({external_name(p), dtype, external_shape(p)});
-  SafetensorsWriter writer(prepare_target(out, model.hf_config_json(), dtype, tokenizer), tensors,
+  SafetensorsWriter writer(prepare_target(out, model.hf_config_json(), dtype, text), tensors,
                            {{"format", "pt"},
                             {"producer", std::string("ztrain ") + ZTRAIN_VERSION},
                             {"arch", model.info().arch}});
@@ -76,11 +77,10 @@ void write_weights(const Model& model, const fs::path& out, DType dtype, const R
 }
 
 void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype,
-                    bool write, const fs::path& tokenizer) {
+                    bool write, const TextFiles& text) {
   if (write)
     return write_weights(
-        model, out, dtype, [&](ParamId p, float* values) { strategy.read_param(p, values); },
-        tokenizer);
+        model, out, dtype, [&](ParamId p, float* values) { strategy.read_param(p, values); }, text);
   std::vector<float> full;
   const auto params = model.params();
   for (ParamId p : params.ids()) {
@@ -115,8 +115,8 @@ void convert_weights(const fs::path& source, const fs::path& out, DType dtype, b
     std::ifstream cfg(source / "config.json");
     config_json.assign(std::istreambuf_iterator<char>(cfg), {});
   }
-  const fs::path tokenizer = dir ? tokenizer_in(source) : fs::path();
-  const fs::path target = prepare_target(out, config_json, dtype, tokenizer);
+  const TextFiles text{dir ? tokenizer_in(source) : fs::path()};
+  const fs::path target = prepare_target(out, config_json, dtype, text);
   std::vector<std::vector<std::uint8_t>> storage;
   std::vector<SafetensorsTensor> tensors;
   std::vector<float> values;

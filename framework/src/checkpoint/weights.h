@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "checkpoint/hf_export.h"
 #include "ztrain/dtype.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"
@@ -31,15 +32,16 @@ Shape external_shape(const ParamSpec& p);
 // Writes every parameter of `model` to `out` (as above), each read whole in
 // fp32 by `read` when its turn comes: one parameter in memory at a time.
 using ReadParam = std::function<void(ParamId, float*)>;
-// `tokenizer` (a tokenizer.json; empty: none) goes beside the weights and
-// gives config.json its token ids (checkpoint/hf_export.h).
+// `text`'s tokenizer (empty: none) and chat template go beside the
+// weights, the tokenizer giving config.json its token ids
+// (checkpoint/hf_export.h).
 void write_weights(const Model& model, const std::filesystem::path& out, DType dtype,
-                   const ReadParam& read, const std::filesystem::path& tokenizer = {});
+                   const ReadParam& read, const TextFiles& text = {});
 
 // Collective (read_param is): every rank calls it, those with `write`
 // false only take part in gathering the parameters.
 void export_weights(const Model& model, Strategy& strategy, const std::filesystem::path& out,
-                    DType dtype, bool write = true, const std::filesystem::path& tokenizer = {});
+                    DType dtype, bool write = true, const TextFiles& text = {});
 // Before an export to `out` (a file or a directory, as export_weights):
 // ConfigError when the weights would land on `source` (a file being read;
 // empty: none), or on an existing file without `overwrite`.

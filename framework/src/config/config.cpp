@@ -552,7 +552,8 @@ struct Validator {
         v = std::move(list);
         break;
       }
-      case OptionType::files: {
+      case OptionType::files:
+      case OptionType::names: {
         std::vector<std::string> list;
         if (node.is_string()) {
           list.push_back(node.value_or(std::string()));
@@ -565,7 +566,10 @@ struct Validator {
           wrong();
         }
         for (const auto& name : list)
-          if (name.empty()) fail(rel, "an empty file name; name a file or a glob pattern");
+          if (name.empty())
+            fail(rel, s.type == OptionType::files
+                          ? "an empty file name; name a file or a glob pattern"
+                          : "an empty name; " + s.help);
         v = std::move(list);
         break;
       }

@@ -25,6 +25,8 @@ const char* option_type_name(OptionType t) {
       return "list of numbers";
     case OptionType::files:
       return "files";
+    case OptionType::names:
+      return "names";
   }
   return "?";
 }
@@ -81,6 +83,9 @@ std::string OptionSpec::expectation() const {
       break;
     case OptionType::files:
       os << "a file name or glob pattern, or a list of them";
+      break;
+    case OptionType::names:
+      os << "a name or a list of names";
       break;
   }
   if (!choices.empty() && !numeric) {
@@ -148,6 +153,11 @@ OptionSpec& OptionList::files(std::string name, std::string help) {
       {std::move(name), OptionType::files, std::monostate{}, std::move(help), {}, {}, {}, false});
 }
 
+OptionSpec& OptionList::names(std::string name, std::string help) {
+  return add(
+      {std::move(name), OptionType::names, std::monostate{}, std::move(help), {}, {}, {}, false});
+}
+
 const OptionSpec* OptionList::find(const std::string& name) const {
   for (const auto& s : specs_)
     if (s.name == name) return &s;
@@ -189,6 +199,9 @@ const std::vector<double>& Options::get_numbers(const std::string& name) const {
 }
 const std::vector<std::string>& Options::get_files(const std::string& name) const {
   return typed<std::vector<std::string>>(entry(name), name, "files");
+}
+const std::vector<std::string>& Options::get_names(const std::string& name) const {
+  return typed<std::vector<std::string>>(entry(name), name, "names");
 }
 std::optional<std::string> Options::keyword(const std::string& name) const {
   if (const auto* word = std::get_if<std::string>(&entry(name).value)) return *word;

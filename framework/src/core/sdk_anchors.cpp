@@ -15,6 +15,7 @@ Plugin::~Plugin() = default;
 Model::~Model() = default;
 Strategy::~Strategy() = default;
 DataSource::~DataSource() = default;
+SftReader::~SftReader() = default;
 Kernels::~Kernels() = default;
 Communicator::~Communicator() = default;
 void Communicator::announce_failure(const std::string&) {}

@@ -158,7 +158,8 @@ const std::string& ChatTemplate::where() const {
   return impl_->source.where;
 }
 
-ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir) {
+ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir,
+                                          const std::filesystem::path& template_file) {
   ChatTemplateSource source;
   const auto config_path = dir / "tokenizer_config.json";
   const auto jinja_path = dir / "chat_template.jinja";
@@ -167,7 +168,10 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir) {
     config = nlohmann::ordered_json::parse(read_file(config_path), nullptr, false);
     if (!config.is_object()) throw ConfigError(config_path.string() + ": not a JSON object");
   }
-  if (std::filesystem::exists(jinja_path)) {
+  if (!template_file.empty()) {
+    source.text = read_file(template_file);
+    source.where = template_file.string();
+  } else if (std::filesystem::exists(jinja_path)) {
     source.text = read_file(jinja_path);
     source.where = jinja_path.string();
   } else {

@@ -66,8 +66,11 @@ class ChatTemplate {
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
 
-  // The model directory's template and special tokens.
-  static ChatTemplate from_model_dir(const std::filesystem::path& dir);
+  // The model directory's template and special tokens; with a
+  // template_file, that file's template instead (a base model's directory
+  // has none).
+  static ChatTemplate from_model_dir(const std::filesystem::path& dir,
+                                     const std::filesystem::path& template_file = {});
 
   // The conversation as text; with the generation prompt, ready for the
   // assistant's next answer.

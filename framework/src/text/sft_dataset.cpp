@@ -18,7 +18,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 // How many bad rows are kept with their file:line (all are counted).
-constexpr std::size_t kBadKept = 20;
 
 // One dataset's entry of dataset_info.json, with LLaMA-Factory's defaults
 // (data/parser.py's DatasetAttr).
@@ -363,9 +362,11 @@ SftDataset read_sft_datasets(const fs::path& dataset_dir, const std::vector<std:
   if (!info.is_object())
     throw DataError(info_path.string() + ": not a JSON object of datasets; check the file");
   SftDataset out;
+  out.files.push_back(info_path.string());
   for (const std::string& name : names) {
     const DatasetAttr a = attr_of(info, name, info_path.string());
-    for (const fs::path& file : files_of(dataset_dir / a.file_name))
+    for (const fs::path& file : files_of(dataset_dir / a.file_name)) {
+      out.files.push_back(file.string());
       for (const Row& row : rows_of(file)) {
         const std::string where = file.string() + ":" + std::to_string(row.line);
         auto [example, why] = align(row.value, a);
@@ -375,8 +376,9 @@ SftDataset read_sft_datasets(const fs::path& dataset_dir, const std::vector<std:
           continue;
         }
         ++out.bad_rows;
-        if (out.bad.size() < kBadKept) out.bad.push_back(where + ": " + why);
+        if (out.bad.size() < kBadRowsKept) out.bad.push_back(where + ": " + why);
       }
+    }
   }
   return out;
 }

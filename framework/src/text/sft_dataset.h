@@ -44,11 +44,15 @@ struct SftExample {
   std::string where;  // file:line of the row
 };
 
+// How many bad rows are named; the rest are counted.
+inline constexpr std::size_t kBadRowsKept = 20;
+
 struct SftDataset {
   std::vector<SftExample> examples;
   std::size_t bad_rows = 0;
   // The first bad rows: "file:line: what is wrong".
   std::vector<std::string> bad;
+  std::vector<std::string> files;  // read: dataset_info.json, then the data files
 };
 
 // The named datasets of dataset_dir/dataset_info.json, in order.

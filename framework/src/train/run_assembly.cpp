@@ -21,6 +21,7 @@
 #include "job/rank_agreement.h"
 #include "kernels/cpu/blas.h"
 #include "loader/cuda_loader.h"
+#include "text/sft_reader.h"
 #include "text/tokenizer.h"
 #include "train/run_parts.h"
 #include "ztrain/error.h"
@@ -74,8 +75,15 @@ DataInfo open_data(Run& run, const RunParts& parts) {
   DataInfo info;
   try {
     run.data = parts.data_lib.create<DataSource>(parts.data_options);
-    run.data->setup({parts.info.seq_len, parts.info.vocab_size, run.data_seed,
-                     run.settings.train.eval_every > 0});
+    DataSetup setup;
+    setup.seq_len = parts.info.seq_len;
+    setup.vocab_size = parts.info.vocab_size;
+    setup.seed = run.data_seed;
+    setup.evaluates = run.settings.train.eval_every > 0;
+    if (parts.model_options.has_value("init_from"))
+      setup.model_dir = parts.model_options.get_string("init_from");
+    setup.sft = &text::host_sft_reader();
+    run.data->setup(setup);
     info = run.data->info();
   } catch (const DataError& e) {
     why = std::string(e.what()) + " (on host " + host_name() + ", rank " +
@@ -175,6 +183,7 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
 
   const ModelInfo& info = parts.info;
   const DataInfo dinfo = open_data(run, parts);
+  run.config_notes.insert(run.config_notes.end(), dinfo.notes.begin(), dinfo.notes.end());
   check_tokenizers_agree(config, parts, dinfo);
   if (dinfo.vocab_used > info.vocab_size)
     throw ConfigError(config.where("model.vocab_size") + ": [model] vocab_size " +

@@ -541,11 +541,11 @@ void Trainer::finish() {
   if (!stopped_) {
     // Every rank takes part (sharded parameters are gathered); rank 0 writes.
     const bool lead = run_.comm->rank() == 0;
-    const std::filesystem::path tokenizer = data_info_.tokenizer;
+    const TextFiles text{data_info_.tokenizer, data_info_.chat_template};
     if (tr_.save_final)
-      export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead, tokenizer);
+      export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead, text);
     if (!tr_.export_to.empty())
-      export_weights(*run_.model, *run_.strategy, tr_.export_to, tr_.export_dtype, lead, tokenizer);
+      export_weights(*run_.model, *run_.strategy, tr_.export_to, tr_.export_dtype, lead, text);
     return;
   }
   const int sig = StopRequests::requested();

@@ -1,0 +1,74 @@
+// Fine-tuning examples, as token ids and labels, for a data plugin.
+//
+// The host lends a data source (DataSetup::sft) a reader of LLaMA-Factory's
+// datasets: dataset_dir/dataset_info.json names each dataset's file and
+// format (alpaca, sharegpt, openai), every row is rendered through a chat
+// template (the model directory's own, or a .jinja file) and tokenized by
+// the model directory's tokenizer, and cut and masked as LLaMA-Factory's
+// supervised preprocessing does (cutoff_len, train_on_prompt,
+// mask_history). A source decides only how examples become rows (padded,
+// packed, shuffled, held out); the text machinery (the Jinja engine, the
+// tokenizers and their libraries) stays in the host.
+//
+// labels are aligned with input_ids, as Hugging Face's are: a model
+// predicting token t + 1 from tokens 0..t is trained on labels[t + 1];
+// kIgnoreTarget (-100) where nothing is trained (the prompt, the history).
+//
+// A row that breaks its format or has nothing left to train on once cut
+// is not an example: it is counted in bad_rows, and the first ones are
+// named (file:line and what is wrong), never dropped unsaid.
+//
+// Ownership: SftExamples is a value. Errors: read raises ConfigError for
+// a dataset dataset_info.json does not name (or that needs the hub), a
+// model directory with no tokenizer or chat template, a template that
+// cannot be parsed or raises; DataError, naming the file, for files that
+// cannot be read. Thread safety: read may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ztrain/export.h"
+
+namespace ztrain {
+
+struct SftRequest {
+  std::string dataset_dir;
+  std::vector<std::string> datasets;   // dataset_info.json's names, concatenated in order
+  std::string model_dir;               // its tokenizer and, with "auto", its chat template
+  std::string chat_template = "auto";  // "auto", or a .jinja file
+  std::size_t cutoff_len = 2048;       // tokens an example keeps at most
+  bool train_on_prompt = false;
+  bool mask_history = false;
+};
+
+struct SftExamples {
+  // Every example's ids and labels, one after another: example i is
+  // [starts[i], starts[i + 1]).
+  std::vector<std::int32_t> input_ids;
+  std::vector<std::int32_t> labels;
+  std::vector<std::size_t> starts{0};
+  std::vector<std::string> where;  // file:line of each example's row
+  std::size_t bad_rows = 0;
+  std::vector<std::string> bad;  // the first bad rows: "file:line: what is wrong"
+  // What was read: dataset_info.json, the data files, the tokenizer and
+  // the template (ranks on several hosts compare them).
+  std::vector<std::string> files;
+  std::string tokenizer;           // the tokenizer file
+  std::string tokenizer_identity;  // its identity (DataInfo::tokenizer_identity)
+  std::string chat_template;       // where the template came from
+  std::string chat_template_file;  // the .jinja file it is; empty: tokenizer_config.json's
+
+  std::size_t count() const { return starts.size() - 1; }
+  std::size_t length(std::size_t i) const { return starts[i + 1] - starts[i]; }
+};
+
+class ZTRAIN_API SftReader {
+ public:
+  virtual ~SftReader();
+  virtual SftExamples read(const SftRequest& request) const = 0;
+};
+
+}  // namespace ztrain

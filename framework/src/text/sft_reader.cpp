@@ -1,0 +1,113 @@
+#include "text/sft_reader.h"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "checkpoint/hf_export.h"
+#include "text/sft_encoding.h"
+#include "ztrain/error.h"
+#include "ztrain/kernels.h"
+
+namespace ztrain::text {
+namespace {
+
+// One row's outcome: its example, or why it is a bad row (a DataError),
+// or the template's failure on it (a ConfigError, which stops the read).
+struct Outcome {
+  std::optional<EncodedExample> example;
+  std::string bad;
+  std::string config_error;
+};
+
+// Whether a model predicting labels[t + 1] from tokens 0..t has anything
+// to learn: labels[0] is never a target.
+bool trains_something(const EncodedExample& e) {
+  return std::any_of(e.labels.begin() + (e.labels.empty() ? 0 : 1), e.labels.end(),
+                     [](std::int32_t l) { return l != kIgnoreTarget; });
+}
+
+Outcome encode(const ChatTemplate& chat, const Tokenizer& tokenizer, const SftExample& example,
+               const SftEncoding& o) {
+  Outcome out;
+  try {
+    EncodedExample e = encode_example(chat, tokenizer, example, o);
+    if (trains_something(e))
+      out.example = std::move(e);
+    else
+      out.bad = example.where + ": nothing left to train on within cutoff_len " +
+                std::to_string(o.cutoff_len) + " (the answer is cut away)";
+  } catch (const ConfigError& err) {
+    out.config_error = example.where + ": " + err.what();
+  } catch (const DataError& err) {
+    const std::string what = err.what();
+    out.bad = what.rfind(example.where, 0) == 0 ? what : example.where + ": " + what;
+  }
+  return out;
+}
+
+ChatTemplate template_of(const SftRequest& r) {
+  if (r.chat_template == "auto") return ChatTemplate::from_model_dir(r.model_dir);
+  return ChatTemplate::from_model_dir(r.model_dir, r.chat_template);
+}
+
+class HostSftReader final : public SftReader {
+ public:
+  SftExamples read(const SftRequest& request) const override { return read_sft_examples(request); }
+};
+
+}  // namespace
+
+SftExamples read_sft_examples(const SftRequest& r) {
+  if (r.datasets.empty())
+    throw ConfigError("no dataset named; name one or more of dataset_info.json");
+  const std::filesystem::path tokenizer_file = tokenizer_in(r.model_dir);
+  if (tokenizer_file.empty())
+    throw ConfigError("no tokenizer.json or tokenizer.model in '" + r.model_dir +
+                      "'; give the model directory the run fine-tunes");
+  const auto tokenizer = load_tokenizer(tokenizer_file);
+  const ChatTemplate chat = template_of(r);
+  const SftDataset d = read_sft_datasets(r.dataset_dir, r.datasets);
+  const SftEncoding o{r.cutoff_len, r.train_on_prompt, r.mask_history};
+  std::vector<Outcome> outcomes(d.examples.size());
+  tbb::parallel_for(std::size_t{0}, d.examples.size(), [&](std::size_t i) {
+    outcomes[i] = encode(chat, *tokenizer, d.examples[i], o);
+  });
+  SftExamples out;
+  out.bad_rows = d.bad_rows;
+  out.bad = d.bad;
+  out.files = d.files;
+  out.files.push_back(tokenizer_file.string());
+  if (r.chat_template != "auto") out.files.push_back(r.chat_template);
+  out.tokenizer = tokenizer_file.string();
+  out.tokenizer_identity = tokenizer_identity(tokenizer_file);
+  out.chat_template = chat.where();
+  if (r.chat_template != "auto")
+    out.chat_template_file = r.chat_template;
+  else if (const auto own = std::filesystem::path(r.model_dir) / "chat_template.jinja";
+           std::filesystem::exists(own))
+    out.chat_template_file = own.string();
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    Outcome& e = outcomes[i];
+    if (!e.config_error.empty()) throw ConfigError(e.config_error);
+    if (!e.example) {
+      ++out.bad_rows;
+      if (out.bad.size() < kBadRowsKept) out.bad.push_back(e.bad);
+      continue;
+    }
+    out.input_ids.insert(out.input_ids.end(), e.example->input_ids.begin(),
+                         e.example->input_ids.end());
+    out.labels.insert(out.labels.end(), e.example->labels.begin(), e.example->labels.end());
+    out.starts.push_back(out.input_ids.size());
+    out.where.push_back(d.examples[i].where);
+  }
+  return out;
+}
+
+const SftReader& host_sft_reader() {
+  static const HostSftReader reader;
+  return reader;
+}
+
+}  // namespace ztrain::text
