@@ -100,6 +100,16 @@ TEST_CASE("rope forward and backward match the reference on strided rows") {
   R().rope_backward(want.data(), cos.data(), sin.data(), {B, T, H, hs, stride});
   check_close(gx.get(), want, 1e-6, 1e-6, "rope_backward");
   check_close(gx.get(), x, 1e-5, 1e-5, "rope backward undoes forward");
+  // Packed rows: each token at its position in its example.
+  std::vector<std::int32_t> positions(B * T);
+  for (std::size_t i = 0; i < positions.size(); ++i)
+    positions[i] = static_cast<std::int32_t>(i % T % 7);
+  const Array gpositions(positions);
+  Array px(x);
+  Vec packed = x;
+  G().rope_forward(px.f(), gc.f(), gs.f(), {B, T, H, hs, stride, gpositions.i32()});
+  R().rope_forward(packed.data(), cos.data(), sin.data(), {B, T, H, hs, stride, positions.data()});
+  check_close(px.get(), packed, 1e-6, 1e-6, "rope_forward at positions");
 }
 
 TEST_CASE("embedding forward and backward equal the reference bit for bit, each type") {
@@ -255,7 +265,25 @@ namespace {
 
 struct AttentionCase {
   std::size_t B, T, NH, NKV, hs;
+  // Packed rows: each row of T tokens holds examples of these lengths, in
+  // turn, until the row is full (AttentionShape::positions); empty: none.
+  std::vector<std::size_t> examples = {};
 };
+
+// The positions of c's packed rows, or none.
+std::vector<std::int32_t> positions_of(const AttentionCase& c) {
+  std::vector<std::int32_t> p;
+  if (c.examples.empty()) return p;
+  for (std::size_t b = 0; b < c.B; ++b)
+    for (std::size_t t = 0, e = 0, at = 0; t < c.T; ++t, ++at) {
+      if (at == c.examples[e % c.examples.size()]) {
+        at = 0;
+        ++e;
+      }
+      p.push_back(static_cast<std::int32_t>(at));
+    }
+  return p;
+}
 struct AttentionTolerance {
   double out_rtol, out_atol, lse, grad_rtol, grad_atol;
 };
@@ -272,12 +300,19 @@ void check_attention(const ztrain::Kernels& kern, const AttentionCase& c, DType 
   const std::size_t q_stride = (c.NH + 2 * c.NKV) * c.hs, kv_stride = q_stride;
   const std::size_t k_at = c.NH * c.hs, v_at = (c.NH + c.NKV) * c.hs;
   const std::size_t rows = c.B * c.T;
-  const ztrain::AttentionShape shape{c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride};
+  const std::vector<std::int32_t> positions = positions_of(c);
+  const Array gpositions(positions.empty() ? std::vector<std::int32_t>{0} : positions);
+  ztrain::AttentionShape shape{c.B, c.T, c.NH, c.NKV, c.hs, q_stride, kv_stride};
+  ztrain::AttentionShape gshape = shape;
+  if (!positions.empty()) {
+    shape.positions = positions.data();
+    gshape.positions = gpositions.i32();
+  }
   const Vec qkv = randn(rows * q_stride, 41 + c.hs);
   const Vec dout = randn(rows * c.NH * c.hs, 42 + c.hs);
   Array gqkv(qkv), gout(rows * c.NH * c.hs), glse(c.B * c.NH * c.T), gdout(dout), gd(qkv);
   const float* q = gqkv.f();
-  kern.attention_forward(gout.f(), glse.f(), {q, q + k_at, q + v_at}, shape);
+  kern.attention_forward(gout.f(), glse.f(), {q, q + k_at, q + v_at}, gshape);
   const Vec rqkv = gpu::rounded(qkv, operands), rdout = gpu::rounded(dout, operands);
   const float* rq = rqkv.data();
   Vec out(rows * c.NH * c.hs), lse(glse.get().size());
@@ -286,7 +321,7 @@ void check_attention(const ztrain::Kernels& kern, const AttentionCase& c, DType 
   check_close(glse.get(), lse, tol.lse, tol.lse, "attention_forward lse");
   float* dq = gd.f();
   kern.attention_backward({dq, dq + k_at, dq + v_at}, gdout.f(), gout.f(), {q, q + k_at, q + v_at},
-                          glse.f(), shape);
+                          glse.f(), gshape);
   Vec d = qkv;
   R().attention_backward({d.data(), d.data() + k_at, d.data() + v_at}, rdout.data(), out.data(),
                          {rq, rq + k_at, rq + v_at}, lse.data(), shape);
@@ -296,18 +331,30 @@ void check_attention(const ztrain::Kernels& kern, const AttentionCase& c, DType 
 }  // namespace
 
 TEST_CASE("attention forward and backward match the reference (MHA, GQA, head sizes 8-136)") {
-  for (const AttentionCase c : {AttentionCase{2, 37, 4, 4, 24}, AttentionCase{1, 70, 6, 2, 64},
-                                AttentionCase{2, 33, 4, 1, 80}, AttentionCase{1, 9, 2, 2, 8},
-                                AttentionCase{1, 41, 2, 1, 136}})
+  for (const AttentionCase& c : {AttentionCase{2, 37, 4, 4, 24}, AttentionCase{1, 70, 6, 2, 64},
+                                 AttentionCase{2, 33, 4, 1, 80}, AttentionCase{1, 9, 2, 2, 8},
+                                 AttentionCase{1, 41, 2, 1, 136}})
     check_attention(G(), c, DType::f32, {1e-4, 1e-5, 1e-5, 1e-4, 1e-4});
+}
+
+// Packed rows: examples of 1 to 45 tokens, so that a warp block of queries
+// and a tile of keys cross example boundaries; the reference (bit for bit
+// each example alone on the cpu, test_kernels) on both attention paths.
+TEST_CASE("attention over packed rows matches the reference, fp32 and 16-bit paths") {
+  const auto bf16 = ztrain::cuda::make_cuda_kernels(gpu::device(), {false, DType::bf16});
+  for (const AttentionCase& c : {AttentionCase{2, 70, 4, 2, 24, {5, 1, 33, 12}},
+                                 AttentionCase{1, 130, 6, 3, 64, {45, 7, 31}}}) {
+    check_attention(G(), c, DType::f32, {1e-4, 1e-5, 1e-5, 1e-4, 1e-4});
+    check_attention(*bf16, c, DType::bf16, {2e-2, 5e-3, 1e-4, 3e-2, 3e-2});
+  }
 }
 
 TEST_CASE("16-bit runs' attention (tensor-core GEMMs): the reference on bf16 operands") {
   const auto bf16 = ztrain::cuda::make_cuda_kernels(gpu::device(), {false, DType::bf16});
   // MHA, GQA, and enough heads of a long sequence that the scores come in
   // two chunks. The probabilities' rounding to bf16 is the difference left.
-  for (const AttentionCase c : {AttentionCase{2, 37, 4, 4, 24}, AttentionCase{1, 70, 6, 2, 64},
-                                AttentionCase{1, 1536, 12, 12, 64}})
+  for (const AttentionCase& c : {AttentionCase{2, 37, 4, 4, 24}, AttentionCase{1, 70, 6, 2, 64},
+                                 AttentionCase{1, 1536, 12, 12, 64}})
     check_attention(*bf16, c, DType::bf16, {2e-2, 5e-3, 1e-4, 3e-2, 3e-2});
 }
 

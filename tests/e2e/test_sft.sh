@@ -13,8 +13,14 @@
 #   and 4e-6 per step (fp32 sums over 4 to 8 rows, in other orders), val losses within 1e-6 (each row's trained tokens
 #   differ: only a mean over the global batch's trained tokens agrees).
 # - A checkpoint of world 2 resumes at world 1 with the same later steps.
-# - Refused before step 1, naming the key: packing, a named template, a
-#   cutoff_len past seq_len + 1, a run with no model directory; datasets
+# - Packing: the examples cut to 100 tokens, in rows of 256, one epoch a
+#   step: packed into 7 rows, they train what one example a row trains
+#   (losses and gradient norms within 1e-6 for 3 steps, the sums only
+#   grouped otherwise), at world 1 and at world 2 under zero3 (two epochs
+#   a step: the same mean).
+# - Refused before step 1, naming the key: a named template, a cutoff_len
+#   past seq_len + 1, a run with no model directory; packing on GPT-2
+#   (learned positions) and with the sequence split over ranks; datasets
 #   whose rows are all bad, naming the first.
 #
 # usage: test_sft.sh ZTRAIN_BINARY SOURCE_DIR
@@ -114,6 +120,17 @@ on_ranks 1 "$ZTRAIN" --set train.out_dir="$scratch/resumed" --set train.micro_ba
 curve resumed 4
 same_training w2_last4 resumed 1e-6 2e-6
 
+pack=(--set model.seq_len=256 --set data.cutoff_len=100 --set data.val_size=0
+  --set train.eval_every=0 --set train.checkpoint_every=0 --set train.save_final=false)
+steps=3
+run unpacked 1 2 7 "${pack[@]}" --set train.steps=3
+run packed 1 1 7 "${pack[@]}" --set train.steps=3 --set data.packing=true
+grep -q "14 examples (0 held out), [0-9]* tokens, [0-9]* trained; packed into 7 rows;" "$scratch/packed.out" ||
+  fail "the packed run's data line does not say 7 rows"
+run packed_w2 2 1 7 "${pack[@]}" --set train.steps=3 --set data.packing=true --strategy zero3
+same_training unpacked packed 1e-6 1e-6
+same_training unpacked packed_w2 1e-6 1e-6
+
 refused() {  # refused WHAT TEXT ARGS...: the run refused before step 1, saying TEXT
   local what=$1 text=$2
   shift 2
@@ -123,7 +140,6 @@ refused() {  # refused WHAT TEXT ARGS...: the run refused before step 1, saying 
   grep -q "^step 1/" "$scratch/refused.out" && fail "$what: refused only after training began"
   echo "$what: refused"
 }
-refused "packing" "[data] packing is not built yet" --set data.packing=true
 refused "a named template" "LLaMA-Factory's named templates are not built" --set 'data.template="llama3"'
 refused "cutoff_len past the row" "[data] cutoff_len 200 needs rows of cutoff_len - 1 = 199 positions" \
   --set data.cutoff_len=200
@@ -132,6 +148,17 @@ grep -v "^from = " "$scratch/sft.toml" > "$scratch/no_model.toml"
   "$scratch/no_model.toml" > "$scratch/refused.out" 2>&1 && fail "a run with no model directory was not refused"
 grep -qF "no_model.toml:6:1: the sft source renders and tokenizes with a model directory's tokenizer and chat template, and the run has none; set [model] init_from" \
   "$scratch/refused.out" || fail "a run with no model directory: the refusal does not name the key"
+"$ZTRAIN" --model gpt2-tiny --set model.n_layer=1 --set model.n_embd=32 --set model.vocab_size=2048 \
+  --set model.seq_len=128 --set train.steps=1 --set train.eval_every=0 --set device.threads=1 \
+  --set train.out_dir="$scratch/gpt2" --set train.save_final=true "$SRC/configs/run.toml" > "$scratch/gpt2.out" 2>&1 ||
+  fail "training the GPT-2 base model failed"
+cp "$base_model/tokenizer.json" "$base_model/chat_template.jinja" "$scratch/gpt2/"
+refused "packing on GPT-2" "GPT-2's learned position embeddings (wpe) are read by row position" \
+  --set "model.from=\"$scratch/gpt2\"" --set data.packing=true
+on_ranks 2 "$ZTRAIN" --set parallel.sequence=2 --set data.packing=true --set train.out_dir="$scratch/refused" \
+  "$scratch/sft.toml" > "$scratch/refused.out" 2>&1 && fail "packing with the sequence split was not refused"
+grep -qF "[parallel] sequence = 2: the data packs several examples a row" "$scratch/refused.out" ||
+  fail "packing with the sequence split: the refusal does not name the key"
 python3 -c "
 import json
 json.dump({'broken': {'file_name': 'broken.jsonl'}}, open('$scratch/dataset_info.json', 'w'))

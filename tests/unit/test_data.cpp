@@ -1222,3 +1222,52 @@ TEST_CASE("DataLoader: a step's trained targets are counted ahead, undeclared ma
   CHECK(contains(msg, "ignored target (-100) at position 0"));
   CHECK(contains(msg, "without declaring masks"));
 }
+
+namespace {
+
+// Rows of 6 tokens packing examples of 2 and 4 tokens (positions 0 1 0 1
+// 2 3), or, `broken`, with a position that neither restarts nor counts on.
+class Packed final : public DataSource {
+ public:
+  explicit Packed(bool broken) : broken_(broken) {}
+  void setup(const DataSetup&) override {}
+  DataInfo info() const override {
+    DataInfo d;
+    d.description = "packed";
+    d.vocab_used = 16;
+    d.segments = true;
+    return d;
+  }
+  void fill(Split, std::uint64_t, std::int32_t* inputs, std::int32_t* targets) const override {
+    for (int t = 0; t < 6; ++t) inputs[t] = targets[t] = t;
+  }
+  void fill_positions(Split, std::uint64_t, std::int32_t* positions) const override {
+    const std::int32_t p[6] = {0, 1, 0, 1, broken_ ? 3 : 2, 3};
+    std::copy(p, p + 6, positions);
+  }
+
+ private:
+  bool broken_;
+};
+
+}  // namespace
+
+// A source that declares segments: its positions reach the batch beside
+// the ids, row by row, and positions that neither restart at 0 nor count
+// on by one are refused as they are read, naming the sequence and token.
+// The sources without segments leave Batch::positions null.
+TEST_CASE("DataLoader: packed rows carry their positions, checked as they are read") {
+  const Packed packed(false);
+  DataLoader dl(packed, 2, 6, 1, {});
+  const Batch b = dl.next();
+  REQUIRE(b.positions != nullptr);
+  CHECK(std::vector<std::int32_t>(b.positions, b.positions + 12) ==
+        std::vector<std::int32_t>{0, 1, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3});
+  CHECK(dl.val(0).positions != nullptr);
+  const Packed broken(true);
+  DataLoader bad(broken, 1, 6, 1, {});
+  const std::string msg = message_of<DataError>([&] { bad.next(); });
+  CHECK(contains(msg, "sequence 0 position 3 at token 4 (after 1)"));
+  auto plain = make_source("synthetic", "", {6, 512, 3});
+  CHECK(DataLoader(*plain, 1, 6, 1, {}).next().positions == nullptr);
+}

@@ -16,6 +16,14 @@
 // 0.56 of that, TinyLlama's shape); each gradient element within 2e-6 of its
 // tensor's largest reference magnitude plus 1e-4 of its own (measured at
 // most 0.50 of that).
+//
+// Fine-tuning (tools/make_sft_golden.py, the Llama and Qwen2 cases): six
+// examples of 4 to 13 tokens with Hugging Face labels (-100 on a masked
+// prompt, a masked history turn, none on one), each run alone by
+// transformers, the loss the mean over every trained label of the six.
+// ztrain lays them out one a row, padded, and packed several to a row with
+// positions restarting per example; both give that loss and every
+// gradient, within the same tolerances.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -67,8 +75,10 @@ Worst compare(const std::vector<float>& got, const std::vector<float>& want, dou
 // The run of a golden case: its [model] given as keys with init_from (the
 // generator's own TOML), or as the Hugging Face directory alone (`from`,
 // config/hf_model_import.h reads its config.json).
-Run golden_run(const std::filesystem::path& dir, const SafetensorsReader& ref, bool from_dir) {
-  const std::string rest = "\n[data]\nplugin = \"synthetic\"\n[train]\nmicro_batch_size = 2\n";
+Run golden_run(const std::filesystem::path& dir, const SafetensorsReader& ref, bool from_dir,
+               int micro_batch = 2) {
+  const std::string rest = "\n[data]\nplugin = \"synthetic\"\n[train]\nmicro_batch_size = " +
+                           std::to_string(micro_batch) + "\n";
   if (!from_dir)
     return test::make_run(ref.metadata().at("ztrain_model") + "init_from = \"" + dir.string() +
                           "\"" + rest);
@@ -84,6 +94,32 @@ Run golden_run(const std::filesystem::path& dir, const SafetensorsReader& ref, b
     CHECK(toml_value_text(*got) == toml_value_text(node));
   }
   return assemble(config, test::loader());
+}
+
+// Every parameter's gradient in `run` against the file's grad.<name>.
+double check_gradients(const Run& run, const SafetensorsReader& ref, const std::string& what) {
+  const auto params = run.model->params();
+  Worst gw;
+  for (ParamId p : params.ids()) {
+    const ParamSpec& spec = params[p];
+    const std::string hf = spec.hf_name.empty() ? spec.name : spec.hf_name;
+    std::vector<float> want = tensor(ref, "grad." + hf);
+    if (spec.hf_transposed) {  // the file holds (in, out); ztrain (out, in)
+      const auto rows = static_cast<std::size_t>(spec.shape[0]),
+                 cols = static_cast<std::size_t>(spec.shape[1]);
+      std::vector<float> t(want.size());
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) t[r * cols + c] = want[c * rows + r];
+      want.swap(t);
+    }
+    const TensorView g = run.strategy->grad_view(p);
+    const std::vector<float> got(g.f32(), g.f32() + g.numel());
+    double scale = 0;
+    for (float x : want) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+    const Worst w = compare(got, want, 2e-6 * scale, 1e-4, what + " gradient of " + hf);
+    gw.ratio = std::max(gw.ratio, w.ratio);
+  }
+  return gw.ratio;
 }
 
 void check_case(const std::string& name, bool from_dir) {
@@ -123,27 +159,89 @@ void check_case(const std::string& name, bool from_dir) {
   MESSAGE(name << ": loss error " << std::fabs(loss - want_loss) << ", largest logit error "
                << lw.error << " (" << lw.ratio << " of its tolerance)");
 
-  Worst gw;
-  for (ParamId p : params.ids()) {
-    const ParamSpec& spec = params[p];
-    const std::string hf = spec.hf_name.empty() ? spec.name : spec.hf_name;
-    std::vector<float> want = tensor(ref, "grad." + hf);
-    if (spec.hf_transposed) {  // the file holds (in, out); ztrain (out, in)
-      const auto rows = static_cast<std::size_t>(spec.shape[0]),
-                 cols = static_cast<std::size_t>(spec.shape[1]);
-      std::vector<float> t(want.size());
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < cols; ++c) t[r * cols + c] = want[c * rows + r];
-      want.swap(t);
+  const double ratio = check_gradients(run, ref, name);
+  MESSAGE(name << ": every gradient element within " << ratio << " of its tolerance");
+}
+
+// A fine-tuning batch: rows of T inputs, targets and (packed) positions.
+struct SftRows {
+  std::vector<std::int32_t> inputs, targets, positions;
+  int rows = 0;
+};
+
+// The examples of `ref` in rows of T: each example of L tokens takes L - 1
+// places (its tokens 0..L-2, its labels 1..L-1), one a row, or packed in
+// file order into the first row with room; padding input 0, target -100.
+SftRows sft_rows(const SafetensorsReader& ref, int T, bool packed) {
+  const int n = std::stoi(ref.metadata().at("examples"));
+  std::vector<std::vector<std::int32_t>> ids(n), labels(n);
+  for (int i = 0; i < n; ++i)
+    for (const char* what : {"ids", "labels"})
+      for (float x : tensor(ref, std::string(what) + "." + std::to_string(i)))
+        (what[0] == 'i' ? ids : labels)[i].push_back(static_cast<std::int32_t>(x));
+  std::vector<std::vector<int>> rows;
+  std::vector<int> used;
+  for (int i = 0; i < n; ++i) {
+    const int places = static_cast<int>(ids[i].size()) - 1;
+    std::size_t r = 0;
+    while (r < rows.size() && (!packed || used[r] + places > T)) ++r;
+    if (r == rows.size()) {
+      rows.emplace_back();
+      used.push_back(0);
     }
-    const TensorView g = run.strategy->grad_view(p);
-    const std::vector<float> got(g.f32(), g.f32() + g.numel());
-    double scale = 0;
-    for (float x : want) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-    const Worst w = compare(got, want, 2e-6 * scale, 1e-4, name + " gradient of " + hf);
-    gw.ratio = std::max(gw.ratio, w.ratio);
+    rows[r].push_back(i);
+    used[r] += places;
   }
-  MESSAGE(name << ": every gradient element within " << gw.ratio << " of its tolerance");
+  SftRows out;
+  out.rows = static_cast<int>(rows.size());
+  for (const auto& row : rows) {
+    int at = 0;
+    for (int i : row) {
+      for (std::size_t t = 0; t + 1 < ids[i].size(); ++t) {
+        out.inputs.push_back(ids[i][t]);
+        out.targets.push_back(labels[i][t + 1]);
+        out.positions.push_back(static_cast<std::int32_t>(t));
+      }
+      at += static_cast<int>(ids[i].size()) - 1;
+    }
+    for (int t = at; t < T; ++t) {
+      out.inputs.push_back(0);
+      out.targets.push_back(kIgnoreTarget);
+      out.positions.push_back(t - at);
+    }
+  }
+  return out;
+}
+
+void check_sft(const std::string& name, bool packed) {
+  const auto dir = test::source_dir() / "tests" / "data" / "golden" / name;
+  const SafetensorsReader model_ref(dir / "reference.safetensors");
+  const SafetensorsReader ref(dir / "sft_reference.safetensors");
+  const int T = std::stoi(ref.metadata().at("T"));
+  const SftRows rows = sft_rows(ref, T, packed);
+  Run run = golden_run(dir, model_ref, false, rows.rows);
+  const Batch batch{{rows.rows, T},
+                    rows.inputs.data(),
+                    rows.targets.data(),
+                    packed ? rows.positions.data() : nullptr};
+  const int trained = std::stoi(ref.metadata().at("trained"));
+  CHECK(std::count_if(rows.targets.begin(), rows.targets.end(),
+                      [](std::int32_t t) { return t != kIgnoreTarget; }) == trained);
+  Arena arena(*run.device);
+  LossSum losses(*run.device, *run.kernels);
+  const auto params = run.model->params();  // the context keeps a reference
+  StepContext ctx(*run.strategy, params, *run.kernels, arena, losses,
+                  1.0f / static_cast<float>(trained));
+  run.model->forward_backward(batch, ctx);
+  // The losses add each row's mean over its places; the trainer's factor
+  // makes that the mean over the trained tokens.
+  const double loss = losses.take() * static_cast<double>(rows.inputs.size()) / trained;
+  const double want_loss = std::strtod(ref.metadata().at("loss_fp64").c_str(), nullptr);
+  const std::string what = name + (packed ? " packed" : " one example a row");
+  CHECK(std::fabs(loss - want_loss) <= 5e-7);
+  const double ratio = check_gradients(run, ref, what);
+  MESSAGE(what << " (" << rows.rows << " rows): loss error " << std::fabs(loss - want_loss)
+               << ", every gradient element within " << ratio << " of its tolerance");
 }
 
 }  // namespace
@@ -174,6 +272,11 @@ TEST_CASE("Llama 3.2 (llama3 RoPE scaling, tied head) matches Hugging Face's in 
 
 TEST_CASE("Llama with attention and MLP biases, linear RoPE scaling, matches Hugging Face's") {
   check_case("llama_bias", false);
+}
+
+TEST_CASE("fine-tuning examples, one a row and packed: transformers' masked loss and gradients") {
+  for (const char* name : {"llama", "qwen2"})
+    for (bool packed : {false, true}) check_sft(name, packed);
 }
 
 TEST_CASE(

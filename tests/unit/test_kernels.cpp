@@ -616,6 +616,82 @@ TEST_CASE("fast kernels match their reference on awkward sizes") {
   }
 }
 
+// Packed rows (AttentionShape::positions): two rows of 13 tokens, each
+// packing examples of lengths 5, 3, 5 and 1, 7, 5 (an example of one
+// token included), attention with grouped key/value heads. Every
+// example's out, lse and gradients of q, k and v equal its attention run
+// alone, as a row of its own: bit for bit on the reference kernels (the
+// same sums in the same order), within the fast kernels' tolerance of them
+// on the fast ones; and rotary positions restart with each example. A
+// kernel that let a query see another example's keys, or cut its own,
+// fails at once.
+TEST_CASE("attention and rope over packed rows are each example's alone") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const std::size_t B = 2, T = 13, NH = 4, NKV = 2, hs = 8, C = NH * hs, KV = NKV * hs;
+  const std::vector<std::vector<std::size_t>> lengths{{5, 3, 5}, {1, 7, 5}};
+  std::vector<std::int32_t> positions;
+  for (const auto& row : lengths)
+    for (std::size_t n : row)
+      for (std::size_t p = 0; p < n; ++p) positions.push_back(static_cast<std::int32_t>(p));
+  const Vec q = randn(B * T * C, 131), k = randn(B * T * KV, 132), v = randn(B * T * KV, 133);
+  const Vec dout = randn(B * T * C, 134);
+  const ztrain::AttentionShape packed{B, T, NH, NKV, hs, C, KV, positions.data()};
+  for (const ztrain::Kernels* kernels : {static_cast<const ztrain::Kernels*>(ref.get()), &K()}) {
+    const bool exact = kernels == ref.get();
+    INFO(std::string(exact ? "reference" : "fast") << " kernels");
+    Vec out(B * T * C), lse(B * NH * T), dq(q.size()), dk(k.size()), dv(v.size());
+    kernels->attention_forward(out.data(), lse.data(), {q.data(), k.data(), v.data()}, packed);
+    kernels->attention_backward({dq.data(), dk.data(), dv.data()}, dout.data(), out.data(),
+                                {q.data(), k.data(), v.data()}, lse.data(), packed);
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t at = 0; std::size_t n : lengths[b]) {
+        // The example alone: its rows of every tensor, a batch of one.
+        const std::size_t row0 = b * T + at;
+        auto rows = [&](const Vec& x, std::size_t width) {
+          return Vec(x.begin() + static_cast<long>(row0 * width),
+                     x.begin() + static_cast<long>((row0 + n) * width));
+        };
+        const Vec eq = rows(q, C), ek = rows(k, KV), ev = rows(v, KV), edo = rows(dout, C);
+        Vec eo(n * C), el(NH * n), edq(n * C), edk(n * KV), edv(n * KV);
+        const ztrain::AttentionShape alone{1, n, NH, NKV, hs, C, KV};
+        ref->attention_forward(eo.data(), el.data(), {eq.data(), ek.data(), ev.data()}, alone);
+        ref->attention_backward({edq.data(), edk.data(), edv.data()}, edo.data(), eo.data(),
+                                {eq.data(), ek.data(), ev.data()}, el.data(), alone);
+        const auto same = [&](float packed_value, float alone_value) {
+          if (exact)
+            CHECK(packed_value == alone_value);
+          else
+            CHECK(packed_value == doctest::Approx(alone_value).epsilon(1e-4).scale(1));
+        };
+        INFO("row " << b << ", example at " << at << " of " << n << " tokens");
+        for (std::size_t i = 0; i < n * C; ++i) same(out[row0 * C + i], eo[i]);
+        for (std::size_t i = 0; i < n * C; ++i) same(dq[row0 * C + i], edq[i]);
+        for (std::size_t i = 0; i < n * KV; ++i) same(dk[row0 * KV + i], edk[i]);
+        for (std::size_t i = 0; i < n * KV; ++i) same(dv[row0 * KV + i], edv[i]);
+        for (std::size_t h = 0; h < NH; ++h)
+          for (std::size_t t = 0; t < n; ++t) same(lse[(b * NH + h) * T + at + t], el[h * n + t]);
+        at += n;
+      }
+  }
+  // Rope: token (b,t) rotated by the angle of its position in its example.
+  const std::size_t half = hs / 2;
+  Vec cos(T * half), sin(T * half);
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t i = 0; i < half; ++i) {
+      const double a = static_cast<double>(t) * std::pow(10000.0, -2.0 * i / hs);
+      cos[t * half + i] = static_cast<float>(std::cos(a));
+      sin[t * half + i] = static_cast<float>(std::sin(a));
+    }
+  Vec x = q, alone = q;
+  K().rope_forward(x.data(), cos.data(), sin.data(), {B, T, NH, hs, C, positions.data()});
+  for (std::size_t bt = 0; bt < B * T; ++bt)  // each token as a row of one at its position
+    K().rope_forward(alone.data() + bt * C, cos.data() + half * positions[bt],
+                     sin.data() + half * positions[bt], {1, 1, NH, hs, C});
+  CHECK(x == alone);
+  K().rope_backward(x.data(), cos.data(), sin.data(), {B, T, NH, hs, C, positions.data()});
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i] == doctest::Approx(q[i]).epsilon(1e-5));
+}
+
 // Ring attention's pieces: a sequence split at c is three blocks (queries
 // [0, c) on their diagonal; queries [c, T) on keys [0, c), wholly past,
 // merged with their own diagonal), whose forward merged and whose

@@ -28,6 +28,7 @@ TEST_CASE("the built-in plugins are found by name, with their info and options")
                             {"data", "synthetic"},
                             {"data", "tokens"},
                             {"data", "text"},
+                            {"data", "sft"},
                             {"strategy", "ddp"},
                             {"strategy", "zero1"},
                             {"strategy", "zero2"},
@@ -41,7 +42,7 @@ TEST_CASE("the built-in plugins are found by name, with their info and options")
     CHECK(p.info().abi_version == kPluginAbiVersion);
   }
   const auto all = loader.load_all();
-  CHECK(all.plugins.size() == 10);
+  CHECK(all.plugins.size() == 11);
   CHECK(all.passed_over.empty());
   CHECK(loader.load("model", "transformer").options().find("n_layer")->type == OptionType::integer);
 }
@@ -112,7 +113,7 @@ TEST_CASE("a shared library that is not a plugin, and a file that is not a libra
 TEST_CASE("an unknown plugin name lists what exists and where it looked") {
   const std::string msg =
       test::message_of<PluginError>([] { test::loader().load("data", "parquet"); });
-  CHECK(contains(msg, "no data plugin named 'parquet' (available: synthetic, text, tokens)"));
+  CHECK(contains(msg, "no data plugin named 'parquet' (available: sft, synthetic, text, tokens)"));
   CHECK(contains(msg, test::build_plugin_dir().string()));
   CHECK(contains(msg, "--plugin-path"));
 }

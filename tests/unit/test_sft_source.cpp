@@ -194,13 +194,106 @@ TEST_CASE("sft: bad rows are named in the notes, a dataset of bad rows alone sto
   CHECK(contains(msg, "broken.jsonl:1: the answer is empty"));
 }
 
+// Best-fit decreasing as a plain loop: the longest example first (ties in
+// file order), into the open row with the least room that holds it, else a
+// new row; each row's examples in the order placed.
+std::vector<std::vector<long>> best_fit_reference(const SftExamples& e, std::size_t T) {
+  std::vector<long> order(e.count());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<long>(i);
+  const auto places = [&](long i) { return e.length(static_cast<std::size_t>(i)) - 1; };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](long a, long b) { return places(a) > places(b); });
+  std::vector<std::vector<long>> rows;
+  std::vector<std::size_t> left;
+  for (long i : order) {
+    std::size_t best = rows.size();
+    for (std::size_t r = 0; r < rows.size(); ++r)
+      if (left[r] >= places(i) && (best == rows.size() || left[r] < left[best])) best = r;
+    if (best == rows.size()) {
+      rows.emplace_back();
+      left.push_back(T);
+    }
+    rows[best].push_back(i);
+    left[best] -= places(i);
+  }
+  return rows;
+}
+
+// The examples a packed row holds, in order, read back from its tokens,
+// targets and positions (each example from position 0, its tokens
+// 0..L-2 and labels 1..L-1); -1 for a stretch that is no example. The
+// padding after them must be input 0, target -100.
+std::vector<long> examples_in(const Row& r, const Ids& positions, const SftExamples& e) {
+  std::vector<long> found;
+  std::size_t at = 0;
+  const std::size_t T = r.inputs.size();
+  while (at < T) {
+    std::size_t end = at + 1;
+    while (end < T && positions[end] != 0) ++end;
+    const bool padding = std::all_of(r.inputs.begin() + static_cast<long>(at), r.inputs.end(),
+                                     [](std::int32_t x) { return x == 0; }) &&
+                         std::all_of(r.targets.begin() + static_cast<long>(at), r.targets.end(),
+                                     [](std::int32_t x) { return x == kIgnoreTarget; });
+    if (padding && end == T) break;
+    long match = -1;
+    for (std::size_t i = 0; i < e.count() && match < 0; ++i) {
+      const std::size_t n = e.length(i) - 1, b = e.starts[i];
+      if (n != end - at) continue;
+      if (std::equal(e.input_ids.begin() + static_cast<long>(b),
+                     e.input_ids.begin() + static_cast<long>(b + n),
+                     r.inputs.begin() + static_cast<long>(at)) &&
+          std::equal(e.labels.begin() + static_cast<long>(b + 1),
+                     e.labels.begin() + static_cast<long>(b + 1 + n),
+                     r.targets.begin() + static_cast<long>(at)))
+        match = static_cast<long>(i);
+    }
+    found.push_back(match);
+    for (std::size_t t = at; t < end; ++t) CHECK(positions[t] == static_cast<int>(t - at));
+    at = end;
+  }
+  return found;
+}
+
+TEST_CASE("sft: packing places the examples best-fit decreasing, positions restarting") {
+  const ModelDir m;
+  const int T = 600;
+  const SftExamples e = reference(m, T + 1);
+  auto src = create_data_source("sft", kDatasets + "packing = true\nshuffle = false\n");
+  src->setup(setup_of(m, T));
+  const DataInfo info = src->info();
+  CHECK(info.segments);
+  const auto expected = best_fit_reference(e, T);
+  REQUIRE(info.train_sequences == expected.size());
+  CHECK(expected.size() < e.count());  // several examples share rows
+  CHECK(contains(info.description, "packed into " + std::to_string(expected.size()) + " rows"));
+  for (std::uint64_t r = 0; r < expected.size(); ++r) {
+    INFO("row " << r);
+    const Row row = row_at(*src, Split::train, r, T);
+    Ids positions(static_cast<std::size_t>(T), -7);
+    src->fill_positions(Split::train, r, positions.data());
+    CHECK(examples_in(row, positions, e) == expected[r]);
+  }
+  // Shuffled, every row once an epoch, in a new order each epoch.
+  auto shuffled = create_data_source("sft", kDatasets + "packing = true\n");
+  shuffled->setup(setup_of(m, T));
+  std::vector<std::set<std::vector<long>>> epochs(2);
+  for (std::uint64_t i = 0; i < 2 * expected.size(); ++i) {
+    Ids positions(static_cast<std::size_t>(T));
+    shuffled->fill_positions(Split::train, i, positions.data());
+    epochs[i / expected.size()].insert(
+        examples_in(row_at(*shuffled, Split::train, i, T), positions, e));
+  }
+  const std::set<std::vector<long>> all(expected.begin(), expected.end());
+  CHECK(epochs[0] == all);
+  CHECK(epochs[1] == all);
+}
+
 TEST_CASE("sft: refused before reading, naming the key") {
   const ModelDir m;
   const auto refused = [&](const std::string& extra, DataSetup s) {
     auto src = create_data_source("sft", kDatasets + extra);
     return message_of<ConfigError>([&] { src->setup(s); });
   };
-  CHECK(contains(refused("packing = true\n", setup_of(m, 600)), "[data] packing is not built"));
   CHECK(contains(refused("template = \"llama3\"\n", setup_of(m, 600)),
                  "LLaMA-Factory's named templates are not built"));
   CHECK(contains(refused("cutoff_len = 102\n", setup_of(m, 100)),

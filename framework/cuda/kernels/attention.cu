@@ -17,8 +17,9 @@
 // attention being the block of every query and key: query rows [first,
 // first + rows) of q (B,T,NH,hs) rows of q_stride, out, dout (B,T,NH*hs)
 // and lse (B,NH,T); key rows [0, keys) of k, v (B,Tkv,NKV,hs) rows of
-// kv_stride; a causal block's query i sees keys j <= i, another block's
-// every key. hs <= kMaxHead.
+// kv_stride; a causal block's query i sees keys j <= i (from its
+// example's first token, where rows pack examples: AttentionShape's
+// positions), another block's every key. hs <= kMaxHead.
 #include <type_traits>
 
 #include "cuda/cuda_kernels.h"
@@ -38,6 +39,7 @@ struct Shape {
   int T, first, rows, Tkv, keys;
   bool causal;
   float scale;
+  const std::int32_t* positions;  // (B,T) on the device, or null
   __host__ __device__ int group() const { return NH / NKV; }
   // Where query i of batch row b lies in q, out and dout (in rows), and
   // its lse in (B,NH,T); where key j lies in k and v.
@@ -53,6 +55,14 @@ struct Shape {
   // The keys query i sees; the last key a warp block of queries [i0,
   // i0 + kRows) meets, + 1.
   __device__ int seen(int i) const { return causal ? i + 1 : keys; }
+  // The first key query i sees: its example's first token, or 0.
+  __device__ int first_key(int b, int i) const {
+    return positions ? i - positions[static_cast<std::size_t>(b) * T + first + i] : 0;
+  }
+  // The first tile of keys a warp block of queries from i0 meets.
+  __device__ int first_tile(int b, int i0) const {
+    return i0 < rows ? first_key(b, i0) / kTile * kTile : 0;
+  }
   __device__ int met(int i0) const { return causal ? min(rows, i0 + kRows) : keys; }
 };
 
@@ -91,20 +101,20 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
   const int b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kvh = h / s.group();
   const int i = blockIdx.y * kRows + warp, met = s.met(blockIdx.y * kRows);
   if (i < s.rows) load_row(qrow, q + s.q_row(b, i) * s.q_stride + h * hs, hs);
-  const int seen = i < s.rows ? s.seen(i) : 0;
+  const int seen = i < s.rows ? s.seen(i) : 0, lo = i < s.rows ? s.first_key(b, i) : 0;
   float m = -INFINITY, l = 0.0f, acc[D];
   for (int d = 0; d < D; ++d) acc[d] = 0.0f;
-  for (int s0 = 0; s0 < met; s0 += kTile) {
+  for (int s0 = s.first_tile(b, blockIdx.y * kRows); s0 < met; s0 += kTile) {
     __syncthreads();  // the previous tile is consumed
     load_tile(ktile, k, s.kv_row(b, 0), s0, s.keys, kvh, hs, s.kv_stride);
     load_tile(vtile, v, s.kv_row(b, 0), s0, s.keys, kvh, hs, s.kv_stride);
     __syncthreads();
-    if (s0 >= seen) continue;
+    if (s0 >= seen || s0 + kTile <= lo) continue;
     const int key = s0 + lane;
-    const float score =
-        key < seen ? dot_row(ktile + lane * (hs + 1), qrow, hs) * s.scale : -INFINITY;
+    const bool sees = key >= lo && key < seen;
+    const float score = sees ? dot_row(ktile + lane * (hs + 1), qrow, hs) * s.scale : -INFINITY;
     const float m_new = fmaxf(m, warp_max(score));
-    const float p = key < seen ? expf(score - m_new) : 0.0f;
+    const float p = sees ? expf(score - m_new) : 0.0f;
     const float rescale = expf(m - m_new);  // 0 on the first tile (m = -inf)
     l = l * rescale + warp_sum(p);
     for (int d = 0; d < D; ++d) acc[d] *= rescale;
@@ -154,7 +164,7 @@ __global__ void attention_dq_kernel(float* dq, const float* dout, const float* q
   const int b = blockIdx.x / s.NH, h = blockIdx.x % s.NH, kvh = h / s.group();
   const int i = blockIdx.y * kRows + warp, met = s.met(blockIdx.y * kRows);
   const std::size_t at = i < s.rows ? s.q_row(b, i) : 0;
-  const int seen = i < s.rows ? s.seen(i) : 0;
+  const int seen = i < s.rows ? s.seen(i) : 0, lo = i < s.rows ? s.first_key(b, i) : 0;
   float row_lse = 0.0f, row_delta = 0.0f;
   if (i < s.rows) {
     load_row(qrow, q + at * s.q_stride + h * hs, hs);
@@ -164,15 +174,15 @@ __global__ void attention_dq_kernel(float* dq, const float* dout, const float* q
   }
   float acc[D];
   for (int d = 0; d < D; ++d) acc[d] = 0.0f;
-  for (int s0 = 0; s0 < met; s0 += kTile) {
+  for (int s0 = s.first_tile(b, blockIdx.y * kRows); s0 < met; s0 += kTile) {
     __syncthreads();
     load_tile(ktile, k, s.kv_row(b, 0), s0, s.keys, kvh, hs, s.kv_stride);
     load_tile(vtile, v, s.kv_row(b, 0), s0, s.keys, kvh, hs, s.kv_stride);
     __syncthreads();
-    if (s0 >= seen) continue;
+    if (s0 >= seen || s0 + kTile <= lo) continue;
     const int key = s0 + lane;
     float ds = 0.0f;
-    if (key < seen) {
+    if (key >= lo && key < seen) {
       const float p = expf(dot_row(ktile + lane * (hs + 1), qrow, hs) * s.scale - row_lse);
       const float dp = dot_row(vtile + lane * (hs + 1), drow, hs);
       ds = p * (dp - row_delta) * s.scale;
@@ -197,7 +207,8 @@ __global__ void attention_dq_kernel(float* dq, const float* dout, const float* q
 // dv_j += sum over the queries that see key j (every head of the group) of
 // p * dout; dk_j += sum of ds * q. grid: (B*NKV, ceil(keys/kRows)); key
 // j = blockIdx.y * kRows + warp. On the diagonal query i sees key j when
-// i >= j, so the query tiles start at the warp block's first key.
+// i >= j (and, in a packed row, i's example starts at or before j), so the
+// query tiles start at the warp block's first key.
 template <int D>
 __global__ void attention_dkv_kernel(float* dk, float* dv, const float* dout, const float* q,
                                      const float* k, const float* v, const float* lse,
@@ -234,7 +245,7 @@ __global__ void attention_dkv_kernel(float* dk, float* dv, const float* dout, co
       if (key >= s.keys || (s.causal && t0 + kTile - 1 < key)) continue;
       const int t = t0 + lane;
       float p = 0.0f, ds = 0.0f;
-      if (t < s.rows && (!s.causal || t >= key)) {
+      if (t < s.rows && (!s.causal || (t >= key && s.first_key(b, t) <= key))) {
         p = expf(dot_row(qtile + lane * (hs + 1), krow, hs) * s.scale - stats[lane]);
         const float dp = dot_row(dtile + lane * (hs + 1), vrow, hs);
         ds = p * (dp - stats[kTile + lane]) * s.scale;
@@ -318,7 +329,8 @@ Shape shape_of(AttentionBlock s, const char* op) {
                     to_int(s.Tkv, op, "Tkv"),
                     to_int(s.keys, op, "keys"),
                     s.causal,
-                    1.0f / sqrtf(static_cast<float>(s.hs))};
+                    1.0f / sqrtf(static_cast<float>(s.hs)),
+                    s.positions};
   if (shape.hs > kMaxHead || shape.hs <= 0 || shape.NKV <= 0 || shape.NH % shape.NKV != 0)
     throw InternalError("cuda attention: head size " + std::to_string(shape.hs) + " with " +
                         std::to_string(shape.NH) + " query and " + std::to_string(shape.NKV) +

@@ -145,41 +145,44 @@ void from_head_major(float* dst, const Buffer& src, const Sizes& a, int group, i
 }
 
 // One block per score row r of a chunk (head r / T, query i = r % T; rows
-// ld apart): p = the causal softmax of the row in O, lse[lse_at + r] its
+// ld apart; the chunk's first row is row0 of the batch's): p = the causal
+// softmax of the row over keys [first_key, i] in O, lse[row0 + r] its
 // log-sum-exp.
 template <class O>
-__global__ void softmax_rows_kernel(O* p, float* lse, const float* s, int T, int ld,
-                                    std::size_t lse_at) {
+__global__ void softmax_rows_kernel(O* p, float* lse, const float* s, int ld, std::size_t row0,
+                                    AttentionInts a) {
   __shared__ float shared[32];
   const std::size_t r = blockIdx.x;
-  const int i = static_cast<int>(r % T);
+  const int T = a.T, i = static_cast<int>(r % T), lo = a.first_key(row0 + r, i);
   const float* row = s + r * ld;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, row[j]);
+  for (int j = lo + threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, row[j]);
   m = block_max(m, shared);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(row[j] - m);
+  for (int j = lo + threadIdx.x; j <= i; j += blockDim.x) sum += expf(row[j] - m);
   sum = block_sum(sum, shared);
   const float inv = 1.0f / sum;
   O* out = p + r * ld;
   for (int j = threadIdx.x; j < T; j += blockDim.x)
-    out[j] = from_f32<O>(j <= i ? expf(row[j] - m) * inv : 0.0f);
-  if (threadIdx.x == 0) lse[lse_at + r] = m + logf(sum);
+    out[j] = from_f32<O>(j >= lo && j <= i ? expf(row[j] - m) * inv : 0.0f);
+  if (threadIdx.x == 0) lse[row0 + r] = m + logf(sum);
 }
 
-// Over the rows x T scores of a chunk (rows ld apart): p in O = exp(s -
-// lse of the row), 0 past the diagonal; with dp, p (dp - delta of the
-// row) instead (dS).
+// Over the rows x T scores of a chunk (rows ld apart, the first row0 of
+// the batch's): p in O = exp(s - lse of the row), 0 outside the keys the
+// row sees; with dp, p (dp - delta of the row) instead (dS).
 template <class O>
 __global__ void probs_kernel(O* p, const float* s, const float* lse, const float* dp,
-                             const float* delta, int T, int ld, std::size_t rows) {
+                             const float* delta, int ld, std::size_t rows, std::size_t row0,
+                             AttentionInts a) {
+  const int T = a.T;
   const std::size_t n = rows * T;
   for (std::size_t e = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const std::size_t r = e / T, at = r * ld + e % T;
     const int i = static_cast<int>(r % T), j = static_cast<int>(e % T);
     float x = 0.0f;
-    if (j <= i) {
+    if (j <= i && j >= a.first_key(row0 + r, i)) {
       x = expf(s[at] - lse[r]);
       if (dp) x *= dp[at] - delta[r];
     }
@@ -229,7 +232,7 @@ void CudaKernels::attention_forward_gemm(float* out, float* lse, AttentionInputs
     with_type(a.type, [&](auto tag) {
       using O = decltype(tag);
       softmax_rows_kernel<O><<<static_cast<unsigned>(x.heads) * a.T, kThreads, 0, stream_>>>(
-          p.as<O>(), lse, s.as<float>(), a.T, a.ld(), h0 * a.T);
+          p.as<O>(), lse, s.as<float>(), a.ld(), h0 * a.T, a);
     });
     ZTRAIN_CUDA_LAUNCHED();
     gemm(x.weighted(p.data(), vh, x.at32(oh), 1.0f));  // out = P v
@@ -264,8 +267,8 @@ void CudaKernels::attention_backward_gemm(AttentionGrads d, const float* dout, c
       with_type(a.type, [&](auto tag) {
         using O = decltype(tag);
         probs_kernel<O><<<blocks_for(chunk_rows * a.T, kThreads), kThreads, 0, stream_>>>(
-            p.as<O>(), s.as<float>(), lse + h0 * a.T, with_dp, delta.as<float>() + h0 * a.T, a.T,
-            a.ld(), chunk_rows);
+            p.as<O>(), s.as<float>(), lse + h0 * a.T, with_dp, delta.as<float>() + h0 * a.T, a.ld(),
+            chunk_rows, h0 * a.T, a);
       });
       ZTRAIN_CUDA_LAUNCHED();
     };

@@ -23,7 +23,13 @@ namespace ztrain::cuda {
 struct AttentionInts {
   int B, T, NH, NKV, hs, q_stride, kv_stride;
   float scale;
+  const std::int32_t* positions;  // (B,T) on the device, or null (AttentionShape's)
   __host__ __device__ int group() const { return NH / NKV; }
+  // The first key query i of score row r (head r / T of the batch's B*NH)
+  // sees: its example's first token in a packed row, else 0.
+  __device__ int first_key(std::size_t r, int i) const {
+    return positions ? i - positions[r / T / NH * T + i] : 0;
+  }
 };
 
 inline AttentionInts attention_ints(AttentionShape s, const char* op) {
@@ -34,7 +40,8 @@ inline AttentionInts attention_ints(AttentionShape s, const char* op) {
           to_int(s.hs, op, "hs"),
           to_int(s.q_stride, op, "q_stride"),
           to_int(s.kv_stride, op, "kv_stride"),
-          1.0f / sqrtf(static_cast<float>(s.hs))};
+          1.0f / sqrtf(static_cast<float>(s.hs)),
+          s.positions};
 }
 
 template <class T>

@@ -65,10 +65,12 @@ __global__ void add_kernel(float* out, const float* a, const float* b, std::size
   }
 }
 
-// x: (B,T,H,hs) rows of `stride`; cos, sin: (T, hs/2). One thread per
-// pair (i, i + hs/2); direction -1 applies the inverse rotation.
-__global__ void rope_kernel(float* x, const float* cos, const float* sin, int B, int T, int H,
-                            int hs, int stride, float direction) {
+// x: (B,T,H,hs) rows of `stride`; cos, sin: (T, hs/2), row t for token
+// (b,t), or row positions[b*T + t] where given (packed rows). One thread
+// per pair (i, i + hs/2); direction -1 applies the inverse rotation.
+__global__ void rope_kernel(float* x, const float* cos, const float* sin,
+                            const std::int32_t* positions, int B, int T, int H, int hs, int stride,
+                            float direction) {
   const int half = hs / 2;
   const std::size_t pairs = static_cast<std::size_t>(B) * T * H * half;
   ZTRAIN_GRID_STRIDE(j, pairs) {
@@ -76,7 +78,7 @@ __global__ void rope_kernel(float* x, const float* cos, const float* sin, int B,
     const std::size_t bth = j / half;
     const int h = static_cast<int>(bth % H);
     const std::size_t bt = bth / H;
-    const int t = static_cast<int>(bt % T);
+    const int t = positions ? positions[bt] : static_cast<int>(bt % T);
     float* r = x + bt * stride + static_cast<std::size_t>(h) * hs;
     const float c = cos[static_cast<std::size_t>(t) * half + i];
     const float s = direction * sin[static_cast<std::size_t>(t) * half + i];
@@ -95,8 +97,8 @@ void launch_rope(float* x, const float* cos, const float* sin, HeadShape s, floa
             hs = to_int(s.hs, op, "hs"), stride = to_int(s.stride, op, "stride");
   const std::size_t pairs = s.B * s.T * s.H * (s.hs / 2);
   if (pairs == 0) return;
-  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream>>>(x, cos, sin, B, T, H, hs,
-                                                                    stride, direction);
+  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream>>>(x, cos, sin, s.positions, B, T,
+                                                                    H, hs, stride, direction);
   ZTRAIN_CUDA_LAUNCHED();
 }
 

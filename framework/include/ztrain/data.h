@@ -77,6 +77,10 @@ struct DataInfo {
   // trained targets before it runs (the loss is their mean over the global
   // batch); a source that does not declare masks must not produce one.
   bool masks = false;
+  // Whether rows pack several examples: the source gives each token its
+  // position in its example (fill_positions), attention never crosses
+  // from one example into the next and positions restart with each.
+  bool segments = false;
   // The chat template (a .jinja file) the examples were rendered with:
   // exports ship it as chat_template.jinja, so the model chats as it was
   // trained. Empty: none, or tokenizer_config.json's (shipped with it).
@@ -94,6 +98,11 @@ class ZTRAIN_API DataSource : public Plugin {
   // inputs, targets: (T) each, for global sequence `index` of `split`.
   virtual void fill(Split split, std::uint64_t index, std::int32_t* inputs,
                     std::int32_t* targets) const = 0;
+  // positions: (T), of a source that declares segments: each input token's
+  // position in its example, 0 where one starts (the first token always),
+  // else the previous position + 1. The default raises InternalError: a
+  // source without segments is never asked.
+  virtual void fill_positions(Split split, std::uint64_t index, std::int32_t* positions) const;
 };
 
 }  // namespace ztrain

@@ -87,17 +87,24 @@ struct TokenShape {
   std::size_t B, T, C;
 };
 // H heads of hs elements at the start of each (b,t) row, rows `stride`
-// floats apart: q, k or v inside the fused qkv activation.
+// floats apart: q, k or v inside the fused qkv activation. positions:
+// (B,T), token (b,t)'s position in its example, where rows pack several
+// examples (each starts at 0); null: t.
 struct HeadShape {
   std::size_t B, T, H, hs, stride;
+  const std::int32_t* positions = nullptr;
 };
 // Causal attention of NH query heads over NKV key/value heads (NH a
 // multiple of NKV; group() query heads share one), each hs wide; q's
 // (b,t) rows are q_stride floats apart, k's and v's kv_stride; out is
-// (B,T,NH*hs) contiguous.
+// (B,T,NH*hs) contiguous. positions: as HeadShape's; where given, rows
+// pack several examples and attention never crosses from one into
+// another (block-diagonal causal, flash-attention's varlen): query t sees
+// keys [t - positions[t], t].
 struct AttentionShape {
   std::size_t B, T, NH, NKV, hs;
   std::size_t q_stride, kv_stride;
+  const std::int32_t* positions = nullptr;
   std::size_t C() const { return NH * hs; }
   std::size_t group() const { return NH / NKV; }
 };
@@ -121,18 +128,27 @@ struct AttentionGrads {
 // kv_stride). causal: a block on the diagonal, its query i and key i at
 // one position (rows == keys), query i seeing keys j <= i; otherwise a
 // block wholly in the queries' past, every key seen. keys >= 1.
+// positions: AttentionShape's, on a whole causal block only (first 0,
+// rows = keys = T = Tkv).
 struct AttentionBlock {
   std::size_t B, NH, NKV, hs;
   std::size_t q_stride, kv_stride;
   std::size_t T, first, rows;
   std::size_t Tkv, keys;
   bool causal;
+  const std::int32_t* positions = nullptr;
   std::size_t C() const { return NH * hs; }
   std::size_t group() const { return NH / NKV; }
+  // The first key query row i of batch row b sees: its example's first
+  // token where rows pack examples, else 0.
+  std::size_t first_key(std::size_t b, std::size_t i) const {
+    return positions ? i - static_cast<std::size_t>(positions[b * T + i]) : 0;
+  }
 };
 // The whole causal attention of s as one block.
 inline AttentionBlock whole_block(AttentionShape s) {
-  return {s.B, s.NH, s.NKV, s.hs, s.q_stride, s.kv_stride, s.T, 0, s.T, s.T, s.T, true};
+  return {s.B, s.NH, s.NKV, s.hs, s.q_stride, s.kv_stride, s.T,
+          0,   s.T,  s.T,   s.T,  true,       s.positions};
 }
 
 class ZTRAIN_API Kernels {

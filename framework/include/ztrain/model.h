@@ -84,11 +84,13 @@ struct BatchShape {
   DType activations = DType::f32;
 };
 
-// One micro-batch: inputs and targets (B,T) token ids.
+// One micro-batch: inputs and targets (B,T) token ids; positions (B,T)
+// where rows pack several examples (DataSource::fill_positions), else null.
 struct Batch {
   BatchShape shape;
   const std::int32_t* inputs = nullptr;
   const std::int32_t* targets = nullptr;
+  const std::int32_t* positions = nullptr;
 };
 
 struct ModelInfo {
@@ -242,6 +244,9 @@ class ZTRAIN_API Model : public Plugin {
   // message that says where the degrees were set); empty when it can. A
   // model that runs only whole sequences says so, the default.
   virtual std::string sequence_shards_refusal(SequenceSplit split) const;
+  // Why this model cannot train rows that pack several examples
+  // (Batch::positions); empty when it can. The default: it cannot.
+  virtual std::string segments_refusal() const;
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

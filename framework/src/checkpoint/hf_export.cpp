@@ -65,10 +65,4 @@ void copy_text_files(const TextFiles& files, const fs::path& dir) {
   if (fs::exists(chat)) write_file_atomically(dir / "chat_template.jinja", read_whole_file(chat));
 }
 
-fs::path tokenizer_in(const fs::path& dir) {
-  for (const char* name : {"tokenizer.json", "tokenizer.model"})
-    if (fs::exists(dir / name)) return dir / name;
-  return {};
-}
-
 }  // namespace ztrain

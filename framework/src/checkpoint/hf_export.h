@@ -37,8 +37,5 @@ struct TextFiles {
 // SentencePiece model), the tokenizer files beside it and the chat
 // template into `dir`.
 void copy_text_files(const TextFiles& files, const std::filesystem::path& dir);
-// The tokenizer a model directory holds: tokenizer.json, else
-// tokenizer.model; empty when it has neither.
-std::filesystem::path tokenizer_in(const std::filesystem::path& dir);
 
 }  // namespace ztrain

@@ -6,6 +6,7 @@
 #include "checkpoint/hf_export.h"
 #include "io/durable_file.h"
 #include "io/safetensors.h"
+#include "text/tokenizer.h"
 #include "ztrain/error.h"
 #include "ztrain/version.h"
 
@@ -115,8 +116,8 @@ void convert_weights(const fs::path& source, const fs::path& out, DType dtype, b
     std::ifstream cfg(source / "config.json");
     config_json.assign(std::istreambuf_iterator<char>(cfg), {});
   }
-  const TextFiles text{dir ? tokenizer_in(source) : fs::path()};
-  const fs::path target = prepare_target(out, config_json, dtype, text);
+  const TextFiles files{dir ? text::tokenizer_in(source) : fs::path()};
+  const fs::path target = prepare_target(out, config_json, dtype, files);
   std::vector<std::vector<std::uint8_t>> storage;
   std::vector<SafetensorsTensor> tensors;
   std::vector<float> values;

@@ -36,7 +36,7 @@ std::vector<std::int32_t> sample(const SampleArgs& a, const PluginLoader& loader
                                      : "give --prompt TEXT or --chat TEXT, not both");
   if (!a.system.empty() && a.chat.empty())
     throw ConfigError("--system goes with --chat: the system message of a conversation");
-  const fs::path tok_file = a.tokenizer.empty() ? tokenizer_in(a.dir) : a.tokenizer;
+  const fs::path tok_file = a.tokenizer.empty() ? text::tokenizer_in(a.dir) : a.tokenizer;
   if (tok_file.empty() || !fs::exists(tok_file))
     throw ConfigError(
         "no tokenizer " +

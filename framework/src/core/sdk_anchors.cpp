@@ -3,6 +3,7 @@
 // copy (exceptions and dynamic_cast across the boundary depend on it).
 #include "ztrain/comm.h"
 #include "ztrain/data.h"
+#include "ztrain/error.h"
 #include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/optimizer_state.h"
@@ -16,6 +17,10 @@ Model::~Model() = default;
 Strategy::~Strategy() = default;
 DataSource::~DataSource() = default;
 SftReader::~SftReader() = default;
+
+void DataSource::fill_positions(Split, std::uint64_t, std::int32_t*) const {
+  throw InternalError("DataSource::fill_positions called on a source that declares no segments");
+}
 Kernels::~Kernels() = default;
 Communicator::~Communicator() = default;
 void Communicator::announce_failure(const std::string&) {}
@@ -38,11 +43,6 @@ const char* host_build_id() {
   return ZTRAIN_BUILD_ID;
 }
 
-}  // namespace ztrain
-
-#include "ztrain/error.h"
-
-namespace ztrain {
 Error::~Error() = default;
 ConfigError::~ConfigError() = default;
 PluginError::~PluginError() = default;

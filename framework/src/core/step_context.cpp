@@ -128,4 +128,9 @@ std::string Model::sequence_shards_refusal(SequenceSplit split) const {
   return "model '" + info().arch + "' runs whole sequences only (its plugin does not split them)";
 }
 
+std::string Model::segments_refusal() const {
+  return "model '" + info().arch +
+         "' attends across a whole row (its plugin does not take example boundaries)";
+}
+
 }  // namespace ztrain

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <optional>
 
-#include "checkpoint/hf_export.h"
 #include "text/sft_encoding.h"
 #include "ztrain/error.h"
 #include "ztrain/kernels.h"

@@ -34,6 +34,12 @@ std::string tokenizer_identity(const std::filesystem::path& file) {
   return hex;
 }
 
+std::filesystem::path tokenizer_in(const std::filesystem::path& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (std::filesystem::exists(dir / name)) return dir / name;
+  return {};
+}
+
 std::optional<std::string> config_token(const std::filesystem::path& file, const char* key) {
   std::ifstream in(file.parent_path() / "tokenizer_config.json");
   if (!in) return std::nullopt;

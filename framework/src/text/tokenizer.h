@@ -46,6 +46,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& file);
 // model directory's tokenizer. DataError for a file that cannot be read.
 std::string tokenizer_identity(const std::filesystem::path& file);
 
+// The tokenizer a model directory holds: tokenizer.json, else
+// tokenizer.model; empty when it has neither.
+std::filesystem::path tokenizer_in(const std::filesystem::path& dir);
+
 // The token the tokenizer_config.json beside `file` names under `key`
 // ("bos_token", "eos_token"; a string or {"content": ...}); nullopt when
 // there is no such file or key.

@@ -14,7 +14,10 @@ DataLoader::DataLoader(const DataSource& source, int micro_batch, int seq_len, i
       T_(seq_len),
       A_(grad_accum),
       share_(share),
-      masks_(source.info().masks) {
+      masks_(source.info().masks),
+      segments_(source.info().segments) {
+  if (segments_ && share_.split.shards() > 1)
+    throw InternalError("a data source with segments read in sequence shards");
   for (auto* s : {&slots_[0], &slots_[1], &val_slot_}) *s = make_slot();
   start_prefetch();
 }
@@ -24,6 +27,7 @@ DataLoader::Slot DataLoader::make_slot() const {
   Slot s;
   s.inputs.resize(n);
   s.targets.resize(n);
+  if (segments_) s.positions.resize(n);
   if (share_.split.shards() > 1) {
     s.row_inputs.resize(static_cast<std::size_t>(T_));
     s.row_targets.resize(static_cast<std::size_t>(T_));
@@ -46,6 +50,8 @@ void DataLoader::fill_rows(Split split, std::uint64_t first, Slot& slot) const {
     std::int32_t* inputs = sliced ? slot.row_inputs.data() : slot.inputs.data() + to;
     std::int32_t* targets = sliced ? slot.row_targets.data() : slot.targets.data() + to;
     source_.fill(split, first + static_cast<std::uint64_t>(b), inputs, targets);
+    if (segments_)
+      fill_positions(split, first + static_cast<std::uint64_t>(b), slot.positions.data() + to);
     if (!masks_) {
       const std::size_t width_read = sliced ? static_cast<std::size_t>(T_) : width;
       const std::int32_t* ignored = std::find(targets, targets + width_read, kIgnoreTarget);
@@ -61,6 +67,19 @@ void DataLoader::fill_rows(Split split, std::uint64_t first, Slot& slot) const {
       std::copy_n(slot.row_inputs.data() + s.position, s.length, slot.inputs.data() + to + s.row);
       std::copy_n(slot.row_targets.data() + s.position, s.length, slot.targets.data() + to + s.row);
     }
+  }
+}
+
+void DataLoader::fill_positions(Split split, std::uint64_t index, std::int32_t* positions) const {
+  source_.fill_positions(split, index, positions);
+  for (int t = 0; t < T_; ++t) {
+    const std::int32_t p = positions[t];
+    if (p == 0 || (t > 0 && p == positions[t - 1] + 1)) continue;
+    throw DataError("the data source gave sequence " + std::to_string(index) + " position " +
+                    std::to_string(p) + " at token " + std::to_string(t) + " (after " +
+                    (t > 0 ? std::to_string(positions[t - 1]) : std::string("none")) +
+                    "): a row's positions start at 0 and either restart at 0 (a new example) "
+                    "or count on by one; fix the data plugin");
   }
 }
 
@@ -97,7 +116,10 @@ std::uint64_t DataLoader::trained(const Batch& batch) {
 }
 
 Batch DataLoader::batch_of(const Slot& slot) const {
-  return {{B_, T_ / share_.split.shards(), share_.split}, slot.inputs.data(), slot.targets.data()};
+  return {{B_, T_ / share_.split.shards(), share_.split},
+          slot.inputs.data(),
+          slot.targets.data(),
+          segments_ ? slot.positions.data() : nullptr};
 }
 
 Batch DataLoader::next() {

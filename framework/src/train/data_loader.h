@@ -20,6 +20,13 @@
 // first backward. One that does not declare them is checked as it is
 // read: an ignored target from it is a DataError.
 //
+// Packed rows: a source that declares segments (DataInfo::segments) gives
+// each token's position in its example beside the ids; the batch carries
+// them (Batch::positions), checked as read: a row that does not start at
+// 0, or a position that neither restarts at 0 nor follows its
+// predecessor, is a DataError naming the sequence and position. Rows are
+// whole then (the host refuses segments with a sequence split).
+//
 // Position: the number of micro-steps handed out; save it and seek() to it
 // to resume exactly.
 // Thread safety: one consumer thread; fill() of the source runs on the
@@ -77,11 +84,12 @@ class DataLoader {
   // A micro-batch's rows or slices, and (sliced only) one whole row read
   // before it is sliced.
   struct Slot {
-    std::vector<std::int32_t> inputs, targets, row_inputs, row_targets;
+    std::vector<std::int32_t> inputs, targets, row_inputs, row_targets, positions;
   };
   void fill_train(std::uint64_t micro_step, Slot& slot) const;
   // Rows [first, first + B) of a split into the slot's shares of them.
   void fill_rows(Split split, std::uint64_t first, Slot& slot) const;
+  void fill_positions(Split split, std::uint64_t index, std::int32_t* positions) const;
   Batch batch_of(const Slot& slot) const;
   void start_prefetch();
 
@@ -89,7 +97,7 @@ class DataLoader {
   const DataSource& source_;
   int B_, T_, A_;
   DataShare share_;
-  bool masks_;
+  bool masks_, segments_;
   std::uint64_t position_ = 0;
   Slot slots_[2], val_slot_;
   int current_ = 0;

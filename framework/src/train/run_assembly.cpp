@@ -53,7 +53,8 @@ namespace {
 // export would ship the directory's.
 void check_tokenizers_agree(const RunConfig& config, const RunParts& parts, const DataInfo& d) {
   if (!parts.model_options.has_value("init_from")) return;
-  const std::filesystem::path mine = tokenizer_in(parts.model_options.get_string("init_from"));
+  const std::filesystem::path mine =
+      text::tokenizer_in(parts.model_options.get_string("init_from"));
   if (mine.empty()) return;
   std::string theirs = d.tokenizer_identity;
   if (theirs.empty() && !d.tokenizer.empty()) theirs = text::tokenizer_identity(d.tokenizer);
@@ -68,6 +69,23 @@ void check_tokenizers_agree(const RunConfig& config, const RunParts& parts, cons
       " as their prepare manifest records: the ids would mean other tokens; run `ztrain prepare "
       "--tokenizer " +
       mine.string() + "` on the text again, or train the model those tokens were made for");
+}
+
+// Rows that pack several examples need a model whose attention and
+// positions take the examples' boundaries, on whole rows.
+void check_segments(const RunConfig& config, const Run& run, const DataInfo& d) {
+  if (!d.segments) return;
+  const std::string packed = "the data packs several examples a row (" + d.description + ")";
+  if (const std::string why = run.model->segments_refusal(); !why.empty())
+    throw ConfigError(config.where("data.plugin") + ": " + packed + ", and " + why +
+                      "; unpack the rows ([data] packing = false) or train such a model");
+  const ParallelSettings& p = run.settings.parallel;
+  if (p.split().shards() > 1)
+    throw ConfigError(config.where("parallel." + p.split_key()) + ": [parallel] " + p.split_key() +
+                      " = " + std::to_string(p.split_key() == "context" ? p.context : p.sequence) +
+                      ": " + packed +
+                      ", and attention split over ranks does not take example boundaries yet; "
+                      "unpack the rows ([data] packing = false) or set it to 1");
 }
 
 DataInfo open_data(Run& run, const RunParts& parts) {
@@ -184,6 +202,7 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   const ModelInfo& info = parts.info;
   const DataInfo dinfo = open_data(run, parts);
   run.config_notes.insert(run.config_notes.end(), dinfo.notes.begin(), dinfo.notes.end());
+  check_segments(config, run, dinfo);
   check_tokenizers_agree(config, parts, dinfo);
   if (dinfo.vocab_used > info.vocab_size)
     throw ConfigError(config.where("model.vocab_size") + ": [model] vocab_size " +

@@ -2,22 +2,31 @@
 // reader (ztrain/sft_examples.h) gives each example's token ids and
 // labels, rendered by the model directory's chat template, cut and masked
 // with LLaMA-Factory's cutoff_len, train_on_prompt and mask_history; this
-// source only lays them out in rows: one example a row, from its start,
-// the rest of the row padded with targets the loss skips.
+// source only lays them out in rows of seq_len T.
 //
-// A row of seq_len T holds an example of up to T + 1 tokens: its first
-// L - 1 tokens are the inputs and labels 1..L-1 the targets (the model
-// predicting token t + 1 from 0..t, as transformers shifts the labels),
-// so attention, positions and the loss see exactly what a Hugging Face
-// model given that example alone sees. Padding comes after the example
-// (causal attention never reads it) with kIgnoreTarget targets.
+// An example of L tokens takes L - 1 places of a row: its first L - 1
+// tokens are the inputs and labels 1..L-1 the targets (the model
+// predicting token t + 1 from 0..t, as transformers shifts the labels).
+// Unpacked, each example has a row of its own from its start, padded
+// after it (causal attention never reads padding) with kIgnoreTarget
+// targets, so attention, positions and the loss see exactly what a
+// Hugging Face model given that example alone sees. Packed, examples
+// share rows, placed best-fit decreasing (longest first, each into the
+// fullest row it fits, a new row when none has room), and the source
+// declares segments: each token's position in its example restarts at 0,
+// and attention never crosses from one example into another, so each
+// example still sees itself alone, with far fewer padded places.
 //
 // val_size of the examples, chosen by the seed, are held out (LLaMA-
-// Factory's val_size); the rest are visited in an order reshuffled every
-// epoch from the seed (shuffle), as Hugging Face's trainer does.
+// Factory's val_size); the training rows are visited in an order
+// reshuffled every epoch from the seed (shuffle), as Hugging Face's
+// trainer does.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "ztrain/data.h"
@@ -30,6 +39,43 @@ using namespace ztrain;
 
 constexpr std::int32_t kPadInput = 0;  // any id: nothing reads a padded input
 
+// Rows of examples: row r holds examples[starts[r] .. starts[r + 1]), in
+// that order.
+struct Rows {
+  std::vector<std::size_t> starts{0}, examples;
+  std::size_t count() const { return starts.size() - 1; }
+  void add(const std::vector<std::size_t>& row) {
+    examples.insert(examples.end(), row.begin(), row.end());
+    starts.push_back(examples.size());
+  }
+};
+
+// Best-fit decreasing: the examples `ids` of places[i] places each
+// (<= capacity), longest first (ties by id), each into the row with the
+// least room left that holds it, else a new row; rows in the order opened.
+Rows best_fit_decreasing(std::vector<std::size_t> ids, const std::vector<std::size_t>& places,
+                         std::size_t capacity) {
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](std::size_t a, std::size_t b) { return places[a] > places[b]; });
+  std::vector<std::vector<std::size_t>> rows;
+  std::set<std::pair<std::size_t, std::size_t>> room;  // (places left, row)
+  for (std::size_t id : ids) {
+    auto fit = room.lower_bound({places[id], 0});
+    std::size_t row = rows.size(), left = capacity;
+    if (fit != room.end()) {
+      std::tie(left, row) = *fit;
+      room.erase(fit);
+    } else {
+      rows.emplace_back();
+    }
+    rows[row].push_back(id);
+    room.insert({left - places[id], row});
+  }
+  Rows out;
+  for (const auto& r : rows) out.add(r);
+  return out;
+}
+
 class Sft final : public DataSource {
  public:
   explicit Sft(const Options& o) : options_(o) {
@@ -39,6 +85,7 @@ class Sft final : public DataSource {
     request_.train_on_prompt = o.get_bool("train_on_prompt");
     request_.mask_history = o.get_bool("mask_history");
     cutoff_len_ = static_cast<std::size_t>(o.get_int("cutoff_len"));
+    packing_ = o.get_bool("packing");
     val_size_ = o.get_number("val_size");
     shuffle_ = o.get_bool("shuffle");
   }
@@ -56,7 +103,9 @@ class Sft final : public DataSource {
         .as_int();
     o.flag("train_on_prompt", false, "train on the prompts' tokens too");
     o.flag("mask_history", false, "train on each example's last answer only");
-    o.flag("packing", false, "pack several examples into a row (not built yet)");
+    o.flag("packing", false,
+           "pack several examples into a row (attention never crosses between them); false: "
+           "one example a row");
     o.number("val_size", 0.0, "share of the examples held out for evaluation")
         .at_least(0.0)
         .at_most(0.5);
@@ -83,11 +132,12 @@ class Sft final : public DataSource {
     d.description = description();
     d.vocab_used = vocab_used_;
     d.files = examples_.files;
-    d.train_sequences = train_.size();
-    if (!val_.empty()) d.val_sequences = val_.size();
+    d.train_sequences = train_.count();
+    if (val_.count()) d.val_sequences = val_.count();
     d.tokenizer = examples_.tokenizer;
     d.tokenizer_identity = examples_.tokenizer_identity;
     d.masks = true;
+    d.segments = packing_;
     d.chat_template = examples_.chat_template_file;
     if (examples_.bad_rows) {
       d.notes.push_back("data: " + std::to_string(examples_.bad_rows) +
@@ -100,24 +150,36 @@ class Sft final : public DataSource {
     return d;
   }
 
-  // inputs, targets: (T); example e's tokens 0..L-2 and labels 1..L-1,
-  // then padding.
+  // inputs, targets: (T); each example of the row in turn, its tokens
+  // 0..L-2 and labels 1..L-1, then padding.
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
             std::int32_t* targets) const override {
-    const std::size_t e = example_at(split, index);
-    const std::size_t begin = examples_.starts[e], n = examples_.length(e) - 1;
-    std::copy_n(examples_.input_ids.begin() + static_cast<std::ptrdiff_t>(begin), n, inputs);
-    std::copy_n(examples_.labels.begin() + static_cast<std::ptrdiff_t>(begin + 1), n, targets);
-    std::fill(inputs + n, inputs + T_, kPadInput);
-    std::fill(targets + n, targets + T_, kIgnoreTarget);
+    std::size_t at = 0;
+    for_each_example(split, index, [&](std::size_t e) {
+      const std::size_t begin = examples_.starts[e], n = examples_.length(e) - 1;
+      std::copy_n(examples_.input_ids.begin() + static_cast<std::ptrdiff_t>(begin), n, inputs + at);
+      std::copy_n(examples_.labels.begin() + static_cast<std::ptrdiff_t>(begin + 1), n,
+                  targets + at);
+      at += n;
+    });
+    std::fill(inputs + at, inputs + T_, kPadInput);
+    std::fill(targets + at, targets + T_, kIgnoreTarget);
+  }
+
+  // positions: (T); 0..L-2 for each example of the row, then the padding
+  // as one more run from 0.
+  void fill_positions(Split split, std::uint64_t index, std::int32_t* positions) const override {
+    std::size_t at = 0;
+    for_each_example(split, index, [&](std::size_t e) {
+      const std::size_t n = examples_.length(e) - 1;
+      std::iota(positions + at, positions + at + n, 0);
+      at += n;
+    });
+    std::iota(positions + at, positions + T_, 0);
   }
 
  private:
   void check_options(const DataSetup& s) const {
-    if (options_.get_bool("packing"))
-      throw ConfigError(options_.where("packing") +
-                        ": [data] packing is not built yet (attention does not take example "
-                        "boundaries); leave packing = false: each example gets a row of its own");
     if (cutoff_len_ > T_ + 1)
       throw ConfigError(options_.where("cutoff_len") + ": [data] cutoff_len " +
                         std::to_string(cutoff_len_) + " needs rows of cutoff_len - 1 = " +
@@ -149,7 +211,7 @@ class Sft final : public DataSource {
   }
 
   // val_size of the examples, chosen by the seed, held out; the rest
-  // train, in file order before the epochs' shuffles.
+  // train, in file order before the epochs' shuffles; each split's rows.
   void split(bool evaluates) {
     const std::size_t n = examples_.count();
     const auto held = static_cast<std::size_t>(std::ceil(val_size_ * static_cast<double>(n)));
@@ -161,13 +223,31 @@ class Sft final : public DataSource {
     std::vector<bool> is_val(n, false);
     const Permutation pick(n, hash_combine(seed_, 3));
     for (std::size_t i = 0; i < held; ++i) is_val[pick(i)] = true;
-    for (std::size_t i = 0; i < n; ++i) (is_val[i] ? val_ : train_).push_back(i);
+    std::vector<std::size_t> train, val;
+    for (std::size_t i = 0; i < n; ++i) (is_val[i] ? val : train).push_back(i);
+    train_ = rows_of(train);
+    val_ = rows_of(val);
   }
 
-  std::size_t example_at(Split split, std::uint64_t index) const {
-    if (split == Split::val) return val_[index % val_.size()];
-    const std::uint64_t n = train_.size(), epoch = index / n, at = index % n;
-    return train_[shuffle_ ? Permutation(n, hash_combine(seed_, 4 + epoch))(at) : at];
+  Rows rows_of(const std::vector<std::size_t>& ids) const {
+    if (packing_) {
+      std::vector<std::size_t> places(examples_.count());
+      for (std::size_t e = 0; e < places.size(); ++e) places[e] = examples_.length(e) - 1;
+      return best_fit_decreasing(ids, places, T_);
+    }
+    Rows rows;
+    for (std::size_t id : ids) rows.add({id});
+    return rows;
+  }
+
+  // f(example) for each example of row `index` of the split, in order.
+  template <class F>
+  void for_each_example(Split split, std::uint64_t index, F&& f) const {
+    const Rows& rows = split == Split::val ? val_ : train_;
+    const std::uint64_t n = rows.count(), epoch = index / n, at = index % n;
+    const std::uint64_t r =
+        split == Split::train && shuffle_ ? Permutation(n, hash_combine(seed_, 4 + epoch))(at) : at;
+    for (std::size_t i = rows.starts[r]; i < rows.starts[r + 1]; ++i) f(rows.examples[i]);
   }
 
   std::string first_bad() const {
@@ -183,21 +263,26 @@ class Sft final : public DataSource {
           [](std::int32_t l) { return l != kIgnoreTarget; }));
     std::string names;
     for (const std::string& d : request_.datasets) names += (names.empty() ? "" : ", ") + d;
+    const std::size_t held = val_.examples.size();
+    const std::string layout =
+        packing_ ? "packed into " + std::to_string(train_.count()) + " rows" +
+                       (held ? " (and " + std::to_string(val_.count()) + " held out)" : "")
+                 : "one example a row";
     return "sft " + names + ": " + std::to_string(examples_.count()) + " examples (" +
-           std::to_string(val_.size()) + " held out), " +
-           std::to_string(examples_.input_ids.size()) + " tokens, " + std::to_string(trained) +
-           " trained; one example a row; template " + examples_.chat_template;
+           std::to_string(held) + " held out), " + std::to_string(examples_.input_ids.size()) +
+           " tokens, " + std::to_string(trained) + " trained; " + layout + "; template " +
+           examples_.chat_template;
   }
 
   Options options_;
   SftRequest request_;
   std::size_t cutoff_len_ = 0, T_ = 0;
   double val_size_ = 0;
-  bool shuffle_ = true;
+  bool shuffle_ = true, packing_ = false;
   std::uint64_t seed_ = 0;
   SftExamples examples_;
   int vocab_used_ = 0;
-  std::vector<std::size_t> train_, val_;
+  Rows train_, val_;
 };
 
 }  // namespace

@@ -81,6 +81,11 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx, boo
   const std::size_t n = static_cast<std::size_t>(batch.shape.batch) * batch.shape.seq_len;
   a.inputs = arena.on_device(batch.inputs, n);
   a.targets = arena.on_device(batch.targets, n);
+  if (batch.positions) {
+    if (!segments_refusal().empty() || a.split.shards() > 1)
+      throw InternalError("a batch of packed rows reached a model or split that refuses them");
+    a.positions = arena.on_device(batch.positions, n);
+  }
   if (a.rope_cos) {
     const std::size_t entries =
         static_cast<std::size_t>(batch.shape.seq_len) * (cfg_.head_size() / 2);
@@ -119,7 +124,9 @@ void Transformer::attention_forward(const BlockActs& b, const Acts& a, StepConte
     return ulysses_of(b, a, ctx, ring).forward(b.atty, {b.q, b.k, b.v}, {b.ulysses, b.lse});
   }
   if (a.ring()) return ring_of(b, a, ctx).forward(b.atty, b.lse, {b.q, b.k, b.v});
-  ctx.kernels().attention_forward(b.atty, b.lse, {b.q, b.k, b.v}, dims(a.B, a.T).attention(b));
+  AttentionShape s = dims(a.B, a.T).attention(b);
+  s.positions = a.positions;
+  ctx.kernels().attention_forward(b.atty, b.lse, {b.q, b.k, b.v}, s);
 }
 
 // d's buffers are zero on entry: the kernel and the ring add into them,
@@ -131,8 +138,9 @@ void Transformer::attention_backward(AttentionGrads d, const BlockActs& b, const
     return ulysses_of(b, a, ctx, ring).backward(d, a.d_att, b.atty, {b.ulysses, b.lse});
   }
   if (a.ring()) return ring_of(b, a, ctx).backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse);
-  ctx.kernels().attention_backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse,
-                                   dims(a.B, a.T).attention(b));
+  AttentionShape s = dims(a.B, a.T).attention(b);
+  s.positions = a.positions;
+  ctx.kernels().attention_backward(d, a.d_att, b.atty, {b.q, b.k, b.v}, b.lse, s);
 }
 
 // One call for rows whose positions run on (whole sequences, Ulysses'
@@ -191,8 +199,8 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), d.linear(C, C));   // q: (N,C)
     k.matmul_forward(b.k, b.ln1, P(p.k_w), P(p.k_b), d.linear(C, KV));  // k: (N,KV)
     k.matmul_forward(b.v, b.ln1, P(p.v_w), P(p.v_b), d.linear(C, KV));  // v: (N,KV)
-    k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C});
-    k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV});
+    k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C, a.positions});
+    k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV, a.positions});
   }
   keep(ctx, a, b.q, d.qkv(), b.kept.qkv);
   attention_forward(b, a, ctx);
@@ -303,8 +311,8 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
     float* dv = dk + NKVs;
     zero(ctx, a.d_qkv, NC + 2 * NKVs);
     attention_backward({dq, dk, dv}, b, a, ctx);
-    k.rope_backward(dq, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C});
-    k.rope_backward(dk, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV});
+    k.rope_backward(dq, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C, a.positions});
+    k.rope_backward(dk, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV, a.positions});
     zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), d.linear(C, C));
     k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(C, KV));

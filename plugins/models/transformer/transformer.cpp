@@ -564,6 +564,17 @@ std::uint64_t Transformer::planned_bytes(const BatchShape& shape, bool host) con
   return bytes;
 }
 
+// Rotary positions restart with each example (the tables are indexed by
+// position); GPT-2's learned table would too, but its kernels read it by
+// row position.
+std::string Transformer::segments_refusal() const {
+  if (wpe_)
+    return "GPT-2's learned position embeddings (wpe) are read by row position, not by the "
+           "example's; rows that pack examples train on rotary-position models (Llama, Qwen2, "
+           "Mistral)";
+  return {};
+}
+
 // The ring cuts the sequence into pairs of chunks; Ulysses splits the
 // heads and what the ring leaves each rank (the whole sequence alone).
 std::string Transformer::sequence_shards_refusal(SequenceSplit split) const {

@@ -102,6 +102,7 @@ class Transformer final : public Model {
   void evaluate(const Batch& batch, StepContext& ctx) override;
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
   std::string sequence_shards_refusal(SequenceSplit split) const override;
+  std::string segments_refusal() const override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
 
@@ -149,6 +150,9 @@ class Transformer final : public Model {
     float *rope_cos, *rope_sin;  // Llama: (T, hs/2) rotary angles' cos and sin
     // The batch's (B,T) token ids where the kernels read them (arena.on_device).
     const std::int32_t *inputs = nullptr, *targets = nullptr;
+    // Rows packing several examples: each token's position in its example
+    // (Batch::positions), on the device; null otherwise.
+    const std::int32_t* positions = nullptr;
   };
   // alloc(n, host): n floats of the device's memory, or of the host's.
   void plan(const BatchShape& shape, const std::function<float*(std::size_t, bool)>& alloc,

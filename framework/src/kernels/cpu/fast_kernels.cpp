@@ -123,6 +123,21 @@ void softmax_backward_row(float* p, float* dp, std::size_t n, std::size_t len, f
   std::fill(dp + n, dp + len, 0.0f);
 }
 
+// The same over a row's keys [lo, seen) of a score row of len (the keys
+// before lo are another example's, where rows pack examples): zero
+// elsewhere.
+float softmax_span(float* x, std::size_t lo, std::size_t seen, std::size_t len) {
+  std::fill(x, x + lo, 0.0f);
+  return softmax_row(x + lo, seen - lo, len - lo);
+}
+
+void softmax_backward_span(float* p, float* dp, std::size_t lo, std::size_t seen, std::size_t len,
+                           float lse, float d, float scale) {
+  std::fill(p, p + lo, 0.0f);
+  std::fill(dp, dp + lo, 0.0f);
+  softmax_backward_row(p + lo, dp + lo, seen - lo, len - lo, lse, d, scale);
+}
+
 // A row's worth of parameters in fp32 (a norm's weight or bias, GELU's fc
 // bias): a 16-bit one widened once per call, an fp32 one used where it is.
 // Null stays null.
@@ -578,8 +593,9 @@ void FastKernels::attention_backward(AttentionGrads d, const float* dout, const 
 }
 
 // The keys a block of queries [i0, i1) of an attention block meets: on the
-// diagonal keys [0, i1) (the causal half of the score matrix is never
-// computed), else all of them; and row i's own.
+// diagonal keys [from, i1), from the first query's example's first token
+// (the causal half of the score matrix is never computed, nor the scores
+// of earlier examples in a packed row), else all of them; and row i's own.
 std::size_t keys_met(const AttentionBlock& s, std::size_t i1) {
   return s.causal ? i1 : s.keys;
 }
@@ -588,9 +604,9 @@ std::size_t keys_seen(const AttentionBlock& s, std::size_t i) {
 }
 
 // Per (batch, head, block of the block's queries [i0, i1)): S = scale *
-// Q K[0:n]^T as a GEMM over the n keys the queries meet, softmax row by
+// Q K[k0:k1]^T as a GEMM over the n keys the queries meet, softmax row by
 // row over the keys each sees (keeping its log-sum-exp), then O = P
-// V[0:n]. Heads run in parallel with single-threaded BLAS.
+// V[k0:k1]. Heads run in parallel with single-threaded BLAS.
 void FastKernels::attention_block_forward(float* out, float* lse, AttentionInputs in,
                                           AttentionBlock s) const {
   const std::size_t NH = s.NH, hs = s.hs, C = s.C();
@@ -606,20 +622,21 @@ void FastKernels::attention_block_forward(float* out, float* lse, AttentionInput
     float* sc = scratch(0, kQueryBlock * s.keys).data();
     for (std::size_t i0 = 0; i0 < s.rows; i0 += kQueryBlock) {
       const std::size_t i1 = std::min(s.rows, i0 + kQueryBlock), rows = i1 - i0;
-      const std::size_t n = keys_met(s, i1);
+      const std::size_t k0 = s.first_key(b, i0), n = keys_met(s, i1) - k0;
       blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, scale, qh + i0 * s.q_stride,
-                  s.q_stride, kh, s.kv_stride, 0.0f, sc, n);
+                  s.q_stride, kh + k0 * s.kv_stride, s.kv_stride, 0.0f, sc, n);
       for (std::size_t r = 0; r < rows; ++r)
-        lh[i0 + r] = softmax_row(sc + r * n, keys_seen(s, i0 + r), n);
-      blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, n, 1.0f, sc, n, vh, s.kv_stride, 0.0f,
-                  oh + i0 * C, C);
+        lh[i0 + r] =
+            softmax_span(sc + r * n, s.first_key(b, i0 + r) - k0, keys_seen(s, i0 + r) - k0, n);
+      blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, n, 1.0f, sc, n, vh + k0 * s.kv_stride,
+                  s.kv_stride, 0.0f, oh + i0 * C, C);
     }
   });
 }
 
 // Per (batch, key/value head), its query heads in order (they share dk,
 // dv), per block of the block's queries [i0, i1) against the n keys they
-// meet: P = exp(scale Q K^T - lse); dV += P^T dO; dP = dO V^T;
+// meet, [k0, k0 + n): P = exp(scale Q K^T - lse); dV += P^T dO; dP = dO V^T;
 // dS = P (dP - rowsum(dO * O)) * scale; dQ += dS K; dK += dS^T Q.
 void FastKernels::attention_block_backward(AttentionGrads d, const float* dout, const float* out,
                                            AttentionInputs in, const float* lse,
@@ -640,25 +657,26 @@ void FastKernels::attention_block_backward(AttentionGrads d, const float* dout, 
       const float* lh = lse + bh * s.T + s.first;
       for (std::size_t i0 = 0; i0 < s.rows; i0 += kQueryBlock) {
         const std::size_t i1 = std::min(s.rows, i0 + kQueryBlock), rows = i1 - i0;
-        const std::size_t n = keys_met(s, i1);
+        const std::size_t k0 = s.first_key(b, i0), n = keys_met(s, i1) - k0;
+        const std::size_t kv = kv_off + k0 * s.kv_stride;
         const float* qb = in.q + q_off + i0 * s.q_stride;
         const float* dob = dout + o_off + i0 * C;
         const float* ob = out + o_off + i0 * C;
         blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, scale, qb, s.q_stride,
-                    in.k + kv_off, s.kv_stride, 0.0f, p, n);
-        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, 1.0f, dob, C, in.v + kv_off,
+                    in.k + kv, s.kv_stride, 0.0f, p, n);
+        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, 1.0f, dob, C, in.v + kv,
                     s.kv_stride, 0.0f, ds, n);
         for (std::size_t r = 0; r < rows; ++r) {
           const float rowsum = row_dot(dob + r * C, ob + r * C, hs);
-          softmax_backward_row(p + r * n, ds + r * n, keys_seen(s, i0 + r), n, lh[i0 + r], rowsum,
-                               scale);
+          softmax_backward_span(p + r * n, ds + r * n, s.first_key(b, i0 + r) - k0,
+                                keys_seen(s, i0 + r) - k0, n, lh[i0 + r], rowsum, scale);
         }
         blas::sgemm(blas::Op::transpose, blas::Op::none, n, hs, rows, 1.0f, p, n, dob, C, 1.0f,
-                    d.dv + kv_off, s.kv_stride);
-        blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, n, 1.0f, ds, n, in.k + kv_off,
+                    d.dv + kv, s.kv_stride);
+        blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, n, 1.0f, ds, n, in.k + kv,
                     s.kv_stride, 1.0f, d.dq + q_off + i0 * s.q_stride, s.q_stride);
         blas::sgemm(blas::Op::transpose, blas::Op::none, n, hs, rows, 1.0f, ds, n, qb, s.q_stride,
-                    1.0f, d.dk + kv_off, s.kv_stride);
+                    1.0f, d.dk + kv, s.kv_stride);
       }
     }
   });

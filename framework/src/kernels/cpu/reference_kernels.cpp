@@ -94,7 +94,7 @@ std::size_t rows_used(const std::int32_t* tokens, std::size_t n) {
 void rotate(float* x, const float* cos, const float* sin, HeadShape sh, float direction) {
   const std::size_t half = sh.hs / 2;
   parallel_rows(sh.B * sh.T, 16, [&](std::size_t bt) {
-    const std::size_t t = bt % sh.T;
+    const std::size_t t = sh.positions ? static_cast<std::size_t>(sh.positions[bt]) : bt % sh.T;
     const float* c = cos + t * half;
     const float* s = sin + t * half;
     for (std::size_t h = 0; h < sh.H; ++h) {
@@ -423,7 +423,8 @@ void ReferenceKernels::attention_backward(AttentionGrads d, const float* dout, c
 
 // Row by row: scores, softmax and the weighted sum of values; lse keeps
 // what backward needs to rebuild a row of probabilities. Query first + i
-// sees keys [0, i] on the diagonal, all of them otherwise.
+// sees keys [0, i] on the diagonal (from its example's first where rows
+// pack examples), all of them otherwise.
 void ReferenceKernels::attention_block_forward(float* out, float* lse, AttentionInputs in,
                                                AttentionBlock sh) const {
   const std::size_t NH = sh.NH, hs = sh.hs, C = sh.C();
@@ -433,9 +434,10 @@ void ReferenceKernels::attention_block_forward(float* out, float* lse, Attention
     std::vector<float> p(sh.keys);
     for (std::size_t i = 0; i < sh.rows; ++i) {
       const std::size_t t = sh.first + i, seen = sh.causal ? i + 1 : sh.keys;
+      const std::size_t from = sh.first_key(b, i);
       const float* qt = in.q + (b * sh.T + t) * sh.q_stride + h * hs;
       float maxv = -INFINITY;
-      for (std::size_t s = 0; s < seen; ++s) {
+      for (std::size_t s = from; s < seen; ++s) {
         const float* ks = in.k + (b * sh.Tkv + s) * sh.kv_stride + kvh * hs;
         float dot = 0;
         for (std::size_t e = 0; e < hs; ++e) dot += qt[e] * ks[e];
@@ -443,14 +445,14 @@ void ReferenceKernels::attention_block_forward(float* out, float* lse, Attention
         maxv = std::max(maxv, p[s]);
       }
       float sum = 0;
-      for (std::size_t s = 0; s < seen; ++s) {
+      for (std::size_t s = from; s < seen; ++s) {
         p[s] = std::exp(p[s] - maxv);
         sum += p[s];
       }
       lse[bh * sh.T + t] = maxv + std::log(sum);
       float* o = out + (b * sh.T + t) * C + h * hs;
       std::fill(o, o + hs, 0.0f);
-      for (std::size_t s = 0; s < seen; ++s) {
+      for (std::size_t s = from; s < seen; ++s) {
         const float* vs = in.v + (b * sh.Tkv + s) * sh.kv_stride + kvh * hs;
         for (std::size_t e = 0; e < hs; ++e) o[e] += p[s] / sum * vs[e];
       }
@@ -474,6 +476,7 @@ void ReferenceKernels::attention_block_backward(AttentionGrads g, const float* d
       const std::size_t bh = b * NH + h;
       for (std::size_t i = 0; i < sh.rows; ++i) {
         const std::size_t t = sh.first + i, seen = sh.causal ? i + 1 : sh.keys;
+        const std::size_t from = sh.first_key(b, i);
         const std::size_t row = b * sh.T + t;
         const float* qt = in.q + row * sh.q_stride + h * hs;
         float* dqt = g.dq + row * sh.q_stride + h * hs;
@@ -481,13 +484,13 @@ void ReferenceKernels::attention_block_backward(AttentionGrads g, const float* d
         const float* ot = out + row * C + h * hs;
         float d = 0;
         for (std::size_t e = 0; e < hs; ++e) d += dot[e] * ot[e];
-        for (std::size_t s = 0; s < seen; ++s) {
+        for (std::size_t s = from; s < seen; ++s) {
           const float* ks = in.k + (b * sh.Tkv + s) * sh.kv_stride + kvh * hs;
           float sc = 0;
           for (std::size_t e = 0; e < hs; ++e) sc += qt[e] * ks[e];
           p[s] = std::exp(sc * scale - lse[bh * sh.T + t]);
         }
-        for (std::size_t s = 0; s < seen; ++s) {
+        for (std::size_t s = from; s < seen; ++s) {
           const std::size_t kv_row = (b * sh.Tkv + s) * sh.kv_stride + kvh * hs;
           const float* vs = in.v + kv_row;
           float* dvs = g.dv + kv_row;
