@@ -2,7 +2,8 @@
 # Packed against padded fine-tuning rows ([data] packing), on this machine:
 # the trained tokens a second of one epoch of LLaMA-Factory-style examples
 # whose lengths spread as real instruction data does (log-normal, median
-# about 200 tokens, a tail to the 1024-token cutoff), each example of one
+# about 250 tokens with the template's, a tail to the 1024-token cutoff),
+# each example of one
 # row (padded to seq_len) against the examples packed best-fit decreasing.
 # Both train the same tokens (tests/e2e/test_sft.sh holds their losses
 # equal); packing drops the padded places, and attention inside a packed
@@ -10,18 +11,18 @@
 # minute moves both sides; the ratio per round.
 #
 # usage: bench/bench_packing.sh [BUILD_DIR] [EXAMPLES]
-#   defaults: build, 400
+#   defaults: build, 240
 set -euo pipefail
 build=${1:-build}
-examples=${2:-400}
+examples=${2:-240}
 here=$(cd "$(dirname "$0")/.." && pwd)
 ztrain=$(cd "$build" && pwd)/bin/ztrain
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# A small Llama (4 layers, 256 wide) saved as a model directory with the
+# A small Llama (2 layers, 128 wide) saved as a model directory with the
 # byte-level test tokenizer and Qwen2.5's chat template.
-"$ztrain" --model llama-tiny --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4 \
+"$ztrain" --model llama-tiny --set model.n_layer=2 --set model.n_embd=128 --set model.n_head=4 \
   --set model.n_kv_head=4 --set model.vocab_size=2048 --set model.seq_len=1024 \
   --set train.steps=1 --set train.eval_every=0 --set train.out_dir="$out/base" \
   --set train.save_final=true "$here/configs/run.toml" > "$out/base.out" 2>&1 ||
@@ -40,7 +41,7 @@ def text(k):
     return " ".join(rng.choice(words) for _ in range(k))
 rows = []
 for _ in range(n):
-    total = min(700, max(12, int(rng.lognormvariate(4.9, 0.75))))  # words; about 1.5 tokens each
+    total = min(400, max(8, int(rng.lognormvariate(3.9, 0.8))))  # words; about 3 tokens each
     prompt = max(4, int(total * rng.uniform(0.15, 0.5)))
     rows.append({"instruction": text(prompt), "input": "", "output": text(total - prompt)})
 json.dump(rows, open(f"{out}/spread.json", "w"))
@@ -61,7 +62,7 @@ grad_accum = 2
 eval_every = 0
 save_final = false
 checkpoint_every = 0
-log_every = 1000
+log_every = 1
 [device]
 threads = 2
 TOML
@@ -81,7 +82,10 @@ run() {  # run NAME PACKING: one epoch; prints "rows trained_tokens seconds"
     { tail -n 5 "$out/$name.out"; exit 1; }
   local trained seconds
   trained=$(sed -n 's/.* tokens, \([0-9]*\) trained;.*/\1/p' "$out/$name.out")
-  seconds=$(sed -n 's/^done: [0-9]* steps in \([0-9.]*\)s.*/\1/p' "$out/$name.out")
+  seconds=$(python3 -c "
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if '\"train\"' in l]
+print(sum(l['step_time_s'] for l in lines[1:]) * len(lines) / (len(lines) - 1))" "$out/$name/metrics.jsonl")
   # The epoch's trained tokens, scaled to the rows the steps read.
   echo "$rows $(echo "$trained * $steps * 8 / $rows" | bc -l) $seconds"
 }

@@ -19,6 +19,7 @@
 #   a glob into a directory that does not exist (named), a tokenizer.json
 #   whose BPE model has no merges, and a run whose model directory ships
 #   another tokenizer than the one the shards were made with (both named).
+# - Document masking (document_mask): at world 1 and 2, GPT-2 refused.
 #
 # usage: test_prepare.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -150,4 +151,32 @@ must_refuse "a model directory with another tokenizer" \
   --set train.save_final=false --set data.plugin=tokens --set "data.path=\"$scratch/data/train_*.bin\"" \
   --set train.out_dir="$scratch/mismatch" "$SRC/configs/run.toml"
 grep -qF "made with, $tok (identity" "$scratch/refused.out" || fail "the shards' tokenizer is not named"
+# Document masking: the prepared shards on a Llama with [data]
+# document_mask, attention kept inside each document (positions restart at
+# every <|begin_of_text|>): the data line says so, world 2 under zero2 logs
+# world 1's losses and norms, and the losses are not the unmasked run's;
+# GPT-2, whose positions are a learned table, is refused naming why.
+dm=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2
+  --set model.seq_len=64 --set model.vocab_size=3000 --set train.steps=6
+  --set train.eval_every=0 --set train.log_every=1 --set device.threads=1
+  --set train.save_final=false --set train.global_batch_size=4 --set data.plugin=tokens
+  --set "data.path=\"$scratch/data/train_*.bin\"")
+for name in dm_w1 dm_w2 dm_off; do
+  np=1 extra=(--set data.document_mask=true)
+  [ "$name" = dm_w2 ] && np=2 extra+=(--strategy zero2)
+  [ "$name" = dm_off ] && extra=()
+  on_ranks "$np" "$ZTRAIN" --model llama-tiny --set model.n_kv_head=2 "${dm[@]}" "${extra[@]}" \
+    --set train.out_dir="$scratch/$name" \
+    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 || fail "the $name run failed"
+  curve "$name" 6
+done
+grep -q "; documents masked)" "$scratch/dm_w1.out" || fail "the run's data line does not say documents are masked"
+same_training dm_w1 dm_w2 1e-6 4e-6
+cmp -s <(cut -d' ' -f2 "$scratch/dm_w1.curve") <(cut -d' ' -f2 "$scratch/dm_off.curve") &&
+  fail "masking the documents did not change the losses"
+"$ZTRAIN" --model gpt2-tiny "${dm[@]}" --set data.document_mask=true \
+  --set train.out_dir="$scratch/dm_gpt2" "$SRC/configs/run.toml" > "$scratch/dm_gpt2.out" 2>&1 &&
+  fail "document masking on GPT-2 was not refused"
+grep -qF "GPT-2's learned position embeddings (wpe) are read by row position" "$scratch/dm_gpt2.out" ||
+  fail "document masking on GPT-2: the refusal does not say why: $(cat "$scratch/dm_gpt2.out")"
 echo "PASS"

@@ -1271,3 +1271,44 @@ TEST_CASE("DataLoader: packed rows carry their positions, checked as they are re
   auto plain = make_source("synthetic", "", {6, 512, 3});
   CHECK(DataLoader(*plain, 1, 6, 1, {}).next().positions == nullptr);
 }
+
+// document_mask: the tokens of a prepared corpus (its manifest names the
+// separator each document starts with) come with positions that restart at
+// every separator and at the window's start; without a manifest naming one
+// the option is refused, naming the key.
+TEST_CASE("tokens: document_mask restarts positions at each document's separator") {
+  const TempDir dir;
+  const std::uint32_t sep = 7;
+  std::vector<std::uint32_t> tokens;
+  for (int doc = 0; doc < 40; ++doc) {
+    tokens.push_back(sep);
+    for (int i = 0; i < 3 + doc % 5; ++i) tokens.push_back(20 + static_cast<std::uint32_t>(i));
+  }
+  write_llmc_v1(dir / "train.bin", tokens);
+  auto refused = create_data_source(
+      "tokens", "path = " + lit(dir / "train.bin") + "\ndocument_mask = true\nshuffle = false\n");
+  CHECK(contains(message_of<ConfigError>([&] {
+                   refused->setup({8, 64, 1, false});
+                 }),
+                 "t.toml:3:1: [data] document_mask needs the separator each document starts with"));
+  std::ofstream(dir / "manifest.json") << R"({"format": "ztrain-prepare 1", "separator_id": 7})";
+  auto s = make_source(
+      "tokens", "path = " + lit(dir / "train.bin") + "\ndocument_mask = true\nshuffle = false\n",
+      {8, 64, 1, false});
+  CHECK(s->info().segments);
+  for (std::uint64_t w = 0; w < 10; ++w) {
+    const Pair p = fetch(*s, Split::train, w, 8);
+    Seq positions(8, -1);
+    s->fill_positions(Split::train, w, positions.data());
+    for (int t = 0; t < 8; ++t) {
+      INFO("window " << w << ", token " << t);
+      const std::int32_t want = t == 0 || p.inputs[t] == static_cast<std::int32_t>(sep)
+                                    ? 0
+                                    : positions[static_cast<std::size_t>(t) - 1] + 1;
+      CHECK(positions[static_cast<std::size_t>(t)] == want);
+    }
+  }
+  auto unmasked =
+      make_source("tokens", "path = " + lit(dir / "train.bin") + "\n", {8, 64, 1, false});
+  CHECK_FALSE(unmasked->info().segments);
+}

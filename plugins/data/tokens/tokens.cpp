@@ -20,12 +20,19 @@
 // vocabulary is refused, naming both, before any token is read (a corpus
 // that happens to use only low ids would otherwise train a model that
 // cannot hold the tokenizer's other tokens).
+//
+// document_mask: attention never crosses from one document into the next,
+// and positions restart with each (Llama 3's document masking, for
+// pretraining on packed documents). Documents start with the separator
+// the manifest names (`ztrain prepare` puts it before each one); a window
+// that starts inside a document takes its start as that document's.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fstream>
@@ -203,7 +210,9 @@ class Tokens final : public DataSource {
         val_where_(o.where("val_path")),
         format_(o.get_string("format")),
         val_fraction_(o.get_number("val_fraction")),
-        shuffle_(o.get_bool("shuffle")) {}
+        shuffle_(o.get_bool("shuffle")),
+        document_mask_(o.get_bool("document_mask")),
+        document_mask_where_(o.where("document_mask")) {}
 
   static void declare_options(OptionList& o) {
     o.files("path",
@@ -217,6 +226,9 @@ class Tokens final : public DataSource {
         .at_most(0.5);
     o.flag("shuffle", true,
            "visit windows in a seeded order, across all files, that changes every epoch");
+    o.flag("document_mask", false,
+           "attention never crosses from one document into the next, positions restart with "
+           "each (documents start with the separator ztrain prepare's manifest names)");
   }
 
   void setup(const DataSetup& s) override {
@@ -227,6 +239,13 @@ class Tokens final : public DataSource {
       for (std::string& f : expand_files(val_path_, val_where_)) names_.push_back(std::move(f));
     refuse_shared_files(n_train);
     manifest_ = check_manifest(names_.front(), s.vocab_size);
+    if (document_mask_ && !manifest_.separator)
+      throw ConfigError(document_mask_where_ +
+                        ": [data] document_mask needs the separator each document starts with, "
+                        "and " +
+                        names_.front() +
+                        " has no ztrain prepare manifest naming one beside it; make the tokens "
+                        "with `ztrain prepare` (its --separator), or set document_mask = false");
     if (names_.size() > n_train) check_manifest(names_[n_train], s.vocab_size);
     for (const std::string& name : names_) {
       files_.push_back(open_tokens(name, format_));
@@ -264,32 +283,48 @@ class Tokens final : public DataSource {
     }
     const std::string what =
         names_.size() == 1 ? names_[0] : std::to_string(names_.size()) + " files";
-    return {"tokens " + what + " (" + std::to_string(tokens) + " tokens, uint" +
-                std::to_string(widest * 8) + ")",
-            std::nullopt,
-            static_cast<int>(max_id_) + 1,
-            names_,
-            train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
-            val_windows_ ? std::optional(val_windows_->count()) : std::nullopt,
-            manifest_.tokenizer,
-            manifest_.identity,
-            manifest_.separator};
+    DataInfo d{"tokens " + what + " (" + std::to_string(tokens) + " tokens, uint" +
+                   std::to_string(widest * 8) + (document_mask_ ? "; documents masked" : "") + ")",
+               std::nullopt,
+               static_cast<int>(max_id_) + 1,
+               names_,
+               train_windows_ ? std::optional(train_windows_->count()) : std::nullopt,
+               val_windows_ ? std::optional(val_windows_->count()) : std::nullopt,
+               manifest_.tokenizer,
+               manifest_.identity,
+               manifest_.separator};
+    d.segments = document_mask_;
+    return d;
   }
 
   void fill(Split split, std::uint64_t index, std::int32_t* inputs,
             std::int32_t* targets) const override {
-    const bool train = split == Split::train;
-    const TokenWindows::Place at = (train ? *train_windows_ : *val_windows_).place(index);
-    const Piece& piece = (train ? train_pieces_ : val_pieces_)[at.piece];
-    const TokenFile& f = files_[piece.file];
-    const std::uint64_t start = piece.begin + at.offset;
+    const auto [f, start] = window(split, index);
     for (int t = 0; t < T_; ++t) {
       inputs[t] = static_cast<std::int32_t>(f.at(start + static_cast<std::uint64_t>(t)));
       targets[t] = static_cast<std::int32_t>(f.at(start + static_cast<std::uint64_t>(t) + 1));
     }
   }
 
+  // positions: 0 at the window's start and at every separator (a document
+  // starts there), else the previous + 1.
+  void fill_positions(Split split, std::uint64_t index, std::int32_t* positions) const override {
+    const auto [f, start] = window(split, index);
+    const auto sep = static_cast<std::uint32_t>(*manifest_.separator);
+    for (int t = 0; t < T_; ++t)
+      positions[t] =
+          t == 0 || f.at(start + static_cast<std::uint64_t>(t)) == sep ? 0 : positions[t - 1] + 1;
+  }
+
  private:
+  // The file and first token of window `index` of a split.
+  std::pair<const TokenFile&, std::uint64_t> window(Split split, std::uint64_t index) const {
+    const bool train = split == Split::train;
+    const TokenWindows::Place at = (train ? *train_windows_ : *val_windows_).place(index);
+    const Piece& piece = (train ? train_pieces_ : val_pieces_)[at.piece];
+    return {files_[piece.file], piece.begin + at.offset};
+  }
+
   // Files [a, b) of names_ for a message: the file, or how many and the first.
   std::string files_text(std::size_t a, std::size_t b) const {
     if (b - a == 1) return names_[a];
@@ -326,6 +361,8 @@ class Tokens final : public DataSource {
   std::string format_;
   double val_fraction_;
   bool shuffle_;
+  bool document_mask_;
+  std::string document_mask_where_;
   int T_ = 0;
   std::vector<std::string> names_;  // the train files, then the val files
   ManifestFacts manifest_;          // the prepare manifest's, when it is there
