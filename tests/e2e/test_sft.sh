@@ -78,6 +78,14 @@ grep -q "data sft alpaca_en_demo, glaive_toolcall_en_demo, alpaca_history, opena
   "$scratch/w1.out" || fail "the run's data line does not describe the examples"
 grep -q "^data: 5 bad rows are not trained on:$" "$scratch/w1.out" || fail "the bad rows are not counted"
 grep -qF "bad_rows.json:26: the answer is empty" "$scratch/w1.out" || fail "a bad row is not named"
+grep -q "^done: 8 steps in .* tok/s ([0-9.]*k trained) | " "$scratch/w1.out" ||
+  fail "the summary does not give the trained tokens a second"
+python3 - "$scratch/w1/metrics.jsonl" << 'PY' || fail "the metrics' trained tokens a second are wrong"
+import json, sys
+steps = [j for j in map(json.loads, open(sys.argv[1])) if j["split"] == "train"]
+for j in steps:  # the answers' tokens: well under every position's
+    assert 0 < j["trained_tokens_per_s"] < 0.9 * j["tokens_per_s"], j
+PY
 awk 'NR == 1 { first = $2 } END { exit !($2 < 0.9 * first) }' "$scratch/w1.curve" ||
   fail "the loss did not fall: $(cat "$scratch/w1.curve")"
 for f in tokenizer.json chat_template.jinja model.safetensors; do

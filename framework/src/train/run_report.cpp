@@ -62,8 +62,9 @@ std::string run_header(const RunHeader& h) {
 std::string summary_text(const RunReport& r) {
   std::ostringstream os;
   os << "done: " << r.steps << (r.steps == 1 ? " step in " : " steps in ")
-     << format_duration(r.wall_s) << " | " << format_rate(r.tokens_per_s) << " tok/s | "
-     << format_rate(r.tokens_per_s * r.flops_per_token) << " FLOP/s (model)\n";
+     << format_duration(r.wall_s) << " | " << format_rate(r.tokens_per_s) << " tok/s"
+     << (r.trained_per_s ? " (" + format_rate(*r.trained_per_s) + " trained)" : std::string())
+     << " | " << format_rate(r.tokens_per_s * r.flops_per_token) << " FLOP/s (model)\n";
   os << "final train loss " << r.train_losses.back();
   if (!r.val_losses.empty()) os << " | val loss " << r.val_losses.back().second;
   if (r.entropy_rate) {

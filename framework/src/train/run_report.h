@@ -45,6 +45,7 @@ struct RunReport {
   std::int64_t steps = 0;
   double wall_s = 0;
   double tokens_per_s = 0;
+  std::optional<double> trained_per_s;  // where the data masks targets
   double flops_per_token = 0;
   std::vector<double> train_losses;                         // per step
   std::vector<std::pair<std::int64_t, double>> val_losses;  // (step, loss)

@@ -103,6 +103,9 @@ struct StepLog {
   std::int64_t skipped_steps;
   double step_time_s, tokens_per_s, flops_per_token, comm_wait_s;
   JobFigures job;
+  // The step's trained tokens a second (every rank), where the data masks
+  // targets.
+  std::optional<double> trained_per_s;
 };
 
 // The step's scalars in TensorBoard: what the metrics line says, by tag.
@@ -137,8 +140,9 @@ void log_step(const StepLog& s, MetricsFile* metrics, TensorBoardFile* tb, Progr
       .add("skipped_steps", s.skipped_steps)
       .add("step_time_s", s.step_time_s)
       .add("tokens_per_s", s.tokens_per_s)
-      .add("flops_per_s", s.tokens_per_s * s.flops_per_token)
-      .add("bytes_sent", static_cast<std::int64_t>(s.job.bytes_per_rank()))
+      .add("flops_per_s", s.tokens_per_s * s.flops_per_token);
+  if (s.trained_per_s) line.add("trained_tokens_per_s", *s.trained_per_s);
+  line.add("bytes_sent", static_cast<std::int64_t>(s.job.bytes_per_rank()))
       .add_comm("comm", s.job.comm)
       .add("comm_wait_s", s.comm_wait_s)
       .add_memory("peak_bytes", s.job.memory, true);
@@ -149,7 +153,8 @@ void log_step(const StepLog& s, MetricsFile* metrics, TensorBoardFile* tb, Progr
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s",
                 static_cast<long long>(s.done), static_cast<long long>(s.steps), s.loss, s.lr,
                 s.result.grad_norm, format_rate(s.tokens_per_s).c_str());
-  progress.line(buf);
+  progress.line(
+      buf + (s.trained_per_s ? " (" + format_rate(*s.trained_per_s) + " trained)" : std::string()));
 }
 
 // The line saying that a run reads its data more than once, and how many
@@ -273,6 +278,7 @@ RunReport report_of(const Run& run, const TrainResult& result, const ModelInfo& 
   report.steps = steps;
   report.wall_s = seconds_since(t_start);
   report.tokens_per_s = result.tokens_per_s;
+  report.trained_per_s = result.trained_per_s;
   report.flops_per_token = info.train_flops_per_token;
   report.train_losses = result.train_losses;
   report.val_losses = result.val_losses;
@@ -401,7 +407,7 @@ void Trainer::train_step(std::int64_t step) {
   if (stopped_) stop_agreed();
   count_step(sr, agreed.loss, lr, scale, step);
   const std::int64_t done = step + 1;
-  record_step(sr, agreed.loss, lr, scale, done, t0);
+  record_step(sr, agreed.loss, lr, scale, done, trained, t0);
   if (tr_.eval_every > 0 && (done % tr_.eval_every == 0 || done == tr_.steps)) evaluate(done);
   if (tr_.sample.every > 0 && done % tr_.sample.every == 0) sample(done);
   at_.step = done;
@@ -472,7 +478,7 @@ void Trainer::count_step(const StepResult& sr, double loss, double lr, double sc
 }
 
 void Trainer::record_step(const StepResult& sr, double loss, double lr, double scale,
-                          std::int64_t done, Clock::time_point t0) {
+                          std::int64_t done, std::uint64_t trained, Clock::time_point t0) {
   const double dt = seconds_since(t0);
   const CommCounters step_comm = run_.counters().since(mark_);
   train_comm_ += step_comm;
@@ -480,6 +486,7 @@ void Trainer::record_step(const StepResult& sr, double loss, double lr, double s
   comm_wait_s_ += step_wait;
   if (done > first_step_ + 1 || tr_.steps == first_step_ + 1) {  // the first pays for warm-up
     train_time_s_ += dt;
+    timed_trained_ += static_cast<double>(trained);
     ++timed_steps_;
   }
   result_.train_losses.push_back(loss);
@@ -492,7 +499,8 @@ void Trainer::record_step(const StepResult& sr, double loss, double lr, double s
   if (log || print)
     log_step(
         {done, tr_.steps, loss, lr, sr, scale, at_.skipped, dt, tps, info_.train_flops_per_token,
-         step_wait, gather_job_figures(*run_.comm, run_.device->stats(), step_comm)},
+         step_wait, gather_job_figures(*run_.comm, run_.device->stats(), step_comm),
+         data_.masks() ? std::optional(static_cast<double>(trained) / dt) : std::nullopt},
         log && metrics_ ? &*metrics_ : nullptr, log && tensorboard_ ? &*tensorboard_ : nullptr,
         progress_, print);
 }
@@ -570,6 +578,7 @@ void Trainer::summarize() {
   const double tokens_per_step = static_cast<double>(tr_.global_batch) * info_.seq_len;
   result_.tokens_per_s =
       timed_steps_ ? tokens_per_step * static_cast<double>(timed_steps_) / train_time_s_ : 0;
+  if (data_.masks() && timed_steps_) result_.trained_per_s = timed_trained_ / train_time_s_;
   RunReport report = report_of(run_, result_, info_, data_info_, scaler_, at_.step - first_step_,
                                at_.skipped, comm_wait_s_, train_comm_, t_start_);
   if (stopped_) report.weights_file.reset();  // a stopped run writes none

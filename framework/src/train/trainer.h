@@ -36,6 +36,9 @@ struct TrainResult {
   std::vector<double> train_losses;  // one per optimizer step
   std::vector<std::pair<std::int64_t, double>> val_losses;
   double tokens_per_s = 0;
+  // The trained tokens (targets not masked) a second, over every rank;
+  // unset when the data masks none (every token is trained).
+  std::optional<double> trained_per_s;
   std::filesystem::path metrics_file;
 };
 
@@ -77,8 +80,9 @@ class Trainer {
   // non-finite loss is an error.
   void count_step(const StepResult& sr, double loss, double lr, double scale, std::int64_t step);
   // Time, traffic and memory of the step, logged.
+  // `trained`: the step's trained tokens on every rank.
   void record_step(const StepResult& sr, double loss, double lr, double scale, std::int64_t done,
-                   Clock::time_point t0);
+                   std::uint64_t trained, Clock::time_point t0);
   void evaluate(std::int64_t step);
   // A batch from the loader with the type its activations are kept in.
   Batch with_activations(Batch batch) const;
@@ -114,7 +118,7 @@ class Trainer {
   // Timing and traffic: `mark_` is where the current step's traffic starts
   // (after the previous step's report and evaluation, whose collectives
   // are not training traffic).
-  double train_time_s_ = 0, comm_wait_s_ = 0;
+  double train_time_s_ = 0, comm_wait_s_ = 0, timed_trained_ = 0;
   std::int64_t timed_steps_ = 0;
   CommCounters mark_, train_comm_;
   std::unique_ptr<text::Tokenizer> sample_tokenizer_;  // rank 0's, with sample_every
