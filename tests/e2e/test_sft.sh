@@ -17,7 +17,7 @@
 #   step: packed into 7 rows, they train what one example a row trains
 #   (losses and gradient norms within 1e-6 for 3 steps, the sums only
 #   grouped otherwise), at world 1 and at world 2 under zero3 (two epochs
-#   a step: the same mean).
+#   a step: the same mean), and resume exactly from a checkpoint.
 # - Refused before step 1, naming the key: a named template, a cutoff_len
 #   past seq_len + 1, a run with no model directory; packing on GPT-2
 #   (learned positions) and with the sequence split over ranks; datasets
@@ -138,6 +138,17 @@ grep -q "14 examples (0 held out), [0-9]* tokens, [0-9]* trained; packed into 7 
 run packed_w2 2 1 7 "${pack[@]}" --set train.steps=3 --set data.packing=true --strategy zero3
 same_training unpacked packed 1e-6 1e-6
 same_training unpacked packed_w2 1e-6 1e-6
+# Packed rows resume exactly: step 1's checkpoint, resumed as micro 7 x
+# accumulation 1 (the same global batch), logs steps 2 and 3 again.
+run packed_ck 1 1 7 "${pack[@]}" --set train.steps=3 --set data.packing=true --set train.checkpoint_every=1 \
+  --set train.keep_last=3
+tail -n 2 "$scratch/packed_ck.curve" > "$scratch/packed_last2.curve"
+"$ZTRAIN" "${pack[@]}" --set train.steps=3 --set data.packing=true --set train.micro_batch_size=7 \
+  --set train.grad_accum=1 --set train.out_dir="$scratch/packed_resumed" \
+  --resume="$scratch/packed_ck/step_1" "$scratch/sft.toml" > "$scratch/packed_resumed.out" 2>&1 ||
+  fail "resuming the packed run failed"
+curve packed_resumed 2
+same_training packed_last2 packed_resumed 1e-6 1e-6
 
 refused() {  # refused WHAT TEXT ARGS...: the run refused before step 1, saying TEXT
   local what=$1 text=$2
