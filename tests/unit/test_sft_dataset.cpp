@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,4 +119,52 @@ TEST_CASE("datasets ztrain cannot read here are refused naming dataset_info.json
   CHECK(test::message_of<ConfigError>([&] {
           text::read_sft_datasets(dir.path(), {"mm"});
         }).find("columns.images is multimodal") != std::string::npos);
+}
+
+// Which rows are taken: max_samples keeps each dataset's first rows (bad
+// ones count among them, as LLaMA-Factory truncates before converting);
+// dataset_info.json's num_samples draws that many from the seed, every row
+// once before any twice; a split other than train is refused.
+TEST_CASE("max_samples and num_samples take the rows LLaMA-Factory's loader takes") {
+  const text::SftDataset all = text::read_sft_datasets(kDir, {"alpaca_history", "alpaca_en_demo"});
+  const text::SftDataset two =
+      text::read_sft_datasets(kDir, {"alpaca_history", "alpaca_en_demo"}, {2, 0});
+  REQUIRE(two.examples.size() == 4);
+  CHECK(two.examples[0].where == all.examples[0].where);
+  CHECK(two.examples[2].where == (kDir / "alpaca_en_demo.json").string() + ":2");
+  CHECK(text::read_sft_datasets(kDir, {"bad_rows"}, {3, 0}).bad_rows +
+            text::read_sft_datasets(kDir, {"bad_rows"}, {3, 0}).examples.size() ==
+        3);
+
+  test::TempDir dir;
+  std::ofstream(dir / "rows.jsonl") << R"({"instruction": "a", "output": "1"})"
+                                    << "\n"
+                                    << R"({"instruction": "b", "output": "2"})"
+                                    << "\n"
+                                    << R"({"instruction": "c", "output": "3"})"
+                                    << "\n";
+  const auto drawn = [&](const std::string& n, std::uint64_t seed) {
+    std::ofstream(dir / "dataset_info.json")
+        << R"({"d": {"file_name": "rows.jsonl", "num_samples": )" << n << "}}";
+    std::vector<std::string> rows;
+    for (const auto& e : text::read_sft_datasets(dir.path(), {"d"}, {0, seed}).examples)
+      rows.push_back(e.turns.front().content);
+    return rows;
+  };
+  const std::vector<std::string> two_rows = drawn("2", 5), seven = drawn("7", 5);
+  CHECK(two_rows.size() == 2);
+  CHECK(two_rows[0] != two_rows[1]);
+  REQUIRE(seven.size() == 7);
+  CHECK(std::set<std::string>(seven.begin(), seven.begin() + 3) ==
+        std::set<std::string>{"a", "b", "c"});
+  CHECK(drawn("7", 5) == seven);
+  bool differs = false;  // another seed, another draw (for some seed of a few)
+  for (std::uint64_t seed = 6; seed < 12 && !differs; ++seed) differs = drawn("7", seed) != seven;
+  CHECK(differs);
+  std::ofstream(dir / "dataset_info.json")
+      << R"({"d": {"file_name": "rows.jsonl", "split": "validation"}})";
+  CHECK(test::message_of<ConfigError>([&] {
+          text::read_sft_datasets(dir.path(), {"d"});
+        }).find("\"d\": split \"validation\": a local file holds the train split only") !=
+        std::string::npos);
 }

@@ -42,6 +42,10 @@ struct SftRequest {
   std::size_t cutoff_len = 2048;       // tokens an example keeps at most
   bool train_on_prompt = false;
   bool mask_history = false;
+  // Each dataset's first max_samples rows (LLaMA-Factory's max_samples);
+  // 0: all. dataset_info.json's num_samples draws from `seed`.
+  std::size_t max_samples = 0;
+  std::uint64_t seed = 0;
 };
 
 struct SftExamples {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ztrain/error.h"
+#include "ztrain/random.h"
 
 namespace ztrain::text {
 namespace {
@@ -17,12 +19,11 @@ namespace fs = std::filesystem;
 // Rows keep their keys' order: JSON text made from them must be Python's.
 using json = nlohmann::ordered_json;
 
-// How many bad rows are kept with their file:line (all are counted).
-
 // One dataset's entry of dataset_info.json, with LLaMA-Factory's defaults
 // (data/parser.py's DatasetAttr).
 struct DatasetAttr {
   std::string name, file_name, formatting = "alpaca";
+  std::optional<std::size_t> num_samples;
   // columns
   std::string prompt = "instruction", query = "input", response = "output", history, messages,
               system, tools;
@@ -65,8 +66,18 @@ DatasetAttr attr_of(const json& info, const std::string& name, const std::string
     throw ConfigError(at +
                       "ranking = true is preference data (DPO, RM), which ztrain does not "
                       "train yet; give a supervised dataset");
+  if (const auto split = e.find("split");
+      split != e.end() && !(split->is_string() && split->get<std::string>() == "train"))
+    throw ConfigError(at + "split " + split->dump() +
+                      ": a local file holds the train split only (LLaMA-Factory loads it so); "
+                      "remove the key, or give the other split its own dataset");
   DatasetAttr a;
   a.name = name;
+  if (const auto n = e.find("num_samples"); n != e.end() && !n->is_null()) {
+    if (!n->is_number_unsigned() || n->get<std::size_t>() == 0)
+      throw ConfigError(at + "num_samples " + n->dump() + ": give a count of rows, 1 or more");
+    a.num_samples = n->get<std::size_t>();
+  }
   take(e, "file_name", a.file_name);
   take(e, "formatting", a.formatting);
   if (a.formatting != "alpaca" && a.formatting != "sharegpt" && a.formatting != "openai")
@@ -130,6 +141,7 @@ std::vector<std::size_t> element_lines(const std::string& text) {
 struct Row {
   json value;
   std::size_t line = 0;
+  std::string file{};
 };
 
 // A JSON array of rows, or JSON lines.
@@ -356,7 +368,28 @@ Aligned align(const json& row, const DatasetAttr& a) {
 
 }  // namespace
 
-SftDataset read_sft_datasets(const fs::path& dataset_dir, const std::vector<std::string>& names) {
+// The rows a dataset trains on, as LLaMA-Factory's loader takes them:
+// num_samples of dataset_info.json draws that many (every row once in a
+// random order, then, past the dataset's size, rows drawn again; seeded,
+// where LLaMA-Factory's draw is numpy's), then max_samples keeps the
+// first ones.
+std::vector<const Row*> taken(const std::vector<Row>& rows, const DatasetAttr& a,
+                              const SftSampling& s) {
+  std::vector<const Row*> out;
+  if (!a.num_samples) {
+    for (const Row& r : rows) out.push_back(&r);
+  } else if (!rows.empty()) {
+    const std::uint64_t seed = hash_combine(s.seed, std::hash<std::string>{}(a.name));
+    const Permutation order(rows.size(), seed);
+    for (std::size_t i = 0; i < *a.num_samples; ++i)
+      out.push_back(&rows[i < rows.size() ? order(i) : hash_combine(seed, i) % rows.size()]);
+  }
+  if (s.max_samples && out.size() > s.max_samples) out.resize(s.max_samples);
+  return out;
+}
+
+SftDataset read_sft_datasets(const fs::path& dataset_dir, const std::vector<std::string>& names,
+                             const SftSampling& sampling) {
   const fs::path info_path = dataset_dir / "dataset_info.json";
   const json info = json::parse(read_file(info_path), nullptr, false);
   if (!info.is_object())
@@ -365,19 +398,24 @@ SftDataset read_sft_datasets(const fs::path& dataset_dir, const std::vector<std:
   out.files.push_back(info_path.string());
   for (const std::string& name : names) {
     const DatasetAttr a = attr_of(info, name, info_path.string());
+    std::vector<Row> rows;
     for (const fs::path& file : files_of(dataset_dir / a.file_name)) {
       out.files.push_back(file.string());
-      for (const Row& row : rows_of(file)) {
-        const std::string where = file.string() + ":" + std::to_string(row.line);
-        auto [example, why] = align(row.value, a);
-        if (example) {
-          example->where = where;
-          out.examples.push_back(std::move(*example));
-          continue;
-        }
-        ++out.bad_rows;
-        if (out.bad.size() < kBadRowsKept) out.bad.push_back(where + ": " + why);
+      for (Row& row : rows_of(file)) {
+        row.file = file.string();
+        rows.push_back(std::move(row));
       }
+    }
+    for (const Row* row : taken(rows, a, sampling)) {
+      const std::string where = row->file + ":" + std::to_string(row->line);
+      auto [example, why] = align(row->value, a);
+      if (example) {
+        example->where = where;
+        out.examples.push_back(std::move(*example));
+        continue;
+      }
+      ++out.bad_rows;
+      if (out.bad.size() < kBadRowsKept) out.bad.push_back(where + ": " + why);
     }
   }
   return out;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -55,8 +56,16 @@ struct SftDataset {
   std::vector<std::string> files;  // read: dataset_info.json, then the data files
 };
 
+// Which rows of each dataset are taken: dataset_info.json's num_samples
+// draws from the seed, then each dataset's first max_samples (0: all).
+struct SftSampling {
+  std::size_t max_samples = 0;
+  std::uint64_t seed = 0;
+};
+
 // The named datasets of dataset_dir/dataset_info.json, in order.
 SftDataset read_sft_datasets(const std::filesystem::path& dataset_dir,
-                             const std::vector<std::string>& names);
+                             const std::vector<std::string>& names,
+                             const SftSampling& sampling = {});
 
 }  // namespace ztrain::text

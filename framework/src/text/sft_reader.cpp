@@ -67,7 +67,7 @@ SftExamples read_sft_examples(const SftRequest& r) {
                       "'; give the model directory the run fine-tunes");
   const auto tokenizer = load_tokenizer(tokenizer_file);
   const ChatTemplate chat = template_of(r);
-  const SftDataset d = read_sft_datasets(r.dataset_dir, r.datasets);
+  const SftDataset d = read_sft_datasets(r.dataset_dir, r.datasets, {r.max_samples, r.seed});
   const SftEncoding o{r.cutoff_len, r.train_on_prompt, r.mask_history};
   std::vector<Outcome> outcomes(d.examples.size());
   tbb::parallel_for(std::size_t{0}, d.examples.size(), [&](std::size_t i) {

@@ -85,6 +85,7 @@ class Sft final : public DataSource {
     request_.train_on_prompt = o.get_bool("train_on_prompt");
     request_.mask_history = o.get_bool("mask_history");
     cutoff_len_ = static_cast<std::size_t>(o.get_int("cutoff_len"));
+    request_.max_samples = static_cast<std::size_t>(o.get_int("max_samples"));
     packing_ = o.get_bool("packing");
     val_size_ = o.get_number("val_size");
     shuffle_ = o.get_bool("shuffle");
@@ -101,6 +102,9 @@ class Sft final : public DataSource {
               "holds, seq_len + 1")
         .at_least(0)
         .as_int();
+    o.integer("max_samples", 0,
+              "each dataset's first rows taken (LLaMA-Factory's max_samples); 0: all")
+        .at_least(0);
     o.flag("train_on_prompt", false, "train on the prompts' tokens too");
     o.flag("mask_history", false, "train on each example's last answer only");
     o.flag("packing", false,
@@ -117,6 +121,7 @@ class Sft final : public DataSource {
     seed_ = s.seed;
     check_options(s);
     request_.model_dir = s.model_dir;
+    request_.seed = s.seed;
     request_.cutoff_len = cutoff_len_ ? cutoff_len_ : T_ + 1;
     examples_ = s.sft->read(request_);
     if (examples_.count() == 0)
@@ -180,6 +185,8 @@ class Sft final : public DataSource {
 
  private:
   void check_options(const DataSetup& s) const {
+    if (!s.sft)
+      throw InternalError("the sft source was set up without the host's reader (DataSetup::sft)");
     if (cutoff_len_ > T_ + 1)
       throw ConfigError(options_.where("cutoff_len") + ": [data] cutoff_len " +
                         std::to_string(cutoff_len_) + " needs rows of cutoff_len - 1 = " +
