@@ -309,6 +309,17 @@ TEST_CASE("sft: refused before reading, naming the key") {
   CHECK(contains(refused("", no_template), "chat_template"));
 }
 
+// A cutoff_len so short that no answer keeps a token: every example is a
+// bad row, named with why, and setup stops.
+TEST_CASE("sft: examples whose answer is cut away are bad rows, not examples") {
+  const ModelDir m;
+  auto src = create_data_source("sft", kDatasets + "cutoff_len = 1\n");
+  const std::string msg = message_of<DataError>([&] { src->setup(setup_of(m, 8)); });
+  INFO(msg);
+  CHECK(contains(msg, "[data] dataset: no example of "));
+  CHECK(contains(msg, "nothing left to train on within cutoff_len 1 (the answer is cut away)"));
+}
+
 TEST_CASE("sft: a token id past the model's vocabulary is a DataError naming the tokenizer") {
   const ModelDir m;
   DataSetup s = setup_of(m, 600);
