@@ -88,8 +88,9 @@ struct TokenShape {
 };
 // H heads of hs elements at the start of each (b,t) row, rows `stride`
 // floats apart: q, k or v inside the fused qkv activation. positions:
-// (B,T), token (b,t)'s position in its example, where rows pack several
-// examples (each starts at 0); null: t.
+// (B,T), in the memory the kernels read (the device's, as the tensors),
+// token (b,t)'s position in its example, where rows pack several examples
+// (each starts at 0); null: t.
 struct HeadShape {
   std::size_t B, T, H, hs, stride;
   const std::int32_t* positions = nullptr;
