@@ -17,7 +17,8 @@
 #   step: packed into 7 rows, they train what one example a row trains
 #   (losses and gradient norms within 1e-6 for 3 steps, the sums only
 #   grouped otherwise), at world 1 and at world 2 under zero3 (two epochs
-#   a step: the same mean), and resume exactly from a checkpoint.
+#   a step: the same mean), in bf16 within 2e-4 and 4e-3, and resume
+#   exactly from a checkpoint.
 # - Refused before step 1, naming the key: a named template, a cutoff_len
 #   past seq_len + 1, a run with no model directory; packing on GPT-2
 #   (learned positions) and with the sequence split over ranks; datasets
@@ -138,6 +139,11 @@ grep -q "14 examples (0 held out), [0-9]* tokens, [0-9]* trained; packed into 7 
 run packed_w2 2 1 7 "${pack[@]}" --set train.steps=3 --set data.packing=true --strategy zero3
 same_training unpacked packed 1e-6 1e-6
 same_training unpacked packed_w2 1e-6 1e-6
+# In bf16 (activations kept in bf16, rounded where the rows' sums differ)
+# within test_masked_loss's bf16 tolerances.
+run unpacked_bf16 1 2 7 "${pack[@]}" --set train.steps=3 --set train.precision=bf16
+run packed_bf16 1 1 7 "${pack[@]}" --set train.steps=3 --set data.packing=true --set train.precision=bf16
+same_training unpacked_bf16 packed_bf16 2e-4 4e-3
 # Packed rows resume exactly: step 1's checkpoint, resumed as micro 7 x
 # accumulation 1 (the same global batch), logs steps 2 and 3 again.
 run packed_ck 1 1 7 "${pack[@]}" --set train.steps=3 --set data.packing=true --set train.checkpoint_every=1 \
