@@ -13,6 +13,7 @@
 #   and 4e-6 per step (fp32 sums over 4 to 8 rows, in other orders), val losses within 1e-6 (each row's trained tokens
 #   differ: only a mean over the global batch's trained tokens agrees).
 # - A checkpoint of world 2 resumes at world 1 with the same later steps.
+# - [train] epochs: the steps they take are counted from the examples.
 # - Packing: the examples cut to 100 tokens, in rows of 256, one epoch a
 #   step: packed into 7 rows, they train what one example a row trains
 #   (losses and gradient norms within 1e-6 for 3 steps, the sums only
@@ -128,6 +129,13 @@ on_ranks 1 "$ZTRAIN" --set train.out_dir="$scratch/resumed" --set train.micro_ba
   { cat "$scratch/resumed.out" >&2; fail "resuming world 2's step 4 at world 1 failed"; }
 curve resumed 4
 same_training w2_last4 resumed 1e-6 2e-6
+
+# [train] epochs: 2 passes over the 10 training examples at 4 a step are 5
+# steps, in place of the file's steps = 8, said in the header.
+steps=5
+run epochs 1 2 2 --set train.epochs=2 --set train.checkpoint_every=0
+grep -qF "steps: 5, for epochs = 2 (--set train.epochs=2) of 10 training sequences at 4 a step (in place of steps = 8, $scratch/sft.toml:" \
+  "$scratch/epochs.out" || fail "the epochs run does not say how many steps they take"
 
 pack=(--set model.seq_len=256 --set data.cutoff_len=100 --set data.val_size=0
   --set train.eval_every=0 --set train.checkpoint_every=0 --set train.save_final=false)

@@ -322,3 +322,30 @@ TEST_CASE("kind = auto takes a GPU only where every rank here gets one, cuda is 
                  "run.toml:2:1: [comm] backend \"nccl\" moves GPU memory, but the run is on "
                  "[device] kind \"cpu\""));
 }
+
+// [train] epochs: the steps that pass the training sequences that many
+// times at the global batch, rounded up, and a schedule over them; with
+// steps also given the command line's key wins, two of the same standing
+// are refused; an endless source has no epochs.
+TEST_CASE("epochs become steps once the data's size is known") {
+  RunConfig cfg = RunConfig::parse("[train]\nepochs = 2.5\nglobal_batch_size = 4\n", "run.toml");
+  RunSettings s = resolve_settings(cfg, 1);
+  CHECK(s.train.epochs == 2.5);
+  const std::string note = steps_from_epochs(s, cfg, 10);
+  CHECK(s.train.steps == 7);  // ceil(2.5 x 10 / 4)
+  CHECK(std::get<NanoGptSchedule>(s.train.schedule).total == 7);
+  CHECK(contains(note, "steps: 7, for epochs = 2.5 (run.toml:2:1) of 10 training sequences at 4"));
+  CHECK(contains(test::message_of<ConfigError>([&] { steps_from_epochs(s, cfg, std::nullopt); }),
+                 "run.toml:2:1: [train] epochs counts passes over the training data, and this "
+                 "source is endless; give steps instead"));
+  RunConfig both = RunConfig::parse("[train]\nepochs = 1\nsteps = 9\n", "run.toml");
+  CHECK(
+      contains(test::message_of<ConfigError>([&] { resolve_settings(both, 1); }),
+               "run.toml:2:1: [train] epochs and steps (run.toml:3:1) both say how long to train"));
+  both.override_with("train.epochs=3");
+  CHECK(resolve_settings(both, 1).train.epochs == 3);
+  RunConfig steps_wins = RunConfig::parse("[train]\nepochs = 1\n", "run.toml");
+  steps_wins.override_with("train.steps=9");
+  CHECK(resolve_settings(steps_wins, 1).train.epochs == 0);
+  CHECK(resolve_settings(steps_wins, 1).train.steps == 9);
+}

@@ -1,5 +1,9 @@
 #include "config/run_settings.h"
 
+#include <climits>
+#include <cmath>
+#include <sstream>
+
 #include "config/lr_schedule.h"
 
 #include "loader/cuda_loader.h"
@@ -10,6 +14,10 @@ namespace ztrain {
 OptionList train_options() {
   OptionList o;
   o.integer("steps", 300, "optimizer steps to run").at_least(1);
+  o.number("epochs", 0,
+           "passes over the training data instead of steps (the steps they take are counted "
+           "when the data opens: LLaMA-Factory's num_train_epochs); 0: steps")
+      .at_least(0);
   o.integer("micro_batch_size", 8,
             "sequences per rank per micro-step (DeepSpeed: train_micro_batch_size_per_gpu)")
       .at_least(1)
@@ -228,13 +236,52 @@ std::int64_t data_ranks(const RunConfig& config, const ParallelSettings& p, int 
                     "=1 runs whole sequences on every rank; a checkpoint resumes on any mesh)");
 }
 
+// [train] epochs, where it decides the run's length: given with steps,
+// the command line's wins over a run file's, and two of the same standing
+// contradict each other.
+double epochs_of(const Options& t) {
+  const double epochs = t.get_number("epochs");
+  if (epochs == 0 || !t.given("steps")) return epochs;
+  const auto from_cli = [&](const char* key) { return t.where(key).starts_with("--set"); };
+  if (from_cli("epochs") == from_cli("steps"))
+    throw ConfigError(t.where("epochs") + ": [train] epochs and steps (" + t.where("steps") +
+                      ") both say how long to train; give one");
+  return from_cli("epochs") ? epochs : 0;
+}
+
 }  // namespace
+
+std::string steps_from_epochs(RunSettings& s, const RunConfig& config,
+                              std::optional<std::uint64_t> sequences) {
+  TrainSettings& tr = s.train;
+  const Options t = config.validate("train", train_options());
+  if (!sequences || *sequences == 0)
+    throw ConfigError(t.where("epochs") +
+                      ": [train] epochs counts passes over the training data, and this source "
+                      "is endless; give steps instead");
+  const double steps =
+      std::ceil(tr.epochs * static_cast<double>(*sequences) / static_cast<double>(tr.global_batch));
+  if (steps > static_cast<double>(INT64_MAX / tr.global_batch))
+    throw ConfigError(t.where("epochs") + ": [train] epochs = " + std::to_string(tr.epochs) +
+                      " of " + std::to_string(*sequences) +
+                      " sequences passes the 64-bit count of sequences; train fewer");
+  tr.steps = static_cast<std::int64_t>(steps);
+  tr.schedule = schedule_of(t, tr.steps);
+  std::ostringstream note;
+  note << "steps: " << tr.steps << ", for epochs = " << tr.epochs << " (" << t.where("epochs")
+       << ") of " << *sequences << " training sequences at " << tr.global_batch << " a step"
+       << (t.given("steps") ? " (in place of steps = " + std::to_string(t.get_int("steps")) + ", " +
+                                  t.where("steps") + ")"
+                            : std::string());
+  return note.str();
+}
 
 RunSettings resolve_settings(const RunConfig& config, int world) {
   RunSettings s;
   const Options t = config.validate("train", train_options());
   auto& tr = s.train;
   tr.steps = t.get_int("steps");
+  tr.epochs = epochs_of(t);
   tr.schedule = schedule_of(t, tr.steps);
   tr.optimizer.weight_decay = t.get_number("weight_decay");
   tr.optimizer.decay_mode =

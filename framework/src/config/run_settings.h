@@ -46,6 +46,9 @@ struct SampleSettings {
 
 struct TrainSettings {
   std::int64_t steps = 0;
+  // [train] epochs where it decides the length (0: steps does): steps_from_epochs
+  // sets steps and the schedule once the data's size is known.
+  double epochs = 0;
   std::int64_t micro_batch = 0;
   std::int64_t grad_accum = 0;
   std::int64_t global_batch = 0;
@@ -129,6 +132,12 @@ CommSettings resolve_comm(const RunConfig& config);
 // assembled.
 std::filesystem::path resolve_out_dir(const RunConfig& config);
 RunSettings resolve_settings(const RunConfig& config, int world);
+// With [train] epochs: the steps that pass `sequences` training sequences
+// (the data source's count; unset: endless, a ConfigError) that many
+// times at the global batch, rounded up, and the schedule over them; the
+// line the run prints saying so.
+std::string steps_from_epochs(RunSettings& s, const RunConfig& config,
+                              std::optional<std::uint64_t> sequences);
 ParallelSettings resolve_parallel(const RunConfig& config);
 
 }  // namespace ztrain

@@ -178,8 +178,6 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
     installed.push_back({"CUDA backend", cuda_backend_path(), ZTRAIN_VERSION});
   check_installations_agree(installed, *run.comm);
   run.settings = parts.settings;
-  for (auto& w : schedule_warnings(run.settings.train.schedule, run.settings.train.steps))
-    run.config_notes.push_back("warning: " + w);
   run.model_plugin = parts.model_plugin;
   run.data_plugin = parts.data_plugin;
   run.strategy_plugin = parts.strategy_plugin;
@@ -203,6 +201,10 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   const DataInfo dinfo = open_data(run, parts);
   run.config_notes.insert(run.config_notes.end(), dinfo.notes.begin(), dinfo.notes.end());
   check_segments(config, run, dinfo);
+  if (run.settings.train.epochs > 0)
+    run.config_notes.push_back(steps_from_epochs(run.settings, config, dinfo.train_sequences));
+  for (auto& w : schedule_warnings(run.settings.train.schedule, run.settings.train.steps))
+    run.config_notes.push_back("warning: " + w);
   check_tokenizers_agree(config, parts, dinfo);
   if (dinfo.vocab_used > info.vocab_size)
     throw ConfigError(config.where("model.vocab_size") + ": [model] vocab_size " +
