@@ -158,6 +158,10 @@ const std::string& ChatTemplate::where() const {
   return impl_->source.where;
 }
 
+const std::filesystem::path& ChatTemplate::file() const {
+  return impl_->source.file;
+}
+
 ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir,
                                           const std::filesystem::path& template_file) {
   ChatTemplateSource source;
@@ -171,9 +175,11 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir,
   if (!template_file.empty()) {
     source.text = read_file(template_file);
     source.where = template_file.string();
+    source.file = template_file;
   } else if (std::filesystem::exists(jinja_path)) {
     source.text = read_file(jinja_path);
     source.where = jinja_path.string();
+    source.file = jinja_path;
   } else {
     source.text = config_template(config, config_path.string());
     source.where = config_path.string() + ": chat_template";

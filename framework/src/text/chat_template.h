@@ -50,6 +50,9 @@ struct ChatTemplateSource {
   std::string where;
   std::map<std::string, std::string> special_tokens;
   std::map<std::string, std::string> variables;
+  // The .jinja file the text was read from; empty: another source
+  // (tokenizer_config.json's chat_template, or text given directly).
+  std::filesystem::path file{};
 };
 
 // A rendered conversation and its answers: [begin, end) byte offsets into
@@ -78,6 +81,7 @@ class ChatTemplate {
   // The whole conversation, and where each assistant answer lies in it.
   RenderedChat render_with_answers(const std::vector<ChatMessage>& messages) const;
   const std::string& where() const;
+  const std::filesystem::path& file() const;
 
  private:
   struct Impl;

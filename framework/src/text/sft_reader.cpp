@@ -46,11 +46,6 @@ Outcome encode(const ChatTemplate& chat, const Tokenizer& tokenizer, const SftEx
   return out;
 }
 
-ChatTemplate template_of(const SftRequest& r) {
-  if (r.chat_template == "auto") return ChatTemplate::from_model_dir(r.model_dir);
-  return ChatTemplate::from_model_dir(r.model_dir, r.chat_template);
-}
-
 class HostSftReader final : public SftReader {
  public:
   SftExamples read(const SftRequest& request) const override { return read_sft_examples(request); }
@@ -66,7 +61,9 @@ SftExamples read_sft_examples(const SftRequest& r) {
     throw ConfigError("no tokenizer.json or tokenizer.model in '" + r.model_dir +
                       "'; give the model directory the run fine-tunes");
   const auto tokenizer = load_tokenizer(tokenizer_file);
-  const ChatTemplate chat = template_of(r);
+  const ChatTemplate chat = ChatTemplate::from_model_dir(
+      r.model_dir,
+      r.chat_template == "auto" ? std::filesystem::path() : std::filesystem::path(r.chat_template));
   const SftDataset d = read_sft_datasets(r.dataset_dir, r.datasets, {r.max_samples, r.seed});
   const SftEncoding o{r.cutoff_len, r.train_on_prompt, r.mask_history};
   std::vector<Outcome> outcomes(d.examples.size());
@@ -82,11 +79,7 @@ SftExamples read_sft_examples(const SftRequest& r) {
   out.tokenizer = tokenizer_file.string();
   out.tokenizer_identity = tokenizer_identity(tokenizer_file);
   out.chat_template = chat.where();
-  if (r.chat_template != "auto")
-    out.chat_template_file = r.chat_template;
-  else if (const auto own = std::filesystem::path(r.model_dir) / "chat_template.jinja";
-           std::filesystem::exists(own))
-    out.chat_template_file = own.string();
+  out.chat_template_file = chat.file().string();
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     Outcome& e = outcomes[i];
     if (!e.config_error.empty()) throw ConfigError(e.config_error);

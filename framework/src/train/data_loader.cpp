@@ -14,8 +14,11 @@ DataLoader::DataLoader(const DataSource& source, int micro_batch, int seq_len, i
       T_(seq_len),
       A_(grad_accum),
       share_(share),
-      masks_(source.info().masks),
-      segments_(source.info().segments) {
+      masks_(false),
+      segments_(false) {
+  const DataInfo info = source.info();
+  masks_ = info.masks;
+  segments_ = info.segments;
   if (segments_ && share_.split.shards() > 1)
     throw InternalError("a data source with segments read in sequence shards");
   for (auto* s : {&slots_[0], &slots_[1], &val_slot_}) *s = make_slot();

@@ -130,11 +130,12 @@ class Sft final : public DataSource {
                       "; fix the rows (`ztrain sft-check` names them)");
     check_ids(s.vocab_size);
     split(s.evaluates);
+    description_ = description();
   }
 
   DataInfo info() const override {
     DataInfo d;
-    d.description = description();
+    d.description = description_;
     d.vocab_used = vocab_used_;
     d.files = examples_.files;
     d.train_sequences = train_.count();
@@ -288,6 +289,7 @@ class Sft final : public DataSource {
   bool shuffle_ = true, packing_ = false;
   std::uint64_t seed_ = 0;
   SftExamples examples_;
+  std::string description_;  // counted once, at setup
   int vocab_used_ = 0;
   Rows train_, val_;
 };
