@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "checkpoint/weights.h"
 #include "config/hf_model_import.h"
 #include "io/safetensors.h"
 #include "support.h"
@@ -75,13 +76,14 @@ Worst compare(const std::vector<float>& got, const std::vector<float>& want, dou
 // The run of a golden case: its [model] given as keys with init_from (the
 // generator's own TOML), or as the Hugging Face directory alone (`from`,
 // config/hf_model_import.h reads its config.json).
+// `tuning`: more [model] keys (a fine-tuning method's).
 Run golden_run(const std::filesystem::path& dir, const SafetensorsReader& ref, bool from_dir,
-               int micro_batch = 2) {
+               int micro_batch = 2, const std::string& tuning = "") {
   const std::string rest = "\n[data]\nplugin = \"synthetic\"\n[train]\nmicro_batch_size = " +
                            std::to_string(micro_batch) + "\n";
   if (!from_dir)
-    return test::make_run(ref.metadata().at("ztrain_model") + "init_from = \"" + dir.string() +
-                          "\"" + rest);
+    return test::make_run(ref.metadata().at("ztrain_model") + tuning + "init_from = \"" +
+                          dir.string() + "\"" + rest);
   RunConfig config =
       RunConfig::parse("[model]\nfrom = \"" + dir.string() + "\"" + rest, "test.toml");
   resolve_model_dir(config);
@@ -244,6 +246,90 @@ void check_sft(const std::string& name, bool packed) {
                << ", every gradient element within " << ratio << " of its tolerance");
 }
 
+// The adapters' values of a LoRA golden file (lora.<name>), a fresh
+// optimizer.
+class AdapterValues final : public StateSource {
+ public:
+  AdapterValues(const SafetensorsReader& ref, const ParamSpecs& params)
+      : ref_(ref), params_(params) {}
+  void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override {
+    REQUIRE(params_[p].adapter);
+    if (a != StateArray::master) return std::fill(out, out + count, 0.0f);
+    const std::vector<float> v = tensor(ref_, "lora." + params_[p].name);
+    std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(first), count, out);
+  }
+
+ private:
+  const SafetensorsReader& ref_;
+  const ParamSpecs& params_;
+};
+
+// LoRA (tools/make_lora_golden.py): PEFT's adapters of rank 4, alpha 8 on
+// every projection of the blocks, the base frozen, the fine-tuning
+// examples one a row and (rotary models) packed: the loss and the
+// adapters' gradients; the base gets none.
+void check_lora(const std::string& name, bool packed) {
+  const auto dir = test::source_dir() / "tests" / "data" / "golden" / name;
+  const SafetensorsReader model_ref(dir / "reference.safetensors");
+  const SafetensorsReader ref(dir / "lora_reference.safetensors");
+  const int T = std::stoi(ref.metadata().at("T"));
+  const SftRows rows = sft_rows(ref, T, packed);
+  Run run = golden_run(dir, model_ref, false, rows.rows,
+                       "finetuning_type = \"lora\"\nlora_rank = " + ref.metadata().at("lora_rank") +
+                           "\nlora_alpha = " + ref.metadata().at("lora_alpha") + "\n");
+  const auto params = run.model->params();  // the context keeps a reference
+  AdapterValues adapters(ref, params);
+  run.strategy->load_state(adapters);
+  const Batch batch{{rows.rows, T},
+                    rows.inputs.data(),
+                    rows.targets.data(),
+                    packed ? rows.positions.data() : nullptr};
+  const int trained = std::stoi(ref.metadata().at("trained"));
+  Arena arena(*run.device);
+  LossSum losses(*run.device, *run.kernels);
+  StepContext ctx(*run.strategy, params, *run.kernels, arena, losses,
+                  1.0f / static_cast<float>(trained));
+  run.model->forward_backward(batch, ctx);
+  const double loss = losses.take() * static_cast<double>(rows.inputs.size()) / trained;
+  const double want_loss = std::strtod(ref.metadata().at("loss_fp64").c_str(), nullptr);
+  const std::string what = name + " LoRA" + (packed ? " packed" : " one example a row");
+  CHECK(std::fabs(loss - want_loss) <= 5e-7);
+  Worst gw;
+  std::size_t adapted = 0;
+  for (ParamId p : params.ids()) {
+    const ParamSpec& spec = params[p];
+    CHECK(spec.trainable == spec.adapter);
+    CHECK((ref.find("grad." + spec.name) != nullptr) == spec.adapter);
+    if (!spec.adapter) continue;
+    ++adapted;
+    const std::vector<float> want = tensor(ref, "grad." + spec.name);
+    const TensorView g = run.strategy->grad_view(p);
+    const std::vector<float> got(g.f32(), g.f32() + g.numel());
+    double scale = 0;
+    for (float x : want) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+    const Worst w = compare(got, want, 2e-6 * scale, 1e-4, what + " gradient of " + spec.name);
+    gw.ratio = std::max(gw.ratio, w.ratio);
+  }
+  const auto in_file = std::count_if(ref.entries().begin(), ref.entries().end(),
+                                     [](const auto& e) { return e.name.starts_with("lora."); });
+  CHECK(adapted == static_cast<std::size_t>(in_file));
+  MESSAGE(what << ": loss error " << std::fabs(loss - want_loss) << ", " << adapted
+               << " adapter tensors' gradients within " << gw.ratio << " of their tolerance");
+  if (packed) return;
+  // The export merges W + scale B A: as a plain model it computes the
+  // same loss (PEFT's merged model's, merged_loss_fp64).
+  test::TempDir out;
+  export_weights(*run.model, *run.strategy, out.path(), DType::f32);
+  Run merged = golden_run(out.path(), model_ref, false, rows.rows);
+  const auto merged_params = merged.model->params();
+  StepContext merged_ctx(*merged.strategy, merged_params, *merged.kernels, arena, losses,
+                         1.0f / static_cast<float>(trained));
+  merged.model->forward_backward(batch, merged_ctx);
+  const double merged_loss = losses.take() * static_cast<double>(rows.inputs.size()) / trained;
+  CHECK(std::fabs(merged_loss -
+                  std::strtod(ref.metadata().at("merged_loss_fp64").c_str(), nullptr)) <= 5e-7);
+}
+
 }  // namespace
 
 TEST_CASE("GPT-2 matches Hugging Face's in float64: loss, logits, every gradient") {
@@ -277,6 +363,13 @@ TEST_CASE("Llama with attention and MLP biases, linear RoPE scaling, matches Hug
 TEST_CASE("fine-tuning examples, one a row and packed: transformers' masked loss and gradients") {
   for (const char* name : {"llama", "qwen2"})
     for (bool packed : {false, true}) check_sft(name, packed);
+}
+
+TEST_CASE(
+    "LoRA matches PEFT's in float64: the loss and every adapter's gradient, the base frozen") {
+  check_lora("gpt2", false);
+  for (const char* name : {"llama", "qwen2"})
+    for (bool packed : {false, true}) check_lora(name, packed);
 }
 
 TEST_CASE(

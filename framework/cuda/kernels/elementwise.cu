@@ -65,6 +65,12 @@ __global__ void add_kernel(float* out, const float* a, const float* b, std::size
   }
 }
 
+__global__ void scale_kernel(float* x, float alpha, std::size_t n) {
+  ZTRAIN_GRID_STRIDE(i, n) {
+    x[i] *= alpha;
+  }
+}
+
 // x: (B,T,H,hs) rows of `stride`; cos, sin: (T, hs/2), row t for token
 // (b,t), or row positions[b*T + t] where given (packed rows). One thread
 // per pair (i, i + hs/2); direction -1 applies the inverse rotation.
@@ -171,6 +177,12 @@ void CudaKernels::swiglu_backward(float* dgate, float* dup, const float* dout, c
 void CudaKernels::add(float* out, const float* a, const float* b, std::size_t n) const {
   if (n == 0) return;
   add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, a, b, n);
+  ZTRAIN_CUDA_LAUNCHED();
+}
+
+void CudaKernels::scale(float* x, float alpha, std::size_t n) const {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x, alpha, n);
   ZTRAIN_CUDA_LAUNCHED();
 }
 

@@ -159,13 +159,14 @@ class ZTRAIN_API Kernels {
   // out: (B,T,C) = wte[tokens] + wpe[t]; wpe may be null (no learned positions).
   virtual void embedding_forward(float* out, const std::int32_t* tokens, ConstTypedPtr wte,
                                  ConstTypedPtr wpe, TokenShape s) const = 0;
-  // dwte: (V,C), dwpe: (T,C) or null, dout: (B,T,C)
+  // dwte: (V,C) or null (a frozen table), dwpe: (T,C) or null, dout: (B,T,C)
   virtual void embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* dout,
                                   const std::int32_t* tokens, TokenShape s) const = 0;
 
   // out: (N,C) normalised; mean, rstd: (N) saved for backward; w, b: (C).
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  ConstTypedPtr w, ConstTypedPtr b, RowShape s, float eps) const = 0;
+  // dw, db may be null (a frozen norm): no gradient for them.
   virtual void layernorm_backward(float* dinp, TypedPtr dw, TypedPtr db, const float* dout,
                                   const float* inp, ConstTypedPtr w, const float* mean,
                                   const float* rstd, RowShape s) const = 0;
@@ -179,6 +180,7 @@ class ZTRAIN_API Kernels {
   // out: (N,C) = inp / rms(inp) * w; rstd: (N).
   virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstTypedPtr w,
                                RowShape s, float eps) const = 0;
+  // dw may be null (a frozen norm).
   virtual void rmsnorm_backward(float* dinp, TypedPtr dw, const float* dout, const float* inp,
                                 ConstTypedPtr w, const float* rstd, RowShape s) const = 0;
   // res = a + b, then out, rstd as rmsnorm_forward of res. res may alias a or b.
@@ -251,6 +253,8 @@ class ZTRAIN_API Kernels {
 
   // out = a + b; all (n). out may alias a or b.
   virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;
+  // x (n) *= alpha, in place (LoRA's alpha / rank).
+  virtual void scale(float* x, float alpha, std::size_t n) const = 0;
 
   // logits: (N,V) turned into probabilities in place; losses: (N) = -log
   // p[target]; s is (N, V). A row whose target is kIgnoreTarget gets a

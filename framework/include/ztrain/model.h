@@ -41,9 +41,9 @@
 namespace ztrain {
 
 struct Init {
-  enum class Kind : std::uint8_t { normal, zeros, ones };
+  enum class Kind : std::uint8_t { normal, zeros, ones, uniform };
   Kind kind = Kind::zeros;
-  float std = 0.0f;  // for normal: N(0, std^2)
+  float std = 0.0f;  // for normal: N(0, std^2); for uniform: U(-std, std)
 };
 
 struct ParamSpec {
@@ -57,6 +57,15 @@ struct ParamSpec {
   // (GPT-2's Conv1D weights are (in, out)). Import also accepts `name`.
   std::string hf_name;
   bool hf_transposed = false;
+  // False for a frozen parameter (a fine-tuning method's base weights):
+  // it has no gradient and no optimizer state, StepContext::grad() hands
+  // out a null view of it, and a checkpoint does not store it (it comes
+  // back from the base weights, [model] init_from, or the seed).
+  bool trainable = true;
+  // An adapter a fine-tuning method adds (LoRA's A and B): not in the base
+  // model's files, so an import of the base leaves it at its initial
+  // value; exported in PEFT's adapter format.
+  bool adapter = false;
 };
 
 struct ModuleSpec {
@@ -91,6 +100,13 @@ struct Batch {
   const std::int32_t* inputs = nullptr;
   const std::int32_t* targets = nullptr;
   const std::int32_t* positions = nullptr;
+};
+
+// A LoRA adapter beside a frozen weight (out, in): A (rank, in), B (out,
+// rank); the model computes W + scale * B A, and so does a merged export.
+struct AdapterOf {
+  ParamId weight, a, b;
+  float scale = 1;
 };
 
 struct ModelInfo {
@@ -176,7 +192,9 @@ class ZTRAIN_API StepContext {
 
   // Valid between enter and exit of a module in the parameter's used_by.
   // In the run's precision (param) and grad_accum_dtype (grad): pass them
-  // to the kernels as they are (ConstTypedPtr/TypedPtr).
+  // to the kernels as they are (ConstTypedPtr/TypedPtr). A frozen
+  // parameter's gradient (ParamSpec::trainable false) is a null view: the
+  // kernels compute no gradient where theirs is null.
   TensorView param(ParamId p);
   TensorView grad(ParamId p);
 
@@ -257,6 +275,11 @@ class ZTRAIN_API Model : public Plugin {
   // Tensors a Hugging Face file may carry that are not parameters here (tied
   // copies, attention-mask buffers); import skips them instead of failing.
   virtual bool ignorable_tensor(const std::string& /*name*/) const { return false; }
+  // The LoRA adapters the model declared (ParamSpec::adapter), each with
+  // its weight, and PEFT's adapter_config.json describing them (without
+  // base_model_name_or_path, which the host knows); none by default.
+  virtual std::vector<AdapterOf> adapters() const { return {}; }
+  virtual std::string adapter_config_json() const { return {}; }
 };
 
 }  // namespace ztrain

@@ -39,6 +39,13 @@ inline double normal_at(std::uint64_t seed, std::uint64_t stream, std::uint64_t 
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
+// Uniform in (-1, 1) for element `index` of stream `stream` under `seed`
+// (a stream of its own: not a normal_at draw reused).
+inline double symmetric_uniform_at(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+  const std::uint64_t base = hash_combine(hash_combine(seed, stream), index);
+  return 2.0 * uniform_open(splitmix64(base ^ 0x8cb92ba72f3d8dd7ull)) - 1.0;
+}
+
 class Permutation {
  public:
   Permutation(std::uint64_t n, std::uint64_t seed) : n_(n), seed_(seed) {

@@ -51,6 +51,10 @@ std::uint64_t blocks(std::uint64_t count) {
 
 void check_tiling(const Manifest& m, const std::string& where) {
   for (const ParamState& p : m.params) {
+    if (p.frozen && !p.pieces.empty())
+      throw DataError(where + ": frozen parameter " + p.name +
+                      " has state pieces; the checkpoint was edited");
+    if (p.frozen) continue;
     for (std::size_t a = 0; a < kStateArrayCount; ++a) {
       std::vector<const StatePiece*> pieces;
       for (const auto& s : p.pieces)
@@ -93,7 +97,9 @@ std::string manifest_json(const Manifest& m) {
   for (const auto& p : m.params) {
     json pieces = json::array();
     for (const auto& s : p.pieces) pieces.push_back(piece_json(std::nullopt, s));
-    params.push_back({{"name", p.name}, {"shape", p.shape}, {"dtype", "F32"}, {"pieces", pieces}});
+    json param = {{"name", p.name}, {"shape", p.shape}, {"dtype", "F32"}, {"pieces", pieces}};
+    if (p.frozen) param["frozen"] = true;  // absent: trained, as every checkpoint before LoRA
+    params.push_back(std::move(param));
   }
   const auto& pos = m.position;
   const json j = {
@@ -175,6 +181,7 @@ Manifest parse_manifest(const std::string& text, const std::filesystem::path& wh
           throw DataError(w + ": parameter " + ps.name + " has an impossible shape");
         n *= static_cast<std::uint64_t>(d);
       }
+      ps.frozen = p.value("frozen", false);
       for (const auto& s : p.at("pieces")) ps.pieces.push_back(piece_of(s, w));
       m.params.push_back(std::move(ps));
     }

@@ -65,6 +65,9 @@ struct ParamState {
   std::string name;
   std::vector<std::int64_t> shape;
   std::vector<StatePiece> pieces;
+  // A frozen parameter (ParamSpec::trainable false) has no state and no
+  // pieces: a resume takes it from the base weights again.
+  bool frozen = false;
   std::uint64_t numel() const;
 };
 

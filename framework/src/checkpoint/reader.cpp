@@ -90,6 +90,13 @@ void Checkpoint::check_model(const ParamSpecs& params) const {
                       params[p].shape.str() +
                       " in this run's model; it was written by another "
                       "model");
+  for (ParamId p : params.ids())
+    if (mine[p].frozen == params[p].trainable)
+      throw DataError(where + ": parameter " + params[p].name + " is " +
+                      (mine[p].frozen ? "frozen" : "trained") + " in the checkpoint and " +
+                      (params[p].trainable ? "trained" : "frozen") +
+                      " in this run; the fine-tuning method changed (LoRA, freeze): start a new "
+                      "run from the weights instead");
 }
 
 std::uint64_t Checkpoint::verify() const {

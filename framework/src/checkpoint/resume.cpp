@@ -256,8 +256,8 @@ void resume_through_rank_0(const ResumeRequest& r, Strategy& strategy, Communica
   const Manifest m = checkpoint ? checkpoint->manifest() : parse_manifest(manifest, out.dir);
   std::optional<CheckpointSource> source;
   if (checkpoint) source.emplace(*checkpoint);
-  out.bytes_moved =
-      load_through_rank_0(strategy, source ? &*source : nullptr, false, "resume", comm);
+  out.bytes_moved = load_through_rank_0([&](StateSource& s) { strategy.load_state(s); },
+                                        source ? &*source : nullptr, false, "resume", comm);
   out.from_rank_0 = true;
   out.position = m.position;
   out.world = m.world;

@@ -195,10 +195,10 @@ void relay(const std::vector<std::vector<Range>>& ranges, StateSource* source, S
 
 }  // namespace
 
-std::uint64_t load_through_rank_0(Strategy& strategy, StateSource* source, bool master_only,
+std::uint64_t load_through_rank_0(const StateLoader& load, StateSource* source, bool master_only,
                                   const std::string& what, Communicator& comm) {
   RangeRecorder recorder(master_only);
-  strategy.load_state(recorder);
+  load(recorder);
   const CommCounters mark = comm.counters();  // the relay's bytes, not load_state's
   const auto ranges = all_ranges(comm.rank() == 0 ? std::vector<Range>{} : recorder.ranges, comm);
   std::optional<ScratchFile> scratch;
@@ -215,10 +215,10 @@ std::uint64_t load_through_rank_0(Strategy& strategy, StateSource* source, bool 
   float moved = static_cast<float>(comm.counters().since(mark).total_bytes());
   comm.all_reduce(&moved, 1, DType::f32, ReduceOp::sum);
   if (comm.rank() == 0) {
-    strategy.load_state(*source);
+    load(*source);
   } else {
     ReceivedState received(*scratch, recorder.ranges, master_only, what);
-    strategy.load_state(received);
+    load(received);
   }
   return static_cast<std::uint64_t>(moved);
 }

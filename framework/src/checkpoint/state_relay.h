@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "ztrain/comm.h"
@@ -24,11 +25,16 @@
 
 namespace ztrain {
 
+// What fills from a state source: Strategy::load_state, or more.
+using StateLoader = std::function<void(StateSource&)>;
+
 // `source`: rank 0's (the others pass nullptr). With `master_only`, m and v
 // do not travel and the receiving ranks load zeros for them (a fresh
 // optimizer). `what` names the state in messages ("init_from").
 // Returns the bytes the relay moved between ranks, summed over them.
-std::uint64_t load_through_rank_0(Strategy& strategy, StateSource* source, bool master_only,
+// `load` hands a source to what fills from it (Strategy::load_state), and
+// is called twice: once to record the ranges it reads, once to read them.
+std::uint64_t load_through_rank_0(const StateLoader& load, StateSource* source, bool master_only,
                                   const std::string& what, Communicator& comm);
 
 }  // namespace ztrain

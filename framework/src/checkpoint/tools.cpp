@@ -1,13 +1,17 @@
 #include "checkpoint/tools.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "checkpoint/reader.h"
 #include "checkpoint/weights.h"
+#include "checkpoint/weights_import.h"
 #include "config/config.h"
 #include "config/section_options.h"
 #include "ztrain/error.h"
+#include "ztrain/shard/init.h"
 #include "ztrain/units.h"
 
 namespace ztrain {
@@ -15,15 +19,51 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The model the checkpoint's run trained, from its recorded configuration.
-std::shared_ptr<Model> model_of(const Checkpoint& c, const PluginLoader& loader) {
+// The model the checkpoint's run trained, from its recorded configuration,
+// and its options.
+struct CheckpointModel {
+  std::shared_ptr<Model> model;
+  Options options;
+};
+
+CheckpointModel model_of(const Checkpoint& c, const PluginLoader& loader) {
   const RunConfig config =
       RunConfig::parse(c.manifest().config_toml, (c.dir() / "manifest.json").string());
   const LoadedPlugin lib = loader.load("model", config.plugin("model", "transformer"));
-  auto model = lib.create<Model>(plugin_options(config, "model", lib, model_host_options()));
-  c.check_model(model->params());
-  return model;
+  CheckpointModel m{nullptr, plugin_options(config, "model", lib, model_host_options())};
+  m.model = lib.create<Model>(m.options);
+  c.check_model(m.model->params());
+  return m;
 }
+
+// A checkpoint's master values; its frozen parameters (which it does not
+// hold) from where the run took them: [model] init_from, or the seed.
+class ExportSource {
+ public:
+  ExportSource(const Checkpoint& c, const CheckpointModel& m)
+      : checkpoint_(c), params_(m.model->params()), seed_(c.manifest().seed) {
+    if (!has_frozen() || !m.options.has_value("init_from")) return;
+    base_file_.emplace(SafetensorsSet::weights_at(m.options.get_string("init_from")));
+    base_.emplace(*base_file_, *m.model, seed_);
+  }
+  void read(ParamId p, float* out) {
+    const auto n = static_cast<std::uint64_t>(params_[p].shape.numel());
+    if (params_[p].trainable) return checkpoint_.get(p, 0, n, StateArray::master, out);
+    if (base_) return base_->get(p, 0, n, StateArray::master, out);
+    shard::initial_values(params_[p], index_of(p), seed_, 0, n, out);
+  }
+
+ private:
+  bool has_frozen() const {
+    return std::any_of(params_.begin(), params_.end(),
+                       [](const ParamSpec& s) { return !s.trainable; });
+  }
+  CheckpointSource checkpoint_;
+  ParamSpecs params_;
+  std::uint64_t seed_;
+  std::optional<SafetensorsSet> base_file_;
+  std::optional<WeightsFile> base_;
+};
 
 }  // namespace
 
@@ -41,7 +81,7 @@ bool checkpoint_info(const fs::path& path, const PluginLoader& loader, std::ostr
     pieces += p.pieces.size();
   }
   for (const auto& f : m.files) bytes += f.bytes;
-  const auto model = model_of(c, loader);
+  const auto model = model_of(c, loader).model;
   os << "checkpoint " << c.dir().string() << "\n"
      << "  step        " << m.position.step << " (" << m.position.applied << " applied, "
      << m.position.skipped << " skipped)\n"
@@ -73,13 +113,9 @@ fs::path export_checkpoint(const fs::path& path, const fs::path& out, DType dtyp
                            const PluginLoader& loader) {
   const Checkpoint c = Checkpoint::open(path);
   check_export_target(out, overwrite);
-  const auto model = model_of(c, loader);
-  CheckpointSource source(c);
-  const auto params = model->params();
-  write_weights(*model, out, dtype, [&](ParamId p, float* values) {
-    source.get(p, 0, static_cast<std::uint64_t>(params[p].shape.numel()), StateArray::master,
-               values);
-  });
+  const CheckpointModel m = model_of(c, loader);
+  ExportSource source(c, m);
+  write_weights(*m.model, out, dtype, [&](ParamId p, float* values) { source.read(p, values); });
   return c.dir();
 }
 

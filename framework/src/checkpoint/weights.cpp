@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "checkpoint/hf_export.h"
 #include "io/durable_file.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/blas.h"
 #include "text/tokenizer.h"
 #include "ztrain/error.h"
 #include "ztrain/version.h"
@@ -47,23 +49,90 @@ fs::path prepare_target(const fs::path& out, const std::string& config_json, DTy
   return out / "model.safetensors";
 }
 
+// The LoRA adapters of a model: their values, read before the weights
+// they merge into (one adapter is small beside its weight), merged as the
+// model computes them, W + scale * B A, and PEFT's adapter directory.
+class AdapterValues {
+ public:
+  explicit AdapterValues(const Model& model)
+      : model_(model), params_(model.params()), list_(model.adapters()) {}
+  bool empty() const { return list_.empty(); }
+  float* values(ParamId p) {
+    std::vector<float>& v = values_[p];
+    v.resize(static_cast<std::size_t>(params_[p].shape.numel()));
+    return v.data();
+  }
+  // w (out, in) += scale * B (out, r) A (r, in) for each adapter of `weight`.
+  void merge_into(ParamId weight, float* w) const {
+    for (const AdapterOf& a : list_) {
+      if (a.weight != weight) continue;
+      const Shape& shape = params_[weight].shape;
+      const auto out = static_cast<std::size_t>(shape[0]), in = static_cast<std::size_t>(shape[1]),
+                 r = static_cast<std::size_t>(params_[a.a].shape[0]);
+      blas::sgemm(blas::Op::none, blas::Op::none, out, in, r, a.scale, values_.at(a.b).data(), r,
+                  values_.at(a.a).data(), in, 1.0f, w, in);
+    }
+  }
+  // dir/adapter_model.safetensors under PEFT's names, and adapter_config.json.
+  void write_peft(const fs::path& dir, DType dtype) const {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec)
+      throw DataError("cannot create adapter directory '" + dir.string() + "': " + ec.message());
+    std::vector<SafetensorsTensor> tensors;
+    for (const auto& [p, v] : values_)
+      tensors.push_back({"base_model.model." + external_name(params_[p]), dtype, params_[p].shape});
+    SafetensorsWriter writer(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
+    std::vector<std::uint8_t> bytes;
+    for (const auto& [p, v] : values_) {
+      bytes.resize(v.size() * dtype_size(dtype));
+      convert(v.data(), DType::f32, bytes.data(), dtype, v.size());
+      writer.put(bytes.data());
+    }
+    writer.finish();
+    write_file_atomically(dir / "adapter_config.json", model_.adapter_config_json());
+  }
+
+ private:
+  const Model& model_;
+  ParamSpecs params_;
+  std::vector<AdapterOf> list_;
+  std::map<ParamId, std::vector<float>> values_;  // in id order, as the file lists them
+};
+
 }  // namespace
+
+std::vector<ParamId> export_order(const ParamSpecs& params) {
+  std::vector<ParamId> order;
+  for (bool adapters : {true, false})
+    for (ParamId id : params.ids())
+      if (params[id].adapter == adapters) order.push_back(id);
+  return order;
+}
 
 void write_weights(const Model& model, const fs::path& out, DType dtype, const ReadParam& read,
                    const TextFiles& text) {
   const auto params = model.params();
+  const auto order = export_order(params);
+  AdapterValues adapters(model);
+  for (ParamId id : order)
+    if (params[id].adapter) read(id, adapters.values(id));
   std::vector<SafetensorsTensor> tensors;
-  for (const ParamSpec& p : params) tensors.push_back({external_name(p), dtype, external_shape(p)});
-  SafetensorsWriter writer(prepare_target(out, model.hf_config_json(), dtype, text), tensors,
+  for (const ParamSpec& p : params)
+    if (!p.adapter) tensors.push_back({external_name(p), dtype, external_shape(p)});
+  const fs::path target = prepare_target(out, model.hf_config_json(), dtype, text);
+  SafetensorsWriter writer(target, tensors,
                            {{"format", "pt"},
                             {"producer", std::string("ztrain ") + ZTRAIN_VERSION},
                             {"arch", model.info().arch}});
   std::vector<float> full, flipped;
   std::vector<std::uint8_t> bytes;
-  for (ParamId id : params.ids()) {
+  for (ParamId id : order) {
     const ParamSpec& p = params[id];
+    if (p.adapter) continue;
     full.resize(static_cast<std::size_t>(p.shape.numel()));
     read(id, full.data());
+    adapters.merge_into(id, full.data());
     const float* src = full.data();
     if (p.hf_transposed) {
       flipped.resize(full.size());
@@ -75,6 +144,8 @@ void write_weights(const Model& model, const fs::path& out, DType dtype, const R
     writer.put(bytes.data());
   }
   writer.finish();
+  if (!adapters.empty() && out.extension() != ".safetensors")
+    adapters.write_peft(out / "adapter", dtype);
 }
 
 void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype,
@@ -84,7 +155,7 @@ void export_weights(const Model& model, Strategy& strategy, const fs::path& out,
         model, out, dtype, [&](ParamId p, float* values) { strategy.read_param(p, values); }, text);
   std::vector<float> full;
   const auto params = model.params();
-  for (ParamId p : params.ids()) {
+  for (ParamId p : export_order(params)) {  // the writer's order: the reads are collective
     full.resize(static_cast<std::size_t>(params[p].shape.numel()));
     strategy.read_param(p, full.data());
   }

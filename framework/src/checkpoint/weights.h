@@ -32,6 +32,11 @@ Shape external_shape(const ParamSpec& p);
 // Writes every parameter of `model` to `out` (as above), each read whole in
 // fp32 by `read` when its turn comes: one parameter in memory at a time.
 using ReadParam = std::function<void(ParamId, float*)>;
+// The order write_weights reads parameters in: LoRA adapters first (merged
+// into their weights, and written as PEFT's out/adapter/ where `out` is a
+// directory), then the rest, each part in id order. Reads that are
+// collective (a sharded strategy's) take it on every rank.
+std::vector<ParamId> export_order(const ParamSpecs& params);
 // `text`'s tokenizer (empty: none) and chat template go beside the
 // weights, the tokenizer giving config.json its token ids
 // (checkpoint/hf_export.h).

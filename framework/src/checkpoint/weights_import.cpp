@@ -15,6 +15,7 @@
 #include "core/host_name.h"
 #include "job/rank_agreement.h"
 #include "ztrain/error.h"
+#include "ztrain/shard/init.h"
 
 namespace ztrain {
 namespace fs = std::filesystem;
@@ -33,6 +34,7 @@ IdVector<ParamId, SafetensorsSet::Tensor> match_params(const SafetensorsSet& fil
     const ParamSpec& p = params[id];
     auto found = file.find(external_name(p));
     if (!found) found = file.find(p.name);
+    if (!found && p.adapter) continue;  // drawn from the seed
     if (!found) {
       missing.push_back(external_name(p) + " " + external_shape(p).str());
       continue;
@@ -76,8 +78,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // Some rank cannot see the file: rank 0 reads it for them (above).
-WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, const fs::path& path,
-                                    bool seen, Communicator& comm) {
+WeightsImport import_through_rank_0(const Model& model, const WeightsTarget& target,
+                                    const fs::path& path, bool seen, Communicator& comm) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string why;
   std::optional<SafetensorsSet> reader;
@@ -90,7 +92,7 @@ WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, cons
                         "), which reads them for the ranks that cannot; give a .safetensors file "
                         "or a directory holding model.safetensors or model.safetensors.index.json");
       reader.emplace(path);
-      file.emplace(*reader, model);
+      file.emplace(*reader, model, target.seed);
     } catch (const DataError& e) {
       why = e.what();
     }
@@ -98,7 +100,7 @@ WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, cons
   stop_together<DataError>(why, "init_from: rank 0 cannot read the weights (its error is above)",
                            comm);
   const std::uint64_t moved =
-      load_through_rank_0(strategy, file ? &*file : nullptr, true, "init_from", comm);
+      load_through_rank_0(target.load, file ? &*file : nullptr, true, "init_from", comm);
   stop_together<DataError>(file ? file->not_finite() : std::string(),
                            "init_from: rank 0 found a value that is not finite (its error names "
                            "the tensor)",
@@ -114,12 +116,13 @@ WeightsImport import_through_rank_0(const Model& model, Strategy& strategy, cons
 
 }  // namespace
 
-WeightsFile::WeightsFile(const SafetensorsSet& file, const Model& model)
-    : file_(file), params_(model.params()), match_(match_params(file, model)) {}
+WeightsFile::WeightsFile(const SafetensorsSet& file, const Model& model, std::uint64_t seed)
+    : file_(file), params_(model.params()), match_(match_params(file, model)), seed_(seed) {}
 
 std::uint64_t WeightsFile::file_bytes() const {
   std::uint64_t bytes = 0;
-  for (const SafetensorsSet::Tensor& t : match_) bytes += t.entry->bytes;
+  for (const SafetensorsSet::Tensor& t : match_)
+    if (t.entry) bytes += t.entry->bytes;
   return bytes;
 }
 
@@ -127,6 +130,7 @@ void WeightsFile::get(ParamId p, std::uint64_t first, std::uint64_t count, State
                       float* out) {
   if (a != StateArray::master) return std::fill(out, out + count, 0.0f);  // a fresh optimizer
   const SafetensorsSet::Tensor& t = match_.at(p);
+  if (!t.entry) return shard::initial_values(params_[p], index_of(p), seed_, first, count, out);
   if (params_[p].hf_transposed)
     read_transposed(t, params_[p].shape, first, count, out);
   else
@@ -166,12 +170,12 @@ void WeightsFile::read_transposed(const SafetensorsSet::Tensor& t, const Shape& 
   }
 }
 
-WeightsImport import_weights(const Model& model, Strategy& strategy, const fs::path& in,
+WeightsImport import_weights(const Model& model, const WeightsTarget& target, const fs::path& in,
                              Communicator& comm) {
   const fs::path path = SafetensorsSet::weights_at(in);
   const bool seen = fs::exists(path);
   if (comm.size() > 1 && any_rank(!seen, comm))
-    return import_through_rank_0(model, strategy, path, seen, comm);
+    return import_through_rank_0(model, target, path, seen, comm);
   // Every rank reads its own ranges.
   const auto t0 = std::chrono::steady_clock::now();
   if (!seen)
@@ -180,8 +184,8 @@ WeightsImport import_weights(const Model& model, Strategy& strategy, const fs::p
                     "model.safetensors.index.json");
   const SafetensorsSet reader(path);
   if (comm.size() > 1) check_files_agree("init_from", reader.files(), comm);  // none stale
-  WeightsFile file(reader, model);
-  strategy.load_state(file);
+  WeightsFile file(reader, model, target.seed);
+  target.load(file);
   stop_together<DataError>(file.not_finite(),
                            "init_from: another rank found a value that is not finite (its error "
                            "names the tensor)",

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/state_relay.h"
 #include "io/safetensors_set.h"
 #include "ztrain/comm.h"
 #include "ztrain/model.h"
@@ -42,11 +43,14 @@ namespace ztrain {
 // A weights file as a state source: the master values of any element range
 // of a parameter, in the model's layout (a Hugging Face Conv1D weight is
 // read a segment of each of its file rows at a time, never whole), and
-// zero m and v. Holds references: file and params outlive it. DataError
-// (from the constructor) when the file does not match the model.
+// zero m and v. An adapter a fine-tuning method adds (ParamSpec::adapter)
+// is read from the file where it has it, else it gets its initial value
+// under `seed` (shard/init.h), as a fresh run draws it. Holds references:
+// file and params outlive it. DataError (from the constructor) when the
+// file does not match the model.
 class WeightsFile final : public StateSource {
  public:
-  WeightsFile(const SafetensorsSet& file, const Model& model);
+  WeightsFile(const SafetensorsSet& file, const Model& model, std::uint64_t seed = 0);
   void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override;
   std::uint64_t bytes_read() const { return bytes_read_; }  // of the file, so far
   std::uint64_t file_bytes() const;                         // the model's tensors
@@ -62,7 +66,8 @@ class WeightsFile final : public StateSource {
   void check_finite(ParamId p, std::uint64_t first, std::uint64_t count, const float* values);
   const SafetensorsSet& file_;
   ParamSpecs params_;
-  IdVector<ParamId, SafetensorsSet::Tensor> match_;
+  IdVector<ParamId, SafetensorsSet::Tensor> match_;  // entry null: an adapter drawn
+  std::uint64_t seed_;
   std::vector<float> segment_;
   std::uint64_t bytes_read_ = 0;
   std::string not_finite_;
@@ -76,7 +81,20 @@ struct WeightsImport {
   double seconds = 0;
 };
 
-WeightsImport import_weights(const Model& model, Strategy& strategy,
+// What an import fills: `load` takes the file as a state source
+// (Strategy::load_state; with frozen parameters, FrozenSplit's loads too),
+// and adapters the file lacks start from `seed`.
+struct WeightsTarget {
+  StateLoader load;
+  std::uint64_t seed = 0;
+};
+
+WeightsImport import_weights(const Model& model, const WeightsTarget& target,
                              const std::filesystem::path& in, Communicator& comm);
+// Into a strategy alone.
+inline WeightsImport import_weights(const Model& model, Strategy& strategy,
+                                    const std::filesystem::path& in, Communicator& comm) {
+  return import_weights(model, {[&](StateSource& s) { strategy.load_state(s); }}, in, comm);
+}
 
 }  // namespace ztrain

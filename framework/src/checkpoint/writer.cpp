@@ -20,6 +20,7 @@ std::uint64_t commit(const fs::path& out_dir, const fs::path& tmp, const fs::pat
   for (ParamId p : params.ids()) {
     m.params[p].name = params[p].name;
     m.params[p].shape = params[p].shape.dims();
+    m.params[p].frozen = !params[p].trainable;
   }
   std::uint64_t bytes = 0;
   for (int r = 0; r < world; ++r) {

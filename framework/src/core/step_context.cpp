@@ -111,6 +111,7 @@ TensorView StepContext::param(ParamId p) {
 
 TensorView StepContext::grad(ParamId p) {
   check_usable(p, "gradient");
+  if (!params_[p].trainable) return {};  // frozen: the kernels skip a null gradient
   return strategy_.grad_view(p);
 }
 

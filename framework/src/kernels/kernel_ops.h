@@ -35,6 +35,7 @@
 #define ZTRAIN_KERNEL_PARAMS_attention_block_backward (::ztrain::AttentionGrads d, const float* dout, const float* out, ::ztrain::AttentionInputs in, const float* lse, ::ztrain::AttentionBlock s)
 #define ZTRAIN_KERNEL_PARAMS_attention_merge (float* out, float* lse, const float* block_out, const float* block_lse, ::ztrain::AttentionBlock s)
 #define ZTRAIN_KERNEL_PARAMS_add (float* out, const float* a, const float* b, std::size_t n)
+#define ZTRAIN_KERNEL_PARAMS_scale (float* x, float alpha, std::size_t n)
 #define ZTRAIN_KERNEL_PARAMS_softmax_crossentropy_forward (float* losses, float* logits, const std::int32_t* targets, ::ztrain::RowShape s)
 #define ZTRAIN_KERNEL_PARAMS_softmax_crossentropy_backward (float* probs, const std::int32_t* targets, float dloss, ::ztrain::RowShape s)
 #define ZTRAIN_KERNEL_PARAMS_sum_squares_add (::ztrain::StepScalars* s, ::ztrain::ConstTypedPtr x, std::size_t n)
@@ -66,6 +67,7 @@
   X(attention_block_backward, (d, dout, out, in, lse, s)) \
   X(attention_merge, (out, lse, block_out, block_lse, s)) \
   X(add, (out, a, b, n)) \
+  X(scale, (x, alpha, n)) \
   X(softmax_crossentropy_forward, (losses, logits, targets, s)) \
   X(softmax_crossentropy_backward, (probs, targets, dloss, s)) \
   X(sum_squares_add, (s, x, n)) \

@@ -9,34 +9,35 @@
 
 namespace ztrain::shard {
 
+void initial_values(const ParamSpec& spec, std::uint64_t stream, std::uint64_t seed,
+                    std::uint64_t first, std::uint64_t count, float* out) {
+  const auto draw = [&](auto value) {
+    oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<std::uint64_t>(0, count, 4096),
+                              [&](const oneapi::tbb::blocked_range<std::uint64_t>& r) {
+                                for (auto i = r.begin(); i != r.end(); ++i)
+                                  out[i] = static_cast<float>(value(first + i));
+                              });
+  };
+  const double scale = spec.init.std;
+  switch (spec.init.kind) {
+    case Init::Kind::zeros:
+      return std::fill(out, out + count, 0.0f);
+    case Init::Kind::ones:
+      return std::fill(out, out + count, 1.0f);
+    case Init::Kind::normal:
+      return draw([&](std::uint64_t i) { return scale * normal_at(seed, stream, i); });
+    case Init::Kind::uniform:
+      return draw([&](std::uint64_t i) { return scale * symmetric_uniform_at(seed, stream, i); });
+  }
+}
+
 void init_flat(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t seed,
                std::uint64_t begin, std::uint64_t end, float* dst) {
   std::fill(dst, dst + (end - begin), 0.0f);
-  for (const auto& seg : layout.segments(begin, end)) {
-    const ParamSpec& spec = params[seg.param];
-    const std::uint64_t base = layout.offset(seg.param);
-    float* out = dst + (seg.begin - begin);
-    const std::uint64_t n = seg.end - seg.begin;
-    switch (spec.init.kind) {
-      case Init::Kind::zeros:
-        break;
-      case Init::Kind::ones:
-        std::fill(out, out + n, 1.0f);
-        break;
-      case Init::Kind::normal: {
-        const double stddev = spec.init.std;
-        const std::uint64_t first = seg.begin - base;
-        oneapi::tbb::parallel_for(
-            oneapi::tbb::blocked_range<std::uint64_t>(0, n, 4096),
-            [&](const oneapi::tbb::blocked_range<std::uint64_t>& r) {
-              for (auto i = r.begin(); i != r.end(); ++i)
-                out[i] = static_cast<float>(
-                    stddev * normal_at(seed, static_cast<std::uint64_t>(seg.param), first + i));
-            });
-        break;
-      }
-    }
-  }
+  for (const auto& seg : layout.segments(begin, end))
+    initial_values(params[seg.param], static_cast<std::uint64_t>(seg.param), seed,
+                   seg.begin - layout.offset(seg.param), seg.end - seg.begin,
+                   dst + (seg.begin - begin));
 }
 
 void init_flat(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t seed,

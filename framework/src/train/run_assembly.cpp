@@ -169,6 +169,29 @@ void open_mesh(Run& run, const std::vector<RankPlace>& places) {
 }
 
 // Builds every part of `run` but its communicator, which it holds already.
+// The weights a run starts from besides a checkpoint's: [model]
+// init_from's (every parameter; on a resume only the frozen ones, which a
+// checkpoint does not hold), or on a resume without it the frozen
+// parameters' values from the seed (a fresh run's setup drew them).
+void load_weights(const RunParts& parts, Run& run, bool resumed, std::uint64_t seed) {
+  if (!parts.model_options.has_value("init_from")) {
+    if (resumed && parts.frozen) parts.frozen->draw_frozen(seed);
+    return;
+  }
+  if (resumed && !parts.frozen) return;
+  const fs::path path = parts.model_options.get_string("init_from");
+  FrozenSplit* frozen = parts.frozen.get();
+  Strategy& strategy = *run.strategy;
+  const StateLoader load = [&](StateSource& s) {
+    if (!resumed) strategy.load_state(s);
+    if (frozen) frozen->load_frozen(s);
+  };
+  const WeightsImport w = import_weights(*run.model, {load, seed}, path, *run.comm);
+  if (resumed) return;
+  run.init_from = path;
+  run.weights_import = w;
+}
+
 void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader) {
   run.resolved = resolve_config(config, loader);
   run.config_notes = config.notes();
@@ -246,14 +269,12 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   setup.device_budget = sizes.device_budget;
   setup.host_budget = sizes.host_budget;
   run.strategy->setup(setup);
-  if (!tr.resume.empty()) {
+  const bool resumed = !tr.resume.empty();
+  if (resumed)
     run.resumed = resume_from(
         {tr.resume, tr.out_dir, setup.params, run.resolved.keys, tr.global_batch, tr.steps},
         *run.strategy, *run.comm);
-  } else if (parts.model_options.has_value("init_from")) {
-    run.init_from = parts.model_options.get_string("init_from");
-    run.weights_import = import_weights(*run.model, *run.strategy, run.init_from, *run.comm);
-  }
+  load_weights(parts, run, resumed, tr.seed);
 }
 
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {

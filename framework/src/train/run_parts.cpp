@@ -49,6 +49,11 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
 
   p.model = model_lib.create<Model>(p.model_options);
   p.strategy = strategy_lib.create<Strategy>(strategy_options);
+  // A model that freezes parameters: the strategy trains the rest.
+  if (has_frozen(p.model->params())) {
+    p.frozen = std::make_shared<FrozenSplit>(p.strategy);
+    p.strategy = p.frozen;
+  }
   p.info = p.model->info();
   const ParallelSettings& par = p.settings.parallel;
   check_split(config, *p.model, par.split());

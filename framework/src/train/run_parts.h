@@ -17,6 +17,7 @@
 #include "config/run_settings.h"
 #include "job/rank_agreement.h"
 #include "loader/plugin_loader.h"
+#include "train/frozen_split.h"
 #include "ztrain/data.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"
@@ -31,6 +32,9 @@ struct RunParts {
   Options data_options;
   std::shared_ptr<Model> model;
   std::shared_ptr<Strategy> strategy;
+  // The strategy, when the model freezes parameters (train/frozen_split.h):
+  // the frozen values are loaded through it; null otherwise.
+  std::shared_ptr<FrozenSplit> frozen;
   ModelInfo info;
   std::vector<InstalledPart> plugins;  // the three plugins' files, for the ranks to compare
   // For `world` ranks: the model's parameters, the precisions, one

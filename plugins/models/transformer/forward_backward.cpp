@@ -166,6 +166,7 @@ void Transformer::embed_backward(StepContext& ctx, const Acts& a) const {
   const Dims d = dims(a.B, a.T);
   const auto G = grad_views(ctx);
   const TypedPtr dwte = G(wte_);
+  if (!dwte && !(wpe_ && G(wpe_))) return;  // a frozen embedding
   if (a.spans.size() == 1 || !wpe_) {
     const TypedPtr dwpe = wpe_ ? G(wpe_).at(a.spans[0].position * d.C) : TypedPtr{};
     return ctx.kernels().embedding_backward(dwte, dwpe, a.d_res, a.inputs, {d.B, d.T, d.C});
@@ -193,12 +194,16 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
                         cfg_.norm_eps);
     keep(ctx, a, b.ln1, NC, b.kept.ln1);
     k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), d.linear(C, 3 * C));  // qkv: (N,3C)
+    lora_forward(l, {Proj::qkv, b.ln1, d.linear(C, 3 * C)}, b.q, b, a, ctx);
   } else {
     k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), rows, cfg_.norm_eps);
     keep(ctx, a, b.ln1, NC, b.kept.ln1);
     k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), d.linear(C, C));   // q: (N,C)
     k.matmul_forward(b.k, b.ln1, P(p.k_w), P(p.k_b), d.linear(C, KV));  // k: (N,KV)
     k.matmul_forward(b.v, b.ln1, P(p.v_w), P(p.v_b), d.linear(C, KV));  // v: (N,KV)
+    lora_forward(l, {Proj::q, b.ln1, d.linear(C, C)}, b.q, b, a, ctx);
+    lora_forward(l, {Proj::k, b.ln1, d.linear(C, KV)}, b.k, b, a, ctx);
+    lora_forward(l, {Proj::v, b.ln1, d.linear(C, KV)}, b.v, b, a, ctx);
     k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C, a.positions});
     k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV, a.positions});
   }
@@ -207,22 +212,28 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   keep(ctx, a, b.atty, NC, b.kept.atty);
   if (a.ulysses()) keep(ctx, a, b.ulysses, ulysses_shape(b, a).saved_floats(), b.kept.ulysses);
   k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), d.linear(C, C));
+  lora_forward(l, {Proj::o, b.atty, d.linear(C, C)}, b.res1, b, a, ctx);
   norm2_forward(l, x, b, a, ctx);
   if (!cfg_.llama) {
     // fc: (N,H) without its bias, which GELU adds as it reads h1.
     k.matmul_forward(b.h1, b.ln2, P(p.fc_w), nullptr, d.linear(C, H));
+    lora_forward(l, {Proj::fc, b.ln2, d.linear(C, H)}, b.h1, b, a, ctx);
     keep(ctx, a, b.h1, NH_, b.kept.h1);
     k.gelu_forward(b.h2, b.h1, P(p.fc_b), d.rows(H));
     keep(ctx, a, b.h2, NH_, b.kept.h2);
     k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), d.linear(H, C));
+    lora_forward(l, {Proj::down, b.h2, d.linear(H, C)}, out, b, a, ctx);
   } else {
     k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), d.linear(C, H));  // gate: (N,H)
+    lora_forward(l, {Proj::fc, b.ln2, d.linear(C, H)}, b.h1, b, a, ctx);
     keep(ctx, a, b.h1, NH_, b.kept.h1);
     k.matmul_forward(b.h2, b.ln2, P(p.up_w), P(p.up_b), d.linear(C, H));  // up: (N,H)
+    lora_forward(l, {Proj::up, b.ln2, d.linear(C, H)}, b.h2, b, a, ctx);
     keep(ctx, a, b.h2, NH_, b.kept.h2);
     k.swiglu_forward(b.h3, b.h1, b.h2, NH_);
     keep(ctx, a, b.h3, NH_, b.kept.h3);
     k.matmul_forward(out, b.h3, P(p.fcproj_w), P(p.fcproj_b), d.linear(H, C));
+    lora_forward(l, {Proj::down, b.h3, d.linear(H, C)}, out, b, a, ctx);
   }
   k.add(out, out, b.res1, NC);
 }
@@ -274,27 +285,33 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
     zero(ctx, a.d_h2, NH_);
     k.matmul_backward(a.d_h2, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h2, P(p.fcproj_w),
                       d.linear(H, C));
+    lora_backward(l, {Proj::down, b.h2, d.linear(H, C)}, a.d_h2, a.d_res, b, a, ctx);
     k.gelu_backward(a.d_h1, G(p.fc_b), b.h1, P(p.fc_b), a.d_h2, d.rows(H));  // writes d_h1
     zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), d.linear(C, H));
+    lora_backward(l, {Proj::fc, b.ln2, d.linear(C, H)}, a.d_c, a.d_h1, b, a, ctx);
     k.layernorm_backward(a.d_res, G(p.ln2_w), G(p.ln2_b), a.d_c, b.res1, P(p.ln2_w), b.ln2_mean,
                          b.ln2_rstd, rows);
   } else {
     zero(ctx, a.d_h3, NH_);
     k.matmul_backward(a.d_h3, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h3, P(p.fcproj_w),
                       d.linear(H, C));
+    lora_backward(l, {Proj::down, b.h3, d.linear(H, C)}, a.d_h3, a.d_res, b, a, ctx);
     zero(ctx, a.d_h1, NH_);
     zero(ctx, a.d_h2, NH_);
     k.swiglu_backward(a.d_h1, a.d_h2, a.d_h3, b.h1, b.h2, NH_);
     zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, b.ln2, P(p.fc_w), d.linear(C, H));
+    lora_backward(l, {Proj::fc, b.ln2, d.linear(C, H)}, a.d_c, a.d_h1, b, a, ctx);
     k.matmul_backward(a.d_c, G(p.up_w), G(p.up_b), a.d_h2, b.ln2, P(p.up_w), d.linear(C, H));
+    lora_backward(l, {Proj::up, b.ln2, d.linear(C, H)}, a.d_c, a.d_h2, b, a, ctx);
     k.rmsnorm_backward(a.d_res, G(p.ln2_w), a.d_c, b.res1, P(p.ln2_w), b.ln2_rstd, rows);
   }
   // a.d_res is now dL/d(res1). Attention:
   zero(ctx, a.d_att, NC);
   k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), a.d_res, b.atty, P(p.proj_w),
                     d.linear(C, C));
+  lora_backward(l, {Proj::o, b.atty, d.linear(C, C)}, a.d_att, a.d_res, b, a, ctx);
   if (!cfg_.llama) {
     zero(ctx, a.d_qkv, NC * 3);
     float* dq = a.d_qkv;
@@ -302,6 +319,7 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
     zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w),
                       d.linear(C, 3 * C));
+    lora_backward(l, {Proj::qkv, b.ln1, d.linear(C, 3 * C)}, a.d_c, a.d_qkv, b, a, ctx);
     k.layernorm_backward(a.d_res, G(p.ln1_w), G(p.ln1_b), a.d_c, x, P(p.ln1_w), b.ln1_mean,
                          b.ln1_rstd, rows);
   } else {
@@ -317,6 +335,9 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
     k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), d.linear(C, C));
     k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(C, KV));
     k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), d.linear(C, KV));
+    lora_backward(l, {Proj::q, b.ln1, d.linear(C, C)}, a.d_c, dq, b, a, ctx);
+    lora_backward(l, {Proj::k, b.ln1, d.linear(C, KV)}, a.d_c, dk, b, a, ctx);
+    lora_backward(l, {Proj::v, b.ln1, d.linear(C, KV)}, a.d_c, dv, b, a, ctx);
     k.rmsnorm_backward(a.d_res, G(p.ln1_w), a.d_c, x, P(p.ln1_w), b.ln1_rstd, rows);
   }
 }

@@ -1,5 +1,6 @@
 // Declarations of the transformer: options, parameters, modules and the
-// activation plan. The math is in forward_backward.cpp.
+// activation plan. The math is in forward_backward.cpp, fine-tuning
+// (LoRA, freeze) in fine_tuning.cpp.
 #include "transformer.h"
 
 #include <algorithm>
@@ -85,6 +86,31 @@ void Transformer::declare_options(OptionList& o) {
            "std of the normal initialisation (residual projections are "
            "scaled by 1/sqrt(2*n_layer))")
       .at_least(0);
+  // Fine-tuning, with LLaMA-Factory's keys and meanings.
+  o.string("finetuning_type", "full",
+           "full (every parameter trains), lora (adapters beside the frozen base: "
+           "lora_rank, lora_alpha, lora_target) or freeze (only the blocks and modules "
+           "freeze_trainable_layers, freeze_trainable_modules and freeze_extra_modules name)")
+      .one_of({"full", "lora", "freeze"});
+  o.integer("lora_rank", 8, "LoRA: the adapters' rank r").at_least(1).at_most(65536).as_int();
+  o.number("lora_alpha", 0,
+           "LoRA: the adapters' output is scaled by lora_alpha / lora_rank; 0 = "
+           "2 * lora_rank (LLaMA-Factory's default)")
+      .at_least(0);
+  o.number("lora_dropout", 0, "LoRA: dropout on the adapters' input; only 0").at_least(0);
+  o.names("lora_target",
+          "LoRA: the projections that get adapters, by module name (Llama: q_proj, k_proj, "
+          "v_proj, o_proj, gate_proj, up_proj, down_proj; GPT-2: c_attn, c_proj, c_fc), a "
+          "list or one comma-separated string; all = every one (the default)");
+  o.integer("freeze_trainable_layers", 2,
+            "freeze: the last n blocks train (n > 0) or the first -n (n < 0)")
+      .as_int();
+  o.names("freeze_trainable_modules",
+          "freeze: the modules of those blocks that train (self_attn, mlp, q_proj, ... as "
+          "the parameter names say); all = every one (the default)");
+  o.names("freeze_extra_modules",
+          "freeze: modules outside the blocks that train as well (embed_tokens, norm, lm_head; "
+          "GPT-2: wte, wpe, ln_f)");
 }
 
 Transformer::Transformer(const Options& o) {
@@ -129,7 +155,10 @@ Transformer::Transformer(const Options& o) {
     cfg_.hidden = (8 * C / 3 + 255) / 256 * 256;
   else
     cfg_.hidden = 4 * C;
+  read_fine_tuning(o);
   declare_params();
+  declare_adapters(o);
+  freeze_params(o);
   check_sizes(o);
 }
 
@@ -384,10 +413,15 @@ ModelInfo Transformer::info() const {
   i.arch = cfg_.llama ? "llama" : "gpt2";
   i.vocab_size = cfg_.vocab_size;
   i.seq_len = cfg_.seq_len;
-  for (const auto& p : params_) i.n_params += p.shape.numel();
-  // 6N for the matmuls over parameters plus 12*L*C*T for attention scores
-  // and weighted sums (PaLM's accounting, forward and backward).
-  i.train_flops_per_token = 6.0 * static_cast<double>(i.n_params) +
+  double frozen = 0;
+  for (const auto& p : params_) {
+    i.n_params += p.shape.numel();
+    if (!p.trainable) frozen += static_cast<double>(p.shape.numel());
+  }
+  // 6N for the matmuls over parameters (4N over frozen ones, which get no
+  // weight gradient) plus 12*L*C*T for attention scores and weighted sums
+  // (PaLM's accounting, forward and backward).
+  i.train_flops_per_token = 6.0 * (static_cast<double>(i.n_params) - frozen) + 4.0 * frozen +
                             12.0 * cfg_.n_layer * cfg_.n_embd * static_cast<double>(cfg_.seq_len);
   return i;
 }
@@ -464,6 +498,12 @@ void Transformer::plan(const BatchShape& shape,
   a.d_h1 = alloc(N * H);
   a.d_h2 = alloc(N * H);
   a.d_h3 = cfg_.llama ? alloc(N * H) : nullptr;
+  const bool lora = cfg_.tuning.method == FineTuning::Method::lora;
+  const std::size_t rank = lora ? static_cast<std::size_t>(cfg_.tuning.lora_rank) : 0;
+  if (lora) {
+    a.lora_out = alloc(N * std::max({cfg_.llama ? C : 3 * C, H, C}));
+    a.lora_du = alloc(N * rank);
+  }
   const std::size_t rounded = std::max({qkv_floats, N * H, N * C, saved});
   void* scratch = nullptr;
   if (a.rounds())
@@ -479,6 +519,8 @@ void Transformer::plan(const BatchShape& shape,
     b.lse = alloc(lse_rows);
     b.ln2_mean = cfg_.llama ? nullptr : alloc(N);
     b.ln2_rstd = alloc(N);
+    for (std::size_t j = 0; j < kProjCount; ++j)  // every block its own: fp32, never kept
+      b.lora_u[j] = blocks_.front().lora[j] ? alloc(N * rank) : nullptr;
     const bool own_copies = a.rounds() && !cfg_.checkpointing;
     const auto copy = [&](std::size_t n) { return own_copies ? kept_alloc(n, false) : scratch; };
     b.kept = {copy(N * C),
@@ -528,7 +570,7 @@ void Transformer::plan(const BatchShape& shape,
   a.lnf_rstd = alloc(N);
   const std::size_t rows = head_rows(N);
   a.logits = alloc(rows * V);
-  a.head_dw = rows < N ? alloc(V * C) : nullptr;
+  a.head_dw = rows < N && params_[*head_w_].trainable ? alloc(V * C) : nullptr;
   a.losses = alloc(N);
 }
 

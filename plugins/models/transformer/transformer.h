@@ -13,6 +13,7 @@
 // does, which for GPT-2's Conv1D weights is the transpose of the file layout.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -28,6 +29,25 @@ namespace ztrain::transformer {
 
 // Which of a Llama block's attention projections carry a bias.
 enum class AttentionBias { none, qkv, all };
+
+// A block's linear projections, as LoRA targets them: GPT-2's c_attn,
+// c_proj (attention), c_fc, c_proj (MLP); Llama's q, k, v, o, gate, up and
+// down projections.
+enum class Proj : std::uint8_t { qkv, q, k, v, o, fc, up, down };
+inline constexpr std::size_t kProjCount = 8;
+
+// Fine-tuning (LLaMA-Factory's finetuning_type): full, LoRA adapters
+// beside a frozen base, or freeze (only some layers train).
+struct FineTuning {
+  enum class Method : std::uint8_t { full, lora, freeze } method = Method::full;
+  int lora_rank = 0;
+  double lora_alpha = 0;                 // the adapters' output is scaled by alpha / rank
+  std::vector<std::string> lora_target;  // module names ("q_proj", "c_attn"); all of them
+  int freeze_trainable_layers = 0;       // > 0: the last n blocks train; < 0: the first -n
+  std::vector<std::string> freeze_trainable_modules;  // within those blocks; "all"
+  std::vector<std::string> freeze_extra_modules;      // outside the blocks ("embed_tokens")
+  float lora_scale() const { return static_cast<float>(lora_alpha / lora_rank); }
+};
 
 // RoPE frequency scaling, as transformers' rope_type names it.
 struct RopeScaling {
@@ -51,6 +71,7 @@ struct Config {
   bool offload_checkpoints = false;  // the blocks' inputs kept in host memory (with checkpointing)
   int loss_chunk_tokens = 1024;      // tokens whose logits exist at once
   double init_std = 0.02;
+  FineTuning tuning;
   int head_size() const { return n_embd / n_head; }
   int kv_dim() const { return n_kv_head * head_size(); }
 };
@@ -67,6 +88,12 @@ struct BlockParams {
   std::optional<ParamId> fc_w, fc_b;          // GPT-2 c_fc / Llama gate_proj
   std::optional<ParamId> up_w, up_b;          // Llama up_proj
   std::optional<ParamId> fcproj_w, fcproj_b;  // GPT-2 mlp.c_proj / Llama down_proj
+  // LoRA's A (rank, in) and B (out, rank) beside a projection it targets.
+  struct Adapter {
+    ParamId a, b;
+  };
+  std::array<std::optional<Adapter>, kProjCount> lora;
+  std::optional<Adapter> adapter(Proj j) const { return lora[static_cast<std::size_t>(j)]; }
 };
 
 // Activation pointers of one block for one micro-batch.
@@ -80,6 +107,9 @@ struct BlockActs {
   float* out;
   const float *rope_cos, *rope_sin;  // Llama: (T, hs/2), the same for every block
   float* ulysses;  // sequence shards: what Ulysses keeps for backward; null for whole sequences
+  // LoRA: (N, rank) of each adapted projection, its input times A^T times
+  // the scale, kept for backward in fp32 (small); null where none.
+  std::array<float*, kProjCount> lora_u;
   // Activations kept in a 16-bit type: where each tensor above that the
   // backward reads is held in it (this block's own copies; with
   // checkpointing, all one scratch, for the rounding alone); null in fp32.
@@ -105,6 +135,8 @@ class Transformer final : public Model {
   std::string segments_refusal() const override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
+  std::vector<AdapterOf> adapters() const override;
+  std::string adapter_config_json() const override;
 
  private:
   // Every buffer of one micro-batch. plan() lays them out in one fixed order,
@@ -148,6 +180,9 @@ class Transformer final : public Model {
     float* head_dw;  // (V, C) fp32 sum of the head's weight gradient; null with one chunk
     float *d_res, *d_c, *d_att, *d_qkv, *d_h1, *d_h2, *d_h3;  // backward scratch
     float *rope_cos, *rope_sin;  // Llama: (T, hs/2) rotary angles' cos and sin
+    // LoRA's scratch: an adapter's (N, out) output before it is added, and
+    // the (N, rank) gradient of its u; null without adapters.
+    float *lora_out = nullptr, *lora_du = nullptr;
     // The batch's (B,T) token ids where the kernels read them (arena.on_device).
     const std::int32_t *inputs = nullptr, *targets = nullptr;
     // Rows packing several examples: each token's position in its example
@@ -224,6 +259,28 @@ class Transformer final : public Model {
   ModuleId head_module() const { return block_module(cfg_.n_layer); }
 
   void declare_params();
+  // Fine-tuning's keys (finetuning_type and its lora_* / freeze_* keys).
+  void read_fine_tuning(const Options& o);
+  // LoRA: an adapter beside each targeted projection, the base frozen;
+  // freeze: every parameter outside the trainable blocks and modules frozen.
+  void declare_adapters(const Options& o);
+  void freeze_params(const Options& o);
+  // The name LoRA and freeze match a projection by ("q_proj", "c_attn").
+  static std::string module_name(const std::string& param);
+  // One adapted projection of block l: which, its input (N, in) and shape.
+  struct Linear {
+    Proj proj;
+    const float* x;
+    MatmulShape shape;
+  };
+  // out (N, out) += scale * (x A^T) B^T where the projection has an
+  // adapter (keeping u = scale * x A^T), else nothing.
+  void lora_forward(int l, Linear lin, float* out, BlockActs& b, const Acts& a,
+                    StepContext& ctx) const;
+  // dx (N, in) += the adapter's part of the input gradient for dout (N,
+  // out); A's and B's gradients added.
+  void lora_backward(int l, Linear lin, float* dx, const float* dout, const BlockActs& b,
+                     const Acts& a, StepContext& ctx) const;
   // ConfigError when the parameter count does not fit 64 bits.
   void check_sizes(const Options& o) const;
   ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by);

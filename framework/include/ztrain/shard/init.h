@@ -18,6 +18,11 @@
 
 namespace ztrain::shard {
 
+// The initial values of elements [first, first + count) of parameter
+// `spec`, drawn from stream `stream` (its id in the model's list) under
+// `seed`, into out: what init_flat writes at those elements.
+ZTRAIN_API void initial_values(const ParamSpec& spec, std::uint64_t stream, std::uint64_t seed,
+                               std::uint64_t first, std::uint64_t count, float* out);
 // Writes the initial values of flat elements [begin, end) into dst (dst[0]
 // is flat element `begin`); padding is zeroed.
 ZTRAIN_API void init_flat(const ParamSpecs& params, const FlatLayout& layout, std::uint64_t seed,

@@ -313,12 +313,13 @@ void FastKernels::embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* 
     });
     vec::from_f32(acc, grad.at(r * row), row);
   };
-  oneapi::tbb::parallel_for(std::size_t{0}, used.size(), [&](std::size_t u) {
-    const std::size_t v = used[u];
-    add_rows(dwte, v, [&](auto&& add) {
-      for (std::size_t i = start[v]; i < start[v + 1]; ++i) add(order[i]);
+  if (dwte)  // null: a frozen table
+    oneapi::tbb::parallel_for(std::size_t{0}, used.size(), [&](std::size_t u) {
+      const std::size_t v = used[u];
+      add_rows(dwte, v, [&](auto&& add) {
+        for (std::size_t i = start[v]; i < start[v + 1]; ++i) add(order[i]);
+      });
     });
-  });
   if (!dwpe) return;
   oneapi::tbb::parallel_for(std::size_t{0}, s.T, [&](std::size_t t) {
     add_rows(dwpe, t, [&](auto&& add) {

@@ -144,8 +144,10 @@ void ReferenceKernels::embedding_backward(TypedPtr dwte_out, TypedPtr dwpe_out, 
   parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
     for (std::size_t bt = 0; bt < BT; ++bt) {
       const float* d = dout + bt * C;
-      float* e = dwte + static_cast<std::size_t>(tokens[bt]) * C;
-      for (std::size_t c = c0; c < c1; ++c) e[c] += d[c];
+      if (dwte) {  // null: a frozen table
+        float* e = dwte + static_cast<std::size_t>(tokens[bt]) * C;
+        for (std::size_t c = c0; c < c1; ++c) e[c] += d[c];
+      }
       if (dwpe) {
         float* p = dwpe + (bt % s.T) * C;
         for (std::size_t c = c0; c < c1; ++c) p[c] += d[c];
@@ -208,16 +210,18 @@ void ReferenceKernels::layernorm_backward(float* dinp, TypedPtr dw_out, TypedPtr
       di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
     }
   });
-  parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
-    for (std::size_t n = 0; n < s.N; ++n) {
-      const float* x = inp + n * C;
-      const float* d = dout + n * C;
-      for (std::size_t c = c0; c < c1; ++c) {
-        dw[c] += (x[c] - mean[n]) * rstd[n] * d[c];
-        db[c] += d[c];
+  // A frozen norm (null dw and db) gets no weight gradients.
+  if (dw || db)
+    parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t n = 0; n < s.N; ++n) {
+        const float* x = inp + n * C;
+        const float* d = dout + n * C;
+        for (std::size_t c = c0; c < c1; ++c) {
+          if (dw) dw[c] += (x[c] - mean[n]) * rstd[n] * d[c];
+          if (db) db[c] += d[c];
+        }
       }
-    }
-  });
+    });
   dw_f.store();
   db_f.store();
 }
@@ -270,13 +274,14 @@ void ReferenceKernels::rmsnorm_backward(float* dinp, TypedPtr dw_out, const floa
     float* di = dinp + n * C;
     for (std::size_t c = 0; c < C; ++c) di[c] += rstd[n] * (w[c] * d[c] - x[c] * rstd[n] * dot);
   });
-  parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
-    for (std::size_t n = 0; n < s.N; ++n) {
-      const float* x = inp + n * C;
-      const float* d = dout + n * C;
-      for (std::size_t c = c0; c < c1; ++c) dw[c] += x[c] * rstd[n] * d[c];
-    }
-  });
+  if (dw)  // null: a frozen norm
+    parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t n = 0; n < s.N; ++n) {
+        const float* x = inp + n * C;
+        const float* d = dout + n * C;
+        for (std::size_t c = c0; c < c1; ++c) dw[c] += x[c] * rstd[n] * d[c];
+      }
+    });
   dw_f.store();
 }
 
@@ -536,6 +541,12 @@ void ReferenceKernels::attention_merge(float* out, float* lse, const float* bloc
 void ReferenceKernels::add(float* out, const float* a, const float* b, std::size_t n) const {
   parallel_chunks(n, 8192, [&](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+void ReferenceKernels::scale(float* x, float alpha, std::size_t n) const {
+  parallel_chunks(n, 8192, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) x[i] *= alpha;
   });
 }
 

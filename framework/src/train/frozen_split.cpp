@@ -1,0 +1,169 @@
+#include "train/frozen_split.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "ztrain/error.h"
+#include "ztrain/shard/init.h"
+
+namespace ztrain {
+namespace {
+
+// The trainable parameters, renumbered, and the frozen ones, each part with
+// the model id of every entry.
+struct Parts {
+  ParamSpecs trainable, frozen;
+  IdVector<ParamId, ParamId> trained, held, local;
+};
+
+Parts split(const ParamSpecs& params) {
+  Parts p;
+  for (ParamId id : params.ids()) {
+    const bool trains = params[id].trainable;
+    p.local.push_back(trains ? p.trainable.push_back(params[id]) : p.frozen.push_back(params[id]));
+    (trains ? p.trained : p.held).push_back(id);
+  }
+  if (p.trainable.empty())
+    throw ConfigError(
+        "every parameter of the model is frozen: nothing would train; check the model's "
+        "fine-tuning keys ([model] lora_rank, freeze_trainable_layers)");
+  return p;
+}
+
+// A source or sink of the strategy's part, under the model's ids.
+class ModelIdSource final : public StateSource {
+ public:
+  ModelIdSource(StateSource& s, const IdVector<ParamId, ParamId>& ids) : s_(s), ids_(ids) {}
+  void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override {
+    s_.get(ids_.at(p), first, count, a, out);
+  }
+
+ private:
+  StateSource& s_;
+  const IdVector<ParamId, ParamId>& ids_;
+};
+
+class ModelIdSink final : public StateSink {
+ public:
+  ModelIdSink(StateSink& s, const IdVector<ParamId, ParamId>& ids) : s_(s), ids_(ids) {}
+  void put(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
+           const float* values) override {
+    s_.put(ids_.at(p), first, count, a, values);
+  }
+
+ private:
+  StateSink& s_;
+  const IdVector<ParamId, ParamId>& ids_;
+};
+
+// The seed's initial values of the model's parameters, a fresh optimizer.
+class SeedSource final : public StateSource {
+ public:
+  SeedSource(const ParamSpecs& params, std::uint64_t seed) : params_(params), seed_(seed) {}
+  void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override {
+    if (a != StateArray::master) return std::fill(out, out + count, 0.0f);
+    shard::initial_values(params_[p], index_of(p), seed_, first, count, out);
+  }
+
+ private:
+  const ParamSpecs& params_;
+  std::uint64_t seed_;
+};
+
+}  // namespace
+
+bool has_frozen(const ParamSpecs& params) {
+  return std::any_of(params.begin(), params.end(), [](const ParamSpec& p) { return !p.trainable; });
+}
+
+void FrozenSplit::setup(const StrategySetup& s) {
+  params_ = s.params;
+  Parts parts = split(params_);
+  local_ = std::move(parts.local);
+  trained_ = std::move(parts.trained);
+  held_ = std::move(parts.held);
+  frozen_specs_ = std::move(parts.frozen);
+  device_ = s.device;
+  StrategySetup inner = s;
+  inner.params = std::move(parts.trainable);
+  inner.draw_initial_values = false;  // drawn below, under the model's ids
+  inner_->setup(inner);
+  frozen_layout_.emplace(frozen_specs_, 1);
+  frozen_.emplace(*s.device, frozen_specs_, *frozen_layout_, std::nullopt, s.precision,
+                  std::nullopt);
+  if (!s.draw_initial_values) return;
+  SeedSource seeds(params_, s.seed);
+  load_state(seeds);
+  load_frozen(seeds);
+}
+
+TensorView FrozenSplit::param_view(ParamId p) {
+  if (params_[p].trainable) return inner_->param_view(local_[p]);
+  return frozen_->param(local_[p]);
+}
+
+TensorView FrozenSplit::grad_view(ParamId p) {
+  if (!params_[p].trainable)
+    throw InternalError("the gradient of frozen parameter '" + params_[p].name + "' was asked for");
+  return inner_->grad_view(local_[p]);
+}
+
+void FrozenSplit::read_param(ParamId p, float* out) {
+  if (params_[p].trainable) return inner_->read_param(local_[p], out);
+  frozen_->read(local_[p], out);
+}
+
+void FrozenSplit::save_state(StateSink& sink) {
+  ModelIdSink mapped(sink, trained_);
+  inner_->save_state(mapped);
+}
+
+void FrozenSplit::load_state(StateSource& source) {
+  ModelIdSource mapped(source, trained_);
+  inner_->load_state(mapped);
+}
+
+// In slices, so a large matrix never needs a whole fp32 copy.
+void FrozenSplit::load_frozen(StateSource& source) {
+  constexpr std::uint64_t kSlice = std::uint64_t{1} << 22;
+  std::vector<float> slice;
+  for (ParamId local : frozen_specs_.ids()) {
+    const TypedPtr to = frozen_->param(local);
+    const auto n = static_cast<std::uint64_t>(frozen_specs_[local].shape.numel());
+    for (std::uint64_t first = 0; first < n; first += kSlice) {
+      const std::uint64_t count = std::min(kSlice, n - first);
+      slice.resize(count);
+      source.get(held_[local], first, count, StateArray::master, slice.data());
+      device_->convert(to.at(first), slice.data(), count);
+    }
+  }
+}
+
+void FrozenSplit::draw_frozen(std::uint64_t seed) {
+  SeedSource seeds(params_, seed);
+  load_frozen(seeds);
+}
+
+MemoryEstimate FrozenSplit::estimate(const EstimateArgs& args) const {
+  Parts parts = split(args.params);
+  EstimateArgs inner = args;
+  inner.params = std::move(parts.trainable);
+  MemoryEstimate e = inner_->estimate(inner);
+  const shard::FlatLayout frozen(parts.frozen, 1);
+  e.bytes[Tier::device][Category::params] += frozen.total() * dtype_size(args.precision);
+  return e;
+}
+
+std::string FrozenSplit::summary() const {
+  std::uint64_t frozen = 0, trained = 0;
+  for (const ParamSpec& p : params_)
+    (p.trainable ? trained : frozen) += static_cast<std::uint64_t>(p.shape.numel());
+  std::string s = "trains " + std::to_string(trained) + " parameters in " +
+                  std::to_string(trained_.size()) + " tensors under the strategy; " +
+                  std::to_string(frozen) +
+                  " frozen ones held whole on every rank, with no gradient or optimizer state";
+  if (std::string inner = inner_->summary(); !inner.empty()) s = inner + "\n" + s;
+  return s;
+}
+
+}  // namespace ztrain

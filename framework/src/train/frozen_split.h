@@ -1,0 +1,78 @@
+// FrozenSplit: the strategy of a run whose model freezes parameters
+// (ParamSpec::trainable false: LoRA's base weights, the layers `freeze`
+// leaves out).
+//
+// The run's strategy sees only the trainable parameters, as a list of their
+// own (the model's order, renumbered), so every strategy, third-party ones
+// included, trains them exactly as it trains a whole model: its gradients,
+// reduction, norm, clipping, optimizer and checkpoints cover what trains
+// and nothing else. The frozen parameters are held beside it, whole on
+// every rank in the working precision, with no gradient and no optimizer
+// state (a StepContext hands out null gradient views for them); ZeRO-3
+// does not shard them. A checkpoint stores the trainable state alone, as
+// PEFT's do: the frozen values are not state, they come back from where
+// they came from, the base model's weights or the seed (load_frozen).
+//
+// Initial values are drawn per parameter from its id in the model's list,
+// not in the strategy's (setup loads them through load_state), so an
+// adapter starts from the same numbers whether the base comes from the
+// seed or from [model] init_from (whose import draws what the file lacks).
+//
+// Ownership: holds the wrapped strategy (shared) and the frozen buffers.
+// Errors: ConfigError when nothing is trainable; the wrapped strategy's.
+// Thread safety: the training thread only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/full_replica.h"
+#include "ztrain/strategy.h"
+
+namespace ztrain {
+
+// Whether any parameter of `params` is frozen.
+bool has_frozen(const ParamSpecs& params);
+
+class FrozenSplit final : public Strategy {
+ public:
+  explicit FrozenSplit(std::shared_ptr<Strategy> inner) : inner_(std::move(inner)) {}
+
+  void setup(const StrategySetup& s) override;
+  void begin_micro_step(bool last) override { inner_->begin_micro_step(last); }
+  void before_forward(ModuleId m) override { inner_->before_forward(m); }
+  void after_forward(ModuleId m) override { inner_->after_forward(m); }
+  void before_backward(ModuleId m) override { inner_->before_backward(m); }
+  void after_backward(ModuleId m) override { inner_->after_backward(m); }
+  TensorView param_view(ParamId p) override;
+  TensorView grad_view(ParamId p) override;
+  void read_param(ParamId p, float* out) override;
+  StepResult step(const StepArgs& args) override { return inner_->step(args); }
+  // The trainable parameters' state, under the model's ids.
+  void save_state(StateSink& sink) override;
+  void load_state(StateSource& source) override;
+  // The frozen parameters' values: the master array of each, whole, from
+  // `source` (the base model's weights, or the seed's values). Every rank
+  // reads all of them; not collective.
+  void load_frozen(StateSource& source);
+  // The same from the seed's initial values (what setup draws when it
+  // draws): a resume of a run without [model] init_from.
+  void draw_frozen(std::uint64_t seed);
+  MemoryEstimate estimate(const EstimateArgs& args) const override;
+  StrategyStats stats() const override { return inner_->stats(); }
+  std::string summary() const override;
+
+ private:
+  std::shared_ptr<Strategy> inner_;
+  ParamSpecs params_;                          // the model's
+  IdVector<ParamId, ParamId> local_;           // model id -> id in its part
+  IdVector<ParamId, ParamId> trained_, held_;  // ids in each part -> model id
+  ParamSpecs frozen_specs_;
+  std::optional<shard::FlatLayout> frozen_layout_;
+  std::optional<shard::FullReplica> frozen_;
+  Device* device_ = nullptr;
+};
+
+}  // namespace ztrain

@@ -1,0 +1,243 @@
+// Fine-tuning methods of the transformer, as LLaMA-Factory (and PEFT)
+// define them: which parameters train, the LoRA adapters beside the frozen
+// projections, and their forward and backward.
+//
+// LoRA (Hu et al. 2021; PEFT's Linear): a targeted projection y = x W^T + b
+// gains scale * (x A^T) B^T, A (r, in) drawn as PEFT's kaiming_uniform(a =
+// sqrt(5)), U(-1/sqrt(in), 1/sqrt(in)), B (out, r) zero, so training starts
+// from the base model's function; scale = lora_alpha / r. W and every other
+// base parameter are frozen (no gradient, no optimizer state; the host
+// holds them, train/frozen_split.h). The adapters are declared after the
+// base parameters, so the base keeps its ids, and with them its seeded
+// values. Shapes: N tokens, C in, OC out, r rank.
+//
+//   forward   u = scale * x A^T          (N, r), kept for backward
+//             y += u B^T                  (N, OC)
+//   backward  dB += dy^T u                (OC, r)
+//             du = scale * dy B           (N, r)
+//             dA += du^T x                (r, C)
+//             dx += du A                  (N, C)
+//
+// Freeze (LLaMA-Factory's _setup_freeze_tuning): the parameters whose
+// Hugging Face name contains ".<i>.<module>" for a trainable block i and a
+// trainable module, or an extra module's name, train; the rest are frozen.
+// The matching is LLaMA-Factory's substring test, so a name means here
+// what it means there (freeze_extra_modules = "norm" also reaches the
+// blocks' norms, as it does there).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <regex>
+#include <set>
+
+#include "transformer.h"
+#include "ztrain/error.h"
+
+namespace ztrain::transformer {
+namespace {
+
+// One name or a list, each possibly a comma-separated string
+// (LLaMA-Factory's "q_proj,v_proj"); blanks trimmed.
+std::vector<std::string> split_names(const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  for (const std::string& g : given) {
+    std::size_t at = 0;
+    while (at <= g.size()) {
+      const std::size_t comma = std::min(g.find(',', at), g.size());
+      std::string name = g.substr(at, comma - at);
+      name.erase(0, name.find_first_not_of(" \t"));
+      name.erase(name.find_last_not_of(" \t") + 1);
+      if (!name.empty()) out.push_back(name);
+      at = comma + 1;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> names_or_all(const Options& o, const char* key) {
+  return o.has_value(key) ? split_names(o.get_names(key)) : std::vector<std::string>{"all"};
+}
+
+std::string joined(const std::set<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+constexpr const char* kLoraKeys[] = {"lora_rank", "lora_alpha", "lora_dropout", "lora_target"};
+constexpr const char* kFreezeKeys[] = {"freeze_trainable_layers", "freeze_trainable_modules",
+                                       "freeze_extra_modules"};
+
+}  // namespace
+
+std::string Transformer::module_name(const std::string& param) {
+  const std::size_t last = param.rfind('.');
+  const std::size_t before = param.rfind('.', last - 1);
+  return param.substr(before + 1, last - before - 1);
+}
+
+void Transformer::read_fine_tuning(const Options& o) {
+  FineTuning& t = cfg_.tuning;
+  const std::string method = o.get_string("finetuning_type");
+  t.method = method == "lora"     ? FineTuning::Method::lora
+             : method == "freeze" ? FineTuning::Method::freeze
+                                  : FineTuning::Method::full;
+  const auto refuse_unless = [&](const auto& keys, FineTuning::Method m, const char* name) {
+    for (const char* key : keys)
+      if (o.given(key) && t.method != m)
+        throw ConfigError(o.where(key) + ": [model] " + key + " is a key of finetuning_type = \"" +
+                          name + "\", but finetuning_type is \"" + method +
+                          "\"; set finetuning_type = \"" + name + "\" or remove " + key);
+  };
+  refuse_unless(kLoraKeys, FineTuning::Method::lora, "lora");
+  refuse_unless(kFreezeKeys, FineTuning::Method::freeze, "freeze");
+  if (o.get_number("lora_dropout") != 0)
+    throw ConfigError(o.where("lora_dropout") +
+                      ": [model] lora_dropout: ztrain's LoRA has no dropout (its runs reproduce "
+                      "each other exactly under every strategy); set lora_dropout = 0");
+  t.lora_rank = static_cast<int>(o.get_int("lora_rank"));
+  t.lora_alpha = o.get_number("lora_alpha") > 0 ? o.get_number("lora_alpha") : 2.0 * t.lora_rank;
+  t.lora_target = names_or_all(o, "lora_target");
+  t.freeze_trainable_layers = static_cast<int>(o.get_int("freeze_trainable_layers"));
+  t.freeze_trainable_modules = names_or_all(o, "freeze_trainable_modules");
+  if (o.has_value("freeze_extra_modules"))
+    t.freeze_extra_modules = split_names(o.get_names("freeze_extra_modules"));
+}
+
+void Transformer::declare_adapters(const Options& o) {
+  const FineTuning& t = cfg_.tuning;
+  if (t.method != FineTuning::Method::lora) return;
+  const bool all =
+      std::find(t.lora_target.begin(), t.lora_target.end(), "all") != t.lora_target.end();
+  std::set<std::string> known, used;
+  for (auto& b : blocks_) {
+    const std::pair<Proj, std::optional<ParamId>> projections[] = {
+        {Proj::qkv, b.qkv_w}, {Proj::q, b.q_w},   {Proj::k, b.k_w},   {Proj::v, b.v_w},
+        {Proj::o, b.proj_w},  {Proj::fc, b.fc_w}, {Proj::up, b.up_w}, {Proj::down, b.fcproj_w}};
+    for (const auto& [j, w] : projections) {
+      if (!w) continue;
+      const ParamSpec base = params_[*w];
+      const std::string module = module_name(base.name);
+      known.insert(module);
+      if (!all &&
+          std::find(t.lora_target.begin(), t.lora_target.end(), module) == t.lora_target.end())
+        continue;
+      used.insert(module);
+      const std::string stem =
+          base.name.substr(0, base.name.size() - std::string(".weight").size());
+      const std::int64_t out = base.shape[0], in = base.shape[1];
+      const Init a_init{Init::Kind::uniform, static_cast<float>(1.0 / std::sqrt(double(in)))};
+      const ParamId a = add(stem + ".lora_A.weight", {t.lora_rank, in}, a_init, base.used_by);
+      const ParamId bb = add(stem + ".lora_B.weight", {out, t.lora_rank}, {}, base.used_by);
+      for (ParamId id : {a, bb}) params_[id].adapter = true;
+      b.lora[static_cast<std::size_t>(j)] = BlockParams::Adapter{a, bb};
+    }
+  }
+  for (const std::string& name : t.lora_target)
+    if (name != "all" && !known.contains(name))
+      throw ConfigError(o.where("lora_target") + ": [model] lora_target: '" + name +
+                        "' is no projection of " + (cfg_.llama ? "Llama" : "GPT-2") +
+                        "'s blocks; they are " + joined(known) + " (or all)");
+  for (ParamSpec& p : params_) p.trainable = p.adapter;
+}
+
+void Transformer::freeze_params(const Options& o) {
+  const FineTuning& t = cfg_.tuning;
+  if (t.method != FineTuning::Method::freeze) return;
+  const int L = cfg_.n_layer, n = t.freeze_trainable_layers;
+  std::vector<int> layers;
+  for (int i = n > 0 ? std::max(0, L - n) : 0; i < (n > 0 ? L : std::min(-n, L)); ++i)
+    layers.push_back(i);
+  // The modules inside blocks and outside them, as LLaMA-Factory lists
+  // them: the name's part after ".0." up to the next dot; the second-last
+  // part of a name outside the blocks.
+  std::set<std::string> hidden, outer;
+  const std::regex block(R"(\.\d+\.)");
+  for (const ParamSpec& p : params_) {
+    const std::string name = p.hf_name.empty() ? p.name : p.hf_name;
+    if (const std::size_t at = name.find(".0."); at != std::string::npos)
+      hidden.insert(name.substr(at + 3, name.find('.', at + 3) - at - 3));
+    if (!std::regex_search(name, block)) outer.insert(module_name(name));
+  }
+  std::vector<std::string> trainable;
+  for (const std::string& m : t.freeze_trainable_modules) {
+    if (m != "all" && !hidden.contains(m))
+      throw ConfigError(o.where("freeze_trainable_modules") + ": [model] '" + m +
+                        "' is no module of the blocks; they are " + joined(hidden) + " (or all)");
+    for (int i : layers) trainable.push_back("." + std::to_string(i) + "." + (m == "all" ? "" : m));
+  }
+  for (const std::string& m : t.freeze_extra_modules) {
+    if (!outer.contains(m))
+      throw ConfigError(o.where("freeze_extra_modules") + ": [model] '" + m +
+                        "' is no module outside the blocks; they are " + joined(outer));
+    trainable.push_back(m);
+  }
+  for (ParamSpec& p : params_) {
+    const std::string name = p.hf_name.empty() ? p.name : p.hf_name;
+    p.trainable = std::any_of(trainable.begin(), trainable.end(), [&](const std::string& s) {
+      return name.find(s) != std::string::npos;
+    });
+  }
+}
+
+std::vector<AdapterOf> Transformer::adapters() const {
+  std::vector<AdapterOf> out;
+  for (const BlockParams& b : blocks_) {
+    const std::array<std::optional<ParamId>, kProjCount> weights = {
+        b.qkv_w, b.q_w, b.k_w, b.v_w, b.proj_w, b.fc_w, b.up_w, b.fcproj_w};
+    for (std::size_t j = 0; j < kProjCount; ++j)
+      if (b.lora[j])
+        out.push_back({*weights[j], b.lora[j]->a, b.lora[j]->b, cfg_.tuning.lora_scale()});
+  }
+  return out;
+}
+
+// PEFT's LoraConfig as save_pretrained writes it; GPT-2's Conv1D layers
+// need fan_in_fan_out for PEFT to transpose the update.
+std::string Transformer::adapter_config_json() const {
+  const FineTuning& t = cfg_.tuning;
+  if (t.method != FineTuning::Method::lora) return {};
+  std::set<std::string> targets;
+  for (const AdapterOf& a : adapters()) targets.insert(module_name(params_[a.weight].name));
+  std::string list;
+  for (const std::string& m : targets) list += (list.empty() ? "\"" : ", \"") + m + "\"";
+  char alpha[32];
+  std::snprintf(alpha, sizeof alpha, "%.17g", t.lora_alpha);
+  return std::string("{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n") +
+         "  \"r\": " + std::to_string(t.lora_rank) + ",\n  \"lora_alpha\": " + alpha +
+         ",\n  \"lora_dropout\": 0.0,\n  \"target_modules\": [" + list +
+         "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": " + (cfg_.llama ? "false" : "true") +
+         ",\n  \"use_rslora\": false,\n  \"use_dora\": false,\n  \"modules_to_save\": null,\n"
+         "  \"inference_mode\": true\n}\n";
+}
+
+void Transformer::lora_forward(int l, Linear lin, float* out, BlockActs& b, const Acts& a,
+                               StepContext& ctx) const {
+  const auto adapter = blocks_[static_cast<std::size_t>(l)].adapter(lin.proj);
+  if (!adapter) return;
+  const Kernels& k = ctx.kernels();
+  const std::size_t N = lin.shape.N, r = static_cast<std::size_t>(cfg_.tuning.lora_rank);
+  float* u = b.lora_u[static_cast<std::size_t>(lin.proj)];
+  k.matmul_forward(u, lin.x, ConstTypedPtr(ctx.param(adapter->a)), nullptr, {N, lin.shape.C, r});
+  k.scale(u, cfg_.tuning.lora_scale(), N * r);
+  k.matmul_forward(a.lora_out, u, ConstTypedPtr(ctx.param(adapter->b)), nullptr,
+                   {N, r, lin.shape.OC});
+  k.add(out, out, a.lora_out, N * lin.shape.OC);
+}
+
+void Transformer::lora_backward(int l, Linear lin, float* dx, const float* dout, const BlockActs& b,
+                                const Acts& a, StepContext& ctx) const {
+  const auto adapter = blocks_[static_cast<std::size_t>(l)].adapter(lin.proj);
+  if (!adapter) return;
+  const Kernels& k = ctx.kernels();
+  const std::size_t N = lin.shape.N, r = static_cast<std::size_t>(cfg_.tuning.lora_rank);
+  const float* u = b.lora_u[static_cast<std::size_t>(lin.proj)];
+  ctx.activations().device().fill_zero(a.lora_du, N * r * sizeof(float));
+  k.matmul_backward(a.lora_du, TypedPtr(ctx.grad(adapter->b)), nullptr, dout, u,
+                    ConstTypedPtr(ctx.param(adapter->b)), {N, r, lin.shape.OC});
+  k.scale(a.lora_du, cfg_.tuning.lora_scale(), N * r);
+  k.matmul_backward(dx, TypedPtr(ctx.grad(adapter->a)), nullptr, a.lora_du, lin.x,
+                    ConstTypedPtr(ctx.param(adapter->a)), {N, lin.shape.C, r});
+}
+
+}  // namespace ztrain::transformer

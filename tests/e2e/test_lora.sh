@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Fine-tuning methods beside full training: LoRA ([model] finetuning_type =
+# "lora") and freeze, on LLaMA-Factory's datasets from a small Llama the
+# script first trains and saves (as test_sft.sh).
+# - LoRA: the header says what trains and what is frozen; the loss falls;
+#   the out directory holds the merged model (loadable as the base was)
+#   and PEFT's adapter (adapter/adapter_model.safetensors under PEFT's
+#   names, adapter_config.json); `ztrain sample` answers from the merge.
+# - Equivalence, the contract: micro 2 x accumulation 2 at world 1 against
+#   world 2 under ddp, zero1, zero2, zero3, cpu_offload and nvme_offload
+#   and world 4 under zero3: losses and gradient norms within 1e-6 and
+#   4e-6 per step (the sums only grouped otherwise); in bf16, world 2
+#   under zero2 against world 1 within 2e-4 and 4e-3.
+# - Checkpoints hold the adapters alone (the manifest marks the base
+#   frozen, its files a few times the adapters' 12 bytes per element); one
+#   of world 2 resumes at world 1 with the same later steps, the base read
+#   from init_from again; `ztrain export` of the last checkpoint writes the
+#   run's own merged weights, bit for bit.
+# - freeze: only the last block trains; world 2 under zero3 reproduces
+#   world 1.
+# - Refused before step 1, naming the key: lora_dropout, an unknown
+#   lora_target, a LoRA key without finetuning_type = "lora", an unknown
+#   freeze module.
+#
+# usage: test_lora.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+base_model="$scratch/base"
+"$ZTRAIN" --model llama-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=4 \
+  --set model.n_kv_head=2 --set model.vocab_size=2048 --set model.seq_len=128 --set train.steps=1 \
+  --set train.eval_every=0 --set device.threads=1 --set train.out_dir="$base_model" \
+  --set train.save_final=true "$SRC/configs/run.toml" > "$scratch/base.out" 2>&1 ||
+  fail "training the base model failed"
+cp "$SRC/tests/data/tokenizers/byte_level.json" "$base_model/tokenizer.json"
+cp "$SRC/tests/data/chat_templates/qwen2_5.jinja" "$base_model/chat_template.jinja"
+
+cat > "$scratch/lora.toml" << TOML
+[model]
+from = "$base_model"
+finetuning_type = "lora"
+lora_rank = 4
+lora_alpha = 8
+
+[data]
+plugin = "sft"
+dataset_dir = "$SRC/tests/data/llamafactory"
+dataset = ["alpaca_en_demo", "glaive_toolcall_en_demo", "alpaca_history", "openai_messages"]
+
+[train]
+steps = 8
+micro_batch_size = 2
+grad_accum = 2
+lr = 1e-2
+warmup_steps = 2
+eval_every = 0
+log_every = 1
+checkpoint_every = 4
+save_final = true
+
+[device]
+threads = 1
+TOML
+
+steps=8
+run() {  # run NAME RANKS MICRO ACCUM [ARGS...]
+  local name=$1 np=$2 micro=$3 accum=$4
+  shift 4
+  on_ranks "$np" "$ZTRAIN" --set train.micro_batch_size="$micro" --set train.grad_accum="$accum" \
+    --set train.out_dir="$scratch/$name" "$@" "$scratch/lora.toml" > "$scratch/$name.out" 2>&1 ||
+    { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
+  curve "$name" "$steps"
+}
+
+run w1 1 2 2
+cat "$scratch/w1.out"
+# 2 blocks x 7 projections, an A and a B each; the rest frozen.
+grep -q "^ddp: trains [0-9]* parameters in 28 tensors under the strategy; [0-9]* frozen ones held whole on every rank" \
+  "$scratch/w1.out" || fail "the header does not say what trains"
+# The batches differ in what they train: the last four steps' mean below
+# the first four's.
+awk 'NR <= 4 { a += $2 } NR > 4 { b += $2 } END { exit !(b < a - 0.02) }' "$scratch/w1.curve" ||
+  fail "the loss did not fall: $(cat "$scratch/w1.curve")"
+for f in model.safetensors config.json tokenizer.json adapter/adapter_model.safetensors \
+  adapter/adapter_config.json; do
+  [ -f "$scratch/w1/$f" ] || fail "the out directory has no $f"
+done
+python3 - "$scratch/w1" "$base_model" << 'PY' || fail "the export is not a merged model and PEFT's adapter"
+import json, struct, sys
+def names(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return {k for k in json.loads(f.read(n)) if k != "__metadata__"}
+out, base = sys.argv[1:]
+assert names(out + "/model.safetensors") == names(base + "/model.safetensors")
+adapter = names(out + "/adapter/adapter_model.safetensors")
+assert len(adapter) == 28, adapter
+assert "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight" in adapter, adapter
+config = json.load(open(out + "/adapter/adapter_config.json"))
+assert config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 8, config
+assert sorted(config["target_modules"]) == sorted(
+    ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]), config
+PY
+cmp -s "$base_model/model.safetensors" "$scratch/w1/model.safetensors" &&
+  fail "the merged weights are the base's: the adapters did not reach them"
+"$ZTRAIN" sample "$scratch/w1" --chat "Hello" --max-tokens 4 > "$scratch/sample.out" 2>&1 ||
+  fail "sample --chat on the merged model failed"
+
+run accum 1 1 4
+run w2 2 1 2
+for strategy in zero1 zero2 zero3 cpu_offload; do
+  run "w2_$strategy" 2 1 2 --strategy "$strategy"
+done
+disk_dir swap
+run w2_nvme 2 1 2 --strategy zero3_nvme --set strategy.offload_optimizer.nvme_path="\"$swap\""
+run w4_zero3 4 1 1 --strategy zero3
+for name in accum w2 w2_zero1 w2_zero2 w2_zero3 w2_cpu_offload w2_nvme w4_zero3; do
+  same_training w1 "$name" 1e-6 4e-6
+done
+run w1_bf16 1 2 2 --set train.precision=bf16
+run w2_bf16 2 1 2 --set train.precision=bf16 --strategy zero2
+same_training w1_bf16 w2_bf16 2e-4 4e-3
+
+python3 - "$scratch/w2/step_4" << 'PY' || fail "the checkpoint does not hold the adapters alone"
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+frozen = [p for p in m["params"] if p.get("frozen")]
+trained = [p for p in m["params"] if not p.get("frozen")]
+assert len(trained) == 28 and all(".lora_" in p["name"] for p in trained), trained
+assert all(not p["pieces"] for p in frozen) and len(frozen) > 0, frozen
+numel = lambda p: eval("*".join(map(str, p["shape"])) or "1")
+adapters = sum(numel(p) for p in trained)
+stored = sum(f["bytes"] for f in m["files"])
+assert 12 * adapters <= stored <= 4 * 12 * adapters, (stored, adapters)
+PY
+tail -n 4 "$scratch/w2.curve" > "$scratch/w2_last4.curve"
+on_ranks 1 "$ZTRAIN" --set train.out_dir="$scratch/resumed" --set train.micro_batch_size=2 \
+  --resume="$scratch/w2/step_4" "$scratch/lora.toml" > "$scratch/resumed.out" 2>&1 ||
+  { cat "$scratch/resumed.out" >&2; fail "resuming world 2's step 4 at world 1 failed"; }
+curve resumed 4
+same_training w2_last4 resumed 1e-6 2e-6
+"$ZTRAIN" export "$scratch/w1/step_8" "$scratch/exported" > "$scratch/export.out" 2>&1 ||
+  { cat "$scratch/export.out" >&2; fail "exporting the last checkpoint failed"; }
+cmp "$scratch/w1/model.safetensors" "$scratch/exported/model.safetensors" ||
+  fail "the checkpoint's export is not the run's merged weights"
+cmp "$scratch/w1/adapter/adapter_model.safetensors" "$scratch/exported/adapter/adapter_model.safetensors" ||
+  fail "the checkpoint's export is not the run's adapter"
+
+sed -e 's/^finetuning_type = "lora"/finetuning_type = "freeze"\nfreeze_trainable_layers = 1/' \
+  -e '/^lora_/d' "$scratch/lora.toml" > "$scratch/freeze.toml"
+freeze() {  # freeze NAME RANKS MICRO ACCUM [ARGS...]
+  local name=$1 np=$2 micro=$3 accum=$4
+  shift 4
+  on_ranks "$np" "$ZTRAIN" --set train.micro_batch_size="$micro" --set train.grad_accum="$accum" \
+    --set train.out_dir="$scratch/$name" "$@" "$scratch/freeze.toml" \
+    > "$scratch/$name.out" 2>&1 || { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
+  curve "$name" "$steps"
+}
+steps=4
+freeze freeze_w1 1 2 2 --set train.steps=4
+# Block 1's 9 tensors (two norms, seven projections) train.
+grep -q "trains [0-9]* parameters in 9 tensors under the strategy" "$scratch/freeze_w1.out" ||
+  fail "the freeze run does not train block 1 alone: $(grep trainable "$scratch/freeze_w1.out")"
+python3 - "$scratch/freeze_w1/step_4/manifest.json" << 'PY' || fail "freeze did not train the last block alone"
+import json, sys
+m = json.load(open(sys.argv[1]))
+trained = [p["name"] for p in m["params"] if not p.get("frozen")]
+assert len(trained) == 9 and all(n.startswith("model.layers.1.") for n in trained), trained
+PY
+freeze freeze_w2 2 1 2 --set train.steps=4 --strategy zero3
+same_training freeze_w1 freeze_w2 1e-6 4e-6
+
+refused() {  # refused WHAT TEXT ARGS...: the run refused before step 1, saying TEXT
+  local what=$1 text=$2
+  shift 2
+  "$ZTRAIN" --set train.out_dir="$scratch/refused" "$@" > "$scratch/refused.out" 2>&1 &&
+    fail "$what: the run was not refused"
+  grep -qF -- "$text" "$scratch/refused.out" ||
+    fail "$what: the refusal does not say \"$text\": $(cat "$scratch/refused.out")"
+  grep -q "^step 1/" "$scratch/refused.out" && fail "$what: refused only after training began"
+  echo "$what: refused"
+}
+refused "lora_dropout" "lora_dropout: ztrain's LoRA has no dropout" \
+  --set model.lora_dropout=0.1 "$scratch/lora.toml"
+refused "an unknown target" "lora_target: 'c_attn' is no projection of Llama's blocks" \
+  --set 'model.lora_target="q_proj,c_attn"' "$scratch/lora.toml"
+refused "a LoRA key without LoRA" "[model] lora_rank is a key of finetuning_type = \"lora\"" \
+  --set model.lora_rank=8 "$scratch/freeze.toml"
+refused "an unknown freeze module" "'attn' is no module of the blocks; they are" \
+  --set 'model.freeze_trainable_modules="attn"' "$scratch/freeze.toml"
+echo "PASS test_lora"
