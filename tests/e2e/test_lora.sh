@@ -146,6 +146,23 @@ cmp "$scratch/w1/model.safetensors" "$scratch/exported/model.safetensors" ||
 cmp "$scratch/w1/adapter/adapter_model.safetensors" "$scratch/exported/adapter/adapter_model.safetensors" ||
   fail "the checkpoint's export is not the run's adapter"
 
+# adapter_from: the run's PEFT adapter beside the base computes the run's
+# merged model: with no update (lr 0), step 1's loss is the merged
+# model's, fine-tuned in full.
+steps=1
+one_step=(--set train.steps=1 --set train.lr=0 --set train.warmup_steps=0
+  --set train.checkpoint_every=0 --set train.save_final=false)
+run from_adapter 1 2 2 "${one_step[@]}" --set "model.adapter_from=\"$scratch/w1/adapter\""
+grep -qF "adapters from $scratch/w1/adapter" "$scratch/from_adapter.out" ||
+  fail "the run does not say where its adapters came from"
+sed -e "s|^from = .*|from = \"$scratch/w1\"|" -e '/^finetuning_type/d' -e '/^lora_/d' \
+  "$scratch/lora.toml" > "$scratch/merged.toml"
+on_ranks 1 "$ZTRAIN" --set train.out_dir="$scratch/merged" "${one_step[@]}" "$scratch/merged.toml" \
+  > "$scratch/merged.out" 2>&1 || { cat "$scratch/merged.out" >&2; fail "the merged model's run failed"; }
+curve merged 1
+same_losses from_adapter merged 1e-6
+steps=8
+
 sed -e 's/^finetuning_type = "lora"/finetuning_type = "freeze"\nfreeze_trainable_layers = 1/' \
   -e '/^lora_/d' "$scratch/lora.toml" > "$scratch/freeze.toml"
 freeze() {  # freeze NAME RANKS MICRO ACCUM [ARGS...]
@@ -186,6 +203,10 @@ refused "an unknown target" "lora_target: 'c_attn' is no projection of Llama's b
   --set 'model.lora_target="q_proj,c_attn"' "$scratch/lora.toml"
 refused "a LoRA key without LoRA" "[model] lora_rank is a key of finetuning_type = \"lora\"" \
   --set model.lora_rank=8 "$scratch/freeze.toml"
+refused "an adapter of another rank" "has r = 4, this run's [model] lora_rank gives 8; set lora_rank to the adapter's" \
+  --set model.lora_rank=8 --set "model.adapter_from=\"$scratch/w1/adapter\"" "$scratch/lora.toml"
+refused "an adapter of other targets" "does not hold this run's adapters" \
+  --set 'model.lora_target="q_proj"' --set "model.adapter_from=\"$scratch/w1/adapter\"" "$scratch/lora.toml"
 refused "an unknown freeze module" "'attn' is no module of the blocks; they are" \
   --set 'model.freeze_trainable_modules="attn"' "$scratch/freeze.toml"
 echo "PASS test_lora"

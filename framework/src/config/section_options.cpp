@@ -9,6 +9,10 @@ OptionList model_host_options() {
   o.optional_string("init_from",
                     "start from these weights (.safetensors with Hugging Face names, or "
                     "a directory holding model.safetensors)");
+  o.optional_string("adapter_from",
+                    "LoRA: start the adapters from this PEFT adapter directory "
+                    "(adapter_config.json, adapter_model.safetensors; LLaMA-Factory's "
+                    "adapter_name_or_path)");
   return o;
 }
 

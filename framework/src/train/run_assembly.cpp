@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "checkpoint/adapter_import.h"
 #include "checkpoint/hf_export.h"
 #include "comm/world.h"
 #include "config/accelerate_import.h"
@@ -275,6 +276,12 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
         {tr.resume, tr.out_dir, setup.params, run.resolved.keys, tr.global_batch, tr.steps},
         *run.strategy, *run.comm);
   load_weights(parts, run, resumed, tr.seed);
+  if (!resumed && parts.model_options.has_value("adapter_from")) {
+    const std::string dir = parts.model_options.get_string("adapter_from");
+    import_adapter(*run.model, *run.strategy, dir, parts.model_options.where("adapter_from"),
+                   *run.comm);
+    run.config_notes.push_back("adapters from " + dir);
+  }
 }
 
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
