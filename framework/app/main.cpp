@@ -104,6 +104,9 @@ constexpr const char* kUsage =
     "                                           what fine-tuning on LLaMA-Factory datasets would\n"
     "                                           train on: rows read and bad, tokens trained, the\n"
     "                                           first example with its trained text marked\n"
+    "       ztrain --llamafactory TRAIN.yaml [options]\n"
+    "                                           train as LLaMA-Factory's YAML describes (model,\n"
+    "                                           method, datasets, Trainer and deepspeed keys)\n"
     "       ztrain --deepspeed DS.json [options] CONFIG\n"
     "                                           train with a DeepSpeed config's ZeRO, offload,\n"
     "                                           batch, precision, optimizer and scheduler keys\n"
@@ -224,7 +227,8 @@ std::vector<std::string> parallel_overrides(const std::string& text) {
 struct Cli {
   std::vector<std::string> overrides, plugin_paths, positional, env_vars;
   std::string strategy, model, dtype = "fp32", hostfile, include, exclude, resume, strategies,
-                               compare_out, deepspeed, accelerate, device_memory, parallel;
+                               compare_out, deepspeed, accelerate, device_memory, parallel,
+                               llamafactory;
   std::int64_t steps = 0;
   std::string tokenizer, text_field = "text", separator;
   std::uint64_t shard_tokens = 100'000'000, val_tokens = 0;
@@ -256,6 +260,7 @@ struct Cli {
     args.overwrite = overwrite;
     args.deepspeed = deepspeed;
     args.accelerate = accelerate;
+    args.llamafactory = llamafactory;
     args.faults = faults;
     return args;
   }
@@ -304,6 +309,9 @@ po::options_description declare_options(Cli& c) {
                                  "DeepSpeed's: exported as MASTER_PORT to every rank")(
       "deepspeed", po::value(&c.deepspeed),
       "a DeepSpeed config (ds_config.json) for the strategy and training keys; --set wins")(
+      "llamafactory", po::value(&c.llamafactory),
+      "LLaMA-Factory's training YAML as the run (in place of CONFIG): its model, method, "
+      "datasets and Trainer keys, its deepspeed config as --deepspeed; --set wins")(
       "accelerate-config", po::value(&c.accelerate),
       "an Accelerate config (what `accelerate config` writes): strategy, precision, device and "
       "num_processes ranks, as `accelerate launch` runs it (on several machines: run it on each, "
@@ -540,7 +548,10 @@ std::vector<std::string> rank_command(const Cli& c) {
   if (c.overwrite) child.push_back("--overwrite");
   if (!c.deepspeed.empty()) child.insert(child.end(), {"--deepspeed", c.deepspeed});
   if (!c.accelerate.empty()) child.insert(child.end(), {"--accelerate-config", c.accelerate});
-  child.push_back(c.positional[0]);
+  if (!c.llamafactory.empty())
+    child.insert(child.end(), {"--llamafactory", c.llamafactory});  // the run, in place of CONFIG
+  else
+    child.push_back(c.positional[0]);
   return child;
 }
 
@@ -633,7 +644,7 @@ std::optional<int> launch(Cli& c) {
   const auto command = ztrain::mpirun_command(plan, rank_command(c));
   // A DeepSpeed or Accelerate file is checked at the job's world size before
   // any rank starts: a refused file never leaves ranks behind.
-  if (!c.deepspeed.empty() || !c.accelerate.empty()) {
+  if (!c.deepspeed.empty() || !c.accelerate.empty() || !c.llamafactory.empty()) {
     int world = plan.nproc;
     if (!plan.hosts.empty() && world == 0)
       for (const auto& h : plan.hosts) world += static_cast<int>(h.slots.size());
@@ -676,6 +687,8 @@ int main(int argc, char** argv) {
     if (!c.resume.empty()) c.overrides.push_back("train.resume=\"" + c.resume + "\"");
     const std::vector<std::string> mesh = parallel_overrides(c.parallel);
     c.overrides.insert(c.overrides.begin(), mesh.begin(), mesh.end());
+    // The YAML is the run: it stands where CONFIG would.
+    if (!c.llamafactory.empty()) c.positional.push_back(c.llamafactory);
     if (const auto code = tool_command(c)) return *code;
     if (c.positional.size() != 1) {
       std::cerr << "ztrain: "

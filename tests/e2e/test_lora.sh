@@ -187,6 +187,15 @@ PY
 freeze freeze_w2 2 1 2 --set train.steps=4 --strategy zero3
 same_training freeze_w1 freeze_w2 1e-6 4e-6
 
+# configs/examples/lora_budget.toml, the README's budget: LoRA's estimate
+# fits its 400 MiB, full training's does not.
+total() { "$ZTRAIN" estimate "$@" "$SRC/configs/examples/lora_budget.toml" | awk '$2 == "total" { print $3 }'; }
+lora_bytes=$(total)
+full_bytes=$(total --set 'model.finetuning_type="full"')
+echo "lora_budget.toml: LoRA $lora_bytes bytes, full $full_bytes bytes of 419430400"
+[ "$lora_bytes" -lt 419430400 ] && [ "$full_bytes" -gt 419430400 ] ||
+  fail "lora_budget.toml does not show LoRA fitting where full training does not"
+
 refused() {  # refused WHAT TEXT ARGS...: the run refused before step 1, saying TEXT
   local what=$1 text=$2
   shift 2

@@ -74,7 +74,7 @@ TEST_CASE("LoRA's adapters start as PEFT's, from the seed, whether the base is d
   CHECK(std::filesystem::exists(dir / "adapter" / "adapter_model.safetensors"));
 }
 
-TEST_CASE("lora_target picks projections by name; GPT-2's c_proj is both of a block's") {
+TEST_CASE("lora_target picks projections by name, and GPT-2's c_proj is both of a block's") {
   Run llama = test::make_run(
       kLlama + "finetuning_type = \"lora\"\nlora_target = \"q_proj, v_proj\"\n" + kRest);
   const std::vector<std::string> want = {"model.layers.0.self_attn.q_proj.lora_A.weight",

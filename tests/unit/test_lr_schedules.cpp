@@ -167,3 +167,45 @@ TEST_CASE("a run that ends inside its warmup is warned about, counted in words")
   CHECK(w[0].find("the run's 3 steps end inside") == 0);
   CHECK(warnings("[train]\nsteps = 5\nwarmup_steps = 4\n").empty());
 }
+
+// transformers 5.25's get_scheduler(name, SGD(lr = 2e-4), num_warmup_steps
+// = ceil(10 x 0.15) = 2, num_training_steps = 10): the lr of each of the
+// ten optimizer steps (the Trainer steps the scheduler after each).
+TEST_CASE("transformers' schedules: the lr of every step as the Trainer gives it") {
+  const std::pair<const char*, std::vector<double>> cases[] = {
+      {"hf_linear",
+       {0.0, 0.0001, 0.0002, 0.000175, 0.00015000000000000001, 0.000125, 0.0001,
+        7.500000000000001e-05, 5e-05, 2.5e-05}},
+      {"hf_cosine",
+       {0.0, 0.0001, 0.0002, 0.0001923879532511287, 0.00017071067811865476, 0.000138268343236509,
+        0.0001, 6.173165676349103e-05, 2.9289321881345254e-05, 7.612046748871327e-06}},
+      {"hf_constant", std::vector<double>(10, 0.0002)},
+      {"hf_constant_with_warmup",
+       {0.0, 0.0001, 0.0002, 0.0002, 0.0002, 0.0002, 0.0002, 0.0002, 0.0002, 0.0002}}};
+  for (const auto& [name, want] : cases) {
+    CAPTURE(name);
+    const std::string ratio = std::string(name) == "hf_constant" ? "" : "warmup_ratio = 0.15\n";
+    const auto s =
+        resolve_settings(RunConfig::parse("[train]\nsteps = 10\nlr = 2e-4\nschedule = \"" +
+                                              std::string(name) + "\"\n" + ratio,
+                                          "run.toml"),
+                         1)
+            .train.schedule;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      CAPTURE(k);
+      CHECK(close(lr_at(s, static_cast<std::int64_t>(k)), want[k]));
+    }
+  }
+  // warmup_steps, where given, wins over warmup_ratio (the Trainer's rule);
+  // nanoGPT's schedules read neither ratio nor it alone.
+  const auto w = std::get<HfSchedule>(
+      resolve_settings(RunConfig::parse("[train]\nsteps = 10\nschedule = \"hf_linear\"\n"
+                                        "warmup_steps = 4\nwarmup_ratio = 0.5\n",
+                                        "run.toml"),
+                       1)
+          .train.schedule);
+  CHECK(w.warmup == 4);
+  CHECK(test::message_of<ConfigError>([] {
+          resolve_settings(RunConfig::parse("[train]\nwarmup_ratio = 0.1\n", "run.toml"), 1);
+        }).find("warmup_ratio is not read by schedule \"cosine\"") != std::string::npos);
+}

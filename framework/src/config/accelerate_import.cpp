@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "config/yaml_mapping.h"
 #include "ztrain/error.h"
 
 namespace ztrain {
@@ -16,108 +17,10 @@ namespace {
 
 using nlohmann::json;
 
-// One mapping of the file: its keys by name, each read once, positions for
-// messages ("default_config.yaml:4:19: distributed_type").
-class Mapping {
- public:
-  Mapping(YAML::Node node, std::string path, std::string file)
-      : node_(std::move(node)), path_(std::move(path)), file_(std::move(file)) {
-    if (node_ && !node_.IsNull() && !node_.IsMap())
-      throw ConfigError(file_ + ": " + (path_.empty() ? "the file" : path_) +
-                        " is not a mapping of keys to values");
-  }
-
-  std::string where(const std::string& key) const {
-    const YAML::Node v = node_ && node_.IsMap() ? node_[key] : YAML::Node();
-    const YAML::Mark m = v ? v.Mark() : node_.Mark();
-    return file_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": " +
-           (path_.empty() ? key : path_ + "." + key);
-  }
-  // The value of key (read), or an undefined node.
-  YAML::Node get(const std::string& key) {
-    used_.insert(key);
-    if (!node_ || !node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
-    const YAML::Node v = node_[key];
-    return v && !v.IsNull() ? v : YAML::Node(YAML::NodeType::Undefined);
-  }
-  Mapping sub(const std::string& key) {
-    return Mapping(get(key), path_.empty() ? key : path_ + "." + key, file_);
-  }
-  std::string text(const std::string& key, const std::string& fallback) {
-    const YAML::Node v = get(key);
-    return v ? scalar<std::string>(v, key, "a string") : fallback;
-  }
-  std::int64_t integer(const std::string& key, std::int64_t fallback) {
-    const YAML::Node v = get(key);
-    return v ? scalar<std::int64_t>(v, key, "an integer") : fallback;
-  }
-  double number(const std::string& key, double fallback) {
-    const YAML::Node v = get(key);
-    return v ? scalar<double>(v, key, "a number") : fallback;
-  }
-  bool flag(const std::string& key, bool fallback) {
-    const YAML::Node v = get(key);
-    return v ? scalar<bool>(v, key, "true or false") : fallback;
-  }
-  // Keys that change nothing here: read, each one set to more than
-  // `accelerate config`'s default for it (false, 'no', empty, `static`,
-  // `main`, true for same_network) a warning saying why.
-  void no_effect(const std::map<std::string, std::string>& keys, std::vector<std::string>& out) {
-    for (const auto& [key, why] : keys)
-      if (const YAML::Node v = get(key); v && !is_default(key, v))
-        out.push_back(where(key) + " has no effect in ztrain: " + why);
-  }
-  // Every key nobody read is an error: a typo is never a different run.
-  void finish() const {
-    if (!node_ || !node_.IsMap()) return;
-    for (const auto& kv : node_) {
-      if (!kv.first.IsScalar())
-        throw ConfigError(file_ + ":" + std::to_string(kv.first.Mark().line + 1) + ": " +
-                          (path_.empty() ? "the file" : path_) + " has a key that is not a name");
-      const std::string key = kv.first.Scalar();
-      if (!used_.contains(key))
-        throw ConfigError(where(key) +
-                          " is not an Accelerate config key ztrain knows (or not one it "
-                          "supports); remove it");
-    }
-  }
-
- private:
-  template <class T>
-  T scalar(const YAML::Node& v, const std::string& key, const char* expected) const {
-    try {
-      return v.as<T>();
-    } catch (const YAML::Exception&) {
-      throw ConfigError(where(key) + " is " + YAML::Dump(v) + "; expected " + expected);
-    }
-  }
-  static bool is_default(const std::string& key, const YAML::Node& v) {
-    if (v.IsSequence() || v.IsMap()) return v.size() == 0;
-    const std::string s = v.Scalar();
-    if (key == "same_network") return s == "true";
-    return s == "false" || s == "no" || s == "NO" || s == "static" || s == "main" || s.empty();
-  }
-  YAML::Node node_;
-  std::string path_, file_;
-  std::set<std::string> used_;
-};
-
-YAML::Node load(const std::filesystem::path& file) {
-  try {
-    return YAML::LoadFile(file.string());
-  } catch (const YAML::BadFile&) {
-    throw ConfigError("cannot read Accelerate config '" + file.string() + "'" +
-                      (std::filesystem::exists(file) ? ": permission denied" : ": no such file"));
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(file.string() + ":" + std::to_string(e.mark.line + 1) + ":" +
-                      std::to_string(e.mark.column + 1) + ": not valid YAML: " + e.msg);
-  }
-}
-
 // DEEPSPEED without deepspeed_config_file: the DeepSpeed config Accelerate's
 // DeepSpeedPlugin makes from deepspeed_config, batch and precision "auto"
 // (the run's, as Accelerate fills them from the script).
-json deepspeed_of(Mapping& ds) {
+json deepspeed_of(YamlMapping& ds) {
   const std::int64_t stage = ds.integer("zero_stage", 2);
   if (stage < 0 || stage > 3)
     throw ConfigError(ds.where("zero_stage") + " is " + std::to_string(stage) + "; give 0 to 3");
@@ -150,7 +53,7 @@ json deepspeed_of(Mapping& ds) {
 // ZeRO-2, NO_SHARD ddp; the HYBRID ones shard within a machine and
 // replicate across machines, so on one machine they are FULL_SHARD and
 // SHARD_GRAD_OP. FSDP 2 says it with reshard_after_forward (true: FULL_SHARD).
-std::string fsdp_sharding(Mapping& f) {
+std::string fsdp_sharding(YamlMapping& f) {
   const std::int64_t version = f.integer("fsdp_version", 1);
   if (version == 2) {
     if (f.get("fsdp_sharding_strategy"))
@@ -172,7 +75,7 @@ std::string fsdp_sharding(Mapping& f) {
   return name;
 }
 
-void map_fsdp(Mapping& f, ImportedConfig& out) {
+void map_fsdp(YamlMapping& f, ImportedConfig& out) {
   const std::string sharding = fsdp_sharding(f);
   const bool offload = f.flag("fsdp_offload_params", false);
   const std::string where = f.where(f.integer("fsdp_version", 1) == 2 ? "fsdp_reshard_after_forward"
@@ -216,7 +119,7 @@ void map_fsdp(Mapping& f, ImportedConfig& out) {
 }
 
 // The run's precision from mixed_precision.
-std::string precision_of(Mapping& top) {
+std::string precision_of(YamlMapping& top) {
   const std::string mp = top.text("mixed_precision", "no");
   if (mp == "no") return "fp32";
   if (mp == "fp16" || mp == "bf16") return mp;
@@ -224,13 +127,13 @@ std::string precision_of(Mapping& top) {
                     "\"; ztrain trains in fp32, bf16 or fp16 (\"no\", \"bf16\", \"fp16\")");
 }
 
-void map_precision(Mapping& top, ImportedConfig& out) {
+void map_precision(YamlMapping& top, ImportedConfig& out) {
   out.train.insert_or_assign("precision", precision_of(top));
   out.origins["train.precision"] = top.where("mixed_precision");
 }
 
 // An integer key within [lo, hi], or fallback when absent.
-int bounded(Mapping& m, const std::string& key, int fallback, int lo, int hi,
+int bounded(YamlMapping& m, const std::string& key, int fallback, int lo, int hi,
             const std::string& what) {
   const std::int64_t v = m.integer(key, fallback);
   if (v < lo || v > hi) throw ConfigError(m.where(key) + " is " + std::to_string(v) + "; " + what);
@@ -247,7 +150,7 @@ int bounded(Mapping& m, const std::string& key, int fallback, int lo, int hi,
 // others: the strategy shards over every data rank, replicas or not, which
 // trains the same; their product with the others must be num_processes,
 // as Accelerate checks.
-void map_parallelism(Mapping& p, int processes, ImportedConfig& out) {
+void map_parallelism(YamlMapping& p, int processes, ImportedConfig& out) {
   const auto degree = [&](const char* key) {
     return bounded(p, key, 1, 1, 65536, "give a degree of 1 or more");
   };
@@ -300,7 +203,7 @@ void map_parallelism(Mapping& p, int processes, ImportedConfig& out) {
 // DEEPSPEED's multi-machine launch from machine 0 (pdsh and the MPI
 // launchers): the hostfile, one filter (the exclusion wins, as accelerate
 // launch passes only it), every machine's ranks started from here.
-void deepspeed_hostfile_launch(Mapping& top, Mapping& ds, const std::string& launcher,
+void deepspeed_hostfile_launch(YamlMapping& top, YamlMapping& ds, const std::string& launcher,
                                AccelerateLaunch& l, std::vector<std::string>& warnings) {
   if (l.machine_rank != 0)
     throw ConfigError(top.where("machine_rank") + " is " + std::to_string(l.machine_rank) +
@@ -327,7 +230,7 @@ void deepspeed_hostfile_launch(Mapping& top, Mapping& ds, const std::string& lau
 
 // torchrun's launch, as accelerate launch runs it on each machine: this
 // machine's ranks, meeting the others at main_process_ip:main_process_port.
-void per_machine_launch(Mapping& top, Mapping* ds, AccelerateLaunch& l,
+void per_machine_launch(YamlMapping& top, YamlMapping* ds, AccelerateLaunch& l,
                         std::vector<std::string>& warnings) {
   l.main_ip = top.text("main_process_ip", "");
   if (l.main_ip.empty())
@@ -348,7 +251,8 @@ void per_machine_launch(Mapping& top, Mapping* ds, AccelerateLaunch& l,
 
 // The machines and ranks of the launch. ds: the deepspeed_config mapping
 // under DEEPSPEED (its multi-machine launcher keys), else null.
-AccelerateLaunch machines_of(Mapping& top, Mapping* ds, std::vector<std::string>& warnings) {
+AccelerateLaunch machines_of(YamlMapping& top, YamlMapping* ds,
+                             std::vector<std::string>& warnings) {
   if (top.text("compute_environment", "LOCAL_MACHINE") != "LOCAL_MACHINE")
     throw ConfigError(top.where("compute_environment") +
                       " is not LOCAL_MACHINE; ztrain starts jobs on the machines it runs on");
@@ -402,7 +306,7 @@ AccelerateLaunch machines_of(Mapping& top, Mapping* ds, std::vector<std::string>
 }  // namespace
 
 // The distributed types ztrain runs.
-void check_type(Mapping& top) {
+void check_type(YamlMapping& top) {
   const std::string type = top.text("distributed_type", "NO");
   if (type != "NO" && type != "MULTI_CPU" && type != "MULTI_GPU" && type != "DEEPSPEED" &&
       type != "FSDP")
@@ -412,14 +316,15 @@ void check_type(Mapping& top) {
 
 AccelerateLaunch accelerate_launch(const std::filesystem::path& yaml_file) {
   // What would refuse the run is refused before any rank starts.
-  Mapping top(load(yaml_file), "", yaml_file.filename().string());
+  YamlMapping top(load_yaml(yaml_file, "Accelerate config"), "", yaml_file.filename().string(),
+                  "Accelerate config");
   if (!top.get("distributed_type"))
     throw ConfigError(top.where("distributed_type") +
                       " is missing; Accelerate requires it (NO, MULTI_CPU, MULTI_GPU, DEEPSPEED "
                       "or FSDP)");
   check_type(top);
   const std::string type = top.text("distributed_type", "NO");
-  Mapping ds = top.sub("deepspeed_config");
+  YamlMapping ds = top.sub("deepspeed_config");
   std::vector<std::string> warnings;
   AccelerateLaunch l = machines_of(top, type == "DEEPSPEED" ? &ds : nullptr, warnings);
   precision_of(top);
@@ -438,11 +343,11 @@ AccelerateLaunch accelerate_launch(const std::filesystem::path& yaml_file) {
 
 ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const RunConfig& run) {
   const std::string name = yaml_file.filename().string();
-  Mapping top(load(yaml_file), "", name);
+  YamlMapping top(load_yaml(yaml_file, "Accelerate config"), "", name, "Accelerate config");
   ImportedConfig out;
   const std::string type = top.text("distributed_type", "NO");
   const bool cpu = top.flag("use_cpu", false);
-  Mapping ds = top.sub("deepspeed_config"), f = top.sub("fsdp_config");
+  YamlMapping ds = top.sub("deepspeed_config"), f = top.sub("fsdp_config");
   std::vector<std::string> machine_warnings;
   machines_of(top, type == "DEEPSPEED" ? &ds : nullptr, machine_warnings);
   const int processes = bounded(top, "num_processes", 1, 1, 65536, "give the number of ranks");
@@ -504,7 +409,7 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
   // IPEX speeds up PyTorch's CPU kernels; ztrain runs its own, so
   // `accelerate config`'s `ipex: false` (and a true one) change nothing. An
   // Intel XPU is not a device ztrain runs on.
-  Mapping ipex = top.sub("ipex_config");
+  YamlMapping ipex = top.sub("ipex_config");
   ipex.no_effect({{"ipex", "ztrain's CPU kernels are its own (IPEX speeds up PyTorch's)"}},
                  out.warnings);
   if (ipex.flag("use_xpu", false))
@@ -513,7 +418,7 @@ ImportedConfig import_accelerate(const std::filesystem::path& yaml_file, const R
                       "false");
   ipex.finish();
   if (const YAML::Node v = top.get("parallelism_config"); v && v.size() > 0) {
-    Mapping parallelism = top.sub("parallelism_config");
+    YamlMapping parallelism = top.sub("parallelism_config");
     map_parallelism(parallelism, processes, out);
   }
   for (const char* key : {"fp8_config", "megatron_lm_config", "mpirun_config"})

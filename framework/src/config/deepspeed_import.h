@@ -37,6 +37,8 @@ struct ImportedConfig {
   toml::table device;    // [device] keys (Accelerate: kind)
   toml::table model;     // [model] keys (Accelerate's FSDP: checkpointing)
   toml::table parallel;  // [parallel] keys (sequence_parallel_size, autotp_size)
+  toml::table data;      // [data] keys (LLaMA-Factory's datasets)
+  toml::table comm;      // [comm] keys (LLaMA-Factory's ddp_timeout)
   // "train.grad_clip" -> "ds.json: gradient_clipping", for every key set.
   std::map<std::string, std::string> origins;
   std::vector<std::string> notes;     // what each "auto" became, what replaced the run's

@@ -21,6 +21,23 @@ double nanogpt_at(const NanoGptSchedule& s, std::int64_t step) {
   return s.min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (s.lr - s.min_lr);
 }
 
+// transformers' lr_lambda at step k (0-based, the Trainer's scheduler
+// stepping after each optimizer step).
+double hf_at(const HfSchedule& s, std::int64_t k) {
+  const auto d = [](std::int64_t n) { return static_cast<double>(n); };
+  if (k < s.warmup) return s.lr * d(k) / d(std::max<std::int64_t>(1, s.warmup));
+  const double left = d(std::max<std::int64_t>(1, s.total - s.warmup));
+  switch (s.decay) {
+    case HfSchedule::Decay::constant:
+      return s.lr;
+    case HfSchedule::Decay::linear:
+      return s.lr * std::max(0.0, d(s.total - k) / left);
+    case HfSchedule::Decay::cosine:
+      return s.lr * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * d(k - s.warmup) / left)));
+  }
+  return s.lr;
+}
+
 // DeepSpeed's warmup fraction at iteration i < steps (steps >= 2).
 double warmup_fraction(WarmupType type, std::int64_t i, std::int64_t steps) {
   if (type == WarmupType::log)
@@ -99,6 +116,7 @@ double range_test_at(const DsLRRangeTest& s, std::int64_t i) {
 // What the constructor leaves in the optimizer: the first step's lr.
 struct Initial {
   double operator()(const NanoGptSchedule& s) const { return nanogpt_at(s, 0); }
+  double operator()(const HfSchedule& s) const { return hf_at(s, 0); }
   double operator()(const DsWarmupLR& s) const { return s.warmup_min_lr; }
   double operator()(const DsWarmupDecayLR& s) const { return s.warmup.warmup_min_lr; }
   // DeepSpeed's constructor sets lr 0 (its ratio before the first step()).
@@ -110,6 +128,7 @@ struct Initial {
 struct At {
   std::int64_t i;  // DeepSpeed's iteration; nanoGPT's 0-based step is i + 1
   double operator()(const NanoGptSchedule& s) const { return nanogpt_at(s, i + 1); }
+  double operator()(const HfSchedule& s) const { return hf_at(s, i + 1); }
   double operator()(const DsWarmupLR& s) const { return warmup_at(s, i); }
   double operator()(const DsWarmupDecayLR& s) const { return warmup_decay_at(s, i); }
   double operator()(const DsWarmupCosineLR& s) const { return s.lr * warmup_cosine_ratio(s, i); }
@@ -131,12 +150,19 @@ void declare_schedule_options(OptionList& o) {
       .at_least(0);
   o.number("min_lr", 3e-4, "learning rate at the end of the decay (unset: lr / 10)").at_least(0);
   o.integer("warmup_steps", 30, "linear warmup steps from 0 to lr").at_least(0);
+  o.number("warmup_ratio", 0,
+           "transformers' schedules: warmup steps = ceil(warmup_ratio x steps) where "
+           "warmup_steps is not given")
+      .at_least(0)
+      .at_most(1);
   o.string("schedule", "cosine",
-           "nanoGPT's decay after warmup (cosine, linear, constant), or DeepSpeed's scheduler "
-           "(WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest) with its "
+           "nanoGPT's decay after warmup (cosine, linear, constant), transformers' Trainer's "
+           "(hf_linear, hf_cosine, hf_constant, hf_constant_with_warmup), or DeepSpeed's "
+           "scheduler (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest) with its "
            "[train.scheduler] parameters")
-      .one_of({"cosine", "linear", "constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
-               "OneCycle", "LRRangeTest"});
+      .one_of({"cosine", "linear", "constant", "hf_linear", "hf_cosine", "hf_constant",
+               "hf_constant_with_warmup", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
+               "LRRangeTest"});
   o.number("scheduler.warmup_min_lr", 0.0, "WarmupLR, WarmupDecayLR: lr at the warmup's start")
       .at_least(0);
   o.number("scheduler.warmup_max_lr", 0.001,
@@ -182,6 +208,10 @@ namespace {
 const std::map<std::string, std::set<std::string>>& keys_read() {
   static const std::map<std::string, std::set<std::string>> keys = {
       {"nanogpt", {"lr", "min_lr", "warmup_steps"}},
+      {"hf_linear", {"lr", "warmup_steps", "warmup_ratio"}},
+      {"hf_cosine", {"lr", "warmup_steps", "warmup_ratio"}},
+      {"hf_constant_with_warmup", {"lr", "warmup_steps", "warmup_ratio"}},
+      {"hf_constant", {"lr"}},
       {"WarmupLR",
        {"lr", "scheduler.warmup_min_lr", "scheduler.warmup_max_lr", "scheduler.warmup_num_steps",
         "scheduler.warmup_type"}},
@@ -203,6 +233,11 @@ const std::map<std::string, std::set<std::string>>& keys_read() {
   return keys;
 }
 
+// The keys_read() entry of schedule `name`.
+std::string family(const std::string& name) {
+  return is_deepspeed_schedule(name) || is_transformers_schedule(name) ? name : "nanogpt";
+}
+
 // Every schedule key: what any schedule reads.
 const std::set<std::string>& schedule_keys() {
   static const std::set<std::string> all = [] {
@@ -216,7 +251,7 @@ const std::set<std::string>& schedule_keys() {
 // A key given that the named schedule does not read would be silently
 // ignored: refused, naming it and the schedule.
 void check_keys_read(const Options& t, const std::string& name) {
-  const auto& read = keys_read().at(is_deepspeed_schedule(name) ? name : "nanogpt");
+  const auto& read = keys_read().at(family(name));
   for (const auto& key : schedule_keys())
     if (t.given(key) && !read.contains(key))
       throw ConfigError(t.where(key) + ": [train] " + key + " is not read by schedule \"" + name +
@@ -248,6 +283,23 @@ NanoGptSchedule nanogpt(const Options& t, const std::string& name, std::int64_t 
     throw ConfigError(t.where("min_lr") + ": [train] min_lr (" + std::to_string(s.min_lr) +
                       ") is above lr (" + std::to_string(s.lr) +
                       "); the schedule decays from lr to min_lr");
+  return s;
+}
+
+// The Trainer's: warmup_steps where given, else ceil(warmup_ratio x
+// steps) (TrainingArguments.get_warmup_steps); constant has none.
+HfSchedule transformers(const Options& t, const std::string& name, std::int64_t steps) {
+  HfSchedule s;
+  s.decay = name == "hf_linear"   ? HfSchedule::Decay::linear
+            : name == "hf_cosine" ? HfSchedule::Decay::cosine
+                                  : HfSchedule::Decay::constant;
+  s.lr = t.get_number("lr");
+  s.total = steps;
+  if (name != "hf_constant")
+    s.warmup = t.given("warmup_steps")
+                   ? t.get_int("warmup_steps")
+                   : static_cast<std::int64_t>(
+                         std::ceil(t.get_number("warmup_ratio") * static_cast<double>(steps)));
   return s;
 }
 
@@ -299,6 +351,7 @@ DsOneCycle one_cycle(const Options& t) {
 LrSchedule schedule_of(const Options& t, std::int64_t steps) {
   const std::string name = t.get_string("schedule");
   check_keys_read(t, name);
+  if (is_transformers_schedule(name)) return transformers(t, name, steps);
   if (!is_deepspeed_schedule(name)) return nanogpt(t, name, steps);
   if (name == "WarmupLR") return warmup(t, true);
   if (name == "WarmupDecayLR") return DsWarmupDecayLR{warmup(t, false), total_steps(t, steps)};
@@ -323,6 +376,12 @@ std::string schedule_name(const LrSchedule& schedule) {
              : s.decay == NanoGptSchedule::Decay::constant ? "constant"
                                                            : "cosine";
     }
+    std::string operator()(const HfSchedule& s) const {
+      return s.decay == HfSchedule::Decay::linear   ? "hf_linear"
+             : s.decay == HfSchedule::Decay::cosine ? "hf_cosine"
+             : s.warmup > 0                         ? "hf_constant_with_warmup"
+                                                    : "hf_constant";
+    }
     std::string operator()(const DsWarmupLR&) const { return "WarmupLR"; }
     std::string operator()(const DsWarmupDecayLR&) const { return "WarmupDecayLR"; }
     std::string operator()(const DsWarmupCosineLR&) const { return "WarmupCosineLR"; }
@@ -341,6 +400,7 @@ struct Span {
 Span span_of(const LrSchedule& schedule) {
   struct Of {
     Span operator()(const NanoGptSchedule& s) const { return {s.warmup, 0}; }
+    Span operator()(const HfSchedule& s) const { return {s.warmup, 0}; }
     Span operator()(const DsWarmupLR& s) const { return {s.warmup_num_steps, 0}; }
     Span operator()(const DsWarmupDecayLR& s) const {
       return {s.warmup.warmup_num_steps, s.total_num_steps};
@@ -374,7 +434,11 @@ std::vector<std::string> schedule_warnings(const LrSchedule& schedule, std::int6
 }
 
 bool schedule_reads(const std::string& name, const std::string& key) {
-  return keys_read().at(is_deepspeed_schedule(name) ? name : "nanogpt").contains(key);
+  return keys_read().at(family(name)).contains(key);
+}
+
+bool is_transformers_schedule(const std::string& name) {
+  return name.starts_with("hf_");
 }
 
 bool is_deepspeed_schedule(const std::string& name) {

@@ -6,6 +6,14 @@
 // min_lr at the run's last step (llm.c's convention: step s of warmup
 // uses lr * (s+1) / warmup).
 //
+// transformers' Trainer's ("hf_linear", "hf_cosine", "hf_constant",
+// "hf_constant_with_warmup": get_scheduler's linear, cosine, constant and
+// constant_with_warmup, what LLaMA-Factory's lr_scheduler_type names):
+// linear warmup from 0 over warmup_steps (or ceil(warmup_ratio x steps),
+// as the Trainer computes it), then linear or cosine decay to 0 at the
+// run's last step, or none; the Trainer's step numbering: applied step k
+// (0-based) uses lr x lambda(k), so the first step of a warmup runs at 0.
+//
 // DeepSpeed's ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
 // "LRRangeTest"), each with the parameters of its class in
 // deepspeed.runtime.lr_schedules, their defaults and its arithmetic, and
@@ -40,6 +48,12 @@ struct NanoGptSchedule {
   enum class Decay : std::uint8_t { cosine, linear, constant };
   Decay decay = Decay::cosine;
   double lr = 0, min_lr = 0;
+  std::int64_t warmup = 0, total = 0;
+};
+
+struct HfSchedule {
+  enum class Decay : std::uint8_t { linear, cosine, constant } decay = Decay::linear;
+  double lr = 0;
   std::int64_t warmup = 0, total = 0;
 };
 
@@ -91,8 +105,8 @@ struct DsLRRangeTest {
   bool staircase = false;
 };
 
-using LrSchedule = std::variant<NanoGptSchedule, DsWarmupLR, DsWarmupDecayLR, DsWarmupCosineLR,
-                                DsOneCycle, DsLRRangeTest>;
+using LrSchedule = std::variant<NanoGptSchedule, HfSchedule, DsWarmupLR, DsWarmupDecayLR,
+                                DsWarmupCosineLR, DsOneCycle, DsLRRangeTest>;
 
 // The lr of the optimizer step after `applied` applied steps (steps an
 // fp16 overflow skipped do not count, as in DeepSpeed, whose engine steps
@@ -105,6 +119,7 @@ void declare_schedule_options(OptionList& o);
 // steps (DeepSpeed's total_num_steps defaults to it).
 LrSchedule schedule_of(const Options& train, std::int64_t steps);
 bool is_deepspeed_schedule(const std::string& name);
+bool is_transformers_schedule(const std::string& name);
 // Whether schedule `name` reads [train] `key` ("lr", "scheduler.cos_min_ratio").
 bool schedule_reads(const std::string& name, const std::string& key);
 // What a run of `steps` steps should hear about its schedule: a warmup

@@ -13,6 +13,7 @@
 #include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
 #include "config/hf_model_import.h"
+#include "config/llamafactory_import.h"
 #include "config/section_options.h"
 #include "core/host_name.h"
 #include "job/guarded_device.h"
@@ -347,9 +348,47 @@ void estimate(const TrainArgs& args, int world, std::ostream& os) {
   }
 }
 
-RunConfig load_run_config(const TrainArgs& args) {
-  RunConfig config = RunConfig::load(args.config, args.model, args.strategy, args.overrides,
-                                     config_roots(args.config));
+namespace {
+
+// --llamafactory: the YAML's run, then --strategy and --set as on a run
+// file; the YAML's deepspeed key is read as --deepspeed would be.
+RunConfig llamafactory_run(TrainArgs& args) {
+  if (!args.model.empty())
+    throw ConfigError("--llamafactory " + args.llamafactory.string() +
+                      " names the model (model_name_or_path); drop --model " + args.model);
+  const LlamaFactoryImport lf = import_llamafactory(args.llamafactory);
+  RunConfig config = RunConfig::parse("", args.llamafactory.string());
+  for (const auto& [section, table] : {std::pair{"model", &lf.run.model},
+                                       {"data", &lf.run.data},
+                                       {"train", &lf.run.train},
+                                       {"comm", &lf.run.comm}})
+    config.set_imported(section, *table, false, lf.run.origins);
+  for (const auto& n : lf.run.notes) config.add_note(n);
+  if (!lf.deepspeed.empty()) {
+    if (!args.deepspeed.empty())
+      throw ConfigError(lf.deepspeed_where + " and --deepspeed " + args.deepspeed.string() +
+                        " both give the DeepSpeed config; give one");
+    args.deepspeed = lf.deepspeed;
+  }
+  std::vector<fs::path> presets;
+  for (const fs::path& root : config_roots(args.llamafactory))
+    presets.push_back(root / "strategies");
+  if (!args.strategy.empty() && args.deepspeed.empty())
+    config.select_strategy(args.strategy, presets);
+  for (const auto& o : args.overrides) config.override_with(o);
+  if (!lf.template_refusal.empty() && !config.table().at_path("data.template"))
+    throw ConfigError(lf.template_refusal);
+  return config;
+}
+
+}  // namespace
+
+RunConfig load_run_config(const TrainArgs& given) {
+  TrainArgs args = given;
+  RunConfig config = args.llamafactory.empty()
+                         ? RunConfig::load(args.config, args.model, args.strategy, args.overrides,
+                                           config_roots(args.config))
+                         : llamafactory_run(args);
   resolve_model_dir(config);
   resume_shorthand(config);
   if (args.deepspeed.empty() && args.accelerate.empty()) {

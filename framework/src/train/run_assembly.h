@@ -47,6 +47,9 @@ struct TrainArgs {
   bool overwrite = false;  // --overwrite: replace an earlier run in out_dir, an existing export
   std::filesystem::path deepspeed;   // --deepspeed ds.json; empty: none
   std::filesystem::path accelerate;  // --accelerate-config default_config.yaml; empty: none
+  // --llamafactory train.yaml: the run is LLaMA-Factory's YAML (config
+  // empty), config/llamafactory_import.h; empty: none.
+  std::filesystem::path llamafactory;
   // The faults a test asks this run to suffer (read once by main()).
   FaultPlan faults;
 };

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# `ztrain --llamafactory`: LLaMA-Factory's published training YAMLs
+# (tests/data/llamafactory/lf_repo, verbatim but for model_name_or_path,
+# which names a small Llama the script trains and saves), run from the
+# checkout's root as `llamafactory-cli train` runs them.
+# - As published they are refused before anything runs, naming the
+#   template (qwen3_nothink, which ztrain has not checked against the
+#   model's own); with --set data.template="auto" they train.
+# - qwen3_lora_sft.yaml: LoRA on identity and alpaca_en_demo from data/,
+#   the header saying what trains and what the YAML's no-op keys do not do;
+#   `ztrain config --llamafactory` shows each key's YAML place.
+# - qwen3_full_sft.yaml names examples/deepspeed/ds_z3_config.json: zero3,
+#   its "auto" batch filled from the YAML; at world 2 (1 a device x 2
+#   accumulation) it trains what world 1 with accumulation 4 trains, in
+#   bf16, within 2e-4 and 4e-3 (sums in other orders, rounded to bf16).
+# - A hub name as model_name_or_path is refused with the download command.
+#
+# usage: test_llamafactory.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+base_model="$scratch/base"
+"$ZTRAIN" --model llama-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=4 \
+  --set model.n_kv_head=2 --set model.vocab_size=2048 --set model.seq_len=128 --set train.steps=1 \
+  --set train.eval_every=0 --set device.threads=1 --set train.out_dir="$base_model" \
+  --set train.save_final=true "$SRC/configs/run.toml" > "$scratch/base.out" 2>&1 ||
+  fail "training the base model failed"
+cp "$SRC/tests/data/tokenizers/byte_level.json" "$base_model/tokenizer.json"
+cp "$SRC/tests/data/chat_templates/qwen2_5.jinja" "$base_model/chat_template.jinja"
+
+repo="$scratch/LLaMA-Factory"
+cp -r "$SRC/tests/data/llamafactory/lf_repo" "$repo"
+cp "$SRC/tests/data/llamafactory/alpaca_en_demo.json" "$repo/data/"
+for f in "$repo"/examples/*/*.yaml; do
+  sed -i "s|^model_name_or_path: .*|model_name_or_path: $base_model|" "$f"
+done
+cd "$repo"
+
+lora=examples/train_lora/qwen3_lora_sft.yaml
+"$ZTRAIN" --llamafactory "$lora" > "$scratch/refused.out" 2>&1 && fail "the registry template was not refused"
+grep -qF "$lora:14:11: template is qwen3_nothink: ztrain renders the model directory's own chat template" \
+  "$scratch/refused.out" || fail "the template's refusal does not name it: $(cat "$scratch/refused.out")"
+
+short=(--set 'data.template="auto"' --set train.steps=3 --set train.log_every=1
+  --set train.checkpoint_every=0 --set device.threads=1)
+"$ZTRAIN" --llamafactory "$lora" "${short[@]}" --set train.out_dir="$scratch/lora" \
+  > "$scratch/lora.out" 2>&1 || { cat "$scratch/lora.out" >&2; fail "the LoRA YAML did not train"; }
+cat "$scratch/lora.out"
+grep -q "data sft identity, alpaca_en_demo: " "$scratch/lora.out" || fail "the YAML's datasets are not the run's"
+grep -q "^ddp: trains [0-9]* parameters in 28 tensors under the strategy" "$scratch/lora.out" ||
+  fail "the YAML's LoRA is not the run's"
+grep -qF "$lora:3:20: trust_remote_code: no effect" "$scratch/lora.out" ||
+  fail "a key with no effect is not said"
+grep -q "^precision: bf16 working weights" "$scratch/lora.out" || fail "bf16: true is not the run's"
+[ -f "$scratch/lora/adapter/adapter_model.safetensors" ] || fail "the LoRA run wrote no PEFT adapter"
+"$ZTRAIN" config --llamafactory "$lora" --set 'data.template="auto"' > "$scratch/config.out" 2>&1 ||
+  fail "ztrain config --llamafactory failed"
+grep -qF "lr = 1e-04  # $lora:32:16: learning_rate" "$scratch/config.out" ||
+  fail "ztrain config does not show learning_rate's place: $(grep "^lr" "$scratch/config.out")"
+grep -qF "weight_decay = 0.0  # $lora: weight_decay absent (LLaMA-Factory's default)" "$scratch/config.out" ||
+  fail "ztrain config does not show the default it took"
+
+full=examples/train_full/qwen3_full_sft.yaml
+steps=3
+lf_run() {  # lf_run NAME RANKS [ARGS...]
+  local name=$1 np=$2
+  shift 2
+  on_ranks "$np" "$ZTRAIN" --llamafactory "$full" "${short[@]}" --set train.out_dir="$scratch/$name" \
+    --set train.save_final=false "$@" > "$scratch/$name.out" 2>&1 ||
+    { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
+  curve "$name" "$steps"
+}
+lf_run full_w2 2
+grep -q "strategy zero3" "$scratch/full_w2.out" || fail "the YAML's deepspeed config did not choose zero3"
+grep -q "^batch: 1 x 2 accum x 2 ranks = 4 sequences" "$scratch/full_w2.out" ||
+  fail "the DeepSpeed config's auto batch is not the YAML's: $(grep "^batch" "$scratch/full_w2.out")"
+lf_run full_w1 1 --set train.grad_accum=4
+same_training full_w1 full_w2 2e-4 4e-3
+
+sed "s|^model_name_or_path: .*|model_name_or_path: Qwen/Qwen3-4B-Instruct-2507|" "$lora" > hub.yaml
+"$ZTRAIN" --llamafactory hub.yaml > "$scratch/hub.out" 2>&1 && fail "a hub model name was not refused"
+grep -qF "huggingface-cli download Qwen/Qwen3-4B-Instruct-2507 --local-dir DIR" "$scratch/hub.out" ||
+  fail "the hub name's refusal does not say how to download it"
+echo "PASS test_llamafactory"
