@@ -81,7 +81,7 @@ from safetensors.torch import load_file, save_file
 
 sys.dont_write_bytecode = True  # no tools/__pycache__ in the tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_sft_golden import EXAMPLES, V, labels_of  # noqa: E402
+from make_sft_golden import EXAMPLES, V, labels_of, load_model  # noqa: E402
 
 RANK, ALPHA, STD = 4, 8, 0.05
 SCALE = ALPHA / RANK
@@ -96,21 +96,6 @@ CASES = {
 # gpt2 takes the next one.
 SFT_SEEDS = {"llama": 20261206, "qwen2": 20261207, "gpt2": 20261208}
 LORA_SEED = 20261220
-
-
-def load_model(case_dir: Path) -> transformers.PreTrainedModel:
-    """The case's model in float64 (from its float32 values), eager attention."""
-    config = transformers.AutoConfig.from_pretrained(case_dir)
-    config._attn_implementation = "eager"
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = model.load_state_dict(load_file(case_dir / "model.safetensors"),
-                                                strict=False)
-    # A tied head is not in the file (save_pretrained leaves it out).
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    model.tie_weights()
-    model = model.to(torch.float64)
-    model.eval()
-    return model
 
 
 def draw_examples(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

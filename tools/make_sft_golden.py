@@ -54,8 +54,8 @@ def labels_of(ids: torch.Tensor, rule: str) -> torch.Tensor:
     return labels
 
 
-def make_case(name: str, root: Path, seed: int) -> None:
-    case_dir = root / name
+def load_model(case_dir: Path) -> transformers.PreTrainedModel:
+    """The case's model in float64 (its float32 values, exactly), eager attention."""
     config = transformers.AutoConfig.from_pretrained(case_dir)
     config._attn_implementation = "eager"
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -64,8 +64,14 @@ def make_case(name: str, root: Path, seed: int) -> None:
     # A tied head is not in the file (save_pretrained leaves it out).
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     model.tie_weights()
-    model = model.to(torch.float64)  # the float32 values, exactly
+    model = model.to(torch.float64)
     model.eval()
+    return model
+
+
+def make_case(name: str, root: Path, seed: int) -> None:
+    case_dir = root / name
+    model = load_model(case_dir)
     gen = torch.Generator().manual_seed(seed)
     examples = []
     for length, rule in EXAMPLES:
@@ -91,7 +97,7 @@ def make_case(name: str, root: Path, seed: int) -> None:
         "loss_fp64": f"{loss.item():.17g}",
         "trained": str(trained),
         "examples": str(len(examples)),
-        "T": str(config.max_position_embeddings),
+        "T": str(model.config.max_position_embeddings),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }

@@ -132,6 +132,33 @@ curve() {
   fi
 }
 
+# chat_model DIR: a small Llama (2 blocks of 64, grouped key/value heads,
+# 2048 tokens, 128 positions) trained one step and saved to DIR as a
+# Hugging Face directory with the byte-level test tokenizer and Qwen2.5's
+# chat template: the base the fine-tuning tests start from.
+chat_model() {
+  "$ZTRAIN" --model llama-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=4 \
+    --set model.n_kv_head=2 --set model.vocab_size=2048 --set model.seq_len=128 --set train.steps=1 \
+    --set train.eval_every=0 --set device.threads=1 --set train.out_dir="$1" \
+    --set train.save_final=true "$SRC/configs/run.toml" > "$scratch/chat_model.out" 2>&1 ||
+    fail "training the base model failed"
+  cp "$SRC/tests/data/tokenizers/byte_level.json" "$1/tokenizer.json"
+  cp "$SRC/tests/data/chat_templates/qwen2_5.jinja" "$1/chat_template.jinja"
+}
+
+# toml_run TOML NAME RANKS MICRO ACCUM [ARGS...]: ztrain over run file
+# TOML on RANKS ranks into $scratch/NAME (output in $scratch/NAME.out) with
+# that micro-batch and accumulation, then ARGS, and its curve, which must
+# hold $steps steps.
+toml_run() {
+  local toml=$1 name=$2 np=$3 micro=$4 accum=$5
+  shift 5
+  on_ranks "$np" "$ZTRAIN" --set train.micro_batch_size="$micro" --set train.grad_accum="$accum" \
+    --set train.out_dir="$scratch/$name" "$@" "$toml" > "$scratch/$name.out" 2>&1 ||
+    { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
+  curve "$name" "$steps"
+}
+
 # train_run NAME RANKS MICRO ACCUM [ARGS...]: the calling script's
 # ${base[@]} with that micro-batch and accumulation, then ARGS, on RANKS
 # ranks over configs/run.toml into $scratch/NAME (output in

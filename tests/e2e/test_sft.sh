@@ -30,13 +30,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 base_model="$scratch/base"
-"$ZTRAIN" --model llama-tiny --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=4 \
-  --set model.n_kv_head=2 --set model.vocab_size=2048 --set model.seq_len=128 --set train.steps=1 \
-  --set train.eval_every=0 --set device.threads=1 --set train.out_dir="$base_model" \
-  --set train.save_final=true "$SRC/configs/run.toml" > "$scratch/base.out" 2>&1 ||
-  fail "training the base model failed"
-cp "$SRC/tests/data/tokenizers/byte_level.json" "$base_model/tokenizer.json"
-cp "$SRC/tests/data/chat_templates/qwen2_5.jinja" "$base_model/chat_template.jinja"
+chat_model "$base_model"
 
 cat > "$scratch/sft.toml" << TOML
 [model]
@@ -65,14 +59,7 @@ threads = 1
 TOML
 
 steps=8
-run() {  # run NAME RANKS MICRO ACCUM [ARGS...]
-  local name=$1 np=$2 micro=$3 accum=$4
-  shift 4
-  on_ranks "$np" "$ZTRAIN" --set train.micro_batch_size="$micro" --set train.grad_accum="$accum" \
-    --set train.out_dir="$scratch/$name" "$@" "$scratch/sft.toml" > "$scratch/$name.out" 2>&1 ||
-    { cat "$scratch/$name.out" >&2; fail "run $name failed"; }
-  curve "$name" "$steps"
-}
+run() { toml_run "$scratch/sft.toml" "$@"; }  # run NAME RANKS MICRO ACCUM [ARGS...]
 
 run w1 1 2 2
 cat "$scratch/w1.out"
