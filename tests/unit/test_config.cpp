@@ -349,3 +349,28 @@ TEST_CASE("epochs become steps once the data's size is known") {
   CHECK(resolve_settings(steps_wins, 1).train.epochs == 0);
   CHECK(resolve_settings(steps_wins, 1).train.steps == 9);
 }
+
+// epoch_steps = "transformers": the Trainer's count (transformers 5.25's
+// set_initial_training_values): each rank's ceil(N / world) sequences in
+// ceil(. / micro) batches, ceil(. / accumulation) steps an epoch, times
+// the epochs rounded up. 10 sequences, 3 epochs, micro 1 x accumulation 4:
+// 3 steps an epoch, 9 in all, where ztrain's own count is ceil(30 / 4) = 8;
+// at world 2 x accumulation 2 each rank's 5 give 3 an epoch again.
+TEST_CASE("epochs count steps as transformers' Trainer counts them where asked") {
+  const auto steps = [](const std::string& toml, int world) {
+    RunConfig cfg = RunConfig::parse(toml, "run.toml");
+    RunSettings s = resolve_settings(cfg, world);
+    const std::string note = steps_from_epochs(s, cfg, 10);
+    return std::pair{s.train.steps, note};
+  };
+  const std::string keys = "[train]\nepochs = 3\nmicro_batch_size = 1\n";
+  CHECK(steps(keys + "grad_accum = 4\n", 1).first == 8);
+  const auto [trainer, note] = steps(keys + "grad_accum = 4\nepoch_steps = \"transformers\"\n", 1);
+  CHECK(trainer == 9);
+  CHECK(contains(note, "counted as transformers' Trainer counts them"));
+  CHECK(steps(keys + "grad_accum = 2\nepoch_steps = \"transformers\"\n", 2).first == 9);
+  CHECK(steps("[train]\nepochs = 0.5\nmicro_batch_size = 1\ngrad_accum = 4\n"
+              "epoch_steps = \"transformers\"\n",
+              1)
+            .first == 2);  // ceil(0.5 x 3)
+}

@@ -86,6 +86,7 @@ TEST_CASE("LLaMA-Factory's published LoRA YAML becomes the run it describes, key
       {"train.grad_accum", "8"},
       {"train.lr", "1e-04"},
       {"train.epochs", "3.0"},
+      {"train.epoch_steps", "\"transformers\""},
       {"train.schedule", "\"hf_cosine\""},
       {"train.warmup_ratio", "0.1"},
       {"train.precision", "\"bf16\""},

@@ -209,6 +209,7 @@ void train_keys(Builder& b) {
     b.put("train", "steps", steps, "max_steps");
   else
     b.put("train", "epochs", y.number("num_train_epochs", 3.0), "num_train_epochs");
+  b.put("train", "epoch_steps", std::string("transformers"), "num_train_epochs");
   const std::string schedule = y.text("lr_scheduler_type", "linear");
   if (schedule != "linear" && schedule != "cosine" && schedule != "constant" &&
       schedule != "constant_with_warmup")

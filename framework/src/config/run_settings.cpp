@@ -18,6 +18,11 @@ OptionList train_options() {
            "passes over the training data instead of steps (the steps they take are counted "
            "when the data opens: LLaMA-Factory's num_train_epochs); 0: steps")
       .at_least(0);
+  o.string("epoch_steps", "ztrain",
+           "how epochs count steps: ztrain (the training sequences times epochs, in global "
+           "batches, rounded up) or transformers (the Trainer's: each rank's share in "
+           "micro-batches, accumulations rounded up per epoch, times epochs rounded up)")
+      .one_of({"ztrain", "transformers"});
   o.integer("micro_batch_size", 8,
             "sequences per rank per micro-step (DeepSpeed: train_micro_batch_size_per_gpu)")
       .at_least(1)
@@ -259,8 +264,18 @@ std::string steps_from_epochs(RunSettings& s, const RunConfig& config,
     throw ConfigError(t.where("epochs") +
                       ": [train] epochs counts passes over the training data, and this source "
                       "is endless; give steps instead");
-  const double steps =
-      std::ceil(tr.epochs * static_cast<double>(*sequences) / static_cast<double>(tr.global_batch));
+  const bool trainer = t.get_string("epoch_steps") == "transformers";
+  const auto up = [](std::uint64_t n, std::uint64_t d) { return (n + d - 1) / d; };
+  // The Trainer: a DistributedSampler's share per rank, its batches, the
+  // optimizer steps of an epoch (a partial accumulation is one), times
+  // the epochs.
+  const auto world = static_cast<std::uint64_t>(tr.global_batch / (tr.micro_batch * tr.grad_accum));
+  const double per_epoch =
+      trainer ? static_cast<double>(std::max<std::uint64_t>(
+                    1, up(up(up(*sequences, world), static_cast<std::uint64_t>(tr.micro_batch)),
+                          static_cast<std::uint64_t>(tr.grad_accum))))
+              : static_cast<double>(*sequences) / static_cast<double>(tr.global_batch);
+  const double steps = std::ceil(tr.epochs * per_epoch);
   if (steps > static_cast<double>(INT64_MAX / tr.global_batch))
     throw ConfigError(t.where("epochs") + ": [train] epochs = " + std::to_string(tr.epochs) +
                       " of " + std::to_string(*sequences) +
@@ -270,6 +285,7 @@ std::string steps_from_epochs(RunSettings& s, const RunConfig& config,
   std::ostringstream note;
   note << "steps: " << tr.steps << ", for epochs = " << tr.epochs << " (" << t.where("epochs")
        << ") of " << *sequences << " training sequences at " << tr.global_batch << " a step"
+       << (trainer ? ", counted as transformers' Trainer counts them" : "")
        << (t.given("steps") ? " (in place of steps = " + std::to_string(t.get_int("steps")) + ", " +
                                   t.where("steps") + ")"
                             : std::string());
