@@ -6,6 +6,8 @@
 #   the out directory holds the merged model (loadable as the base was)
 #   and PEFT's adapter (adapter/adapter_model.safetensors under PEFT's
 #   names, adapter_config.json); `ztrain sample` answers from the merge.
+# - zero3 shards the frozen base (a rank's params peak at world 4 under
+#   0.6 of world 1's).
 # - Equivalence, the contract: micro 2 x accumulation 2 at world 1 against
 #   world 2 under ddp, zero1, zero2, zero3, cpu_offload and nvme_offload
 #   and world 4 under zero3: losses and gradient norms within 1e-6 and
@@ -104,6 +106,40 @@ run w4_zero3 4 1 1 --strategy zero3
 for name in accum w2 w2_zero1 w2_zero2 w2_zero3 w2_cpu_offload w2_nvme w4_zero3; do
   same_training w1 "$name" 1e-6 4e-6
 done
+# zero3 shards the frozen base as it shards its own parameters. Measured:
+# a Llama of 9M frozen parameters (each block's matrices past the
+# persistence threshold) at world 2 holds less of the params category a
+# rank than at world 1, where the frozen copy is whole (the live cap keeps
+# gathered blocks, so not half). Estimated: LoRA on llama-7b in bf16 over 8
+# ranks, a rank's params under a quarter of zero2's, which keeps the base
+# whole on every rank.
+grep -q "frozen ones sharded over the ranks as the strategy shards its own" "$scratch/w4_zero3.out" ||
+  fail "zero3 does not say it shards the frozen base"
+wide=(--model llama-tiny --set model.n_layer=2 --set model.n_embd=512 --set model.n_head=8
+  --set model.vocab_size=2048 --set model.seq_len=64 --set train.steps=1 --set train.eval_every=0
+  --set train.save_final=false --set 'model.finetuning_type="lora"' --set train.global_batch_size=4
+  --strategy zero3 --set device.threads=1)
+for np in 1 2; do
+  on_ranks "$np" "$ZTRAIN" "${wide[@]}" --set train.out_dir="$scratch/wide$np" "$SRC/configs/run.toml" \
+    > "$scratch/wide$np.out" 2>&1 || fail "the wide LoRA run at world $np failed"
+done
+python3 - "$scratch/wide1/metrics.jsonl" "$scratch/wide2/metrics.jsonl" << 'PY' ||
+import json, sys
+def peak(path):
+    steps = [j for j in map(json.loads, open(path)) if j["split"] == "train"]
+    return steps[-1]["peak_bytes"]["device"]["params"]
+whole, shard = peak(sys.argv[1]), peak(sys.argv[2])
+print(f"params peak: world 1 {whole} bytes, world 2 under zero3 {shard} a rank")
+assert shard < 0.95 * whole, (whole, shard)
+PY
+  fail "zero3's ranks hold the whole frozen base"
+seven() { "$ZTRAIN" estimate --world 8 --model llama-7b --strategy "$1" --set 'model.finetuning_type="lora"' \
+  --set train.global_batch_size=8 --set 'train.precision="bf16"' "$SRC/configs/run.toml" |
+  awk '$1 == "device" && $2 == "params" { print $3 }'; }
+z3=$(seven zero3)
+z2=$(seven zero2)
+echo "llama-7b LoRA over 8 ranks, params a rank: zero3 $z3 bytes, zero2 $z2"
+[ "$z3" -lt $((z2 / 4)) ] || fail "zero3's estimate does not shard the frozen base"
 run w1_bf16 1 2 2 --set train.precision=bf16
 run w2_bf16 2 1 2 --set train.precision=bf16 --strategy zero2
 same_training w1_bf16 w2_bf16 2e-4 4e-3

@@ -171,6 +171,10 @@ class ZTRAIN_API Strategy : public Plugin {
   // After setup: what the run header says about the strategy's choices
   // (e.g. what it offloads and why); empty for none.
   virtual std::string summary() const { return {}; }
+  // Whether the strategy shards the parameters over the ranks (ZeRO-3),
+  // known from its options: the host shards the parameters it holds beside
+  // the strategy (a fine-tuning run's frozen ones) alike. No by default.
+  virtual bool shards_params() const { return false; }
 };
 
 }  // namespace ztrain

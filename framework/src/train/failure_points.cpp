@@ -81,6 +81,7 @@ class FailingStrategy final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& args) const override { return s_->estimate(args); }
   StrategyStats stats() const override { return s_->stats(); }
   std::string summary() const override { return s_->summary(); }
+  bool shards_params() const override { return s_->shards_params(); }
 
  private:
   std::shared_ptr<Strategy> s_;

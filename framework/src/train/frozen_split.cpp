@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ztrain/dtype.h"
 #include "ztrain/error.h"
 #include "ztrain/shard/init.h"
 
@@ -83,23 +84,55 @@ void FrozenSplit::setup(const StrategySetup& s) {
   trained_ = std::move(parts.trained);
   held_ = std::move(parts.held);
   frozen_specs_ = std::move(parts.frozen);
-  device_ = s.device;
   StrategySetup inner = s;
   inner.params = std::move(parts.trainable);
   inner.draw_initial_values = false;  // drawn below, under the model's ids
   inner_->setup(inner);
-  frozen_layout_.emplace(frozen_specs_, 1);
-  frozen_.emplace(*s.device, frozen_specs_, *frozen_layout_, std::nullopt, s.precision,
-                  std::nullopt);
+  sharded_ = inner_->shards_params() && s.comm->size() > 1;
+  rank_ = sharded_ ? s.comm->rank() : 0;
+  frozen_layout_.emplace(frozen_specs_, sharded_ ? s.comm->size() : 1);
+  if (sharded_)
+    frozen_ = std::make_unique<shard::ShardedParams>(
+        *s.device, frozen_specs_, s.modules, *frozen_layout_, *s.comm, std::nullopt, s.precision,
+        shard::ParamPlacement{}, shard::GatherOptions{}, "the frozen parameters");
+  else  // a rank's own whole copy: every rank loads all of it, nothing to publish
+    frozen_ = std::make_unique<shard::ReplicatedParams>(*s.device, frozen_specs_, *frozen_layout_,
+                                                        *alone_, std::nullopt, s.precision, 0);
   if (!s.draw_initial_values) return;
   SeedSource seeds(params_, s.seed);
   load_state(seeds);
   load_frozen(seeds);
 }
 
+// The frozen store's gathers follow the strategy's, on every rank alike.
+void FrozenSplit::begin_micro_step(bool last) {
+  inner_->begin_micro_step(last);
+  frozen_->begin_micro_step();
+}
+void FrozenSplit::before_forward(ModuleId m) {
+  inner_->before_forward(m);
+  frozen_->fetch(m, false);
+}
+void FrozenSplit::after_forward(ModuleId m) {
+  frozen_->release(m, false);
+  inner_->after_forward(m);
+}
+void FrozenSplit::before_backward(ModuleId m) {
+  inner_->before_backward(m);
+  frozen_->fetch(m, true);
+}
+void FrozenSplit::after_backward(ModuleId m) {
+  frozen_->release(m, true);
+  inner_->after_backward(m);
+}
+StepResult FrozenSplit::step(const StepArgs& args) {
+  frozen_->end_step();
+  return inner_->step(args);
+}
+
 TensorView FrozenSplit::param_view(ParamId p) {
   if (params_[p].trainable) return inner_->param_view(local_[p]);
-  return frozen_->param(local_[p]);
+  return frozen_->view(local_[p]);
 }
 
 TensorView FrozenSplit::grad_view(ParamId p) {
@@ -123,20 +156,27 @@ void FrozenSplit::load_state(StateSource& source) {
   inner_->load_state(mapped);
 }
 
-// In slices, so a large matrix never needs a whole fp32 copy.
+// This rank's owned range of the frozen layout (all of it when not
+// sharded), in slices so a large matrix never needs a whole fp32 copy;
+// padding written as zeros. A sharded store then gathers its persistent
+// parameters (publish).
 void FrozenSplit::load_frozen(StateSource& source) {
   constexpr std::uint64_t kSlice = std::uint64_t{1} << 22;
+  const shard::FlatLayout& layout = *frozen_layout_;
+  shard::OwnedShard& owned = frozen_->owned();
   std::vector<float> slice;
-  for (ParamId local : frozen_specs_.ids()) {
-    const TypedPtr to = frozen_->param(local);
-    const auto n = static_cast<std::uint64_t>(frozen_specs_[local].shape.numel());
-    for (std::uint64_t first = 0; first < n; first += kSlice) {
-      const std::uint64_t count = std::min(kSlice, n - first);
-      slice.resize(count);
-      source.get(held_[local], first, count, StateArray::master, slice.data());
-      device_->convert(to.at(first), slice.data(), count);
-    }
+  std::vector<std::uint8_t> typed;
+  for (std::uint64_t b = layout.owned_begin(rank_); b < layout.owned_end(rank_); b += kSlice) {
+    const std::uint64_t e = std::min(layout.owned_end(rank_), b + kSlice);
+    slice.assign(e - b, 0.0f);
+    for (const shard::Segment& seg : layout.segments(b, e))
+      source.get(held_[seg.param], seg.begin - layout.offset(seg.param), seg.end - seg.begin,
+                 StateArray::master, slice.data() + (seg.begin - b));
+    typed.resize((e - b) * dtype_size(owned.dtype()));
+    convert(slice.data(), DType::f32, typed.data(), owned.dtype(), e - b);
+    owned.write(b, {typed.data(), owned.dtype()}, e - b);
   }
+  if (sharded_) frozen_->publish();
 }
 
 void FrozenSplit::draw_frozen(std::uint64_t seed) {
@@ -149,8 +189,16 @@ MemoryEstimate FrozenSplit::estimate(const EstimateArgs& args) const {
   EstimateArgs inner = args;
   inner.params = std::move(parts.trainable);
   MemoryEstimate e = inner_->estimate(inner);
-  const shard::FlatLayout frozen(parts.frozen, 1);
-  e.bytes[Tier::device][Category::params] += frozen.total() * dtype_size(args.precision);
+  if (!inner_->shards_params() || args.world <= 1) {
+    const shard::FlatLayout frozen(parts.frozen, 1);
+    e.bytes[Tier::device][Category::params] += frozen.total() * dtype_size(args.precision);
+    return e;
+  }
+  const shard::FlatLayout frozen(parts.frozen, args.world);
+  const MemoryEstimate held = shard::ShardedParams::estimate(parts.frozen, frozen, args.precision,
+                                                             Tier::device, shard::GatherOptions{});
+  for (Tier t : kTiers)
+    for (Category c : kCategories) e.bytes[t][c] += held.bytes[t][c];
   return e;
 }
 
@@ -160,8 +208,10 @@ std::string FrozenSplit::summary() const {
     (p.trainable ? trained : frozen) += static_cast<std::uint64_t>(p.shape.numel());
   std::string s = "trains " + std::to_string(trained) + " parameters in " +
                   std::to_string(trained_.size()) + " tensors under the strategy; " +
-                  std::to_string(frozen) +
-                  " frozen ones held whole on every rank, with no gradient or optimizer state";
+                  std::to_string(frozen) + " frozen ones " +
+                  (sharded_ ? "sharded over the ranks as the strategy shards its own"
+                            : "held whole on every rank") +
+                  ", with no gradient or optimizer state";
   if (std::string inner = inner_->summary(); !inner.empty()) s = inner + "\n" + s;
   return s;
 }

@@ -6,10 +6,14 @@
 // own (the model's order, renumbered), so every strategy, third-party ones
 // included, trains them exactly as it trains a whole model: its gradients,
 // reduction, norm, clipping, optimizer and checkpoints cover what trains
-// and nothing else. The frozen parameters are held beside it, whole on
-// every rank in the working precision, with no gradient and no optimizer
-// state (a StepContext hands out null gradient views for them); ZeRO-3
-// does not shard them. A checkpoint stores the trainable state alone, as
+// and nothing else. The frozen parameters are held beside it in the
+// working precision, with no gradient and no optimizer state (a
+// StepContext hands out null gradient views for them): whole on every
+// rank, or, where the strategy shards its parameters (ZeRO-3), sharded
+// alike and gathered module by module right after the strategy's own
+// gathers (shard/param_store.h's ShardedParams with DeepSpeed's default
+// gather settings, on the same communicator, in the same order on every
+// rank). A checkpoint stores the trainable state alone, as
 // PEFT's do: the frozen values are not state, they come back from where
 // they came from, the base model's weights or the seed (load_frozen).
 //
@@ -28,7 +32,7 @@
 #include <string>
 
 #include "ztrain/shard/flat_layout.h"
-#include "ztrain/shard/full_replica.h"
+#include "ztrain/shard/param_store.h"
 #include "ztrain/strategy.h"
 
 namespace ztrain {
@@ -41,21 +45,21 @@ class FrozenSplit final : public Strategy {
   explicit FrozenSplit(std::shared_ptr<Strategy> inner) : inner_(std::move(inner)) {}
 
   void setup(const StrategySetup& s) override;
-  void begin_micro_step(bool last) override { inner_->begin_micro_step(last); }
-  void before_forward(ModuleId m) override { inner_->before_forward(m); }
-  void after_forward(ModuleId m) override { inner_->after_forward(m); }
-  void before_backward(ModuleId m) override { inner_->before_backward(m); }
-  void after_backward(ModuleId m) override { inner_->after_backward(m); }
+  void begin_micro_step(bool last) override;
+  void before_forward(ModuleId m) override;
+  void after_forward(ModuleId m) override;
+  void before_backward(ModuleId m) override;
+  void after_backward(ModuleId m) override;
   TensorView param_view(ParamId p) override;
   TensorView grad_view(ParamId p) override;
   void read_param(ParamId p, float* out) override;
-  StepResult step(const StepArgs& args) override { return inner_->step(args); }
+  StepResult step(const StepArgs& args) override;
   // The trainable parameters' state, under the model's ids.
   void save_state(StateSink& sink) override;
   void load_state(StateSource& source) override;
-  // The frozen parameters' values: the master array of each, whole, from
-  // `source` (the base model's weights, or the seed's values). Every rank
-  // reads all of them; not collective.
+  // The frozen parameters' values: the master array of what this rank
+  // holds of each (all of it, or its shard), from `source` (the base
+  // model's weights, or the seed's values). Collective when sharded.
   void load_frozen(StateSource& source);
   // The same from the seed's initial values (what setup draws when it
   // draws): a resume of a run without [model] init_from.
@@ -63,6 +67,7 @@ class FrozenSplit final : public Strategy {
   MemoryEstimate estimate(const EstimateArgs& args) const override;
   StrategyStats stats() const override { return inner_->stats(); }
   std::string summary() const override;
+  bool shards_params() const override { return inner_->shards_params(); }
 
  private:
   std::shared_ptr<Strategy> inner_;
@@ -71,8 +76,12 @@ class FrozenSplit final : public Strategy {
   IdVector<ParamId, ParamId> trained_, held_;  // ids in each part -> model id
   ParamSpecs frozen_specs_;
   std::optional<shard::FlatLayout> frozen_layout_;
-  std::optional<shard::FullReplica> frozen_;
-  Device* device_ = nullptr;
+  // The communicator of a copy held whole (a world of this rank alone), and
+  // the store: its layout and communicator live as long as it.
+  std::unique_ptr<Communicator> alone_ = make_local_communicator();
+  std::unique_ptr<shard::ParamStore> frozen_;
+  bool sharded_ = false;
+  int rank_ = 0;
 };
 
 }  // namespace ztrain

@@ -99,6 +99,7 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   StrategyStats stats() const final;
   // What is offloaded, and the design's note; empty when nothing is.
   std::string summary() const final;
+  bool shards_params() const final { return design_.shard_params; }
 
  protected:
   explicit ZeroStrategy(ZeroDesign design) : design_(std::move(design)) {}
