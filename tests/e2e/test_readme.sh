@@ -68,6 +68,7 @@ skip '^cmake |^ctest |^scripts/install-deps.sh && cmake --preset release && cmak
 skip '^\$ ztrain ' "the offload example's transcripts: tests/e2e/test_offload.sh runs them (nvme_path in a scratch disk)"
 skip 'device.kind=cuda' "needs a GPU (bench/gpu_check.sh runs the CUDA path on one)"
 skip '^torchrun ' "torchrun is not installed; tests/e2e/test_env_launch.sh starts ranks as it does"
+skip '^ztrain .*--llamafactory examples/' "LLaMA-Factory checkout's YAMLs: tests/e2e/test_llamafactory.sh runs them from one (tests/data/llamafactory/lf_repo)"
 skip '^/opt/ztrain/bin/ztrain --hostfile' "needs the hosts of a hostfile; tests/e2e/test_multihost.sh runs one across namespaces"
 skip '^/tmp/zt/bin/ztrain ' "needs the SDK installed and the example built: tests/e2e/test_sdk_install.sh does both and runs it"
 skip '\[|RUN\.toml|RUN_DIR|OUT ' "a synopsis with placeholders"
