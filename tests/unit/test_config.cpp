@@ -100,7 +100,8 @@ TEST_CASE("wrong types and out-of-range values say what is expected") {
   CHECK(contains(config_error("[train]\nsteps = 2.5\n"), "got 2.5, expected an integer"));
   CHECK(
       contains(config_error("[train]\nschedule = \"cosin\"\n"),
-               "expected a string: one of \"cosine\", \"linear\", \"constant\", \"WarmupLR\", "
+               "expected a string: one of \"cosine\", \"linear\", \"constant\", \"hf_linear\", "
+               "\"hf_cosine\", \"hf_constant\", \"hf_constant_with_warmup\", \"WarmupLR\", "
                "\"WarmupDecayLR\", \"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\"; did you mean "
                "'cosine'?"));
   CHECK(contains(config_error("[train]\nbetas = [0.9]\n"), "expected two numbers"));
