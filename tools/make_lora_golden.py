@@ -74,14 +74,13 @@ from pathlib import Path
 
 import peft
 import torch
-import torch.nn.functional as F
 import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 sys.dont_write_bytecode = True  # no tools/__pycache__ in the tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_sft_golden import EXAMPLES, V, labels_of, load_model  # noqa: E402
+from make_sft_golden import EXAMPLES, V, labels_of, load_model, sft_loss  # noqa: E402
 
 RANK, ALPHA, STD = 4, 8, 0.05
 SCALE = ALPHA / RANK
@@ -106,18 +105,6 @@ def draw_examples(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         ids = torch.randint(0, V, (length,), generator=gen)
         examples.append((ids, labels_of(ids, rule)))
     return examples
-
-
-def sft_loss(model: torch.nn.Module, examples) -> tuple[torch.Tensor, int]:
-    """make_sft_golden.py's loss: each example alone, trained labels' mean."""
-    total = torch.zeros((), dtype=torch.float64)
-    trained = 0
-    for ids, labels in examples:
-        logits = model(input_ids=ids.unsqueeze(0)).logits[0]  # (L, V), this example alone
-        shifted = labels[1:]  # position t predicts token t + 1
-        total = total + F.cross_entropy(logits[:-1], shifted, ignore_index=-100, reduction="sum")
-        trained += int((shifted != -100).sum())
-    return total / trained, trained
 
 
 def ztrain_name(peft_name: str, gpt2: bool) -> str:

@@ -69,6 +69,18 @@ def load_model(case_dir: Path) -> transformers.PreTrainedModel:
     return model
 
 
+def sft_loss(model: torch.nn.Module, examples) -> tuple[torch.Tensor, int]:
+    """Each example alone through the model; the mean over every trained label."""
+    total = torch.zeros((), dtype=torch.float64)
+    trained = 0
+    for ids, labels in examples:
+        logits = model(input_ids=ids.unsqueeze(0)).logits[0]  # (L, V), this example alone
+        shifted = labels[1:]  # position t predicts token t + 1
+        total = total + F.cross_entropy(logits[:-1], shifted, ignore_index=-100, reduction="sum")
+        trained += int((shifted != -100).sum())
+    return total / trained, trained
+
+
 def make_case(name: str, root: Path, seed: int) -> None:
     case_dir = root / name
     model = load_model(case_dir)
@@ -78,14 +90,7 @@ def make_case(name: str, root: Path, seed: int) -> None:
         ids = torch.randint(0, V, (length,), generator=gen)
         examples.append((ids, labels_of(ids, rule)))
     model.zero_grad()
-    total = torch.zeros((), dtype=torch.float64)
-    trained = 0
-    for ids, labels in examples:
-        logits = model(input_ids=ids.unsqueeze(0)).logits[0]  # (L, V), this example alone
-        shifted = labels[1:]  # position t predicts token t + 1
-        total = total + F.cross_entropy(logits[:-1], shifted, ignore_index=-100, reduction="sum")
-        trained += int((shifted != -100).sum())
-    loss = total / trained
+    loss, trained = sft_loss(model, examples)
     loss.backward()
     tensors = {}
     for i, (ids, labels) in enumerate(examples):
