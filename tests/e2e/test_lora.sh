@@ -156,6 +156,10 @@ adapters = sum(numel(p) for p in trained)
 stored = sum(f["bytes"] for f in m["files"])
 assert 12 * adapters <= stored <= 4 * 12 * adapters, (stored, adapters)
 PY
+"$ZTRAIN" checkpoint info "$scratch/w2/step_4" > "$scratch/info.out" 2>&1 ||
+  fail "checkpoint info on a LoRA checkpoint failed"
+grep -q "^  frozen      [0-9]* tensors, [0-9]* parameters, not stored: a resume reads them from \[model\] init_from" \
+  "$scratch/info.out" || fail "checkpoint info does not say the base is not stored: $(cat "$scratch/info.out")"
 tail -n 4 "$scratch/w2.curve" > "$scratch/w2_last4.curve"
 on_ranks 1 "$ZTRAIN" --set train.out_dir="$scratch/resumed" --set train.micro_batch_size=2 \
   --resume="$scratch/w2/step_4" "$scratch/lora.toml" > "$scratch/resumed.out" 2>&1 ||

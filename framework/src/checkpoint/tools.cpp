@@ -74,11 +74,15 @@ bool is_checkpoint(const fs::path& path) {
 bool checkpoint_info(const fs::path& path, const PluginLoader& loader, std::ostream& os) {
   const Checkpoint c = Checkpoint::open(path);
   const Manifest& m = c.manifest();
-  std::uint64_t elements = 0, bytes = 0;
-  std::size_t pieces = 0;
+  std::uint64_t elements = 0, bytes = 0, frozen_elements = 0;
+  std::size_t pieces = 0, frozen = 0;
   for (const auto& p : m.params) {
     elements += p.numel();
     pieces += p.pieces.size();
+    if (p.frozen) {
+      ++frozen;
+      frozen_elements += p.numel();
+    }
   }
   for (const auto& f : m.files) bytes += f.bytes;
   const auto model = model_of(c, loader).model;
@@ -94,6 +98,10 @@ bool checkpoint_info(const fs::path& path, const PluginLoader& loader, std::ostr
      << "  loss scale  " << m.position.scaler.scale << "\n"
      << "  state       fp32 master, m, v: " << pieces << " pieces in " << m.files.size()
      << " rank file" << (m.files.size() == 1 ? "" : "s") << ", " << format_bytes(bytes) << "\n";
+  if (frozen > 0)
+    os << "  frozen      " << frozen << " tensors, " << frozen_elements
+       << " parameters, not stored: a resume reads them from [model] init_from again (or the "
+          "seed)\n";
   const auto t0 = std::chrono::steady_clock::now();
   try {
     const std::uint64_t read = c.verify();
