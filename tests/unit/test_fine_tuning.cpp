@@ -10,6 +10,7 @@
 
 #include "checkpoint/weights.h"
 #include "support.h"
+#include "ztrain/data.h"
 #include "ztrain/error.h"
 #include "ztrain/model.h"
 #include "ztrain/strategy.h"
@@ -160,4 +161,38 @@ TEST_CASE("fine-tuning keys are refused where they mean nothing, naming the key"
         std::string::npos);
   CHECK(refusal("finetuning_type = \"freeze\"\nfreeze_trainable_layers = 0\n")
             .find("every parameter of the model is frozen") != std::string::npos);
+}
+
+// At the start B is zero, so every run's output and its gradient are the
+// base's, and B's gradient, dy^T (scale x A^T), is the scale times a
+// quantity all three runs share: rsLoRA's alpha / sqrt(rank) at alpha 8,
+// rank 4 is plain LoRA's at alpha 16, and twice plain LoRA's at alpha 8.
+TEST_CASE("use_rslora scales the adapters by lora_alpha / sqrt(lora_rank)") {
+  const auto b_grad = [](const std::string& keys) {
+    Run run = test::make_run(kLlama + "finetuning_type = \"lora\"\nlora_rank = 4\n" + keys + kRest);
+    const auto params = run.model->params();
+    std::vector<std::int32_t> inputs(2 * 16), targets(2 * 16);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      inputs[i] = static_cast<std::int32_t>(i * 7 % 64);
+      targets[i] = static_cast<std::int32_t>(i * 5 % 64);
+    }
+    Arena arena(*run.device);
+    LossSum losses(*run.device, *run.kernels);
+    StepContext ctx(*run.strategy, params, *run.kernels, arena, losses, 1.0f);
+    run.strategy->begin_micro_step(true);
+    run.model->forward_backward({{2, 16}, inputs.data(), targets.data()}, ctx);
+    for (ParamId p : params.ids())
+      if (params[p].name == "model.layers.1.mlp.down_proj.lora_B.weight") {
+        const TensorView g = run.strategy->grad_view(p);
+        return std::vector<float>(g.f32(), g.f32() + g.numel());
+      }
+    FAIL("no adapter");
+    return std::vector<float>{};
+  };
+  const std::vector<float> rs = b_grad("lora_alpha = 8\nuse_rslora = true\n"),
+                           alpha16 = b_grad("lora_alpha = 16\n"),
+                           alpha8 = b_grad("lora_alpha = 8\n");
+  CHECK(rs == alpha16);
+  CHECK(std::any_of(rs.begin(), rs.end(), [](float x) { return x != 0.0f; }));
+  for (std::size_t i = 0; i < rs.size(); ++i) CHECK(alpha8[i] * 2.0f == rs[i]);
 }

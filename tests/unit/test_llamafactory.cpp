@@ -119,6 +119,19 @@ TEST_CASE("LLaMA-Factory's published LoRA YAML becomes the run it describes, key
   CHECK(notes.find("preprocessing_num_workers: no effect") != std::string::npos);
 }
 
+TEST_CASE("LoRA's keys beyond the published ones: use_rslora, and lora keys without LoRA") {
+  test::TempDir dir;
+  CHECK(value(load(yaml(dir, "examples/train_lora/qwen3_lora_sft.yaml", "use_rslora: true\n")),
+              "model.use_rslora") == "true");
+  // LLaMA-Factory reads a method's keys under that method only: said, not set.
+  const RunConfig full =
+      load(yaml(dir, "examples/train_full/qwen3_full_sft.yaml", "lora_rank: 16\n"));
+  CHECK(!full.table().at_path("model.lora_rank"));
+  std::string notes;
+  for (const std::string& n : full.notes()) notes += n + "\n";
+  CHECK(notes.find("lora_rank: no effect with finetuning_type full") != std::string::npos);
+}
+
 TEST_CASE("the full YAML's deepspeed config is read as --deepspeed reads it") {
   test::TempDir dir;
   const RunConfig c = load(yaml(dir, "examples/train_full/qwen3_full_sft.yaml"));

@@ -38,7 +38,7 @@ void check_config(const json& file, const json& run, const fs::path& path,
   if (value(file, "peft_type") != "\"LORA\"")
     throw ConfigError(where + ": " + path.string() + " is a " + value(file, "peft_type") +
                       " adapter; adapter_from takes LoRA adapters");
-  for (const char* key : {"use_rslora", "use_dora"})
+  for (const char* key : {"use_dora"})
     if (file.value(key, false))
       throw ConfigError(where + ": " + path.string() + " sets " + key +
                         ", which ztrain's LoRA does not build; give a plain LoRA adapter");
@@ -49,6 +49,10 @@ void check_config(const json& file, const json& run, const fs::path& path,
                       "modules_to_save), which ztrain does not build");
   const std::pair<const char*, const char*> keys[] = {{"r", "lora_rank"},
                                                       {"lora_alpha", "lora_alpha"}};
+  if (file.value("use_rslora", false) != run.at("use_rslora").get<bool>())
+    throw ConfigError(where + ": " + path.string() + " has use_rslora = " +
+                      value(file, "use_rslora") + ", this run's [model] use_rslora gives " +
+                      value(run, "use_rslora") + "; set use_rslora to the adapter's");
   for (const auto& [key, ours] : keys)
     if (file.value(key, 0.0) != run.at(key).get<double>())
       throw ConfigError(where + ": " + path.string() + " has " + key + " = " + value(file, key) +

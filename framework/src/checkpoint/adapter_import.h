@@ -4,7 +4,7 @@
 // OUT/adapter/.
 //
 // adapter_config.json must describe the run's adapters (a LoRA of the
-// same rank and alpha; no rsLoRA, DoRA, trained biases or extra modules,
+// same rank, alpha and scaling (use_rslora); no DoRA, trained biases or extra modules,
 // which ztrain does not build), and adapter_model.safetensors must hold
 // every adapter of the run under PEFT's names ("base_model.model." and
 // the weight's Hugging Face name), each of its shape, and no other LoRA

@@ -139,7 +139,9 @@ void method_keys(Builder& b) {
     b.put("model", "lora_dropout", y.number("lora_dropout", 0), "lora_dropout");
   if (only_for("lora_target", "lora") && y.get("lora_target"))
     b.put("model", "lora_target", toml_names(names(y, "lora_target")), "lora_target");
-  for (const char* key : {"use_rslora", "use_dora", "pissa_init", "create_new_adapter"})
+  if (only_for("use_rslora", "lora") && y.get("use_rslora"))
+    b.put("model", "use_rslora", y.flag("use_rslora", false), "use_rslora");
+  for (const char* key : {"use_dora", "pissa_init", "create_new_adapter"})
     b.refuse_unless(key, "false", "not built in ztrain's LoRA; remove it");
   b.refuse_unless("additional_target", "",
                   "ztrain's LoRA trains its adapters alone; use finetuning_type freeze with "

@@ -64,7 +64,8 @@ std::string joined(const std::set<std::string>& names) {
   return s;
 }
 
-constexpr const char* kLoraKeys[] = {"lora_rank", "lora_alpha", "lora_dropout", "lora_target"};
+constexpr const char* kLoraKeys[] = {"lora_rank", "lora_alpha", "lora_dropout", "lora_target",
+                                     "use_rslora"};
 constexpr const char* kFreezeKeys[] = {"freeze_trainable_layers", "freeze_trainable_modules",
                                        "freeze_extra_modules"};
 
@@ -98,6 +99,7 @@ void Transformer::read_fine_tuning(const Options& o) {
   t.lora_rank = static_cast<int>(o.get_int("lora_rank"));
   t.lora_alpha = o.get_number("lora_alpha") > 0 ? o.get_number("lora_alpha") : 2.0 * t.lora_rank;
   t.lora_target = names_or_all(o, "lora_target");
+  t.use_rslora = o.get_bool("use_rslora");
   t.freeze_trainable_layers = static_cast<int>(o.get_int("freeze_trainable_layers"));
   t.freeze_trainable_modules = names_or_all(o, "freeze_trainable_modules");
   if (o.has_value("freeze_extra_modules"))
@@ -207,7 +209,8 @@ std::string Transformer::adapter_config_json() const {
          "  \"r\": " + std::to_string(t.lora_rank) + ",\n  \"lora_alpha\": " + alpha +
          ",\n  \"lora_dropout\": 0.0,\n  \"target_modules\": [" + list +
          "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": " + (cfg_.llama ? "false" : "true") +
-         ",\n  \"use_rslora\": false,\n  \"use_dora\": false,\n  \"modules_to_save\": null,\n"
+         ",\n  \"use_rslora\": " + (t.use_rslora ? "true" : "false") +
+         ",\n  \"use_dora\": false,\n  \"modules_to_save\": null,\n"
          "  \"inference_mode\": true\n}\n";
 }
 

@@ -98,6 +98,9 @@ void Transformer::declare_options(OptionList& o) {
            "2 * lora_rank (LLaMA-Factory's default)")
       .at_least(0);
   o.number("lora_dropout", 0, "LoRA: dropout on the adapters' input; only 0").at_least(0);
+  o.flag("use_rslora", false,
+         "LoRA: rank-stabilised scaling, lora_alpha / sqrt(lora_rank) (PEFT's and "
+         "LLaMA-Factory's use_rslora)");
   o.names("lora_target",
           "LoRA: the projections that get adapters, by module name (Llama: q_proj, k_proj, "
           "v_proj, o_proj, gate_proj, up_proj, down_proj; GPT-2: c_attn, c_proj, c_fc), a "

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -46,7 +47,11 @@ struct FineTuning {
   int freeze_trainable_layers = 0;       // > 0: the last n blocks train; < 0: the first -n
   std::vector<std::string> freeze_trainable_modules;  // within those blocks; "all"
   std::vector<std::string> freeze_extra_modules;      // outside the blocks ("embed_tokens")
-  float lora_scale() const { return static_cast<float>(lora_alpha / lora_rank); }
+  bool use_rslora = false;                            // rank-stabilised: alpha / sqrt(rank)
+  float lora_scale() const {
+    return static_cast<float>(
+        lora_alpha / (use_rslora ? std::sqrt(double(lora_rank)) : static_cast<double>(lora_rank)));
+  }
 };
 
 // RoPE frequency scaling, as transformers' rope_type names it.
