@@ -375,3 +375,23 @@ TEST_CASE("epochs count steps as transformers' Trainer counts them where asked")
               1)
             .first == 2);  // ceil(0.5 x 3)
 }
+
+// A names option takes one name, a list, or names separated by commas in
+// one string (LLaMA-Factory's "q_proj, v_proj"), blanks trimmed; an empty
+// name anywhere is refused, naming the key. A files option keeps its
+// strings whole.
+TEST_CASE("names options split comma-separated strings, files options do not") {
+  OptionList spec;
+  spec.names("target", "the modules");
+  spec.files("files", "the files");
+  const auto options = [&](const std::string& toml) {
+    return RunConfig::parse("[x]\n" + toml, "run.toml").validate("x", spec);
+  };
+  CHECK(options("target = \"q_proj, v_proj\"\n").get_names("target") ==
+        std::vector<std::string>{"q_proj", "v_proj"});
+  CHECK(options("target = [\"a,b\", \"c\"]\n").get_names("target") ==
+        std::vector<std::string>{"a", "b", "c"});
+  CHECK(options("files = \"a,b.txt\"\n").get_files("files").size() == 1);
+  CHECK(contains(test::message_of<ConfigError>([&] { options("target = \"a,,b\"\n"); }),
+                 "run.toml:2:1: [x] target: an empty name; the modules"));
+}

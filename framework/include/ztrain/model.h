@@ -76,6 +76,13 @@ struct ModuleSpec {
 using ParamSpecs = IdVector<ParamId, ParamSpec>;
 using ModuleSpecs = IdVector<ModuleId, ModuleSpec>;
 
+// Whether any of `params` is frozen (ParamSpec::trainable false).
+inline bool has_frozen(const ParamSpecs& params) {
+  for (const ParamSpec& p : params)
+    if (!p.trainable) return true;
+  return false;
+}
+
 struct BatchShape {
   int batch = 0;
   int seq_len = 0;  // tokens of each row this rank holds

@@ -106,7 +106,9 @@ class ZTRAIN_API OptionList {
   OptionSpec& numbers(std::string name, std::vector<double> def, std::string help);
   // File names or glob patterns, one string or a list; absent unless given.
   OptionSpec& files(std::string name, std::string help);
-  // One name or a list of names, none empty; absent unless given.
+  // One name or a list of names, none empty; absent unless given. A
+  // string may hold several, comma-separated ("q_proj, v_proj", as
+  // LLaMA-Factory writes lists), which get_names hands out one by one.
   OptionSpec& names(std::string name, std::string help);
 
   // Adds a spec built elsewhere; InternalError if the name is taken.

@@ -38,21 +38,21 @@ void check_config(const json& file, const json& run, const fs::path& path,
   if (value(file, "peft_type") != "\"LORA\"")
     throw ConfigError(where + ": " + path.string() + " is a " + value(file, "peft_type") +
                       " adapter; adapter_from takes LoRA adapters");
-  for (const char* key : {"use_dora"})
-    if (file.value(key, false))
-      throw ConfigError(where + ": " + path.string() + " sets " + key +
-                        ", which ztrain's LoRA does not build; give a plain LoRA adapter");
+  if (file.value("use_dora", false))
+    throw ConfigError(where + ": " + path.string() +
+                      " sets use_dora, which ztrain's LoRA does not build; give a plain LoRA "
+                      "adapter");
   if (file.value("bias", std::string("none")) != "none" ||
       (file.contains("modules_to_save") && !file.at("modules_to_save").is_null()))
     throw ConfigError(where + ": " + path.string() +
                       " trains biases or whole modules beside its adapters (bias, "
                       "modules_to_save), which ztrain does not build");
-  const std::pair<const char*, const char*> keys[] = {{"r", "lora_rank"},
-                                                      {"lora_alpha", "lora_alpha"}};
   if (file.value("use_rslora", false) != run.at("use_rslora").get<bool>())
     throw ConfigError(where + ": " + path.string() + " has use_rslora = " +
                       value(file, "use_rslora") + ", this run's [model] use_rslora gives " +
                       value(run, "use_rslora") + "; set use_rslora to the adapter's");
+  const std::pair<const char*, const char*> keys[] = {{"r", "lora_rank"},
+                                                      {"lora_alpha", "lora_alpha"}};
   for (const auto& [key, ours] : keys)
     if (file.value(key, 0.0) != run.at(key).get<double>())
       throw ConfigError(where + ": " + path.string() + " has " + key + " = " + value(file, key) +
@@ -65,37 +65,28 @@ class AdapterSource final : public StateSource {
  public:
   AdapterSource(const SafetensorsReader& file, const ParamSpecs& params)
       : file_(file), params_(params), entries_(params.size(), nullptr) {
-    std::vector<std::string> missing, misshaped, unexpected;
+    TensorDifferences d;
     std::set<std::string> used;
     for (ParamId p : params.ids()) {
       if (!params[p].adapter) continue;
       const std::string name = "base_model.model." + external_name(params[p]);
       const SafetensorsEntry* e = file.find(name);
       if (!e) {
-        missing.push_back(name + " " + params[p].shape.str());
+        d.missing.push_back(name + " " + params[p].shape.str());
       } else if (e->shape != params[p].shape) {
-        misshaped.push_back(name + ": " + e->shape.str() + " in the file, " +
-                            params[p].shape.str() + " expected");
+        d.misshaped.push_back(name + ": " + e->shape.str() + " in the file, " +
+                              params[p].shape.str() + " expected");
       } else {
         entries_[p] = e;
         used.insert(name);
       }
     }
     for (const SafetensorsEntry& e : file.entries())
-      if (!used.contains(e.name)) unexpected.push_back(e.name + " " + e.shape.str());
-    if (missing.empty() && misshaped.empty() && unexpected.empty()) return;
-    std::string list;
-    for (const auto& [title, items] : {std::pair{"missing from the file", &missing},
-                                       {"with another shape", &misshaped},
-                                       {"unexpected in the file", &unexpected}}) {
-      if (items->empty()) continue;
-      list += "\n  " + std::to_string(items->size()) + " " + title + ":";
-      for (std::size_t i = 0; i < std::min<std::size_t>(items->size(), 8); ++i)
-        list += "\n    " + (*items)[i];
-    }
-    throw DataError(file.path().string() + ": does not hold this run's adapters:" + list +
-                    "\ncheck [model] lora_target and lora_rank against the adapter's "
-                    "adapter_config.json");
+      if (!used.contains(e.name)) d.unexpected.push_back(e.name + " " + e.shape.str());
+    if (d.count() > 0)
+      throw DataError(file.path().string() + ": does not hold this run's adapters:" + d.listed() +
+                      "\ncheck [model] lora_target and lora_rank against the adapter's "
+                      "adapter_config.json");
   }
   void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override {
     if (!entries_.at(p))

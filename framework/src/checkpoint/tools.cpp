@@ -1,6 +1,5 @@
 #include "checkpoint/tools.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -42,7 +41,7 @@ class ExportSource {
  public:
   ExportSource(const Checkpoint& c, const CheckpointModel& m)
       : checkpoint_(c), params_(m.model->params()), seed_(c.manifest().seed) {
-    if (!has_frozen() || !m.options.has_value("init_from")) return;
+    if (!has_frozen(params_) || !m.options.has_value("init_from")) return;
     base_file_.emplace(SafetensorsSet::weights_at(m.options.get_string("init_from")));
     base_.emplace(*base_file_, *m.model, seed_);
   }
@@ -54,10 +53,6 @@ class ExportSource {
   }
 
  private:
-  bool has_frozen() const {
-    return std::any_of(params_.begin(), params_.end(),
-                       [](const ParamSpec& s) { return !s.trainable; });
-  }
   CheckpointSource checkpoint_;
   ParamSpecs params_;
   std::uint64_t seed_;

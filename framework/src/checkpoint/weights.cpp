@@ -102,6 +102,22 @@ class AdapterValues {
 
 }  // namespace
 
+std::string TensorDifferences::listed() const {
+  std::string list;
+  const auto section = [&](const char* title, const std::vector<std::string>& items) {
+    if (items.empty()) return;
+    list += "\n  " + std::to_string(items.size()) + " " + title + ":";
+    const std::size_t shown = std::min<std::size_t>(items.size(), 8);
+    for (std::size_t i = 0; i < shown; ++i) list += "\n    " + items[i];
+    if (shown < items.size())
+      list += "\n    ... and " + std::to_string(items.size() - shown) + " more";
+  };
+  section("missing from the file", missing);
+  section("unexpected in the file", unexpected);
+  section("with another shape", misshaped);
+  return list;
+}
+
 std::vector<ParamId> export_order(const ParamSpecs& params) {
   std::vector<ParamId> order;
   for (bool adapters : {true, false})

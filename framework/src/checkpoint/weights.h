@@ -14,6 +14,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "checkpoint/hf_export.h"
@@ -32,6 +33,15 @@ Shape external_shape(const ParamSpec& p);
 // Writes every parameter of `model` to `out` (as above), each read whole in
 // fp32 by `read` when its turn comes: one parameter in memory at a time.
 using ReadParam = std::function<void(ParamId, float*)>;
+// How a weights file differs from what a model expects, for a DataError:
+// each non-empty group as "\n  N title:" and its first 8 items, then how
+// many more; empty when every group is.
+struct TensorDifferences {
+  std::vector<std::string> missing, unexpected, misshaped;
+  std::size_t count() const { return missing.size() + unexpected.size() + misshaped.size(); }
+  std::string listed() const;
+};
+
 // The order write_weights reads parameters in: LoRA adapters first (merged
 // into their weights, and written as PEFT's out/adapter/ where `out` is a
 // directory), then the rest, each part in id order. Reads that are

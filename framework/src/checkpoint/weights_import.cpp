@@ -27,7 +27,7 @@ namespace {
 IdVector<ParamId, SafetensorsSet::Tensor> match_params(const SafetensorsSet& file,
                                                        const Model& model) {
   const auto params = model.params();
-  std::vector<std::string> missing, unexpected, misshaped;
+  TensorDifferences d;
   std::set<const SafetensorsEntry*> used;
   IdVector<ParamId, SafetensorsSet::Tensor> match(params.size(), {nullptr, nullptr});
   for (ParamId id : params.ids()) {
@@ -36,40 +36,27 @@ IdVector<ParamId, SafetensorsSet::Tensor> match_params(const SafetensorsSet& fil
     if (!found) found = file.find(p.name);
     if (!found && p.adapter) continue;  // drawn from the seed
     if (!found) {
-      missing.push_back(external_name(p) + " " + external_shape(p).str());
+      d.missing.push_back(external_name(p) + " " + external_shape(p).str());
       continue;
     }
     const SafetensorsEntry* e = found->entry;
     used.insert(e);
     if (e->shape != external_shape(p)) {
-      misshaped.push_back(e->name + ": shape " + e->shape.str() + " in the file, " +
-                          external_shape(p).str() + " expected" +
-                          (p.hf_transposed ? " (Hugging Face Conv1D layout: in, out)" : ""));
+      d.misshaped.push_back(e->name + ": shape " + e->shape.str() + " in the file, " +
+                            external_shape(p).str() + " expected" +
+                            (p.hf_transposed ? " (Hugging Face Conv1D layout: in, out)" : ""));
       continue;
     }
     match[id] = *found;
   }
   for (const SafetensorsSet::Tensor& t : file.all())
     if (!used.contains(t.entry) && !model.ignorable_tensor(t.entry->name))
-      unexpected.push_back(t.entry->name + " " + t.entry->shape.str());
-  const std::size_t differences = missing.size() + unexpected.size() + misshaped.size();
-  if (differences > 0) {
-    std::string list;
-    auto section = [&](const char* title, const std::vector<std::string>& items) {
-      if (items.empty()) return;
-      list += "\n  " + std::to_string(items.size()) + " " + title + ":";
-      const std::size_t shown = std::min<std::size_t>(items.size(), 8);
-      for (std::size_t i = 0; i < shown; ++i) list += "\n    " + items[i];
-      if (shown < items.size())
-        list += "\n    ... and " + std::to_string(items.size() - shown) + " more";
-    };
-    section("missing from the file", missing);
-    section("unexpected in the file", unexpected);
-    section("with another shape", misshaped);
+      d.unexpected.push_back(t.entry->name + " " + t.entry->shape.str());
+  if (d.count() > 0)
     throw DataError(file.path().string() + ": does not match the " + model.info().arch +
-                    " model of this run (" + std::to_string(differences) + " differences):" + list +
+                    " model of this run (" + std::to_string(d.count()) +
+                    " differences):" + d.listed() +
                     "\ncheck [model] arch, n_layer, n_embd, n_head, vocab_size and seq_len");
-  }
   return match;
 }
 

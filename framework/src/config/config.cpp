@@ -94,6 +94,20 @@ std::string toml_number_text(double d) {
   return s;
 }
 
+std::vector<std::string> comma_names(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    std::string name = text.substr(at, comma - at);
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    out.push_back(std::move(name));
+    if (comma == text.size()) return out;
+    at = comma + 1;
+  }
+}
+
 std::string toml_value_text(const toml::node& n) {
   if (const auto* arr = n.as_array()) {
     std::string out = "[";
@@ -555,12 +569,17 @@ struct Validator {
       case OptionType::files:
       case OptionType::names: {
         std::vector<std::string> list;
+        // A names string may list several, comma-separated.
+        const auto add = [&](std::string text) {
+          if (s.type == OptionType::files) return list.push_back(std::move(text));
+          for (std::string& name : comma_names(text)) list.push_back(std::move(name));
+        };
         if (node.is_string()) {
-          list.push_back(node.value_or(std::string()));
+          add(node.value_or(std::string()));
         } else if (const auto* arr = node.as_array(); arr && !arr->empty()) {
           for (const auto& e : *arr) {
             if (!e.is_string()) wrong();
-            list.push_back(e.value_or(std::string()));
+            add(e.value_or(std::string()));
           }
         } else {
           wrong();

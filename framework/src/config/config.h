@@ -25,6 +25,11 @@ namespace ztrain {
 std::string toml_value_text(const toml::node& n);
 std::string toml_number_text(double d);
 
+// The names of one names-option string: "a, b" is a and b (LLaMA-Factory's
+// comma-separated lists), blanks around each trimmed; an empty piece is
+// kept, for the caller to refuse.
+std::vector<std::string> comma_names(const std::string& text);
+
 // The sections a run file may hold: the host's and the plugins'.
 const std::vector<std::string>& run_file_sections();
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "config/yaml_mapping.h"
 #include "ztrain/error.h"
 
@@ -46,20 +47,14 @@ class Builder {
   std::string file_;
 };
 
-// "a,b" or a YAML list: the names.
+// "a,b" or a YAML list: the names (empty pieces dropped, as
+// LLaMA-Factory's split drops them).
 std::vector<std::string> names(YamlMapping& y, const std::string& key) {
   const YAML::Node v = y.get(key);
   std::vector<std::string> out;
-  const auto add = [&](const std::string& s) {
-    std::size_t at = 0;
-    while (at <= s.size()) {
-      const std::size_t comma = std::min(s.find(',', at), s.size());
-      std::string n = s.substr(at, comma - at);
-      n.erase(0, n.find_first_not_of(" \t"));
-      n.erase(n.find_last_not_of(" \t") + 1);
-      if (!n.empty()) out.push_back(n);
-      at = comma + 1;
-    }
+  const auto add = [&](const std::string& text) {
+    for (std::string& n : comma_names(text))
+      if (!n.empty()) out.push_back(std::move(n));
   };
   if (v && v.IsSequence())
     for (const auto& item : v) add(item.as<std::string>());

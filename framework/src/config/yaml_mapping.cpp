@@ -3,6 +3,15 @@
 #include "ztrain/error.h"
 
 namespace ztrain {
+namespace {
+
+// "an Accelerate config", "a LLaMA-Factory".
+const char* article(const std::string& noun) {
+  return !noun.empty() && std::string("AEIOUaeiou").find(noun.front()) != std::string::npos ? "an"
+                                                                                            : "a";
+}
+
+}  // namespace
 
 YAML::Node load_yaml(const std::filesystem::path& file, const std::string& format) {
   try {
@@ -79,8 +88,8 @@ void YamlMapping::finish() const {
                         (path_.empty() ? "the file" : path_) + " has a key that is not a name");
     const std::string key = kv.first.Scalar();
     if (!used_.contains(key))
-      throw ConfigError(where(key) + " is not " + (format_ == "Accelerate config" ? "an " : "a ") +
-                        format_ + " key ztrain knows (or not one it supports); remove it");
+      throw ConfigError(where(key) + " is not " + article(format_) + " " + format_ +
+                        " key ztrain knows (or not one it supports); remove it");
   }
 }
 

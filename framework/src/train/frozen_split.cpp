@@ -73,10 +73,6 @@ class SeedSource final : public StateSource {
 
 }  // namespace
 
-bool has_frozen(const ParamSpecs& params) {
-  return std::any_of(params.begin(), params.end(), [](const ParamSpec& p) { return !p.trainable; });
-}
-
 void FrozenSplit::setup(const StrategySetup& s) {
   params_ = s.params;
   Parts parts = split(params_);
@@ -88,7 +84,7 @@ void FrozenSplit::setup(const StrategySetup& s) {
   inner.params = std::move(parts.trainable);
   inner.draw_initial_values = false;  // drawn below, under the model's ids
   inner_->setup(inner);
-  sharded_ = inner_->shards_params() && s.comm->size() > 1;
+  sharded_ = shards_frozen(s.comm->size());
   rank_ = sharded_ ? s.comm->rank() : 0;
   frozen_layout_.emplace(frozen_specs_, sharded_ ? s.comm->size() : 1);
   if (sharded_)
@@ -189,7 +185,7 @@ MemoryEstimate FrozenSplit::estimate(const EstimateArgs& args) const {
   EstimateArgs inner = args;
   inner.params = std::move(parts.trainable);
   MemoryEstimate e = inner_->estimate(inner);
-  if (!inner_->shards_params() || args.world <= 1) {
+  if (!shards_frozen(args.world)) {
     const shard::FlatLayout frozen(parts.frozen, 1);
     e.bytes[Tier::device][Category::params] += frozen.total() * dtype_size(args.precision);
     return e;

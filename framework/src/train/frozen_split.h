@@ -37,9 +37,6 @@
 
 namespace ztrain {
 
-// Whether any parameter of `params` is frozen.
-bool has_frozen(const ParamSpecs& params);
-
 class FrozenSplit final : public Strategy {
  public:
   explicit FrozenSplit(std::shared_ptr<Strategy> inner) : inner_(std::move(inner)) {}
@@ -70,6 +67,9 @@ class FrozenSplit final : public Strategy {
   bool shards_params() const override { return inner_->shards_params(); }
 
  private:
+  // Whether the frozen store is sharded over `world` ranks: where the
+  // strategy shards its own parameters and there is more than one rank.
+  bool shards_frozen(int world) const { return inner_->shards_params() && world > 1; }
   std::shared_ptr<Strategy> inner_;
   ParamSpecs params_;                          // the model's
   IdVector<ParamId, ParamId> local_;           // model id -> id in its part

@@ -26,7 +26,6 @@
 // blocks' norms, as it does there).
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <regex>
 #include <set>
 
@@ -36,26 +35,8 @@
 namespace ztrain::transformer {
 namespace {
 
-// One name or a list, each possibly a comma-separated string
-// (LLaMA-Factory's "q_proj,v_proj"); blanks trimmed.
-std::vector<std::string> split_names(const std::vector<std::string>& given) {
-  std::vector<std::string> out;
-  for (const std::string& g : given) {
-    std::size_t at = 0;
-    while (at <= g.size()) {
-      const std::size_t comma = std::min(g.find(',', at), g.size());
-      std::string name = g.substr(at, comma - at);
-      name.erase(0, name.find_first_not_of(" \t"));
-      name.erase(name.find_last_not_of(" \t") + 1);
-      if (!name.empty()) out.push_back(name);
-      at = comma + 1;
-    }
-  }
-  return out;
-}
-
 std::vector<std::string> names_or_all(const Options& o, const char* key) {
-  return o.has_value(key) ? split_names(o.get_names(key)) : std::vector<std::string>{"all"};
+  return o.has_value(key) ? o.get_names(key) : std::vector<std::string>{"all"};
 }
 
 std::string joined(const std::set<std::string>& names) {
@@ -103,7 +84,7 @@ void Transformer::read_fine_tuning(const Options& o) {
   t.freeze_trainable_layers = static_cast<int>(o.get_int("freeze_trainable_layers"));
   t.freeze_trainable_modules = names_or_all(o, "freeze_trainable_modules");
   if (o.has_value("freeze_extra_modules"))
-    t.freeze_extra_modules = split_names(o.get_names("freeze_extra_modules"));
+    t.freeze_extra_modules = o.get_names("freeze_extra_modules");
 }
 
 void Transformer::declare_adapters(const Options& o) {
@@ -111,12 +92,11 @@ void Transformer::declare_adapters(const Options& o) {
   if (t.method != FineTuning::Method::lora) return;
   const bool all =
       std::find(t.lora_target.begin(), t.lora_target.end(), "all") != t.lora_target.end();
-  std::set<std::string> known, used;
+  std::set<std::string> known;
   for (auto& b : blocks_) {
-    const std::pair<Proj, std::optional<ParamId>> projections[] = {
-        {Proj::qkv, b.qkv_w}, {Proj::q, b.q_w},   {Proj::k, b.k_w},   {Proj::v, b.v_w},
-        {Proj::o, b.proj_w},  {Proj::fc, b.fc_w}, {Proj::up, b.up_w}, {Proj::down, b.fcproj_w}};
-    for (const auto& [j, w] : projections) {
+    const auto weights = b.projections();
+    for (std::size_t j = 0; j < kProjCount; ++j) {
+      const std::optional<ParamId> w = weights[j];
       if (!w) continue;
       const ParamSpec base = params_[*w];
       const std::string module = module_name(base.name);
@@ -124,7 +104,6 @@ void Transformer::declare_adapters(const Options& o) {
       if (!all &&
           std::find(t.lora_target.begin(), t.lora_target.end(), module) == t.lora_target.end())
         continue;
-      used.insert(module);
       const std::string stem =
           base.name.substr(0, base.name.size() - std::string(".weight").size());
       const std::int64_t out = base.shape[0], in = base.shape[1];
@@ -132,7 +111,7 @@ void Transformer::declare_adapters(const Options& o) {
       const ParamId a = add(stem + ".lora_A.weight", {t.lora_rank, in}, a_init, base.used_by);
       const ParamId bb = add(stem + ".lora_B.weight", {out, t.lora_rank}, {}, base.used_by);
       for (ParamId id : {a, bb}) params_[id].adapter = true;
-      b.lora[static_cast<std::size_t>(j)] = BlockParams::Adapter{a, bb};
+      b.lora[j] = BlockParams::Adapter{a, bb};
     }
   }
   for (const std::string& name : t.lora_target)
@@ -155,8 +134,9 @@ void Transformer::freeze_params(const Options& o) {
   // part of a name outside the blocks.
   std::set<std::string> hidden, outer;
   const std::regex block(R"(\.\d+\.)");
+  const auto external = [](const ParamSpec& p) { return p.hf_name.empty() ? p.name : p.hf_name; };
   for (const ParamSpec& p : params_) {
-    const std::string name = p.hf_name.empty() ? p.name : p.hf_name;
+    const std::string name = external(p);
     if (const std::size_t at = name.find(".0."); at != std::string::npos)
       hidden.insert(name.substr(at + 3, name.find('.', at + 3) - at - 3));
     if (!std::regex_search(name, block)) outer.insert(module_name(name));
@@ -175,7 +155,7 @@ void Transformer::freeze_params(const Options& o) {
     trainable.push_back(m);
   }
   for (ParamSpec& p : params_) {
-    const std::string name = p.hf_name.empty() ? p.name : p.hf_name;
+    const std::string name = external(p);
     p.trainable = std::any_of(trainable.begin(), trainable.end(), [&](const std::string& s) {
       return name.find(s) != std::string::npos;
     });
@@ -185,8 +165,7 @@ void Transformer::freeze_params(const Options& o) {
 std::vector<AdapterOf> Transformer::adapters() const {
   std::vector<AdapterOf> out;
   for (const BlockParams& b : blocks_) {
-    const std::array<std::optional<ParamId>, kProjCount> weights = {
-        b.qkv_w, b.q_w, b.k_w, b.v_w, b.proj_w, b.fc_w, b.up_w, b.fcproj_w};
+    const auto weights = b.projections();
     for (std::size_t j = 0; j < kProjCount; ++j)
       if (b.lora[j])
         out.push_back({*weights[j], b.lora[j]->a, b.lora[j]->b, cfg_.tuning.lora_scale()});
@@ -203,10 +182,9 @@ std::string Transformer::adapter_config_json() const {
   for (const AdapterOf& a : adapters()) targets.insert(module_name(params_[a.weight].name));
   std::string list;
   for (const std::string& m : targets) list += (list.empty() ? "\"" : ", \"") + m + "\"";
-  char alpha[32];
-  std::snprintf(alpha, sizeof alpha, "%.17g", t.lora_alpha);
   return std::string("{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n") +
-         "  \"r\": " + std::to_string(t.lora_rank) + ",\n  \"lora_alpha\": " + alpha +
+         "  \"r\": " + std::to_string(t.lora_rank) +
+         ",\n  \"lora_alpha\": " + json_number(t.lora_alpha) +
          ",\n  \"lora_dropout\": 0.0,\n  \"target_modules\": [" + list +
          "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": " + (cfg_.llama ? "false" : "true") +
          ",\n  \"use_rslora\": " + (t.use_rslora ? "true" : "false") +

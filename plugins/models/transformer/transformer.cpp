@@ -12,22 +12,6 @@
 #include "ztrain/error.h"
 
 namespace ztrain::transformer {
-namespace {
-
-// A config.json number: the shortest decimal that reads back as v, in v's
-// own precision (norm_eps is a float: 1e-05, not 9.99999975e-06).
-template <class F>
-std::string num(F v) {
-  char buf[32];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
-    if (static_cast<F>(std::strtod(buf, nullptr)) == v) break;
-  }
-  return std::string(buf);
-}
-
-}  // namespace
-
 void Transformer::declare_options(OptionList& o) {
   o.string("arch", "llama", "architecture").one_of({"gpt2", "llama"});
   // Every block is declared one by one (names, parameter specs, activation
@@ -353,7 +337,7 @@ std::string Transformer::hf_config_json() const {
            V + ",\n  \"n_positions\": " + T + ",\n  \"n_ctx\": " + T + ",\n  \"n_embd\": " + C +
            ",\n  \"n_layer\": " + L + ",\n  \"n_head\": " + NH + ",\n  \"n_inner\": " + H +
            ",\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": " +
-           num(cfg_.norm_eps) +
+           json_number(cfg_.norm_eps) +
            ",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
            "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
            "  \"torch_dtype\": \"float32\"\n}\n";
@@ -375,16 +359,18 @@ std::string Transformer::llama_config_json() const {
        ",\n  \"num_attention_heads\": " + std::to_string(cfg_.n_head) +
        ",\n  \"num_key_value_heads\": " + std::to_string(cfg_.n_kv_head) +
        ",\n  \"max_position_embeddings\": " + std::to_string(cfg_.seq_len) +
-       ",\n  \"rms_norm_eps\": " + num(cfg_.norm_eps) +
-       ",\n  \"rope_theta\": " + num(cfg_.rope_theta) + ",\n  \"hidden_act\": \"silu\",\n";
+       ",\n  \"rms_norm_eps\": " + json_number(cfg_.norm_eps) +
+       ",\n  \"rope_theta\": " + json_number(cfg_.rope_theta) + ",\n  \"hidden_act\": \"silu\",\n";
   const RopeScaling& r = cfg_.rope_scaling;
   if (r.type == RopeScaling::Type::linear)
-    j += "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": " + num(r.factor) + "},\n";
+    j += "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": " + json_number(r.factor) +
+         "},\n";
   else if (r.type == RopeScaling::Type::llama3)
-    j += "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " + num(r.factor) +
-         ", \"low_freq_factor\": " + num(r.low_freq_factor) +
-         ", \"high_freq_factor\": " + num(r.high_freq_factor) +
-         ", \"original_max_position_embeddings\": " + num(r.original_max_positions) + "},\n";
+    j += "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " + json_number(r.factor) +
+         ", \"low_freq_factor\": " + json_number(r.low_freq_factor) +
+         ", \"high_freq_factor\": " + json_number(r.high_freq_factor) +
+         ", \"original_max_position_embeddings\": " + json_number(r.original_max_positions) +
+         "},\n";
   if (qwen2)
     j += "  \"use_sliding_window\": false,\n";
   else

@@ -16,6 +16,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
@@ -27,6 +29,19 @@
 #include "ztrain/sequence/ulysses.h"
 
 namespace ztrain::transformer {
+
+// A JSON number (config.json, adapter_config.json): the shortest decimal
+// that reads back as v, in v's own precision (norm_eps is a float: 1e-05,
+// not 9.99999975e-06).
+template <class F>
+std::string json_number(F v) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+    if (static_cast<F>(std::strtod(buf, nullptr)) == v) break;
+  }
+  return std::string(buf);
+}
 
 // Which of a Llama block's attention projections carry a bias.
 enum class AttentionBias { none, qkv, all };
@@ -99,6 +114,11 @@ struct BlockParams {
   };
   std::array<std::optional<Adapter>, kProjCount> lora;
   std::optional<Adapter> adapter(Proj j) const { return lora[static_cast<std::size_t>(j)]; }
+  // Each projection's weight, in Proj order (none where the architecture
+  // has no such projection).
+  std::array<std::optional<ParamId>, kProjCount> projections() const {
+    return {qkv_w, q_w, k_w, v_w, proj_w, fc_w, up_w, fcproj_w};
+  }
 };
 
 // Activation pointers of one block for one micro-batch.
