@@ -100,7 +100,7 @@ constexpr const char* kUsage =
     "                                           token shards (DIR/train_*.bin, val_*.bin) and\n"
     "                                           DIR/manifest.json, on every core\n"
     "       ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] [--train-on-prompt]\n"
-    "                        [--mask-history] [--template FILE.jinja] MODEL_DIR\n"
+    "                        [--mask-history] [--template FILE.jinja|NAME] MODEL_DIR\n"
     "                                           what fine-tuning on LLaMA-Factory datasets would\n"
     "                                           train on: rows read and bad, tokens trained, the\n"
     "                                           first example with its trained text marked\n"
@@ -340,7 +340,8 @@ po::options_description declare_options(Cli& c) {
       "mask-history", po::bool_switch(&c.mask_history),
       "sft-check: train on each example's last answer only")(
       "template", po::value(&c.chat_template),
-      "sft-check: a chat template (.jinja) instead of the model directory's own")(
+      "sft-check: a chat template (.jinja) instead of the model directory's own, or a "
+      "LLaMA-Factory template's name (llama3, qwen, qwen3, qwen3_nothink)")(
       "chat", po::value(&c.chat),
       "sample: a user's message, rendered with the model directory's chat template")(
       "system", po::value(&c.system), "sample: with --chat, a system message before it")(
@@ -484,9 +485,14 @@ std::optional<int> tool_command(const Cli& c) {
   if (command == "sft-check") {
     expect_words(c, 2,
                  "ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] MODEL_DIR");
-    ztrain::SftRequest a{c.dataset_dir,   {},           c.positional[1],
-                         c.chat_template, c.cutoff_len, c.train_on_prompt,
-                         c.mask_history};
+    ztrain::SftRequest a;
+    a.dataset_dir = c.dataset_dir;
+    a.model_dir = c.positional[1];
+    a.chat_template = c.chat_template;
+    a.cutoff_len = c.cutoff_len;
+    a.train_on_prompt = c.train_on_prompt;
+    a.mask_history = c.mask_history;
+    a.template_where = "--template";
     for (std::size_t at = 0; at <= c.datasets.size();) {
       const std::size_t comma = std::min(c.datasets.find(',', at), c.datasets.size());
       if (comma > at) a.datasets.push_back(c.datasets.substr(at, comma - at));

@@ -3,9 +3,9 @@
 # (tests/data/llamafactory/lf_repo, verbatim but for model_name_or_path,
 # which names a small Llama the script trains and saves), run from the
 # checkout's root as `llamafactory-cli train` runs them.
-# - As published they are refused before anything runs, naming the
-#   template (qwen3_nothink, which ztrain has not checked against the
-#   model's own); with --set data.template="auto" they train.
+# - As published they train with the template they name (qwen3_nothink,
+#   LLaMA-Factory's own, which ztrain builds); a template ztrain does not
+#   build is refused before anything runs, naming the YAML's place.
 # - qwen3_lora_sft.yaml: LoRA on identity and alpaca_en_demo from data/,
 #   the header saying what trains and what the YAML's no-op keys do not do;
 #   `ztrain config --llamafactory` shows each key's YAML place.
@@ -31,23 +31,26 @@ done
 cd "$repo"
 
 lora=examples/train_lora/qwen3_lora_sft.yaml
-"$ZTRAIN" --llamafactory "$lora" > "$scratch/refused.out" 2>&1 && fail "the registry template was not refused"
-grep -qF "$lora:14:11: template is qwen3_nothink: ztrain renders the model directory's own chat template" \
+sed "s|^template: .*|template: mistral|" "$lora" > mistral.yaml
+"$ZTRAIN" --llamafactory mistral.yaml > "$scratch/refused.out" 2>&1 && fail "an unbuilt template was not refused"
+grep -qF "mistral.yaml:14:11: template: [data] template \"mistral\" is not one of LLaMA-Factory's templates ztrain builds (llama3, qwen, qwen3, qwen3_nothink" \
   "$scratch/refused.out" || fail "the template's refusal does not name it: $(cat "$scratch/refused.out")"
 
-short=(--set 'data.template="auto"' --set train.steps=3 --set train.log_every=1
-  --set train.checkpoint_every=0 --set device.threads=1)
+short=(--set train.steps=3 --set train.log_every=1 --set train.checkpoint_every=0
+  --set device.threads=1)
 "$ZTRAIN" --llamafactory "$lora" "${short[@]}" --set train.out_dir="$scratch/lora" \
   > "$scratch/lora.out" 2>&1 || { cat "$scratch/lora.out" >&2; fail "the LoRA YAML did not train"; }
 cat "$scratch/lora.out"
 grep -q "data sft identity, alpaca_en_demo: " "$scratch/lora.out" || fail "the YAML's datasets are not the run's"
+grep -qF "template LLaMA-Factory's 'qwen3_nothink'" "$scratch/lora.out" ||
+  fail "the YAML's template is not the run's"
 grep -q "^ddp: trains [0-9]* parameters in 28 tensors under the strategy" "$scratch/lora.out" ||
   fail "the YAML's LoRA is not the run's"
 grep -qF "$lora:3:20: trust_remote_code: no effect" "$scratch/lora.out" ||
   fail "a key with no effect is not said"
 grep -q "^precision: bf16 working weights" "$scratch/lora.out" || fail "bf16: true is not the run's"
 [ -f "$scratch/lora/adapter/adapter_model.safetensors" ] || fail "the LoRA run wrote no PEFT adapter"
-"$ZTRAIN" config --llamafactory "$lora" --set 'data.template="auto"' > "$scratch/config.out" 2>&1 ||
+"$ZTRAIN" config --llamafactory "$lora" > "$scratch/config.out" 2>&1 ||
   fail "ztrain config --llamafactory failed"
 grep -qF "lr = 1e-04  # $lora:32:16: learning_rate" "$scratch/config.out" ||
   fail "ztrain config does not show learning_rate's place: $(grep "^lr" "$scratch/config.out")"

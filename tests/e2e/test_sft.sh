@@ -20,7 +20,8 @@
 #   grouped otherwise), at world 1 and at world 2 under zero3 (two epochs
 #   a step: the same mean), in bf16 within 2e-4 and 4e-3, and resume
 #   exactly from a checkpoint.
-# - Refused before step 1, naming the key: a named template, a cutoff_len
+# - Refused before step 1, naming the key: a named template ztrain does not
+#   build, a tools row under one it builds (named by file:line), a cutoff_len
 #   past seq_len + 1, a run with no model directory; packing on GPT-2
 #   (learned positions) and with the sequence split over ranks; datasets
 #   whose rows are all bad, naming the first.
@@ -160,7 +161,10 @@ refused() {  # refused WHAT TEXT ARGS...: the run refused before step 1, saying 
   grep -q "^step 1/" "$scratch/refused.out" && fail "$what: refused only after training began"
   echo "$what: refused"
 }
-refused "a named template" "LLaMA-Factory's named templates are not built" --set 'data.template="llama3"'
+refused "a named template ztrain does not build" "[data] template \"mistral\" is not one of LLaMA-Factory's templates ztrain builds" \
+  --set 'data.template="mistral"'
+refused "a tools row under a named template" "glaive_toolcall_en_demo.json:2: the row describes tools, which LLaMA-Factory's 'llama3' does not format" \
+  --set 'data.template="llama3"'
 refused "cutoff_len past the row" "[data] cutoff_len 200 needs rows of cutoff_len - 1 = 199 positions" \
   --set data.cutoff_len=200
 grep -v "^from = " "$scratch/sft.toml" > "$scratch/no_model.toml"

@@ -42,8 +42,7 @@ fs::path yaml(const test::TempDir& dir, const std::string& example, const std::s
   return out;
 }
 
-RunConfig load(const fs::path& file,
-               std::vector<std::string> overrides = {"data.template=\"auto\""}) {
+RunConfig load(const fs::path& file, std::vector<std::string> overrides = {}) {
   TrainArgs args;
   args.llamafactory = file;
   args.overrides = std::move(overrides);
@@ -57,7 +56,7 @@ std::string value(const RunConfig& c, const std::string& key) {
 }
 
 std::string refusal(const std::string& example, const std::string& extra,
-                    std::vector<std::string> overrides = {"data.template=\"auto\""}) {
+                    std::vector<std::string> overrides = {}) {
   test::TempDir dir;
   const fs::path file = yaml(dir, example, extra);
   return test::message_of<ConfigError>([&] { load(file, overrides); });
@@ -144,10 +143,16 @@ TEST_CASE("the full YAML's deepspeed config is read as --deepspeed reads it") {
   CHECK(c.where("strategy.plugin").find("ds_z3_config.json") != std::string::npos);
 }
 
-TEST_CASE("a template from LLaMA-Factory's registry is refused until the command line gives one") {
-  const std::string why = refusal("examples/train_lora/qwen3_lora_sft.yaml", "", {});
-  CHECK(why.find(":14:11: template is qwen3_nothink") != std::string::npos);
-  CHECK(why.find("--set data.template=\"auto\"") != std::string::npos);
+TEST_CASE("the YAML's template and enable_thinking are the data source's, from their places") {
+  test::TempDir dir;
+  const RunConfig c =
+      load(yaml(dir, "examples/train_lora/qwen3_lora_sft.yaml", "enable_thinking: false\n"));
+  CHECK(value(c, "data.template") == "\"qwen3_nothink\"");
+  CHECK(c.where("data.template").find(":14:11: template") != std::string::npos);
+  CHECK(value(c, "data.enable_thinking") == "false");
+  const RunConfig auto_template =
+      load(yaml(dir, "examples/train_lora/qwen3_lora_sft.yaml"), {"data.template=\"auto\""});
+  CHECK(value(auto_template, "data.template") == "\"auto\"");
 }
 
 TEST_CASE("what LLaMA-Factory means and ztrain does not build is refused, naming the key") {

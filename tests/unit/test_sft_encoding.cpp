@@ -4,18 +4,23 @@
 // the ids and labels that transformers (the render and its answer spans),
 // tokenizers (each piece) and LLaMA-Factory's own supervised
 // preprocessing (truncation and labels) give together
-// (encoding_golden.json, tools/make_sft_encoding_golden.py).
+// (encoding_golden.json, tools/make_sft_encoding_golden.py); and under
+// LLaMA-Factory's own named templates, the ids its Template and
+// supervised preprocessing give (template_golden.json,
+// tools/make_llamafactory_template_golden.py).
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "text/sft_encoding.h"
+#include "ztrain/error.h"
 #include "ztrain/kernels.h"
 
 namespace {
@@ -88,4 +93,71 @@ TEST_CASE("truncation keeps LLaMA-Factory's lengths") {
   CHECK(text::truncated_lengths(30, 30, 40) == std::pair<std::size_t, std::size_t>{20, 20});
   CHECK(text::truncated_lengths(31, 29, 40) == std::pair<std::size_t, std::size_t>{21, 19});
   CHECK(text::truncated_lengths(5, 5, 0) == std::pair<std::size_t, std::size_t>{0, 0});
+}
+
+namespace {
+
+text::SftExample golden_example(const nlohmann::json& c) {
+  text::SftExample e;
+  e.system = c.at("system");
+  for (const auto& t : c.at("turns")) e.turns.push_back({t.at("role"), t.at("content")});
+  e.where = c.at("example");
+  return e;
+}
+
+std::optional<std::string> golden_bos(const nlohmann::json& c) {
+  const auto& tokens = c.at("special_tokens");
+  if (!tokens.contains("bos_token")) return std::nullopt;
+  return tokens.at("bos_token").get<std::string>();
+}
+
+}  // namespace
+
+TEST_CASE("LLaMA-Factory's named templates encode as its own code encodes them") {
+  const auto tokenizer = text::load_tokenizer(kData / "tokenizers/byte_level_chat.json");
+  const nlohmann::json golden = read_json(kData / "llamafactory/template_golden.json");
+  std::map<std::string, std::size_t> per_template;
+  std::size_t truncated = 0, thought = 0;
+  for (const auto& c : golden.at("cases")) {
+    const std::string name = c.at("template");
+    const auto chat = text::LlamaFactoryTemplate::find(name, *tokenizer, golden_bos(c),
+                                                       {c.at("enable_thinking").get<bool>()});
+    REQUIRE(chat);
+    const text::SftEncoding o{c.at("cutoff_len"), c.at("train_on_prompt"), c.at("mask_history")};
+    CAPTURE(name);
+    CAPTURE(c.at("enable_thinking").get<bool>());
+    CAPTURE(c.at("example").get<std::string>());
+    CAPTURE(o.cutoff_len);
+    CAPTURE(o.train_on_prompt);
+    CAPTURE(o.mask_history);
+    const text::EncodedExample e = text::encode_example(*chat, golden_example(c), o);
+    CHECK(e.input_ids == c.at("input_ids").get<std::vector<std::int32_t>>());
+    CHECK(e.labels == c.at("labels").get<std::vector<std::int32_t>>());
+    truncated += e.input_ids.size() == o.cutoff_len;
+    thought += tokenizer->decode(e.input_ids).find("<think>") != std::string::npos;
+    ++per_template[name];
+  }
+  CHECK(per_template ==
+        std::map<std::string, std::size_t>{
+            {"llama3", 125}, {"qwen", 125}, {"qwen3", 250}, {"qwen3_nothink", 125}});
+  CHECK(truncated > 50);  // the cutoffs bite
+  CHECK(thought > 200);   // qwen3's empty thoughts, and the written ones
+}
+
+TEST_CASE("a LLaMA-Factory template refuses the tool rows it does not format, naming them") {
+  const auto tokenizer = text::load_tokenizer(kData / "tokenizers/byte_level_chat.json");
+  const auto chat = text::LlamaFactoryTemplate::find("qwen", *tokenizer, std::nullopt);
+  REQUIRE(chat);
+  text::SftExample e;
+  e.where = "tools.json:3";
+  e.turns = {{"user", "weather?"}, {"function", R"({"name": "w", "arguments": {}})"}};
+  CHECK_THROWS_WITH_AS(text::encode_example(*chat, e, {}),
+                       doctest::Contains("tools.json:3: a function turn"), ConfigError);
+  e.turns = {{"user", "weather?"}, {"assistant", "sunny"}};
+  e.tools = R"([{"name": "w"}])";
+  CHECK_THROWS_WITH_AS(text::encode_example(*chat, e, {}),
+                       doctest::Contains("tools.json:3: the row describes tools"), ConfigError);
+  CHECK_FALSE(text::LlamaFactoryTemplate::find("mistral", *tokenizer, std::nullopt));
+  CHECK_THROWS_WITH_AS(text::LlamaFactoryTemplate::find("llama3", *tokenizer, "<s>"),
+                       doctest::Contains("no token <s>"), ConfigError);
 }

@@ -294,8 +294,10 @@ TEST_CASE("sft: refused before reading, naming the key") {
     auto src = create_data_source("sft", kDatasets + extra);
     return message_of<ConfigError>([&] { src->setup(s); });
   };
-  CHECK(contains(refused("template = \"llama3\"\n", setup_of(m, 600)),
-                 "LLaMA-Factory's named templates are not built"));
+  const std::string unbuilt = refused("template = \"mistral\"\n", setup_of(m, 600));
+  CHECK(contains(unbuilt, "[data] template \"mistral\" is not one of LLaMA-Factory's templates "
+                          "ztrain builds (llama3, qwen, qwen3, qwen3_nothink"));
+  CHECK(unbuilt.rfind("t.toml:4:1: ", 0) == 0);  // led by the key's place in the run file
   CHECK(contains(refused("cutoff_len = 102\n", setup_of(m, 100)),
                  "[data] cutoff_len 102 needs rows of cutoff_len - 1 = 101 positions"));
   DataSetup no_model = setup_of(m, 600);

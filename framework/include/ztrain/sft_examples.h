@@ -4,7 +4,8 @@
 // datasets: dataset_dir/dataset_info.json names each dataset's file and
 // format (alpaca, sharegpt, openai), every row is rendered through a chat
 // template (the model directory's own, or a .jinja file) and tokenized by
-// the model directory's tokenizer, and cut and masked as LLaMA-Factory's
+// the model directory's tokenizer, or encoded by one of LLaMA-Factory's
+// named templates as its own code encodes it, and cut and masked as LLaMA-Factory's
 // supervised preprocessing does (cutoff_len, train_on_prompt,
 // mask_history). A source decides only how examples become rows (padded,
 // packed, shuffled, held out); the text machinery (the Jinja engine, the
@@ -21,8 +22,8 @@
 // Ownership: SftExamples is a value. Errors: read raises ConfigError for
 // a dataset dataset_info.json does not name (or that needs the hub), a
 // model directory with no tokenizer or chat template, a template that
-// cannot be parsed or raises; DataError, naming the file, for files that
-// cannot be read. Thread safety: read may be called from any thread.
+// cannot be parsed or raises, a template name ztrain does not build; DataError, naming the file,
+// for files that cannot be read. Thread safety: read may be called from any thread.
 #pragma once
 
 #include <cstddef>
@@ -36,16 +37,21 @@ namespace ztrain {
 
 struct SftRequest {
   std::string dataset_dir;
-  std::vector<std::string> datasets;   // dataset_info.json's names, concatenated in order
-  std::string model_dir;               // its tokenizer and, with "auto", its chat template
-  std::string chat_template = "auto";  // "auto", or a .jinja file
-  std::size_t cutoff_len = 2048;       // tokens an example keeps at most
+  std::vector<std::string> datasets;  // dataset_info.json's names, concatenated in order
+  std::string model_dir;              // its tokenizer and, with "auto", its chat template
+  // "auto", a .jinja file, or a LLaMA-Factory template's name ("llama3")
+  std::string chat_template = "auto";
+  std::size_t cutoff_len = 2048;  // tokens an example keeps at most
   bool train_on_prompt = false;
   bool mask_history = false;
   // Each dataset's first max_samples rows (LLaMA-Factory's max_samples);
   // 0: all. dataset_info.json's num_samples draws from `seed`.
   std::size_t max_samples = 0;
   std::uint64_t seed = 0;
+  // LLaMA-Factory's enable_thinking, for its reasoning templates (qwen3).
+  bool enable_thinking = true;
+  // Where chat_template was set (file:line:col), for the reader's messages.
+  std::string template_where;
 };
 
 struct SftExamples {

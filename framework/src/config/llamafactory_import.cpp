@@ -148,7 +148,7 @@ void method_keys(Builder& b) {
     if (only_for(key, "freeze") && y.get(key)) b.put("model", key, toml_names(names(y, key)), key);
 }
 
-void dataset_keys(Builder& b, LlamaFactoryImport& out) {
+void dataset_keys(Builder& b) {
   YamlMapping& y = b.yaml();
   b.put("data", "plugin", std::string("sft"), "stage");
   const std::vector<std::string> datasets = names(y, "dataset");
@@ -156,17 +156,12 @@ void dataset_keys(Builder& b, LlamaFactoryImport& out) {
     throw ConfigError(y.where("dataset") + " is not given: name the datasets of dataset_info.json");
   b.put("data", "dataset", toml_names(datasets), "dataset");
   b.put("data", "dataset_dir", y.text("dataset_dir", "data"), "dataset_dir");
-  if (const std::string t = y.text("template", ""); !t.empty() && !t.ends_with(".jinja"))
-    out.template_refusal =
-        y.where("template") + " is " + t +
-        ": ztrain renders the model directory's own chat template, and has not yet checked "
-        "that LLaMA-Factory's '" +
-        t +
-        "' renders the same ids; add --set "
-        "data.template=\"auto\" to train on the directory's template (see `ztrain sft-check` "
-        "for the text it renders), or give a .jinja file";
-  else if (!t.empty())
+  // A name of LLaMA-Factory's registry or a .jinja file; the data source
+  // refuses a name ztrain does not build, at this key's place.
+  if (const std::string t = y.text("template", ""); !t.empty())
     b.put("data", "template", t, "template");
+  if (y.get("enable_thinking"))
+    b.put("data", "enable_thinking", y.flag("enable_thinking", true), "enable_thinking");
   // A row holds cutoff_len - 1 places: the example's tokens but the last
   // as inputs, all but the first as targets.
   const std::int64_t cutoff = y.integer("cutoff_len", 2048);
@@ -298,7 +293,7 @@ LlamaFactoryImport import_llamafactory(const fs::path& yaml_file) {
   Builder b(out.run, y, name);
   model_keys(b, out);
   method_keys(b);
-  dataset_keys(b, out);
+  dataset_keys(b);
   train_keys(b);
   output_keys(b);
   eval_keys(b);

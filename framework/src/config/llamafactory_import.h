@@ -22,10 +22,11 @@
 // A key ztrain does not build is refused naming it and saying what to do;
 // a key that changes nothing here (worker counts, plot_loss,
 // trust_remote_code) is a note saying why; an unknown key is an error, so a
-// typo is never a different run. A `template` from LLaMA-Factory's
-// registry is refused until ztrain has checked, id for id, that it renders
-// what LLaMA-Factory renders; `--set data.template="auto"` (the model
-// directory's own chat template) or a .jinja file replaces it.
+// typo is never a different run. `template` and `enable_thinking` are
+// [data]'s: the sft source encodes with LLaMA-Factory's named templates
+// that ztrain builds (each held id for id to LLaMA-Factory's own code) and
+// refuses the others at the YAML key's place; `--set data.template="auto"`
+// (the model directory's own chat template) or a .jinja file replaces it.
 //
 // Errors: ConfigError as above, and for a file that is missing or not YAML.
 // Thread safety: pure function of its argument and the file system.
@@ -41,9 +42,6 @@ struct LlamaFactoryImport {
   ImportedConfig run;               // [model], [data], [train], [comm] with origins
   std::filesystem::path deepspeed;  // the YAML's deepspeed config; empty: none
   std::string deepspeed_where;      // its key's place, for messages
-  // Why the YAML's template is refused (empty: it is not): raised unless
-  // the command line gives [data] template itself.
-  std::string template_refusal;
 };
 
 LlamaFactoryImport import_llamafactory(const std::filesystem::path& yaml_file);

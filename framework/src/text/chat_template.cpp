@@ -163,8 +163,10 @@ const std::filesystem::path& ChatTemplate::file() const {
 }
 
 ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir,
-                                          const std::filesystem::path& template_file) {
+                                          const std::filesystem::path& template_file,
+                                          std::map<std::string, std::string> variables) {
   ChatTemplateSource source;
+  source.variables = std::move(variables);
   const auto config_path = dir / "tokenizer_config.json";
   const auto jinja_path = dir / "chat_template.jinja";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();

@@ -71,9 +71,10 @@ class ChatTemplate {
 
   // The model directory's template and special tokens; with a
   // template_file, that file's template instead (a base model's directory
-  // has none).
+  // has none); variables as ChatTemplateSource's.
   static ChatTemplate from_model_dir(const std::filesystem::path& dir,
-                                     const std::filesystem::path& template_file = {});
+                                     const std::filesystem::path& template_file = {},
+                                     std::map<std::string, std::string> variables = {});
 
   // The conversation as text; with the generation prompt, ready for the
   // assistant's next answer.

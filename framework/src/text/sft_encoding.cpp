@@ -10,14 +10,10 @@
 namespace ztrain::text {
 namespace {
 
-struct Pair {
-  std::vector<std::int32_t> source, target;
-};
-
 // The rendered conversation cut at its answers: the text before each
 // answer is that pair's prompt; what follows the last answer joins it.
-std::vector<Pair> pairs_of(const RenderedChat& r, const Tokenizer& tokenizer) {
-  std::vector<Pair> pairs;
+std::vector<TurnPair> pairs_of(const RenderedChat& r, const Tokenizer& tokenizer) {
+  std::vector<TurnPair> pairs;
   std::size_t at = 0;
   for (std::size_t k = 0; k < r.answers.size(); ++k) {
     const auto [begin, end] = r.answers[k];
@@ -59,18 +55,30 @@ std::pair<std::size_t, std::size_t> truncated_lengths(std::size_t source, std::s
   return {std::min(max_source, source), new_target};
 }
 
-// supervised.py's _encode_data_example, without the multimodal and
-// efficient_eos parts (no chat template needs them).
 EncodedExample encode_example(const ChatTemplate& chat, const Tokenizer& tokenizer,
                               const SftExample& example, const SftEncoding& o) {
-  std::vector<Pair> pairs = pairs_of(chat.render_with_answers(chat_messages(example)), tokenizer);
+  std::vector<TurnPair> pairs =
+      pairs_of(chat.render_with_answers(chat_messages(example)), tokenizer);
   if (pairs.empty())
     throw DataError(example.where + ": the chat template marks no answer in this example");
+  return encode_pairs(std::move(pairs), o);
+}
+
+EncodedExample encode_example(const LlamaFactoryTemplate& chat, const SftExample& example,
+                              const SftEncoding& o) {
+  // supervised.py discards the history's thoughts under mask_history
+  // (preserve_thinking is off by default and not a ztrain key).
+  return encode_pairs(chat.pairs(example, o.mask_history), o);
+}
+
+// supervised.py's _encode_data_example, without the multimodal and
+// efficient_eos parts (no template ztrain builds needs them).
+EncodedExample encode_pairs(std::vector<TurnPair> pairs, const SftEncoding& o) {
   if (o.mask_history) std::reverse(pairs.begin(), pairs.end());
   EncodedExample out;
   std::size_t total = 0;
   for (std::size_t turn = 0; turn < pairs.size() && total < o.cutoff_len; ++turn) {
-    Pair& p = pairs[turn];
+    TurnPair& p = pairs[turn];
     const auto [source_len, target_len] =
         truncated_lengths(p.source.size(), p.target.size(), o.cutoff_len - total);
     p.source.resize(source_len);

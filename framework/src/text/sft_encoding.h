@@ -2,11 +2,11 @@
 // supervised preprocessing makes them (data/processor/supervised.py):
 // the conversation rendered by the chat template (text/chat_template.h)
 // is cut into (prompt, answer) pairs at the answers' spans, each piece
-// tokenized on its own, and cutoff_len truncation applied pair by pair
-// with its rule (infer_seqlen: the answer keeps its length while it is
-// under half of what is left, the prompt gives way first). Prompt tokens
-// get kIgnoreTarget labels unless train_on_prompt; with mask_history only
-// the last answer is trained, and the pairs are taken from the last one
+// tokenized on its own (or one of LLaMA-Factory's named templates makes
+// the pairs as it does, text/llamafactory_template.h), and cutoff_len truncation applied pair by
+// pair with its rule (infer_seqlen: the answer keeps its length while it is under half of what is
+// left, the prompt gives way first). Prompt tokens get kIgnoreTarget labels unless train_on_prompt;
+// with mask_history only the last answer is trained, and the pairs are taken from the last one
 // back, so truncation drops the oldest turns. Text after the last answer
 // (a closing only the whole conversation gets) joins that answer.
 //
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "text/chat_template.h"
+#include "text/llamafactory_template.h"
 #include "text/sft_dataset.h"
 #include "text/tokenizer.h"
 
@@ -48,7 +49,14 @@ std::vector<ChatMessage> chat_messages(const SftExample& example);
 std::pair<std::size_t, std::size_t> truncated_lengths(std::size_t source, std::size_t target,
                                                       std::size_t cutoff);
 
+// The example's (prompt, answer) pairs, truncated and labelled.
+EncodedExample encode_pairs(std::vector<TurnPair> pairs, const SftEncoding& options);
+
+// Through a model's chat template: its render cut at the answers.
 EncodedExample encode_example(const ChatTemplate& chat, const Tokenizer& tokenizer,
                               const SftExample& example, const SftEncoding& options);
+// Through one of LLaMA-Factory's named templates (its own encode_multiturn).
+EncodedExample encode_example(const LlamaFactoryTemplate& chat, const SftExample& example,
+                              const SftEncoding& options);
 
 }  // namespace ztrain::text

@@ -3,9 +3,11 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "text/sft_encoding.h"
+#include "text/tokenizer.h"
 #include "ztrain/error.h"
 #include "ztrain/kernels.h"
 
@@ -27,21 +29,63 @@ bool trains_something(const EncodedExample& e) {
                      [](std::int32_t l) { return l != kIgnoreTarget; });
 }
 
-Outcome encode(const ChatTemplate& chat, const Tokenizer& tokenizer, const SftExample& example,
-               const SftEncoding& o) {
+// The request's template: one of LLaMA-Factory's by name, else a Jinja
+// template (the model directory's own, or a .jinja file).
+class Template {
+ public:
+  Template(const SftRequest& r, const Tokenizer& tokenizer, const std::filesystem::path& file)
+      : tokenizer_(tokenizer) {
+    if (r.chat_template == "auto" || r.chat_template.ends_with(".jinja")) {
+      std::map<std::string, std::string> variables;
+      if (!r.enable_thinking) variables["enable_thinking"] = "false";
+      jinja_.emplace(ChatTemplate::from_model_dir(r.model_dir,
+                                                  r.chat_template == "auto"
+                                                      ? std::filesystem::path()
+                                                      : std::filesystem::path(r.chat_template),
+                                                  std::move(variables)));
+      return;
+    }
+    named_ = LlamaFactoryTemplate::find(r.chat_template, tokenizer, config_token(file, "bos_token"),
+                                        {r.enable_thinking});
+    if (!named_)
+      throw ConfigError((r.template_where.empty() ? "" : r.template_where + ": ") +
+                        "[data] template \"" + r.chat_template +
+                        "\" is not one of LLaMA-Factory's templates ztrain builds (" +
+                        LlamaFactoryTemplate::names() +
+                        ", each held to LLaMA-Factory's own ids); use one of those, \"auto\" (the "
+                        "model directory's chat_template) or a .jinja file");
+  }
+  EncodedExample encode(const SftExample& example, const SftEncoding& o) const {
+    return named_ ? encode_example(*named_, example, o)
+                  : encode_example(*jinja_, tokenizer_, example, o);
+  }
+  std::string where() const { return named_ ? named_->where() : jinja_->where(); }
+  std::string file() const { return named_ ? std::string() : jinja_->file().string(); }
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::optional<ChatTemplate> jinja_;
+  std::optional<LlamaFactoryTemplate> named_;
+};
+
+// A row's problem, led by its file:line once.
+std::string at_row(const SftExample& example, const std::string& what) {
+  return what.rfind(example.where, 0) == 0 ? what : example.where + ": " + what;
+}
+
+Outcome encode(const Template& chat, const SftExample& example, const SftEncoding& o) {
   Outcome out;
   try {
-    EncodedExample e = encode_example(chat, tokenizer, example, o);
+    EncodedExample e = chat.encode(example, o);
     if (trains_something(e))
       out.example = std::move(e);
     else
       out.bad = example.where + ": nothing left to train on within cutoff_len " +
                 std::to_string(o.cutoff_len) + " (the answer is cut away)";
   } catch (const ConfigError& err) {
-    out.config_error = example.where + ": " + err.what();
+    out.config_error = at_row(example, err.what());
   } catch (const DataError& err) {
-    const std::string what = err.what();
-    out.bad = what.rfind(example.where, 0) == 0 ? what : example.where + ": " + what;
+    out.bad = at_row(example, err.what());
   }
   return out;
 }
@@ -61,25 +105,22 @@ SftExamples read_sft_examples(const SftRequest& r) {
     throw ConfigError("no tokenizer.json or tokenizer.model in '" + r.model_dir +
                       "'; give the model directory the run fine-tunes");
   const auto tokenizer = load_tokenizer(tokenizer_file);
-  const ChatTemplate chat = ChatTemplate::from_model_dir(
-      r.model_dir,
-      r.chat_template == "auto" ? std::filesystem::path() : std::filesystem::path(r.chat_template));
+  const Template chat(r, *tokenizer, tokenizer_file);
   const SftDataset d = read_sft_datasets(r.dataset_dir, r.datasets, {r.max_samples, r.seed});
   const SftEncoding o{r.cutoff_len, r.train_on_prompt, r.mask_history};
   std::vector<Outcome> outcomes(d.examples.size());
-  tbb::parallel_for(std::size_t{0}, d.examples.size(), [&](std::size_t i) {
-    outcomes[i] = encode(chat, *tokenizer, d.examples[i], o);
-  });
+  tbb::parallel_for(std::size_t{0}, d.examples.size(),
+                    [&](std::size_t i) { outcomes[i] = encode(chat, d.examples[i], o); });
   SftExamples out;
   out.bad_rows = d.bad_rows;
   out.bad = d.bad;
   out.files = d.files;
   out.files.push_back(tokenizer_file.string());
-  if (r.chat_template != "auto") out.files.push_back(r.chat_template);
+  if (r.chat_template.ends_with(".jinja")) out.files.push_back(r.chat_template);
   out.tokenizer = tokenizer_file.string();
   out.tokenizer_identity = tokenizer_identity(tokenizer_file);
   out.chat_template = chat.where();
-  out.chat_template_file = chat.file().string();
+  out.chat_template_file = chat.file();
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     Outcome& e = outcomes[i];
     if (!e.config_error.empty()) throw ConfigError(e.config_error);

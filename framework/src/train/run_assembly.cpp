@@ -376,8 +376,6 @@ RunConfig llamafactory_run(TrainArgs& args) {
   if (!args.strategy.empty() && args.deepspeed.empty())
     config.select_strategy(args.strategy, presets);
   for (const auto& o : args.overrides) config.override_with(o);
-  if (!lf.template_refusal.empty() && !config.table().at_path("data.template"))
-    throw ConfigError(lf.template_refusal);
   return config;
 }
 

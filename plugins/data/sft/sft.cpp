@@ -82,6 +82,8 @@ class Sft final : public DataSource {
     request_.dataset_dir = o.get_string("dataset_dir");
     request_.datasets = o.get_names("dataset");
     request_.chat_template = o.get_string("template");
+    request_.template_where = o.where("template");
+    request_.enable_thinking = o.get_bool("enable_thinking");
     request_.train_on_prompt = o.get_bool("train_on_prompt");
     request_.mask_history = o.get_bool("mask_history");
     cutoff_len_ = static_cast<std::size_t>(o.get_int("cutoff_len"));
@@ -96,7 +98,11 @@ class Sft final : public DataSource {
         .must_be_given();
     o.names("dataset", "datasets of dataset_info.json, concatenated in order").must_be_given();
     o.string("template", "auto",
-             "the chat template: \"auto\" (the model directory's own) or a .jinja file");
+             "the chat template: \"auto\" (the model directory's own), a .jinja file, or a "
+             "LLaMA-Factory template's name (llama3, qwen, qwen3, qwen3_nothink)");
+    o.flag("enable_thinking", true,
+           "LLaMA-Factory's reasoning templates (qwen3): an answer without a thought is trained "
+           "with an empty one; false: thoughts removed, the empty one ends the prompt");
     o.integer("cutoff_len", 0,
               "tokens an example keeps at most (LLaMA-Factory's cutoff_len); 0: what a row "
               "holds, seq_len + 1")
@@ -193,11 +199,6 @@ class Sft final : public DataSource {
                         std::to_string(cutoff_len_) + " needs rows of cutoff_len - 1 = " +
                         std::to_string(cutoff_len_ - 1) + " positions, and [model] seq_len is " +
                         std::to_string(T_) + "; raise seq_len or lower cutoff_len");
-    if (request_.chat_template != "auto" && !request_.chat_template.ends_with(".jinja"))
-      throw ConfigError(options_.where("template") + ": [data] template \"" +
-                        request_.chat_template +
-                        "\": LLaMA-Factory's named templates are not built; use \"auto\" (the "
-                        "model directory's chat_template) or a .jinja file");
     if (s.model_dir.empty())
       throw ConfigError(options_.where("dataset") +
                         ": the sft source renders and tokenizes with a model directory's "

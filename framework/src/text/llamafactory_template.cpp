@@ -1,0 +1,163 @@
+#include "text/llamafactory_template.h"
+
+#include <array>
+
+#include "ztrain/error.h"
+
+namespace ztrain::text {
+
+// A registry entry as data/template.py registers it: each formatter's one
+// slot ({{content}} where the message goes), the prefix, the default
+// system message, and whether it is a ReasoningTemplate.
+struct LlamaFactoryFormat {
+  std::string_view name;
+  std::string_view user, assistant, system;
+  std::string_view default_system;
+  bool bos_prefix = false;
+  bool reasoning = false;
+};
+
+namespace {
+
+constexpr std::string_view kChatmlUser =
+    "<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n";
+constexpr std::string_view kChatmlAssistant = "{{content}}<|im_end|>\n";
+constexpr std::string_view kChatmlSystem = "<|im_start|>system\n{{content}}<|im_end|>\n";
+
+const std::array<LlamaFactoryFormat, 4> kFormats{{
+    {"llama3",
+     "<|start_header_id|>user<|end_header_id|>\n\n{{content}}<|eot_id|><|start_header_id|>"
+     "assistant<|"
+     "end_header_id|>\n\n",
+     "{{content}}<|eot_id|>", "<|start_header_id|>system<|end_header_id|>\n\n{{content}}<|eot_id|>",
+     "", true, false},
+    {"qwen", kChatmlUser, kChatmlAssistant, kChatmlSystem,
+     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", false, false},
+    {"qwen3", kChatmlUser, kChatmlAssistant, kChatmlSystem, "", false, true},
+    {"qwen3_nothink", kChatmlUser, kChatmlAssistant, kChatmlSystem, "", false, false},
+}};
+
+// LLaMA-Factory's default thought_words, and its empty thought.
+constexpr std::string_view kThoughtOpen = "<think>\n", kThoughtClose = "\n</think>\n\n";
+
+// StringFormatter.apply: the first `{{name}}` replaced.
+std::string fill(std::string slot, std::string_view name, const std::string& value) {
+  const std::string key = "{{" + std::string(name) + "}}";
+  if (const auto at = slot.find(key); at != std::string::npos) slot.replace(at, key.size(), value);
+  return slot;
+}
+
+// Template.remove_thought: every "<think>\n ... \n</think>\n\n" (shortest
+// match, left to right) removed, then the leading newlines.
+std::string without_thoughts(std::string s) {
+  std::size_t from = 0;
+  while (true) {
+    const auto open = s.find(kThoughtOpen, from);
+    if (open == std::string::npos) break;
+    const auto close = s.find(kThoughtClose, open + kThoughtOpen.size());
+    if (close == std::string::npos) break;
+    s.erase(open, close + kThoughtClose.size() - open);
+    from = open;
+  }
+  return s.substr(std::min(s.size(), s.find_first_not_of('\n')));
+}
+
+bool has_thought(const std::string& s) {
+  return s.find("<think>") != std::string::npos || s.find("</think>") != std::string::npos;
+}
+
+void append(std::vector<std::int32_t>& to, const std::vector<std::int32_t>& ids) {
+  to.insert(to.end(), ids.begin(), ids.end());
+}
+
+}  // namespace
+
+std::optional<LlamaFactoryTemplate> LlamaFactoryTemplate::find(
+    std::string_view name, const Tokenizer& tokenizer, const std::optional<std::string>& bos_token,
+    LlamaFactoryTemplateOptions options) {
+  for (const LlamaFactoryFormat& f : kFormats) {
+    if (f.name != name) continue;
+    std::optional<std::int32_t> bos;
+    if (bos_token) {
+      bos = tokenizer.token_id(*bos_token);
+      if (!bos)
+        throw ConfigError("the tokenizer has no token " + *bos_token +
+                          ", which tokenizer_config.json names as bos_token; give the model "
+                          "directory's own tokenizer");
+    }
+    return LlamaFactoryTemplate(f, tokenizer, bos, options);
+  }
+  return std::nullopt;
+}
+
+std::string LlamaFactoryTemplate::names() {
+  std::string out;
+  for (const LlamaFactoryFormat& f : kFormats)
+    out += (out.empty() ? "" : ", ") + std::string(f.name);
+  return out;
+}
+
+bool LlamaFactoryTemplate::reasoning() const {
+  return format_->reasoning;
+}
+
+std::string LlamaFactoryTemplate::where() const {
+  return "LLaMA-Factory's '" + std::string(format_->name) + "'";
+}
+
+// Template._encode for message i: the prefix and system message first,
+// then the message through its role's slot, each element tokenized alone.
+std::vector<std::int32_t> LlamaFactoryTemplate::message_ids(const SftExample& example,
+                                                            std::size_t i,
+                                                            const std::string& content) const {
+  std::vector<std::int32_t> ids;
+  if (i == 0) {
+    if (format_->bos_prefix && bos_) ids.push_back(*bos_);
+    const std::string system =
+        example.system.empty() ? std::string(format_->default_system) : example.system;
+    if (!system.empty())
+      append(ids, tokenizer_->encode(fill(std::string(format_->system), "content", system)));
+  }
+  const std::string text = i % 2 == 0 ? fill(fill(std::string(format_->user), "content", content),
+                                             "idx", std::to_string(i / 2))
+                                      : fill(std::string(format_->assistant), "content", content);
+  if (!text.empty()) append(ids, tokenizer_->encode(text));
+  return ids;
+}
+
+std::vector<TurnPair> LlamaFactoryTemplate::pairs(const SftExample& example,
+                                                  bool discard_history_thoughts) const {
+  if (!example.tools.empty())
+    throw ConfigError(example.where + ": the row describes tools, which " + where() +
+                      " does not format in ztrain; drop the tools column from dataset_info.json, "
+                      "or the row");
+  std::vector<std::string> content;
+  for (const ChatMessage& m : example.turns) {
+    if (m.role != "user" && m.role != "assistant")
+      throw ConfigError(example.where + ": a " + m.role + " turn, which " + where() +
+                        " does not format in ztrain; leave tool turns out of the dataset");
+    content.push_back(m.content);
+  }
+  const std::size_t n = content.size();
+  const bool reasoning = format_->reasoning, thinking = options_.enable_thinking;
+  const bool discard = reasoning && discard_history_thoughts;
+  for (std::size_t i = 1; reasoning && !thinking && i < n; i += 2)
+    content[i] = without_thoughts(content[i]);
+  for (std::size_t i = 1; discard && i + 2 < n; i += 2) content[i] = without_thoughts(content[i]);
+  std::vector<std::vector<std::int32_t>> encoded;
+  for (std::size_t i = 0; i < n; ++i) encoded.push_back(message_ids(example, i, content[i]));
+  for (std::size_t i = discard ? n - 2 : 0; reasoning && i + 1 < n; i += 2) {
+    if (has_thought(content[i + 1])) continue;
+    const std::vector<std::int32_t> empty =
+        tokenizer_->encode(std::string(kThoughtOpen) + std::string(kThoughtClose));
+    if (thinking)
+      encoded[i + 1].insert(encoded[i + 1].begin(), empty.begin(), empty.end());
+    else
+      append(encoded[i], empty);
+  }
+  std::vector<TurnPair> out;
+  for (std::size_t i = 0; i + 1 < n; i += 2) out.push_back({encoded[i], encoded[i + 1]});
+  return out;
+}
+
+}  // namespace ztrain::text
