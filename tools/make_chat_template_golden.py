@@ -9,7 +9,9 @@ render_jinja_template, with the special tokens a tokenizer passes), with and
 without the generation prompt, and writes tests/data/chat_templates/
 golden.json: each case's template, messages, options and text, and for the
 templates with {% generation %} blocks (trl's *_training.jinja) the
-assistant's answers as `return_assistant_tokens_mask` finds them. test_chat_
+assistant's answers as `return_assistant_tokens_mask` finds them; the
+templates that take tools also render a conversation with tools, a tool
+call and its result (apply_chat_template's tools=, tool_calls). test_chat_
 template renders the same cases with ztrain's engine and compares the text
 and the answers byte for byte.
 
@@ -59,6 +61,25 @@ CONVERSATIONS = [
     ],
 ]
 
+# A conversation with tools, for the templates that take them: one tool as
+# LLaMA-Factory's datasets give it (a bare schema), one as OpenAI's
+# (wrapped in {"type": "function"}); a call, its result, an answer.
+TOOLS = [
+    {"name": "get_weather", "description": "Weather of a city",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    {"type": "function", "function": {"name": "get_time", "description": "Local time",
+                                      "parameters": {"type": "object", "properties": {}}}},
+]
+TOOL_CONVERSATION = [
+    {"role": "system", "content": "You may call tools."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "units": "°C"}}}]},
+    {"role": "tool", "content": "{\"temp\": 21}"},
+    {"role": "assistant", "content": "It is 21°C in Paris."},
+]
+TAKES_TOOLS = ("llama3_1", "llama3_2", "qwen2_5", "qwen3", "qwen2_5_training", "qwen3_training")
+
 
 def main():
     out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "golden.json"
@@ -66,7 +87,10 @@ def main():
     for name, tokens in TOKENS.items():
         template = (HERE / f"{name}.jinja").read_text()
         variables = VARIABLES.get(name, {})
-        for messages in CONVERSATIONS:
+        conversations = [(m, None) for m in CONVERSATIONS]
+        if name in TAKES_TOOLS:
+            conversations.append((TOOL_CONVERSATION, TOOLS))
+        for messages, tools in conversations:
             for prompt_only in (False, True):
                 shown = messages[:-1] if prompt_only else messages
                 marked = "{% generation %}" in template or "{%- generation" in template
@@ -75,6 +99,7 @@ def main():
                     chat_template=template,
                     add_generation_prompt=prompt_only,
                     return_assistant_tokens_mask=marked,
+                    tools=tools,
                     **{k: v for k, v in tokens.items() if v is not None},
                     **variables,
                 )
@@ -87,6 +112,8 @@ def main():
                     "variables": variables,
                     "text": text,
                 }
+                if tools:
+                    case["tools"] = tools
                 if marked:
                     case["answers"] = [text[a:b] for a, b in rendered[1][0]]
                 cases.append(case)

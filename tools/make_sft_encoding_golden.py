@@ -3,8 +3,10 @@
 
 For every example LLaMA-Factory keeps in tests/data/llamafactory/golden.json
 and two of trl's training chat templates (their answers marked with
-{% generation %}): transformers renders the conversation and finds the
-answers' spans (return_assistant_tokens_mask), the `tokenizers` library
+{% generation %}): transformers renders the conversation, its tools passed
+as tools= and its function turns as tool_calls (the rows with tools only
+under Qwen2.5's, which renders them), and finds the answers' spans
+(return_assistant_tokens_mask), the `tokenizers` library
 tokenizes each prompt and answer piece with tests/data/tokenizers/
 byte_level.json, and LLaMA-Factory's own supervised preprocessing
 (SupervisedDatasetProcessor._encode_data_example, with a template that
@@ -34,6 +36,7 @@ TEMPLATES = {
     "qwen2_5_training.jinja": {"eos_token": "<|im_end|>"},
     "llama3_training.jinja": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
 }
+TAKES_TOOLS = ("qwen2_5_training.jinja",)
 SETTINGS = [
     {"cutoff_len": 2048, "train_on_prompt": False, "mask_history": False},
     {"cutoff_len": 2048, "train_on_prompt": True, "mask_history": False},
@@ -57,11 +60,28 @@ def supervised_encoder(root):
     return load_module("llamafactory.data.processor.supervised", src / "data" / "processor" / "supervised.py")
 
 
+def tool_calls(content):
+    calls = json.loads(content)
+    calls = calls if isinstance(calls, list) else [calls]
+    return [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
+            for c in calls]
+
+
 def chat_messages(example):
-    # ztrain's mapping of LLaMA-Factory's roles onto a chat template's.
-    roles = {"function": "assistant", "observation": "tool"}
+    # ztrain's mapping of LLaMA-Factory's turns onto a chat template's:
+    # function turns as the assistant's tool_calls, observations as tool turns.
     out = [{"role": "system", "content": example["system"]}] if example["system"] else []
-    return out + [{"role": roles.get(t["role"], t["role"]), "content": t["content"]} for t in example["turns"]]
+    for t in example["turns"]:
+        if t["role"] == "function":
+            out.append({"role": "assistant", "content": "", "tool_calls": tool_calls(t["content"])})
+        else:
+            out.append({"role": "tool" if t["role"] == "observation" else t["role"], "content": t["content"]})
+    return out
+
+
+def chat_tools(example):
+    tools = json.loads(example["tools"]) if example["tools"] else []
+    return tools or None
 
 
 def pairs_of(text, spans, tokenizer):
@@ -86,9 +106,13 @@ def main():
             for index, example in enumerate(rows):
                 if example is None or not example["turns"][-1]["content"].strip():
                     continue
+                # ztrain refuses tools a template renders nowhere (Llama 3.0's).
+                if template_file not in TAKES_TOOLS and (
+                        chat_tools(example) or any(t["role"] == "function" for t in example["turns"])):
+                    continue
                 rendered = render_jinja_template(
                     conversations=[chat_messages(example)], chat_template=template,
-                    return_assistant_tokens_mask=True, **tokens)
+                    return_assistant_tokens_mask=True, tools=chat_tools(example), **tokens)
                 pairs = pairs_of(rendered[0][0], rendered[1][0], tokenizer)
                 for s in SETTINGS:
                     fake = types.SimpleNamespace(

@@ -35,13 +35,15 @@ std::string read(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-std::vector<ChatMessage> messages_of(const nlohmann::json& list) {
+std::vector<ChatMessage> messages_of(const nlohmann::ordered_json& list) {
   std::vector<ChatMessage> out;
-  for (const auto& m : list) out.push_back({m.at("role"), m.at("content")});
+  for (const auto& m : list)
+    out.push_back({m.at("role"), m.at("content"),
+                   m.contains("tool_calls") ? m.at("tool_calls").dump() : std::string()});
   return out;
 }
 
-ChatTemplate template_of(const nlohmann::json& c) {
+ChatTemplate template_of(const nlohmann::ordered_json& c) {
   ChatTemplateSource source{
       read(kDir / c.at("template").get<std::string>()), c.at("template"), {}, {}};
   for (const auto& [k, v] : c.at("special_tokens").items()) source.special_tokens[k] = v;
@@ -49,8 +51,13 @@ ChatTemplate template_of(const nlohmann::json& c) {
   return ChatTemplate(std::move(source));
 }
 
-const nlohmann::json& golden() {
-  static const nlohmann::json g = nlohmann::json::parse(read(kDir / "golden.json"));
+// A case's tools as apply_chat_template was given them (empty: none).
+std::string tools_of(const nlohmann::ordered_json& c) {
+  return c.contains("tools") ? c.at("tools").dump() : std::string();
+}
+
+const nlohmann::ordered_json& golden() {
+  static const nlohmann::ordered_json g = nlohmann::ordered_json::parse(read(kDir / "golden.json"));
   return g;
 }
 
@@ -58,14 +65,14 @@ const nlohmann::json& golden() {
 
 TEST_CASE("fourteen real chat templates render transformers' text byte for byte") {
   const auto& cases = golden().at("cases");
-  REQUIRE(cases.size() >= 84);
+  REQUIRE(cases.size() == 96);
   std::size_t templates = 0;
   std::string last;
   for (const auto& c : cases) {
     CAPTURE(c.at("template").get<std::string>());
     CAPTURE(c.at("add_generation_prompt").get<bool>());
     const ChatTemplate t = template_of(c);
-    CHECK(t.render(messages_of(c.at("messages")), c.at("add_generation_prompt")) ==
+    CHECK(t.render(messages_of(c.at("messages")), c.at("add_generation_prompt"), tools_of(c)) ==
           c.at("text").get<std::string>());
     if (c.at("template") != last) ++templates, last = c.at("template");
   }
@@ -82,14 +89,15 @@ TEST_CASE("{% generation %} blocks give transformers' assistant spans") {
   for (const auto& c : golden().at("cases")) {
     if (!c.contains("answers") || c.at("add_generation_prompt").get<bool>()) continue;
     CAPTURE(c.at("template").get<std::string>());
-    const text::RenderedChat r = template_of(c).render_with_answers(messages_of(c.at("messages")));
+    const text::RenderedChat r =
+        template_of(c).render_with_answers(messages_of(c.at("messages")), tools_of(c));
     CHECK(r.text == c.at("text").get<std::string>());
     std::vector<std::string> answers;
     for (const auto& [begin, end] : r.answers) answers.push_back(r.text.substr(begin, end - begin));
     CHECK(answers == c.at("answers").get<std::vector<std::string>>());
     ++checked;
   }
-  CHECK(checked == 6 * 3);
+  CHECK(checked == 6 * 3 + 2);  // Qwen's two take tools
 }
 
 // Each answer is the assistant turn's content and what the template closes
@@ -119,7 +127,7 @@ TEST_CASE("the answers are what each assistant turn adds to the prompt before it
     }
     ++checked;
     const auto messages = messages_of(whole.at("messages"));
-    const text::RenderedChat r = template_of(whole).render_with_answers(messages);
+    const text::RenderedChat r = template_of(whole).render_with_answers(messages, tools_of(whole));
     CHECK(r.text == whole.at("text").get<std::string>());
     std::size_t assistants = 0;
     for (const auto& m : messages) assistants += m.role == "assistant";
@@ -136,8 +144,40 @@ TEST_CASE("the answers are what each assistant turn adds to the prompt before it
     CHECK(answer.find(messages[messages.size() - 2].content) == std::string::npos);
     for (std::size_t a = 1; a < r.answers.size(); ++a)
       CHECK(r.answers[a - 1].second < r.answers[a].first);
+    // A turn that only calls a tool: its answer is the rendered call,
+    // nothing of the question before it or the result after it.
+    for (std::size_t m = 0, a = 0; m < messages.size(); ++m) {
+      if (messages[m].role != "assistant") continue;
+      const auto [begin, end] = r.answers[a++];
+      if (messages[m].tool_calls.empty()) continue;
+      const std::string call = r.text.substr(begin, end - begin);
+      CHECK(call.find("\"get_weather\"") != std::string::npos);
+      CHECK(call.find("Weather in Paris?") == std::string::npos);
+      CHECK(call.find("21}") == std::string::npos);
+    }
   }
-  CHECK(checked == 7 * 3);
+  CHECK(checked == 7 * 3 + 4);  // Llama 3.1, 3.2, Qwen2.5 and Qwen3 take tools
+}
+
+// A template that does not render tools (Llama 3.0's, Phi-3's) must not
+// train a conversation without them: refused, naming the function.
+TEST_CASE("tools a template renders nowhere are refused, not dropped") {
+  for (const auto& c : golden().at("cases")) {
+    if (!c.contains("tools") || c.at("add_generation_prompt").get<bool>()) continue;
+    for (const std::string name : {"llama3.jinja", "phi3.jinja"}) {
+      nlohmann::ordered_json other = c;
+      other["template"] = name;
+      CAPTURE(name);
+      const std::string why = test::message_of<ConfigError>([&] {
+        template_of(other).render_with_answers(messages_of(c.at("messages")), tools_of(c));
+      });
+      CAPTURE(why);
+      CHECK(why.find("does not render the conversation's tools or tool calls ('get_") !=
+            std::string::npos);
+    }
+    return;
+  }
+  FAIL("no golden case has tools");
 }
 
 TEST_CASE("a model directory's template: chat_template.jinja, or tokenizer_config.json's") {

@@ -82,7 +82,7 @@ TEST_CASE("examples encode as transformers, tokenizers and LLaMA-Factory encode 
     truncated += e.input_ids.size() == o.cutoff_len;
     ++checked;
   }
-  CHECK(checked == 168);
+  CHECK(checked == 156);  // the tool rows under Qwen2.5's template alone
   CHECK(truncated > 20);  // the cutoffs bite
 }
 

@@ -113,16 +113,18 @@ private:
     if (is_null()) out << "null";
     else if (array_) {
       out << "[";
-      print_indent(level + 1);
+      // ztrain: an empty list is "[]" under an indent, as Python's json.dumps writes it.
+      if (!array_->empty()) print_indent(level + 1);
       for (size_t i = 0; i < array_->size(); ++i) {
         if (i) print_sub_sep();
         (*array_)[i].dump(out, indent, level + 1, to_json);
       }
-      print_indent(level);
+      if (!array_->empty()) print_indent(level);
       out << "]";
     } else if (object_) {
       out << "{";
-      print_indent(level + 1);
+      // ztrain: an empty mapping is "{}" under an indent, as Python's json.dumps writes it.
+      if (!object_->empty()) print_indent(level + 1);
       for (auto begin = object_->begin(), it = begin; it != object_->end(); ++it) {
         if (it != begin) print_sub_sep();
         if (it->first.is_string()) {
@@ -133,7 +135,7 @@ private:
         out << ": ";
         it->second.dump(out, indent, level + 1, to_json);
       }
-      print_indent(level);
+      if (!object_->empty()) print_indent(level);
       out << "}";
     } else if (callable_) {
       throw std::runtime_error("Cannot dump callable to JSON");

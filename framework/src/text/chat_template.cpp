@@ -129,6 +129,35 @@ std::string trimmed(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t\n\r") - first + 1);
 }
 
+// A JSON list from the data (tools, a turn's tool calls); DataError naming
+// `what` for anything else.
+json json_list(const std::string& text, const std::string& what) {
+  json list = json::parse(text, nullptr, false);
+  if (!list.is_array()) throw DataError(what + " is not a JSON list: " + text.substr(0, 80));
+  return list;
+}
+
+// The function names a list of tool schemas or calls holds: an entry's
+// "name", or its "function"'s.
+void add_function_names(const json& list, std::vector<std::string>& names) {
+  for (const json& entry : list) {
+    const json& f = entry.contains("function") ? entry["function"] : entry;
+    if (f.is_object() && f.contains("name") && f["name"].is_string())
+      names.push_back(f["name"].get<std::string>());
+  }
+}
+
+// What finds answer i in the text: its content (trimmed, as Llama 3's
+// templates trim it), or for a turn that only calls tools, the first
+// call's name; empty: nothing to train on.
+std::string answer_anchor(const ChatMessage& m) {
+  std::string content = trimmed(m.content);
+  if (!content.empty() || m.tool_calls.empty()) return content;
+  std::vector<std::string> names;
+  add_function_names(json::parse(m.tool_calls, nullptr, false), names);
+  return names.empty() ? std::string() : names.front();
+}
+
 }  // namespace
 
 struct ChatTemplate::Impl {
@@ -136,7 +165,8 @@ struct ChatTemplate::Impl {
   std::shared_ptr<minja::TemplateNode> root;
   bool generation = false;  // the template marks its answers
   // The text with the generation markers, for both render and answers.
-  std::string marked(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  std::string marked(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     const std::string& tools) const;
 };
 
 ChatTemplate::ChatTemplate(ChatTemplateSource source) : impl_(std::make_unique<Impl>()) {
@@ -192,23 +222,34 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir,
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                 bool add_generation_prompt) const {
-  return unmarked(impl_->marked(messages, add_generation_prompt), impl_->source.where).text;
+                                 bool add_generation_prompt, const std::string& tools) const {
+  return unmarked(impl_->marked(messages, add_generation_prompt, tools), impl_->source.where).text;
 }
 
 std::string ChatTemplate::Impl::marked(const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt) const {
+                                       bool add_generation_prompt, const std::string& tools) const {
   json values = json::object();
   json list = json::array();
+  std::vector<std::string> functions;
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.content.find(kOpen) != std::string::npos || m.content.find(kClose) != std::string::npos)
       throw DataError("message " + std::to_string(i + 1) +
                       " holds U+E000 or U+E001, private-use characters ztrain marks answers "
                       "with; remove them from the data");
-    list.push_back({{"role", m.role}, {"content", m.content}});
+    json message = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.empty()) {
+      message["tool_calls"] =
+          json_list(m.tool_calls, "message " + std::to_string(i + 1) + "'s tool calls");
+      add_function_names(message["tool_calls"], functions);
+    }
+    list.push_back(std::move(message));
   }
   values["messages"] = std::move(list);
+  if (!tools.empty()) {
+    values["tools"] = json_list(tools, "the tools");
+    add_function_names(values["tools"], functions);
+  }
   values["add_generation_prompt"] = add_generation_prompt;
   for (const auto& [key, token] : source.special_tokens) values[key] = token;
   for (const auto& [key, value] : source.variables) {
@@ -219,12 +260,22 @@ std::string ChatTemplate::Impl::marked(const std::vector<ChatMessage>& messages,
   }
   auto context = minja::Context::make(minja::Value(values));
   context->set("strftime_now", strftime_now());
+  std::string text;
   try {
-    return root->render(context);
+    text = root->render(context);
   } catch (const std::exception& e) {
     throw ConfigError(source.where + ": the chat template failed on a conversation of " +
                       std::to_string(messages.size()) + " messages: " + e.what());
   }
+  for (const std::string& name : functions)
+    if (text.find(name) == std::string::npos)
+      throw ConfigError(source.where +
+                        ": the chat template does not render the conversation's "
+                        "tools or tool calls ('" +
+                        name +
+                        "' is nowhere in its text); give a template that takes tools, as "
+                        "apply_chat_template's tools=, or drop the tools column and tool turns");
+  return text;
 }
 
 // Answer i begins where the conversation before it, rendered with the
@@ -237,19 +288,25 @@ std::string ChatTemplate::Impl::marked(const std::vector<ChatMessage>& messages,
 // rendered last does (Qwen3 gives only the last turn an empty <think>
 // block), never more: a template that drops or rewrites an earlier
 // answer once later turns follow is refused, not trained on a wrong span.
-RenderedChat ChatTemplate::render_with_answers(const std::vector<ChatMessage>& messages) const {
-  if (impl_->generation) return unmarked(impl_->marked(messages, false), impl_->source.where);
-  RenderedChat out{render(messages, false), {}};
+// A turn that only calls tools is found by its first call's name instead
+// of its content, and runs on through its calls as far as the two agree.
+RenderedChat ChatTemplate::render_with_answers(const std::vector<ChatMessage>& messages,
+                                               const std::string& tools) const {
+  if (impl_->generation)
+    return unmarked(impl_->marked(messages, false, tools), impl_->source.where);
+  RenderedChat out{render(messages, false, tools), {}};
   for (std::size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != "assistant") continue;
-    const std::string content = trimmed(messages[i].content);
+    const std::string content = answer_anchor(messages[i]);
     if (content.empty())
       throw DataError("message " + std::to_string(i + 1) +
                       " is an assistant turn with nothing in it: no answer to train on");
     const std::vector<ChatMessage> before(messages.begin(), messages.begin() + i);
     const std::vector<ChatMessage> through(messages.begin(), messages.begin() + i + 1);
-    const std::string prompt = render(before, true), last = render(through, false);
-    const std::size_t in_last = last.rfind(content);
+    const std::string prompt = render(before, true, tools), last = render(through, false, tools);
+    const bool calls_only = trimmed(messages[i].content).empty();
+    const std::size_t in_last =
+        calls_only ? last.find(content, prompt.size()) : last.rfind(content);
     const std::size_t at = out.text.find(content, prompt.size());
     if (!starts_with(out.text, prompt) || !starts_with(last, prompt) ||
         in_last == std::string::npos || at == std::string::npos ||

@@ -10,6 +10,11 @@
 // transformers sets jinja2: blocks trimmed and left-stripped, no trailing
 // newline kept, raise_exception, tojson and strftime_now available.
 //
+// Tools and tool calls are passed as apply_chat_template passes them
+// (tools=, a message's tool_calls); a template that renders them nowhere
+// (a function's name missing from its text) is refused, naming the name,
+// rather than trained on a conversation without them.
+//
 // Answers come from the template itself: its {% generation %} blocks
 // where it has them (transformers' return_assistant_tokens_mask), else by
 // rendering prefixes of the
@@ -38,8 +43,12 @@
 namespace ztrain::text {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant", ...
+  std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
+  // An assistant turn's calls, as transformers' templates take them: a
+  // JSON list of {"type": "function", "function": {"name", "arguments"}};
+  // empty: none.
+  std::string tool_calls{};
 };
 
 // Where the template came from (for messages) and what it is given beside
@@ -77,10 +86,13 @@ class ChatTemplate {
                                      std::map<std::string, std::string> variables = {});
 
   // The conversation as text; with the generation prompt, ready for the
-  // assistant's next answer.
-  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // assistant's next answer. tools: the functions it may call, a JSON list
+  // of schemas passed as apply_chat_template's tools (empty: none).
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     const std::string& tools = {}) const;
   // The whole conversation, and where each assistant answer lies in it.
-  RenderedChat render_with_answers(const std::vector<ChatMessage>& messages) const;
+  RenderedChat render_with_answers(const std::vector<ChatMessage>& messages,
+                                   const std::string& tools = {}) const;
   const std::string& where() const;
   const std::filesystem::path& file() const;
 

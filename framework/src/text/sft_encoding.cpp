@@ -4,11 +4,15 @@
 #include <string>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "ztrain/error.h"
 #include "ztrain/kernels.h"
 
 namespace ztrain::text {
 namespace {
+
+using json = nlohmann::ordered_json;
 
 // The rendered conversation cut at its answers: the text before each
 // answer is that pair's prompt; what follows the last answer joins it.
@@ -25,18 +29,43 @@ std::vector<TurnPair> pairs_of(const RenderedChat& r, const Tokenizer& tokenizer
   return pairs;
 }
 
+// LLaMA-Factory's function turn (a {"name", "arguments"} object, or a
+// list of them) as transformers' tool_calls.
+std::string tool_calls_of(const std::string& content) {
+  json parsed = json::parse(content, nullptr, false);
+  if (parsed.is_object()) parsed = json::array({parsed});
+  json calls = json::array();
+  for (const json& call : parsed.is_array() ? parsed : json::array())
+    if (call.is_object() && call.contains("name"))
+      calls.push_back(
+          {{"type", "function"},
+           {"function",
+            {{"name", call["name"]}, {"arguments", call.value("arguments", json::object())}}}});
+  if (calls.empty() || calls.size() != parsed.size())
+    throw DataError(
+        "a function turn is not a JSON call {\"name\", \"arguments\"} or a list of "
+        "them: " +
+        content.substr(0, 80));
+  return calls.dump();
+}
+
 }  // namespace
 
 std::vector<ChatMessage> chat_messages(const SftExample& example) {
   std::vector<ChatMessage> out;
   if (!example.system.empty()) out.push_back({"system", example.system});
   for (const ChatMessage& m : example.turns) {
-    const std::string role = m.role == "function"      ? "assistant"
-                             : m.role == "observation" ? "tool"
-                                                       : m.role;
-    out.push_back({role, m.content});
+    if (m.role == "function")
+      out.push_back({"assistant", "", tool_calls_of(m.content)});
+    else
+      out.push_back({m.role == "observation" ? "tool" : m.role, m.content});
   }
   return out;
+}
+
+std::string chat_tools(const SftExample& example) {
+  const json tools = json::parse(example.tools, nullptr, false);
+  return tools.is_array() && tools.empty() ? std::string() : example.tools;
 }
 
 std::pair<std::size_t, std::size_t> truncated_lengths(std::size_t source, std::size_t target,
@@ -58,7 +87,7 @@ std::pair<std::size_t, std::size_t> truncated_lengths(std::size_t source, std::s
 EncodedExample encode_example(const ChatTemplate& chat, const Tokenizer& tokenizer,
                               const SftExample& example, const SftEncoding& o) {
   std::vector<TurnPair> pairs =
-      pairs_of(chat.render_with_answers(chat_messages(example)), tokenizer);
+      pairs_of(chat.render_with_answers(chat_messages(example), chat_tools(example)), tokenizer);
   if (pairs.empty())
     throw DataError(example.where + ": the chat template marks no answer in this example");
   return encode_pairs(std::move(pairs), o);

@@ -41,8 +41,12 @@ struct EncodedExample {
 
 // The example's messages as a chat template takes them: the system
 // message first when there is one; LLaMA-Factory's function turns as the
-// assistant's, observations as "tool".
+// assistant's tool_calls (DataError for one that is not a JSON call or
+// list of calls), observations as "tool" turns.
 std::vector<ChatMessage> chat_messages(const SftExample& example);
+// The example's tools as apply_chat_template's tools: its tools column;
+// empty where there is none or it is an empty list.
+std::string chat_tools(const SftExample& example);
 
 // LLaMA-Factory's infer_seqlen: the (prompt, answer) lengths kept of a
 // pair with `cutoff` tokens left.
