@@ -82,6 +82,8 @@ DatasetAttr attr_of(const json& info, const std::string& name, const std::string
   take(e, "formatting", a.formatting);
   if (a.formatting != "alpaca" && a.formatting != "sharegpt" && a.formatting != "openai")
     throw ConfigError(at + "formatting \"" + a.formatting + "\" is not alpaca, sharegpt or openai");
+  // With "columns", a column it does not name is not read (DatasetAttr.join
+  // sets it to None): the defaults hold only without it.
   if (const auto c = e.find("columns"); c != e.end() && c->is_object()) {
     for (auto [key, field] : {std::pair{"prompt", &a.prompt},
                               {"query", &a.query},
@@ -89,8 +91,10 @@ DatasetAttr attr_of(const json& info, const std::string& name, const std::string
                               {"history", &a.history},
                               {"messages", &a.messages},
                               {"system", &a.system},
-                              {"tools", &a.tools}})
+                              {"tools", &a.tools}}) {
+      field->clear();
       take(*c, key, *field);
+    }
     for (const char* unbuilt : {"images", "videos", "audios", "chosen", "rejected", "kto_tag"})
       if (c->contains(unbuilt))
         throw ConfigError(at + "columns." + unbuilt +
