@@ -13,6 +13,10 @@
 #   its "auto" batch filled from the YAML; at world 2 (1 a device x 2
 #   accumulation) it trains what world 1 with accumulation 4 trains, in
 #   bf16, within 2e-4 and 4e-3 (sums in other orders, rounded to bf16).
+# - qwen3_lora_pretrain.yaml: stage pt, c4_demo's documents packed into
+#   blocks as LLaMA-Factory packs them (held to it in
+#   test_pretrain_encoding); with its 16 workers each of the ten documents
+#   is packed alone, leaving fewer blocks.
 # - A hub name as model_name_or_path is refused with the download command.
 #
 # usage: test_llamafactory.sh ZTRAIN_BINARY SOURCE_DIR
@@ -56,6 +60,25 @@ grep -qF "lr = 1e-04  # $lora:32:16: learning_rate" "$scratch/config.out" ||
   fail "ztrain config does not show learning_rate's place: $(grep "^lr" "$scratch/config.out")"
 grep -qF "weight_decay = 0.0  # $lora: weight_decay absent (LLaMA-Factory's default)" "$scratch/config.out" ||
   fail "ztrain config does not show the default it took"
+
+# qwen3_lora_pretrain.yaml: stage pt on c4_demo, packed into 2048-token
+# blocks; with one preprocessing worker the ten documents are packed
+# together, with its 16 each alone (ten shards), each dropping its own
+# remainder as LLaMA-Factory's does: fewer blocks.
+cp "$SRC/tests/data/llamafactory/c4_demo.jsonl" data/
+echo '{"eos_token": "<|endoftext|>"}' > "$base_model/tokenizer_config.json"
+pt=examples/train_lora/qwen3_lora_pretrain.yaml
+"$ZTRAIN" --llamafactory "$pt" "${short[@]}" --set train.out_dir="$scratch/pt" \
+  --set data.preprocessing_num_workers=1 > "$scratch/pt.out" 2>&1 ||
+  { cat "$scratch/pt.out" >&2; fail "the pretraining YAML did not train"; }
+grep -q "data pt c4_demo: [0-9]* blocks of 2048 tokens" "$scratch/pt.out" ||
+  fail "the pretraining YAML's blocks are not the run's: $(grep "^ztrain" "$scratch/pt.out")"
+grep -q "^step 3/" "$scratch/pt.out" || fail "the pretraining run did not reach step 3"
+"$ZTRAIN" --llamafactory "$pt" "${short[@]}" --set train.out_dir="$scratch/pt16" > "$scratch/pt16.out" 2>&1 ||
+  { cat "$scratch/pt16.out" >&2; fail "the pretraining YAML as published did not train"; }
+blocks() { sed -n 's/.*data pt c4_demo: \([0-9]*\) blocks.*/\1/p' "$scratch/$1.out"; }
+[ "$(blocks pt16)" -lt "$(blocks pt)" ] ||
+  fail "sixteen shards, each document packed alone, kept as many blocks ($(blocks pt16)) as one ($(blocks pt))"
 
 full=examples/train_full/qwen3_full_sft.yaml
 steps=3

@@ -143,6 +143,24 @@ TEST_CASE("the full YAML's deepspeed config is read as --deepspeed reads it") {
   CHECK(c.where("strategy.plugin").find("ds_z3_config.json") != std::string::npos);
 }
 
+TEST_CASE("LLaMA-Factory's published pretraining YAML is stage pt, packed as it packs") {
+  test::TempDir dir;
+  const RunConfig c = load(yaml(dir, "examples/train_lora/qwen3_lora_pretrain.yaml"));
+  CHECK(value(c, "data.plugin") == "\"sft\"");
+  CHECK(value(c, "data.stage") == "\"pt\"");
+  CHECK(c.where("data.stage").find(":6:8: stage") != std::string::npos);
+  CHECK(value(c, "data.packing") == "true");  // pt's default
+  CHECK(c.where("data.packing").find("packing absent (LLaMA-Factory's default)") !=
+        std::string::npos);
+  CHECK(value(c, "data.preprocessing_num_workers") == "16");  // its shards: it packs each alone
+  CHECK(value(c, "data.dataset") == "[\"c4_demo\"]");
+  CHECK(value(c, "model.seq_len") == "2047");
+  CHECK_FALSE(c.table().at_path("data.template"));
+  const RunConfig unpacked =
+      load(yaml(dir, "examples/train_lora/qwen3_lora_pretrain.yaml", "packing: false\n"));
+  CHECK(value(unpacked, "data.packing") == "false");
+}
+
 TEST_CASE("the YAML's template and enable_thinking are the data source's, from their places") {
   test::TempDir dir;
   const RunConfig c =

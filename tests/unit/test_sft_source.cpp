@@ -295,8 +295,9 @@ TEST_CASE("sft: refused before reading, naming the key") {
     return message_of<ConfigError>([&] { src->setup(s); });
   };
   const std::string unbuilt = refused("template = \"mistral\"\n", setup_of(m, 600));
-  CHECK(contains(unbuilt, "[data] template \"mistral\" is not one of LLaMA-Factory's templates "
-                          "ztrain builds (llama3, qwen, qwen3, qwen3_nothink"));
+  CHECK(contains(unbuilt,
+                 "[data] template \"mistral\" is not one of LLaMA-Factory's templates "
+                 "ztrain builds (llama3, qwen, qwen3, qwen3_nothink"));
   CHECK(unbuilt.rfind("t.toml:4:1: ", 0) == 0);  // led by the key's place in the run file
   CHECK(contains(refused("cutoff_len = 102\n", setup_of(m, 100)),
                  "[data] cutoff_len 102 needs rows of cutoff_len - 1 = 101 positions"));
@@ -333,3 +334,38 @@ TEST_CASE("sft: a token id past the model's vocabulary is a DataError naming the
 }
 
 }  // namespace
+
+// stage pt: the reader's blocks (held to LLaMA-Factory in
+// test_pretrain_encoding), one a row, attention across the documents in
+// it (no segments), every block once an epoch.
+TEST_CASE("sft: stage pt lays each of the reader's blocks in a row") {
+  const ModelDir m;
+  std::ofstream(m.dir / "tokenizer_config.json") << R"({"eos_token": "<|endoftext|>"})";
+  const int T = 128;
+  SftRequest r;
+  r.dataset_dir = (source_dir() / "tests" / "data" / "llamafactory").string();
+  r.datasets = {"c4_demo"};
+  r.model_dir = m.dir.path().string();
+  r.cutoff_len = T + 1;
+  r.pretrain.on = true;
+  const SftExamples e = text::read_sft_examples(r);
+  REQUIRE(e.count() > 50);
+  auto src = create_data_source(
+      "sft", "dataset_dir = '" + r.dataset_dir + "'\ndataset = \"c4_demo\"\nstage = \"pt\"\n");
+  src->setup(setup_of(m, T));
+  const DataInfo info = src->info();
+  CHECK_FALSE(info.segments);
+  CHECK(info.train_sequences == e.count());
+  CHECK(contains(info.description, "pt c4_demo: " + std::to_string(e.count()) +
+                                       " blocks of 129 tokens (0 held out)"));
+  std::set<long> seen;
+  for (std::uint64_t i = 0; i < e.count(); ++i)
+    seen.insert(example_in(row_at(*src, Split::train, i, T), e));
+  CHECK(seen.size() == e.count());
+  CHECK(seen.count(-1) == 0);
+  auto unpacked =
+      create_data_source("sft", "dataset_dir = '" + r.dataset_dir +
+                                    "'\ndataset = \"c4_demo\"\nstage = \"pt\"\npacking = false\n");
+  unpacked->setup(setup_of(m, T));
+  CHECK(unpacked->info().train_sequences == 10);  // one document a row
+}

@@ -35,6 +35,18 @@
 
 namespace ztrain {
 
+// LLaMA-Factory's pt stage: each row's text and the EOS as one document,
+// every token trained but the pad; packed (its default), the documents of
+// each preprocessing batch concatenated and cut into cutoff_len blocks,
+// the remainder dropped, as its PretrainDatasetProcessor and datasets'
+// map(batched, num_proc) cut them.
+struct SftPretrain {
+  bool on = false;
+  bool packing = true;
+  std::size_t workers = 1;   // preprocessing_num_workers: contiguous shards
+  std::size_t batch = 1000;  // preprocessing_batch_size: rows a batch
+};
+
 struct SftRequest {
   std::string dataset_dir;
   std::vector<std::string> datasets;  // dataset_info.json's names, concatenated in order
@@ -52,6 +64,8 @@ struct SftRequest {
   bool enable_thinking = true;
   // Where chat_template was set (file:line:col), for the reader's messages.
   std::string template_where;
+  // LLaMA-Factory's pt stage: documents, not conversations.
+  SftPretrain pretrain{};
 };
 
 struct SftExamples {

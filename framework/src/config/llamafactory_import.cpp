@@ -105,14 +105,10 @@ void model_keys(Builder& b, LlamaFactoryImport& out) {
 void method_keys(Builder& b) {
   YamlMapping& y = b.yaml();
   const std::string stage = y.text("stage", "sft");
-  if (stage == "pt")
-    throw ConfigError(y.where("stage") +
-                      " is pt: --llamafactory runs stage sft so far; pretrain with `ztrain "
-                      "prepare` and [data] plugin = \"tokens\" (README, Data)");
-  if (stage != "sft")
+  if (stage != "sft" && stage != "pt")
     throw ConfigError(y.where("stage") + " is " + stage +
-                      ": ztrain trains stage sft (and pt through a run file); reward "
-                      "models, DPO, KTO and PPO are not built");
+                      ": ztrain trains stages sft and pt; reward models, DPO, KTO and PPO are "
+                      "not built");
   if (!y.flag("do_train", false))
     throw ConfigError(y.where("do_train") +
                       " is not true: ztrain --llamafactory trains; set do_train: true (ztrain "
@@ -148,6 +144,25 @@ void method_keys(Builder& b) {
     if (only_for(key, "freeze") && y.get(key)) b.put("model", key, toml_names(names(y, key)), key);
 }
 
+// stage pt: documents packed into cutoff_len blocks by default, as
+// LLaMA-Factory packs them, in its preprocessing's shards and batches.
+void pretrain_keys(Builder& b, bool neat) {
+  YamlMapping& y = b.yaml();
+  b.put("data", "stage", std::string("pt"), "stage");
+  b.put("data", "packing", y.flag("packing", true) || neat, neat ? "neat_packing" : "packing");
+  if (y.get("preprocessing_num_workers"))
+    b.put("data", "preprocessing_num_workers", y.integer("preprocessing_num_workers", 1),
+          "preprocessing_num_workers");
+  if (y.get("preprocessing_batch_size"))
+    b.put("data", "preprocessing_batch_size", y.integer("preprocessing_batch_size", 1000),
+          "preprocessing_batch_size");
+  b.refuse_unless("streaming", "false", "not built; ztrain reads the datasets whole");
+  b.refuse_unless("eval_dataset", "",
+                  "not built; ztrain evaluates on the val_size share of the blocks");
+  for (const char* key : {"dataloader_num_workers", "overwrite_cache"})
+    b.note(key, "no effect: ztrain encodes the documents once per run");
+}
+
 void dataset_keys(Builder& b) {
   YamlMapping& y = b.yaml();
   b.put("data", "plugin", std::string("sft"), "stage");
@@ -176,6 +191,10 @@ void dataset_keys(Builder& b) {
   for (const char* key : {"train_on_prompt", "mask_history"})
     if (y.get(key)) b.put("data", key, y.flag(key, false), key);
   const bool neat = y.flag("neat_packing", false);
+  if (y.text("stage", "sft") == "pt") {
+    pretrain_keys(b, neat);
+    return;
+  }
   if (y.flag("packing", neat) && !neat)
     throw ConfigError(y.where("packing") +
                       " is true without neat_packing: LLaMA-Factory's plain packing lets a "
@@ -185,7 +204,8 @@ void dataset_keys(Builder& b) {
   b.refuse_unless("streaming", "false", "not built; ztrain reads the datasets whole");
   b.refuse_unless("eval_dataset", "",
                   "not built; ztrain evaluates on the val_size share of dataset");
-  for (const char* key : {"preprocessing_num_workers", "dataloader_num_workers", "overwrite_cache"})
+  for (const char* key : {"preprocessing_num_workers", "preprocessing_batch_size",
+                          "dataloader_num_workers", "overwrite_cache"})
     b.note(key, "no effect: ztrain encodes the examples on every core, once per run");
 }
 

@@ -8,7 +8,9 @@
 // Face directory; a hub name is refused with the command that downloads
 // it); stage sft is the `sft` data source with dataset, dataset_dir,
 // cutoff_len (rows of cutoff_len - 1 positions), max_samples, val_size,
-// train_on_prompt, mask_history and neat_packing; finetuning_type and its
+// train_on_prompt, mask_history and neat_packing; stage pt is its stage
+// "pt" (documents packed into cutoff_len blocks unless packing is false,
+// in preprocessing_num_workers shards of preprocessing_batch_size rows); finetuning_type and its
 // lora_* and freeze_* keys are [model]'s; the batch, learning rate,
 // epochs or max_steps, lr_scheduler_type (transformers' schedules,
 // hf_*), warmup, precision, AdamW's and clipping's values, seed, output,

@@ -13,6 +13,7 @@ struct LlamaFactoryFormat {
   std::string_view name;
   std::string_view user, assistant, system;
   std::string_view default_system;
+  std::string_view eos;  // replace_eos: its first stop word becomes the tokenizer's EOS
   bool bos_prefix = false;
   bool reasoning = false;
 };
@@ -26,15 +27,15 @@ constexpr std::string_view kChatmlSystem = "<|im_start|>system\n{{content}}<|im_
 
 const std::array<LlamaFactoryFormat, 4> kFormats{{
     {"llama3",
-     "<|start_header_id|>user<|end_header_id|>\n\n{{content}}<|eot_id|><|start_header_id|>"
-     "assistant<|"
-     "end_header_id|>\n\n",
+     "<|start_header_id|>user<|end_header_id|>\n\n{{content}}<|eot_id|>"
+     "<|start_header_id|>assistant<|end_header_id|>\n\n",
      "{{content}}<|eot_id|>", "<|start_header_id|>system<|end_header_id|>\n\n{{content}}<|eot_id|>",
-     "", true, false},
+     "", "<|eot_id|>", true, false},
     {"qwen", kChatmlUser, kChatmlAssistant, kChatmlSystem,
-     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", false, false},
-    {"qwen3", kChatmlUser, kChatmlAssistant, kChatmlSystem, "", false, true},
-    {"qwen3_nothink", kChatmlUser, kChatmlAssistant, kChatmlSystem, "", false, false},
+     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "<|im_end|>", false,
+     false},
+    {"qwen3", kChatmlUser, kChatmlAssistant, kChatmlSystem, "", "<|im_end|>", false, true},
+    {"qwen3_nothink", kChatmlUser, kChatmlAssistant, kChatmlSystem, "", "<|im_end|>", false, false},
 }};
 
 // LLaMA-Factory's default thought_words, and its empty thought.
@@ -99,6 +100,14 @@ std::string LlamaFactoryTemplate::names() {
 
 bool LlamaFactoryTemplate::reasoning() const {
   return format_->reasoning;
+}
+
+std::string LlamaFactoryTemplate::name() const {
+  return std::string(format_->name);
+}
+
+std::string LlamaFactoryTemplate::eos() const {
+  return std::string(format_->eos);
 }
 
 std::string LlamaFactoryTemplate::where() const {

@@ -59,6 +59,10 @@ class LlamaFactoryTemplate {
   static std::string names();
   // Whether a reasoning template (enable_thinking means something).
   bool reasoning() const;
+  std::string name() const;
+  // The tokenizer's EOS once the template has fixed it (replace_eos: its
+  // first stop word), which is also the pad where the tokenizer has none.
+  std::string eos() const;
 
   // encode_multiturn: one pair per answer; discard_history_thoughts is
   // LLaMA-Factory's mask_history without preserve_thinking.

@@ -232,7 +232,7 @@ std::string tools_of(const json& row, const std::string& key) {
   return it->is_string() ? it->get<std::string>() : python_dumps(*it);
 }
 
-Aligned align_alpaca(const json& row, const DatasetAttr& a) {
+Aligned align_alpaca(const json& row, const DatasetAttr& a, bool pretrain) {
   SftExample e;
   std::string why;
   if (!a.history.empty()) {
@@ -254,6 +254,7 @@ Aligned align_alpaca(const json& row, const DatasetAttr& a) {
     query += (query.empty() ? "" : "\n") + *part;
   }
   e.turns.push_back({"user", query});
+  if (pretrain) return {std::move(e), {}};
   const auto answer = text_column(row, a.response, why);
   if (!answer) return bad(why);
   e.turns.push_back({"assistant", *answer});
@@ -361,11 +362,12 @@ Aligned align_messages(const json& row, const DatasetAttr& a) {
   return {std::move(e), {}};
 }
 
-Aligned align(const json& row, const DatasetAttr& a) {
+Aligned align(const json& row, const DatasetAttr& a, bool pretrain) {
   if (!row.is_object()) return bad("the row is not a JSON object");
-  Aligned out = a.formatting == "alpaca" ? align_alpaca(row, a) : align_messages(row, a);
-  if (out.first && (out.first->turns.empty() || out.first->turns.back().content.find_first_not_of(
-                                                    " \t\r\n") == std::string::npos))
+  Aligned out = a.formatting == "alpaca" ? align_alpaca(row, a, pretrain) : align_messages(row, a);
+  if (!pretrain && out.first &&
+      (out.first->turns.empty() ||
+       out.first->turns.back().content.find_first_not_of(" \t\r\n") == std::string::npos))
     return bad("the answer is empty");
   return out;
 }
@@ -402,6 +404,10 @@ SftDataset read_sft_datasets(const fs::path& dataset_dir, const std::vector<std:
   out.files.push_back(info_path.string());
   for (const std::string& name : names) {
     const DatasetAttr a = attr_of(info, name, info_path.string());
+    if (sampling.pretrain && a.formatting != "alpaca")
+      throw ConfigError(info_path.string() + ": " + name + " is " + a.formatting +
+                        ": the pt stage reads alpaca datasets (a text column as their "
+                        "\"prompt\", as LLaMA-Factory's c4_demo); give one such");
     std::vector<Row> rows;
     for (const fs::path& file : files_of(dataset_dir / a.file_name)) {
       out.files.push_back(file.string());
@@ -412,7 +418,7 @@ SftDataset read_sft_datasets(const fs::path& dataset_dir, const std::vector<std:
     }
     for (const Row* row : taken(rows, a, sampling)) {
       const std::string where = row->file + ":" + std::to_string(row->line);
-      auto [example, why] = align(row->value, a);
+      auto [example, why] = align(row->value, a, sampling.pretrain);
       if (example) {
         example->where = where;
         out.examples.push_back(std::move(*example));

@@ -61,6 +61,9 @@ struct SftDataset {
 struct SftSampling {
   std::size_t max_samples = 0;
   std::uint64_t seed = 0;
+  // LLaMA-Factory's pt stage: an alpaca row needs its prompt alone (its
+  // response, if any, is not read); other formats are refused.
+  bool pretrain = false;
 };
 
 // The named datasets of dataset_dir/dataset_info.json, in order.

@@ -51,6 +51,14 @@ std::optional<std::string> config_token(const std::filesystem::path& file, const
   return std::nullopt;
 }
 
+bool config_flag(const std::filesystem::path& file, const char* key) {
+  std::ifstream in(file.parent_path() / "tokenizer_config.json");
+  if (!in) return false;
+  const auto config = nlohmann::json::parse(in, nullptr, false);
+  const auto it = config.is_object() ? config.find(key) : config.end();
+  return it != config.end() && it->is_boolean() && it->get<bool>();
+}
+
 std::optional<std::string> document_start(const Tokenizer& tok, const std::filesystem::path& file) {
   if (const auto bos = tok.bos_token()) return bos;
   if (auto bos = config_token(file, "bos_token")) return bos;

@@ -54,6 +54,8 @@ std::filesystem::path tokenizer_in(const std::filesystem::path& dir);
 // ("bos_token", "eos_token"; a string or {"content": ...}); nullopt when
 // there is no such file or key.
 std::optional<std::string> config_token(const std::filesystem::path& file, const char* key);
+// The same file's boolean `key` ("add_bos_token"); false where absent.
+bool config_flag(const std::filesystem::path& file, const char* key);
 
 // The token a document starts with for the tokenizer in `file`: the
 // template's leading token, else tokenizer_config.json's bos_token, else its

@@ -1,4 +1,7 @@
-// sft: supervised fine-tuning on LLaMA-Factory's datasets. The host's
+// sft: supervised fine-tuning on LLaMA-Factory's datasets (stage pt: its
+// continued pretraining on documents, every token but the pad trained,
+// packed into blocks by the host's reader as LLaMA-Factory packs them,
+// one block a row with attention across its documents). The host's
 // reader (ztrain/sft_examples.h) gives each example's token ids and
 // labels, rendered by the model directory's chat template, cut and masked
 // with LLaMA-Factory's cutoff_len, train_on_prompt and mask_history; this
@@ -88,7 +91,13 @@ class Sft final : public DataSource {
     request_.mask_history = o.get_bool("mask_history");
     cutoff_len_ = static_cast<std::size_t>(o.get_int("cutoff_len"));
     request_.max_samples = static_cast<std::size_t>(o.get_int("max_samples"));
-    packing_ = o.get_bool("packing");
+    // pt: LLaMA-Factory's packing (documents concatenated into blocks,
+    // its default), done by the reader; each block then has a row.
+    request_.pretrain.on = o.get_string("stage") == "pt";
+    request_.pretrain.packing = o.given("packing") ? o.get_bool("packing") : true;
+    request_.pretrain.workers = static_cast<std::size_t>(o.get_int("preprocessing_num_workers"));
+    request_.pretrain.batch = static_cast<std::size_t>(o.get_int("preprocessing_batch_size"));
+    packing_ = !request_.pretrain.on && o.get_bool("packing");
     val_size_ = o.get_number("val_size");
     shuffle_ = o.get_bool("shuffle");
   }
@@ -113,9 +122,22 @@ class Sft final : public DataSource {
         .at_least(0);
     o.flag("train_on_prompt", false, "train on the prompts' tokens too");
     o.flag("mask_history", false, "train on each example's last answer only");
+    o.string("stage", "sft",
+             "LLaMA-Factory's stage: sft (conversations, the answers trained) or pt (documents, "
+             "every token trained)")
+        .one_of({"sft", "pt"});
     o.flag("packing", false,
-           "pack several examples into a row (attention never crosses between them); false: "
-           "one example a row");
+           "sft: pack several examples into a row (attention never crosses between them); false: "
+           "one example a row. pt: documents concatenated into blocks of cutoff_len (absent: "
+           "true, LLaMA-Factory's default); false: one document a row");
+    o.integer("preprocessing_num_workers", 1,
+              "pt packing: the contiguous shards LLaMA-Factory's preprocessing cuts the rows into "
+              "(its preprocessing_num_workers), each packed on its own")
+        .at_least(1);
+    o.integer("preprocessing_batch_size", 1000,
+              "pt packing: rows packed together, each batch's remainder dropped (LLaMA-Factory's "
+              "preprocessing_batch_size)")
+        .at_least(1);
     o.number("val_size", 0.0, "share of the examples held out for evaluation")
         .at_least(0.0)
         .at_most(0.5);
@@ -277,6 +299,14 @@ class Sft final : public DataSource {
         packing_ ? "packed into " + std::to_string(train_.count()) + " rows" +
                        (held ? " (and " + std::to_string(val_.count()) + " held out)" : "")
                  : "one example a row";
+    if (request_.pretrain.on)
+      return "pt " + names + ": " + std::to_string(examples_.count()) +
+             (request_.pretrain.packing
+                  ? " blocks of " + std::to_string(request_.cutoff_len) + " tokens"
+                  : " documents") +
+             " (" + std::to_string(held) + " held out), " +
+             std::to_string(examples_.input_ids.size()) + " tokens, " + std::to_string(trained) +
+             " trained; one a row";
     return "sft " + names + ": " + std::to_string(examples_.count()) + " examples (" +
            std::to_string(held) + " held out), " + std::to_string(examples_.input_ids.size()) +
            " tokens, " + std::to_string(trained) + " trained; " + layout + "; template " +
