@@ -19,6 +19,7 @@
 #include "commands/estimate_table.h"
 #include "commands/html_report.h"
 #include "commands/prepare.h"
+#include "commands/prepare_tokenized.h"
 #include "commands/report.h"
 #include "commands/sample.h"
 #include "commands/sft_check.h"
@@ -99,8 +100,13 @@ constexpr const char* kUsage =
     "                                           text files, globs and JSON lines into llm.c\n"
     "                                           token shards (DIR/train_*.bin, val_*.bin) and\n"
     "                                           DIR/manifest.json, on every core\n"
+    "       ztrain prepare --dataset-dir D --dataset A[,B] --out DIR [sft-check's options] "
+    "MODEL_DIR\n"
+    "                                           fine-tuning examples encoded once, their ids and\n"
+    "                                           masks saved in DIR for [data] tokenized_path\n"
     "       ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] [--train-on-prompt]\n"
-    "                        [--mask-history] [--template FILE.jinja|NAME] MODEL_DIR\n"
+    "                        [--mask-history] [--max-samples N] [--template FILE.jinja|NAME]\n"
+    "                        MODEL_DIR\n"
     "                                           what fine-tuning on LLaMA-Factory datasets would\n"
     "                                           train on: rows read and bad, tokens trained, the\n"
     "                                           first example with its trained text marked\n"
@@ -243,7 +249,7 @@ struct Cli {
   bool all_strategies = false, verbose = false, dry_run = false, overwrite = false;
   bool replace_invalid_utf8 = false;
   std::string dataset_dir, datasets, chat_template = "auto";  // sft-check
-  std::size_t cutoff_len = 2048;
+  std::size_t cutoff_len = 2048, max_samples = 0;
   bool train_on_prompt = false, mask_history = false;
   ztrain::FaultPlan faults;  // a test's, from the environment
   po::variables_map given;
@@ -335,6 +341,8 @@ po::options_description declare_options(Cli& c) {
       "sft-check: the directory of LLaMA-Factory's dataset_info.json")(
       "dataset", po::value(&c.datasets), "sft-check: dataset names, comma-separated")(
       "cutoff-len", po::value(&c.cutoff_len), "sft-check: tokens an example is cut to (2048)")(
+      "max-samples", po::value(&c.max_samples),
+      "sft-check: each dataset's first rows taken (LLaMA-Factory's max_samples; 0: all)")(
       "train-on-prompt", po::bool_switch(&c.train_on_prompt),
       "sft-check: train on the prompts' tokens too")(
       "mask-history", po::bool_switch(&c.mask_history),
@@ -407,7 +415,38 @@ int export_command(const Cli& c) {
   return 0;
 }
 
+// sft-check's and prepare's fine-tuning request: the datasets, the model
+// directory and the keys that shape the examples.
+ztrain::SftRequest sft_request(const Cli& c) {
+  ztrain::SftRequest a;
+  a.dataset_dir = c.dataset_dir;
+  a.model_dir = c.positional[1];
+  a.chat_template = c.chat_template;
+  a.cutoff_len = c.cutoff_len;
+  a.max_samples = c.max_samples;
+  a.train_on_prompt = c.train_on_prompt;
+  a.mask_history = c.mask_history;
+  a.template_where = "--template";
+  for (std::size_t at = 0; at <= c.datasets.size();) {
+    const std::size_t comma = std::min(c.datasets.find(',', at), c.datasets.size());
+    if (comma > at) a.datasets.push_back(c.datasets.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return a;
+}
+
 int prepare_command(const Cli& c) {
+  if (c.given.count("dataset")) {
+    expect_words(c, 2,
+                 "ztrain prepare --dataset-dir D --dataset A[,B] --out DIR [--cutoff-len N] "
+                 "MODEL_DIR");
+    if (c.compare_out.empty())
+      throw ztrain::ConfigError("prepare --dataset: --out DIR names where the examples go");
+    ztrain::SftRequest a = sft_request(c);
+    a.tokenized_path = c.compare_out;
+    ztrain::prepare_tokenized(a, std::cout);
+    return 0;
+  }
   if (c.positional.size() < 2 || c.tokenizer.empty() || c.compare_out.empty())
     throw ztrain::ConfigError(
         "usage: ztrain prepare --tokenizer tokenizer.json --out DIR [options] INPUT...");
@@ -485,20 +524,7 @@ std::optional<int> tool_command(const Cli& c) {
   if (command == "sft-check") {
     expect_words(c, 2,
                  "ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] MODEL_DIR");
-    ztrain::SftRequest a;
-    a.dataset_dir = c.dataset_dir;
-    a.model_dir = c.positional[1];
-    a.chat_template = c.chat_template;
-    a.cutoff_len = c.cutoff_len;
-    a.train_on_prompt = c.train_on_prompt;
-    a.mask_history = c.mask_history;
-    a.template_where = "--template";
-    for (std::size_t at = 0; at <= c.datasets.size();) {
-      const std::size_t comma = std::min(c.datasets.find(',', at), c.datasets.size());
-      if (comma > at) a.datasets.push_back(c.datasets.substr(at, comma - at));
-      at = comma + 1;
-    }
-    ztrain::sft_check(a, std::cout);
+    ztrain::sft_check(sft_request(c), std::cout);
     return 0;
   }
   if (command == "sample") {

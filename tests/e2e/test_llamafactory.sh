@@ -17,6 +17,9 @@
 #   blocks as LLaMA-Factory packs them (held to it in
 #   test_pretrain_encoding); with its 16 workers each of the ten documents
 #   is packed alone, leaving fewer blocks.
+# - qwen3_preprocess.yaml: tokenized_path saved by one run, loaded by the
+#   next (the same losses); `ztrain prepare --dataset` saves them ahead for
+#   the LoRA YAML; another cutoff_len is refused against them.
 # - A hub name as model_name_or_path is refused with the download command.
 #
 # usage: test_llamafactory.sh ZTRAIN_BINARY SOURCE_DIR
@@ -60,6 +63,36 @@ grep -qF "lr = 1e-04  # $lora:32:16: learning_rate" "$scratch/config.out" ||
   fail "ztrain config does not show learning_rate's place: $(grep "^lr" "$scratch/config.out")"
 grep -qF "weight_decay = 0.0  # $lora: weight_decay absent (LLaMA-Factory's default)" "$scratch/config.out" ||
   fail "ztrain config does not show the default it took"
+
+# qwen3_preprocess.yaml: its tokenized_path is saved by the first run and
+# loaded by the next (the same training); `ztrain prepare` saves the same
+# examples ahead, which the LoRA YAML then loads; a changed cutoff_len is
+# refused against them.
+pre=examples/train_lora/qwen3_preprocess.yaml
+"$ZTRAIN" --llamafactory "$pre" "${short[@]}" --set train.out_dir="$scratch/pre1" > "$scratch/pre1.out" 2>&1 ||
+  { cat "$scratch/pre1.out" >&2; fail "the preprocessing YAML did not train"; }
+[ -f saves/qwen3-4b/dataset/sft/tokenized.json ] || fail "the YAML's tokenized_path was not saved"
+"$ZTRAIN" --llamafactory "$pre" "${short[@]}" --set train.out_dir="$scratch/pre2" > "$scratch/pre2.out" 2>&1 ||
+  { cat "$scratch/pre2.out" >&2; fail "the saved tokenized_path did not load"; }
+curve pre1 3
+curve pre2 3
+same_training pre1 pre2 0 0
+"$ZTRAIN" prepare --dataset-dir data --dataset identity,alpaca_en_demo --template qwen3_nothink \
+  --cutoff-len 2048 --max-samples 1000 --out "$scratch/prepared" "$base_model" > "$scratch/prepare.out" 2>&1 ||
+  { cat "$scratch/prepare.out" >&2; fail "ztrain prepare --dataset failed"; }
+grep -q "^prepare: 95 examples (0 bad rows), .*saved in $scratch/prepared" "$scratch/prepare.out" ||
+  fail "prepare did not say what it saved: $(cat "$scratch/prepare.out")"
+"$ZTRAIN" --llamafactory "$lora" "${short[@]}" --set train.out_dir="$scratch/lora_prepared" \
+  --set data.tokenized_path="\"$scratch/prepared\"" > "$scratch/lora_prepared.out" 2>&1 ||
+  { cat "$scratch/lora_prepared.out" >&2; fail "the LoRA YAML did not train on prepare's examples"; }
+curve lora 3
+curve lora_prepared 3
+same_training lora lora_prepared 0 0
+"$ZTRAIN" --llamafactory "$lora" "${short[@]}" --set data.cutoff_len=1024 --set model.seq_len=1023 \
+  --set data.tokenized_path="\"$scratch/prepared\"" > "$scratch/stale.out" 2>&1 &&
+  fail "examples saved at another cutoff_len were loaded"
+grep -qF "[data] cutoff_len was 2048 when they were saved, and is 1024 now" "$scratch/stale.out" ||
+  fail "the stale examples' refusal does not name cutoff_len: $(tail -2 "$scratch/stale.out")"
 
 # qwen3_lora_pretrain.yaml: stage pt on c4_demo, packed into 2048-token
 # blocks; with one preprocessing worker the ten documents are packed

@@ -76,6 +76,7 @@ skip '^ztrain compare --strategies zero3,zero3_offload,zero3_nvme' "three 19M-pa
 skip '^ztrain configs/examples/llama_nvme.toml' "a 4.6B-parameter model: 60 GiB of swap files and minutes a step (bench/bench_largest.sh trains it; tests/e2e/test_nvme.sh checks its estimate)"
 skip '^ztrain prepare --tokenizer Llama' "a model's tokenizer and the user's corpus: tests/e2e/test_prepare.sh runs prepare on tests/data's"
 skip '^ztrain sft-check --dataset-dir data ' "a model directory and datasets of the user's: tests/e2e/test_sft_check.sh runs sft-check on tests/data's"
+skip '^ztrain prepare --dataset-dir data ' "a model directory and datasets of the user's: tests/e2e/test_llamafactory.sh runs prepare --dataset on tests/data's"
 
 skipped_by() {
   local s

@@ -66,6 +66,9 @@ struct SftRequest {
   std::string template_where;
   // LLaMA-Factory's pt stage: documents, not conversations.
   SftPretrain pretrain{};
+  // LLaMA-Factory's tokenized_path: the examples saved there by an earlier
+  // read with the same keys, or saved there by this one; empty: none.
+  std::string tokenized_path{};
 };
 
 struct SftExamples {

@@ -24,7 +24,8 @@
 // A key ztrain does not build is refused naming it and saying what to do;
 // a key that changes nothing here (worker counts, plot_loss,
 // trust_remote_code) is a note saying why; an unknown key is an error, so a
-// typo is never a different run. `template` and `enable_thinking` are
+// typo is never a different run. `template`, `enable_thinking` and
+// `tokenized_path` are
 // [data]'s: the sft source encodes with LLaMA-Factory's named templates
 // that ztrain builds (each held id for id to LLaMA-Factory's own code) and
 // refuses the others at the YAML key's place; `--set data.template="auto"`

@@ -26,6 +26,7 @@
 #include "text/sft_reader.h"
 #include "text/tokenizer.h"
 #include "train/run_parts.h"
+#include "train/tokenized_examples.h"
 #include "ztrain/error.h"
 #include "ztrain/units.h"
 #include "ztrain/version.h"
@@ -102,7 +103,8 @@ DataInfo open_data(Run& run, const RunParts& parts) {
     setup.evaluates = run.settings.train.eval_every > 0;
     if (parts.model_options.has_value("init_from"))
       setup.model_dir = parts.model_options.get_string("init_from");
-    setup.sft = &text::host_sft_reader();
+    static const TokenizedReader reader(text::host_sft_reader());
+    setup.sft = &reader;
     run.data->setup(setup);
     info = run.data->info();
   } catch (const DataError& e) {

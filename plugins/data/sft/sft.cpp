@@ -87,6 +87,7 @@ class Sft final : public DataSource {
     request_.chat_template = o.get_string("template");
     request_.template_where = o.where("template");
     request_.enable_thinking = o.get_bool("enable_thinking");
+    request_.tokenized_path = o.get_string("tokenized_path");
     request_.train_on_prompt = o.get_bool("train_on_prompt");
     request_.mask_history = o.get_bool("mask_history");
     cutoff_len_ = static_cast<std::size_t>(o.get_int("cutoff_len"));
@@ -122,6 +123,9 @@ class Sft final : public DataSource {
         .at_least(0);
     o.flag("train_on_prompt", false, "train on the prompts' tokens too");
     o.flag("mask_history", false, "train on each example's last answer only");
+    o.string("tokenized_path", "",
+             "a directory for the encoded examples (LLaMA-Factory's tokenized_path): saved there "
+             "when it does not exist, loaded from it when it holds the same keys' examples");
     o.string("stage", "sft",
              "LLaMA-Factory's stage: sft (conversations, the answers trained) or pt (documents, "
              "every token trained)")
