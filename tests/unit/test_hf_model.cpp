@@ -55,6 +55,7 @@ TEST_CASE("hf model: Llama's keys, rope_theta in either place, long contexts cap
   c = resolved(dir, j);
   CHECK(value(c, "model.rope_theta") == "5e+05");
   CHECK(value(c, "model.seq_len") == "2048");
+  CHECK(value(c, "model.max_positions") == "131072");  // what an export says again
   REQUIRE(c.notes().size() == 1);
   CHECK(c.notes()[0].find("max_position_embeddings is 131072: seq_len 2048") != std::string::npos);
   // The run's own key wins, said.
@@ -155,15 +156,22 @@ TEST_CASE("hf model: the Llama family's variants become [model] keys") {
 // export is checked in development by tools/check_hf_export.py.)
 TEST_CASE("hf model: the exported config.json imports as the same [model], every family") {
   const auto lib = test::loader().load("model", "transformer");
-  for (const char* name :
-       {"gpt2", "llama", "mistral", "qwen2", "tinyllama", "llama32", "llama_bias"}) {
+  // The last: a Llama made for a longer context than it trains (seq_len
+  // 2048 of 131072): its export says 131072 again.
+  auto long_context = golden_config("llama");
+  long_context["max_position_embeddings"] = 131072;
+  for (const char* name : {"gpt2", "llama", "mistral", "qwen2", "tinyllama", "llama32",
+                           "llama_bias", "long_context"}) {
     const std::string family = name;
     CAPTURE(family);
     test::TempDir dir, out;
-    const RunConfig c = resolved(dir, golden_config(family));
+    const RunConfig c =
+        resolved(dir, family == "long_context" ? long_context : golden_config(family));
     const auto model =
         lib.create<Model>(c.validate("model", lib.options(), {"plugin", "init_from"}));
     std::ofstream(out / "config.json") << model->hf_config_json();
+    if (family == "long_context")
+      CHECK(nlohmann::json::parse(model->hf_config_json())["max_position_embeddings"] == 131072);
     RunConfig back =
         RunConfig::parse("[model]\nfrom = \"" + out.path().string() + "\"\n", "run.toml");
     resolve_model_dir(back);

@@ -219,6 +219,7 @@ void map_llama(HfConfig& c, const std::string& type, Imported& out) {
   const std::int64_t positions = c.integer("max_position_embeddings");
   const std::int64_t seq = std::min<std::int64_t>(positions, 2048);
   m.insert("seq_len", seq);
+  m.insert("max_positions", positions);  // what an export says again, whatever seq_len trains
   if (seq < positions)
     out.notes.push_back(c.where("max_position_embeddings") + " is " + std::to_string(positions) +
                         ": seq_len " + std::to_string(seq) +

@@ -45,6 +45,10 @@ void Transformer::declare_options(OptionList& o) {
   o.number("rope_original_max_positions", 8192,
            "llama3 RoPE scaling: original_max_position_embeddings")
       .at_least(1);
+  o.integer("max_positions", 0,
+            "the context the model is made for (Llama: config.json's max_position_embeddings, "
+            "which an export keeps); 0: seq_len")
+      .at_least(0);
   o.string("attention_bias", "none",
            "biases of Llama's attention projections: none, qkv (Qwen2) or all (q, k, v and o, "
            "Llama's attention_bias)")
@@ -152,15 +156,16 @@ Transformer::Transformer(const Options& o) {
 // The Llama family's variants; each is refused on GPT-2 (whose biases and
 // tied head are fixed) rather than ignored.
 void Transformer::read_llama_options(const Options& o) {
-  for (const char* key :
-       {"rope_theta", "rope_scaling", "attention_bias", "mlp_bias", "tie_embeddings", "rope_factor",
-        "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions"})
+  for (const char* key : {"rope_theta", "rope_scaling", "attention_bias", "mlp_bias",
+                          "tie_embeddings", "rope_factor", "rope_low_freq_factor",
+                          "rope_high_freq_factor", "rope_original_max_positions", "max_positions"})
     if (!cfg_.llama && o.given(key))
       throw ConfigError(o.where(key) + ": [model] " + key +
                         " is a Llama option; GPT-2 has learned positions, biases everywhere "
                         "and a tied head. Remove it or set arch = \"llama\"");
   if (!cfg_.llama) return;
   cfg_.rope_theta = o.get_number("rope_theta");
+  cfg_.max_positions = o.get_int("max_positions");
   const std::string bias = o.get_string("attention_bias"), rope = o.get_string("rope_scaling");
   cfg_.attention_bias = bias == "qkv"   ? AttentionBias::qkv
                         : bias == "all" ? AttentionBias::all
@@ -358,7 +363,8 @@ std::string Transformer::llama_config_json() const {
        ",\n  \"num_hidden_layers\": " + std::to_string(cfg_.n_layer) +
        ",\n  \"num_attention_heads\": " + std::to_string(cfg_.n_head) +
        ",\n  \"num_key_value_heads\": " + std::to_string(cfg_.n_kv_head) +
-       ",\n  \"max_position_embeddings\": " + std::to_string(cfg_.seq_len) +
+       ",\n  \"max_position_embeddings\": " +
+       std::to_string(std::max<std::int64_t>(cfg_.max_positions, cfg_.seq_len)) +
        ",\n  \"rms_norm_eps\": " + json_number(cfg_.norm_eps) +
        ",\n  \"rope_theta\": " + json_number(cfg_.rope_theta) + ",\n  \"hidden_act\": \"silu\",\n";
   const RopeScaling& r = cfg_.rope_scaling;

@@ -87,6 +87,9 @@ struct Config {
   int hidden = 0;  // MLP width: 4C for GPT-2, intermediate_size for Llama
   float norm_eps = 1e-5f;
   double rope_theta = 10000.0;
+  // Llama's max_position_embeddings as imported (an export keeps it, or
+  // seq_len where that is longer); 0: seq_len.
+  std::int64_t max_positions = 0;
   bool checkpointing = false;
   bool offload_checkpoints = false;  // the blocks' inputs kept in host memory (with checkpointing)
   int loss_chunk_tokens = 1024;      // tokens whose logits exist at once
