@@ -12,6 +12,10 @@ get_template_and_fix_tokenizer, its ReasoningTemplate) and its supervised
 preprocessing (SupervisedDatasetProcessor._encode_data_example) encode the
 example with a byte-level tokenizer that carries the templates' special
 tokens (written beside as tests/data/tokenizers/byte_level_chat.json).
+Tool rows too: the tools column through its ToolFormatter, function turns
+through its FunctionFormatter (bare JSON, a list, <tool_call> with text
+around, after a thought), observations through its slot; llama3's tool
+descriptions (dated) left out, as ztrain refuses them.
 Writes tests/data/llamafactory/template_golden.json; test_sft_encoding
 holds ztrain's encode_example under the same template name to it.
 
@@ -76,6 +80,37 @@ WRITTEN = [
     {"system": "You are a pirate.\nSpeak so.", "tools": "", "turns": turns(("a", "b"), ("c", "d"), ("e", "f"))},
     {"system": "", "tools": "", "turns": turns(("Say </think> once", "</think> said"))},
     {"system": "", "tools": "", "turns": turns(("turn {{idx}} of {{idx}}", "one"), ("now {{idx}}", "two"))},
+]
+TOOLS = json.dumps([{"name": "get_weather", "description": "Météo d'une ville",
+                     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+                    {"type": "function", "function": {"name": "now", "parameters": {}}}], ensure_ascii=False)
+
+
+def tool_turns(*turns):
+    return [{"role": role, "content": content} for role, content in turns]
+
+
+# Function turns as LLaMA-Factory's datasets hold them: bare JSON, a list
+# (parallel calls), inside <tool_call> with text around, after a thought.
+WRITTEN += [
+    {"system": "Be useful.", "tools": TOOLS, "turns": tool_turns(
+        ("user", "Weather in Paris?"),
+        ("function", '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "°C", "n": 1.50}}'),
+        ("observation", '{"temp": 21}'),
+        ("assistant", "21°C."))},
+    {"system": "", "tools": TOOLS, "turns": tool_turns(
+        ("user", "Paris and Rome, and the time?"),
+        ("function", '[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                     '{"name": "get_weather", "arguments": {"city": "Rome"}}]'),
+        ("observation", "21\n</tool_response>\n<tool_response>\n25"),
+        ("function", 'Checking the time. <tool_call>{"name": "now", "arguments": {}}</tool_call>'),
+        ("observation", "12:00"),
+        ("assistant", "Paris 21, Rome 25, at noon."))},
+    {"system": "", "tools": "[]", "turns": tool_turns(
+        ("user", "Think, then call."),
+        ("function", '<think>\nI should call.\n</think>\n\n{"name": "now", "arguments": {"tz": "UTC"}}'),
+        ("observation", "noon"),
+        ("assistant", "<think>\nok\n</think>\n\nIt is noon."))},
 ]
 
 
@@ -142,18 +177,19 @@ def main():
         template = template_module.get_template_and_fix_tokenizer(tokenizer, data_args)
         assert len(tokenizer) == size, f"{name} added tokens to the tokenizer"
         for where, example in examples():
-            if example["tools"] or any(t["role"] in ("function", "observation") for t in example["turns"]):
-                continue  # tool formats: not rendered by ztrain's registry templates yet
+            if name == "llama3" and example["tools"] and json.loads(example["tools"]):
+                continue  # its tool prompt carries the day's date: refused by ztrain
             for s in SETTINGS:
                 processor = types.SimpleNamespace(
                     template=template, tokenizer=tokenizer, processor=None,
                     data_args=types.SimpleNamespace(**s))
                 ids, labels = supervised.SupervisedDatasetProcessor._encode_data_example(
-                    processor, example["turns"][:-1], example["turns"][-1:], example["system"], "",
-                    [], [], [])
+                    processor, example["turns"][:-1], example["turns"][-1:], example["system"],
+                    example["tools"], [], [], [])
                 cases.append({"template": name, "special_tokens": tokens, "enable_thinking": thinking,
                               "example": where,
-                              "system": example["system"], "turns": example["turns"], **s,
+                              "system": example["system"], "tools": example["tools"],
+                              "turns": example["turns"], **s,
                               "input_ids": ids, "labels": labels})
     out = DATA / "llamafactory" / "template_golden.json"
     out.write_text(json.dumps({"cases": cases}, ensure_ascii=False) + "\n")

@@ -21,7 +21,8 @@
 #   a step: the same mean), in bf16 within 2e-4 and 4e-3, and resume
 #   exactly from a checkpoint.
 # - Refused before step 1, naming the key: a named template ztrain does not
-#   build, a tools row under one it builds (named by file:line), a cutoff_len
+#   build, a tools row under llama3 (its tools prompt is dated; named by
+#   file:line), a cutoff_len
 #   past seq_len + 1, a run with no model directory; packing on GPT-2
 #   (learned positions) and with the sequence split over ranks; datasets
 #   whose rows are all bad, naming the first.
@@ -163,7 +164,7 @@ refused() {  # refused WHAT TEXT ARGS...: the run refused before step 1, saying 
 }
 refused "a named template ztrain does not build" "[data] template \"mistral\" is not one of LLaMA-Factory's templates ztrain builds" \
   --set 'data.template="mistral"'
-refused "a tools row under a named template" "glaive_toolcall_en_demo.json:2: the row describes tools, which LLaMA-Factory's 'llama3' does not format" \
+refused "dated tools under llama3" "glaive_toolcall_en_demo.json:2: the row describes tools, which LLaMA-Factory's 'llama3' writes into a prompt with the day's date" \
   --set 'data.template="llama3"'
 refused "cutoff_len past the row" "[data] cutoff_len 200 needs rows of cutoff_len - 1 = 199 positions" \
   --set data.cutoff_len=200

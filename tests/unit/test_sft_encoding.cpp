@@ -100,6 +100,7 @@ namespace {
 text::SftExample golden_example(const nlohmann::json& c) {
   text::SftExample e;
   e.system = c.at("system");
+  e.tools = c.at("tools");
   for (const auto& t : c.at("turns")) e.turns.push_back({t.at("role"), t.at("content")});
   e.where = c.at("example");
   return e;
@@ -139,24 +140,30 @@ TEST_CASE("LLaMA-Factory's named templates encode as its own code encodes them")
   }
   CHECK(per_template ==
         std::map<std::string, std::size_t>{
-            {"llama3", 135}, {"qwen", 135}, {"qwen3", 270}, {"qwen3_nothink", 135}});
+            {"llama3", 150}, {"qwen", 170}, {"qwen3", 340}, {"qwen3_nothink", 170}});
   CHECK(truncated > 50);  // the cutoffs bite
   CHECK(thought > 200);   // qwen3's empty thoughts, and the written ones
 }
 
-TEST_CASE("a LLaMA-Factory template refuses the tool rows it does not format, naming them") {
+TEST_CASE("a LLaMA-Factory template refuses dated tools and calls that are not JSON") {
   const auto tokenizer = text::load_tokenizer(kData / "tokenizers/byte_level_chat.json");
-  const auto chat = text::LlamaFactoryTemplate::find("qwen", *tokenizer, std::nullopt);
-  REQUIRE(chat);
+  const auto llama3 = text::LlamaFactoryTemplate::find("llama3", *tokenizer, std::nullopt);
+  REQUIRE(llama3);
   text::SftExample e;
   e.where = "tools.json:3";
-  e.turns = {{"user", "weather?"}, {"function", R"({"name": "w", "arguments": {}})"}};
-  CHECK_THROWS_WITH_AS(text::encode_example(*chat, e, {}),
-                       doctest::Contains("tools.json:3: a function turn"), ConfigError);
   e.turns = {{"user", "weather?"}, {"assistant", "sunny"}};
   e.tools = R"([{"name": "w"}])";
-  CHECK_THROWS_WITH_AS(text::encode_example(*chat, e, {}),
-                       doctest::Contains("tools.json:3: the row describes tools"), ConfigError);
+  CHECK_THROWS_WITH_AS(text::encode_example(*llama3, e, {}),
+                       doctest::Contains("writes into a prompt with the day's date"), ConfigError);
+  const auto qwen = text::LlamaFactoryTemplate::find("qwen", *tokenizer, std::nullopt);
+  REQUIRE(qwen);
+  e.tools = "not json";
+  CHECK_THROWS_WITH_AS(text::encode_example(*qwen, e, {}),
+                       doctest::Contains("the tools column is not a JSON list"), DataError);
+  e.tools.clear();
+  e.turns = {{"user", "weather?"}, {"function", R"({"name": "w"})"}};
+  CHECK_THROWS_WITH_AS(text::encode_example(*qwen, e, {}),
+                       doctest::Contains("has no \"name\" and \"arguments\""), DataError);
   CHECK_FALSE(text::LlamaFactoryTemplate::find("mistral", *tokenizer, std::nullopt));
   CHECK_THROWS_WITH_AS(text::LlamaFactoryTemplate::find("llama3", *tokenizer, "<s>"),
                        doctest::Contains("no token <s>"), ConfigError);

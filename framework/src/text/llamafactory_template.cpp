@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "text/llamafactory_tools.h"
 #include "ztrain/error.h"
 
 namespace ztrain::text {
@@ -11,7 +12,8 @@ namespace ztrain::text {
 // system message, and whether it is a ReasoningTemplate.
 struct LlamaFactoryFormat {
   std::string_view name;
-  std::string_view user, assistant, system;
+  std::string_view user, assistant, system, observation;  // a function turn: assistant's slot
+  LlamaFactoryTools tools;
   std::string_view default_system;
   std::string_view eos;  // replace_eos: its first stop word becomes the tokenizer's EOS
   bool bos_prefix = false;
@@ -25,17 +27,26 @@ constexpr std::string_view kChatmlUser =
 constexpr std::string_view kChatmlAssistant = "{{content}}<|im_end|>\n";
 constexpr std::string_view kChatmlSystem = "<|im_start|>system\n{{content}}<|im_end|>\n";
 
+constexpr std::string_view kChatmlObservation =
+    "<|im_start|>user\n<tool_response>\n{{content}}\n</tool_response><|im_end|>\n<|im_start|>"
+    "assistant\n";
+constexpr auto kQwenTools = LlamaFactoryTools::qwen;
+
 const std::array<LlamaFactoryFormat, 4> kFormats{{
     {"llama3",
      "<|start_header_id|>user<|end_header_id|>\n\n{{content}}<|eot_id|>"
      "<|start_header_id|>assistant<|end_header_id|>\n\n",
      "{{content}}<|eot_id|>", "<|start_header_id|>system<|end_header_id|>\n\n{{content}}<|eot_id|>",
-     "", "<|eot_id|>", true, false},
-    {"qwen", kChatmlUser, kChatmlAssistant, kChatmlSystem,
+     "<|start_header_id|>ipython<|end_header_id|>\n\n{{content}}<|eot_id|>"
+     "<|start_header_id|>assistant<|end_header_id|>\n\n",
+     LlamaFactoryTools::llama3, "", "<|eot_id|>", true, false},
+    {"qwen", kChatmlUser, kChatmlAssistant, kChatmlSystem, kChatmlObservation, kQwenTools,
      "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "<|im_end|>", false,
      false},
-    {"qwen3", kChatmlUser, kChatmlAssistant, kChatmlSystem, "", "<|im_end|>", false, true},
-    {"qwen3_nothink", kChatmlUser, kChatmlAssistant, kChatmlSystem, "", "<|im_end|>", false, false},
+    {"qwen3", kChatmlUser, kChatmlAssistant, kChatmlSystem, kChatmlObservation, kQwenTools, "",
+     "<|im_end|>", false, true},
+    {"qwen3_nothink", kChatmlUser, kChatmlAssistant, kChatmlSystem, kChatmlObservation, kQwenTools,
+     "", "<|im_end|>", false, false},
 }};
 
 // LLaMA-Factory's default thought_words, and its empty thought.
@@ -124,29 +135,30 @@ std::vector<std::int32_t> LlamaFactoryTemplate::message_ids(const SftExample& ex
     if (format_->bos_prefix && bos_) ids.push_back(*bos_);
     const std::string system =
         example.system.empty() ? std::string(format_->default_system) : example.system;
-    if (!system.empty())
-      append(ids, tokenizer_->encode(fill(std::string(format_->system), "content", system)));
+    // Any tools column, an empty list too, gives a system message.
+    if (!system.empty() || !example.tools.empty()) {
+      const std::string tools =
+          example.tools.empty() ? std::string() : tools_text(format_->tools, example.tools);
+      append(ids,
+             tokenizer_->encode(fill(std::string(format_->system), "content", system + tools)));
+    }
   }
-  const std::string text = i % 2 == 0 ? fill(fill(std::string(format_->user), "content", content),
-                                             "idx", std::to_string(i / 2))
-                                      : fill(std::string(format_->assistant), "content", content);
+  const std::string& role = example.turns[i].role;
+  const std::string text =
+      role == "user"
+          ? fill(fill(std::string(format_->user), "content", content), "idx", std::to_string(i / 2))
+      : role == "observation" ? fill(std::string(format_->observation), "content", content)
+      : role == "function"
+          ? fill(std::string(format_->assistant), "content", function_text(format_->tools, content))
+          : fill(std::string(format_->assistant), "content", content);
   if (!text.empty()) append(ids, tokenizer_->encode(text));
   return ids;
 }
 
 std::vector<TurnPair> LlamaFactoryTemplate::pairs(const SftExample& example,
                                                   bool discard_history_thoughts) const {
-  if (!example.tools.empty())
-    throw ConfigError(example.where + ": the row describes tools, which " + where() +
-                      " does not format in ztrain; drop the tools column from dataset_info.json, "
-                      "or the row");
   std::vector<std::string> content;
-  for (const ChatMessage& m : example.turns) {
-    if (m.role != "user" && m.role != "assistant")
-      throw ConfigError(example.where + ": a " + m.role + " turn, which " + where() +
-                        " does not format in ztrain; leave tool turns out of the dataset");
-    content.push_back(m.content);
-  }
+  for (const ChatMessage& m : example.turns) content.push_back(m.content);
   const std::size_t n = content.size();
   const bool reasoning = format_->reasoning, thinking = options_.enable_thinking;
   const bool discard = reasoning && discard_history_thoughts;

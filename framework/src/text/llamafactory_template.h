@@ -13,11 +13,15 @@
 // every thought is removed; with history discarded (mask_history) the
 // earlier answers lose their thoughts and only the last gets an empty one.
 //
+// Tools go as its ToolFormatter writes them after the system message (a
+// tools column, an empty list too, gives the first message a system
+// message); function turns through the template's function formatter and
+// observations through its observation slot (text/llamafactory_tools.h;
+// llama3's tool descriptions, which carry the day's date, are refused).
+//
 // Only the templates whose ids are held to LLaMA-Factory's own code by
 // tests/data/llamafactory/template_golden.json are built (find() answers
-// nullptr for the rest, so the caller refuses them by name). Tool
-// descriptions and function or observation turns are not formatted: an
-// example that has them is a ConfigError naming its row.
+// nullptr for the rest, so the caller refuses them by name).
 //
 // Ownership: the registry is static; a template holds the BOS id of the
 // tokenizer it was made for. Thread safety: immutable; encode from any

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/python_json.h"
 #include "ztrain/error.h"
 #include "ztrain/random.h"
 
@@ -205,23 +206,6 @@ std::optional<std::string> text_column(const json& row, const std::string& key, 
   if (it->is_null()) return std::string();
   if (!it->is_string()) return why = "column \"" + key + "\" is not text", std::nullopt;
   return it->get<std::string>();
-}
-
-// JSON text as Python's json.dumps(x, ensure_ascii=False) writes it (the
-// text LLaMA-Factory puts in a turn): ", " and ": " between items, keys in
-// their order, non-ASCII kept.
-std::string python_dumps(const json& x) {
-  std::string out;
-  if (x.is_object()) {
-    for (auto it = x.begin(); it != x.end(); ++it)
-      out += (out.empty() ? "{" : ", ") + json(it.key()).dump() + ": " + python_dumps(it.value());
-    return out.empty() ? "{}" : out + "}";
-  }
-  if (x.is_array()) {
-    for (const json& e : x) out += (out.empty() ? "[" : ", ") + python_dumps(e);
-    return out.empty() ? "[]" : out + "]";
-  }
-  return x.dump();
 }
 
 // The tools column as JSON text (a string as it is, a list dumped).
