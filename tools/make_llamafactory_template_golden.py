@@ -41,7 +41,8 @@ from transformers import PreTrainedTokenizerFast
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 sys.path.insert(0, str(ROOT / "tools"))
-from make_llamafactory_golden import load_llamafactory, load_module  # noqa: E402
+from make_llamafactory_golden import load_module  # noqa: E402
+from make_sft_encoding_golden import supervised_encoder  # noqa: E402
 
 # name -> the special tokens its model's tokenizer has (LLaMA-Factory reads
 # bos_token for llama3's prefix; eos is replaced by its stop word).
@@ -138,7 +139,7 @@ def examples():
 
 
 def load_templates(root):
-    load_llamafactory(root)
+    supervised = supervised_encoder(root)  # the checkout's stubs, and its supervised processor
     src = pathlib.Path(root) / "src" / "llamafactory"
     sys.modules["llamafactory.data.data_utils"].SLOTS = list
     mm = types.ModuleType("llamafactory.data.mm_plugin")
@@ -155,13 +156,6 @@ def load_templates(root):
     load_module("llamafactory.data.tool_utils", src / "data" / "tool_utils.py")
     load_module("llamafactory.data.formatter", src / "data" / "formatter.py")
     template = load_module("llamafactory.data.template", src / "data" / "template.py")
-    constants = sys.modules["llamafactory.extras.constants"]
-    constants.IGNORE_INDEX = -100
-    pkg = types.ModuleType("llamafactory.data.processor")
-    pkg.__path__ = [str(src / "data" / "processor")]
-    sys.modules["llamafactory.data.processor"] = pkg
-    load_module("llamafactory.data.processor.processor_utils", src / "data" / "processor" / "processor_utils.py")
-    supervised = load_module("llamafactory.data.processor.supervised", src / "data" / "processor" / "supervised.py")
     return template, supervised
 
 
