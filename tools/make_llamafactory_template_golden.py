@@ -12,7 +12,9 @@ get_template_and_fix_tokenizer, its ReasoningTemplate) and its supervised
 preprocessing (SupervisedDatasetProcessor._encode_data_example) encode the
 example with a byte-level tokenizer that carries the templates' special
 tokens (written beside as tests/data/tokenizers/byte_level_chat.json).
-Tool rows too: the tools column through its ToolFormatter, function turns
+Also each template's Jinja as its fix_jinja_template writes it into a
+tokenizer that has none (Template._get_jinja_template), which ztrain ships
+with an export of such a run. Tool rows too: the tools column through its ToolFormatter, function turns
 through its FunctionFormatter (bare JSON, a list, <tool_call> with text
 around, after a thought), observations through its slot; llama3's tool
 descriptions (dated) left out, as ztrain refuses them.
@@ -163,6 +165,7 @@ def main():
     template_module, supervised = load_templates(sys.argv[1])
     base = chat_tokenizer()
     cases = []
+    jinja = {}
     for name, tokens, thinking in [(n, t, True) for n, t in TEMPLATES.items()] + [("qwen3", TEMPLATES["qwen3"], False)]:
         tokenizer = PreTrainedTokenizerFast(tokenizer_object=base, **tokens)
         size = len(tokenizer)
@@ -170,6 +173,8 @@ def main():
                                           default_system=None, enable_thinking=thinking, preserve_thinking=False)
         template = template_module.get_template_and_fix_tokenizer(tokenizer, data_args)
         assert len(tokenizer) == size, f"{name} added tokens to the tokenizer"
+        # What fix_jinja_template writes into a tokenizer that has no template.
+        jinja[name] = template._get_jinja_template(tokenizer)
         for where, example in examples():
             if name == "llama3" and example["tools"] and json.loads(example["tools"]):
                 continue  # its tool prompt carries the day's date: refused by ztrain
@@ -186,7 +191,7 @@ def main():
                               "turns": example["turns"], **s,
                               "input_ids": ids, "labels": labels})
     out = DATA / "llamafactory" / "template_golden.json"
-    out.write_text(json.dumps({"cases": cases}, ensure_ascii=False) + "\n")
+    out.write_text(json.dumps({"jinja": jinja, "cases": cases}, ensure_ascii=False) + "\n")
     print(f"{len(cases)} cases into {out}")
 
 

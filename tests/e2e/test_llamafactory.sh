@@ -17,6 +17,8 @@
 #   blocks as LLaMA-Factory packs them (held to it in
 #   test_pretrain_encoding); with its 16 workers each of the ten documents
 #   is packed alone, leaving fewer blocks.
+# - On a base with no chat template, the export ships the named template as
+#   the Jinja LLaMA-Factory writes for it; `ztrain sample --chat` uses it.
 # - qwen3_preprocess.yaml: tokenized_path saved by one run, loaded by the
 #   next (the same losses); `ztrain prepare --dataset` saves them ahead for
 #   the LoRA YAML; another cutoff_len is refused against them.
@@ -63,6 +65,23 @@ grep -qF "lr = 1e-04  # $lora:32:16: learning_rate" "$scratch/config.out" ||
   fail "ztrain config does not show learning_rate's place: $(grep "^lr" "$scratch/config.out")"
 grep -qF "weight_decay = 0.0  # $lora: weight_decay absent (LLaMA-Factory's default)" "$scratch/config.out" ||
   fail "ztrain config does not show the default it took"
+
+# A base model with no chat template, trained under the YAML's named
+# template: the export ships that template as the Jinja LLaMA-Factory
+# writes for it, so `ztrain sample --chat` talks to the model as trained.
+cp -r "$base_model" "$scratch/bare_base"
+rm "$scratch/bare_base/chat_template.jinja"
+sed "s|^model_name_or_path: .*|model_name_or_path: $scratch/bare_base|" "$lora" > bare.yaml
+"$ZTRAIN" --llamafactory bare.yaml "${short[@]}" --set train.out_dir="$scratch/bare" > "$scratch/bare.out" 2>&1 ||
+  { cat "$scratch/bare.out" >&2; fail "the LoRA YAML on a base without a template did not train"; }
+python3 - "$SRC/tests/data/llamafactory/template_golden.json" "$scratch/bare/chat_template.jinja" << 'PY' ||
+import json, sys
+want = json.load(open(sys.argv[1]))["jinja"]["qwen3_nothink"] + "\n"
+sys.exit(0 if open(sys.argv[2]).read() == want else 1)
+PY
+  fail "the export does not ship qwen3_nothink as LLaMA-Factory writes it"
+"$ZTRAIN" sample "$scratch/bare" --chat "hi" --max-tokens 2 > "$scratch/bare_sample.out" 2>&1 ||
+  { cat "$scratch/bare_sample.out" >&2; fail "sample --chat failed on the export"; }
 
 # qwen3_preprocess.yaml: its tokenized_path is saved by the first run and
 # loaded by the next (the same training); `ztrain prepare` saves the same

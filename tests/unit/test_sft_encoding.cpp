@@ -145,6 +145,23 @@ TEST_CASE("LLaMA-Factory's named templates encode as its own code encodes them")
   CHECK(thought > 200);   // qwen3's empty thoughts, and the written ones
 }
 
+// What LLaMA-Factory's fix_jinja_template writes into a tokenizer with no
+// template (an export of a base model trained under a named template
+// ships it), character for character.
+TEST_CASE("LLaMA-Factory's named templates as the Jinja it writes") {
+  const auto tokenizer = text::load_tokenizer(kData / "tokenizers/byte_level_chat.json");
+  const nlohmann::json golden = read_json(kData / "llamafactory/template_golden.json");
+  REQUIRE(golden.at("jinja").size() == 4);
+  for (const auto& [name, jinja] : golden.at("jinja").items()) {
+    CAPTURE(name);
+    const std::optional<std::string> bos =
+        name == "llama3" ? std::optional<std::string>("<|begin_of_text|>") : std::nullopt;
+    const auto chat = text::LlamaFactoryTemplate::find(name, *tokenizer, bos);
+    REQUIRE(chat);
+    CHECK(chat->jinja() == jinja.get<std::string>());
+  }
+}
+
 TEST_CASE("a LLaMA-Factory template refuses dated tools and calls that are not JSON") {
   const auto tokenizer = text::load_tokenizer(kData / "tokenizers/byte_level_chat.json");
   const auto llama3 = text::LlamaFactoryTemplate::find("llama3", *tokenizer, std::nullopt);

@@ -85,6 +85,10 @@ struct DataInfo {
   // exports ship it as chat_template.jinja, so the model chats as it was
   // trained. Empty: none, or tokenizer_config.json's (shipped with it).
   std::string chat_template{};
+  // A template with no file (LLaMA-Factory's named ones, as Jinja): an
+  // export ships it as chat_template.jinja where the model directory's
+  // tokenizer has no template of its own, as LLaMA-Factory's does.
+  std::string chat_template_text{};
   // Lines the host prints at start-up under the description: what a user
   // should know about the data (rows skipped, and where).
   std::vector<std::string> notes{};

@@ -87,6 +87,9 @@ struct SftExamples {
   std::string tokenizer_identity;  // its identity (DataInfo::tokenizer_identity)
   std::string chat_template;       // where the template came from
   std::string chat_template_file;  // the .jinja file it is; empty: tokenizer_config.json's
+  // A LLaMA-Factory named template as the Jinja it writes into a tokenizer
+  // that has none; empty: the examples came through a Jinja template.
+  std::string chat_template_text{};
 
   std::size_t count() const { return starts.size() - 1; }
   std::size_t length(std::size_t i) const { return starts[i + 1] - starts[i]; }

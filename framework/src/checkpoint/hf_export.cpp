@@ -51,6 +51,19 @@ std::string export_config_json(const std::string& config_json, DType dtype,
   return config.dump(2) + "\n";
 }
 
+namespace {
+
+// Whether the tokenizer_config.json beside `tokenizer` holds a template.
+bool has_config_template(const fs::path& tokenizer) {
+  const fs::path file = tokenizer.parent_path() / "tokenizer_config.json";
+  if (!fs::exists(file)) return false;
+  const json config = json::parse(read_whole_file(file), nullptr, false);
+  return config.is_object() && config.contains("chat_template") &&
+         !config["chat_template"].is_null();
+}
+
+}  // namespace
+
 void copy_text_files(const TextFiles& files, const fs::path& dir) {
   const fs::path& tokenizer = files.tokenizer;
   if (tokenizer.empty()) return;
@@ -62,7 +75,10 @@ void copy_text_files(const TextFiles& files, const fs::path& dir) {
   const fs::path chat = files.chat_template.empty()
                             ? tokenizer.parent_path() / "chat_template.jinja"
                             : files.chat_template;
-  if (fs::exists(chat)) write_file_atomically(dir / "chat_template.jinja", read_whole_file(chat));
+  if (fs::exists(chat))
+    write_file_atomically(dir / "chat_template.jinja", read_whole_file(chat));
+  else if (!files.chat_template_text.empty() && !has_config_template(tokenizer))
+    write_file_atomically(dir / "chat_template.jinja", files.chat_template_text + "\n");
 }
 
 }  // namespace ztrain

@@ -31,6 +31,9 @@ struct TextFiles {
   // A .jinja file, shipped as chat_template.jinja; empty: the one beside
   // the tokenizer, where there is one.
   std::filesystem::path chat_template{};
+  // A template with no file, shipped where the tokenizer has none of its
+  // own (no chat_template.jinja beside it, none in tokenizer_config.json).
+  std::string chat_template_text{};
 };
 
 // Copies the tokenizer (as tokenizer.json, or tokenizer.model for a

@@ -97,7 +97,7 @@ std::optional<LlamaFactoryTemplate> LlamaFactoryTemplate::find(
                           ", which tokenizer_config.json names as bos_token; give the model "
                           "directory's own tokenizer");
     }
-    return LlamaFactoryTemplate(f, tokenizer, bos, options);
+    return LlamaFactoryTemplate(f, tokenizer, bos_token, bos, options);
   }
   return std::nullopt;
 }
@@ -123,6 +123,45 @@ std::string LlamaFactoryTemplate::eos() const {
 
 std::string LlamaFactoryTemplate::where() const {
   return "LLaMA-Factory's '" + std::string(format_->name) + "'";
+}
+
+namespace {
+
+// _jinja_escape: single quotes escaped.
+std::string jinja_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) out += c == '\'' ? std::string("\\'") : std::string(1, c);
+  return out;
+}
+
+// _convert_slots_to_jinja of one slot: its text around {{content}} as
+// quoted Jinja strings joined by `+`.
+std::string jinja_slot(std::string_view slot, const std::string& placeholder) {
+  const auto quoted = [](std::string_view text) { return "'" + jinja_escaped(text) + "'"; };
+  const auto at = slot.find("{{content}}");
+  std::string out;
+  if (at != 0) out += quoted(slot.substr(0, at));
+  out += (out.empty() ? "" : " + ") + placeholder;
+  if (at + 11 < slot.size()) out += " + " + quoted(slot.substr(at + 11));
+  return out;
+}
+
+}  // namespace
+
+std::string LlamaFactoryTemplate::jinja() const {
+  std::string j;
+  if (format_->bos_prefix && bos_token_) j += "{{ '" + *bos_token_ + "' }}";
+  if (!format_->default_system.empty())
+    j += "{% set system_message = '" + jinja_escaped(format_->default_system) + "' %}";
+  j += "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+       "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = "
+       "messages %}{% endif %}{% if system_message is defined %}{{ " +
+       jinja_slot(format_->system, "system_message") +
+       " }}{% endif %}{% for message in loop_messages %}{% set content = message['content'] "
+       "%}{% if message['role'] == 'user' %}{{ " +
+       jinja_slot(format_->user, "content") + " }}{% elif message['role'] == 'assistant' %}{{ " +
+       jinja_slot(format_->assistant, "content") + " }}{% endif %}{% endfor %}";
+  return j;
 }
 
 // Template._encode for message i: the prefix and system message first,

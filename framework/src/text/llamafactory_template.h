@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "text/sft_dataset.h"
@@ -73,15 +74,25 @@ class LlamaFactoryTemplate {
   std::vector<TurnPair> pairs(const SftExample& example, bool discard_history_thoughts) const;
   // "LLaMA-Factory's 'qwen3'", for messages and the run's header.
   std::string where() const;
+  // The template as Jinja, as its fix_jinja_template writes one into a
+  // tokenizer that has none (Template._get_jinja_template): the prefix,
+  // the default system message, system, user and assistant turns.
+  std::string jinja() const;
 
  private:
   LlamaFactoryTemplate(const LlamaFactoryFormat& format, const Tokenizer& tokenizer,
-                       std::optional<std::int32_t> bos, LlamaFactoryTemplateOptions options)
-      : format_(&format), tokenizer_(&tokenizer), bos_(bos), options_(options) {}
+                       std::optional<std::string> bos_token, std::optional<std::int32_t> bos,
+                       LlamaFactoryTemplateOptions options)
+      : format_(&format),
+        tokenizer_(&tokenizer),
+        bos_token_(std::move(bos_token)),
+        bos_(bos),
+        options_(options) {}
   std::vector<std::int32_t> message_ids(const SftExample& example, std::size_t i,
                                         const std::string& content) const;
   const LlamaFactoryFormat* format_;
   const Tokenizer* tokenizer_;
+  std::optional<std::string> bos_token_;
   std::optional<std::int32_t> bos_;
   LlamaFactoryTemplateOptions options_;
 };

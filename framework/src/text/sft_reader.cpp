@@ -163,6 +163,7 @@ SftExamples read_sft_examples(const SftRequest& r) {
   out.tokenizer_identity = tokenizer_identity(tokenizer_file);
   out.chat_template = chat.where();
   out.chat_template_file = chat.file();
+  if (chat.named()) out.chat_template_text = chat.named()->jinja();
   if (r.pretrain.on) {
     const PretrainEncoding p{r.cutoff_len, r.pretrain.packing, r.pretrain.workers,
                              r.pretrain.batch};

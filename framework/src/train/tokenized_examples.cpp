@@ -101,7 +101,8 @@ void save(const fs::path& dir, const SftRequest& r, const SftExamples& e) {
                          {"read", e.files},
                          {"tokenizer", e.tokenizer},
                          {"chat_template", e.chat_template},
-                         {"chat_template_file", e.chat_template_file}};
+                         {"chat_template_file", e.chat_template_file},
+                         {"chat_template_text", e.chat_template_text}};
   // Whole or absent: written beside, renamed into place; a rank that
   // finds another's save there first keeps it (the same examples).
   const fs::path tmp = dir.string() + ".tmp-" + std::to_string(::getpid());
@@ -164,6 +165,7 @@ SftExamples load(const fs::path& dir, const SftRequest& r) {
   e.tokenizer_identity = m.at("tokenizer_identity");
   e.chat_template = m.at("chat_template");
   e.chat_template_file = m.at("chat_template_file");
+  e.chat_template_text = m.at("chat_template_text");
   if (e.starts.empty() || e.starts.back() != n || e.where.size() + 1 != e.starts.size())
     throw DataError(dir.string() + "/" + kManifest +
                     ": its starts do not cover its ids; remove the directory to encode the "

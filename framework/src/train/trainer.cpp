@@ -549,7 +549,8 @@ void Trainer::finish() {
   if (!stopped_) {
     // Every rank takes part (sharded parameters are gathered); rank 0 writes.
     const bool lead = run_.comm->rank() == 0;
-    const TextFiles text{data_info_.tokenizer, data_info_.chat_template};
+    const TextFiles text{data_info_.tokenizer, data_info_.chat_template,
+                         data_info_.chat_template_text};
     if (tr_.save_final)
       export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead, text);
     if (!tr_.export_to.empty())

@@ -177,6 +177,7 @@ class Sft final : public DataSource {
     d.masks = true;
     d.segments = packing_;
     d.chat_template = examples_.chat_template_file;
+    d.chat_template_text = examples_.chat_template_text;
     if (examples_.bad_rows) {
       d.notes.push_back("data: " + std::to_string(examples_.bad_rows) +
                         " bad rows are not trained on:");
