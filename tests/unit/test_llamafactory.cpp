@@ -156,6 +156,10 @@ TEST_CASE("LLaMA-Factory's published pretraining YAML is stage pt, packed as it 
   CHECK(value(c, "data.dataset") == "[\"c4_demo\"]");
   CHECK(value(c, "model.seq_len") == "2047");
   CHECK_FALSE(c.table().at_path("data.template"));
+  const RunConfig evaluated = load(yaml(dir, "examples/train_lora/qwen3_lora_pretrain.yaml",
+                                        "eval_dataset: c4_demo\neval_strategy: steps\n"));
+  CHECK(value(evaluated, "data.eval_dataset") == "[\"c4_demo\"]");
+  CHECK(evaluated.where("data.eval_dataset").find(":45:15: eval_dataset") != std::string::npos);
   const RunConfig unpacked =
       load(yaml(dir, "examples/train_lora/qwen3_lora_pretrain.yaml", "packing: false\n"));
   CHECK(value(unpacked, "data.packing") == "false");

@@ -369,3 +369,38 @@ TEST_CASE("sft: stage pt lays each of the reader's blocks in a row") {
   unpacked->setup(setup_of(m, T));
   CHECK(unpacked->info().train_sequences == 10);  // one document a row
 }
+
+// eval_dataset: its examples, read as the training's are, are every
+// evaluation row, and none of them trains; every training example trains.
+TEST_CASE("sft: eval_dataset's examples are the held-out ones, the datasets' all train") {
+  const ModelDir m;
+  const int T = 600;
+  const SftExamples train = reference(m, T + 1);
+  SftRequest r;
+  r.dataset_dir = (source_dir() / "tests" / "data" / "llamafactory").string();
+  r.datasets = {"alpaca_history"};
+  r.model_dir = m.dir.path().string();
+  r.cutoff_len = T + 1;
+  const SftExamples eval = text::read_sft_examples(r);
+  REQUIRE(eval.count() == 2);
+  auto src = create_data_source("sft", kDatasets + "eval_dataset = \"alpaca_history\"\n");
+  src->setup(setup_of(m, T, true));
+  const DataInfo info = src->info();
+  CHECK(info.train_sequences == train.count());
+  REQUIRE(info.val_sequences == std::optional<std::uint64_t>(2));
+  std::set<long> trained, evaluated;
+  for (std::uint64_t i = 0; i < train.count(); ++i)
+    trained.insert(example_in(row_at(*src, Split::train, i, T), train));
+  for (std::uint64_t i = 0; i < 2; ++i)
+    evaluated.insert(example_in(row_at(*src, Split::val, i, T), eval));
+  CHECK(trained.size() == train.count());
+  CHECK(trained.count(-1) == 0);
+  CHECK(evaluated == std::set<long>{0, 1});
+  CHECK(contains(info.description, "evaluated on alpaca_history"));
+  CHECK(contains(message_of<ConfigError>([&] {
+                   create_data_source("sft", kDatasets +
+                                                 "eval_dataset = \"alpaca_history\"\n"
+                                                 "val_size = 0.1\n");
+                 }),
+                 "[data] val_size and eval_dataset both hold examples out"));
+}

@@ -157,8 +157,6 @@ void pretrain_keys(Builder& b, bool neat) {
     b.put("data", "preprocessing_batch_size", y.integer("preprocessing_batch_size", 1000),
           "preprocessing_batch_size");
   b.refuse_unless("streaming", "false", "not built; ztrain reads the datasets whole");
-  b.refuse_unless("eval_dataset", "",
-                  "not built; ztrain evaluates on the val_size share of the blocks");
   for (const char* key : {"dataloader_num_workers", "overwrite_cache"})
     b.note(key, "no effect: ztrain encodes the documents once per run");
 }
@@ -171,6 +169,8 @@ void dataset_keys(Builder& b) {
     throw ConfigError(y.where("dataset") + " is not given: name the datasets of dataset_info.json");
   b.put("data", "dataset", toml_names(datasets), "dataset");
   b.put("data", "dataset_dir", y.text("dataset_dir", "data"), "dataset_dir");
+  if (const std::vector<std::string> eval = names(y, "eval_dataset"); !eval.empty())
+    b.put("data", "eval_dataset", toml_names(eval), "eval_dataset");
   // A name of LLaMA-Factory's registry or a .jinja file; the data source
   // refuses a name ztrain does not build, at this key's place.
   if (const std::string t = y.text("template", ""); !t.empty())
@@ -204,8 +204,6 @@ void dataset_keys(Builder& b) {
                       "neat_packing: true (ztrain's packing: each example sees itself alone)");
   if (neat) b.put("data", "packing", true, "neat_packing");
   b.refuse_unless("streaming", "false", "not built; ztrain reads the datasets whole");
-  b.refuse_unless("eval_dataset", "",
-                  "not built; ztrain evaluates on the val_size share of dataset");
   for (const char* key : {"preprocessing_num_workers", "preprocessing_batch_size",
                           "dataloader_num_workers", "overwrite_cache"})
     b.note(key, "no effect: ztrain encodes the examples on every core, once per run");

@@ -101,12 +101,20 @@ class Sft final : public DataSource {
     packing_ = !request_.pretrain.on && o.get_bool("packing");
     val_size_ = o.get_number("val_size");
     shuffle_ = o.get_bool("shuffle");
+    if (o.has_value("eval_dataset")) eval_datasets_ = o.get_names("eval_dataset");
+    if (!eval_datasets_.empty() && val_size_ > 0)
+      throw ConfigError(o.where("val_size") +
+                        ": [data] val_size and eval_dataset both hold examples out; give one "
+                        "(LLaMA-Factory refuses both too)");
   }
 
   static void declare_options(OptionList& o) {
     o.string("dataset_dir", "", "the directory of LLaMA-Factory's dataset_info.json")
         .must_be_given();
     o.names("dataset", "datasets of dataset_info.json, concatenated in order").must_be_given();
+    o.names("eval_dataset",
+            "datasets of dataset_info.json evaluated on instead of a val_size share of dataset "
+            "(LLaMA-Factory's eval_dataset)");
     o.string("template", "auto",
              "the chat template: \"auto\" (the model directory's own), a .jinja file, or a "
              "LLaMA-Factory template's name (llama3, qwen, qwen3, qwen3_nothink)");
@@ -160,6 +168,8 @@ class Sft final : public DataSource {
       throw DataError("[data] dataset: no example of " + std::to_string(examples_.bad_rows) +
                       " rows is left to train on" + first_bad() +
                       "; fix the rows (`ztrain sft-check` names them)");
+    trained_examples_ = examples_.count();
+    if (!eval_datasets_.empty()) read_eval(*s.sft);
     check_ids(s.vocab_size);
     split(s.evaluates);
     description_ = description();
@@ -231,10 +241,10 @@ class Sft final : public DataSource {
                         ": the sft source renders and tokenizes with a model directory's "
                         "tokenizer and chat template, and the run has none; set [model] "
                         "init_from = \"DIR\" (a Hugging Face model directory)");
-    if (s.evaluates && val_size_ == 0)
+    if (s.evaluates && val_size_ == 0 && eval_datasets_.empty())
       throw ConfigError(options_.where("val_size") +
                         ": [data] val_size = 0 holds no example out, and the run evaluates; set "
-                        "val_size (e.g. 0.1) or [train] eval_every = 0");
+                        "val_size (e.g. 0.1), eval_dataset, or [train] eval_every = 0");
   }
 
   void check_ids(int vocab_size) {
@@ -248,8 +258,38 @@ class Sft final : public DataSource {
 
   // val_size of the examples, chosen by the seed, held out; the rest
   // train, in file order before the epochs' shuffles; each split's rows.
+  // eval_dataset's examples, read as the training's are (their own
+  // tokenized_path under it), after them: every one held out.
+  void read_eval(const SftReader& reader) {
+    SftRequest r = request_;
+    r.datasets = eval_datasets_;
+    if (!r.tokenized_path.empty()) r.tokenized_path += "/eval";
+    const SftExamples e = reader.read(r);
+    if (e.count() == 0)
+      throw DataError(options_.where("eval_dataset") + ": [data] eval_dataset: no example of " +
+                      std::to_string(e.bad_rows) + " rows is left to evaluate on" +
+                      (e.bad.empty() ? "" : " (the first: " + e.bad.front() + ")"));
+    const std::size_t base = examples_.input_ids.size();
+    examples_.input_ids.insert(examples_.input_ids.end(), e.input_ids.begin(), e.input_ids.end());
+    examples_.labels.insert(examples_.labels.end(), e.labels.begin(), e.labels.end());
+    for (std::size_t i = 1; i < e.starts.size(); ++i)
+      examples_.starts.push_back(base + e.starts[i]);
+    examples_.where.insert(examples_.where.end(), e.where.begin(), e.where.end());
+    examples_.bad_rows += e.bad_rows;
+    examples_.bad.insert(examples_.bad.end(), e.bad.begin(), e.bad.end());
+    examples_.files.insert(examples_.files.end(), e.files.begin(), e.files.end());
+  }
+
   void split(bool evaluates) {
     const std::size_t n = examples_.count();
+    if (trained_examples_ < n) {  // eval_dataset: the examples after the training's
+      std::vector<std::size_t> train(trained_examples_), val(n - trained_examples_);
+      std::iota(train.begin(), train.end(), 0);
+      std::iota(val.begin(), val.end(), trained_examples_);
+      train_ = rows_of(train);
+      val_ = rows_of(val);
+      return;
+    }
     const auto held = static_cast<std::size_t>(std::ceil(val_size_ * static_cast<double>(n)));
     if (held == n || (evaluates && held == 0))
       throw DataError(options_.where("val_size") + ": [data] val_size " +
@@ -299,6 +339,8 @@ class Sft final : public DataSource {
           [](std::int32_t l) { return l != kIgnoreTarget; }));
     std::string names;
     for (const std::string& d : request_.datasets) names += (names.empty() ? "" : ", ") + d;
+    for (std::size_t i = 0; i < eval_datasets_.size(); ++i)
+      names += (i ? ", " : "; evaluated on ") + eval_datasets_[i];
     const std::size_t held = val_.examples.size();
     const std::string layout =
         packing_ ? "packed into " + std::to_string(train_.count()) + " rows" +
@@ -323,6 +365,8 @@ class Sft final : public DataSource {
   std::size_t cutoff_len_ = 0, T_ = 0;
   double val_size_ = 0;
   bool shuffle_ = true, packing_ = false;
+  std::vector<std::string> eval_datasets_;
+  std::size_t trained_examples_ = 0;  // the training's; eval_dataset's come after
   std::uint64_t seed_ = 0;
   SftExamples examples_;
   std::string description_;  // counted once, at setup
