@@ -7,7 +7,8 @@ llama3, qwen, qwen3, qwen3_nothink, ...), which format each message from
 slots and tokenize every element on its own. ztrain honours such a name
 only where its own rendering of it gives the same ids, and this is the
 check: for every example below and several cutoff_len, train_on_prompt and
-mask_history settings (and qwen3 with enable_thinking false too), LLaMA-Factory's real Template (its registry, its
+mask_history settings (and qwen3 with enable_thinking false, qwen and
+llama3 with a default_system of their own), LLaMA-Factory's real Template (its registry, its
 get_template_and_fix_tokenizer, its ReasoningTemplate) and its supervised
 preprocessing (SupervisedDatasetProcessor._encode_data_example) encode the
 example with a byte-level tokenizer that carries the templates' special
@@ -166,15 +167,22 @@ def main():
     base = chat_tokenizer()
     cases = []
     jinja = {}
-    for name, tokens, thinking in [(n, t, True) for n, t in TEMPLATES.items()] + [("qwen3", TEMPLATES["qwen3"], False)]:
+    # (name, enable_thinking, default_system); the default_system ones last,
+    # as get_template_and_fix_tokenizer sets it on the registry's template.
+    configurations = [(n, True, None) for n in TEMPLATES] + [("qwen3", False, None)]
+    configurations += [("qwen", True, "Answer in French."), ("llama3", True, "Tu es 'utile'.")]
+    for name, thinking, default_system in configurations:
+        tokens = TEMPLATES[name]
         tokenizer = PreTrainedTokenizerFast(tokenizer_object=base, **tokens)
         size = len(tokenizer)
         data_args = types.SimpleNamespace(template=name, train_on_prompt=False, tool_format=None,
-                                          default_system=None, enable_thinking=thinking, preserve_thinking=False)
+                                          default_system=default_system, enable_thinking=thinking,
+                                          preserve_thinking=False)
         template = template_module.get_template_and_fix_tokenizer(tokenizer, data_args)
         assert len(tokenizer) == size, f"{name} added tokens to the tokenizer"
         # What fix_jinja_template writes into a tokenizer that has no template.
-        jinja[name] = template._get_jinja_template(tokenizer)
+        jinja[name if default_system is None else name + "+default_system"] = (
+            template._get_jinja_template(tokenizer))
         for where, example in examples():
             if name == "llama3" and example["tools"] and json.loads(example["tools"]):
                 continue  # its tool prompt carries the day's date: refused by ztrain
@@ -186,6 +194,7 @@ def main():
                     processor, example["turns"][:-1], example["turns"][-1:], example["system"],
                     example["tools"], [], [], [])
                 cases.append({"template": name, "special_tokens": tokens, "enable_thinking": thinking,
+                              "default_system": default_system,
                               "example": where,
                               "system": example["system"], "tools": example["tools"],
                               "turns": example["turns"], **s,

@@ -172,6 +172,9 @@ TEST_CASE("the YAML's template and enable_thinking are the data source's, from t
   CHECK(value(c, "data.template") == "\"qwen3_nothink\"");
   CHECK(c.where("data.template").find(":14:11: template") != std::string::npos);
   CHECK(value(c, "data.enable_thinking") == "false");
+  const RunConfig system = load(
+      yaml(dir, "examples/train_lora/qwen3_lora_sft.yaml", "default_system: Answer briefly.\n"));
+  CHECK(value(system, "data.default_system") == "\"Answer briefly.\"");
   const RunConfig auto_template =
       load(yaml(dir, "examples/train_lora/qwen3_lora_sft.yaml"), {"data.template=\"auto\""});
   CHECK(value(auto_template, "data.template") == "\"auto\"");

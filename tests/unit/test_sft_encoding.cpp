@@ -121,8 +121,9 @@ TEST_CASE("LLaMA-Factory's named templates encode as its own code encodes them")
   std::size_t truncated = 0, thought = 0;
   for (const auto& c : golden.at("cases")) {
     const std::string name = c.at("template");
-    const auto chat = text::LlamaFactoryTemplate::find(name, *tokenizer, golden_bos(c),
-                                                       {c.at("enable_thinking").get<bool>()});
+    text::LlamaFactoryTemplateOptions options{c.at("enable_thinking").get<bool>()};
+    if (!c.at("default_system").is_null()) options.default_system = c.at("default_system");
+    const auto chat = text::LlamaFactoryTemplate::find(name, *tokenizer, golden_bos(c), options);
     REQUIRE(chat);
     const text::SftEncoding o{c.at("cutoff_len"), c.at("train_on_prompt"), c.at("mask_history")};
     CAPTURE(name);
@@ -140,7 +141,7 @@ TEST_CASE("LLaMA-Factory's named templates encode as its own code encodes them")
   }
   CHECK(per_template ==
         std::map<std::string, std::size_t>{
-            {"llama3", 150}, {"qwen", 170}, {"qwen3", 340}, {"qwen3_nothink", 170}});
+            {"llama3", 300}, {"qwen", 340}, {"qwen3", 340}, {"qwen3_nothink", 170}});
   CHECK(truncated > 50);  // the cutoffs bite
   CHECK(thought > 200);   // qwen3's empty thoughts, and the written ones
 }
@@ -151,12 +152,17 @@ TEST_CASE("LLaMA-Factory's named templates encode as its own code encodes them")
 TEST_CASE("LLaMA-Factory's named templates as the Jinja it writes") {
   const auto tokenizer = text::load_tokenizer(kData / "tokenizers/byte_level_chat.json");
   const nlohmann::json golden = read_json(kData / "llamafactory/template_golden.json");
-  REQUIRE(golden.at("jinja").size() == 4);
-  for (const auto& [name, jinja] : golden.at("jinja").items()) {
-    CAPTURE(name);
+  REQUIRE(golden.at("jinja").size() == 6);
+  const std::map<std::string, std::string> systems = {{"qwen+default_system", "Answer in French."},
+                                                      {"llama3+default_system", "Tu es 'utile'."}};
+  for (const auto& [key, jinja] : golden.at("jinja").items()) {
+    CAPTURE(key);
+    const std::string name = key.substr(0, key.find('+'));
     const std::optional<std::string> bos =
         name == "llama3" ? std::optional<std::string>("<|begin_of_text|>") : std::nullopt;
-    const auto chat = text::LlamaFactoryTemplate::find(name, *tokenizer, bos);
+    text::LlamaFactoryTemplateOptions options;
+    if (systems.contains(key)) options.default_system = systems.at(key);
+    const auto chat = text::LlamaFactoryTemplate::find(name, *tokenizer, bos, options);
     REQUIRE(chat);
     CHECK(chat->jinja() == jinja.get<std::string>());
   }

@@ -299,6 +299,9 @@ TEST_CASE("sft: refused before reading, naming the key") {
                  "[data] template \"mistral\" is not one of LLaMA-Factory's templates "
                  "ztrain builds (llama3, qwen, qwen3, qwen3_nothink"));
   CHECK(unbuilt.rfind("t.toml:4:1: ", 0) == 0);  // led by the key's place in the run file
+  CHECK(contains(refused("default_system = \"Be brief.\"\n", setup_of(m, 600)),
+                 "[data] default_system replaces a LLaMA-Factory template's default system "
+                 "message; with template \"auto\" the Jinja template decides it"));
   CHECK(contains(refused("cutoff_len = 102\n", setup_of(m, 100)),
                  "[data] cutoff_len 102 needs rows of cutoff_len - 1 = 101 positions"));
   DataSetup no_model = setup_of(m, 600);

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,9 @@ struct SftRequest {
   // LLaMA-Factory's tokenized_path: the examples saved there by an earlier
   // read with the same keys, or saved there by this one; empty: none.
   std::string tokenized_path{};
+  // LLaMA-Factory's default_system: a named template's default system
+  // message replaced (refused with a Jinja template, whose own decides).
+  std::optional<std::string> default_system{};
 };
 
 struct SftExamples {

@@ -177,6 +177,8 @@ void dataset_keys(Builder& b) {
     b.put("data", "template", t, "template");
   if (y.get("enable_thinking"))
     b.put("data", "enable_thinking", y.flag("enable_thinking", true), "enable_thinking");
+  if (y.get("default_system"))
+    b.put("data", "default_system", y.text("default_system", ""), "default_system");
   if (y.get("tokenized_path"))
     b.put("data", "tokenized_path", y.text("tokenized_path", ""), "tokenized_path");
   // A row holds cutoff_len - 1 places: the example's tokens but the last

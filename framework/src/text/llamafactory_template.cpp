@@ -148,11 +148,15 @@ std::string jinja_slot(std::string_view slot, const std::string& placeholder) {
 
 }  // namespace
 
+std::string LlamaFactoryTemplate::default_system() const {
+  return options_.default_system.value_or(std::string(format_->default_system));
+}
+
 std::string LlamaFactoryTemplate::jinja() const {
   std::string j;
   if (format_->bos_prefix && bos_token_) j += "{{ '" + *bos_token_ + "' }}";
-  if (!format_->default_system.empty())
-    j += "{% set system_message = '" + jinja_escaped(format_->default_system) + "' %}";
+  if (!default_system().empty())
+    j += "{% set system_message = '" + jinja_escaped(default_system()) + "' %}";
   j += "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
        "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = "
        "messages %}{% endif %}{% if system_message is defined %}{{ " +
@@ -172,8 +176,7 @@ std::vector<std::int32_t> LlamaFactoryTemplate::message_ids(const SftExample& ex
   std::vector<std::int32_t> ids;
   if (i == 0) {
     if (format_->bos_prefix && bos_) ids.push_back(*bos_);
-    const std::string system =
-        example.system.empty() ? std::string(format_->default_system) : example.system;
+    const std::string system = example.system.empty() ? default_system() : example.system;
     // Any tools column, an empty list too, gives a system message.
     if (!system.empty() || !example.tools.empty()) {
       const std::string tools =

@@ -50,6 +50,8 @@ struct LlamaFactoryFormat;  // one registry entry's slots and behaviour
 // LLaMA-Factory's data arguments that change what a template encodes.
 struct LlamaFactoryTemplateOptions {
   bool enable_thinking = true;  // reasoning templates only
+  // default_system: replaces the template's default system message.
+  std::optional<std::string> default_system{};
 };
 
 class LlamaFactoryTemplate {
@@ -90,6 +92,7 @@ class LlamaFactoryTemplate {
         options_(options) {}
   std::vector<std::int32_t> message_ids(const SftExample& example, std::size_t i,
                                         const std::string& content) const;
+  std::string default_system() const;
   const LlamaFactoryFormat* format_;
   const Tokenizer* tokenizer_;
   std::optional<std::string> bos_token_;

@@ -42,6 +42,13 @@ class Template {
                         ": the pt stage renders no conversation; leave template \"auto\" (the "
                         "tokenizer's EOS ends each document) or name a LLaMA-Factory template "
                         "(its EOS does)");
+    if (r.default_system && (r.chat_template == "auto" || r.chat_template.ends_with(".jinja")))
+      throw ConfigError(at +
+                        "[data] default_system replaces a LLaMA-Factory template's default "
+                        "system message; with template \"" +
+                        r.chat_template +
+                        "\" the Jinja template decides it: give the system message in the data, "
+                        "or name a LLaMA-Factory template");
     if (r.pretrain.on && r.chat_template == "auto") return;  // documents need no template
     if (r.chat_template == "auto" || r.chat_template.ends_with(".jinja")) {
       std::map<std::string, std::string> variables;
@@ -54,7 +61,7 @@ class Template {
       return;
     }
     named_ = LlamaFactoryTemplate::find(r.chat_template, tokenizer, config_token(file, "bos_token"),
-                                        {r.enable_thinking});
+                                        {r.enable_thinking, r.default_system});
     if (!named_)
       throw ConfigError(at + "[data] template \"" + r.chat_template +
                         "\" is not one of LLaMA-Factory's templates ztrain builds (" +

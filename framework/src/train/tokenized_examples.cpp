@@ -33,6 +33,7 @@ json shaping_keys(const SftRequest& r) {
           {"mask_history", r.mask_history},
           {"max_samples", r.max_samples},
           {"enable_thinking", r.enable_thinking},
+          {"default_system", r.default_system ? json(*r.default_system) : json()},
           {"stage", r.pretrain.on ? "pt" : "sft"},
           {"pt packing", r.pretrain.on && r.pretrain.packing},
           {"preprocessing_num_workers", r.pretrain.on ? r.pretrain.workers : 1},

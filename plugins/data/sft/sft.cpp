@@ -88,6 +88,7 @@ class Sft final : public DataSource {
     request_.template_where = o.where("template");
     request_.enable_thinking = o.get_bool("enable_thinking");
     request_.tokenized_path = o.get_string("tokenized_path");
+    if (o.has_value("default_system")) request_.default_system = o.get_string("default_system");
     request_.train_on_prompt = o.get_bool("train_on_prompt");
     request_.mask_history = o.get_bool("mask_history");
     cutoff_len_ = static_cast<std::size_t>(o.get_int("cutoff_len"));
@@ -131,6 +132,9 @@ class Sft final : public DataSource {
         .at_least(0);
     o.flag("train_on_prompt", false, "train on the prompts' tokens too");
     o.flag("mask_history", false, "train on each example's last answer only");
+    o.optional_string("default_system",
+                      "a LLaMA-Factory template's default system message, replaced (its "
+                      "default_system)");
     o.string("tokenized_path", "",
              "a directory for the encoded examples (LLaMA-Factory's tokenized_path): saved there "
              "when it does not exist, loaded from it when it holds the same keys' examples");
