@@ -187,7 +187,10 @@ TEST_CASE("what LLaMA-Factory means and ztrain does not build is refused, naming
       {"use_dora: true\n", "use_dora is true: not built"},
       {"optim: adafactor\n", "optim is adafactor"},
       {"report_to_typo: none\n", "report_to_typo is not a LLaMA-Factory key ztrain knows"},
-      {"eval_strategy: epoch\n", "eval_strategy is epoch"}};
+      {"eval_strategy: epoch\n", "eval_strategy is epoch"},
+      {"quantization_bit: 4\n", "quantization_bit is 4: QLoRA's quantized base is not built"},
+      {"image_max_pixels: 262144\n", "multimodal models are not built"},
+      {"ray_num_workers: 4\n", "Ray is not built: ztrain starts its ranks itself"}};
   for (const auto& [extra, text] : cases) {
     CAPTURE(extra);
     CHECK(refusal(lora, extra).find(text) != std::string::npos);

@@ -69,6 +69,26 @@ toml::array toml_names(const std::vector<std::string>& v) {
   return a;
 }
 
+// What LLaMA-Factory builds and ztrain does not, refused with what it would
+// take here rather than as unknown keys.
+void unbuilt_keys(Builder& b) {
+  b.refuse_unless("quantization_bit", "",
+                  "QLoRA's quantized base is not built: ztrain holds the frozen base in the "
+                  "run's precision; remove it (and quantization_method) to train LoRA on the "
+                  "unquantized model");
+  for (const char* key : {"quantization_method", "double_quantization", "quantization_type"})
+    b.note(key, "no effect: ztrain does not quantize the base");
+  for (const char* key : {"image_max_pixels", "image_min_pixels", "image_do_pan_and_scan",
+                          "video_max_pixels", "video_min_pixels", "video_fps", "video_maxlen",
+                          "use_audio_in_video", "audio_sampling_rate"})
+    b.refuse_unless(key, "", "multimodal models are not built in ztrain (text models only)");
+  for (const char* key : {"ray_num_workers", "ray_init_kwargs", "ray_run_name", "ray_storage_path",
+                          "resources_per_worker", "placement_strategy"})
+    b.refuse_unless(key, "",
+                    "Ray is not built: ztrain starts its ranks itself (--nproc N on one host, "
+                    "--hostfile for several)");
+}
+
 void model_keys(Builder& b, LlamaFactoryImport& out) {
   YamlMapping& y = b.yaml();
   const std::string model = y.text("model_name_or_path", "");
@@ -86,6 +106,7 @@ void model_keys(Builder& b, LlamaFactoryImport& out) {
          "no effect: ztrain runs no code from the model directory (config.json names one of "
          "its own architectures)");
   b.note("flash_attn", "no effect: attention is ztrain's own kernel, flash-attention's algorithm");
+  unbuilt_keys(b);
   if (const std::string adapter = y.text("adapter_name_or_path", ""); !adapter.empty()) {
     if (adapter.find(',') != std::string::npos)
       throw ConfigError(y.where("adapter_name_or_path") +
