@@ -36,8 +36,16 @@
 #   env: BATCH (4), SEQ (256), THREADS (all cores), ROUNDS (2), LORA_RANK (8),
 #        LORA_TARGET (all), PEFT_PYTHON, ZTRAIN_SET (more keys for both
 #        sides, e.g. "model.n_layer=2 model.n_embd=64": the peer reads the
-#        model's shape back from `ztrain config`)
+#        model's shape back from `ztrain config`), STRATEGY (ddp) and NPROC
+#        (1): ztrain's strategy and ranks, THREADS shared among them (the
+#        peer runs one process, so it is left out when NPROC > 1; BATCH is
+#        a rank's micro-batch, tokens/s the world's)
 #   e.g. a check in seconds: SEQ=64 bench/bench_lora.sh build 2 gpt2-tiny
+#   a 1B Llama under zero3 on 2 ranks (Llama 3.2 1B's shape):
+#     NPROC=2 STRATEGY=zero3 BATCH=1 ROUNDS=1 ZTRAIN_SET="model.n_layer=16
+#     model.n_embd=2048 model.n_head=32 model.n_kv_head=8
+#     model.intermediate_size=8192 model.vocab_size=128256
+#     model.tie_embeddings=true" bench/bench_lora.sh build 4 llama-tiny
 set -euo pipefail
 build=${1:-build}
 steps=${2:-6}
@@ -50,6 +58,8 @@ rank=${LORA_RANK:-8}
 alpha=$((2 * rank))  # LLaMA-Factory's default, written out so both sides get it
 target=${LORA_TARGET:-all}
 python=${PEFT_PYTHON:-/tmp/lora-venv/bin/python}
+strategy=${STRATEGY:-ddp}
+nproc=${NPROC:-1}
 src=$(cd "$(dirname "$0")/.." && pwd)
 ztrain=$(realpath "$build/bin/ztrain")
 out=$(mktemp -d)
@@ -58,7 +68,8 @@ trap 'rm -rf "$out"' EXIT
 common=(--model "$model" --set model.seq_len="$seq" --set train.micro_batch_size="$batch"
   --set train.grad_accum=1 --set train.steps="$steps" --set train.log_every=1
   --set 'train.precision="fp32"' --set train.eval_every=0 --set train.checkpoint_every=0
-  --set train.save_final=false --set device.threads="$threads")
+  --set train.save_final=false --set device.threads="$((threads / nproc > 0 ? threads / nproc : 1))"
+  --strategy "$strategy")
 for kv in ${ZTRAIN_SET:-}; do common+=(--set "$kv"); done
 lora=(--set 'model.finetuning_type="lora"' --set model.lora_rank="$rank"
   --set model.lora_alpha="$alpha" --set "model.lora_target=\"$target\"")
@@ -78,7 +89,10 @@ peer_args=(--arch "$arch" --layers "$(key n_layer)" --heads "$(key n_head)" --em
 [ "$(key tie_embeddings)" = true ] && peer_args+=(--tie)
 
 peer=1
-if ! why=$("$python" -c 'import torch, transformers, peft' 2>&1); then
+if [ "$nproc" -gt 1 ]; then
+  echo "no PEFT peer: it runs one process, ztrain $nproc ranks here"
+  peer=0
+elif ! why=$("$python" -c 'import torch, transformers, peft' 2>&1); then
   echo "no PEFT peer: $python cannot import torch, transformers and peft ($(tail -n 1 <<< "$why"));" \
     "the ztrain runs only"
   peer=0
@@ -88,14 +102,14 @@ run_ztrain() {  # run_ztrain NAME ARGS...: the run's figures in $out/NAME.res
   shift
   # Peak RSS where GNU time is installed; a dash otherwise.
   [ -x /usr/bin/time ] && timer=(/usr/bin/time -f %M -o "$out/$name.rss")
-  "${timer[@]}" "$ztrain" "${common[@]}" "$@" \
+  "${timer[@]}" "$ztrain" --nproc "$nproc" "${common[@]}" "$@" \
     --set train.out_dir="$out/$name" "$src/configs/run.toml" > "$out/$name.log" 2>&1 ||
     { tail -n 20 "$out/$name.log"; exit 1; }
   # One line: median step (s), tokens/s, trained parameters, the device
   # tier's peaks in bytes (params grads optimizer activations total), peak
   # RSS (KiB). The peaks are the summary line's, printed in B, KiB, MiB or
   # GiB to two decimals (metrics.jsonl's peak_bytes holds the same exactly).
-  python3 - "$out/$name" "$((batch * seq))" << 'PY' > "$out/$name.res"
+  python3 - "$out/$name" "$((batch * seq * nproc))" << 'PY' > "$out/$name.res"
 import json, re, statistics, sys
 run, tokens = sys.argv[1], int(sys.argv[2])
 steps = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"split": "train"' in l]
@@ -135,8 +149,8 @@ med() {  # the median of the numbers on stdin (the mean of the middle two when e
 field() { awk -v i="$2" '{ print $i }' "$out/$1.res"; }  # field RUN N: column N of its .res
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", a / b }'; }
 
-echo "$model ($arch), $batch x $seq tokens a step, fp32, $threads threads, $steps steps a run," \
-  "LoRA rank $rank alpha $alpha on $target; $rounds rounds"
+echo "$model ($arch), $batch x $seq tokens a rank's step, $nproc rank(s) under $strategy, fp32," \
+  "$threads threads, $steps steps a run, LoRA rank $rank alpha $alpha on $target; $rounds rounds"
 runs="full lora"
 [ "$peer" = 1 ] && runs+=" peft"
 for round in $(seq "$rounds"); do

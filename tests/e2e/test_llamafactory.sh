@@ -12,7 +12,8 @@
 # - qwen3_full_sft.yaml names examples/deepspeed/ds_z3_config.json: zero3,
 #   its "auto" batch filled from the YAML; at world 2 (1 a device x 2
 #   accumulation) it trains what world 1 with accumulation 4 trains, in
-#   bf16, within 2e-4 and 4e-3 (sums in other orders, rounded to bf16).
+#   bf16, within 2e-4 and 4e-3 (sums in other orders, rounded to bf16);
+#   with its ZeRO-3 offload config (ds_z3_offload_config.json) as well.
 # - qwen3_lora_pretrain.yaml: stage pt, c4_demo's documents packed into
 #   blocks as LLaMA-Factory packs them (held to it in
 #   test_pretrain_encoding); with its 16 workers each of the ten documents
@@ -148,6 +149,20 @@ grep -q "^batch: 1 x 2 accum x 2 ranks = 4 sequences" "$scratch/full_w2.out" ||
   fail "the DeepSpeed config's auto batch is not the YAML's: $(grep "^batch" "$scratch/full_w2.out")"
 lf_run full_w1 1 --set train.grad_accum=4
 same_training full_w1 full_w2 2e-4 4e-3
+# The same YAML with the choice its comment offers for ZeRO-3 with CPU
+# offload (ds_z3_offload_config.json, LLaMA-Factory's own): cpu_offload at
+# stage 3 with parameters and optimizer in host memory, the same training.
+sed "s|ds_z3_config.json|ds_z3_offload_config.json|" "$full" > offload.yaml
+full=offload.yaml
+lf_run offload_w2 2
+grep -q "strategy cpu_offload" "$scratch/offload_w2.out" ||
+  fail "ds_z3_offload_config.json did not choose cpu_offload: $(grep -m1 "strategy" "$scratch/offload_w2.out")"
+"$ZTRAIN" config --llamafactory offload.yaml > "$scratch/offload_config.out" 2>&1 ||
+  fail "ztrain config --llamafactory offload.yaml failed"
+grep -q "^stage = 3 " "$scratch/offload_config.out" &&
+  grep -q '^offload_param.device = "cpu"' "$scratch/offload_config.out" ||
+  fail "the offload config is not stage 3 with its parameters on the CPU: $(sed -n '/^\[strategy\]/,/^\[/p' "$scratch/offload_config.out")"
+same_training full_w1 offload_w2 2e-4 4e-3
 
 sed "s|^model_name_or_path: .*|model_name_or_path: Qwen/Qwen3-4B-Instruct-2507|" "$lora" > hub.yaml
 "$ZTRAIN" --llamafactory hub.yaml > "$scratch/hub.out" 2>&1 && fail "a hub model name was not refused"
