@@ -176,6 +176,28 @@ TEST_CASE("--strategy replaces [strategy] with the preset, or names the plugin")
       "cannot read run file"));
 }
 
+// --model replaces [model]: a fine-tuning method set there is refused
+// rather than dropped (the run would train the whole model, unsaid);
+// "full" and the architecture's keys go as documented.
+TEST_CASE("--model refuses to drop the run file's fine-tuning keys") {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "models");
+  std::ofstream(dir / "models" / "tiny.toml") << "[model]\nplugin = \"transformer\"\nn_layer = 1\n";
+  for (const std::string key :
+       {"finetuning_type = \"lora\"", "lora_rank = 4", "freeze_trainable_layers = 1",
+        "adapter_from = \"a\"", "use_rslora = true"}) {
+    CAPTURE(key);
+    std::ofstream(dir / "run.toml") << "[model]\nn_layer = 9\n" << key << "\n";
+    CHECK(contains(test::message_of<ConfigError>(
+                       [&] { RunConfig::load(dir / "run.toml", "tiny", "", {}, {dir.path()}); }),
+                   "run.toml:3:1: [model] " + key.substr(0, key.find(' ')) +
+                       " would be dropped, as --model tiny replaces [model]"));
+  }
+  std::ofstream(dir / "run.toml") << "[model]\nn_layer = 9\nfinetuning_type = \"full\"\n";
+  const RunConfig cfg = RunConfig::load(dir / "run.toml", "tiny", "", {}, {dir.path()});
+  CHECK(cfg.table().at_path("model.n_layer").value<std::int64_t>() == 1);
+}
+
 TEST_CASE("batch identity: any two of micro, accumulation and global, and contradictions fail") {
   auto settle = [](const std::string& toml, int world) {
     return resolve_settings(RunConfig::parse(toml, "run.toml"), world).train;

@@ -211,6 +211,7 @@ RunConfig RunConfig::load(const fs::path& run_file, const std::string& model,
     for (const auto& r : config_roots) dirs.push_back(r / sub);
     return dirs;
   };
+  if (!model.empty()) c.refuse_dropped_method(model);
   if (!model.empty() && fs::is_directory(model)) {
     // A Hugging Face model directory (config/hf_model_import.h reads it).
     c.forget_origins("model");
@@ -225,6 +226,23 @@ RunConfig RunConfig::load(const fs::path& run_file, const std::string& model,
   if (!strategy.empty()) c.select_strategy(strategy, under("strategies"));
   for (const auto& o : overrides) c.override_with(o);
   return c;
+}
+
+// --model replaces [model]: a fine-tuning method the run file sets there
+// would go with it and the run train the whole model instead, unsaid.
+void RunConfig::refuse_dropped_method(const std::string& model) const {
+  const toml::table* t = root_["model"].as_table();
+  if (!t) return;
+  for (const auto& [key, node] : *t) {
+    const std::string k(key.str());
+    const bool method = k == "finetuning_type" || k == "adapter_from" || k == "use_rslora" ||
+                        k.rfind("lora_", 0) == 0 || k.rfind("freeze_", 0) == 0;
+    if (method && !(k == "finetuning_type" && node.value<std::string>() == "full"))
+      throw ConfigError(where("model." + k) + ": [model] " + k + " would be dropped, as --model " +
+                        model + " replaces [model]; give it with --set model." + k +
+                        "=..., or name the model in the run file ([model] from = DIR, or the "
+                        "preset's keys)");
+  }
 }
 
 void RunConfig::record_origins(const toml::table& t, const std::string& prefix,

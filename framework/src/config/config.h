@@ -76,6 +76,8 @@ class RunConfig {
   void drop(const std::string& path);
   // Lines the run prints after its header (what an import resolved).
   void add_note(std::string note) { notes_.push_back(std::move(note)); }
+  // ConfigError when --model would drop a fine-tuning key of [model].
+  void refuse_dropped_method(const std::string& model) const;
   const std::vector<std::string>& notes() const { return notes_; }
 
   // Fails on top-level keys that are not one of `sections`
