@@ -122,7 +122,7 @@ total = float(line[1]) * units[line[2]]
 # Under LoRA the strategy's line names the trained parameters; a full run
 # trains them all (the header's count, rounded: "124.44M params").
 m = re.search(r"trains (\d+) parameters", log)
-trained = m[1] if m else re.search(r"\(\w+, ([0-9.]+[kMB]?) params\)", log)[1]
+trained = m[1] if m else re.search(r"\(\w+, ([0-9.]+[kMGB]?) params\)", log)[1]
 try:
     rss = open(f"{run}.rss").read().split()[-1]
 except OSError:

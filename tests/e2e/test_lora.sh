@@ -7,7 +7,8 @@
 #   and PEFT's adapter (adapter/adapter_model.safetensors under PEFT's
 #   names, adapter_config.json); `ztrain sample` answers from the merge.
 # - zero3 shards the frozen base (a rank's params peak at world 4 under
-#   0.6 of world 1's).
+#   0.6 of world 1's), gathering it within the strategy's
+#   max_live_parameters (a smaller one, a smaller estimated peak).
 # - Equivalence, the contract: micro 2 x accumulation 2 at world 1 against
 #   world 2 under ddp, zero1, zero2, zero3, cpu_offload and nvme_offload
 #   and world 4 under zero3: losses and gradient norms within 1e-6 and
@@ -238,4 +239,16 @@ refused "an adapter of other targets" "does not hold this run's adapters" \
   --set 'model.lora_target="q_proj"' --set "model.adapter_from=\"$scratch/w1/adapter\"" "$scratch/lora.toml"
 refused "an unknown freeze module" "'attn' is no module of the blocks; they are" \
   --set 'model.freeze_trainable_modules="attn"' "$scratch/freeze.toml"
+# The frozen base follows the strategy's gather budget: a smaller
+# max_live_parameters lowers a rank's parameter peak under zero3.
+params_peak() {
+  "$ZTRAIN" estimate --model llama-tiny --set 'model.finetuning_type="lora"' --set model.n_layer=4 \
+    --set model.n_embd=256 --set model.n_head=4 --set strategy.max_live_parameters="$1" \
+    --strategy zero3 --world 2 "$SRC/configs/run.toml" | awk '$1 == "device" && $2 == "params" { print $3 }'
+}
+wide=$(params_peak 1000000000)
+tight=$(params_peak 2000000)
+[ -n "$wide" ] && [ -n "$tight" ] && [ "$tight" -lt "$wide" ] ||
+  fail "the frozen base ignores the strategy's max_live_parameters ($tight against $wide bytes)"
+
 echo "PASS test_lora"

@@ -33,6 +33,7 @@
 #include "ztrain/model.h"
 #include "ztrain/optimizer_state.h"
 #include "ztrain/plugin.h"
+#include "ztrain/shard/param_gatherer.h"
 #include "ztrain/tensor.h"
 
 namespace ztrain {
@@ -175,6 +176,10 @@ class ZTRAIN_API Strategy : public Plugin {
   // known from its options: the host shards the parameters it holds beside
   // the strategy (a fine-tuning run's frozen ones) alike. No by default.
   virtual bool shards_params() const { return false; }
+  // How it gathers the parameters it shards (ZeRO-3's prefetch and live
+  // budgets), so that the host gathers the parameters it shards beside
+  // them alike; the defaults where it shards none.
+  virtual shard::GatherOptions gather_options() const { return {}; }
 };
 
 }  // namespace ztrain

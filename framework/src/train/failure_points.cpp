@@ -82,6 +82,7 @@ class FailingStrategy final : public Strategy {
   StrategyStats stats() const override { return s_->stats(); }
   std::string summary() const override { return s_->summary(); }
   bool shards_params() const override { return s_->shards_params(); }
+  shard::GatherOptions gather_options() const override { return s_->gather_options(); }
 
  private:
   std::shared_ptr<Strategy> s_;

@@ -73,6 +73,15 @@ class SeedSource final : public StateSource {
 
 }  // namespace
 
+// The strategy's prefetch and live budgets; the frozen shards stay on the
+// device, so its swap files' read buffers do not apply.
+shard::GatherOptions FrozenSplit::frozen_gather() const {
+  shard::GatherOptions g = inner_->gather_options();
+  g.read_buffers = 0;
+  g.read_buffer_size = 0;
+  return g;
+}
+
 void FrozenSplit::setup(const StrategySetup& s) {
   params_ = s.params;
   Parts parts = split(params_);
@@ -90,7 +99,7 @@ void FrozenSplit::setup(const StrategySetup& s) {
   if (sharded_)
     frozen_ = std::make_unique<shard::ShardedParams>(
         *s.device, frozen_specs_, s.modules, *frozen_layout_, *s.comm, std::nullopt, s.precision,
-        shard::ParamPlacement{}, shard::GatherOptions{}, "the frozen parameters");
+        shard::ParamPlacement{}, frozen_gather(), "the frozen parameters");
   else  // a rank's own whole copy: every rank loads all of it, nothing to publish
     frozen_ = std::make_unique<shard::ReplicatedParams>(*s.device, frozen_specs_, *frozen_layout_,
                                                         *alone_, std::nullopt, s.precision, 0);
@@ -192,7 +201,7 @@ MemoryEstimate FrozenSplit::estimate(const EstimateArgs& args) const {
   }
   const shard::FlatLayout frozen(parts.frozen, args.world);
   const MemoryEstimate held = shard::ShardedParams::estimate(parts.frozen, frozen, args.precision,
-                                                             Tier::device, shard::GatherOptions{});
+                                                             Tier::device, frozen_gather());
   for (Tier t : kTiers)
     for (Category c : kCategories) e.bytes[t][c] += held.bytes[t][c];
   return e;

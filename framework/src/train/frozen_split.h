@@ -11,9 +11,9 @@
 // StepContext hands out null gradient views for them): whole on every
 // rank, or, where the strategy shards its parameters (ZeRO-3), sharded
 // alike and gathered module by module right after the strategy's own
-// gathers (shard/param_store.h's ShardedParams with DeepSpeed's default
-// gather settings, on the same communicator, in the same order on every
-// rank). A checkpoint stores the trainable state alone, as
+// gathers (shard/param_store.h's ShardedParams with the strategy's own
+// prefetch and live budgets, Strategy::gather_options, on the same
+// communicator, in the same order on every rank). A checkpoint stores the trainable state alone, as
 // PEFT's do: the frozen values are not state, they come back from where
 // they came from, the base model's weights or the seed (load_frozen).
 //
@@ -65,11 +65,13 @@ class FrozenSplit final : public Strategy {
   StrategyStats stats() const override { return inner_->stats(); }
   std::string summary() const override;
   bool shards_params() const override { return inner_->shards_params(); }
+  shard::GatherOptions gather_options() const override { return inner_->gather_options(); }
 
  private:
   // Whether the frozen store is sharded over `world` ranks: where the
   // strategy shards its own parameters and there is more than one rank.
   bool shards_frozen(int world) const { return inner_->shards_params() && world > 1; }
+  shard::GatherOptions frozen_gather() const;
   std::shared_ptr<Strategy> inner_;
   ParamSpecs params_;                          // the model's
   IdVector<ParamId, ParamId> local_;           // model id -> id in its part

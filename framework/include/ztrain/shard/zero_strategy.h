@@ -100,6 +100,7 @@ class ZTRAIN_API ZeroStrategy : public Strategy {
   // What is offloaded, and the design's note; empty when nothing is.
   std::string summary() const final;
   bool shards_params() const final { return design_.shard_params; }
+  GatherOptions gather_options() const final { return design_.gather; }
 
  protected:
   explicit ZeroStrategy(ZeroDesign design) : design_(std::move(design)) {}
