@@ -109,10 +109,6 @@ std::string LlamaFactoryTemplate::names() {
   return out;
 }
 
-bool LlamaFactoryTemplate::reasoning() const {
-  return format_->reasoning;
-}
-
 std::string LlamaFactoryTemplate::name() const {
   return std::string(format_->name);
 }

@@ -64,8 +64,6 @@ class LlamaFactoryTemplate {
                                                   LlamaFactoryTemplateOptions options = {});
   // The names built, comma-separated, for messages.
   static std::string names();
-  // Whether a reasoning template (enable_thinking means something).
-  bool reasoning() const;
   std::string name() const;
   // The tokenizer's EOS once the template has fixed it (replace_eos: its
   // first stop word), which is also the pad where the tokenizer has none.

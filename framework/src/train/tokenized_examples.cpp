@@ -35,7 +35,7 @@ json shaping_keys(const SftRequest& r) {
           {"enable_thinking", r.enable_thinking},
           {"default_system", r.default_system ? json(*r.default_system) : json()},
           {"stage", r.pretrain.on ? "pt" : "sft"},
-          {"pt packing", r.pretrain.on && r.pretrain.packing},
+          {"packing", r.pretrain.on && r.pretrain.packing},  // pt's; sft packs rows, not examples
           {"preprocessing_num_workers", r.pretrain.on ? r.pretrain.workers : 1},
           {"preprocessing_batch_size", r.pretrain.on ? r.pretrain.batch : 1000}};
 }
