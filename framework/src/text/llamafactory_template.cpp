@@ -205,10 +205,11 @@ std::vector<TurnPair> LlamaFactoryTemplate::pairs(const SftExample& example,
   for (std::size_t i = 1; discard && i + 2 < n; i += 2) content[i] = without_thoughts(content[i]);
   std::vector<std::vector<std::int32_t>> encoded;
   for (std::size_t i = 0; i < n; ++i) encoded.push_back(message_ids(example, i, content[i]));
+  const std::vector<std::int32_t> empty =
+      reasoning ? tokenizer_->encode(std::string(kThoughtOpen) + std::string(kThoughtClose))
+                : std::vector<std::int32_t>();
   for (std::size_t i = discard ? n - 2 : 0; reasoning && i + 1 < n; i += 2) {
     if (has_thought(content[i + 1])) continue;
-    const std::vector<std::int32_t> empty =
-        tokenizer_->encode(std::string(kThoughtOpen) + std::string(kThoughtClose));
     if (thinking)
       encoded[i + 1].insert(encoded[i + 1].begin(), empty.begin(), empty.end());
     else

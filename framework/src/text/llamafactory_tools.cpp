@@ -1,5 +1,7 @@
 #include "text/llamafactory_tools.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "text/python_json.h"
@@ -35,12 +37,9 @@ std::string first_span(const std::string& s, const std::string& open, const std:
 
 // _parse_functions: (name, arguments) of each call.
 json calls_of(const std::string& text) {
-  json calls = json::parse(text, nullptr, false);
-  if (calls.is_object()) calls = json::array({calls});
-  if (!calls.is_array() || calls.empty())
-    throw DataError("a function turn's calls are not JSON: " + text.substr(0, 80));
+  json calls = function_calls(text);
   for (const json& c : calls)
-    if (!c.is_object() || !c.contains("name") || !c.contains("arguments"))
+    if (!c.contains("arguments"))
       throw DataError("a function turn's call has no \"name\" and \"arguments\": " +
                       text.substr(0, 80));
   return calls;
@@ -62,6 +61,18 @@ std::string written_calls(LlamaFactoryTools format, const json& calls) {
 }
 
 }  // namespace
+
+json function_calls(const std::string& content) {
+  json calls = json::parse(content, nullptr, false);
+  if (calls.is_object()) calls = json::array({calls});
+  const auto named = [](const json& c) { return c.is_object() && c.contains("name"); };
+  if (!calls.is_array() || calls.empty() || !std::all_of(calls.begin(), calls.end(), named))
+    throw DataError(
+        "a function turn is not a JSON call {\"name\", \"arguments\"} or a list of "
+        "them: " +
+        content.substr(0, 80));
+  return calls;
+}
 
 std::string tools_text(LlamaFactoryTools format, const std::string& tools_json) {
   const json tools = json::parse(tools_json, nullptr, false);

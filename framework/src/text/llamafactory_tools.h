@@ -18,9 +18,18 @@
 
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace ztrain::text {
 
 enum class LlamaFactoryTools { qwen, llama3 };
+
+// A function turn's calls as LLaMA-Factory's datasets hold them (one
+// {"name", ...} object or a list of them) as a JSON list; DataError for
+// text that is neither, an empty list, or a call with no "name". Whether
+// "arguments" must be there is the caller's: LLaMA-Factory's formatter
+// requires it, a chat template's tool_calls default it to {}.
+nlohmann::ordered_json function_calls(const std::string& content);
 
 // The tools column's text for the system message; "" for an empty list.
 std::string tools_text(LlamaFactoryTools format, const std::string& tools_json);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/llamafactory_tools.h"
 #include "ztrain/error.h"
 #include "ztrain/kernels.h"
 
@@ -29,23 +30,14 @@ std::vector<TurnPair> pairs_of(const RenderedChat& r, const Tokenizer& tokenizer
   return pairs;
 }
 
-// LLaMA-Factory's function turn (a {"name", "arguments"} object, or a
-// list of them) as transformers' tool_calls.
+// LLaMA-Factory's function turn as transformers' tool_calls.
 std::string tool_calls_of(const std::string& content) {
-  json parsed = json::parse(content, nullptr, false);
-  if (parsed.is_object()) parsed = json::array({parsed});
   json calls = json::array();
-  for (const json& call : parsed.is_array() ? parsed : json::array())
-    if (call.is_object() && call.contains("name"))
-      calls.push_back(
-          {{"type", "function"},
-           {"function",
-            {{"name", call["name"]}, {"arguments", call.value("arguments", json::object())}}}});
-  if (calls.empty() || calls.size() != parsed.size())
-    throw DataError(
-        "a function turn is not a JSON call {\"name\", \"arguments\"} or a list of "
-        "them: " +
-        content.substr(0, 80));
+  for (const json& call : function_calls(content))
+    calls.push_back(
+        {{"type", "function"},
+         {"function",
+          {{"name", call["name"]}, {"arguments", call.value("arguments", json::object())}}}});
   return calls.dump();
 }
 
