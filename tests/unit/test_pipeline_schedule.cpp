@@ -155,6 +155,27 @@ TEST_CASE("the check refuses a backward before its forward, and a compute run tw
   CHECK(has(refusal(twice), "runs the forward of micro-batch 0 twice (actions 0 and 1)"));
 }
 
+TEST_CASE("the check refuses a compute before its receive, and a send before its compute") {
+  SchedulePlan r = built("gpipe", {2, 1, 1});
+  // Stage 1: recv act 0, F0, B0, send grad 0; the forward moved first.
+  std::swap(r.stages[1][0], r.stages[1][1]);
+  CHECK(has(refusal(r),
+            "stage 1 runs the forward of micro-batch 0 (action 0) before the receive "
+            "of micro-batch 0's activation"));
+  SchedulePlan p = built("gpipe", {2, 1, 1});
+  // Stage 0: F0, send act 0, recv grad 0, B0; the send moved first.
+  std::swap(p.stages[0][0], p.stages[0][1]);
+  CHECK(has(refusal(p),
+            "stage 0 runs the send of micro-batch 0's activation (action 0) before "
+            "the forward of micro-batch 0"));
+  SchedulePlan g = built("gpipe", {2, 1, 1});
+  // Stage 1: recv act 0, F0, B0, send grad 0; the send moved before B0.
+  std::swap(g.stages[1][2], g.stages[1][3]);
+  CHECK(has(refusal(g),
+            "stage 1 runs the send of micro-batch 0's gradient (action 2) before the "
+            "backward of micro-batch 0"));
+}
+
 TEST_CASE("the check refuses messages the first and last virtual stages have no neighbour for") {
   SchedulePlan p = built("1f1b", {2, 2, 1});
   p.stages[0].insert(p.stages[0].begin(), Action{ActionKind::recv_activation, 0, 0});
