@@ -1,4 +1,4 @@
-# ztrain_add_plugin(<target> KIND strategy|model|data SOURCES ... [NO_INSTALL])
+# ztrain_add_plugin(<target> KIND strategy|model|data|schedule SOURCES ... [NO_INSTALL])
 # Builds one plugin shared library: hidden visibility (only the ztrain section
 # alias is exported), linked to the SDK alone (every symbol resolved there), placed where the host discovers it
 # (in ztrain's tree, beside its own plugins; elsewhere <build>/plugins, for
@@ -18,8 +18,8 @@ endfunction()
 
 function(ztrain_add_plugin target)
   cmake_parse_arguments(ARG "NO_INSTALL" "KIND;OUTPUT_DIR" "SOURCES;LIBRARIES" ${ARGN})
-  if(NOT ARG_KIND MATCHES "^(strategy|model|data)$")
-    message(FATAL_ERROR "ztrain_add_plugin(${target}): KIND must be strategy, model or data, got '${ARG_KIND}'")
+  if(NOT ARG_KIND MATCHES "^(strategy|model|data|schedule)$")
+    message(FATAL_ERROR "ztrain_add_plugin(${target}): KIND must be strategy, model, data or schedule, got '${ARG_KIND}'")
   endif()
   add_library(${target} MODULE ${ARG_SOURCES})
   target_link_libraries(${target} PRIVATE ztrain::sdk ${ARG_LIBRARIES})
@@ -55,4 +55,7 @@ function(ztrain_add_model target)
 endfunction()
 function(ztrain_add_data target)
   ztrain_add_plugin(${target} KIND data ${ARGN})
+endfunction()
+function(ztrain_add_schedule target)
+  ztrain_add_plugin(${target} KIND schedule ${ARGN})
 endfunction()

@@ -22,6 +22,7 @@
 #include "commands/prepare_tokenized.h"
 #include "commands/report.h"
 #include "commands/sample.h"
+#include "commands/schedule_command.h"
 #include "commands/sft_check.h"
 #include "config/accelerate_import.h"
 #include "config/deepspeed_import.h"
@@ -129,6 +130,10 @@ constexpr const char* kUsage =
     "                                           the same HTML report for runs already trained\n"
     "                                           (their out_dir: metrics.jsonl, config.toml),\n"
     "                                           overlaid; default RUN_DIR/report.html\n"
+    "       ztrain schedule NAME --stages P --micro-batches M [--chunks V]\n"
+    "                                           a pipeline schedule's plan (gpipe, 1f1b,\n"
+    "                                           interleaved, or a schedule plugin's), checked;\n"
+    "                                           each stage's order and idle time\n"
     "\n"
     "examples:\n"
     "  ztrain configs/run.toml\n"
@@ -183,7 +188,7 @@ int list_plugins(const ztrain::PluginLoader& loader, bool verbose) {
     std::cout << "no plugins found; searched:\n";
     for (const auto& d : loader.search_dirs()) std::cout << "  " << d.string() << "\n";
   }
-  for (const char* kind : {"model", "data", "strategy"}) {
+  for (const char* kind : {"model", "data", "strategy", "schedule"}) {
     for (const auto& p : scan.plugins) {
       if (std::string(p.info().kind) != kind) continue;
       std::cout << kind << " " << p.info().name << " " << p.info().version << " - "
@@ -251,7 +256,8 @@ struct Cli {
   std::string dataset_dir, datasets, chat_template = "auto";  // sft-check
   std::size_t cutoff_len = 2048, max_samples = 0;
   bool train_on_prompt = false, mask_history = false;
-  ztrain::FaultPlan faults;  // a test's, from the environment
+  std::size_t stages = 0, micro_batches = 0, chunks = 1;  // schedule
+  ztrain::FaultPlan faults;                               // a test's, from the environment
   po::variables_map given;
 
   // The run a config file and the command line describe.
@@ -357,6 +363,9 @@ po::options_description declare_options(Cli& c) {
       "temperature", po::value(&c.temperature), "sample: 0 takes the likeliest token (greedy)")(
       "top-k", po::value(&c.top_k), "sample: draw among the K likeliest (0: all)")(
       "seed", po::value(&c.sample_seed), "sample: the draws' seed (0)")(
+      "stages", po::value(&c.stages), "schedule: the pipeline's stages")(
+      "micro-batches", po::value(&c.micro_batches), "schedule: a step's micro-batches")(
+      "chunks", po::value(&c.chunks), "schedule: model chunks a stage (interleaved; 1)")(
       "separator", po::value(&c.separator),
       "prepare: the token each document starts with (default: the tokenizer's BOS, else its "
       "EOS), or none");
@@ -525,6 +534,16 @@ std::optional<int> tool_command(const Cli& c) {
     expect_words(c, 2,
                  "ztrain sft-check --dataset-dir D --dataset A[,B] [--cutoff-len N] MODEL_DIR");
     ztrain::sft_check(sft_request(c), std::cout);
+    return 0;
+  }
+  if (command == "schedule") {
+    expect_words(c, 2,
+                 "ztrain schedule NAME --stages P --micro-batches M [--chunks V] [--set "
+                 "schedule.KEY=VALUE]");
+    if (!c.given.count("stages") || !c.given.count("micro-batches"))
+      throw ztrain::ConfigError("ztrain schedule: give --stages P and --micro-batches M");
+    ztrain::show_schedule({c.positional[1], {c.stages, c.micro_batches, c.chunks}, c.overrides},
+                          c.loader(), std::cout);
     return 0;
   }
   if (command == "sample") {

@@ -94,3 +94,27 @@ fi
 grep -q "shard_group_size = 3 does not divide the 2 ranks" "$scratch/bad.out" ||
   { cat "$scratch/bad.out" >&2; fail "the error does not name shard_group_size"; }
 echo "hybrid_shard: equivalent to ddp at world 4 in groups of 2 and of 4; its checkpoint resumes under ddp"
+
+# A schedule plugin outside the tree (examples/zero_bubble_schedule): built
+# against the installed SDK, listed, and its plan checked and timed by the
+# installed ztrain, idling less than 1F1B's on the same clock.
+zb="$scratch/zb_build"
+cmake -S "$SRC/examples/zero_bubble_schedule" -B "$zb" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror" > "$scratch/zb.out" 2>&1 &&
+  cmake --build "$zb" >> "$scratch/zb.out" 2>&1 || { cat "$scratch/zb.out" >&2; fail "the schedule example does not build"; }
+zb_plugin=$(find "$zb" -name 'libztrain_schedule_zero_bubble.so' | head -n 1)
+[ -n "$zb_plugin" ] || fail "the schedule example made no plugin"
+"$ZTRAIN" plugins --plugin-path "$(dirname "$zb_plugin")" > "$scratch/zb_plugins.out" 2>&1 ||
+  { cat "$scratch/zb_plugins.out" >&2; fail "ztrain plugins --plugin-path (schedule) failed"; }
+grep -q "^schedule zero_bubble 0.1.0" "$scratch/zb_plugins.out" ||
+  { cat "$scratch/zb_plugins.out" >&2; fail "the schedule plugin is not listed"; }
+for s in 1f1b zero_bubble; do
+  "$ZTRAIN" schedule "$s" --stages 4 --micro-batches 8 --plugin-path "$(dirname "$zb_plugin")" \
+    > "$scratch/$s.plan" 2>&1 || { cat "$scratch/$s.plan" >&2; fail "ztrain schedule $s failed"; }
+done
+grep -q "^  stage 0: F0 F1 F2 F3 I0 F4 I1" "$scratch/zero_bubble.plan" ||
+  { cat "$scratch/zero_bubble.plan" >&2; fail "the plugin's plan is not the one printed"; }
+idle() { sed -n 's/^  the most idle stage idles \([0-9.]*\) %.*/\1/p' "$scratch/$1.plan"; }
+awk -v z="$(idle zero_bubble)" -v o="$(idle 1f1b)" 'BEGIN { exit !(z != "" && o != "" && z + 0 < o + 0) }' ||
+  fail "zero_bubble idles $(idle zero_bubble) % against 1f1b's $(idle 1f1b) %"
+echo "zero_bubble (a schedule plugin): idles $(idle zero_bubble) % of the step against 1f1b's $(idle 1f1b) %"

@@ -39,7 +39,7 @@ class ZTRAIN_API Plugin {
 
 struct PluginInfo {
   std::uint32_t abi_version;
-  const char* kind;  // "strategy", "model" or "data"
+  const char* kind;  // "strategy", "model", "data" or "schedule"
   const char* name;
   const char* version;
   const char* description;

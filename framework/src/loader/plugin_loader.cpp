@@ -190,9 +190,9 @@ LoadedPlugin PluginLoader::load_file(const fs::path& file) const {
   const PluginInfo& info = *p.info_;
   check_abi(file, info.abi_version, info.build_id);
   const std::string kind = info.kind;
-  if (kind != "strategy" && kind != "model" && kind != "data")
+  if (kind != "strategy" && kind != "model" && kind != "data" && kind != "schedule")
     throw PluginError(file.string() + ": unknown plugin kind '" + kind +
-                      "' (expected strategy, model or data)");
+                      "' (expected strategy, model, data or schedule)");
   try {
     info.declare_options(&p.options_);
   } catch (const std::exception& e) {

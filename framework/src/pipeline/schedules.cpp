@@ -164,6 +164,10 @@ std::string describe(const Action& a, const ScheduleShape& shape) {
          (shape.chunks > 1 ? " (chunk " + std::to_string(a.chunk) + ")" : "");
 }
 
+bool is_builtin_schedule(std::string_view name) {
+  return name == "gpipe" || name == "1f1b" || name == "interleaved";
+}
+
 std::unique_ptr<PipelineSchedule> builtin_schedule(std::string_view name) {
   if (name == "gpipe") return std::make_unique<GPipe>();
   if (name == "1f1b") return std::make_unique<OneFOneB>();

@@ -38,8 +38,9 @@
 // once (what a schedule trades against its idle time).
 //
 // A schedule is a policy that writes plans: the built-in ones and any a
-// plugin brings implement PipelineSchedule; the host checks whatever plan
-// it gets.
+// plugin brings implement PipelineSchedule (a plugin of kind "schedule":
+// ZTRAIN_PLUGIN("schedule", NAME, ...), examples/zero_bubble_schedule);
+// the host checks whatever plan it gets.
 //
 // Thread safety: plans and schedules are immutable values; the functions
 // are pure. Errors: ConfigError naming the schedule, the stage, the action's
@@ -55,6 +56,7 @@
 #include <vector>
 
 #include "ztrain/export.h"
+#include "ztrain/plugin.h"
 
 namespace ztrain::pipeline {
 
@@ -96,9 +98,8 @@ struct SchedulePlan {
 
 // A policy writing plans. plan() throws ConfigError for a shape it cannot
 // run, saying what to change.
-class ZTRAIN_API PipelineSchedule {
+class ZTRAIN_API PipelineSchedule : public Plugin {
  public:
-  virtual ~PipelineSchedule() = default;
   virtual std::string name() const = 0;
   virtual SchedulePlan plan(const ScheduleShape& shape) const = 0;
 };
@@ -113,6 +114,8 @@ class ZTRAIN_API PipelineSchedule {
 //   idle time cut by V; M must be a multiple of P.
 // gpipe and 1f1b take V = 1. ConfigError for another name, listing these.
 ZTRAIN_API std::unique_ptr<PipelineSchedule> builtin_schedule(std::string_view name);
+// Whether `name` is one of them.
+ZTRAIN_API bool is_builtin_schedule(std::string_view name);
 
 // Throws ConfigError at the first thing wrong with `plan` (above).
 ZTRAIN_API void check_schedule(const SchedulePlan& plan);
