@@ -159,5 +159,5 @@ variant cp_mismatch 's/parallelism_config_dp_shard_size: 2/parallelism_config_dp
 refused "$scratch/cp_mismatch.yaml" "dp_replicate 1 x dp_shard 4 x tp 1 x cp 2 x sp 1 = 8 ranks, but num_processes is 4"
 variant cp_tensor 's/parallelism_config_tp_size: 1/parallelism_config_tp_size: 2/; s/parallelism_config_dp_shard_size: 2/parallelism_config_dp_shard_size: 1/' \
   "$acc/fsdp2_context_parallel.yaml"
-refused "$scratch/cp_tensor.yaml" "parallelism_config.parallelism_config_tp_size: [parallel] tensor = 2: tensor parallelism is not built"
+refused "$scratch/cp_tensor.yaml" "[parallel] context = 2 with tensor = 2: tensor parallelism is not combined with a split sequence"
 echo "PASS"

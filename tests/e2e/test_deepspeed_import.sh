@@ -192,8 +192,8 @@ refused "a wrong type" 'bad.json: zero_optimization.reduce_bucket_size is 1.5; e
 refused "--deepspeed with --strategy" "drop --strategy zero2" '{}' --strategy zero2
 # The mesh's degrees land on [parallel]: Ulysses' on sequence, trained
 # over both ranks (the same training as the preset with [parallel]
-# sequence), refused where it does not divide them; AutoTP's on tensor
-# (not built yet).
+# sequence), refused where it does not divide them; AutoTP's on tensor,
+# trained as the preset with [parallel] tensor trains.
 echo '{"zero_optimization": {"stage": 2}, "sequence_parallel_size": 2}' > "$scratch/ulysses.json"
 train_run ds_ulysses --deepspeed "$scratch/ulysses.json"
 train_run preset_ulysses --strategy zero2 --set parallel.sequence=2
@@ -203,7 +203,14 @@ grep -qF "mesh: sequence 2: each sequence split over 2 ranks" "$scratch/ds_ulyss
 refused "Ulysses' degree beyond the ranks" \
   "bad.json: sequence_parallel_size: [parallel] tensor x sequence x context x pipeline = 4 ranks per copy of the model do not divide the world of 2 ranks" \
   '{"zero_optimization": {"stage": 2}, "sequence_parallel_size": 4}'
-refused "AutoTP's degree" "bad.json: tensor_parallel.autotp_size: [parallel] tensor = 2: tensor parallelism" \
-  '{"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}'
+echo '{"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}' > "$scratch/autotp.json"
+train_run ds_autotp --deepspeed "$scratch/autotp.json"
+train_run preset_tensor --strategy zero1 --set parallel.tensor=2
+same_training preset_tensor ds_autotp 0 0
+grep -qF "mesh: tensor 2: each block's projections split over tensor groups 0-1" "$scratch/ds_autotp.out" ||
+  fail "tensor_parallel.autotp_size did not split the blocks"
+refused "AutoTP's degree beyond the heads" \
+  "bad.json: tensor_parallel.autotp_size: [parallel] tensor = 2: [model] n_head (attention heads) = 1 does not divide into 2 equal parts" \
+  '{"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}' --set model.n_head=1
 refused "a tensor_parallel key ztrain does not know" "bad.json: tensor_parallel.tp_grain_size is not a DeepSpeed key" \
   '{"tensor_parallel": {"autotp_size": 1, "tp_grain_size": 64}}'

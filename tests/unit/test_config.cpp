@@ -222,8 +222,8 @@ TEST_CASE("batch identity: any two of micro, accumulation and global, and contra
 // a degree above 1 is refused naming its key and place, never run as data
 // parallelism. The batch counts the data ranks, what the others leave.
 TEST_CASE(
-    "parallel section: degrees of 1 are the data-parallel run, sequence and context split the "
-    "world, the unbuilt are refused by name") {
+    "parallel section: degrees of 1 are the data-parallel run, sequence, context and tensor split "
+    "the world, the unbuilt are refused by name") {
   const auto settings = [](const std::string& toml, int world) {
     return resolve_settings(RunConfig::parse(toml, "run.toml"), world);
   };
@@ -268,7 +268,25 @@ TEST_CASE(
   CHECK(contains(config_error("[parallel]\nsequence = 2\ncontext = 2\n"),
                  "run.toml:3:1: [parallel] tensor x sequence x context x pipeline = 4 ranks per "
                  "copy of the model do not divide the world of 1 rank"));
-  CHECK(contains(config_error("[parallel]\ntensor = 2\n"), "[parallel] tensor = 2: tensor"));
+  // Tensor splits the world as the sequence does (the data ranks carry the
+  // batch); what needs the whole weights is refused by its key, and so is
+  // tensor with a split sequence.
+  const RunSettings t2 =
+      settings("[parallel]\ntensor = 2\n[train]\nsave_final = false\nglobal_batch_size = 8\n", 4);
+  CHECK(t2.parallel.tensor == 2);
+  CHECK(t2.parallel.model_ranks() == 2);
+  CHECK(t2.train.micro_batch * t2.train.grad_accum * 2 == 8);
+  CHECK(contains(config_error("[parallel]\ntensor = 2\n"),
+                 "run.toml:2:1: [parallel] tensor x sequence x context x pipeline = 2 ranks per "
+                 "copy of the model do not divide the world of 1 rank"));
+  CHECK(contains(test::message_of<ConfigError>([&] { settings("[parallel]\ntensor = 2\n", 2); }),
+                 "[train] save_final = true with [parallel] tensor = 2"));
+  CHECK(contains(test::message_of<ConfigError>([&] {
+                   settings("[parallel]\ntensor = 2\nsequence = 2\n[train]\nsave_final = false\n",
+                            4);
+                 }),
+                 "run.toml:3:1: [parallel] sequence = 2 with tensor = 2: tensor parallelism is not "
+                 "combined with a split sequence"));
   CHECK(contains(config_error("[parallel]\npipeline = 2\n"), "pipeline parallelism"));
   CHECK(contains(config_error("[parallel]\nexpert = 8\n"), "expert parallelism"));
   CHECK(contains(config_error("[parallel]\ntensor = 0\n"), "tensor"));

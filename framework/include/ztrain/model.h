@@ -46,6 +46,39 @@ struct Init {
   float std = 0.0f;  // for normal: N(0, std^2); for uniform: U(-std, std)
 };
 
+// Tensor parallelism (Megatron's): which part of the whole parameter this
+// rank holds. dim -1: the whole, the same on every rank of the tensor
+// group (a norm's weight, a row-parallel layer's bias); 0: rows (a
+// column-parallel layer's output features), 1: columns (a row-parallel
+// layer's input features). The whole is `sections` equal blocks along dim
+// (GPT-2's c_attn: q, k and v), each cut into `parts` equal parts; this
+// rank holds part `part` of every section, in section order.
+struct TensorSplit {
+  int dim = -1;
+  int parts = 1;
+  int part = 0;
+  int sections = 1;
+  // The whole parameter's flat (row-major) index of element i of this
+  // rank's part, whose shape is `local` (a vector counts as one column).
+  std::uint64_t whole_index(const Shape& local, std::uint64_t i) const {
+    if (dim < 0) return i;
+    const auto rows = static_cast<std::uint64_t>(local[0]);
+    const std::uint64_t cols = local.rank() > 1 ? static_cast<std::uint64_t>(local[1]) : 1;
+    std::uint64_t r = i / cols, c = i % cols;
+    const auto P = static_cast<std::uint64_t>(parts), p = static_cast<std::uint64_t>(part);
+    const auto S = static_cast<std::uint64_t>(sections);
+    if (dim == 0) {
+      const std::uint64_t each = rows / S;
+      r = r / each * each * P + p * each + r % each;
+      return r * cols + c;
+    }
+    const std::uint64_t each = cols / S;
+    c = c / each * each * P + p * each + c % each;
+    return r * cols * P + c;
+  }
+  bool operator==(const TensorSplit&) const = default;
+};
+
 struct ParamSpec {
   std::string name;
   Shape shape;
@@ -66,6 +99,11 @@ struct ParamSpec {
   // model's files, so an import of the base leaves it at its initial
   // value; exported in PEFT's adapter format.
   bool adapter = false;
+  // Under tensor parallelism, the part of the whole `shape` is (its shape
+  // is the part's); the whole by default. A part starts at the values the
+  // whole would (TensorSplit::whole_index), and the gradient norm counts a
+  // parameter the tensor group shares (dim -1) once.
+  TensorSplit split = {};
 };
 
 struct ModuleSpec {
@@ -222,6 +260,11 @@ class ZTRAIN_API StepContext {
     sequence_group_ = sequence;
     context_group_ = context;
   }
+  // The tensor-parallel group (Model::split_tensors' degree ranks, this
+  // rank at its part), on the same terms as the sequence groups; null at
+  // degree 1.
+  Communicator* tensor_group() const { return tensor_group_; }
+  void set_tensor_group(Communicator* tensor) { tensor_group_ = tensor; }
 
   Arena& activations() { return arena_; }
   const Kernels& kernels() const { return kernels_; }
@@ -245,6 +288,7 @@ class ZTRAIN_API StepContext {
   float token_scale_;
   Communicator* sequence_group_ = nullptr;
   Communicator* context_group_ = nullptr;
+  Communicator* tensor_group_ = nullptr;
   IdVector<ModuleId, int> active_;  // per module: entered and not yet exited
 };
 
@@ -272,6 +316,13 @@ class ZTRAIN_API Model : public Plugin {
   // Why this model cannot train rows that pack several examples
   // (Batch::positions); empty when it can. The default: it cannot.
   virtual std::string segments_refusal() const;
+  // Tensor parallelism: makes this the part `part` of the model split over
+  // `degree` ranks and returns empty, params() then describing this rank's
+  // parts (ParamSpec::split); or returns why the model cannot be split so,
+  // and stays whole. Called at most once, before params() is first read;
+  // forward and backward then run with StepContext::tensor_group(). The
+  // default: it cannot.
+  virtual std::string split_tensors(int degree, int part);
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

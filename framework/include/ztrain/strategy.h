@@ -90,6 +90,10 @@ struct StepArgs {
   std::int64_t step = 1;  // 1-based optimizer step (AdamW bias correction)
   double grad_clip = 0;   // max global norm; 0 disables
   double loss_scale = 1;  // gradients carry this factor; step() divides it out
+  // The ranks holding the other parts of this rank's parameters (the
+  // tensor group; null where there are none): the gradient norm sums over
+  // them too, each parameter they all hold whole counted once.
+  Communicator* model_parallel = nullptr;
 };
 
 struct StepResult {

@@ -243,9 +243,9 @@ html::Facts run_facts(const CompareArgs& a, const RunConfig& config, const Compa
     // jobs only (check_strategies), which it may not have.
     TrainArgs run = a.run;
     std::erase_if(run.overrides, [](const std::string& o) { return !strategy_key(o).empty(); });
-    const RunParts parts =
-        make_run_parts(load_run_config(run),
-                       PluginLoader(default_plugin_dirs(a.run.plugin_paths), {}), a.nproc, a.nproc);
+    const RunParts parts = make_run_parts(load_run_config(run),
+                                          PluginLoader(default_plugin_dirs(a.run.plugin_paths), {}),
+                                          {a.nproc, a.nproc, 0});
     model += " " + parts.info.arch + ", " + format_rate(static_cast<double>(parts.info.n_params)) +
              " parameters";
   } catch (const Error& e) {

@@ -69,8 +69,8 @@ RunParts parts_of(const SizingArgs& a, const fs::path& preset, const PluginLoade
   TrainArgs run = a.run;
   run.strategy = preset.string();
   run.overrides.insert(run.overrides.end(), overrides.begin(), overrides.end());
-  RunParts parts =
-      make_run_parts(load_run_config(run), loader, a.world, std::min(a.world, a.gpus_per_node));
+  RunParts parts = make_run_parts(load_run_config(run), loader,
+                                  {a.world, std::min(a.world, a.gpus_per_node), 0});
   if (a.device_memory) parts.sizes.device_budget = a.device_memory;
   return parts;
 }

@@ -232,13 +232,16 @@ DeviceSettings resolve_device(const Options& d) {
 std::int64_t data_ranks(const RunConfig& config, const ParallelSettings& p, int world) {
   const int per_replica = p.model_ranks();
   if (world % per_replica == 0) return world / per_replica;
-  const std::string key = "parallel." + p.split_key();
+  // Named by the degree that splits: the sequence's, else the tensor's.
+  const bool split = p.split().shards() > 1;
+  const std::string key = "parallel." + (split ? p.split_key() : std::string("tensor"));
   throw ConfigError(config.where(key) + ": [parallel] tensor x sequence x context x pipeline = " +
                     std::to_string(per_replica) + " ranks per copy of the model do not divide " +
                     "the world of " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
                     "; start a multiple of " + std::to_string(per_replica) +
-                    " ranks or lower the degrees (--set " + key +
-                    "=1 runs whole sequences on every rank; a checkpoint resumes on any mesh)");
+                    " ranks or lower the degrees (--set " + key + "=1 runs " +
+                    (split ? "whole sequences on every rank; a checkpoint resumes on any mesh)"
+                           : "whole blocks on every rank)"));
 }
 
 // [train] epochs, where it decides the run's length: given with steps,
@@ -291,6 +294,30 @@ std::string steps_from_epochs(RunSettings& s, const RunConfig& config,
                             : std::string());
   return note.str();
 }
+
+namespace {
+
+// What a tensor-parallel run cannot do yet: whatever reads or writes the
+// whole parameters (checkpoints, the final weights, an export, a resume,
+// sampling), since each rank holds parts of them. Each is refused naming
+// its key rather than written as parts no reader would know.
+void refuse_with_tensor(const Options& t, const TrainSettings& tr, int tensor) {
+  if (tensor <= 1) return;
+  const auto refuse = [&](const char* key, const std::string& what, const std::string& instead) {
+    throw ConfigError(t.where(key) + ": [train] " + key + " " + what +
+                      " with [parallel] tensor = " + std::to_string(tensor) +
+                      ": a tensor-parallel run's ranks hold parts of its parameters, which this "
+                      "version of ztrain does not yet write or read whole; " +
+                      instead);
+  };
+  if (tr.checkpoint_every > 0) refuse("checkpoint_every", "> 0", "set checkpoint_every = 0");
+  if (tr.save_final) refuse("save_final", "= true", "set save_final = false");
+  if (!tr.export_to.empty()) refuse("export_to", "is given", "remove export_to");
+  if (!tr.resume.empty()) refuse("resume", "is given", "start the run afresh");
+  if (tr.sample.every > 0) refuse("sample_every", "> 0", "set sample_every = 0");
+}
+
+}  // namespace
 
 RunSettings resolve_settings(const RunConfig& config, int world) {
   RunSettings s;
@@ -387,6 +414,7 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.micro_batch = m;
   tr.grad_accum = a;
   tr.global_batch = m * a * w;
+  refuse_with_tensor(t, tr, s.parallel.tensor);
   // The data's position counts sequences in 64 bits: steps x global batch
   // must fit (integers never wrap).
   if (std::int64_t sequences = 0; __builtin_mul_overflow(tr.steps, tr.global_batch, &sequences))
@@ -406,13 +434,13 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   return s;
 }
 
-// Data, sequence (Ulysses) and context (ring attention) are built, alone
-// or together; the other dimensions are still being built: a degree above
-// 1 would train something else than it says, so it is refused by name.
+// Data, sequence (Ulysses), context (ring attention) and tensor are
+// built, the first three alone or together; the other dimensions are still
+// being built: a degree above 1 would train something else than it says,
+// so it is refused by name.
 ParallelSettings resolve_parallel(const RunConfig& config) {
   const Options p = config.validate("parallel", parallel_options());
-  const std::pair<const char*, const char*> dims[] = {{"tensor", "tensor parallelism"},
-                                                      {"pipeline", "pipeline parallelism"},
+  const std::pair<const char*, const char*> dims[] = {{"pipeline", "pipeline parallelism"},
                                                       {"expert", "expert parallelism"}};
   for (const auto& [key, what] : dims)
     if (const std::int64_t degree = p.get_int(key); degree > 1)
@@ -423,6 +451,14 @@ ParallelSettings resolve_parallel(const RunConfig& config) {
                         "state, activation checkpointing and [parallel] sequence and context save "
                         "activation memory)");
   const auto degree = [&](const char* key) { return static_cast<int>(p.get_int(key)); };
+  if (degree("tensor") > 1)
+    for (const char* key : {"sequence", "context"})
+      if (degree(key) > 1)
+        throw ConfigError(p.where(key) + ": [parallel] " + key + " = " +
+                          std::to_string(degree(key)) +
+                          " with tensor = " + std::to_string(degree("tensor")) +
+                          ": tensor parallelism is not combined with a split sequence in this "
+                          "version of ztrain; choose one of them");
   return {degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
           degree("expert")};
 }

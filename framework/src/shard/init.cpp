@@ -12,11 +12,12 @@ namespace ztrain::shard {
 void initial_values(const ParamSpec& spec, std::uint64_t stream, std::uint64_t seed,
                     std::uint64_t first, std::uint64_t count, float* out) {
   const auto draw = [&](auto value) {
-    oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<std::uint64_t>(0, count, 4096),
-                              [&](const oneapi::tbb::blocked_range<std::uint64_t>& r) {
-                                for (auto i = r.begin(); i != r.end(); ++i)
-                                  out[i] = static_cast<float>(value(first + i));
-                              });
+    oneapi::tbb::parallel_for(
+        oneapi::tbb::blocked_range<std::uint64_t>(0, count, 4096),
+        [&](const oneapi::tbb::blocked_range<std::uint64_t>& r) {
+          for (auto i = r.begin(); i != r.end(); ++i)
+            out[i] = static_cast<float>(value(spec.split.whole_index(spec.shape, first + i)));
+        });
   };
   const double scale = spec.init.std;
   switch (spec.init.kind) {

@@ -62,6 +62,7 @@ OptimizerShard::OptimizerShard(Device& device, Tier tier, const ParamSpecs& para
     : device_(device),
       tier_(tier),
       range_(params, layout, begin, end),
+      shared_(shared_runs(params, layout, begin, end)),
       m_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
       v_(device.allocate(tier, Category::optimizer, (end - begin) * sizeof(float))),
       begin_(begin),
@@ -137,6 +138,38 @@ void OptimizerShard::load(StateSource& source, const FlatLayout& layout, TypedPt
   get_range(source, layout, begin_, end_, StateArray::v, v_.as<float>(), device_, tier_);
 }
 
+std::vector<Span> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
+                              std::uint64_t begin, std::uint64_t end) {
+  const bool split = std::any_of(params.begin(), params.end(),
+                                 [](const ParamSpec& p) { return p.split.parts > 1; });
+  std::vector<Span> runs;
+  if (!split) return runs;
+  for (const auto& seg : layout.segments(begin, end)) {
+    if (params[seg.param].split.dim >= 0) continue;
+    if (!runs.empty() && runs.back().end == seg.begin - begin)
+      runs.back().end = seg.end - begin;
+    else
+      runs.push_back({seg.begin - begin, seg.end - begin});
+  }
+  return runs;
+}
+
+namespace {
+
+// Adds the squares of g's elements to s: all of them, or (skipping the
+// shared runs) those of this rank's own parts.
+void add_squares(const Kernels& k, StepScalars* s, const GradSpan& g, bool skip_shared) {
+  if (!skip_shared || g.shared.empty()) return k.sum_squares_add(s, g.grads, g.count);
+  std::uint64_t at = 0;
+  for (const Span& run : g.shared) {
+    if (run.begin > at) k.sum_squares_add(s, g.grads.at(at), run.begin - at);
+    at = run.end;
+  }
+  if (g.count > at) k.sum_squares_add(s, g.grads.at(at), g.count - at);
+}
+
+}  // namespace
+
 // The scalars are finished where their home is; with pieces in both tiers
 // the device pieces are summed first, so the order of the sum (and its bits)
 // is the same whichever device holds them.
@@ -147,17 +180,19 @@ StepNorm::StepNorm(Device& device, const std::vector<GradSpan>& grads, Communica
   const auto device_piece = [](const GradSpan& g) { return g.tier == Tier::device; };
   const bool any_device = std::any_of(grads.begin(), grads.end(), device_piece);
   const bool any_host = !std::all_of(grads.begin(), grads.end(), device_piece);
+  Communicator* const parts = args.model_parallel;
+  const bool skip_shared = parts && parts->rank() != 0;
   home_ = any_host ? Tier::host : Tier::device;
   if (any_device || !any_host) {
     device_rec_ = device.allocate(Tier::device, Category::grads, sizeof(StepScalars));
     for (const GradSpan& g : grads)
       if (device_piece(g))
-        kernels.device.sum_squares_add(device_rec_.as<StepScalars>(), g.grads, g.count);
+        add_squares(kernels.device, device_rec_.as<StepScalars>(), g, skip_shared);
   }
   if (any_host) {
     if (device_rec_) device.copy(&host_, device_rec_.data(), sizeof(StepScalars));
     for (const GradSpan& g : grads)
-      if (!device_piece(g)) kernels.host.sum_squares_add(&host_, g.grads, g.count);
+      if (!device_piece(g)) add_squares(kernels.host, &host_, g, skip_shared);
   }
   // Unscaled before the fp32 all-reduce: a scaled square sum can pass
   // FLT_MAX where the true one does not.
@@ -165,7 +200,8 @@ StepNorm::StepNorm(Device& device, const std::vector<GradSpan>& grads, Communica
   const Kernels& k = kernels.on(home_);
   k.grad_norm_unscale(s, args.loss_scale);
   if (comm) comm->all_reduce(&s->reduced, 1, DType::f32, ReduceOp::sum);
-  k.grad_norm_finish(s, comm != nullptr, args.loss_scale, args.grad_clip);
+  if (parts) parts->all_reduce(&s->reduced, 1, DType::f32, ReduceOp::sum);
+  k.grad_norm_finish(s, comm != nullptr || parts != nullptr, args.loss_scale, args.grad_clip);
   if (home_ == Tier::host && device_rec_) device.copy(device_rec_.data(), s, sizeof(StepScalars));
 }
 
@@ -187,7 +223,8 @@ StepResult step_shards(Device& device, const std::vector<ShardSlice>& slices, Co
                        const StepKernels& kernels, const StepArgs& args, GradAfter grad_after) {
   const auto size = [](const ShardSlice& s) { return s.optimizer->end() - s.optimizer->begin(); };
   std::vector<GradSpan> grads;
-  for (const auto& s : slices) grads.push_back({s.grads, size(s), s.optimizer->tier()});
+  for (const auto& s : slices)
+    grads.push_back({s.grads, size(s), s.optimizer->tier(), s.optimizer->shared()});
   const StepNorm norm(device, grads, comm, kernels, args);
   for (const auto& s : slices) {
     const Tier t = s.optimizer->tier();

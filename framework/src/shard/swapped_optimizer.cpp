@@ -60,6 +60,7 @@ SwappedOptimizer::SwappedOptimizer(Device& device, const ParamSpecs& params,
     : device_(device),
       begin_(begin),
       end_(end),
+      shared_(shared_runs(params, layout, begin, end)),
       settings_(settings),
       grad_dtype_(grad_dtype),
       engine_(swap.aio) {
@@ -142,7 +143,7 @@ std::vector<GradPiece> SwappedOptimizer::grad_pieces() const {
 StepResult SwappedOptimizer::step(OwnedShard& working, Communicator* comm,
                                   const StepKernels& kernels, const StepArgs& args) {
   const TypedPtr grads{grads_.data(), grad_dtype_};
-  const StepNorm norm(device_, {{grads, end_ - begin_, Tier::host}}, comm, kernels, args);
+  const StepNorm norm(device_, {{grads, end_ - begin_, Tier::host, shared_}}, comm, kernels, args);
   const StepResult result = norm.result();  // finished on the host: no wait
   if (result.skipped) {
     std::memset(grads_.data(), 0, grads_.bytes());

@@ -199,7 +199,8 @@ void load_weights(const RunParts& parts, Run& run, bool resumed, std::uint64_t s
 void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader) {
   run.resolved = resolve_config(config, loader);
   run.config_notes = config.notes();
-  RunParts parts = make_run_parts(config, loader, run.comm->size(), local_rank_count());
+  RunParts parts =
+      make_run_parts(config, loader, {run.comm->size(), local_rank_count(), run.comm->rank()});
   std::vector<InstalledPart> installed = parts.plugins;
   if (parts.settings.device.kind == "cuda")
     installed.push_back({"CUDA backend", cuda_backend_path(), ZTRAIN_VERSION});
@@ -261,7 +262,10 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   setup.params = sizes.params;
   setup.modules = run.model->modules();
   setup.device = run.device.get();
-  setup.comm = &run.strategy_comm();
+  // The strategy averages over the ranks holding the same parts: all of
+  // them but under tensor parallelism, whose parts it must not mix.
+  setup.comm =
+      run.settings.parallel.tensor > 1 ? &(*run.mesh_groups)[MeshDim::data] : &run.strategy_comm();
   setup.kernels = run.kernels.get();
   setup.host_kernels = run.host_kernels ? run.host_kernels.get() : run.kernels.get();
   setup.optimizer = tr.optimizer;
@@ -290,7 +294,7 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const RunConfig config = load_run_config(args);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
-  const RunParts parts = make_run_parts(config, loader, world, world);
+  const RunParts parts = make_run_parts(config, loader, {world, world, 0});
   const RunSettings& settings = parts.settings;
   const ModelInfo& info = parts.info;
   const std::string& model_name = parts.model_plugin;
@@ -457,7 +461,7 @@ void check_run(const TrainArgs& args, int world) {
   const RunConfig config = load_run_config(args);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
   resolve_config(config, loader);
-  make_run_parts(config, loader, world, world);
+  make_run_parts(config, loader, {world, world, 0});
 }
 
 std::string resolved_config_of(const TrainArgs& args) {

@@ -23,10 +23,27 @@ void check_split(const RunConfig& config, const Model& model, SequenceSplit both
                         ": " + why + "; choose a degree that divides them, or 1");
 }
 
+// Tensor parallelism: the model made this rank's part of the split, or
+// the run refused naming why (and what needs whole weights to start from).
+void split_model(const RunConfig& config, const RunParts& p, int rank) {
+  const int degree = p.settings.parallel.tensor;
+  if (degree <= 1) return;
+  for (const char* key : {"init_from", "adapter_from"})
+    if (p.model_options.has_value(key))
+      throw ConfigError(p.model_options.where(key) + ": [model] " + key +
+                        " with [parallel] tensor = " + std::to_string(degree) +
+                        ": a tensor-parallel run does not yet load whole weights into its parts; "
+                        "remove " +
+                        key + " or train with tensor = 1");
+  if (const std::string why = p.model->split_tensors(degree, rank % degree); !why.empty())
+    throw ConfigError(config.where("parallel.tensor") +
+                      ": [parallel] tensor = " + std::to_string(degree) + ": " + why);
+}
+
 }  // namespace
 
-RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world,
-                        int ranks_here) {
+RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, PartsFor job) {
+  const int world = job.world, ranks_here = job.ranks_here;
   config.check_sections(run_file_sections());
   RunParts p;
   p.settings = resolve_settings(config, world);
@@ -48,6 +65,7 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
   const Options strategy_options = plugin_options(config, "strategy", strategy_lib, OptionList{});
 
   p.model = model_lib.create<Model>(p.model_options);
+  split_model(config, p, job.rank);
   p.strategy = strategy_lib.create<Strategy>(strategy_options);
   // A model that freezes parameters: the strategy trains the rest.
   if (has_frozen(p.model->params())) {
@@ -62,7 +80,7 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int
   const BatchShape micro{static_cast<int>(tr.micro_batch), p.info.seq_len / shards, par.split(),
                          tr.activation_dtype};
   p.sizes = {p.model->params(),
-             world,
+             world / par.tensor,
              tr.precision,
              tr.grad_dtype,
              p.model->activation_bytes(micro),

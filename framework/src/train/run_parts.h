@@ -43,8 +43,14 @@ struct RunParts {
   EstimateArgs sizes;
 };
 
-// ranks_here: the ranks that share this machine's RAM.
-RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, int world,
-                        int ranks_here);
+// Whom the parts are for: a job of `world` ranks, `ranks_here` of them
+// sharing this machine's RAM, this process being rank `rank` (an estimate's
+// is 0: under tensor parallelism, the model's first part).
+struct PartsFor {
+  int world = 1;
+  int ranks_here = 1;
+  int rank = 0;
+};
+RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, PartsFor job);
 
 }  // namespace ztrain

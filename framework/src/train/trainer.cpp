@@ -229,6 +229,14 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
     h.mesh = run.mesh.describe() + ": each sequence split over " + std::to_string(split.shards()) +
              " ranks" + split_groups(run) + "; [strategy] across all " +
              std::to_string(run.comm->size()) + " ranks";
+  if (run.mesh.size(MeshDim::tensor) > 1)
+    h.mesh = run.mesh.describe() + ": each block's projections split over tensor groups " +
+             run.mesh.describe_groups(MeshDim::tensor) +
+             " (Megatron's: q, k, v and the MLP's first layer by output, the attention's and the "
+             "MLP's last by input); " +
+             (run.mesh.size(MeshDim::data) > 1
+                  ? "[strategy] across data groups " + run.mesh.describe_groups(MeshDim::data)
+                  : std::string("[strategy] on each rank's parts alone (one data rank)"));
   h.comm_backend = run.strategy_comm().backend();
   h.placement = run.placement;
   h.seq_len = info.seq_len;
@@ -398,7 +406,8 @@ void Trainer::train_step(std::int64_t step) {
   // The losses are read once the step is queued: on a GPU nothing between
   // the first forward and the update waits for the host. A non-finite loss
   // has non-finite gradients, which step() skips.
-  const StepResult sr = run_.strategy->step({lr, at_.applied + 1, tr_.grad_clip, scale});
+  const StepResult sr = run_.strategy->step(
+      {lr, at_.applied + 1, tr_.grad_clip, scale, run_.group_of(MeshDim::tensor)});
   const StepAgreement agreed = StepAgreement::reach(
       *run_.comm, {static_cast<float>(losses_.take() / static_cast<double>(tr_.grad_accum) *
                                       trained_factor(tr_.grad_accum, trained)),
@@ -454,6 +463,7 @@ void Trainer::micro_steps(std::int64_t step, double scale, std::uint64_t trained
       token_scale = std::numeric_limits<float>::quiet_NaN();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, token_scale);
     ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
+    ctx.set_tensor_group(run_.group_of(MeshDim::tensor));
     run_.model->forward_backward(with_activations(data_.next()), ctx);
   }
 }
@@ -514,6 +524,7 @@ void Trainer::evaluate(std::int64_t step) {
     arena_.reset();
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, 1.0f);
     ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
+    ctx.set_tensor_group(run_.group_of(MeshDim::tensor));
     const Batch batch = with_activations(data_.val(j));
     mine += DataLoader::trained(batch);
     run_.model->evaluate(batch, ctx);

@@ -61,6 +61,16 @@ void Transformer::check_tokens(const Batch& batch) const {
   }
 }
 
+void Transformer::tensor_sum(StepContext& ctx, float* x, std::size_t n) const {
+  if (cfg_.tensor <= 1) return;
+  group_of(ctx.tensor_group(), cfg_.tensor, "tensor")->all_reduce(x, n, DType::f32, ReduceOp::sum);
+}
+
+ConstTypedPtr Transformer::row_bias(StepContext& ctx, std::optional<ParamId> bias) const {
+  if (!bias || cfg_.tensor_rank != 0) return {};
+  return ctx.param(*bias);
+}
+
 Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx, bool training) const {
   check_tokens(batch);
   Arena& arena = ctx.activations();
@@ -186,33 +196,34 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
   const auto P = param_views(ctx);
   const Dims d = dims(a.B, a.T);
-  const std::size_t C = d.C, H = d.H, KV = d.KV;
+  const std::size_t C = d.C, H = d.H, KV = d.KV, A = d.A;
   const RowShape rows = d.rows(C);
   const std::size_t NC = d.N * C, NH_ = d.N * H;
   if (!cfg_.llama) {
     k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), rows,
                         cfg_.norm_eps);
     keep(ctx, a, b.ln1, NC, b.kept.ln1);
-    k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), d.linear(C, 3 * C));  // qkv: (N,3C)
-    lora_forward(l, {Proj::qkv, b.ln1, d.linear(C, 3 * C)}, b.q, b, a, ctx);
+    k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), d.linear(C, 3 * A));  // qkv: (N,3A)
+    lora_forward(l, {Proj::qkv, b.ln1, d.linear(C, 3 * A)}, b.q, b, a, ctx);
   } else {
     k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), rows, cfg_.norm_eps);
     keep(ctx, a, b.ln1, NC, b.kept.ln1);
-    k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), d.linear(C, C));   // q: (N,C)
+    k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), d.linear(C, A));   // q: (N,A)
     k.matmul_forward(b.k, b.ln1, P(p.k_w), P(p.k_b), d.linear(C, KV));  // k: (N,KV)
     k.matmul_forward(b.v, b.ln1, P(p.v_w), P(p.v_b), d.linear(C, KV));  // v: (N,KV)
-    lora_forward(l, {Proj::q, b.ln1, d.linear(C, C)}, b.q, b, a, ctx);
+    lora_forward(l, {Proj::q, b.ln1, d.linear(C, A)}, b.q, b, a, ctx);
     lora_forward(l, {Proj::k, b.ln1, d.linear(C, KV)}, b.k, b, a, ctx);
     lora_forward(l, {Proj::v, b.ln1, d.linear(C, KV)}, b.v, b, a, ctx);
-    k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C, a.positions});
+    k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, A, a.positions});
     k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV, a.positions});
   }
   keep(ctx, a, b.q, d.qkv(), b.kept.qkv);
   attention_forward(b, a, ctx);
-  keep(ctx, a, b.atty, NC, b.kept.atty);
+  keep(ctx, a, b.atty, d.N * A, b.kept.atty);
   if (a.ulysses()) keep(ctx, a, b.ulysses, ulysses_shape(b, a).saved_floats(), b.kept.ulysses);
-  k.matmul_forward(b.res1, b.atty, P(p.proj_w), P(p.proj_b), d.linear(C, C));
-  lora_forward(l, {Proj::o, b.atty, d.linear(C, C)}, b.res1, b, a, ctx);
+  k.matmul_forward(b.res1, b.atty, P(p.proj_w), row_bias(ctx, p.proj_b), d.linear(A, C));
+  lora_forward(l, {Proj::o, b.atty, d.linear(A, C)}, b.res1, b, a, ctx);
+  tensor_sum(ctx, b.res1, NC);
   norm2_forward(l, x, b, a, ctx);
   if (!cfg_.llama) {
     // fc: (N,H) without its bias, which GELU adds as it reads h1.
@@ -221,7 +232,7 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     keep(ctx, a, b.h1, NH_, b.kept.h1);
     k.gelu_forward(b.h2, b.h1, P(p.fc_b), d.rows(H));
     keep(ctx, a, b.h2, NH_, b.kept.h2);
-    k.matmul_forward(out, b.h2, P(p.fcproj_w), P(p.fcproj_b), d.linear(H, C));
+    k.matmul_forward(out, b.h2, P(p.fcproj_w), row_bias(ctx, p.fcproj_b), d.linear(H, C));
     lora_forward(l, {Proj::down, b.h2, d.linear(H, C)}, out, b, a, ctx);
   } else {
     k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), d.linear(C, H));  // gate: (N,H)
@@ -232,9 +243,10 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
     keep(ctx, a, b.h2, NH_, b.kept.h2);
     k.swiglu_forward(b.h3, b.h1, b.h2, NH_);
     keep(ctx, a, b.h3, NH_, b.kept.h3);
-    k.matmul_forward(out, b.h3, P(p.fcproj_w), P(p.fcproj_b), d.linear(H, C));
+    k.matmul_forward(out, b.h3, P(p.fcproj_w), row_bias(ctx, p.fcproj_b), d.linear(H, C));
     lora_forward(l, {Proj::down, b.h3, d.linear(H, C)}, out, b, a, ctx);
   }
+  tensor_sum(ctx, out, NC);
   k.add(out, out, b.res1, NC);
 }
 
@@ -277,7 +289,7 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
   const auto P = param_views(ctx);
   const auto G = grad_views(ctx);
   const Dims d = dims(a.B, a.T);
-  const std::size_t C = d.C, H = d.H, KV = d.KV, NC = d.N * C, NH_ = d.N * H;
+  const std::size_t C = d.C, H = d.H, KV = d.KV, A = d.A, NC = d.N * C, NH_ = d.N * H;
   const RowShape rows = d.rows(C);
 
   // MLP
@@ -290,6 +302,7 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
     zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), d.linear(C, H));
     lora_backward(l, {Proj::fc, b.ln2, d.linear(C, H)}, a.d_c, a.d_h1, b, a, ctx);
+    tensor_sum(ctx, a.d_c, NC);
     k.layernorm_backward(a.d_res, G(p.ln2_w), G(p.ln2_b), a.d_c, b.res1, P(p.ln2_w), b.ln2_mean,
                          b.ln2_rstd, rows);
   } else {
@@ -305,39 +318,42 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
     lora_backward(l, {Proj::fc, b.ln2, d.linear(C, H)}, a.d_c, a.d_h1, b, a, ctx);
     k.matmul_backward(a.d_c, G(p.up_w), G(p.up_b), a.d_h2, b.ln2, P(p.up_w), d.linear(C, H));
     lora_backward(l, {Proj::up, b.ln2, d.linear(C, H)}, a.d_c, a.d_h2, b, a, ctx);
+    tensor_sum(ctx, a.d_c, NC);
     k.rmsnorm_backward(a.d_res, G(p.ln2_w), a.d_c, b.res1, P(p.ln2_w), b.ln2_rstd, rows);
   }
   // a.d_res is now dL/d(res1). Attention:
-  zero(ctx, a.d_att, NC);
+  zero(ctx, a.d_att, d.N * A);
   k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), a.d_res, b.atty, P(p.proj_w),
-                    d.linear(C, C));
-  lora_backward(l, {Proj::o, b.atty, d.linear(C, C)}, a.d_att, a.d_res, b, a, ctx);
+                    d.linear(A, C));
+  lora_backward(l, {Proj::o, b.atty, d.linear(A, C)}, a.d_att, a.d_res, b, a, ctx);
   if (!cfg_.llama) {
-    zero(ctx, a.d_qkv, NC * 3);
+    zero(ctx, a.d_qkv, d.N * A * 3);
     float* dq = a.d_qkv;
-    attention_backward({dq, dq + C, dq + 2 * C}, b, a, ctx);
+    attention_backward({dq, dq + A, dq + 2 * A}, b, a, ctx);
     zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w),
-                      d.linear(C, 3 * C));
-    lora_backward(l, {Proj::qkv, b.ln1, d.linear(C, 3 * C)}, a.d_c, a.d_qkv, b, a, ctx);
+                      d.linear(C, 3 * A));
+    lora_backward(l, {Proj::qkv, b.ln1, d.linear(C, 3 * A)}, a.d_c, a.d_qkv, b, a, ctx);
+    tensor_sum(ctx, a.d_c, NC);
     k.layernorm_backward(a.d_res, G(p.ln1_w), G(p.ln1_b), a.d_c, x, P(p.ln1_w), b.ln1_mean,
                          b.ln1_rstd, rows);
   } else {
-    const std::size_t NKVs = d.N * KV;
+    const std::size_t NKVs = d.N * KV, NA = d.N * A;
     float* dq = a.d_qkv;
-    float* dk = dq + NC;
+    float* dk = dq + NA;
     float* dv = dk + NKVs;
-    zero(ctx, a.d_qkv, NC + 2 * NKVs);
+    zero(ctx, a.d_qkv, NA + 2 * NKVs);
     attention_backward({dq, dk, dv}, b, a, ctx);
-    k.rope_backward(dq, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, C, a.positions});
+    k.rope_backward(dq, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, A, a.positions});
     k.rope_backward(dk, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV, a.positions});
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), d.linear(C, C));
+    k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), d.linear(C, A));
     k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(C, KV));
     k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), d.linear(C, KV));
-    lora_backward(l, {Proj::q, b.ln1, d.linear(C, C)}, a.d_c, dq, b, a, ctx);
+    lora_backward(l, {Proj::q, b.ln1, d.linear(C, A)}, a.d_c, dq, b, a, ctx);
     lora_backward(l, {Proj::k, b.ln1, d.linear(C, KV)}, a.d_c, dk, b, a, ctx);
     lora_backward(l, {Proj::v, b.ln1, d.linear(C, KV)}, a.d_c, dv, b, a, ctx);
+    tensor_sum(ctx, a.d_c, NC);
     k.rmsnorm_backward(a.d_res, G(p.ln1_w), a.d_c, x, P(p.ln1_w), b.ln1_rstd, rows);
   }
 }
@@ -394,8 +410,8 @@ void Transformer::restore_block(int l, Acts& a, StepContext& ctx) const {
     restore(ctx, a, b.ulysses, ulysses_shape(b, a).saved_floats(), b.kept.ulysses);
   else
     restore(ctx, a, b.q, d.qkv(), b.kept.qkv);
-  for (const auto& [x, kept] :
-       {std::pair{b.atty, b.kept.atty}, {b.res1, b.kept.res1}, {b.ln2, b.kept.ln2}})
+  restore(ctx, a, b.atty, d.N * d.A, b.kept.atty);
+  for (const auto& [x, kept] : {std::pair{b.res1, b.kept.res1}, {b.ln2, b.kept.ln2}})
     restore(ctx, a, x, NC, kept);
   for (const auto& [x, kept] : {std::pair{b.h1, b.kept.h1}, {b.h2, b.kept.h2}, {b.h3, b.kept.h3}})
     if (x) restore(ctx, a, x, NH_, kept);

@@ -251,9 +251,10 @@ void Transformer::rope_tables(float* cos, float* sin, std::size_t T, std::size_t
 }
 
 ParamId Transformer::add(const std::string& name, Shape shape, Init init,
-                         std::vector<ModuleId> used_by) {
+                         std::vector<ModuleId> used_by, TensorSplit split) {
   const bool decay = shape.rank() >= 2;
   ParamSpec spec{name, std::move(shape), init, decay, std::move(used_by), {}, false};
+  spec.split = cfg_.tensor > 1 ? split : TensorSplit{};
   if (!cfg_.llama) {
     // GPT2LMHeadModel keeps the body under "transformer." and its Conv1D
     // layers store weights as (in, out).
@@ -265,8 +266,16 @@ ParamId Transformer::add(const std::string& name, Shape shape, Init init,
   return params_.push_back(std::move(spec));
 }
 
+// Under tensor parallelism (Megatron's split) each block's first
+// projections are cut by output (q, k, v and the MLP's first layer: their
+// rows, with their biases), the projections back to the width by input
+// (the attention's output and the MLP's last layer: their columns; their
+// biases whole); norms, embeddings and head stay whole.
 void Transformer::declare_params() {
-  const int C = cfg_.n_embd, V = cfg_.vocab_size, L = cfg_.n_layer, H = cfg_.hidden;
+  const int C = cfg_.n_embd, V = cfg_.vocab_size, L = cfg_.n_layer, H = cfg_.local_hidden(),
+            A = cfg_.attention_width();
+  const TensorSplit rows{0, cfg_.tensor, cfg_.tensor_rank, 1},
+      cols{1, cfg_.tensor, cfg_.tensor_rank, 1}, qkv_rows{0, cfg_.tensor, cfg_.tensor_rank, 3};
   const ModuleId embed = kEmbed, head = head_module();
   const Init normal{Init::Kind::normal, static_cast<float>(cfg_.init_std)};
   const Init scaled{Init::Kind::normal,
@@ -282,45 +291,49 @@ void Transformer::declare_params() {
       auto& b = blocks_[static_cast<std::size_t>(l)];
       b.ln1_w = add(p + "ln_1.weight", {C}, ones, {m});
       b.ln1_b = add(p + "ln_1.bias", {C}, zeros, {m});
-      b.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, normal, {m});
-      b.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, zeros, {m});
-      b.proj_w = add(p + "attn.c_proj.weight", {C, C}, scaled, {m});
+      b.qkv_w = add(p + "attn.c_attn.weight", {3 * A, C}, normal, {m}, qkv_rows);
+      b.qkv_b = add(p + "attn.c_attn.bias", {3 * A}, zeros, {m}, qkv_rows);
+      b.proj_w = add(p + "attn.c_proj.weight", {C, A}, scaled, {m}, cols);
       b.proj_b = add(p + "attn.c_proj.bias", {C}, zeros, {m});
       b.ln2_w = add(p + "ln_2.weight", {C}, ones, {m});
       b.ln2_b = add(p + "ln_2.bias", {C}, zeros, {m});
-      b.fc_w = add(p + "mlp.c_fc.weight", {H, C}, normal, {m});
-      b.fc_b = add(p + "mlp.c_fc.bias", {H}, zeros, {m});
-      b.fcproj_w = add(p + "mlp.c_proj.weight", {C, H}, scaled, {m});
+      b.fc_w = add(p + "mlp.c_fc.weight", {H, C}, normal, {m}, rows);
+      b.fc_b = add(p + "mlp.c_fc.bias", {H}, zeros, {m}, rows);
+      b.fcproj_w = add(p + "mlp.c_proj.weight", {C, H}, scaled, {m}, cols);
       b.fcproj_b = add(p + "mlp.c_proj.bias", {C}, zeros, {m});
     }
     lnf_w_ = add("ln_f.weight", {C}, ones, {head});
     lnf_b_ = add("ln_f.bias", {C}, zeros, {head});
     head_w_ = wte_;
   } else {
-    const int KV = cfg_.kv_dim();
+    const int KV = cfg_.local_kv_dim();
     wte_ = add("model.embed_tokens.weight", {V, C}, normal, {embed});
     for (int l = 0; l < L; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       const ModuleId m = block_module(l);
       auto& b = blocks_[static_cast<std::size_t>(l)];
-      // Hugging Face's order: each projection's weight, then its bias.
+      // Hugging Face's order: each projection's weight, then its bias
+      // (cut with it where its rows are).
       auto linear = [&](const std::string& name, Shape shape, Init init, bool bias,
-                        std::optional<ParamId>& w, std::optional<ParamId>& bias_id) {
+                        std::optional<ParamId>& w, std::optional<ParamId>& bias_id,
+                        TensorSplit split) {
         const std::int64_t out = shape[0];
-        w = add(p + name + ".weight", std::move(shape), init, {m});
-        if (bias) bias_id = add(p + name + ".bias", {out}, zeros, {m});
+        w = add(p + name + ".weight", std::move(shape), init, {m}, split);
+        if (bias)
+          bias_id =
+              add(p + name + ".bias", {out}, zeros, {m}, split.dim == 0 ? split : TensorSplit{});
       };
       const bool qkv_bias = cfg_.attention_bias != AttentionBias::none,
                  o_bias = cfg_.attention_bias == AttentionBias::all;
       b.ln1_w = add(p + "input_layernorm.weight", {C}, ones, {m});
-      linear("self_attn.q_proj", {C, C}, normal, qkv_bias, b.q_w, b.q_b);
-      linear("self_attn.k_proj", {KV, C}, normal, qkv_bias, b.k_w, b.k_b);
-      linear("self_attn.v_proj", {KV, C}, normal, qkv_bias, b.v_w, b.v_b);
-      linear("self_attn.o_proj", {C, C}, scaled, o_bias, b.proj_w, b.proj_b);
+      linear("self_attn.q_proj", {A, C}, normal, qkv_bias, b.q_w, b.q_b, rows);
+      linear("self_attn.k_proj", {KV, C}, normal, qkv_bias, b.k_w, b.k_b, rows);
+      linear("self_attn.v_proj", {KV, C}, normal, qkv_bias, b.v_w, b.v_b, rows);
+      linear("self_attn.o_proj", {C, A}, scaled, o_bias, b.proj_w, b.proj_b, cols);
       b.ln2_w = add(p + "post_attention_layernorm.weight", {C}, ones, {m});
-      linear("mlp.gate_proj", {H, C}, normal, cfg_.mlp_bias, b.fc_w, b.fc_b);
-      linear("mlp.up_proj", {H, C}, normal, cfg_.mlp_bias, b.up_w, b.up_b);
-      linear("mlp.down_proj", {C, H}, scaled, cfg_.mlp_bias, b.fcproj_w, b.fcproj_b);
+      linear("mlp.gate_proj", {H, C}, normal, cfg_.mlp_bias, b.fc_w, b.fc_b, rows);
+      linear("mlp.up_proj", {H, C}, normal, cfg_.mlp_bias, b.up_w, b.up_b, rows);
+      linear("mlp.down_proj", {C, H}, scaled, cfg_.mlp_bias, b.fcproj_w, b.fcproj_b, cols);
     }
     lnf_w_ = add("model.norm.weight", {C}, ones, {head});
     if (cfg_.tied) {
@@ -409,8 +422,10 @@ ModelInfo Transformer::info() const {
   i.vocab_size = cfg_.vocab_size;
   i.seq_len = cfg_.seq_len;
   double frozen = 0;
+  // The whole model's: a tensor-parallel part counts as the whole it is
+  // one of.
   for (const auto& p : params_) {
-    i.n_params += p.shape.numel();
+    i.n_params += p.shape.numel() * (p.split.dim >= 0 ? p.split.parts : 1);
     if (!p.trainable) frozen += static_cast<double>(p.shape.numel());
   }
   // 6N for the matmuls over parameters (4N over frozen ones, which get no
@@ -436,9 +451,10 @@ std::size_t Transformer::head_rows(std::size_t N) const {
 
 Transformer::Dims Transformer::dims(int B, int T) const {
   auto z = [](int n) { return static_cast<std::size_t>(n); };
-  const std::size_t NKV = z(cfg_.n_kv_head), hs = z(cfg_.head_size());
-  return {z(B),           z(T), z(B) * z(T), z(cfg_.n_embd), z(cfg_.hidden),
-          z(cfg_.n_head), NKV,  hs,          NKV * hs,       z(cfg_.vocab_size)};
+  const std::size_t NH = z(cfg_.local_heads()), NKV = z(cfg_.local_kv_heads()),
+                    hs = z(cfg_.head_size());
+  return {z(B), z(T),     z(B) * z(T),        z(cfg_.n_embd), z(cfg_.local_hidden()), NH, NKV,
+          hs,   NKV * hs, z(cfg_.vocab_size), NH * hs};
 }
 
 // 16-bit activations: each block's fp32 tensors are one working set, shared,
@@ -453,11 +469,13 @@ void Transformer::plan(const BatchShape& shape,
                        const std::function<float*(std::size_t, bool)>& alloc_where, Acts& a) const {
   const auto alloc = [&](std::size_t n) { return alloc_where(n, false); };
   const int B = shape.batch, T = shape.seq_len;
+  // H, KV and the attention's width A: this rank's share of them.
   const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg_.n_embd,
-                    H = static_cast<std::size_t>(cfg_.hidden),
-                    KV = static_cast<std::size_t>(cfg_.kv_dim()),
+                    H = static_cast<std::size_t>(cfg_.local_hidden()),
+                    KV = static_cast<std::size_t>(cfg_.local_kv_dim()),
+                    A = static_cast<std::size_t>(cfg_.attention_width()),
                     V = static_cast<std::size_t>(cfg_.vocab_size);
-  const std::size_t lse_rows = static_cast<std::size_t>(B) * cfg_.n_head * T;
+  const std::size_t lse_rows = static_cast<std::size_t>(B) * cfg_.local_heads() * T;
   a.B = B;
   a.T = T;
   a.split = shape.split;
@@ -482,14 +500,14 @@ void Transformer::plan(const BatchShape& shape,
   // Under Ulysses a block's backward reads the head shards it saved, not
   // its own q, k and v: one buffer serves every block. The ring's reads
   // the block's own.
-  const std::size_t qkv_floats = cfg_.llama ? N * (C + 2 * KV) : N * 3 * C;
+  const std::size_t qkv_floats = cfg_.llama ? N * (A + 2 * KV) : N * 3 * A;
   float* const shared_qkv = a.ulysses() ? alloc(qkv_floats) : nullptr;
   const auto at = [](float* p, std::size_t offset) { return p ? p + offset : nullptr; };
   const std::size_t saved = a.ulysses() ? ulysses_shape(a.blocks[0], a).saved_floats() : 0;
   a.d_res = alloc(N * C);
   a.d_c = alloc(N * C);
-  a.d_att = alloc(N * C);
-  a.d_qkv = alloc(N * (C + 2 * KV));
+  a.d_att = alloc(N * A);
+  a.d_qkv = alloc(N * (A + 2 * KV));
   a.d_h1 = alloc(N * H);
   a.d_h2 = alloc(N * H);
   a.d_h3 = cfg_.llama ? alloc(N * H) : nullptr;
@@ -520,7 +538,7 @@ void Transformer::plan(const BatchShape& shape,
     const auto copy = [&](std::size_t n) { return own_copies ? kept_alloc(n, false) : scratch; };
     b.kept = {copy(N * C),
               a.ulysses() ? scratch : copy(qkv_floats),
-              copy(N * C),
+              copy(N * A),
               copy(N * C),
               copy(N * C),
               copy(N * H),
@@ -540,17 +558,17 @@ void Transformer::plan(const BatchShape& shape,
     }
     b.ln1 = alloc(N * C);
     b.q = a.ulysses() ? shared_qkv : alloc(qkv_floats);
-    if (cfg_.llama) {  // q (N,C), k (N,KV), v (N,KV)
-      b.k = at(b.q, N * C);
+    if (cfg_.llama) {  // q (N,A), k (N,KV), v (N,KV)
+      b.k = at(b.q, N * A);
       b.v = at(b.k, N * KV);
-      b.q_stride = C;
+      b.q_stride = A;
       b.kv_stride = KV;
-    } else {  // (N,3C): each row's q, k, v
-      b.k = at(b.q, C);
-      b.v = at(b.q, 2 * C);
-      b.q_stride = b.kv_stride = 3 * C;
+    } else {  // (N,3A): each row's q, k, v
+      b.k = at(b.q, A);
+      b.v = at(b.q, 2 * A);
+      b.q_stride = b.kv_stride = 3 * A;
     }
-    b.atty = alloc(N * C);
+    b.atty = alloc(N * A);
     b.res1 = alloc(N * C);
     b.ln2 = alloc(N * C);
     b.h1 = alloc(N * H);
@@ -599,6 +617,31 @@ std::uint64_t Transformer::planned_bytes(const BatchShape& shape, bool host) con
       },
       a);
   return bytes;
+}
+
+// The heads, the key/value heads and the MLP's width must each divide
+// into the parts (grouped key/value heads fewer than the degree would be
+// copied to the ranks that share one, which is not built); the fine-tuning
+// methods keep whole weights. The parameters are declared again as parts.
+std::string Transformer::split_tensors(int degree, int part) {
+  if (degree <= 1) return {};
+  if (cfg_.tuning.method != FineTuning::Method::full)
+    return "[model] finetuning_type = \"" +
+           std::string(cfg_.tuning.method == FineTuning::Method::lora ? "lora" : "freeze") +
+           "\" is not split over tensor-parallel ranks yet; train it with tensor = 1";
+  const std::pair<int, const char*> counts[] = {{cfg_.n_head, "n_head (attention heads)"},
+                                                {cfg_.n_kv_head, "n_kv_head (key/value heads)"},
+                                                {cfg_.hidden, "the MLP's width"}};
+  for (const auto& [n, what] : counts)
+    if (n % degree != 0)
+      return std::string("[model] ") + what + " = " + std::to_string(n) + " does not divide into " +
+             std::to_string(degree) + " equal parts; choose a degree that divides it";
+  cfg_.tensor = degree;
+  cfg_.tensor_rank = part;
+  params_ = ParamSpecs{};
+  blocks_.clear();
+  declare_params();
+  return {};
 }
 
 // Rotary positions restart with each example (the tables are indexed by

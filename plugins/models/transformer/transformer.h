@@ -95,8 +95,17 @@ struct Config {
   int loss_chunk_tokens = 1024;      // tokens whose logits exist at once
   double init_std = 0.02;
   FineTuning tuning;
+  // Tensor parallelism: this rank holds part `tensor_rank` of `tensor`.
+  int tensor = 1, tensor_rank = 0;
   int head_size() const { return n_embd / n_head; }
   int kv_dim() const { return n_kv_head * head_size(); }
+  // This rank's share of the heads, key/value heads and MLP width, and the
+  // width of its attention (C at tensor 1).
+  int local_heads() const { return n_head / tensor; }
+  int local_kv_heads() const { return n_kv_head / tensor; }
+  int local_hidden() const { return hidden / tensor; }
+  int attention_width() const { return local_heads() * head_size(); }
+  int local_kv_dim() const { return local_kv_heads() * head_size(); }
 };
 
 // Parameter ids of one block, in declaration order (each architecture
@@ -161,6 +170,7 @@ class Transformer final : public Model {
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
   std::string sequence_shards_refusal(SequenceSplit split) const override;
   std::string segments_refusal() const override;
+  std::string split_tensors(int degree, int part) override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
   std::vector<AdapterOf> adapters() const override;
@@ -240,13 +250,15 @@ class Transformer final : public Model {
   // working set before its backward.
   void restore_block(int l, Acts& a, StepContext& ctx) const;
   // A micro-batch's dimensions as the kernels take them: B, T, N = B*T, the
-  // width C, the MLP's H, heads NH and NKV of hs, KV = NKV*hs, V.
+  // width C, the MLP's H, heads NH and NKV of hs, KV = NKV*hs, V; under
+  // tensor parallelism H, NH, NKV and KV are this rank's share, and A =
+  // NH*hs is its attention's width (C when whole).
   struct Dims {
-    std::size_t B, T, N, C, H, NH, NKV, hs, KV, V;
+    std::size_t B, T, N, C, H, NH, NKV, hs, KV, V, A;
     RowShape rows(std::size_t width) const { return {N, width}; }
     MatmulShape linear(std::size_t in, std::size_t out) const { return {N, in, out}; }
-    // Floats of a block's q, k and v together (GPT-2's KV is C: its (N,3C)).
-    std::size_t qkv() const { return N * (C + 2 * KV); }
+    // Floats of a block's q, k and v together (GPT-2's KV is A: its (N,3A)).
+    std::size_t qkv() const { return N * (A + 2 * KV); }
     AttentionShape attention(const BlockActs& b) const {
       return {B, T, NH, NKV, hs, b.q_stride, b.kv_stride};
     }
@@ -311,7 +323,10 @@ class Transformer final : public Model {
                      const Acts& a, StepContext& ctx) const;
   // ConfigError when the parameter count does not fit 64 bits.
   void check_sizes(const Options& o) const;
-  ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by);
+  // A parameter; under tensor parallelism `split` says which part of the
+  // whole `shape` is (ignored when whole).
+  ParamId add(const std::string& name, Shape shape, Init init, std::vector<ModuleId> used_by,
+              TensorSplit split = {});
   // The batch's buffers from the arena; without a backward to come the
   // offloaded checkpoints get no host memory (their pointers null: the
   // forward does not save them).
@@ -347,6 +362,12 @@ class Transformer final : public Model {
   void norm2_forward(int l, const float* x, BlockActs& b, const Acts& a, StepContext& ctx) const;
   void block_backward(int l, Acts& a, StepContext& ctx) const;
   void check_tokens(const Batch& batch) const;
+  // Tensor parallelism: x (n, on every rank of the group its part's
+  // contribution) becomes their sum on every rank; nothing when whole.
+  void tensor_sum(StepContext& ctx, float* x, std::size_t n) const;
+  // A row-parallel layer's bias, added by the group's first rank alone (the
+  // sum adds it once): the bias there, none elsewhere.
+  ConstTypedPtr row_bias(StepContext& ctx, std::optional<ParamId> bias) const;
 
   Config cfg_;
   ParamSpecs params_;

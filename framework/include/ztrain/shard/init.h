@@ -3,7 +3,8 @@
 // The value of element i of parameter p is a pure function of (seed, p, i):
 // N(0, std^2) from a counter-based generator, or a constant. A strategy
 // initialises whatever part of the flat buffer it owns and gets the same
-// numbers a single process would.
+// numbers a single process would; a tensor-parallel part (ParamSpec::split)
+// gets the values of the whole parameter's elements it holds.
 //
 // Thread safety: reentrant; uses the calling thread's oneTBB arena.
 #pragma once

@@ -105,11 +105,14 @@ class ZTRAIN_API OptimizerShard {
   Device& device() const { return device_; }
   std::uint64_t begin() const { return begin_; }
   std::uint64_t end() const { return end_; }
+  // shared_runs of [begin, end).
+  const std::vector<Span>& shared() const { return shared_; }
 
  private:
   Device& device_;
   Tier tier_;
   AdamWRange range_;
+  std::vector<Span> shared_;
   Buffer m_, v_, master_;
   Buffer working_stage_;  // host copy of the working slice, where it cannot be reached
   std::uint64_t begin_, end_;
@@ -128,12 +131,24 @@ struct GradSpan {
   TypedPtr grads;
   std::uint64_t count;
   Tier tier;  // picks the kernels that sum it
+  // Its elements [begin, end) of parameters the model-parallel group
+  // shares whole (shared_runs), counted on that group's first rank only.
+  std::vector<Span> shared = {};
 };
+
+// In a model split over a tensor group (some ParamSpec::split cut into
+// parts), the runs of flat elements [begin, end) whose parameters every
+// rank of the group holds whole, as offsets from begin; none in a whole
+// model.
+ZTRAIN_API std::vector<Span> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
+                                         std::uint64_t begin, std::uint64_t end);
 
 // The global gradient norm of a step, unscaled, and the scalars AdamW reads
 // (StepScalars): the sum of squares of every piece, summed over `comm`
-// unless it is null (so every rank clips by the norm ddp would see); a
-// non-finite norm skips the step. Where every piece is in the device tier,
+// unless it is null (so every rank clips by the norm ddp would see), then
+// over StepArgs::model_parallel where there is one (its ranks' parts, a
+// shared parameter counted by its first rank alone); a non-finite norm
+// skips the step. Where every piece is in the device tier,
 // all of it runs there, queued behind the gradients, and nothing is read
 // back until result(): a GPU goes from the last gradient to the update
 // without waiting for the host. With pieces in host memory (an offloaded

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Tensor parallelism ([parallel] tensor, Megatron's split of each block:
+# q, k, v and the MLP's first layer cut by output, the attention's and the
+# MLP's last projection by input, one all-reduce after each of those
+# forward and one after each block input's gradient backward) must train
+# exactly what ddp trains at world 1 on the same global batch: GPT-2 at
+# tensor 2 and 4; Llama with 2 key/value heads at tensor 2 (each rank one
+# of them), with biases on every projection (the row-parallel biases added
+# once), tensor 2 x data 2 under zero1 with activation checkpointing and
+# under zero3, with gradient accumulation, and bf16 against bf16 ddp at
+# world 1; evaluation too (the same val loss). The gradient norm counts
+# every parameter once: a norm weight or bias the tensor group shares is
+# not counted `tensor` times.
+# Tolerances, relative per step, as the sequence-splitting tests': fp32
+# losses 1e-6 and gradient norms 2e-6 (a row-parallel projection sums its
+# parts' partial products over the group, in another order than one
+# GEMM); bf16 2e-4 and 4e-3. A part at the wrong place, a missing
+# all-reduce or a shared parameter counted twice is orders of magnitude
+# larger (tests/mutations).
+# Then the bytes: a step's all-reduces, counted by the communicator, equal
+# the formula; the memory: a rank at tensor 2 holds half of the split
+# projections' parameters, gradients and optimizer state, measured; and
+# the refusals by key.
+#
+# usage: test_tensor_parallel.sh ZTRAIN_BINARY SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sequence_lib.sh"
+
+# GPT-2: 4 heads of 16, the MLP 256 wide.
+base=(--model gpt2-tiny "${common[@]}")
+train_run g_w1 1 8 1
+train_run g_t2 2 8 1 --set parallel.tensor=2
+train_run g_t4 4 8 1 --set parallel.tensor=4
+for name in g_t2 g_t4; do same_training g_w1 "$name" 1e-6 2e-6; done
+same_val_loss g_w1 g_t2 g_t4
+grep -q "batch: 8 x 1 accum x 1 data rank = 8 sequences of 32 tokens" "$scratch/g_t2.out" ||
+  fail "tensor 2 did not report its batch over the data ranks"
+grep -q "mesh: tensor 2: each block's projections split over tensor groups 0-1 (Megatron's.*\[strategy\] on each rank's parts alone (one data rank)" \
+  "$scratch/g_t2.out" || fail "the run header does not name the tensor groups"
+
+# Llama: 4 query heads over 2 key/value heads, biases on every projection.
+base=(--model llama-tiny --set model.n_kv_head=2 --set model.attention_bias=all
+  --set model.mlp_bias=true "${common[@]}")
+train_run l_w1 1 4 2
+train_run l_t2 2 4 2 --set parallel.tensor=2
+train_run l_t2d2_zero1 4 2 2 --set parallel.tensor=2 --strategy zero1 \
+  --set model.activation_checkpointing=true
+train_run l_t2d2_zero3 4 2 2 --set parallel.tensor=2 --strategy zero3
+for name in l_t2 l_t2d2_zero1 l_t2d2_zero3; do same_training l_w1 "$name" 1e-6 2e-6; done
+same_val_loss l_w1 l_t2 l_t2d2_zero3
+grep -q "mesh: tensor 2 x data 2: .*tensor groups 0-1 | 2-3 .*\[strategy\] across data groups 0,2 | 1,3" \
+  "$scratch/l_t2d2_zero3.out" || fail "the run header does not name the tensor and data groups"
+train_run l_w1_bf16 1 4 2 --set train.precision=bf16
+train_run l_t2_bf16 2 4 2 --set train.precision=bf16 --set parallel.tensor=2
+same_training l_w1_bf16 l_t2_bf16 2e-4 4e-3
+
+# all-reduce bytes per step over all ranks: per layer and micro-step two
+# in forward (after the attention's and the MLP's output projections) and
+# two in backward (the gradients of the two norms' outputs), each of
+# micro x 32 tokens x 64 floats; the step's gradient norm (one float over
+# the tensor group) and the ranks' agreement on the loss and the stop (three
+# floats over the world). A ring all-reduce of n elements over R ranks
+# sends 2 (R-1) n elements in all. tp_bytes RANKS TENSOR MICRO ACCUM
+tp_bytes() {
+  local ranks=$1 t=$2 micro=$3 accum=$4 layers=2
+  local act=$((micro * 32 * 64))
+  echo $((4 * (layers * 4 * accum * 2 * (t - 1) * act + 2 * (t - 1) + 2 * (ranks - 1) * 3)))
+}
+check_bytes g_t2 all_reduce "$(tp_bytes 2 2 8 1)"
+check_bytes g_t4 all_reduce "$(tp_bytes 4 4 8 1)"
+check_bytes l_t2 all_reduce "$(tp_bytes 2 2 4 2)"
+
+# Memory, measured: a rank at tensor 2 holds the whole embedding, norms and
+# the row-parallel biases, and half of every other block parameter: per
+# GPT-2 block 12 C^2 + 7 C of its 12 C^2 + 13 C elements are split.
+peak_bytes() {  # peak_bytes NAME CATEGORY: the device's peak of CATEGORY in NAME's last step
+  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
+    sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
+}
+half=$((2 * (12 * 64 * 64 + 7 * 64) / 2 * 4))
+for category in params grads optimizer; do
+  whole=$(peak_bytes g_w1 "$category") part=$(peak_bytes g_t2 "$category")
+  per=$([ "$category" = optimizer ] && echo 2 || echo 1)
+  [ $((whole - part)) -eq $((per * half)) ] ||
+    fail "tensor 2 holds $part bytes of $category per rank against $whole whole, not $((per * half)) fewer"
+done
+echo "tensor 2: $(peak_bytes g_t2 params) bytes of parameters a rank, $(peak_bytes g_w1 params) whole"
+
+# Refused by key, before anything trains.
+base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
+refused "fewer key/value heads than the degree" \
+  "--set parallel.tensor=4: [parallel] tensor = 4: [model] n_kv_head (key/value heads) = 2 does not divide into 4 equal parts" \
+  4 "$ZTRAIN" "${base[@]}" --set parallel.tensor=4 "$SRC/configs/run.toml"
+refused "LoRA under tensor parallelism" \
+  "[parallel] tensor = 2: [model] finetuning_type = \"lora\" is not split over tensor-parallel ranks yet" \
+  2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set model.finetuning_type=lora "$SRC/configs/run.toml"
+refused "the final weights of a tensor-parallel run" \
+  "[train] save_final = true with [parallel] tensor = 2: a tensor-parallel run's ranks hold parts of its parameters" \
+  2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set train.save_final=true "$SRC/configs/run.toml"
+refused "checkpoints of a tensor-parallel run" \
+  "--set train.checkpoint_every=5: [train] checkpoint_every > 0 with [parallel] tensor = 2" \
+  2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set train.checkpoint_every=5 "$SRC/configs/run.toml"
+refused "tensor with a split sequence" \
+  "--set parallel.sequence=2: [parallel] sequence = 2 with tensor = 2: tensor parallelism is not combined with a split sequence" \
+  4 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set parallel.sequence=2 "$SRC/configs/run.toml"
+echo "PASS"

@@ -1,0 +1,114 @@
+// Tensor-parallel parts (ztrain/model.h's TensorSplit): each element of a
+// part maps to the whole parameter's element a reference cut by hand
+// holds there, rows or columns, in sections; a part's initial values are
+// those elements' (shard/init.h); and the flat runs of parameters a tensor
+// group shares whole are what the gradient norm skips on all but one rank
+// (shard/optimizer_shard.h's shared_runs).
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "ztrain/model.h"
+#include "ztrain/shard/flat_layout.h"
+#include "ztrain/shard/init.h"
+#include "ztrain/shard/optimizer_shard.h"
+
+using namespace ztrain;
+
+namespace {
+
+// The whole (rows x cols) matrix's flat indices that part `part` of
+// `parts` holds, cut along dim in `sections`, in the part's row-major
+// order: the reference, built as Megatron cuts a fused projection.
+std::vector<std::uint64_t> cut_by_hand(std::uint64_t rows, std::uint64_t cols, int dim, int parts,
+                                       int part, int sections) {
+  std::vector<std::uint64_t> out;
+  if (dim == 0) {
+    const std::uint64_t each = rows / sections / parts;
+    for (int s = 0; s < sections; ++s)
+      for (std::uint64_t r = 0; r < each; ++r) {
+        const std::uint64_t whole_row = (s * parts + part) * each + r;
+        for (std::uint64_t c = 0; c < cols; ++c) out.push_back(whole_row * cols + c);
+      }
+    return out;
+  }
+  const std::uint64_t each = cols / sections / parts;
+  for (std::uint64_t r = 0; r < rows; ++r)
+    for (int s = 0; s < sections; ++s)
+      for (std::uint64_t c = 0; c < each; ++c)
+        out.push_back(r * cols + (s * parts + part) * each + c);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a part's elements are the whole's that a cut by hand gives it") {
+  const std::uint64_t rows = 18, cols = 36;
+  for (int dim : {0, 1})
+    for (int parts : {1, 2, 3})
+      for (int sections : {1, 3})
+        for (int part = 0; part < parts; ++part) {
+          CAPTURE(dim);
+          CAPTURE(parts);
+          CAPTURE(sections);
+          CAPTURE(part);
+          const TensorSplit split{dim, parts, part, sections};
+          const Shape local = dim == 0 ? Shape{std::int64_t(rows / parts), std::int64_t(cols)}
+                                       : Shape{std::int64_t(rows), std::int64_t(cols / parts)};
+          const auto want = cut_by_hand(rows, cols, dim, parts, part, sections);
+          REQUIRE(want.size() == static_cast<std::size_t>(local.numel()));
+          for (std::uint64_t i = 0; i < want.size(); ++i)
+            CHECK(split.whole_index(local, i) == want[i]);
+        }
+  // A vector cut by rows: GPT-2's fused q, k, v bias.
+  const TensorSplit bias{0, 2, 1, 3};
+  CHECK(bias.whole_index(Shape{6}, 0) == 2);
+  CHECK(bias.whole_index(Shape{6}, 2) == 6);
+  CHECK(bias.whole_index(Shape{6}, 5) == 11);
+}
+
+TEST_CASE("a part starts at the values the whole parameter has there") {
+  ParamSpec whole;
+  whole.name = "w";
+  whole.shape = Shape{6, 4};
+  whole.init = {Init::Kind::normal, 0.02f};
+  std::vector<float> all(24);
+  shard::initial_values(whole, 3, 11, 0, 24, all.data());
+  for (int part = 0; part < 2; ++part) {
+    ParamSpec p = whole;
+    p.shape = Shape{6, 2};
+    p.split = {1, 2, part, 1};
+    std::vector<float> mine(12);
+    shard::initial_values(p, 3, 11, 0, 12, mine.data());
+    for (std::uint64_t i = 0; i < 12; ++i) CHECK(mine[i] == all[p.split.whole_index(p.shape, i)]);
+  }
+}
+
+TEST_CASE("the flat runs of shared parameters, in a split model and in a whole one") {
+  ParamSpecs params;
+  const auto add = [&](const char* name, std::int64_t n, TensorSplit split) {
+    ParamSpec p;
+    p.name = name;
+    p.shape = Shape{n};
+    p.split = split;
+    params.push_back(p);
+  };
+  add("norm", 16, {});
+  add("fc", 32, {0, 2, 0, 1});
+  add("bias", 16, {});
+  add("ln", 16, {});
+  const shard::FlatLayout layout(params, 1);
+  const auto runs = shard::shared_runs(params, layout, 0, layout.total());
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].begin == 0);
+  CHECK(runs[0].end == 16);
+  CHECK(runs[1].begin == 48);
+  CHECK(runs[1].end == 80);
+  const auto tail = shard::shared_runs(params, layout, 20, 60);
+  REQUIRE(tail.size() == 1);
+  CHECK(tail[0].begin == 28);
+  CHECK(tail[0].end == 40);
+  ParamSpecs whole_model;
+  whole_model.push_back(params[ParamId{}]);
+  CHECK(shard::shared_runs(whole_model, shard::FlatLayout(whole_model, 1), 0, 16).empty());
+}
