@@ -19,8 +19,10 @@
 # larger (tests/mutations).
 # Then the bytes: a step's all-reduces, counted by the communicator, equal
 # the formula; the memory: a rank at tensor 2 holds half of the split
-# projections' parameters, gradients and optimizer state, measured; and
-# the refusals by key.
+# projections' parameters, gradients and optimizer state, measured; the
+# weights in and out: the final weights are the whole model's (gathered
+# from the parts), and a run at tensor 2 starts from whole weights as
+# world 1 does; and the refusals by key.
 #
 # usage: test_tensor_parallel.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -87,6 +89,52 @@ for category in params grads optimizer; do
 done
 echo "tensor 2: $(peak_bytes g_t2 params) bytes of parameters a rank, $(peak_bytes g_w1 params) whole"
 
+# The final weights are the whole model's, gathered from the parts: the
+# same tensors, names and shapes as ddp's at world 1, and the same model:
+# a step from each (at world 1) has the same loss and gradient norm. (Not
+# value for value: the keys' bias has no gradient but rounding noise,
+# which Adam scales up to steps of lr, so it differs between any two
+# orders of summing; the loss does not see it.)
+base=(--model gpt2-tiny "${common[@]}" --set train.save_final=true)
+train_run e_w1 1 8 1
+train_run e_t2 2 8 1 --set parallel.tensor=2
+python3 - "$scratch/e_w1/model.safetensors" "$scratch/e_t2/model.safetensors" << 'PY' ||
+import json, struct, sys
+def header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return {name: (t["dtype"], t["shape"]) for name, t in h.items()}
+whole, parts = header(sys.argv[1]), header(sys.argv[2])
+assert whole == parts, sorted(set(whole.items()) ^ set(parts.items()))
+print("tensor 2's final weights: %d tensors, named and shaped as ddp's at world 1" % len(whole))
+PY
+  fail "tensor 2's final weights are not the whole model's tensors"
+# And a tensor-parallel run starts from whole weights ([model] init_from),
+# each rank reading its parts of them: its first step is world 1's from
+# the same file, GPT-2's Conv1D layout (transposed in the file) and
+# Llama's alike.
+from_weights() {  # from_weights NAME RANKS WEIGHTS ARGS...: one step from WEIGHTS
+  local name=$1 np=$2 weights=$3
+  shift 3
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.steps=1 --set train.save_final=false \
+    --set model.init_from="$scratch/$weights" --set train.out_dir="$scratch/$name" "$@" \
+    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
+    { cat "$scratch/$name.out" >&2; fail "a step from $weights's weights ($name) failed"; }
+  curve "$name" 1
+}
+from_weights from_e_w1 1 e_w1
+from_weights from_e_t2 1 e_t2
+from_weights from_e_w1_t2 2 e_w1 --set parallel.tensor=2
+same_training from_e_w1 from_e_t2 1e-6 2e-6
+same_training from_e_w1 from_e_w1_t2 1e-6 2e-6
+base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}" --set train.save_final=true)
+train_run e_l_w1 1 8 1
+from_weights from_e_l_w1 1 e_l_w1
+from_weights from_e_l_w1_t2 2 e_l_w1 --set parallel.tensor=2
+same_training from_e_l_w1 from_e_l_w1_t2 1e-6 2e-6
+
 # Refused by key, before anything trains.
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
 refused "fewer key/value heads than the degree" \
@@ -95,9 +143,6 @@ refused "fewer key/value heads than the degree" \
 refused "LoRA under tensor parallelism" \
   "[parallel] tensor = 2: [model] finetuning_type = \"lora\" is not split over tensor-parallel ranks yet" \
   2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set model.finetuning_type=lora "$SRC/configs/run.toml"
-refused "the final weights of a tensor-parallel run" \
-  "[train] save_final = true with [parallel] tensor = 2: a tensor-parallel run's ranks hold parts of its parameters" \
-  2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set train.save_final=true "$SRC/configs/run.toml"
 refused "checkpoints of a tensor-parallel run" \
   "--set train.checkpoint_every=5: [train] checkpoint_every > 0 with [parallel] tensor = 2" \
   2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set train.checkpoint_every=5 "$SRC/configs/run.toml"

@@ -279,8 +279,10 @@ TEST_CASE(
   CHECK(contains(config_error("[parallel]\ntensor = 2\n"),
                  "run.toml:2:1: [parallel] tensor x sequence x context x pipeline = 2 ranks per "
                  "copy of the model do not divide the world of 1 rank"));
-  CHECK(contains(test::message_of<ConfigError>([&] { settings("[parallel]\ntensor = 2\n", 2); }),
-                 "[train] save_final = true with [parallel] tensor = 2"));
+  CHECK(contains(test::message_of<ConfigError>([&] {
+                   settings("[parallel]\ntensor = 2\n[train]\ncheckpoint_every = 5\n", 2);
+                 }),
+                 "run.toml:4:1: [train] checkpoint_every > 0 with [parallel] tensor = 2"));
   CHECK(contains(test::message_of<ConfigError>([&] {
                    settings("[parallel]\ntensor = 2\nsequence = 2\n[train]\nsave_final = false\n",
                             4);

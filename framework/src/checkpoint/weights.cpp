@@ -126,9 +126,20 @@ std::vector<ParamId> export_order(const ParamSpecs& params) {
   return order;
 }
 
+ParamSpec whole_spec(const ParamSpec& part) {
+  if (part.split.dim < 0) return part;
+  ParamSpec whole = part;
+  std::vector<std::int64_t> dims = part.shape.dims();
+  dims[static_cast<std::size_t>(part.split.dim)] *= part.split.parts;
+  whole.shape = Shape(std::move(dims));
+  whole.split = {};
+  return whole;
+}
+
 void write_weights(const Model& model, const fs::path& out, DType dtype, const ReadParam& read,
                    const TextFiles& text) {
-  const auto params = model.params();
+  ParamSpecs params = model.params();
+  for (ParamSpec& p : params) p = whole_spec(p);
   const auto order = export_order(params);
   AdapterValues adapters(model);
   for (ParamId id : order)
@@ -164,16 +175,48 @@ void write_weights(const Model& model, const fs::path& out, DType dtype, const R
     adapters.write_peft(out / "adapter", dtype);
 }
 
+namespace {
+
+// Reads parameters whole: a part's values gathered from every rank of the
+// tensor group (collective over it), each placed where the whole holds it.
+class WholeReader {
+ public:
+  WholeReader(const ParamSpecs& params, Strategy& strategy, Communicator* tensor_group)
+      : params_(params), strategy_(strategy), group_(tensor_group) {}
+  void operator()(ParamId id, float* whole) {
+    const ParamSpec& p = params_[id];
+    if (!group_ || p.split.dim < 0) return strategy_.read_param(id, whole);
+    const auto n = static_cast<std::size_t>(p.shape.numel());
+    part_.resize(n);
+    gathered_.resize(n * static_cast<std::size_t>(group_->size()));
+    strategy_.read_param(id, part_.data());
+    group_->all_gather(part_.data(), gathered_.data(), n, DType::f32);
+    for (int t = 0; t < group_->size(); ++t) {
+      TensorSplit split = p.split;
+      split.part = t;
+      const float* from = gathered_.data() + static_cast<std::size_t>(t) * n;
+      for (std::size_t i = 0; i < n; ++i) whole[split.whole_index(p.shape, i)] = from[i];
+    }
+  }
+
+ private:
+  const ParamSpecs& params_;
+  Strategy& strategy_;
+  Communicator* group_;
+  std::vector<float> part_, gathered_;
+};
+
+}  // namespace
+
 void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype,
-                    bool write, const TextFiles& text) {
-  if (write)
-    return write_weights(
-        model, out, dtype, [&](ParamId p, float* values) { strategy.read_param(p, values); }, text);
+                    bool write, const TextFiles& text, Communicator* tensor_group) {
+  const ParamSpecs params = model.params();
+  WholeReader read(params, strategy, tensor_group);
+  if (write) return write_weights(model, out, dtype, std::ref(read), text);
   std::vector<float> full;
-  const auto params = model.params();
   for (ParamId p : export_order(params)) {  // the writer's order: the reads are collective
-    full.resize(static_cast<std::size_t>(params[p].shape.numel()));
-    strategy.read_param(p, full.data());
+    full.resize(static_cast<std::size_t>(whole_spec(params[p]).shape.numel()));
+    read(p, full.data());
   }
 }
 

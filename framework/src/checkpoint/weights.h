@@ -53,10 +53,17 @@ std::vector<ParamId> export_order(const ParamSpecs& params);
 void write_weights(const Model& model, const std::filesystem::path& out, DType dtype,
                    const ReadParam& read, const TextFiles& text = {});
 
+// A tensor-parallel part's spec as the whole parameter it is one of (its
+// shape the whole's, split none); a whole parameter's unchanged.
+ParamSpec whole_spec(const ParamSpec& part);
+
 // Collective (read_param is): every rank calls it, those with `write`
-// false only take part in gathering the parameters.
+// false only take part in gathering the parameters. Under tensor
+// parallelism `tensor_group` (else null) gathers each parameter's parts,
+// and the file holds the whole model, as at tensor 1.
 void export_weights(const Model& model, Strategy& strategy, const std::filesystem::path& out,
-                    DType dtype, bool write = true, const TextFiles& text = {});
+                    DType dtype, bool write = true, const TextFiles& text = {},
+                    Communicator* tensor_group = nullptr);
 // Before an export to `out` (a file or a directory, as export_weights):
 // ConfigError when the weights would land on `source` (a file being read;
 // empty: none), or on an existing file without `overwrite`.

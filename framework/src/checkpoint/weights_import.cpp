@@ -31,7 +31,7 @@ IdVector<ParamId, SafetensorsSet::Tensor> match_params(const SafetensorsSet& fil
   std::set<const SafetensorsEntry*> used;
   IdVector<ParamId, SafetensorsSet::Tensor> match(params.size(), {nullptr, nullptr});
   for (ParamId id : params.ids()) {
-    const ParamSpec& p = params[id];
+    const ParamSpec p = whole_spec(params[id]);  // a tensor-parallel part reads the whole's
     auto found = file.find(external_name(p));
     if (!found) found = file.find(p.name);
     if (!found && p.adapter) continue;  // drawn from the seed
@@ -118,12 +118,39 @@ void WeightsFile::get(ParamId p, std::uint64_t first, std::uint64_t count, State
   if (a != StateArray::master) return std::fill(out, out + count, 0.0f);  // a fresh optimizer
   const SafetensorsSet::Tensor& t = match_.at(p);
   if (!t.entry) return shard::initial_values(params_[p], index_of(p), seed_, first, count, out);
-  if (params_[p].hf_transposed)
+  if (params_[p].split.dim >= 0)
+    read_part(p, first, count, out);
+  else if (params_[p].hf_transposed)
     read_transposed(t, params_[p].shape, first, count, out);
   else
     t.file->read_f32(*t.entry, first, count, out);
-  if (!params_[p].hf_transposed) bytes_read_ += count * dtype_size(t.entry->dtype);
+  if (!params_[p].hf_transposed && params_[p].split.dim < 0)
+    bytes_read_ += count * dtype_size(t.entry->dtype);
   check_finite(p, first, count, out);
+}
+
+// Element i of the part is the whole's element w = whole_index(i), (r, c)
+// of the whole (R, C), which the file holds at w, or at c * R + r where it
+// keeps the transpose. Elements whose file places run on are read at once:
+// a row of a part cut by rows, a section's columns of a part cut by them.
+void WeightsFile::read_part(ParamId p, std::uint64_t first, std::uint64_t count, float* out) {
+  const ParamSpec& spec = params_[p];
+  const SafetensorsSet::Tensor& t = match_.at(p);
+  const Shape whole = whole_spec(spec).shape;
+  const std::uint64_t R = static_cast<std::uint64_t>(whole[0]),
+                      C = whole.rank() > 1 ? static_cast<std::uint64_t>(whole[1]) : 1;
+  const auto at = [&](std::uint64_t i) {
+    const std::uint64_t w = spec.split.whole_index(spec.shape, i);
+    return spec.hf_transposed ? w % C * R + w / C : w;
+  };
+  for (std::uint64_t i = first; i < first + count;) {
+    const std::uint64_t start = at(i);
+    std::uint64_t n = 1;
+    while (i + n < first + count && at(i + n) == start + n) ++n;
+    t.file->read_f32(*t.entry, start, n, out + (i - first));
+    bytes_read_ += n * dtype_size(t.entry->dtype);
+    i += n;
+  }
 }
 
 void WeightsFile::check_finite(ParamId p, std::uint64_t first, std::uint64_t count,
@@ -161,8 +188,16 @@ WeightsImport import_weights(const Model& model, const WeightsTarget& target, co
                              Communicator& comm) {
   const fs::path path = SafetensorsSet::weights_at(in);
   const bool seen = fs::exists(path);
-  if (comm.size() > 1 && any_rank(!seen, comm))
+  if (comm.size() > 1 && any_rank(!seen, comm)) {
+    // Rank 0 reads its own parts' places: a tensor-parallel rank needs its.
+    const auto params = model.params();
+    if (std::any_of(params.begin(), params.end(),
+                    [](const ParamSpec& p) { return p.split.dim >= 0; }))
+      throw DataError("init_from: '" + path.string() +
+                      "' is not on every rank's host, and a tensor-parallel run's ranks each read "
+                      "their parts of it; put the weights where every rank sees them");
     return import_through_rank_0(model, target, path, seen, comm);
+  }
   // Every rank reads its own ranges.
   const auto t0 = std::chrono::steady_clock::now();
   if (!seen)

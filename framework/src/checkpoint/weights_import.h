@@ -63,6 +63,9 @@ class WeightsFile final : public StateSource {
  private:
   void read_transposed(const SafetensorsSet::Tensor& t, const Shape& shape, std::uint64_t first,
                        std::uint64_t count, float* out);
+  // A tensor-parallel part's elements [first, first + count), each from
+  // where the whole tensor holds it, in runs of consecutive file elements.
+  void read_part(ParamId p, std::uint64_t first, std::uint64_t count, float* out);
   void check_finite(ParamId p, std::uint64_t first, std::uint64_t count, const float* values);
   const SafetensorsSet& file_;
   ParamSpecs params_;

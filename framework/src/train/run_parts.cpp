@@ -24,17 +24,10 @@ void check_split(const RunConfig& config, const Model& model, SequenceSplit both
 }
 
 // Tensor parallelism: the model made this rank's part of the split, or
-// the run refused naming why (and what needs whole weights to start from).
+// the run refused naming why.
 void split_model(const RunConfig& config, const RunParts& p, int rank) {
   const int degree = p.settings.parallel.tensor;
   if (degree <= 1) return;
-  for (const char* key : {"init_from", "adapter_from"})
-    if (p.model_options.has_value(key))
-      throw ConfigError(p.model_options.where(key) + ": [model] " + key +
-                        " with [parallel] tensor = " + std::to_string(degree) +
-                        ": a tensor-parallel run does not yet load whole weights into its parts; "
-                        "remove " +
-                        key + " or train with tensor = 1");
   if (const std::string why = p.model->split_tensors(degree, rank % degree); !why.empty())
     throw ConfigError(config.where("parallel.tensor") +
                       ": [parallel] tensor = " + std::to_string(degree) + ": " + why);

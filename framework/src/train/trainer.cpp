@@ -562,10 +562,12 @@ void Trainer::finish() {
     const bool lead = run_.comm->rank() == 0;
     const TextFiles text{data_info_.tokenizer, data_info_.chat_template,
                          data_info_.chat_template_text};
+    Communicator* parts = run_.group_of(MeshDim::tensor);
     if (tr_.save_final)
-      export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead, text);
+      export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead, text, parts);
     if (!tr_.export_to.empty())
-      export_weights(*run_.model, *run_.strategy, tr_.export_to, tr_.export_dtype, lead, text);
+      export_weights(*run_.model, *run_.strategy, tr_.export_to, tr_.export_dtype, lead, text,
+                     parts);
     return;
   }
   const int sig = StopRequests::requested();
