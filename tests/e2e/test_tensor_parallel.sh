@@ -53,6 +53,10 @@ for name in l_t2 l_t2d2_zero1 l_t2d2_zero3; do same_training l_w1 "$name" 1e-6 2
 same_val_loss l_w1 l_t2 l_t2d2_zero3
 grep -q "mesh: tensor 2 x data 2: .*tensor groups 0-1 | 2-3 .*\[strategy\] across data groups 0,2 | 1,3" \
   "$scratch/l_t2d2_zero3.out" || fail "the run header does not name the tensor and data groups"
+# Fewer key/value heads than ranks: at tensor 4 each of the 2 is copied to
+# the two ranks whose query heads read it, its gradient summed over them.
+train_run l_t4 4 4 2 --set parallel.tensor=4
+same_training l_w1 l_t4 1e-6 2e-6
 train_run l_w1_bf16 1 4 2 --set train.precision=bf16
 train_run l_t2_bf16 2 4 2 --set train.precision=bf16 --set parallel.tensor=2
 same_training l_w1_bf16 l_t2_bf16 2e-4 4e-3
@@ -98,19 +102,22 @@ echo "tensor 2: $(peak_bytes g_t2 params) bytes of parameters a rank, $(peak_byt
 base=(--model gpt2-tiny "${common[@]}" --set train.save_final=true)
 train_run e_w1 1 8 1
 train_run e_t2 2 8 1 --set parallel.tensor=2
-python3 - "$scratch/e_w1/model.safetensors" "$scratch/e_t2/model.safetensors" << 'PY' ||
+same_headers() {  # same_headers REF OTHER: the same tensors, dtypes and shapes in both
+  python3 - "$scratch/$1/model.safetensors" "$scratch/$2/model.safetensors" << 'PY' ||
 import json, struct, sys
 def header(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         h = json.loads(f.read(n))
     h.pop("__metadata__", None)
-    return {name: (t["dtype"], t["shape"]) for name, t in h.items()}
+    return {name: (t["dtype"], tuple(t["shape"])) for name, t in h.items()}
 whole, parts = header(sys.argv[1]), header(sys.argv[2])
 assert whole == parts, sorted(set(whole.items()) ^ set(parts.items()))
-print("tensor 2's final weights: %d tensors, named and shaped as ddp's at world 1" % len(whole))
+print("%s: %d tensors, named and shaped as %s's" % (sys.argv[2], len(whole), sys.argv[1]))
 PY
-  fail "tensor 2's final weights are not the whole model's tensors"
+    fail "$2's final weights are not the whole model's tensors"
+}
+same_headers e_w1 e_t2
 # And a tensor-parallel run starts from whole weights ([model] init_from),
 # each rank reading its parts of them: its first step is world 1's from
 # the same file, GPT-2's Conv1D layout (transposed in the file) and
@@ -129,17 +136,24 @@ from_weights from_e_t2 1 e_t2
 from_weights from_e_w1_t2 2 e_w1 --set parallel.tensor=2
 same_training from_e_w1 from_e_t2 1e-6 2e-6
 same_training from_e_w1 from_e_w1_t2 1e-6 2e-6
+# Llama at tensor 4 too, each of its 2 key/value heads copied on two
+# ranks: written once, read by both.
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}" --set train.save_final=true)
 train_run e_l_w1 1 8 1
+train_run e_l_t4 4 8 1 --set parallel.tensor=4
+same_headers e_l_w1 e_l_t4
 from_weights from_e_l_w1 1 e_l_w1
+from_weights from_e_l_t4 1 e_l_t4
 from_weights from_e_l_w1_t2 2 e_l_w1 --set parallel.tensor=2
-same_training from_e_l_w1 from_e_l_w1_t2 1e-6 2e-6
+from_weights from_e_l_w1_t4 4 e_l_w1 --set parallel.tensor=4
+for name in from_e_l_t4 from_e_l_w1_t2 from_e_l_w1_t4; do same_training from_e_l_w1 "$name" 1e-6 2e-6; done
 
 # Refused by key, before anything trains.
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
-refused "fewer key/value heads than the degree" \
-  "--set parallel.tensor=4: [parallel] tensor = 4: [model] n_kv_head (key/value heads) = 2 does not divide into 4 equal parts" \
-  4 "$ZTRAIN" "${base[@]}" --set parallel.tensor=4 "$SRC/configs/run.toml"
+refused "key/value heads that neither divide nor copy over the degree" \
+  "--set parallel.tensor=2: [parallel] tensor = 2: [model] n_kv_head (key/value heads) = 3 neither divides into 2 equal parts nor into copies for them" \
+  2 "$ZTRAIN" "${base[@]}" --set model.n_embd=96 --set model.n_head=6 --set model.n_kv_head=3 \
+  --set parallel.tensor=2 "$SRC/configs/run.toml"
 refused "LoRA under tensor parallelism" \
   "[parallel] tensor = 2: [model] finetuning_type = \"lora\" is not split over tensor-parallel ranks yet" \
   2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set model.finetuning_type=lora "$SRC/configs/run.toml"

@@ -85,6 +85,7 @@ TEST_CASE("a part starts at the values the whole parameter has there") {
 }
 
 TEST_CASE("the flat runs of shared parameters, in a split model and in a whole one") {
+  using shard::SharedRun;
   ParamSpecs params;
   const auto add = [&](const char* name, std::int64_t n, TensorSplit split) {
     ParamSpec p;
@@ -94,20 +95,14 @@ TEST_CASE("the flat runs of shared parameters, in a split model and in a whole o
     params.push_back(p);
   };
   add("norm", 16, {});
-  add("fc", 32, {0, 2, 0, 1});
+  add("fc", 32, {0, 4, 1, 1});
   add("bias", 16, {});
   add("ln", 16, {});
+  add("k", 16, {0, 2, 0, 1, 2});  // a key/value head two ranks of four hold
   const shard::FlatLayout layout(params, 1);
-  const auto runs = shard::shared_runs(params, layout, 0, layout.total());
-  REQUIRE(runs.size() == 2);
-  CHECK(runs[0].begin == 0);
-  CHECK(runs[0].end == 16);
-  CHECK(runs[1].begin == 48);
-  CHECK(runs[1].end == 80);
-  const auto tail = shard::shared_runs(params, layout, 20, 60);
-  REQUIRE(tail.size() == 1);
-  CHECK(tail[0].begin == 28);
-  CHECK(tail[0].end == 40);
+  CHECK(shard::shared_runs(params, layout, 0, layout.total()) ==
+        std::vector<SharedRun>{{0, 16, 0}, {48, 80, 0}, {80, 96, 2}});
+  CHECK(shard::shared_runs(params, layout, 20, 60) == std::vector<SharedRun>{{28, 40, 0}});
   ParamSpecs whole_model;
   whole_model.push_back(params[ParamId{}]);
   CHECK(shard::shared_runs(whole_model, shard::FlatLayout(whole_model, 1), 0, 16).empty());

@@ -52,12 +52,16 @@ struct Init {
 // column-parallel layer's output features), 1: columns (a row-parallel
 // layer's input features). The whole is `sections` equal blocks along dim
 // (GPT-2's c_attn: q, k and v), each cut into `parts` equal parts; this
-// rank holds part `part` of every section, in section order.
+// rank holds part `part` of every section, in section order. Where there
+// are fewer parts than ranks (grouped key/value heads fewer than the
+// degree), `copies` consecutive ranks hold each part (parts x copies is
+// the group's size).
 struct TensorSplit {
   int dim = -1;
   int parts = 1;
   int part = 0;
   int sections = 1;
+  int copies = 1;
   // The whole parameter's flat (row-major) index of element i of this
   // rank's part, whose shape is `local` (a vector counts as one column).
   std::uint64_t whole_index(const Shape& local, std::uint64_t i) const {

@@ -193,7 +193,7 @@ class WholeReader {
     group_->all_gather(part_.data(), gathered_.data(), n, DType::f32);
     for (int t = 0; t < group_->size(); ++t) {
       TensorSplit split = p.split;
-      split.part = t;
+      split.part = t / split.copies;  // copies of one part land on the same place
       const float* from = gathered_.data() + static_cast<std::size_t>(t) * n;
       for (std::size_t i = 0; i < n; ++i) whole[split.whole_index(p.shape, i)] = from[i];
     }

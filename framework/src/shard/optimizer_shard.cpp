@@ -138,30 +138,40 @@ void OptimizerShard::load(StateSource& source, const FlatLayout& layout, TypedPt
   get_range(source, layout, begin_, end_, StateArray::v, v_.as<float>(), device_, tier_);
 }
 
-std::vector<Span> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
-                              std::uint64_t begin, std::uint64_t end) {
+std::vector<SharedRun> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
+                                   std::uint64_t begin, std::uint64_t end) {
   const bool split = std::any_of(params.begin(), params.end(),
-                                 [](const ParamSpec& p) { return p.split.parts > 1; });
-  std::vector<Span> runs;
+                                 [](const ParamSpec& p) { return p.split.dim >= 0; });
+  std::vector<SharedRun> runs;
   if (!split) return runs;
   for (const auto& seg : layout.segments(begin, end)) {
-    if (params[seg.param].split.dim >= 0) continue;
-    if (!runs.empty() && runs.back().end == seg.begin - begin)
+    const TensorSplit& t = params[seg.param].split;
+    if (t.dim >= 0 && t.copies <= 1) continue;
+    const int holders = t.dim < 0 ? 0 : t.copies;
+    if (!runs.empty() && runs.back().end == seg.begin - begin && runs.back().holders == holders)
       runs.back().end = seg.end - begin;
     else
-      runs.push_back({seg.begin - begin, seg.end - begin});
+      runs.push_back({seg.begin - begin, seg.end - begin, holders});
   }
   return runs;
 }
 
 namespace {
 
-// Adds the squares of g's elements to s: all of them, or (skipping the
-// shared runs) those of this rank's own parts.
-void add_squares(const Kernels& k, StepScalars* s, const GradSpan& g, bool skip_shared) {
-  if (!skip_shared || g.shared.empty()) return k.sum_squares_add(s, g.grads, g.count);
+// Whether this rank counts a shared run in the norm: the first of each
+// run of ranks holding it does.
+bool counts(const SharedRun& run, const Communicator& parts) {
+  const int every = run.holders > 0 ? run.holders : parts.size();
+  return parts.rank() % every == 0;
+}
+
+// Adds the squares of g's elements to s, but for the shared runs another
+// holder counts; every element without a model-parallel group.
+void add_squares(const Kernels& k, StepScalars* s, const GradSpan& g, const Communicator* parts) {
+  if (!parts || g.shared.empty()) return k.sum_squares_add(s, g.grads, g.count);
   std::uint64_t at = 0;
-  for (const Span& run : g.shared) {
+  for (const SharedRun& run : g.shared) {
+    if (counts(run, *parts)) continue;
     if (run.begin > at) k.sum_squares_add(s, g.grads.at(at), run.begin - at);
     at = run.end;
   }
@@ -181,18 +191,16 @@ StepNorm::StepNorm(Device& device, const std::vector<GradSpan>& grads, Communica
   const bool any_device = std::any_of(grads.begin(), grads.end(), device_piece);
   const bool any_host = !std::all_of(grads.begin(), grads.end(), device_piece);
   Communicator* const parts = args.model_parallel;
-  const bool skip_shared = parts && parts->rank() != 0;
   home_ = any_host ? Tier::host : Tier::device;
   if (any_device || !any_host) {
     device_rec_ = device.allocate(Tier::device, Category::grads, sizeof(StepScalars));
     for (const GradSpan& g : grads)
-      if (device_piece(g))
-        add_squares(kernels.device, device_rec_.as<StepScalars>(), g, skip_shared);
+      if (device_piece(g)) add_squares(kernels.device, device_rec_.as<StepScalars>(), g, parts);
   }
   if (any_host) {
     if (device_rec_) device.copy(&host_, device_rec_.data(), sizeof(StepScalars));
     for (const GradSpan& g : grads)
-      if (!device_piece(g)) add_squares(kernels.host, &host_, g, skip_shared);
+      if (!device_piece(g)) add_squares(kernels.host, &host_, g, parts);
   }
   // Unscaled before the fp32 all-reduce: a scaled square sum can pass
   // FLT_MAX where the true one does not.

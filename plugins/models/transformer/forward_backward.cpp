@@ -66,6 +66,32 @@ void Transformer::tensor_sum(StepContext& ctx, float* x, std::size_t n) const {
   group_of(ctx.tensor_group(), cfg_.tensor, "tensor")->all_reduce(x, n, DType::f32, ReduceOp::sum);
 }
 
+Communicator& Transformer::kv_group(StepContext& ctx) const {
+  if (!kv_group_) {
+    Communicator* tensor = group_of(ctx.tensor_group(), cfg_.tensor, "tensor");
+    kv_group_ = tensor->split(cfg_.tensor_rank / cfg_.kv_copies(), cfg_.tensor_rank);
+  }
+  return *kv_group_;
+}
+
+// a.d_c gets dk, dv of this rank's query heads through the weights (the
+// tensor group's sum then adds every rank's); the weights' gradients get
+// those of every holder's query heads, summed first, so each holder has
+// the whole gradient, as its own copy of the weights needs.
+void Transformer::copied_kv_backward(const BlockParams& p, const BlockActs& b, const Acts& a,
+                                     float* dk, float* dv, StepContext& ctx) const {
+  const Kernels& k = ctx.kernels();
+  const auto P = param_views(ctx);
+  const auto G = grad_views(ctx);
+  const Dims d = dims(a.B, a.T);
+  for (const auto& [dx, w] : {std::pair{dk, p.k_w}, {dv, p.v_w}})
+    k.matmul_backward(a.d_c, nullptr, nullptr, dx, b.ln1, P(w), d.linear(d.C, d.KV));
+  Communicator& holders = kv_group(ctx);
+  for (float* dx : {dk, dv}) holders.all_reduce(dx, d.N * d.KV, DType::f32, ReduceOp::sum);
+  k.matmul_backward(nullptr, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(d.C, d.KV));
+  k.matmul_backward(nullptr, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), d.linear(d.C, d.KV));
+}
+
 ConstTypedPtr Transformer::row_bias(StepContext& ctx, std::optional<ParamId> bias) const {
   if (!bias || cfg_.tensor_rank != 0) return {};
   return ctx.param(*bias);
@@ -348,8 +374,12 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
     k.rope_backward(dk, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV, a.positions});
     zero(ctx, a.d_c, NC);
     k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), d.linear(C, A));
-    k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(C, KV));
-    k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), d.linear(C, KV));
+    if (cfg_.kv_copies() > 1) {
+      copied_kv_backward(p, b, a, dk, dv, ctx);
+    } else {
+      k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(C, KV));
+      k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), d.linear(C, KV));
+    }
     lora_backward(l, {Proj::q, b.ln1, d.linear(C, A)}, a.d_c, dq, b, a, ctx);
     lora_backward(l, {Proj::k, b.ln1, d.linear(C, KV)}, a.d_c, dk, b, a, ctx);
     lora_backward(l, {Proj::v, b.ln1, d.linear(C, KV)}, a.d_c, dv, b, a, ctx);

@@ -276,6 +276,9 @@ void Transformer::declare_params() {
             A = cfg_.attention_width();
   const TensorSplit rows{0, cfg_.tensor, cfg_.tensor_rank, 1},
       cols{1, cfg_.tensor, cfg_.tensor_rank, 1}, qkv_rows{0, cfg_.tensor, cfg_.tensor_rank, 3};
+  // Key/value heads fewer than the ranks: each a part that kv_copies hold.
+  const int copies = cfg_.kv_copies();
+  const TensorSplit kv_rows{0, cfg_.tensor / copies, cfg_.tensor_rank / copies, 1, copies};
   const ModuleId embed = kEmbed, head = head_module();
   const Init normal{Init::Kind::normal, static_cast<float>(cfg_.init_std)};
   const Init scaled{Init::Kind::normal,
@@ -327,8 +330,8 @@ void Transformer::declare_params() {
                  o_bias = cfg_.attention_bias == AttentionBias::all;
       b.ln1_w = add(p + "input_layernorm.weight", {C}, ones, {m});
       linear("self_attn.q_proj", {A, C}, normal, qkv_bias, b.q_w, b.q_b, rows);
-      linear("self_attn.k_proj", {KV, C}, normal, qkv_bias, b.k_w, b.k_b, rows);
-      linear("self_attn.v_proj", {KV, C}, normal, qkv_bias, b.v_w, b.v_b, rows);
+      linear("self_attn.k_proj", {KV, C}, normal, qkv_bias, b.k_w, b.k_b, kv_rows);
+      linear("self_attn.v_proj", {KV, C}, normal, qkv_bias, b.v_w, b.v_b, kv_rows);
       linear("self_attn.o_proj", {C, A}, scaled, o_bias, b.proj_w, b.proj_b, cols);
       b.ln2_w = add(p + "post_attention_layernorm.weight", {C}, ones, {m});
       linear("mlp.gate_proj", {H, C}, normal, cfg_.mlp_bias, b.fc_w, b.fc_b, rows);
@@ -619,9 +622,8 @@ std::uint64_t Transformer::planned_bytes(const BatchShape& shape, bool host) con
   return bytes;
 }
 
-// The heads, the key/value heads and the MLP's width must each divide
-// into the parts (grouped key/value heads fewer than the degree would be
-// copied to the ranks that share one, which is not built); the fine-tuning
+// The heads and the MLP's width must each divide into the parts, the
+// key/value heads too or into copies of one a rank; the fine-tuning
 // methods keep whole weights. The parameters are declared again as parts.
 std::string Transformer::split_tensors(int degree, int part) {
   if (degree <= 1) return {};
@@ -630,12 +632,18 @@ std::string Transformer::split_tensors(int degree, int part) {
            std::string(cfg_.tuning.method == FineTuning::Method::lora ? "lora" : "freeze") +
            "\" is not split over tensor-parallel ranks yet; train it with tensor = 1";
   const std::pair<int, const char*> counts[] = {{cfg_.n_head, "n_head (attention heads)"},
-                                                {cfg_.n_kv_head, "n_kv_head (key/value heads)"},
                                                 {cfg_.hidden, "the MLP's width"}};
   for (const auto& [n, what] : counts)
     if (n % degree != 0)
       return std::string("[model] ") + what + " = " + std::to_string(n) + " does not divide into " +
              std::to_string(degree) + " equal parts; choose a degree that divides it";
+  // Fewer key/value heads than ranks: each copied to the ranks whose query
+  // heads read it.
+  if (const int kv = cfg_.n_kv_head; kv % degree != 0 && degree % kv != 0)
+    return "[model] n_kv_head (key/value heads) = " + std::to_string(kv) +
+           " neither divides into " + std::to_string(degree) +
+           " equal parts nor into copies for them; choose a degree that divides it or that it "
+           "divides";
   cfg_.tensor = degree;
   cfg_.tensor_rank = part;
   params_ = ParamSpecs{};

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,9 +101,11 @@ struct Config {
   int head_size() const { return n_embd / n_head; }
   int kv_dim() const { return n_kv_head * head_size(); }
   // This rank's share of the heads, key/value heads and MLP width, and the
-  // width of its attention (C at tensor 1).
+  // width of its attention (C at tensor 1). With fewer key/value heads
+  // than ranks, kv_copies consecutive ranks hold each (one a rank).
   int local_heads() const { return n_head / tensor; }
-  int local_kv_heads() const { return n_kv_head / tensor; }
+  int kv_copies() const { return n_kv_head >= tensor ? 1 : tensor / n_kv_head; }
+  int local_kv_heads() const { return n_kv_head * kv_copies() / tensor; }
   int local_hidden() const { return hidden / tensor; }
   int attention_width() const { return local_heads() * head_size(); }
   int local_kv_dim() const { return local_kv_heads() * head_size(); }
@@ -368,8 +371,19 @@ class Transformer final : public Model {
   // A row-parallel layer's bias, added by the group's first rank alone (the
   // sum adds it once): the bias there, none elsewhere.
   ConstTypedPtr row_bias(StepContext& ctx, std::optional<ParamId> bias) const;
+  // Grouped key/value heads fewer than the tensor degree: the key/value
+  // projections' backward, whose input gradient takes this rank's share of
+  // dk, dv (the group sums it) and whose weight gradient takes the sum over
+  // the ranks holding the same head (every holder gets the whole).
+  void copied_kv_backward(const BlockParams& p, const BlockActs& b, const Acts& a, float* dk,
+                          float* dv, StepContext& ctx) const;
+  // The ranks of the tensor group holding this rank's key/value head, split
+  // from it on first use (every rank of the group reaches it in the same
+  // backward).
+  Communicator& kv_group(StepContext& ctx) const;
 
   Config cfg_;
+  mutable std::unique_ptr<Communicator> kv_group_;
   ParamSpecs params_;
   std::optional<ParamId> wte_, wpe_, lnf_w_, lnf_b_, head_w_;
   std::vector<BlockParams> blocks_;

@@ -27,6 +27,16 @@
 
 namespace ztrain::shard {
 
+// Flat elements [begin, end) (offsets from a span's start) of parameters
+// that `holders` consecutive ranks of the model-parallel group hold alike
+// (0: every rank of it); the first rank of each such run of ranks counts
+// them in the norm.
+struct SharedRun {
+  std::uint64_t begin, end;
+  int holders;
+  bool operator==(const SharedRun&) const = default;
+};
+
 // The AdamW update of flat elements [begin, end): contiguous runs of one
 // weight-decay setting (padding is in none, so it is never stepped), all
 // in one kernel call. Pointers passed to step() are at element `begin`.
@@ -106,13 +116,13 @@ class ZTRAIN_API OptimizerShard {
   std::uint64_t begin() const { return begin_; }
   std::uint64_t end() const { return end_; }
   // shared_runs of [begin, end).
-  const std::vector<Span>& shared() const { return shared_; }
+  const std::vector<SharedRun>& shared() const { return shared_; }
 
  private:
   Device& device_;
   Tier tier_;
   AdamWRange range_;
-  std::vector<Span> shared_;
+  std::vector<SharedRun> shared_;
   Buffer m_, v_, master_;
   Buffer working_stage_;  // host copy of the working slice, where it cannot be reached
   std::uint64_t begin_, end_;
@@ -131,17 +141,17 @@ struct GradSpan {
   TypedPtr grads;
   std::uint64_t count;
   Tier tier;  // picks the kernels that sum it
-  // Its elements [begin, end) of parameters the model-parallel group
-  // shares whole (shared_runs), counted on that group's first rank only.
-  std::vector<Span> shared = {};
+  // Its runs of parameters other ranks of the model-parallel group hold
+  // too (shared_runs), counted on one of them only.
+  std::vector<SharedRun> shared = {};
 };
 
 // In a model split over a tensor group (some ParamSpec::split cut into
-// parts), the runs of flat elements [begin, end) whose parameters every
-// rank of the group holds whole, as offsets from begin; none in a whole
-// model.
-ZTRAIN_API std::vector<Span> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
-                                         std::uint64_t begin, std::uint64_t end);
+// parts), the runs of flat elements [begin, end) whose parameters other
+// ranks of the group hold too: whole (every rank), or a part several hold
+// (TensorSplit::copies); none in a whole model.
+ZTRAIN_API std::vector<SharedRun> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
+                                              std::uint64_t begin, std::uint64_t end);
 
 // The global gradient norm of a step, unscaled, and the scalars AdamW reads
 // (StepScalars): the sum of squares of every piece, summed over `comm`

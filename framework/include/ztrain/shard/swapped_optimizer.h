@@ -92,7 +92,7 @@ class ZTRAIN_API SwappedOptimizer final : public OptimizerStore {
 
   Device& device_;
   std::uint64_t begin_, end_;
-  std::vector<Span> shared_;  // shared_runs of [begin_, end_)
+  std::vector<SharedRun> shared_;  // shared_runs of [begin_, end_)
   OptimizerSettings settings_;
   DType grad_dtype_;
   AioEngine engine_;
