@@ -99,7 +99,6 @@ struct Config {
   // Tensor parallelism: this rank holds part `tensor_rank` of `tensor`.
   int tensor = 1, tensor_rank = 0;
   int head_size() const { return n_embd / n_head; }
-  int kv_dim() const { return n_kv_head * head_size(); }
   // This rank's share of the heads, key/value heads and MLP width, and the
   // width of its attention (C at tensor 1). With fewer key/value heads
   // than ranks, kv_copies consecutive ranks hold each (one a rank).
