@@ -159,5 +159,10 @@ variant cp_mismatch 's/parallelism_config_dp_shard_size: 2/parallelism_config_dp
 refused "$scratch/cp_mismatch.yaml" "dp_replicate 1 x dp_shard 4 x tp 1 x cp 2 x sp 1 = 8 ranks, but num_processes is 4"
 variant cp_tensor 's/parallelism_config_tp_size: 1/parallelism_config_tp_size: 2/; s/parallelism_config_dp_shard_size: 2/parallelism_config_dp_shard_size: 1/' \
   "$acc/fsdp2_context_parallel.yaml"
-refused "$scratch/cp_tensor.yaml" "[parallel] context = 2 with tensor = 2: tensor parallelism is not combined with a split sequence"
+# tp_size lands on [parallel] tensor: tensor 2 x context 2 over the 4 ranks.
+accelerate_run cp_tensor "$scratch/cp_tensor.yaml"
+reference_run ref_cp_tensor 4 --strategy zero3 --set parallel.context=2 --set parallel.tensor=2
+same_training ref_cp_tensor cp_tensor 0 0
+grep -q "mesh: tensor 2 x context 2" "$scratch/cp_tensor.out" ||
+  fail "parallelism_config_tp_size did not split the blocks: $(grep mesh "$scratch/cp_tensor.out")"
 echo "PASS"

@@ -57,6 +57,13 @@ grep -q "mesh: tensor 2 x data 2: .*tensor groups 0-1 | 2-3 .*\[strategy\] acros
 # the two ranks whose query heads read it, its gradient summed over them.
 train_run l_t4 4 4 2 --set parallel.tensor=4
 same_training l_w1 l_t4 1e-6 2e-6
+# With a split sequence: Ulysses over each tensor part's heads, the ring
+# around it; the strategy over the ranks holding the same parts.
+train_run l_t2s2 4 4 2 --set parallel.tensor=2 --set parallel.sequence=2
+train_run l_t2c2_zero3 4 4 2 --set parallel.tensor=2 --set parallel.context=2 --strategy zero3
+for name in l_t2s2 l_t2c2_zero3; do same_training l_w1 "$name" 1e-6 2e-6; done
+grep -q "mesh: tensor 2 x sequence 2: each block's projections split over tensor groups 0-1 | 2-3 .*each sequence split over 2 ranks (Ulysses.*sequence groups 0,2 | 1,3; \[strategy\] across the 2 ranks holding each tensor part" \
+  "$scratch/l_t2s2.out" || fail "the run header does not name both splits"
 train_run l_w1_bf16 1 4 2 --set train.precision=bf16
 train_run l_t2_bf16 2 4 2 --set train.precision=bf16 --set parallel.tensor=2
 same_training l_w1_bf16 l_t2_bf16 2e-4 4e-3
@@ -160,7 +167,7 @@ refused "LoRA under tensor parallelism" \
 refused "checkpoints of a tensor-parallel run" \
   "--set train.checkpoint_every=5: [train] checkpoint_every > 0 with [parallel] tensor = 2" \
   2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set train.checkpoint_every=5 "$SRC/configs/run.toml"
-refused "tensor with a split sequence" \
-  "--set parallel.sequence=2: [parallel] sequence = 2 with tensor = 2: tensor parallelism is not combined with a split sequence" \
-  4 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set parallel.sequence=2 "$SRC/configs/run.toml"
+refused "Ulysses over more ranks than a tensor part's heads" \
+  "--set parallel.sequence=4: [parallel] sequence = 4: at tensor = 2 each part computes 2 of the 4 heads: Ulysses gives each of the 4 ranks" \
+  8 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set parallel.sequence=4 "$SRC/configs/run.toml"
 echo "PASS"

@@ -435,9 +435,9 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
 }
 
 // Data, sequence (Ulysses), context (ring attention) and tensor are
-// built, the first three alone or together; the other dimensions are still
-// being built: a degree above 1 would train something else than it says,
-// so it is refused by name.
+// built, alone or together; the other dimensions are still being built: a
+// degree above 1 would train something else than it says, so it is refused
+// by name.
 ParallelSettings resolve_parallel(const RunConfig& config) {
   const Options p = config.validate("parallel", parallel_options());
   const std::pair<const char*, const char*> dims[] = {{"pipeline", "pipeline parallelism"},
@@ -451,14 +451,6 @@ ParallelSettings resolve_parallel(const RunConfig& config) {
                         "state, activation checkpointing and [parallel] sequence and context save "
                         "activation memory)");
   const auto degree = [&](const char* key) { return static_cast<int>(p.get_int(key)); };
-  if (degree("tensor") > 1)
-    for (const char* key : {"sequence", "context"})
-      if (degree(key) > 1)
-        throw ConfigError(p.where(key) + ": [parallel] " + key + " = " +
-                          std::to_string(degree(key)) +
-                          " with tensor = " + std::to_string(degree("tensor")) +
-                          ": tensor parallelism is not combined with a split sequence in this "
-                          "version of ztrain; choose one of them");
   return {degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
           degree("expert")};
 }

@@ -92,9 +92,8 @@ struct CommSettings {
 
 // [parallel]: the device mesh's degrees (job/mesh_plan.h); the data
 // degree is what they leave of the world. Sequence (Ulysses), context
-// (ring attention) and tensor run (tensor not yet with a split sequence);
-// every other degree above 1 is refused naming its key: those dimensions
-// are being built.
+// (ring attention) and tensor run; every other degree above 1 is refused
+// naming its key: those dimensions are being built.
 struct ParallelSettings {
   int tensor = 1;
   int sequence = 1;

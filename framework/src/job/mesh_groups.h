@@ -22,10 +22,14 @@ namespace ztrain {
 class MeshGroups {
  public:
   Communicator& operator[](MeshDim d) const { return *along_[static_cast<int>(d)]; }
+  // The ranks holding the same tensor-parallel part as this one (every
+  // dimension but tensor): whom a strategy shards and averages over.
+  Communicator& same_part() const { return *same_part_; }
 
  private:
   friend MeshGroups make_mesh_groups(const MeshPlan& plan, Communicator& world);
   std::array<std::unique_ptr<Communicator>, kMeshDims> along_;
+  std::unique_ptr<Communicator> same_part_;
 };
 
 // Splits `world` (whose size is plan.world()) into this rank's groups.

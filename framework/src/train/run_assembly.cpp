@@ -265,7 +265,7 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   // The strategy averages over the ranks holding the same parts: all of
   // them but under tensor parallelism, whose parts it must not mix.
   setup.comm =
-      run.settings.parallel.tensor > 1 ? &(*run.mesh_groups)[MeshDim::data] : &run.strategy_comm();
+      run.settings.parallel.tensor > 1 ? &run.mesh_groups->same_part() : &run.strategy_comm();
   setup.kernels = run.kernels.get();
   setup.host_kernels = run.host_kernels ? run.host_kernels.get() : run.kernels.get();
   setup.optimizer = tr.optimizer;

@@ -208,6 +208,33 @@ std::string split_groups(const Run& run) {
          m.describe_groups(MeshDim::sequence);
 }
 
+// How the mesh splits the model and the sequences, and whom the strategy
+// spans; empty for data parallelism alone.
+std::string mesh_text(const Run& run) {
+  const MeshPlan& m = run.mesh;
+  const SequenceSplit split = run.settings.parallel.split();
+  const int tensor = m.size(MeshDim::tensor), world = run.comm->size();
+  std::string text;
+  if (tensor > 1)
+    text = "each block's projections split over tensor groups " +
+           m.describe_groups(MeshDim::tensor) +
+           " (Megatron's: q, k, v and the MLP's first layer by output, the attention's and the "
+           "MLP's last by input); ";
+  if (split.shards() > 1)
+    text += "each sequence split over " + std::to_string(split.shards()) + " ranks" +
+            split_groups(run) + "; ";
+  if (text.empty()) return {};
+  if (tensor == 1)
+    return m.describe() + ": " + text + "[strategy] across all " + std::to_string(world) + " ranks";
+  if (split.shards() > 1)
+    return m.describe() + ": " + text + "[strategy] across the " + std::to_string(world / tensor) +
+           " ranks holding each tensor part";
+  return m.describe() + ": " + text +
+         (m.size(MeshDim::data) > 1
+              ? "[strategy] across data groups " + m.describe_groups(MeshDim::data)
+              : std::string("[strategy] on each rank's parts alone (one data rank)"));
+}
+
 // The run's opening lines, from its parts.
 RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo) {
   const auto& tr = run.settings.train;
@@ -225,18 +252,7 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.global_batch = tr.global_batch;
   h.ranks = run.comm->size();
   h.data_ranks = run.mesh.size(MeshDim::data);
-  if (const SequenceSplit split = run.settings.parallel.split(); split.shards() > 1)
-    h.mesh = run.mesh.describe() + ": each sequence split over " + std::to_string(split.shards()) +
-             " ranks" + split_groups(run) + "; [strategy] across all " +
-             std::to_string(run.comm->size()) + " ranks";
-  if (run.mesh.size(MeshDim::tensor) > 1)
-    h.mesh = run.mesh.describe() + ": each block's projections split over tensor groups " +
-             run.mesh.describe_groups(MeshDim::tensor) +
-             " (Megatron's: q, k, v and the MLP's first layer by output, the attention's and the "
-             "MLP's last by input); " +
-             (run.mesh.size(MeshDim::data) > 1
-                  ? "[strategy] across data groups " + run.mesh.describe_groups(MeshDim::data)
-                  : std::string("[strategy] on each rank's parts alone (one data rank)"));
+  h.mesh = mesh_text(run);
   h.comm_backend = run.strategy_comm().backend();
   h.placement = run.placement;
   h.seq_len = info.seq_len;

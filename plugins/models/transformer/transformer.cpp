@@ -664,17 +664,22 @@ std::string Transformer::segments_refusal() const {
 }
 
 // The ring cuts the sequence into pairs of chunks; Ulysses splits the
-// heads and what the ring leaves each rank (the whole sequence alone).
+// heads (a tensor part's) and what the ring leaves each rank (the whole
+// sequence alone).
 std::string Transformer::sequence_shards_refusal(SequenceSplit split) const {
   const auto z = [](int n) { return static_cast<std::size_t>(n); };
   const std::size_t T = z(cfg_.seq_len), R = z(split.context);
   if (R > 1)
     if (std::string why = sequence::ring_refusal(T, R); !why.empty()) return why;
   if (split.sequence <= 1) return {};
-  std::string why =
-      sequence::ulysses_refusal(z(cfg_.n_head), z(cfg_.n_kv_head), T / R, z(split.sequence));
+  std::string why = sequence::ulysses_refusal(z(cfg_.local_heads()), z(cfg_.local_kv_heads()),
+                                              T / R, z(split.sequence));
   if (!why.empty() && R > 1)
     why = "within each ring rank's " + std::to_string(T / R) + " tokens: " + why;
+  if (!why.empty() && cfg_.tensor > 1)
+    why = "at tensor = " + std::to_string(cfg_.tensor) + " each part computes " +
+          std::to_string(cfg_.local_heads()) + " of the " + std::to_string(cfg_.n_head) +
+          " heads: " + why;
   return why;
 }
 
