@@ -34,8 +34,10 @@ peak_activations() {
 refused() {
   local what=$1 text=$2
   shift 2
-  on_ranks "$@" > "$scratch/refused.out" 2>&1 && fail "$what: the run was not refused"
-  grep -qF -- "$text" "$scratch/refused.out" || fail "$what: the refusal does not say \"$text\""
+  on_ranks "$@" > "$scratch/refused.out" 2>&1 &&
+    { cat "$scratch/refused.out" >&2; fail "$what: the run was not refused"; }
+  grep -qF -- "$text" "$scratch/refused.out" ||
+    { cat "$scratch/refused.out" >&2; fail "$what: the refusal does not say \"$text\""; }
 }
 
 # split_activations KEY MAX: a 4096-token Llama (8 layers, 4 heads of 32,
