@@ -19,10 +19,11 @@
 # larger (tests/mutations).
 # Then the bytes: a step's all-reduces, counted by the communicator, equal
 # the formula; the memory: a rank at tensor 2 holds half of the split
-# projections' parameters, gradients and optimizer state, measured; the
-# weights in and out: the final weights are the whole model's (gathered
-# from the parts), and a run at tensor 2 starts from whole weights as
-# world 1 does; and the refusals by key.
+# projections' parameters, gradients and optimizer state, measured, and
+# `ztrain estimate` says what a rank measures; the weights in and out: the
+# final weights are the whole model's (gathered from the parts), and a run
+# at tensor 2 starts from whole weights as world 1 does; and the refusals
+# by key.
 #
 # usage: test_tensor_parallel.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -99,6 +100,15 @@ for category in params grads optimizer; do
     fail "tensor 2 holds $part bytes of $category per rank against $whole whole, not $((per * half)) fewer"
 done
 echo "tensor 2: $(peak_bytes g_t2 params) bytes of parameters a rank, $(peak_bytes g_w1 params) whole"
+# `ztrain estimate` knows the split: its bytes per rank are those measured.
+"$ZTRAIN" estimate --world 2 --model gpt2-tiny "${common[@]}" --set parallel.tensor=2 \
+  --set train.micro_batch_size=8 "$SRC/configs/run.toml" > "$scratch/estimate.out" 2>&1 ||
+  { cat "$scratch/estimate.out" >&2; fail "estimate at tensor 2 failed"; }
+for category in params optimizer activations; do
+  estimated=$(awk -v c="$category" '$1 == "device" && $2 == c { print $3 }' "$scratch/estimate.out")
+  [ "$estimated" = "$(peak_bytes g_t2 "$category")" ] ||
+    fail "estimate at tensor 2 says $estimated bytes of $category a rank, a rank measured $(peak_bytes g_t2 "$category")"
+done
 
 # The final weights are the whole model's, gathered from the parts: the
 # same tensors, names and shapes as ddp's at world 1, and the same model:
