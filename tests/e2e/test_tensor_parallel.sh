@@ -17,6 +17,7 @@
 # GEMM); bf16 2e-4 and 4e-3. A part at the wrong place, a missing
 # all-reduce or a shared parameter counted twice is orders of magnitude
 # larger (tests/mutations).
+# compare --parallel tensor=2 runs each strategy on the mesh.
 # Then the bytes: a step's all-reduces, counted by the communicator, equal
 # the formula; the memory: a rank at tensor 2 holds half of the split
 # projections' parameters, gradients and optimizer state, measured, and
@@ -41,6 +42,17 @@ grep -q "batch: 8 x 1 accum x 1 data rank = 8 sequences of 32 tokens" "$scratch/
   fail "tensor 2 did not report its batch over the data ranks"
 grep -q "mesh: tensor 2: each block's projections split over tensor groups 0-1 (Megatron's.*\[strategy\] on each rank's parts alone (one data rank)" \
   "$scratch/g_t2.out" || fail "the run header does not name the tensor groups"
+
+# compare --parallel runs every job on the mesh it names, and says so.
+"$ZTRAIN" compare --strategies ddp,zero3 --nproc 2 --steps 3 --parallel tensor=2 \
+  --out "$scratch/compare" "${base[@]}" "$SRC/configs/run.toml" > "$scratch/compare.out" 2>&1 ||
+  { cat "$scratch/compare.out" >&2; fail "compare --parallel tensor=2 failed"; }
+for job in ddp zero3; do
+  grep -q "mesh: tensor 2" "$scratch/compare/$job.log" || fail "compare's $job job did not run at tensor 2"
+done
+grep -q '"mesh": "tensor 2"' "$scratch/compare/compare.json" || fail "compare.json does not name the mesh"
+grep -q "^verdict: equivalent" "$scratch/compare.out" ||
+  { cat "$scratch/compare.out" >&2; fail "compare at tensor 2: no equivalence verdict"; }
 
 # Llama: 4 query heads over 2 key/value heads, biases on every projection.
 base=(--model llama-tiny --set model.n_kv_head=2 --set model.attention_bias=all

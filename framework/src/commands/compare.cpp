@@ -264,16 +264,17 @@ html::Facts run_facts(const CompareArgs& a, const RunConfig& config, const Compa
                 {"data", data},
                 {"precision", c.precision},
                 {"ranks", std::to_string(c.ranks) + " per job" +
-                              (c.mesh.empty() ? "" : ", each sequence split by " + c.mesh)},
+                              (c.mesh.empty() ? "" : ", on the mesh " + c.mesh)},
                 {"device", device}});
   return facts;
 }
 
-// The degrees that split the model's work, in words: "sequence 2 x
-// context 2"; empty when every rank holds whole sequences.
+// The degrees that split the model's work, in words: "tensor 2 x
+// sequence 2"; empty when every rank holds the whole model and sequences.
 std::string mesh_words(const ParallelSettings& p) {
   std::string out;
-  for (const auto& [name, degree] : {std::pair{"sequence", p.sequence}, {"context", p.context}})
+  for (const auto& [name, degree] :
+       {std::pair{"tensor", p.tensor}, {"sequence", p.sequence}, {"context", p.context}})
     if (degree > 1)
       out += (out.empty() ? "" : " x ") + std::string(name) + " " + std::to_string(degree);
   return out;
