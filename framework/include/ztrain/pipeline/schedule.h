@@ -147,7 +147,7 @@ struct ScheduleTiming {
 };
 
 // The plan run with `costs`, each stage as soon as its receives allow.
-// Checks the plan first (check_schedule).
+// Refuses what check_schedule refuses, checking the plan as it runs it.
 ZTRAIN_API ScheduleTiming simulate_schedule(const SchedulePlan& plan, const ScheduleCosts& costs);
 
 }  // namespace ztrain::pipeline
