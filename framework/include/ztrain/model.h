@@ -125,6 +125,14 @@ inline bool has_frozen(const ParamSpecs& params) {
   return false;
 }
 
+// Whether `params` are a tensor-parallel model's parts (some ParamSpec::
+// split cut).
+inline bool has_tensor_parts(const ParamSpecs& params) {
+  for (const ParamSpec& p : params)
+    if (p.split.dim >= 0) return true;
+  return false;
+}
+
 struct BatchShape {
   int batch = 0;
   int seq_len = 0;  // tokens of each row this rank holds

@@ -118,14 +118,14 @@ void WeightsFile::get(ParamId p, std::uint64_t first, std::uint64_t count, State
   if (a != StateArray::master) return std::fill(out, out + count, 0.0f);  // a fresh optimizer
   const SafetensorsSet::Tensor& t = match_.at(p);
   if (!t.entry) return shard::initial_values(params_[p], index_of(p), seed_, first, count, out);
-  if (params_[p].split.dim >= 0)
+  if (params_[p].split.dim >= 0) {
     read_part(p, first, count, out);
-  else if (params_[p].hf_transposed)
+  } else if (params_[p].hf_transposed) {
     read_transposed(t, params_[p].shape, first, count, out);
-  else
+  } else {
     t.file->read_f32(*t.entry, first, count, out);
-  if (!params_[p].hf_transposed && params_[p].split.dim < 0)
     bytes_read_ += count * dtype_size(t.entry->dtype);
+  }
   check_finite(p, first, count, out);
 }
 
@@ -190,9 +190,7 @@ WeightsImport import_weights(const Model& model, const WeightsTarget& target, co
   const bool seen = fs::exists(path);
   if (comm.size() > 1 && any_rank(!seen, comm)) {
     // Rank 0 reads its own parts' places: a tensor-parallel rank needs its.
-    const auto params = model.params();
-    if (std::any_of(params.begin(), params.end(),
-                    [](const ParamSpec& p) { return p.split.dim >= 0; }))
+    if (has_tensor_parts(model.params()))
       throw DataError("init_from: '" + path.string() +
                       "' is not on every rank's host, and a tensor-parallel run's ranks each read "
                       "their parts of it; put the weights where every rank sees them");

@@ -18,7 +18,10 @@ MeshGroups make_mesh_groups(const MeshPlan& plan, Communicator& world) {
     const auto d = static_cast<MeshDim>(i);
     groups.along_[i] = world.split(plan.group(rank, d).front(), plan.coordinate(rank, d));
   }
-  groups.same_part_ = world.split(plan.coordinate(rank, MeshDim::tensor), rank);
+  // Another split (and, through shared memory, another segment) only where
+  // a rank's parts are not the whole model.
+  if (plan.size(MeshDim::tensor) > 1)
+    groups.same_part_ = world.split(plan.coordinate(rank, MeshDim::tensor), rank);
   return groups;
 }
 

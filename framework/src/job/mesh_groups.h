@@ -23,7 +23,8 @@ class MeshGroups {
  public:
   Communicator& operator[](MeshDim d) const { return *along_[static_cast<int>(d)]; }
   // The ranks holding the same tensor-parallel part as this one (every
-  // dimension but tensor): whom a strategy shards and averages over.
+  // dimension but tensor): whom a strategy shards and averages over. Made
+  // only where the tensor degree is above 1.
   Communicator& same_part() const { return *same_part_; }
 
  private:

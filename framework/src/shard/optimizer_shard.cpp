@@ -140,10 +140,8 @@ void OptimizerShard::load(StateSource& source, const FlatLayout& layout, TypedPt
 
 std::vector<SharedRun> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
                                    std::uint64_t begin, std::uint64_t end) {
-  const bool split = std::any_of(params.begin(), params.end(),
-                                 [](const ParamSpec& p) { return p.split.dim >= 0; });
   std::vector<SharedRun> runs;
-  if (!split) return runs;
+  if (!has_tensor_parts(params)) return runs;
   for (const auto& seg : layout.segments(begin, end)) {
     const TensorSplit& t = params[seg.param].split;
     if (t.dim >= 0 && t.copies <= 1) continue;

@@ -428,8 +428,9 @@ ModelInfo Transformer::info() const {
   // The whole model's: a tensor-parallel part counts as the whole it is
   // one of.
   for (const auto& p : params_) {
-    i.n_params += p.shape.numel() * (p.split.dim >= 0 ? p.split.parts : 1);
-    if (!p.trainable) frozen += static_cast<double>(p.shape.numel());
+    const std::int64_t whole = p.shape.numel() * (p.split.dim >= 0 ? p.split.parts : 1);
+    i.n_params += whole;
+    if (!p.trainable) frozen += static_cast<double>(whole);
   }
   // 6N for the matmuls over parameters (4N over frozen ones, which get no
   // weight gradient) plus 12*L*C*T for attention scores and weighted sums
