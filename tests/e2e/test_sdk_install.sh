@@ -47,12 +47,18 @@ echo "installed: binary, library, plugins, presets, public headers, $(basename "
 grep -q "file: $prefix/lib/ztrain/plugins/libztrain_strategy_zero2.so" "$scratch/plugins.out" ||
   { cat "$scratch/plugins.out" >&2; fail "the installed ztrain does not find its plugins"; }
 
-sdk="$scratch/sdk_build"
-cmake -S "$SRC/examples/hybrid_shard" -B "$sdk" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror" > "$scratch/sdk.out" 2>&1 &&
-  cmake --build "$sdk" >> "$scratch/sdk.out" 2>&1 || { cat "$scratch/sdk.out" >&2; fail "the example project does not build"; }
-plugin=$(find "$sdk" -name 'libztrain_strategy_hybrid_shard.so' | head -n 1)
-[ -n "$plugin" ] || fail "the example project made no plugin"
+# example_plugin PROJECT LIBRARY: examples/PROJECT built against the
+# installed SDK (warnings as errors); prints the path of the LIBRARY it made.
+example_plugin() {
+  local build="$scratch/$1_build" plugin
+  cmake -S "$SRC/examples/$1" -B "$build" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror" > "$scratch/$1.out" 2>&1 &&
+    cmake --build "$build" >> "$scratch/$1.out" 2>&1 || { cat "$scratch/$1.out" >&2; fail "the example project $1 does not build"; }
+  plugin=$(find "$build" -name "$2" | head -n 1)
+  [ -n "$plugin" ] || fail "the example project $1 made no plugin"
+  echo "$plugin"
+}
+plugin=$(example_plugin hybrid_shard libztrain_strategy_hybrid_shard.so)
 plugins=$(dirname "$plugin")
 "$prefix/bin/ztrain" plugins --plugin-path "$plugins" > "$scratch/plugins.out" 2>&1 ||
   { cat "$scratch/plugins.out" >&2; fail "ztrain plugins --plugin-path failed"; }
@@ -98,12 +104,7 @@ echo "hybrid_shard: equivalent to ddp at world 4 in groups of 2 and of 4; its ch
 # A schedule plugin outside the tree (examples/zero_bubble_schedule): built
 # against the installed SDK, listed, and its plan checked and timed by the
 # installed ztrain, idling less than 1F1B's on the same clock.
-zb="$scratch/zb_build"
-cmake -S "$SRC/examples/zero_bubble_schedule" -B "$zb" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror" > "$scratch/zb.out" 2>&1 &&
-  cmake --build "$zb" >> "$scratch/zb.out" 2>&1 || { cat "$scratch/zb.out" >&2; fail "the schedule example does not build"; }
-zb_plugin=$(find "$zb" -name 'libztrain_schedule_zero_bubble.so' | head -n 1)
-[ -n "$zb_plugin" ] || fail "the schedule example made no plugin"
+zb_plugin=$(example_plugin zero_bubble_schedule libztrain_schedule_zero_bubble.so)
 "$ZTRAIN" plugins --plugin-path "$(dirname "$zb_plugin")" > "$scratch/zb_plugins.out" 2>&1 ||
   { cat "$scratch/zb_plugins.out" >&2; fail "ztrain plugins --plugin-path (schedule) failed"; }
 grep -q "^schedule zero_bubble 0.1.0" "$scratch/zb_plugins.out" ||
