@@ -35,7 +35,7 @@ ncclDataType_t nccl_type(DType t) {
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
-  return op == ReduceOp::average ? ncclAvg : ncclSum;
+  return op == ReduceOp::average ? ncclAvg : op == ReduceOp::max ? ncclMax : ncclSum;
 }
 
 std::string nccl_text(ncclResult_t r, ncclComm_t comm) {

@@ -419,6 +419,60 @@ TEST_CASE("softmax cross-entropy matches the reference") {
   check_close(gl.get(), probs, 1e-4, 1e-9, "dlogits");
 }
 
+// One rank's slice of a vocabulary-parallel head: columns [25000, 50257)
+// of GPT-2's vocabulary, targets inside and outside it, a row ignored.
+TEST_CASE("vocabulary-parallel cross-entropy's four ops match the reference") {
+  const std::size_t N = 13, V = 25257, first = 25000;
+  const Vec logits = randn(N * V, 52, 3.0f);
+  std::vector<std::int32_t> targets(N);
+  for (std::size_t n = 0; n < N; ++n)
+    targets[n] = n % 5 == 4 ? ztrain::kIgnoreTarget : static_cast<std::int32_t>(n * 7919 % 50257);
+  const ztrain::VocabShape s{N, V, first};
+  Array gl(logits), gt(targets), gmax(N), gsums(2 * N), glosses(N);
+  Vec exps = logits, row_max(N), sums(2 * N), losses(N);
+  G().crossentropy_slice_max(gmax.f(), gl.f(), s);
+  R().crossentropy_slice_max(row_max.data(), exps.data(), s);
+  CHECK(same_bits(gmax.get(), row_max));
+  G().crossentropy_slice_sums(gsums.f(), gl.f(), gmax.f(), gt.i32(), s);
+  R().crossentropy_slice_sums(sums.data(), exps.data(), row_max.data(), targets.data(), s);
+  check_close(gsums.get(), sums, 1e-5, 1e-6, "sums");
+  check_close(gl.get(), exps, 1e-5, 1e-9, "exps");
+  G().crossentropy_slice_loss(glosses.f(), gmax.f(), gsums.f(), gt.i32(), N);
+  R().crossentropy_slice_loss(losses.data(), row_max.data(), sums.data(), targets.data(), N);
+  check_close(glosses.get(), losses, 1e-5, 1e-5, "losses");
+  G().crossentropy_slice_backward(gl.f(), gsums.f(), gt.i32(), 0.125f, s);
+  R().crossentropy_slice_backward(exps.data(), sums.data(), targets.data(), 0.125f, s);
+  check_close(gl.get(), exps, 1e-4, 1e-9, "dlogits");
+}
+
+// A table holding rows [3, 43) of a vocabulary of 50: tokens below and
+// above it read zeros and add nothing; the rest as the reference, bit for
+// bit.
+TEST_CASE("a vocabulary slice of the embedding equals the reference's, each type") {
+  const std::size_t B = 4, T = 37, C = 45, first = 3, rows = 40;
+  const auto toks = tokens_of(B * T, 50, 11);
+  const ztrain::TokenShape s{B, T, C, first, rows};
+  for (DType t : {DType::f32, DType::bf16}) {
+    CAPTURE(ztrain::dtype_name(t));
+    const Vec wte = gpu::rounded(randn(rows * C, 12), t),
+              dwte0 = gpu::rounded(randn(rows * C, 13), t);
+    const Vec dout = randn(B * T * C, 14);
+    Array gt(toks), gwte(wte, t), gout(dout.size()), gdout(dout), gdwte(dwte0, t);
+    G().embedding_forward(gout.f(), gt.i32(), gwte.typed(), nullptr, s);
+    std::vector<std::uint8_t> wte_t(wte.size() * ztrain::dtype_size(t)),
+        dwte_t(wte.size() * ztrain::dtype_size(t));
+    ztrain::convert(wte.data(), DType::f32, wte_t.data(), t, wte.size());
+    ztrain::convert(dwte0.data(), DType::f32, dwte_t.data(), t, wte.size());
+    Vec want(dout.size()), want_dwte(wte.size());
+    R().embedding_forward(want.data(), toks.data(), {wte_t.data(), t}, nullptr, s);
+    CHECK(same_bits(gout.get(), want));
+    G().embedding_backward(gdwte.typed(), nullptr, gdout.f(), gt.i32(), s);
+    R().embedding_backward({dwte_t.data(), t}, nullptr, dout.data(), toks.data(), s);
+    ztrain::convert(dwte_t.data(), t, want_dwte.data(), DType::f32, wte.size());
+    CHECK(same_bits(gdwte.get(), want_dwte));
+  }
+}
+
 TEST_CASE("adamw over runs matches the reference for each gradient and working-copy type") {
   // 150 runs (three launches of the run table), alternating weight decay,
   // with gaps the update must not touch, one run longer than the grid.

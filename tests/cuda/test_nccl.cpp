@@ -5,6 +5,7 @@
 // and split.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -72,6 +73,25 @@ TEST_CASE("all_reduce sums and averages in every type, after compute-stream writ
       gpu::check_close(a.get(), gpu::rounded(want, t), t == DType::f32 ? 1e-6 : 1e-2, 0,
                        "all_reduce");
     }
+  }
+}
+
+// Which rank holds an element's maximum varies with the element.
+TEST_CASE("all_reduce takes the maximum in every type") {
+  const int N = nccl().size(), r = nccl().rank();
+  const std::size_t n = 4099;
+  const auto peaky = [](int q, std::size_t i) {
+    return static_cast<float>((q * 7 + static_cast<int>(i % 1000) * 3) % 11) - 5.0f;
+  };
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    CAPTURE(ztrain::dtype_name(t));
+    Vec mine(n), want(n, -INFINITY);
+    for (std::size_t i = 0; i < n; ++i) mine[i] = peaky(r, i);
+    for (int q = 0; q < N; ++q)
+      for (std::size_t i = 0; i < n; ++i) want[i] = std::max(want[i], peaky(q, i));
+    Array a(mine, t);
+    nccl().all_reduce(a.data(), n, t, ReduceOp::max);
+    gpu::check_close(a.get(), want, 0, 0, "all_reduce max");
   }
 }
 

@@ -2,7 +2,10 @@
 # Tensor parallelism ([parallel] tensor, Megatron's split of each block:
 # q, k, v and the MLP's first layer cut by output, the attention's and the
 # MLP's last projection by input, one all-reduce after each of those
-# forward and one after each block input's gradient backward) must train
+# forward and one after each block input's gradient backward; the
+# embedding and the head cut by vocabulary rows, the loss assembled from
+# the slices (the row maxima all-reduced by max, the sums by sum), the
+# embedding's output and the head's input gradient all-reduced) must train
 # exactly what ddp trains at world 1 on the same global batch: GPT-2 at
 # tensor 2 and 4; Llama with 2 key/value heads at tensor 2 (each rank one
 # of them), with biases on every projection (the row-parallel biases added
@@ -38,6 +41,11 @@ train_run g_t2 2 8 1 --set parallel.tensor=2
 train_run g_t4 4 8 1 --set parallel.tensor=4
 for name in g_t2 g_t4; do same_training g_w1 "$name" 1e-6 2e-6; done
 same_val_loss g_w1 g_t2 g_t4
+# A vocabulary the degree does not divide (259 rows over 4 ranks: 64, 65,
+# 65, 65): the parts differ by a row.
+train_run g_w1_v259 1 8 1 --set model.vocab_size=259
+train_run g_t4_v259 4 8 1 --set model.vocab_size=259 --set parallel.tensor=4
+same_training g_w1_v259 g_t4_v259 1e-6 2e-6
 grep -q "batch: 8 x 1 accum x 1 data rank = 8 sequences of 32 tokens" "$scratch/g_t2.out" ||
   fail "tensor 2 did not report its batch over the data ranks"
 grep -q "mesh: tensor 2: each block's projections split over tensor groups 0-1 (Megatron's.*\[strategy\] on each rank's parts alone (one data rank)" \
@@ -83,28 +91,33 @@ same_training l_w1_bf16 l_t2_bf16 2e-4 4e-3
 
 # all-reduce bytes per step over all ranks: per layer and micro-step two
 # in forward (after the attention's and the MLP's output projections) and
-# two in backward (the gradients of the two norms' outputs), each of
-# micro x 32 tokens x 64 floats; the step's gradient norm (one float over
-# the tensor group) and the ranks' agreement on the loss and the stop (three
-# floats over the world). A ring all-reduce of n elements over R ranks
-# sends 2 (R-1) n elements in all. tp_bytes RANKS TENSOR MICRO ACCUM
+# two in backward (the gradients of the two norms' outputs), and per
+# micro-step the embedding's output and the head's input gradient, each of
+# micro x 32 tokens x 64 floats, and the loss's three floats a token (its
+# row maximum, its slice's sum and target logit); the step's gradient norm
+# (one float over the tensor group) and the ranks' agreement on the loss
+# and the stop (three floats over the world). A ring all-reduce of n
+# elements over R ranks sends 2 (R-1) n elements in all.
+# tp_bytes RANKS TENSOR MICRO ACCUM
 tp_bytes() {
   local ranks=$1 t=$2 micro=$3 accum=$4 layers=2
-  local act=$((micro * 32 * 64))
-  echo $((4 * (layers * 4 * accum * 2 * (t - 1) * act + 2 * (t - 1) + 2 * (ranks - 1) * 3)))
+  local tokens=$((micro * 32)) act=$((micro * 32 * 64))
+  local per_micro=$((layers * 4 * act + 2 * act + 3 * tokens))
+  echo $((4 * (accum * 2 * (t - 1) * per_micro + 2 * (t - 1) + 2 * (ranks - 1) * 3)))
 }
 check_bytes g_t2 all_reduce "$(tp_bytes 2 2 8 1)"
 check_bytes g_t4 all_reduce "$(tp_bytes 4 4 8 1)"
 check_bytes l_t2 all_reduce "$(tp_bytes 2 2 4 2)"
 
-# Memory, measured: a rank at tensor 2 holds the whole embedding, norms and
-# the row-parallel biases, and half of every other block parameter: per
-# GPT-2 block 12 C^2 + 7 C of its 12 C^2 + 13 C elements are split.
+# Memory, measured: a rank at tensor 2 holds the whole position table,
+# norms and the row-parallel biases, half of every other block parameter
+# (per GPT-2 block 12 C^2 + 7 C of its 12 C^2 + 13 C elements are split)
+# and half of the tied embedding and head (V C).
 peak_bytes() {  # peak_bytes NAME CATEGORY: the device's peak of CATEGORY in NAME's last step
   grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
     sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
 }
-half=$((2 * (12 * 64 * 64 + 7 * 64) / 2 * 4))
+half=$(((2 * (12 * 64 * 64 + 7 * 64) + 256 * 64) / 2 * 4))
 for category in params grads optimizer; do
   whole=$(peak_bytes g_w1 "$category") part=$(peak_bytes g_t2 "$category")
   per=$([ "$category" = optimizer ] && echo 2 || echo 1)
@@ -166,8 +179,11 @@ from_weights from_e_w1_t2 2 e_w1 --set parallel.tensor=2
 same_training from_e_w1 from_e_t2 1e-6 2e-6
 same_training from_e_w1 from_e_w1_t2 1e-6 2e-6
 # Llama at tensor 4 too, each of its 2 key/value heads copied on two
-# ranks: written once, read by both.
-base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}" --set train.save_final=true)
+# ranks: written once, read by both; its vocabulary of 259 rows cut into
+# unequal parts (64, 65, 65, 65 at tensor 4; 129, 130 at tensor 2), the
+# embedding's and the untied head's alike.
+base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}" --set model.vocab_size=259
+  --set train.save_final=true)
 train_run e_l_w1 1 8 1
 train_run e_l_t4 4 8 1 --set parallel.tensor=4
 same_headers e_l_w1 e_l_t4
@@ -186,6 +202,9 @@ refused "key/value heads that neither divide nor copy over the degree" \
 refused "LoRA under tensor parallelism" \
   "[parallel] tensor = 2: [model] finetuning_type = \"lora\" is not split over tensor-parallel ranks yet" \
   2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set model.finetuning_type=lora "$SRC/configs/run.toml"
+refused "a vocabulary of fewer rows than the degree" \
+  "[parallel] tensor = 2: [model] vocab_size = 1 is smaller than the tensor degree 2" \
+  2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set model.vocab_size=1 "$SRC/configs/run.toml"
 refused "checkpoints of a tensor-parallel run" \
   "--set train.checkpoint_every=5: [train] checkpoint_every > 0 with [parallel] tensor = 2" \
   2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set train.checkpoint_every=5 "$SRC/configs/run.toml"

@@ -119,6 +119,48 @@ TEST_CASE("all_reduce sums and averages in f32, bf16 and f16, sync and async, od
   }
 }
 
+// Which rank holds an element's maximum varies with the element (a rank
+// copying its own or its neighbour's values fails), negative values too.
+float peaky(int rank, std::size_t i) {
+  return static_cast<float>((rank * 7 + static_cast<int>(i) * 3) % 11) - 5.0f;
+}
+
+TEST_CASE("all_reduce and reduce_scatter take the maximum in f32, bf16 and f16") {
+  const int R = world().size(), r = world().rank();
+  const auto most = [&](std::size_t i) {
+    float m = peaky(0, i);
+    for (int k = 1; k < R; ++k) m = std::max(m, peaky(k, i));
+    return m;
+  };
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    const std::size_t n = 1001;
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = peaky(r, i);
+    std::vector<std::uint16_t> h = encode(v, t);
+    void* data = t == DType::f32 ? static_cast<void*>(v.data()) : h.data();
+    world().all_reduce(data, n, t, ReduceOp::max);
+    const auto got = decode(data, t, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("all_reduce, dtype " << dtype_name(t) << " i " << i);
+      CHECK(got[i] == most(i));
+    }
+    const std::size_t block = 9;
+    std::vector<float> send(block * static_cast<std::size_t>(R));
+    for (std::size_t i = 0; i < send.size(); ++i) send[i] = peaky(r, i);
+    const auto s16 = encode(send, t);
+    std::vector<float> recv(block);
+    std::vector<std::uint16_t> r16(block);
+    const void* sp = t == DType::f32 ? static_cast<const void*>(send.data()) : s16.data();
+    void* rp = t == DType::f32 ? static_cast<void*>(recv.data()) : r16.data();
+    world().reduce_scatter(sp, rp, block, t, ReduceOp::max);
+    const auto mine = decode(rp, t, block);
+    for (std::size_t i = 0; i < block; ++i) {
+      INFO("reduce_scatter, dtype " << dtype_name(t) << " i " << i);
+      CHECK(mine[i] == most(static_cast<std::size_t>(r) * block + i));
+    }
+  }
+}
+
 TEST_CASE("reduce_scatter gives each rank its block's reduction") {
   const int R = world().size(), r = world().rank();
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {

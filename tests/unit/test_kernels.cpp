@@ -1226,6 +1226,105 @@ TEST_CASE("16-bit embedding: fast matches reference bit for bit, repeated tokens
   }
 }
 
+// Part p of P of a vocabulary of V rows: [V p / P, V (p + 1) / P), as the
+// transformer splits it (unequal parts where P does not divide V).
+std::size_t part_first(std::size_t V, std::size_t P, std::size_t p) {
+  return V * p / P;
+}
+
+// A table split by vocabulary rows over 3 ranks (11 rows: 3, 4 and 4): each
+// part looks up the tokens it holds (zeros for the others) and the first
+// adds the positions; their sum is the whole table's output, bit for bit
+// (one part's row and zeros), and each part's gradient is the whole's rows
+// (the same additions in the same order). Fast and reference, fp32 and
+// 16-bit tables.
+TEST_CASE("a vocabulary-parallel embedding: the parts' sum is the whole table's") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const std::size_t B = 3, T = 7, C = 37, V = 11, P = 3;
+  std::vector<std::int32_t> tokens(B * T);
+  for (std::size_t i = 0; i < B * T; ++i)
+    tokens[i] = static_cast<std::int32_t>((i * 7 + i / 5) % V);
+  const Vec table = randn(V * C, 191), positions = randn(T * C, 192), grad0 = randn(V * C, 193);
+  const Vec dout = randn(B * T * C, 194);
+  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(ref.get())})
+    for (DType t : {DType::f32, DType::bf16}) {
+      INFO(ztrain::dtype_name(t));
+      Operand wte(table, t), wpe(positions, t), dwte(grad0, t), dwpe(Vec(T * C, 0.0f), t);
+      Vec whole(B * T * C), sum(B * T * C, 0.0f);
+      k->embedding_forward(whole.data(), tokens.data(), wte.ptr(), wpe.ptr(), {B, T, C});
+      k->embedding_backward(dwte.ptr(), dwpe.ptr(), dout.data(), tokens.data(), {B, T, C});
+      const Vec dwte_whole = dwte.values();
+      for (std::size_t p = 0; p < P; ++p) {
+        const std::size_t first = part_first(V, P, p), rows = part_first(V, P, p + 1) - first;
+        const auto at = [&](const Vec& v) {
+          return Vec(v.begin() + static_cast<std::ptrdiff_t>(first * C),
+                     v.begin() + static_cast<std::ptrdiff_t>((first + rows) * C));
+        };
+        const ztrain::TokenShape s{B, T, C, first, rows};
+        Operand part(at(table), t), dpart(at(grad0), t);
+        Vec out(B * T * C);
+        k->embedding_forward(out.data(), tokens.data(), part.ptr(),
+                             p == 0 ? ztrain::ConstTypedPtr(wpe.ptr()) : nullptr, s);
+        for (std::size_t i = 0; i < out.size(); ++i) sum[i] += out[i];
+        k->embedding_backward(dpart.ptr(), nullptr, dout.data(), tokens.data(), s);
+        CHECK(dpart.values() == at(dwte_whole));
+      }
+      CHECK(sum == whole);
+    }
+}
+
+// The loss over a vocabulary split into 3 slices (37 logits: 12, 12, 13),
+// the all-reduces done by hand between the ops (the maxima's max, the sums'
+// sum), against the whole row's softmax cross-entropy (itself checked by
+// finite differences above): every loss and every dlogit, targets in each
+// slice and an ignored row included, on the fast kernels and the reference.
+TEST_CASE("vocabulary-parallel cross-entropy: the slices' loss and gradient are the whole row's") {
+  const auto ref = ztrain::make_reference_cpu_kernels();
+  const std::size_t N = 5, V = 37, P = 3;
+  const Vec logits = randn(N * V, 195, 3.0f);
+  const std::vector<std::int32_t> targets{0, 13, ztrain::kIgnoreTarget, 36, 24};
+  const float dloss = 0.37f;
+  for (const ztrain::Kernels* k : {&K(), static_cast<const ztrain::Kernels*>(ref.get())}) {
+    Vec probs = logits, losses(N);
+    k->softmax_crossentropy_forward(losses.data(), probs.data(), targets.data(), {N, V});
+    k->softmax_crossentropy_backward(probs.data(), targets.data(), dloss, {N, V});
+    std::vector<Vec> slices(P);
+    Vec row_max(N, -INFINITY), sums(2 * N, 0.0f);
+    for (std::size_t p = 0; p < P; ++p) {
+      const std::size_t first = part_first(V, P, p), cols = part_first(V, P, p + 1) - first;
+      for (std::size_t n = 0; n < N; ++n)
+        slices[p].insert(slices[p].end(),
+                         logits.begin() + static_cast<std::ptrdiff_t>(n * V + first),
+                         logits.begin() + static_cast<std::ptrdiff_t>(n * V + first + cols));
+      Vec m(N);
+      k->crossentropy_slice_max(m.data(), slices[p].data(), {N, cols, first});
+      for (std::size_t n = 0; n < N; ++n) row_max[n] = std::max(row_max[n], m[n]);
+    }
+    for (std::size_t p = 0; p < P; ++p) {
+      const std::size_t first = part_first(V, P, p), cols = part_first(V, P, p + 1) - first;
+      Vec part(2 * N);
+      k->crossentropy_slice_sums(part.data(), slices[p].data(), row_max.data(), targets.data(),
+                                 {N, cols, first});
+      for (std::size_t i = 0; i < 2 * N; ++i) sums[i] += part[i];
+    }
+    Vec slice_losses(N, 7.0f);
+    k->crossentropy_slice_loss(slice_losses.data(), row_max.data(), sums.data(), targets.data(), N);
+    for (std::size_t n = 0; n < N; ++n)
+      CHECK(slice_losses[n] == doctest::Approx(losses[n]).epsilon(1e-6).scale(1e-6));
+    for (std::size_t p = 0; p < P; ++p) {
+      const std::size_t first = part_first(V, P, p), cols = part_first(V, P, p + 1) - first;
+      k->crossentropy_slice_backward(slices[p].data(), sums.data(), targets.data(), dloss,
+                                     {N, cols, first});
+      for (std::size_t n = 0; n < N; ++n)
+        for (std::size_t c = 0; c < cols; ++c) {
+          INFO("slice " << p << " row " << n << " column " << first + c);
+          CHECK(slices[p][n * cols + c] ==
+                doctest::Approx(probs[n * V + first + c]).epsilon(1e-5).scale(1e-7));
+        }
+    }
+  }
+}
+
 // Fast against reference: the same math in another order (vector sums,
 // gradients per block of rows), so within fp32 rounding for dinp and one
 // 16-bit rounding for the parameter gradients.

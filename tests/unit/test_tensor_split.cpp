@@ -67,6 +67,31 @@ TEST_CASE("a part's elements are the whole's that a cut by hand gives it") {
   CHECK(bias.whole_index(Shape{6}, 5) == 11);
 }
 
+// A vocabulary the degree does not divide: 11 rows over 3 parts hold 3, 4
+// and 4 rows, the parts together every row once, in order; whole_numel
+// and the extent name the whole.
+TEST_CASE("parts of unequal rows cover the whole once, in order") {
+  const std::int64_t rows = 11, cols = 5;
+  std::vector<std::uint64_t> seen;
+  std::vector<std::int64_t> sizes;
+  for (int part = 0; part < 3; ++part) {
+    const TensorSplit split{0, 3, part, 1, 1, rows};
+    const std::int64_t mine = split.first_row(part + 1) - split.first_row(part);
+    sizes.push_back(mine);
+    const Shape local{mine, cols};
+    for (std::uint64_t i = 0; i < static_cast<std::uint64_t>(local.numel()); ++i)
+      seen.push_back(split.whole_index(local, i));
+    ParamSpec p;
+    p.shape = local;
+    p.split = split;
+    CHECK(whole_numel(p) == rows * cols);
+    CHECK(split.whole_extent(mine) == rows);
+  }
+  CHECK(sizes == std::vector<std::int64_t>{3, 4, 4});
+  REQUIRE(seen.size() == static_cast<std::size_t>(rows * cols));
+  for (std::uint64_t i = 0; i < seen.size(); ++i) CHECK(seen[i] == i);
+}
+
 TEST_CASE("a part starts at the values the whole parameter has there") {
   ParamSpec whole;
   whole.name = "w";

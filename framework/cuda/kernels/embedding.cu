@@ -14,16 +14,28 @@ namespace {
 
 constexpr unsigned kThreads = 256;
 
-// out: (B,T,C) = wte[tokens] + wpe[t]; wpe may be null.
+// Whether the table's slice [first, first + rows) of the vocabulary holds
+// token (TokenShape::holds).
+__device__ bool holds(std::int32_t token, std::size_t first, std::size_t rows) {
+  const auto t = static_cast<std::size_t>(token);
+  return t >= first && t - first < rows;
+}
+
+// out: (B,T,C) = wte[tokens] + wpe[t]; wpe may be null; a token the slice
+// does not hold reads zeros.
 template <class W>
 __global__ void embedding_forward_kernel(float* out, const std::int32_t* tokens, const W* wte,
-                                         const W* wpe, int BT, int T, int C) {
+                                         const W* wpe, int BT, int T, int C, std::size_t first,
+                                         std::size_t rows) {
   const std::size_t n = static_cast<std::size_t>(BT) * C;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const std::size_t bt = i / C;
     const int c = static_cast<int>(i % C);
-    float e = to_f32(wte[static_cast<std::size_t>(tokens[bt]) * C + c]);
+    const std::int32_t token = tokens[bt];
+    float e = holds(token, first, rows)
+                  ? to_f32(wte[(static_cast<std::size_t>(token) - first) * C + c])
+                  : 0.0f;
     if (wpe) e += to_f32(wpe[(bt % T) * C + c]);
     out[i] = e;
   }
@@ -38,18 +50,20 @@ __global__ void iota_kernel(std::int32_t* p, int n) {
 // One block per sorted position; only the first of a token's run works:
 // dwte[token] += the dout rows of the run, added one by one in position
 // order onto the widened gradient (the cpu reference's order, so fp32
-// results are its bits), rounded once.
+// results are its bits), rounded once. A token the slice does not hold
+// adds nothing.
 template <class G>
 __global__ void embedding_backward_wte_kernel(G* dwte, const float* dout,
                                               const std::int32_t* sorted_tokens,
-                                              const std::int32_t* sorted_pos, int BT, int C) {
+                                              const std::int32_t* sorted_pos, int BT, int C,
+                                              std::size_t first, std::size_t rows) {
   const int j = blockIdx.x;
   const std::int32_t token = sorted_tokens[j];
-  if (j > 0 && sorted_tokens[j - 1] == token) return;
+  if ((j > 0 && sorted_tokens[j - 1] == token) || !holds(token, first, rows)) return;
   int end = j + 1;
   while (end < BT && sorted_tokens[end] == token) ++end;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    G& g = dwte[static_cast<std::size_t>(token) * C + c];
+    G& g = dwte[(static_cast<std::size_t>(token) - first) * C + c];
     float s = to_f32(g);
     for (int r = j; r < end; ++r) s += dout[static_cast<std::size_t>(sorted_pos[r]) * C + c];
     g = from_f32<G>(s);
@@ -81,7 +95,8 @@ void CudaKernels::embedding_forward(float* out, const std::int32_t* tokens, Cons
   with_type(wte.dtype, [&](auto tag) {
     using W = decltype(tag);
     embedding_forward_kernel<W><<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(
-        out, tokens, static_cast<const W*>(wte.data), static_cast<const W*>(wpe.data), BT, T, C);
+        out, tokens, static_cast<const W*>(wte.data), static_cast<const W*>(wpe.data), BT, T, C,
+        s.vocab_first, s.vocab_rows);
   });
   ZTRAIN_CUDA_LAUNCHED();
 }
@@ -111,9 +126,9 @@ void CudaKernels::embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* 
                                                 vals.as<std::int32_t>(), BT, 0, 32, stream_));
     with_type(dwte.dtype, [&](auto tag) {
       using G = decltype(tag);
-      embedding_backward_wte_kernel<G>
-          <<<BT, kThreads, 0, stream_>>>(static_cast<G*>(dwte.data), dout, keys.as<std::int32_t>(),
-                                         vals.as<std::int32_t>(), BT, C);
+      embedding_backward_wte_kernel<G><<<BT, kThreads, 0, stream_>>>(
+          static_cast<G*>(dwte.data), dout, keys.as<std::int32_t>(), vals.as<std::int32_t>(), BT, C,
+          s.vocab_first, s.vocab_rows);
     });
     ZTRAIN_CUDA_LAUNCHED();
   }

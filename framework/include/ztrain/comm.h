@@ -2,8 +2,9 @@
 //
 // A Communicator connects `size()` ranks. Collectives are called by every
 // rank in the same order with matching arguments; buffers live in the memory
-// the backend works on (host for mpi, device for nccl). Reduction ops sum or
-// average (the average divides the sum by the rank count). Every collective
+// the backend works on (host for mpi, device for nccl). Reduction ops sum,
+// average (the average divides the sum by the rank count) or take the
+// maximum (a vocabulary-parallel loss's row maxima). Every collective
 // has an asynchronous form returning a CommWork: the backend makes progress
 // on it while the caller computes, and wait() returns when the buffers may be
 // reused. The synchronous forms are the asynchronous ones plus wait().
@@ -57,7 +58,7 @@
 
 namespace ztrain {
 
-enum class ReduceOp : std::uint8_t { sum, average };
+enum class ReduceOp : std::uint8_t { sum, average, max };
 
 // Where a permute sends this rank's block and whence it receives one.
 struct Peers {

@@ -87,5 +87,7 @@ ZTRAIN_API void convert(const void* src, DType src_type, void* dst, DType dst_ty
 // dst[i] += src[i] for n elements of one type, each sum taken in fp32 and
 // rounded once (the step of a 16-bit reduction).
 ZTRAIN_API void add_into(void* dst, const void* src, std::size_t n, DType type);
+// dst[i] = max(dst[i], src[i]) for n elements of one type.
+ZTRAIN_API void max_into(void* dst, const void* src, std::size_t n, DType type);
 
 }  // namespace ztrain

@@ -82,9 +82,24 @@ struct RowShape {
 struct MatmulShape {
   std::size_t N, C, OC;
 };
-// B sequences of T tokens, C channels each.
+// B sequences of T tokens, C channels each. Under a vocabulary-parallel
+// table (tensor parallelism) the table holds rows [vocab_first,
+// vocab_first + vocab_rows) of the vocabulary: a token outside them reads
+// zeros and adds no gradient. By default the table holds every row.
 struct TokenShape {
   std::size_t B, T, C;
+  std::size_t vocab_first = 0;
+  std::size_t vocab_rows = SIZE_MAX;
+  bool holds(std::int32_t token) const {
+    const auto t = static_cast<std::size_t>(token);
+    return t >= vocab_first && t - vocab_first < vocab_rows;
+  }
+};
+// N rows of logits over a slice of the vocabulary, ids [first, first + V):
+// one rank's columns under a vocabulary-parallel head (first = 0 and V the
+// whole vocabulary without one).
+struct VocabShape {
+  std::size_t N, V, first = 0;
 };
 // H heads of hs elements at the start of each (b,t) row, rows `stride`
 // floats apart: q, k or v inside the fused qkv activation. positions:
@@ -265,6 +280,25 @@ class ZTRAIN_API Kernels {
   // zeros in a row whose target is kIgnoreTarget.
   virtual void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, float dloss,
                                              RowShape s) const = 0;
+
+  // The same loss over a vocabulary split by columns across ranks (Megatron's
+  // vocabulary-parallel cross-entropy), in four ops with two all-reduces of
+  // the caller's between them, so that no rank ever holds a whole row:
+  //   row_max: (N) = max over this slice's logits: (N,V)  -> all-reduce max
+  //   sums: (2,N) = sum over the slice of exp(logit - row_max), then the
+  //     target's logit where this slice holds it, else 0; logits: (N,V)
+  //     OVERWRITTEN with exp(logit - row_max)               -> all-reduce sum
+  //   losses: (N) = log(sums[0]) + row_max - sums[1] (every rank the same)
+  //   exps: (N,V) OVERWRITTEN with dlogits = (exps / sums[0] - onehot) * dloss
+  // A row whose target is kIgnoreTarget gets a loss of 0 and zero dlogits.
+  virtual void crossentropy_slice_max(float* row_max, const float* logits, VocabShape s) const = 0;
+  virtual void crossentropy_slice_sums(float* sums, float* logits, const float* row_max,
+                                       const std::int32_t* targets, VocabShape s) const = 0;
+  virtual void crossentropy_slice_loss(float* losses, const float* row_max, const float* sums,
+                                       const std::int32_t* targets, std::size_t N) const = 0;
+  virtual void crossentropy_slice_backward(float* exps, const float* sums,
+                                           const std::int32_t* targets, float dloss,
+                                           VocabShape s) const = 0;
 
   // The global gradient norm, in three ops on a StepScalars in memory these
   // kernels reach, so that a GPU never waits for the host between the last

@@ -62,6 +62,13 @@ struct TensorSplit {
   int part = 0;
   int sections = 1;
   int copies = 1;
+  // Parts of unequal rows (dim 0, one section: a vocabulary that the
+  // degree does not divide): the whole's rows, of which part p holds
+  // [first_row(p), first_row(p + 1)). 0: every part has this one's shape.
+  std::int64_t whole = 0;
+  std::int64_t first_row(int p) const { return whole * p / parts; }
+  // The whole's extent along dim, of which this part holds `local`.
+  std::int64_t whole_extent(std::int64_t local) const { return whole > 0 ? whole : local * parts; }
   // The whole parameter's flat (row-major) index of element i of this
   // rank's part, whose shape is `local` (a vector counts as one column).
   std::uint64_t whole_index(const Shape& local, std::uint64_t i) const {
@@ -71,6 +78,7 @@ struct TensorSplit {
     std::uint64_t r = i / cols, c = i % cols;
     const auto P = static_cast<std::uint64_t>(parts), p = static_cast<std::uint64_t>(part);
     const auto S = static_cast<std::uint64_t>(sections);
+    if (whole > 0) return (static_cast<std::uint64_t>(first_row(part)) + r) * cols + c;
     if (dim == 0) {
       const std::uint64_t each = rows / S;
       r = r / each * each * P + p * each + r % each;
@@ -131,6 +139,14 @@ inline bool has_tensor_parts(const ParamSpecs& params) {
   for (const ParamSpec& p : params)
     if (p.split.dim >= 0) return true;
   return false;
+}
+
+// The elements of the whole parameter `p` is a part of (p's own where it
+// is not split).
+inline std::int64_t whole_numel(const ParamSpec& p) {
+  if (p.split.dim < 0) return p.shape.numel();
+  const std::int64_t along = p.shape[static_cast<std::size_t>(p.split.dim)];
+  return along == 0 ? 0 : p.shape.numel() / along * p.split.whole_extent(along);
 }
 
 struct BatchShape {

@@ -130,7 +130,8 @@ ParamSpec whole_spec(const ParamSpec& part) {
   if (part.split.dim < 0) return part;
   ParamSpec whole = part;
   std::vector<std::int64_t> dims = part.shape.dims();
-  dims[static_cast<std::size_t>(part.split.dim)] *= part.split.parts;
+  std::int64_t& along = dims[static_cast<std::size_t>(part.split.dim)];
+  along = part.split.whole_extent(along);
   whole.shape = Shape(std::move(dims));
   whole.split = {};
   return whole;
@@ -179,6 +180,7 @@ namespace {
 
 // Reads parameters whole: a part's values gathered from every rank of the
 // tensor group (collective over it), each placed where the whole holds it.
+// Parts of unequal rows travel in slots of the largest part's size.
 class WholeReader {
  public:
   WholeReader(const ParamSpecs& params, Strategy& strategy, Communicator* tensor_group)
@@ -186,20 +188,36 @@ class WholeReader {
   void operator()(ParamId id, float* whole) {
     const ParamSpec& p = params_[id];
     if (!group_ || p.split.dim < 0) return strategy_.read_param(id, whole);
-    const auto n = static_cast<std::size_t>(p.shape.numel());
-    part_.resize(n);
-    gathered_.resize(n * static_cast<std::size_t>(group_->size()));
+    const std::size_t slot = slot_size(p);
+    part_.assign(slot, 0.0f);
+    gathered_.resize(slot * static_cast<std::size_t>(group_->size()));
     strategy_.read_param(id, part_.data());
-    group_->all_gather(part_.data(), gathered_.data(), n, DType::f32);
+    group_->all_gather(part_.data(), gathered_.data(), slot, DType::f32);
     for (int t = 0; t < group_->size(); ++t) {
       TensorSplit split = p.split;
       split.part = t / split.copies;  // copies of one part land on the same place
-      const float* from = gathered_.data() + static_cast<std::size_t>(t) * n;
-      for (std::size_t i = 0; i < n; ++i) whole[split.whole_index(p.shape, i)] = from[i];
+      const Shape shape = part_shape(p, split.part);
+      const float* from = gathered_.data() + static_cast<std::size_t>(t) * slot;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(shape.numel()); ++i)
+        whole[split.whole_index(shape, i)] = from[i];
     }
   }
 
  private:
+  // Part `part`'s shape: p's, with its own rows where parts differ.
+  static Shape part_shape(const ParamSpec& p, int part) {
+    if (p.split.whole == 0) return p.shape;
+    std::vector<std::int64_t> dims = p.shape.dims();
+    dims[0] = p.split.first_row(part + 1) - p.split.first_row(part);
+    return Shape(std::move(dims));
+  }
+  static std::size_t slot_size(const ParamSpec& p) {
+    std::size_t most = 0;
+    for (int part = 0; part < p.split.parts; ++part)
+      most = std::max(most, static_cast<std::size_t>(part_shape(p, part).numel()));
+    return most;
+  }
+
   const ParamSpecs& params_;
   Strategy& strategy_;
   Communicator* group_;

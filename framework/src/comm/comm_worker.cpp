@@ -107,6 +107,11 @@ CommWork ThreadedCommunicator::submit(const CollectiveCall& call,
   });
 }
 
+void reduce_into(void* dst, const void* src, std::size_t n, DType type, ReduceOp op) {
+  if (op == ReduceOp::max) return max_into(dst, src, n, type);
+  add_into(dst, src, n, type);
+}
+
 CommWork ThreadedCommunicator::submit_all_reduce(void* data, std::size_t count, DType type,
                                                  ReduceOp op, std::function<void()> run) {
   const int ranks = size();

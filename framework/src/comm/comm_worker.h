@@ -66,6 +66,10 @@ constexpr std::chrono::milliseconds kTransportGrace{10000};
 // data[i] /= by, in the dtype (16-bit values through fp32).
 void divide_in_place(void* data, std::size_t count, DType type, int by);
 
+// One step of a reduction by `op`: dst[i] += src[i] (sum, and average,
+// which divide_in_place finishes), or dst[i] = max(dst[i], src[i]).
+void reduce_into(void* dst, const void* src, std::size_t n, DType type, ReduceOp op);
+
 // The base of the mpi and gloo communicators. A subclass must call
 // drain() first in its destructor: queued tasks use its members.
 class ThreadedCommunicator : public Communicator {

@@ -68,7 +68,18 @@ void sum16(void* c, const void* a, const void* b, std::size_t n) {
   }
 }
 
-gloo::AllreduceOptions::Func sum_of(DType type) {
+// c = max(a, b) over n elements of type T.
+template <DType T>
+void max_of(void* c, const void* a, const void* b, std::size_t n) {
+  if (c != a) std::memmove(c, a, n * dtype_size(T));
+  max_into(c, b, n, T);
+}
+
+gloo::AllreduceOptions::Func reduce_of(DType type, ReduceOp op) {
+  if (op == ReduceOp::max)
+    return type == DType::f32    ? &max_of<DType::f32>
+           : type == DType::bf16 ? &max_of<DType::bf16>
+                                 : &max_of<DType::f16>;
   if (type == DType::f32)
     return static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>);
   return type == DType::bf16 ? &sum16<DType::bf16> : &sum16<DType::f16>;
@@ -118,7 +129,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
             o.setOutput(static_cast<float*>(data), count);
           else
             o.setOutput(static_cast<std::uint16_t*>(data), count);
-          o.setReduceFunction(sum_of(type));
+          o.setReduceFunction(reduce_of(type, op));
           o.setTimeout(transport_timeout());
           gloo::allreduce(o);
         });
@@ -130,7 +141,7 @@ class GlooCommunicator final : public ThreadedCommunicator {
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
     return submit_reduce_scatter_v(recv, counts, type, op, [=, this] {
       call("reduce_scatter_v", total, type,
-           [&] { ring_reduce_scatter(static_cast<const char*>(send), recv, counts, type); });
+           [&] { ring_reduce_scatter(static_cast<const char*>(send), recv, counts, type, op); });
     });
   }
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
@@ -246,11 +257,11 @@ class GlooCommunicator final : public ThreadedCommunicator {
     }
   }
 
-  // Rank r ends with the sum of every rank's block r. At step s it passes
-  // its running sum of block r-s-1 to the next rank and receives block
-  // r-s-2 from the previous one, adding its own part of it.
+  // Rank r ends with the reduction of every rank's block r. At step s it
+  // passes its running reduction of block r-s-1 to the next rank and
+  // receives block r-s-2 from the previous one, reducing its own part in.
   void ring_reduce_scatter(const char* in, void* recv, const std::vector<std::size_t>& counts,
-                           DType type) {
+                           DType type, ReduceOp op) {
     const std::size_t es = dtype_size(type);
     const std::size_t largest = *std::max_element(counts.begin(), counts.end());
     if (size_ == 1 || largest == 0) {
@@ -275,8 +286,8 @@ class GlooCommunicator final : public ThreadedCommunicator {
       bound[1 - acc]->recv(prev, slot, 0, counts[rb] * es);
       bound[1 - acc]->waitRecv(transport_timeout());
       bound[acc]->waitSend(transport_timeout());
-      add_into(buffers[1 - acc].data(), in + offset(counts, static_cast<int>(rb)) * es, counts[rb],
-               type);
+      reduce_into(buffers[1 - acc].data(), in + offset(counts, static_cast<int>(rb)) * es,
+                  counts[rb], type, op);
       acc = 1 - acc;
     }
     std::memcpy(recv, buffers[acc].data(), counts[static_cast<std::size_t>(rank_)] * es);

@@ -28,6 +28,10 @@ template <DType T>
 void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
   add_into(inout, in, static_cast<std::size_t>(*len), T);
 }
+template <DType T>
+void max16(void* in, void* inout, int* len, MPI_Datatype*) {
+  max_into(inout, in, static_cast<std::size_t>(*len), T);
+}
 
 // MPI_Init_thread once per process, MPI_Finalize at exit (after every
 // communicator, which holds a reference).
@@ -38,11 +42,11 @@ class MpiRuntime {
     return runtime;
   }
   ~MpiRuntime() {
-    MPI_Op_free(&bf16_sum);
-    MPI_Op_free(&f16_sum);
+    for (MPI_Op* op : {&bf16_sum, &f16_sum, &bf16_max, &f16_max}) MPI_Op_free(op);
     MPI_Finalize();
   }
   MPI_Op bf16_sum = MPI_OP_NULL, f16_sum = MPI_OP_NULL;
+  MPI_Op bf16_max = MPI_OP_NULL, f16_max = MPI_OP_NULL;
 
  private:
   MpiRuntime() {
@@ -54,6 +58,8 @@ class MpiRuntime {
                       std::to_string(provided) + "); ztrain's communicators need it");
     MPI_Op_create(&sum16<DType::bf16>, 1, &bf16_sum);
     MPI_Op_create(&sum16<DType::f16>, 1, &f16_sum);
+    MPI_Op_create(&max16<DType::bf16>, 1, &bf16_max);
+    MPI_Op_create(&max16<DType::f16>, 1, &f16_max);
   }
 };
 
@@ -189,8 +195,9 @@ class MpiCommunicator final : public ThreadedCommunicator {
     const std::uint64_t sent =
         ring_bytes_sent(Collective::all_reduce, even_split(count, size_), rank_, dtype_size(type));
     return submit({Collective::all_reduce, "all_reduce", count, type}, [=, this] {
-      check(MPI_Allreduce(MPI_IN_PLACE, data, checked(count), mpi_type(type), sum_op(type), comm_),
-            "all_reduce", count, type);
+      check(
+          MPI_Allreduce(MPI_IN_PLACE, data, checked(count), mpi_type(type), op_of(type, op), comm_),
+          "all_reduce", count, type);
       if (op == ReduceOp::average) divide_in_place(data, count, type, size_);
       return sent;
     });
@@ -200,9 +207,9 @@ class MpiCommunicator final : public ThreadedCommunicator {
     const std::uint64_t sent =
         ring_bytes_sent(Collective::reduce_scatter, blocks(count), rank_, dtype_size(type));
     return submit({Collective::reduce_scatter, "reduce_scatter", count, type}, [=, this] {
-      check(
-          MPI_Reduce_scatter_block(send, recv, checked(count), mpi_type(type), sum_op(type), comm_),
-          "reduce_scatter", count, type);
+      check(MPI_Reduce_scatter_block(send, recv, checked(count), mpi_type(type), op_of(type, op),
+                                     comm_),
+            "reduce_scatter", count, type);
       if (op == ReduceOp::average) divide_in_place(recv, count, type, size_);
       return sent;
     });
@@ -231,7 +238,7 @@ class MpiCommunicator final : public ThreadedCommunicator {
     return submit(
         {Collective::reduce_scatter, "reduce_scatter_v", total, type},
         [=, this, ints = ints, total = total] {
-          check(MPI_Reduce_scatter(send, recv, ints.data(), mpi_type(type), sum_op(type), comm_),
+          check(MPI_Reduce_scatter(send, recv, ints.data(), mpi_type(type), op_of(type, op), comm_),
                 "reduce_scatter_v", total, type);
           if (op == ReduceOp::average) divide_in_place(recv, own, type, size_);
           return sent;
@@ -300,7 +307,10 @@ class MpiCommunicator final : public ThreadedCommunicator {
   }
 
  private:
-  MPI_Op sum_op(DType t) const {
+  // MPI's op for `op` over type t (the average is a sum, then a division).
+  MPI_Op op_of(DType t, ReduceOp op) const {
+    if (op == ReduceOp::max)
+      return t == DType::f32 ? MPI_MAX : t == DType::bf16 ? runtime_->bf16_max : runtime_->f16_max;
     return t == DType::f32 ? MPI_SUM : t == DType::bf16 ? runtime_->bf16_sum : runtime_->f16_sum;
   }
   struct VLayout {

@@ -181,13 +181,13 @@ class ShmCommunicator final : public ThreadedCommunicator {
 
   CommWork all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
     return submit_all_reduce(data, count, type, op,
-                             [=, this] { all_reduce(static_cast<char*>(data), count, type); });
+                             [=, this] { all_reduce(static_cast<char*>(data), count, type, op); });
   }
   CommWork reduce_scatter_v_async(const void* send, void* recv,
                                   const std::vector<std::size_t>& counts, DType type,
                                   ReduceOp op) override {
     return submit_reduce_scatter_v(recv, counts, type, op, [=, this] {
-      reduce_scatter(static_cast<const char*>(send), static_cast<char*>(recv), counts, type);
+      reduce_scatter(static_cast<const char*>(send), static_cast<char*>(recv), counts, type, op);
     });
   }
   CommWork all_gather_v_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
@@ -287,10 +287,10 @@ class ShmCommunicator final : public ThreadedCommunicator {
       chunk(at, std::min(piece, count - at));
   }
 
-  // Each chunk: every rank copies up to a slot of its buffer in, rank r sums
-  // its 1/size of the chunk in place in rank 0's slot, and all copy the sum
-  // out.
-  void all_reduce(char* data, std::size_t count, DType type) {
+  // Each chunk: every rank copies up to a slot of its buffer in, rank r
+  // reduces its 1/size of the chunk in place in rank 0's slot, and all copy
+  // the result out.
+  void all_reduce(char* data, std::size_t count, DType type, ReduceOp op) {
     const std::size_t es = dtype_size(type);
     in_chunks(count, kSlotBytes / es, [&](std::size_t at, std::size_t n) {
       std::memcpy(slot(rank_), data + at * es, n * es);
@@ -299,15 +299,16 @@ class ShmCommunicator final : public ThreadedCommunicator {
       const std::size_t from =
           std::accumulate(parts.begin(), parts.begin() + rank_, std::size_t{0}) * es;
       for (int r = 1; r < size_; ++r)
-        add_into(slot(0) + from, slot(r) + from, parts[static_cast<std::size_t>(rank_)], type);
+        reduce_into(slot(0) + from, slot(r) + from, parts[static_cast<std::size_t>(rank_)], type,
+                    op);
       meet("all_reduce", count, type);
       std::memcpy(data + at * es, slot(0), n * es);
     });
   }
   // Chunk k holds elements [k s, (k+1) s) of every block (s = a slot over
-  // the ranks), so each rank sums its own block's piece in every chunk.
+  // the ranks), so each rank reduces its own block's piece in every chunk.
   void reduce_scatter(const char* send, char* recv, const std::vector<std::size_t>& counts,
-                      DType type) {
+                      DType type, ReduceOp op) {
     const std::size_t es = dtype_size(type), piece = kSlotBytes / es / counts.size();
     const std::size_t largest = *std::max_element(counts.begin(), counts.end());
     const auto me = static_cast<std::size_t>(rank_);
@@ -321,7 +322,8 @@ class ShmCommunicator final : public ThreadedCommunicator {
       if (counts[me] <= at) return;
       const std::size_t n = std::min(piece, counts[me] - at);
       std::memcpy(recv + at * es, slot(0) + me * piece * es, n * es);
-      for (int r = 1; r < size_; ++r) add_into(recv + at * es, slot(r) + me * piece * es, n, type);
+      for (int r = 1; r < size_; ++r)
+        reduce_into(recv + at * es, slot(r) + me * piece * es, n, type, op);
     });
   }
   void all_gather(const char* send, char* recv, const std::vector<std::size_t>& counts,

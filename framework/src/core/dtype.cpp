@@ -1,5 +1,6 @@
 #include "ztrain/dtype.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ztrain/error.h"
@@ -55,6 +56,20 @@ void add_into(void* dst, const void* src, std::size_t n, DType type) {
   for (std::size_t i = 0; i < n; ++i)
     d[i] = type == DType::bf16 ? float_to_bf16(bf16_to_float(d[i]) + bf16_to_float(s[i]))
                                : float_to_f16(f16_to_float(d[i]) + f16_to_float(s[i]));
+}
+
+void max_into(void* dst, const void* src, std::size_t n, DType type) {
+  if (type == DType::f32) {
+    auto* d = static_cast<float*>(dst);
+    const auto* s = static_cast<const float*>(src);
+    for (std::size_t i = 0; i < n; ++i) d[i] = std::max(d[i], s[i]);
+    return;
+  }
+  auto* d = static_cast<std::uint16_t*>(dst);
+  const auto* s = static_cast<const std::uint16_t*>(src);
+  const auto widen = type == DType::bf16 ? bf16_to_float : f16_to_float;
+  for (std::size_t i = 0; i < n; ++i)
+    if (widen(s[i]) > widen(d[i])) d[i] = s[i];
 }
 
 }  // namespace ztrain

@@ -38,6 +38,10 @@
 #define ZTRAIN_KERNEL_PARAMS_scale (float* x, float alpha, std::size_t n)
 #define ZTRAIN_KERNEL_PARAMS_softmax_crossentropy_forward (float* losses, float* logits, const std::int32_t* targets, ::ztrain::RowShape s)
 #define ZTRAIN_KERNEL_PARAMS_softmax_crossentropy_backward (float* probs, const std::int32_t* targets, float dloss, ::ztrain::RowShape s)
+#define ZTRAIN_KERNEL_PARAMS_crossentropy_slice_max (float* row_max, const float* logits, ::ztrain::VocabShape s)
+#define ZTRAIN_KERNEL_PARAMS_crossentropy_slice_sums (float* sums, float* logits, const float* row_max, const std::int32_t* targets, ::ztrain::VocabShape s)
+#define ZTRAIN_KERNEL_PARAMS_crossentropy_slice_loss (float* losses, const float* row_max, const float* sums, const std::int32_t* targets, std::size_t N)
+#define ZTRAIN_KERNEL_PARAMS_crossentropy_slice_backward (float* exps, const float* sums, const std::int32_t* targets, float dloss, ::ztrain::VocabShape s)
 #define ZTRAIN_KERNEL_PARAMS_sum_squares_add (::ztrain::StepScalars* s, ::ztrain::ConstTypedPtr x, std::size_t n)
 #define ZTRAIN_KERNEL_PARAMS_grad_norm_unscale (::ztrain::StepScalars* s, double loss_scale)
 #define ZTRAIN_KERNEL_PARAMS_grad_norm_finish (::ztrain::StepScalars* s, bool across_ranks, double loss_scale, double grad_clip)
@@ -70,6 +74,10 @@
   X(scale, (x, alpha, n)) \
   X(softmax_crossentropy_forward, (losses, logits, targets, s)) \
   X(softmax_crossentropy_backward, (probs, targets, dloss, s)) \
+  X(crossentropy_slice_max, (row_max, logits, s)) \
+  X(crossentropy_slice_sums, (sums, logits, row_max, targets, s)) \
+  X(crossentropy_slice_loss, (losses, row_max, sums, targets, N)) \
+  X(crossentropy_slice_backward, (exps, sums, targets, dloss, s)) \
   X(sum_squares_add, (s, x, n)) \
   X(grad_norm_unscale, (s, loss_scale)) \
   X(grad_norm_finish, (s, across_ranks, loss_scale, grad_clip)) \

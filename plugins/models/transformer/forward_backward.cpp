@@ -61,16 +61,19 @@ void Transformer::check_tokens(const Batch& batch) const {
   }
 }
 
+Communicator& Transformer::tensor_comm(StepContext& ctx) const {
+  Communicator* group = group_of(ctx.tensor_group(), cfg_.tensor, "tensor");
+  if (!group) throw InternalError("the tensor group of a model that is not split");
+  return *group;
+}
+
 void Transformer::tensor_sum(StepContext& ctx, float* x, std::size_t n) const {
-  if (cfg_.tensor <= 1) return;
-  group_of(ctx.tensor_group(), cfg_.tensor, "tensor")->all_reduce(x, n, DType::f32, ReduceOp::sum);
+  if (cfg_.tensor > 1) tensor_comm(ctx).all_reduce(x, n, DType::f32, ReduceOp::sum);
 }
 
 Communicator& Transformer::kv_group(StepContext& ctx) const {
-  if (!kv_group_) {
-    Communicator* tensor = group_of(ctx.tensor_group(), cfg_.tensor, "tensor");
-    kv_group_ = tensor->split(cfg_.tensor_rank / cfg_.kv_copies(), cfg_.tensor_rank);
-  }
+  if (!kv_group_)
+    kv_group_ = tensor_comm(ctx).split(cfg_.tensor_rank / cfg_.kv_copies(), cfg_.tensor_rank);
   return *kv_group_;
 }
 
@@ -182,20 +185,29 @@ void Transformer::attention_backward(AttentionGrads d, const BlockActs& b, const
 // One call for rows whose positions run on (whole sequences, Ulysses'
 // slices); a call per row and span where they jump (the ring's chunks)
 // and the model has a table of positions.
+// Under tensor parallelism each rank looks up the tokens its rows of the
+// table hold (zeros for the others) and the group's first rank adds the
+// positions (the sum adds them once, as row_bias); the sum over the group
+// is the whole embedding.
 void Transformer::embed_forward(StepContext& ctx, const Acts& a) const {
   const Dims d = dims(a.B, a.T);
   const auto P = param_views(ctx);
   const ConstTypedPtr wte = P(wte_);
+  const auto wpe_at = [&](std::size_t position) {
+    return wpe_ && cfg_.tensor_rank == 0 ? P(wpe_).at(position * d.C) : ConstTypedPtr{};
+  };
   if (a.spans.size() == 1 || !wpe_) {
-    const ConstTypedPtr wpe = wpe_ ? P(wpe_).at(a.spans[0].position * d.C) : ConstTypedPtr{};
-    return ctx.kernels().embedding_forward(a.resid[0], a.inputs, wte, wpe, {d.B, d.T, d.C});
+    ctx.kernels().embedding_forward(a.resid[0], a.inputs, wte, wpe_at(a.spans[0].position),
+                                    token_shape(d.B, d.T));
+  } else {
+    for (std::size_t b = 0; b < d.B; ++b)
+      for (const TokenSpan& s : a.spans) {
+        const std::size_t row = b * d.T + s.row;
+        ctx.kernels().embedding_forward(a.resid[0] + row * d.C, a.inputs + row, wte,
+                                        wpe_at(s.position), token_shape(1, s.length));
+      }
   }
-  for (std::size_t b = 0; b < d.B; ++b)
-    for (const TokenSpan& s : a.spans) {
-      const std::size_t row = b * d.T + s.row;
-      ctx.kernels().embedding_forward(a.resid[0] + row * d.C, a.inputs + row, wte,
-                                      P(wpe_).at(s.position * d.C), {1, s.length, d.C});
-    }
+  tensor_sum(ctx, a.resid[0], d.N * d.C);
 }
 
 void Transformer::embed_backward(StepContext& ctx, const Acts& a) const {
@@ -205,13 +217,13 @@ void Transformer::embed_backward(StepContext& ctx, const Acts& a) const {
   if (!dwte && !(wpe_ && G(wpe_))) return;  // a frozen embedding
   if (a.spans.size() == 1 || !wpe_) {
     const TypedPtr dwpe = wpe_ ? G(wpe_).at(a.spans[0].position * d.C) : TypedPtr{};
-    return ctx.kernels().embedding_backward(dwte, dwpe, a.d_res, a.inputs, {d.B, d.T, d.C});
+    return ctx.kernels().embedding_backward(dwte, dwpe, a.d_res, a.inputs, token_shape(d.B, d.T));
   }
   for (std::size_t b = 0; b < d.B; ++b)
     for (const TokenSpan& s : a.spans) {
       const std::size_t row = b * d.T + s.row;
       ctx.kernels().embedding_backward(dwte, G(wpe_).at(s.position * d.C), a.d_res + row * d.C,
-                                       a.inputs + row, {1, s.length, d.C});
+                                       a.inputs + row, token_shape(1, s.length));
     }
 }
 
@@ -492,12 +504,14 @@ void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* 
   final_norm_forward(ctx, a);
   const ConstTypedPtr head_w = param_views(ctx)(head_w_);
   const std::size_t rows = head_rows(N);
+  if (logits_out && cfg_.tensor > 1)
+    throw InternalError("the logits of a tensor-parallel part asked for; a rank holds a slice");
   for (std::size_t r0 = 0; r0 < N; r0 += rows) {
     const std::size_t n = std::min(N, r0 + rows) - r0;
     k.matmul_forward(a.logits, a.lnf + r0 * C, head_w, nullptr, {n, C, V});  // (n,V)
     if (logits_out)
       ctx.activations().device().copy(logits_out + r0 * V, a.logits, n * V * sizeof(float));
-    k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, {n, V});
+    chunk_loss(ctx, a, r0, n);
   }
   ctx.exit_forward(head_module());
   ctx.add_loss(a.losses, N);
@@ -535,11 +549,12 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
     const std::size_t n = std::min(N, r0 + rows) - r0;
     const float* lnf = a.lnf + r0 * C;
     k.matmul_forward(a.logits, lnf, head_w, nullptr, {n, C, V});  // (n,V)
-    k.softmax_crossentropy_forward(a.losses + r0, a.logits, a.targets + r0, {n, V});
-    k.softmax_crossentropy_backward(a.logits, a.targets + r0, dloss, {n, V});
+    chunk_loss(ctx, a, r0, n);
+    chunk_dlogits(ctx, a, r0, n, dloss);
     k.matmul_backward(a.d_c + r0 * C, dw, nullptr, a.logits, lnf, head_w, {n, C, V});
   }
   if (a.head_dw) device.convert(head_dw, dw, dw_n);
+  tensor_sum(ctx, a.d_c, N * C);  // each slice's share of d(lnf)
   ctx.add_loss(a.losses, N);
   zero(ctx, a.d_res, N * C);
   const float* xL = stream(a, cfg_.n_layer);

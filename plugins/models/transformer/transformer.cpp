@@ -270,15 +270,18 @@ ParamId Transformer::add(const std::string& name, Shape shape, Init init,
 // projections are cut by output (q, k, v and the MLP's first layer: their
 // rows, with their biases), the projections back to the width by input
 // (the attention's output and the MLP's last layer: their columns; their
-// biases whole); norms, embeddings and head stay whole.
+// biases whole); the embedding and the head by vocabulary rows (unequal
+// parts where the degree does not divide the vocabulary); norms and
+// GPT-2's positions stay whole.
 void Transformer::declare_params() {
-  const int C = cfg_.n_embd, V = cfg_.vocab_size, L = cfg_.n_layer, H = cfg_.local_hidden(),
+  const int C = cfg_.n_embd, V = cfg_.local_vocab(), L = cfg_.n_layer, H = cfg_.local_hidden(),
             A = cfg_.attention_width();
   const TensorSplit rows{0, cfg_.tensor, cfg_.tensor_rank, 1},
       cols{1, cfg_.tensor, cfg_.tensor_rank, 1}, qkv_rows{0, cfg_.tensor, cfg_.tensor_rank, 3};
   // Key/value heads fewer than the ranks: each a part that kv_copies hold.
   const int copies = cfg_.kv_copies();
   const TensorSplit kv_rows{0, cfg_.tensor / copies, cfg_.tensor_rank / copies, 1, copies};
+  const TensorSplit vocab_rows{0, cfg_.tensor, cfg_.tensor_rank, 1, 1, cfg_.vocab_size};
   const ModuleId embed = kEmbed, head = head_module();
   const Init normal{Init::Kind::normal, static_cast<float>(cfg_.init_std)};
   const Init scaled{Init::Kind::normal,
@@ -286,7 +289,7 @@ void Transformer::declare_params() {
   const Init ones{Init::Kind::ones, 0}, zeros{Init::Kind::zeros, 0};
   blocks_.resize(static_cast<std::size_t>(L));
   if (!cfg_.llama) {
-    wte_ = add("wte.weight", {V, C}, normal, {embed, head});
+    wte_ = add("wte.weight", {V, C}, normal, {embed, head}, vocab_rows);
     wpe_ = add("wpe.weight", {cfg_.seq_len, C}, normal, {embed});
     for (int l = 0; l < L; ++l) {
       const std::string p = "h." + std::to_string(l) + ".";
@@ -310,7 +313,7 @@ void Transformer::declare_params() {
     head_w_ = wte_;
   } else {
     const int KV = cfg_.local_kv_dim();
-    wte_ = add("model.embed_tokens.weight", {V, C}, normal, {embed});
+    wte_ = add("model.embed_tokens.weight", {V, C}, normal, {embed}, vocab_rows);
     for (int l = 0; l < L; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       const ModuleId m = block_module(l);
@@ -343,7 +346,7 @@ void Transformer::declare_params() {
       params_[*wte_].used_by.push_back(head);
       head_w_ = wte_;
     } else {
-      head_w_ = add("lm_head.weight", {V, C}, normal, {head});
+      head_w_ = add("lm_head.weight", {V, C}, normal, {head}, vocab_rows);
     }
   }
 }
@@ -428,7 +431,7 @@ ModelInfo Transformer::info() const {
   // The whole model's: a tensor-parallel part counts as the whole it is
   // one of.
   for (const auto& p : params_) {
-    const std::int64_t whole = p.shape.numel() * (p.split.dim >= 0 ? p.split.parts : 1);
+    const std::int64_t whole = whole_numel(p);
     i.n_params += whole;
     if (!p.trainable) frozen += static_cast<double>(whole);
   }
@@ -457,8 +460,8 @@ Transformer::Dims Transformer::dims(int B, int T) const {
   auto z = [](int n) { return static_cast<std::size_t>(n); };
   const std::size_t NH = z(cfg_.local_heads()), NKV = z(cfg_.local_kv_heads()),
                     hs = z(cfg_.head_size());
-  return {z(B), z(T),     z(B) * z(T),        z(cfg_.n_embd), z(cfg_.local_hidden()), NH, NKV,
-          hs,   NKV * hs, z(cfg_.vocab_size), NH * hs};
+  return {z(B), z(T),     z(B) * z(T),           z(cfg_.n_embd), z(cfg_.local_hidden()), NH, NKV,
+          hs,   NKV * hs, z(cfg_.local_vocab()), NH * hs};
 }
 
 // 16-bit activations: each block's fp32 tensors are one working set, shared,
@@ -478,7 +481,7 @@ void Transformer::plan(const BatchShape& shape,
                     H = static_cast<std::size_t>(cfg_.local_hidden()),
                     KV = static_cast<std::size_t>(cfg_.local_kv_dim()),
                     A = static_cast<std::size_t>(cfg_.attention_width()),
-                    V = static_cast<std::size_t>(cfg_.vocab_size);
+                    V = static_cast<std::size_t>(cfg_.local_vocab());
   const std::size_t lse_rows = static_cast<std::size_t>(B) * cfg_.local_heads() * T;
   a.B = B;
   a.T = T;
@@ -589,6 +592,10 @@ void Transformer::plan(const BatchShape& shape,
   a.logits = alloc(rows * V);
   a.head_dw = rows < N && params_[*head_w_].trainable ? alloc(V * C) : nullptr;
   a.losses = alloc(N);
+  if (cfg_.tensor > 1) {
+    a.row_max = alloc(rows);
+    a.sums = alloc(2 * rows);
+  }
 }
 
 std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
@@ -638,6 +645,10 @@ std::string Transformer::split_tensors(int degree, int part) {
     if (n % degree != 0)
       return std::string("[model] ") + what + " = " + std::to_string(n) + " does not divide into " +
              std::to_string(degree) + " equal parts; choose a degree that divides it";
+  if (cfg_.vocab_size < degree)
+    return "[model] vocab_size = " + std::to_string(cfg_.vocab_size) +
+           " is smaller than the tensor degree " + std::to_string(degree) +
+           ", which splits the vocabulary's rows; choose a smaller degree";
   // Fewer key/value heads than ranks: each copied to the ranks whose query
   // heads read it.
   if (const int kv = cfg_.n_kv_head; kv % degree != 0 && degree % kv != 0)

@@ -108,6 +108,13 @@ struct Config {
   int local_hidden() const { return hidden / tensor; }
   int attention_width() const { return local_heads() * head_size(); }
   int local_kv_dim() const { return local_kv_heads() * head_size(); }
+  // The embedding's and the head's rows part p holds begin at vocab_first(p)
+  // (Megatron's vocabulary-parallel split; where the degree does not divide
+  // the vocabulary, parts differ by a row).
+  std::int64_t vocab_first(int part) const { return std::int64_t{vocab_size} * part / tensor; }
+  int local_vocab() const {
+    return static_cast<int>(vocab_first(tensor_rank + 1) - vocab_first(tensor_rank));
+  }
 };
 
 // Parameter ids of one block, in declaration order (each architecture
@@ -216,7 +223,10 @@ class Transformer final : public Model {
     void* kept_scratch = nullptr;
     std::vector<BlockActs> blocks;  // one per block, or one reused when checkpointing
     float *lnf, *lnf_mean, *lnf_rstd, *losses;
-    float* logits;   // (head_rows(N), V): one chunk of the head's logits
+    float* logits;  // (head_rows(N), V): one chunk of the head's logits
+    // A vocabulary split over the tensor group: one chunk's row maxima
+    // (head_rows(N)) and sums (2, head_rows(N)) (kernels.h); null when whole.
+    float *row_max = nullptr, *sums = nullptr;
     float* head_dw;  // (V, C) fp32 sum of the head's weight gradient; null with one chunk
     float *d_res, *d_c, *d_att, *d_qkv, *d_h1, *d_h2, *d_h3;  // backward scratch
     float *rope_cos, *rope_sin;  // Llama: (T, hs/2) rotary angles' cos and sin
@@ -358,6 +368,16 @@ class Transformer final : public Model {
   // The head's forward and backward, chunk by chunk: losses reported,
   // a.d_res = dL/d(last block's output), the head's gradients added.
   void head_forward_backward(StepContext& ctx, Acts& a) const;
+  // The losses of one chunk of n rows from r0 from its logits in a.logits
+  // (head_loss.cpp): the whole row's softmax, or, with the vocabulary
+  // split over the tensor group, the slice's, the row maxima and sums
+  // all-reduced between the steps. The logits are left as chunk_dlogits
+  // reads them, which turns them into their gradient for d(loss) = dloss.
+  void chunk_loss(StepContext& ctx, Acts& a, std::size_t r0, std::size_t n) const;
+  void chunk_dlogits(StepContext& ctx, Acts& a, std::size_t r0, std::size_t n, float dloss) const;
+  // The embedding kernels' shape of B x T tokens: the rows of the
+  // vocabulary this rank's table holds where the tensor group splits it.
+  TokenShape token_shape(std::size_t B, std::size_t T) const;
   void block_forward(int l, const float* x, float* out, BlockActs& b, const Acts& a,
                      StepContext& ctx) const;
   // Inside block_forward: the attention's residual sum and the norm of it.
@@ -367,6 +387,8 @@ class Transformer final : public Model {
   // Tensor parallelism: x (n, on every rank of the group its part's
   // contribution) becomes their sum on every rank; nothing when whole.
   void tensor_sum(StepContext& ctx, float* x, std::size_t n) const;
+  // The step context's tensor group (tensor > 1), checked to be its size.
+  Communicator& tensor_comm(StepContext& ctx) const;
   // A row-parallel layer's bias, added by the group's first rank alone (the
   // sum adds it once): the bias there, none elsewhere.
   ConstTypedPtr row_bias(StepContext& ctx, std::optional<ParamId> bias) const;

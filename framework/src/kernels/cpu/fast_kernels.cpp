@@ -262,6 +262,7 @@ class FastKernels final : public ReferenceKernels {
   ZTRAIN_KERNEL_OVERRIDE(adamw);
   ZTRAIN_KERNEL_OVERRIDE(sum_squares_add);
   ZTRAIN_KERNEL_OVERRIDE(softmax_crossentropy_forward);
+  ZTRAIN_KERNEL_OVERRIDE(crossentropy_slice_sums);
   ZTRAIN_KERNEL_OVERRIDE(attention_forward);
   ZTRAIN_KERNEL_OVERRIDE(attention_backward);
   ZTRAIN_KERNEL_OVERRIDE(attention_block_forward);
@@ -276,7 +277,10 @@ void FastKernels::embedding_forward(float* out, const std::int32_t* tokens, Cons
   const std::size_t row = s.C;
   oneapi::tbb::parallel_for(std::size_t{0}, s.B * s.T, [&](std::size_t bt) {
     float* o = out + bt * row;
-    vec::to_f32(wte.at(static_cast<std::size_t>(tokens[bt]) * row), o, row);
+    if (s.holds(tokens[bt]))
+      vec::to_f32(wte.at((static_cast<std::size_t>(tokens[bt]) - s.vocab_first) * row), o, row);
+    else
+      std::fill(o, o + row, 0.0f);
     if (!wpe) return;
     float* p = scratch(0, row).data();
     vec::to_f32(wpe.at(bt % s.T * row), p, row);
@@ -295,12 +299,21 @@ void FastKernels::embedding_backward(TypedPtr dwte, TypedPtr dwpe, const float* 
     return ReferenceKernels::embedding_backward(dwte, dwpe, dout, tokens, s);
   const std::size_t BT = s.B * s.T, row = s.C;
   if (BT == 0) return;
-  const std::size_t V = static_cast<std::size_t>(*std::max_element(tokens, tokens + BT)) + 1;
+  // The table's row of each position, SIZE_MAX where it holds none.
+  std::vector<std::size_t> local(BT, SIZE_MAX);
+  std::size_t V = 0;
+  for (std::size_t bt = 0; bt < BT; ++bt)
+    if (s.holds(tokens[bt])) {
+      local[bt] = static_cast<std::size_t>(tokens[bt]) - s.vocab_first;
+      V = std::max(V, local[bt] + 1);
+    }
   std::vector<std::size_t> start(V + 1, 0);
-  for (std::size_t bt = 0; bt < BT; ++bt) ++start[static_cast<std::size_t>(tokens[bt]) + 1];
+  for (std::size_t bt = 0; bt < BT; ++bt)
+    if (local[bt] != SIZE_MAX) ++start[local[bt] + 1];
   for (std::size_t v = 0; v < V; ++v) start[v + 1] += start[v];
   std::vector<std::size_t> order(BT), next(start.begin(), start.end() - 1);
-  for (std::size_t bt = 0; bt < BT; ++bt) order[next[static_cast<std::size_t>(tokens[bt])]++] = bt;
+  for (std::size_t bt = 0; bt < BT; ++bt)
+    if (local[bt] != SIZE_MAX) order[next[local[bt]]++] = bt;
   std::vector<std::size_t> used;
   for (std::size_t v = 0; v < V; ++v)
     if (start[v + 1] > start[v]) used.push_back(v);
@@ -580,6 +593,21 @@ void FastKernels::softmax_crossentropy_forward(float* losses, float* logits,
     }
     const float target_logit = x[targets[n]];
     losses[n] = vec::softmax_row_avx2(x, V, V) - target_logit;
+  });
+}
+
+// The slice's exps and their sum: one vector pass per row (the same
+// exp as the whole row's softmax).
+void FastKernels::crossentropy_slice_sums(float* sums, float* logits, const float* row_max,
+                                          const std::int32_t* targets, VocabShape s) const {
+  if (!vec::have_avx2_fma())
+    return ReferenceKernels::crossentropy_slice_sums(sums, logits, row_max, targets, s);
+  oneapi::tbb::parallel_for(std::size_t{0}, s.N, [&](std::size_t n) {
+    float* x = logits + n * s.V;
+    const auto target = static_cast<std::size_t>(targets[n]);
+    const bool held = targets[n] != kIgnoreTarget && target - s.first < s.V;
+    sums[s.N + n] = held ? x[target - s.first] : 0.0f;
+    sums[n] = vec::exp_shifted_sum_avx2(x, s.V, row_max[n]);
   });
 }
 

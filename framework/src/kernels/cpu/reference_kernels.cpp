@@ -83,12 +83,14 @@ class WidenedGrad {
   float* data_ = nullptr;
 };
 
-// Rows of an embedding table the tokens reach (the table's size is not
-// passed).
-std::size_t rows_used(const std::int32_t* tokens, std::size_t n) {
-  std::int32_t last = -1;
-  for (std::size_t i = 0; i < n; ++i) last = std::max(last, tokens[i]);
-  return static_cast<std::size_t>(last + 1);
+// Rows of an embedding table the tokens it holds reach (the table's size
+// is not passed).
+std::size_t rows_used(const std::int32_t* tokens, TokenShape s) {
+  std::size_t used = 0;
+  for (std::size_t i = 0; i < s.B * s.T; ++i)
+    if (s.holds(tokens[i]))
+      used = std::max(used, static_cast<std::size_t>(tokens[i]) - s.vocab_first + 1);
+  return used;
 }
 
 void rotate(float* x, const float* cos, const float* sin, HeadShape sh, float direction) {
@@ -116,14 +118,18 @@ void ReferenceKernels::embedding_forward(float* out, const std::int32_t* tokens,
                                          ConstTypedPtr wte_in, ConstTypedPtr wpe_in,
                                          TokenShape s) const {
   const std::size_t BT = s.B * s.T, C = s.C;
-  const Widened wte_f(wte_in, rows_used(tokens, BT) * C);
+  const Widened wte_f(wte_in, rows_used(tokens, s) * C);
   const Widened wpe_f(wpe_in, s.T * C);
   const float* wte = wte_f.get();
   const float* wpe = wpe_f.get();
   parallel_rows(BT, 16, [&](std::size_t bt) {
     const std::size_t t = bt % s.T;
-    const float* e = wte + static_cast<std::size_t>(tokens[bt]) * C;
     float* o = out + bt * C;
+    if (!s.holds(tokens[bt])) {
+      if (wpe) return static_cast<void>(std::copy(wpe + t * C, wpe + (t + 1) * C, o));
+      return std::fill(o, o + C, 0.0f);
+    }
+    const float* e = wte + (static_cast<std::size_t>(tokens[bt]) - s.vocab_first) * C;
     if (wpe) {
       const float* p = wpe + t * C;
       for (std::size_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
@@ -137,15 +143,15 @@ void ReferenceKernels::embedding_forward(float* out, const std::int32_t* tokens,
 void ReferenceKernels::embedding_backward(TypedPtr dwte_out, TypedPtr dwpe_out, const float* dout,
                                           const std::int32_t* tokens, TokenShape s) const {
   const std::size_t BT = s.B * s.T, C = s.C;
-  const WidenedGrad dwte_f(dwte_out, rows_used(tokens, BT) * C);
+  const WidenedGrad dwte_f(dwte_out, rows_used(tokens, s) * C);
   const WidenedGrad dwpe_f(dwpe_out, s.T * C);
   float* dwte = dwte_f.get();
   float* dwpe = dwpe_f.get();
   parallel_chunks(C, 16, [&](std::size_t c0, std::size_t c1) {
     for (std::size_t bt = 0; bt < BT; ++bt) {
       const float* d = dout + bt * C;
-      if (dwte) {  // null: a frozen table
-        float* e = dwte + static_cast<std::size_t>(tokens[bt]) * C;
+      if (dwte && s.holds(tokens[bt])) {  // null: a frozen table
+        float* e = dwte + (static_cast<std::size_t>(tokens[bt]) - s.vocab_first) * C;
         for (std::size_t c = c0; c < c1; ++c) e[c] += d[c];
       }
       if (dwpe) {
@@ -581,6 +587,53 @@ void ReferenceKernels::softmax_crossentropy_backward(float* probs, const std::in
     if (targets[n] == kIgnoreTarget) return std::fill(p, p + s.C, 0.0f);
     p[targets[n]] -= 1.0f;
     for (std::size_t i = 0; i < s.C; ++i) p[i] *= dloss;
+  });
+}
+
+// logits: (N,V) over vocabulary ids [first, first + V); row_max: (N)
+void ReferenceKernels::crossentropy_slice_max(float* row_max, const float* logits,
+                                              VocabShape s) const {
+  parallel_rows(s.N, 4, [&](std::size_t n) {
+    const float* x = logits + n * s.V;
+    row_max[n] = *std::max_element(x, x + s.V);
+  });
+}
+
+// sums: (2,N), the exp sums then the target logits; logits -> exps in place
+void ReferenceKernels::crossentropy_slice_sums(float* sums, float* logits, const float* row_max,
+                                               const std::int32_t* targets, VocabShape s) const {
+  parallel_rows(s.N, 4, [&](std::size_t n) {
+    float* x = logits + n * s.V;
+    const auto target = static_cast<std::size_t>(targets[n]);
+    const bool held = targets[n] != kIgnoreTarget && target - s.first < s.V;
+    sums[s.N + n] = held ? x[target - s.first] : 0.0f;
+    float sum = 0;
+    for (std::size_t i = 0; i < s.V; ++i) {
+      x[i] = std::exp(x[i] - row_max[n]);
+      sum += x[i];
+    }
+    sums[n] = sum;
+  });
+}
+
+void ReferenceKernels::crossentropy_slice_loss(float* losses, const float* row_max,
+                                               const float* sums, const std::int32_t* targets,
+                                               std::size_t N) const {
+  for (std::size_t n = 0; n < N; ++n)
+    losses[n] = targets[n] == kIgnoreTarget ? 0.0f : std::log(sums[n]) + row_max[n] - sums[N + n];
+}
+
+void ReferenceKernels::crossentropy_slice_backward(float* exps, const float* sums,
+                                                   const std::int32_t* targets, float dloss,
+                                                   VocabShape s) const {
+  parallel_rows(s.N, 4, [&](std::size_t n) {
+    float* p = exps + n * s.V;
+    if (targets[n] == kIgnoreTarget) return std::fill(p, p + s.V, 0.0f);
+    const float inv = 1.0f / sums[n];
+    for (std::size_t i = 0; i < s.V; ++i) p[i] *= inv;
+    const auto target = static_cast<std::size_t>(targets[n]);
+    if (target - s.first < s.V) p[target - s.first] -= 1.0f;
+    for (std::size_t i = 0; i < s.V; ++i) p[i] *= dloss;
   });
 }
 
