@@ -205,9 +205,10 @@ refused "LoRA under tensor parallelism" \
 refused "a vocabulary of fewer rows than the degree" \
   "[parallel] tensor = 2: [model] vocab_size = 1 is smaller than the tensor degree 2" \
   2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set model.vocab_size=1 "$SRC/configs/run.toml"
-refused "checkpoints of a tensor-parallel run" \
-  "--set train.checkpoint_every=5: [train] checkpoint_every > 0 with [parallel] tensor = 2" \
-  2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set train.checkpoint_every=5 "$SRC/configs/run.toml"
+refused "sampling during a tensor-parallel run" \
+  "--set train.sample_every=5: [train] sample_every > 0 with [parallel] tensor = 2" \
+  2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set train.sample_every=5 \
+  --set train.out_dir="$scratch/refused_sampling" "$SRC/configs/run.toml"
 refused "Ulysses over more ranks than a tensor part's heads" \
   "--set parallel.sequence=4: [parallel] sequence = 4: at tensor = 2 each part computes 2 of the 4 heads: Ulysses gives each of the 4 ranks" \
   8 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set parallel.sequence=4 "$SRC/configs/run.toml"

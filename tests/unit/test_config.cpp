@@ -269,7 +269,7 @@ TEST_CASE(
                  "run.toml:3:1: [parallel] tensor x sequence x context x pipeline = 4 ranks per "
                  "copy of the model do not divide the world of 1 rank"));
   // Tensor splits the world as the sequence does (the data ranks carry the
-  // batch), with it too; a checkpoint of its parts is refused by its key.
+  // batch), with it too; sampling from its parts is refused by its key.
   const RunSettings t2 =
       settings("[parallel]\ntensor = 2\n[train]\nsave_final = false\nglobal_batch_size = 8\n", 4);
   CHECK(t2.parallel.tensor == 2);
@@ -278,10 +278,11 @@ TEST_CASE(
   CHECK(contains(config_error("[parallel]\ntensor = 2\n"),
                  "run.toml:2:1: [parallel] tensor x sequence x context x pipeline = 2 ranks per "
                  "copy of the model do not divide the world of 1 rank"));
-  CHECK(contains(test::message_of<ConfigError>([&] {
-                   settings("[parallel]\ntensor = 2\n[train]\ncheckpoint_every = 5\n", 2);
-                 }),
-                 "run.toml:4:1: [train] checkpoint_every > 0 with [parallel] tensor = 2"));
+  CHECK(contains(test::message_of<ConfigError>(
+                     [&] { settings("[parallel]\ntensor = 2\n[train]\nsample_every = 5\n", 2); }),
+                 "run.toml:4:1: [train] sample_every > 0 with [parallel] tensor = 2"));
+  CHECK(settings("[parallel]\ntensor = 2\n[train]\ncheckpoint_every = 5\n", 2)
+            .train.checkpoint_every == 5);
   CHECK(settings("[parallel]\ntensor = 2\nsequence = 2\n", 4).parallel.model_ranks() == 4);
   CHECK(contains(config_error("[parallel]\npipeline = 2\n"), "pipeline parallelism"));
   CHECK(contains(config_error("[parallel]\nexpert = 8\n"), "expert parallelism"));

@@ -59,6 +59,15 @@ TEST_CASE("a part's elements are the whole's that a cut by hand gives it") {
           REQUIRE(want.size() == static_cast<std::size_t>(local.numel()));
           for (std::uint64_t i = 0; i < want.size(); ++i)
             CHECK(split.whole_index(local, i) == want[i]);
+          // Each run is the longest stretch of consecutive whole indices
+          // from its element on: it ends where the next index jumps.
+          for (std::uint64_t i = 0; i < want.size(); ++i) {
+            const std::uint64_t n = split.run_length(local, i);
+            REQUIRE(n >= 1);
+            REQUIRE(i + n <= want.size());
+            for (std::uint64_t k = 1; k < n; ++k) CHECK(want[i + k] == want[i] + k);
+            if (i + n < want.size()) CHECK(want[i + n] != want[i] + n);
+          }
         }
   // A vector cut by rows: GPT-2's fused q, k, v bias.
   const TensorSplit bias{0, 2, 1, 3};

@@ -88,6 +88,21 @@ struct TensorSplit {
     c = c / each * each * P + p * each + c % each;
     return r * cols * P + c;
   }
+  // How many elements of the part from element i on sit at consecutive
+  // whole indices (to the end of i's row of a section, its section's
+  // rows, or the part): the runs a checkpoint stores a part's ranges in.
+  std::uint64_t run_length(const Shape& local, std::uint64_t i) const {
+    const auto numel = static_cast<std::uint64_t>(local.numel());
+    if (dim < 0 || whole > 0 || parts == 1) return numel - i;
+    const std::uint64_t cols = local.rank() > 1 ? static_cast<std::uint64_t>(local[1]) : 1;
+    const auto S = static_cast<std::uint64_t>(sections);
+    if (dim == 0) {
+      const std::uint64_t each = static_cast<std::uint64_t>(local[0]) / S * cols;
+      return (i / each + 1) * each - i;
+    }
+    const std::uint64_t each = cols / S, c = i % cols;
+    return (c / each + 1) * each - c;
+  }
   bool operator==(const TensorSplit&) const = default;
 };
 

@@ -9,6 +9,7 @@
 
 #include "checkpoint/reader.h"
 #include "checkpoint/state_relay.h"
+#include "checkpoint/tensor_parts.h"
 #include "config/run_settings.h"
 #include "core/host_name.h"
 #include "job/rank_agreement.h"
@@ -198,7 +199,7 @@ std::string refused(const ResumeRequest& r, const std::exception& e) {
 // its refusal, or "".
 std::string refusal(const ResumeRequest& r, const Checkpoint& checkpoint, Resumed& out) {
   try {
-    checkpoint.check_model(r.params);
+    checkpoint.check_model(whole_specs(r.params));
     out.changes = check_resume(checkpoint.manifest(), r.keys, r.global_batch, out.dir.string());
     // A checkpoint at or past the end has nothing to continue.
     if (const std::int64_t at = checkpoint.manifest().position.step; at >= r.steps)
@@ -226,7 +227,8 @@ void resume_everywhere(const ResumeRequest& r, Strategy& strategy, Communicator&
   // Hosts with copies of their own must have the same checkpoint.
   check_files_agree("checkpoint", {(out.dir / "manifest.json").string()}, comm);
   CheckpointSource source(*checkpoint);
-  strategy.load_state(source);
+  PartSource parts(source, r.params);
+  strategy.load_state(parts);
   out.position = checkpoint->manifest().position;
   out.world = checkpoint->manifest().world;
   out.bytes_read = source.bytes_read();
@@ -256,8 +258,11 @@ void resume_through_rank_0(const ResumeRequest& r, Strategy& strategy, Communica
   const Manifest m = checkpoint ? checkpoint->manifest() : parse_manifest(manifest, out.dir);
   std::optional<CheckpointSource> source;
   if (checkpoint) source.emplace(*checkpoint);
-  out.bytes_moved = load_through_rank_0([&](StateSource& s) { strategy.load_state(s); },
-                                        source ? &*source : nullptr, false, "resume", comm);
+  const auto load = [&](StateSource& s) {
+    PartSource parts(s, r.params);
+    strategy.load_state(parts);
+  };
+  out.bytes_moved = load_through_rank_0(load, source ? &*source : nullptr, false, "resume", comm);
   out.from_rank_0 = true;
   out.position = m.position;
   out.world = m.world;

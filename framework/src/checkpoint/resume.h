@@ -60,7 +60,7 @@ struct Resumed {
 struct ResumeRequest {
   std::string resume;  // train.resume
   std::filesystem::path out_dir;
-  ParamSpecs params;
+  ParamSpecs params;  // the model's: a tensor-parallel rank's parts
   std::vector<std::pair<std::string, std::string>> keys;  // this run's resolved keys
   std::int64_t global_batch = 0;
   std::int64_t steps = 0;  // train.steps: the checkpoint must be before it

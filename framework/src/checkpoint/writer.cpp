@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "checkpoint/read_lock.h"
+#include "checkpoint/tensor_parts.h"
 #include "io/durable_file.h"
 #include "job/rank_agreement.h"
 #include "ztrain/error.h"
@@ -145,7 +146,8 @@ void CheckpointWrite::save_state(Strategy& strategy, SnapshotBuffers& buffers) {
   try {
     file_ = std::make_unique<RankStateFile>(tmp_, comm_.rank(), buffers, target_.snapshot_allowance,
                                             crash_);
-    strategy.save_state(*file_);
+    WholeSink whole(*file_, params_, target_.tensor_rank);
+    strategy.save_state(whole);
     background_ = file_->snapshot_whole() && target_.snapshot_allowance > 0;
     if (!background_) {
       file_->write();
@@ -183,8 +185,8 @@ CheckpointWritten CheckpointWrite::finish() {
   std::uint64_t bytes = 0;
   if (comm_.rank() == 0) {
     try {
-      bytes =
-          commit(target_.out_dir, tmp_, dir_, std::move(header_), params_, comm_.size(), crash_);
+      bytes = commit(target_.out_dir, tmp_, dir_, std::move(header_), whole_specs(params_),
+                     comm_.size(), crash_);
       tmp_guard_.committed = true;
       pruner_.prune(target_.out_dir, target_.keep_last);
       crash_.pass();

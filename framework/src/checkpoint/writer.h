@@ -59,6 +59,9 @@ struct CheckpointTarget {
   std::uint64_t snapshot_allowance = 0;
   // A test's kill of this write (io/fault_plan.h).
   CheckpointKill kill;
+  // This rank's place in its tensor group: a tensor-parallel run's state
+  // is stored as the whole model's (checkpoint/tensor_parts.h).
+  int tensor_rank = 0;
 };
 
 // Removes old checkpoints off the training thread. prune() renames those
@@ -82,7 +85,8 @@ class CheckpointPruner {
 class CheckpointWrite {
  public:
   // `header`: the manifest without files and params (filled in finish()
-  // from the ranks' pieces and `params`).
+  // from the ranks' pieces and `params`, the model's: a tensor-parallel
+  // rank's parts, listed whole).
   // `buffers` and `pruner` outlive it.
   CheckpointWrite(const CheckpointTarget& target, Manifest header, ParamSpecs params,
                   Strategy& strategy, SnapshotBuffers& buffers, CheckpointPruner& pruner,

@@ -297,24 +297,18 @@ std::string steps_from_epochs(RunSettings& s, const RunConfig& config,
 
 namespace {
 
-// What a tensor-parallel run cannot do yet: checkpoints and resuming from
-// them (its state is parts, over data groups) and sampling (generation
-// runs the whole model on one rank), each refused naming its key rather
-// than written as parts no reader would know. Its final weights and
-// export are gathered whole (checkpoint/weights.h).
+// What a tensor-parallel run cannot do yet: sampling (generation runs the
+// whole model on one rank), refused naming its key. Its checkpoints hold
+// the whole model's state (checkpoint/tensor_parts.h), its final weights
+// and export are gathered whole (checkpoint/weights.h).
 void refuse_with_tensor(const Options& t, const TrainSettings& tr, int tensor) {
-  if (tensor <= 1) return;
-  const auto refuse = [&](const char* key, const std::string& what, const std::string& instead) {
-    throw ConfigError(t.where(key) + ": [train] " + key + " " + what +
-                      " with [parallel] tensor = " + std::to_string(tensor) +
-                      ": a tensor-parallel run's ranks hold parts of its parameters and state, "
-                      "which this version of ztrain does not yet checkpoint, resume or sample "
-                      "from; " +
-                      instead);
-  };
-  if (tr.checkpoint_every > 0) refuse("checkpoint_every", "> 0", "set checkpoint_every = 0");
-  if (!tr.resume.empty()) refuse("resume", "is given", "start the run afresh");
-  if (tr.sample.every > 0) refuse("sample_every", "> 0", "set sample_every = 0");
+  if (tensor <= 1 || tr.sample.every <= 0) return;
+  throw ConfigError(
+      t.where("sample_every") +
+      ": [train] sample_every > 0 with [parallel] tensor = " + std::to_string(tensor) +
+      ": generation runs the whole model on one rank, and a tensor-parallel "
+      "rank holds parts of it; set sample_every = 0 and sample from the saved "
+      "weights (`ztrain sample`)");
 }
 
 }  // namespace

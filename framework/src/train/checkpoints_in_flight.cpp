@@ -56,7 +56,8 @@ void CheckpointsInFlight::begin(const TrainingPosition& at) {
           ? available_memory() / (2 * static_cast<std::uint64_t>(local_rank_count())) +
                 buffers_.kept_bytes()
           : 0;
-  pending_.emplace(CheckpointTarget{tr.out_dir, tr.keep_last, allowance, kill_},
+  const int tensor_rank = run_.comm->rank() % run_.settings.parallel.tensor;
+  pending_.emplace(CheckpointTarget{tr.out_dir, tr.keep_last, allowance, kill_, tensor_rank},
                    checkpoint_header(run_, at), run_.model->params(), *run_.strategy, buffers_,
                    pruner_, *run_.comm);
   step_ = at.step;
