@@ -199,9 +199,6 @@ refused "key/value heads that neither divide nor copy over the degree" \
   "--set parallel.tensor=2: [parallel] tensor = 2: [model] n_kv_head (key/value heads) = 3 neither divides into 2 equal parts nor into copies for them" \
   2 "$ZTRAIN" "${base[@]}" --set model.n_embd=96 --set model.n_head=6 --set model.n_kv_head=3 \
   --set parallel.tensor=2 "$SRC/configs/run.toml"
-refused "LoRA under tensor parallelism" \
-  "[parallel] tensor = 2: [model] finetuning_type = \"lora\" is not split over tensor-parallel ranks yet" \
-  2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set model.finetuning_type=lora "$SRC/configs/run.toml"
 refused "a vocabulary of fewer rows than the degree" \
   "[parallel] tensor = 2: [model] vocab_size = 1 is smaller than the tensor degree 2" \
   2 "$ZTRAIN" "${base[@]}" --set parallel.tensor=2 --set model.vocab_size=1 "$SRC/configs/run.toml"

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/tensor_parts.h"
 #include "checkpoint/weights.h"
 #include "io/safetensors.h"
 #include "job/rank_agreement.h"
@@ -111,7 +112,9 @@ void import_adapter(const Model& model, Strategy& strategy, const fs::path& dir,
     throw ConfigError(where +
                       ": [model] adapter_from starts LoRA's adapters, and this run has "
                       "none; set finetuning_type = \"lora\"");
+  // The file holds whole adapters; a tensor-parallel rank reads its parts.
   const auto params = model.params();
+  const ParamSpecs whole = whole_specs(params);
   std::optional<SafetensorsReader> file;
   std::optional<AdapterSource> source;
   std::string why;
@@ -119,7 +122,7 @@ void import_adapter(const Model& model, Strategy& strategy, const fs::path& dir,
     check_config(read_json(dir / "adapter_config.json"), json::parse(run_config),
                  dir / "adapter_config.json", where);
     file.emplace(dir / "adapter_model.safetensors");
-    source.emplace(*file, params);
+    source.emplace(*file, whole);
   } catch (const Error& e) {
     why = e.what();
   }
@@ -127,7 +130,8 @@ void import_adapter(const Model& model, Strategy& strategy, const fs::path& dir,
                            "adapter_from: another rank cannot read the adapter (its error "
                            "is above)",
                            comm);
-  strategy.load_state(*source);
+  PartSource parts(*source, params);
+  strategy.load_state(parts);
 }
 
 }  // namespace ztrain

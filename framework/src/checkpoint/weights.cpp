@@ -5,6 +5,7 @@
 #include <map>
 
 #include "checkpoint/hf_export.h"
+#include "checkpoint/tensor_parts.h"
 #include "io/durable_file.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/blas.h"
@@ -55,7 +56,7 @@ fs::path prepare_target(const fs::path& out, const std::string& config_json, DTy
 class AdapterValues {
  public:
   explicit AdapterValues(const Model& model)
-      : model_(model), params_(model.params()), list_(model.adapters()) {}
+      : model_(model), params_(whole_specs(model.params())), list_(model.adapters()) {}
   bool empty() const { return list_.empty(); }
   float* values(ParamId p) {
     std::vector<float>& v = values_[p];

@@ -18,6 +18,19 @@
 //             dA += du^T x                (r, C)
 //             dx += du A                  (N, C)
 //
+// Under tensor parallelism the adapters are cut with their projection: a
+// column-parallel one (q, k, v, c_attn, gate, up, c_fc: its output cut)
+// keeps A whole on every rank and cuts B's rows as its own; a row-parallel
+// one (o, down, the c_proj layers: its input cut) cuts A's columns and
+// keeps B whole. Column-parallel, u is the same on every rank and each
+// adds its rows of the output; backward, du = dy_part B_part is this
+// rank's share: dx takes it (the group sums dx after), dA the sum over
+// the group (A is shared, so every rank must have the whole gradient).
+// Row-parallel, u = x_part A_part^T is a share, summed over the group
+// before B; the group's first rank alone adds u B^T (the projection's sum
+// adds it once, as its bias); backward, dy is whole on every rank, so is
+// du, and each rank's dx and dA are its own columns'.
+//
 // Freeze (LLaMA-Factory's _setup_freeze_tuning): the parameters whose
 // Hugging Face name contains ".<i>.<module>" for a trainable block i and a
 // trainable module, or an extra module's name, train; the rest are frozen.
@@ -106,10 +119,15 @@ void Transformer::declare_adapters(const Options& o) {
         continue;
       const std::string stem =
           base.name.substr(0, base.name.size() - std::string(".weight").size());
+      // The part's shapes; A's bound is the whole projection's fan-in.
       const std::int64_t out = base.shape[0], in = base.shape[1];
-      const Init a_init{Init::Kind::uniform, static_cast<float>(1.0 / std::sqrt(double(in)))};
-      const ParamId a = add(stem + ".lora_A.weight", {t.lora_rank, in}, a_init, base.used_by);
-      const ParamId bb = add(stem + ".lora_B.weight", {out, t.lora_rank}, {}, base.used_by);
+      const TensorSplit& cut = base.split;
+      const double fan_in = static_cast<double>(cut.dim == 1 ? cut.whole_extent(in) : in);
+      const Init a_init{Init::Kind::uniform, static_cast<float>(1.0 / std::sqrt(fan_in))};
+      const ParamId a = add(stem + ".lora_A.weight", {t.lora_rank, in}, a_init, base.used_by,
+                            cut.dim == 1 ? cut : TensorSplit{});
+      const ParamId bb = add(stem + ".lora_B.weight", {out, t.lora_rank}, {}, base.used_by,
+                             cut.dim == 0 ? cut : TensorSplit{});
       for (ParamId id : {a, bb}) params_[id].adapter = true;
       b.lora[j] = BlockParams::Adapter{a, bb};
     }
@@ -120,6 +138,19 @@ void Transformer::declare_adapters(const Options& o) {
                         "' is no projection of " + (cfg_.llama ? "Llama" : "GPT-2") +
                         "'s blocks; they are " + joined(known) + " (or all)");
   for (ParamSpec& p : params_) p.trainable = p.adapter;
+}
+
+std::string Transformer::lora_split_refusal(int degree) const {
+  if (cfg_.n_kv_head >= degree) return {};
+  for (const BlockParams& b : blocks_)
+    for (Proj j : {Proj::k, Proj::v})
+      if (b.adapter(j))
+        return "[model] lora_target adapts k_proj and v_proj, whose " +
+               std::to_string(cfg_.n_kv_head) + " key/value heads are copied over " +
+               std::to_string(degree) +
+               " tensor-parallel ranks; adapters on copied heads are not built yet: leave "
+               "k_proj and v_proj out of lora_target, or choose a degree of at most n_kv_head";
+  return {};
 }
 
 void Transformer::freeze_params(const Options& o) {
@@ -192,6 +223,16 @@ std::string Transformer::adapter_config_json() const {
          "  \"inference_mode\": true\n}\n";
 }
 
+namespace {
+
+// The input is cut where the projection is row-parallel (its output is
+// summed over the tensor group after it).
+bool row_parallel(Proj j) {
+  return j == Proj::o || j == Proj::down;
+}
+
+}  // namespace
+
 void Transformer::lora_forward(int l, Linear lin, float* out, BlockActs& b, const Acts& a,
                                StepContext& ctx) const {
   const auto adapter = blocks_[static_cast<std::size_t>(l)].adapter(lin.proj);
@@ -199,8 +240,11 @@ void Transformer::lora_forward(int l, Linear lin, float* out, BlockActs& b, cons
   const Kernels& k = ctx.kernels();
   const std::size_t N = lin.shape.N, r = static_cast<std::size_t>(cfg_.tuning.lora_rank);
   float* u = b.lora_u[static_cast<std::size_t>(lin.proj)];
+  const bool row = cfg_.tensor > 1 && row_parallel(lin.proj);
   k.matmul_forward(u, lin.x, ConstTypedPtr(ctx.param(adapter->a)), nullptr, {N, lin.shape.C, r});
+  if (row) tensor_sum(ctx, u, N * r);
   k.scale(u, cfg_.tuning.lora_scale(), N * r);
+  if (row && cfg_.tensor_rank != 0) return;
   k.matmul_forward(a.lora_out, u, ConstTypedPtr(ctx.param(adapter->b)), nullptr,
                    {N, r, lin.shape.OC});
   k.add(out, out, a.lora_out, N * lin.shape.OC);
@@ -217,8 +261,14 @@ void Transformer::lora_backward(int l, Linear lin, float* dx, const float* dout,
   k.matmul_backward(a.lora_du, TypedPtr(ctx.grad(adapter->b)), nullptr, dout, u,
                     ConstTypedPtr(ctx.param(adapter->b)), {N, r, lin.shape.OC});
   k.scale(a.lora_du, cfg_.tuning.lora_scale(), N * r);
-  k.matmul_backward(dx, TypedPtr(ctx.grad(adapter->a)), nullptr, a.lora_du, lin.x,
-                    ConstTypedPtr(ctx.param(adapter->a)), {N, lin.shape.C, r});
+  const ConstTypedPtr A = ctx.param(adapter->a);
+  const MatmulShape shape{N, lin.shape.C, r};
+  if (cfg_.tensor <= 1 || row_parallel(lin.proj))
+    return k.matmul_backward(dx, TypedPtr(ctx.grad(adapter->a)), nullptr, a.lora_du, lin.x, A,
+                             shape);
+  k.matmul_backward(dx, nullptr, nullptr, a.lora_du, lin.x, A, shape);  // this rank's share
+  tensor_sum(ctx, a.lora_du, N * r);
+  k.matmul_backward(nullptr, TypedPtr(ctx.grad(adapter->a)), nullptr, a.lora_du, lin.x, A, shape);
 }
 
 }  // namespace ztrain::transformer

@@ -104,7 +104,7 @@ void Transformer::declare_options(OptionList& o) {
           "GPT-2: wte, wpe, ln_f)");
 }
 
-Transformer::Transformer(const Options& o) {
+Transformer::Transformer(const Options& o) : options_(o) {
   cfg_.llama = o.get_string("arch") == "llama";
   cfg_.n_layer = static_cast<int>(o.get_int("n_layer"));
   cfg_.n_head = static_cast<int>(o.get_int("n_head"));
@@ -635,10 +635,6 @@ std::uint64_t Transformer::planned_bytes(const BatchShape& shape, bool host) con
 // methods keep whole weights. The parameters are declared again as parts.
 std::string Transformer::split_tensors(int degree, int part) {
   if (degree <= 1) return {};
-  if (cfg_.tuning.method != FineTuning::Method::full)
-    return "[model] finetuning_type = \"" +
-           std::string(cfg_.tuning.method == FineTuning::Method::lora ? "lora" : "freeze") +
-           "\" is not split over tensor-parallel ranks yet; train it with tensor = 1";
   const std::pair<int, const char*> counts[] = {{cfg_.n_head, "n_head (attention heads)"},
                                                 {cfg_.hidden, "the MLP's width"}};
   for (const auto& [n, what] : counts)
@@ -656,11 +652,14 @@ std::string Transformer::split_tensors(int degree, int part) {
            " neither divides into " + std::to_string(degree) +
            " equal parts nor into copies for them; choose a degree that divides it or that it "
            "divides";
+  if (std::string why = lora_split_refusal(degree); !why.empty()) return why;
   cfg_.tensor = degree;
   cfg_.tensor_rank = part;
   params_ = ParamSpecs{};
   blocks_.clear();
   declare_params();
+  declare_adapters(options_);
+  freeze_params(options_);
   return {};
 }
 

@@ -317,6 +317,9 @@ class Transformer final : public Model {
   // freeze: every parameter outside the trainable blocks and modules frozen.
   void declare_adapters(const Options& o);
   void freeze_params(const Options& o);
+  // Why LoRA's adapters cannot be split over `degree` tensor ranks (key/
+  // value heads copied over ranks that hold adapters on them), or "".
+  std::string lora_split_refusal(int degree) const;
   // The name LoRA and freeze match a projection by ("q_proj", "c_attn").
   static std::string module_name(const std::string& param);
   // One adapted projection of block l: which, its input (N, in) and shape.
@@ -404,6 +407,9 @@ class Transformer final : public Model {
   Communicator& kv_group(StepContext& ctx) const;
 
   Config cfg_;
+  // The model's options, kept to declare the adapters and the frozen set
+  // again when split_tensors declares the parameters as parts.
+  Options options_;
   mutable std::unique_ptr<Communicator> kv_group_;
   ParamSpecs params_;
   std::optional<ParamId> wte_, wpe_, lnf_w_, lnf_b_, head_w_;
