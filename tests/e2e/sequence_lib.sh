@@ -22,6 +22,13 @@ same_val_loss() {
   done
 }
 
+# peak_bytes NAME CATEGORY: the device's peak of CATEGORY in NAME's last
+# training step.
+peak_bytes() {
+  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
+    sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
+}
+
 # peak_activations NAME [TIER]: the worst rank's peak bytes of activations
 # in TIER (device by default) in the last training step of $scratch/NAME.
 peak_activations() {

@@ -9,7 +9,8 @@
 # frozen base parts sharded over the data ranks), freeze at tensor 2.
 # Losses and gradient norms within 1e-6 and 4e-6 per step (test_lora.sh's
 # tolerances: the sums only grouped otherwise); the gradient norm counts
-# an adapter the group shares once. A checkpoint of LoRA at tensor 2
+# an adapter the group shares once, and `ztrain estimate` says what a rank
+# measures. A checkpoint of LoRA at tensor 2
 # resumes at world 1 with the same later steps; the final weights (the
 # adapters merged, gathered from the parts) and PEFT's adapter directory
 # are world 1's tensors, and a step from the merge, or from the adapters
@@ -34,6 +35,16 @@ train_run l_w1 1 4 2
 train_run l_t2 2 4 2 --set parallel.tensor=2
 train_run l_t2d2_zero3 4 2 2 --set parallel.tensor=2 --strategy zero3
 for name in l_t2 l_t2d2_zero3; do same_training l_w1 "$name" 1e-6 4e-6; done
+# `ztrain estimate` knows the parts and the frozen base: a rank's bytes are
+# those it measured.
+"$ZTRAIN" estimate --world 2 "${base[@]}" --set parallel.tensor=2 --set train.micro_batch_size=4 \
+  --set train.grad_accum=2 "$SRC/configs/run.toml" > "$scratch/estimate.out" 2>&1 ||
+  { cat "$scratch/estimate.out" >&2; fail "estimate of LoRA at tensor 2 failed"; }
+for category in params optimizer activations; do
+  estimated=$(awk -v c="$category" '$1 == "device" && $2 == c { print $3 }' "$scratch/estimate.out")
+  [ "$estimated" = "$(peak_bytes l_t2 "$category")" ] ||
+    fail "estimate of LoRA at tensor 2 says $estimated bytes of $category a rank, a rank measured $(peak_bytes l_t2 "$category")"
+done
 
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}"
   --set 'model.finetuning_type="freeze"' --set model.freeze_trainable_layers=1)

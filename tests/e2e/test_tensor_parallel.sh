@@ -113,10 +113,6 @@ check_bytes l_t2 all_reduce "$(tp_bytes 2 2 4 2)"
 # norms and the row-parallel biases, half of every other block parameter
 # (per GPT-2 block 12 C^2 + 7 C of its 12 C^2 + 13 C elements are split)
 # and half of the tied embedding and head (V C).
-peak_bytes() {  # peak_bytes NAME CATEGORY: the device's peak of CATEGORY in NAME's last step
-  grep '"split": "train"' "$scratch/$1/metrics.jsonl" | tail -n 1 |
-    sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
-}
 half=$(((2 * (12 * 64 * 64 + 7 * 64) + 256 * 64) / 2 * 4))
 for category in params grads optimizer; do
   whole=$(peak_bytes g_w1 "$category") part=$(peak_bytes g_t2 "$category")
@@ -129,6 +125,8 @@ echo "tensor 2: $(peak_bytes g_t2 params) bytes of parameters a rank, $(peak_byt
 "$ZTRAIN" estimate --world 2 --model gpt2-tiny "${common[@]}" --set parallel.tensor=2 \
   --set train.micro_batch_size=8 "$SRC/configs/run.toml" > "$scratch/estimate.out" 2>&1 ||
   { cat "$scratch/estimate.out" >&2; fail "estimate at tensor 2 failed"; }
+grep -q "^mesh: tensor 2 (the bytes below are one rank's" "$scratch/estimate.out" ||
+  { cat "$scratch/estimate.out" >&2; fail "estimate at tensor 2 does not name the mesh"; }
 for category in params optimizer activations; do
   estimated=$(awk -v c="$category" '$1 == "device" && $2 == c { print $3 }' "$scratch/estimate.out")
   [ "$estimated" = "$(peak_bytes g_t2 "$category")" ] ||

@@ -310,6 +310,10 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
      << (settings.train.precision != DType::f32 ? " (fp32 master weights in optimizer)" : "")
      << "\n";
   if (!e.note.empty()) os << strategy_name << ": " << e.note << "\n";
+  // The mesh as one host would lay it out: the bytes are one rank's of it.
+  if (settings.parallel.model_ranks() > 1)
+    os << "mesh: " << plan_mesh(settings.parallel, MeshHosts{{world}}).describe()
+       << " (the bytes below are one rank's: its tensor parts, its share of each sequence)\n";
   os << "peak bytes per rank:\n";
   for (Tier t : kTiers) {
     std::uint64_t total = 0;

@@ -219,7 +219,7 @@ std::string mesh_text(const Run& run) {
     text = "each block's projections split over tensor groups " +
            m.describe_groups(MeshDim::tensor) +
            " (Megatron's: q, k, v and the MLP's first layer by output, the attention's and the "
-           "MLP's last by input); ";
+           "MLP's last by input, the embedding and the head by vocabulary); ";
   if (split.shards() > 1)
     text += "each sequence split over " + std::to_string(split.shards()) + " ranks" +
             split_groups(run) + "; ";
