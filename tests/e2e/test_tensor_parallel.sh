@@ -11,7 +11,8 @@
 # of them), with biases on every projection (the row-parallel biases added
 # once), tensor 2 x data 2 under zero1 with activation checkpointing and
 # under zero3, with gradient accumulation, and bf16 against bf16 ddp at
-# world 1; evaluation too (the same val loss). The gradient norm counts
+# world 1; evaluation too (the same val loss); zero2, cpu_offload and
+# nvme_offload at tensor 2 x data 2 as well. The gradient norm counts
 # every parameter once: a norm weight or bias the tensor group shares is
 # not counted `tensor` times.
 # Tolerances, relative per step, as the sequence-splitting tests': fp32
@@ -71,6 +72,15 @@ train_run l_t2d2_zero1 4 2 2 --set parallel.tensor=2 --strategy zero1 \
   --set model.activation_checkpointing=true
 train_run l_t2d2_zero3 4 2 2 --set parallel.tensor=2 --strategy zero3
 for name in l_t2 l_t2d2_zero1 l_t2d2_zero3; do same_training l_w1 "$name" 1e-6 2e-6; done
+# Every other strategy shards a rank's parts over the data ranks alike.
+mkdir -p "$scratch/nvme"
+train_run l_t2d2_zero2 4 2 2 --set parallel.tensor=2 --strategy zero2
+train_run l_t2d2_cpu_offload 4 2 2 --set parallel.tensor=2 --strategy cpu_offload
+train_run l_t2d2_nvme_offload 4 2 2 --set parallel.tensor=2 --strategy nvme_offload \
+  --set strategy.offload_optimizer.nvme_path="$scratch/nvme"
+for name in l_t2d2_zero2 l_t2d2_cpu_offload l_t2d2_nvme_offload; do
+  same_training l_w1 "$name" 1e-6 2e-6
+done
 same_val_loss l_w1 l_t2 l_t2d2_zero3
 grep -q "mesh: tensor 2 x data 2: .*tensor groups 0-1 | 2-3 .*\[strategy\] across data groups 0,2 | 1,3" \
   "$scratch/l_t2d2_zero3.out" || fail "the run header does not name the tensor and data groups"
