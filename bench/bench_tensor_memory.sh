@@ -20,6 +20,10 @@
 #   all-reduce bytes a step (ring, all ranks): 2 (T - 1) x 4 x (N C (4 L
 #     + 2) + 3 N) for N tokens a micro-step, plus the gradient norm's and
 #     the step agreement's few floats.
+# Then the same at tensor 2 and 4 with [parallel] tensor_sequence
+# (Megatron's sequence parallelism): the activations, and the bytes of the
+# step's all-gathers, reduce-scatters and all-reduces against tensor
+# parallelism's all-reduces alone.
 # These are byte counts, not timings: the two cores of this machine are
 # oversubscribed at tensor 4.
 #
@@ -44,21 +48,28 @@ peak() {
   grep '"split": "train"' "$out/$1/metrics.jsonl" | tail -n 1 |
     sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
 }
-# all_reduce_bytes NAME: the last step's all-reduce bytes over all ranks
-all_reduce_bytes() {
-  python3 - "$out/$1/metrics.jsonl" << 'PY'
+# comm_bytes NAME KIND...: the last step's bytes over all ranks of the
+# collectives of those kinds
+comm_bytes() {
+  python3 - "$out/$1/metrics.jsonl" "${@:2}" << 'PY'
 import json, sys
 last = [json.loads(l) for l in open(sys.argv[1]) if '"split": "train"' in l][-1]
-print(last.get("comm", {}).get("all_reduce", {}).get("bytes", 0))
+print(sum(last.get("comm", {}).get(k, {}).get("bytes", 0) for k in sys.argv[2:]))
 PY
+}
+# train NAME T ARGS...: gpt2-124m at tensor T into $out/NAME
+train() {
+  local name=$1 t=$2
+  shift 2
+  "$ztrain" --nproc "$t" "${model[@]}" --set parallel.tensor="$t" --set train.out_dir="$out/$name" \
+    "$@" "$config" > "$out/$name.log" 2>&1 || { cat "$out/$name.log" >&2; exit 1; }
 }
 
 printf "%-6s %14s %14s %14s %14s %14s %14s %14s\n" tensor params ours megatron optimizer \
   activations "all-reduce" "its formula"
 for t in 1 2 4; do
   name=t$t
-  "$ztrain" --nproc "$t" "${model[@]}" --set parallel.tensor=$t --set train.out_dir="$out/$name" \
-    "$config" > "$out/$name.log" 2>&1 || { cat "$out/$name.log" >&2; exit 1; }
+  train $name $t
   ours=$((4 * (L * (12 * C * C + 7 * C) / t + L * 6 * C + (V + t - 1) / t * C + P * C + 2 * C)))
   megatron=$(python3 -c "print(round(4 * (($L * (12 * $C**2 + 7 * $C) + $V * $C) / $t + $L * 6 * $C + $P * $C + 2 * $C)))")
   traffic=0
@@ -66,5 +77,12 @@ for t in 1 2 4; do
     traffic=$((2 * (t - 1) * 4 * (N * C * (4 * L + 2) + 3 * N) + 4 * (2 * (t - 1) + 2 * (t - 1) * 3)))
   printf "%-6s %14s %14s %14s %14s %14s %14s %14s\n" "$t" "$(peak $name params)" "$ours" \
     "$megatron" "$(peak $name optimizer)" "$(peak $name activations)" \
-    "$(all_reduce_bytes $name)" "$traffic"
+    "$(comm_bytes $name all_reduce)" "$traffic"
+done
+echo
+printf "%-6s %14s %14s %18s %18s\n" tensor activations "tensor alone" "bytes moved" "tensor alone"
+for t in 2 4; do
+  train sp$t $t --set parallel.tensor_sequence=true
+  printf "%-6s %14s %14s %18s %18s\n" "$t" "$(peak sp$t activations)" "$(peak t$t activations)" \
+    "$(comm_bytes sp$t all_reduce all_gather reduce_scatter)" "$(comm_bytes t$t all_reduce)"
 done

@@ -106,6 +106,15 @@ struct TensorSplit {
   bool operator==(const TensorSplit&) const = default;
 };
 
+// How a model is split over a tensor-parallel group (Model::split_tensors).
+struct TensorParallel {
+  int degree = 1;
+  int part = 0;  // this rank's, 0 .. degree - 1
+  // Megatron's sequence parallelism: the rows of the residual stream, the
+  // norms and the embedding's output split over the group as well.
+  bool sequence = false;
+};
+
 struct ParamSpec {
   std::string name;
   Shape shape;
@@ -359,13 +368,15 @@ class ZTRAIN_API Model : public Plugin {
   // Why this model cannot train rows that pack several examples
   // (Batch::positions); empty when it can. The default: it cannot.
   virtual std::string segments_refusal() const;
-  // Tensor parallelism: makes this the part `part` of the model split over
-  // `degree` ranks and returns empty, params() then describing this rank's
-  // parts (ParamSpec::split); or returns why the model cannot be split so,
-  // and stays whole. Called at most once, before params() is first read;
+  // Tensor parallelism: makes this the part `t.part` of the model split
+  // over `t.degree` ranks and returns empty, params() then describing this
+  // rank's parts (ParamSpec::split); or returns why the model cannot be
+  // split so, and stays whole. With t.sequence (Megatron's sequence
+  // parallelism) the tokens between the split regions are split over the
+  // group too. Called at most once, before params() is first read;
   // forward and backward then run with StepContext::tensor_group(). The
   // default: it cannot.
-  virtual std::string split_tensors(int degree, int part);
+  virtual std::string split_tensors(const TensorParallel& t);
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

@@ -167,6 +167,10 @@ OptionList parallel_options() {
   o.integer("expert", 1, "expert-parallel degree: a mixture of experts split over this many ranks")
       .at_least(1)
       .as_int();
+  o.flag("tensor_sequence", false,
+         "with tensor > 1, Megatron's sequence parallelism: the residual stream, the norms and "
+         "the embedding's output split by tokens over the tensor group (all-gathers and "
+         "reduce-scatters in place of its all-reduces), their activations divided by tensor");
   return o;
 }
 
@@ -445,8 +449,20 @@ ParallelSettings resolve_parallel(const RunConfig& config) {
                         "state, activation checkpointing and [parallel] sequence and context save "
                         "activation memory)");
   const auto degree = [&](const char* key) { return static_cast<int>(p.get_int(key)); };
-  return {degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
-          degree("expert")};
+  ParallelSettings s{degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
+                     degree("expert")};
+  s.tensor_sequence = p.get_bool("tensor_sequence");
+  if (s.tensor_sequence && s.tensor == 1)
+    throw ConfigError(p.where("tensor_sequence") +
+                      ": [parallel] tensor_sequence splits the tokens over the tensor group, and "
+                      "tensor = 1 makes none; set tensor above 1, or remove tensor_sequence");
+  if (s.tensor_sequence && s.split().shards() > 1)
+    throw ConfigError(p.where("tensor_sequence") + ": [parallel] tensor_sequence with [parallel] " +
+                      s.split_key() + " = " +
+                      std::to_string(s.split_key() == "context" ? s.context : s.sequence) +
+                      ": Megatron's sequence parallelism inside a tensor group split "
+                      "sequence is not built; use one or the other");
+  return s;
 }
 
 std::filesystem::path resolve_out_dir(const RunConfig& config) {

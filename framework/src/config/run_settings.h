@@ -100,6 +100,8 @@ struct ParallelSettings {
   int context = 1;
   int pipeline = 1;
   int expert = 1;
+  // Megatron's sequence parallelism inside the tensor group.
+  bool tensor_sequence = false;
   // The ranks one copy of the data-parallel model spans.
   int model_ranks() const { return tensor * sequence * context * pipeline; }
   // How each sequence is split across ranks: sequence (Ulysses) and

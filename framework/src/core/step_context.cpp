@@ -134,8 +134,8 @@ std::string Model::segments_refusal() const {
          "' attends across a whole row (its plugin does not take example boundaries)";
 }
 
-std::string Model::split_tensors(int degree, int) {
-  if (degree <= 1) return {};
+std::string Model::split_tensors(const TensorParallel& t) {
+  if (t.degree <= 1) return {};
   return "model '" + info().arch + "' runs whole (its plugin does not split its parameters)";
 }
 

@@ -28,7 +28,8 @@ void check_split(const RunConfig& config, const Model& model, SequenceSplit both
 void split_model(const RunConfig& config, const RunParts& p, int rank) {
   const int degree = p.settings.parallel.tensor;
   if (degree <= 1) return;
-  if (const std::string why = p.model->split_tensors(degree, rank % degree); !why.empty())
+  const TensorParallel t{degree, rank % degree, p.settings.parallel.tensor_sequence};
+  if (const std::string why = p.model->split_tensors(t); !why.empty())
     throw ConfigError(config.where("parallel.tensor") +
                       ": [parallel] tensor = " + std::to_string(degree) + ": " + why);
 }

@@ -219,7 +219,11 @@ std::string mesh_text(const Run& run) {
     text = "each block's projections split over tensor groups " +
            m.describe_groups(MeshDim::tensor) +
            " (Megatron's: q, k, v and the MLP's first layer by output, the attention's and the "
-           "MLP's last by input, the embedding and the head by vocabulary); ";
+           "MLP's last by input, the embedding and the head by vocabulary" +
+           (run.settings.parallel.tensor_sequence
+                ? std::string("; the tokens between them too (tensor_sequence)")
+                : std::string()) +
+           "); ";
   if (split.shards() > 1)
     text += "each sequence split over " + std::to_string(split.shards()) + " ranks" +
             split_groups(run) + "; ";

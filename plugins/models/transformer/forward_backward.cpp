@@ -81,18 +81,18 @@ Communicator& Transformer::kv_group(StepContext& ctx) const {
 // tensor group's sum then adds every rank's); the weights' gradients get
 // those of every holder's query heads, summed first, so each holder has
 // the whole gradient, as its own copy of the weights needs.
-void Transformer::copied_kv_backward(const BlockParams& p, const BlockActs& b, const Acts& a,
+void Transformer::copied_kv_backward(const BlockParams& p, const float* ln1, const Acts& a,
                                      float* dk, float* dv, StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
   const auto P = param_views(ctx);
   const auto G = grad_views(ctx);
   const Dims d = dims(a.B, a.T);
   for (const auto& [dx, w] : {std::pair{dk, p.k_w}, {dv, p.v_w}})
-    k.matmul_backward(a.d_c, nullptr, nullptr, dx, b.ln1, P(w), d.linear(d.C, d.KV));
+    k.matmul_backward(a.d_c, nullptr, nullptr, dx, ln1, P(w), d.linear(d.C, d.KV));
   Communicator& holders = kv_group(ctx);
   for (float* dx : {dk, dv}) holders.all_reduce(dx, d.N * d.KV, DType::f32, ReduceOp::sum);
-  k.matmul_backward(nullptr, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(d.C, d.KV));
-  k.matmul_backward(nullptr, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), d.linear(d.C, d.KV));
+  k.matmul_backward(nullptr, G(p.k_w), G(p.k_b), dk, ln1, P(p.k_w), d.linear(d.C, d.KV));
+  k.matmul_backward(nullptr, G(p.v_w), G(p.v_b), dv, ln1, P(p.v_w), d.linear(d.C, d.KV));
 }
 
 ConstTypedPtr Transformer::row_bias(StepContext& ctx, std::optional<ParamId> bias) const {
@@ -120,6 +120,13 @@ Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx, boo
   const std::size_t n = static_cast<std::size_t>(batch.shape.batch) * batch.shape.seq_len;
   a.inputs = arena.on_device(batch.inputs, n);
   a.targets = arena.on_device(batch.targets, n);
+  if (cfg_.tensor_sequence && n % static_cast<std::size_t>(cfg_.tensor) != 0)
+    throw DataError(
+        "a batch of " + std::to_string(batch.shape.batch) + " x " +
+        std::to_string(batch.shape.seq_len) +
+        " tokens does not split into [parallel] tensor = " + std::to_string(cfg_.tensor) +
+        " equal shares of rows ([parallel] tensor_sequence); choose a micro-batch "
+        "and seq_len whose product the degree divides");
   if (batch.positions) {
     if (!segments_refusal().empty() || a.split.shards() > 1)
       throw InternalError("a batch of packed rows reached a model or split that refuses them");
@@ -196,18 +203,19 @@ void Transformer::embed_forward(StepContext& ctx, const Acts& a) const {
   const auto wpe_at = [&](std::size_t position) {
     return wpe_ && cfg_.tensor_rank == 0 ? P(wpe_).at(position * d.C) : ConstTypedPtr{};
   };
+  float* out = partial_rows(a, a.resid[0]);  // (N,C)
   if (a.spans.size() == 1 || !wpe_) {
-    ctx.kernels().embedding_forward(a.resid[0], a.inputs, wte, wpe_at(a.spans[0].position),
+    ctx.kernels().embedding_forward(out, a.inputs, wte, wpe_at(a.spans[0].position),
                                     token_shape(d.B, d.T));
   } else {
     for (std::size_t b = 0; b < d.B; ++b)
       for (const TokenSpan& s : a.spans) {
         const std::size_t row = b * d.T + s.row;
-        ctx.kernels().embedding_forward(a.resid[0] + row * d.C, a.inputs + row, wte,
-                                        wpe_at(s.position), token_shape(1, s.length));
+        ctx.kernels().embedding_forward(out + row * d.C, a.inputs + row, wte, wpe_at(s.position),
+                                        token_shape(1, s.length));
       }
   }
-  tensor_sum(ctx, a.resid[0], d.N * d.C);
+  sum_rows(ctx, a, out, a.resid[0]);
 }
 
 void Transformer::embed_backward(StepContext& ctx, const Acts& a) const {
@@ -215,19 +223,23 @@ void Transformer::embed_backward(StepContext& ctx, const Acts& a) const {
   const auto G = grad_views(ctx);
   const TypedPtr dwte = G(wte_);
   if (!dwte && !(wpe_ && G(wpe_))) return;  // a frozen embedding
+  const float* dout = all_rows(ctx, a, a.d_res);
   if (a.spans.size() == 1 || !wpe_) {
     const TypedPtr dwpe = wpe_ ? G(wpe_).at(a.spans[0].position * d.C) : TypedPtr{};
-    return ctx.kernels().embedding_backward(dwte, dwpe, a.d_res, a.inputs, token_shape(d.B, d.T));
+    return ctx.kernels().embedding_backward(dwte, dwpe, dout, a.inputs, token_shape(d.B, d.T));
   }
   for (std::size_t b = 0; b < d.B; ++b)
     for (const TokenSpan& s : a.spans) {
       const std::size_t row = b * d.T + s.row;
-      ctx.kernels().embedding_backward(dwte, G(wpe_).at(s.position * d.C), a.d_res + row * d.C,
+      ctx.kernels().embedding_backward(dwte, G(wpe_).at(s.position * d.C), dout + row * d.C,
                                        a.inputs + row, token_shape(1, s.length));
     }
 }
 
-// x: (N,C) block input; out: (N,C) block output
+// x: (N,C) block input; out: (N,C) block output (under sequence
+// parallelism this rank's NL rows of each: the norms run on them, and the
+// split regions read their rows gathered and return partial sums
+// reduce-scattered).
 void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b, const Acts& a,
                                 StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
@@ -235,23 +247,25 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   const auto P = param_views(ctx);
   const Dims d = dims(a.B, a.T);
   const std::size_t C = d.C, H = d.H, KV = d.KV, A = d.A;
-  const RowShape rows = d.rows(C);
-  const std::size_t NC = d.N * C, NH_ = d.N * H;
-  if (!cfg_.llama) {
-    k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), rows,
+  const RowShape own = d.own(C);
+  const std::size_t NH_ = d.N * H;
+  if (!cfg_.llama)
+    k.layernorm_forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, P(p.ln1_w), P(p.ln1_b), own,
                         cfg_.norm_eps);
-    keep(ctx, a, b.ln1, NC, b.kept.ln1);
-    k.matmul_forward(b.q, b.ln1, P(p.qkv_w), P(p.qkv_b), d.linear(C, 3 * A));  // qkv: (N,3A)
-    lora_forward(l, {Proj::qkv, b.ln1, d.linear(C, 3 * A)}, b.q, b, a, ctx);
+  else
+    k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), own, cfg_.norm_eps);
+  keep(ctx, a, b.ln1, d.own_floats(), b.kept.ln1);
+  const float* ln1 = all_rows(ctx, a, b.ln1);  // (N,C)
+  if (!cfg_.llama) {
+    k.matmul_forward(b.q, ln1, P(p.qkv_w), P(p.qkv_b), d.linear(C, 3 * A));  // qkv: (N,3A)
+    lora_forward(l, {Proj::qkv, ln1, d.linear(C, 3 * A)}, b.q, b, a, ctx);
   } else {
-    k.rmsnorm_forward(b.ln1, b.ln1_rstd, x, P(p.ln1_w), rows, cfg_.norm_eps);
-    keep(ctx, a, b.ln1, NC, b.kept.ln1);
-    k.matmul_forward(b.q, b.ln1, P(p.q_w), P(p.q_b), d.linear(C, A));   // q: (N,A)
-    k.matmul_forward(b.k, b.ln1, P(p.k_w), P(p.k_b), d.linear(C, KV));  // k: (N,KV)
-    k.matmul_forward(b.v, b.ln1, P(p.v_w), P(p.v_b), d.linear(C, KV));  // v: (N,KV)
-    lora_forward(l, {Proj::q, b.ln1, d.linear(C, A)}, b.q, b, a, ctx);
-    lora_forward(l, {Proj::k, b.ln1, d.linear(C, KV)}, b.k, b, a, ctx);
-    lora_forward(l, {Proj::v, b.ln1, d.linear(C, KV)}, b.v, b, a, ctx);
+    k.matmul_forward(b.q, ln1, P(p.q_w), P(p.q_b), d.linear(C, A));   // q: (N,A)
+    k.matmul_forward(b.k, ln1, P(p.k_w), P(p.k_b), d.linear(C, KV));  // k: (N,KV)
+    k.matmul_forward(b.v, ln1, P(p.v_w), P(p.v_b), d.linear(C, KV));  // v: (N,KV)
+    lora_forward(l, {Proj::q, ln1, d.linear(C, A)}, b.q, b, a, ctx);
+    lora_forward(l, {Proj::k, ln1, d.linear(C, KV)}, b.k, b, a, ctx);
+    lora_forward(l, {Proj::v, ln1, d.linear(C, KV)}, b.v, b, a, ctx);
     k.rope_forward(b.q, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, A, a.positions});
     k.rope_forward(b.k, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV, a.positions});
   }
@@ -259,33 +273,38 @@ void Transformer::block_forward(int l, const float* x, float* out, BlockActs& b,
   attention_forward(b, a, ctx);
   keep(ctx, a, b.atty, d.N * A, b.kept.atty);
   if (a.ulysses()) keep(ctx, a, b.ulysses, ulysses_shape(b, a).saved_floats(), b.kept.ulysses);
-  k.matmul_forward(b.res1, b.atty, P(p.proj_w), row_bias(ctx, p.proj_b), d.linear(A, C));
-  lora_forward(l, {Proj::o, b.atty, d.linear(A, C)}, b.res1, b, a, ctx);
-  tensor_sum(ctx, b.res1, NC);
+  float* proj = partial_rows(a, b.res1);  // (N,C)
+  k.matmul_forward(proj, b.atty, P(p.proj_w), row_bias(ctx, p.proj_b), d.linear(A, C));
+  lora_forward(l, {Proj::o, b.atty, d.linear(A, C)}, proj, b, a, ctx);
+  sum_rows(ctx, a, proj, b.res1);
   norm2_forward(l, x, b, a, ctx);
+  const float* ln2 = all_rows(ctx, a, b.ln2);  // (N,C)
+  float* mlp = nullptr;
   if (!cfg_.llama) {
     // fc: (N,H) without its bias, which GELU adds as it reads h1.
-    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), nullptr, d.linear(C, H));
-    lora_forward(l, {Proj::fc, b.ln2, d.linear(C, H)}, b.h1, b, a, ctx);
+    k.matmul_forward(b.h1, ln2, P(p.fc_w), nullptr, d.linear(C, H));
+    lora_forward(l, {Proj::fc, ln2, d.linear(C, H)}, b.h1, b, a, ctx);
     keep(ctx, a, b.h1, NH_, b.kept.h1);
     k.gelu_forward(b.h2, b.h1, P(p.fc_b), d.rows(H));
     keep(ctx, a, b.h2, NH_, b.kept.h2);
-    k.matmul_forward(out, b.h2, P(p.fcproj_w), row_bias(ctx, p.fcproj_b), d.linear(H, C));
-    lora_forward(l, {Proj::down, b.h2, d.linear(H, C)}, out, b, a, ctx);
+    mlp = partial_rows(a, out);  // ln2's gathered rows are read by now
+    k.matmul_forward(mlp, b.h2, P(p.fcproj_w), row_bias(ctx, p.fcproj_b), d.linear(H, C));
+    lora_forward(l, {Proj::down, b.h2, d.linear(H, C)}, mlp, b, a, ctx);
   } else {
-    k.matmul_forward(b.h1, b.ln2, P(p.fc_w), P(p.fc_b), d.linear(C, H));  // gate: (N,H)
-    lora_forward(l, {Proj::fc, b.ln2, d.linear(C, H)}, b.h1, b, a, ctx);
+    k.matmul_forward(b.h1, ln2, P(p.fc_w), P(p.fc_b), d.linear(C, H));  // gate: (N,H)
+    lora_forward(l, {Proj::fc, ln2, d.linear(C, H)}, b.h1, b, a, ctx);
     keep(ctx, a, b.h1, NH_, b.kept.h1);
-    k.matmul_forward(b.h2, b.ln2, P(p.up_w), P(p.up_b), d.linear(C, H));  // up: (N,H)
-    lora_forward(l, {Proj::up, b.ln2, d.linear(C, H)}, b.h2, b, a, ctx);
+    k.matmul_forward(b.h2, ln2, P(p.up_w), P(p.up_b), d.linear(C, H));  // up: (N,H)
+    lora_forward(l, {Proj::up, ln2, d.linear(C, H)}, b.h2, b, a, ctx);
     keep(ctx, a, b.h2, NH_, b.kept.h2);
     k.swiglu_forward(b.h3, b.h1, b.h2, NH_);
     keep(ctx, a, b.h3, NH_, b.kept.h3);
-    k.matmul_forward(out, b.h3, P(p.fcproj_w), row_bias(ctx, p.fcproj_b), d.linear(H, C));
-    lora_forward(l, {Proj::down, b.h3, d.linear(H, C)}, out, b, a, ctx);
+    mlp = partial_rows(a, out);
+    k.matmul_forward(mlp, b.h3, P(p.fcproj_w), row_bias(ctx, p.fcproj_b), d.linear(H, C));
+    lora_forward(l, {Proj::down, b.h3, d.linear(H, C)}, mlp, b, a, ctx);
   }
-  tensor_sum(ctx, out, NC);
-  k.add(out, out, b.res1, NC);
+  sum_rows(ctx, a, mlp, out);
+  k.add(out, out, b.res1, d.own_floats());
 }
 
 // res1 = x + attention's output (in b.res1 on entry), and its norm: in one
@@ -297,8 +316,8 @@ void Transformer::norm2_forward(int l, const float* x, BlockActs& b, const Acts&
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
   const auto P = param_views(ctx);
   const Dims d = dims(a.B, a.T);
-  const RowShape rows = d.rows(d.C);
-  const std::size_t NC = d.N * d.C;
+  const RowShape rows = d.own(d.C);
+  const std::size_t NC = d.own_floats();
   if (!a.rounds() && !cfg_.llama)
     k.add_layernorm_forward(b.res1, b.ln2, b.ln2_mean, b.ln2_rstd, b.res1, x, P(p.ln2_w),
                             P(p.ln2_b), rows, cfg_.norm_eps);
@@ -316,7 +335,9 @@ void Transformer::norm2_forward(int l, const float* x, BlockActs& b, const Acts&
   keep(ctx, a, b.ln2, NC, b.kept.ln2);
 }
 
-// On entry a.d_res holds dL/d(block output); on exit dL/d(block input).
+// On entry a.d_res holds dL/d(block output); on exit dL/d(block input)
+// (this rank's rows of each under sequence parallelism: gathered where a
+// split region's backward reads them, as the norms' outputs are again).
 void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
   const Kernels& k = ctx.kernels();
   const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
@@ -328,53 +349,46 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
   const auto G = grad_views(ctx);
   const Dims d = dims(a.B, a.T);
   const std::size_t C = d.C, H = d.H, KV = d.KV, A = d.A, NC = d.N * C, NH_ = d.N * H;
-  const RowShape rows = d.rows(C);
 
   // MLP
+  const float* dout = all_rows(ctx, a, a.d_res);  // (N,C)
+  const float* h_last = cfg_.llama ? b.h3 : b.h2;
+  float* d_last = cfg_.llama ? a.d_h3 : a.d_h2;
+  zero(ctx, d_last, NH_);
+  k.matmul_backward(d_last, G(p.fcproj_w), G(p.fcproj_b), dout, h_last, P(p.fcproj_w),
+                    d.linear(H, C));
+  lora_backward(l, {Proj::down, h_last, d.linear(H, C)}, d_last, dout, b, a, ctx);
+  zero(ctx, a.d_c, NC);
   if (!cfg_.llama) {
-    zero(ctx, a.d_h2, NH_);
-    k.matmul_backward(a.d_h2, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h2, P(p.fcproj_w),
-                      d.linear(H, C));
-    lora_backward(l, {Proj::down, b.h2, d.linear(H, C)}, a.d_h2, a.d_res, b, a, ctx);
     k.gelu_backward(a.d_h1, G(p.fc_b), b.h1, P(p.fc_b), a.d_h2, d.rows(H));  // writes d_h1
-    zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, b.ln2, P(p.fc_w), d.linear(C, H));
-    lora_backward(l, {Proj::fc, b.ln2, d.linear(C, H)}, a.d_c, a.d_h1, b, a, ctx);
-    tensor_sum(ctx, a.d_c, NC);
-    k.layernorm_backward(a.d_res, G(p.ln2_w), G(p.ln2_b), a.d_c, b.res1, P(p.ln2_w), b.ln2_mean,
-                         b.ln2_rstd, rows);
+    const float* ln2 = all_rows(ctx, a, b.ln2);
+    k.matmul_backward(a.d_c, G(p.fc_w), nullptr, a.d_h1, ln2, P(p.fc_w), d.linear(C, H));
+    lora_backward(l, {Proj::fc, ln2, d.linear(C, H)}, a.d_c, a.d_h1, b, a, ctx);
   } else {
-    zero(ctx, a.d_h3, NH_);
-    k.matmul_backward(a.d_h3, G(p.fcproj_w), G(p.fcproj_b), a.d_res, b.h3, P(p.fcproj_w),
-                      d.linear(H, C));
-    lora_backward(l, {Proj::down, b.h3, d.linear(H, C)}, a.d_h3, a.d_res, b, a, ctx);
     zero(ctx, a.d_h1, NH_);
     zero(ctx, a.d_h2, NH_);
     k.swiglu_backward(a.d_h1, a.d_h2, a.d_h3, b.h1, b.h2, NH_);
-    zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, b.ln2, P(p.fc_w), d.linear(C, H));
-    lora_backward(l, {Proj::fc, b.ln2, d.linear(C, H)}, a.d_c, a.d_h1, b, a, ctx);
-    k.matmul_backward(a.d_c, G(p.up_w), G(p.up_b), a.d_h2, b.ln2, P(p.up_w), d.linear(C, H));
-    lora_backward(l, {Proj::up, b.ln2, d.linear(C, H)}, a.d_c, a.d_h2, b, a, ctx);
-    tensor_sum(ctx, a.d_c, NC);
-    k.rmsnorm_backward(a.d_res, G(p.ln2_w), a.d_c, b.res1, P(p.ln2_w), b.ln2_rstd, rows);
+    const float* ln2 = all_rows(ctx, a, b.ln2);
+    k.matmul_backward(a.d_c, G(p.fc_w), G(p.fc_b), a.d_h1, ln2, P(p.fc_w), d.linear(C, H));
+    lora_backward(l, {Proj::fc, ln2, d.linear(C, H)}, a.d_c, a.d_h1, b, a, ctx);
+    k.matmul_backward(a.d_c, G(p.up_w), G(p.up_b), a.d_h2, ln2, P(p.up_w), d.linear(C, H));
+    lora_backward(l, {Proj::up, ln2, d.linear(C, H)}, a.d_c, a.d_h2, b, a, ctx);
   }
+  norm_backward(
+      ctx, a, {a.d_res, p.ln2_w, p.ln2_b, own_sum(ctx, a, a.d_c), b.res1, b.ln2_mean, b.ln2_rstd});
   // a.d_res is now dL/d(res1). Attention:
+  dout = all_rows(ctx, a, a.d_res);
   zero(ctx, a.d_att, d.N * A);
-  k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), a.d_res, b.atty, P(p.proj_w),
-                    d.linear(A, C));
-  lora_backward(l, {Proj::o, b.atty, d.linear(A, C)}, a.d_att, a.d_res, b, a, ctx);
+  k.matmul_backward(a.d_att, G(p.proj_w), G(p.proj_b), dout, b.atty, P(p.proj_w), d.linear(A, C));
+  lora_backward(l, {Proj::o, b.atty, d.linear(A, C)}, a.d_att, dout, b, a, ctx);
   if (!cfg_.llama) {
     zero(ctx, a.d_qkv, d.N * A * 3);
     float* dq = a.d_qkv;
     attention_backward({dq, dq + A, dq + 2 * A}, b, a, ctx);
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, b.ln1, P(p.qkv_w),
-                      d.linear(C, 3 * A));
-    lora_backward(l, {Proj::qkv, b.ln1, d.linear(C, 3 * A)}, a.d_c, a.d_qkv, b, a, ctx);
-    tensor_sum(ctx, a.d_c, NC);
-    k.layernorm_backward(a.d_res, G(p.ln1_w), G(p.ln1_b), a.d_c, x, P(p.ln1_w), b.ln1_mean,
-                         b.ln1_rstd, rows);
+    const float* ln1 = all_rows(ctx, a, b.ln1);
+    k.matmul_backward(a.d_c, G(p.qkv_w), G(p.qkv_b), a.d_qkv, ln1, P(p.qkv_w), d.linear(C, 3 * A));
+    lora_backward(l, {Proj::qkv, ln1, d.linear(C, 3 * A)}, a.d_c, a.d_qkv, b, a, ctx);
   } else {
     const std::size_t NKVs = d.N * KV, NA = d.N * A;
     float* dq = a.d_qkv;
@@ -385,19 +399,20 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
     k.rope_backward(dq, b.rope_cos, b.rope_sin, {d.B, d.T, d.NH, d.hs, A, a.positions});
     k.rope_backward(dk, b.rope_cos, b.rope_sin, {d.B, d.T, d.NKV, d.hs, KV, a.positions});
     zero(ctx, a.d_c, NC);
-    k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, b.ln1, P(p.q_w), d.linear(C, A));
+    const float* ln1 = all_rows(ctx, a, b.ln1);
+    k.matmul_backward(a.d_c, G(p.q_w), G(p.q_b), dq, ln1, P(p.q_w), d.linear(C, A));
     if (cfg_.kv_copies() > 1) {
-      copied_kv_backward(p, b, a, dk, dv, ctx);
+      copied_kv_backward(p, ln1, a, dk, dv, ctx);
     } else {
-      k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, b.ln1, P(p.k_w), d.linear(C, KV));
-      k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, b.ln1, P(p.v_w), d.linear(C, KV));
+      k.matmul_backward(a.d_c, G(p.k_w), G(p.k_b), dk, ln1, P(p.k_w), d.linear(C, KV));
+      k.matmul_backward(a.d_c, G(p.v_w), G(p.v_b), dv, ln1, P(p.v_w), d.linear(C, KV));
     }
-    lora_backward(l, {Proj::q, b.ln1, d.linear(C, A)}, a.d_c, dq, b, a, ctx);
-    lora_backward(l, {Proj::k, b.ln1, d.linear(C, KV)}, a.d_c, dk, b, a, ctx);
-    lora_backward(l, {Proj::v, b.ln1, d.linear(C, KV)}, a.d_c, dv, b, a, ctx);
-    tensor_sum(ctx, a.d_c, NC);
-    k.rmsnorm_backward(a.d_res, G(p.ln1_w), a.d_c, x, P(p.ln1_w), b.ln1_rstd, rows);
+    lora_backward(l, {Proj::q, ln1, d.linear(C, A)}, a.d_c, dq, b, a, ctx);
+    lora_backward(l, {Proj::k, ln1, d.linear(C, KV)}, a.d_c, dk, b, a, ctx);
+    lora_backward(l, {Proj::v, ln1, d.linear(C, KV)}, a.d_c, dv, b, a, ctx);
   }
+  norm_backward(ctx, a,
+                {a.d_res, p.ln1_w, p.ln1_b, own_sum(ctx, a, a.d_c), x, b.ln1_mean, b.ln1_rstd});
 }
 
 // Two slots alternate; of four, three rotate and stream L has the last;
@@ -416,14 +431,14 @@ void* Transformer::stream_kept(const Acts& a, int l) const {
 
 // The copies move the kept type: 16-bit activations halve the bytes.
 CopyWork Transformer::save_checkpoint(Acts& a, int l, StepContext& ctx) const {
-  const std::size_t n = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd;
+  const std::size_t n = dims(a.B, a.T).own_floats();
   const void* from = a.rounds() ? stream_kept(a, l) : stream(a, l);
   return ctx.activations().device().copy_async(a.host_resid[static_cast<std::size_t>(l)], from,
                                                n * dtype_size(a.kept));
 }
 
 CopyWork Transformer::fetch_checkpoint(Acts& a, int l, StepContext& ctx) const {
-  const std::size_t n = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd;
+  const std::size_t n = dims(a.B, a.T).own_floats();
   void* to = a.rounds() ? stream_kept(a, l) : stream(a, l);
   return ctx.activations().device().copy_async(to, a.host_resid[static_cast<std::size_t>(l)],
                                                n * dtype_size(a.kept));
@@ -445,7 +460,7 @@ void Transformer::restore(StepContext& ctx, const Acts& a, float* x, std::size_t
 void Transformer::restore_block(int l, Acts& a, StepContext& ctx) const {
   if (!a.rounds() || cfg_.checkpointing) return;
   const Dims d = dims(a.B, a.T);
-  const std::size_t NC = d.N * d.C, NH_ = d.N * d.H;
+  const std::size_t NC = d.own_floats(), NH_ = d.N * d.H;
   BlockActs& b = block_acts(a, l);
   restore(ctx, a, b.ln1, NC, b.kept.ln1);
   if (a.ulysses())
@@ -465,7 +480,7 @@ void Transformer::restore_block(int l, Acts& a, StepContext& ctx) const {
 void Transformer::trunk_forward(StepContext& ctx, Acts& a, bool training) const {
   const int L = cfg_.n_layer;
   const bool offload = training && !a.host_resid.empty();
-  const std::size_t NC = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd;
+  const std::size_t NC = dims(a.B, a.T).own_floats();
   ctx.enter_forward(kEmbed);
   embed_forward(ctx, a);
   keep(ctx, a, stream(a, 0), NC, stream_kept(a, 0));
@@ -484,7 +499,7 @@ void Transformer::trunk_forward(StepContext& ctx, Acts& a, bool training) const 
 // Inside the head module: a.lnf = the final norm of the last block's output.
 void Transformer::final_norm_forward(StepContext& ctx, Acts& a) const {
   const Kernels& k = ctx.kernels();
-  const RowShape rows = dims(a.B, a.T).rows(static_cast<std::size_t>(cfg_.n_embd));
+  const RowShape rows = dims(a.B, a.T).own(static_cast<std::size_t>(cfg_.n_embd));
   const auto P = param_views(ctx);
   const float* xL = stream(a, cfg_.n_layer);
   if (!cfg_.llama)
@@ -506,9 +521,10 @@ void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* 
   const std::size_t rows = head_rows(N);
   if (logits_out && cfg_.tensor > 1)
     throw InternalError("the logits of a tensor-parallel part asked for; a rank holds a slice");
+  const float* lnf = all_rows(ctx, a, a.lnf);  // (N,C)
   for (std::size_t r0 = 0; r0 < N; r0 += rows) {
     const std::size_t n = std::min(N, r0 + rows) - r0;
-    k.matmul_forward(a.logits, a.lnf + r0 * C, head_w, nullptr, {n, C, V});  // (n,V)
+    k.matmul_forward(a.logits, lnf + r0 * C, head_w, nullptr, {n, C, V});  // (n,V)
     if (logits_out)
       ctx.activations().device().copy(logits_out + r0 * V, a.logits, n * V * sizeof(float));
     chunk_loss(ctx, a, r0, n);
@@ -545,24 +561,21 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
   zero(ctx, a.d_c, N * C);
   const float dloss = ctx.token_scale();
   const ConstTypedPtr head_w = P(head_w_);
+  const float* lnf_rows = all_rows(ctx, a, a.lnf);  // (N,C)
   for (std::size_t r0 = 0; r0 < N; r0 += rows) {
     const std::size_t n = std::min(N, r0 + rows) - r0;
-    const float* lnf = a.lnf + r0 * C;
+    const float* lnf = lnf_rows + r0 * C;
     k.matmul_forward(a.logits, lnf, head_w, nullptr, {n, C, V});  // (n,V)
     chunk_loss(ctx, a, r0, n);
     chunk_dlogits(ctx, a, r0, n, dloss);
     k.matmul_backward(a.d_c + r0 * C, dw, nullptr, a.logits, lnf, head_w, {n, C, V});
   }
   if (a.head_dw) device.convert(head_dw, dw, dw_n);
-  tensor_sum(ctx, a.d_c, N * C);  // each slice's share of d(lnf)
   ctx.add_loss(a.losses, N);
-  zero(ctx, a.d_res, N * C);
-  const float* xL = stream(a, cfg_.n_layer);
-  if (!cfg_.llama)
-    k.layernorm_backward(a.d_res, G(lnf_w_), G(lnf_b_), a.d_c, xL, P(lnf_w_), a.lnf_mean,
-                         a.lnf_rstd, d.rows(C));
-  else
-    k.rmsnorm_backward(a.d_res, G(lnf_w_), a.d_c, xL, P(lnf_w_), a.lnf_rstd, d.rows(C));
+  const float* dlnf = own_sum(ctx, a, a.d_c);  // each slice's share of d(lnf), summed
+  zero(ctx, a.d_res, d.own_floats());
+  norm_backward(ctx, a,
+                {a.d_res, lnf_w_, lnf_b_, dlnf, stream(a, cfg_.n_layer), a.lnf_mean, a.lnf_rstd});
   ctx.exit_backward(head_module());
 }
 
@@ -585,7 +598,7 @@ void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
   const bool offload = !a.host_resid.empty();
   const int L = cfg_.n_layer;
   CopyWork fetched = offload ? fetch_checkpoint(a, L - 1, ctx) : CopyWork{};
-  const std::size_t NC = static_cast<std::size_t>(a.B) * a.T * cfg_.n_embd;
+  const std::size_t NC = dims(a.B, a.T).own_floats();
   for (int l = L - 1; l >= 0; --l) {
     fetched.wait();
     restore(ctx, a, stream(a, l), NC, stream_kept(a, l));

@@ -460,8 +460,10 @@ Transformer::Dims Transformer::dims(int B, int T) const {
   auto z = [](int n) { return static_cast<std::size_t>(n); };
   const std::size_t NH = z(cfg_.local_heads()), NKV = z(cfg_.local_kv_heads()),
                     hs = z(cfg_.head_size());
-  return {z(B), z(T),     z(B) * z(T),           z(cfg_.n_embd), z(cfg_.local_hidden()), NH, NKV,
-          hs,   NKV * hs, z(cfg_.local_vocab()), NH * hs};
+  const std::size_t N = z(B) * z(T), NL = cfg_.tensor_sequence ? N / z(cfg_.tensor) : N;
+  return {z(B),    z(T), N,  z(cfg_.n_embd), z(cfg_.local_hidden()),
+          NH,      NKV,  hs, NKV * hs,       z(cfg_.local_vocab()),
+          NH * hs, NL};
 }
 
 // 16-bit activations: each block's fp32 tensors are one working set, shared,
@@ -483,6 +485,9 @@ void Transformer::plan(const BatchShape& shape,
                     A = static_cast<std::size_t>(cfg_.attention_width()),
                     V = static_cast<std::size_t>(cfg_.local_vocab());
   const std::size_t lse_rows = static_cast<std::size_t>(B) * cfg_.local_heads() * T;
+  // The rows this rank holds between the split regions (N, or N / tensor
+  // under sequence parallelism): the streams, the norms, their gradient.
+  const std::size_t NL = dims(B, T).NL;
   a.B = B;
   a.T = T;
   a.split = shape.split;
@@ -493,11 +498,11 @@ void Transformer::plan(const BatchShape& shape,
   };
   const auto L = static_cast<std::size_t>(cfg_.n_layer);
   a.resid.resize(a.rounds() ? 2 : cfg_.offload_checkpoints ? 4 : L + 1);
-  for (auto& r : a.resid) r = alloc(N * C);
+  for (auto& r : a.resid) r = alloc(NL * C);
   a.host_resid.resize(cfg_.offload_checkpoints ? L : 0);
-  for (auto& r : a.host_resid) r = kept_alloc(N * C, true);
+  for (auto& r : a.host_resid) r = kept_alloc(NL * C, true);
   a.kept_resid.resize(a.rounds() ? (cfg_.offload_checkpoints ? 3 : L + 1) : 0);
-  for (auto& r : a.kept_resid) r = kept_alloc(N * C, false);
+  for (auto& r : a.kept_resid) r = kept_alloc(NL * C, false);
   // The rotary tables live with the activations: the device accounts them,
   // and a model that is only declared (estimate) builds none.
   const std::size_t rope = cfg_.llama ? static_cast<std::size_t>(T) * (cfg_.head_size() / 2) : 0;
@@ -511,8 +516,14 @@ void Transformer::plan(const BatchShape& shape,
   float* const shared_qkv = a.ulysses() ? alloc(qkv_floats) : nullptr;
   const auto at = [](float* p, std::size_t offset) { return p ? p + offset : nullptr; };
   const std::size_t saved = a.ulysses() ? ulysses_shape(a.blocks[0], a).saved_floats() : 0;
-  a.d_res = alloc(N * C);
+  a.d_res = alloc(NL * C);
   a.d_c = alloc(N * C);
+  if (cfg_.tensor_sequence) {
+    a.gathered = alloc(N * C);
+    a.d_own = alloc(NL * C);
+    a.norm_dw = alloc(2 * C);
+    a.norm_tmp = alloc(C);
+  }
   a.d_att = alloc(N * A);
   a.d_qkv = alloc(N * (A + 2 * KV));
   a.d_h1 = alloc(N * H);
@@ -534,20 +545,20 @@ void Transformer::plan(const BatchShape& shape,
     BlockActs& b = a.blocks[i];
     b.rope_cos = a.rope_cos;
     b.rope_sin = a.rope_sin;
-    b.ln1_mean = cfg_.llama ? nullptr : alloc(N);
-    b.ln1_rstd = alloc(N);
+    b.ln1_mean = cfg_.llama ? nullptr : alloc(NL);
+    b.ln1_rstd = alloc(NL);
     b.lse = alloc(lse_rows);
-    b.ln2_mean = cfg_.llama ? nullptr : alloc(N);
-    b.ln2_rstd = alloc(N);
+    b.ln2_mean = cfg_.llama ? nullptr : alloc(NL);
+    b.ln2_rstd = alloc(NL);
     for (std::size_t j = 0; j < kProjCount; ++j)  // every block its own: fp32, never kept
       b.lora_u[j] = blocks_.front().lora[j] ? alloc(N * rank) : nullptr;
     const bool own_copies = a.rounds() && !cfg_.checkpointing;
     const auto copy = [&](std::size_t n) { return own_copies ? kept_alloc(n, false) : scratch; };
-    b.kept = {copy(N * C),
+    b.kept = {copy(NL * C),
               a.ulysses() ? scratch : copy(qkv_floats),
               copy(N * A),
-              copy(N * C),
-              copy(N * C),
+              copy(NL * C),
+              copy(NL * C),
               copy(N * H),
               copy(N * H),
               cfg_.llama ? copy(N * H) : nullptr,
@@ -563,7 +574,7 @@ void Transformer::plan(const BatchShape& shape,
       b.kv_stride = w.kv_stride;
       continue;
     }
-    b.ln1 = alloc(N * C);
+    b.ln1 = alloc(NL * C);
     b.q = a.ulysses() ? shared_qkv : alloc(qkv_floats);
     if (cfg_.llama) {  // q (N,A), k (N,KV), v (N,KV)
       b.k = at(b.q, N * A);
@@ -576,8 +587,8 @@ void Transformer::plan(const BatchShape& shape,
       b.q_stride = b.kv_stride = 3 * A;
     }
     b.atty = alloc(N * A);
-    b.res1 = alloc(N * C);
-    b.ln2 = alloc(N * C);
+    b.res1 = alloc(NL * C);
+    b.ln2 = alloc(NL * C);
     b.h1 = alloc(N * H);
     b.h2 = alloc(N * H);
     b.h3 = cfg_.llama ? alloc(N * H) : nullptr;
@@ -585,9 +596,9 @@ void Transformer::plan(const BatchShape& shape,
   }
   if (a.ulysses()) a.ulysses_scratch = alloc(ulysses_shape(a.blocks[0], a).scratch_floats());
   if (a.ring()) a.ring_scratch = alloc(ring_shape(a.blocks[0], a).scratch_floats());
-  a.lnf = alloc(N * C);
-  a.lnf_mean = cfg_.llama ? nullptr : alloc(N);
-  a.lnf_rstd = alloc(N);
+  a.lnf = alloc(NL * C);
+  a.lnf_mean = cfg_.llama ? nullptr : alloc(NL);
+  a.lnf_rstd = alloc(NL);
   const std::size_t rows = head_rows(N);
   a.logits = alloc(rows * V);
   a.head_dw = rows < N && params_[*head_w_].trainable ? alloc(V * C) : nullptr;
@@ -633,7 +644,8 @@ std::uint64_t Transformer::planned_bytes(const BatchShape& shape, bool host) con
 // The heads and the MLP's width must each divide into the parts, the
 // key/value heads too or into copies of one a rank; the fine-tuning
 // methods keep whole weights. The parameters are declared again as parts.
-std::string Transformer::split_tensors(int degree, int part) {
+std::string Transformer::split_tensors(const TensorParallel& t) {
+  const int degree = t.degree, part = t.part;
   if (degree <= 1) return {};
   const std::pair<int, const char*> counts[] = {{cfg_.n_head, "n_head (attention heads)"},
                                                 {cfg_.hidden, "the MLP's width"}};
@@ -655,6 +667,7 @@ std::string Transformer::split_tensors(int degree, int part) {
   if (std::string why = lora_split_refusal(degree); !why.empty()) return why;
   cfg_.tensor = degree;
   cfg_.tensor_rank = part;
+  cfg_.tensor_sequence = t.sequence;
   params_ = ParamSpecs{};
   blocks_.clear();
   declare_params();

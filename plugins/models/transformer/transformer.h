@@ -96,8 +96,11 @@ struct Config {
   int loss_chunk_tokens = 1024;      // tokens whose logits exist at once
   double init_std = 0.02;
   FineTuning tuning;
-  // Tensor parallelism: this rank holds part `tensor_rank` of `tensor`.
+  // Tensor parallelism: this rank holds part `tensor_rank` of `tensor`;
+  // with tensor_sequence (Megatron's sequence parallelism) 1/tensor of the
+  // rows of the residual stream, the norms and the embedding's output.
   int tensor = 1, tensor_rank = 0;
+  bool tensor_sequence = false;
   int head_size() const { return n_embd / n_head; }
   // This rank's share of the heads, key/value heads and MLP width, and the
   // width of its attention (C at tensor 1). With fewer key/value heads
@@ -179,7 +182,7 @@ class Transformer final : public Model {
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
   std::string sequence_shards_refusal(SequenceSplit split) const override;
   std::string segments_refusal() const override;
-  std::string split_tensors(int degree, int part) override;
+  std::string split_tensors(const TensorParallel& t) override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
   std::vector<AdapterOf> adapters() const override;
@@ -227,6 +230,10 @@ class Transformer final : public Model {
     // A vocabulary split over the tensor group: one chunk's row maxima
     // (head_rows(N)) and sums (2, head_rows(N)) (kernels.h); null when whole.
     float *row_max = nullptr, *sums = nullptr;
+    // Sequence parallelism: a whole (N,C) of gathered rows or partial sums,
+    // a reduce-scattered (NL,C) input gradient, and a norm's weight and
+    // bias gradients (2C) with their widening scratch (C); null without.
+    float *gathered = nullptr, *d_own = nullptr, *norm_dw = nullptr, *norm_tmp = nullptr;
     float* head_dw;  // (V, C) fp32 sum of the head's weight gradient; null with one chunk
     float *d_res, *d_c, *d_att, *d_qkv, *d_h1, *d_h2, *d_h3;  // backward scratch
     float *rope_cos, *rope_sin;  // Llama: (T, hs/2) rotary angles' cos and sin
@@ -267,7 +274,12 @@ class Transformer final : public Model {
   // NH*hs is its attention's width (C when whole).
   struct Dims {
     std::size_t B, T, N, C, H, NH, NKV, hs, KV, V, A;
+    // The rows this rank holds between the split regions: N, or N / tensor
+    // under sequence parallelism.
+    std::size_t NL;
     RowShape rows(std::size_t width) const { return {N, width}; }
+    RowShape own(std::size_t width) const { return {NL, width}; }
+    std::size_t own_floats() const { return NL * C; }
     MatmulShape linear(std::size_t in, std::size_t out) const { return {N, in, out}; }
     // Floats of a block's q, k and v together (GPT-2's KV is A: its (N,3A)).
     std::size_t qkv() const { return N * (A + 2 * KV); }
@@ -398,9 +410,34 @@ class Transformer final : public Model {
   // Grouped key/value heads fewer than the tensor degree: the key/value
   // projections' backward, whose input gradient takes this rank's share of
   // dk, dv (the group sums it) and whose weight gradient takes the sum over
-  // the ranks holding the same head (every holder gets the whole).
-  void copied_kv_backward(const BlockParams& p, const BlockActs& b, const Acts& a, float* dk,
+  // the ranks holding the same head (every holder gets the whole). ln1:
+  // the (N,C) input of the projections.
+  void copied_kv_backward(const BlockParams& p, const float* ln1, const Acts& a, float* dk,
                           float* dv, StepContext& ctx) const;
+  // Megatron's sequence parallelism (tensor_rows.cpp). The rows between the
+  // split regions are this rank's NL = N / tensor of them: all_rows gives
+  // the whole (N,C) of `own` (gathered over the group into a.gathered; own
+  // itself without the split); partial_rows is where a split region writes
+  // the (N,C) partial sums that sum_rows adds over the group into own's
+  // rows (reduce-scattered; without the split, all-reduced in place, own
+  // being the partial); own_sum does that for a backward's partial input
+  // gradient, into a.d_own (or in place), and returns where it is.
+  const float* all_rows(StepContext& ctx, const Acts& a, const float* own) const;
+  float* partial_rows(const Acts& a, float* own) const;
+  void sum_rows(StepContext& ctx, const Acts& a, float* partial, float* own) const;
+  const float* own_sum(StepContext& ctx, const Acts& a, float* partial) const;
+  // A norm's backward on this rank's rows: dinp += its input gradient, its
+  // weight's (and bias's) gradients added, summed over the tensor group
+  // first where each rank saw a share of the rows.
+  struct NormGrad {
+    float* dinp;
+    std::optional<ParamId> w, b;  // b: LayerNorm's bias; none for RMSNorm
+    const float *dout, *x, *mean, *rstd;
+  };
+  void norm_backward(StepContext& ctx, const Acts& a, const NormGrad& n) const;
+  // grad (n) += src (n, fp32), rounded once into a 16-bit gradient.
+  void add_to_grad(StepContext& ctx, const Acts& a, TypedPtr grad, const float* src,
+                   std::size_t n) const;
   // The ranks of the tensor group holding this rank's key/value head, split
   // from it on first use (every rank of the group reaches it in the same
   // backward).
