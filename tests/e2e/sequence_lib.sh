@@ -29,6 +29,22 @@ peak_bytes() {
     sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
 }
 
+# estimated_as_measured NAME WORLD ARGS...: `ztrain estimate --world WORLD
+# ARGS configs/run.toml` says the bytes of parameters, optimizer state and
+# activations a rank of NAME measured (its output kept in
+# $scratch/NAME.estimate).
+estimated_as_measured() {
+  local name=$1 world=$2 category estimated
+  shift 2
+  "$ZTRAIN" estimate --world "$world" "$@" "$SRC/configs/run.toml" > "$scratch/$name.estimate" 2>&1 ||
+    { cat "$scratch/$name.estimate" >&2; fail "estimate as $name failed"; }
+  for category in params optimizer activations; do
+    estimated=$(awk -v c="$category" '$1 == "device" && $2 == c { print $3 }' "$scratch/$name.estimate")
+    [ "$estimated" = "$(peak_bytes "$name" "$category")" ] ||
+      fail "estimate as $name says $estimated bytes of $category a rank, a rank measured $(peak_bytes "$name" "$category")"
+  done
+}
+
 # peak_activations NAME [TIER]: the worst rank's peak bytes of activations
 # in TIER (device by default) in the last training step of $scratch/NAME.
 peak_activations() {

@@ -37,14 +37,8 @@ train_run l_t2d2_zero3 4 2 2 --set parallel.tensor=2 --strategy zero3
 for name in l_t2 l_t2d2_zero3; do same_training l_w1 "$name" 1e-6 4e-6; done
 # `ztrain estimate` knows the parts and the frozen base: a rank's bytes are
 # those it measured.
-"$ZTRAIN" estimate --world 2 "${base[@]}" --set parallel.tensor=2 --set train.micro_batch_size=4 \
-  --set train.grad_accum=2 "$SRC/configs/run.toml" > "$scratch/estimate.out" 2>&1 ||
-  { cat "$scratch/estimate.out" >&2; fail "estimate of LoRA at tensor 2 failed"; }
-for category in params optimizer activations; do
-  estimated=$(awk -v c="$category" '$1 == "device" && $2 == c { print $3 }' "$scratch/estimate.out")
-  [ "$estimated" = "$(peak_bytes l_t2 "$category")" ] ||
-    fail "estimate of LoRA at tensor 2 says $estimated bytes of $category a rank, a rank measured $(peak_bytes l_t2 "$category")"
-done
+estimated_as_measured l_t2 2 "${base[@]}" --set parallel.tensor=2 --set train.micro_batch_size=4 \
+  --set train.grad_accum=2
 
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}"
   --set 'model.finetuning_type="freeze"' --set model.freeze_trainable_layers=1)

@@ -69,14 +69,8 @@ sp_act=$(peak_bytes g_sp2 activations) tp_act=$(peak_bytes g_t2 activations)
 echo "activations a rank at tensor 2: $tp_act bytes, with tensor_sequence $sp_act"
 [ "$sp_act" -lt "$tp_act" ] || fail "tensor_sequence holds $sp_act bytes of activations, tensor 2 alone $tp_act"
 base=(--model gpt2-tiny "${common[@]}")
-"$ZTRAIN" estimate --world 2 "${base[@]}" --set parallel.tensor=2 "${sp[@]}" \
-  --set train.micro_batch_size=8 "$SRC/configs/run.toml" > "$scratch/estimate.out" 2>&1 ||
-  { cat "$scratch/estimate.out" >&2; fail "estimate with tensor_sequence failed"; }
-for category in params optimizer activations; do
-  estimated=$(awk -v c="$category" '$1 == "device" && $2 == c { print $3 }' "$scratch/estimate.out")
-  [ "$estimated" = "$(peak_bytes g_sp2 "$category")" ] ||
-    fail "estimate with tensor_sequence says $estimated bytes of $category a rank, a rank measured $(peak_bytes g_sp2 "$category")"
-done
+estimated_as_measured g_sp2 2 "${base[@]}" --set parallel.tensor=2 "${sp[@]}" \
+  --set train.micro_batch_size=8
 
 # Refused by key, before anything trains.
 refused "tensor_sequence without a tensor group" \

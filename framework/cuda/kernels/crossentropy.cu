@@ -13,6 +13,24 @@ namespace {
 
 constexpr unsigned kThreads = 512;
 
+// The block's row x[0, V): its maximum, and its exponentials shifted by m
+// in place with their sum (every thread gets the result; both end on a
+// barrier).
+__device__ float block_row_max(const float* x, int V, float* shared) {
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, x[i]);
+  return block_max(m, shared);
+}
+__device__ float block_row_exp(float* x, int V, float m, float* shared) {
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float e = expf(x[i] - m);
+    x[i] = e;
+    s += e;
+  }
+  return block_sum(s, shared);
+}
+
 // logits: (N,V) -> probabilities; losses: (N) = -log p[target]
 __global__ void softmax_crossentropy_forward_kernel(float* losses, float* logits,
                                                     const std::int32_t* targets, int V) {
@@ -24,16 +42,8 @@ __global__ void softmax_crossentropy_forward_kernel(float* losses, float* logits
     return;
   }
   if (threadIdx.x == 0) target_logit = x[targets[blockIdx.x]];
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, x[i]);
-  m = block_max(m, shared);  // its barriers also publish target_logit
-  float s = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float e = expf(x[i] - m);
-    x[i] = e;
-    s += e;
-  }
-  s = block_sum(s, shared);
+  const float m = block_row_max(x, V, shared);  // its barriers also publish target_logit
+  const float s = block_row_exp(x, V, m, shared);
   const float inv = 1.0f / s;
   for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] *= inv;
   if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + m - target_logit;
@@ -53,10 +63,7 @@ __global__ void softmax_crossentropy_backward_kernel(float* probs, const std::in
 // logits: (N,V); row_max: (N)
 __global__ void slice_max_kernel(float* row_max, const float* logits, int V) {
   __shared__ float shared[32];
-  const float* x = logits + static_cast<std::size_t>(blockIdx.x) * V;
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, x[i]);
-  m = block_max(m, shared);
+  const float m = block_row_max(logits + static_cast<std::size_t>(blockIdx.x) * V, V, shared);
   if (threadIdx.x == 0) row_max[blockIdx.x] = m;
 }
 
@@ -71,14 +78,7 @@ __global__ void slice_sums_kernel(float* sums, float* logits, const float* row_m
   const bool held = target != kIgnoreTarget && local < static_cast<std::size_t>(V);
   if (threadIdx.x == 0) sums[N + blockIdx.x] = held ? x[local] : 0.0f;
   __syncthreads();  // the target's logit read before any thread overwrites it
-  const float m = row_max[blockIdx.x];
-  float s = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float e = expf(x[i] - m);
-    x[i] = e;
-    s += e;
-  }
-  s = block_sum(s, shared);
+  const float s = block_row_exp(x, V, row_max[blockIdx.x], shared);
   if (threadIdx.x == 0) sums[blockIdx.x] = s;
 }
 
