@@ -277,6 +277,7 @@ std::string mesh_words(const ParallelSettings& p) {
        {std::pair{"tensor", p.tensor}, {"sequence", p.sequence}, {"context", p.context}})
     if (degree > 1)
       out += (out.empty() ? "" : " x ") + std::string(name) + " " + std::to_string(degree);
+  if (p.tensor_sequence) out += " (tensor_sequence)";
   return out;
 }
 
