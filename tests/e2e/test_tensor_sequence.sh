@@ -8,7 +8,8 @@
 # Llama with 2 key/value heads at tensor 2, tensor 2 x data 2 under zero3
 # with activation checkpointing and with its checkpoints offloaded, LoRA,
 # bf16 against bf16 at world 1 (the tensor-parallel tests' tolerances:
-# fp32 losses 1e-6 and norms 2e-6, LoRA's norms 4e-6, bf16 2e-4 and 4e-3);
+# fp32 losses 1e-6 and norms 2e-6, LoRA's norms 4e-6, bf16 2e-4 and 4e-3),
+# and fp16 through overflows the loss scaler skips on every rank alike;
 # evaluation too. Then the bytes a step moves, counted by the
 # communicators, against the formula; the activations a rank holds
 # measured below tensor parallelism's alone, and as `ztrain estimate`
@@ -53,6 +54,21 @@ same_training l_w1_lora l_sp2_lora 1e-6 4e-6
 train_run l_w1_bf16 1 4 2 --set train.precision=bf16
 train_run l_sp2_bf16 2 4 2 --set train.precision=bf16 --set parallel.tensor=2 "${sp[@]}"
 same_training l_w1_bf16 l_sp2_bf16 2e-4 4e-3
+# fp16 from a loss scale of 2^40: the first steps overflow, on some parts
+# before others; the group's summed norm makes every rank skip the same
+# steps and halve the same scale as world 1, with tensor parallelism alone
+# and with the split tokens.
+fp16=(--set train.precision=fp16 --set train.fp16.initial_scale_power=40)
+train_run l_w1_fp16 1 4 2 "${fp16[@]}"
+train_run l_t2_fp16 2 4 2 "${fp16[@]}" --set parallel.tensor=2
+train_run l_sp2_fp16 2 4 2 "${fp16[@]}" --set parallel.tensor=2 "${sp[@]}"
+for name in l_t2_fp16 l_sp2_fp16; do
+  same_training l_w1_fp16 "$name" 2e-4 4e-3
+  [ "$(grep -c "^overflow: skipping step" "$scratch/$name.out")" = \
+    "$(grep -c "^overflow: skipping step" "$scratch/l_w1_fp16.out")" ] ||
+    fail "$name skipped other steps than world 1 on overflow"
+done
+grep -q "^overflow: skipping step 1 " "$scratch/l_w1_fp16.out" || fail "2^40 did not overflow at step 1"
 
 # The bytes of a step over all ranks (L = 2 layers, C = 64, micro x 32
 # tokens of C floats a pass, a ring over T ranks sending (T-1) times an
