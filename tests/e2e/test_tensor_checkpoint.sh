@@ -11,8 +11,9 @@
 # a resume restores the state exactly, so the breaks add nothing). The
 # manifests list the whole model's parameters once each (the writer checks
 # that every element is stored exactly once: a tensor group whose ranks
-# all stored the norms would fail there), and `ztrain checkpoint info`
-# reads one written at tensor 2 as any other.
+# all stored the norms would fail there), `ztrain checkpoint info` reads
+# one written at tensor 2 as any other, and `ztrain export` of one written
+# at tensor 4 is the Hugging Face directory data 4's of the same step is.
 #
 # usage: test_tensor_checkpoint.sh ZTRAIN_BINARY SOURCE_DIR
 set -euo pipefail
@@ -60,4 +61,16 @@ resumed t4 4 4 2 d4/step_6 4 --set parallel.tensor=4 --strategy zero3 \
   --set train.checkpoint_every=3 --set train.keep_last=0
 resumed w1_from_t4 1 4 2 t4/step_9 1 --set parallel.tensor=1 --strategy ddp
 grep -q "ranks: 4 -> 1" "$scratch/w1_from_t4.out" || fail "the resume did not say the world changed"
+# `ztrain export` of a checkpoint written at tensor 4 is a Hugging Face
+# directory like the one of data 4's checkpoint of the same step: a step
+# from each at world 1 is the same step.
+for from in t4 d4; do
+  "$ZTRAIN" export "$scratch/$from/step_9" "$scratch/exported_$from" > "$scratch/export.out" 2>&1 ||
+    { cat "$scratch/export.out" >&2; fail "export of $from's checkpoint failed"; }
+  on_ranks 1 "$ZTRAIN" "${base[@]}" --set train.steps=1 --set model.init_from="$scratch/exported_$from" \
+    --set train.out_dir="$scratch/from_$from" "$SRC/configs/run.toml" > "$scratch/from_$from.out" 2>&1 ||
+    { cat "$scratch/from_$from.out" >&2; fail "a step from $from's exported checkpoint failed"; }
+  curve "from_$from" 1
+done
+same_training from_d4 from_t4 1e-6 2e-6
 echo "PASS"
