@@ -29,6 +29,19 @@ peak_bytes() {
     sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
 }
 
+# from_weights NAME RANKS WEIGHTS ARGS...: one step of ${base[@]} ARGS on
+# RANKS ranks from $scratch/WEIGHTS ([model] init_from), into
+# $scratch/NAME and its curve.
+from_weights() {
+  local name=$1 np=$2 weights=$3
+  shift 3
+  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.steps=1 --set train.save_final=false \
+    --set model.init_from="$scratch/$weights" --set train.out_dir="$scratch/$name" "$@" \
+    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
+    { cat "$scratch/$name.out" >&2; fail "a step from $weights's weights ($name) failed"; }
+  curve "$name" 1
+}
+
 # estimated_as_measured NAME WORLD ARGS...: `ztrain estimate --world WORLD
 # ARGS configs/run.toml` says the bytes of parameters, optimizer state and
 # activations a rank of NAME measured (its output kept in

@@ -67,10 +67,7 @@ grep -q "ranks: 4 -> 1" "$scratch/w1_from_t4.out" || fail "the resume did not sa
 for from in t4 d4; do
   "$ZTRAIN" export "$scratch/$from/step_9" "$scratch/exported_$from" > "$scratch/export.out" 2>&1 ||
     { cat "$scratch/export.out" >&2; fail "export of $from's checkpoint failed"; }
-  on_ranks 1 "$ZTRAIN" "${base[@]}" --set train.steps=1 --set model.init_from="$scratch/exported_$from" \
-    --set train.out_dir="$scratch/from_$from" "$SRC/configs/run.toml" > "$scratch/from_$from.out" 2>&1 ||
-    { cat "$scratch/from_$from.out" >&2; fail "a step from $from's exported checkpoint failed"; }
-  curve "from_$from" 1
+  from_weights "from_$from" 1 "exported_$from"
 done
 same_training from_d4 from_t4 1e-6 2e-6
 echo "PASS"

@@ -78,12 +78,7 @@ for file in model.safetensors adapter/adapter_model.safetensors; do
     fail "tensor 2's $file does not hold world 1's tensors"
 done
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
-for name in e_w1 e_t2; do
-  on_ranks 1 "$ZTRAIN" "${base[@]}" --set train.steps=1 --set model.init_from="$scratch/$name" \
-    --set train.out_dir="$scratch/from_$name" "$SRC/configs/run.toml" > "$scratch/from_$name.out" 2>&1 ||
-    { cat "$scratch/from_$name.out" >&2; fail "a step from $name's merged weights failed"; }
-  curve "from_$name" 1
-done
+for name in e_w1 e_t2; do from_weights "from_$name" 1 "$name"; done
 same_training from_e_w1 from_e_t2 1e-6 2e-6
 # And PEFT's adapters in ([model] adapter_from): each rank reads its parts
 # of the whole adapters, so tensor 2's first step from them is world 1's.

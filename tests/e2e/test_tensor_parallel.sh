@@ -166,15 +166,6 @@ same_headers e_w1 e_t2
 # each rank reading its parts of them: its first step is world 1's from
 # the same file, GPT-2's Conv1D layout (transposed in the file) and
 # Llama's alike.
-from_weights() {  # from_weights NAME RANKS WEIGHTS ARGS...: one step from WEIGHTS
-  local name=$1 np=$2 weights=$3
-  shift 3
-  on_ranks "$np" "$ZTRAIN" "${base[@]}" --set train.steps=1 --set train.save_final=false \
-    --set model.init_from="$scratch/$weights" --set train.out_dir="$scratch/$name" "$@" \
-    "$SRC/configs/run.toml" > "$scratch/$name.out" 2>&1 ||
-    { cat "$scratch/$name.out" >&2; fail "a step from $weights's weights ($name) failed"; }
-  curve "$name" 1
-}
 from_weights from_e_w1 1 e_w1
 from_weights from_e_t2 1 e_t2
 from_weights from_e_w1_t2 2 e_w1 --set parallel.tensor=2
