@@ -22,6 +22,14 @@ disk_dir() {
   printf -v "$1" '%s' "$dir"
 }
 
+# Each script works in a directory of its own on the build tree's disk, so
+# that a run taking the default out_dir (runs/default: a refusal that comes
+# after the out_dir is claimed) never meets another script's run there
+# under ctest -j. build_tests: the directory ctest started it in.
+build_tests=$PWD
+disk_dir own_dir
+cd "$own_dir"
+
 # fail MESSAGE: ends the test, first printing the end of what the
 # processes it ran printed (the newest $scratch/*.out files), so that a
 # failure in CI shows every rank's own account.

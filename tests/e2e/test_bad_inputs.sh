@@ -259,8 +259,8 @@ says "a 10 MB value" "huge_value.toml:2:1: [train] schedule: got \"AAAA" "... (1
 
 # Refused plugins are listed with the reason, not dropped from the list
 # (the test plugins, built beside this script's working directory).
-[[ -d "$PWD/plugins" ]] || fail "no test plugin directory at $PWD/plugins"
-"$ZTRAIN" plugins --plugin-path "$PWD/plugins" >"$scratch/plugins" 2>"$scratch/err" ||
+[[ -d "$build_tests/plugins" ]] || fail "no test plugin directory at $build_tests/plugins"
+"$ZTRAIN" plugins --plugin-path "$build_tests/plugins" >"$scratch/plugins" 2>"$scratch/err" ||
   fail "'ztrain plugins --plugin-path' failed: $(cat "$scratch/err")"
 grep -A1 "libztrain_strategy_bad_abi.so\$" "$scratch/plugins" |
   grep -q "plugin ABI version 999, but this ztrain expects" ||
