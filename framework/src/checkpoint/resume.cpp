@@ -10,6 +10,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/state_relay.h"
 #include "checkpoint/tensor_parts.h"
+#include "checkpoint/weights.h"
 #include "config/run_settings.h"
 #include "core/host_name.h"
 #include "job/rank_agreement.h"

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "checkpoint/weights.h"
-
 namespace ztrain {
 namespace {
 
@@ -27,12 +25,6 @@ void for_runs(const ParamSpec& spec, std::uint64_t first, std::uint64_t count, F
 }
 
 }  // namespace
-
-ParamSpecs whole_specs(const ParamSpecs& params) {
-  ParamSpecs whole = params;
-  for (ParamSpec& p : whole) p = whole_spec(p);
-  return whole;
-}
 
 void WholeSink::put(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
                     const float* values) {

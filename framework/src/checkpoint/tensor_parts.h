@@ -13,8 +13,8 @@
 // tensor 1 (no part split, one writer) both pass every range through
 // unchanged.
 //
-// whole_specs: the parameter list a checkpoint of such a run records, the
-// whole model's.
+// The parameter list a checkpoint of such a run records is the whole
+// model's (weights.h's whole_specs).
 //
 // Ownership: both wrap a sink or source they do not own, which must
 // outlive them, and keep a reference to the specs.
@@ -26,8 +26,6 @@
 #include "ztrain/optimizer_state.h"
 
 namespace ztrain {
-
-ParamSpecs whole_specs(const ParamSpecs& params);
 
 class WholeSink final : public StateSink {
  public:

@@ -5,7 +5,6 @@
 #include <map>
 
 #include "checkpoint/hf_export.h"
-#include "checkpoint/tensor_parts.h"
 #include "io/durable_file.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/blas.h"
@@ -138,10 +137,15 @@ ParamSpec whole_spec(const ParamSpec& part) {
   return whole;
 }
 
+ParamSpecs whole_specs(const ParamSpecs& params) {
+  ParamSpecs whole = params;
+  for (ParamSpec& p : whole) p = whole_spec(p);
+  return whole;
+}
+
 void write_weights(const Model& model, const fs::path& out, DType dtype, const ReadParam& read,
                    const TextFiles& text) {
-  ParamSpecs params = model.params();
-  for (ParamSpec& p : params) p = whole_spec(p);
+  const ParamSpecs params = whole_specs(model.params());
   const auto order = export_order(params);
   AdapterValues adapters(model);
   for (ParamId id : order)

@@ -56,6 +56,9 @@ void write_weights(const Model& model, const std::filesystem::path& out, DType d
 // A tensor-parallel part's spec as the whole parameter it is one of (its
 // shape the whole's, split none); a whole parameter's unchanged.
 ParamSpec whole_spec(const ParamSpec& part);
+// Every spec of `params` whole: the list a checkpoint or an export of a
+// tensor-parallel model records.
+ParamSpecs whole_specs(const ParamSpecs& params);
 
 // Collective (read_param is): every rank calls it, those with `write`
 // false only take part in gathering the parameters. Under tensor

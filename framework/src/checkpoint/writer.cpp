@@ -5,6 +5,7 @@
 
 #include "checkpoint/read_lock.h"
 #include "checkpoint/tensor_parts.h"
+#include "checkpoint/weights.h"
 #include "io/durable_file.h"
 #include "job/rank_agreement.h"
 #include "ztrain/error.h"
