@@ -100,6 +100,10 @@ struct TokenShape {
 // whole vocabulary without one).
 struct VocabShape {
   std::size_t N, V, first = 0;
+  // Whether the slice holds `target` (never kIgnoreTarget).
+  bool holds(std::int32_t target) const {
+    return target != kIgnoreTarget && static_cast<std::size_t>(target) - first < V;
+  }
 };
 // H heads of hs elements at the start of each (b,t) row, rows `stride`
 // floats apart: q, k or v inside the fused qkv activation. positions:

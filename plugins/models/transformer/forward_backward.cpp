@@ -192,6 +192,15 @@ void Transformer::attention_backward(AttentionGrads d, const BlockActs& b, const
 // One call for rows whose positions run on (whole sequences, Ulysses'
 // slices); a call per row and span where they jump (the ring's chunks)
 // and the model has a table of positions.
+TokenShape Transformer::token_shape(std::size_t B, std::size_t T) const {
+  TokenShape s{B, T, static_cast<std::size_t>(cfg_.n_embd)};
+  if (cfg_.tensor > 1) {
+    s.vocab_first = static_cast<std::size_t>(cfg_.vocab_first(cfg_.tensor_rank));
+    s.vocab_rows = static_cast<std::size_t>(cfg_.local_vocab());
+  }
+  return s;
+}
+
 // Under tensor parallelism each rank looks up the tokens its rows of the
 // table hold (zeros for the others) and the group's first rank adds the
 // positions (the sum adds them once, as row_bias); the sum over the group

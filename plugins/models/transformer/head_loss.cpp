@@ -15,23 +15,18 @@
 
 namespace ztrain::transformer {
 
-TokenShape Transformer::token_shape(std::size_t B, std::size_t T) const {
-  TokenShape s{B, T, static_cast<std::size_t>(cfg_.n_embd)};
-  if (cfg_.tensor > 1) {
-    s.vocab_first = static_cast<std::size_t>(cfg_.vocab_first(cfg_.tensor_rank));
-    s.vocab_rows = static_cast<std::size_t>(cfg_.local_vocab());
-  }
-  return s;
+VocabShape Transformer::vocab_shape(std::size_t n) const {
+  return {n, static_cast<std::size_t>(cfg_.local_vocab()),
+          static_cast<std::size_t>(cfg_.vocab_first(cfg_.tensor_rank))};
 }
 
 void Transformer::chunk_loss(StepContext& ctx, Acts& a, std::size_t r0, std::size_t n) const {
   const Kernels& k = ctx.kernels();
   const std::int32_t* targets = a.targets + r0;
-  const auto V = static_cast<std::size_t>(cfg_.local_vocab());
+  const VocabShape s = vocab_shape(n);
   if (cfg_.tensor <= 1)
-    return k.softmax_crossentropy_forward(a.losses + r0, a.logits, targets, {n, V});
+    return k.softmax_crossentropy_forward(a.losses + r0, a.logits, targets, {n, s.V});
   Communicator& group = tensor_comm(ctx);
-  const VocabShape s{n, V, static_cast<std::size_t>(cfg_.vocab_first(cfg_.tensor_rank))};
   k.crossentropy_slice_max(a.row_max, a.logits, s);
   group.all_reduce(a.row_max, n, DType::f32, ReduceOp::max);
   k.crossentropy_slice_sums(a.sums, a.logits, a.row_max, targets, s);
@@ -42,10 +37,9 @@ void Transformer::chunk_loss(StepContext& ctx, Acts& a, std::size_t r0, std::siz
 void Transformer::chunk_dlogits(StepContext& ctx, Acts& a, std::size_t r0, std::size_t n,
                                 float dloss) const {
   const Kernels& k = ctx.kernels();
-  const auto V = static_cast<std::size_t>(cfg_.local_vocab());
+  const VocabShape s = vocab_shape(n);
   if (cfg_.tensor <= 1)
-    return k.softmax_crossentropy_backward(a.logits, a.targets + r0, dloss, {n, V});
-  const VocabShape s{n, V, static_cast<std::size_t>(cfg_.vocab_first(cfg_.tensor_rank))};
+    return k.softmax_crossentropy_backward(a.logits, a.targets + r0, dloss, {n, s.V});
   k.crossentropy_slice_backward(a.logits, a.sums, a.targets + r0, dloss, s);
 }
 

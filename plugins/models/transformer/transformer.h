@@ -390,6 +390,9 @@ class Transformer final : public Model {
   // reads them, which turns them into their gradient for d(loss) = dloss.
   void chunk_loss(StepContext& ctx, Acts& a, std::size_t r0, std::size_t n) const;
   void chunk_dlogits(StepContext& ctx, Acts& a, std::size_t r0, std::size_t n, float dloss) const;
+  // The kernels' shape of n rows of this rank's logits: its slice of the
+  // vocabulary (the whole at tensor 1).
+  VocabShape vocab_shape(std::size_t n) const;
   // The embedding kernels' shape of B x T tokens: the rows of the
   // vocabulary this rank's table holds where the tensor group splits it.
   TokenShape token_shape(std::size_t B, std::size_t T) const;

@@ -604,9 +604,7 @@ void FastKernels::crossentropy_slice_sums(float* sums, float* logits, const floa
     return ReferenceKernels::crossentropy_slice_sums(sums, logits, row_max, targets, s);
   oneapi::tbb::parallel_for(std::size_t{0}, s.N, [&](std::size_t n) {
     float* x = logits + n * s.V;
-    const auto target = static_cast<std::size_t>(targets[n]);
-    const bool held = targets[n] != kIgnoreTarget && target - s.first < s.V;
-    sums[s.N + n] = held ? x[target - s.first] : 0.0f;
+    sums[s.N + n] = s.holds(targets[n]) ? x[static_cast<std::size_t>(targets[n]) - s.first] : 0.0f;
     sums[n] = vec::exp_shifted_sum_avx2(x, s.V, row_max[n]);
   });
 }

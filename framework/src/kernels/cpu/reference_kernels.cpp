@@ -604,9 +604,7 @@ void ReferenceKernels::crossentropy_slice_sums(float* sums, float* logits, const
                                                const std::int32_t* targets, VocabShape s) const {
   parallel_rows(s.N, 4, [&](std::size_t n) {
     float* x = logits + n * s.V;
-    const auto target = static_cast<std::size_t>(targets[n]);
-    const bool held = targets[n] != kIgnoreTarget && target - s.first < s.V;
-    sums[s.N + n] = held ? x[target - s.first] : 0.0f;
+    sums[s.N + n] = s.holds(targets[n]) ? x[static_cast<std::size_t>(targets[n]) - s.first] : 0.0f;
     float sum = 0;
     for (std::size_t i = 0; i < s.V; ++i) {
       x[i] = std::exp(x[i] - row_max[n]);
@@ -631,8 +629,7 @@ void ReferenceKernels::crossentropy_slice_backward(float* exps, const float* sum
     if (targets[n] == kIgnoreTarget) return std::fill(p, p + s.V, 0.0f);
     const float inv = 1.0f / sums[n];
     for (std::size_t i = 0; i < s.V; ++i) p[i] *= inv;
-    const auto target = static_cast<std::size_t>(targets[n]);
-    if (target - s.first < s.V) p[target - s.first] -= 1.0f;
+    if (s.holds(targets[n])) p[static_cast<std::size_t>(targets[n]) - s.first] -= 1.0f;
     for (std::size_t i = 0; i < s.V; ++i) p[i] *= dloss;
   });
 }
