@@ -44,6 +44,9 @@ class Zero1 final : public Strategy {
 
   void begin_micro_step(bool last) override { reducer_->begin_micro_step(last); }
 
+  // Whole gradients accumulate until the last micro-step's hooks reduce them.
+  std::string pipeline_refusal() const override { return {}; }
+
   TensorView param_view(ParamId p) override { return replica_->param(p); }
   TensorView grad_view(ParamId p) override { return replica_->grad(p); }
   void read_param(ParamId p, float* out) override { replica_->read(p, out); }

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,44 @@ struct ParamSpec {
   // whole would (TensorSplit::whole_index), and the gradient norm counts a
   // parameter the tensor group shares (dim -1) once.
   TensorSplit split = {};
+  // Under pipeline parallelism (Model::split_stages) a stage declares only
+  // the parameters its modules use: the id each has in the whole model,
+  // which its seeded initial values, checkpoints and export name it by
+  // (none: its own id, the model is whole).
+  std::optional<ParamId> model_id = std::nullopt;
+  // A tied parameter another stage holds as well (the head's copy of the
+  // embedding on the last stage): the host sums the two gradients before
+  // the step, and the gradient norm counts the parameter on the other
+  // stage alone.
+  bool tied_copy = false;
+};
+
+// Pipeline parallelism: modules [first, end) of the model's execution
+// order, one chunk of a pipeline stage (pipeline/stage_partition.h makes
+// them).
+struct ModuleRange {
+  std::size_t first = 0, end = 0;
+  bool operator==(const ModuleRange&) const = default;
+};
+
+// One chunk's run on one micro-batch (Model::stage_forward, stage_backward).
+// input: the previous chunk's output (stage_floats of it), null where the
+// chunk begins with the model's first module (it reads the batch's
+// tokens). output: where forward writes what the next chunk reads; null on
+// the chunk ending with the last module (its forward reports nothing: the
+// loss comes with its backward). output_grad: the loss's gradient of the
+// output, from the next chunk; null on the last, whose backward starts at
+// the loss. input_grad: where backward writes the gradient of the input;
+// null on the first chunk. evaluate: a forward with no backward to come
+// (evaluation), in which the chunk holding the last module reports the
+// losses.
+struct StageRun {
+  ModuleRange modules;
+  const float* input = nullptr;
+  float* output = nullptr;
+  const float* output_grad = nullptr;
+  float* input_grad = nullptr;
+  bool evaluate = false;
 };
 
 struct ModuleSpec {
@@ -377,6 +416,26 @@ class ZTRAIN_API Model : public Plugin {
   // forward and backward then run with StepContext::tensor_group(). The
   // default: it cannot.
   virtual std::string split_tensors(const TensorParallel& t);
+  // Pipeline parallelism: makes this a stage that runs `chunks` (its
+  // modules, in chunk order; modules() stays the whole model's) and
+  // returns empty, params() then listing only the parameters those
+  // modules use, each with its ParamSpec::model_id (a tied one that
+  // another stage holds too marked tied_copy on the later stage); or
+  // returns why it cannot, and stays whole. Called at most once, after
+  // split_tensors and before params() is read. The default: it cannot.
+  virtual std::string split_stages(const std::vector<ModuleRange>& chunks);
+  // Floats a chunk passes to the next for one micro-batch of `shape` (a
+  // stage's activations between its modules: the transformer's residual
+  // stream, this rank's rows of it).
+  virtual std::uint64_t stage_floats(const BatchShape& shape) const;
+  // A chunk's forward on one micro-batch, and its backward, which may
+  // recompute the forward from the same input (the transformer's does: a
+  // stage keeps only its chunks' inputs between the two, so the schedule
+  // decides how many micro-batches are held). Between them the host keeps
+  // run.input alive; the arena is the action's own. Backward reports the
+  // losses (ctx.add_loss) on the chunk holding the last module.
+  virtual void stage_forward(const Batch& batch, const StageRun& run, StepContext& ctx);
+  virtual void stage_backward(const Batch& batch, const StageRun& run, StepContext& ctx);
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

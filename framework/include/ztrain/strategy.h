@@ -94,6 +94,10 @@ struct StepArgs {
   // tensor group; null where there are none): the gradient norm sums over
   // them too, each parameter they all hold whole counted once.
   Communicator* model_parallel = nullptr;
+  // The pipeline's stages holding the model's other parameters (null
+  // where there is one stage): the norm sums over them as well, a tied
+  // copy (ParamSpec::tied_copy) counted on its other stage.
+  Communicator* pipeline = nullptr;
 };
 
 struct StepResult {
@@ -184,6 +188,14 @@ class ZTRAIN_API Strategy : public Plugin {
   // budgets), so that the host gathers the parameters it shards beside
   // them alike; the defaults where it shards none.
   virtual shard::GatherOptions gather_options() const { return {}; }
+  // Why the strategy cannot run under pipeline parallelism (the reason,
+  // for a message naming the key); empty when it can. A pipeline stage
+  // runs its micro-batches' forwards and backwards interleaved as the
+  // schedule says, all as accumulating micro-steps, then one last
+  // micro-step of hooks alone (every module's backward, in reverse, with
+  // nothing computed) in which the strategy reduces: it must keep each
+  // rank's whole gradient until then (ddp, zero1). The default: it cannot.
+  virtual std::string pipeline_refusal() const;
 };
 
 }  // namespace ztrain

@@ -8,6 +8,8 @@
 
 #include "loader/cuda_loader.h"
 #include "ztrain/error.h"
+#include "ztrain/pipeline/schedule.h"
+#include "ztrain/pipeline/stage_partition.h"
 
 namespace ztrain {
 
@@ -164,6 +166,17 @@ OptionList parallel_options() {
   o.integer("pipeline", 1, "pipeline stages: the layers split over this many ranks")
       .at_least(1)
       .as_int();
+  o.string("pipeline_schedule", "1f1b",
+           "with pipeline > 1, the schedule: gpipe, 1f1b or interleaved (Megatron's, with "
+           "pipeline_chunks > 1); the micro-batches are [train]'s gradient accumulation steps");
+  o.integer("pipeline_chunks", 1,
+            "model chunks a pipeline stage holds (interleaved: each stage runs every "
+            "pipeline-th slice of the layers)")
+      .at_least(1)
+      .as_int();
+  o.string("pipeline_partition", "parameters",
+           "how the modules (embedding, blocks, head) are cut into stages: parameters (the "
+           "heaviest stage as light as can be) or uniform (as many modules each)");
   o.integer("expert", 1, "expert-parallel degree: a mixture of experts split over this many ranks")
       .at_least(1)
       .as_int();
@@ -432,26 +445,50 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   return s;
 }
 
-// Data, sequence (Ulysses), context (ring attention) and tensor are
-// built, alone or together; the other dimensions are still being built: a
+namespace {
+
+// The pipeline's keys: a schedule and a partition method that exist, and
+// chunks only where the schedule interleaves (the schedule itself refuses
+// shapes it cannot run, before step 1).
+void resolve_pipeline(const Options& p, ParallelSettings& s) {
+  s.pipeline_schedule = p.get_string("pipeline_schedule");
+  s.pipeline_chunks = static_cast<int>(p.get_int("pipeline_chunks"));
+  s.pipeline_partition = p.get_string("pipeline_partition");
+  if (!pipeline::is_builtin_schedule(s.pipeline_schedule))
+    throw ConfigError(p.where("pipeline_schedule") + ": [parallel] pipeline_schedule \"" +
+                      s.pipeline_schedule + "\" is not a schedule; use gpipe, 1f1b or interleaved");
+  try {
+    pipeline::partition_method(s.pipeline_partition);
+  } catch (const ConfigError& e) {
+    throw ConfigError(p.where("pipeline_partition") + ": " + e.what());
+  }
+  if (s.pipeline_chunks > 1 && s.pipeline_schedule != "interleaved")
+    throw ConfigError(p.where("pipeline_chunks") +
+                      ": [parallel] pipeline_chunks = " + std::to_string(s.pipeline_chunks) +
+                      " with pipeline_schedule \"" + s.pipeline_schedule +
+                      "\": only the interleaved schedule runs several chunks a stage; set "
+                      "pipeline_schedule = \"interleaved\" or pipeline_chunks = 1");
+}
+
+}  // namespace
+
+// Data, sequence (Ulysses), context (ring attention), tensor and pipeline
+// are built, alone or together; expert parallelism is still being built: a
 // degree above 1 would train something else than it says, so it is refused
 // by name.
 ParallelSettings resolve_parallel(const RunConfig& config) {
   const Options p = config.validate("parallel", parallel_options());
-  const std::pair<const char*, const char*> dims[] = {{"pipeline", "pipeline parallelism"},
-                                                      {"expert", "expert parallelism"}};
-  for (const auto& [key, what] : dims)
-    if (const std::int64_t degree = p.get_int(key); degree > 1)
-      throw ConfigError(p.where(key) + ": [parallel] " + key + " = " + std::to_string(degree) +
-                        ": " + what +
-                        " is not built in this version of ztrain; remove it to train "
-                        "data-parallel over every rank ([strategy] still shards the model's "
-                        "state, activation checkpointing and [parallel] sequence and context save "
-                        "activation memory)");
+  if (const std::int64_t degree = p.get_int("expert"); degree > 1)
+    throw ConfigError(p.where("expert") + ": [parallel] expert = " + std::to_string(degree) +
+                      ": expert parallelism is not built in this version of ztrain; remove it "
+                      "to train data-parallel over every rank ([strategy] still shards the "
+                      "model's state, activation checkpointing and [parallel] sequence and "
+                      "context save activation memory)");
   const auto degree = [&](const char* key) { return static_cast<int>(p.get_int(key)); };
   ParallelSettings s{degree("tensor"), degree("sequence"), degree("context"), degree("pipeline"),
                      degree("expert")};
   s.tensor_sequence = p.get_bool("tensor_sequence");
+  resolve_pipeline(p, s);
   if (s.tensor_sequence && s.tensor == 1)
     throw ConfigError(p.where("tensor_sequence") +
                       ": [parallel] tensor_sequence splits the tokens over the tensor group, and "

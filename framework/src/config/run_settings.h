@@ -102,6 +102,12 @@ struct ParallelSettings {
   int expert = 1;
   // Megatron's sequence parallelism inside the tensor group.
   bool tensor_sequence = false;
+  // Pipeline parallelism: the schedule (a built-in one's name), the model
+  // chunks each stage holds (interleaving) and how modules are weighed
+  // into stages (pipeline/stage_partition.h).
+  std::string pipeline_schedule = "1f1b";
+  int pipeline_chunks = 1;
+  std::string pipeline_partition = "parameters";
   // The ranks one copy of the data-parallel model spans.
   int model_ranks() const { return tensor * sequence * context * pipeline; }
   // How each sequence is split across ranks: sequence (Ulysses) and

@@ -15,6 +15,14 @@ namespace ztrain {
 Plugin::~Plugin() = default;
 Model::~Model() = default;
 Strategy::~Strategy() = default;
+std::string Strategy::pipeline_refusal() const {
+  return "it does not keep each rank's whole gradient until the step's last micro-batch (ZeRO-2 "
+         "and ZeRO-3 reduce-scatter every micro-batch's gradients as its backward ends, ZeRO-3 "
+         "gathers the parameters module by module): a pipeline stage interleaves its "
+         "micro-batches' forwards and backwards, and a tied embedding's gradient is summed "
+         "between two stages before the data-parallel reduction; use ddp or zero1 (ZeRO-1, as "
+         "DeepSpeed's pipeline engine allows)";
+}
 DataSource::~DataSource() = default;
 SftReader::~SftReader() = default;
 

@@ -139,4 +139,30 @@ std::string Model::split_tensors(const TensorParallel& t) {
   return "model '" + info().arch + "' runs whole (its plugin does not split its parameters)";
 }
 
+std::string Model::split_stages(const std::vector<ModuleRange>& chunks) {
+  return "model '" + info().arch + "' runs whole (its plugin does not split its modules into " +
+         std::to_string(chunks.size()) + "-chunk pipeline stages)";
+}
+
+namespace {
+
+[[noreturn]] void no_stages(const Model& m, const char* what) {
+  throw InternalError(std::string("Model::") + what + " called on model '" + m.info().arch +
+                      "', which refuses pipeline stages");
+}
+
+}  // namespace
+
+std::uint64_t Model::stage_floats(const BatchShape&) const {
+  no_stages(*this, "stage_floats");
+}
+
+void Model::stage_forward(const Batch&, const StageRun&, StepContext&) {
+  no_stages(*this, "stage_forward");
+}
+
+void Model::stage_backward(const Batch&, const StageRun&, StepContext&) {
+  no_stages(*this, "stage_backward");
+}
+
 }  // namespace ztrain

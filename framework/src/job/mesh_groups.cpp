@@ -20,8 +20,11 @@ MeshGroups make_mesh_groups(const MeshPlan& plan, Communicator& world) {
   }
   // Another split (and, through shared memory, another segment) only where
   // a rank's parts are not the whole model.
-  if (plan.size(MeshDim::tensor) > 1)
-    groups.same_part_ = world.split(plan.coordinate(rank, MeshDim::tensor), rank);
+  if (plan.size(MeshDim::tensor) > 1 || plan.size(MeshDim::pipeline) > 1)
+    groups.same_part_ =
+        world.split(plan.coordinate(rank, MeshDim::tensor) +
+                        plan.size(MeshDim::tensor) * plan.coordinate(rank, MeshDim::pipeline),
+                    rank);
   return groups;
 }
 

@@ -22,9 +22,10 @@ namespace ztrain {
 class MeshGroups {
  public:
   Communicator& operator[](MeshDim d) const { return *along_[static_cast<int>(d)]; }
-  // The ranks holding the same tensor-parallel part as this one (every
-  // dimension but tensor): whom a strategy shards and averages over. Made
-  // only where the tensor degree is above 1.
+  // The ranks holding the same parts of the model as this one (every
+  // dimension but tensor and pipeline): whom a strategy shards and
+  // averages over. Made only where the tensor or pipeline degree is above
+  // 1.
   Communicator& same_part() const { return *same_part_; }
 
  private:

@@ -109,4 +109,31 @@ std::vector<std::size_t> partition_modules(const std::vector<std::uint64_t>& wei
                                             : balanced(weights, parts);
 }
 
+std::vector<ModuleRange> stage_chunks(const std::vector<std::size_t>& bounds, std::size_t stages,
+                                      std::size_t stage) {
+  if (stages == 0 || bounds.empty() || (bounds.size() - 1) % stages != 0 || stage >= stages)
+    throw InternalError("stage_chunks: " + std::to_string(bounds.size() - 1) +
+                        " virtual stages do not make chunks of stage " + std::to_string(stage) +
+                        " of " + std::to_string(stages));
+  std::vector<ModuleRange> chunks;
+  for (std::size_t v = stage; v + 1 < bounds.size(); v += stages)
+    chunks.push_back({bounds[v], bounds[v + 1]});
+  return chunks;
+}
+
+std::vector<std::size_t> stages_holding(const ParamSpec& param,
+                                        const std::vector<std::size_t>& bounds,
+                                        std::size_t stages) {
+  std::vector<std::size_t> out;
+  for (std::size_t s = 0; s < stages; ++s) {
+    const auto runs = [&](const ModuleRange& r) {
+      return std::any_of(param.used_by.begin(), param.used_by.end(),
+                         [&](ModuleId m) { return index_of(m) >= r.first && index_of(m) < r.end; });
+    };
+    const std::vector<ModuleRange> chunks = stage_chunks(bounds, stages, s);
+    if (std::any_of(chunks.begin(), chunks.end(), runs)) out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace ztrain::pipeline

@@ -167,11 +167,12 @@ void GradReducer::begin_micro_step(bool last) {
 
 void GradReducer::module_done(ModuleId m) {
   if (!schedule_ || !schedule_->after_module.contains(m)) return;
-  if (index_of(m) + 1 != due_)
+  if (index_of(m) + 1 > due_)
     throw InternalError(strategy_ + ": backward ran module " + to_string(m) + " where " +
                         (due_ > 0 ? "module " + std::to_string(due_ - 1) : std::string("none")) +
                         " was due; the gradient reduction plan needs modules from the last to "
                         "the first, each once");
+  for (; due_ > index_of(m) + 1; --due_) run(schedule_->after_module[id_at<ModuleId>(due_ - 1)]);
   run(schedule_->after_module[m]);
   --due_;
 }

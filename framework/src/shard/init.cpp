@@ -11,6 +11,7 @@ namespace ztrain::shard {
 
 void initial_values(const ParamSpec& spec, std::uint64_t stream, std::uint64_t seed,
                     std::uint64_t first, std::uint64_t count, float* out) {
+  if (spec.model_id) stream = index_of(*spec.model_id);
   const auto draw = [&](auto value) {
     oneapi::tbb::parallel_for(
         oneapi::tbb::blocked_range<std::uint64_t>(0, count, 4096),

@@ -141,11 +141,12 @@ void OptimizerShard::load(StateSource& source, const FlatLayout& layout, TypedPt
 std::vector<SharedRun> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
                                    std::uint64_t begin, std::uint64_t end) {
   std::vector<SharedRun> runs;
-  if (!has_tensor_parts(params)) return runs;
+  const bool parts = has_tensor_parts(params);
   for (const auto& seg : layout.segments(begin, end)) {
-    const TensorSplit& t = params[seg.param].split;
-    if (t.dim >= 0 && t.copies <= 1) continue;
-    const int holders = t.dim < 0 ? 0 : t.copies;
+    const ParamSpec& spec = params[seg.param];
+    const TensorSplit& t = spec.split;
+    if (!spec.tied_copy && (!parts || (t.dim >= 0 && t.copies <= 1))) continue;
+    const int holders = spec.tied_copy ? SharedRun::kCountedElsewhere : t.dim < 0 ? 0 : t.copies;
     if (!runs.empty() && runs.back().end == seg.begin - begin && runs.back().holders == holders)
       runs.back().end = seg.end - begin;
     else
@@ -158,18 +159,21 @@ namespace {
 
 // Whether this rank counts a shared run in the norm: the first of each
 // run of ranks holding it does.
-bool counts(const SharedRun& run, const Communicator& parts) {
-  const int every = run.holders > 0 ? run.holders : parts.size();
-  return parts.rank() % every == 0;
+bool counts(const SharedRun& run, const Communicator* parts) {
+  if (run.holders == SharedRun::kCountedElsewhere) return false;
+  if (!parts) return true;
+  const int every = run.holders > 0 ? run.holders : parts->size();
+  return parts->rank() % every == 0;
 }
 
 // Adds the squares of g's elements to s, but for the shared runs another
-// holder counts; every element without a model-parallel group.
+// holder counts (a tensor part's holder where there is a model-parallel
+// group, a tied copy's other stage always).
 void add_squares(const Kernels& k, StepScalars* s, const GradSpan& g, const Communicator* parts) {
-  if (!parts || g.shared.empty()) return k.sum_squares_add(s, g.grads, g.count);
+  if (g.shared.empty()) return k.sum_squares_add(s, g.grads, g.count);
   std::uint64_t at = 0;
   for (const SharedRun& run : g.shared) {
-    if (counts(run, *parts)) continue;
+    if (counts(run, parts)) continue;
     if (run.begin > at) k.sum_squares_add(s, g.grads.at(at), run.begin - at);
     at = run.end;
   }
@@ -207,7 +211,8 @@ StepNorm::StepNorm(Device& device, const std::vector<GradSpan>& grads, Communica
   k.grad_norm_unscale(s, args.loss_scale);
   if (comm) comm->all_reduce(&s->reduced, 1, DType::f32, ReduceOp::sum);
   if (parts) parts->all_reduce(&s->reduced, 1, DType::f32, ReduceOp::sum);
-  k.grad_norm_finish(s, comm != nullptr || parts != nullptr, args.loss_scale, args.grad_clip);
+  if (args.pipeline) args.pipeline->all_reduce(&s->reduced, 1, DType::f32, ReduceOp::sum);
+  k.grad_norm_finish(s, comm || parts || args.pipeline, args.loss_scale, args.grad_clip);
   if (home_ == Tier::host && device_rec_) device.copy(device_rec_.data(), s, sizeof(StepScalars));
 }
 

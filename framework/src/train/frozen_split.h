@@ -65,6 +65,7 @@ class FrozenSplit final : public Strategy {
   StrategyStats stats() const override { return inner_->stats(); }
   std::string summary() const override;
   bool shards_params() const override { return inner_->shards_params(); }
+  std::string pipeline_refusal() const override { return inner_->pipeline_refusal(); }
   shard::GatherOptions gather_options() const override { return inner_->gather_options(); }
 
  private:

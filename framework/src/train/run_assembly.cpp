@@ -212,6 +212,8 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   run.data_seed = static_cast<std::uint64_t>(parts.data_options.get_int("seed"));
   run.model = parts.model;
   run.strategy = parts.strategy;
+  run.pipeline_bounds = parts.pipeline_bounds;
+  run.whole_params = parts.whole_params;
 
   open_device(run);
   const bool cuda = run.settings.device.kind == "cuda";
@@ -263,9 +265,11 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   setup.modules = run.model->modules();
   setup.device = run.device.get();
   // The strategy averages over the ranks holding the same parts: all of
-  // them but under tensor parallelism, whose parts it must not mix.
+  // them but under tensor and pipeline parallelism, whose parts it must
+  // not mix.
+  const ParallelSettings& par = run.settings.parallel;
   setup.comm =
-      run.settings.parallel.tensor > 1 ? &run.mesh_groups->same_part() : &run.strategy_comm();
+      par.tensor > 1 || par.pipeline > 1 ? &run.mesh_groups->same_part() : &run.strategy_comm();
   setup.kernels = run.kernels.get();
   setup.host_kernels = run.host_kernels ? run.host_kernels.get() : run.kernels.get();
   setup.optimizer = tr.optimizer;

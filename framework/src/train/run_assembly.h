@@ -89,6 +89,10 @@ struct Run {
   MeshPlan mesh;
   std::optional<MeshGroups> mesh_groups;
   std::shared_ptr<Model> model;
+  // Pipeline parallelism (RunParts): the virtual stages' bounds over the
+  // modules and the whole model's parameters; empty with one stage.
+  std::vector<std::size_t> pipeline_bounds;
+  ParamSpecs whole_params;
   std::shared_ptr<DataSource> data;
   std::shared_ptr<Strategy> strategy;
   std::string model_plugin, data_plugin, strategy_plugin;

@@ -5,6 +5,7 @@
 #include "config/section_options.h"
 #include "job/memory_check.h"
 #include "ztrain/error.h"
+#include "ztrain/pipeline/stage_partition.h"
 
 namespace ztrain {
 namespace {
@@ -34,6 +35,39 @@ void split_model(const RunConfig& config, const RunParts& p, int rank) {
                       ": [parallel] tensor = " + std::to_string(degree) + ": " + why);
 }
 
+// Pipeline parallelism: the modules cut into stages x chunks virtual
+// stages, and the model made this rank's stage (the outermost mesh
+// dimension: stage = rank / (world / stages)), or the run refused naming
+// why.
+void split_stages(const RunConfig& config, RunParts& p, PartsFor job) {
+  const ParallelSettings& par = p.settings.parallel;
+  if (par.pipeline <= 1) return;
+  p.whole_params = p.model->params();
+  const auto stages = static_cast<std::size_t>(par.pipeline);
+  const std::size_t modules = p.model->modules().size();
+  const std::size_t parts = stages * static_cast<std::size_t>(par.pipeline_chunks);
+  try {
+    p.pipeline_bounds =
+        pipeline::partition_modules(pipeline::module_weights(p.whole_params, modules), parts,
+                                    pipeline::partition_method(par.pipeline_partition));
+  } catch (const ConfigError& e) {
+    throw ConfigError(config.where("parallel.pipeline") +
+                      ": [parallel] pipeline = " + std::to_string(par.pipeline) +
+                      " x pipeline_chunks = " + std::to_string(par.pipeline_chunks) + ": " +
+                      e.what());
+  }
+  const auto stage = static_cast<std::size_t>(job.rank / (job.world / par.pipeline));
+  if (const std::string why =
+          p.model->split_stages(pipeline::stage_chunks(p.pipeline_bounds, stages, stage));
+      !why.empty())
+    throw ConfigError(config.where("parallel.pipeline") +
+                      ": [parallel] pipeline = " + std::to_string(par.pipeline) + ": " + why);
+  if (const std::string why = p.strategy->pipeline_refusal(); !why.empty())
+    throw ConfigError(config.where("parallel.pipeline") +
+                      ": [parallel] pipeline = " + std::to_string(par.pipeline) +
+                      " with strategy '" + p.strategy_plugin + "': " + why);
+}
+
 }  // namespace
 
 RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, PartsFor job) {
@@ -61,6 +95,7 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, Par
   p.model = model_lib.create<Model>(p.model_options);
   split_model(config, p, job.rank);
   p.strategy = strategy_lib.create<Strategy>(strategy_options);
+  split_stages(config, p, job);
   // A model that freezes parameters: the strategy trains the rest.
   if (has_frozen(p.model->params())) {
     p.frozen = std::make_shared<FrozenSplit>(p.strategy);
@@ -74,7 +109,7 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, Par
   const BatchShape micro{static_cast<int>(tr.micro_batch), p.info.seq_len / shards, par.split(),
                          tr.activation_dtype};
   p.sizes = {p.model->params(),
-             world / par.tensor,
+             world / (par.tensor * par.pipeline),
              tr.precision,
              tr.grad_dtype,
              p.model->activation_bytes(micro),

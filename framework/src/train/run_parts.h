@@ -37,6 +37,12 @@ struct RunParts {
   std::shared_ptr<FrozenSplit> frozen;
   ModelInfo info;
   std::vector<InstalledPart> plugins;  // the three plugins' files, for the ranks to compare
+  // Pipeline parallelism (one stage: empty): the bounds of the stages x
+  // chunks virtual stages over the model's modules, and the whole model's
+  // parameters (before this rank's stage kept its own), whose used_by say
+  // which stages hold a tied one.
+  std::vector<std::size_t> pipeline_bounds;
+  ParamSpecs whole_params;
   // For `world` ranks: the model's parameters, the precisions, one
   // micro-batch's activations, [device] memory_limit and each rank's share
   // of this machine's RAM.
@@ -45,7 +51,8 @@ struct RunParts {
 
 // Whom the parts are for: a job of `world` ranks, `ranks_here` of them
 // sharing this machine's RAM, this process being rank `rank` (an estimate's
-// is 0: under tensor parallelism, the model's first part).
+// is 0: under tensor parallelism, the model's first part; under pipeline
+// parallelism, its first stage).
 struct PartsFor {
   int world = 1;
   int ranks_here = 1;

@@ -227,12 +227,23 @@ std::string mesh_text(const Run& run) {
   if (split.shards() > 1)
     text += "each sequence split over " + std::to_string(split.shards()) + " ranks" +
             split_groups(run) + "; ";
+  const ParallelSettings& par = run.settings.parallel;
+  const int stages = m.size(MeshDim::pipeline);
+  if (stages > 1)
+    text +=
+        "the modules cut into " + std::to_string(stages) + " stages (" + par.pipeline_partition +
+        "; " + par.pipeline_schedule + " over " + std::to_string(run.settings.train.grad_accum) +
+        " micro-batches" +
+        (par.pipeline_chunks > 1 ? ", " + std::to_string(par.pipeline_chunks) + " chunks a stage"
+                                 : std::string()) +
+        "), pipeline groups " + m.describe_groups(MeshDim::pipeline) + "; ";
   if (text.empty()) return {};
-  if (tensor == 1)
+  const int parts = tensor * stages;
+  if (parts == 1)
     return m.describe() + ": " + text + "[strategy] across all " + std::to_string(world) + " ranks";
   if (split.shards() > 1)
-    return m.describe() + ": " + text + "[strategy] across the " + std::to_string(world / tensor) +
-           " ranks holding each tensor part";
+    return m.describe() + ": " + text + "[strategy] across the " + std::to_string(world / parts) +
+           " ranks holding each part";
   return m.describe() + ": " + text +
          (m.size(MeshDim::data) > 1
               ? "[strategy] across data groups " + m.describe_groups(MeshDim::data)
@@ -356,7 +367,13 @@ Trainer::Trainer(Run& run, const FaultPlan& faults, Clock::time_point t_start)
   if (const std::string wrap = val_wrap_note(data_info_, tr_); !wrap.empty()) progress_.line(wrap);
   if (run_.resumed) resume();
   if (tr_.sample.every > 0 && run_.comm->rank() == 0) open_sampling();
+  if (!run_.pipeline_bounds.empty())
+    pipeline_ = std::make_unique<PipelineStep>(pipeline_setup(run_, params_));
   first_step_ = at_.step;
+}
+
+double Trainer::loss_weight() const {
+  return pipeline_ ? pipeline_->loss_weight() : 1.0;
 }
 
 void Trainer::open_sampling() {
@@ -426,11 +443,12 @@ void Trainer::train_step(std::int64_t step) {
   // The losses are read once the step is queued: on a GPU nothing between
   // the first forward and the update waits for the host. A non-finite loss
   // has non-finite gradients, which step() skips.
-  const StepResult sr = run_.strategy->step(
-      {lr, at_.applied + 1, tr_.grad_clip, scale, run_.group_of(MeshDim::tensor)});
+  const StepResult sr =
+      run_.strategy->step({lr, at_.applied + 1, tr_.grad_clip, scale,
+                           run_.group_of(MeshDim::tensor), run_.group_of(MeshDim::pipeline)});
   const StepAgreement agreed = StepAgreement::reach(
       *run_.comm, {static_cast<float>(losses_.take() / static_cast<double>(tr_.grad_accum) *
-                                      trained_factor(tr_.grad_accum, trained)),
+                                      trained_factor(tr_.grad_accum, trained) * loss_weight()),
                    StopRequests::requested() != 0, checkpoints_.rank_done()});
   stopped_ = agreed.stop;
   if (stopped_) stop_agreed();
@@ -471,9 +489,34 @@ double Trainer::trained_factor(std::int64_t micro, std::uint64_t trained) const 
          static_cast<double>(run_.comm->size()) / static_cast<double>(trained);
 }
 
+StageContextParts Trainer::stage_parts() {
+  return {*run_.strategy,
+          params_,
+          *run_.kernels,
+          arena_,
+          losses_,
+          run_.group_of(MeshDim::sequence),
+          run_.group_of(MeshDim::context),
+          run_.group_of(MeshDim::tensor)};
+}
+
+// The step's micro-batches held for the schedule, which reads each twice
+// (forward, then backward) and in its own order.
+void Trainer::pipeline_step(std::int64_t step, float token_scale) {
+  if (faults_.overflows(step + 1, run_.comm->rank()))
+    token_scale = std::numeric_limits<float>::quiet_NaN();
+  std::vector<HeldBatch> held;
+  for (std::int64_t a = 0; a < tr_.grad_accum; ++a)
+    held.emplace_back(with_activations(data_.next()));
+  std::vector<Batch> batches;
+  for (const HeldBatch& h : held) batches.push_back(h.batch());
+  pipeline_->train(batches, stage_parts(), token_scale);
+}
+
 void Trainer::micro_steps(std::int64_t step, double scale, std::uint64_t trained) {
   const auto step_scale = static_cast<float>(scale * static_cast<double>(run_.comm->size()) /
                                              static_cast<double>(trained));
+  if (pipeline_) return pipeline_step(step, step_scale);
   for (std::int64_t a = 0; a < tr_.grad_accum; ++a) {
     const bool last = a + 1 == tr_.grad_accum;
     run_.strategy->begin_micro_step(last);
@@ -542,11 +585,15 @@ void Trainer::evaluate(std::int64_t step) {
   std::uint64_t mine = 0;
   for (std::int64_t j = 0; j < micro_batches; ++j) {
     arena_.reset();
+    const Batch batch = with_activations(data_.val(j));
+    mine += DataLoader::trained(batch);
+    if (pipeline_) {
+      pipeline_->evaluate(batch, stage_parts());
+      continue;
+    }
     StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, 1.0f);
     ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
     ctx.set_tensor_group(run_.group_of(MeshDim::tensor));
-    const Batch batch = with_activations(data_.val(j));
-    mine += DataLoader::trained(batch);
     run_.model->evaluate(batch, ctx);
   }
   const std::uint64_t trained = on_every_rank(mine);
@@ -554,7 +601,7 @@ void Trainer::evaluate(std::int64_t step) {
     throw DataError("evaluation at step " + std::to_string(step) +
                     ": every target of the val batches is masked (-100); nothing to evaluate");
   float mean = static_cast<float>(losses_.take() / static_cast<double>(micro_batches) *
-                                  trained_factor(micro_batches, trained));
+                                  trained_factor(micro_batches, trained) * loss_weight());
   run_.comm->all_reduce(&mean, 1, DType::f32, ReduceOp::average);
   const double loss = mean;
   result_.val_losses.emplace_back(step, loss);

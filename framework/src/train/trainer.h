@@ -25,6 +25,7 @@
 #include "train/data_loader.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
+#include "train/pipeline_step.h"
 #include "train/progress.h"
 #include "train/run_assembly.h"
 #include "train/tensorboard.h"
@@ -84,6 +85,12 @@ class Trainer {
   void record_step(const StepResult& sr, double loss, double lr, double scale, std::int64_t done,
                    std::uint64_t trained, Clock::time_point t0);
   void evaluate(std::int64_t step);
+  // Pipeline parallelism: the step's micro-batches through the stage's
+  // schedule; what each action's context is made of; what this rank's
+  // losses weigh in the average over the ranks (1 without a pipeline).
+  void pipeline_step(std::int64_t step, float token_scale);
+  StageContextParts stage_parts();
+  double loss_weight() const;
   // A batch from the loader with the type its activations are kept in.
   Batch with_activations(Batch batch) const;
   // [train] sample_every: rank 0's tokenizer and prompt ids (the data's
@@ -126,6 +133,8 @@ class Trainer {
   std::optional<std::int32_t> sample_stop_;            // the document-start token
   bool stopped_ = false;         // the ranks agreed to stop (a signal; train())
   std::int64_t stopped_at_ = 0;  // the step of the checkpoint a stop ends at
+  // Pipeline parallelism: this stage's executor; null with one stage.
+  std::unique_ptr<PipelineStep> pipeline_;
   CheckpointsInFlight checkpoints_;
 };
 

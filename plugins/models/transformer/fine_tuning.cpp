@@ -241,11 +241,11 @@ void Transformer::lora_forward(int l, Linear lin, float* out, BlockActs& b, cons
   const std::size_t N = lin.shape.N, r = static_cast<std::size_t>(cfg_.tuning.lora_rank);
   float* u = b.lora_u[static_cast<std::size_t>(lin.proj)];
   const bool row = cfg_.tensor > 1 && row_parallel(lin.proj);
-  k.matmul_forward(u, lin.x, ConstTypedPtr(ctx.param(adapter->a)), nullptr, {N, lin.shape.C, r});
+  k.matmul_forward(u, lin.x, ConstTypedPtr(param(ctx, adapter->a)), nullptr, {N, lin.shape.C, r});
   if (row) tensor_sum(ctx, u, N * r);
   k.scale(u, cfg_.tuning.lora_scale(), N * r);
   if (row && cfg_.tensor_rank != 0) return;
-  k.matmul_forward(a.lora_out, u, ConstTypedPtr(ctx.param(adapter->b)), nullptr,
+  k.matmul_forward(a.lora_out, u, ConstTypedPtr(param(ctx, adapter->b)), nullptr,
                    {N, r, lin.shape.OC});
   k.add(out, out, a.lora_out, N * lin.shape.OC);
 }
@@ -258,17 +258,17 @@ void Transformer::lora_backward(int l, Linear lin, float* dx, const float* dout,
   const std::size_t N = lin.shape.N, r = static_cast<std::size_t>(cfg_.tuning.lora_rank);
   const float* u = b.lora_u[static_cast<std::size_t>(lin.proj)];
   ctx.activations().device().fill_zero(a.lora_du, N * r * sizeof(float));
-  k.matmul_backward(a.lora_du, TypedPtr(ctx.grad(adapter->b)), nullptr, dout, u,
-                    ConstTypedPtr(ctx.param(adapter->b)), {N, r, lin.shape.OC});
+  k.matmul_backward(a.lora_du, TypedPtr(grad(ctx, adapter->b)), nullptr, dout, u,
+                    ConstTypedPtr(param(ctx, adapter->b)), {N, r, lin.shape.OC});
   k.scale(a.lora_du, cfg_.tuning.lora_scale(), N * r);
-  const ConstTypedPtr A = ctx.param(adapter->a);
+  const ConstTypedPtr A = param(ctx, adapter->a);
   const MatmulShape shape{N, lin.shape.C, r};
   if (cfg_.tensor <= 1 || row_parallel(lin.proj))
-    return k.matmul_backward(dx, TypedPtr(ctx.grad(adapter->a)), nullptr, a.lora_du, lin.x, A,
+    return k.matmul_backward(dx, TypedPtr(grad(ctx, adapter->a)), nullptr, a.lora_du, lin.x, A,
                              shape);
   k.matmul_backward(dx, nullptr, nullptr, a.lora_du, lin.x, A, shape);  // this rank's share
   tensor_sum(ctx, a.lora_du, N * r);
-  k.matmul_backward(nullptr, TypedPtr(ctx.grad(adapter->a)), nullptr, a.lora_du, lin.x, A, shape);
+  k.matmul_backward(nullptr, TypedPtr(grad(ctx, adapter->a)), nullptr, a.lora_du, lin.x, A, shape);
 }
 
 }  // namespace ztrain::transformer

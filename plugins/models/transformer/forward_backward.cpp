@@ -15,18 +15,6 @@ void zero(StepContext& ctx, float* p, std::size_t n) {
   ctx.activations().device().fill_zero(p, n * sizeof(float));
 }
 
-// The views a module's ops take, as callables of an optional id: a
-// parameter (or its gradient) in the run's precision, null for one the
-// architecture does not have.
-auto param_views(StepContext& ctx) {
-  return [&ctx](std::optional<ParamId> id) {
-    return id ? ConstTypedPtr(ctx.param(*id)) : ConstTypedPtr{};
-  };
-}
-auto grad_views(StepContext& ctx) {
-  return [&ctx](std::optional<ParamId> id) { return id ? TypedPtr(ctx.grad(*id)) : TypedPtr{}; };
-}
-
 // The group of `degree` ranks the step context carries for one split of
 // the sequence, or null at degree 1.
 Communicator* group_of(Communicator* group, int degree, const char* what) {
@@ -97,7 +85,7 @@ void Transformer::copied_kv_backward(const BlockParams& p, const float* ln1, con
 
 ConstTypedPtr Transformer::row_bias(StepContext& ctx, std::optional<ParamId> bias) const {
   if (!bias || cfg_.tensor_rank != 0) return {};
-  return ctx.param(*bias);
+  return param(ctx, *bias);
 }
 
 Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx, bool training) const {
@@ -429,12 +417,12 @@ void Transformer::block_backward(int l, Acts& a, StepContext& ctx) const {
 std::size_t Transformer::slot(const Acts& a, int l) const {
   if (a.resid.size() == 2) return static_cast<std::size_t>(l % 2);
   if (l == cfg_.n_layer) return a.resid.size() - 1;
-  return static_cast<std::size_t>(a.resid.size() == 4 ? l % 3 : l);
+  return static_cast<std::size_t>(a.resid.size() == 4 ? l % 3 : l - a.first_block);
 }
 
 void* Transformer::stream_kept(const Acts& a, int l) const {
   if (!a.rounds()) return nullptr;
-  if (!cfg_.offload_checkpoints) return a.kept_resid[static_cast<std::size_t>(l)];
+  if (!cfg_.offload_checkpoints) return a.kept_resid[static_cast<std::size_t>(l - a.first_block)];
   return l == cfg_.n_layer ? a.kept_scratch : a.kept_resid[static_cast<std::size_t>(l % 3)];
 }
 
@@ -519,11 +507,15 @@ void Transformer::final_norm_forward(StepContext& ctx, Acts& a) const {
   keep(ctx, a, a.lnf, rows.N * rows.C, a.kept_scratch);
 }
 
-void Transformer::forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out) const {
-  const Kernels& k = ctx.kernels();
-  const Dims d = dims(batch.shape.batch, batch.shape.seq_len);
-  const std::size_t N = d.N, C = d.C, V = d.V;
+void Transformer::forward(StepContext& ctx, Acts& a, float* logits_out) const {
   trunk_forward(ctx, a, false);
+  head_forward(ctx, a, logits_out);
+}
+
+void Transformer::head_forward(StepContext& ctx, Acts& a, float* logits_out) const {
+  const Kernels& k = ctx.kernels();
+  const Dims d = dims(a.B, a.T);
+  const std::size_t N = d.N, C = d.C, V = d.V;
   ctx.enter_forward(head_module());
   final_norm_forward(ctx, a);
   const ConstTypedPtr head_w = param_views(ctx)(head_w_);
@@ -590,12 +582,12 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
 
 void Transformer::evaluate(const Batch& batch, StepContext& ctx) {
   Acts a = planned(batch, ctx, false);
-  forward(batch, ctx, a);
+  forward(ctx, a);
 }
 
 void Transformer::forward_logits(const Batch& batch, StepContext& ctx, float* logits) {
   Acts a = planned(batch, ctx, false);
-  forward(batch, ctx, a, logits);
+  forward(ctx, a, logits);
 }
 
 void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {

@@ -44,8 +44,8 @@ const float* Transformer::own_sum(StepContext& ctx, const Acts& a, float* partia
 void Transformer::norm_backward(StepContext& ctx, const Acts& a, const NormGrad& n) const {
   const Kernels& k = ctx.kernels();
   const Dims d = dims(a.B, a.T);
-  const ConstTypedPtr w = ctx.param(*n.w);
-  TypedPtr dw(ctx.grad(*n.w)), db = n.b ? TypedPtr(ctx.grad(*n.b)) : TypedPtr{};
+  const ConstTypedPtr w = param(ctx, *n.w);
+  TypedPtr dw(grad(ctx, *n.w)), db = n.b ? TypedPtr(grad(ctx, *n.b)) : TypedPtr{};
   const TypedPtr whole_dw = dw, whole_db = db;
   if (cfg_.tensor_sequence) {  // this rank's rows' share, into fp32 scratch
     ctx.activations().device().fill_zero(a.norm_dw, 2 * d.C * sizeof(float));

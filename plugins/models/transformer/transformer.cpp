@@ -496,7 +496,7 @@ void Transformer::plan(const BatchShape& shape,
   const auto kept_alloc = [&](std::size_t n, bool host) -> void* {
     return alloc_where((n * dtype_size(a.kept) + sizeof(float) - 1) / sizeof(float), host);
   };
-  const auto L = static_cast<std::size_t>(cfg_.n_layer);
+  const auto L = static_cast<std::size_t>(planned_blocks());
   a.resid.resize(a.rounds() ? 2 : cfg_.offload_checkpoints ? 4 : L + 1);
   for (auto& r : a.resid) r = alloc(NL * C);
   a.host_resid.resize(cfg_.offload_checkpoints ? L : 0);

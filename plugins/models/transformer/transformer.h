@@ -173,7 +173,7 @@ class Transformer final : public Model {
   static void declare_options(OptionList& out);
 
   ModelInfo info() const override;
-  ParamSpecs params() const override { return params_; }
+  ParamSpecs params() const override { return stage_chunks_.empty() ? params_ : stage_params_; }
   ModuleSpecs modules() const override;
   std::uint64_t activation_bytes(const BatchShape& shape) const override;
   std::uint64_t host_activation_bytes(const BatchShape& shape) const override;
@@ -183,6 +183,10 @@ class Transformer final : public Model {
   std::string sequence_shards_refusal(SequenceSplit split) const override;
   std::string segments_refusal() const override;
   std::string split_tensors(const TensorParallel& t) override;
+  std::string split_stages(const std::vector<ModuleRange>& chunks) override;
+  std::uint64_t stage_floats(const BatchShape& shape) const override;
+  void stage_forward(const Batch& batch, const StageRun& run, StepContext& ctx) override;
+  void stage_backward(const Batch& batch, const StageRun& run, StepContext& ctx) override;
   std::string hf_config_json() const override;
   bool ignorable_tensor(const std::string& name) const override;
   std::vector<AdapterOf> adapters() const override;
@@ -193,6 +197,9 @@ class Transformer final : public Model {
   // either counting bytes (activation_bytes) or taking them from the arena.
   struct Acts {
     int B = 0, T = 0;  // T: the tokens of each row this rank holds
+    // A pipeline stage's chunk: its first block, from which the blocks'
+    // activations and the streams are indexed (0 for the whole model).
+    int first_block = 0;
     // The type the activations backward reads are kept in (BatchShape::
     // activations). In a 16-bit type the blocks share one fp32 working
     // set and keep their own 16-bit copies (BlockActs::kept), and the
@@ -268,6 +275,24 @@ class Transformer final : public Model {
   // Without checkpointing, block l's kept tensors back in the fp32
   // working set before its backward.
   void restore_block(int l, Acts& a, StepContext& ctx) const;
+  // The step context's view of parameter p, named by its id in the whole
+  // model (a pipeline stage's parameters have ids of their own).
+  TensorView param(StepContext& ctx, ParamId p) const { return ctx.param(stage_id(p)); }
+  TensorView grad(StepContext& ctx, ParamId p) const { return ctx.grad(stage_id(p)); }
+  ParamId stage_id(ParamId p) const;
+  // The views a module's ops take, as callables of an optional id: a
+  // parameter (or its gradient) in the run's precision, null for one the
+  // architecture does not have.
+  auto param_views(StepContext& ctx) const {
+    return [&ctx, this](std::optional<ParamId> id) {
+      return id ? ConstTypedPtr(param(ctx, *id)) : ConstTypedPtr{};
+    };
+  }
+  auto grad_views(StepContext& ctx) const {
+    return [&ctx, this](std::optional<ParamId> id) {
+      return id ? TypedPtr(grad(ctx, *id)) : TypedPtr{};
+    };
+  }
   // A micro-batch's dimensions as the kernels take them: B, T, N = B*T, the
   // width C, the MLP's H, heads NH and NKV of hs, KV = NKV*hs, V; under
   // tensor parallelism H, NH, NKV and KV are this rank's share, and A =
@@ -314,8 +339,22 @@ class Transformer final : public Model {
                           StepContext& ctx) const;
   Dims dims(int B, int T) const;
   BlockActs& block_acts(Acts& a, int l) const {
-    return a.blocks[cfg_.checkpointing ? 0 : static_cast<std::size_t>(l)];
+    return a.blocks[cfg_.checkpointing ? 0 : static_cast<std::size_t>(l - a.first_block)];
   }
+  // Pipeline parallelism (pipeline_stage.cpp). The blocks [first, end) a
+  // chunk of modules runs; the most blocks one of this stage's chunks has
+  // (L when whole), which plan() lays out.
+  struct BlockSpan {
+    int first = 0, end = 0;
+  };
+  BlockSpan blocks_of(ModuleRange r) const;
+  int planned_blocks() const;
+  // A chunk's buffers for one micro-batch, its first stream holding its
+  // input: the embedding's output (computed, in its module) or `input`.
+  Acts stage_planned(const Batch& batch, const StageRun& run, StepContext& ctx) const;
+  // Blocks [span.first, span.end) forward from their first stream, each in
+  // its module.
+  void blocks_forward(StepContext& ctx, Acts& a, BlockSpan span) const;
 
   // Modules in execution order: the embedding, one per block, the head.
   static constexpr ModuleId kEmbed{};
@@ -379,7 +418,9 @@ class Transformer final : public Model {
   void final_norm_forward(StepContext& ctx, Acts& a) const;
   // Reports the losses to ctx; logits_out (when given) receives the (N,V)
   // logits before the softmax.
-  void forward(const Batch& batch, StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
+  void forward(StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
+  // The head's part of forward, from the last block's output.
+  void head_forward(StepContext& ctx, Acts& a, float* logits_out = nullptr) const;
   // The head's forward and backward, chunk by chunk: losses reported,
   // a.d_res = dL/d(last block's output), the head's gradients added.
   void head_forward_backward(StepContext& ctx, Acts& a) const;
@@ -447,6 +488,12 @@ class Transformer final : public Model {
   Communicator& kv_group(StepContext& ctx) const;
 
   Config cfg_;
+  // Pipeline parallelism: the chunks this stage runs (empty: the whole
+  // model), the parameters they use, and each whole-model parameter's id
+  // among them.
+  std::vector<ModuleRange> stage_chunks_;
+  ParamSpecs stage_params_;
+  std::vector<std::optional<ParamId>> stage_ids_;
   // The model's options, kept to declare the adapters and the frozen set
   // again when split_tensors declares the parameters as parts.
   Options options_;

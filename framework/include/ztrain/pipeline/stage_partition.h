@@ -42,4 +42,17 @@ ZTRAIN_API std::vector<std::uint64_t> module_weights(const ParamSpecs& params, s
 ZTRAIN_API std::vector<std::size_t> partition_modules(const std::vector<std::uint64_t>& weights,
                                                       std::size_t parts, PartitionMethod method);
 
+// The chunks pipeline stage `stage` of `stages` runs, in chunk order, from
+// the bounds of the stages x chunks virtual stages (partition_modules):
+// chunk c is virtual stage c * stages + stage (Megatron's interleaving).
+ZTRAIN_API std::vector<ModuleRange> stage_chunks(const std::vector<std::size_t>& bounds,
+                                                 std::size_t stages, std::size_t stage);
+
+// The stages holding a parameter: those with a chunk running one of the
+// modules in its used_by, in order (two for an embedding tied to a head on
+// another stage).
+ZTRAIN_API std::vector<std::size_t> stages_holding(const ParamSpec& param,
+                                                   const std::vector<std::size_t>& bounds,
+                                                   std::size_t stages);
+
 }  // namespace ztrain::pipeline

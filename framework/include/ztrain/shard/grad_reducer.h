@@ -22,8 +22,9 @@
 // buffers exceed the plan's by one bucket's part at most (on a GPU, and
 // ZeroStrategy's estimate counts it; the cpu device's copies finish at
 // once). finish() and any adding landing wait for them first. A micro-step whose
-// backward stopped before module 0 still runs the actions of the modules
-// it skipped, so every rank issues the same collectives.
+// backward started below the last module (a pipeline stage's chunk) or
+// stopped before module 0 still runs the actions of the modules it
+// skipped, in order, so every rank issues the same collectives.
 //
 // Buffers: staging buffers are (device, grads), receive buffers (device,
 // comm), in the gradients' dtype. `full` and the shard pieces belong to

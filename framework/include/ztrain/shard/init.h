@@ -20,8 +20,10 @@
 namespace ztrain::shard {
 
 // The initial values of elements [first, first + count) of parameter
-// `spec`, drawn from stream `stream` (its id in the model's list) under
-// `seed`, into out: what init_flat writes at those elements.
+// `spec`, drawn from stream `stream` (its id in the model's list; a
+// pipeline stage's parameter draws from its ParamSpec::model_id instead,
+// so every mesh starts from the same values) under `seed`, into out: what
+// init_flat writes at those elements.
 ZTRAIN_API void initial_values(const ParamSpec& spec, std::uint64_t stream, std::uint64_t seed,
                                std::uint64_t first, std::uint64_t count, float* out);
 // Writes the initial values of flat elements [begin, end) into dst (dst[0]

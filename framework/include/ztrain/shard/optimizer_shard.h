@@ -30,8 +30,10 @@ namespace ztrain::shard {
 // Flat elements [begin, end) (offsets from a span's start) of parameters
 // that `holders` consecutive ranks of the model-parallel group hold alike
 // (0: every rank of it); the first rank of each such run of ranks counts
-// them in the norm.
+// them in the norm. kCountedElsewhere: a tied copy another pipeline stage
+// counts (ParamSpec::tied_copy); this rank never does.
 struct SharedRun {
+  static constexpr int kCountedElsewhere = -1;
   std::uint64_t begin, end;
   int holders;
   bool operator==(const SharedRun&) const = default;
@@ -149,7 +151,8 @@ struct GradSpan {
 // In a model split over a tensor group (some ParamSpec::split cut into
 // parts), the runs of flat elements [begin, end) whose parameters other
 // ranks of the group hold too: whole (every rank), or a part several hold
-// (TensorSplit::copies); none in a whole model.
+// (TensorSplit::copies); and a pipeline stage's tied copies (counted
+// elsewhere); none in a whole model.
 ZTRAIN_API std::vector<SharedRun> shared_runs(const ParamSpecs& params, const FlatLayout& layout,
                                               std::uint64_t begin, std::uint64_t end);
 
@@ -157,7 +160,9 @@ ZTRAIN_API std::vector<SharedRun> shared_runs(const ParamSpecs& params, const Fl
 // (StepScalars): the sum of squares of every piece, summed over `comm`
 // unless it is null (so every rank clips by the norm ddp would see), then
 // over StepArgs::model_parallel where there is one (its ranks' parts, a
-// shared parameter counted by its first rank alone); a non-finite norm
+// shared parameter counted by its first rank alone), then over
+// StepArgs::pipeline (the stages' parameters, a tied copy counted on the
+// stage that holds the original); a non-finite norm
 // skips the step. Where every piece is in the device tier,
 // all of it runs there, queued behind the gradients, and nothing is read
 // back until result(): a GPU goes from the last gradient to the update
