@@ -57,7 +57,7 @@ TEST_CASE("weights only rank 0 sees reach every rank bit for bit, whatever its s
     test::TempDir dir;
     const auto path = dir / "init.safetensors";
     if (run.comm->rank() == 0)
-      write_weights(*run.model, path, DType::f32, [&](ParamId p, float* out) {
+      write_weights(*run.model, run.model->params(), path, DType::f32, [&](ParamId p, float* out) {
         const auto& v = want[static_cast<std::size_t>(p)];
         std::memcpy(out, v.data(), v.size() * sizeof(float));
       });

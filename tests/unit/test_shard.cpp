@@ -277,12 +277,12 @@ namespace {
 // A chain of `modules` modules at world 1, its gradients reduced into one
 // shard during backward (buckets of 120 elements, the first of 50).
 struct ReducerSetup {
-  explicit ReducerSetup(std::size_t modules)
+  explicit ReducerSetup(std::size_t modules,
+                        shard::ReducePolicy policy = shard::ReducePolicy::shard_during_backward)
       : params(chain(modules)),
         layout(params, 1),
         shard(layout.total(), 0.0f),
-        plan(shard::make_reduce_plan(params, layout, shard::ReducePolicy::shard_during_backward,
-                                     {120, 50, true})) {}
+        plan(shard::make_reduce_plan(params, layout, policy, {120, 50, true})) {}
   shard::GradReducer reducer(Device& dev, Communicator& comm) {
     return shard::GradReducer(dev, params, layout, comm, plan, DType::f32, {},
                               std::vector<shard::GradPiece>{{0, layout.total(), shard.data()}},
@@ -312,6 +312,26 @@ TEST_CASE("the gradient reducer refuses a backward that skips or repeats a modul
   why = test::message_of<InternalError>([&] { r.module_done(0_module); });
   CHECK(why.find("where none was due") != std::string::npos);
   r.finish();
+}
+
+TEST_CASE("an accumulating micro-step that reduces nothing takes its modules in any order") {
+  // ddp's and zero1's: a pipeline stage's backwards run only its chunk's
+  // modules, as often as its schedule says (the last micro-step is checked
+  // as any: above).
+  auto dev = make_cpu_device(1);
+  auto comm = make_local_communicator();
+  for (const auto policy :
+       {shard::ReducePolicy::replicate, shard::ReducePolicy::shard_after_backward}) {
+    ReducerSetup setup(4, policy);
+    CHECK(setup.plan.accumulating.empty());
+    CHECK_FALSE(setup.plan.last.empty());
+    shard::GradReducer r = setup.reducer(*dev, *comm);
+    r.begin_micro_step(false);
+    for (ModuleId m : {1_module, 0_module, 3_module, 1_module}) r.module_done(m);
+    r.begin_micro_step(false);
+    r.module_done(2_module);
+  }
+  CHECK_FALSE(ReducerSetup(4).plan.accumulating.empty());  // zero2's reduces every micro-step
 }
 
 TEST_CASE("the gradient reducer accumulates micro-steps into the shard, memory as its plan says") {

@@ -111,3 +111,21 @@ TEST_CASE("fewer modules than stages, and an unknown method, are refused by name
           partition_method("type:transformer");
         }).find("choose \"uniform\"") != std::string::npos);
 }
+
+TEST_CASE("a stage's chunks are every P-th virtual stage, and a tied parameter's stages both") {
+  // 8 modules into 2 stages x 2 chunks: virtual stages [0,2) [2,4) [4,6) [6,8).
+  const std::vector<std::size_t> bounds{0, 2, 4, 6, 8};
+  CHECK(stage_chunks(bounds, 2, 0) == std::vector<ModuleRange>{{0, 2}, {4, 6}});
+  CHECK(stage_chunks(bounds, 2, 1) == std::vector<ModuleRange>{{2, 4}, {6, 8}});
+  CHECK(stage_chunks(bounds, 4, 3) == std::vector<ModuleRange>{{6, 8}});
+  CHECK_THROWS_AS(stage_chunks(bounds, 3, 0), InternalError);  // 4 virtual stages, 3 stages
+  CHECK_THROWS_AS(stage_chunks(bounds, 2, 2), InternalError);
+  ParamSpec tied;
+  tied.used_by = {id_at<ModuleId>(0), id_at<ModuleId>(7)};
+  CHECK(stages_holding(tied, bounds, 2) == std::vector<std::size_t>{0, 1});
+  CHECK(stages_holding(tied, bounds, 4) == std::vector<std::size_t>{0, 3});
+  ParamSpec block;
+  block.used_by = {id_at<ModuleId>(5)};
+  CHECK(stages_holding(block, bounds, 2) == std::vector<std::size_t>{0});
+  CHECK(stages_holding(block, bounds, 4) == std::vector<std::size_t>{2});
+}

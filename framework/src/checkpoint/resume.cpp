@@ -200,7 +200,7 @@ std::string refused(const ResumeRequest& r, const std::exception& e) {
 // its refusal, or "".
 std::string refusal(const ResumeRequest& r, const Checkpoint& checkpoint, Resumed& out) {
   try {
-    checkpoint.check_model(whole_specs(r.params));
+    checkpoint.check_model(whole_specs(r.model_params.empty() ? r.params : r.model_params));
     out.changes = check_resume(checkpoint.manifest(), r.keys, r.global_batch, out.dir.string());
     // A checkpoint at or past the end has nothing to continue.
     if (const std::int64_t at = checkpoint.manifest().position.step; at >= r.steps)

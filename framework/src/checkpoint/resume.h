@@ -64,6 +64,9 @@ struct ResumeRequest {
   std::vector<std::pair<std::string, std::string>> keys;  // this run's resolved keys
   std::int64_t global_batch = 0;
   std::int64_t steps = 0;  // train.steps: the checkpoint must be before it
+  // Under pipeline parallelism the whole model's parameters, which the
+  // checkpoint must list (params: the stage's); empty: params.
+  ParamSpecs model_params = {};
 };
 
 Resumed resume_from(const ResumeRequest& request, Strategy& strategy, Communicator& comm);

@@ -29,16 +29,19 @@ void for_runs(const ParamSpec& spec, std::uint64_t first, std::uint64_t count, F
 void WholeSink::put(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
                     const float* values) {
   const ParamSpec& spec = params_[p];
-  if (!writes(spec, tensor_rank_)) return;
+  if (!writes(spec, tensor_rank_) || spec.tied_copy) return;
+  const ParamId id = spec.model_id.value_or(p);
   for_runs(spec, first, count, [&](std::uint64_t at, std::uint64_t whole, std::uint64_t n) {
-    inner_.put(p, whole, n, a, values + at);
+    inner_.put(id, whole, n, a, values + at);
   });
 }
 
 void PartSource::get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a,
                      float* out) {
-  for_runs(params_[p], first, count, [&](std::uint64_t at, std::uint64_t whole, std::uint64_t n) {
-    inner_.get(p, whole, n, a, out + at);
+  const ParamSpec& spec = params_[p];
+  const ParamId id = spec.model_id.value_or(p);
+  for_runs(spec, first, count, [&](std::uint64_t at, std::uint64_t whole, std::uint64_t n) {
+    inner_.get(id, whole, n, a, out + at);
   });
 }
 

@@ -11,7 +11,9 @@
 // group's first rank writes one it holds whole, the first of its holders a
 // copied part. PartSource reads a part's ranges from the whole runs. At
 // tensor 1 (no part split, one writer) both pass every range through
-// unchanged.
+// unchanged. Under pipeline parallelism a stage's parameters go by their
+// whole-model ids (ParamSpec::model_id), and a tied copy is left to the
+// stage holding the original (read back from it on resume).
 //
 // The parameter list a checkpoint of such a run records is the whole
 // model's (weights.h's whole_specs).

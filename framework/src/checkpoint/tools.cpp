@@ -118,7 +118,8 @@ fs::path export_checkpoint(const fs::path& path, const fs::path& out, DType dtyp
   check_export_target(out, overwrite);
   const CheckpointModel m = model_of(c, loader);
   ExportSource source(c, m);
-  write_weights(*m.model, out, dtype, [&](ParamId p, float* values) { source.read(p, values); });
+  write_weights(*m.model, m.model->params(), out, dtype,
+                [&](ParamId p, float* values) { source.read(p, values); });
   return c.dir();
 }
 

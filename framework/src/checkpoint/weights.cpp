@@ -10,6 +10,7 @@
 #include "kernels/cpu/blas.h"
 #include "text/tokenizer.h"
 #include "ztrain/error.h"
+#include "ztrain/pipeline/stage_partition.h"
 #include "ztrain/version.h"
 
 namespace ztrain {
@@ -54,8 +55,8 @@ fs::path prepare_target(const fs::path& out, const std::string& config_json, DTy
 // model computes them, W + scale * B A, and PEFT's adapter directory.
 class AdapterValues {
  public:
-  explicit AdapterValues(const Model& model)
-      : model_(model), params_(whole_specs(model.params())), list_(model.adapters()) {}
+  AdapterValues(const Model& model, const ParamSpecs& params)
+      : model_(model), params_(whole_specs(params)), list_(model.adapters()) {}
   bool empty() const { return list_.empty(); }
   float* values(ParamId p) {
     std::vector<float>& v = values_[p];
@@ -143,11 +144,11 @@ ParamSpecs whole_specs(const ParamSpecs& params) {
   return whole;
 }
 
-void write_weights(const Model& model, const fs::path& out, DType dtype, const ReadParam& read,
-                   const TextFiles& text) {
-  const ParamSpecs params = whole_specs(model.params());
+void write_weights(const Model& model, const ParamSpecs& listed, const fs::path& out, DType dtype,
+                   const ReadParam& read, const TextFiles& text) {
+  const ParamSpecs params = whole_specs(listed);
   const auto order = export_order(params);
-  AdapterValues adapters(model);
+  AdapterValues adapters(model, listed);
   for (ParamId id : order)
     if (params[id].adapter) read(id, adapters.values(id));
   std::vector<SafetensorsTensor> tensors;
@@ -229,13 +230,46 @@ class WholeReader {
   std::vector<float> part_, gathered_;
 };
 
+// Reads the whole model's parameters on every stage of a pipeline: each
+// from the first stage holding it (read whole there), broadcast over the
+// pipeline group (collective over it, in the caller's order).
+class StageReader {
+ public:
+  StageReader(const ParamSpecs& stage, const ModelParts& parts, WholeReader& read)
+      : parts_(parts), read_(read), local_(parts.whole ? parts.whole->size() : 0) {
+    for (ParamId id : stage.ids())
+      if (stage[id].model_id) local_.at(index_of(*stage[id].model_id)) = id;
+  }
+  void operator()(ParamId id, float* whole) {
+    const ParamSpec& p = (*parts_.whole)[id];
+    const std::size_t stages = static_cast<std::size_t>(parts_.pipeline->size());
+    const std::size_t holder = pipeline::stages_holding(p, parts_.bounds, stages).front();
+    if (holder == static_cast<std::size_t>(parts_.pipeline->rank())) {
+      const std::optional<ParamId>& mine = local_[index_of(id)];
+      if (!mine) throw InternalError("stage " + std::to_string(holder) + " lacks '" + p.name + "'");
+      read_(*mine, whole);
+    }
+    parts_.pipeline->broadcast(whole, static_cast<std::size_t>(whole_spec(p).shape.numel()),
+                               DType::f32, static_cast<int>(holder));
+  }
+
+ private:
+  const ModelParts& parts_;
+  WholeReader& read_;
+  std::vector<std::optional<ParamId>> local_;  // the stage's id of each whole parameter
+};
+
 }  // namespace
 
 void export_weights(const Model& model, Strategy& strategy, const fs::path& out, DType dtype,
-                    bool write, const TextFiles& text, Communicator* tensor_group) {
-  const ParamSpecs params = model.params();
-  WholeReader read(params, strategy, tensor_group);
-  if (write) return write_weights(model, out, dtype, std::ref(read), text);
+                    bool write, const TextFiles& text, const ModelParts& parts) {
+  const ParamSpecs stage = model.params();
+  WholeReader whole_read(stage, strategy, parts.tensor);
+  StageReader stage_read(stage, parts, whole_read);
+  const bool staged = parts.pipeline != nullptr;
+  const ParamSpecs& params = staged ? *parts.whole : stage;
+  const ReadParam read = staged ? ReadParam(std::ref(stage_read)) : ReadParam(std::ref(whole_read));
+  if (write) return write_weights(model, params, out, dtype, read, text);
   std::vector<float> full;
   for (ParamId p : export_order(params)) {  // the writer's order: the reads are collective
     full.resize(static_cast<std::size_t>(whole_spec(params[p]).shape.numel()));

@@ -50,8 +50,10 @@ std::vector<ParamId> export_order(const ParamSpecs& params);
 // `text`'s tokenizer (empty: none) and chat template go beside the
 // weights, the tokenizer giving config.json its token ids
 // (checkpoint/hf_export.h).
-void write_weights(const Model& model, const std::filesystem::path& out, DType dtype,
-                   const ReadParam& read, const TextFiles& text = {});
+// `params` is the list `read` takes ids of (the model's, or under pipeline
+// parallelism the whole model's, whose ids its adapters name).
+void write_weights(const Model& model, const ParamSpecs& params, const std::filesystem::path& out,
+                   DType dtype, const ReadParam& read, const TextFiles& text = {});
 
 // A tensor-parallel part's spec as the whole parameter it is one of (its
 // shape the whole's, split none); a whole parameter's unchanged.
@@ -60,13 +62,24 @@ ParamSpec whole_spec(const ParamSpec& part);
 // tensor-parallel model records.
 ParamSpecs whole_specs(const ParamSpecs& params);
 
+// Where a rank's parameters are parts of the model's. tensor: the group
+// gathering each parameter's parts (null at tensor 1). pipeline: the
+// stages (null with one), `whole` the whole model's parameters and
+// `bounds` the virtual stages' modules (pipeline/stage_partition.h), so
+// each parameter comes from the first stage holding it.
+struct ModelParts {
+  Communicator* tensor = nullptr;
+  Communicator* pipeline = nullptr;
+  const ParamSpecs* whole = nullptr;
+  std::vector<std::size_t> bounds;
+};
+
 // Collective (read_param is): every rank calls it, those with `write`
-// false only take part in gathering the parameters. Under tensor
-// parallelism `tensor_group` (else null) gathers each parameter's parts,
-// and the file holds the whole model, as at tensor 1.
+// false only take part in gathering the parameters. The file holds the
+// whole model whatever `parts` split it into, as at world 1.
 void export_weights(const Model& model, Strategy& strategy, const std::filesystem::path& out,
                     DType dtype, bool write = true, const TextFiles& text = {},
-                    Communicator* tensor_group = nullptr);
+                    const ModelParts& parts = {});
 // Before an export to `out` (a file or a directory, as export_weights):
 // ConfigError when the weights would land on `source` (a file being read;
 // empty: none), or on an existing file without `overwrite`.

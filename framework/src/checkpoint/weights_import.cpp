@@ -22,13 +22,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The file's tensor for every parameter of `model`, matched by its Hugging
-// Face name (else its own) and shape; DataError listing every difference.
-IdVector<ParamId, SafetensorsSet::Tensor> match_params(const SafetensorsSet& file,
-                                                       const Model& model) {
-  const auto params = model.params();
-  TensorDifferences d;
-  std::set<const SafetensorsEntry*> used;
+// The file's tensor for every parameter of `params`, matched by its
+// Hugging Face name (else its own) and shape; what differs goes into d,
+// the tensors matched into `used`.
+IdVector<ParamId, SafetensorsSet::Tensor> match_list(const SafetensorsSet& file,
+                                                     const ParamSpecs& params, TensorDifferences& d,
+                                                     std::set<const SafetensorsEntry*>& used) {
   IdVector<ParamId, SafetensorsSet::Tensor> match(params.size(), {nullptr, nullptr});
   for (ParamId id : params.ids()) {
     const ParamSpec p = whole_spec(params[id]);  // a tensor-parallel part reads the whole's
@@ -48,6 +47,23 @@ IdVector<ParamId, SafetensorsSet::Tensor> match_params(const SafetensorsSet& fil
       continue;
     }
     match[id] = *found;
+  }
+  return match;
+}
+
+// The file's tensor for every parameter of `model`; DataError listing every
+// difference between the file and the model (the whole model's `whole`
+// under pipeline parallelism, of which a stage reads its own).
+IdVector<ParamId, SafetensorsSet::Tensor> match_params(const SafetensorsSet& file,
+                                                       const Model& model,
+                                                       const ParamSpecs* whole) {
+  TensorDifferences d;
+  std::set<const SafetensorsEntry*> used;
+  auto match = match_list(file, model.params(), d, used);
+  if (whole) {
+    d = {};
+    used.clear();
+    match_list(file, *whole, d, used);
   }
   for (const SafetensorsSet::Tensor& t : file.all())
     if (!used.contains(t.entry) && !model.ignorable_tensor(t.entry->name))
@@ -79,7 +95,7 @@ WeightsImport import_through_rank_0(const Model& model, const WeightsTarget& tar
                         "), which reads them for the ranks that cannot; give a .safetensors file "
                         "or a directory holding model.safetensors or model.safetensors.index.json");
       reader.emplace(path);
-      file.emplace(*reader, model, target.seed);
+      file.emplace(*reader, model, target.seed, target.whole);
     } catch (const DataError& e) {
       why = e.what();
     }
@@ -103,8 +119,9 @@ WeightsImport import_through_rank_0(const Model& model, const WeightsTarget& tar
 
 }  // namespace
 
-WeightsFile::WeightsFile(const SafetensorsSet& file, const Model& model, std::uint64_t seed)
-    : file_(file), params_(model.params()), match_(match_params(file, model)), seed_(seed) {}
+WeightsFile::WeightsFile(const SafetensorsSet& file, const Model& model, std::uint64_t seed,
+                         const ParamSpecs* whole)
+    : file_(file), params_(model.params()), match_(match_params(file, model, whole)), seed_(seed) {}
 
 std::uint64_t WeightsFile::file_bytes() const {
   std::uint64_t bytes = 0;
@@ -204,7 +221,7 @@ WeightsImport import_weights(const Model& model, const WeightsTarget& target, co
                     "model.safetensors.index.json");
   const SafetensorsSet reader(path);
   if (comm.size() > 1) check_files_agree("init_from", reader.files(), comm);  // none stale
-  WeightsFile file(reader, model, target.seed);
+  WeightsFile file(reader, model, target.seed, target.whole);
   target.load(file);
   stop_together<DataError>(file.not_finite(),
                            "init_from: another rank found a value that is not finite (its error "

@@ -50,7 +50,10 @@ namespace ztrain {
 // file does not match the model.
 class WeightsFile final : public StateSource {
  public:
-  WeightsFile(const SafetensorsSet& file, const Model& model, std::uint64_t seed = 0);
+  // whole: under pipeline parallelism the whole model's parameters, which
+  // the file must match (the model's are the stage's); null otherwise.
+  WeightsFile(const SafetensorsSet& file, const Model& model, std::uint64_t seed = 0,
+              const ParamSpecs* whole = nullptr);
   void get(ParamId p, std::uint64_t first, std::uint64_t count, StateArray a, float* out) override;
   std::uint64_t bytes_read() const { return bytes_read_; }  // of the file, so far
   std::uint64_t file_bytes() const;                         // the model's tensors
@@ -90,6 +93,7 @@ struct WeightsImport {
 struct WeightsTarget {
   StateLoader load;
   std::uint64_t seed = 0;
+  const ParamSpecs* whole = nullptr;  // as WeightsFile's
 };
 
 WeightsImport import_weights(const Model& model, const WeightsTarget& target,

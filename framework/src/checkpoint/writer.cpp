@@ -186,7 +186,8 @@ CheckpointWritten CheckpointWrite::finish() {
   std::uint64_t bytes = 0;
   if (comm_.rank() == 0) {
     try {
-      bytes = commit(target_.out_dir, tmp_, dir_, std::move(header_), whole_specs(params_),
+      const ParamSpecs& listed = target_.model_params.empty() ? params_ : target_.model_params;
+      bytes = commit(target_.out_dir, tmp_, dir_, std::move(header_), whole_specs(listed),
                      comm_.size(), crash_);
       tmp_guard_.committed = true;
       pruner_.prune(target_.out_dir, target_.keep_last);

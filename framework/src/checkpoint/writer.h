@@ -62,6 +62,9 @@ struct CheckpointTarget {
   // This rank's place in its tensor group: a tensor-parallel run's state
   // is stored as the whole model's (checkpoint/tensor_parts.h).
   int tensor_rank = 0;
+  // The whole model's parameters, which the manifest lists, under pipeline
+  // parallelism (a stage's rank holds some of them); empty: the rank's own.
+  ParamSpecs model_params = {};
 };
 
 // Removes old checkpoints off the training thread. prune() renames those

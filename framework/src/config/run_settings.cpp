@@ -245,20 +245,23 @@ DeviceSettings resolve_device(const Options& d) {
 }
 
 // The data-parallel degree: what the other dimensions leave of the world.
-// Sequence and context are the only ones resolve_parallel lets above 1.
 std::int64_t data_ranks(const RunConfig& config, const ParallelSettings& p, int world) {
   const int per_replica = p.model_ranks();
   if (world % per_replica == 0) return world / per_replica;
-  // Named by the degree that splits: the sequence's, else the tensor's.
+  // Named by the degree that splits: the sequence's, else the tensor's or
+  // the pipeline's (whichever is above 1).
   const bool split = p.split().shards() > 1;
-  const std::string key = "parallel." + (split ? p.split_key() : std::string("tensor"));
+  const std::string key =
+      "parallel." + (split ? p.split_key() : std::string(p.tensor > 1 ? "tensor" : "pipeline"));
   throw ConfigError(config.where(key) + ": [parallel] tensor x sequence x context x pipeline = " +
                     std::to_string(per_replica) + " ranks per copy of the model do not divide " +
                     "the world of " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
                     "; start a multiple of " + std::to_string(per_replica) +
                     " ranks or lower the degrees (--set " + key + "=1 runs " +
-                    (split ? "whole sequences on every rank; a checkpoint resumes on any mesh)"
-                           : "whole blocks on every rank)"));
+                    (split          ? "whole sequences on every rank"
+                     : p.tensor > 1 ? "whole blocks on every rank"
+                                    : "every layer on every rank") +
+                    "; a checkpoint resumes on any mesh)");
 }
 
 // [train] epochs, where it decides the run's length: given with steps,
@@ -314,18 +317,22 @@ std::string steps_from_epochs(RunSettings& s, const RunConfig& config,
 
 namespace {
 
-// What a tensor-parallel run cannot do yet: sampling (generation runs the
-// whole model on one rank), refused naming its key. Its checkpoints hold
-// the whole model's state (checkpoint/tensor_parts.h), its final weights
-// and export are gathered whole (checkpoint/weights.h).
-void refuse_with_tensor(const Options& t, const TrainSettings& tr, int tensor) {
-  if (tensor <= 1 || tr.sample.every <= 0) return;
-  throw ConfigError(
-      t.where("sample_every") +
-      ": [train] sample_every > 0 with [parallel] tensor = " + std::to_string(tensor) +
-      ": generation runs the whole model on one rank, and a tensor-parallel "
-      "rank holds parts of it; set sample_every = 0 and sample from the saved "
-      "weights (`ztrain sample`)");
+// What a tensor- or pipeline-parallel run cannot do yet: sampling
+// (generation runs the whole model on one rank), refused naming its key.
+// Its checkpoints hold the whole model's state (checkpoint/tensor_parts.h),
+// its final weights and export are gathered whole (checkpoint/weights.h).
+void refuse_with_parts(const Options& t, const TrainSettings& tr, const ParallelSettings& par) {
+  if (tr.sample.every <= 0) return;
+  const auto refuse = [&](const char* key, int degree, const char* rank) {
+    throw ConfigError(t.where("sample_every") + ": [train] sample_every > 0 with [parallel] " +
+                      key + " = " + std::to_string(degree) +
+                      ": generation runs the whole model on one rank, and " + rank +
+                      "; set sample_every = 0 and sample from the saved weights (`ztrain "
+                      "sample`)");
+  };
+  if (par.tensor > 1) refuse("tensor", par.tensor, "a tensor-parallel rank holds parts of it");
+  if (par.pipeline > 1)
+    refuse("pipeline", par.pipeline, "a pipeline stage holds some of its layers");
 }
 
 }  // namespace
@@ -425,7 +432,7 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
   tr.micro_batch = m;
   tr.grad_accum = a;
   tr.global_batch = m * a * w;
-  refuse_with_tensor(t, tr, s.parallel.tensor);
+  refuse_with_parts(t, tr, s.parallel);
   // The data's position counts sequences in 64 bits: steps x global batch
   // must fit (integers never wrap).
   if (std::int64_t sequences = 0; __builtin_mul_overflow(tr.steps, tr.global_batch, &sequences))

@@ -162,17 +162,17 @@ void GradReducer::run(const std::vector<ReduceAction>& actions) {
 void GradReducer::begin_micro_step(bool last) {
   close_micro_step();
   schedule_ = last ? &plan_.last : &plan_.accumulating;
+  schedule_runs_nothing_ = schedule_->empty();
   due_ = schedule_->after_module.size();
 }
 
 void GradReducer::module_done(ModuleId m) {
-  if (!schedule_ || !schedule_->after_module.contains(m)) return;
-  if (index_of(m) + 1 > due_)
+  if (!schedule_ || schedule_runs_nothing_ || !schedule_->after_module.contains(m)) return;
+  if (index_of(m) + 1 != due_)
     throw InternalError(strategy_ + ": backward ran module " + to_string(m) + " where " +
                         (due_ > 0 ? "module " + std::to_string(due_ - 1) : std::string("none")) +
                         " was due; the gradient reduction plan needs modules from the last to "
                         "the first, each once");
-  for (; due_ > index_of(m) + 1; --due_) run(schedule_->after_module[id_at<ModuleId>(due_ - 1)]);
   run(schedule_->after_module[m]);
   --due_;
 }

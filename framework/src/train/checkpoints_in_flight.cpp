@@ -57,9 +57,10 @@ void CheckpointsInFlight::begin(const TrainingPosition& at) {
                 buffers_.kept_bytes()
           : 0;
   const int tensor_rank = run_.comm->rank() % run_.settings.parallel.tensor;
-  pending_.emplace(CheckpointTarget{tr.out_dir, tr.keep_last, allowance, kill_, tensor_rank},
-                   checkpoint_header(run_, at), run_.model->params(), *run_.strategy, buffers_,
-                   pruner_, *run_.comm);
+  pending_.emplace(
+      CheckpointTarget{tr.out_dir, tr.keep_last, allowance, kill_, tensor_rank, run_.whole_params},
+      checkpoint_header(run_, at), run_.model->params(), *run_.strategy, buffers_, pruner_,
+      *run_.comm);
   step_ = at.step;
 }
 

@@ -54,6 +54,18 @@ JsonLine& JsonLine::add(std::string_view k, double v) {
   return *this;
 }
 
+JsonLine& JsonLine::add(std::string_view k, const std::vector<double>& v) {
+  key(k);
+  body_ += "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v[i]);
+    body_ += (i ? ", " : "") + std::string(std::isfinite(v[i]) ? buf : "null");
+  }
+  body_ += "]";
+  return *this;
+}
+
 JsonLine& JsonLine::add(std::string_view k, std::int64_t v) {
   key(k);
   body_ += std::to_string(v);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ztrain/comm.h"
 #include "ztrain/device.h"
@@ -31,6 +32,8 @@ class JsonLine {
   JsonLine& add(std::string_view key, std::string_view v);
   // Without it a string literal would pick the bool overload.
   JsonLine& add(std::string_view key, const char* v) { return add(key, std::string_view(v)); }
+  // [v0, v1, ...], each as add(double) writes it.
+  JsonLine& add(std::string_view key, const std::vector<double>& v);
   // {"device": {"params": bytes, ...}, "host": {...}} of the peaks.
   JsonLine& add_memory(std::string_view key, const MemoryStats& stats, bool peak);
   // {"all_reduce": {"calls": n, "bytes": b}, ...} for every collective kind.

@@ -244,6 +244,7 @@ void PipelineStep::train(const std::vector<Batch>& batches, const StageContextPa
 void PipelineStep::finish_gradients(const StageContextParts& parts, float token_scale) {
   StepContext ctx(parts.strategy, parts.params, parts.kernels, parts.arena, parts.losses,
                   token_scale);
+  parts.strategy.begin_micro_step(false);  // the sums touch gradients in a micro-step of their own
   for (const TiedParam& t : setup_.tied) {
     ctx.enter_backward(t.where);
     const TensorView g = ctx.grad(t.param);
@@ -257,6 +258,14 @@ void PipelineStep::finish_gradients(const StageContextParts& parts, float token_
     ctx.enter_backward(id_at<ModuleId>(m));
     ctx.exit_backward(id_at<ModuleId>(m));
   }
+}
+
+std::vector<double> PipelineStep::idle_shares() const {
+  const double span = time_.compute_s + time_.wait_s;
+  float mine = span > 0 ? static_cast<float>(time_.wait_s / span) : 0.0f;
+  std::vector<float> all(static_cast<std::size_t>(setup_.pipeline.size()));
+  setup_.pipeline.all_gather(&mine, all.data(), 1, DType::f32);
+  return {all.begin(), all.end()};
 }
 
 void PipelineStep::evaluate(const Batch& batch, const StageContextParts& parts) {

@@ -190,7 +190,8 @@ void load_weights(const RunParts& parts, Run& run, bool resumed, std::uint64_t s
     if (!resumed) strategy.load_state(s);
     if (frozen) frozen->load_frozen(s);
   };
-  const WeightsImport w = import_weights(*run.model, {load, seed}, path, *run.comm);
+  const ParamSpecs* whole = parts.whole_params.empty() ? nullptr : &parts.whole_params;
+  const WeightsImport w = import_weights(*run.model, {load, seed, whole}, path, *run.comm);
   if (resumed) return;
   run.init_from = path;
   run.weights_import = w;
@@ -283,9 +284,9 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   run.strategy->setup(setup);
   const bool resumed = !tr.resume.empty();
   if (resumed)
-    run.resumed = resume_from(
-        {tr.resume, tr.out_dir, setup.params, run.resolved.keys, tr.global_batch, tr.steps},
-        *run.strategy, *run.comm);
+    run.resumed = resume_from({tr.resume, tr.out_dir, setup.params, run.resolved.keys,
+                               tr.global_batch, tr.steps, run.whole_params},
+                              *run.strategy, *run.comm);
   load_weights(parts, run, resumed, tr.seed);
   if (!resumed && parts.model_options.has_value("adapter_from")) {
     const std::string dir = parts.model_options.get_string("adapter_from");

@@ -5,6 +5,7 @@
 #include "config/section_options.h"
 #include "job/memory_check.h"
 #include "ztrain/error.h"
+#include "ztrain/pipeline/schedule.h"
 #include "ztrain/pipeline/stage_partition.h"
 
 namespace ztrain {
@@ -55,6 +56,18 @@ void split_stages(const RunConfig& config, RunParts& p, PartsFor job) {
                       ": [parallel] pipeline = " + std::to_string(par.pipeline) +
                       " x pipeline_chunks = " + std::to_string(par.pipeline_chunks) + ": " +
                       e.what());
+  }
+  // The schedule's plan for this shape, checked now: a shape it cannot run
+  // is refused before anything is built.
+  const pipeline::ScheduleShape shape{stages, static_cast<std::size_t>(p.settings.train.grad_accum),
+                                      static_cast<std::size_t>(par.pipeline_chunks)};
+  try {
+    pipeline::check_schedule(pipeline::builtin_schedule(par.pipeline_schedule)->plan(shape));
+  } catch (const ConfigError& e) {
+    throw ConfigError(config.where("parallel.pipeline_schedule") +
+                      ": [parallel] pipeline_schedule = \"" + par.pipeline_schedule + "\" over " +
+                      std::to_string(shape.micro_batches) +
+                      " micro-batches ([train] grad_accum): " + e.what());
   }
   const auto stage = static_cast<std::size_t>(job.rank / (job.world / par.pipeline));
   if (const std::string why =

@@ -106,6 +106,8 @@ struct StepLog {
   // The step's trained tokens a second (every rank), where the data masks
   // targets.
   std::optional<double> trained_per_s;
+  // Pipeline parallelism: each stage's share of the schedule it idled.
+  std::vector<double> pipeline_idle = {};
 };
 
 // The step's scalars in TensorBoard: what the metrics line says, by tag.
@@ -146,6 +148,7 @@ void log_step(const StepLog& s, MetricsFile* metrics, TensorBoardFile* tb, Progr
       .add_comm("comm", s.job.comm)
       .add("comm_wait_s", s.comm_wait_s)
       .add_memory("peak_bytes", s.job.memory, true);
+  if (!s.pipeline_idle.empty()) line.add("pipeline_idle", s.pipeline_idle);
   if (metrics) metrics->write(line);
   if (tb) tensorboard_step(s, *tb);
   if (!print) return;
@@ -573,7 +576,8 @@ void Trainer::record_step(const StepResult& sr, double loss, double lr, double s
     log_step(
         {done, tr_.steps, loss, lr, sr, scale, at_.skipped, dt, tps, info_.train_flops_per_token,
          step_wait, gather_job_figures(*run_.comm, run_.device->stats(), step_comm),
-         data_.masks() ? std::optional(static_cast<double>(trained) / dt) : std::nullopt},
+         data_.masks() ? std::optional(static_cast<double>(trained) / dt) : std::nullopt,
+         pipeline_ ? pipeline_->idle_shares() : std::vector<double>{}},
         log && metrics_ ? &*metrics_ : nullptr, log && tensorboard_ ? &*tensorboard_ : nullptr,
         progress_, print);
 }
@@ -629,7 +633,8 @@ void Trainer::finish() {
     const bool lead = run_.comm->rank() == 0;
     const TextFiles text{data_info_.tokenizer, data_info_.chat_template,
                          data_info_.chat_template_text};
-    Communicator* parts = run_.group_of(MeshDim::tensor);
+    const ModelParts parts{run_.group_of(MeshDim::tensor), run_.group_of(MeshDim::pipeline),
+                           &run_.whole_params, run_.pipeline_bounds};
     if (tr_.save_final)
       export_weights(*run_.model, *run_.strategy, tr_.out_dir, DType::f32, lead, text, parts);
     if (!tr_.export_to.empty())

@@ -22,9 +22,11 @@
 // buffers exceed the plan's by one bucket's part at most (on a GPU, and
 // ZeroStrategy's estimate counts it; the cpu device's copies finish at
 // once). finish() and any adding landing wait for them first. A micro-step whose
-// backward started below the last module (a pipeline stage's chunk) or
-// stopped before module 0 still runs the actions of the modules it
-// skipped, in order, so every rank issues the same collectives.
+// backward stopped before module 0 still runs the actions of the modules
+// it skipped, so every rank issues the same collectives. A micro-step
+// whose schedule runs nothing (ddp's and zero1's accumulating ones) checks
+// no order: a pipeline stage's backward runs only its chunk's modules,
+// and as often as the schedule says.
 //
 // Buffers: staging buffers are (device, grads), receive buffers (device,
 // comm), in the gradients' dtype. `full` and the shard pieces belong to
@@ -120,6 +122,7 @@ class ZTRAIN_API GradReducer {
   IdVector<BucketId, Live> live_;
   std::vector<PendingLanding> pending_;
   const ReduceSchedule* schedule_ = nullptr;  // the current micro-step's, null between steps
+  bool schedule_runs_nothing_ = false;        // its empty(): no order to check
   // Modules whose backward this micro-step has yet to run: the next is
   // module due_ - 1 (backward runs from the last module to the first).
   std::size_t due_ = 0;

@@ -82,6 +82,12 @@ struct ReduceAction {
 struct ReduceSchedule {
   IdVector<ModuleId, std::vector<ReduceAction>> after_module;
   std::vector<ReduceAction> at_end;
+  // No action anywhere (ddp's and zero1's accumulating micro-steps).
+  bool empty() const {
+    for (const auto& actions : after_module)
+      if (!actions.empty()) return false;
+    return at_end.empty();
+  }
 };
 
 struct ReducePlan {
