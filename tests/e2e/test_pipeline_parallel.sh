@@ -50,6 +50,36 @@ check_bytes g_p2_gpipe broadcast "$(pp_bytes 1)"
 check_bytes g_p2_interleaved broadcast "$(pp_bytes 3)"
 check_bytes g_p4 broadcast "$(pp_bytes 3)"
 
+# Memory, measured: the worst rank of pipeline 2 (the first stage: the
+# embedding, the positions and one block; the last holds the other block,
+# the final norm and its copy of the tied embedding) holds its stage's
+# parameters alone; `ztrain estimate` says what it measures, the
+# activations the schedule's buffers add included (1F1B's last stage keeps
+# the input gradient of each of the 4 micro-batches it sent; interleaving
+# holds more).
+stage0=$(((256 * 64 + 32 * 64 + 12 * 64 * 64 + 13 * 64) * 4))
+[ "$(peak_bytes g_p2_1f1b params)" -eq "$stage0" ] ||
+  fail "pipeline 2 holds $(peak_bytes g_p2_1f1b params) bytes of parameters a rank, not its stage's $stage0"
+echo "pipeline 2: $(peak_bytes g_p2_1f1b params) bytes of parameters a rank, $(peak_bytes g_w1 params) whole"
+estimated_as_measured g_p2_1f1b 2 --model gpt2-tiny "${common[@]}" --set parallel.pipeline=2 \
+  --set train.micro_batch_size=2 --set train.grad_accum=4
+estimated_as_measured g_p2_interleaved 2 --model gpt2-tiny "${common[@]}" --set parallel.pipeline=2 \
+  --set train.micro_batch_size=2 --set train.grad_accum=4 \
+  --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2
+grep -q "^mesh: pipeline 2 (the bytes below are one rank's" "$scratch/g_p2_1f1b.estimate" ||
+  { cat "$scratch/g_p2_1f1b.estimate" >&2; fail "estimate at pipeline 2 does not name the mesh"; }
+
+# compare --parallel runs every job on the pipeline, and says so.
+"$ZTRAIN" compare --strategies ddp,zero1 --nproc 2 --steps 3 --parallel pipeline=2 \
+  --out "$scratch/compare" "${base[@]}" --set train.grad_accum=2 "$SRC/configs/run.toml" \
+  > "$scratch/compare.out" 2>&1 || { cat "$scratch/compare.out" >&2; fail "compare --parallel pipeline=2 failed"; }
+for job in ddp zero1; do
+  grep -q "mesh: pipeline 2" "$scratch/compare/$job.log" || fail "compare's $job job did not run at pipeline 2"
+done
+grep -q '"mesh": "pipeline 2 (1f1b)"' "$scratch/compare/compare.json" || fail "compare.json does not name the pipeline"
+grep -q "^verdict: equivalent" "$scratch/compare.out" ||
+  { cat "$scratch/compare.out" >&2; fail "compare at pipeline 2: no equivalence verdict"; }
+
 # Llama: 4 query heads over 2 key/value heads, its head untied.
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
 train_run l_w1 1 4 4

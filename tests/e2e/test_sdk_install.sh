@@ -119,3 +119,22 @@ idle() { sed -n 's/^  the most idle stage idles \([0-9.]*\) %.*/\1/p' "$scratch/
 awk -v z="$(idle zero_bubble)" -v o="$(idle 1f1b)" 'BEGIN { exit !(z != "" && o != "" && z + 0 < o + 0) }' ||
   fail "zero_bubble idles $(idle zero_bubble) % against 1f1b's $(idle 1f1b) %"
 echo "zero_bubble (a schedule plugin): idles $(idle zero_bubble) % of the step against 1f1b's $(idle 1f1b) %"
+# And a run takes it by name ([parallel] pipeline_schedule), checks its
+# plan and trains what 1f1b trains.
+for s in 1f1b zero_bubble; do
+  "$ZTRAIN" --nproc 2 --plugin-path "$(dirname "$zb_plugin")" --model gpt2-tiny \
+    --set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32 --set model.vocab_size=256 \
+    --set train.steps=4 --set train.log_every=1 --set train.eval_every=0 --set train.save_final=false \
+    --set train.micro_batch_size=2 --set train.grad_accum=4 --set parallel.pipeline=2 \
+    --set parallel.pipeline_schedule="$s" --set train.out_dir="$scratch/zb_run_$s" \
+    "$SRC/configs/run.toml" > "$scratch/zb_run_$s.out" 2>&1 ||
+    { cat "$scratch/zb_run_$s.out" >&2; fail "a pipeline run with schedule $s failed"; }
+  grep -o '"loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$scratch/zb_run_$s/metrics.jsonl" \
+    > "$scratch/zb_run_$s.curve"
+done
+grep -q "zero_bubble over 4 micro-batches" "$scratch/zb_run_zero_bubble.out" ||
+  { cat "$scratch/zb_run_zero_bubble.out" >&2; fail "the run does not name the plugin's schedule"; }
+cmp -s "$scratch/zb_run_1f1b.curve" "$scratch/zb_run_zero_bubble.curve" ||
+  { paste "$scratch/zb_run_1f1b.curve" "$scratch/zb_run_zero_bubble.curve" >&2
+    fail "the zero_bubble plugin's run does not train what 1f1b trains"; }
+echo "zero_bubble (a schedule plugin) runs a pipeline: the same losses and norms as 1f1b"

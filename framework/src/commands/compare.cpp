@@ -273,11 +273,18 @@ html::Facts run_facts(const CompareArgs& a, const RunConfig& config, const Compa
 // sequence 2"; empty when every rank holds the whole model and sequences.
 std::string mesh_words(const ParallelSettings& p) {
   std::string out;
-  for (const auto& [name, degree] :
-       {std::pair{"tensor", p.tensor}, {"sequence", p.sequence}, {"context", p.context}})
+  for (const auto& [name, degree] : {std::pair{"tensor", p.tensor},
+                                     {"sequence", p.sequence},
+                                     {"context", p.context},
+                                     {"pipeline", p.pipeline}})
     if (degree > 1)
       out += (out.empty() ? "" : " x ") + std::string(name) + " " + std::to_string(degree);
   if (p.tensor_sequence) out += " (tensor_sequence)";
+  if (p.pipeline > 1)
+    out += " (" + p.pipeline_schedule +
+           (p.pipeline_chunks > 1 ? ", " + std::to_string(p.pipeline_chunks) + " chunks"
+                                  : std::string()) +
+           ")";
   return out;
 }
 

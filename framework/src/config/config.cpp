@@ -395,8 +395,8 @@ std::string RunConfig::where(const std::string& path) const {
 }
 
 const std::vector<std::string>& run_file_sections() {
-  static const std::vector<std::string> sections = {"model", "data",     "train",   "device",
-                                                    "comm",  "parallel", "strategy"};
+  static const std::vector<std::string> sections = {"model", "data",     "train",    "device",
+                                                    "comm",  "parallel", "strategy", "schedule"};
   return sections;
 }
 

@@ -4,6 +4,7 @@
 
 #include "config/run_settings.h"
 #include "config/section_options.h"
+#include "ztrain/pipeline/schedule.h"
 #include "ztrain/version.h"
 
 namespace ztrain {
@@ -78,9 +79,15 @@ ResolvedConfig resolve_config(const RunConfig& config, const PluginLoader& loade
   section(out, os, "train", "", config.validate("train", train_options()));
   section(out, os, "device", "", config.validate("device", device_options()));
   section(out, os, "comm", "", config.validate("comm", comm_options()));
-  section(out, os, "parallel", "", config.validate("parallel", parallel_options()));
+  const Options parallel = config.validate("parallel", parallel_options());
+  section(out, os, "parallel", "", parallel);
   section(out, os, "strategy", strategy,
           plugin_options(config, "strategy", loader.load("strategy", strategy), OptionList{}));
+  // A pipeline schedule's plugin options; none for a built-in schedule.
+  const std::string schedule = parallel.get_string("pipeline_schedule");
+  if (parallel.get_int("pipeline") > 1 && !pipeline::is_builtin_schedule(schedule))
+    section(out, os, "schedule", schedule,
+            plugin_options(config, "schedule", loader.load("schedule", schedule), OptionList{}));
   out.toml = os.str();
   return out;
 }

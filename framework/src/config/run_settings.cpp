@@ -454,22 +454,20 @@ RunSettings resolve_settings(const RunConfig& config, int world) {
 
 namespace {
 
-// The pipeline's keys: a schedule and a partition method that exist, and
-// chunks only where the schedule interleaves (the schedule itself refuses
-// shapes it cannot run, before step 1).
+// The pipeline's keys: a partition method that exists, and chunks only
+// where a built-in schedule interleaves (the schedule, built in or a
+// plugin's, refuses the shapes it cannot run when the run is made).
 void resolve_pipeline(const Options& p, ParallelSettings& s) {
   s.pipeline_schedule = p.get_string("pipeline_schedule");
   s.pipeline_chunks = static_cast<int>(p.get_int("pipeline_chunks"));
   s.pipeline_partition = p.get_string("pipeline_partition");
-  if (!pipeline::is_builtin_schedule(s.pipeline_schedule))
-    throw ConfigError(p.where("pipeline_schedule") + ": [parallel] pipeline_schedule \"" +
-                      s.pipeline_schedule + "\" is not a schedule; use gpipe, 1f1b or interleaved");
   try {
     pipeline::partition_method(s.pipeline_partition);
   } catch (const ConfigError& e) {
     throw ConfigError(p.where("pipeline_partition") + ": " + e.what());
   }
-  if (s.pipeline_chunks > 1 && s.pipeline_schedule != "interleaved")
+  const bool builtin = pipeline::is_builtin_schedule(s.pipeline_schedule);
+  if (s.pipeline_chunks > 1 && builtin && s.pipeline_schedule != "interleaved")
     throw ConfigError(p.where("pipeline_chunks") +
                       ": [parallel] pipeline_chunks = " + std::to_string(s.pipeline_chunks) +
                       " with pipeline_schedule \"" + s.pipeline_schedule +

@@ -45,17 +45,47 @@ Batch HeldBatch::batch() const {
           positions_.empty() ? nullptr : positions_.data()};
 }
 
+std::size_t stage_buffers(const pipeline::SchedulePlan& plan, std::size_t stage) {
+  const pipeline::ScheduleShape& shape = plan.shape;
+  const auto vs = [&](const Action& a) { return a.chunk * shape.stages + stage; };
+  const auto first = [&](const Action& a) { return vs(a) == 0; };
+  const auto last = [&](const Action& a) { return vs(a) + 1 == shape.virtual_stages(); };
+  std::size_t live = 0, most = 0;
+  for (const Action& a : plan.stages.at(stage)) {
+    switch (a.kind) {
+      case ActionKind::recv_activation:
+      case ActionKind::recv_gradient:
+        ++live;
+        break;
+      case ActionKind::forward:
+        live += last(a) ? 0 : 1;
+        break;
+      case ActionKind::backward:
+      case ActionKind::backward_input:
+        live += first(a) ? 0 : 1;  // the input's gradient, kept to the end
+        most = std::max(most, live);
+        // The input, the output and its gradient are freed.
+        live -= (first(a) ? 0 : 1) + (last(a) ? 0 : 2);
+        break;
+      case ActionKind::backward_weight:
+      case ActionKind::send_activation:
+      case ActionKind::send_gradient:
+        break;
+    }
+    most = std::max(most, live);
+  }
+  return most;
+}
+
 PipelineStepSetup pipeline_setup(const Run& run, const ParamSpecs& params) {
   const ParallelSettings& par = run.settings.parallel;
   const auto P = static_cast<std::size_t>(par.pipeline);
-  const pipeline::ScheduleShape shape{P, static_cast<std::size_t>(run.settings.train.grad_accum),
-                                      static_cast<std::size_t>(par.pipeline_chunks)};
   Communicator& group = *run.group_of(MeshDim::pipeline);
   const auto stage = static_cast<std::size_t>(group.rank());
   PipelineStepSetup s{*run.model,
                       *run.device,
                       group,
-                      pipeline::builtin_schedule(par.pipeline_schedule)->plan(shape),
+                      run.pipeline_plan,
                       pipeline::stage_chunks(run.pipeline_bounds, P, stage),
                       run.model->modules().size(),
                       {},

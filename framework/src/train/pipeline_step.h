@@ -150,6 +150,14 @@ class PipelineStep {
   StageTime time_;
 };
 
+// The most activation buffers (each a chunk's input or output for one
+// micro-batch: Model::stage_floats) the executor holds at once on `stage`
+// running `plan`: an input from its receive to its backward, an output
+// from its forward to its backward, a received gradient to its backward,
+// a sent input gradient to the step's end. What `estimate` adds to a
+// stage's activations beside the model's one micro-step.
+std::size_t stage_buffers(const pipeline::SchedulePlan& plan, std::size_t stage);
+
 struct Run;
 // This rank's stage of the run's pipeline: the built-in schedule's plan
 // for [parallel]'s shape and [train]'s gradient accumulation steps, the

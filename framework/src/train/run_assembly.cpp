@@ -215,6 +215,7 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   run.strategy = parts.strategy;
   run.pipeline_bounds = parts.pipeline_bounds;
   run.whole_params = parts.whole_params;
+  run.pipeline_plan = parts.pipeline_plan;
 
   open_device(run);
   const bool cuda = run.settings.device.kind == "cuda";
@@ -318,7 +319,8 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   // The mesh as one host would lay it out: the bytes are one rank's of it.
   if (settings.parallel.model_ranks() > 1)
     os << "mesh: " << plan_mesh(settings.parallel, MeshHosts{{world}}).describe()
-       << " (the bytes below are one rank's: its tensor parts, its share of each sequence)\n";
+       << " (the bytes below are one rank's: its tensor parts, its share of each sequence, "
+          "the first pipeline stage's layers)\n";
   os << "peak bytes per rank:\n";
   for (Tier t : kTiers) {
     std::uint64_t total = 0;

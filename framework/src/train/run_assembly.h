@@ -31,6 +31,7 @@
 #include "ztrain/device.h"
 #include "ztrain/kernels.h"
 #include "ztrain/model.h"
+#include "ztrain/pipeline/schedule.h"
 #include "ztrain/strategy.h"
 
 namespace ztrain {
@@ -90,9 +91,11 @@ struct Run {
   std::optional<MeshGroups> mesh_groups;
   std::shared_ptr<Model> model;
   // Pipeline parallelism (RunParts): the virtual stages' bounds over the
-  // modules and the whole model's parameters; empty with one stage.
+  // modules, the whole model's parameters and the schedule's plan; empty
+  // with one stage.
   std::vector<std::size_t> pipeline_bounds;
   ParamSpecs whole_params;
+  pipeline::SchedulePlan pipeline_plan;  // checked
   std::shared_ptr<DataSource> data;
   std::shared_ptr<Strategy> strategy;
   std::string model_plugin, data_plugin, strategy_plugin;

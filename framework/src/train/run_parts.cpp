@@ -1,9 +1,11 @@
 #include "train/run_parts.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "config/section_options.h"
 #include "job/memory_check.h"
+#include "train/pipeline_step.h"
 #include "ztrain/error.h"
 #include "ztrain/pipeline/schedule.h"
 #include "ztrain/pipeline/stage_partition.h"
@@ -36,49 +38,85 @@ void split_model(const RunConfig& config, const RunParts& p, int rank) {
                       ": [parallel] tensor = " + std::to_string(degree) + ": " + why);
 }
 
-// Pipeline parallelism: the modules cut into stages x chunks virtual
-// stages, and the model made this rank's stage (the outermost mesh
-// dimension: stage = rank / (world / stages)), or the run refused naming
-// why.
-void split_stages(const RunConfig& config, RunParts& p, PartsFor job) {
-  const ParallelSettings& par = p.settings.parallel;
-  if (par.pipeline <= 1) return;
-  p.whole_params = p.model->params();
-  const auto stages = static_cast<std::size_t>(par.pipeline);
-  const std::size_t modules = p.model->modules().size();
-  const std::size_t parts = stages * static_cast<std::size_t>(par.pipeline_chunks);
-  try {
-    p.pipeline_bounds =
-        pipeline::partition_modules(pipeline::module_weights(p.whole_params, modules), parts,
-                                    pipeline::partition_method(par.pipeline_partition));
-  } catch (const ConfigError& e) {
-    throw ConfigError(config.where("parallel.pipeline") +
-                      ": [parallel] pipeline = " + std::to_string(par.pipeline) +
-                      " x pipeline_chunks = " + std::to_string(par.pipeline_chunks) + ": " +
-                      e.what());
+// The schedule [parallel] pipeline_schedule names: built in, or a plugin
+// of kind "schedule" whose options are [schedule]'s (a built-in one takes
+// none). Its file joins the plugins the ranks compare.
+std::shared_ptr<pipeline::PipelineSchedule> run_schedule(const RunConfig& config, RunParts& p,
+                                                         const PluginLoader& loader) {
+  const std::string& name = p.settings.parallel.pipeline_schedule;
+  if (pipeline::is_builtin_schedule(name)) {
+    config.validate("schedule", OptionList{});
+    return pipeline::builtin_schedule(name);
   }
-  // The schedule's plan for this shape, checked now: a shape it cannot run
-  // is refused before anything is built.
-  const pipeline::ScheduleShape shape{stages, static_cast<std::size_t>(p.settings.train.grad_accum),
+  const LoadedPlugin lib = [&] {
+    try {
+      return loader.load("schedule", name);
+    } catch (const PluginError& e) {
+      throw ConfigError(
+          config.where("parallel.pipeline_schedule") + ": [parallel] pipeline_schedule = \"" +
+          name + "\" is not a built-in schedule (gpipe, 1f1b, interleaved), and " + e.what());
+    }
+  }();
+  p.plugins.push_back({"schedule " + name, lib.file(), lib.info().version});
+  return lib.create<pipeline::PipelineSchedule>(plugin_options(config, "schedule", lib, {}));
+}
+
+// The schedule's plan for the run's shape (grad_accum micro-batches),
+// checked now: a shape it cannot run is refused before anything is built.
+void plan_schedule(const RunConfig& config, RunParts& p, const PluginLoader& loader) {
+  const ParallelSettings& par = p.settings.parallel;
+  const pipeline::ScheduleShape shape{static_cast<std::size_t>(par.pipeline),
+                                      static_cast<std::size_t>(p.settings.train.grad_accum),
                                       static_cast<std::size_t>(par.pipeline_chunks)};
+  const auto schedule = run_schedule(config, p, loader);
   try {
-    pipeline::check_schedule(pipeline::builtin_schedule(par.pipeline_schedule)->plan(shape));
+    p.pipeline_plan = schedule->plan(shape);
+    if (!(p.pipeline_plan.shape == shape)) throw ConfigError("it wrote a plan for another shape");
+    pipeline::check_schedule(p.pipeline_plan);
   } catch (const ConfigError& e) {
     throw ConfigError(config.where("parallel.pipeline_schedule") +
                       ": [parallel] pipeline_schedule = \"" + par.pipeline_schedule + "\" over " +
                       std::to_string(shape.micro_batches) +
                       " micro-batches ([train] grad_accum): " + e.what());
   }
-  const auto stage = static_cast<std::size_t>(job.rank / (job.world / par.pipeline));
-  if (const std::string why =
-          p.model->split_stages(pipeline::stage_chunks(p.pipeline_bounds, stages, stage));
-      !why.empty())
-    throw ConfigError(config.where("parallel.pipeline") +
-                      ": [parallel] pipeline = " + std::to_string(par.pipeline) + ": " + why);
-  if (const std::string why = p.strategy->pipeline_refusal(); !why.empty())
+  for (std::size_t s = 0; s < shape.stages; ++s)
+    p.pipeline_buffers = std::max(p.pipeline_buffers, stage_buffers(p.pipeline_plan, s));
+}
+
+// Pipeline parallelism: the modules cut into stages x chunks virtual
+// stages, the schedule planned, and the model made this rank's stage (the
+// outermost mesh dimension: stage = rank / (world / stages)), or the run
+// refused naming why.
+void split_stages(const RunConfig& config, RunParts& p, PartsFor job, const PluginLoader& loader) {
+  const ParallelSettings& par = p.settings.parallel;
+  if (par.pipeline <= 1) {
+    config.validate("schedule", OptionList{});  // [schedule] has no use without a pipeline
+    return;
+  }
+  p.whole_params = p.model->params();
+  const auto stages = static_cast<std::size_t>(par.pipeline);
+  const std::size_t parts = stages * static_cast<std::size_t>(par.pipeline_chunks);
+  try {
+    p.pipeline_bounds = pipeline::partition_modules(
+        pipeline::module_weights(p.whole_params, p.model->modules().size()), parts,
+        pipeline::partition_method(par.pipeline_partition));
+  } catch (const ConfigError& e) {
     throw ConfigError(config.where("parallel.pipeline") +
                       ": [parallel] pipeline = " + std::to_string(par.pipeline) +
-                      " with strategy '" + p.strategy_plugin + "': " + why);
+                      " x pipeline_chunks = " + std::to_string(par.pipeline_chunks) + ": " +
+                      e.what());
+  }
+  plan_schedule(config, p, loader);
+  const auto stage = static_cast<std::size_t>(job.rank / (job.world / par.pipeline));
+  const std::string why =
+      p.model->split_stages(pipeline::stage_chunks(p.pipeline_bounds, stages, stage));
+  if (!why.empty())
+    throw ConfigError(config.where("parallel.pipeline") +
+                      ": [parallel] pipeline = " + std::to_string(par.pipeline) + ": " + why);
+  if (const std::string no = p.strategy->pipeline_refusal(); !no.empty())
+    throw ConfigError(config.where("parallel.pipeline") +
+                      ": [parallel] pipeline = " + std::to_string(par.pipeline) +
+                      " with strategy '" + p.strategy_plugin + "': " + no);
 }
 
 }  // namespace
@@ -108,7 +146,7 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, Par
   p.model = model_lib.create<Model>(p.model_options);
   split_model(config, p, job.rank);
   p.strategy = strategy_lib.create<Strategy>(strategy_options);
-  split_stages(config, p, job);
+  split_stages(config, p, job, loader);
   // A model that freezes parameters: the strategy trains the rest.
   if (has_frozen(p.model->params())) {
     p.frozen = std::make_shared<FrozenSplit>(p.strategy);
@@ -130,6 +168,8 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, Par
              p.settings.device.memory_limit,
              p.settings.device.kind != "cuda" && !p.settings.device.guard,
              std::nullopt};
+  if (par.pipeline > 1)  // the chunks' inputs and outputs the schedule holds
+    p.sizes.activation_bytes += p.pipeline_buffers * p.model->stage_floats(micro) * sizeof(float);
   if (const std::uint64_t ram = physical_memory(); ram > 0 && ranks_here > 0)
     p.sizes.host_budget = ram / static_cast<std::uint64_t>(ranks_here);
   return p;

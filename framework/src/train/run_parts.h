@@ -20,6 +20,7 @@
 #include "train/frozen_split.h"
 #include "ztrain/data.h"
 #include "ztrain/model.h"
+#include "ztrain/pipeline/schedule.h"
 #include "ztrain/strategy.h"
 
 namespace ztrain {
@@ -43,6 +44,13 @@ struct RunParts {
   // which stages hold a tied one.
   std::vector<std::size_t> pipeline_bounds;
   ParamSpecs whole_params;
+  // The schedule's checked plan for the step's micro-batches.
+  pipeline::SchedulePlan pipeline_plan;
+  // The activation buffers the busiest stage holds at once beside a
+  // micro-step's (train/pipeline_step.h's stage_buffers; the last stage
+  // keeps every input gradient it sent until the step ends), which the
+  // estimate adds: a job's activations are its worst rank's.
+  std::size_t pipeline_buffers = 0;
   // For `world` ranks: the model's parameters, the precisions, one
   // micro-batch's activations, [device] memory_limit and each rank's share
   // of this machine's RAM.
