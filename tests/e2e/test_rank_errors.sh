@@ -4,7 +4,8 @@
 # forward, the backward, the reduce, the gather, the optimizer step or a
 # checkpoint write of step 2, as an out-of-memory or another error, on
 # rank 0 or rank 1, under every strategy, by mpirun (`ztrain --nproc 2`)
-# and torchrun-style (ranks on gloo). Each case must end, every process
+# and torchrun-style (ranks on gloo), and at pipeline 2 (a stage failing
+# while its neighbour waits on a transfer). Each case must end, every process
 # with a non-zero exit, within 5 s of the failing rank printing its error;
 # the failing rank names itself and the point, the other names the failing
 # rank and its message ("stopping: rank R failed: ..."; a checkpoint's
@@ -129,6 +130,15 @@ for strategy in ddp zero1 zero2 zero3 cpu_offload nvme_offload; do
     i=$((i + 1))
   done
 done
+
+# A pipeline's stages (ddp at pipeline 2, 4 micro-batches): the other
+# stage waits in a receive from the failing one, or in a send to it, and
+# ends as fast.
+strategy_args[pipeline]="--strategy ddp --set parallel.pipeline=2 --set train.grad_accum=4"
+check pipe0 pipeline forward error 0 mpirun
+check pipe1 pipeline backward oom 1 torchrun
+check pipe2 pipeline reduce error 1 mpirun
+check pipe3 pipeline optimizer error 0 torchrun
 
 # The case: zero3 out of memory for real, on both ranks at once.
 launch real_oom mpirun --strategy zero3 --set device.memory_limit=17MiB --set model.n_layer=2 \

@@ -10,10 +10,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <string>
 #include <vector>
 
 #include "job/stage_links.h"
 #include "world.h"
+#include "ztrain/error.h"
 
 using namespace ztrain;
 using test::world;
@@ -94,4 +96,18 @@ TEST_CASE("a tied group sums over its stages alone") {
     links.tied(set)->all_reduce(&x, 1, DType::f32, ReduceOp::sum);
     CHECK(x == static_cast<float>(1 + (set == 0 ? P : 2)));
   }
+}
+
+TEST_CASE("stages that disagree stop together, naming the first two that differ") {
+  Communicator& w = world();
+  CHECK_NOTHROW(check_stages_agree(w, 42, "the plan"));
+  const int odd = w.size() - 1;  // the last stage's plan differs
+  std::string why;
+  try {
+    check_stages_agree(w, w.rank() == odd ? 7 : 42, "the plan");
+  } catch (const ConfigError& e) {
+    why = e.what();
+  }
+  CHECK(why.find("pipeline stages " + std::to_string(odd - 1) + " and " + std::to_string(odd) +
+                 " disagree on the plan") == 0);
 }

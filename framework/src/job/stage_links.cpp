@@ -69,4 +69,17 @@ void StageLinks::recv_gradient(float* data, std::size_t n) {
   link(gradient_in_, "receive gradients over").broadcast(data, n, DType::f32, 0);
 }
 
+void check_stages_agree(Communicator& pipeline, std::uint64_t fingerprint,
+                        const std::string& what) {
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(pipeline.size()));
+  // Eight bytes a stage, moved as two fp32 elements (copied, never read).
+  pipeline.all_gather(&fingerprint, all.data(), 2, DType::f32);
+  for (std::size_t s = 0; s + 1 < all.size(); ++s)
+    if (all[s] != all[s + 1])
+      throw ConfigError("pipeline stages " + std::to_string(s) + " and " + std::to_string(s + 1) +
+                        " disagree on " + what + " (fingerprints " + std::to_string(all[s]) +
+                        " and " + std::to_string(all[s + 1]) +
+                        "): every rank must run the same configuration and build");
+}
+
 }  // namespace ztrain

@@ -27,7 +27,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ztrain/comm.h"
@@ -56,5 +58,13 @@ class StageLinks {
   std::unique_ptr<Communicator> activation_out_, activation_in_, gradient_out_, gradient_in_;
   std::vector<std::unique_ptr<Communicator>> tied_;
 };
+
+// Every stage's fingerprint of what must be alike on all of them (the
+// step's plan, the model's modules, the micro-batch's shape: `what`)
+// gathered and compared, so a stage that would wait for a message its
+// neighbour never sends stops the job before step 1 instead. ConfigError
+// on every stage naming the first two that differ. Collective over
+// `pipeline`.
+void check_stages_agree(Communicator& pipeline, std::uint64_t fingerprint, const std::string& what);
 
 }  // namespace ztrain

@@ -133,8 +133,7 @@ PipelineStep::PipelineStep(PipelineStepSetup setup)
   agree();
 }
 
-// Every stage's fingerprint gathered; each stage compares its neighbours',
-// so every stage names the same first pair that differs.
+// What every stage must hold alike, as one fingerprint.
 void PipelineStep::agree() const {
   Fingerprint f;
   const pipeline::SchedulePlan& plan = setup_.plan;
@@ -146,17 +145,8 @@ void PipelineStep::agree() const {
       f.add(static_cast<std::uint64_t>(a.kind) << 56 ^ a.micro_batch << 16 ^ a.chunk);
   f.add(static_cast<std::uint64_t>(setup_.micro.batch) << 32 ^
         static_cast<std::uint64_t>(setup_.micro.seq_len));
-  const auto P = static_cast<std::size_t>(setup_.pipeline.size());
-  std::vector<std::uint64_t> all(P);
-  // Eight bytes a stage, moved as two fp32 elements (copied, never read).
-  setup_.pipeline.all_gather(&f.h, all.data(), 2, DType::f32);
-  for (std::size_t s = 0; s + 1 < P; ++s)
-    if (all[s] != all[s + 1])
-      throw ConfigError("pipeline stages " + std::to_string(s) + " and " + std::to_string(s + 1) +
-                        " disagree on the step's plan, the model's modules or the micro-batch "
-                        "shape (fingerprints " +
-                        std::to_string(all[s]) + " and " + std::to_string(all[s + 1]) +
-                        "): every rank must run the same configuration and build");
+  check_stages_agree(setup_.pipeline, f.h,
+                     "the step's plan, the model's modules or the micro-batch shape");
 }
 
 std::size_t PipelineStep::virtual_stage(std::size_t chunk) const {
