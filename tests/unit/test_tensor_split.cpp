@@ -3,11 +3,16 @@
 // holds there, rows or columns, in sections; a part's initial values are
 // those elements' (shard/init.h); and the flat runs of parameters a tensor
 // group shares whole are what the gradient norm skips on all but one rank
-// (shard/optimizer_shard.h's shared_runs).
+// (shard/optimizer_shard.h's shared_runs), as is a pipeline stage's tied
+// copy of a parameter another stage holds.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
+#include "ztrain/device.h"
+#include "ztrain/kernels.h"
 #include "ztrain/model.h"
 #include "ztrain/shard/flat_layout.h"
 #include "ztrain/shard/init.h"
@@ -140,4 +145,30 @@ TEST_CASE("the flat runs of shared parameters, in a split model and in a whole o
   ParamSpecs whole_model;
   whole_model.push_back(params[ParamId{}]);
   CHECK(shard::shared_runs(whole_model, shard::FlatLayout(whole_model, 1), 0, 16).empty());
+}
+
+TEST_CASE("a pipeline stage's tied copy is left out of its norm, counted on the other stage") {
+  using shard::SharedRun;
+  ParamSpecs params;  // the last stage of a tied GPT-2: a block, then its copy of wte
+  for (const char* name : {"h.1", "wte"}) {
+    ParamSpec p;
+    p.name = name;
+    p.shape = Shape{8};
+    params.push_back(p);
+  }
+  params[id_at<ParamId>(1)].tied_copy = true;
+  const shard::FlatLayout layout(params, 1);
+  const std::uint64_t copy = layout.offset(id_at<ParamId>(1)), n = layout.total();
+  const std::vector<SharedRun> runs = shard::shared_runs(params, layout, 0, n);
+  CHECK(runs == std::vector<SharedRun>{{copy, copy + 8, SharedRun::kCountedElsewhere}});
+  // The norm of the block's 8 threes alone, not of the copy's fours too.
+  auto dev = make_cpu_device(1);
+  const auto kernels = make_cpu_kernels();
+  std::vector<float> g(n, 0.0f);
+  std::fill(g.begin(), g.begin() + 8, 3.0f);
+  std::fill(g.begin() + static_cast<std::ptrdiff_t>(copy),
+            g.begin() + static_cast<std::ptrdiff_t>(copy + 8), 4.0f);
+  const shard::StepNorm norm(*dev, {{{g.data(), DType::f32}, n, Tier::device, runs}}, nullptr,
+                             *kernels, StepArgs{});
+  CHECK(norm.result().grad_norm == doctest::Approx(std::sqrt(8.0 * 9.0)));
 }
