@@ -5,10 +5,12 @@
 # must train exactly what ddp trains at world 1 on the same global batch:
 # GPT-2 (its head tied to the embedding on the other stage, their
 # gradients summed and counted once in the norm) at pipeline 2 under
-# GPipe, 1F1B and interleaved 1F1B, and at pipeline 4; Llama (untied,
+# GPipe, 1F1B and interleaved 1F1B, and at pipeline 4 (1F1B, GPipe); Llama (untied,
 # fewer key/value heads than query heads) at pipeline 2 x data 2 under
-# zero1, tensor 2 x pipeline 2, sequence 2 x pipeline 2, in bf16 against
-# bf16; evaluation too. Tolerances, relative per step, as the other mesh
+# zero1, tensor 2 x pipeline 2, sequence 2 x pipeline 2, tensor 2 x data 2
+# x pipeline 2 (8 ranks), interleaved at pipeline 4, in bf16 against bf16
+# and fp16 against fp16 (the same overflowing steps skipped); evaluation
+# too. Tolerances, relative per step, as the other mesh
 # tests': fp32 losses 1e-6 and gradient norms 2e-6, bf16 2e-4 and 4e-3. A
 # gradient sent to the wrong stage, a tied gradient not summed or counted
 # twice is orders of magnitude larger (tests/mutations).
@@ -33,9 +35,12 @@ train_run g_p2_1f1b 2 2 4 --set parallel.pipeline=2
 train_run g_p2_interleaved 2 2 4 --set parallel.pipeline=2 \
   --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2
 train_run g_p4 4 2 4 --set parallel.pipeline=4 --set parallel.pipeline_partition=uniform
-for name in g_p2_gpipe g_p2_1f1b g_p2_interleaved g_p4; do same_training g_w1 "$name" 1e-6 2e-6; done
+train_run g_p4_gpipe 4 2 4 --set parallel.pipeline=4 --set parallel.pipeline_schedule=gpipe
+for name in g_p2_gpipe g_p2_1f1b g_p2_interleaved g_p4 g_p4_gpipe; do
+  same_training g_w1 "$name" 1e-6 2e-6
+done
 same_val_loss g_w1 g_p2_1f1b g_p4
-grep -q "mesh: pipeline 2: the modules cut into 2 stages (parameters; 1f1b over 4 micro-batches), pipeline groups 0-1; \[strategy\] on each rank's parts alone (one data rank)" \
+grep -q "mesh: pipeline 2: the modules cut into 2 stages (parameters: embed-block.0 | block.1-head; 1f1b over 4 micro-batches), pipeline groups 0-1; \[strategy\] on each rank's parts alone (one data rank)" \
   "$scratch/g_p2_1f1b.out" || { cat "$scratch/g_p2_1f1b.out" >&2; fail "the run header does not name the pipeline"; }
 
 # Bytes between stages per step, over all ranks: each micro-batch's
@@ -90,9 +95,28 @@ for name in l_p2d2_zero1 l_t2p2 l_s2p2; do same_training l_w1 "$name" 1e-6 2e-6;
 same_val_loss l_w1 l_p2d2_zero1 l_t2p2
 grep -q "mesh: data 2 x pipeline 2: the modules cut into 2 stages .*pipeline groups 0,2 | 1,3; \[strategy\] across data groups 0-1 | 2-3" \
   "$scratch/l_p2d2_zero1.out" || { cat "$scratch/l_p2d2_zero1.out" >&2; fail "the run header does not name the pipeline and data groups"; }
+# Interleaved at pipeline 4: 6 blocks, 8 modules, 2 chunks a stage.
+train_run l6_w1 1 4 4 --set model.n_layer=6
+train_run l6_p4_interleaved 4 4 4 --set model.n_layer=6 --set parallel.pipeline=4 \
+  --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2
+same_training l6_w1 l6_p4_interleaved 1e-6 2e-6
+# Every dimension but sequence on 8 ranks: tensor 2 x data 2 x pipeline 2
+# under zero1.
+train_run l_t2d2p2 8 2 4 --set parallel.tensor=2 --set parallel.pipeline=2 --strategy zero1
+same_training l_w1 l_t2d2p2 1e-6 2e-6
 train_run l_w1_bf16 1 4 4 --set train.precision=bf16
 train_run l_p2_bf16 2 4 4 --set train.precision=bf16 --set parallel.pipeline=2
 same_training l_w1_bf16 l_p2_bf16 2e-4 4e-3
+# fp16 from a loss scale of 2^40: every stage skips the steps whose
+# gradients overflow on any stage (the norm is summed over the stages
+# before the scaler's vote), as world 1 does, and halves its scale alike.
+fp16=(--set train.precision=fp16 --set train.fp16.initial_scale_power=40)
+train_run l_w1_fp16 1 4 4 "${fp16[@]}"
+train_run l_p2_fp16 2 4 4 "${fp16[@]}" --set parallel.pipeline=2
+same_training l_w1_fp16 l_p2_fp16 2e-4 4e-3
+skips() { metrics_fields "$scratch/$1/metrics.jsonl" train skipped_steps | tail -n 1; }
+[ "$(skips l_w1_fp16)" -gt 0 ] && [ "$(skips l_p2_fp16)" = "$(skips l_w1_fp16)" ] ||
+  fail "fp16 at pipeline 2 skipped $(skips l_p2_fp16) steps, world 1 $(skips l_w1_fp16)"
 
 # The final weights are the whole model's, gathered from the stages: a
 # step from them (at world 1) is a step from world 1's.

@@ -5,7 +5,7 @@
 # data 2 under zero1, checkpointing every 3 steps; its step 3 continues at
 # data 4 under zero2, whose step 6 continues at tensor 4 under zero3 (the
 # key/value heads copied on two ranks each), whose step 9 continues at
-# world 1 under ddp. Every run, the resumed ones from their first step on,
+# world 1 under ddp and at pipeline 2 x data 2 under zero1. Every run, the resumed ones from their first step on,
 # trains what ddp trains at world 1 without a break (losses 1e-6 and
 # gradient norms 2e-6 relative, the tensor-parallel tests' tolerances;
 # a resume restores the state exactly, so the breaks add nothing). The
@@ -61,6 +61,10 @@ resumed t4 4 4 2 d4/step_6 4 --set parallel.tensor=4 --strategy zero3 \
   --set train.checkpoint_every=3 --set train.keep_last=0
 resumed w1_from_t4 1 4 2 t4/step_9 1 --set parallel.tensor=1 --strategy ddp
 grep -q "ranks: 4 -> 1" "$scratch/w1_from_t4.out" || fail "the resume did not say the world changed"
+# And tensor 4's step 9 at pipeline 2 x data 2 under zero1 (each stage
+# reading its parameters' ranges by their whole-model ids).
+resumed p2d2_from_t4 4 2 2 t4/step_9 1 --set parallel.tensor=1 --set parallel.pipeline=2 \
+  --strategy zero1
 # `ztrain export` of a checkpoint written at tensor 4 is a Hugging Face
 # directory like the one of data 4's checkpoint of the same step: a step
 # from each at world 1 is the same step.

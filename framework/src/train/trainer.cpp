@@ -211,6 +211,20 @@ std::string split_groups(const Run& run) {
          m.describe_groups(MeshDim::sequence);
 }
 
+// The virtual stages' modules, first to last: "embed-block.5 |
+// block.6-head".
+std::string stage_cut(const Run& run) {
+  const ModuleSpecs modules = run.model->modules();
+  const std::vector<std::size_t>& b = run.pipeline_bounds;
+  std::string out;
+  for (std::size_t v = 0; v + 1 < b.size(); ++v) {
+    const std::string& first = modules[id_at<ModuleId>(b[v])].name;
+    const std::string& last = modules[id_at<ModuleId>(b[v + 1] - 1)].name;
+    out += (v ? " | " : "") + first + (b[v + 1] - b[v] > 1 ? "-" + last : std::string());
+  }
+  return out;
+}
+
 // How the mesh splits the model and the sequences, and whom the strategy
 // spans; empty for data parallelism alone.
 std::string mesh_text(const Run& run) {
@@ -235,8 +249,8 @@ std::string mesh_text(const Run& run) {
   if (stages > 1)
     text +=
         "the modules cut into " + std::to_string(stages) + " stages (" + par.pipeline_partition +
-        "; " + par.pipeline_schedule + " over " + std::to_string(run.settings.train.grad_accum) +
-        " micro-batches" +
+        ": " + stage_cut(run) + "; " + par.pipeline_schedule + " over " +
+        std::to_string(run.settings.train.grad_accum) + " micro-batches" +
         (par.pipeline_chunks > 1 ? ", " + std::to_string(par.pipeline_chunks) + " chunks a stage"
                                  : std::string()) +
         "), pipeline groups " + m.describe_groups(MeshDim::pipeline) + "; ";

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Pipeline parallelism, measured: memory per rank beside the formulas, the
+# bytes between stages, and the time each stage idles in a step.
+#
+# Memory: gpt2-124m (seq_len 256, 2 sequences a micro-batch, 4
+# micro-batches, ddp, fp32, one data rank) trained STEPS steps at
+# pipeline 1, 2 and 4 (the `parameters` partition); the worst rank's
+# measured peak of parameters and optimizer state, and the parameters of
+# its stage by the formula both Megatron-LM and DeepSpeed's PipelineModule
+# use for the same cut: the stage's blocks (12 C^2 + 13 C each), the
+# embedding on the first stage (V C + P C), the final norm (2 C) and a copy
+# of the tied embedding (V C) on the last. The broadcast bytes between
+# stages a step: 2 (P - 1) M N C 4 (each micro-batch's activation forward
+# and gradient back across each boundary).
+#
+# Idle time: a model whose stages cost alike (Llama, 8 blocks of 256,
+# vocabulary 512, seq_len 256, the `uniform` partition: the embedding and
+# 4 blocks, 4 blocks and the head) at pipeline 2, 1F1B and GPipe over 4
+# and 8 micro-batches: each stage's share of its schedule spent waiting
+# for a receive (metrics.jsonl's pipeline_idle), the median over the
+# steps after the first, beside (P - 1) / (M + P - 1). Pipeline 4 runs on
+# 4 ranks, which this 2-core machine oversubscribes: its idle shares
+# measure the scheduler, not the pipeline, and are printed as such.
+#
+# usage: bench/bench_pipeline.sh [BUILD_DIR] [STEPS]
+#   defaults: build, 6
+set -euo pipefail
+build=${1:-build}
+steps=${2:-6}
+here=$(cd "$(dirname "$0")/.." && pwd)
+ztrain=$(cd "$build" && pwd)/bin/ztrain
+config=$here/configs/run.toml
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# peak NAME CATEGORY: the worst rank's measured device peak of CATEGORY
+peak() {
+  grep '"split": "train"' "$out/$1/metrics.jsonl" | tail -n 1 |
+    sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
+}
+# run NAME RANKS ARGS...
+run() {
+  local name=$1 np=$2
+  shift 2
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$ztrain" "$@" \
+    --set train.out_dir="$out/$name" "$config" > "$out/$name.out" 2>&1 ||
+    { cat "$out/$name.out" >&2; exit 1; }
+}
+mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
+
+L=12 C=768 V=50257 P=256 M=4 N=512
+gpt=(--model gpt2-124m --set model.seq_len=$P --set train.micro_batch_size=2
+  --set train.grad_accum=$M --set train.steps=2 --set train.log_every=1 --set train.eval_every=0
+  --set train.save_final=false)
+echo "gpt2-124m, seq 256, 2 sequences x $M micro-batches, ddp, fp32: the worst rank's bytes"
+printf "%-10s %14s %14s %22s %16s\n" pipeline "params MB" "optimizer MB" "formula (first stage)" "broadcast MB"
+for stages in 1 2 4; do
+  run "gpt_p$stages" "$stages" "${gpt[@]}" --set parallel.pipeline=$stages
+  params=$(peak "gpt_p$stages" params)
+  # The first stage's blocks, as the run header says the partition cut
+  # them ("embed-block.5 | ..."): the first stage is the worst rank.
+  last=$(sed -n 's/.*stages (parameters: embed-block\.\([0-9]*\) |.*/\1/p' "$out/gpt_p$stages.out")
+  blocks=$([ "$stages" = 1 ] && echo $L || echo $((last + 1)))
+  formula=$(((blocks * (12 * C * C + 13 * C) + V * C + P * C + (stages == 1 ? 2 * C : 0)) * 4))
+  sent=$(python3 - "$out/gpt_p$stages/metrics.jsonl" << 'PY'
+import json, sys
+last = [json.loads(l) for l in open(sys.argv[1]) if '"split": "train"' in l][-1]
+print(last.get("comm", {}).get("broadcast", {}).get("bytes", 0))
+PY
+)
+  printf "%-10s %14s %14s %15s (%2d blocks) %9s (theory %s)\n" "$stages" "$(mb "$params")" \
+    "$(mb "$(peak "gpt_p$stages" optimizer)")" "$(mb "$formula")" "$blocks" "$(mb "$sent")" \
+    "$(mb $((2 * (stages - 1) * M * N * C * 4)))"
+done
+
+echo
+echo "idle share of the schedule per stage (Llama 8 x 256, seq 256, uniform stages), median of steps 2-$steps"
+llama=(--model llama-tiny --set model.n_layer=8 --set model.n_embd=256 --set model.n_head=4
+  --set model.n_kv_head=4 --set model.vocab_size=512 --set model.seq_len=256
+  --set train.micro_batch_size=1 --set train.steps="$steps" --set train.log_every=1
+  --set train.eval_every=0 --set train.save_final=false --set device.threads=1
+  --set parallel.pipeline_partition=uniform)
+printf "%-9s %-7s %3s %22s %10s\n" stages schedule M "measured per stage" "(P-1)/(M+P-1)"
+for stages in 2 4; do
+  for schedule in 1f1b gpipe; do
+    for m in 4 8; do
+      name="idle_p${stages}_${schedule}_$m"
+      run "$name" "$stages" "${llama[@]}" --set train.grad_accum=$m --set parallel.pipeline=$stages \
+        --set parallel.pipeline_schedule=$schedule
+      measured=$(python3 - "$out/$name/metrics.jsonl" << 'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"split": "train"' in l][1:]
+per_stage = zip(*[r["pipeline_idle"] for r in rows])
+print(" ".join("%.1f%%" % (100 * statistics.median(s)) for s in per_stage))
+PY
+)
+      theory=$(awk -v p="$stages" -v m="$m" 'BEGIN { printf "%.1f%%", 100 * (p - 1) / (m + p - 1) }')
+      note=$([ "$stages" -gt 2 ] && echo " (4 ranks on 2 cores)" || true)
+      printf "%-9s %-7s %3s %22s %10s%s\n" "$stages" "$schedule" "$m" "$measured" "$theory" "$note"
+    done
+  done
+done
