@@ -1,6 +1,6 @@
-# Sourced by the sequence-splitting tests (test_sequence_parallel,
-# test_context_parallel) after lib.sh: the small runs both compare with
-# ddp at world 1, and the checks they share.
+# Sourced by the mesh tests (sequence, context, tensor and pipeline
+# parallelism) after lib.sh: the small runs they compare with ddp at world
+# 1, and the checks they share.
 
 steps=10
 common=(--set model.n_layer=2 --set model.n_embd=64 --set model.seq_len=32
@@ -101,4 +101,25 @@ split_activations() {
   echo "activations of 4096 tokens: $whole bytes whole, $quarter per rank at $key 4"
   awk -v w="$whole" -v q="$quarter" -v m="$max" 'BEGIN { exit !(q >= 0.25 * w && q <= m * w) }' ||
     fail "$key 4 holds $quarter bytes of activations per rank, not between a quarter and $max of $whole"
+}
+
+# compared_on_mesh STRATEGIES PARALLEL MESH ARGS...: `ztrain compare
+# --strategies STRATEGIES --parallel PARALLEL` of ${base[@]} ARGS on 2
+# ranks runs every job on the mesh (each job's log says "mesh: " and the
+# mesh's first words), names it MESH in compare.json, and finds the
+# strategies equivalent.
+compared_on_mesh() {
+  local strategies=$1 parallel=$2 mesh=$3 job
+  shift 3
+  "$ZTRAIN" compare --strategies "$strategies" --nproc 2 --steps 3 --parallel "$parallel" \
+    --out "$scratch/compare" "${base[@]}" "$@" "$SRC/configs/run.toml" > "$scratch/compare.out" 2>&1 ||
+    { cat "$scratch/compare.out" >&2; fail "compare --parallel $parallel failed"; }
+  for job in ${strategies//,/ }; do
+    grep -q "mesh: ${mesh%% (*}" "$scratch/compare/$job.log" ||
+      fail "compare's $job job did not run on ${mesh%% (*}"
+  done
+  grep -qF "\"mesh\": \"$mesh\"" "$scratch/compare/compare.json" ||
+    fail "compare.json does not name the mesh $mesh"
+  grep -q "^verdict: equivalent" "$scratch/compare.out" ||
+    { cat "$scratch/compare.out" >&2; fail "compare --parallel $parallel: no equivalence verdict"; }
 }

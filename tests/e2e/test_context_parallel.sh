@@ -56,14 +56,7 @@ train_run l_c2_offload 2 4 2 --set parallel.context=2 --strategy zero3_offload
 same_training l_w1 l_c2_offload 1e-6 2e-6
 
 # compare --parallel runs every job on the mesh it names, and says so.
-"$ZTRAIN" compare --strategies ddp,zero3 --nproc 2 --steps 3 --parallel context=2 \
-  --out "$scratch/compare" "${base[@]}" "$SRC/configs/run.toml" > "$scratch/compare.out" 2>&1 ||
-  fail "compare --parallel context=2 failed"
-for job in ddp zero3; do
-  grep -q "mesh: context 2" "$scratch/compare/$job.log" || fail "compare's $job job did not run on context 2"
-done
-grep -q '"mesh": "context 2"' "$scratch/compare/compare.json" || fail "compare.json does not name the mesh"
-grep -q "^verdict: equivalent" "$scratch/compare.out" || fail "compare on context 2: no equivalence verdict"
+compared_on_mesh ddp,zero3 context=2 "context 2"
 
 # Ulysses inside the ring (a 2-D group of 4): Ulysses pairs trade heads,
 # each pair one rank of a ring of two.

@@ -75,15 +75,7 @@ grep -q "^mesh: pipeline 2 (the bytes below are one rank's" "$scratch/g_p2_1f1b.
   { cat "$scratch/g_p2_1f1b.estimate" >&2; fail "estimate at pipeline 2 does not name the mesh"; }
 
 # compare --parallel runs every job on the pipeline, and says so.
-"$ZTRAIN" compare --strategies ddp,zero1 --nproc 2 --steps 3 --parallel pipeline=2 \
-  --out "$scratch/compare" "${base[@]}" --set train.grad_accum=2 "$SRC/configs/run.toml" \
-  > "$scratch/compare.out" 2>&1 || { cat "$scratch/compare.out" >&2; fail "compare --parallel pipeline=2 failed"; }
-for job in ddp zero1; do
-  grep -q "mesh: pipeline 2" "$scratch/compare/$job.log" || fail "compare's $job job did not run at pipeline 2"
-done
-grep -q '"mesh": "pipeline 2 (1f1b)"' "$scratch/compare/compare.json" || fail "compare.json does not name the pipeline"
-grep -q "^verdict: equivalent" "$scratch/compare.out" ||
-  { cat "$scratch/compare.out" >&2; fail "compare at pipeline 2: no equivalence verdict"; }
+compared_on_mesh ddp,zero1 pipeline=2 "pipeline 2 (1f1b)" --set train.grad_accum=2
 
 # Llama: 4 query heads over 2 key/value heads, its head untied.
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")

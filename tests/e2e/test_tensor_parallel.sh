@@ -53,15 +53,7 @@ grep -q "mesh: tensor 2: each block's projections split over tensor groups 0-1 (
   "$scratch/g_t2.out" || fail "the run header does not name the tensor groups"
 
 # compare --parallel runs every job on the mesh it names, and says so.
-"$ZTRAIN" compare --strategies ddp,zero3 --nproc 2 --steps 3 --parallel tensor=2 \
-  --out "$scratch/compare" "${base[@]}" "$SRC/configs/run.toml" > "$scratch/compare.out" 2>&1 ||
-  { cat "$scratch/compare.out" >&2; fail "compare --parallel tensor=2 failed"; }
-for job in ddp zero3; do
-  grep -q "mesh: tensor 2" "$scratch/compare/$job.log" || fail "compare's $job job did not run at tensor 2"
-done
-grep -q '"mesh": "tensor 2"' "$scratch/compare/compare.json" || fail "compare.json does not name the mesh"
-grep -q "^verdict: equivalent" "$scratch/compare.out" ||
-  { cat "$scratch/compare.out" >&2; fail "compare at tensor 2: no equivalence verdict"; }
+compared_on_mesh ddp,zero3 tensor=2 "tensor 2"
 
 # Llama: 4 query heads over 2 key/value heads, biases on every projection.
 base=(--model llama-tiny --set model.n_kv_head=2 --set model.attention_bias=all
@@ -93,7 +85,7 @@ same_training l_w1 l_t4 1e-6 2e-6
 train_run l_t2s2 4 4 2 --set parallel.tensor=2 --set parallel.sequence=2
 train_run l_t2c2_zero3 4 4 2 --set parallel.tensor=2 --set parallel.context=2 --strategy zero3
 for name in l_t2s2 l_t2c2_zero3; do same_training l_w1 "$name" 1e-6 2e-6; done
-grep -q "mesh: tensor 2 x sequence 2: each block's projections split over tensor groups 0-1 | 2-3 .*each sequence split over 2 ranks (Ulysses.*sequence groups 0,2 | 1,3; \[strategy\] across the 2 ranks holding each tensor part" \
+grep -q "mesh: tensor 2 x sequence 2: each block's projections split over tensor groups 0-1 | 2-3 .*each sequence split over 2 ranks (Ulysses.*sequence groups 0,2 | 1,3; \[strategy\] across the 2 ranks holding each part" \
   "$scratch/l_t2s2.out" || fail "the run header does not name both splits"
 train_run l_w1_bf16 1 4 2 --set train.precision=bf16
 train_run l_t2_bf16 2 4 2 --set train.precision=bf16 --set parallel.tensor=2

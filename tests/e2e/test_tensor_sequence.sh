@@ -31,13 +31,7 @@ grep -q "mesh: tensor 2: .*the tokens between them too (tensor_sequence)" "$scra
   fail "the run header does not say the tokens are split over the tensor group"
 same_val_loss g_w1 g_sp2 g_sp4
 # compare --parallel takes the key too, and names it.
-"$ZTRAIN" compare --strategies ddp,zero2 --nproc 2 --steps 3 --parallel tensor=2,tensor_sequence=true \
-  --out "$scratch/compare" "${base[@]}" "$SRC/configs/run.toml" > "$scratch/compare.out" 2>&1 ||
-  { cat "$scratch/compare.out" >&2; fail "compare --parallel tensor=2,tensor_sequence=true failed"; }
-grep -q '"mesh": "tensor 2 (tensor_sequence)"' "$scratch/compare/compare.json" ||
-  fail "compare.json does not name tensor_sequence"
-grep -q "^verdict: equivalent" "$scratch/compare.out" ||
-  { cat "$scratch/compare.out" >&2; fail "compare with tensor_sequence: no equivalence verdict"; }
+compared_on_mesh ddp,zero2 tensor=2,tensor_sequence=true "tensor 2 (tensor_sequence)"
 
 base=(--model llama-tiny --set model.n_kv_head=2 "${common[@]}")
 train_run l_w1 1 4 2

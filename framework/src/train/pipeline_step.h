@@ -6,8 +6,10 @@
 // A training step runs the stage's actions in the plan's order: a
 // forward keeps its chunk's input (received, or the tokens on the first
 // virtual stage) until that micro-batch's backward, which recomputes the
-// chunk from it; sends are issued without waiting and their buffers kept
-// to the step's end; receives wait. Every action is an accumulating
+// chunk from it; sends are issued without waiting; receives wait. An
+// output is freed after its micro-batch's backward (the gradient that
+// came back means its send is done), an input's gradient at the step's
+// end (stage_buffers counts what a stage holds at once). Every action is an accumulating
 // micro-step of the strategy (each backward its own, modules last to
 // first); then each tied parameter's gradient is summed over the stages
 // holding it (an embedding and the head tied to it: the sum both would
