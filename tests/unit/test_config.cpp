@@ -222,8 +222,8 @@ TEST_CASE("batch identity: any two of micro, accumulation and global, and contra
 // a degree above 1 is refused naming its key and place, never run as data
 // parallelism. The batch counts the data ranks, what the others leave.
 TEST_CASE(
-    "parallel section: degrees of 1 are the data-parallel run, sequence, context and tensor split "
-    "the world, the unbuilt are refused by name") {
+    "parallel section: degrees of 1 are the data-parallel run, sequence, context, tensor and "
+    "pipeline split the world, the unbuilt are refused by name") {
   const auto settings = [](const std::string& toml, int world) {
     return resolve_settings(RunConfig::parse(toml, "run.toml"), world);
   };
@@ -284,7 +284,29 @@ TEST_CASE(
   CHECK(settings("[parallel]\ntensor = 2\n[train]\ncheckpoint_every = 5\n", 2)
             .train.checkpoint_every == 5);
   CHECK(settings("[parallel]\ntensor = 2\nsequence = 2\n", 4).parallel.model_ranks() == 4);
-  CHECK(contains(config_error("[parallel]\npipeline = 2\n"), "pipeline parallelism"));
+  // Pipeline splits the world as the others do; its keys resolve, sampling
+  // is refused by its key, chunks only with the interleaved schedule.
+  const RunSettings p2 = settings(
+      "[parallel]\npipeline = 2\npipeline_schedule = \"interleaved\"\npipeline_chunks = 2\n"
+      "pipeline_partition = \"uniform\"\n[train]\nglobal_batch_size = 8\n",
+      4);
+  CHECK(p2.parallel.model_ranks() == 2);
+  CHECK(p2.parallel.pipeline_schedule == "interleaved");
+  CHECK(p2.parallel.pipeline_chunks == 2);
+  CHECK(p2.parallel.pipeline_partition == "uniform");
+  CHECK(settings("[parallel]\npipeline = 2\n", 2).parallel.pipeline_schedule == "1f1b");
+  CHECK(contains(config_error("[parallel]\npipeline = 2\n"),
+                 "(--set parallel.pipeline=1 runs every layer on every rank"));
+  CHECK(contains(test::message_of<ConfigError>(
+                     [&] { settings("[parallel]\npipeline = 2\n[train]\nsample_every = 5\n", 2); }),
+                 "run.toml:4:1: [train] sample_every > 0 with [parallel] pipeline = 2"));
+  CHECK(contains(test::message_of<ConfigError>(
+                     [&] { settings("[parallel]\npipeline = 2\npipeline_chunks = 2\n", 2); }),
+                 "run.toml:3:1: [parallel] pipeline_chunks = 2 with pipeline_schedule \"1f1b\""));
+  CHECK(contains(test::message_of<ConfigError>([&] {
+                   settings("[parallel]\npipeline = 2\npipeline_partition = \"type:x\"\n", 2);
+                 }),
+                 "run.toml:3:1: "));
   CHECK(contains(config_error("[parallel]\nexpert = 8\n"), "expert parallelism"));
   CHECK(contains(config_error("[parallel]\ntensor = 0\n"), "tensor"));
   CHECK(contains(config_error("[parallel]\ndata = 2\n"), "data"));

@@ -120,8 +120,8 @@ PipelineStepSetup pipeline_setup(const Run& run, const ParamSpecs& params) {
 
 PipelineStep::PipelineStep(PipelineStepSetup setup)
     : setup_(std::move(setup)),
-      links_(setup_.pipeline, setup_.plan.shape.chunks > 1, setup_.tied_sets),
-      floats_(setup_.model.stage_floats(setup_.micro)) {
+      floats_(setup_.model.stage_floats(setup_.micro)),
+      links_(setup_.pipeline, setup_.plan.shape.chunks > 1, setup_.tied_sets) {
   const pipeline::ScheduleShape& shape = setup_.plan.shape;
   if (shape.stages != static_cast<std::size_t>(setup_.pipeline.size()) ||
       shape.chunks != setup_.chunks.size())

@@ -145,11 +145,14 @@ class PipelineStep {
   void finish_gradients(const StageContextParts& parts, float token_scale);
 
   PipelineStepSetup setup_;
-  StageLinks links_;
   std::size_t floats_;       // a chunk's input or output for one micro-batch
   std::vector<Slot> slots_;  // [micro-batch * chunks + chunk]
   std::vector<CommWork> sends_;
   StageTime time_;
+  // Declared last, so destroyed first: its communicators finish (or end
+  // the job on) the transfers still reading the buffers above before
+  // those are freed, when a step ends in an error.
+  StageLinks links_;
 };
 
 // The most activation buffers (each a chunk's input or output for one
