@@ -53,24 +53,43 @@ gpt=(--model gpt2-124m --set model.seq_len=$P --set train.micro_batch_size=2
   --set train.grad_accum=$M --set train.steps=2 --set train.log_every=1 --set train.eval_every=0
   --set train.save_final=false)
 echo "gpt2-124m, seq 256, 2 sequences x $M micro-batches, ddp, fp32: the worst rank's bytes"
-printf "%-10s %14s %14s %22s %16s\n" pipeline "params MB" "optimizer MB" "formula (first stage)" "broadcast MB"
+printf "%-9s %-46s %10s %12s %20s %16s\n" pipeline "stages (the run header's cut)" "params MB" \
+  "optimizer MB" "formula, worst stage" "broadcast MB"
+# stage_formula CUT: the worst stage's parameter bytes by the formula, for
+# the run header's cut ("embed-block.5 | block.6-head").
+stage_formula() {
+  python3 - "$1" "$L" "$C" "$V" "$P" << 'PY'
+import re, sys
+cut, L, C, V, P = sys.argv[1], *map(int, sys.argv[2:])
+block = 12 * C * C + 13 * C
+def index(name):
+    return -1 if name == "embed" else L if name == "head" else int(name.split(".")[1])
+worst = 0
+for stage in cut.split(" | "):
+    first, _, last = stage.partition("-")
+    a, b = index(first), index(last or first)
+    n = sum(block for l in range(max(a, 0), min(b, L - 1) + 1))
+    n += (V * C + P * C) if a < 0 else 0          # the embedding and positions
+    n += (2 * C + V * C) if b == L else 0          # the final norm, the tied copy
+    worst = max(worst, n)
+print(4 * worst)
+PY
+}
 for stages in 1 2 4; do
   run "gpt_p$stages" "$stages" "${gpt[@]}" --set parallel.pipeline=$stages
-  params=$(peak "gpt_p$stages" params)
-  # The first stage's blocks, as the run header says the partition cut
-  # them ("embed-block.5 | ..."): the first stage is the worst rank.
-  last=$(sed -n 's/.*stages (parameters: embed-block\.\([0-9]*\) |.*/\1/p' "$out/gpt_p$stages.out")
-  blocks=$([ "$stages" = 1 ] && echo $L || echo $((last + 1)))
-  formula=$(((blocks * (12 * C * C + 13 * C) + V * C + P * C + (stages == 1 ? 2 * C : 0)) * 4))
+  cut=$(sed -n 's/.*stages (parameters: \([^;]*\);.*/\1/p' "$out/gpt_p$stages.out")
+  [ "$stages" = 1 ] && cut="embed-head"
   sent=$(python3 - "$out/gpt_p$stages/metrics.jsonl" << 'PY'
 import json, sys
 last = [json.loads(l) for l in open(sys.argv[1]) if '"split": "train"' in l][-1]
 print(last.get("comm", {}).get("broadcast", {}).get("bytes", 0))
 PY
 )
-  printf "%-10s %14s %14s %15s (%2d blocks) %9s (theory %s)\n" "$stages" "$(mb "$params")" \
-    "$(mb "$(peak "gpt_p$stages" optimizer)")" "$(mb "$formula")" "$blocks" "$(mb "$sent")" \
-    "$(mb $((2 * (stages - 1) * M * N * C * 4)))"
+  formula=$(stage_formula "$cut")
+  [ "$stages" = 1 ] && formula=$((formula - V * C * 4))  # one model: the head is the embedding
+  printf "%-9s %-46s %10s %12s %20s %9s (theory %s)\n" "$stages" "$cut" \
+    "$(mb "$(peak "gpt_p$stages" params)")" "$(mb "$(peak "gpt_p$stages" optimizer)")" \
+    "$(mb "$formula")" "$(mb "$sent")" "$(mb $((2 * (stages - 1) * M * N * C * 4)))"
 done
 
 echo

@@ -8,7 +8,8 @@
 # GPipe, 1F1B and interleaved 1F1B, and at pipeline 4 (1F1B, GPipe); Llama (untied,
 # fewer key/value heads than query heads) at pipeline 2 x data 2 under
 # zero1, tensor 2 x pipeline 2, sequence 2 x pipeline 2, tensor 2 x data 2
-# x pipeline 2 (8 ranks), interleaved at pipeline 4, in bf16 against bf16
+# x pipeline 2 and tensor 2 x sequence 2 x pipeline 2 (8 ranks),
+# interleaved at pipeline 4, in bf16 against bf16
 # and fp16 against fp16 (the same overflowing steps skipped); evaluation
 # too. Tolerances, relative per step, as the other mesh
 # tests': fp32 losses 1e-6 and gradient norms 2e-6, bf16 2e-4 and 4e-3. A
@@ -92,10 +93,13 @@ train_run l6_w1 1 4 4 --set model.n_layer=6
 train_run l6_p4_interleaved 4 4 4 --set model.n_layer=6 --set parallel.pipeline=4 \
   --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2
 same_training l6_w1 l6_p4_interleaved 1e-6 2e-6
-# Every dimension but sequence on 8 ranks: tensor 2 x data 2 x pipeline 2
-# under zero1.
+# Three dimensions on 8 ranks: tensor 2 x data 2 x pipeline 2 under zero1.
 train_run l_t2d2p2 8 2 4 --set parallel.tensor=2 --set parallel.pipeline=2 --strategy zero1
 same_training l_w1 l_t2d2p2 1e-6 2e-6
+# And tensor 2 x sequence 2 x pipeline 2: Ulysses over each tensor part's
+# heads on each stage.
+train_run l_t2s2p2 8 4 4 --set parallel.tensor=2 --set parallel.sequence=2 --set parallel.pipeline=2
+same_training l_w1 l_t2s2p2 1e-6 2e-6
 train_run l_w1_bf16 1 4 4 --set train.precision=bf16
 train_run l_p2_bf16 2 4 4 --set train.precision=bf16 --set parallel.pipeline=2
 same_training l_w1_bf16 l_p2_bf16 2e-4 4e-3

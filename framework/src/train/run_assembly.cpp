@@ -28,6 +28,7 @@
 #include "train/run_parts.h"
 #include "train/tokenized_examples.h"
 #include "ztrain/error.h"
+#include "ztrain/pipeline/stage_partition.h"
 #include "ztrain/units.h"
 #include "ztrain/version.h"
 
@@ -300,7 +301,19 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const RunConfig config = load_run_config(args);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
-  const RunParts parts = make_run_parts(config, loader, {world, world, 0});
+  RunParts parts = make_run_parts(config, loader, {world, world, 0});
+  // Under pipeline parallelism the bytes are the heaviest stage's.
+  const int stages = parts.settings.parallel.pipeline;
+  std::size_t stage = 0;
+  if (stages > 1) {
+    const auto elements = pipeline::stage_elements(parts.whole_params, parts.pipeline_bounds,
+                                                   static_cast<std::size_t>(stages));
+    stage = static_cast<std::size_t>(std::max_element(elements.begin(), elements.end()) -
+                                     elements.begin());
+    if (stage > 0)
+      parts = make_run_parts(config, loader,
+                             {world, world, static_cast<int>(stage) * (world / stages)});
+  }
   const RunSettings& settings = parts.settings;
   const ModelInfo& info = parts.info;
   const std::string& model_name = parts.model_plugin;
@@ -319,8 +332,10 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   // The mesh as one host would lay it out: the bytes are one rank's of it.
   if (settings.parallel.model_ranks() > 1)
     os << "mesh: " << plan_mesh(settings.parallel, MeshHosts{{world}}).describe()
-       << " (the bytes below are one rank's: its tensor parts, its share of each sequence, "
-          "the first pipeline stage's layers)\n";
+       << " (the bytes below are one rank's: its tensor parts, its share of each sequence"
+       << (stages > 1 ? ", the layers of stage " + std::to_string(stage) + ", the heaviest"
+                      : std::string())
+       << ")\n";
   os << "peak bytes per rank:\n";
   for (Tier t : kTiers) {
     std::uint64_t total = 0;
