@@ -114,7 +114,6 @@ class PipelineStep {
   // What the losses this stage reports weigh in the average over every
   // rank: the stage count on the stage holding the head, else 0.
   double loss_weight() const;
-  StageTime last_step() const { return time_; }
   // Every stage's share of its last step's schedule spent waiting for
   // receives (its idle time; (P-1)/(M+P-1) for GPipe and 1F1B with even
   // stages), in stage order. Collective over the pipeline group.
