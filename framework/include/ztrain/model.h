@@ -158,6 +158,7 @@ struct ParamSpec {
 // them).
 struct ModuleRange {
   std::size_t first = 0, end = 0;
+  bool contains(ModuleId m) const { return index_of(m) >= first && index_of(m) < end; }
   bool operator==(const ModuleRange&) const = default;
 };
 

@@ -124,15 +124,18 @@ std::vector<ModuleRange> stage_chunks(const std::vector<std::size_t>& bounds, st
 std::vector<std::size_t> stages_holding(const ParamSpec& param,
                                         const std::vector<std::size_t>& bounds,
                                         std::size_t stages) {
+  // Virtual stage v (the one whose bounds hold the module) is chunk
+  // v / stages of stage v % stages.
   std::vector<std::size_t> out;
-  for (std::size_t s = 0; s < stages; ++s) {
-    const auto runs = [&](const ModuleRange& r) {
-      return std::any_of(param.used_by.begin(), param.used_by.end(),
-                         [&](ModuleId m) { return index_of(m) >= r.first && index_of(m) < r.end; });
-    };
-    const std::vector<ModuleRange> chunks = stage_chunks(bounds, stages, s);
-    if (std::any_of(chunks.begin(), chunks.end(), runs)) out.push_back(s);
+  for (const ModuleId m : param.used_by) {
+    const auto above = std::upper_bound(bounds.begin(), bounds.end(), index_of(m));
+    if (above == bounds.begin() || above == bounds.end())
+      throw InternalError("stages_holding: module " + to_string(m) + " is outside the " +
+                          std::to_string(bounds.empty() ? 0 : bounds.back()) + " modules cut");
+    out.push_back(static_cast<std::size_t>(above - bounds.begin() - 1) % stages);
   }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

@@ -106,9 +106,8 @@ PipelineStepSetup pipeline_setup(const Run& run, const ParamSpecs& params) {
       return p.model_id && index_of(*p.model_id) == i;
     });
     const auto here = std::find_if(whole.used_by.begin(), whole.used_by.end(), [&](ModuleId m) {
-      return std::any_of(s.chunks.begin(), s.chunks.end(), [&](const ModuleRange& r) {
-        return index_of(m) >= r.first && index_of(m) < r.end;
-      });
+      return std::any_of(s.chunks.begin(), s.chunks.end(),
+                         [&](const ModuleRange& r) { return r.contains(m); });
     });
     if (mine == params.end() || here == whole.used_by.end())
       throw InternalError("the stage does not hold '" + whole.name + "', which its modules use");
@@ -233,10 +232,7 @@ void PipelineStep::run(const Action& a, const std::vector<Batch>& batches,
       break;
   }
   if (a.kind != ActionKind::forward) parts.strategy.begin_micro_step(false);
-  StepContext ctx(parts.strategy, parts.params, parts.kernels, parts.arena, parts.losses,
-                  token_scale);
-  ctx.set_sequence_groups(parts.sequence, parts.context);
-  ctx.set_tensor_group(parts.tensor);
+  StepContext ctx = parts.context_for(token_scale);
   compute(a, batches.at(a.micro_batch), ctx);
   time_.compute_s += seconds_since(t0);
 }
@@ -262,8 +258,7 @@ void PipelineStep::train(const std::vector<Batch>& batches, const StageContextPa
 // tied list, which every stage holds alike; then the hooks of every
 // module, last to first, as one backward that computes nothing.
 void PipelineStep::finish_gradients(const StageContextParts& parts, float token_scale) {
-  StepContext ctx(parts.strategy, parts.params, parts.kernels, parts.arena, parts.losses,
-                  token_scale);
+  StepContext ctx = parts.context_for(token_scale);
   parts.strategy.begin_micro_step(false);  // the sums touch gradients in a micro-step of their own
   for (const TiedParam& t : setup_.tied) {
     ctx.enter_backward(t.where);
@@ -304,9 +299,7 @@ void PipelineStep::evaluate(const Batch& batch, const StageContextParts& parts) 
       held.push_back(activation());
       r.output = held.back().as<float>();
     }
-    StepContext ctx(parts.strategy, parts.params, parts.kernels, parts.arena, parts.losses, 1.0f);
-    ctx.set_sequence_groups(parts.sequence, parts.context);
-    ctx.set_tensor_group(parts.tensor);
+    StepContext ctx = parts.context_for(1.0f);
     setup_.model.stage_forward(batch, r, ctx);
     if (r.output) sends.push_back(links_.send_activation(r.output, floats_));
   }

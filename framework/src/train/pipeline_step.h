@@ -50,16 +50,24 @@
 
 namespace ztrain {
 
-// What each action's StepContext is made of.
+// What a micro-step's StepContext is made of (a pipeline action's, or
+// the trainer's micro-step and evaluation without a pipeline).
 struct StageContextParts {
   Strategy& strategy;
-  const ParamSpecs& params;  // the stage's
+  const ParamSpecs& params;  // the model's (under a pipeline, the stage's)
   const Kernels& kernels;
   Arena& arena;
   LossSum& losses;
   Communicator* sequence = nullptr;
   Communicator* context = nullptr;
   Communicator* tensor = nullptr;
+  // The context of one micro-step, with the mesh's groups.
+  StepContext context_for(float token_scale) const {
+    StepContext ctx(strategy, params, kernels, arena, losses, token_scale);
+    ctx.set_sequence_groups(sequence, context);
+    ctx.set_tensor_group(tensor);
+    return ctx;
+  }
 };
 
 // A parameter this stage holds that other stages hold too, and the set of

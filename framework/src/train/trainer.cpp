@@ -541,9 +541,7 @@ void Trainer::micro_steps(std::int64_t step, double scale, std::uint64_t trained
     float token_scale = step_scale;
     if (last && faults_.overflows(step + 1, run_.comm->rank()))
       token_scale = std::numeric_limits<float>::quiet_NaN();
-    StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, token_scale);
-    ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
-    ctx.set_tensor_group(run_.group_of(MeshDim::tensor));
+    StepContext ctx = stage_parts().context_for(token_scale);
     run_.model->forward_backward(with_activations(data_.next()), ctx);
   }
 }
@@ -609,9 +607,7 @@ void Trainer::evaluate(std::int64_t step) {
       pipeline_->evaluate(batch, stage_parts());
       continue;
     }
-    StepContext ctx(*run_.strategy, params_, *run_.kernels, arena_, losses_, 1.0f);
-    ctx.set_sequence_groups(run_.group_of(MeshDim::sequence), run_.group_of(MeshDim::context));
-    ctx.set_tensor_group(run_.group_of(MeshDim::tensor));
+    StepContext ctx = stage_parts().context_for(1.0f);
     run_.model->evaluate(batch, ctx);
   }
   const std::uint64_t trained = on_every_rank(mine);

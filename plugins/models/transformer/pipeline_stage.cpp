@@ -62,9 +62,8 @@ std::string Transformer::split_stages(const std::vector<ModuleRange>& chunks) {
            "backward, and a pipeline stage already keeps only its chunks' inputs (its backward "
            "recomputes from them); set offload_checkpoints = false";
   const auto on_stage = [&](ModuleId m) {
-    return std::any_of(chunks.begin(), chunks.end(), [&](const ModuleRange& r) {
-      return index_of(m) >= r.first && index_of(m) < r.end;
-    });
+    return std::any_of(chunks.begin(), chunks.end(),
+                       [&](const ModuleRange& r) { return r.contains(m); });
   };
   stage_chunks_ = chunks;
   stage_params_ = ParamSpecs{};
