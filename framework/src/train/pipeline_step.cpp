@@ -128,7 +128,6 @@ PipelineStep::PipelineStep(PipelineStepSetup setup)
                         std::to_string(shape.chunks) + " chunks for a stage of " +
                         std::to_string(setup_.chunks.size()) + " chunks in a group of " +
                         std::to_string(setup_.pipeline.size()));
-  pipeline::check_schedule(setup_.plan);
   agree();
 }
 

@@ -34,8 +34,7 @@
 //
 // Ownership: holds references to the model, the device and the pipeline
 // group, which outlive it. Thread safety: one thread. Errors: ConfigError
-// for a plan the check refuses or stages that disagree; what the model and
-// the communicators raise.
+// for stages that disagree; what the model and the communicators raise.
 #pragma once
 
 #include <cstdint>
@@ -81,8 +80,8 @@ struct TiedParam {
 struct PipelineStepSetup {
   Model& model;
   Device& device;
-  Communicator& pipeline;  // the stages, ordered by stage
-  pipeline::SchedulePlan plan;
+  Communicator& pipeline;           // the stages, ordered by stage
+  pipeline::SchedulePlan plan;      // checked (check_schedule) when the run was made
   std::vector<ModuleRange> chunks;  // this stage's
   std::size_t modules = 0;          // the whole model's
   std::vector<TiedParam> tied;
@@ -110,8 +109,8 @@ class HeldBatch {
 
 class PipelineStep {
  public:
-  // Collective over the pipeline group: the plan checked, the stages'
-  // fingerprints compared, the links made.
+  // Collective over the pipeline group: the links made, the stages'
+  // fingerprints compared.
   explicit PipelineStep(PipelineStepSetup setup);
   // One training step over the M micro-batches (this stage's copies of
   // them, in order), each trained token's loss gradient token_scale.
