@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Pipeline parallelism ([parallel] pipeline: the modules cut into stages,
 # the step's micro-batches run through them as a checked schedule plan
-# says; each stage's backward recomputes its chunk from the input it kept)
+# says; each stage's backward reads the activations its forward kept)
 # must train exactly what ddp trains at world 1 on the same global batch:
 # GPT-2 (its head tied to the embedding on the other stage, their
 # gradients summed and counted once in the norm) at pipeline 2 under
 # GPipe, 1F1B and interleaved 1F1B, and at pipeline 4 (1F1B, GPipe); Llama (untied,
 # fewer key/value heads than query heads) at pipeline 2 x data 2 under
 # zero1, tensor 2 x pipeline 2, sequence 2 x pipeline 2, tensor 2 x data 2
-# x pipeline 2 and tensor 2 x sequence 2 x pipeline 2 (8 ranks),
-# interleaved at pipeline 4, in bf16 against bf16
+# x pipeline 2 and tensor 2 x sequence 2 x pipeline 2 (8 ranks), all four
+# at once (16 ranks), interleaved at pipeline 4, with activation
+# checkpointing, in bf16 against bf16
 # and fp16 against fp16 (the same overflowing steps skipped); evaluation
 # too. Tolerances, relative per step, as the other mesh
 # tests': fp32 losses 1e-6 and gradient norms 2e-6, bf16 2e-4 and 4e-3. A
@@ -59,10 +60,11 @@ check_bytes g_p4 broadcast "$(pp_bytes 3)"
 # Memory, measured: the worst rank of pipeline 2 (the first stage: the
 # embedding, the positions and one block; the last holds the other block,
 # the final norm and its copy of the tied embedding) holds its stage's
-# parameters alone; `ztrain estimate` says what it measures, the
-# activations the schedule's buffers add included (1F1B's last stage keeps
-# the input gradient of each of the 4 micro-batches it sent; interleaving
-# holds more).
+# parameters alone; `ztrain estimate` says what it measures: the
+# activations of every micro-batch a stage holds between its forward and
+# backward (1F1B's first stage 2, GPipe's 4) and the buffers between the
+# stages (1F1B's last stage keeps the input gradient of each of the 4
+# micro-batches it sent; interleaving holds more).
 stage0=$(((256 * 64 + 32 * 64 + 12 * 64 * 64 + 13 * 64) * 4))
 [ "$(peak_bytes g_p2_1f1b params)" -eq "$stage0" ] ||
   fail "pipeline 2 holds $(peak_bytes g_p2_1f1b params) bytes of parameters a rank, not its stage's $stage0"
@@ -72,6 +74,10 @@ estimated_as_measured g_p2_1f1b 2 --model gpt2-tiny "${common[@]}" --set paralle
 estimated_as_measured g_p2_interleaved 2 --model gpt2-tiny "${common[@]}" --set parallel.pipeline=2 \
   --set train.micro_batch_size=2 --set train.grad_accum=4 \
   --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_chunks=2
+estimated_as_measured g_p2_gpipe 2 --model gpt2-tiny "${common[@]}" --set parallel.pipeline=2 \
+  --set train.micro_batch_size=2 --set train.grad_accum=4 --set parallel.pipeline_schedule=gpipe
+[ "$(peak_activations g_p2_gpipe)" -gt "$(peak_activations g_p2_1f1b)" ] ||
+  fail "GPipe holds $(peak_activations g_p2_gpipe) bytes of activations, no more than 1F1B's $(peak_activations g_p2_1f1b)"
 grep -q "^mesh: pipeline 2 (the bytes below are one rank's" "$scratch/g_p2_1f1b.estimate" ||
   { cat "$scratch/g_p2_1f1b.estimate" >&2; fail "estimate at pipeline 2 does not name the mesh"; }
 
@@ -100,9 +106,20 @@ same_training l_w1 l_t2d2p2 1e-6 2e-6
 # heads on each stage.
 train_run l_t2s2p2 8 4 4 --set parallel.tensor=2 --set parallel.sequence=2 --set parallel.pipeline=2
 same_training l_w1 l_t2s2p2 1e-6 2e-6
+# Every dimension at once on 16 ranks: tensor 2 x sequence 2 x data 2 x
+# pipeline 2 under zero1.
+train_run l_t2s2d2p2 16 2 4 --set parallel.tensor=2 --set parallel.sequence=2 \
+  --set parallel.pipeline=2 --strategy zero1
+same_training l_w1 l_t2s2d2p2 1e-6 2e-6
+# [model] activation_checkpointing: each stage keeps its blocks' inputs alone and
+# recomputes each block in its backward, as one model does.
+train_run l_p2_checkpointing 2 4 4 --set parallel.pipeline=2 --set model.activation_checkpointing=true
+same_training l_w1 l_p2_checkpointing 1e-6 2e-6
 train_run l_w1_bf16 1 4 4 --set train.precision=bf16
 train_run l_p2_bf16 2 4 4 --set train.precision=bf16 --set parallel.pipeline=2
-same_training l_w1_bf16 l_p2_bf16 2e-4 4e-3
+train_run l_p2_bf16_checkpointing 2 4 4 --set train.precision=bf16 --set parallel.pipeline=2 \
+  --set model.activation_checkpointing=true
+for name in l_p2_bf16 l_p2_bf16_checkpointing; do same_training l_w1_bf16 "$name" 2e-4 4e-3; done
 # fp16 from a loss scale of 2^24: every stage skips the steps whose
 # gradients overflow on any stage (the norm is summed over the stages
 # before the scaler's vote), as world 1 does (its first 4), halves its

@@ -130,6 +130,46 @@ TEST_CASE("the arena accounts what it hands out, within the budget, until reset"
   CHECK(dev->stats().peak[Tier::device][Category::activations] == 64 + 448);
 }
 
+TEST_CASE("a rewound arena hands its allocations back as they were; working ones are shared") {
+  auto dev = make_cpu_device(1);
+  const auto activations = [&] {
+    return dev->stats().current[Tier::device][Category::activations];
+  };
+  Arena working(*dev);
+  Arena first(*dev, &working), second(*dev, &working);
+  float* a = first.alloc_f32(10);
+  float* host = first.alloc_host_f32(3);
+  float* w = first.alloc_working_f32(16);
+  a[9] = 7.0f;
+  host[2] = 3.0f;
+  CHECK(first.used() == 64);  // its working floats are the working arena's
+  CHECK(working.used() == 64);
+  second.reset();  // another micro-batch, as a model's call begins: the working arena afresh
+  second.alloc_f32(100);
+  CHECK(second.alloc_working_f32(16) != nullptr);
+  CHECK(activations() == 64 + 448 + 64);
+
+  first.rewind();  // backward: the same requests get the same memory
+  CHECK(working.used() == 0);
+  CHECK(first.alloc_f32(10) == a);
+  float* host_again = first.alloc_host_f32(3);
+  CHECK(host_again == host);
+  CHECK(a[9] == 7.0f);
+  CHECK(host_again[2] == 3.0f);
+  CHECK(first.alloc_working_f32(16) != nullptr);
+  CHECK(working.used() == 64);
+  CHECK_THROWS_AS(first.alloc_f32(1), InternalError);  // past what forward asked for
+
+  second.rewind();
+  CHECK_THROWS_AS(second.alloc_f32(200), InternalError);  // not the size forward asked for
+  second.rewind();
+  CHECK_THROWS_AS(second.alloc_host_f32(100), InternalError);  // nor the tier
+  second.reset();  // reset ends the replay: fresh allocations again
+  CHECK(second.alloc_f32(1) != nullptr);
+  CHECK(second.used() == 64);
+  (void)w;
+}
+
 TEST_CASE("the step context refuses parameter views outside their modules") {
   Run run = test::make_run(
       "[model]\narch=\"gpt2\"\nn_layer=1\nn_head=2\nn_embd=8\nvocab_size=16\nseq_len=4\n"

@@ -129,19 +129,3 @@ TEST_CASE("a stage's chunks are every P-th virtual stage, and a tied parameter's
   CHECK(stages_holding(block, bounds, 2) == std::vector<std::size_t>{0});
   CHECK(stages_holding(block, bounds, 4) == std::vector<std::size_t>{2});
 }
-
-TEST_CASE("a stage's elements count a tied parameter on every stage that holds it") {
-  ParamSpecs params;
-  const auto add = [&params](std::int64_t n, std::vector<std::size_t> modules) {
-    ParamSpec p;
-    p.shape = Shape{n};
-    for (const std::size_t m : modules) p.used_by.push_back(id_at<ModuleId>(m));
-    params.push_back(std::move(p));
-  };
-  add(100, {0, 3});  // an embedding tied to the head
-  add(10, {1});
-  add(20, {2});
-  add(1, {3});
-  const std::vector<std::size_t> bounds{0, 2, 4};
-  CHECK(stage_elements(params, bounds, 2) == std::vector<std::uint64_t>{110, 121});
-}

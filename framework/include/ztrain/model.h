@@ -166,8 +166,8 @@ struct ModuleRange {
 // input: the previous chunk's output (stage_floats of it), null where the
 // chunk begins with the model's first module (it reads the batch's
 // tokens). output: where forward writes what the next chunk reads; null on
-// the chunk ending with the last module (its forward reports nothing: the
-// loss comes with its backward). output_grad: the loss's gradient of the
+// the chunk ending with the last module (its loss comes with its backward,
+// which may compute the last module's forward there). output_grad: the loss's gradient of the
 // output, from the next chunk; null on the last, whose backward starts at
 // the loss. input_grad: where backward writes the gradient of the input;
 // null on the first chunk. evaluate: a forward with no backward to come
@@ -264,15 +264,29 @@ struct ModelInfo {
 // host_activation_bytes() only predict it. The device
 // keeps freed blocks for reuse, so a step asking for the same sizes again
 // costs no fresh pages.
-// Errors: OutOfMemoryError past the device budget.
+//
+// A pipeline stage keeps a chunk's activations from its forward to its
+// backward on the same micro-batch, several micro-batches at once: the
+// host gives each (micro-batch, chunk) an arena of its own, and backward
+// calls rewind() and requests the same sizes in the same order, getting
+// back what its forward left there. What a call needs only while it runs
+// (a backward's gradient scratch) it requests with alloc_working_f32,
+// which such an arena takes from the working arena the micro-batches
+// share; reset() and rewind() start that one afresh too.
+// Ownership: owns its allocations; the working arena, when given,
+// outlives it. Errors: OutOfMemoryError past the device budget;
+// InternalError for a request that does not match the one it replays.
 class ZTRAIN_API Arena {
  public:
-  explicit Arena(Device& device) : device_(device) {}
+  explicit Arena(Device& device, Arena* working = nullptr) : device_(device), working_(working) {}
   float* alloc_f32(std::size_t n);
   // n floats of host memory the device copies to and from (pinned on a
   // GPU), for Device::copy_async.
   float* alloc_host_f32(std::size_t n);
   std::int32_t* alloc_i32(std::size_t n);
+  // n floats of device memory the caller uses only until it returns: the
+  // working arena's where there is one, else this arena's.
+  float* alloc_working_f32(std::size_t n);
   // n token ids from host memory where the kernels can read them: the
   // same pointer when the host can touch the device tier, else a copy in
   // this arena.
@@ -281,15 +295,23 @@ class ZTRAIN_API Arena {
   Device& device() { return device_; }
   // Returns every allocation; earlier pointers are invalid.
   void reset();
+  // Keeps every allocation, contents and all, and hands them out again:
+  // the next requests (alloc_f32, alloc_host_f32, alloc_i32) get the
+  // allocations made since the last reset, in the order they were made,
+  // each of the same size and tier as the one it replays.
+  void rewind();
   // Device bytes handed out since the last reset.
   std::size_t used() const { return used_; }
   static std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
  private:
   void* take(Tier tier, std::size_t bytes);
+  void* replay(Tier tier, std::size_t bytes);
   Device& device_;
+  Arena* working_;
   std::vector<Buffer> buffers_;
   std::size_t used_ = 0;
+  std::optional<std::size_t> replayed_;  // while rewound: the allocations handed out again
 };
 
 // The mean losses of micro-batches, added up where the kernels run: the
@@ -429,14 +451,21 @@ class ZTRAIN_API Model : public Plugin {
   // stage's activations between its modules: the transformer's residual
   // stream, this rank's rows of it).
   virtual std::uint64_t stage_floats(const BatchShape& shape) const;
-  // A chunk's forward on one micro-batch, and its backward, which may
-  // recompute the forward from the same input (the transformer's does: a
-  // stage keeps only its chunks' inputs between the two, so the schedule
-  // decides how many micro-batches are held). Between them the host keeps
-  // run.input alive; the arena is the action's own. Backward reports the
-  // losses (ctx.add_loss) on the chunk holding the last module.
+  // A chunk's forward on one micro-batch, and its backward. Between them
+  // the host keeps run.input alive and the (micro-batch, chunk)'s arena
+  // as forward left it: backward rewinds it (Arena::rewind) and reads the
+  // forward's activations instead of recomputing them, so a stage holds
+  // the activations of as many micro-batches as its schedule has between
+  // forwards and backwards (1F1B: at most the pipeline's depth; GPipe:
+  // all). Backward reports the losses (ctx.add_loss) on the chunk holding
+  // the last module.
   virtual void stage_forward(const Batch& batch, const StageRun& run, StepContext& ctx);
   virtual void stage_backward(const Batch& batch, const StageRun& run, StepContext& ctx);
+  // Of activation_bytes(shape), the bytes a chunk keeps from its forward
+  // to its backward on a pipeline stage: all but its working ones
+  // (Arena::alloc_working_f32), which the stage's micro-batches share.
+  // All of them by default.
+  virtual std::uint64_t kept_activation_bytes(const BatchShape& shape) const;
   // Forward only; logits receives the (B,T,V) pre-softmax outputs (what an
   // independent implementation is compared on). Optional: models that do
   // not offer it raise Error, the default.

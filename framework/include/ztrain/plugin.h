@@ -30,7 +30,7 @@
 namespace ztrain {
 
 // Bumped whenever an SDK interface changes its layout or meaning.
-inline constexpr std::uint32_t kPluginAbiVersion = 32;
+inline constexpr std::uint32_t kPluginAbiVersion = 33;
 
 class ZTRAIN_API Plugin {
  public:

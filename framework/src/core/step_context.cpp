@@ -7,15 +7,38 @@
 namespace ztrain {
 
 void* Arena::take(Tier tier, std::size_t bytes) {
+  if (replayed_) return replay(tier, bytes);
   const std::size_t need = aligned(bytes);
   buffers_.push_back(device_.allocate(tier, Category::activations, need, Fill::undefined));
   if (tier == Tier::device) used_ += need;
   return buffers_.back().data();
 }
 
+void* Arena::replay(Tier tier, std::size_t bytes) {
+  const std::size_t i = (*replayed_)++;
+  if (i >= buffers_.size() || buffers_[i].tier() != tier || buffers_[i].bytes() != aligned(bytes))
+    throw InternalError("a rewound arena's request " + std::to_string(i + 1) + " (" +
+                        std::to_string(aligned(bytes)) + " bytes) is not the one it replays (" +
+                        (i < buffers_.size() ? std::to_string(buffers_[i].bytes()) + " bytes"
+                                             : "it made only " + std::to_string(buffers_.size())) +
+                        "): a backward's plan differs from its forward's");
+  return buffers_[i].data();
+}
+
 void Arena::reset() {
   buffers_.clear();
   used_ = 0;
+  replayed_.reset();
+  if (working_) working_->reset();
+}
+
+void Arena::rewind() {
+  replayed_ = 0;
+  if (working_) working_->reset();
+}
+
+float* Arena::alloc_working_f32(std::size_t n) {
+  return working_ ? working_->alloc_f32(n) : alloc_f32(n);
 }
 
 float* Arena::alloc_f32(std::size_t n) {
@@ -122,6 +145,10 @@ void Model::forward_logits(const Batch&, StepContext&, float*) {
 
 std::uint64_t Model::host_activation_bytes(const BatchShape&) const {
   return 0;
+}
+
+std::uint64_t Model::kept_activation_bytes(const BatchShape& shape) const {
+  return activation_bytes(shape);
 }
 
 std::string Model::sequence_shards_refusal(SequenceSplit split) const {

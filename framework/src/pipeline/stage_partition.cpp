@@ -139,14 +139,4 @@ std::vector<std::size_t> stages_holding(const ParamSpec& param,
   return out;
 }
 
-std::vector<std::uint64_t> stage_elements(const ParamSpecs& params,
-                                          const std::vector<std::size_t>& bounds,
-                                          std::size_t stages) {
-  std::vector<std::uint64_t> out(stages, 0);
-  for (const ParamSpec& p : params)
-    for (const std::size_t s : stages_holding(p, bounds, stages))
-      out[s] += static_cast<std::uint64_t>(p.shape.numel());
-  return out;
-}
-
 }  // namespace ztrain::pipeline

@@ -45,34 +45,39 @@ Batch HeldBatch::batch() const {
           positions_.empty() ? nullptr : positions_.data()};
 }
 
-std::size_t stage_buffers(const pipeline::SchedulePlan& plan, std::size_t stage) {
+std::uint64_t stage_activations(const pipeline::SchedulePlan& plan, std::size_t stage,
+                                const StageBytes& bytes) {
   const pipeline::ScheduleShape& shape = plan.shape;
   const auto vs = [&](const Action& a) { return a.chunk * shape.stages + stage; };
   const auto first = [&](const Action& a) { return vs(a) == 0; };
   const auto last = [&](const Action& a) { return vs(a) + 1 == shape.virtual_stages(); };
-  std::size_t live = 0, most = 0;
+  std::uint64_t buffers = 0, arenas = 0, most = 0;
+  const auto held = [&] { return bytes.working + arenas * bytes.kept + buffers * bytes.buffer; };
   for (const Action& a : plan.stages.at(stage)) {
     switch (a.kind) {
       case ActionKind::recv_activation:
       case ActionKind::recv_gradient:
-        ++live;
+        ++buffers;
         break;
       case ActionKind::forward:
-        live += last(a) ? 0 : 1;
+        ++arenas;
+        buffers += last(a) ? 0 : 1;
         break;
       case ActionKind::backward:
       case ActionKind::backward_input:
-        live += first(a) ? 0 : 1;  // the input's gradient, kept to the end
-        most = std::max(most, live);
-        // The input, the output and its gradient are freed.
-        live -= (first(a) ? 0 : 1) + (last(a) ? 0 : 2);
+        buffers += first(a) ? 0 : 1;  // the input's gradient, kept to the end
+        most = std::max(most, held());
+        // The chunk's arena, its input, its output and the output's
+        // gradient are freed.
+        --arenas;
+        buffers -= (first(a) ? 0 : 1) + (last(a) ? 0 : 2);
         break;
       case ActionKind::backward_weight:
       case ActionKind::send_activation:
       case ActionKind::send_gradient:
         break;
     }
-    most = std::max(most, live);
+    most = std::max(most, held());
   }
   return most;
 }
@@ -120,6 +125,7 @@ PipelineStepSetup pipeline_setup(const Run& run, const ParamSpecs& params) {
 PipelineStep::PipelineStep(PipelineStepSetup setup)
     : setup_(std::move(setup)),
       floats_(setup_.model.stage_floats(setup_.micro)),
+      working_(setup_.device),
       links_(setup_.pipeline, setup_.plan.shape.chunks > 1, setup_.tied_sets) {
   const pipeline::ScheduleShape& shape = setup_.plan.shape;
   if (shape.stages != static_cast<std::size_t>(setup_.pipeline.size()) ||
@@ -177,8 +183,10 @@ StageRun PipelineStep::stage_run(const Action& a) {
   return r;
 }
 
-// Forward and backward; the chunk's buffers are the slot's.
-void PipelineStep::compute(const Action& a, const Batch& batch, StepContext& ctx) {
+// Forward and backward; the chunk's buffers and activations are the
+// slot's.
+void PipelineStep::compute(const Action& a, const Batch& batch, const StageContextParts& parts,
+                           float token_scale) {
   Slot& s = slot(a);
   StageRun r = stage_run(a);
   if (a.kind == ActionKind::forward) {
@@ -186,8 +194,14 @@ void PipelineStep::compute(const Action& a, const Batch& batch, StepContext& ctx
       s.output = activation();
       r.output = s.output.as<float>();
     }
+    s.activations = std::make_unique<Arena>(setup_.device, &working_);
+    StepContext ctx = parts.context_for(token_scale, *s.activations);
     return setup_.model.stage_forward(batch, r, ctx);
   }
+  if (!s.activations)
+    throw InternalError("the backward of micro-batch " + std::to_string(a.micro_batch) +
+                        ", chunk " + std::to_string(a.chunk) + " before its forward");
+  StepContext ctx = parts.context_for(token_scale, *s.activations);
   if (!last_virtual(a.chunk)) r.output_grad = s.output_grad.as<float>();
   if (!first_virtual(a.chunk)) {
     s.input_grad = activation();
@@ -200,6 +214,7 @@ void PipelineStep::compute(const Action& a, const Batch& batch, StepContext& ctx
   s.output = Buffer{};
   s.input = Buffer{};
   s.output_grad = Buffer{};
+  s.activations.reset();
 }
 
 void PipelineStep::run(const Action& a, const std::vector<Batch>& batches,
@@ -210,12 +225,10 @@ void PipelineStep::run(const Action& a, const std::vector<Batch>& batches,
     case ActionKind::recv_activation:
       s.input = activation();
       links_.recv_activation(s.input.as<float>(), floats_);
-      time_.wait_s += seconds_since(t0);
       return;
     case ActionKind::recv_gradient:
       s.output_grad = activation();
       links_.recv_gradient(s.output_grad.as<float>(), floats_);
-      time_.wait_s += seconds_since(t0);
       return;
     case ActionKind::send_activation:
       s.output_sent = links_.send_activation(s.output.as<float>(), floats_);
@@ -231,8 +244,7 @@ void PipelineStep::run(const Action& a, const std::vector<Batch>& batches,
       break;
   }
   if (a.kind != ActionKind::forward) parts.strategy.begin_micro_step(false);
-  StepContext ctx = parts.context_for(token_scale);
-  compute(a, batches.at(a.micro_batch), ctx);
+  compute(a, batches.at(a.micro_batch), parts, token_scale);
   time_.compute_s += seconds_since(t0);
 }
 
@@ -246,7 +258,9 @@ void PipelineStep::train(const std::vector<Batch>& batches, const StageContextPa
   slots_.clear();
   slots_.resize(shape.micro_batches * shape.chunks);
   sends_.clear();
+  const auto t0 = Clock::now();
   for (const Action& a : setup_.plan.stages.at(stage())) run(a, batches, parts, token_scale);
+  time_.span_s = seconds_since(t0);
   finish_gradients(parts, token_scale);
   wait_all(sends_);
   slots_.clear();
@@ -275,11 +289,15 @@ void PipelineStep::finish_gradients(const StageContextParts& parts, float token_
 }
 
 std::vector<double> PipelineStep::idle_shares() const {
-  const double span = time_.compute_s + time_.wait_s;
-  float mine = span > 0 ? static_cast<float>(time_.wait_s / span) : 0.0f;
-  std::vector<float> all(static_cast<std::size_t>(setup_.pipeline.size()));
-  setup_.pipeline.all_gather(&mine, all.data(), 1, DType::f32);
-  return {all.begin(), all.end()};
+  const float mine[2] = {static_cast<float>(time_.compute_s), static_cast<float>(time_.span_s)};
+  std::vector<float> all(2 * static_cast<std::size_t>(setup_.pipeline.size()));
+  setup_.pipeline.all_gather(mine, all.data(), 2, DType::f32);
+  double schedule = 0;
+  for (std::size_t s = 0; s < all.size(); s += 2) schedule = std::max<double>(schedule, all[s + 1]);
+  std::vector<double> shares;
+  for (std::size_t s = 0; s < all.size(); s += 2)
+    shares.push_back(schedule > 0 ? std::max(0.0, 1.0 - all[s] / schedule) : 0.0);
+  return shares;
 }
 
 void PipelineStep::evaluate(const Batch& batch, const StageContextParts& parts) {
@@ -298,7 +316,8 @@ void PipelineStep::evaluate(const Batch& batch, const StageContextParts& parts) 
       held.push_back(activation());
       r.output = held.back().as<float>();
     }
-    StepContext ctx = parts.context_for(1.0f);
+    Arena activations(setup_.device, &working_);
+    StepContext ctx = parts.context_for(1.0f, activations);
     setup_.model.stage_forward(batch, r, ctx);
     if (r.output) sends.push_back(links_.send_activation(r.output, floats_));
   }

@@ -4,12 +4,14 @@
 // (job/stage_links.h).
 //
 // A training step runs the stage's actions in the plan's order: a
-// forward keeps its chunk's input (received, or the tokens on the first
-// virtual stage) until that micro-batch's backward, which recomputes the
-// chunk from it; sends are issued without waiting; receives wait. An
+// forward leaves its chunk's activations in an arena of that (micro-batch,
+// chunk)'s own, which its backward rewinds and reads (Model::
+// stage_backward) and then frees; the working memory of every action is
+// one arena the held ones share. The chunk's input (received) is kept to
+// its backward too; sends are issued without waiting; receives wait. An
 // output is freed after its micro-batch's backward (the gradient that
 // came back means its send is done), an input's gradient at the step's
-// end (stage_buffers counts what a stage holds at once). Every action is an accumulating
+// end (stage_activations counts what a stage holds at once). Every action is an accumulating
 // micro-step of the strategy (each backward its own, modules last to
 // first); then each tied parameter's gradient is summed over the stages
 // holding it (an embedding and the head tied to it: the sum both would
@@ -22,7 +24,7 @@
 // split's idle-time saving is not had.
 //
 // Evaluation runs each micro-batch forward through the virtual stages in
-// order, the last reporting the losses.
+// order, the last reporting the losses; its arena is freed when it ends.
 //
 // The loss: only the stage holding the head reports losses; the trainer
 // averages a step's loss over every rank, so that stage's are weighed by
@@ -60,9 +62,11 @@ struct StageContextParts {
   Communicator* sequence = nullptr;
   Communicator* context = nullptr;
   Communicator* tensor = nullptr;
-  // The context of one micro-step, with the mesh's groups.
-  StepContext context_for(float token_scale) const {
-    StepContext ctx(strategy, params, kernels, arena, losses, token_scale);
+  // The context of one micro-step, with the mesh's groups, its
+  // activations in `in` (by default `arena`).
+  StepContext context_for(float token_scale) const { return context_for(token_scale, arena); }
+  StepContext context_for(float token_scale, Arena& in) const {
+    StepContext ctx(strategy, params, kernels, in, losses, token_scale);
     ctx.set_sequence_groups(sequence, context);
     ctx.set_tensor_group(tensor);
     return ctx;
@@ -89,10 +93,11 @@ struct PipelineStepSetup {
   BatchShape micro;  // every micro-batch's shape
 };
 
-// A step's time on this stage: computing, and waiting for receives.
+// A step's schedule on this stage: the seconds its forwards and
+// backwards took, and from its first action's start to its last one's end.
 struct StageTime {
   double compute_s = 0;
-  double wait_s = 0;
+  double span_s = 0;
 };
 
 // A micro-batch's tokens copied out of the data loader, which reuses its
@@ -121,9 +126,11 @@ class PipelineStep {
   // What the losses this stage reports weigh in the average over every
   // rank: the stage count on the stage holding the head, else 0.
   double loss_weight() const;
-  // Every stage's share of its last step's schedule spent waiting for
-  // receives (its idle time; (P-1)/(M+P-1) for GPipe and 1F1B with even
-  // stages), in stage order. Collective over the pipeline group.
+  // Every stage's share of the last step's schedule (the longest stage's
+  // span: the stages start together, and each waits for the last to end)
+  // spent not computing: its idle time, (P-1)/(M+P-1) for GPipe and 1F1B
+  // with stages that cost alike. In stage order; collective over the
+  // pipeline group.
   std::vector<double> idle_shares() const;
 
  private:
@@ -134,10 +141,12 @@ class PipelineStep {
   void agree() const;
   // One (micro-batch, chunk) of the step on this stage: the input held
   // for backward, the output sent and its send, the output's gradient
-  // received, the input's gradient sent (kept to the step's end).
+  // received, the input's gradient sent (kept to the step's end), and the
+  // activations forward leaves for backward.
   struct Slot {
     Buffer input, output, output_grad, input_grad;
     CommWork output_sent;
+    std::unique_ptr<Arena> activations;
   };
   Slot& slot(const pipeline::Action& a);
   // A chunk's input or output for one micro-batch, of the device's
@@ -146,12 +155,14 @@ class PipelineStep {
   StageRun stage_run(const pipeline::Action& a);
   void run(const pipeline::Action& a, const std::vector<Batch>& batches,
            const StageContextParts& parts, float token_scale);
-  void compute(const pipeline::Action& a, const Batch& batch, StepContext& ctx);
+  void compute(const pipeline::Action& a, const Batch& batch, const StageContextParts& parts,
+               float token_scale);
   // The tied gradients summed, then the strategy's last micro-step.
   void finish_gradients(const StageContextParts& parts, float token_scale);
 
   PipelineStepSetup setup_;
   std::size_t floats_;       // a chunk's input or output for one micro-batch
+  Arena working_;            // what each action uses only while it runs
   std::vector<Slot> slots_;  // [micro-batch * chunks + chunk]
   std::vector<CommWork> sends_;
   StageTime time_;
@@ -161,13 +172,24 @@ class PipelineStep {
   StageLinks links_;
 };
 
-// The most activation buffers (each a chunk's input or output for one
-// micro-batch: Model::stage_floats) the executor holds at once on `stage`
-// running `plan`: an input from its receive to its backward, an output
-// from its forward to its backward, a received gradient to its backward,
-// a sent input gradient to the step's end. What `estimate` adds to a
-// stage's activations beside the model's one micro-step.
-std::size_t stage_buffers(const pipeline::SchedulePlan& plan, std::size_t stage);
+// What a stage's activations are made of, in bytes: a (micro-batch,
+// chunk)'s arena from its forward to its backward (Model::
+// kept_activation_bytes), the working arena the actions share (the rest
+// of Model::activation_bytes), and one buffer between chunks (a chunk's
+// input or output for one micro-batch, or its gradient: Model::
+// stage_floats).
+struct StageBytes {
+  std::uint64_t kept = 0, working = 0, buffer = 0;
+};
+
+// The most activation bytes the executor holds at once on `stage` running
+// `plan`: the working arena from the first action on; each chunk's arena
+// from its forward to its backward; an input from its receive to its
+// backward, an output from its forward to its backward, a received
+// gradient to its backward, a sent input gradient to the step's end. What
+// `estimate` says the stage holds, and what the device measures.
+std::uint64_t stage_activations(const pipeline::SchedulePlan& plan, std::size_t stage,
+                                const StageBytes& bytes);
 
 struct Run;
 // This rank's stage of the run's pipeline: the built-in schedule's plan

@@ -28,7 +28,6 @@
 #include "train/run_parts.h"
 #include "train/tokenized_examples.h"
 #include "ztrain/error.h"
-#include "ztrain/pipeline/stage_partition.h"
 #include "ztrain/units.h"
 #include "ztrain/version.h"
 
@@ -298,29 +297,33 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   }
 }
 
+// One rank's bytes: what the strategy holds of the parts' parameters,
+// and the activations.
+MemoryEstimate rank_estimate(const RunParts& parts) {
+  MemoryEstimate e = parts.strategy->estimate(parts.sizes);
+  e.bytes[Tier::device][Category::activations] += parts.sizes.activation_bytes;
+  e.bytes[Tier::host][Category::activations] += parts.sizes.host_activation_bytes;
+  return e;
+}
+
 void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   const RunConfig config = load_run_config(args);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
-  RunParts parts = make_run_parts(config, loader, {world, world, 0});
-  // Under pipeline parallelism the bytes are the heaviest stage's.
+  const RunParts parts = make_run_parts(config, loader, {world, world, 0});
+  MemoryEstimate e = rank_estimate(parts);
+  // Under pipeline parallelism each category is its worst stage's, as a
+  // run's measured peaks are its worst rank's.
   const int stages = parts.settings.parallel.pipeline;
-  std::size_t stage = 0;
-  if (stages > 1) {
-    const auto elements = pipeline::stage_elements(parts.whole_params, parts.pipeline_bounds,
-                                                   static_cast<std::size_t>(stages));
-    stage = static_cast<std::size_t>(std::max_element(elements.begin(), elements.end()) -
-                                     elements.begin());
-    if (stage > 0)
-      parts = make_run_parts(config, loader,
-                             {world, world, static_cast<int>(stage) * (world / stages)});
+  for (int stage = 1; stage < stages; ++stage) {
+    const MemoryEstimate other =
+        rank_estimate(make_run_parts(config, loader, {world, world, stage * (world / stages)}));
+    for (Tier t : kTiers)
+      for (Category c : kCategories) e.bytes[t][c] = std::max(e.bytes[t][c], other.bytes[t][c]);
   }
   const RunSettings& settings = parts.settings;
   const ModelInfo& info = parts.info;
   const std::string& model_name = parts.model_plugin;
   const std::string& strategy_name = parts.strategy_plugin;
-  MemoryEstimate e = parts.strategy->estimate(parts.sizes);
-  e.bytes[Tier::device][Category::activations] += parts.sizes.activation_bytes;
-  e.bytes[Tier::host][Category::activations] += parts.sizes.host_activation_bytes;
   os << "estimate: strategy " << strategy_name << ", " << world << " rank" << (world > 1 ? "s" : "")
      << ", model " << model_name << " (" << info.arch << ", " << info.n_params
      << " params), micro-batch " << settings.train.micro_batch << " x " << info.seq_len
@@ -333,9 +336,7 @@ void estimate_run(const TrainArgs& args, int world, std::ostream& os) {
   if (settings.parallel.model_ranks() > 1)
     os << "mesh: " << plan_mesh(settings.parallel, MeshHosts{{world}}).describe()
        << " (the bytes below are one rank's: its tensor parts, its share of each sequence"
-       << (stages > 1 ? ", the layers of stage " + std::to_string(stage) + ", the heaviest"
-                      : std::string())
-       << ")\n";
+       << (stages > 1 ? ", each category its worst pipeline stage's" : "") << ")\n";
   os << "peak bytes per rank:\n";
   for (Tier t : kTiers) {
     std::uint64_t total = 0;

@@ -79,8 +79,6 @@ void plan_schedule(const RunConfig& config, RunParts& p, const PluginLoader& loa
                       std::to_string(shape.micro_batches) +
                       " micro-batches ([train] grad_accum): " + e.what());
   }
-  for (std::size_t s = 0; s < shape.stages; ++s)
-    p.pipeline_buffers = std::max(p.pipeline_buffers, stage_buffers(p.pipeline_plan, s));
 }
 
 // Pipeline parallelism: the modules cut into stages x chunks virtual
@@ -107,9 +105,9 @@ void split_stages(const RunConfig& config, RunParts& p, PartsFor job, const Plug
                       e.what());
   }
   plan_schedule(config, p, loader);
-  const auto stage = static_cast<std::size_t>(job.rank / (job.world / par.pipeline));
+  p.pipeline_stage = static_cast<std::size_t>(job.rank / (job.world / par.pipeline));
   const std::string why =
-      p.model->split_stages(pipeline::stage_chunks(p.pipeline_bounds, stages, stage));
+      p.model->split_stages(pipeline::stage_chunks(p.pipeline_bounds, stages, p.pipeline_stage));
   if (!why.empty())
     throw ConfigError(config.where("parallel.pipeline") +
                       ": [parallel] pipeline = " + std::to_string(par.pipeline) + ": " + why);
@@ -168,8 +166,15 @@ RunParts make_run_parts(const RunConfig& config, const PluginLoader& loader, Par
              p.settings.device.memory_limit,
              p.settings.device.kind != "cuda" && !p.settings.device.guard,
              std::nullopt};
-  if (par.pipeline > 1)  // the chunks' inputs and outputs the schedule holds
-    p.sizes.activation_bytes += p.pipeline_buffers * p.model->stage_floats(micro) * sizeof(float);
+  if (par.pipeline > 1) {  // the micro-batches the schedule holds, and what passes between them
+    const std::uint64_t kept = p.model->kept_activation_bytes(micro);
+    if (kept > p.sizes.activation_bytes)
+      throw InternalError("model '" + p.model_plugin + "' keeps more activation bytes (" +
+                          std::to_string(kept) + ") than one micro-step allocates");
+    p.sizes.activation_bytes = stage_activations(
+        p.pipeline_plan, p.pipeline_stage,
+        {kept, p.sizes.activation_bytes - kept, p.model->stage_floats(micro) * sizeof(float)});
+  }
   if (const std::uint64_t ram = physical_memory(); ram > 0 && ranks_here > 0)
     p.sizes.host_budget = ram / static_cast<std::uint64_t>(ranks_here);
   return p;

@@ -46,14 +46,12 @@ struct RunParts {
   ParamSpecs whole_params;
   // The schedule's checked plan for the step's micro-batches.
   pipeline::SchedulePlan pipeline_plan;
-  // The activation buffers the busiest stage holds at once beside a
-  // micro-step's (train/pipeline_step.h's stage_buffers; the last stage
-  // keeps every input gradient it sent until the step ends), which the
-  // estimate adds: a job's activations are its worst rank's.
-  std::size_t pipeline_buffers = 0;
+  // This rank's stage (0 without a pipeline).
+  std::size_t pipeline_stage = 0;
   // For `world` ranks: the model's parameters, the precisions, one
-  // micro-batch's activations, [device] memory_limit and each rank's share
-  // of this machine's RAM.
+  // micro-batch's activations (a pipeline stage's: what its schedule
+  // holds at once, train/pipeline_step.h's stage_activations), [device]
+  // memory_limit and each rank's share of this machine's RAM.
   EstimateArgs sizes;
 };
 

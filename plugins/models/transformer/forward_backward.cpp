@@ -88,16 +88,20 @@ ConstTypedPtr Transformer::row_bias(StepContext& ctx, std::optional<ParamId> bia
   return param(ctx, *bias);
 }
 
-Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx, bool training) const {
+Transformer::Acts Transformer::planned(const Batch& batch, StepContext& ctx, Planning how) const {
   check_tokens(batch);
   Arena& arena = ctx.activations();
-  arena.reset();
+  if (how.rewound)
+    arena.rewind();
+  else
+    arena.reset();
   Acts a;
   plan(
       batch.shape,
-      [&](std::size_t n, bool host) {
-        if (!host) return arena.alloc_f32(n);
-        return training ? arena.alloc_host_f32(n) : nullptr;
+      [&](std::size_t n, Where where) -> float* {
+        if (where == Where::kept) return arena.alloc_f32(n);
+        if (where == Where::working) return arena.alloc_working_f32(n);
+        return how.training ? arena.alloc_host_f32(n) : nullptr;
       },
       a);
   a.ulysses_group = group_of(ctx.sequence_group(), a.split.sequence, "sequence (Ulysses)");
@@ -581,17 +585,17 @@ void Transformer::head_forward_backward(StepContext& ctx, Acts& a) const {
 }
 
 void Transformer::evaluate(const Batch& batch, StepContext& ctx) {
-  Acts a = planned(batch, ctx, false);
+  Acts a = planned(batch, ctx, {});
   forward(ctx, a);
 }
 
 void Transformer::forward_logits(const Batch& batch, StepContext& ctx, float* logits) {
-  Acts a = planned(batch, ctx, false);
+  Acts a = planned(batch, ctx, {});
   forward(ctx, a, logits);
 }
 
 void Transformer::forward_backward(const Batch& batch, StepContext& ctx) {
-  Acts a = planned(batch, ctx, true);
+  Acts a = planned(batch, ctx, {.training = true});
   trunk_forward(ctx, a, true);
   head_forward_backward(ctx, a);
   // Offloading, block l - 1's input comes back while block l computes

@@ -1,14 +1,18 @@
 // The transformer as a pipeline stage: the parameters its chunks use, and
 // a chunk's forward and backward on one micro-batch.
 //
-// A stage keeps nothing of a micro-batch between its forward and its
-// backward but the chunk's input (the host holds it): backward recomputes
-// the chunk's forward from it, then runs the backward, as activation
-// checkpointing does at the stage's edge. So a stage's activation memory
-// is one chunk's working set plus the inputs the schedule holds (GPipe:
-// every micro-batch's, 1F1B: at most the pipeline's depth), and the chunk
-// holding the head computes nothing in its forward: its loss comes with
-// its backward, which needs the logits anyway.
+// A chunk's forward leaves its activations in the arena the host keeps
+// for that micro-batch, and its backward rewinds the arena and reads them
+// there, as one micro-step's backward reads its forward's: nothing is
+// computed twice, so each stage's share of a step is its share of the
+// model's work, which is what the schedules' idle-time formulas assume.
+// What plan() takes as working memory (the gradients, the head's chunk of
+// logits) the micro-batches a stage holds share. The chunk holding the
+// head runs its blocks forward and leaves the head to its backward, which
+// computes the loss and its gradient from the logits at once (the fused
+// chunked head of one micro-step). With [model] activation_checkpointing a chunk
+// keeps each block's input only and its backward recomputes each block,
+// as a whole model's does.
 //
 // Modules: 0 is the embedding, 1..L the blocks, L + 1 the head; the
 // streams and the blocks' activations of a chunk are indexed from its
@@ -58,9 +62,10 @@ std::string Transformer::split_stages(const std::vector<ModuleRange>& chunks) {
       return "modules [" + std::to_string(r.first) + ", " + std::to_string(r.end) +
              ") are no chunk of the transformer's " + std::to_string(modules) + " modules";
   if (cfg_.offload_checkpoints)
-    return "[model] offload_checkpoints keeps every block's input in host memory for one "
-           "backward, and a pipeline stage already keeps only its chunks' inputs (its backward "
-           "recomputes from them); set offload_checkpoints = false";
+    return "[model] offload_checkpoints moves every block's input to host memory and back "
+           "within one micro-step, and a pipeline stage holds several micro-batches between "
+           "their forward and backward; set offload_checkpoints = false "
+           "(activation_checkpointing = true keeps only each block's input on the device)";
   const auto on_stage = [&](ModuleId m) {
     return std::any_of(chunks.begin(), chunks.end(),
                        [&](const ModuleRange& r) { return r.contains(m); });
@@ -84,10 +89,11 @@ std::uint64_t Transformer::stage_floats(const BatchShape& shape) const {
 }
 
 Transformer::Acts Transformer::stage_planned(const Batch& batch, const StageRun& run,
-                                             StepContext& ctx) const {
-  Acts a = planned(batch, ctx, false);
+                                             StepContext& ctx, bool rewound) const {
+  Acts a = planned(batch, ctx, {.rewound = rewound});
   const BlockSpan span = blocks_of(run.modules);
   a.first_block = span.first;
+  if (rewound) return a;
   const std::size_t NC = dims(a.B, a.T).own_floats();
   if (run.modules.first == 0) {
     ctx.enter_forward(kEmbed);
@@ -113,21 +119,20 @@ void Transformer::blocks_forward(StepContext& ctx, Acts& a, BlockSpan span) cons
 }
 
 void Transformer::stage_forward(const Batch& batch, const StageRun& run, StepContext& ctx) {
-  if (!run.output && !run.evaluate) return;  // the head's chunk: all in its backward
-  Acts a = stage_planned(batch, run, ctx);
+  Acts a = stage_planned(batch, run, ctx, false);
   const BlockSpan span = blocks_of(run.modules);
   blocks_forward(ctx, a, span);
-  if (!run.output) return head_forward(ctx, a);
+  if (run.evaluate && !run.output) return head_forward(ctx, a);
+  if (!run.output) return;  // the head's chunk: the head runs in its backward
   ctx.activations().device().copy(run.output, stream(a, span.end),
                                   dims(a.B, a.T).own_floats() * sizeof(float));
 }
 
 void Transformer::stage_backward(const Batch& batch, const StageRun& run, StepContext& ctx) {
-  Acts a = stage_planned(batch, run, ctx);
+  Acts a = stage_planned(batch, run, ctx, true);
   const BlockSpan span = blocks_of(run.modules);
   const std::size_t NC = dims(a.B, a.T).own_floats();
   Device& device = ctx.activations().device();
-  blocks_forward(ctx, a, span);
   if (run.modules.end == static_cast<std::size_t>(cfg_.n_layer) + 2)
     head_forward_backward(ctx, a);
   else

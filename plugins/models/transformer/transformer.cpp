@@ -475,8 +475,10 @@ Transformer::Dims Transformer::dims(int B, int T) const {
 // host copies of offloading go through three 16-bit ones (stream L, which
 // stays, is rounded in the scratch).
 void Transformer::plan(const BatchShape& shape,
-                       const std::function<float*(std::size_t, bool)>& alloc_where, Acts& a) const {
-  const auto alloc = [&](std::size_t n) { return alloc_where(n, false); };
+                       const std::function<float*(std::size_t, Where)>& alloc_where,
+                       Acts& a) const {
+  const auto alloc = [&](std::size_t n) { return alloc_where(n, Where::kept); };
+  const auto work = [&](std::size_t n) { return alloc_where(n, Where::working); };
   const int B = shape.batch, T = shape.seq_len;
   // H, KV and the attention's width A: this rank's share of them.
   const std::size_t N = static_cast<std::size_t>(B) * T, C = cfg_.n_embd,
@@ -493,21 +495,22 @@ void Transformer::plan(const BatchShape& shape,
   a.split = shape.split;
   a.kept = shape.activations;
   // n elements of the kept type, from alloc_where's floats.
-  const auto kept_alloc = [&](std::size_t n, bool host) -> void* {
-    return alloc_where((n * dtype_size(a.kept) + sizeof(float) - 1) / sizeof(float), host);
+  const auto kept_alloc = [&](std::size_t n, Where where) -> void* {
+    return alloc_where((n * dtype_size(a.kept) + sizeof(float) - 1) / sizeof(float), where);
   };
   const auto L = static_cast<std::size_t>(planned_blocks());
   a.resid.resize(a.rounds() ? 2 : cfg_.offload_checkpoints ? 4 : L + 1);
   for (auto& r : a.resid) r = alloc(NL * C);
   a.host_resid.resize(cfg_.offload_checkpoints ? L : 0);
-  for (auto& r : a.host_resid) r = kept_alloc(NL * C, true);
+  for (auto& r : a.host_resid) r = kept_alloc(NL * C, Where::host);
   a.kept_resid.resize(a.rounds() ? (cfg_.offload_checkpoints ? 3 : L + 1) : 0);
-  for (auto& r : a.kept_resid) r = kept_alloc(NL * C, false);
+  for (auto& r : a.kept_resid) r = kept_alloc(NL * C, Where::kept);
   // The rotary tables live with the activations: the device accounts them,
-  // and a model that is only declared (estimate) builds none.
+  // and a model that is only declared (estimate) builds none. planned()
+  // writes them for every call.
   const std::size_t rope = cfg_.llama ? static_cast<std::size_t>(T) * (cfg_.head_size() / 2) : 0;
-  a.rope_cos = rope ? alloc(rope) : nullptr;
-  a.rope_sin = rope ? alloc(rope) : nullptr;
+  a.rope_cos = rope ? work(rope) : nullptr;
+  a.rope_sin = rope ? work(rope) : nullptr;
   a.blocks.resize(cfg_.checkpointing ? 1 : L);
   // Under Ulysses a block's backward reads the head shards it saved, not
   // its own q, k and v: one buffer serves every block. The ring's reads
@@ -516,30 +519,31 @@ void Transformer::plan(const BatchShape& shape,
   float* const shared_qkv = a.ulysses() ? alloc(qkv_floats) : nullptr;
   const auto at = [](float* p, std::size_t offset) { return p ? p + offset : nullptr; };
   const std::size_t saved = a.ulysses() ? ulysses_shape(a.blocks[0], a).saved_floats() : 0;
-  a.d_res = alloc(NL * C);
-  a.d_c = alloc(N * C);
+  a.d_res = work(NL * C);
+  a.d_c = work(N * C);
   if (cfg_.tensor_sequence) {
-    a.gathered = alloc(N * C);
-    a.d_own = alloc(NL * C);
-    a.norm_dw = alloc(2 * C);
-    a.norm_tmp = alloc(C);
+    a.gathered = work(N * C);
+    a.d_own = work(NL * C);
+    a.norm_dw = work(2 * C);
+    a.norm_tmp = work(C);
   }
-  a.d_att = alloc(N * A);
-  a.d_qkv = alloc(N * (A + 2 * KV));
-  a.d_h1 = alloc(N * H);
-  a.d_h2 = alloc(N * H);
-  a.d_h3 = cfg_.llama ? alloc(N * H) : nullptr;
+  a.d_att = work(N * A);
+  a.d_qkv = work(N * (A + 2 * KV));
+  a.d_h1 = work(N * H);
+  a.d_h2 = work(N * H);
+  a.d_h3 = cfg_.llama ? work(N * H) : nullptr;
   const bool lora = cfg_.tuning.method == FineTuning::Method::lora;
   const std::size_t rank = lora ? static_cast<std::size_t>(cfg_.tuning.lora_rank) : 0;
   if (lora) {
-    a.lora_out = alloc(N * std::max({cfg_.llama ? C : 3 * C, H, C}));
-    a.lora_du = alloc(N * rank);
+    a.lora_out = work(N * std::max({cfg_.llama ? C : 3 * C, H, C}));
+    a.lora_du = work(N * rank);
   }
   const std::size_t rounded = std::max({qkv_floats, N * H, N * C, saved});
   void* scratch = nullptr;
   if (a.rounds())
-    scratch =
-        rounded * dtype_size(a.kept) <= N * H * sizeof(float) ? a.d_h1 : kept_alloc(rounded, false);
+    scratch = rounded * dtype_size(a.kept) <= N * H * sizeof(float)
+                  ? a.d_h1
+                  : kept_alloc(rounded, Where::working);
   a.kept_scratch = scratch;
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
     BlockActs& b = a.blocks[i];
@@ -553,7 +557,9 @@ void Transformer::plan(const BatchShape& shape,
     for (std::size_t j = 0; j < kProjCount; ++j)  // every block its own: fp32, never kept
       b.lora_u[j] = blocks_.front().lora[j] ? alloc(N * rank) : nullptr;
     const bool own_copies = a.rounds() && !cfg_.checkpointing;
-    const auto copy = [&](std::size_t n) { return own_copies ? kept_alloc(n, false) : scratch; };
+    const auto copy = [&](std::size_t n) {
+      return own_copies ? kept_alloc(n, Where::kept) : scratch;
+    };
     b.kept = {copy(NL * C),
               a.ulysses() ? scratch : copy(qkv_floats),
               copy(N * A),
@@ -594,30 +600,35 @@ void Transformer::plan(const BatchShape& shape,
     b.h3 = cfg_.llama ? alloc(N * H) : nullptr;
     b.ulysses = a.ulysses() ? alloc(saved) : nullptr;
   }
-  if (a.ulysses()) a.ulysses_scratch = alloc(ulysses_shape(a.blocks[0], a).scratch_floats());
-  if (a.ring()) a.ring_scratch = alloc(ring_shape(a.blocks[0], a).scratch_floats());
-  a.lnf = alloc(NL * C);
-  a.lnf_mean = cfg_.llama ? nullptr : alloc(NL);
-  a.lnf_rstd = alloc(NL);
+  if (a.ulysses()) a.ulysses_scratch = work(ulysses_shape(a.blocks[0], a).scratch_floats());
+  if (a.ring()) a.ring_scratch = work(ring_shape(a.blocks[0], a).scratch_floats());
+  a.lnf = work(NL * C);
+  a.lnf_mean = cfg_.llama ? nullptr : work(NL);
+  a.lnf_rstd = work(NL);
   const std::size_t rows = head_rows(N);
-  a.logits = alloc(rows * V);
-  a.head_dw = rows < N && params_[*head_w_].trainable ? alloc(V * C) : nullptr;
-  a.losses = alloc(N);
+  a.logits = work(rows * V);
+  a.head_dw = rows < N && params_[*head_w_].trainable ? work(V * C) : nullptr;
+  a.losses = work(N);
   if (cfg_.tensor > 1) {
-    a.row_max = alloc(rows);
-    a.sums = alloc(2 * rows);
+    a.row_max = work(rows);
+    a.sums = work(2 * rows);
   }
 }
 
 std::uint64_t Transformer::activation_bytes(const BatchShape& shape) const {
-  return planned_bytes(shape, false);
+  const PlannedBytes b = planned_bytes(shape);
+  return b.kept + b.working;
 }
 
 std::uint64_t Transformer::host_activation_bytes(const BatchShape& shape) const {
-  return planned_bytes(shape, true);
+  return planned_bytes(shape).host;
 }
 
-std::uint64_t Transformer::planned_bytes(const BatchShape& shape, bool host) const {
+std::uint64_t Transformer::kept_activation_bytes(const BatchShape& shape) const {
+  return planned_bytes(shape).kept;
+}
+
+Transformer::PlannedBytes Transformer::planned_bytes(const BatchShape& shape) const {
   // A bound on the plan's largest sums, in floating point, before it
   // multiplies in 64 bits: each block holds a few (N, C), (N, H) and (N, 3C)
   // arrays, the head (N, V).
@@ -629,12 +640,15 @@ std::uint64_t Transformer::planned_bytes(const BatchShape& shape, bool host) con
     throw ConfigError("[model] seq_len = " + std::to_string(shape.seq_len) +
                       " with [train] micro_batch_size = " + std::to_string(shape.batch) +
                       " makes activations of more than 2^62 bytes; lower them");
-  std::uint64_t bytes = 0;
+  PlannedBytes bytes;
   Acts a;
   plan(
       shape,
-      [&](std::size_t n, bool on_host) -> float* {
-        if (on_host == host) bytes += Arena::aligned(n * sizeof(float));
+      [&](std::size_t n, Where where) -> float* {
+        const std::uint64_t b = Arena::aligned(n * sizeof(float));
+        (where == Where::kept   ? bytes.kept
+         : where == Where::host ? bytes.host
+                                : bytes.working) += b;
         return nullptr;
       },
       a);

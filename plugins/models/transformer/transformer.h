@@ -177,6 +177,7 @@ class Transformer final : public Model {
   ModuleSpecs modules() const override;
   std::uint64_t activation_bytes(const BatchShape& shape) const override;
   std::uint64_t host_activation_bytes(const BatchShape& shape) const override;
+  std::uint64_t kept_activation_bytes(const BatchShape& shape) const override;
   void forward_backward(const Batch& batch, StepContext& ctx) override;
   void evaluate(const Batch& batch, StepContext& ctx) override;
   void forward_logits(const Batch& batch, StepContext& ctx, float* logits) override;
@@ -253,11 +254,19 @@ class Transformer final : public Model {
     // (Batch::positions), on the device; null otherwise.
     const std::int32_t* positions = nullptr;
   };
-  // alloc(n, host): n floats of the device's memory, or of the host's.
-  void plan(const BatchShape& shape, const std::function<float*(std::size_t, bool)>& alloc,
+  // Where plan() takes a buffer: the device's memory for what forward
+  // leaves for backward, the host's, or the device's for what one call
+  // uses only while it runs (the backward's gradients, the head's chunk,
+  // the split attention's scratch; Arena::alloc_working_f32).
+  enum class Where : std::uint8_t { kept, host, working };
+  // alloc(n, where): n floats.
+  void plan(const BatchShape& shape, const std::function<float*(std::size_t, Where)>& alloc,
             Acts& acts) const;
-  // Device bytes (host: false) or host bytes of plan()'s buffers.
-  std::uint64_t planned_bytes(const BatchShape& shape, bool host) const;
+  // The bytes of plan()'s buffers in each place.
+  struct PlannedBytes {
+    std::uint64_t kept = 0, host = 0, working = 0;
+  };
+  PlannedBytes planned_bytes(const BatchShape& shape) const;
   // Which of a.resid holds residual stream l (0..L) now.
   std::size_t slot(const Acts& a, int l) const;
   float* stream(const Acts& a, int l) const { return a.resid[slot(a, l)]; }
@@ -350,8 +359,9 @@ class Transformer final : public Model {
   BlockSpan blocks_of(ModuleRange r) const;
   int planned_blocks() const;
   // A chunk's buffers for one micro-batch, its first stream holding its
-  // input: the embedding's output (computed, in its module) or `input`.
-  Acts stage_planned(const Batch& batch, const StageRun& run, StepContext& ctx) const;
+  // input: the embedding's output (computed, in its module) or `input`;
+  // rewound, the buffers its forward filled.
+  Acts stage_planned(const Batch& batch, const StageRun& run, StepContext& ctx, bool rewound) const;
   // Blocks [span.first, span.end) forward from their first stream, each in
   // its module.
   void blocks_forward(StepContext& ctx, Acts& a, BlockSpan span) const;
@@ -395,8 +405,13 @@ class Transformer final : public Model {
               TensorSplit split = {});
   // The batch's buffers from the arena; without a backward to come the
   // offloaded checkpoints get no host memory (their pointers null: the
-  // forward does not save them).
-  Acts planned(const Batch& batch, StepContext& ctx, bool training) const;
+  // forward does not save them). A pipeline stage's backward (rewound)
+  // gets the buffers its forward left in its arena.
+  struct Planning {
+    bool training = false;
+    bool rewound = false;
+  };
+  Acts planned(const Batch& batch, StepContext& ctx, Planning how) const;
   // The rotary inverse frequency of pair i (of hs/2), scaled, in fp32 as
   // transformers computes it.
   float rope_inv_freq(int i) const;

@@ -55,11 +55,4 @@ ZTRAIN_API std::vector<std::size_t> stages_holding(const ParamSpec& param,
                                                    const std::vector<std::size_t>& bounds,
                                                    std::size_t stages);
 
-// Each stage's parameter elements (a tied parameter counted on every
-// stage holding it): the heaviest stage is the rank whose memory a
-// pipeline's estimate reports.
-ZTRAIN_API std::vector<std::uint64_t> stage_elements(const ParamSpecs& params,
-                                                     const std::vector<std::size_t>& bounds,
-                                                     std::size_t stages);
-
 }  // namespace ztrain::pipeline
