@@ -9,24 +9,29 @@
 # its stage by the formula both Megatron-LM and DeepSpeed's PipelineModule
 # use for the same cut: the stage's blocks (12 C^2 + 13 C each), the
 # embedding on the first stage (V C + P C), the final norm (2 C) and a copy
-# of the tied embedding (V C) on the last. The broadcast bytes between
+# of the tied embedding (V C) on the last; and the worst rank's measured
+# activations (1F1B's first stage holds P micro-batches of its L / P
+# blocks: about one whole model's micro-batch, as Megatron's formula has
+# it, plus the buffers between stages). The broadcast bytes between
 # stages a step: 2 (P - 1) M N C 4 (each micro-batch's activation forward
 # and gradient back across each boundary).
 #
 # Idle time: a model whose stages cost alike (Llama, 8 blocks of 256,
 # vocabulary 512, seq_len 256, the `uniform` partition: the embedding and
-# 4 blocks, 4 blocks and the head) at pipeline 2, 1F1B and GPipe over 4
-# and 8 micro-batches: each stage's share of its schedule spent waiting
-# for a receive (metrics.jsonl's pipeline_idle), the median over the
-# steps after the first, beside (P - 1) / (M + P - 1). Pipeline 4 runs on
-# 4 ranks, which this 2-core machine oversubscribes: its idle shares
-# measure the scheduler, not the pipeline, and are printed as such.
+# 4 blocks, 4 blocks and the head) at pipeline 2 and 4, 1F1B and GPipe
+# over 4 and 8 micro-batches: each stage's share of the step's schedule
+# (the longest stage's span) spent not computing (metrics.jsonl's
+# pipeline_idle), the median over the steps after the first, beside
+# (P - 1) / (M + P - 1). Each rank runs one thread: pipeline 4 needs 4
+# free cores, and where the machine has fewer its figures measure the
+# operating system's scheduler, not the pipeline, and are printed marked.
 #
-# usage: bench/bench_pipeline.sh [BUILD_DIR] [STEPS]
-#   defaults: build, 6
+# usage: bench/bench_pipeline.sh [BUILD_DIR] [STEPS] [PARTS]
+#   defaults: build, 6, "memory idle" (either part alone: memory, idle)
 set -euo pipefail
 build=${1:-build}
 steps=${2:-6}
+parts=${3:-memory idle}
 here=$(cd "$(dirname "$0")/.." && pwd)
 ztrain=$(cd "$build" && pwd)/bin/ztrain
 config=$here/configs/run.toml
@@ -48,13 +53,14 @@ run() {
 }
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
 
+if [[ " $parts " == *" memory "* ]]; then
 L=12 C=768 V=50257 P=256 M=4 N=512
 gpt=(--model gpt2-124m --set model.seq_len=$P --set train.micro_batch_size=2
   --set train.grad_accum=$M --set train.steps=2 --set train.log_every=1 --set train.eval_every=0
   --set train.save_final=false)
 echo "gpt2-124m, seq 256, 2 sequences x $M micro-batches, ddp, fp32: the worst rank's bytes"
-printf "%-9s %-46s %10s %12s %20s %16s\n" pipeline "stages (the run header's cut)" "params MB" \
-  "optimizer MB" "formula, worst stage" "broadcast MB"
+printf "%-9s %-46s %10s %12s %20s %15s %16s\n" pipeline "stages (the run header's cut)" "params MB" \
+  "optimizer MB" "formula, worst stage" "activations MB" "broadcast MB"
 # stage_formula CUT: the worst stage's parameter bytes by the formula, for
 # the run header's cut ("embed-block.5 | block.6-head").
 stage_formula() {
@@ -87,11 +93,14 @@ PY
 )
   formula=$(stage_formula "$cut")
   [ "$stages" = 1 ] && formula=$((formula - V * C * 4))  # one model: the head is the embedding
-  printf "%-9s %-46s %10s %12s %20s %9s (theory %s)\n" "$stages" "$cut" \
+  printf "%-9s %-46s %10s %12s %20s %15s %9s (theory %s)\n" "$stages" "$cut" \
     "$(mb "$(peak "gpt_p$stages" params)")" "$(mb "$(peak "gpt_p$stages" optimizer)")" \
-    "$(mb "$formula")" "$(mb "$sent")" "$(mb $((2 * (stages - 1) * M * N * C * 4)))"
+    "$(mb "$formula")" "$(mb "$(peak "gpt_p$stages" activations)")" "$(mb "$sent")" \
+    "$(mb $((2 * (stages - 1) * M * N * C * 4)))"
 done
+fi
 
+if [[ " $parts " == *" idle "* ]]; then
 echo
 echo "idle share of the schedule per stage (Llama 8 x 256, seq 256, uniform stages), median of steps 2-$steps"
 llama=(--model llama-tiny --set model.n_layer=8 --set model.n_embd=256 --set model.n_head=4
@@ -114,8 +123,9 @@ print(" ".join("%.1f%%" % (100 * statistics.median(s)) for s in per_stage))
 PY
 )
       theory=$(awk -v p="$stages" -v m="$m" 'BEGIN { printf "%.1f%%", 100 * (p - 1) / (m + p - 1) }')
-      note=$([ "$stages" -gt 2 ] && echo " (4 ranks on 2 cores)" || true)
+      note=$([ "$stages" -gt "$(nproc)" ] && echo " ($stages ranks on $(nproc) cores)" || true)
       printf "%-9s %-7s %3s %22s %10s%s\n" "$stages" "$schedule" "$m" "$measured" "$theory" "$note"
     done
   done
 done
+fi
