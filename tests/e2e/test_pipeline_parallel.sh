@@ -45,6 +45,20 @@ same_val_loss g_w1 g_p2_1f1b g_p4
 grep -q "mesh: pipeline 2: the modules cut into 2 stages (parameters: embed-block.0 | block.1-head; 1f1b over 4 micro-batches), pipeline groups 0-1; \[strategy\] on each rank's parts alone (one data rank)" \
   "$scratch/g_p2_1f1b.out" || { cat "$scratch/g_p2_1f1b.out" >&2; fail "the run header does not name the pipeline"; }
 
+# Each step's idle share per stage (of the longest stage's span): one value
+# a stage, each strictly between 0 and 1, since at pipeline 2 the first
+# stage waits for its first gradient and the last for its first input.
+for name in g_p2_gpipe g_p2_1f1b; do
+  idle=$(metrics_fields "$scratch/$name/metrics.jsonl" train pipeline_idle)
+  [ "$(echo "$idle" | wc -l)" = "$steps" ] || fail "$name logged pipeline_idle on $(echo "$idle" | wc -l) of $steps steps"
+  python3 -c '
+import sys
+for line in sys.stdin:
+    shares = [float(v) for v in line.strip().strip("[]").split(",")]
+    assert len(shares) == 2 and all(0 < v < 1 for v in shares), line
+' <<< "$idle" || fail "$name: idle shares per stage not two values in (0, 1): $idle"
+done
+
 # Bytes between stages per step, over all ranks: each micro-batch's
 # activation sent forward and its gradient sent back across each of the
 # P - 1 boundaries (P x V - 1 with V chunks a stage), 2 x 32 tokens x 64

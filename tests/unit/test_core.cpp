@@ -130,7 +130,7 @@ TEST_CASE("the arena accounts what it hands out, within the budget, until reset"
   CHECK(dev->stats().peak[Tier::device][Category::activations] == 64 + 448);
 }
 
-TEST_CASE("a rewound arena hands its allocations back as they were; working ones are shared") {
+TEST_CASE("a rewound arena hands its allocations back as they were, its working ones shared") {
   auto dev = make_cpu_device(1);
   const auto activations = [&] {
     return dev->stats().current[Tier::device][Category::activations];
