@@ -133,7 +133,12 @@ train_run l_w1_bf16 1 4 4 --set train.precision=bf16
 train_run l_p2_bf16 2 4 4 --set train.precision=bf16 --set parallel.pipeline=2
 train_run l_p2_bf16_checkpointing 2 4 4 --set train.precision=bf16 --set parallel.pipeline=2 \
   --set model.activation_checkpointing=true
-for name in l_p2_bf16 l_p2_bf16_checkpointing; do same_training l_w1_bf16 "$name" 2e-4 4e-3; done
+# And Ulysses' saved shards kept in 16 bits on each stage.
+train_run l_s2p2_bf16 4 4 4 --set train.precision=bf16 --set parallel.sequence=2 \
+  --set parallel.pipeline=2
+for name in l_p2_bf16 l_p2_bf16_checkpointing l_s2p2_bf16; do
+  same_training l_w1_bf16 "$name" 2e-4 4e-3
+done
 # fp16 from a loss scale of 2^24: every stage skips the steps whose
 # gradients overflow on any stage (the norm is summed over the stages
 # before the scaler's vote), as world 1 does (its first 4), halves its

@@ -580,8 +580,12 @@ void Transformer::plan(const BatchShape& shape,
       b.kv_stride = w.kv_stride;
       continue;
     }
-    b.ln1 = alloc(NL * C);
-    b.q = a.ulysses() ? shared_qkv : alloc(qkv_floats);
+    // Kept in a 16-bit type, the fp32 working set is rebuilt from the
+    // blocks' copies before each backward (restore_block) or recomputed
+    // (checkpointing): working memory, not kept.
+    const auto set = [&](std::size_t n) { return a.rounds() ? work(n) : alloc(n); };
+    b.ln1 = set(NL * C);
+    b.q = a.ulysses() ? shared_qkv : set(qkv_floats);
     if (cfg_.llama) {  // q (N,A), k (N,KV), v (N,KV)
       b.k = at(b.q, N * A);
       b.v = at(b.k, N * KV);
@@ -592,13 +596,13 @@ void Transformer::plan(const BatchShape& shape,
       b.v = at(b.q, 2 * A);
       b.q_stride = b.kv_stride = 3 * A;
     }
-    b.atty = alloc(N * A);
-    b.res1 = alloc(NL * C);
-    b.ln2 = alloc(NL * C);
-    b.h1 = alloc(N * H);
-    b.h2 = alloc(N * H);
-    b.h3 = cfg_.llama ? alloc(N * H) : nullptr;
-    b.ulysses = a.ulysses() ? alloc(saved) : nullptr;
+    b.atty = set(N * A);
+    b.res1 = set(NL * C);
+    b.ln2 = set(NL * C);
+    b.h1 = set(N * H);
+    b.h2 = set(N * H);
+    b.h3 = cfg_.llama ? set(N * H) : nullptr;
+    b.ulysses = a.ulysses() ? set(saved) : nullptr;
   }
   if (a.ulysses()) a.ulysses_scratch = work(ulysses_shape(a.blocks[0], a).scratch_floats());
   if (a.ring()) a.ring_scratch = work(ring_shape(a.blocks[0], a).scratch_floats());
