@@ -257,7 +257,8 @@ class Transformer final : public Model {
   // Where plan() takes a buffer: the device's memory for what forward
   // leaves for backward, the host's, or the device's for what one call
   // uses only while it runs (the backward's gradients, the head's chunk,
-  // the split attention's scratch; Arena::alloc_working_f32).
+  // the split attention's scratch, the blocks' fp32 working set kept in
+  // 16 bits; Arena::alloc_working_f32).
   enum class Where : std::uint8_t { kept, host, working };
   // alloc(n, where): n floats.
   void plan(const BatchShape& shape, const std::function<float*(std::size_t, Where)>& alloc,
