@@ -1,6 +1,7 @@
 // Pipeline schedules as plans (ztrain/pipeline/schedule.h): the built-in
 // schedules pass the check on every small shape, idle exactly what their
-// formulas say and hold the micro-batches they promise; the check refuses
+// formulas say and hold the micro-batches they promise (and the bytes the
+// executor holds for them, train/pipeline_step.h); the check refuses
 // each way a plan can be wrong, naming the stage and the action; and a plan
 // the built-ins do not write (weight gradients deferred, as a zero-bubble
 // plugin would) runs and idles less than 1F1B.
@@ -9,6 +10,7 @@
 #include <algorithm>
 
 #include "support.h"
+#include "train/pipeline_step.h"
 #include "ztrain/error.h"
 #include "ztrain/pipeline/schedule.h"
 
@@ -90,6 +92,25 @@ TEST_CASE("gpipe holds every micro-batch, 1f1b at most P-s on stage s") {
         CHECK(o.stages[s].peak_in_flight == std::min(P - s, M));
       }
     }
+}
+
+// The bytes a stage holds at its peak, walked by hand: 10 of working
+// memory, 100 a micro-batch keeps from its forward to its backward, 1 a
+// buffer between stages (an input, an output or a gradient).
+TEST_CASE("a stage's activations: the working set, each micro-batch held, the buffers") {
+  const StageBytes bytes{100, 10, 1};
+  // 1F1B, 2 stages, 4 micro-batches. Stage 0 (F0 F1 B0 F2 B1 F3 B2 B3):
+  // two micro-batches and their outputs, and the first gradient received
+  // before B0. Stage 1 (F0 B0 F1 B1 ...): one micro-batch, its input, and
+  // the input gradients it sent, kept to the step's end: 4 by B3.
+  const SchedulePlan f1b = built("1f1b", {2, 4, 1});
+  CHECK(stage_activations(f1b, 0, bytes) == 10 + 2 * 100 + 3);
+  CHECK(stage_activations(f1b, 1, bytes) == 10 + 100 + 5);
+  // GPipe: every micro-batch held; stage 0 its 4 outputs and a gradient,
+  // stage 1 its 4 inputs and the first input gradient.
+  const SchedulePlan gpipe = built("gpipe", {2, 4, 1});
+  CHECK(stage_activations(gpipe, 0, bytes) == 10 + 4 * 100 + 5);
+  CHECK(stage_activations(gpipe, 1, bytes) == 10 + 4 * 100 + 5);
 }
 
 TEST_CASE("interleaving over V chunks cuts the idle time by V") {
