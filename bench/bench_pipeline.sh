@@ -47,11 +47,14 @@ peak() {
     sed -n "s/.*\"device\": {[^}]*\"$2\": \([0-9]*\).*/\1/p"
 }
 # run NAME RANKS ARGS...
+# (by mpirun, or where there is none, as on the GPU check's machine, by
+# ztrain --nproc)
 run() {
-  local name=$1 np=$2
+  local name=$1 np=$2 launch
   shift 2
-  mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$ztrain" "$@" \
-    --set train.out_dir="$out/$name" "$config" > "$out/$name.out" 2>&1 ||
+  launch=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$ztrain")
+  command -v mpirun > /dev/null || launch=("$ztrain" --nproc "$np")
+  "${launch[@]}" "$@" --set train.out_dir="$out/$name" "$config" > "$out/$name.out" 2>&1 ||
     { cat "$out/$name.out" >&2; exit 1; }
 }
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }

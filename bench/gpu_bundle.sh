@@ -31,7 +31,8 @@ done
 cp -a "$build"/lib/libztrain*.so* "$stage/lib/"
 mkdir -p "$stage/lib/ztrain" && cp -a "$build/lib/ztrain/plugins" "$stage/lib/ztrain/"
 cp -a "$src/configs" "$stage/"
-cp "$src/bench/gpu_check.sh" "$src/bench/bench_gpu_train.sh" "$stage/bench/"
+cp "$src/bench/gpu_check.sh" "$src/bench/bench_gpu_train.sh" "$src/bench/bench_pipeline.sh" \
+  "$stage/bench/"
 # Every library the binaries and plugins load, but the C and C++ runtimes
 # (the GPU machine's own, which are at least as new) and CUDA's.
 for f in "$stage"/bin/* "$stage"/lib/*.so "$stage"/lib/ztrain/plugins/*.so; do ldd "$f"; done |

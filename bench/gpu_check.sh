@@ -10,6 +10,10 @@
 #   4. training figures (bench/bench_gpu_train.sh): MFU of gpt2-124m and a
 #      350M shape in bf16, zero3_offload against zero3, and the largest
 #      Llama-shaped model each of zero3 and zero3_offload fits,
+#   5. on the machine's CPU cores, where it has 8 or more, pipeline 2's
+#      and 4's idle time per stage against (P-1)/(M+P-1)
+#      (bench/bench_pipeline.sh's idle part: pipeline 4 needs 4 free cores,
+#      which the 2-core development machines lack),
 # and prints one table at the end.
 #
 # usage: bench/gpu_check.sh [BUILD_DIR] [PEAK_BF16_TFLOPS]
@@ -122,6 +126,21 @@ if [ -x "$src/bench/bench_gpu_train.sh" ]; then
   while IFS= read -r line; do
     case $line in "| "*) rows+=("$line") ;; esac
   done < <("$src/bench/bench_gpu_train.sh" "$build" "$peak" 2>&1)
+fi
+
+# 5. Pipeline idle time on the CPU cores.
+if [ -x "$src/bench/bench_pipeline.sh" ] && [ "$(nproc)" -ge 8 ]; then
+  if "$src/bench/bench_pipeline.sh" "$build" 6 idle > "$scratch/pipeline.log" 2>&1; then
+    while read -r stages schedule m rest; do
+      case $stages in [0-9]*) ;; *) continue ;; esac
+      read -ra f <<< "$rest"  # the shares per stage, the formula, last/first
+      n=${#f[@]}
+      row "pipeline $stages $schedule M=$m idle (cpu)" "${f[*]:0:n-2}" \
+        "formula ${f[n-2]}, last stage's compute / first's ${f[n-1]}"
+    done < "$scratch/pipeline.log"
+  else
+    row "pipeline idle (cpu)" "FAILED" "$(tail -1 "$scratch/pipeline.log" | cut -c1-150)"
+  fi
 fi
 
 echo
