@@ -10,9 +10,9 @@
 // logits) the micro-batches a stage holds share. The chunk holding the
 // head runs its blocks forward and leaves the head to its backward, which
 // computes the loss and its gradient from the logits at once (the fused
-// chunked head of one micro-step). With [model] activation_checkpointing a chunk
-// keeps each block's input only and its backward recomputes each block,
-// as a whole model's does.
+// chunked head of one micro-step). With [model] activation_checkpointing
+// a chunk keeps each block's input only and its backward recomputes each
+// block, as a whole model's does.
 //
 // Modules: 0 is the embedding, 1..L the blocks, L + 1 the head; the
 // streams and the blocks' activations of a chunk are indexed from its
