@@ -12,6 +12,12 @@ spawned=()
 disk_dirs=()
 trap 'for p in "${spawned[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$scratch" "${disk_dirs[@]}"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../support/ports.sh"
+# Every mpirun the script starts, itself or through ztrain's launcher, keeps
+# its session directory under the script's scratch: Open MPI 4 makes the
+# shared default (/tmp/ompi.<host>.<uid>) by checking, then creating, and
+# of two mpiruns of two scripts starting at once under ctest -j the second
+# can fail ("A call to mkdir ... File exists").
+export OMPI_MCA_orte_tmpdir_base="$scratch/ompi"
 
 # disk_dir VAR: sets VAR to a new directory on the build tree's disk (not
 # /tmp, which may be tmpfs: swap files need a real disk), removed on exit.
