@@ -705,6 +705,8 @@ std::optional<int> launch(Cli& c) {
     std::cout << ztrain::shell_line(command) << "\n";
     return 0;
   }
+  std::optional<ztrain::OwnMpiSession> session;
+  if (plan.hosts.empty()) session.emplace();
   return ztrain::run_mpirun(command);
 }
 

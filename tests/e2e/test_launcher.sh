@@ -12,11 +12,37 @@ tiny=(--set train.steps=4 --set model.n_layer=1 --set model.n_embd=32 --set mode
   --set train.micro_batch_size=2 --set train.log_every=1)
 cd "$scratch"
 
-"$ZTRAIN" --nproc 2 "${tiny[@]}" --set train.out_dir=np "$SRC/configs/run.toml" > np.out 2>&1 ||
+# Run with the session directory the launcher makes (lib.sh sets a base of
+# the script's own, which the launcher would keep): nothing left behind.
+mkdir np_tmp
+env -u OMPI_MCA_orte_tmpdir_base TMPDIR="$PWD/np_tmp" "$ZTRAIN" --nproc 2 "${tiny[@]}" \
+  --set train.out_dir=np "$SRC/configs/run.toml" > np.out 2>&1 ||
   { cat np.out >&2; fail "--nproc 2 failed"; }
+[ -z "$(ls -A np_tmp)" ] || fail "--nproc 2 left in TMPDIR: $(ls -A np_tmp)"
 grep -q "batch: 2 x 2 accum x 2 ranks = 8 sequences" np.out || fail "--nproc 2 did not run 2 ranks: $(head -3 np.out)"
 [ "$(grep -c '^step 4/4' np.out)" -eq 1 ] || fail "more than rank 0 printed progress"
 [ -s np/model.safetensors ] || fail "--nproc 2 wrote no weights"
+
+# Open MPI's session directory: a base of the job's own, made before mpirun
+# starts and removed after it ends; a base the user set is kept. A stand-in
+# mpirun, first on PATH, reports what it was given.
+mkdir fakebin own_tmp
+cat > fakebin/mpirun << 'EOF'
+#!/bin/sh
+echo "base=$OMPI_MCA_orte_tmpdir_base" > "$FAKE_MPIRUN_REPORT"
+if [ -d "$OMPI_MCA_orte_tmpdir_base" ]; then echo made >> "$FAKE_MPIRUN_REPORT"; fi
+EOF
+chmod +x fakebin/mpirun
+env -u OMPI_MCA_orte_tmpdir_base TMPDIR="$PWD/own_tmp" FAKE_MPIRUN_REPORT="$PWD/report" \
+  PATH="$PWD/fakebin:$PATH" "$ZTRAIN" --nproc 2 "$SRC/configs/run.toml" > fake.out 2>&1 ||
+  fail "--nproc 2 with the stand-in mpirun: $(cat fake.out)"
+base=$(sed -n 's/^base=//p' report)
+case "$base" in "$PWD/own_tmp/ztrain-mpi."*) ;; *) fail "session base '$base', expected one under TMPDIR" ;; esac
+grep -qx made report || fail "the session base $base did not exist when mpirun started"
+[ ! -e "$base" ] || fail "the session base $base outlived the job"
+OMPI_MCA_orte_tmpdir_base="$PWD/mine" FAKE_MPIRUN_REPORT="$PWD/report" PATH="$PWD/fakebin:$PATH" \
+  "$ZTRAIN" --nproc 2 "$SRC/configs/run.toml" > fake.out 2>&1 || fail "user's base: $(cat fake.out)"
+grep -qx "base=$PWD/mine" report || fail "the user's base was not kept: $(cat report)"
 
 printf 'localhost slots=2\n' > hosts
 ZTRAIN_TEST_TOKEN=hello "$ZTRAIN" --hostfile hosts --env ZTRAIN_TEST_TOKEN "${tiny[@]}" \

@@ -362,6 +362,26 @@ bool children_all_ended(pid_t mpirun) {
 
 }  // namespace
 
+OwnMpiSession::OwnMpiSession() {
+  constexpr const char* kBase = "OMPI_MCA_orte_tmpdir_base";
+  if (std::getenv(kBase)) return;
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  std::string pattern = ((ec ? std::filesystem::path("/tmp") : tmp) / "ztrain-mpi.XXXXXX").string();
+  if (!::mkdtemp(pattern.data()))
+    throw Error("cannot make a directory for Open MPI's session files (" + pattern +
+                "): " + std::strerror(errno) + "; set TMPDIR to a writable directory");
+  dir_ = pattern;
+  ::setenv(kBase, dir_.c_str(), 1);
+}
+
+OwnMpiSession::~OwnMpiSession() {
+  if (dir_.empty()) return;
+  ::unsetenv("OMPI_MCA_orte_tmpdir_base");
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);  // what mpirun left, if it left anything
+}
+
 // mpirun can hang after its ranks have all ended on MPI_Abort (Open MPI
 // 4.1: both ranks zombies, mpirun asleep, seen once in CI): when every
 // child of it has ended for 3 s and it has not, it is ended here.

@@ -67,4 +67,25 @@ std::vector<std::string> read_env_file(const std::string& path);
 // ended it); Error when mpirun cannot start.
 int run_mpirun(const std::vector<std::string>& command);
 
+// A base for Open MPI's session directory of this job alone, for a job on
+// this machine: a new directory under TMPDIR (or /tmp), set as
+// OMPI_MCA_orte_tmpdir_base in this process's environment for mpirun to
+// inherit, and removed with its contents when destroyed. Open MPI 4's
+// default, /tmp/ompi.<host>.<uid>, is shared by every job of the user and
+// made by checking, then creating: of two jobs starting at once, the second
+// can fail before any rank starts ("A call to mkdir was unable to create
+// the desired directory ... File exists"). A base the user set is kept
+// (nothing is made or removed). Not for jobs on other hosts, whose daemons
+// would be left the directory. Error when the directory cannot be made.
+class OwnMpiSession {
+ public:
+  OwnMpiSession();
+  ~OwnMpiSession();
+  OwnMpiSession(const OwnMpiSession&) = delete;
+  OwnMpiSession& operator=(const OwnMpiSession&) = delete;
+
+ private:
+  std::string dir_;  // empty: the user's base is kept
+};
+
 }  // namespace ztrain
