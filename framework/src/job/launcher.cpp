@@ -362,9 +362,11 @@ bool children_all_ended(pid_t mpirun) {
 
 }  // namespace
 
+// Open MPI's parameter for the directory its session directory goes in.
+constexpr const char* kMpiSessionBase = "OMPI_MCA_orte_tmpdir_base";
+
 OwnMpiSession::OwnMpiSession() {
-  constexpr const char* kBase = "OMPI_MCA_orte_tmpdir_base";
-  if (std::getenv(kBase)) return;
+  if (std::getenv(kMpiSessionBase)) return;
   std::error_code ec;
   const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
   std::string pattern = ((ec ? std::filesystem::path("/tmp") : tmp) / "ztrain-mpi.XXXXXX").string();
@@ -372,12 +374,12 @@ OwnMpiSession::OwnMpiSession() {
     throw Error("cannot make a directory for Open MPI's session files (" + pattern +
                 "): " + std::strerror(errno) + "; set TMPDIR to a writable directory");
   dir_ = pattern;
-  ::setenv(kBase, dir_.c_str(), 1);
+  ::setenv(kMpiSessionBase, dir_.c_str(), 1);
 }
 
 OwnMpiSession::~OwnMpiSession() {
   if (dir_.empty()) return;
-  ::unsetenv("OMPI_MCA_orte_tmpdir_base");
+  ::unsetenv(kMpiSessionBase);
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);  // what mpirun left, if it left anything
 }
