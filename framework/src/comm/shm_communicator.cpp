@@ -305,25 +305,34 @@ class ShmCommunicator final : public ThreadedCommunicator {
       std::memcpy(data + at * es, slot(0), n * es);
     });
   }
-  // Chunk k holds elements [k s, (k+1) s) of every block (s = a slot over
-  // the ranks), so each rank reduces its own block's piece in every chunk.
+  // Chunk k holds elements [k s, (k+1) s) of every other block (s = a slot
+  // over the ranks), so each rank reduces its own block's piece in every
+  // chunk, taking its own contribution from send where it is (send and
+  // recv never overlap) and the others' from their slots, in rank order:
+  // every rank's sum is the same sum.
   void reduce_scatter(const char* send, char* recv, const std::vector<std::size_t>& counts,
                       DType type, ReduceOp op) {
     const std::size_t es = dtype_size(type), piece = kSlotBytes / es / counts.size();
     const std::size_t largest = *std::max_element(counts.begin(), counts.end());
     const auto me = static_cast<std::size_t>(rank_);
+    const std::size_t own_from =
+        std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
     in_chunks(largest, piece, [&](std::size_t at, std::size_t) {
       std::size_t from = 0;
       for (std::size_t b = 0; b < counts.size(); from += counts[b], ++b)
-        if (counts[b] > at)
+        if (b != me && counts[b] > at)
           std::memcpy(slot(rank_) + b * piece * es, send + (from + at) * es,
                       std::min(piece, counts[b] - at) * es);
       meet("reduce_scatter_v", largest, type);
       if (counts[me] <= at) return;
       const std::size_t n = std::min(piece, counts[me] - at);
-      std::memcpy(recv + at * es, slot(0) + me * piece * es, n * es);
-      for (int r = 1; r < size_; ++r)
-        reduce_into(recv + at * es, slot(r) + me * piece * es, n, type, op);
+      for (int r = 0; r < size_; ++r) {
+        const char* part = r == rank_ ? send + (own_from + at) * es : slot(r) + me * piece * es;
+        if (r == 0)
+          std::memcpy(recv + at * es, part, n * es);
+        else
+          reduce_into(recv + at * es, part, n, type, op);
+      }
     });
   }
   void all_gather(const char* send, char* recv, const std::vector<std::size_t>& counts,
