@@ -166,13 +166,13 @@ struct ModuleRange {
 // input: the previous chunk's output (stage_floats of it), null where the
 // chunk begins with the model's first module (it reads the batch's
 // tokens). output: where forward writes what the next chunk reads; null on
-// the chunk ending with the last module (its loss comes with its backward,
-// which may compute the last module's forward there). output_grad: the loss's gradient of the
-// output, from the next chunk; null on the last, whose backward starts at
-// the loss. input_grad: where backward writes the gradient of the input;
-// null on the first chunk. evaluate: a forward with no backward to come
-// (evaluation), in which the chunk holding the last module reports the
-// losses.
+// the chunk ending with the last module (its loss comes with its
+// backward, which may compute the last module's forward there).
+// output_grad: the loss's gradient of the output, from the next chunk;
+// null on the last, whose backward starts at the loss. input_grad: where
+// backward writes the gradient of the input; null on the first chunk.
+// evaluate: a forward with no backward to come (evaluation), in which the
+// chunk holding the last module reports the losses.
 struct StageRun {
   ModuleRange modules;
   const float* input = nullptr;

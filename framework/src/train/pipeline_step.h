@@ -3,25 +3,24 @@
 // stage_forward, stage_backward) and the links to the neighbouring stages
 // (job/stage_links.h).
 //
-// A training step runs the stage's actions in the plan's order: a
-// forward leaves its chunk's activations in an arena of that (micro-batch,
-// chunk)'s own, which its backward rewinds and reads (Model::
-// stage_backward) and then frees; the working memory of every action is
-// one arena the held ones share. The chunk's input (received) is kept to
-// its backward too; sends are issued without waiting; receives wait. An
-// output is freed after its micro-batch's backward (the gradient that
-// came back means its send is done), an input's gradient at the step's
-// end (stage_activations counts what a stage holds at once). Every action is an accumulating
-// micro-step of the strategy (each backward its own, modules last to
-// first); then each tied parameter's gradient is summed over the stages
-// holding it (an embedding and the head tied to it: the sum both would
-// have in one model), and one last micro-step of hooks alone, every module
-// of the model backward in reverse with nothing computed, lets the
-// strategy reduce the whole gradients over the data group (ddp, zero1:
-// Strategy::pipeline_refusal). A split backward (backward_input, then
-// backward_weight: a zero-bubble schedule's) runs whole at backward_input
-// and backward_weight has nothing left; the gradients are the same, the
-// split's idle-time saving is not had.
+// A training step runs the stage's actions in the plan's order: a forward
+// leaves its chunk's activations in an arena of that (micro-batch, chunk)'s
+// own, which its backward rewinds and reads (Model::stage_backward) and then
+// frees; the working memory of every action is one arena the held ones share.
+// The chunk's input (received) is kept to its backward too; sends are issued
+// without waiting; receives wait. An output is freed after its micro-batch's
+// backward (the gradient that came back means its send is done), an input's
+// gradient at the step's end (stage_activations counts what a stage holds at
+// once). Every action is an accumulating micro-step of the strategy (each
+// backward its own, modules last to first); then each tied parameter's
+// gradient is summed over the stages holding it (an embedding and the head
+// tied to it: the sum both would have in one model), and one last micro-step
+// of hooks alone, every module of the model backward in reverse with nothing
+// computed, lets the strategy reduce the whole gradients over the data group
+// (ddp, zero1: Strategy::pipeline_refusal). A split backward (backward_input,
+// then backward_weight: a zero-bubble schedule's) runs whole at
+// backward_input and backward_weight has nothing left; the gradients are the
+// same, the split's idle-time saving is not had.
 //
 // Evaluation runs each micro-batch forward through the virtual stages in
 // order, the last reporting the losses; its arena is freed when it ends.
