@@ -290,16 +290,17 @@ AccelerateLaunch machines_of(YamlMapping& top, YamlMapping* ds,
                       "ranks) or from machine 0 through deepspeed_hostfile (pdsh, openmpi, "
                       "mvapich, mpich, impi, slurm)");
   }
-  top.no_effect({{"same_network", "the ranks reach each other at the addresses they are given"},
-                 {"main_training_function", "ztrain's training loop is its own"},
-                 {"enable_cpu_affinity", "ztrain sets each rank's threads itself"},
-                 {"debug", "ztrain's own checks always run"},
-                 {"dynamo_config", "ztrain's kernels are compiled already"},
-                 {"downcast_bf16", "a TPU setting"},
-                 {"tpu_env", "a TPU setting"},
-                 {"tpu_use_cluster", "a TPU setting"},
-                 {"tpu_use_sudo", "a TPU setting"}},
-                warnings);
+  top.no_effect(
+      {{"same_network", "the ranks reach each other at the addresses they are given"},
+       {"main_training_function", "ztrain's training loop is its own"},
+       {"enable_cpu_affinity", "ztrain binds ranks to cores itself ([device] bind_cores)"},
+       {"debug", "ztrain's own checks always run"},
+       {"dynamo_config", "ztrain's kernels are compiled already"},
+       {"downcast_bf16", "a TPU setting"},
+       {"tpu_env", "a TPU setting"},
+       {"tpu_use_cluster", "a TPU setting"},
+       {"tpu_use_sudo", "a TPU setting"}},
+      warnings);
   return l;
 }
 

@@ -124,7 +124,14 @@ OptionList device_options() {
            "where a GPU and the CUDA backend are, else cpu)")
       .one_of({"cpu", "cuda", "auto"});
   o.size("memory_limit", 0, "budget of the device tier; 0 = no budget");
-  o.integer("threads", 0, "kernel threads per rank; 0 = all cores").at_least(0).at_most(1024);
+  o.integer("threads", 0,
+            "kernel threads per rank; 0 = the CPUs it may use, shared by the ranks on its host")
+      .at_least(0)
+      .at_most(1024);
+  o.string("bind_cores", "auto",
+           "ranks sharing a host on cores of their own: auto (when their threads fill the CPUs "
+           "they may use), on (always), off (left to the scheduler)")
+      .one_of({"auto", "on", "off"});
   o.flag("tf32", false, "cuda: fp32 GEMMs may round their inputs to TF32 on tensor cores");
   o.flag("pin_memory", true, "cuda: the host tier in pinned memory (asynchronous copies)");
   o.flag("guard", false,
@@ -236,6 +243,7 @@ DeviceSettings resolve_device(const Options& d) {
   s.tf32 = d.get_bool("tf32");
   s.pin_memory = d.get_bool("pin_memory");
   s.guard = d.get_bool("guard");
+  s.bind_cores = d.get_string("bind_cores");
   if (s.guard && s.kind != "cpu")
     throw ConfigError(d.where("guard") +
                       ": [device] guard checks on the cpu what a GPU would "

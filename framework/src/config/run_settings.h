@@ -81,7 +81,8 @@ struct DeviceSettings {
   int threads = 0;
   bool tf32 = false;
   bool pin_memory = true;
-  bool guard = false;  // cpu: the device tier page-protected between uses
+  bool guard = false;               // cpu: the device tier page-protected between uses
+  std::string bind_cores = "auto";  // auto, on or off (job/core_share.h)
 };
 
 struct CommSettings {

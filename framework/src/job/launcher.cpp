@@ -267,8 +267,9 @@ std::vector<std::string> mpirun_command(const LaunchPlan& plan,
   if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");  // containers and CI run as root
   if (plan.hosts.empty() && plan.nproc > static_cast<int>(std::thread::hardware_concurrency()))
     cmd.push_back("--oversubscribe");
-  // ztrain gives each rank its share of the cores itself (threads = cores /
-  // local ranks); mpirun's default binding would pin them all to one core.
+  // ztrain binds each rank to its share of the cores itself
+  // (job/core_share.h); mpirun's default binding would pin a rank's threads
+  // to one core.
   cmd.insert(cmd.end(), {"--bind-to", "none"});
   // mpirun runs in a process group of its own (run_mpirun), in the
   // background of a terminal: reading it for rank 0 would stop mpirun, and

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "checkpoint/adapter_import.h"
 #include "checkpoint/hf_export.h"
@@ -16,6 +15,8 @@
 #include "config/llamafactory_import.h"
 #include "config/section_options.h"
 #include "core/host_name.h"
+#include "job/core_share.h"
+#include "job/cpu_affinity.h"
 #include "job/guarded_device.h"
 #include "job/job_start.h"
 #include "job/memory_check.h"
@@ -117,17 +118,31 @@ DataInfo open_data(Run& run, const RunParts& parts) {
   return info;
 }
 
+// Ranks sharing a host on cores of their own where job/core_share.h says
+// so (a binding the kernel refuses is a warning: the rank runs unbound).
+// Returns the rank's kernel threads: [device] threads, else the plan's.
+int bind_cores(Run& run) {
+  const DeviceSettings& dev = run.settings.device;
+  const CoreBinding binding = dev.bind_cores == "on"    ? CoreBinding::on
+                              : dev.bind_cores == "off" ? CoreBinding::off
+                                                        : CoreBinding::automatic;
+  const auto rank = static_cast<std::size_t>(run.comm->rank());
+  const CoreShares shares = plan_core_shares(gather_rank_cpus(dev.threads, *run.comm), binding);
+  run.cores = shares.text;
+  const std::vector<int>& own = shares.cpus[rank];
+  if (!own.empty())
+    if (std::string why = bind_process(own); !why.empty())
+      run.config_notes.push_back("warning: rank " + std::to_string(rank) + ": " + why +
+                                 "; its threads run where the scheduler puts them");
+  return dev.threads > 0 ? dev.threads : shares.threads[rank];
+}
+
 // The device, its kernels and, on a GPU, the nccl communicator the
 // strategy's collectives run on (the launcher's carries its id and the
 // trainer's own scalars). One GPU per rank: the rank's place among the
 // ranks on its machine picks it.
-void open_device(Run& run) {
+void open_device(Run& run, int threads) {
   const DeviceSettings& dev = run.settings.device;
-  // Unless set, the ranks on one machine share its cores.
-  const int threads =
-      dev.threads > 0
-          ? dev.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_rank_count());
   if (dev.guard) {
     if (run.comm->size() != 1)
       throw ConfigError("[device] guard = true runs one rank; this run has " +
@@ -217,7 +232,7 @@ void assemble_run(Run& run, const RunConfig& config, const PluginLoader& loader)
   run.whole_params = parts.whole_params;
   run.pipeline_plan = parts.pipeline_plan;
 
-  open_device(run);
+  open_device(run, bind_cores(run));
   const bool cuda = run.settings.device.kind == "cuda";
   const std::vector<RankPlace> places = gather_places(cuda, *run.comm);
   if (run.comm->size() > 1 || cuda || std::getenv("CUDA_VISIBLE_DEVICES"))

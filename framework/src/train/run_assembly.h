@@ -105,6 +105,7 @@ struct Run {
   ResolvedConfig resolved;                // every key, defaults included
   std::vector<std::string> config_notes;  // RunConfig::notes(), printed after the header
   std::string placement;  // each rank's host and GPU (job/placement.h); empty: one cpu rank
+  std::string cores;      // how ranks sharing a host split its cores (job/core_share.h)
 
   std::optional<Resumed> resumed;  // continuing a checkpoint
   // A test's injected failure, around strategy and comm

@@ -40,6 +40,7 @@ std::string run_header(const RunHeader& h) {
   if (h.entropy_rate) os << " | source entropy " << *h.entropy_rate << " nats/token";
   if (!h.mesh.empty()) os << "\nmesh: " << h.mesh;
   if (!h.placement.empty()) os << "\nplacement: " << h.placement;
+  if (!h.cores.empty()) os << "\ncores: " << h.cores;
   os << "\nprecision: " << precision_label(h.precision) << " working weights";
   if (h.precision != DType::f32) os << ", fp32 master weights";
   os << ", gradients accumulated and reduced in " << precision_label(h.grad_dtype);

@@ -32,6 +32,7 @@ struct RunHeader {
   std::string mesh;          // the mesh's dimensions above 1 and how they split; empty: data only
   std::string comm_backend;  // how the ranks talk (mpi, gloo), said when ranks > 1
   std::string placement;     // where the ranks run (job/placement.h); empty: not said
+  std::string cores;         // how ranks sharing a host split its cores; empty: not said
   std::optional<double> entropy_rate;
   DType precision = DType::f32, grad_dtype = DType::f32, activation_dtype = DType::f32;
   double loss_scale = 1;            // static scale (fp16), 0: dynamic

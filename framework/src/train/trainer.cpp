@@ -287,6 +287,7 @@ RunHeader header_of(const Run& run, const ModelInfo& info, const DataInfo& dinfo
   h.mesh = mesh_text(run);
   h.comm_backend = run.strategy_comm().backend();
   h.placement = run.placement;
+  h.cores = run.cores;
   h.seq_len = info.seq_len;
   h.entropy_rate = dinfo.entropy_rate;
   h.precision = tr.precision;
