@@ -1513,6 +1513,66 @@ TEST_CASE("adamw on AVX-512 gives the AVX2 loop's bits on every element, tail in
   }
 }
 
+TEST_CASE("the exp loops on AVX-512 give the AVX2 loops' bits, sums and tails included") {
+  namespace vec = ztrain::vec;
+  if (!vec::have_avx512() || !vec::have_avx2_fma()) {
+    MESSAGE("skipped: this processor lacks AVX-512 F/BW/VL or AVX2");
+    return;
+  }
+  CHECK((vec::exp_loops().gelu_forward == &vec::gelu_forward_avx512));
+  const auto same_bits = [](const Vec& a, const Vec& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i])) return i;
+    return a.size();
+  };
+  const auto bits = [](float x) { return std::bit_cast<std::uint32_t>(x); };
+  // Lengths around the 16- and 8-lane boundaries, a row of attention and a
+  // vocabulary; inputs wide enough to reach exp's clamps (|x| > 87).
+  for (std::size_t n :
+       {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{15}, std::size_t{16},
+        std::size_t{24}, std::size_t{31}, std::size_t{256}, std::size_t{4099}}) {
+    INFO("n " << n);
+    const Vec x = randn(n, 301, 4.0f), b = randn(n, 302), d = randn(n, 303);
+    Vec wide = randn(n, 304, 60.0f);
+    Vec y512(n), y256(n);
+    for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+      vec::gelu_forward_avx512(y512.data(), x.data(), bias, n);
+      vec::gelu_forward_avx2(y256.data(), x.data(), bias, n);
+      CHECK(same_bits(y512, y256) == n);
+      Vec db512 = d, db256 = d;
+      vec::gelu_backward_avx512(y512.data(), db512.data(), x.data(), bias, d.data(), n);
+      vec::gelu_backward_avx2(y256.data(), db256.data(), x.data(), bias, d.data(), n);
+      CHECK(same_bits(y512, y256) == n);
+      CHECK(same_bits(db512, db256) == n);
+    }
+    vec::swiglu_forward_avx512(y512.data(), wide.data(), x.data(), n);
+    vec::swiglu_forward_avx2(y256.data(), wide.data(), x.data(), n);
+    CHECK(same_bits(y512, y256) == n);
+    Vec dg512 = b, dg256 = b, du512 = d, du256 = d;
+    vec::swiglu_backward_avx512(dg512.data(), du512.data(), d.data(), wide.data(), x.data(), n);
+    vec::swiglu_backward_avx2(dg256.data(), du256.data(), d.data(), wide.data(), x.data(), n);
+    CHECK(same_bits(dg512, dg256) == n);
+    CHECK(same_bits(du512, du256) == n);
+
+    Vec e512 = wide, e256 = wide;
+    CHECK(bits(vec::exp_shifted_sum_avx512(e512.data(), n, 3.0f)) ==
+          bits(vec::exp_shifted_sum_avx2(e256.data(), n, 3.0f)));
+    CHECK(same_bits(e512, e256) == n);
+    // A row of n scores in a row of n + 5, the rest zeroed.
+    Vec r512 = randn(n + 5, 305, 30.0f), r256 = r512;
+    CHECK(bits(vec::softmax_row_avx512(r512.data(), n, n + 5)) ==
+          bits(vec::softmax_row_avx2(r256.data(), n, n + 5)));
+    CHECK(same_bits(r512, r256) == n + 5);
+    Vec p512 = randn(n + 5, 306, 3.0f), p256 = p512, q512 = randn(n + 5, 307), q256 = q512;
+    vec::softmax_backward_row_avx512(p512.data(), q512.data(), n, n + 5, 2.5f, 0.3f, 0.125f);
+    vec::softmax_backward_row_avx2(p256.data(), q256.data(), n, n + 5, 2.5f, 0.3f, 0.125f);
+    CHECK(same_bits(p512, p256) == n + 5);
+    CHECK(same_bits(q512, q256) == n + 5);
+    CHECK(p512[n] == 0.0f);
+  }
+}
+
 TEST_CASE("16-bit sum_squares: the double sum of the widened values, thread-count independent") {
   const auto ref = ztrain::make_reference_cpu_kernels();
   const Vec x0 = randn(200003, 211, 3.0f);

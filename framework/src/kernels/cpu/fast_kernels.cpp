@@ -93,7 +93,7 @@ constexpr std::size_t kDinpTileRows = 256;
 // computes): the AVX2 loops where the processor has them, the same in scalar
 // code where it does not.
 float softmax_row(float* x, std::size_t n, std::size_t len) {
-  if (vec::have_avx2_fma()) return vec::softmax_row_avx2(x, n, len);
+  if (vec::have_avx2_fma()) return vec::exp_loops().softmax_row(x, n, len);
   const float maxv = *std::max_element(x, x + n);
   float sum = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -114,7 +114,8 @@ float row_dot(const float* a, const float* b, std::size_t n) {
 
 void softmax_backward_row(float* p, float* dp, std::size_t n, std::size_t len, float lse, float d,
                           float scale) {
-  if (vec::have_avx2_fma()) return vec::softmax_backward_row_avx2(p, dp, n, len, lse, d, scale);
+  if (vec::have_avx2_fma())
+    return vec::exp_loops().softmax_backward_row(p, dp, n, len, lse, d, scale);
   for (std::size_t j = 0; j < n; ++j) {
     p[j] = std::exp(p[j] - lse);
     dp[j] = p[j] * (dp[j] - d) * scale;
@@ -506,7 +507,8 @@ void FastKernels::gelu_forward(float* out, const float* pre, ConstTypedPtr bias,
   oneapi::tbb::parallel_for(oneapi::tbb::blocked_range<std::size_t>(0, s.N, grain),
                             [&](const oneapi::tbb::blocked_range<std::size_t>& r) {
                               for (std::size_t n = r.begin(); n < r.end(); ++n)
-                                vec::gelu_forward_avx2(out + n * H, pre + n * H, bf.get(), H);
+                                vec::exp_loops().gelu_forward(out + n * H, pre + n * H, bf.get(),
+                                                              H);
                             });
 }
 
@@ -517,8 +519,8 @@ void FastKernels::gelu_backward(float* dpre, TypedPtr dbias, const float* pre, C
   const std::size_t H = s.C;
   const RowWeights bf(bias, H);
   const std::vector<float> partial = blocked_rows(s.N, dbias ? H : 0, [&](std::size_t n, float* p) {
-    vec::gelu_backward_avx2(dpre + n * H, dbias ? p : nullptr, pre + n * H, bf.get(), dout + n * H,
-                            H);
+    vec::exp_loops().gelu_backward(dpre + n * H, dbias ? p : nullptr, pre + n * H, bf.get(),
+                                   dout + n * H, H);
   });
   add_partials(dbias, partial, 0, H, H);
 }
@@ -527,7 +529,7 @@ void FastKernels::swiglu_forward(float* out, const float* gate, const float* up,
                                  std::size_t n) const {
   if (!vec::have_avx2_fma()) return ReferenceKernels::swiglu_forward(out, gate, up, n);
   parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
-    vec::swiglu_forward_avx2(out + a, gate + a, up + a, b - a);
+    vec::exp_loops().swiglu_forward(out + a, gate + a, up + a, b - a);
   });
 }
 
@@ -536,7 +538,7 @@ void FastKernels::swiglu_backward(float* dgate, float* dup, const float* dout, c
   if (!vec::have_avx2_fma())
     return ReferenceKernels::swiglu_backward(dgate, dup, dout, gate, up, n);
   parallel_chunks(n, kElementGrain, [&](std::size_t a, std::size_t b) {
-    vec::swiglu_backward_avx2(dgate + a, dup + a, dout + a, gate + a, up + a, b - a);
+    vec::exp_loops().swiglu_backward(dgate + a, dup + a, dout + a, gate + a, up + a, b - a);
   });
 }
 
@@ -592,7 +594,7 @@ void FastKernels::softmax_crossentropy_forward(float* losses, float* logits,
       return;
     }
     const float target_logit = x[targets[n]];
-    losses[n] = vec::softmax_row_avx2(x, V, V) - target_logit;
+    losses[n] = vec::exp_loops().softmax_row(x, V, V) - target_logit;
   });
 }
 
@@ -605,7 +607,7 @@ void FastKernels::crossentropy_slice_sums(float* sums, float* logits, const floa
   oneapi::tbb::parallel_for(std::size_t{0}, s.N, [&](std::size_t n) {
     float* x = logits + n * s.V;
     sums[s.N + n] = s.holds(targets[n]) ? x[static_cast<std::size_t>(targets[n]) - s.first] : 0.0f;
-    sums[n] = vec::exp_shifted_sum_avx2(x, s.V, row_max[n]);
+    sums[n] = vec::exp_loops().exp_shifted_sum(x, s.V, row_max[n]);
   });
 }
 

@@ -12,9 +12,6 @@
 namespace ztrain::vec {
 namespace {
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCubic = 0.044715f;
-
 #define ZTRAIN_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 // 8 lanes of a typed operand, to and from fp32 registers.
@@ -145,6 +142,17 @@ float sigmoid_scalar(float z) {
 }
 
 }  // namespace
+
+const ExpLoops& exp_loops() {
+  static const ExpLoops avx2{gelu_forward_avx2,        gelu_backward_avx2,   swiglu_forward_avx2,
+                             swiglu_backward_avx2,     exp_shifted_sum_avx2, softmax_row_avx2,
+                             softmax_backward_row_avx2};
+  static const ExpLoops avx512{gelu_forward_avx512,        gelu_backward_avx512,
+                               swiglu_forward_avx512,      swiglu_backward_avx512,
+                               exp_shifted_sum_avx512,     softmax_row_avx512,
+                               softmax_backward_row_avx512};
+  return have_avx512() ? avx512 : avx2;
+}
 
 bool have_avx2_fma() {
   // F16C from CPUID leaf 1 (ECX bit 29): not every compiler's
