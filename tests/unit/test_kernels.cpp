@@ -1519,7 +1519,8 @@ TEST_CASE("the exp loops on AVX-512 give the AVX2 loops' bits, sums and tails in
     MESSAGE("skipped: this processor lacks AVX-512 F/BW/VL or AVX2");
     return;
   }
-  CHECK((vec::exp_loops().gelu_forward == &vec::gelu_forward_avx512));
+  CHECK(&vec::exp_loops() == &vec::exp_loops_avx512());
+  const vec::ExpLoops &v512 = vec::exp_loops_avx512(), &v256 = vec::exp_loops_avx2();
   const auto same_bits = [](const Vec& a, const Vec& b) {
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i)
@@ -1537,37 +1538,37 @@ TEST_CASE("the exp loops on AVX-512 give the AVX2 loops' bits, sums and tails in
     const Vec wide = randn(n, 304, 60.0f);
     Vec y512(n), y256(n);
     for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
-      vec::gelu_forward_avx512(y512.data(), x.data(), bias, n);
-      vec::gelu_forward_avx2(y256.data(), x.data(), bias, n);
+      v512.gelu_forward(y512.data(), x.data(), bias, n);
+      v256.gelu_forward(y256.data(), x.data(), bias, n);
       CHECK(same_bits(y512, y256) == n);
       Vec db512 = d, db256 = d;
-      vec::gelu_backward_avx512(y512.data(), db512.data(), x.data(), bias, d.data(), n);
-      vec::gelu_backward_avx2(y256.data(), db256.data(), x.data(), bias, d.data(), n);
+      v512.gelu_backward(y512.data(), db512.data(), x.data(), bias, d.data(), n);
+      v256.gelu_backward(y256.data(), db256.data(), x.data(), bias, d.data(), n);
       CHECK(same_bits(y512, y256) == n);
       CHECK(same_bits(db512, db256) == n);
     }
-    vec::swiglu_forward_avx512(y512.data(), wide.data(), x.data(), n);
-    vec::swiglu_forward_avx2(y256.data(), wide.data(), x.data(), n);
+    v512.swiglu_forward(y512.data(), wide.data(), x.data(), n);
+    v256.swiglu_forward(y256.data(), wide.data(), x.data(), n);
     CHECK(same_bits(y512, y256) == n);
     Vec dg512 = b, dg256 = b, du512 = d, du256 = d;
-    vec::swiglu_backward_avx512(dg512.data(), du512.data(), d.data(), wide.data(), x.data(), n);
-    vec::swiglu_backward_avx2(dg256.data(), du256.data(), d.data(), wide.data(), x.data(), n);
+    v512.swiglu_backward(dg512.data(), du512.data(), d.data(), wide.data(), x.data(), n);
+    v256.swiglu_backward(dg256.data(), du256.data(), d.data(), wide.data(), x.data(), n);
     CHECK(same_bits(dg512, dg256) == n);
     CHECK(same_bits(du512, du256) == n);
 
     // Sums of many terms of one size, where their order shows in the bits.
     Vec e512 = randn(n, 308, 2.0f), e256 = e512;
-    CHECK(bits(vec::exp_shifted_sum_avx512(e512.data(), n, 3.0f)) ==
-          bits(vec::exp_shifted_sum_avx2(e256.data(), n, 3.0f)));
+    CHECK(bits(v512.exp_shifted_sum(e512.data(), n, 3.0f)) ==
+          bits(v256.exp_shifted_sum(e256.data(), n, 3.0f)));
     CHECK(same_bits(e512, e256) == n);
     // A row of n scores in a row of n + 5, the rest zeroed.
     Vec r512 = randn(n + 5, 305, 2.0f), r256 = r512;
-    CHECK(bits(vec::softmax_row_avx512(r512.data(), n, n + 5)) ==
-          bits(vec::softmax_row_avx2(r256.data(), n, n + 5)));
+    CHECK(bits(v512.softmax_row(r512.data(), n, n + 5)) ==
+          bits(v256.softmax_row(r256.data(), n, n + 5)));
     CHECK(same_bits(r512, r256) == n + 5);
     Vec p512 = randn(n + 5, 306, 3.0f), p256 = p512, q512 = randn(n + 5, 307), q256 = q512;
-    vec::softmax_backward_row_avx512(p512.data(), q512.data(), n, n + 5, 2.5f, 0.3f, 0.125f);
-    vec::softmax_backward_row_avx2(p256.data(), q256.data(), n, n + 5, 2.5f, 0.3f, 0.125f);
+    v512.softmax_backward_row(p512.data(), q512.data(), n, n + 5, 2.5f, 0.3f, 0.125f);
+    v256.softmax_backward_row(p256.data(), q256.data(), n, n + 5, 2.5f, 0.3f, 0.125f);
     CHECK(same_bits(p512, p256) == n + 5);
     CHECK(same_bits(q512, q256) == n + 5);
     CHECK(p512[n] == 0.0f);

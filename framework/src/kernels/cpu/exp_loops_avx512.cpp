@@ -92,8 +92,6 @@ ZTRAIN_AVX512 inline float lane_sum(__m256 acc) {
   return sum;
 }
 
-}  // namespace
-
 ZTRAIN_AVX512 void gelu_forward_avx512(float* out, const float* inp, const float* bias,
                                        std::size_t n) {
   const std::size_t i = in_blocks(n, [&](std::size_t at, __mmask16 k) ZTRAIN_AVX512 {
@@ -197,6 +195,16 @@ ZTRAIN_AVX512 void softmax_backward_row_avx512(float* p, float* dp, std::size_t 
   if (i < n) softmax_backward_row_avx2(p + i, dp + i, n - i, n - i, lse, d, scale);
   std::fill(p + n, p + len, 0.0f);
   std::fill(dp + n, dp + len, 0.0f);
+}
+
+}  // namespace
+
+const ExpLoops& exp_loops_avx512() {
+  static const ExpLoops loops{gelu_forward_avx512,        gelu_backward_avx512,
+                              swiglu_forward_avx512,      swiglu_backward_avx512,
+                              exp_shifted_sum_avx512,     softmax_row_avx512,
+                              softmax_backward_row_avx512};
+  return loops;
 }
 
 }  // namespace ztrain::vec

@@ -143,15 +143,15 @@ float sigmoid_scalar(float z) {
 
 }  // namespace
 
+const ExpLoops& exp_loops_avx2() {
+  static const ExpLoops loops{gelu_forward_avx2,        gelu_backward_avx2,   swiglu_forward_avx2,
+                              swiglu_backward_avx2,     exp_shifted_sum_avx2, softmax_row_avx2,
+                              softmax_backward_row_avx2};
+  return loops;
+}
+
 const ExpLoops& exp_loops() {
-  static const ExpLoops avx2{gelu_forward_avx2,        gelu_backward_avx2,   swiglu_forward_avx2,
-                             swiglu_backward_avx2,     exp_shifted_sum_avx2, softmax_row_avx2,
-                             softmax_backward_row_avx2};
-  static const ExpLoops avx512{gelu_forward_avx512,        gelu_backward_avx512,
-                               swiglu_forward_avx512,      swiglu_backward_avx512,
-                               exp_shifted_sum_avx512,     softmax_row_avx512,
-                               softmax_backward_row_avx512};
-  return have_avx512() ? avx512 : avx2;
+  return have_avx512() ? exp_loops_avx512() : exp_loops_avx2();
 }
 
 bool have_avx2_fma() {

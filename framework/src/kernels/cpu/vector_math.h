@@ -53,23 +53,7 @@ float softmax_row_avx2(float* x, std::size_t n, std::size_t len);
 void softmax_backward_row_avx2(float* p, float* dp, std::size_t n, std::size_t len, float lse,
                                float d, float scale);
 
-// The same loops on 16 lanes (exp_loops_avx512.cpp), for processors with
-// AVX-512 F, BW and VL (have_avx512): the AVX2 loops' bits, element for
-// element and sum for sum.
-void gelu_forward_avx512(float* out, const float* inp, const float* bias, std::size_t n);
-void gelu_backward_avx512(float* dinp, float* dbias, const float* inp, const float* bias,
-                          const float* dout, std::size_t n);
-void swiglu_forward_avx512(float* out, const float* gate, const float* up, std::size_t n);
-void swiglu_backward_avx512(float* dgate, float* dup, const float* dout, const float* gate,
-                            const float* up, std::size_t n);
-float exp_shifted_sum_avx512(float* x, std::size_t n, float shift);
-float softmax_row_avx512(float* x, std::size_t n, std::size_t len);
-void softmax_backward_row_avx512(float* p, float* dp, std::size_t n, std::size_t len, float lse,
-                                 float d, float scale);
-
-// The exp-bound loops the fast kernels call: the AVX-512 ones where
-// have_avx512(), else the AVX2 ones (callers check have_avx2_fma()
-// first).
+// The exp-bound loops above as a table of functions.
 struct ExpLoops {
   void (*gelu_forward)(float*, const float*, const float*, std::size_t);
   void (*gelu_backward)(float*, float*, const float*, const float*, const float*, std::size_t);
@@ -79,6 +63,14 @@ struct ExpLoops {
   float (*softmax_row)(float*, std::size_t, std::size_t);
   void (*softmax_backward_row)(float*, float*, std::size_t, std::size_t, float, float, float);
 };
+// The AVX2 loops above.
+const ExpLoops& exp_loops_avx2();
+// The same loops on 16 lanes (exp_loops_avx512.cpp), for processors with
+// AVX-512 F, BW and VL (have_avx512): the AVX2 loops' bits, element for
+// element and sum for sum.
+const ExpLoops& exp_loops_avx512();
+// What the fast kernels call: the AVX-512 loops where have_avx512(), else
+// the AVX2 ones (callers check have_avx2_fma() first).
 const ExpLoops& exp_loops();
 
 // The dot product of a and b, both (n): 8 partial sums in lanes, added in
