@@ -35,9 +35,41 @@ int even_threads(const std::vector<CpuSlot>& allowed, std::size_t ranks) {
   return std::max(1, static_cast<int>(allowed.size() / ranks));
 }
 
-// One host's ranks (their numbers, in rank order, two or more): each
-// rank's CPUs into s.cpus where they are bound, its threads into
-// s.threads; returns what was decided, for the header.
+// Why a host's ranks that may use the same CPUs stay unbound; "" when
+// they are bound. `threads`: each rank's kernel threads.
+std::string why_unbound(const std::vector<std::size_t>& mine, const std::vector<int>& threads,
+                        std::size_t cpus, std::size_t cores, CoreBinding binding) {
+  if (binding == CoreBinding::off) return "[device] bind_cores = \"off\"";
+  if (cores < mine.size()) return plural(cores, "core");
+  std::size_t used = 0;
+  for (std::size_t r : mine) used += static_cast<std::size_t>(threads[r]);
+  // Threads the plan gives fill the CPUs but for a remainder of fewer
+  // than one per rank: they count as filling.
+  if (binding == CoreBinding::automatic && used + mine.size() <= cpus)
+    return "their " + plural(used, "kernel thread") + " leave " + std::to_string(cpus - used) +
+           " of " + plural(cpus, "CPU") + " to other jobs; [device] bind_cores = \"on\" binds them";
+  return "";
+}
+
+// Each of a host's ranks bound to an even share of its cores, in order:
+// their CPUs and threads into s; returns the shares' text.
+std::string bind_evenly(const std::vector<std::vector<int>>& cores,
+                        const std::vector<std::size_t>& mine, CoreShares& s) {
+  const std::size_t per = cores.size() / mine.size();
+  std::string text =
+      " bound to " + std::to_string(per) + " of " + plural(cores.size(), "core") + " each (CPUs ";
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    std::vector<int>& own = s.cpus[mine[i]];
+    for (std::size_t c = i * per; c < (i + 1) * per; ++c)
+      own.insert(own.end(), cores[c].begin(), cores[c].end());
+    s.threads[mine[i]] = static_cast<int>(own.size());
+    text += (i ? " | " : "") + cpu_list_text(own);
+  }
+  return text + ")";
+}
+
+// One host's ranks (their numbers, in rank order, two or more): their
+// CPUs and threads into s; returns what was decided, for the header.
 std::string share_host(const std::vector<RankCpus>& ranks, const std::vector<std::size_t>& mine,
                        CoreBinding binding, CoreShares& s) {
   const std::string who = "host " + ranks[mine[0]].host + ": " + plural(mine.size(), "rank");
@@ -48,31 +80,14 @@ std::string share_host(const std::vector<RankCpus>& ranks, const std::vector<std
         s.threads[q] = std::max(1, static_cast<int>(ranks[q].allowed.size()));
       return who + " not bound (their launcher gave them different CPUs; kept)";
     }
-  for (std::size_t r : mine) s.threads[r] = even_threads(allowed, mine.size());
-  if (binding == CoreBinding::off) return who + " not bound ([device] bind_cores = \"off\")";
-  const std::vector<std::vector<int>> cores = physical_cores(allowed);
-  if (cores.size() < mine.size()) return who + " not bound (" + plural(cores.size(), "core") + ")";
-  std::size_t threads = 0;
-  for (std::size_t r : mine)
-    threads += static_cast<std::size_t>(ranks[r].threads > 0 ? ranks[r].threads : s.threads[r]);
-  // Threads the plan gives fill the CPUs but for a remainder of fewer
-  // than one per rank: they count as filling.
-  const bool fills = threads + mine.size() > allowed.size();
-  if (binding == CoreBinding::automatic && !fills)
-    return who + " not bound (their " + plural(threads, "kernel thread") + " leave " +
-           std::to_string(allowed.size() - threads) + " of " + plural(allowed.size(), "CPU") +
-           " to other jobs; [device] bind_cores = \"on\" binds them)";
-  const std::size_t per = cores.size() / mine.size();
-  std::string text = who + " bound to " + std::to_string(per) + " of " +
-                     plural(cores.size(), "core") + " each (CPUs ";
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    std::vector<int>& own = s.cpus[mine[i]];
-    for (std::size_t c = i * per; c < (i + 1) * per; ++c)
-      own.insert(own.end(), cores[c].begin(), cores[c].end());
-    s.threads[mine[i]] = static_cast<int>(own.size());
-    text += (i ? " | " : "") + cpu_list_text(own);
+  std::vector<int> threads(ranks.size());
+  for (std::size_t r : mine) {
+    s.threads[r] = even_threads(allowed, mine.size());
+    threads[r] = ranks[r].threads > 0 ? ranks[r].threads : s.threads[r];
   }
-  return text + ")";
+  const std::vector<std::vector<int>> cores = physical_cores(allowed);
+  const std::string why = why_unbound(mine, threads, allowed.size(), cores.size(), binding);
+  return why.empty() ? who + bind_evenly(cores, mine, s) : who + " not bound (" + why + ")";
 }
 
 }  // namespace
