@@ -92,16 +92,16 @@ std::string share_host(const std::vector<RankCpus>& ranks, const std::vector<std
 
 }  // namespace
 
+// One exchange: each rank's "HOST\nTHREADS CPU:PACKAGE:CORE ...".
 std::vector<RankCpus> gather_rank_cpus(int threads, Communicator& comm) {
   std::ostringstream mine;
-  mine << threads;
+  mine << host_name() << '\n' << threads;
   for (const CpuSlot& s : allowed_cpus()) mine << ' ' << s.cpu << ':' << s.package << ':' << s.core;
   std::vector<RankCpus> ranks;
-  const std::vector<std::string> hosts = every_rank_text(host_name(), comm);
-  const std::vector<std::string> texts = every_rank_text(mine.str(), comm);
-  for (std::size_t r = 0; r < texts.size(); ++r) {
-    RankCpus rank{hosts[r], 0, {}};
-    std::istringstream in(texts[r]);
+  for (const std::string& text : every_rank_text(mine.str(), comm)) {
+    const std::size_t cut = text.find('\n');
+    RankCpus rank{text.substr(0, cut), 0, {}};
+    std::istringstream in(text.substr(cut + 1));
     in >> rank.threads;
     CpuSlot s;
     char colon = 0;
