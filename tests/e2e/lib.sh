@@ -16,7 +16,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../support/ports.sh"
 # its session directory under the script's scratch: Open MPI 4 makes the
 # shared default (/tmp/ompi.<host>.<uid>) by checking, then creating, and
 # of two mpiruns of two scripts starting at once under ctest -j the second
-# can fail ("A call to mkdir ... File exists").
+# can fail ("A call to mkdir ... File exists"). (test_multihost's hosts
+# each keep theirs under a TMPDIR of their own in the same scratch.)
 export OMPI_MCA_orte_tmpdir_base="$scratch/ompi"
 
 # disk_dir VAR: sets VAR to a new directory on the build tree's disk (not

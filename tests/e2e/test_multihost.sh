@@ -100,6 +100,7 @@ case "\$host" in
   *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
 esac
 echo "\$ns" >> "$scratch/agent.log"
+echo "\$*" >> "$scratch/agent.cmd"
 # Each host its own /tmp, as real hosts have: the hosts here share one
 # hostname and one /tmp, where the orteds raced to create the same Open MPI
 # session directory (mkdir: File exists) now and then.
@@ -107,21 +108,33 @@ mkdir -p "$scratch/tmp.\$ns"
 exec ip netns exec "\$ns" env TMPDIR="$scratch/tmp.\$ns" /bin/sh -c "\$*"
 AGENT
 chmod +x "$agent"
+# across_hosts CMD...: CMD with mpirun's settings for the namespace hosts.
+# - No orte_tmpdir_base (lib.sh's): mpirun passes it on to every orted's
+#   command line, which would put the hosts back in one session tree, the
+#   race their own TMPDIRs avoid (it failed CI once so); mpirun keeps its
+#   session under a TMPDIR of the script's own instead.
+# - rtc_hwloc_vmhole=none: Open MPI 4.1's orted otherwise maps a shared copy
+#   of the hwloc topology at an address it guesses from its own memory map;
+#   inside `ip netns exec` that write now and then crashed orted (SIGSEGV in
+#   hwloc_shmem_topology_write; twice in about twenty runs, once in CI).
+#   Ranks then read the topology themselves, which is all the shared copy
+#   saves.
+across_hosts() {
+  mkdir -p "$scratch/tmp.mpirun"
+  env -u OMPI_MCA_orte_tmpdir_base TMPDIR="$scratch/tmp.mpirun" OMPI_MCA_rtc_hwloc_vmhole=none \
+    OMPI_MCA_plm_rsh_agent="$agent" OMPI_MCA_oob_tcp_if_include="$net.0/24" \
+    OMPI_MCA_btl_tcp_if_include="$net.0/24" OMPI_MCA_btl=self,tcp "$@"
+}
 printf '%s slots=1\n' "$(addr 0)" "$(addr 1)" "$(addr 2)" > "$scratch/hostfile"
-# rtc_hwloc_vmhole=none: Open MPI 4.1's orted otherwise maps a shared copy of
-# the hwloc topology at an address it guesses from its own memory map; inside
-# `ip netns exec` that write now and then crashed orted (SIGSEGV in
-# hwloc_shmem_topology_write; twice in about twenty runs, once in CI). Ranks
-# then read the topology themselves, which is all the shared copy saves.
-OMPI_MCA_rtc_hwloc_vmhole=none \
-  OMPI_MCA_plm_rsh_agent="$agent" OMPI_MCA_oob_tcp_if_include="$net.0/24" \
-  OMPI_MCA_btl_tcp_if_include="$net.0/24" OMPI_MCA_btl=self,tcp \
-  timeout 120 "$ZTRAIN" --hostfile "$scratch/hostfile" "${base[@]}" --set train.out_dir="$scratch/mpi" \
+across_hosts timeout 120 "$ZTRAIN" --hostfile "$scratch/hostfile" "${base[@]}" --set train.out_dir="$scratch/mpi" \
   "$SRC/configs/run.toml" > "$scratch/mpi.out" 2>&1 || fail "mpi across hosts failed: $(cat "$scratch/mpi.out")"
 grep -q "x 3 ranks" "$scratch/mpi.out" || fail "mpi: not 3 ranks: $(head -3 "$scratch/mpi.out")"
 for h in "${hosts[@]}"; do
   grep -qx "$h" "$scratch/agent.log" || fail "mpi: host $h was never entered: $(cat "$scratch/agent.log")"
 done
+if grep -q orte_tmpdir_base "$scratch/agent.cmd"; then
+  fail "mpi: the orteds were given one session base: $(grep -o 'orte_tmpdir_base [^ ]*' "$scratch/agent.cmd" | head -1)"
+fi
 curve mpi "$steps"
 same_training one mpi 1e-6 2e-6
 
@@ -129,10 +142,7 @@ same_training one mpi 1e-6 2e-6
 # slot 0 of host 1, two ranks, each given the GPU of its slot.
 printf '%s slots=2\n' "$(addr 0)" "$(addr 1)" > "$scratch/gpu_hostfile"
 : > "$scratch/agent.log"
-OMPI_MCA_rtc_hwloc_vmhole=none \
-  OMPI_MCA_plm_rsh_agent="$agent" OMPI_MCA_oob_tcp_if_include="$net.0/24" \
-  OMPI_MCA_btl_tcp_if_include="$net.0/24" OMPI_MCA_btl=self,tcp \
-  timeout 120 "$ZTRAIN" --hostfile "$scratch/gpu_hostfile" --include "$(addr 0):1@$(addr 1):0" \
+across_hosts timeout 120 "$ZTRAIN" --hostfile "$scratch/gpu_hostfile" --include "$(addr 0):1@$(addr 1):0" \
   "${base[@]}" --set train.global_batch_size=4 --set train.out_dir="$scratch/slots" \
   "$SRC/configs/run.toml" > "$scratch/slots.out" 2>&1 ||
   fail "--include across hosts failed: $(cat "$scratch/slots.out")"
