@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/block_gemm.h"
 #include "kernels/cpu/reference_kernels.h"
 #include "kernels/cpu/vector_math.h"
 #include "ztrain/device.h"
@@ -1573,6 +1574,75 @@ TEST_CASE("the exp loops on AVX-512 give the AVX2 loops' bits, sums and tails in
     CHECK(same_bits(q512, q256) == n + 5);
     CHECK(p512[n] == 0.0f);
   }
+}
+
+// Attention's block products, on every shape of operand the attention
+// kernels give them (A as stored and transposed, B's rows strided, C
+// written or added to), sizes around the kernel's 8-row and 16- and 32-
+// column edges. The AVX-512 kernel gives the plain reference's bits (the
+// same chain of fused multiply-adds per element) and leaves C's other
+// columns alone; OpenBLAS, in its own order, stays within the rounding
+// any order of the sum allows, (k + 2) u (|alpha| sum |a||b| + |c|).
+TEST_CASE("block products: the AVX-512 kernel gives the reference's bits, OpenBLAS its bound") {
+  namespace vec = ztrain::vec;
+  CHECK(
+      (vec::block_gemm() == (vec::have_avx512() ? vec::block_gemm_avx512 : vec::block_gemm_blas)));
+  const auto bits = [](float x) { return std::bit_cast<std::uint32_t>(x); };
+  constexpr double kUnit = 0x1p-24;
+  for (std::size_t m : {1, 7, 8, 9, 23, 64})
+    for (std::size_t n : {1, 15, 16, 17, 32, 33, 70})
+      for (std::size_t k : {1, 5, 64, 130})
+        for (const bool a_turned : {false, true})
+          for (const bool accumulate : {false, true}) {
+            INFO("m " << m << " n " << n << " k " << k << (a_turned ? " A^T" : "")
+                      << (accumulate ? " added" : ""));
+            const std::size_t lda = (a_turned ? m : k) + 3, ldb = n + 5, ldc = n + 7;
+            const Vec a = randn((a_turned ? k : m) * lda, 311), b = randn(k * ldb, 312);
+            const Vec c0 = randn(m * ldc, 313);
+            const float alpha = accumulate ? 0.125f : 1.0f;
+            const vec::MatrixView av =
+                a_turned ? vec::MatrixView{a.data(), 1, lda} : vec::MatrixView{a.data(), lda, 1};
+            Vec ref = c0, blas = c0;
+            vec::BlockGemm g{m, n, k, av, {b.data(), ldb, 1}, ref.data(), ldc, alpha, accumulate};
+            vec::block_gemm_reference(g);
+            g.c = blas.data();
+            vec::block_gemm_blas(g);
+            std::size_t off = 0;
+            for (std::size_t i = 0; i < m; ++i)
+              for (std::size_t j = 0; j < ldc; ++j) {
+                const std::size_t at = i * ldc + j;
+                if (j >= n) {  // past the product's columns: untouched
+                  off += ref[at] != c0[at] || blas[at] != c0[at];
+                  continue;
+                }
+                double mag = accumulate ? std::abs(c0[at]) : 0.0;
+                for (std::size_t p = 0; p < k; ++p)
+                  mag += alpha * std::abs(a[a_turned ? p * lda + i : i * lda + p] * b[p * ldb + j]);
+                off += std::abs(double{blas[at]} - ref[at]) > 2 * (k + 2) * kUnit * mag;
+              }
+            CHECK(off == 0);
+            if (!vec::have_avx512()) continue;
+            Vec fast = c0;
+            g.c = fast.data();
+            vec::block_gemm_avx512(g);
+            std::size_t differ = 0;
+            for (std::size_t i = 0; i < fast.size(); ++i) differ += bits(fast[i]) != bits(ref[i]);
+            CHECK(differ == 0);
+          }
+}
+
+TEST_CASE("transpose turns a strided block whole") {
+  for (std::size_t rows : {1, 15, 16, 17, 40})
+    for (std::size_t cols : {1, 16, 33}) {
+      const std::size_t ld = cols + 4;
+      const Vec src = randn(rows * ld, 321);
+      Vec dst(rows * cols, -1.0f);
+      ztrain::vec::transpose(dst.data(), src.data(), rows, cols, ld);
+      std::size_t wrong = 0;
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) wrong += dst[c * rows + r] != src[r * ld + c];
+      CHECK(wrong == 0);
+    }
 }
 
 TEST_CASE("16-bit sum_squares: the double sum of the widened values, thread-count independent") {

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/adamw_runs.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/block_gemm.h"
 #include "kernels/cpu/reference_kernels.h"
 #include "kernels/cpu/vector_math.h"
 
@@ -36,7 +37,7 @@ constexpr std::size_t kQueryBlock = 64;
 // Per-thread scratch that grows to the largest request and is then reused:
 // no allocation in the steady state.
 std::vector<float>& scratch(int slot, std::size_t n) {
-  thread_local std::vector<float> buffers[3];
+  thread_local std::vector<float> buffers[4];
   auto& b = buffers[slot];
   if (b.size() < n) b.resize(n);
   return b;
@@ -635,30 +636,47 @@ std::size_t keys_seen(const AttentionBlock& s, std::size_t i) {
 // Per (batch, head, block of the block's queries [i0, i1)): S = scale *
 // Q K[k0:k1]^T as a GEMM over the n keys the queries meet, softmax row by
 // row over the keys each sees (keeping its log-sum-exp), then O = P
-// V[k0:k1]. Heads run in parallel with single-threaded BLAS.
+// V[k0:k1]. Heads run in parallel, each product one block_gemm (K^T, the
+// head's keys turned once, so that its rows are contiguous).
 void FastKernels::attention_block_forward(float* out, float* lse, AttentionInputs in,
                                           AttentionBlock s) const {
   const std::size_t NH = s.NH, hs = s.hs, C = s.C();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const vec::BlockGemmFn gemm = vec::block_gemm();
   SingleThreadedBlas single;
   oneapi::tbb::parallel_for(std::size_t{0}, s.B * NH, [&](std::size_t bh) {
     const std::size_t b = bh / NH, h = bh % NH, kvh = h / s.group();
     const float* qh = in.q + (b * s.T + s.first) * s.q_stride + h * hs;
-    const float* kh = in.k + b * s.Tkv * s.kv_stride + kvh * hs;
     const float* vh = in.v + b * s.Tkv * s.kv_stride + kvh * hs;
     float* oh = out + (b * s.T + s.first) * C + h * hs;
     float* lh = lse + bh * s.T + s.first;
     float* sc = scratch(0, kQueryBlock * s.keys).data();
+    float* kt = scratch(1, hs * s.keys).data();  // (hs, keys)
+    vec::transpose(kt, in.k + b * s.Tkv * s.kv_stride + kvh * hs, s.keys, hs, s.kv_stride);
     for (std::size_t i0 = 0; i0 < s.rows; i0 += kQueryBlock) {
       const std::size_t i1 = std::min(s.rows, i0 + kQueryBlock), rows = i1 - i0;
       const std::size_t k0 = s.first_key(b, i0), n = keys_met(s, i1) - k0;
-      blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, scale, qh + i0 * s.q_stride,
-                  s.q_stride, kh + k0 * s.kv_stride, s.kv_stride, 0.0f, sc, n);
+      gemm({rows,
+            n,
+            hs,
+            {qh + i0 * s.q_stride, s.q_stride, 1},
+            {kt + k0, s.keys, 1},
+            sc,
+            n,
+            scale,
+            false});
       for (std::size_t r = 0; r < rows; ++r)
         lh[i0 + r] =
             softmax_span(sc + r * n, s.first_key(b, i0 + r) - k0, keys_seen(s, i0 + r) - k0, n);
-      blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, n, 1.0f, sc, n, vh + k0 * s.kv_stride,
-                  s.kv_stride, 0.0f, oh + i0 * C, C);
+      gemm({rows,
+            hs,
+            n,
+            {sc, n, 1},
+            {vh + k0 * s.kv_stride, s.kv_stride, 1},
+            oh + i0 * C,
+            C,
+            1.0f,
+            false});
     }
   });
 }
@@ -666,19 +684,25 @@ void FastKernels::attention_block_forward(float* out, float* lse, AttentionInput
 // Per (batch, key/value head), its query heads in order (they share dk,
 // dv), per block of the block's queries [i0, i1) against the n keys they
 // meet, [k0, k0 + n): P = exp(scale Q K^T - lse); dV += P^T dO; dP = dO V^T;
-// dS = P (dP - rowsum(dO * O)) * scale; dQ += dS K; dK += dS^T Q.
+// dS = P (dP - rowsum(dO * O)) * scale; dQ += dS K; dK += dS^T Q. K^T and
+// V^T are the head's keys and values turned once.
 void FastKernels::attention_block_backward(AttentionGrads d, const float* dout, const float* out,
                                            AttentionInputs in, const float* lse,
                                            AttentionBlock s) const {
   const std::size_t NH = s.NH, NKV = s.NKV, hs = s.hs, C = s.C();
   const std::size_t group = s.group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const vec::BlockGemmFn gemm = vec::block_gemm();
   SingleThreadedBlas single;
   oneapi::tbb::parallel_for(std::size_t{0}, s.B * NKV, [&](std::size_t bk) {
     const std::size_t b = bk / NKV, kvh = bk % NKV;
     const std::size_t kv_off = b * s.Tkv * s.kv_stride + kvh * hs;
     float* p = scratch(0, kQueryBlock * s.keys).data();
     float* ds = scratch(1, kQueryBlock * s.keys).data();
+    float* kt = scratch(2, hs * s.keys).data();  // (hs, keys)
+    float* vt = scratch(3, hs * s.keys).data();
+    vec::transpose(kt, in.k + kv_off, s.keys, hs, s.kv_stride);
+    vec::transpose(vt, in.v + kv_off, s.keys, hs, s.kv_stride);
     for (std::size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
       const std::size_t bh = b * NH + h;
       const std::size_t q_off = (b * s.T + s.first) * s.q_stride + h * hs;
@@ -691,21 +715,24 @@ void FastKernels::attention_block_backward(AttentionGrads d, const float* dout, 
         const float* qb = in.q + q_off + i0 * s.q_stride;
         const float* dob = dout + o_off + i0 * C;
         const float* ob = out + o_off + i0 * C;
-        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, scale, qb, s.q_stride,
-                    in.k + kv, s.kv_stride, 0.0f, p, n);
-        blas::sgemm(blas::Op::none, blas::Op::transpose, rows, n, hs, 1.0f, dob, C, in.v + kv,
-                    s.kv_stride, 0.0f, ds, n);
+        gemm({rows, n, hs, {qb, s.q_stride, 1}, {kt + k0, s.keys, 1}, p, n, scale, false});
+        gemm({rows, n, hs, {dob, C, 1}, {vt + k0, s.keys, 1}, ds, n, 1.0f, false});
         for (std::size_t r = 0; r < rows; ++r) {
           const float rowsum = row_dot(dob + r * C, ob + r * C, hs);
           softmax_backward_span(p + r * n, ds + r * n, s.first_key(b, i0 + r) - k0,
                                 keys_seen(s, i0 + r) - k0, n, lh[i0 + r], rowsum, scale);
         }
-        blas::sgemm(blas::Op::transpose, blas::Op::none, n, hs, rows, 1.0f, p, n, dob, C, 1.0f,
-                    d.dv + kv, s.kv_stride);
-        blas::sgemm(blas::Op::none, blas::Op::none, rows, hs, n, 1.0f, ds, n, in.k + kv,
-                    s.kv_stride, 1.0f, d.dq + q_off + i0 * s.q_stride, s.q_stride);
-        blas::sgemm(blas::Op::transpose, blas::Op::none, n, hs, rows, 1.0f, ds, n, qb, s.q_stride,
-                    1.0f, d.dk + kv, s.kv_stride);
+        gemm({n, hs, rows, {p, 1, n}, {dob, C, 1}, d.dv + kv, s.kv_stride, 1.0f, true});
+        gemm({rows,
+              hs,
+              n,
+              {ds, n, 1},
+              {in.k + kv, s.kv_stride, 1},
+              d.dq + q_off + i0 * s.q_stride,
+              s.q_stride,
+              1.0f,
+              true});
+        gemm({n, hs, rows, {ds, 1, n}, {qb, s.q_stride, 1}, d.dk + kv, s.kv_stride, 1.0f, true});
       }
     }
   });
