@@ -656,27 +656,13 @@ void FastKernels::attention_block_forward(float* out, float* lse, AttentionInput
     for (std::size_t i0 = 0; i0 < s.rows; i0 += kQueryBlock) {
       const std::size_t i1 = std::min(s.rows, i0 + kQueryBlock), rows = i1 - i0;
       const std::size_t k0 = s.first_key(b, i0), n = keys_met(s, i1) - k0;
-      gemm({rows,
-            n,
-            hs,
-            {qh + i0 * s.q_stride, s.q_stride, 1},
-            {kt + k0, s.keys, 1},
-            sc,
-            n,
-            scale,
-            false});
+      const vec::MatrixView q_rows{qh + i0 * s.q_stride, s.q_stride, 1};
+      const vec::MatrixView v_rows{vh + k0 * s.kv_stride, s.kv_stride, 1};
+      gemm({rows, n, hs, q_rows, {kt + k0, s.keys, 1}, sc, n, scale, false});
       for (std::size_t r = 0; r < rows; ++r)
         lh[i0 + r] =
             softmax_span(sc + r * n, s.first_key(b, i0 + r) - k0, keys_seen(s, i0 + r) - k0, n);
-      gemm({rows,
-            hs,
-            n,
-            {sc, n, 1},
-            {vh + k0 * s.kv_stride, s.kv_stride, 1},
-            oh + i0 * C,
-            C,
-            1.0f,
-            false});
+      gemm({rows, hs, n, {sc, n, 1}, v_rows, oh + i0 * C, C, 1.0f, false});
     }
   });
 }
@@ -723,15 +709,8 @@ void FastKernels::attention_block_backward(AttentionGrads d, const float* dout, 
                                 keys_seen(s, i0 + r) - k0, n, lh[i0 + r], rowsum, scale);
         }
         gemm({n, hs, rows, {p, 1, n}, {dob, C, 1}, d.dv + kv, s.kv_stride, 1.0f, true});
-        gemm({rows,
-              hs,
-              n,
-              {ds, n, 1},
-              {in.k + kv, s.kv_stride, 1},
-              d.dq + q_off + i0 * s.q_stride,
-              s.q_stride,
-              1.0f,
-              true});
+        float* dqb = d.dq + q_off + i0 * s.q_stride;
+        gemm({rows, hs, n, {ds, n, 1}, {in.k + kv, s.kv_stride, 1}, dqb, s.q_stride, 1.0f, true});
         gemm({n, hs, rows, {ds, 1, n}, {qb, s.q_stride, 1}, d.dk + kv, s.kv_stride, 1.0f, true});
       }
     }
