@@ -14,23 +14,14 @@
 // loop's 0.572 ns/element; bench/RESULTS.md), where the update is bound by
 // memory bandwidth. It is the path for processors with more bandwidth per
 // core, where the AVX2 loop's instruction count could become the limit.
-// GCC 12 warns "may be used uninitialized" inside its own AVX-512 headers,
-// whose intrinsics start from _mm512_undefined_*() (GCC bug 105593, fixed
-// in 13); the warning is silenced for those headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cstdint>
 
 #include "kernels/cpu/adamw_dispatch.h"
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace ztrain::vec {
 namespace {
-
-#define ZTRAIN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 // 16 lanes of a typed operand under mask k (masked-off lanes read as 0 and
 // are not written).

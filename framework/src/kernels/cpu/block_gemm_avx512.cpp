@@ -3,26 +3,15 @@
 // row p (two vectors, masked past the panel's columns) and broadcasting
 // A's column p one row at a time. Nothing is packed: the operands are read
 // where they lie (attention's blocks fit the L2 cache).
-//
-// GCC 12 warns "(may be) used uninitialized" inside its own AVX-512
-// headers (GCC bug 105593, as adamw_avx512.cpp says); silenced for those
-// headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <array>
 #include <utility>
 
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/block_gemm.h"
 
 namespace ztrain::vec {
 namespace {
-
-#define ZTRAIN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 constexpr std::size_t kRows = 8;
 constexpr std::size_t kCols = 32;

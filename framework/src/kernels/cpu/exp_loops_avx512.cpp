@@ -14,24 +14,14 @@
 // instruction. On the 2-core AMD EPYC (Zen 4) VM, GELU's forward took 0.19
 // ns an element against 0.41 for the AVX2 loop (bench/RESULTS.md has the
 // step's figures).
-// GCC 12 warns "(may be) used uninitialized" inside its own AVX-512
-// headers, whose intrinsics start from _mm512_undefined_*() (GCC bug
-// 105593, as adamw_avx512.cpp says); silenced for those headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace ztrain::vec {
 namespace {
-
-#define ZTRAIN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 // exp8 of vector_math.cpp on 16 lanes.
 ZTRAIN_AVX512 inline __m512 exp16(__m512 x) {
