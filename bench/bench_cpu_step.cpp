@@ -36,6 +36,7 @@
 #include "config/hf_model_import.h"
 #include "fma_peak.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/block_gemm.h"
 #include "loader/plugin_loader.h"
 #include "stopwatch.h"
 #include "timed_kernels.h"
@@ -444,6 +445,7 @@ int main(int argc, char** argv) {
     auto device = make_cpu_device(threads);  // sets the BLAS and TBB thread counts
     std::printf("GEMMs: %s\n", blas::report().line().c_str());
     if (const std::string w = blas::report().warning(); !w.empty()) std::printf("%s\n", w.c_str());
+    std::printf("attention's block products: %s\n", vec::block_gemm_name());
     if (precision) {
       compare_precision({"gpt2-124m", kGpt2_124m, "", 4, 0}, threads, steps, rounds);
       return 0;

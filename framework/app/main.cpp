@@ -33,6 +33,7 @@
 #include "job/local_ranks.h"
 #include "job/out_dir_lock.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/block_gemm.h"
 #include "loader/plugin_loader.h"
 #include "shard/aio_fault.h"
 #include "train/trainer.h"
@@ -176,12 +177,13 @@ std::vector<std::string> comma_list(const std::string& text) {
 // The plugins found, then the files of the search directories that were
 // not taken and why: a plugin built for another ztrain must not just be
 // missing from the list. With -v, first the GEMM library and kernels the
-// cpu device would run.
+// cpu device would run, and what runs attention's block products.
 int list_plugins(const ztrain::PluginLoader& loader, bool verbose) {
   if (verbose) {
     const ztrain::blas::Report& gemms = ztrain::blas::report();
     std::cout << "GEMMs: " << gemms.line() << "\n";
     if (const std::string w = gemms.warning(); !w.empty()) std::cout << w << "\n";
+    std::cout << "attention's block products: " << ztrain::vec::block_gemm_name() << "\n";
   }
   const auto scan = loader.load_all();
   if (scan.plugins.empty()) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Which GEMM kernels run, as a user sees it (test_blas checks that the
 # family is the one this CPU's flags call for):
-# - `ztrain plugins -v` names the OpenBLAS kernel family, chosen by ztrain;
+# - `ztrain plugins -v` names the OpenBLAS kernel family, chosen by ztrain,
+#   and what runs attention's block products (ztrain's kernel on AVX-512);
 # - OPENBLAS_CORETYPE set by the user is respected, named, and warned about
 #   when it is below the CPU, in `plugins -v` and at a run's start (whose
 #   header names the family after the device);
@@ -25,6 +26,18 @@ expected=$(sed -n "s/^GEMMs: OpenBLAS [0-9.]*, \([A-Za-z]*\) kernels (.*), chose
 if grep -q "^warning: the GEMMs" "$scratch/plugins.out"; then fail "a warning at the CPU's own kernels"; fi
 echo "chosen: $(grep -m1 '^GEMMs:' "$scratch/plugins.out")"
 
+# Attention's block products: ztrain's kernel exactly where the CPU has
+# AVX-512 F, BW and VL (the kernel's instructions), whatever BLAS runs.
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+if [[ " $flags " == *" avx512f "* && " $flags " == *" avx512bw "* && " $flags " == *" avx512vl "* ]]; then
+  attention="ztrain's AVX-512 kernel"
+else
+  attention="OpenBLAS (no AVX-512 here)"
+fi
+grep -qxF "attention's block products: $attention" "$scratch/plugins.out" ||
+  fail "plugins -v does not say attention's products run on $attention"
+echo "attention: $attention"
+
 # Prescott (SSE3) is below every CPU with AVX.
 OPENBLAS_CORETYPE=Prescott "$ZTRAIN" plugins -v > "$scratch/set.out" 2>&1 || fail "plugins -v failed"
 grep -q "^GEMMs: OpenBLAS [0-9.]*, Prescott kernels (SSE), set by OPENBLAS_CORETYPE=Prescott" \
@@ -47,6 +60,8 @@ env -u OPENBLAS_CORETYPE "$ZTRAIN" --nproc 2 -v "${small[@]}" --set train.out_di
 chosen=$(grep -c "^\[ztrain\] GEMMs: OpenBLAS [0-9.]*, $expected kernels (.*), chosen by ztrain" \
   "$scratch/two.out" || true)
 [ "$chosen" -ge 2 ] || fail "$chosen of the 2 ranks say ztrain chose their kernels"
+said=$(grep -cxF "[ztrain] attention's block products: $attention" "$scratch/two.out" || true)
+[ "$said" -ge 2 ] || fail "$said of the 2 ranks name what runs attention's products"
 if grep -q "set by OPENBLAS_CORETYPE" "$scratch/two.out"; then
   fail "a rank took ztrain's choice for the user's"
 fi

@@ -15,6 +15,7 @@
 #include "job/job_start.h"
 #include "job/run_outputs.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/block_gemm.h"
 #include "train/failure_points.h"
 #include "train/generation.h"
 #include "train/run_report.h"
@@ -730,7 +731,10 @@ TrainResult train_run(const TrainArgs& args) {
   // Held until the run and everything it writes are done.
   std::unique_ptr<OutDirLock> out_dir_lock = lock_out_dir(resolve_out_dir(job.config), *job.comm);
   const PluginLoader loader = command_line_loader(args.plugin_paths, args.verbose);
-  if (args.verbose) std::fprintf(stderr, "[ztrain] GEMMs: %s\n", blas::report().line().c_str());
+  if (args.verbose) {
+    std::fprintf(stderr, "[ztrain] GEMMs: %s\n", blas::report().line().c_str());
+    std::fprintf(stderr, "[ztrain] attention's block products: %s\n", vec::block_gemm_name());
+  }
   const std::string strategy = job.config.plugin("strategy", "ddp");
   Run run =
       with_memory_hint(strategy, [&] { return assemble(std::move(job.comm), job.config, loader); });

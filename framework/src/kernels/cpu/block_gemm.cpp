@@ -32,6 +32,10 @@ BlockGemmFn block_gemm() {
   return have_avx512() ? block_gemm_avx512 : block_gemm_blas;
 }
 
+const char* block_gemm_name() {
+  return have_avx512() ? "ztrain's AVX-512 kernel" : "OpenBLAS (no AVX-512 here)";
+}
+
 // In tiles of 16 x 16, so that both the rows read and the rows written
 // stay in the L1 cache while a tile is turned.
 void transpose(float* dst, const float* src, std::size_t rows, std::size_t cols, std::size_t ld) {

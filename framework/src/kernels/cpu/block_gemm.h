@@ -26,6 +26,8 @@
 
 #include <cstddef>
 
+#include "kit/kit_export.h"
+
 namespace ztrain::vec {
 
 // A matrix in memory: element (i, j) at p[i * row + j * col].
@@ -58,6 +60,9 @@ using BlockGemmFn = void (*)(const BlockGemm&);
 // What the fast attention calls: the AVX-512 kernel where have_avx512(),
 // else OpenBLAS.
 BlockGemmFn block_gemm();
+// What block_gemm() runs, for the start-up report (`-v`, `ztrain plugins
+// -v`): "ztrain's AVX-512 kernel" or "OpenBLAS (no AVX-512 here)".
+ZTRAIN_KIT const char* block_gemm_name();
 
 // dst (cols x rows), rows of `rows` floats, = the transpose of src (rows x
 // cols), rows of ld floats (a head's keys or values, turned so that each
