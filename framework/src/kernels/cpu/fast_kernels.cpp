@@ -30,8 +30,9 @@ class SingleThreadedBlas {
 };
 
 // Query rows per block: a block of queries needs keys [0, block end), so the
-// causal half of the score matrix is never computed, and scratch stays
-// (kQueryBlock x T) per thread.
+// causal half of the score matrix is never computed, and a thread's scratch
+// stays (kQueryBlock x T) scores with the head's keys and values turned,
+// (hs x T) each.
 constexpr std::size_t kQueryBlock = 64;
 
 // Per-thread scratch that grows to the largest request and is then reused:
