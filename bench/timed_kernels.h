@@ -153,10 +153,13 @@ class TimedKernels final : public Kernels {
     return f32(2 * elements(s));
   }
 
-  // Attention's GEMMs as the cpu kernels run them: per (batch, query
-  // head), each block of 64 queries against the keys up to the block's end,
-  // hs deep; two products forward (scores, output), five backward (scores
-  // again, dP, dV, dQ, dK). The masked half is not counted: it is not run.
+  // Attention's GEMMs as the cpu kernels run them on OpenBLAS: per (batch,
+  // query head), each block of 64 queries against the keys up to the
+  // block's end, hs deep; two products forward (scores, output), five
+  // backward (scores again, dP, dV, dQ, dK). The masked half is not
+  // counted: it is not run. On AVX-512 the kernel of block_gemm.h also
+  // skips the tiles of each block past its queries' last keys (14 % of
+  // this at T = 256), so it can pass the roofline counted from this.
   template <auto M, class... A>
   static double executed(Op<M>, const A&...) {
     return 0;

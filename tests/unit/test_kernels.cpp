@@ -1631,6 +1631,59 @@ TEST_CASE("block products: the AVX-512 kernel gives the reference's bits, OpenBL
           }
 }
 
+// Attention's causal blocks, as the AVX-512 kernel skips them: a block of m
+// query rows whose row r sees keys up to r + last. Scores past that are
+// not wanted; probabilities (and their gradients) are zero there, and
+// their transposes before it. Where the band holds, the kernel's wanted
+// elements are the reference's bits (it skips only exact zeros).
+TEST_CASE("block products in a causal band: only zeros and unwanted scores are skipped") {
+  namespace vec = ztrain::vec;
+  if (!vec::have_avx512()) {
+    MESSAGE("skipped: this processor lacks AVX-512 F/BW/VL");
+    return;
+  }
+  constexpr std::size_t none = vec::CausalBand::kNone;
+  const auto bits = [](float x) { return std::bit_cast<std::uint32_t>(x); };
+  for (std::size_t m : {1, 7, 8, 13, 64})
+    for (std::size_t last : {0, 5, 64})
+      for (std::size_t hs : {5, 64}) {
+        INFO("rows " << m << " last " << last << " hs " << hs);
+        const std::size_t n = m + last;  // the keys the block meets
+        const auto seen = [&](std::size_t r, std::size_t j) { return j <= r + last; };
+        const auto all = [](std::size_t, std::size_t) { return true; };
+        std::size_t differ = 0;
+        const auto compare = [&](vec::BlockGemm g, const Vec& c0, auto wanted) {
+          Vec ref = c0, fast = c0;
+          g.c = ref.data();
+          vec::block_gemm_reference(g);
+          g.c = fast.data();
+          vec::block_gemm_avx512(g);
+          for (std::size_t i = 0; i < g.m; ++i)
+            for (std::size_t j = 0; j < g.n; ++j)
+              if (wanted(i, j)) differ += bits(fast[i * g.ldc + j]) != bits(ref[i * g.ldc + j]);
+        };
+        // P (m x n), zero past each row's last key.
+        Vec p = randn(m * n, 333);
+        for (std::size_t r = 0; r < m; ++r)
+          for (std::size_t j = 0; j < n; ++j)
+            if (!seen(r, j)) p[r * n + j] = 0.0f;
+        const Vec q = randn(m * hs, 331), kt = randn(hs * n, 332), v = randn(n * hs, 334),
+                  dout = randn(m * hs, 335);
+        const vec::MatrixView qv{q.data(), hs, 1}, ktv{kt.data(), n, 1}, pv{p.data(), n, 1},
+            ptv{p.data(), 1, n}, vv{v.data(), hs, 1}, dov{dout.data(), hs, 1};
+        // S = Q K^T (m x n): wanted where the row sees the key.
+        compare({m, n, hs, qv, ktv, nullptr, n, 0.125f, false, {none, none, last}}, Vec(m * n),
+                seen);
+        // O = P V (m x hs), and dQ += dS K's form.
+        compare({m, hs, n, pv, vv, nullptr, hs, 1.0f, true, {last, none, none}}, randn(m * hs, 336),
+                all);
+        // dV += P^T dO (n x hs): P^T's row j is zero before query j - last.
+        compare({n, hs, m, ptv, dov, nullptr, hs, 1.0f, true, {none, last, none}},
+                randn(n * hs, 337), all);
+        CHECK(differ == 0);
+      }
+}
+
 TEST_CASE("transpose turns a strided block whole") {
   for (std::size_t rows : {1, 15, 16, 17, 40})
     for (std::size_t cols : {1, 16, 33}) {

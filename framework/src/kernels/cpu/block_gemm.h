@@ -36,6 +36,19 @@ struct MatrixView {
   std::size_t row, col;
 };
 
+// Where a block of causal attention is zero or unwanted, which the AVX-512
+// kernel skips a tile at a time (kNone: nowhere). A's row i is zero past
+// column i + a_last (a query's probabilities past its last key) or before
+// column i - a_first (a key's, turned: the queries before the first that
+// sees it); C's element (i, j) is not wanted past column i + c_last (scores
+// past a query's last key, which its softmax overwrites), and is left
+// unspecified there. OpenBLAS and the reference compute everything: where A
+// is zero as promised, every path gives the same C where it is wanted.
+struct CausalBand {
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::size_t a_last = kNone, a_first = kNone, c_last = kNone;
+};
+
 // C (m x n), rows of ldc, = alpha A B, plus C when accumulate. B's rows are
 // contiguous (b.col == 1); A may be stored either way (a.col == 1, or
 // a.row == 1 for an operand used transposed).
@@ -47,9 +60,10 @@ struct BlockGemm {
   std::size_t ldc;
   float alpha;
   bool accumulate;
+  CausalBand band = {};
 };
 
-// The plain loops, the order above.
+// The plain loops, the order above, every element (the band ignored).
 void block_gemm_reference(const BlockGemm& g);
 // The AVX-512 kernel (have_avx512()): the reference's bits.
 void block_gemm_avx512(const BlockGemm& g);

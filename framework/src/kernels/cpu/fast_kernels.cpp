@@ -634,6 +634,19 @@ std::size_t keys_seen(const AttentionBlock& s, std::size_t i) {
   return s.causal ? i + 1 : s.keys;
 }
 
+// A causal block of queries [i0, i1) against keys [k0, k0 + n): query row
+// r's last key is r + last, last = i0 - k0. Its scores past that are not
+// wanted, its probabilities and their gradients are zero there, and so are
+// their transposes' before it: the three bands of its products.
+struct CausalBands {
+  vec::CausalBand scores, probs, turned;
+};
+CausalBands causal_bands(const AttentionBlock& s, std::size_t last) {
+  if (!s.causal) return {};
+  constexpr std::size_t none = vec::CausalBand::kNone;
+  return {{none, none, last}, {last, none, none}, {none, last, none}};
+}
+
 // Per (batch, head, block of the block's queries [i0, i1)): S = scale *
 // Q K[k0:k1]^T as a GEMM over the n keys the queries meet, softmax row by
 // row over the keys each sees (keeping its log-sum-exp), then O = P
@@ -657,13 +670,14 @@ void FastKernels::attention_block_forward(float* out, float* lse, AttentionInput
     for (std::size_t i0 = 0; i0 < s.rows; i0 += kQueryBlock) {
       const std::size_t i1 = std::min(s.rows, i0 + kQueryBlock), rows = i1 - i0;
       const std::size_t k0 = s.first_key(b, i0), n = keys_met(s, i1) - k0;
+      const auto [scores, probs, turned] = causal_bands(s, i0 - k0);
       const vec::MatrixView q_rows{qh + i0 * s.q_stride, s.q_stride, 1};
       const vec::MatrixView v_rows{vh + k0 * s.kv_stride, s.kv_stride, 1};
-      gemm({rows, n, hs, q_rows, {kt + k0, s.keys, 1}, sc, n, scale, false});
+      gemm({rows, n, hs, q_rows, {kt + k0, s.keys, 1}, sc, n, scale, false, scores});
       for (std::size_t r = 0; r < rows; ++r)
         lh[i0 + r] =
             softmax_span(sc + r * n, s.first_key(b, i0 + r) - k0, keys_seen(s, i0 + r) - k0, n);
-      gemm({rows, hs, n, {sc, n, 1}, v_rows, oh + i0 * C, C, 1.0f, false});
+      gemm({rows, hs, n, {sc, n, 1}, v_rows, oh + i0 * C, C, 1.0f, false, probs});
     }
   });
 }
@@ -699,20 +713,23 @@ void FastKernels::attention_block_backward(AttentionGrads d, const float* dout, 
         const std::size_t i1 = std::min(s.rows, i0 + kQueryBlock), rows = i1 - i0;
         const std::size_t k0 = s.first_key(b, i0), n = keys_met(s, i1) - k0;
         const std::size_t kv = kv_off + k0 * s.kv_stride;
+        const auto [scores, probs, turned] = causal_bands(s, i0 - k0);
         const float* qb = in.q + q_off + i0 * s.q_stride;
         const float* dob = dout + o_off + i0 * C;
         const float* ob = out + o_off + i0 * C;
-        gemm({rows, n, hs, {qb, s.q_stride, 1}, {kt + k0, s.keys, 1}, p, n, scale, false});
-        gemm({rows, n, hs, {dob, C, 1}, {vt + k0, s.keys, 1}, ds, n, 1.0f, false});
+        const vec::MatrixView q_rows{qb, s.q_stride, 1}, do_rows{dob, C, 1};
+        const vec::MatrixView k_rows{in.k + kv, s.kv_stride, 1};
+        float* dqb = d.dq + q_off + i0 * s.q_stride;
+        gemm({rows, n, hs, q_rows, {kt + k0, s.keys, 1}, p, n, scale, false, scores});
+        gemm({rows, n, hs, do_rows, {vt + k0, s.keys, 1}, ds, n, 1.0f, false, scores});
         for (std::size_t r = 0; r < rows; ++r) {
           const float rowsum = row_dot(dob + r * C, ob + r * C, hs);
           softmax_backward_span(p + r * n, ds + r * n, s.first_key(b, i0 + r) - k0,
                                 keys_seen(s, i0 + r) - k0, n, lh[i0 + r], rowsum, scale);
         }
-        gemm({n, hs, rows, {p, 1, n}, {dob, C, 1}, d.dv + kv, s.kv_stride, 1.0f, true});
-        float* dqb = d.dq + q_off + i0 * s.q_stride;
-        gemm({rows, hs, n, {ds, n, 1}, {in.k + kv, s.kv_stride, 1}, dqb, s.q_stride, 1.0f, true});
-        gemm({n, hs, rows, {ds, 1, n}, {qb, s.q_stride, 1}, d.dk + kv, s.kv_stride, 1.0f, true});
+        gemm({n, hs, rows, {p, 1, n}, do_rows, d.dv + kv, s.kv_stride, 1.0f, true, turned});
+        gemm({rows, hs, n, {ds, n, 1}, k_rows, dqb, s.q_stride, 1.0f, true, probs});
+        gemm({n, hs, rows, {ds, 1, n}, q_rows, d.dk + kv, s.kv_stride, 1.0f, true, turned});
       }
     }
   });
