@@ -40,8 +40,8 @@ Span terms(const BlockGemm& g, std::size_t i0, std::size_t i1) {
   return {std::min(begin, end), end};
 }
 
-// C[i0 .. i0+R, j0 .. j0+32) with the columns past m0, m1 left alone, the
-// sum over p in [p0, p1) (A zero elsewhere); kFull: every column there, so B
+// C[i0 .. i0+R, j0 .. j0+32) with the columns past m0, m1 left alone, each
+// sum over the terms ps (A zero elsewhere); kFull: every column there, so B
 // loads unmasked.
 template <std::size_t R, bool kFull>
 ZTRAIN_AVX512 void tile(const BlockGemm& g, std::size_t i0, std::size_t j0, Span ps, __mmask16 m0,
