@@ -90,11 +90,13 @@ bool wanted(const BlockGemm& g, std::size_t i1, std::size_t j0) {
   return g.band.c_last == CausalBand::kNone || j0 < i1 + g.band.c_last;
 }
 
+}  // namespace
+
 // Every wanted tile of C: columns outermost, so that a panel of B stays in
 // the L1 cache while every row tile passes over it; the last panel's
 // columns and the last tile's rows may be short, each tile height its own
 // instantiation (tiles[R], R rows).
-void each_tile(const BlockGemm& g) {
+void block_gemm_avx512(const BlockGemm& g) {
   using TileFn = void (*)(const BlockGemm&, std::size_t, std::size_t, std::size_t);
   static constexpr std::array<TileFn, kRows + 1> tiles =
       []<std::size_t... R>(std::index_sequence<R...>) {
@@ -108,12 +110,6 @@ void each_tile(const BlockGemm& g) {
       if (wanted(g, i0 + kRows, j0)) tiles[kRows](g, i0, j0, cols);
     if (i0 < g.m && wanted(g, g.m, j0)) tiles[g.m - i0](g, i0, j0, cols);
   }
-}
-
-}  // namespace
-
-void block_gemm_avx512(const BlockGemm& g) {
-  each_tile(g);
 }
 
 }  // namespace ztrain::vec
